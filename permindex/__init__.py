@@ -1,0 +1,39 @@
+"""permindex: an in-memory near-duplicate index of 64-bit SimHash fingerprints.
+
+Fingerprints (Charikar 2002) are computed by :func:`simhash`; :class:`Index` stores (key,
+fingerprint) pairs in the table-permutation index of Manku, Jain & Das Sarma 2007 (section 3) and
+answers, exactly, which keys lie within Hamming distance k of a fingerprint. The gRPC server and
+the command line live in :mod:`permindex.rpc` and :mod:`permindex.cli`; importing this package
+alone does not import grpc.
+"""
+
+from __future__ import annotations
+
+from permindex.errors import (
+    CorruptFileError,
+    DataDirLockedError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NotFoundError,
+    PermindexError,
+)
+from permindex.fingerprint import simhash, validate_fingerprint
+from permindex.hamming import hamming
+from permindex.index import Index, Match
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptFileError",
+    "DataDirLockedError",
+    "Index",
+    "InvalidArgumentError",
+    "LimitExceededError",
+    "Match",
+    "NotFoundError",
+    "PermindexError",
+    "__version__",
+    "hamming",
+    "simhash",
+    "validate_fingerprint",
+]

@@ -1,0 +1,43 @@
+"""Server options and their defaults, shared by ``permindex serve`` and the server factory.
+
+Importing this module does not import grpc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DEFAULT_ADDRESS", "ServerConfig"]
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Options of one server process.
+
+    Attributes:
+        address: ``HOST:PORT`` to listen on; port 0 picks a free port. Loopback by default.
+        data_dir: directory of the snapshot files; created if missing.
+        k: the largest Hamming distance (bits) the index answers; at most 3 for the default
+            (4 blocks, 1 leading) design.
+        snapshot_interval: seconds between periodic snapshots (only written when something
+            changed); 0 disables them. Snapshots are also written on the Snapshot RPC and on a
+            graceful stop (SIGTERM/SIGINT).
+        max_message_bytes: largest gRPC message accepted or sent, bytes (default 64 MiB).
+        max_batch: most documents / fingerprints / keys in one request message.
+        shingle_size: words per shingle when the server fingerprints a text.
+        grace_seconds: on SIGTERM/SIGINT, how long in-flight calls may take to finish, seconds.
+        workers: threads serving RPCs.
+    """
+
+    address: str = DEFAULT_ADDRESS
+    data_dir: Path = Path("permindex-data")
+    k: int = 3
+    snapshot_interval: float = 60.0
+    max_message_bytes: int = 64 * 1024 * 1024
+    max_batch: int = 100_000
+    shingle_size: int = 3
+    grace_seconds: float = 30.0
+    workers: int = 8

@@ -1,0 +1,121 @@
+"""Exception hierarchy of permindex and the one table that maps each error to a gRPC status code
+and a command-line exit code.
+
+Every exception subclasses the matching built-in (``ValueError``, ``KeyError``, ``OSError``), so
+callers that already catch those keep working, and carries the offending value where there is one.
+The servicer (:mod:`permindex.rpc.service`) and the CLI (:mod:`permindex.cli`) translate errors in
+exactly one place each, using :data:`ERROR_TABLE`; nothing else in the package knows about status
+codes or exit codes.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ERROR_TABLE",
+    "EXIT_CODES",
+    "CorruptFileError",
+    "DataDirLockedError",
+    "InvalidArgumentError",
+    "LimitExceededError",
+    "NotFoundError",
+    "PermindexError",
+    "exit_code_for",
+    "status_name_for",
+]
+
+
+class PermindexError(Exception):
+    """Base class of every error raised on purpose by permindex."""
+
+
+class InvalidArgumentError(PermindexError, ValueError):
+    """A value is malformed: a wrong-width or negative fingerprint, an empty or over-long key,
+    a k above what the table design guarantees, a bad option. Nothing was changed."""
+
+    def __init__(self, message: str, value: object = None) -> None:
+        super().__init__(message)
+        self.value = value
+
+
+class LimitExceededError(PermindexError, ValueError):
+    """A request is larger than a configured limit (batch length, message size, text length).
+    Nothing was changed; split the request and retry."""
+
+    def __init__(self, message: str, limit: int | None = None, actual: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.actual = actual
+
+
+class NotFoundError(PermindexError, KeyError):
+    """A key (or other named object) is not stored. Nothing was changed."""
+
+    def __init__(self, message: str, key: object = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CorruptFileError(PermindexError, ValueError):
+    """A file on disk (snapshot, log) is corrupt, truncated, foreign or of an unknown format
+    version. Nothing was loaded from it."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class DataDirLockedError(PermindexError, OSError):
+    """Another process owns the data directory."""
+
+    def __init__(self, message: str, path: str | None = None, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.pid = pid
+
+
+#: Exit codes of the ``permindex`` command (documented in ``permindex --help``).
+EXIT_CODES: Final[dict[str, int]] = {
+    "ok": 0,
+    "error": 1,  # an unexpected error
+    "usage": 2,  # bad command line (argparse)
+    "unavailable": 3,  # the server could not be reached, or is shutting down
+    "invalid": 4,  # invalid input: a malformed file, fingerprint, key, or a request refused
+    "not_found": 5,  # a key that is not stored
+    "too_short": 6,  # a text with fewer words than a shingle: no fingerprint
+    "data": 7,  # a corrupt snapshot, or a data directory owned by another process
+}
+
+#: error class -> (gRPC status code name, exit code name). The first matching class wins.
+ERROR_TABLE: Final[list[tuple[type[BaseException], str, str]]] = [
+    (LimitExceededError, "RESOURCE_EXHAUSTED", "invalid"),
+    (InvalidArgumentError, "INVALID_ARGUMENT", "invalid"),
+    (NotFoundError, "NOT_FOUND", "not_found"),
+    (CorruptFileError, "DATA_LOSS", "data"),
+    (DataDirLockedError, "FAILED_PRECONDITION", "data"),
+    (KeyError, "NOT_FOUND", "not_found"),
+    (TypeError, "INVALID_ARGUMENT", "invalid"),
+    (ValueError, "INVALID_ARGUMENT", "invalid"),
+    (OSError, "UNAVAILABLE", "error"),
+]
+
+
+def status_name_for(error: BaseException) -> str:
+    """Name of the gRPC status code (``grpc.StatusCode`` member) for ``error``; ``INTERNAL``
+    when the error is not one of ours or a built-in we expect."""
+    for cls, status, _exit in ERROR_TABLE:
+        if isinstance(error, cls):
+            return status
+    return "INTERNAL"
+
+
+def exit_code_for(error: BaseException) -> int:
+    """Exit code of the ``permindex`` command for ``error`` (see :data:`EXIT_CODES`)."""
+    for cls, _status, exit_name in ERROR_TABLE:
+        if isinstance(error, cls):
+            return EXIT_CODES[exit_name]
+    return EXIT_CODES["error"]

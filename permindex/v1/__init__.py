@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for permindex.v1 (see protos/)."""
