@@ -1,0 +1,144 @@
+"""Hamming distance between 64-bit fingerprints: popcount of the XOR, in bits.
+
+Scalar form for Python ints, vectorized forms for (n,) uint64 numpy arrays (``np.bitwise_count``),
+and the brute-force reference searches that the index's results are tested against. The
+near-duplicate criterion (distance <= k, k = 3 for 64-bit fingerprints of web pages) is from
+Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling", sections 2 and 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+from permindex.fingerprint import validate_fingerprint
+
+__all__ = [
+    "as_fingerprint_array",
+    "brute_force_pairs",
+    "brute_force_query",
+    "hamming",
+    "hamming_array",
+]
+
+_PAIR_BLOCK = 1024  # rows of the distance matrix computed at once by brute_force_pairs
+
+
+def hamming(a: object, b: object) -> int:
+    """Hamming distance of two fingerprints, in bits (0..64): ``popcount(a ^ b)``.
+
+    Both are checked with :func:`~permindex.fingerprint.validate_fingerprint`: ``TypeError``
+    for a bool, float, str or other non-integer, :class:`~permindex.errors.InvalidArgumentError`
+    for a value outside [0, 2^64).
+    """
+    x = validate_fingerprint(a, name="a")
+    y = validate_fingerprint(b, name="b")
+    return (x ^ y).bit_count()
+
+
+def as_fingerprint_array(values: object, *, name: str = "fingerprints") -> NDArray[np.uint64]:
+    """``values`` as a new contiguous (n,) uint64 array, every element checked.
+
+    Accepts a 1-d numpy array of an unsigned or signed integer dtype (signed: only when no
+    element is negative; nothing is wrapped) or of object dtype holding ints, and any other
+    iterable of ints (numpy integer scalars allowed).
+
+    Raises:
+        TypeError: ``values`` is a str/bytes, not iterable, a bool/float/str array, or holds a
+            non-integer element (bool, float, str, ...).
+        InvalidArgumentError: an element is negative or >= 2^64 (the message names its
+            position), or the array is not 1-dimensional.
+    """
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise InvalidArgumentError(
+                f"{name} must be a 1-dimensional array, got shape {values.shape}",
+                value=values.shape,
+            )
+        kind = values.dtype.kind
+        if kind == "u":
+            return np.array(values, dtype=np.uint64, copy=True)
+        if kind == "i":
+            negative = np.flatnonzero(values < 0)
+            if negative.size:
+                i = int(negative[0])
+                raise InvalidArgumentError(
+                    f"{name}[{i}] = {int(values[i])} is negative: a fingerprint is an unsigned "
+                    f"64-bit integer (pass a uint64 array; signed values are never wrapped)",
+                    value=int(values[i]),
+                )
+            return values.astype(np.uint64)
+        if kind == "O":
+            return _from_sequence(values.tolist(), name)
+        if values.size == 0:
+            return np.empty(0, dtype=np.uint64)
+        raise TypeError(
+            f"{name} must be an array of unsigned 64-bit integers, not dtype {values.dtype}"
+        )
+    if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
+        raise TypeError(
+            f"{name} must be an iterable of ints or a uint64 array, not {type(values).__name__}"
+        )
+    return _from_sequence(list(values), name)
+
+
+def _from_sequence(items: list[object], name: str) -> NDArray[np.uint64]:
+    if all(type(v) is int for v in items):
+        try:
+            return np.array(items, dtype=np.uint64)
+        except OverflowError:
+            pass  # a value out of range: the loop below names it
+    out = np.empty(len(items), dtype=np.uint64)
+    for i, value in enumerate(items):
+        out[i] = validate_fingerprint(value, name=f"{name}[{i}]")
+    return out
+
+
+def hamming_array(
+    a: NDArray[np.uint64], b: NDArray[np.uint64] | int | np.uint64
+) -> NDArray[np.uint8]:
+    """Element-wise Hamming distances, bits, as a uint8 array: ``bitwise_count(a ^ b)``.
+
+    ``a`` is a uint64 array (any shape); ``b`` a uint64 array broadcastable against it, or one
+    fingerprint as an int in [0, 2^64). Not validated beyond numpy's own conversion (an int
+    outside [0, 2^64) raises OverflowError)."""
+    other = np.uint64(b) if isinstance(b, int) else b
+    return np.bitwise_count(np.bitwise_xor(a, other))
+
+
+def brute_force_query(fingerprints: NDArray[np.uint64], query: int, k: int) -> NDArray[np.intp]:
+    """Reference search: positions (ascending, (m,) intp) of the elements of the (n,) uint64
+    ``fingerprints`` within Hamming distance ``k`` bits (inclusive) of ``query``. O(n); used to
+    check the index in tests."""
+    q = validate_fingerprint(query, name="query")
+    fps = np.asarray(fingerprints, dtype=np.uint64)
+    return np.flatnonzero(hamming_array(fps, q) <= k)
+
+
+def brute_force_pairs(
+    fingerprints: NDArray[np.uint64], k: int
+) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.uint8]]:
+    """Reference all-pairs search: every (i, j) with i < j and Hamming distance of elements i
+    and j of the (n,) uint64 ``fingerprints`` at most ``k`` bits. Returns three (m,) arrays
+    (i, j, distance), ordered by i then j. O(n^2) time, O(n * 1024) memory; for tests."""
+    fps = np.asarray(fingerprints, dtype=np.uint64)
+    n = fps.size
+    out_i: list[NDArray[np.intp]] = []
+    out_j: list[NDArray[np.intp]] = []
+    out_d: list[NDArray[np.uint8]] = []
+    for start in range(0, n, _PAIR_BLOCK):
+        block = fps[start : start + _PAIR_BLOCK]
+        dist = np.bitwise_count(block[:, None] ^ fps[None, :])
+        i, j = np.nonzero(dist <= k)
+        i = i + start
+        upper = i < j
+        out_i.append(i[upper])
+        out_j.append(j[upper])
+        out_d.append(dist[i[upper] - start, j[upper]])
+    if not out_i:
+        empty = np.empty(0, dtype=np.intp)
+        return empty, empty.copy(), np.empty(0, dtype=np.uint8)
+    return np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_d)

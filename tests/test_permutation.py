@@ -1,0 +1,183 @@
+"""Table designs: blocks, permutations, prefixes, the pigeonhole guarantee."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import DESIGNS, SETTINGS, designs, fingerprints, neighbours
+
+from permindex.errors import InvalidArgumentError
+from permindex.permutation import (
+    DEFAULT_DESIGN,
+    MAX_TABLES,
+    Design,
+    Permutation,
+    argsort_prefixes,
+)
+
+
+def blocks_of(design: Design, value: int) -> list[int]:
+    return [
+        (value >> shift) & ((1 << size) - 1)
+        for shift, size in zip(design.block_shifts, design.block_sizes, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("blocks", "sizes"),
+    [
+        (4, (16, 16, 16, 16)),
+        (5, (13, 13, 13, 13, 12)),
+        (6, (11, 11, 11, 11, 10, 10)),
+        (3, (22, 21, 21)),
+        (2, (32, 32)),
+        (7, (10, 9, 9, 9, 9, 9, 9)),
+    ],
+)
+def test_block_sizes_larger_first(blocks: int, sizes: tuple[int, ...]) -> None:
+    design = Design(blocks, 1)
+    assert design.block_sizes == sizes
+    assert design.block_shifts[0] + sizes[0] == 64
+    assert design.block_shifts[-1] == 0
+    for b in range(blocks - 1):
+        assert design.block_shifts[b] == design.block_shifts[b + 1] + sizes[b + 1]
+
+
+@pytest.mark.parametrize(("pair", "max_k"), DESIGNS)
+def test_tables_one_per_combination(pair: tuple[int, int], max_k: int) -> None:
+    design = Design(*pair)
+    assert design.max_k == max_k
+    assert design.num_tables == math.comb(*pair) == len(design.permutations)
+    leading = [p.leading_blocks for p in design.permutations]
+    assert len(set(leading)) == len(leading)
+    for t, perm in enumerate(design.permutations):
+        assert perm.table == t
+        assert len(perm.leading_blocks) == design.leading
+        assert perm.prefix_bits == sum(design.block_sizes[b] for b in perm.leading_blocks)
+        assert sorted(perm.order) == list(range(design.blocks))
+        assert perm.order[: design.leading] == perm.leading_blocks
+        rest = perm.order[design.leading :]
+        assert list(rest) == sorted(rest)
+
+
+def test_default_design() -> None:
+    assert DEFAULT_DESIGN == Design(4, 1)
+    assert [p.prefix_bits for p in DEFAULT_DESIGN.permutations] == [16, 16, 16, 16]
+    assert str(DEFAULT_DESIGN) == "design (4 blocks, 1 leading)"
+    assert DEFAULT_DESIGN.as_tuple() == (4, 1)
+    assert Design.of((4, 1)) == DEFAULT_DESIGN
+    assert Design.of(DEFAULT_DESIGN) is DEFAULT_DESIGN
+
+
+def test_known_permutation_of_the_default_design() -> None:
+    x = 0xAAAA_BBBB_CCCC_DDDD
+    perms = DEFAULT_DESIGN.permutations
+    assert perms[0].permute(x) == x
+    assert perms[2].permute(x) == 0xCCCC_AAAA_BBBB_DDDD
+    assert perms[3].permute(x) == 0xDDDD_AAAA_BBBB_CCCC
+    assert [p.prefix(x) for p in perms] == [0xAAAA, 0xBBBB, 0xCCCC, 0xDDDD]
+    assert perms[1].leading_mask == 0x0000_FFFF_0000_0000
+
+
+@SETTINGS
+@given(designs, st.lists(fingerprints, min_size=1, max_size=20))
+def test_permutation_moves_leading_blocks_first(
+    design_k: tuple[tuple[int, int], int], values: list[int]
+) -> None:
+    design = Design(*design_k[0])
+    array = np.array(values, dtype=np.uint64)
+    for perm in design.permutations:
+        permuted = perm.permute_array(array).tolist()
+        prefixes = perm.prefix_array(array).tolist()
+        back = perm.unpermute_array(perm.permute_array(array)).tolist()
+        assert back == values
+        for value, p_value, prefix in zip(values, permuted, prefixes, strict=True):
+            assert perm.permute(value) == p_value
+            assert perm.unpermute(p_value) == value
+            blocks = blocks_of(design, value)
+            expected = 0
+            for b in perm.order:
+                expected = (expected << design.block_sizes[b]) | blocks[b]
+            assert p_value == expected
+            assert perm.prefix(value) == prefix == p_value >> (64 - perm.prefix_bits)
+
+
+@SETTINGS
+@given(designs, fingerprints, fingerprints)
+def test_leading_mask_decides_equal_prefix(
+    design_k: tuple[tuple[int, int], int], a: int, b: int
+) -> None:
+    design = Design(*design_k[0])
+    for perm in design.permutations:
+        for other in (b, a ^ (b & perm.leading_mask), a ^ (b & ~perm.leading_mask)):
+            same = perm.prefix(a) == perm.prefix(other)
+            assert same == ((a ^ other) & perm.leading_mask == 0)
+
+
+@SETTINGS
+@given(st.data(), designs, fingerprints)
+def test_pigeonhole_guarantee(
+    data: st.DataObject, design_k: tuple[tuple[int, int], int], base: int
+) -> None:
+    pair, max_k = design_k
+    design = Design(*pair)
+    distance = data.draw(st.integers(min_value=0, max_value=max_k))
+    other, _bits = data.draw(neighbours(pair, base, distance))
+    shared = [p.table for p in design.permutations if p.prefix(base) == p.prefix(other)]
+    assert shared, f"no table shares a prefix at distance {distance} <= {max_k}"
+
+
+def test_guarantee_is_tight() -> None:
+    # One bit flipped in each block: no table of (4, 1) shares a prefix at distance 4.
+    design = DEFAULT_DESIGN
+    other = sum(1 << shift for shift in design.block_shifts)
+    assert all(p.prefix(0) != p.prefix(other) for p in design.permutations)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((4, 4), InvalidArgumentError),
+        ((4, 0), InvalidArgumentError),
+        ((1, 1), InvalidArgumentError),
+        ((65, 1), InvalidArgumentError),
+        ((0, 0), InvalidArgumentError),
+        ((20, 10), InvalidArgumentError),  # C(20, 10) tables
+        ((True, 1), TypeError),
+        ((4.0, 1), TypeError),
+        (("4", 1), TypeError),
+    ],
+)
+def test_invalid_designs(args: tuple[object, object], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Design(*args)  # type: ignore[arg-type]
+
+
+def test_design_of_refuses_other_values() -> None:
+    with pytest.raises(TypeError):
+        Design.of([4, 1])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Design.of((4, 1, 0))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=str(MAX_TABLES)):
+        Design.of((64, 32))
+
+
+def test_design_is_hashable_and_compares_by_value() -> None:
+    assert Design(5, 2) == Design(5, 2) != Design(5, 1)
+    assert len({Design(5, 2), Design(5, 2)}) == 1
+    assert isinstance(Design(5, 2).permutations[0], Permutation)
+
+
+@pytest.mark.parametrize("bits", [1, 12, 16, 17, 26, 33, 48, 63])
+def test_argsort_prefixes_is_a_stable_sort(bits: int) -> None:
+    rng = np.random.default_rng(bits)
+    prefixes = rng.integers(0, 1 << min(bits, 8), 5000, dtype=np.uint64)  # many ties
+    prefixes <<= np.uint64(bits - min(bits, 8))
+    wide = rng.integers(0, 1 << bits, 5000, dtype=np.uint64)
+    for values in (prefixes, wide):
+        order = argsort_prefixes(values, bits)
+        assert np.array_equal(order, np.argsort(values, kind="stable"))
