@@ -1,0 +1,8 @@
+"""``python -m permindex``: the same as the ``permindex`` command (see :mod:`permindex.cli`)."""
+
+from __future__ import annotations
+
+from permindex.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,857 @@
+"""The ``permindex`` command: a server (``serve``) and the client commands that talk to it.
+
+Every client command takes ``--address HOST:PORT`` after the subcommand (default
+:data:`~permindex.config.DEFAULT_ADDRESS`). grpc is imported only inside the commands that talk to
+a server, so ``import permindex.cli`` and ``permindex fingerprint`` stay light.
+
+Errors are turned into one line on stderr and an exit code here, in :func:`main`, and nowhere
+else: permindex's own exceptions through :func:`permindex.errors.exit_code_for`, gRPC status codes
+through the same table (:data:`permindex.errors.ERROR_TABLE`, read from status to exit code), and
+an unreachable server (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``) as ``unavailable``. The codes are
+listed in ``permindex --help``.
+
+Output formats (stdout, UTF-8, ``\\n`` line ends):
+
+- a fingerprint is always 16 lower-case hex digits, zero-padded (in JSON too, as a string);
+- ``query``: ``key<TAB>fingerprint<TAB>distance`` per match, sorted by distance then key;
+- ``pairs``: ``key_a<TAB>key_b<TAB>distance`` per pair, ``key_a < key_b``, lines sorted by
+  ``(key_a, key_b)`` in code point order (the order of ``sorted()`` on the two keys; for the shared
+  corpora it equals ``LC_ALL=C sort``), no header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from permindex.config import DEFAULT_ADDRESS, ServerConfig
+from permindex.documents import (
+    Document,
+    DocumentReader,
+    parse_fingerprint,
+    read_documents,
+    read_file_text,
+)
+from permindex.errors import (
+    ERROR_TABLE,
+    EXIT_CODES,
+    InvalidArgumentError,
+    NotFoundError,
+    exit_code_for,
+)
+
+if TYPE_CHECKING:
+    import grpc
+
+    from permindex.v1 import index_pb2
+
+__all__ = ["CommandError", "IngestSummary", "build_parser", "ingest", "main"]
+
+_MIB: Final = 1024 * 1024
+_DEFAULTS: Final = ServerConfig()
+DEFAULT_BATCH_SIZE: Final = 1000
+DEFAULT_BATCH_BYTES: Final = 4 * _MIB
+
+#: What each exit code means (keys of permindex.errors.EXIT_CODES), for ``permindex --help``.
+_EXIT_CODE_HELP: Final[dict[str, str]] = {
+    "ok": "success",
+    "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
+    "usage": "bad command line",
+    "unavailable": "the server cannot be reached, or is starting up or shutting down",
+    "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
+    "     or a request the server refused as invalid or too large",
+    "not_found": "a key that is not stored",
+    "too_short": "a text with fewer words than a shingle: it has no fingerprint",
+    "data": "a corrupt snapshot, or a data directory owned by another process",
+}
+
+#: Client channel options: the server enforces its own message limit; the client takes any size.
+_CHANNEL_OPTIONS: Final = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+]
+
+
+class CommandError(Exception):
+    """A command failed in a way the user can act on: ``message`` is printed after
+    ``permindex COMMAND:`` and the process exits with ``EXIT_CODES[exit_name]``."""
+
+    def __init__(self, message: str, exit_name: str) -> None:
+        super().__init__(message)
+        self.exit_code = EXIT_CODES[exit_name]
+
+
+# --------------------------------------------------------------------------------------------
+# Errors and output
+
+
+def _exit_code_for_status(status_name: str) -> int:
+    """Exit code for a gRPC status code name: UNAVAILABLE and DEADLINE_EXCEEDED (no server, or
+    one starting or stopping) are ``unavailable``; the rest as ERROR_TABLE maps the error that
+    produces that status on the server; anything else ``error``."""
+    if status_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+        return EXIT_CODES["unavailable"]
+    for _cls, status, exit_name in ERROR_TABLE:
+        if status == status_name:
+            return EXIT_CODES[exit_name]
+    return EXIT_CODES["error"]
+
+
+def _rpc_error(error: grpc.RpcError, address: str) -> CommandError:
+    """One CommandError for a failed RPC: its status details and mapped exit code."""
+    import grpc
+
+    code = error.code() if isinstance(error, grpc.Call) else None
+    details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    name = code.name if code is not None else "UNKNOWN"
+    exit_code = _exit_code_for_status(name)
+    if exit_code == EXIT_CODES["unavailable"]:
+        message = f"cannot reach permindex server at {address}: {details}"
+    else:
+        message = f"{details} ({name})"
+    failure = CommandError(message, "error")
+    failure.exit_code = exit_code
+    return failure
+
+
+def _out(text: str) -> None:
+    """Write ``text`` to stdout as UTF-8, whatever the locale."""
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.write(text)
+        return
+    stream.flush()
+    buffer.write(text.encode("utf-8"))
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _hex(fingerprint: int) -> str:
+    return f"{fingerprint:016x}"
+
+
+def _parse_cli_fingerprint(value: str) -> int:
+    """A fingerprint given on the command line: 16 hex digits or ``0x`` hex (as in JSON), or a
+    decimal number of any other length."""
+    if value.isascii() and value.isdigit() and len(value) != 16:
+        return parse_fingerprint(int(value))
+    try:
+        return parse_fingerprint(value)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"fingerprint {value!r} is not 16 hex digits, 0x-prefixed hex, or a decimal number",
+            value=value,
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# gRPC client
+
+
+@contextmanager
+def _connect(address: str) -> Iterator[Any]:
+    """A PermIndex stub on a channel to ``address``; a failed RPC inside the block becomes a
+    CommandError. The stub is typed Any: the generated grpc module has no type stubs."""
+    import grpc
+
+    from permindex.v1 import index_pb2_grpc
+
+    channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    try:
+        yield index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
+    except grpc.RpcError as error:
+        raise _rpc_error(error, address) from None
+    finally:
+        channel.close()
+
+
+def _pb() -> Any:
+    from permindex.v1 import index_pb2
+
+    return index_pb2
+
+
+# --------------------------------------------------------------------------------------------
+# ingest
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest did: documents sent and acknowledged, the server's counts, inputs skipped
+    by the reader (by reason) and the wall time in seconds."""
+
+    documents: int = 0
+    added: int = 0
+    replaced: int = 0
+    too_short: int = 0
+    skipped: int = 0
+    skipped_by_reason: dict[str, int] | None = None
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        reasons = ""
+        if self.skipped_by_reason:
+            reasons = " (" + ", ".join(f"{n} {r}" for r, n in self.skipped_by_reason.items()) + ")"
+        return (
+            f"{self.documents} documents in {self.seconds:.1f} s: {self.added} added, "
+            f"{self.replaced} replaced, {self.too_short} too short, {self.skipped} skipped"
+            f"{reasons}"
+        )
+
+
+def _batches(
+    documents: Iterable[Document], max_docs: int, max_bytes: int
+) -> Iterator[list[Document]]:
+    """Consecutive batches of at most ``max_docs`` documents and about ``max_bytes`` bytes (a
+    single document larger than that travels alone). When reading fails (a malformed line), the
+    documents read before it are still yielded, then the error is raised: everything before the
+    bad line gets stored."""
+    batch: list[Document] = []
+    size = 0
+    try:
+        for document in documents:
+            document_size = document.size_bytes()
+            if batch and (len(batch) >= max_docs or size + document_size > max_bytes):
+                yield batch
+                batch, size = [], 0
+            batch.append(document)
+            size += document_size
+    except Exception as error:
+        failure = error
+    else:
+        if batch:
+            yield batch
+        return
+    if batch:
+        yield batch
+    raise failure
+
+
+class _RequestFeed:
+    """The request iterator of the Ingest stream, run by grpc on its own thread. An exception
+    from the reader (a malformed line) ends the stream cleanly and is kept in ``error`` for the
+    calling thread to raise once the batches before it are acknowledged. ``sent`` holds, per
+    batch sent and not yet acknowledged, (documents, input position in bytes)."""
+
+    def __init__(self, reader: DocumentReader, max_docs: int, max_bytes: int) -> None:
+        self._reader = reader
+        self._max_docs = max_docs
+        self._max_bytes = max_bytes
+        self.error: Exception | None = None
+        self.sent: deque[tuple[int, int]] = deque()
+
+    def __iter__(self) -> Iterator[index_pb2.AddRequest]:
+        pb = _pb()
+        try:
+            for batch in _batches(self._reader, self._max_docs, self._max_bytes):
+                request = pb.AddRequest(
+                    documents=[
+                        pb.Document(key=d.key, text=d.text)
+                        if d.text is not None
+                        else pb.Document(key=d.key, fingerprint=d.fingerprint)
+                        for d in batch
+                    ]
+                )
+                self.sent.append((len(batch), self._reader.position_bytes()))
+                yield request
+        except Exception as error:  # raised again by ingest() in the calling thread
+            self.error = error
+
+
+def ingest(
+    reader: DocumentReader,
+    address: str,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    progress: bool = True,
+) -> IngestSummary:
+    """Stream the documents of ``reader`` to the server at ``address`` over the Ingest RPC, in
+    batches bounded by ``batch_size`` documents and ``batch_bytes`` bytes; a tqdm progress bar on
+    stderr when ``progress``. Raises CommandError (an RPC failure), or the reader's error (a
+    malformed input line) after the batches before it are acknowledged."""
+    from tqdm import tqdm
+
+    started = time.monotonic()
+    summary = IngestSummary()
+    feed = _RequestFeed(reader, batch_size, batch_bytes)
+    by_bytes = reader.size_bytes is not None
+    bar = tqdm(
+        total=reader.size_bytes,
+        unit="B" if by_bytes else " docs",
+        unit_scale=by_bytes,
+        unit_divisor=1024 if by_bytes else 1000,
+        desc="ingest",
+        file=sys.stderr,
+        disable=not progress,
+        leave=False,
+    )
+    try:
+        with _connect(address) as stub:
+            for response in stub.Ingest(iter(feed)):
+                documents, position = feed.sent.popleft() if feed.sent else (0, 0)
+                summary.documents += len(response.results) or documents
+                summary.added += response.added
+                summary.replaced += response.replaced
+                summary.too_short += response.too_short
+                bar.update(position - bar.n if by_bytes else len(response.results))
+    except CommandError as error:
+        if feed.error is None:
+            error.args = (f"{error} ({summary.documents} documents before it were stored)",)
+            raise
+    finally:
+        bar.close()
+    if feed.error is not None:
+        # The input broke off (a malformed line): the batches before it were acknowledged.
+        failure = CommandError(
+            f"{feed.error} ({summary.documents} documents before it were stored)", "error"
+        )
+        failure.exit_code = exit_code_for(feed.error)
+        raise failure from feed.error
+    summary.skipped = reader.stats.skipped
+    summary.skipped_by_reason = dict(sorted(reader.stats.skipped_by_reason.items()))
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from permindex.rpc.server import run_server
+
+    config = ServerConfig(
+        address=args.address,
+        data_dir=Path(args.data_dir),
+        k=args.k,
+        snapshot_interval=args.snapshot_interval,
+        max_message_bytes=int(args.max_message_mb * _MIB),
+        max_batch=args.max_batch,
+        shingle_size=args.shingle_size,
+        grace_seconds=args.grace_seconds,
+        workers=args.workers,
+    )
+    return run_server(config)
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    reader = read_documents(args.path)
+    progress = not args.no_progress and sys.stderr.isatty()
+    summary = ingest(
+        reader,
+        args.address,
+        batch_size=args.batch_size,
+        batch_bytes=args.batch_bytes,
+        progress=progress,
+    )
+    _err(f"permindex ingest: {summary.line()}")
+    return EXIT_CODES["ok"]
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from permindex.fingerprint import simhash
+
+    pb = _pb()
+    own_key: str | None = None
+    if args.text is not None:
+        fingerprint = simhash(args.text, shingle_size=args.shingle_size)
+        if fingerprint is None:
+            raise CommandError(
+                f"the text has fewer than {args.shingle_size} words: it has no fingerprint",
+                "too_short",
+            )
+    elif args.fingerprint is not None:
+        fingerprint = _parse_cli_fingerprint(args.fingerprint)
+    else:
+        fingerprint = None
+        own_key = args.key
+    limit = args.limit or 0
+    with _connect(args.address) as stub:
+        if own_key is not None:
+            result = stub.Get(pb.GetRequest(keys=[own_key])).results[0]
+            if not result.found:
+                raise NotFoundError(f"key {own_key!r} is not stored", key=own_key)
+            fingerprint = result.fingerprint
+        request = pb.QueryRequest(fingerprints=[fingerprint])
+        if args.k is not None:
+            request.k = args.k
+        if limit:
+            # One more, in case the key's own entry is among the nearest and is left out.
+            request.limit = limit + 1 if own_key is not None else limit
+        matches = list(stub.Query(request).results[0].matches)
+    matches = [m for m in matches if m.key != own_key]
+    if limit:
+        matches = matches[:limit]
+    if args.json:
+        rows = [
+            {"key": m.key, "fingerprint": _hex(m.fingerprint), "distance": m.distance}
+            for m in matches
+        ]
+        _out(json.dumps(rows, ensure_ascii=False) + "\n")
+    else:
+        _out("".join(f"{m.key}\t{_hex(m.fingerprint)}\t{m.distance}\n" for m in matches))
+    return EXIT_CODES["ok"]
+
+
+def _cmd_fingerprint(args: argparse.Namespace) -> int:
+    from permindex.fingerprint import simhash
+
+    if (args.text is None) == (args.file is None):
+        args.parser.error("give exactly one of TEXT, --file PATH or - (standard input)")
+    if args.file is not None:
+        text = read_file_text(args.file)
+        source = args.file
+    elif args.text == "-":
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise CommandError(f"standard input is not valid UTF-8: {error}", "invalid") from None
+        source = "standard input"
+    else:
+        text = args.text
+        source = "the text"
+    fingerprint = simhash(text, shingle_size=args.shingle_size, bits=args.bits)
+    if fingerprint is None:
+        raise CommandError(
+            f"{source} has fewer than {args.shingle_size} words: it has no fingerprint",
+            "too_short",
+        )
+    _out(_hex(fingerprint) + "\n")
+    return EXIT_CODES["ok"]
+
+
+def _cmd_pairs(args: argparse.Namespace) -> int:
+    pb = _pb()
+    request = pb.PairsRequest()
+    if args.k is not None:
+        request.k = args.k
+    pairs: list[tuple[str, str, int]] = []
+    with _connect(args.address) as stub:
+        for response in stub.Pairs(request):
+            for pair in response.pairs:
+                a, b = pair.key_a, pair.key_b
+                pairs.append((a, b, pair.distance) if a < b else (b, a, pair.distance))
+    pairs.sort()
+    _out("".join(f"{a}\t{b}\t{d}\n" for a, b, d in pairs))
+    return EXIT_CODES["ok"]
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    pb = _pb()
+    with _connect(args.address) as stub:
+        results = stub.Get(pb.GetRequest(keys=args.keys)).results
+    _out("".join(f"{r.key}\t{_hex(r.fingerprint)}\n" for r in results if r.found))
+    missing = [r.key for r in results if not r.found]
+    if missing:
+        raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
+    return EXIT_CODES["ok"]
+
+
+def _cmd_remove(args: argparse.Namespace) -> int:
+    pb = _pb()
+    with _connect(args.address) as stub:
+        response = stub.Remove(pb.RemoveRequest(keys=args.keys))
+    _err(f"permindex remove: removed {response.removed} of {len(args.keys)} keys")
+    if response.not_found:
+        missing = list(response.not_found)
+        raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
+    return EXIT_CODES["ok"]
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    pb = _pb()
+    with _connect(args.address) as stub:
+        stats = stub.Stats(pb.StatsRequest())
+    last = (
+        stats.last_snapshot_unix_seconds if stats.HasField("last_snapshot_unix_seconds") else None
+    )
+    fields: dict[str, object] = {
+        "count": stats.count,
+        "memory_bytes": stats.memory_bytes,
+        "resident_memory_bytes": stats.resident_memory_bytes,
+        "design": {
+            "blocks": stats.design.blocks,
+            "leading": stats.design.leading,
+            "tables": stats.design.tables,
+            "k": stats.design.k,
+        },
+        "uptime_seconds": stats.uptime_seconds,
+        "last_snapshot_unix_seconds": last,
+        "last_snapshot_count": stats.last_snapshot_count,
+        "last_snapshot_bytes": stats.last_snapshot_bytes,
+        "version": stats.version,
+    }
+    if args.json:
+        _out(json.dumps(fields) + "\n")
+        return EXIT_CODES["ok"]
+    design = stats.design
+    when = "never" if last is None else time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(last))
+    lines = [
+        f"count\t{stats.count}",
+        f"memory_bytes\t{stats.memory_bytes}",
+        f"resident_memory_bytes\t{stats.resident_memory_bytes}",
+        f"design\t{design.blocks} blocks, {design.leading} leading, {design.tables} tables, "
+        f"k = {design.k}",
+        f"uptime_seconds\t{stats.uptime_seconds:.1f}",
+        f"last_snapshot\t{when} ({stats.last_snapshot_count} keys, "
+        f"{stats.last_snapshot_bytes} bytes)",
+        f"version\t{stats.version}",
+    ]
+    _out("".join(line + "\n" for line in lines))
+    return EXIT_CODES["ok"]
+
+
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    pb = _pb()
+    with _connect(args.address) as stub:
+        response = stub.Snapshot(pb.SnapshotRequest())
+    _out(
+        f"{response.path}\t{response.count} keys\t{response.bytes} bytes\t"
+        f"{response.seconds:.3f} s\n"
+    )
+    return EXIT_CODES["ok"]
+
+
+# --------------------------------------------------------------------------------------------
+# Parser
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be 1 or more, got 0")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _exit_codes_epilog() -> str:
+    lines = ["exit codes:"]
+    for name, code in sorted(EXIT_CODES.items(), key=lambda item: item[1]):
+        lines.append(f"  {code}  {_EXIT_CODE_HELP.get(name, name.replace('_', ' '))}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``permindex`` (every subcommand)."""
+    from permindex import __version__
+
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="permindex",
+        description="A near-duplicate index server of 64-bit SimHash fingerprints, and its "
+        "client.\nStart a server with `permindex serve`; the other commands talk to it\n"
+        f"(--address HOST:PORT after the command, default {DEFAULT_ADDRESS}), except\n"
+        "`fingerprint`, which needs no server.",
+        epilog=_exit_codes_epilog(),
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"permindex {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    client = argparse.ArgumentParser(add_help=False)
+    client.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        metavar="HOST:PORT",
+        help=f"the server (default {DEFAULT_ADDRESS})",
+    )
+
+    def command(name: str, help_: str, description: str, *, parents: bool = True) -> Any:
+        sub = commands.add_parser(
+            name,
+            help=help_,
+            description=description,
+            epilog=_exit_codes_epilog(),
+            formatter_class=formatter,
+            parents=[client] if parents else [],
+        )
+        sub.set_defaults(parser=sub)
+        return sub
+
+    serve = command(
+        "serve",
+        "run the index server",
+        "Run the server in the foreground until SIGTERM or SIGINT. It loads the snapshot in the\n"
+        "data directory before it listens, writes a snapshot every --snapshot-interval seconds\n"
+        "(when something changed), on the Snapshot RPC, and on SIGTERM/SIGINT once in-flight\n"
+        "calls have finished (graceful stop).",
+        parents=False,
+    )
+    serve.add_argument(
+        "--address",
+        default=_DEFAULTS.address,
+        metavar="HOST:PORT",
+        help=f"listen here; port 0 picks a free port (default {_DEFAULTS.address})",
+    )
+    serve.add_argument(
+        "--data-dir",
+        default=str(_DEFAULTS.data_dir),
+        metavar="DIR",
+        help=f"snapshot directory, created if missing (default ./{_DEFAULTS.data_dir})",
+    )
+    serve.add_argument(
+        "--k",
+        type=_non_negative,
+        default=_DEFAULTS.k,
+        metavar="N",
+        help=f"largest Hamming distance the index answers, bits (default {_DEFAULTS.k}, "
+        "at most 3 for the 4-table design)",
+    )
+    serve.add_argument(
+        "--snapshot-interval",
+        type=_non_negative_float,
+        default=_DEFAULTS.snapshot_interval,
+        metavar="SECONDS",
+        help=f"seconds between periodic snapshots; 0 turns them off "
+        f"(default {_DEFAULTS.snapshot_interval:g})",
+    )
+    serve.add_argument(
+        "--max-message-mb",
+        type=_non_negative_float,
+        default=_DEFAULTS.max_message_bytes / _MIB,
+        metavar="N",
+        help=f"largest request or response message, MiB "
+        f"(default {_DEFAULTS.max_message_bytes / _MIB:g})",
+    )
+    serve.add_argument(
+        "--max-batch",
+        type=_positive,
+        default=_DEFAULTS.max_batch,
+        metavar="N",
+        help=f"most documents, fingerprints or keys in one request (default {_DEFAULTS.max_batch})",
+    )
+    serve.add_argument(
+        "--shingle-size",
+        type=_positive,
+        default=_DEFAULTS.shingle_size,
+        metavar="N",
+        help=f"words per shingle when the server fingerprints a text "
+        f"(default {_DEFAULTS.shingle_size})",
+    )
+    serve.add_argument(
+        "--grace-seconds",
+        type=_non_negative_float,
+        default=_DEFAULTS.grace_seconds,
+        metavar="SECONDS",
+        help=f"on SIGTERM/SIGINT, how long in-flight calls may take to finish "
+        f"(default {_DEFAULTS.grace_seconds:g})",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=_DEFAULTS.workers,
+        metavar="N",
+        help=f"threads serving RPCs (default {_DEFAULTS.workers})",
+    )
+    serve.set_defaults(func=_cmd_serve)
+
+    ingest_ = command(
+        "ingest",
+        "add documents from a JSONL file or a folder",
+        "Add (or replace) documents. PATH is one of:\n"
+        '  a JSONL file, gzip-compressed or not: {"id": KEY, "text": TEXT} or\n'
+        '    {"id": KEY, "fingerprint": FP} a line. An integer id is taken as its decimal\n'
+        "    string. FP is a JSON integer (decimal), or a string of 16 hex digits or 0x...\n"
+        "    (hex). A malformed line stops the ingest with an error naming its line number;\n"
+        "    the batches before it stay stored.\n"
+        "  a folder: every regular file below it is a document keyed by its path relative to\n"
+        "    the folder (as on disk); .gz files are read decompressed, .html/.htm reduced to\n"
+        "    their visible text; symlinks and files that are not UTF-8 text are skipped and\n"
+        "    counted.\n"
+        "  -: JSONL on standard input.\n"
+        "Documents are streamed to the server in batches; a progress bar goes to stderr when it\n"
+        "is a terminal, and a summary (added, replaced, too short, skipped, seconds) to stderr.",
+    )
+    ingest_.add_argument("path", metavar="PATH", help="JSONL file (.gz or not), folder, or -")
+    ingest_.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"most documents per batch (default {DEFAULT_BATCH_SIZE})",
+    )
+    ingest_.add_argument(
+        "--batch-bytes",
+        type=_positive,
+        default=DEFAULT_BATCH_BYTES,
+        metavar="N",
+        help=f"about this many bytes per batch at most; a larger document travels alone "
+        f"(default {DEFAULT_BATCH_BYTES}, 4 MiB)",
+    )
+    ingest_.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ingest_.set_defaults(func=_cmd_ingest)
+
+    query = command(
+        "query",
+        "find the stored keys near a text, fingerprint or key",
+        "Print the stored keys within Hamming distance k, nearest first (then by key), one\n"
+        "`key<TAB>fingerprint<TAB>distance` line each (fingerprint: 16 hex digits). --text is\n"
+        "fingerprinted here, with the default SimHash; --key looks up the key's fingerprint and\n"
+        "leaves the key itself out of the answer.\n"
+        "A fingerprint F is hex when it is 16 hex digits or starts with 0x; otherwise decimal.",
+    )
+    what = query.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", metavar="T", help="a text (at least --shingle-size words)")
+    what.add_argument("--fingerprint", metavar="F", help="a fingerprint")
+    what.add_argument("--key", metavar="K", help="a stored key")
+    query.add_argument(
+        "--k", type=_non_negative, metavar="N", help="largest distance (default: the server's k)"
+    )
+    query.add_argument(
+        "--limit", type=_non_negative, metavar="N", help="at most N matches (default: all)"
+    )
+    query.add_argument(
+        "--shingle-size",
+        type=_positive,
+        default=3,
+        metavar="N",
+        help="words per shingle for --text (default 3; use the server's)",
+    )
+    query.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON array of {"key", "fingerprint" (16 hex digits), "distance"}',
+    )
+    query.set_defaults(func=_cmd_query)
+
+    fingerprint = command(
+        "fingerprint",
+        "print the SimHash fingerprint of a text (no server)",
+        "Print the SimHash fingerprint of a text as 16 lower-case hex digits. --file reads a\n"
+        "file as `ingest` of a folder would (.gz decompressed, HTML reduced to visible text);\n"
+        "- reads standard input. A text with fewer words than a shingle has no fingerprint:\n"
+        f"nothing is printed and the exit code is {EXIT_CODES['too_short']}.",
+        parents=False,
+    )
+    fingerprint.add_argument("text", nargs="?", metavar="TEXT", help="the text, or - for stdin")
+    fingerprint.add_argument("--file", metavar="PATH", help="read the text from a file")
+    fingerprint.add_argument(
+        "--shingle-size", type=_positive, default=3, metavar="N", help="words per shingle (3)"
+    )
+    fingerprint.add_argument(
+        "--bits",
+        type=int,
+        choices=(63, 64),
+        default=64,
+        help="64 (default), or 63: bit 63 left clear, for a signed BIGINT column",
+    )
+    fingerprint.set_defaults(func=_cmd_fingerprint)
+
+    pairs = command(
+        "pairs",
+        "list every near-duplicate pair in the server",
+        "Print every unordered pair of stored keys within Hamming distance k, one\n"
+        "`key_a<TAB>key_b<TAB>distance` line each, key_a < key_b, lines sorted by (key_a,\n"
+        "key_b) in code point order, no header.",
+    )
+    pairs.add_argument(
+        "--k", type=_non_negative, metavar="N", help="largest distance (default: the server's k)"
+    )
+    pairs.set_defaults(func=_cmd_pairs)
+
+    get = command(
+        "get",
+        "print the stored fingerprint of keys",
+        "Print `key<TAB>fingerprint` for each stored key; keys not stored are named on\n"
+        f"stderr (exit code {EXIT_CODES['not_found']}).",
+    )
+    get.add_argument("keys", nargs="+", metavar="KEY")
+    get.set_defaults(func=_cmd_get)
+
+    remove = command(
+        "remove",
+        "remove keys",
+        "Remove keys; keys not stored are named on stderr "
+        f"(exit code {EXIT_CODES['not_found']}), the others are removed.",
+    )
+    remove.add_argument("keys", nargs="+", metavar="KEY")
+    remove.set_defaults(func=_cmd_remove)
+
+    stats = command(
+        "stats",
+        "print the server's counts, memory, design and last snapshot",
+        "Print the server's statistics, one `name<TAB>value` line each.",
+    )
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.set_defaults(func=_cmd_stats)
+
+    snapshot = command(
+        "snapshot",
+        "write a snapshot now",
+        "Ask the server to write a snapshot now; prints its path, keys, bytes and seconds.",
+    )
+    snapshot.set_defaults(func=_cmd_snapshot)
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``permindex`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
+    Never raises (except SystemExit for --help/--version/usage errors being turned into their
+    code) and never prints a traceback unless PERMINDEX_DEBUG is set."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, usage errors (argparse printed them)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_CODES["usage"]
+    prefix = f"permindex {args.command}"
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()
+        return code
+    except SystemExit as exit_:  # parser.error() inside a command
+        return exit_.code if isinstance(exit_.code, int) else EXIT_CODES["usage"]
+    except BrokenPipeError:
+        # stdout was closed early (`permindex pairs | head`): stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_CODES["error"]
+    except KeyboardInterrupt:
+        _err(f"{prefix}: interrupted")
+        return 130
+    except CommandError as error:
+        _err(f"{prefix}: {error}")
+        return error.exit_code
+    except Exception as error:
+        if os.environ.get("PERMINDEX_DEBUG"):
+            raise
+        message = str(error) or type(error).__name__
+        if exit_code_for(error) == EXIT_CODES["error"]:
+            message = f"{type(error).__name__}: {message}"
+        _err(f"{prefix}: {message}")
+        return exit_code_for(error)
