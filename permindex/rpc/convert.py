@@ -1,0 +1,193 @@
+"""Conversions between permindex.v1 messages and the domain (keys, fingerprints, matches), and the
+per-request validation that runs before anything is changed.
+
+Every check here raises a domain error (:class:`~permindex.errors.InvalidArgumentError`,
+:class:`~permindex.errors.LimitExceededError`); the servicer turns it into a status code in one
+place. Messages name the offending element by its position in the request, e.g.
+``documents[3]: key is empty``, so that a client can find and fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from permindex.errors import InvalidArgumentError, LimitExceededError
+from permindex.fingerprint import simhash
+from permindex.index import MAX_KEY_BYTES, Match
+from permindex.permutation import Design
+from permindex.v1 import index_pb2 as pb
+
+__all__ = [
+    "MAX_KEY_BYTES",
+    "PAIRS_PER_MESSAGE",
+    "DocumentBatch",
+    "check_batch_length",
+    "check_k",
+    "check_key",
+    "check_keys",
+    "design_to_proto",
+    "documents_from_proto",
+    "limit_from",
+    "matches_to_proto",
+    "pairs_to_proto",
+]
+
+#: Most pairs in one PairsResponse message.
+PAIRS_PER_MESSAGE: Final = 10_000
+_SHOWN_KEY_CHARS: Final = 60  # a key quoted in an error message is cut to this many characters
+
+
+def _shown(key: str) -> str:
+    """``key`` quoted for an error message, shortened when long."""
+    if len(key) <= _SHOWN_KEY_CHARS:
+        return repr(key)
+    return repr(key[:_SHOWN_KEY_CHARS]) + f"... ({len(key)} characters)"
+
+
+def check_batch_length(n: int, limit: int, what: str) -> None:
+    """Refuse a request of more than ``limit`` elements.
+
+    Raises:
+        LimitExceededError: ``n > limit``; the message names the count, the limit and the remedy.
+    """
+    if n > limit:
+        raise LimitExceededError(
+            f"{n:,} {what} in one request; the server's limit is {limit:,} (max_batch): "
+            "split the request",
+            limit=limit,
+            actual=n,
+        )
+
+
+def check_key(key: str, where: str) -> None:
+    """Refuse an empty key or one of more than :data:`MAX_KEY_BYTES` UTF-8 bytes.
+
+    Raises:
+        InvalidArgumentError: with ``where`` (e.g. ``documents[3]``) in the message.
+    """
+    if not key:
+        raise InvalidArgumentError(f"{where}: key is empty; every document needs a key", key)
+    # 4 bytes per character at most, so short keys need no encoding to be measured
+    if len(key) * 4 > MAX_KEY_BYTES:
+        size = len(key.encode("utf-8", "surrogatepass"))
+        if size > MAX_KEY_BYTES:
+            raise InvalidArgumentError(
+                f"{where}: key {_shown(key)} is {size:,} UTF-8 bytes; the limit is "
+                f"{MAX_KEY_BYTES:,}",
+                key,
+            )
+
+
+def check_keys(keys: Sequence[str], *, max_batch: int, what: str = "keys") -> list[str]:
+    """Check the length of a batch of keys and every key in it; the keys as a list.
+
+    Raises:
+        LimitExceededError: more than ``max_batch`` keys.
+        InvalidArgumentError: an empty or over-long key (named ``keys[i]``).
+    """
+    check_batch_length(len(keys), max_batch, what)
+    result = list(keys)
+    for i, key in enumerate(result):
+        check_key(key, f"keys[{i}]")
+    return result
+
+
+def check_k(k: int | None, index_k: int, design: Design) -> int | None:
+    """``k`` when given (None: the index's k), refused when above ``index_k``.
+
+    Raises:
+        InvalidArgumentError: ``k > index_k``; the message gives the largest k allowed.
+    """
+    if k is not None and k > index_k:
+        raise InvalidArgumentError(
+            f"k={k} is above the index's k={index_k} (the largest distance {design} is "
+            f"configured to answer exactly): use k <= {index_k}",
+            k,
+        )
+    return k
+
+
+def limit_from(limit: int | None) -> int | None:
+    """The proto's ``limit`` (absent or 0: no limit) as the index's (None: no limit)."""
+    return limit if limit else None
+
+
+@dataclass(frozen=True)
+class DocumentBatch:
+    """A validated batch of documents, fingerprints computed.
+
+    Attributes:
+        keys: the documents' keys, in request order.
+        fingerprints: the fingerprint of each document (sent or computed from its text), or
+            None for a text that is too short.
+    """
+
+    keys: list[str]
+    fingerprints: list[int | None]
+
+    @property
+    def too_short(self) -> int:
+        """Documents with no fingerprint."""
+        return sum(1 for fp in self.fingerprints if fp is None)
+
+
+def documents_from_proto(
+    documents: Sequence[pb.Document], *, max_batch: int, shingle_size: int
+) -> DocumentBatch:
+    """Validate every document of a request, then fingerprint the texts (server-side SimHash
+    with ``shingle_size``).
+
+    All documents are checked before any text is fingerprinted, so a malformed request costs
+    little. Call this outside the index's lock: fingerprinting a large batch takes a while.
+
+    Raises:
+        LimitExceededError: more than ``max_batch`` documents.
+        InvalidArgumentError: a document with an empty or over-long key, or with neither a
+            fingerprint nor a text (named ``documents[i]``).
+    """
+    check_batch_length(len(documents), max_batch, "documents")
+    keys: list[str] = []
+    kinds: list[str] = []
+    for i, document in enumerate(documents):
+        key = document.key
+        check_key(key, f"documents[{i}]")
+        content = document.WhichOneof("content")
+        if content is None:
+            raise InvalidArgumentError(
+                f"documents[{i}] (key {_shown(key)}): no content; set its fingerprint or its text",
+                key,
+            )
+        keys.append(key)
+        kinds.append(content)
+    fingerprints: list[int | None] = []
+    for document, kind in zip(documents, kinds, strict=True):
+        if kind == "fingerprint":
+            fingerprints.append(document.fingerprint)
+        else:
+            fingerprints.append(simhash(document.text, shingle_size=shingle_size))
+    return DocumentBatch(keys=keys, fingerprints=fingerprints)
+
+
+def matches_to_proto(matches: Iterable[Match]) -> list[pb.Match]:
+    """Domain matches as ``permindex.v1.Match`` messages, order kept."""
+    return [pb.Match(key=m.key, fingerprint=m.fingerprint, distance=m.distance) for m in matches]
+
+
+def pairs_to_proto(
+    pairs: Sequence[tuple[str, str, int]], chunk: int = PAIRS_PER_MESSAGE
+) -> Iterator[pb.PairsResponse]:
+    """``(key_a, key_b, distance)`` triples as PairsResponse messages of at most ``chunk``
+    pairs each (none when there are no pairs)."""
+    for start in range(0, len(pairs), chunk):
+        yield pb.PairsResponse(
+            pairs=[
+                pb.Pair(key_a=a, key_b=b, distance=d) for a, b, d in pairs[start : start + chunk]
+            ]
+        )
+
+
+def design_to_proto(design: Design, k: int) -> pb.Design:
+    """The table design and the index's k as a ``permindex.v1.Design``."""
+    return pb.Design(blocks=design.blocks, leading=design.leading, tables=design.num_tables, k=k)

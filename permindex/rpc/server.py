@@ -1,0 +1,378 @@
+"""The permindex gRPC server: :func:`create_server` (in-process, for tests and embedding) and
+:func:`run_server` (the ``permindex serve`` command: signals, exit codes).
+
+Start-up order: lock the data directory, load its snapshot into a new index, and only then bind,
+start and report SERVING on the standard health service; a corrupt snapshot therefore stops the
+start before anything listens. A snapshot written with another k or design loads anyway: the
+tables are rebuilt from its (key, fingerprint) pairs with the server's options, and a warning
+says so.
+
+Shutdown (:meth:`RunningServer.stop`, SIGTERM, SIGINT): health goes NOT_SERVING, new calls are
+refused, in-flight calls get ``grace_seconds`` to finish, then the final snapshot is written (when
+anything changed) and the data directory is released.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import signal
+import socket
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import FrameType
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from permindex.config import ServerConfig
+from permindex.errors import CorruptFileError, InvalidArgumentError, exit_code_for
+from permindex.index import Index
+from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
+from permindex.snapshot import DataDir, Snapshot, SnapshotInfo
+from permindex.v1 import index_pb2_grpc
+
+__all__ = ["RunningServer", "create_server", "parse_address", "run_server"]
+
+log = logging.getLogger(__name__)
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 hosts in brackets: ``[::1]:50051``) as ``(host, port)``.
+
+    Raises:
+        InvalidArgumentError: no port, a port that is not an integer in [0, 65535], no host.
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise InvalidArgumentError(
+            f"address {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051; port 0 picks one)",
+            address,
+        )
+    return host, int(port_text)
+
+
+class RunningServer:
+    """A started server (see :func:`create_server`).
+
+    Attributes:
+        host: the host it listens on, as configured.
+        port: the port it listens on (the one picked when port 0 was asked for).
+        address: ``HOST:PORT`` with the actual port.
+        data_dir: its data directory.
+        config: the options it was started with.
+        state: the index and snapshot bookkeeping shared with the servicer.
+        loaded_count: keys loaded from the snapshot at start.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        server: grpc.Server,
+        executor: ThreadPoolExecutor,
+        health_servicer: health.HealthServicer,
+        state: ServerState,
+        host: str,
+        port: int,
+        loaded_count: int,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.host = host
+        self.port = port
+        self.address = f"{host}:{port}"
+        self.data_dir = Path(config.data_dir)
+        self.loaded_count = loaded_count
+        self._server = server
+        self._executor = executor
+        self._health = health_servicer
+        self._stop_lock = threading.Lock()
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._periodic_wakeup = threading.Event()
+        self._periodic: threading.Thread | None = None
+        if config.snapshot_interval > 0:
+            self._periodic = threading.Thread(
+                target=self._snapshot_periodically, name="permindex-snapshot", daemon=True
+            )
+            self._periodic.start()
+
+    def _snapshot_periodically(self) -> None:
+        interval = self.config.snapshot_interval
+        while not self._periodic_wakeup.wait(interval):
+            try:
+                self.state.snapshot(only_if_changed=True)
+            except Exception:  # logged and retried at the next interval; serving goes on
+                log.exception("periodic snapshot failed; retrying in %s s", interval)
+
+    def snapshot(self) -> SnapshotInfo:
+        """Write a snapshot now (whether or not anything changed).
+
+        Raises:
+            SnapshotWriteError: it could not be written; the previous one stays.
+        """
+        info = self.state.snapshot()
+        if info is None:  # pragma: no cover - only_if_changed=False always writes
+            raise RuntimeError("snapshot skipped")
+        return info
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` has finished."""
+        return self._stopped.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until :meth:`stop` has finished (or ``timeout`` seconds); whether it has."""
+        return self._stopped.wait(timeout)
+
+    def stop(self, grace: float | None = None) -> SnapshotInfo | None:
+        """Stop gracefully, then write the final snapshot; idempotent (a second call returns
+        None at once).
+
+        Health goes NOT_SERVING, new calls are refused (UNAVAILABLE), in-flight calls get
+        ``grace`` seconds (default: ``config.grace_seconds``) to finish and are cancelled after
+        that, then a snapshot is written if anything changed since the last one, and the data
+        directory is released.
+
+        Returns:
+            The final snapshot's info, or None when nothing had changed (or already stopped).
+
+        Raises:
+            SnapshotWriteError: the final snapshot could not be written (the server is stopped
+                and the data directory released all the same).
+        """
+        with self._stop_lock:
+            if self._stopping:
+                return None
+            self._stopping = True
+        grace = self.config.grace_seconds if grace is None else grace
+        log.info("stopping: in-flight calls have %s s to finish", grace)
+        try:
+            self._health.enter_graceful_shutdown()
+            self._periodic_wakeup.set()
+            if self._periodic is not None:
+                self._periodic.join()
+            self._server.stop(grace).wait()
+            self._executor.shutdown(wait=True)  # handlers still running after the grace end
+            info = self.state.snapshot(only_if_changed=True)
+            log.info("stopped (%s)", "final snapshot written" if info else "nothing to snapshot")
+            return info
+        finally:
+            self.state.data_dir.close()
+            self._stopped.set()
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _refuse_port_in_use(host: str, port: int, address: str) -> None:
+    """Raise a clear OSError when ``port`` is already in use on ``host`` (checked with a probe
+    socket before gRPC tries, which would only log a C-level error line). Other bind errors are
+    left for gRPC to judge (e.g. an IPv6 address of "localhost" on a host without IPv6)."""
+    if port == 0:
+        return
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        candidates = socket.getaddrinfo(
+            bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror:
+        return
+    for family, kind, proto, _, sockaddr in candidates:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise OSError(
+                        error.errno, f"cannot listen on {address}: the address is in use"
+                    ) from error
+
+
+def _load(data_dir: DataDir, config: ServerConfig) -> tuple[Index, Snapshot | None]:
+    """A new index with the server's options, filled from the data directory's snapshot."""
+    index = Index(k=config.k)
+    snapshot = data_dir.load()
+    if snapshot is None:
+        log.info("no snapshot in %s: starting empty", data_dir.path)
+        return index, None
+    info = snapshot.info
+    design = index.design.as_tuple()
+    if (info.k, (info.blocks, info.leading)) != (index.k, design):
+        log.warning(
+            "%s was written with k=%d, design (%d, %d); this server runs k=%d, design %s: "
+            "the tables are rebuilt with the server's options",
+            info.path,
+            info.k,
+            info.blocks,
+            info.leading,
+            index.k,
+            design,
+        )
+    try:
+        index.add_many(snapshot.keys, snapshot.fingerprints)
+    except (ValueError, TypeError) as error:
+        raise CorruptFileError(
+            f"{info.path}: holds an invalid entry: {error}", str(info.path)
+        ) from error
+    if len(index) != info.count:
+        raise CorruptFileError(
+            f"{info.path}: holds {info.count} entries but only {len(index)} distinct keys",
+            str(info.path),
+        )
+    log.info("loaded %d keys from %s in %.2f s", info.count, info.path, info.seconds)
+    return index, snapshot
+
+
+def create_server(config: ServerConfig) -> RunningServer:
+    """Load ``config.data_dir``, then start serving ``permindex.v1.PermIndex`` (plus standard
+    health checking and server reflection) on ``config.address``.
+
+    Nothing listens until the data is loaded; health reports SERVING from then on. Messages up to
+    ``config.max_message_bytes`` are accepted and sent. With ``config.snapshot_interval`` > 0, a
+    thread snapshots every that many seconds when anything changed.
+
+    Returns:
+        The :class:`RunningServer` (``.port`` is the actual port when port 0 was asked for).
+
+    Raises:
+        CorruptFileError: the snapshot is corrupt, foreign, truncated or of an unknown version;
+            nothing is served.
+        DataDirLockedError: another server owns the data directory.
+        InvalidArgumentError: a malformed address or option (e.g. k too large for the design).
+        OSError: the address cannot be bound (in use, not local), or the data directory cannot
+            be created or read.
+    """
+    host, port = parse_address(config.address)
+    _refuse_port_in_use(host, port, config.address)
+    data_dir = DataDir(config.data_dir)
+    server: grpc.Server | None = None
+    executor: ThreadPoolExecutor | None = None
+    try:
+        index, snapshot = _load(data_dir, config)
+        state = ServerState(index, config, data_dir, snapshot.info if snapshot else None)
+        executor = ThreadPoolExecutor(
+            max_workers=config.workers, thread_name_prefix="permindex-rpc"
+        )
+        server = grpc.server(
+            executor,
+            options=[
+                ("grpc.max_receive_message_length", config.max_message_bytes),
+                ("grpc.max_send_message_length", config.max_message_bytes),
+                ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
+            ],
+        )
+        health_servicer = health.HealthServicer()
+        for service in ("", SERVICE_NAME):
+            health_servicer.set(service, _NOT_SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        index_pb2_grpc.add_PermIndexServicer_to_server(  # type: ignore[no-untyped-call]
+            PermIndexService(state), server
+        )
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        try:
+            port = server.add_insecure_port(config.address)
+        except RuntimeError as error:
+            port = 0
+            log.debug("binding %s failed: %s", config.address, error)
+        if port == 0:
+            raise OSError(
+                errno.EADDRINUSE,
+                f"cannot listen on {config.address}: the address is in use or not local",
+            )
+        server.start()
+    except BaseException:
+        if server is not None:
+            server.stop(None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+        data_dir.close()
+        raise
+    for service in ("", SERVICE_NAME):
+        health_servicer.set(service, _SERVING)
+    running = RunningServer(
+        config=config,
+        server=server,
+        executor=executor,
+        health_servicer=health_servicer,
+        state=state,
+        host=host,
+        port=port,
+        loaded_count=len(index),
+    )
+    log.info("serving on %s (%d keys)", running.address, len(index))
+    return running
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text
+
+
+def run_server(config: ServerConfig, *, stop_event: threading.Event | None = None) -> int:
+    """Run a server until SIGTERM or SIGINT (or ``stop_event``), then stop gracefully.
+
+    Prints exactly one line to stderr once serving::
+
+        permindex: serving on HOST:PORT (N keys loaded from DIR)
+
+    Signal handlers are installed when called from the main thread (they are restored on
+    return); a second signal while stopping is ignored (the final snapshot is never cut short).
+
+    Returns:
+        0 after a clean stop; otherwise the exit code of :func:`permindex.errors.exit_code_for`
+        for the error, which is reported on stderr in one line (never a traceback): a corrupt
+        snapshot, a locked data directory, an address in use, a failed final snapshot.
+    """
+    try:
+        running = create_server(config)
+    except Exception as error:
+        log.debug("start failed", exc_info=error)
+        print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
+        return exit_code_for(error)
+    stop = stop_event if stop_event is not None else threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning("%s: already stopping", signal.Signals(signum).name)
+        else:
+            log.info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous: dict[signal.Signals, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, on_signal)
+    try:
+        print(
+            f"permindex: serving on {running.address} ({running.loaded_count} keys loaded "
+            f"from {Path(config.data_dir).resolve()})",
+            file=sys.stderr,
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            pass
+        try:
+            running.stop(config.grace_seconds)
+        except Exception as error:
+            print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
+            return exit_code_for(error)
+        return 0
+    finally:
+        if not running.stopped:  # an exception before stop (e.g. KeyboardInterrupt)
+            running.stop(config.grace_seconds)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
