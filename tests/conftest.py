@@ -1,0 +1,93 @@
+"""Shared test setup: the hypothesis profile, and real in-process servers on 127.0.0.1 (port 0)
+with a temporary data directory plus a real gRPC client stub.
+
+grpc is imported inside the fixtures only, so that collecting the tests of the pure-Python core
+does not load it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from hypothesis import settings
+
+from permindex.config import ServerConfig
+
+if TYPE_CHECKING:
+    from permindex.rpc.server import RunningServer
+    from permindex.v1.index_pb2_grpc import PermIndexStub
+
+settings.register_profile("permindex", max_examples=100, deadline=None)
+settings.register_profile("quick", max_examples=20, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "permindex"))
+
+#: Message size limit of the test clients: the server's default, 64 MiB.
+CLIENT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+StartServer = Callable[..., "RunningServer"]
+
+
+def server_config(data_dir: Path, **changes: Any) -> ServerConfig:
+    """A ServerConfig for tests: 127.0.0.1 port 0, ``data_dir``, no periodic snapshots, a short
+    grace; ``changes`` override any field (a misspelled one raises TypeError)."""
+    base = ServerConfig(
+        address="127.0.0.1:0", data_dir=data_dir, snapshot_interval=0, grace_seconds=5.0
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
+    """A function that starts a real server (``server_config(tmp_path / "data", **changes)``) and
+    returns its RunningServer; every server started is stopped at teardown."""
+    from permindex.rpc.server import create_server
+
+    started: list[RunningServer] = []
+
+    def start(**changes: Any) -> RunningServer:
+        changes.setdefault("data_dir", tmp_path / "data")
+        running = create_server(server_config(**changes))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop(grace=0)
+
+
+@pytest.fixture
+def server(start_server: StartServer) -> RunningServer:
+    """A real server on 127.0.0.1:PORT with a temporary data dir: ``.address``, ``.port``,
+    ``.data_dir``, ``.stop()``."""
+    return start_server()
+
+
+def make_stub(address: str) -> tuple[Any, PermIndexStub]:
+    """(channel, stub) for ``address``; close the channel when done."""
+    import grpc
+
+    from permindex.v1.index_pb2_grpc import PermIndexStub
+
+    channel = grpc.insecure_channel(
+        address,
+        options=[
+            ("grpc.max_receive_message_length", CLIENT_MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", CLIENT_MAX_MESSAGE_BYTES),
+        ],
+    )
+    return channel, PermIndexStub(channel)  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+def stub(server: RunningServer) -> Iterator[PermIndexStub]:
+    """A PermIndex client stub connected to ``server``."""
+    channel, client = make_stub(server.address)
+    try:
+        yield client
+    finally:
+        channel.close()

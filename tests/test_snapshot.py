@@ -1,0 +1,285 @@
+"""Snapshot files and the data directory: exact round trips (hypothesis, unicode, NUL in keys,
+10^6 keys), the byte layout of the module docstring, atomic replacement, and every kind of
+corruption refused with CorruptFileError naming the file."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from permindex.errors import CorruptFileError, DataDirLockedError, InvalidArgumentError
+from permindex.snapshot import (
+    FORMAT_VERSION,
+    MAGIC,
+    SNAPSHOT_NAME,
+    DataDir,
+    read_snapshot,
+    write_snapshot,
+)
+
+KEYS = ["a", "https://example.com/ü", "漢字/页面", "with\x00nul", "x" * 1024, "🙂" * 256]
+
+
+def _write(path: Path, keys: list[str], fps: list[int]) -> None:
+    write_snapshot(path, keys, np.array(fps, dtype=np.uint64), k=3, design=(4, 1))
+
+
+def _roundtrip(tmp_path: Path, keys: list[str], fps: np.ndarray) -> None:
+    path = tmp_path / "s.pmx"
+    info = write_snapshot(path, keys, fps, k=2, design=(5, 2), sequence=7)
+    assert info.count == len(keys)
+    assert info.bytes == path.stat().st_size
+    snap = read_snapshot(path)
+    assert snap.keys == keys
+    assert snap.fingerprints.dtype == np.uint64
+    assert np.array_equal(snap.fingerprints, fps)
+    assert (snap.info.k, snap.info.blocks, snap.info.leading) == (2, 5, 2)
+    assert snap.info.sequence == 7
+    assert snap.info.bytes == info.bytes
+    assert snap.info.created_unix_seconds == info.created_unix_seconds
+
+
+def test_roundtrip_unicode_nul_and_extreme_values(tmp_path: Path) -> None:
+    fps = np.array([0, 2**64 - 1, 1, 2**63, 12345, 2**32], dtype=np.uint64)
+    _roundtrip(tmp_path, KEYS, fps)
+
+
+@pytest.mark.parametrize("keys", [[], ["only"], ["ascii", "keys"], ["ключ", "b"]])
+def test_roundtrip_small(tmp_path: Path, keys: list[str]) -> None:
+    _roundtrip(tmp_path, keys, np.arange(len(keys), dtype=np.uint64))
+
+
+@given(
+    entries=st.dictionaries(
+        st.text(min_size=1, max_size=40),
+        st.integers(min_value=0, max_value=2**64 - 1),
+        max_size=50,
+    )
+)
+def test_roundtrip_hypothesis(
+    tmp_path_factory: pytest.TempPathFactory, entries: dict[str, int]
+) -> None:
+    keys = list(entries)
+    fps = np.array(list(entries.values()), dtype=np.uint64)
+    _roundtrip(tmp_path_factory.mktemp("h"), keys, fps)
+
+
+def test_roundtrip_one_million_keys(tmp_path: Path) -> None:
+    n = 1_000_000
+    rng = np.random.default_rng(20260101)
+    fps = rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
+    keys = [f"https://example.org/{i:07d}/page.html" for i in range(n)]
+    keys[123] = "ünïcödé/路径"  # one non-ASCII key: the general path
+    path = tmp_path / "big.pmx"
+    started = time.perf_counter()
+    info = write_snapshot(path, keys, fps, k=3, design=(4, 1))
+    written = time.perf_counter() - started
+    started = time.perf_counter()
+    snap = read_snapshot(path)
+    read = time.perf_counter() - started
+    assert snap.keys == keys
+    assert np.array_equal(snap.fingerprints, fps)
+    assert info.bytes == 72 + 12 * n + sum(len(k.encode()) for k in keys) + n
+    assert written < 20 and read < 20, (written, read)
+
+
+def test_byte_layout_matches_the_docstring(tmp_path: Path) -> None:
+    path = tmp_path / "layout.pmx"
+    keys = ["ab", "é"]
+    write_snapshot(
+        path, keys, np.array([1, 2**64 - 2], dtype=np.uint64), k=3, design=(4, 1), sequence=9
+    )
+    data = path.read_bytes()
+    created = struct.unpack_from("<d", data, 48)[0]
+    assert abs(created - time.time()) < 60
+    head = MAGIC + struct.pack("<IIQQIHHQdI", 1, 64, 2, 2 + 2 + 2, 3, 4, 1, 9, created, 0)
+    body = (
+        struct.pack("<QQ", 1, 2**64 - 2)
+        + struct.pack("<II", 2, 2)
+        + b"ab\x00"
+        + "é".encode()
+        + b"\x00"
+    )
+    expected = head + struct.pack("<I", zlib.crc32(head)) + body
+    expected += struct.pack("<I", zlib.crc32(body)) + b"PMXE"
+    assert data == expected
+    assert len(data) == 72 + 12 * 2 + 6
+
+
+def test_write_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.pmx"
+    with pytest.raises(InvalidArgumentError):
+        write_snapshot(path, ["a", "b"], [1], k=3, design=(4, 1))
+    with pytest.raises(InvalidArgumentError):
+        write_snapshot(path, ["a"], [-1], k=3, design=(4, 1))
+    with pytest.raises(TypeError):
+        write_snapshot(path, ["a"], np.array([1.0]), k=3, design=(4, 1))
+    with pytest.raises(TypeError):
+        write_snapshot(path, ["a", 3], [1, 2], k=3, design=(4, 1))  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError):
+        write_snapshot(path, ["\ud800"], [1], k=3, design=(4, 1))  # a lone surrogate
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replacement_is_atomic_and_keeps_the_previous_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.pmx"
+    _write(path, ["old"], [1])
+    _write(path, ["new"], [2])
+    assert read_snapshot(path).keys == ["new"]
+    assert read_snapshot(tmp_path / "s.pmx.prev").keys == ["old"]
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="No space"):
+        _write(path, ["newer"], [3])
+    monkeypatch.undo()
+    assert read_snapshot(path).keys == ["new"]  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.pmx", "s.pmx.prev"]  # no temp left
+
+
+# ---------------------------------------------------------------------------------- corruption
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Path:
+    path = tmp_path / "good.pmx"
+    _write(path, ["alpha", "beta", "gamma"], [1, 2, 3])
+    return path
+
+
+def _refused(path: Path, match: str) -> CorruptFileError:
+    with pytest.raises(CorruptFileError, match=match) as caught:
+        read_snapshot(path)
+    assert str(path) in str(caught.value)
+    assert caught.value.path == str(path)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("offset", "match"),
+    [
+        (0, "not a permindex snapshot"),  # magic
+        (8, "format version"),  # version
+        (20, "header checksum mismatch"),  # n
+        (50, "header checksum mismatch"),  # time
+        (64, "checksum mismatch"),  # first fingerprint
+        (64 + 8 * 3, "checksum mismatch"),  # first key length
+        (64 + 12 * 3 + 1, "checksum mismatch"),  # a key byte
+        (-6, "checksum mismatch"),  # the stored body CRC
+        (-1, "end marker"),
+    ],
+)
+def test_flipped_byte_is_refused(good: Path, offset: int, match: str) -> None:
+    data = bytearray(good.read_bytes())
+    data[offset] ^= 0x40
+    good.write_bytes(bytes(data))
+    _refused(good, match)
+
+
+@pytest.mark.parametrize("keep", [0, 3, 8, 63, 64, 80, -9, -1])
+def test_truncated_file_is_refused(good: Path, keep: int) -> None:
+    data = good.read_bytes()
+    good.write_bytes(data[:keep])
+    _refused(good, "truncated|empty file")
+
+
+def test_trailing_garbage_is_refused(good: Path) -> None:
+    with open(good, "ab") as out:
+        out.write(b"\x00")
+    _refused(good, "unexpected bytes after the end")
+
+
+@pytest.mark.parametrize(
+    "content", [b"hello, world\n", b'{"id": 1}\n' * 20, b"PK\x03\x04" + bytes(100)]
+)
+def test_foreign_file_is_refused(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "foreign.pmx"
+    path.write_bytes(content)
+    _refused(path, "not a permindex snapshot")
+
+
+@pytest.mark.parametrize("version", [0, 2, 255])
+def test_unknown_version_is_refused(good: Path, version: int) -> None:
+    data = bytearray(good.read_bytes())
+    struct.pack_into("<I", data, 8, version)
+    struct.pack_into("<I", data, 60, zlib.crc32(bytes(data[:60])))  # a well-formed header
+    good.write_bytes(bytes(data))
+    err = _refused(good, f"format version {version} is not supported")
+    assert f"version {FORMAT_VERSION}" in str(err)
+
+
+def test_consistent_but_malformed_body_is_refused(tmp_path: Path) -> None:
+    """A body whose checksum matches but whose key lengths are wrong (a writer bug, or a
+    deliberate edit) is still refused, never split wrongly."""
+    path = tmp_path / "bad.pmx"
+    _write(path, ["ab", "cd"], [1, 2])
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<II", data, 64 + 16, 1, 3)  # lengths 1 and 3 instead of 2 and 2
+    end = len(data) - 8
+    struct.pack_into("<I", data, end, zlib.crc32(bytes(data[64:end])))
+    path.write_bytes(bytes(data))
+    _refused(path, "key lengths|NUL-terminated")
+
+
+@given(position=st.integers(min_value=0, max_value=10_000), xor=st.integers(1, 255))
+def test_any_flipped_byte_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, position: int, xor: int
+) -> None:
+    path = tmp_path_factory.mktemp("flip") / "s.pmx"
+    _write(path, ["one", "two", "three"], [10, 20, 30])
+    data = bytearray(path.read_bytes())
+    data[position % len(data)] ^= xor
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError):
+        read_snapshot(path)
+
+
+# ------------------------------------------------------------------------------- data directory
+
+
+def test_data_dir_lifecycle(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    with DataDir(root) as data_dir:
+        assert data_dir.load() is None
+        first = data_dir.save(["a"], np.array([1], dtype=np.uint64), k=3, design=(4, 1))
+        second = data_dir.save(["b"], np.array([2], dtype=np.uint64), k=3, design=(4, 1))
+        assert (first.sequence, second.sequence) == (1, 2)
+        assert second.path == root / SNAPSHOT_NAME
+    assert sorted(p.name for p in root.iterdir()) == ["LOCK", "snapshot.pmx", "snapshot.pmx.prev"]
+    (root / ".snapshot.pmx.999.0.write.tmp").write_bytes(b"half a snapshot")
+    with DataDir(root) as data_dir:
+        loaded = data_dir.load()
+        assert loaded is not None and loaded.keys == ["b"]
+        assert data_dir.save(["c"], [3], k=3, design=(4, 1)).sequence == 3
+    assert not list(root.glob("*.tmp"))  # the left-over temporary file was removed
+
+
+def test_data_dir_is_locked_while_open(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    with DataDir(root):
+        with pytest.raises(DataDirLockedError, match=f"process {os.getpid()}") as caught:
+            DataDir(root)
+        assert caught.value.pid == os.getpid()
+    DataDir(root).close()  # released
+
+
+def test_data_dir_corrupt_snapshot_names_the_previous_generation(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    with DataDir(root) as data_dir:
+        data_dir.save(["a"], [1], k=3, design=(4, 1))
+        data_dir.save(["b"], [2], k=3, design=(4, 1))
+    (root / SNAPSHOT_NAME).write_bytes(b"garbage")
+    with DataDir(root) as data_dir, pytest.raises(CorruptFileError, match=r"snapshot\.pmx\.prev"):
+        data_dir.load()
