@@ -38,7 +38,7 @@ DESIGNS: list[tuple[tuple[int, int], int]] = [
 
 #: Per-test settings: enough examples to find boundary cases, few enough to stay fast.
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=120,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

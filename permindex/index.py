@@ -1,0 +1,894 @@
+"""The near-duplicate index: (key, fingerprint) pairs in the table-permutation index of Manku,
+Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling", section 3.
+
+Layout (see :mod:`permindex.table` for one table):
+
+* rows: every stored fingerprint has a row number; ``_fps`` ((capacity,) uint64) holds the
+  fingerprint of each row, ``_live`` ((capacity,) bool) whether the row is current, ``_keys``
+  (list, by row) its key or None once dead, ``_row_of`` (dict) the current row of each key.
+  Rows are appended and never change; replacing a key's fingerprint kills its row and appends a
+  new one. When dead rows outnumber live ones (and a minimum), a compaction renumbers the rows and
+  drops the dead ones from every table;
+* C(blocks, leading) :class:`~permindex.table.Table` objects, one per permutation, holding row
+  numbers by prefix.
+
+A query computes the prefix of the fingerprint in each table, reads the candidates whose prefix
+matches, and verifies each one exactly (popcount of the XOR). A fingerprint within k of the query
+shares the prefix of at least one table (pigeonhole, k <= blocks - leading); it is reported only
+from the first such table, so every key is reported once without a set. Batches
+(:meth:`Index.query_many`, :meth:`Index.pairs`) do the same with numpy over the whole batch.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from operator import itemgetter
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundError
+from permindex.fingerprint import validate_fingerprint
+from permindex.hamming import as_fingerprint_array
+from permindex.permutation import DEFAULT_DESIGN, Design, argsort_prefixes
+from permindex.table import (
+    DEFAULT_MEMTABLE_LIMIT,
+    MAX_ROWS,
+    Table,
+    TableCheckError,
+    gather_ranges,
+)
+
+__all__ = [
+    "DEFAULT_COMPACTION_MIN",
+    "MAX_KEY_BYTES",
+    "Index",
+    "Match",
+    "validate_key",
+]
+
+#: Longest key, in UTF-8 bytes.
+MAX_KEY_BYTES = 1024
+#: Dead rows are compacted away once there are more of them than live rows and than this.
+DEFAULT_COMPACTION_MIN = 1 << 16
+
+_QUERY_CHUNK = 4096  # queries per numpy pass of query_many
+_CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above it)
+_PAIR_BUDGET = 1 << 21  # candidate pairs per numpy pass of pairs()
+_SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
+_INT_BYTES = 28  # a Python int >= 2^30 (a row number in the key dict)
+_MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
+
+_U64 = NDArray[np.uint64]
+_I64 = NDArray[np.int64]
+
+
+class Match(NamedTuple):
+    """One result of a query: a stored key, its fingerprint (int in [0, 2^64)) and its Hamming
+    distance to the query (int, bits)."""
+
+    key: str
+    fingerprint: int
+    distance: int
+
+
+def validate_key(key: object, *, name: str = "key") -> str:
+    """Return ``key`` as a ``str`` after checking it is a valid key: a non-empty str of at most
+    :data:`MAX_KEY_BYTES` (1,024) bytes in UTF-8 (URLs, paths, ids).
+
+    Raises:
+        TypeError: ``key`` is not a str.
+        InvalidArgumentError: it is empty, longer than 1,024 UTF-8 bytes, or not encodable
+            (a lone surrogate).
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"{name} must be str, not {type(key).__name__} {_short(key)}")
+    if not key:
+        raise InvalidArgumentError(f"{name} must not be empty", value=key)
+    if key.isascii():
+        size = len(key)
+    else:
+        try:
+            size = len(key.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            raise InvalidArgumentError(
+                f"{name} {_short(key)} cannot be encoded as UTF-8: {error.reason}", value=key
+            ) from None
+    if size > MAX_KEY_BYTES:
+        raise InvalidArgumentError(
+            f"{name} {_short(key)} is {size} UTF-8 bytes; at most {MAX_KEY_BYTES} are allowed",
+            value=key,
+        )
+    return key if type(key) is str else str(key)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _validate_keys(keys: object) -> list[str]:
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
+    out = list(keys)
+    if not out:
+        return out
+    # Fast path, C loops only: all plain str, non-empty, all ASCII (so bytes == characters).
+    if (
+        set(map(type, out)) == {str}
+        and min(map(len, out)) >= 1
+        and max(map(len, out)) <= MAX_KEY_BYTES
+        and "".join(out).isascii()
+    ):
+        return out
+    return [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(out)]
+
+
+def _check_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__} {_short(value)}")
+    return int(value)
+
+
+def _group_pairs(group_end: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
+    """All pairs of positions (i, j), i < j, in the same group of a grouped sequence, in chunks
+    of about ``budget`` pairs. ``group_end[i]`` is the end (exclusive) of position i's group.
+    Time and memory are proportional to the number of pairs plus the positions."""
+    size = group_end.size
+    partners = group_end - np.arange(size, dtype=np.int64) - 1
+    cumulative = np.cumsum(partners)
+    start = 0
+    while start < size:
+        base = int(cumulative[start - 1]) if start else 0
+        end = int(np.searchsorted(cumulative, base + budget, side="right"))
+        end = min(max(end, start + 1), size)
+        counts = partners[start:end]
+        total = int(cumulative[end - 1]) - base
+        if total:
+            i = np.repeat(np.arange(start, end, dtype=np.int64), counts)
+            j = i + 1 + np.arange(total, dtype=np.int64)
+            j -= np.repeat(np.cumsum(counts) - counts, counts)
+            yield i, j
+        start = end
+
+
+class Index:
+    """An in-memory near-duplicate index of (key, 64-bit fingerprint) pairs: which keys are
+    within Hamming distance k bits of a fingerprint, exactly (no false negatives, no false
+    positives), by the table-permutation method of Manku et al. 2007, section 3.
+
+    Args:
+        k: the largest Hamming distance (bits) the index answers, 0 <= k <= blocks - leading.
+        design: a :class:`~permindex.permutation.Design` or ``(blocks, leading)``; the default
+            (4, 1) has 4 tables of 16-bit prefixes and answers k <= 3.
+        memtable_limit: entries a table keeps in its sorted memtable before freezing them into a
+            numpy run (a tuning knob; small values exercise freezing and merging in tests).
+        compaction_min: dead rows (removed or replaced fingerprints) are dropped by a
+            compaction once they outnumber the live rows and this minimum.
+
+    Raises:
+        TypeError: ``k``, ``memtable_limit`` or ``compaction_min`` is not an int, ``design`` is
+            neither a Design nor a pair.
+        InvalidArgumentError: k < 0, k above the design's guarantee (the message names it, e.g.
+            "design (4 blocks, 1 leading) guarantees k <= 3"), an invalid design,
+            ``memtable_limit`` < 1 or ``compaction_min`` < 0.
+
+    Keys are non-empty str of at most 1,024 UTF-8 bytes; fingerprints ints in [0, 2^64) or
+    uint64 arrays. Every argument is validated before anything changes; a call that raises
+    leaves the index as it was.
+
+    Thread safety: every public method (including ``len``, ``in`` and the start of iteration)
+    holds one re-entrant lock (``threading.RLock``) for its whole duration, so calls from
+    several threads are serialized: each sees the index as a previous call left it and leaves it
+    consistent. :meth:`check_and_add` queries and adds under one acquisition of the lock.
+    Iterating yields from a copy of the keys taken under the lock. Readers do not run in
+    parallel with each other.
+    """
+
+    def __init__(
+        self,
+        k: int = 3,
+        design: Design | tuple[int, int] = DEFAULT_DESIGN,
+        *,
+        memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
+        compaction_min: int = DEFAULT_COMPACTION_MIN,
+    ) -> None:
+        self._design = Design.of(design)
+        k = _check_int(k, "k")
+        if k < 0:
+            raise InvalidArgumentError(f"k must be >= 0, got {k}", value=k)
+        if k > self._design.max_k:
+            raise InvalidArgumentError(
+                f"{self._design} guarantees k <= {self._design.max_k}; got k={k} "
+                f"(use more blocks or fewer leading blocks for a larger k)",
+                value=k,
+            )
+        memtable_limit = _check_int(memtable_limit, "memtable_limit")
+        if memtable_limit < 1:
+            raise InvalidArgumentError(
+                f"memtable_limit must be >= 1, got {memtable_limit}", value=memtable_limit
+            )
+        compaction_min = _check_int(compaction_min, "compaction_min")
+        if compaction_min < 0:
+            raise InvalidArgumentError(
+                f"compaction_min must be >= 0, got {compaction_min}", value=compaction_min
+            )
+        self._k = k
+        self._compaction_min = compaction_min
+        self._lock = threading.RLock()
+        self._permutations = self._design.permutations
+        self._tables = [Table(p, memtable_limit) for p in self._permutations]
+        self._masks = [p.leading_mask for p in self._permutations]
+        self._np_masks = [np.uint64(m) for m in self._masks]
+        self._fps: _U64 = np.zeros(0, dtype=np.uint64)
+        self._live: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        self._n_rows = 0
+        self._keys: list[str | None] = []
+        self._row_of: dict[str, int] = {}
+        self._key_bytes = 0  # sys.getsizeof of the live keys
+
+    @classmethod
+    def from_arrays(
+        cls,
+        keys: Iterable[str],
+        fingerprints: Iterable[int] | _U64,
+        *,
+        k: int = 3,
+        design: Design | tuple[int, int] = DEFAULT_DESIGN,
+        memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
+        compaction_min: int = DEFAULT_COMPACTION_MIN,
+    ) -> Index:
+        """A new index holding ``keys`` with (n,) ``fingerprints`` (bulk load: each table is
+        built by one radix sort). Same arguments and errors as :class:`Index` and
+        :meth:`add_many`."""
+        index = cls(k, design, memtable_limit=memtable_limit, compaction_min=compaction_min)
+        index.add_many(keys, fingerprints)
+        return index
+
+    def __repr__(self) -> str:
+        d = self._design
+        return f"Index(k={self._k}, design=({d.blocks}, {d.leading}), keys={len(self)})"
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def k(self) -> int:
+        """The largest Hamming distance (bits) this index answers; the default of queries."""
+        return self._k
+
+    @property
+    def design(self) -> Design:
+        """The table design (blocks, leading)."""
+        return self._design
+
+    def __len__(self) -> int:
+        """Number of keys stored."""
+        with self._lock:
+            return len(self._row_of)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is stored (False for anything that is not a str)."""
+        if not isinstance(key, str):
+            return False
+        with self._lock:
+            return key in self._row_of
+
+    def __iter__(self) -> Iterator[str]:
+        """The keys, in the order they were first added (a copy taken under the lock)."""
+        with self._lock:
+            return iter(list(self._row_of))
+
+    def get(self, key: str) -> int | None:
+        """The fingerprint stored under ``key`` (int), or None. Raises TypeError /
+        InvalidArgumentError for a malformed key (see :func:`validate_key`)."""
+        key = validate_key(key)
+        with self._lock:
+            row = self._row_of.get(key)
+            return None if row is None else int(self._fps[row])
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def add(self, key: str, fingerprint: int) -> bool:
+        """Store ``fingerprint`` (int in [0, 2^64)) under ``key``; a stored key's fingerprint is
+        replaced (its old entries become tombstones and are never returned).
+
+        Returns True if the key was not stored before. O(T log L) for T tables and memtable
+        bound L, plus amortized freezing, merging and compaction.
+
+        Raises:
+            TypeError: ``key`` is not a str, or ``fingerprint`` is not an int (bool, float and
+                str are refused).
+            InvalidArgumentError: a malformed key, or a fingerprint outside [0, 2^64).
+            LimitExceededError: 2^32 rows would be needed.
+        """
+        key = validate_key(key)
+        value = validate_fingerprint(fingerprint)
+        with self._lock:
+            return self._add(key, value)
+
+    def _add(self, key: str, value: int) -> bool:
+        self._reserve(1)
+        old = self._row_of.get(key)
+        if old is not None:
+            if int(self._fps[old]) == value:
+                return False
+            self._kill(old)
+        row = self._n_rows
+        self._fps[row] = value
+        self._live[row] = True
+        self._keys.append(key)
+        self._row_of[key] = row
+        self._key_bytes += sys.getsizeof(key)
+        self._n_rows = row + 1
+        for table in self._tables:
+            table.add(row, value, self._fps, self._live)
+        self._maybe_compact()
+        return old is None
+
+    def add_many(
+        self, keys: Iterable[str], fingerprints: Iterable[int] | _U64
+    ) -> NDArray[np.bool_]:
+        """Store many (key, fingerprint) pairs; as :meth:`add` for each, but validated as a whole
+        first and inserted with numpy.
+
+        Args:
+            keys: an iterable of n str.
+            fingerprints: an iterable of n ints in [0, 2^64), or a (n,) numpy array of an
+                unsigned integer dtype (uint64 preferred) or a signed one without negative
+                values.
+
+        Returns:
+            (n,) bool: True where the key was not stored before the call. A key repeated in
+            the call takes its last fingerprint (every occurrence of a new key is True).
+
+        Raises:
+            TypeError: a key is not a str, a fingerprint not an int (or a bool/float array).
+            InvalidArgumentError: a malformed key or fingerprint (the message names its
+                position; a negative value in a signed array is refused, never wrapped), or
+                ``len(keys) != len(fingerprints)``.
+            LimitExceededError: 2^32 rows would be needed.
+            Nothing is stored when any of these is raised.
+        """
+        key_list = _validate_keys(keys)
+        values = as_fingerprint_array(fingerprints)
+        n = len(key_list)
+        if values.size != n:
+            raise InvalidArgumentError(
+                f"got {n} keys and {values.size} fingerprints; the lengths must match",
+                value=(n, int(values.size)),
+            )
+        with self._lock:
+            return self._add_many(key_list, values)
+
+    def _add_many(self, key_list: list[str], values: _U64) -> NDArray[np.bool_]:
+        n = len(key_list)
+        row_of = self._row_of
+        if not row_of:
+            new = np.ones(n, dtype=bool)
+        else:
+            new = np.fromiter((key not in row_of for key in key_list), dtype=bool, count=n)
+        if n == 0:
+            return new
+        last = dict(zip(key_list, range(n), strict=True))
+        if len(last) == n and self._n_rows == 0:
+            # Bulk load into an empty index: rows are the positions, ``last`` is the key dict.
+            self._append_rows(key_list, values, key_dict=last)
+            return new
+        if len(last) != n:  # repeated keys: the last occurrence wins, in order of position
+            positions = np.fromiter(last.values(), dtype=np.int64, count=len(last))
+            positions.sort()
+            key_list = [key_list[i] for i in positions.tolist()]
+            values = values[positions]
+        self._reserve(len(key_list))  # may compact (renumber rows): look rows up after it
+        if row_of:
+            old = np.fromiter((row_of.get(key, -1) for key in key_list), np.int64)
+            replaced = np.flatnonzero(old >= 0)
+            if replaced.size:
+                same = self._fps[old[replaced]] == values[replaced]
+                for row in old[replaced[~same]].tolist():
+                    self._kill(row)
+                if same.any():  # unchanged fingerprints: nothing to do for those keys
+                    apply = np.ones(len(key_list), dtype=bool)
+                    apply[replaced[same]] = False
+                    key_list = [key for key, a in zip(key_list, apply.tolist(), strict=True) if a]
+                    values = values[apply]
+        self._append_rows(key_list, values)
+        self._maybe_compact()
+        return new
+
+    def _append_rows(
+        self, keys: list[str], values: _U64, key_dict: dict[str, int] | None = None
+    ) -> None:
+        """Store ``keys`` (none of them stored, no repeats) with ``values`` as new rows.
+        ``key_dict``, only for an index with no rows, is ``{key: position}`` to adopt as the key
+        dict instead of building one."""
+        m = len(keys)
+        self._reserve(m)
+        start = self._n_rows
+        self._fps[start : start + m] = values
+        self._live[start : start + m] = True
+        self._keys.extend(keys)
+        if key_dict is not None:
+            assert start == 0 and not self._row_of
+            self._row_of = key_dict
+        else:
+            self._row_of.update(zip(keys, range(start, start + m), strict=True))
+        self._key_bytes += sum(map(sys.getsizeof, keys))
+        self._n_rows = start + m
+        rows = np.arange(start, start + m, dtype=np.uint32)
+        for table in self._tables:
+            table.add_many(rows, self._fps, self._live)
+
+    def remove(self, key: str) -> None:
+        """Remove ``key``. Raises :class:`~permindex.errors.NotFoundError` (a KeyError) when it
+        is not stored, TypeError / InvalidArgumentError for a malformed key; nothing changes
+        then. O(1) (a tombstone) plus amortized compaction."""
+        key = validate_key(key)
+        with self._lock:
+            if not self._discard(key):
+                raise NotFoundError(f"key {_short(key)} is not stored", key=key)
+
+    def discard(self, key: str) -> bool:
+        """Remove ``key`` if stored; returns whether it was. TypeError / InvalidArgumentError
+        for a malformed key."""
+        key = validate_key(key)
+        with self._lock:
+            return self._discard(key)
+
+    def _discard(self, key: str) -> bool:
+        row = self._row_of.pop(key, None)
+        if row is None:
+            return False
+        self._live[row] = False
+        self._keys[row] = None
+        self._key_bytes -= sys.getsizeof(key)
+        self._maybe_compact()
+        return True
+
+    def _kill(self, row: int) -> None:
+        """Make ``row`` a tombstone (its key is being given a new row)."""
+        key = self._keys[row]
+        self._live[row] = False
+        self._keys[row] = None
+        if key is not None:
+            self._key_bytes -= sys.getsizeof(key)
+
+    def _reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more rows, compacting first if row numbers would overflow."""
+        if self._n_rows + extra > MAX_ROWS:
+            self._compact()
+            if self._n_rows + extra > MAX_ROWS:
+                raise LimitExceededError(
+                    f"an index holds at most {MAX_ROWS} fingerprints",
+                    limit=MAX_ROWS,
+                    actual=self._n_rows + extra,
+                )
+        need = self._n_rows + extra
+        capacity = self._fps.size
+        if need > capacity:
+            capacity = min(max(need, capacity + capacity // 2, 1024), MAX_ROWS)
+            fps = np.zeros(capacity, dtype=np.uint64)
+            fps[: self._n_rows] = self._fps[: self._n_rows]
+            live = np.zeros(capacity, dtype=bool)
+            live[: self._n_rows] = self._live[: self._n_rows]
+            self._fps, self._live = fps, live
+
+    def _maybe_compact(self) -> None:
+        dead = self._n_rows - len(self._row_of)
+        if dead > max(self._compaction_min, len(self._row_of)):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Renumber the live rows 0..n-1 in order and drop every dead row from every table."""
+        n = self._n_rows
+        live_rows = np.flatnonzero(self._live[:n])
+        m = int(live_rows.size)
+        remap = np.full(n, -1, dtype=np.int64)
+        remap[live_rows] = np.arange(m, dtype=np.int64)
+        capacity = max(1024, m + m // 4)
+        fps = np.zeros(capacity, dtype=np.uint64)
+        fps[:m] = self._fps[live_rows]
+        live = np.zeros(capacity, dtype=bool)
+        live[:m] = True
+        old_keys = self._keys
+        keys: list[str | None] = [old_keys[row] for row in live_rows.tolist()]
+        for row, key in enumerate(keys):
+            assert key is not None
+            self._row_of[key] = row  # assignment keeps the dict's (first-added) order
+        self._keys = keys
+        self._fps, self._live, self._n_rows = fps, live, m
+        for table in self._tables:
+            table.compact(remap, fps, live)
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def _resolve_k(self, k: object) -> int:
+        if k is None:
+            return self._k
+        value = _check_int(k, "k")
+        if value < 0:
+            raise InvalidArgumentError(f"k must be >= 0, got {value}", value=value)
+        if value > self._k:
+            raise InvalidArgumentError(
+                f"k={value} is above the index's k={self._k} ({self._design} guarantees "
+                f"k <= {self._design.max_k}; the index was built for k <= {self._k})",
+                value=value,
+            )
+        return value
+
+    @staticmethod
+    def _resolve_limit(limit: object) -> int:
+        if limit is None:
+            return 0
+        value = _check_int(limit, "limit")
+        if value < 0:
+            raise InvalidArgumentError(f"limit must be >= 0 (0 = all), got {value}", value=value)
+        return value
+
+    def query(
+        self, fingerprint: int, k: int | None = None, limit: int | None = None
+    ) -> list[Match]:
+        """Every stored key whose fingerprint is within Hamming distance ``k`` bits (inclusive)
+        of ``fingerprint``, each once, sorted by (distance, key).
+
+        Args:
+            fingerprint: int in [0, 2^64).
+            k: None for the index's k, else 0 <= k <= index.k.
+            limit: None or 0 for all matches, else at most this many (the first after sorting).
+
+        Raises:
+            TypeError: a non-int fingerprint, k or limit.
+            InvalidArgumentError: fingerprint outside [0, 2^64), k < 0 or above the index's k,
+                limit < 0.
+
+        Cost: per table, one prefix range per run and memtable, and every candidate in it
+        verified (n / 2^prefix_bits expected candidates per table for random fingerprints);
+        pure Python, no numpy call per candidate.
+        """
+        value = validate_fingerprint(fingerprint)
+        kk = self._resolve_k(k)
+        lim = self._resolve_limit(limit)
+        with self._lock:
+            matches = self._query_one(value, kk)
+        return matches[:lim] if lim else matches
+
+    def _query_one(self, query: int, k: int) -> list[Match]:
+        out: list[Match] = []
+        keys = self._keys
+        masks = self._masks
+        fps = self._fps
+        for t, table in enumerate(self._tables):
+            rows, found = table.lookup(query, fps)
+            if not rows:
+                continue
+            mask = masks[t]
+            earlier = masks[:t]
+            for row, value in zip(rows, found, strict=True):
+                x = query ^ value
+                if x & mask:
+                    continue  # prefix differs (a coarse directory bucket)
+                distance = x.bit_count()
+                if distance > k:
+                    continue
+                for other in earlier:
+                    if not x & other:
+                        break  # shares an earlier table's prefix: reported there
+                else:
+                    key = keys[row]
+                    if key is not None:
+                        out.append(Match(key, value, distance))
+        out.sort(key=_MATCH_ORDER)
+        return out
+
+    def query_many(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = None,
+        limit: int | None = None,
+    ) -> list[list[Match]]:
+        """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in
+        order, each sorted by (distance, key).
+
+        ``fingerprints`` is an iterable of ints or a (n,) uint64 array (signed arrays without
+        negative values are accepted). Vectorized over the batch with numpy: per table and run,
+        the prefix ranges of all queries, the candidates gathered, XOR and ``np.bitwise_count``;
+        only the matches are turned into Python objects. Same errors as :meth:`query` (the
+        message names the position of a bad fingerprint); nothing is queried then.
+        """
+        queries = as_fingerprint_array(fingerprints)
+        kk = self._resolve_k(k)
+        lim = self._resolve_limit(limit)
+        n = int(queries.size)
+        with self._lock:
+            if n <= _SMALL_BATCH:
+                results = [self._query_one(q, kk) for q in queries.tolist()]
+            else:
+                results = self._query_batch(queries, kk)
+        if lim:
+            for matches in results:
+                del matches[lim:]
+        return results
+
+    def _query_batch(self, queries: _U64, k: int) -> list[list[Match]]:
+        found_q: list[NDArray[np.intp]] = []
+        found_rows: list[NDArray[np.uint32]] = []
+        found_d: list[NDArray[np.uint8]] = []
+        for start in range(0, queries.size, _QUERY_CHUNK):
+            self._query_chunk(
+                queries[start : start + _QUERY_CHUNK], start, k, found_q, found_rows, found_d
+            )
+        results: list[list[Match]] = [[] for _ in range(queries.size)]
+        if not found_q:
+            return results
+        q_all = np.concatenate(found_q)
+        rows_all = np.concatenate(found_rows)
+        d_all = np.concatenate(found_d)
+        keys = self._keys
+        touched: set[int] = set()
+        for q, row, value, distance in zip(
+            q_all.tolist(),
+            rows_all.tolist(),
+            self._fps[rows_all].tolist(),
+            d_all.tolist(),
+            strict=True,
+        ):
+            key = keys[row]
+            assert key is not None
+            results[q].append(Match(key, value, distance))
+            touched.add(q)
+        for q in touched:
+            results[q].sort(key=_MATCH_ORDER)
+        return results
+
+    def _query_chunk(
+        self,
+        chunk: _U64,
+        offset: int,
+        k: int,
+        found_q: list[NDArray[np.intp]],
+        found_rows: list[NDArray[np.uint32]],
+        found_d: list[NDArray[np.uint8]],
+    ) -> None:
+        ranges = [
+            table.ranges_many(perm.prefix_array(chunk))
+            for table, perm in zip(self._tables, self._permutations, strict=True)
+        ]
+        total = sum(int(counts.sum()) for per_table in ranges for _, _, counts in per_table)
+        if total > _CANDIDATE_BUDGET and chunk.size > 1:
+            half = chunk.size // 2
+            self._query_chunk(chunk[:half], offset, k, found_q, found_rows, found_d)
+            self._query_chunk(chunk[half:], offset + half, k, found_q, found_rows, found_d)
+            return
+        fps = self._fps
+        live = self._live
+        for t, per_table in enumerate(ranges):
+            mask = self._np_masks[t]
+            earlier = self._np_masks[:t]
+            for rows_of_run, lo, counts in per_table:
+                qpos, rows = gather_ranges(rows_of_run, lo, counts)
+                if rows.size == 0:
+                    continue
+                x = fps[rows] ^ chunk[qpos]
+                distance = np.bitwise_count(x)
+                selected = np.flatnonzero(distance <= k)
+                if selected.size == 0:
+                    continue
+                x = x[selected]
+                rows = rows[selected]
+                keep = (x & mask) == 0
+                for other in earlier:
+                    keep &= (x & other) != 0
+                keep &= live[rows]
+                found_q.append(qpos[selected][keep] + offset)
+                found_rows.append(rows[keep])
+                found_d.append(distance[selected][keep])
+
+    def check_and_add(
+        self, key: str, fingerprint: int, k: int | None = None
+    ) -> tuple[bool, list[Match]]:
+        """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,
+        store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry
+        never blocks). Query and add happen under one acquisition of the index lock, so of two
+        threads adding near-duplicates concurrently exactly one succeeds.
+
+        Returns:
+            (added, matches): added is True when no other key was within k (the key now holds
+            ``fingerprint``); matches are the other keys within k, sorted by (distance, key),
+            empty when added.
+
+        Raises: as :meth:`add` and :meth:`query`; nothing changes then.
+        """
+        key = validate_key(key)
+        value = validate_fingerprint(fingerprint)
+        kk = self._resolve_k(k)
+        with self._lock:
+            matches = [m for m in self._query_one(value, kk) if m.key != key]
+            if matches:
+                return False, matches
+            self._add(key, value)
+            return True, []
+
+    def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
+        """Every unordered pair of stored keys within Hamming distance ``k`` bits (inclusive;
+        equal fingerprints under different keys give distance 0), each once, as (key_a, key_b,
+        distance) with key_a < key_b in code point order; the list is sorted.
+
+        A self-join over each table's prefix groups (Manku et al. 2007, section 3): the distinct
+        fingerprints are sorted by prefix, every pair within a group verified with
+        ``np.bitwise_count``, and a pair is kept only in the first table whose prefix it shares.
+        Equal fingerprints are joined once per distinct value and expanded to their keys, so a
+        large group of equal fingerprints costs time in proportion to its output. Cost:
+        O(T * (n + sum over groups of size^2)) numpy work plus O(output) Python objects.
+
+        Raises TypeError / InvalidArgumentError for a bad k (as :meth:`query`).
+        """
+        kk = self._resolve_k(k)
+        with self._lock:
+            rows_a, rows_b, distances = self._pairs(kk)
+            keys = self._keys
+            out: list[tuple[str, str, int]] = []
+            for a, b, d in zip(rows_a.tolist(), rows_b.tolist(), distances.tolist(), strict=True):
+                key_a = keys[a]
+                key_b = keys[b]
+                assert key_a is not None and key_b is not None
+                out.append((key_a, key_b, d) if key_a < key_b else (key_b, key_a, d))
+        out.sort()
+        return out
+
+    def _pairs(self, k: int) -> tuple[_I64, _I64, _I64]:
+        """(rows_a, rows_b, distances) of every pair of live rows within k, each pair once."""
+        empty = np.empty(0, dtype=np.int64)
+        live_rows = np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
+        if live_rows.size < 2:
+            return empty, empty, empty
+        distinct, inverse, counts = np.unique(
+            self._fps[live_rows], return_inverse=True, return_counts=True
+        )
+        counts = counts.astype(np.int64)
+        # Live rows grouped by distinct fingerprint: members[first[u]:first[u + 1]] hold u.
+        members = live_rows[np.argsort(inverse, kind="stable")]
+        first = np.zeros(distinct.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+        parts_a: list[_I64] = []
+        parts_b: list[_I64] = []
+        parts_d: list[_I64] = []
+        if (counts > 1).any():  # equal fingerprints: all pairs within each group, distance 0
+            for i, j in _group_pairs(np.repeat(first[1:], counts), _PAIR_BUDGET):
+                parts_a.append(members[i])
+                parts_b.append(members[j])
+                parts_d.append(np.zeros(i.size, dtype=np.int64))
+        if k > 0 and distinct.size > 1:
+            for t, perm in enumerate(self._permutations):
+                prefixes = perm.prefix_array(distinct)
+                order = argsort_prefixes(prefixes, perm.prefix_bits)
+                sorted_prefixes = prefixes[order]
+                ends = np.append(
+                    np.flatnonzero(sorted_prefixes[1:] != sorted_prefixes[:-1]) + 1,
+                    distinct.size,
+                ).astype(np.int64)
+                group_end = np.repeat(ends, np.diff(ends, prepend=0))
+                earlier = self._np_masks[:t]
+                for i, j in _group_pairs(group_end, _PAIR_BUDGET):
+                    u = order[i]
+                    v = order[j]
+                    x = distinct[u] ^ distinct[v]
+                    distance = np.bitwise_count(x)
+                    selected = np.flatnonzero(distance <= k)
+                    if selected.size == 0:
+                        continue
+                    u, v, x = u[selected], v[selected], x[selected]
+                    distance = distance[selected]
+                    keep = np.ones(selected.size, dtype=bool)
+                    for other in earlier:
+                        keep &= (x & other) != 0
+                    self._expand_pairs(
+                        u[keep], v[keep], distance[keep], counts, first, members,
+                        parts_a, parts_b, parts_d,
+                    )  # fmt: skip
+        if not parts_a:
+            return empty, empty, empty
+        return np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d)
+
+    @staticmethod
+    def _expand_pairs(
+        u: NDArray[np.intp],
+        v: NDArray[np.intp],
+        distance: NDArray[np.uint8],
+        counts: _I64,
+        first: _I64,
+        members: _I64,
+        parts_a: list[_I64],
+        parts_b: list[_I64],
+        parts_d: list[_I64],
+    ) -> None:
+        """Turn pairs of distinct fingerprints (u, v) into every pair of their rows."""
+        if u.size == 0:
+            return
+        size_u = counts[u]
+        size_v = counts[v]
+        per_pair = size_u * size_v
+        if (per_pair == 1).all():
+            parts_a.append(members[first[u]])
+            parts_b.append(members[first[v]])
+            parts_d.append(distance.astype(np.int64))
+            return
+        pair = np.repeat(np.arange(u.size, dtype=np.int64), per_pair)
+        local = np.arange(int(per_pair.sum()), dtype=np.int64)
+        local -= np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
+        width = size_v[pair]
+        parts_a.append(members[first[u[pair]] + local // width])
+        parts_b.append(members[first[v[pair]] + local % width])
+        parts_d.append(distance[pair].astype(np.int64))
+
+    # -- export, memory, invariants --------------------------------------------------------------
+
+    def export(self) -> tuple[list[str], _U64]:
+        """A consistent copy of the contents, taken under the lock: (keys, fingerprints) with
+        fingerprints a new (n,) uint64 array, element i stored under keys[i]. Order: by row
+        (the order the current fingerprints were stored in)."""
+        with self._lock:
+            live_rows = np.flatnonzero(self._live[: self._n_rows])
+            keys = self._keys
+            out_keys: list[str] = []
+            for row in live_rows.tolist():
+                key = keys[row]
+                assert key is not None
+                out_keys.append(key)
+            return out_keys, self._fps[live_rows]
+
+    def memory_bytes(self) -> int:
+        """Estimated bytes held: the fingerprint and liveness arrays (by capacity), every
+        table's runs and memtable, and the keys (str objects, the key dict and the row list).
+        Python object overheads are estimated, not measured."""
+        with self._lock:
+            total = int(self._fps.nbytes + self._live.nbytes)
+            total += sum(table.memory_bytes() for table in self._tables)
+            total += sys.getsizeof(self._keys) + sys.getsizeof(self._row_of)
+            total += self._key_bytes + _INT_BYTES * len(self._row_of)
+            return total
+
+    def _check(self) -> None:
+        """Verify every invariant in O(n) (numpy) and raise
+        :class:`~permindex.table.TableCheckError` (an AssertionError) at the first broken one.
+        For tests; takes the lock.
+
+        Checked: the row store (sizes, the key dict and the row list agree, live rows are
+        exactly the dict's rows, dead rows have no key); every table's own invariants
+        (:meth:`Table._check`); in every table each live row appears exactly once and each dead
+        row (a tombstone) at most once; the dead rows do not exceed the compaction bound."""
+        with self._lock:
+            n = self._n_rows
+            _require = _check_condition
+            _require(self._fps.size == self._live.size >= n, "row arrays shorter than rows")
+            _require(not self._live[n:].any(), "live flag set beyond the last row")
+            _require(len(self._keys) == n, f"{len(self._keys)} keys by row, {n} rows")
+            live = self._live[:n]
+            _require(int(live.sum()) == len(self._row_of), "live rows != stored keys")
+            for key, row in self._row_of.items():
+                _require(0 <= row < n and bool(live[row]), f"key {key!r} -> dead row {row}")
+                _require(self._keys[row] == key, f"row {row} holds another key than {key!r}")
+            dead_keys = sum(1 for key in self._keys if key is None)
+            _require(dead_keys == n - len(self._row_of), "dead rows still hold a key")
+            _require(
+                sum(map(sys.getsizeof, self._row_of)) == self._key_bytes,
+                "key byte count is off",
+            )
+            dead = n - len(self._row_of)
+            _require(
+                dead <= max(self._compaction_min, len(self._row_of)),
+                f"{dead} dead rows were not compacted",
+            )
+            for table in self._tables:
+                rows = table._check(self._fps, n)
+                copies = np.bincount(rows, minlength=n) if rows.size else np.zeros(n, np.int64)
+                name = f"table {table.permutation.table}"
+                _require(bool((copies <= 1).all()), f"{name}: a row appears twice")
+                _require(bool((copies[live] == 1).all()), f"{name}: a live row is missing")
+
+
+def _check_condition(condition: bool | np.bool_, message: str) -> None:
+    if not condition:
+        raise TableCheckError(message)

@@ -1,0 +1,389 @@
+"""One table of the permutation index: every stored fingerprint under one permutation, ordered by
+its prefix (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling",
+section 3), kept as a small log-structured merge tree.
+
+Layout. The index owns one array of fingerprints by row number ((capacity,) uint64) and a
+liveness mask by row; a table stores row numbers only:
+
+* frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix, each with a
+  directory ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits,
+  2^r <= m), so the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b+1]]``.
+  When r equals the prefix width the range is exact; otherwise it is a superset that the caller
+  narrows with the candidates' fingerprints (which it reads anyway to verify them). Runs are
+  listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
+  there are at most log_4(n) + 1 of them;
+* a memtable: a ``sortedcontainers.SortedList`` of Python ints
+  ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
+  run when it holds more than ``memtable_limit`` entries; a batch of at least that many rows
+  becomes a run directly.
+
+Within a prefix, order is unspecified: a query only needs the prefix range, and sorting by the
+prefix alone (a radix sort on 16-bit digits) is several times cheaper than sorting by the whole
+permuted value.
+
+Removal is by tombstone: the index clears the row's live flag and leaves the table alone; a
+merge drops dead rows it meets, and :meth:`Table.compact` (called by the index) renumbers rows
+and drops all of them. Rows are never reused before a compaction, and a row's fingerprint never
+changes, so an entry can be dead but never wrong.
+
+Costs (n entries in the table, L the memtable bound): :meth:`Table.add` O(log L) amortized plus
+the share of freezes and merges, O(log n) per row amortized; :meth:`Table.lookup` O(runs + log L
++ candidates); :meth:`Table.ranges_many` O(q * runs + q log L) numpy work; a merge O(m) numpy
+work (radix sort) for m rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from sortedcontainers import SortedList
+
+from permindex.permutation import Permutation, argsort_prefixes
+
+__all__ = [
+    "DEFAULT_MEMTABLE_LIMIT",
+    "MAX_ROWS",
+    "MERGE_RATIO",
+    "Run",
+    "Table",
+    "gather_ranges",
+]
+
+#: Default bound of a memtable, entries; above it the memtable is frozen into a run.
+DEFAULT_MEMTABLE_LIMIT = 8192
+#: A run is merged into the previous (older) one unless the older is more than this many times
+#: larger.
+MERGE_RATIO = 4
+#: Row numbers are stored as uint32.
+MAX_ROWS = 1 << 32
+
+_ROW_MASK = (1 << 32) - 1
+_FP_MASK = (1 << 64) - 1
+_FP_SHIFT = 32
+_PREFIX_SHIFT = 96
+# Python int size of a memtable entry (~128 bits) plus its pointer in the SortedList.
+_MEMTABLE_ENTRY_BYTES = 52 + 8
+
+Rows = NDArray[np.uint32]
+Fingerprints = NDArray[np.uint64]
+Live = NDArray[np.bool_]
+
+
+class TableCheckError(AssertionError):
+    """An invariant of a table or of the index does not hold (raised by ``_check``)."""
+
+
+def _require(condition: bool | np.bool_, message: str) -> None:
+    if not condition:
+        raise TableCheckError(message)
+
+
+def directory_bits(size: int, prefix_bits: int) -> int:
+    """Bits r of a run's directory: the largest r with 2^r <= size, at least 1, at most the
+    prefix width (exact ranges when the run is large enough)."""
+    return min(prefix_bits, max(1, size.bit_length() - 1))
+
+
+class Run:
+    """A frozen run: (m,) uint32 rows sorted by prefix, and the directory of their prefixes.
+
+    Attributes:
+        rows: (m,) uint32, sorted by the prefix of their fingerprints (ties in any order).
+        offsets: (2^r + 1,) uint32; rows with bucket b (the top r prefix bits) are
+            ``rows[offsets[b]:offsets[b + 1]]``.
+        shift: prefix_bits - r; the bucket of a prefix is ``prefix >> shift``.
+    """
+
+    __slots__ = ("offsets", "rows", "shift")
+
+    def __init__(self, rows: Rows, sorted_prefixes: Fingerprints, prefix_bits: int) -> None:
+        """``rows`` (m,) uint32 already sorted by ``sorted_prefixes`` (m,) uint64 (their
+        prefixes, non-decreasing), m >= 1; the prefixes are only used to build the directory."""
+        size = int(rows.size)
+        bits = directory_bits(size, prefix_bits)
+        self.rows: Rows = np.ascontiguousarray(rows, dtype=np.uint32)
+        self.shift = prefix_bits - bits
+        buckets = (sorted_prefixes >> np.uint64(self.shift)).astype(np.intp)
+        counts = np.bincount(buckets, minlength=1 << bits)
+        offsets = np.zeros((1 << bits) + 1, dtype=np.uint32)
+        np.cumsum(counts, out=offsets[1:])
+        self.offsets: Rows = offsets
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    def nbytes(self) -> int:
+        """Bytes of the arrays."""
+        return int(self.rows.nbytes + self.offsets.nbytes)
+
+
+def gather_ranges(
+    rows: Rows, lo: NDArray[np.int64], counts: NDArray[np.int64]
+) -> tuple[NDArray[np.intp], Rows]:
+    """Expand per-query ranges into candidates: for query i, ``rows[lo[i]:lo[i] + counts[i]]``.
+
+    Returns (query positions (t,) intp, rows (t,) uint32) with t = counts.sum(), grouped by
+    query in order."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.uint32)
+    query = np.repeat(np.arange(counts.size, dtype=np.intp), counts)
+    ends = np.cumsum(counts)
+    positions = np.arange(total, dtype=np.int64)
+    positions += np.repeat(lo - (ends - counts), counts)
+    return query, rows[positions]
+
+
+class Table:
+    """One permuted table: the rows of the index under one :class:`Permutation`, by prefix.
+
+    Not thread-safe on its own; the index serializes access. The mutating methods take the
+    index's fingerprint array ``fps`` ((capacity,) uint64 by row) and liveness mask ``live``
+    ((capacity,) bool) because freezing and merging read them.
+    """
+
+    __slots__ = ("_memtable", "_runs", "_view", "memtable_limit", "permutation")
+
+    def __init__(self, permutation: Permutation, memtable_limit: int = DEFAULT_MEMTABLE_LIMIT):
+        self.permutation = permutation
+        self.memtable_limit = memtable_limit
+        self._memtable = SortedList()
+        self._runs: list[Run] = []
+        # The memtable as (sorted prefixes (m,) uint64, rows (m,) uint32), built on demand for
+        # batch queries; None when stale.
+        self._view: tuple[Fingerprints, Rows] | None = None
+
+    def __len__(self) -> int:
+        """Entries, tombstones of dead rows included."""
+        return len(self._memtable) + sum(len(run) for run in self._runs)
+
+    @property
+    def memtable_size(self) -> int:
+        """Entries in the memtable."""
+        return len(self._memtable)
+
+    @property
+    def run_sizes(self) -> tuple[int, ...]:
+        """Entries of each frozen run, oldest (largest) first."""
+        return tuple(len(run) for run in self._runs)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def add(self, row: int, fingerprint: int, fps: Fingerprints, live: Live) -> None:
+        """Insert ``row`` (whose fingerprint ``fps[row]`` is ``fingerprint``) into the memtable;
+        freeze the memtable when it grows past the bound."""
+        prefix = self.permutation.prefix(fingerprint)
+        self._memtable.add((prefix << _PREFIX_SHIFT) | (fingerprint << _FP_SHIFT) | row)
+        self._view = None
+        if len(self._memtable) > self.memtable_limit:
+            self.freeze(fps, live)
+
+    def add_many(self, rows: Rows, fps: Fingerprints, live: Live) -> None:
+        """Insert (m,) uint32 ``rows`` (fingerprints already in ``fps``). At least
+        ``memtable_limit`` rows become a run directly (radix sort by prefix); fewer go to the
+        memtable."""
+        if rows.size == 0:
+            return
+        fingerprints = fps[rows]
+        prefixes = self.permutation.prefix_array(fingerprints)
+        if rows.size >= self.memtable_limit:
+            order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
+            self._push(Run(rows[order], prefixes[order], self.permutation.prefix_bits), fps, live)
+            return
+        self._memtable.update(
+            [
+                (p << _PREFIX_SHIFT) | (f << _FP_SHIFT) | r
+                for p, f, r in zip(
+                    prefixes.tolist(), fingerprints.tolist(), rows.tolist(), strict=True
+                )
+            ]
+        )
+        self._view = None
+        if len(self._memtable) > self.memtable_limit:
+            self.freeze(fps, live)
+
+    def freeze(self, fps: Fingerprints, live: Live) -> None:
+        """Turn the memtable into a run (dead rows dropped), then merge runs as needed."""
+        view_prefixes, view_rows = self._memtable_arrays()
+        self._memtable.clear()
+        self._view = None
+        keep = live[view_rows]
+        if not keep.all():
+            view_rows, view_prefixes = view_rows[keep], view_prefixes[keep]
+        if view_rows.size:
+            self._push(Run(view_rows, view_prefixes, self.permutation.prefix_bits), fps, live)
+
+    def _push(self, run: Run, fps: Fingerprints, live: Live) -> None:
+        self._runs.append(run)
+        while len(self._runs) >= 2 and len(self._runs[-2]) <= MERGE_RATIO * len(self._runs[-1]):
+            newer = self._runs.pop()
+            older = self._runs.pop()
+            merged = self._merge(older, newer, fps, live)
+            if merged is not None:
+                self._runs.append(merged)
+
+    def _merge(self, older: Run, newer: Run, fps: Fingerprints, live: Live) -> Run | None:
+        rows = np.concatenate([older.rows, newer.rows])
+        keep = live[rows]
+        if not keep.all():
+            rows = rows[keep]
+        if rows.size == 0:
+            return None
+        prefixes = self.permutation.prefix_array(fps[rows])
+        order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
+        return Run(rows[order], prefixes[order], self.permutation.prefix_bits)
+
+    def compact(self, remap: NDArray[np.int64], fps: Fingerprints, live: Live) -> None:
+        """Renumber rows: entry ``row`` becomes ``remap[row]``, or is dropped where that is
+        negative. ``remap`` must be increasing on the rows it keeps; ``fps``/``live`` are the
+        index's arrays after renumbering."""
+        bits = self.permutation.prefix_bits
+        old_runs, self._runs = self._runs, []
+        for run in old_runs:
+            remapped = remap[run.rows]
+            new_rows = remapped[remapped >= 0].astype(np.uint32)
+            if new_rows.size:
+                # Renumbering keeps the order; the prefixes are those of the same fingerprints.
+                prefixes = self.permutation.prefix_array(fps[new_rows])
+                self._push(Run(new_rows, prefixes, bits), fps, live)
+        if self._memtable:
+            entries = list(self._memtable)
+            old_rows = np.fromiter((e & _ROW_MASK for e in entries), np.int64, len(entries))
+            new_rows_list = remap[old_rows].tolist()
+            self._memtable = SortedList(
+                ((e >> _FP_SHIFT) << _FP_SHIFT) | r
+                for e, r in zip(entries, new_rows_list, strict=True)
+                if r >= 0
+            )
+        self._view = None
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def lookup(self, fingerprint: int, fps: Fingerprints) -> tuple[list[int], list[int]]:
+        """Candidates of one query, pure Python for a small result: (rows, their fingerprints)
+        as two lists of ints. Includes every entry whose prefix equals the query's (and, from
+        runs whose directory is coarser than the prefix, some others; dead rows too)."""
+        prefix = self.permutation.prefix(fingerprint)
+        rows: list[int] = []
+        found: list[int] = []
+        for run in self._runs:
+            bucket = prefix >> run.shift
+            lo, hi = run.offsets[bucket : bucket + 2].tolist()
+            if hi > lo:
+                selected = run.rows[lo:hi]
+                rows += selected.tolist()
+                found += fps[selected].tolist()
+        memtable = self._memtable
+        if memtable:
+            lo = memtable.bisect_left(prefix << _PREFIX_SHIFT)
+            hi = memtable.bisect_left((prefix + 1) << _PREFIX_SHIFT)
+            for entry in memtable.islice(lo, hi):
+                rows.append(entry & _ROW_MASK)
+                found.append((entry >> _FP_SHIFT) & _FP_MASK)
+        return rows, found
+
+    def ranges_many(
+        self, prefixes: Fingerprints
+    ) -> list[tuple[Rows, NDArray[np.int64], NDArray[np.int64]]]:
+        """Candidate ranges of a batch of queries given their prefixes in this table ((q,)
+        uint64). One (rows, lo, counts) per run and for the memtable: query i's candidates there
+        are ``rows[lo[i]:lo[i] + counts[i]]`` (same superset rule as :meth:`lookup`); expand
+        with :func:`gather_ranges`."""
+        out: list[tuple[Rows, NDArray[np.int64], NDArray[np.int64]]] = []
+        for run in self._runs:
+            buckets = (prefixes >> np.uint64(run.shift)).astype(np.intp)
+            lo = run.offsets[buckets].astype(np.int64)
+            counts = run.offsets[buckets + 1].astype(np.int64) - lo
+            out.append((run.rows, lo, counts))
+        if self._memtable:
+            mem_prefixes, mem_rows = self._memtable_arrays()
+            lo = np.searchsorted(mem_prefixes, prefixes, side="left").astype(np.int64)
+            hi = np.searchsorted(mem_prefixes, prefixes, side="right").astype(np.int64)
+            out.append((mem_rows, lo, hi - lo))
+        return out
+
+    def all_rows(self) -> NDArray[np.int64]:
+        """Every entry's row (tombstones included), (n,) int64, runs then memtable."""
+        parts = [run.rows.astype(np.int64) for run in self._runs]
+        parts.append(self._memtable_arrays()[1].astype(np.int64))
+        return np.concatenate(parts)
+
+    def _memtable_arrays(self) -> tuple[Fingerprints, Rows]:
+        if self._view is None:
+            entries = self._memtable
+            n = len(entries)
+            prefixes = np.fromiter((e >> _PREFIX_SHIFT for e in entries), np.uint64, n)
+            rows = np.fromiter((e & _ROW_MASK for e in entries), np.uint32, n)
+            self._view = (prefixes, rows)
+        return self._view
+
+    def memory_bytes(self) -> int:
+        """Estimated bytes: run arrays plus memtable entries."""
+        return sum(run.nbytes() for run in self._runs) + len(self._memtable) * (
+            _MEMTABLE_ENTRY_BYTES
+        )
+
+    # -- invariants -------------------------------------------------------------------------
+
+    def _check(self, fps: Fingerprints, n_rows: int) -> NDArray[np.int64]:
+        """Verify every invariant of the table in O(n) (numpy) and return all entries' rows
+        ((n,) int64, tombstones included) for the index's own checks. Raises
+        :class:`TableCheckError` naming the first broken invariant.
+
+        Checked: the memtable is a valid sorted list within its bound, each entry's fingerprint
+        and prefix are those of its row; each run is non-empty, its rows are uint32 below
+        ``n_rows``, sorted by prefix, its directory has the expected width and counts exactly
+        its buckets; each run is more than MERGE_RATIO times larger than the next."""
+        perm = self.permutation
+        bits = perm.prefix_bits
+        name = f"table {perm.table} {perm.leading_blocks}"
+        self._memtable._check()
+        _require(
+            len(self._memtable) <= self.memtable_limit,
+            f"{name}: memtable has {len(self._memtable)} entries > limit {self.memtable_limit}",
+        )
+        entries = list(self._memtable)
+        if entries:
+            rows = np.fromiter((e & _ROW_MASK for e in entries), np.int64, len(entries))
+            _require(bool((rows < n_rows).all()), f"{name}: memtable row beyond {n_rows}")
+            stored = np.fromiter(((e >> _FP_SHIFT) & _FP_MASK for e in entries), np.uint64)
+            _require(
+                bool((stored == fps[rows]).all()),
+                f"{name}: memtable entry holds a fingerprint that is not its row's",
+            )
+            prefixes = np.fromiter((e >> _PREFIX_SHIFT for e in entries), np.uint64)
+            _require(
+                bool((prefixes == perm.prefix_array(stored)).all()),
+                f"{name}: memtable entry holds a wrong prefix",
+            )
+        if self._view is not None:
+            view_prefixes, view_rows = self._view
+            fresh_prefixes = np.fromiter((e >> _PREFIX_SHIFT for e in entries), np.uint64)
+            fresh_rows = np.fromiter((e & _ROW_MASK for e in entries), np.uint32)
+            _require(
+                np.array_equal(view_prefixes, fresh_prefixes)
+                and np.array_equal(view_rows, fresh_rows),
+                f"{name}: cached memtable view is stale",
+            )
+        for i, run in enumerate(self._runs):
+            where = f"{name} run {i}"
+            _require(len(run) > 0, f"{where}: empty run")
+            _require(run.rows.dtype == np.uint32, f"{where}: rows are {run.rows.dtype}")
+            _require(bool((run.rows < n_rows).all()), f"{where}: row beyond {n_rows}")
+            prefixes = perm.prefix_array(fps[run.rows])
+            _require(bool((prefixes[1:] >= prefixes[:-1]).all()), f"{where}: not sorted")
+            r = directory_bits(len(run), bits)
+            _require(run.shift == bits - r, f"{where}: directory shift {run.shift} != {bits - r}")
+            buckets = prefixes >> np.uint64(run.shift)
+            expected = np.searchsorted(buckets, np.arange((1 << r) + 1, dtype=np.uint64))
+            _require(
+                run.offsets.dtype == np.uint32 and np.array_equal(run.offsets, expected),
+                f"{where}: directory does not match the rows",
+            )
+            if i + 1 < len(self._runs):
+                _require(
+                    len(run) > MERGE_RATIO * len(self._runs[i + 1]),
+                    f"{where}: {len(run)} entries, not {MERGE_RATIO}x the next run's "
+                    f"{len(self._runs[i + 1])}",
+                )
+        return self.all_rows()
