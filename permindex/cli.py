@@ -123,15 +123,26 @@ def _rpc_error(error: grpc.RpcError, address: str) -> CommandError:
     return failure
 
 
-def _out(text: str) -> None:
-    """Write ``text`` to stdout as UTF-8, whatever the locale."""
+def _out(text: str | Iterable[str]) -> None:
+    """Write ``text`` (a string, or lines) to stdout as UTF-8, whatever the locale, in chunks of
+    about 1 MiB (one huge write to a pipe closed early can fail without an error)."""
     stream = sys.stdout
     buffer = getattr(stream, "buffer", None)
     if buffer is None:
-        stream.write(text)
+        stream.writelines([text] if isinstance(text, str) else text)
         return
     stream.flush()
-    buffer.write(text.encode("utf-8"))
+    parts = [text] if isinstance(text, str) else text
+    chunk: list[str] = []
+    size = 0
+    for part in parts:
+        chunk.append(part)
+        size += len(part)
+        if size >= _MIB:
+            buffer.write("".join(chunk).encode("utf-8"))
+            chunk, size = [], 0
+    buffer.write("".join(chunk).encode("utf-8"))
+    buffer.flush()
 
 
 def _err(text: str) -> None:
@@ -402,7 +413,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         ]
         _out(json.dumps(rows, ensure_ascii=False) + "\n")
     else:
-        _out("".join(f"{m.key}\t{_hex(m.fingerprint)}\t{m.distance}\n" for m in matches))
+        _out(f"{m.key}\t{_hex(m.fingerprint)}\t{m.distance}\n" for m in matches)
     return EXIT_CODES["ok"]
 
 
@@ -445,7 +456,7 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
                 a, b = pair.key_a, pair.key_b
                 pairs.append((a, b, pair.distance) if a < b else (b, a, pair.distance))
     pairs.sort()
-    _out("".join(f"{a}\t{b}\t{d}\n" for a, b, d in pairs))
+    _out(f"{a}\t{b}\t{d}\n" for a, b, d in pairs)
     return EXIT_CODES["ok"]
 
 
@@ -838,8 +849,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else EXIT_CODES["usage"]
     except BrokenPipeError:
         # stdout was closed early (`permindex pairs | head`): stop quietly.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # Point stdout at /dev/null so that the interpreter's final flush does not fail again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # no real file descriptor (captured output)
+            pass
         return EXIT_CODES["error"]
     except KeyboardInterrupt:
         _err(f"{prefix}: interrupted")

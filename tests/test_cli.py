@@ -588,6 +588,26 @@ def test_pairs_format_and_order(
     assert out == "b\t中\t0\n"
 
 
+def test_pairs_into_a_pipe_closed_early(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    rows: list[dict[str, object]] = [{"id": f"doc{i:04d}", "fingerprint": 7} for i in range(600)]
+    path = write_jsonl(tmp_path / "same.jsonl", rows)
+    assert run(capsys, "ingest", str(path), "--address", server.address)[0] == OK
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "permindex", "pairs", "--address", server.address],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(18) == b"doc0000\tdoc0001\t0\n"  # 179,699 more lines follow
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == EXIT_CODES["error"]
+    assert proc.stderr.read() == b""  # quietly: no traceback, no message
+    proc.stderr.close()
+
+
 def test_get_remove_stats_snapshot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
 ) -> None:

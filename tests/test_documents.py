@@ -306,3 +306,26 @@ def test_html_deep_nesting_does_not_recurse() -> None:
 def test_document_size_bytes() -> None:
     assert Document("ab", text="é").size_bytes() == 2 + 2 + 16
     assert Document("ab", fingerprint=5).size_bytes() == 2 + 16
+
+
+LIBSTDCXX_DOC = Path("/usr/share/doc/libstdc++-12-doc/libstdc++")
+LIBSTDCXX_CORPUS = Path(__file__).resolve().parents[2] / "shared/corpora/libstdc++-12-doc.jsonl.gz"
+
+
+@pytest.mark.slow
+def test_html_text_has_the_words_of_the_shared_corpus() -> None:
+    """The corpus holds the visible text of the HTML pages of Debian's libstdc++-12-doc: reading
+    the installed pages as a folder gives the same words (so the same fingerprints)."""
+    if not LIBSTDCXX_CORPUS.exists():
+        pytest.skip(f"shared corpus not found at {LIBSTDCXX_CORPUS}")
+    if not (LIBSTDCXX_DOC / "api.html").exists():
+        pytest.skip(f"Debian package libstdc++-12-doc is not installed ({LIBSTDCXX_DOC})")
+    with gzip.open(LIBSTDCXX_CORPUS, "rt", encoding="utf-8") as lines:
+        corpus = [json.loads(line) for line in lines]
+    sample = corpus[::20]  # about 200 of the 3,906 pages; all of them agree (about 70 s)
+    differ = [
+        row["id"]
+        for row in sample
+        if read_file_text(LIBSTDCXX_DOC / row["id"]).split() != row["text"].split()
+    ]
+    assert differ == []
