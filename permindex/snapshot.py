@@ -51,8 +51,9 @@ k and design it was written with, for information. The tables are always rebuilt
 when a snapshot is loaded, so a snapshot loads into an index of any k or design; the server logs
 a warning when they differ (see :mod:`permindex.rpc.server`).
 
-Measured on one core (tmpfs-backed disk, ASCII keys of about 40 bytes): 10^6 keys, 60 MB,
-write 0.2 s, read 0.3 s; 10^7 keys, 600 MB, write 2 s, read 3 s (see the tests and the README).
+Measured (2-vCPU VM, ext4, fsync included; ASCII keys of 45 bytes, random fingerprints): 10^6
+keys, 62.0 MB: write 0.2-0.3 s, read 0.2 s; 10^7 keys, 620 MB: write 3.0-3.3 s, read 4.5 s
+(most of the read is creating the 10^7 str objects). Writing and reading are linear in n + B.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from permindex import hamming, simhash
 from permindex.errors import CorruptFileError, DataDirLockedError, exit_code_for
 from permindex.rpc.server import RunningServer, create_server
 from permindex.rpc.service import SERVICE_NAME
-from permindex.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot
+from permindex.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot, write_snapshot
 from permindex.v1 import index_pb2 as pb
 from permindex.v1.index_pb2_grpc import PermIndexStub
 
@@ -654,6 +654,25 @@ def test_corrupt_snapshot_is_refused_at_start(
     DataDir(first.data_dir).close()  # not left locked by the refused start
     with pytest.raises(CorruptFileError):  # and nothing was overwritten
         read_snapshot(path)
+
+
+@pytest.mark.parametrize(
+    ("keys", "match"),
+    [
+        (["a", "b", "a"], "3 entries but only 2 distinct keys"),
+        (["ok", "x" * 1025], "invalid entry"),
+    ],
+)
+def test_well_formed_snapshot_with_bad_entries_is_refused(
+    tmp_path: Path, keys: list[str], match: str
+) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    path = data_dir / SNAPSHOT_NAME
+    write_snapshot(path, keys, list(range(len(keys))), k=3, design=(4, 1))
+    with pytest.raises(CorruptFileError, match=match) as caught:
+        create_server(server_config(data_dir))
+    assert caught.value.path == str(path)
 
 
 def test_data_dir_in_use_is_refused(server: RunningServer) -> None:

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_INTERRUPTED = 128 + signal.SIGINT  # exit code after Ctrl-C during the start (the shell's 130)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -335,10 +336,18 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
     Returns:
         0 after a clean stop; otherwise the exit code of :func:`permindex.errors.exit_code_for`
         for the error, which is reported on stderr in one line (never a traceback): a corrupt
-        snapshot, a locked data directory, an address in use, a failed final snapshot.
+        snapshot, a locked data directory, an address in use, a failed final snapshot; 130
+        when SIGINT (Ctrl-C) arrives while the data is still loading.
+
+    Logging is left to the caller: configure the ``permindex`` loggers (e.g.
+    ``logging.basicConfig(level=logging.INFO)``) to see snapshots and shutdown on stderr;
+    without that, only warnings and errors appear.
     """
     try:
         running = create_server(config)
+    except KeyboardInterrupt:
+        print("permindex: interrupted while starting; nothing served", file=sys.stderr, flush=True)
+        return _INTERRUPTED
     except Exception as error:
         log.debug("start failed", exc_info=error)
         print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)

@@ -251,7 +251,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         counts = list(status.values())
         response.added = counts.count(_ADDED)
         response.replaced = counts.count(_REPLACED)
-        response.too_short = len(batch.keys) - len(keys)
+        response.too_short = batch.too_short
         return response
 
     @_unary
