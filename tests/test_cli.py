@@ -232,6 +232,15 @@ def test_fingerprint_from_stdin() -> None:
     )
     assert (short.returncode, short.stdout) == (TOO_SHORT, b"")
     assert short.stderr.startswith(b"permindex fingerprint: ")
+    latin1 = subprocess.run(
+        [sys.executable, "-m", "permindex", "fingerprint", "-"],
+        input=b"caf\xe9 au lait",
+        capture_output=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert (latin1.returncode, latin1.stdout) == (INVALID, b"")
+    assert b"not valid UTF-8" in latin1.stderr
 
 
 @pytest.mark.parametrize(
@@ -517,6 +526,19 @@ def test_ingest_folder(
     assert code == NOT_FOUND
     assert "alias.txt, binary.dat, nested/deeper/short.txt" in err
     assert run(capsys, "pairs", *addr)[1] == "nested/page.html\ttop.txt\t0\n"
+
+
+def test_ingest_empty_inputs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    folder = tmp_path / "empty-folder"
+    folder.mkdir()
+    for path in (empty, folder):
+        code, out, err = run(capsys, "ingest", str(path), "--address", server.address)
+        assert (code, out) == (OK, "")
+        assert "0 documents" in err and "0 added" in err
 
 
 def test_ingest_progress_bar_goes_to_stderr(
