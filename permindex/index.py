@@ -14,9 +14,10 @@ Layout (see :mod:`permindex.table` for one table):
 
 A query computes the prefix of the fingerprint in each table, reads the candidates whose prefix
 matches, and verifies each one exactly (popcount of the XOR). A fingerprint within k of the query
-shares the prefix of at least one table (pigeonhole, k <= blocks - leading); it is reported only
-from the first such table, so every key is reported once without a set. Batches
-(:meth:`Index.query_many`, :meth:`Index.pairs`) do the same with numpy over the whole batch.
+shares the prefix of at least one table (pigeonhole, k <= blocks - leading). A single query keeps
+each candidate row once (a dict of its few hits); the batch forms (:meth:`Index.query_many`,
+:meth:`Index.pairs`) run with numpy over the whole batch and report a match only from the first
+table whose prefix it shares (``(a ^ b) & leading_mask == 0``), so no set is needed.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ _QUERY_CHUNK = 4096  # queries per numpy pass of query_many
 _CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above it)
 _PAIR_BUDGET = 1 << 21  # candidate pairs per numpy pass of pairs()
 _SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
+_PYTHON_VERIFY = 16  # a single query verifies at most this many run candidates in Python
 _INT_BYTES = 28  # a Python int >= 2^30 (a row number in the key dict)
 _MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
 
@@ -221,8 +223,8 @@ class Index:
         self._lock = threading.RLock()
         self._permutations = self._design.permutations
         self._tables = [Table(p, memtable_limit) for p in self._permutations]
-        self._masks = [p.leading_mask for p in self._permutations]
-        self._np_masks = [np.uint64(m) for m in self._masks]
+        # Leading-block masks: a pair shares table t's prefix iff (a ^ b) & mask[t] == 0.
+        self._np_masks = [np.uint64(p.leading_mask) for p in self._permutations]
         self._fps: _U64 = np.zeros(0, dtype=np.uint64)
         self._live: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self._n_rows = 0
@@ -418,9 +420,8 @@ class Index:
             self._row_of.update(zip(keys, range(start, start + m), strict=True))
         self._key_bytes += sum(map(sys.getsizeof, keys))
         self._n_rows = start + m
-        rows = np.arange(start, start + m, dtype=np.uint32)
         for table in self._tables:
-            table.add_many(rows, self._fps, self._live)
+            table.add_many(start, m, self._fps, self._live)
 
     def remove(self, key: str) -> None:
         """Remove ``key``. Raises :class:`~permindex.errors.NotFoundError` (a KeyError) when it
@@ -532,7 +533,8 @@ class Index:
         self, fingerprint: int, k: int | None = None, limit: int | None = None
     ) -> list[Match]:
         """Every stored key whose fingerprint is within Hamming distance ``k`` bits (inclusive)
-        of ``fingerprint``, each once, sorted by (distance, key).
+        of ``fingerprint``, each once, sorted by (distance, key) (Manku et al. 2007, section 3:
+        permuted tables searched by prefix, candidates verified exactly).
 
         Args:
             fingerprint: int in [0, 2^64).
@@ -544,9 +546,10 @@ class Index:
             InvalidArgumentError: fingerprint outside [0, 2^64), k < 0 or above the index's k,
                 limit < 0.
 
-        Cost: per table, one prefix range per run and memtable, and every candidate in it
-        verified (n / 2^prefix_bits expected candidates per table for random fingerprints);
-        pure Python, no numpy call per candidate.
+        Cost: per table, one prefix range per run (a directory lookup) and one in the memtable
+        (a bisection); the candidates (about n / 2^prefix_bits per table for random
+        fingerprints) verified with one numpy pass over all tables, or in pure Python when
+        there are few; a candidate found in several tables is kept once.
         """
         value = validate_fingerprint(fingerprint)
         kk = self._resolve_k(k)
@@ -556,30 +559,39 @@ class Index:
         return matches[:lim] if lim else matches
 
     def _query_one(self, query: int, k: int) -> list[Match]:
-        out: list[Match] = []
+        run_rows: list[NDArray[np.uint32]] = []
+        memtable_rows: list[int] = []
+        memtable_fps: list[int] = []
+        for table in self._tables:
+            table.lookup(query, run_rows, memtable_rows, memtable_fps)
+        # A row can be a candidate in several tables: keep it once (by row).
+        hits: dict[int, tuple[int, int]] = {}
+        if run_rows:
+            rows = np.concatenate(run_rows) if len(run_rows) > 1 else run_rows[0]
+            values = self._fps[rows]
+            if rows.size <= _PYTHON_VERIFY:
+                memtable_rows += rows.tolist()
+                memtable_fps += values.tolist()
+            else:
+                distance = np.bitwise_count(values ^ np.uint64(query))
+                selected = np.flatnonzero(distance <= k)
+                for row, value, d in zip(
+                    rows[selected].tolist(),
+                    values[selected].tolist(),
+                    distance[selected].tolist(),
+                    strict=True,
+                ):
+                    hits[row] = (value, d)
+        for row, value in zip(memtable_rows, memtable_fps, strict=True):
+            d = (query ^ value).bit_count()
+            if d <= k:
+                hits[row] = (value, d)
         keys = self._keys
-        masks = self._masks
-        fps = self._fps
-        for t, table in enumerate(self._tables):
-            rows, found = table.lookup(query, fps)
-            if not rows:
-                continue
-            mask = masks[t]
-            earlier = masks[:t]
-            for row, value in zip(rows, found, strict=True):
-                x = query ^ value
-                if x & mask:
-                    continue  # prefix differs (a coarse directory bucket)
-                distance = x.bit_count()
-                if distance > k:
-                    continue
-                for other in earlier:
-                    if not x & other:
-                        break  # shares an earlier table's prefix: reported there
-                else:
-                    key = keys[row]
-                    if key is not None:
-                        out.append(Match(key, value, distance))
+        out: list[Match] = []
+        for row, (value, d) in hits.items():
+            key = keys[row]
+            if key is not None:
+                out.append(Match(key, value, d))
         out.sort(key=_MATCH_ORDER)
         return out
 
@@ -744,14 +756,16 @@ class Index:
         live_rows = np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
         if live_rows.size < 2:
             return empty, empty, empty
-        distinct, inverse, counts = np.unique(
-            self._fps[live_rows], return_inverse=True, return_counts=True
-        )
-        counts = counts.astype(np.int64)
-        # Live rows grouped by distinct fingerprint: members[first[u]:first[u + 1]] hold u.
-        members = live_rows[np.argsort(inverse, kind="stable")]
-        first = np.zeros(distinct.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=first[1:])
+        # Live rows grouped by distinct fingerprint: members[first[u]:first[u + 1]] hold the
+        # rows of distinct[u].
+        values = self._fps[live_rows]
+        by_value = np.argsort(values)
+        values = values[by_value]
+        members = live_rows[by_value]
+        first = np.append(np.flatnonzero(values[1:] != values[:-1]) + 1, values.size)
+        first = np.concatenate(([0], first)).astype(np.int64)
+        distinct = values[first[:-1]]
+        counts = np.diff(first)
         parts_a: list[_I64] = []
         parts_b: list[_I64] = []
         parts_d: list[_I64] = []
@@ -771,15 +785,14 @@ class Index:
                 ).astype(np.int64)
                 group_end = np.repeat(ends, np.diff(ends, prepend=0))
                 earlier = self._np_masks[:t]
+                by_prefix = distinct[order]  # positions i, j below index this directly
                 for i, j in _group_pairs(group_end, _PAIR_BUDGET):
-                    u = order[i]
-                    v = order[j]
-                    x = distinct[u] ^ distinct[v]
+                    x = by_prefix[i] ^ by_prefix[j]
                     distance = np.bitwise_count(x)
                     selected = np.flatnonzero(distance <= k)
                     if selected.size == 0:
                         continue
-                    u, v, x = u[selected], v[selected], x[selected]
+                    u, v, x = order[i[selected]], order[j[selected]], x[selected]
                     distance = distance[selected]
                     keep = np.ones(selected.size, dtype=bool)
                     for other in earlier:

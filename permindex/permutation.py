@@ -286,8 +286,10 @@ def argsort_prefixes(prefixes: NDArray[np.uint64], prefix_bits: int) -> NDArray[
     A least-significant-digit radix sort on 16-bit digits (numpy sorts uint16 with a radix sort
     when asked for a stable sort), so a 16-bit prefix costs one counting pass and a 33-bit one
     three, instead of a comparison sort of uint64."""
+    if prefix_bits <= 16:
+        return np.argsort(prefixes.astype(np.uint16), kind="stable")
     order: NDArray[np.intp] | None = None
-    for shift in range(0, max(prefix_bits, 1), 16):
+    for shift in range(0, prefix_bits, 16):
         digits = ((prefixes >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
         if order is None:
             order = np.argsort(digits, kind="stable")

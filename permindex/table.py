@@ -14,8 +14,8 @@ liveness mask by row; a table stores row numbers only:
   there are at most log_4(n) + 1 of them;
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
   ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
-  run when it holds more than ``memtable_limit`` entries; a batch of at least that many rows
-  becomes a run directly.
+  run when it holds more than ``memtable_limit`` entries; a batch of at least
+  :data:`DIRECT_RUN_MIN` rows (or ``memtable_limit``, if smaller) becomes a run directly.
 
 Within a prefix, order is unspecified: a query only needs the prefix range, and sorting by the
 prefix alone (a radix sort on 16-bit digits) is several times cheaper than sorting by the whole
@@ -42,6 +42,7 @@ from permindex.permutation import Permutation, argsort_prefixes
 
 __all__ = [
     "DEFAULT_MEMTABLE_LIMIT",
+    "DIRECT_RUN_MIN",
     "MAX_ROWS",
     "MERGE_RATIO",
     "Run",
@@ -51,6 +52,9 @@ __all__ = [
 
 #: Default bound of a memtable, entries; above it the memtable is frozen into a run.
 DEFAULT_MEMTABLE_LIMIT = 8192
+#: A batch of at least this many rows (or of ``memtable_limit``, if smaller) becomes a run
+#: directly: numpy sorting beats inserting Python ints into the memtable one by one.
+DIRECT_RUN_MIN = 256
 #: A run is merged into the previous (older) one unless the older is more than this many times
 #: larger.
 MERGE_RATIO = 4
@@ -91,23 +95,51 @@ class Run:
         rows: (m,) uint32, sorted by the prefix of their fingerprints (ties in any order).
         offsets: (2^r + 1,) uint32; rows with bucket b (the top r prefix bits) are
             ``rows[offsets[b]:offsets[b + 1]]``.
+        directory: a memoryview of ``offsets`` (indexing it gives Python ints).
         shift: prefix_bits - r; the bucket of a prefix is ``prefix >> shift``.
     """
 
-    __slots__ = ("offsets", "rows", "shift")
+    __slots__ = ("directory", "offsets", "rows", "shift")
 
-    def __init__(self, rows: Rows, sorted_prefixes: Fingerprints, prefix_bits: int) -> None:
-        """``rows`` (m,) uint32 already sorted by ``sorted_prefixes`` (m,) uint64 (their
-        prefixes, non-decreasing), m >= 1; the prefixes are only used to build the directory."""
-        size = int(rows.size)
-        bits = directory_bits(size, prefix_bits)
-        self.rows: Rows = np.ascontiguousarray(rows, dtype=np.uint32)
-        self.shift = prefix_bits - bits
-        buckets = (sorted_prefixes >> np.uint64(self.shift)).astype(np.intp)
-        counts = np.bincount(buckets, minlength=1 << bits)
+    def __init__(self, rows: Rows, offsets: Rows, shift: int) -> None:
+        """A run from its parts; use :meth:`from_sorted` or :meth:`from_unsorted`."""
+        self.rows = rows
+        self.offsets = offsets
+        self.shift = shift
+        # The same offsets read as Python ints without numpy scalar overhead (single queries).
+        self.directory: memoryview = offsets.data
+
+    @classmethod
+    def from_sorted(cls, rows: Rows, sorted_prefixes: Fingerprints, prefix_bits: int) -> Run:
+        """A run of (m,) uint32 ``rows`` already in the order of their (m,) uint64 prefixes
+        ``sorted_prefixes`` (non-decreasing, below 2^prefix_bits), m >= 1. O(2^r log m)."""
+        bits = directory_bits(int(rows.size), prefix_bits)
+        shift = prefix_bits - bits
+        starts = np.arange((1 << bits) + 1, dtype=np.uint64) << np.uint64(shift)
+        offsets = np.searchsorted(sorted_prefixes, starts).astype(np.uint32)
+        return cls(np.ascontiguousarray(rows, dtype=np.uint32), offsets, shift)
+
+    @classmethod
+    def from_unsorted(
+        cls, rows: Rows | None, prefixes: Fingerprints, prefix_bits: int, *, first_row: int = 0
+    ) -> Run:
+        """A run of (m,) uint32 ``rows`` in any order with their (m,) uint64 ``prefixes``,
+        m >= 1 (``rows`` None: the consecutive rows from ``first_row``, which saves a gather):
+        a stable radix sort by prefix, the directory counted from the buckets. O(m)."""
+        bits = directory_bits(int(prefixes.size), prefix_bits)
+        shift = prefix_bits - bits
+        order = argsort_prefixes(prefixes, prefix_bits)
+        buckets = prefixes >> np.uint64(shift) if shift else prefixes
+        counts = np.bincount(buckets.astype(np.intp), minlength=1 << bits)
         offsets = np.zeros((1 << bits) + 1, dtype=np.uint32)
         np.cumsum(counts, out=offsets[1:])
-        self.offsets: Rows = offsets
+        if rows is None:
+            sorted_rows = order.astype(np.uint32)
+            if first_row:
+                sorted_rows += np.uint32(first_row)
+        else:
+            sorted_rows = rows[order].astype(np.uint32, copy=False)
+        return cls(sorted_rows, offsets, shift)
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -178,23 +210,26 @@ class Table:
         if len(self._memtable) > self.memtable_limit:
             self.freeze(fps, live)
 
-    def add_many(self, rows: Rows, fps: Fingerprints, live: Live) -> None:
-        """Insert (m,) uint32 ``rows`` (fingerprints already in ``fps``). At least
-        ``memtable_limit`` rows become a run directly (radix sort by prefix); fewer go to the
-        memtable."""
-        if rows.size == 0:
+    def add_many(self, first_row: int, count: int, fps: Fingerprints, live: Live) -> None:
+        """Insert the ``count`` consecutive rows from ``first_row`` (fingerprints already in
+        ``fps``). A batch of at least min(:data:`DIRECT_RUN_MIN`, ``memtable_limit``) rows
+        becomes a run directly (radix sort by prefix); a smaller one goes to the memtable."""
+        if count == 0:
             return
-        fingerprints = fps[rows]
+        fingerprints = fps[first_row : first_row + count]
         prefixes = self.permutation.prefix_array(fingerprints)
-        if rows.size >= self.memtable_limit:
-            order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
-            self._push(Run(rows[order], prefixes[order], self.permutation.prefix_bits), fps, live)
+        bits = self.permutation.prefix_bits
+        if count >= min(DIRECT_RUN_MIN, self.memtable_limit):
+            self._push(Run.from_unsorted(None, prefixes, bits, first_row=first_row), fps, live)
             return
         self._memtable.update(
             [
                 (p << _PREFIX_SHIFT) | (f << _FP_SHIFT) | r
                 for p, f, r in zip(
-                    prefixes.tolist(), fingerprints.tolist(), rows.tolist(), strict=True
+                    prefixes.tolist(),
+                    fingerprints.tolist(),
+                    range(first_row, first_row + count),
+                    strict=True,
                 )
             ]
         )
@@ -211,7 +246,9 @@ class Table:
         if not keep.all():
             view_rows, view_prefixes = view_rows[keep], view_prefixes[keep]
         if view_rows.size:
-            self._push(Run(view_rows, view_prefixes, self.permutation.prefix_bits), fps, live)
+            self._push(
+                Run.from_sorted(view_rows, view_prefixes, self.permutation.prefix_bits), fps, live
+            )
 
     def _push(self, run: Run, fps: Fingerprints, live: Live) -> None:
         self._runs.append(run)
@@ -230,8 +267,7 @@ class Table:
         if rows.size == 0:
             return None
         prefixes = self.permutation.prefix_array(fps[rows])
-        order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
-        return Run(rows[order], prefixes[order], self.permutation.prefix_bits)
+        return Run.from_unsorted(rows, prefixes, self.permutation.prefix_bits)
 
     def compact(self, remap: NDArray[np.int64], fps: Fingerprints, live: Live) -> None:
         """Renumber rows: entry ``row`` becomes ``remap[row]``, or is dropped where that is
@@ -245,7 +281,7 @@ class Table:
             if new_rows.size:
                 # Renumbering keeps the order; the prefixes are those of the same fingerprints.
                 prefixes = self.permutation.prefix_array(fps[new_rows])
-                self._push(Run(new_rows, prefixes, bits), fps, live)
+                self._push(Run.from_sorted(new_rows, prefixes, bits), fps, live)
         if self._memtable:
             entries = list(self._memtable)
             old_rows = np.fromiter((e & _ROW_MASK for e in entries), np.int64, len(entries))
@@ -259,28 +295,34 @@ class Table:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup(self, fingerprint: int, fps: Fingerprints) -> tuple[list[int], list[int]]:
-        """Candidates of one query, pure Python for a small result: (rows, their fingerprints)
-        as two lists of ints. Includes every entry whose prefix equals the query's (and, from
-        runs whose directory is coarser than the prefix, some others; dead rows too)."""
+    def lookup(
+        self,
+        fingerprint: int,
+        run_rows: list[Rows],
+        memtable_rows: list[int],
+        memtable_fps: list[int],
+    ) -> None:
+        """Candidates of one query, appended to the caller's lists: from each run, the (view of
+        the) uint32 row slice of the query's bucket to ``run_rows``; from the memtable, rows
+        and fingerprints as ints to ``memtable_rows`` / ``memtable_fps``. Includes every entry
+        whose prefix equals the query's (from runs whose directory is coarser than the prefix,
+        some others too; dead rows too). O(runs + log L) Python operations, no numpy
+        arithmetic."""
         prefix = self.permutation.prefix(fingerprint)
-        rows: list[int] = []
-        found: list[int] = []
         for run in self._runs:
             bucket = prefix >> run.shift
-            lo, hi = run.offsets[bucket : bucket + 2].tolist()
+            directory = run.directory
+            lo = directory[bucket]
+            hi = directory[bucket + 1]
             if hi > lo:
-                selected = run.rows[lo:hi]
-                rows += selected.tolist()
-                found += fps[selected].tolist()
+                run_rows.append(run.rows[lo:hi])
         memtable = self._memtable
         if memtable:
             lo = memtable.bisect_left(prefix << _PREFIX_SHIFT)
             hi = memtable.bisect_left((prefix + 1) << _PREFIX_SHIFT)
             for entry in memtable.islice(lo, hi):
-                rows.append(entry & _ROW_MASK)
-                found.append((entry >> _FP_SHIFT) & _FP_MASK)
-        return rows, found
+                memtable_rows.append(entry & _ROW_MASK)
+                memtable_fps.append((entry >> _FP_SHIFT) & _FP_MASK)
 
     def ranges_many(
         self, prefixes: Fingerprints
