@@ -7,11 +7,11 @@ liveness mask by row; a table stores row numbers only:
 
 * frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix, each with a
   directory ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits,
-  2^r <= m), so the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b+1]]``.
-  When r equals the prefix width the range is exact; otherwise it is a superset that the caller
-  narrows with the candidates' fingerprints (which it reads anyway to verify them). Runs are
-  listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
-  there are at most log_4(n) + 1 of them;
+  2^r <= m / 2), so the rows whose prefix starts with bucket b are
+  ``rows[offsets[b]:offsets[b + 1]]``. When r equals the prefix width the range is exact;
+  otherwise it is a superset that the caller narrows with the candidates' fingerprints (which
+  it reads anyway to verify them). Runs are listed oldest first, and each is more than
+  :data:`MERGE_RATIO` times larger than the next, so there are at most log_4(n) + 1 of them;
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
   ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
   run when it holds more than ``memtable_limit`` entries; a batch of at least
@@ -83,9 +83,10 @@ def _require(condition: bool | np.bool_, message: str) -> None:
 
 
 def directory_bits(size: int, prefix_bits: int) -> int:
-    """Bits r of a run's directory: the largest r with 2^r <= size, at least 1, at most the
-    prefix width (exact ranges when the run is large enough)."""
-    return min(prefix_bits, max(1, size.bit_length() - 1))
+    """Bits r of a run's directory: the largest r with 2^r <= size / 2 (2 to 4 rows per bucket,
+    at most 2 bytes of directory per row), at least 1, at most the prefix width (exact ranges
+    once the run is large enough: from 2^17 rows for 16-bit prefixes)."""
+    return min(prefix_bits, max(1, size.bit_length() - 2))
 
 
 class Run:
