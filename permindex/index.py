@@ -665,7 +665,7 @@ class Index:
         found_d: list[NDArray[np.uint8]],
     ) -> None:
         ranges = [
-            table.ranges_many(perm.prefix_array(chunk))
+            table.ranges_many(perm.prefix_array(chunk), self._fps)
             for table, perm in zip(self._tables, self._permutations, strict=True)
         ]
         total = sum(int(counts.sum()) for per_table in ranges for _, _, counts in per_table)

@@ -175,12 +175,15 @@ class Table:
     ((capacity,) bool) because freezing and merging read them.
     """
 
-    __slots__ = ("_memtable", "_runs", "_view", "memtable_limit", "permutation")
+    __slots__ = ("_memtable", "_memtable_rows", "_runs", "_view", "memtable_limit", "permutation")
 
     def __init__(self, permutation: Permutation, memtable_limit: int = DEFAULT_MEMTABLE_LIMIT):
         self.permutation = permutation
         self.memtable_limit = memtable_limit
         self._memtable = SortedList()
+        # The memtable's rows in insertion order, so that batch queries and freezing build its
+        # arrays with numpy instead of iterating over the SortedList.
+        self._memtable_rows: list[int] = []
         self._runs: list[Run] = []
         # The memtable as (sorted prefixes (m,) uint64, rows (m,) uint32), built on demand for
         # batch queries; None when stale.
@@ -207,6 +210,7 @@ class Table:
         freeze the memtable when it grows past the bound."""
         prefix = self.permutation.prefix(fingerprint)
         self._memtable.add((prefix << _PREFIX_SHIFT) | (fingerprint << _FP_SHIFT) | row)
+        self._memtable_rows.append(row)
         self._view = None
         if len(self._memtable) > self.memtable_limit:
             self.freeze(fps, live)
@@ -234,14 +238,16 @@ class Table:
                 )
             ]
         )
+        self._memtable_rows.extend(range(first_row, first_row + count))
         self._view = None
         if len(self._memtable) > self.memtable_limit:
             self.freeze(fps, live)
 
     def freeze(self, fps: Fingerprints, live: Live) -> None:
         """Turn the memtable into a run (dead rows dropped), then merge runs as needed."""
-        view_prefixes, view_rows = self._memtable_arrays()
+        view_prefixes, view_rows = self._memtable_arrays(fps)
         self._memtable.clear()
+        self._memtable_rows = []
         self._view = None
         keep = live[view_rows]
         if not keep.all():
@@ -292,6 +298,8 @@ class Table:
                 for e, r in zip(entries, new_rows_list, strict=True)
                 if r >= 0
             )
+            remapped_rows = remap[np.array(self._memtable_rows, dtype=np.int64)]
+            self._memtable_rows = remapped_rows[remapped_rows >= 0].tolist()
         self._view = None
 
     # -- reads ------------------------------------------------------------------------------
@@ -326,12 +334,12 @@ class Table:
                 memtable_fps.append((entry >> _FP_SHIFT) & _FP_MASK)
 
     def ranges_many(
-        self, prefixes: Fingerprints
+        self, prefixes: Fingerprints, fps: Fingerprints
     ) -> list[tuple[Rows, NDArray[np.int64], NDArray[np.int64]]]:
         """Candidate ranges of a batch of queries given their prefixes in this table ((q,)
-        uint64). One (rows, lo, counts) per run and for the memtable: query i's candidates there
-        are ``rows[lo[i]:lo[i] + counts[i]]`` (same superset rule as :meth:`lookup`); expand
-        with :func:`gather_ranges`."""
+        uint64); ``fps`` is the index's fingerprint array. One (rows, lo, counts) per run and
+        for the memtable: query i's candidates there are ``rows[lo[i]:lo[i] + counts[i]]``
+        (same superset rule as :meth:`lookup`); expand with :func:`gather_ranges`."""
         out: list[tuple[Rows, NDArray[np.int64], NDArray[np.int64]]] = []
         for run in self._runs:
             buckets = (prefixes >> np.uint64(run.shift)).astype(np.intp)
@@ -339,7 +347,7 @@ class Table:
             counts = run.offsets[buckets + 1].astype(np.int64) - lo
             out.append((run.rows, lo, counts))
         if self._memtable:
-            mem_prefixes, mem_rows = self._memtable_arrays()
+            mem_prefixes, mem_rows = self._memtable_arrays(fps)
             lo = np.searchsorted(mem_prefixes, prefixes, side="left").astype(np.int64)
             hi = np.searchsorted(mem_prefixes, prefixes, side="right").astype(np.int64)
             out.append((mem_rows, lo, hi - lo))
@@ -348,16 +356,17 @@ class Table:
     def all_rows(self) -> NDArray[np.int64]:
         """Every entry's row (tombstones included), (n,) int64, runs then memtable."""
         parts = [run.rows.astype(np.int64) for run in self._runs]
-        parts.append(self._memtable_arrays()[1].astype(np.int64))
+        parts.append(np.array(self._memtable_rows, dtype=np.int64))
         return np.concatenate(parts)
 
-    def _memtable_arrays(self) -> tuple[Fingerprints, Rows]:
+    def _memtable_arrays(self, fps: Fingerprints) -> tuple[Fingerprints, Rows]:
+        """The memtable as (prefixes (m,) uint64 sorted, rows (m,) uint32 in that order),
+        cached until the memtable changes. Built with numpy from the row list: O(m)."""
         if self._view is None:
-            entries = self._memtable
-            n = len(entries)
-            prefixes = np.fromiter((e >> _PREFIX_SHIFT for e in entries), np.uint64, n)
-            rows = np.fromiter((e & _ROW_MASK for e in entries), np.uint32, n)
-            self._view = (prefixes, rows)
+            rows = np.array(self._memtable_rows, dtype=np.uint32)
+            prefixes = self.permutation.prefix_array(fps[rows])
+            order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
+            self._view = (prefixes[order], rows[order])
         return self._view
 
     def memory_bytes(self) -> int:
@@ -374,9 +383,10 @@ class Table:
         :class:`TableCheckError` naming the first broken invariant.
 
         Checked: the memtable is a valid sorted list within its bound, each entry's fingerprint
-        and prefix are those of its row; each run is non-empty, its rows are uint32 below
-        ``n_rows``, sorted by prefix, its directory has the expected width and counts exactly
-        its buckets; each run is more than MERGE_RATIO times larger than the next."""
+        and prefix are those of its row, its row list and cached arrays hold the same rows;
+        each run is non-empty, its rows are uint32 below ``n_rows``, sorted by prefix, its
+        directory has the expected width and counts exactly its buckets; each run is more than
+        MERGE_RATIO times larger than the next."""
         perm = self.permutation
         bits = perm.prefix_bits
         name = f"table {perm.table} {perm.leading_blocks}"
@@ -399,13 +409,17 @@ class Table:
                 bool((prefixes == perm.prefix_array(stored)).all()),
                 f"{name}: memtable entry holds a wrong prefix",
             )
+        fresh_rows = np.fromiter((e & _ROW_MASK for e in entries), np.uint32, len(entries))
+        _require(
+            np.array_equal(np.sort(np.array(self._memtable_rows, np.uint32)), np.sort(fresh_rows)),
+            f"{name}: memtable row list differs from the memtable",
+        )
         if self._view is not None:
             view_prefixes, view_rows = self._view
-            fresh_prefixes = np.fromiter((e >> _PREFIX_SHIFT for e in entries), np.uint64)
-            fresh_rows = np.fromiter((e & _ROW_MASK for e in entries), np.uint32)
             _require(
-                np.array_equal(view_prefixes, fresh_prefixes)
-                and np.array_equal(view_rows, fresh_rows),
+                np.array_equal(np.sort(view_rows), np.sort(fresh_rows))
+                and np.array_equal(view_prefixes, perm.prefix_array(fps[view_rows]))
+                and bool((view_prefixes[1:] >= view_prefixes[:-1]).all()),
                 f"{name}: cached memtable view is stale",
             )
         for i, run in enumerate(self._runs):
