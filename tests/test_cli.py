@@ -85,7 +85,7 @@ def test_importing_the_cli_and_fingerprint_command_pull_no_grpc() -> None:
     modules = _modules_after("import permindex.cli")
     assert "grpc" not in modules
     assert "tqdm" not in modules
-    assert "bs4" not in modules
+    assert "lxml" not in modules
     modules = _modules_after(
         "import contextlib, io, permindex.cli\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"

@@ -298,9 +298,23 @@ def test_html_visible_text() -> None:
 
 
 def test_html_deep_nesting_does_not_recurse() -> None:
-    depth = 5000
+    depth = 1500
     html = "<div>" * depth + "deep text" + "</div>" * depth
     assert html_to_text(html) == "deep text"
+
+
+def test_html_too_deep_is_refused_not_truncated(tmp_path: Path) -> None:
+    depth = 5000
+    html = "<div>" * depth + "deep text" + "</div>" * depth
+    with pytest.raises(InvalidArgumentError, match="cannot be parsed"):
+        html_to_text(html)
+    # In a folder, such a page is skipped and counted, never indexed with partial text.
+    (tmp_path / "deep.html").write_text(html)
+    (tmp_path / "ok.html").write_text("<p>three words here</p>")
+    reader = read_documents(tmp_path)
+    docs = list(reader)
+    assert [d.key for d in docs] == ["ok.html"]
+    assert reader.stats.skipped_by_reason == {"unparseable HTML": 1}
 
 
 def test_document_size_bytes() -> None:
