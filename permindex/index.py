@@ -123,7 +123,7 @@ def _validate_keys(keys: object) -> list[str]:
         set(map(type, out)) == {str}
         and min(map(len, out)) >= 1
         and max(map(len, out)) <= MAX_KEY_BYTES
-        and "".join(out).isascii()
+        and all(map(str.isascii, out))
     ):
         return out
     return [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(out)]
@@ -874,7 +874,7 @@ class Index:
         row (a tombstone) at most once; the dead rows do not exceed the compaction bound."""
         with self._lock:
             n = self._n_rows
-            _require = _check_condition
+            _require = _check_condition  # raises TableCheckError with the message
             _require(self._fps.size == self._live.size >= n, "row arrays shorter than rows")
             _require(not self._live[n:].any(), "live flag set beyond the last row")
             _require(len(self._keys) == n, f"{len(self._keys)} keys by row, {n} rows")

@@ -47,6 +47,8 @@ __all__ = [
     "MERGE_RATIO",
     "Run",
     "Table",
+    "TableCheckError",
+    "directory_bits",
     "gather_ranges",
 ]
 
