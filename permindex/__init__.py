@@ -19,11 +19,12 @@ from permindex.errors import (
 )
 from permindex.fingerprint import simhash, validate_fingerprint
 from permindex.hamming import hamming
-from permindex.index import Index, Match
+from permindex.index import CheckAndAddResult, Index, Match
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckAndAddResult",
     "CorruptFileError",
     "DataDirLockedError",
     "Index",

@@ -157,6 +157,17 @@ def _group_pairs(group_end: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
         start = end
 
 
+class CheckAndAddResult(NamedTuple):
+    """The outcome of :meth:`Index.check_and_add`."""
+
+    #: True when no other key was within k: the key now holds the fingerprint.
+    added: bool
+    #: The other keys within k at the time of the check, sorted by (distance, key).
+    matches: list[Match]
+    #: True when added and the key was stored before the call.
+    replaced: bool
+
+
 class Index:
     """An in-memory near-duplicate index of (key, 64-bit fingerprint) pairs: which keys are
     within Hamming distance k bits of a fingerprint, exactly (no false negatives, no false
@@ -698,18 +709,17 @@ class Index:
                 found_rows.append(rows[keep])
                 found_d.append(distance[selected][keep])
 
-    def check_and_add(
-        self, key: str, fingerprint: int, k: int | None = None
-    ) -> tuple[bool, list[Match]]:
+    def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:
         """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,
         store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry
         never blocks). Query and add happen under one acquisition of the index lock, so of two
         threads adding near-duplicates concurrently exactly one succeeds.
 
         Returns:
-            (added, matches): added is True when no other key was within k (the key now holds
-            ``fingerprint``); matches are the other keys within k, sorted by (distance, key),
-            empty when added.
+            :class:`CheckAndAddResult` (added, matches, replaced): added is True when no other key
+            was within k (the key now holds ``fingerprint``); matches are the other keys within k,
+            sorted by (distance, key), empty when added; replaced is True when added and the key
+            was stored before the call (with any fingerprint).
 
         Raises: as :meth:`add` and :meth:`query`; nothing changes then.
         """
@@ -719,9 +729,10 @@ class Index:
         with self._lock:
             matches = [m for m in self._query_one(value, kk) if m.key != key]
             if matches:
-                return False, matches
+                return CheckAndAddResult(False, matches, False)
+            replaced = key in self._row_of
             self._add(key, value)
-            return True, []
+            return CheckAndAddResult(True, [], replaced)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
         """Every unordered pair of stored keys within Hamming distance ``k`` bits (inclusive;

@@ -25,7 +25,6 @@ SHARED = REPO.parent / "shared"
 REFERENCE = SHARED / "vectors" / "simhash_reference.jsonl"
 
 
-
 def _reference_lines() -> list[dict[str, object]]:
     if not REFERENCE.exists():
         pytest.skip(f"shared reference vectors not found at {REFERENCE}")

@@ -27,6 +27,7 @@ from strategies import (
 import permindex.index as index_module
 from permindex import Index, InvalidArgumentError, Match, NotFoundError, hamming
 from permindex.hamming import brute_force_pairs, brute_force_query
+from permindex.index import CheckAndAddResult
 from permindex.permutation import Design
 
 TOP = (1 << 64) - 1
@@ -440,10 +441,11 @@ def test_randomized_stress(design_k: Design_K, seed: int) -> None:
             model[key] = value
         else:
             key, value = rng.choice(pool), fingerprint()
-            added, matches = index.check_and_add(key, value)
+            added, matches, replaced = index.check_and_add(key, value)
             others = [m for m in expected_query(*_model_arrays(model), value, k) if m.key != key]
             assert matches == ([] if added else others)
             assert added == (not others)
+            assert replaced == (added and key in model)
             if added:
                 model[key] = value
         index._check()
@@ -539,26 +541,25 @@ def test_invalid_input_raises_and_changes_nothing(
 def test_check_and_add_semantics() -> None:
     index = Index()
     base = 0x0123_4567_89AB_CDEF
-    assert index.check_and_add("a", base) == (True, [])
-    assert index.check_and_add("b", base ^ 0b111) == (False, [Match("a", base, 3)])
+    assert index.check_and_add("a", base) == (True, [], False)
+    assert index.check_and_add("b", base ^ 0b111) == (False, [Match("a", base, 3)], False)
     assert "b" not in index
-    assert index.check_and_add("b", base ^ 0b111, k=2) == (True, [])
+    assert index.check_and_add("b", base ^ 0b111, k=2) == (True, [], False)
     # The key's own entry does not block; its fingerprint is replaced.
-    assert index.check_and_add("a", base ^ 0b1000_0000, k=0) == (True, [])
+    assert index.check_and_add("a", base ^ 0b1000_0000, k=0) == (True, [], True)
     assert index.get("a") == base ^ 0b1000_0000
-    added, matches = index.check_and_add("a", base ^ 0b111)
+    added, matches, replaced = index.check_and_add("a", base ^ 0b111)
+    assert not replaced
     assert not added and matches == [Match("b", base ^ 0b111, 0)]
     assert index.get("a") == base ^ 0b1000_0000  # unchanged when blocked
     index._check()
 
 
-def race_check_and_add(
-    index: Index, calls: list[tuple[str, int]]
-) -> list[tuple[bool, list[Match]]]:
+def race_check_and_add(index: Index, calls: list[tuple[str, int]]) -> list[CheckAndAddResult]:
     """Run ``index.check_and_add(key, value)`` for each call in its own thread, all released
     at once by a barrier; the results in call order."""
     barrier = threading.Barrier(len(calls))
-    results: list[tuple[bool, list[Match]]] = [(False, [])] * len(calls)
+    results = [CheckAndAddResult(False, [], False)] * len(calls)
 
     def worker(i: int) -> None:
         barrier.wait()
@@ -580,10 +581,11 @@ def test_racing_near_duplicates_exactly_one_added(threads: int) -> None:
         base = rng.getrandbits(64)
         calls = [(f"doc{i}", base ^ (1 << (i * 10))) for i in range(threads)]  # 2 bits apart
         results = race_check_and_add(index, calls)
-        assert sum(added for added, _ in results) == 1
+        assert sum(result.added for result in results) == 1
         assert len(index) == 1
         (winner,) = list(index)
-        for added, matches in results:
+        for added, matches, replaced in results:
+            assert not replaced
             if not added:
                 assert [m.key for m in matches] == [winner]
         index._check()

@@ -287,10 +287,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 if fp is None:
                     response.results.add(key=key, status=_TOO_SHORT)
                     continue
-                # (the label REPLACED/ADDED can race with a concurrent add of the same key; what
-                # is stored cannot: check_and_add is atomic)
-                replaced = key in self.index
-                added, matches = self.index.check_and_add(key, fp, k=k)
+                added, matches, replaced = self.index.check_and_add(key, fp, k=k)
                 if added:
                     changes += 1
                     status = _REPLACED if replaced else _ADDED
