@@ -4,8 +4,9 @@ Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling", section 3.
 Layout (see :mod:`permindex.table` for one table):
 
 * rows: every stored fingerprint has a row number; ``_fps`` ((capacity,) uint64) holds the
-  fingerprint of each row, ``_live`` ((capacity,) bool) whether the row is current, ``_keys``
-  (list, by row) its key or None once dead, ``_row_of`` (dict) the current row of each key.
+  fingerprint of each row, ``_live`` ((capacity,) bool) whether the row is current, and
+  ``_store`` (a :class:`~permindex.keystore.KeyStore`: UTF-8 bytes in one buffer and a numpy hash
+  table, no Python object per key) each row's key and the current row of each key.
   Rows are appended and never change; replacing a key's fingerprint kills its row and appends a
   new one. When dead rows outnumber live ones (and a minimum), a compaction renumbers the rows and
   drops the dead ones from every table;
@@ -22,7 +23,6 @@ table whose prefix it shares (``(a ^ b) & leading_mask == 0``), so no set is nee
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundError
 from permindex.fingerprint import validate_fingerprint
 from permindex.hamming import as_fingerprint_array
+from permindex.keystore import EncodedKeys, KeyStore, batch_subset, encode_keys, hash_key
 from permindex.permutation import DEFAULT_DESIGN, Design, argsort_prefixes
 from permindex.table import (
     DEFAULT_MEMTABLE_LIMIT,
@@ -61,7 +62,6 @@ _CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above
 _PAIR_BUDGET = 1 << 21  # candidate pairs per numpy pass of pairs()
 _SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
 _PYTHON_VERIFY = 16  # a single query verifies at most this many run candidates in Python
-_INT_BYTES = 28  # a Python int >= 2^30 (a row number in the key dict)
 _MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
 
 _U64 = NDArray[np.uint64]
@@ -112,21 +112,23 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _validate_keys(keys: object) -> list[str]:
+def _validate_keys(keys: object) -> tuple[list[str], EncodedKeys]:
+    """The keys as a list and encoded for the key store, every key validated (as
+    :func:`validate_key`; the error names the first bad position)."""
     if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
         raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
-    out = list(keys)
-    if not out:
-        return out
-    # Fast path, C loops only: all plain str, non-empty, all ASCII (so bytes == characters).
-    if (
-        set(map(type, out)) == {str}
-        and min(map(len, out)) >= 1
-        and max(map(len, out)) <= MAX_KEY_BYTES
-        and all(map(str.isascii, out))
-    ):
-        return out
-    return [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(out)]
+    out = keys if type(keys) is list else list(keys)
+    # Fast path, C loops only: one join and encode; sizes checked on the encoded lengths.
+    try:
+        batch: EncodedKeys | None = encode_keys(out)
+    except (TypeError, UnicodeEncodeError):
+        batch = None
+    if batch is not None:
+        lengths = batch.lengths
+        if not out or (int(lengths.min()) >= 1 and int(lengths.max()) <= MAX_KEY_BYTES):
+            return out, batch
+    out = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(out)]
+    return out, encode_keys(out)  # only reached if the fast path was too strict
 
 
 def _check_int(value: object, name: str) -> int:
@@ -239,9 +241,7 @@ class Index:
         self._fps: _U64 = np.zeros(0, dtype=np.uint64)
         self._live: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self._n_rows = 0
-        self._keys: list[str | None] = []
-        self._row_of: dict[str, int] = {}
-        self._key_bytes = 0  # sys.getsizeof of the live keys
+        self._store = KeyStore()
 
     @classmethod
     def from_arrays(
@@ -280,27 +280,34 @@ class Index:
     def __len__(self) -> int:
         """Number of keys stored."""
         with self._lock:
-            return len(self._row_of)
+            return len(self._store)
 
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` is stored (False for anything that is not a str)."""
         if not isinstance(key, str):
             return False
+        try:
+            data = key.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        h = hash_key(data)
         with self._lock:
-            return key in self._row_of
+            return self._store.find(data, h) >= 0
 
     def __iter__(self) -> Iterator[str]:
         """The keys, in the order they were first added (a copy taken under the lock)."""
         with self._lock:
-            return iter(list(self._row_of))
+            rows = np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
+            return iter(self._store.keys(self._store.iteration_order(rows)))
 
     def get(self, key: str) -> int | None:
         """The fingerprint stored under ``key`` (int), or None. Raises TypeError /
         InvalidArgumentError for a malformed key (see :func:`validate_key`)."""
-        key = validate_key(key)
+        data = validate_key(key).encode("utf-8")
+        h = hash_key(data)
         with self._lock:
-            row = self._row_of.get(key)
-            return None if row is None else int(self._fps[row])
+            row = self._store.find(data, h)
+            return None if row < 0 else int(self._fps[row])
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -317,29 +324,30 @@ class Index:
             InvalidArgumentError: a malformed key, or a fingerprint outside [0, 2^64).
             LimitExceededError: 2^32 rows would be needed.
         """
-        key = validate_key(key)
+        data = validate_key(key).encode("utf-8")
         value = validate_fingerprint(fingerprint)
+        h = hash_key(data)
         with self._lock:
-            return self._add(key, value)
+            return self._add(data, h, value)
 
-    def _add(self, key: str, value: int) -> bool:
+    def _add(self, data: bytes, h: int, value: int) -> bool:
         self._reserve(1)
-        old = self._row_of.get(key)
-        if old is not None:
+        store = self._store
+        old = store.find(data, h)
+        if old >= 0:
             if int(self._fps[old]) == value:
                 return False
-            self._kill(old)
-        row = self._n_rows
+            self._live[old] = False
+            store.unlink(old)
+        row = store.append(data, h, moved_from=old)
+        assert row == self._n_rows
         self._fps[row] = value
         self._live[row] = True
-        self._keys.append(key)
-        self._row_of[key] = row
-        self._key_bytes += sys.getsizeof(key)
         self._n_rows = row + 1
         for table in self._tables:
             table.add(row, value, self._fps, self._live)
         self._maybe_compact()
-        return old is None
+        return old < 0
 
     def add_many(
         self, keys: Iterable[str], fingerprints: Iterable[int] | _U64
@@ -365,7 +373,7 @@ class Index:
             LimitExceededError: 2^32 rows would be needed.
             Nothing is stored when any of these is raised.
         """
-        key_list = _validate_keys(keys)
+        key_list, batch = _validate_keys(keys)
         values = as_fingerprint_array(fingerprints)
         n = len(key_list)
         if values.size != n:
@@ -374,62 +382,56 @@ class Index:
                 value=(n, int(values.size)),
             )
         with self._lock:
-            return self._add_many(key_list, values)
+            return self._add_many(key_list, batch, values)
 
-    def _add_many(self, key_list: list[str], values: _U64) -> NDArray[np.bool_]:
+    def _add_many(self, key_list: list[str], batch: EncodedKeys, values: _U64) -> NDArray[np.bool_]:
         n = len(key_list)
-        row_of = self._row_of
-        if not row_of:
-            new = np.ones(n, dtype=bool)
-        else:
-            new = np.fromiter((key not in row_of for key in key_list), dtype=bool, count=n)
         if n == 0:
-            return new
-        last = dict(zip(key_list, range(n), strict=True))
-        if len(last) == n and self._n_rows == 0:
-            # Bulk load into an empty index: rows are the positions, ``last`` is the key dict.
-            self._append_rows(key_list, values, key_dict=last)
-            return new
-        if len(last) != n:  # repeated keys: the last occurrence wins, in order of position
-            positions = np.fromiter(last.values(), dtype=np.int64, count=len(last))
-            positions.sort()
-            key_list = [key_list[i] for i in positions.tolist()]
-            values = values[positions]
-        self._reserve(len(key_list))  # may compact (renumber rows): look rows up after it
-        if row_of:
-            old = np.fromiter((row_of.get(key, -1) for key in key_list), np.int64)
-            replaced = np.flatnonzero(old >= 0)
-            if replaced.size:
-                same = self._fps[old[replaced]] == values[replaced]
-                for row in old[replaced[~same]].tolist():
-                    self._kill(row)
-                if same.any():  # unchanged fingerprints: nothing to do for those keys
-                    apply = np.ones(len(key_list), dtype=bool)
-                    apply[replaced[same]] = False
-                    key_list = [key for key, a in zip(key_list, apply.tolist(), strict=True) if a]
-                    values = values[apply]
-        self._append_rows(key_list, values)
+            return np.ones(0, dtype=bool)
+        self._reserve(n)  # may compact (renumber rows): look rows up after it
+        store = self._store
+        old = store.find_many(batch)
+        new = old < 0
+        if n > 1:
+            ordered = np.sort(batch.hashes)
+            if bool((ordered[1:] == ordered[:-1]).any()):
+                # Equal hashes: maybe a repeated key. The last occurrence wins, in order of
+                # position (a dict over the keys is exact whatever the hashes).
+                last = dict(zip(key_list, range(n), strict=True))
+                if len(last) != n:
+                    positions = np.fromiter(last.values(), dtype=np.int64, count=len(last))
+                    positions.sort()
+                    key_list = [key_list[i] for i in positions.tolist()]
+                    batch = encode_keys(key_list)
+                    values = values[positions]
+                    old = old[positions]
+        replaced = np.flatnonzero(old >= 0)
+        if replaced.size:
+            same = self._fps[old[replaced]] == values[replaced]
+            if same.any():  # unchanged fingerprints: nothing to do for those keys
+                apply = np.ones(old.size, dtype=bool)
+                apply[replaced[same]] = False
+                keep = np.flatnonzero(apply)
+                if keep.size == 0:
+                    return new
+                batch = batch_subset(batch, keep)
+                values = values[keep]
+                old = old[keep]
+            self._live[old[old >= 0]] = False
+        self._append_rows(batch, values, old if replaced.size else None)
         self._maybe_compact()
         return new
 
-    def _append_rows(
-        self, keys: list[str], values: _U64, key_dict: dict[str, int] | None = None
-    ) -> None:
-        """Store ``keys`` (none of them stored, no repeats) with ``values`` as new rows.
-        ``key_dict``, only for an index with no rows, is ``{key: position}`` to adopt as the key
-        dict instead of building one."""
-        m = len(keys)
+    def _append_rows(self, batch: EncodedKeys, values: _U64, moved_from: _I64 | None) -> None:
+        """Store the keys of ``batch`` (no repeats; each either not stored, or stored on the row
+        ``moved_from[i]``, already dead) with ``values`` as new rows."""
+        m = int(values.size)
         self._reserve(m)
         start = self._n_rows
+        first = self._store.append_many(batch, moved_from)
+        assert first == start
         self._fps[start : start + m] = values
         self._live[start : start + m] = True
-        self._keys.extend(keys)
-        if key_dict is not None:
-            assert start == 0 and not self._row_of
-            self._row_of = key_dict
-        else:
-            self._row_of.update(zip(keys, range(start, start + m), strict=True))
-        self._key_bytes += sum(map(sys.getsizeof, keys))
         self._n_rows = start + m
         for table in self._tables:
             table.add_many(start, m, self._fps, self._live)
@@ -440,7 +442,7 @@ class Index:
         then. O(1) (a tombstone) plus amortized compaction."""
         key = validate_key(key)
         with self._lock:
-            if not self._discard(key):
+            if not self._discard(key.encode("utf-8")):
                 raise NotFoundError(f"key {_short(key)} is not stored", key=key)
 
     def discard(self, key: str) -> bool:
@@ -448,25 +450,16 @@ class Index:
         for a malformed key."""
         key = validate_key(key)
         with self._lock:
-            return self._discard(key)
+            return self._discard(key.encode("utf-8"))
 
-    def _discard(self, key: str) -> bool:
-        row = self._row_of.pop(key, None)
-        if row is None:
+    def _discard(self, data: bytes) -> bool:
+        row = self._store.find(data, hash_key(data))
+        if row < 0:
             return False
         self._live[row] = False
-        self._keys[row] = None
-        self._key_bytes -= sys.getsizeof(key)
+        self._store.unlink(row)
         self._maybe_compact()
         return True
-
-    def _kill(self, row: int) -> None:
-        """Make ``row`` a tombstone (its key is being given a new row)."""
-        key = self._keys[row]
-        self._live[row] = False
-        self._keys[row] = None
-        if key is not None:
-            self._key_bytes -= sys.getsizeof(key)
 
     def _reserve(self, extra: int) -> None:
         """Make room for ``extra`` more rows, compacting first if row numbers would overflow."""
@@ -489,8 +482,8 @@ class Index:
             self._fps, self._live = fps, live
 
     def _maybe_compact(self) -> None:
-        dead = self._n_rows - len(self._row_of)
-        if dead > max(self._compaction_min, len(self._row_of)):
+        live = len(self._store)
+        if self._n_rows - live > max(self._compaction_min, live):
             self._compact()
 
     def _compact(self) -> None:
@@ -505,12 +498,7 @@ class Index:
         fps[:m] = self._fps[live_rows]
         live = np.zeros(capacity, dtype=bool)
         live[:m] = True
-        old_keys = self._keys
-        keys: list[str | None] = [old_keys[row] for row in live_rows.tolist()]
-        for row, key in enumerate(keys):
-            assert key is not None
-            self._row_of[key] = row  # assignment keeps the dict's (first-added) order
-        self._keys = keys
+        self._store.compact(live_rows.astype(np.int64))
         self._fps, self._live, self._n_rows = fps, live, m
         for table in self._tables:
             table.compact(remap, fps, live)
@@ -597,12 +585,9 @@ class Index:
             d = (query ^ value).bit_count()
             if d <= k:
                 hits[row] = (value, d)
-        keys = self._keys
-        out: list[Match] = []
-        for row, (value, d) in hits.items():
-            key = keys[row]
-            if key is not None:
-                out.append(Match(key, value, d))
+        live = self._live
+        key_of = self._store.key
+        out = [Match(key_of(row), value, d) for row, (value, d) in hits.items() if live[row]]
         out.sort(key=_MATCH_ORDER)
         return out
 
@@ -649,17 +634,14 @@ class Index:
         q_all = np.concatenate(found_q)
         rows_all = np.concatenate(found_rows)
         d_all = np.concatenate(found_d)
-        keys = self._keys
         touched: set[int] = set()
-        for q, row, value, distance in zip(
+        for q, key, value, distance in zip(
             q_all.tolist(),
-            rows_all.tolist(),
+            self._store.keys(rows_all),
             self._fps[rows_all].tolist(),
             d_all.tolist(),
             strict=True,
         ):
-            key = keys[row]
-            assert key is not None
             results[q].append(Match(key, value, distance))
             touched.add(q)
         for q in touched:
@@ -726,12 +708,14 @@ class Index:
         key = validate_key(key)
         value = validate_fingerprint(fingerprint)
         kk = self._resolve_k(k)
+        data = key.encode("utf-8")
+        h = hash_key(data)
         with self._lock:
             matches = [m for m in self._query_one(value, kk) if m.key != key]
             if matches:
                 return CheckAndAddResult(False, matches, False)
-            replaced = key in self._row_of
-            self._add(key, value)
+            replaced = self._store.find(data, h) >= 0
+            self._add(data, h, value)
             return CheckAndAddResult(True, [], replaced)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
@@ -751,12 +735,10 @@ class Index:
         kk = self._resolve_k(k)
         with self._lock:
             rows_a, rows_b, distances = self._pairs(kk)
-            keys = self._keys
+            keys_a = self._store.keys(rows_a)
+            keys_b = self._store.keys(rows_b)
             out: list[tuple[str, str, int]] = []
-            for a, b, d in zip(rows_a.tolist(), rows_b.tolist(), distances.tolist(), strict=True):
-                key_a = keys[a]
-                key_b = keys[b]
-                assert key_a is not None and key_b is not None
+            for key_a, key_b, d in zip(keys_a, keys_b, distances.tolist(), strict=True):
                 out.append((key_a, key_b, d) if key_a < key_b else (key_b, key_a, d))
         out.sort()
         return out
@@ -854,25 +836,31 @@ class Index:
         fingerprints a new (n,) uint64 array, element i stored under keys[i]. Order: by row
         (the order the current fingerprints were stored in)."""
         with self._lock:
-            live_rows = np.flatnonzero(self._live[: self._n_rows])
-            keys = self._keys
-            out_keys: list[str] = []
-            for row in live_rows.tolist():
-                key = keys[row]
-                assert key is not None
-                out_keys.append(key)
-            return out_keys, self._fps[live_rows]
+            live = self._live[: self._n_rows]
+            return self._store.live_keys(live), self._fps[: self._n_rows][live]
+
+    def export_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64]:
+        """As :meth:`export`, with the keys in compact form, for writers that do not need str
+        objects (a snapshot): ((n,) int64 UTF-8 byte lengths, the UTF-8 bytes of every key each
+        followed by a NUL, concatenated ((m,) uint8), (n,) uint64 fingerprints), in the order of
+        :meth:`export`. No Python object per key: O(n + key bytes) numpy work."""
+        with self._lock:
+            live_rows = np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
+            lengths, blob = self._store.export(live_rows)
+            return lengths, blob, self._fps[live_rows]
 
     def memory_bytes(self) -> int:
-        """Estimated bytes held: the fingerprint and liveness arrays (by capacity), every
-        table's runs and memtable, and the keys (str objects, the key dict and the row list).
-        Python object overheads are estimated, not measured."""
+        """Bytes held by the arrays (by capacity): fingerprints and liveness, every table's runs
+        (plus an estimate for the memtable entries, Python ints), and the key store."""
+        with self._lock:
+            return self.table_bytes() + self._store.nbytes()
+
+    def table_bytes(self) -> int:
+        """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity)
+        and the tables."""
         with self._lock:
             total = int(self._fps.nbytes + self._live.nbytes)
-            total += sum(table.memory_bytes() for table in self._tables)
-            total += sys.getsizeof(self._keys) + sys.getsizeof(self._row_of)
-            total += self._key_bytes + _INT_BYTES * len(self._row_of)
-            return total
+            return total + sum(table.memory_bytes() for table in self._tables)
 
     def _check(self) -> None:
         """Verify every invariant in O(n) (numpy) and raise
@@ -888,21 +876,18 @@ class Index:
             _require = _check_condition  # raises TableCheckError with the message
             _require(self._fps.size == self._live.size >= n, "row arrays shorter than rows")
             _require(not self._live[n:].any(), "live flag set beyond the last row")
-            _require(len(self._keys) == n, f"{len(self._keys)} keys by row, {n} rows")
             live = self._live[:n]
-            _require(int(live.sum()) == len(self._row_of), "live rows != stored keys")
-            for key, row in self._row_of.items():
-                _require(0 <= row < n and bool(live[row]), f"key {key!r} -> dead row {row}")
-                _require(self._keys[row] == key, f"row {row} holds another key than {key!r}")
-            dead_keys = sum(1 for key in self._keys if key is None)
-            _require(dead_keys == n - len(self._row_of), "dead rows still hold a key")
+            store = self._store
+            _require(store.rows == n, f"{store.rows} keys by row, {n} rows")
+            for problem in store._check():
+                _require(False, f"key store: {problem}")
             _require(
-                sum(map(sys.getsizeof, self._row_of)) == self._key_bytes,
-                "key byte count is off",
+                np.array_equal(store.linked_rows(), np.flatnonzero(live)),
+                "live rows are not exactly the rows the key store finds",
             )
-            dead = n - len(self._row_of)
+            dead = n - len(store)
             _require(
-                dead <= max(self._compaction_min, len(self._row_of)),
+                dead <= max(self._compaction_min, len(store)),
                 f"{dead} dead rows were not compacted",
             )
             for table in self._tables:

@@ -1,0 +1,144 @@
+"""The key store: every operation against a dict model, with hash collisions forced (a hash with
+a handful of values), growth of every array, removal with backward-shift deletion, compaction,
+keys holding NUL and non-ASCII characters; and the index on top of it with the same collisions.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import permindex.keystore as keystore_module
+from permindex import Index
+from permindex.keystore import KeyStore, batch_subset, encode_keys, hash_key
+
+
+@pytest.fixture
+def colliding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key hashes to one of 32 values: long probe sequences, equal hashes of different
+    keys, so only the byte comparison can tell keys apart."""
+
+    def weak(data: bytes) -> int:
+        return (len(data) % 2) * (1 << 63) + data[-1] % 16
+
+    monkeypatch.setattr(keystore_module, "xxh3_64_intdigest", weak)
+
+
+KEYS = [
+    "a",
+    "b",
+    "doc-00000001",
+    "é",
+    "\U0001f600x",
+    "nul\x00inside",
+    "\x00",
+    "x" * 1024,
+    "7",
+    "77",
+]
+
+
+def check(store: KeyStore, model: dict[str, int]) -> None:
+    assert store._check() == []
+    assert len(store) == len(model)
+    for key, row in model.items():
+        data = key.encode()
+        assert store.find(data, hash_key(data)) == row
+        assert store.key(row) == key
+    batch = encode_keys([*model, "absent", "absent\x00"])
+    assert store.find_many(batch).tolist() == [*model.values(), -1, -1]
+    rows = np.array(sorted(model.values()), dtype=np.int64)
+    assert store.keys(rows) == [store.key(r) for r in rows.tolist()]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_store_against_a_dict(collide: bool, request: pytest.FixtureRequest) -> None:
+    if collide:
+        request.getfixturevalue("colliding")
+    rng = random.Random(5)
+    store = KeyStore()
+    model: dict[str, int] = {}  # key -> live row
+    pool = KEYS + [f"k{i}" for i in range(300)]
+    for step in range(2000):
+        op = rng.random()
+        key = rng.choice(pool)
+        data = key.encode()
+        h = hash_key(data)
+        if op < 0.5:
+            old = model.get(key, -1)
+            if old >= 0:
+                store.unlink(old)
+            model[key] = store.append(data, h, moved_from=old)
+        elif op < 0.7 and key in model:
+            store.unlink(model.pop(key))
+        elif op < 0.8:
+            batch_keys = list(dict.fromkeys(rng.choice(pool) for _ in range(rng.randint(1, 40))))
+            batch = encode_keys(batch_keys)
+            old_rows = store.find_many(batch)
+            assert old_rows.tolist() == [model.get(k, -1) for k in batch_keys]
+            first = store.append_many(batch, old_rows)
+            for i, k in enumerate(batch_keys):
+                model[k] = first + i
+        elif op < 0.82:
+            keep = np.array(sorted(model.values()), dtype=np.int64)
+            order = sorted(model, key=model.__getitem__)
+            store.compact(keep)
+            model = {k: i for i, k in enumerate(order)}
+        if step % 300 == 0:
+            check(store, model)
+    check(store, model)
+
+
+def test_first_added_order_survives_moves_and_compaction() -> None:
+    store = KeyStore()
+    rows = {k: store.append(k.encode(), hash_key(k.encode())) for k in ["c", "a", "b"]}
+    store.unlink(rows["a"])
+    rows["a"] = store.append(b"a", hash_key(b"a"), moved_from=rows["a"])
+    live = np.array(sorted(rows.values()), dtype=np.int64)
+    assert store.keys(store.iteration_order(live)) == ["c", "a", "b"]
+    store.compact(live)
+    assert store.keys(store.iteration_order(np.arange(3, dtype=np.int64))) == ["c", "a", "b"]
+
+
+def test_growth_and_export() -> None:
+    store = KeyStore()
+    keys = [f"https://example.org/{i}/" + "é" * (i % 7) for i in range(20000)]
+    first = store.append_many(encode_keys(keys[:10]))
+    store.append_many(encode_keys(keys[10:]))
+    assert first == 0 and store.rows == 20000 and store._check() == []
+    rows = np.arange(0, 20000, 3, dtype=np.int64)
+    lengths, blob = store.export(rows)
+    expected = [keys[i].encode() for i in rows.tolist()]
+    assert lengths.tolist() == [len(e) for e in expected]
+    assert blob.tobytes() == b"".join(e + b"\x00" for e in expected)
+    live = np.zeros(20000, dtype=bool)
+    live[rows] = True
+    assert store.live_keys(live) == [keys[i] for i in rows.tolist()]
+    assert store.keys(rows[::-1]) == [keys[i] for i in rows[::-1].tolist()]
+    subset = batch_subset(encode_keys(keys[:50]), np.array([1, 4, 49], dtype=np.int64))
+    assert subset.lengths.tolist() == [len(keys[i].encode()) for i in (1, 4, 49)]
+    assert store.find_many(subset).tolist() == [1, 4, 49]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_index_with_colliding_hashes(collide: bool, request: pytest.FixtureRequest) -> None:
+    if collide:
+        request.getfixturevalue("colliding")
+    index = Index(memtable_limit=8, compaction_min=4)
+    names = KEYS + [f"k{i}" for i in range(200)]
+    values = [i * 0x9E37_79B9_7F4A_7C15 % (1 << 64) for i in range(len(names))]
+    assert index.add_many(names, values).all()
+    assert index.add_many(names[:5] + names[:5], values[5:15]).tolist() == [False] * 10
+    for i, name in enumerate(names):
+        expected = values[5 + i % 5 + 5] if i < 5 else values[i]
+        assert index.get(name) == expected and name in index
+    for name in names[::3]:
+        index.remove(name)
+    assert all((name in index) == (i % 3 != 0) for i, name in enumerate(names))
+    index._check()
+    keys_, _ = index.export()
+    assert sorted(keys_) == sorted(n for i, n in enumerate(names) if i % 3)
+    assert index.check_and_add("new", 12345).added
+    index._check()
