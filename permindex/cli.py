@@ -281,6 +281,13 @@ class _RequestFeed:
             self.error = error
 
 
+def _stored_before(count: int) -> str:
+    """ "1 document before it was stored" / "N documents before it were stored"."""
+    if count == 1:
+        return "1 document before it was stored"
+    return f"{count} documents before it were stored"
+
+
 def ingest(
     reader: DocumentReader,
     address: str,
@@ -320,15 +327,13 @@ def ingest(
                 bar.update(position - bar.n if by_bytes else len(response.results))
     except CommandError as error:
         if feed.error is None:
-            error.args = (f"{error} ({summary.documents} documents before it were stored)",)
+            error.args = (f"{error} ({_stored_before(summary.documents)})",)
             raise
     finally:
         bar.close()
     if feed.error is not None:
         # The input broke off (a malformed line): the batches before it were acknowledged.
-        failure = CommandError(
-            f"{feed.error} ({summary.documents} documents before it were stored)", "error"
-        )
+        failure = CommandError(f"{feed.error} ({_stored_before(summary.documents)})", "error")
         failure.exit_code = exit_code_for(feed.error)
         raise failure from feed.error
     summary.skipped = reader.stats.skipped
@@ -741,7 +746,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--k", type=_non_negative, metavar="N", help="largest distance (default: the server's k)"
     )
     query.add_argument(
-        "--limit", type=_non_negative, metavar="N", help="at most N matches (default: all)"
+        "--limit",
+        type=_non_negative,
+        metavar="N",
+        help="at most N matches, the nearest (default, or 0: all)",
     )
     query.add_argument(
         "--shingle-size",

@@ -384,8 +384,8 @@ class DocumentReader:
             raise bad(f'"id": {error}', key) from None
         has_text, has_fp = "text" in obj, "fingerprint" in obj
         if has_text == has_fp:
-            which = "both" if has_text else "neither"
-            raise bad(f'{which} "text" and "fingerprint": give exactly one')
+            which = 'both "text" and' if has_text else 'neither "text" nor'
+            raise bad(f'{which} "fingerprint": give exactly one')
         if has_text:
             text = obj["text"]
             if not isinstance(text, str):

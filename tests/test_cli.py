@@ -425,7 +425,7 @@ def test_ingest_fingerprints_decimal_and_hex(
     [
         ("{oops", "bad JSON"),
         ('{"text": "no id at all"}', 'no "id"'),
-        ('{"id": "x"}', 'neither "text" and "fingerprint"'),
+        ('{"id": "x"}', 'neither "text" nor "fingerprint"'),
         ('{"id": "x", "text": "a b c", "fingerprint": 1}', 'both "text" and "fingerprint"'),
         ('{"id": "x", "fingerprint": -3}', "fingerprint -3 is outside"),
         ('{"id": "x", "fingerprint": 18446744073709551616}', "18446744073709551616"),

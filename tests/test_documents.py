@@ -129,7 +129,7 @@ def test_jsonl_from_stdin_stream() -> None:
         ("{not json", "bad JSON"),
         ('["a", "b"]', "JSON object"),
         ('{"text": "no id"}', 'no "id"'),
-        ('{"id": "a"}', 'neither "text" and "fingerprint"'),
+        ('{"id": "a"}', 'neither "text" nor "fingerprint"'),
         ('{"id": "a", "text": "t", "fingerprint": 1}', 'both "text" and "fingerprint"'),
         ('{"id": "a", "fingerprint": -5}', "-5"),
         ('{"id": "a", "fingerprint": 18446744073709551616}', "18446744073709551616"),
