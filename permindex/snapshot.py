@@ -445,6 +445,8 @@ class DataDir:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.snapshot_path = self.path / SNAPSHOT_NAME
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(f"data directory {self.path} exists and is not a directory")
         self.path.mkdir(parents=True, exist_ok=True)
         lock_path = self.path / LOCK_NAME
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)

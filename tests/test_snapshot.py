@@ -283,3 +283,11 @@ def test_data_dir_corrupt_snapshot_names_the_previous_generation(tmp_path: Path)
     (root / SNAPSHOT_NAME).write_bytes(b"garbage")
     with DataDir(root) as data_dir, pytest.raises(CorruptFileError, match=r"snapshot\.pmx\.prev"):
         data_dir.load()
+
+
+def test_data_dir_that_is_a_file_is_refused_clearly(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
+        DataDir(not_a_dir)
+    assert not_a_dir.read_text() == "x"
