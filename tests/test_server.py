@@ -785,6 +785,7 @@ def test_sigterm_finishes_in_flight_calls_then_snapshots(tmp_path: Path) -> None
         expect_status(grpc.StatusCode.UNAVAILABLE, stub.Stats, pb.StatsRequest())
     assert proc.wait() == 0, "".join(proc.stderr)
     assert "Traceback" not in "".join(proc.stderr)
+    assert proc.stderr[-1].startswith("permindex: stopped; snapshot of 102 keys written to ")
     snapshot = read_snapshot(data_dir / SNAPSHOT_NAME)
     assert snapshot.info.count == 102
     assert {"stream/1", "stream/2", "before/99"} <= set(snapshot.keys)
@@ -796,6 +797,7 @@ def test_sigterm_finishes_in_flight_calls_then_snapshots(tmp_path: Path) -> None
         assert get_all(stub, ["stream/2", "before/5"]) == {"stream/2": 2, "before/5": 5}
     again.process.send_signal(signal.SIGINT)
     assert again.wait() == 0
+    assert again.stderr[-1] == "permindex: stopped; nothing changed since the last snapshot\n"
 
 
 def test_run_server_refuses_a_corrupt_snapshot_with_one_line(tmp_path: Path) -> None:

@@ -375,10 +375,16 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
         while not stop.wait(0.5):
             pass
         try:
-            running.stop(config.grace_seconds)
+            info = running.stop(config.grace_seconds)
         except Exception as error:
             print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
             return exit_code_for(error)
+        done = (
+            f"snapshot of {info.count} keys written to {info.path}"
+            if info is not None
+            else "nothing changed since the last snapshot"
+        )
+        print(f"permindex: stopped; {done}", file=sys.stderr, flush=True)
         return 0
     finally:
         if not running.stopped:  # an exception before stop (e.g. KeyboardInterrupt)
