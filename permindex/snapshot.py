@@ -8,15 +8,15 @@ foreign, truncated, corrupt or unknown-version file raises
 :class:`~permindex.errors.CorruptFileError` naming the file and what is wrong; it never returns
 part of an index. No pickle, no native byte order.
 
-File format, version 1 (every integer little-endian; n = number of keys; B = bytes of the key
-section = the keys' UTF-8 bytes + n)::
+File format, version 2 (every integer little-endian; n = number of keys; B = bytes of the key
+section = the keys' UTF-8 bytes + n; H = header size = 72)::
 
     offset        size  field
     ------------  ----  ---------------------------------------------------------------------
     0             8     magic  89 50 4D 58 0D 0A 1A 0A  (b"\\x89PMX\\r\\n\\x1a\\n", PNG-style: the
                         high byte catches 7-bit transfers, CR LF / LF / ^Z catch text-mode ones)
-    8             4     u32  format version = 1
-    12            4     u32  header size in bytes = 64
+    8             4     u32  format version = 2
+    12            4     u32  header size in bytes = 72
     16            8     u64  n, number of keys
     24            8     u64  B, bytes of the key section
     32            4     u32  k the index answered when written (bits)
@@ -24,19 +24,32 @@ section = the keys' UTF-8 bytes + n)::
     38            2     u16  design: leading blocks per table
     40            8     u64  sequence: generation number, +1 for every snapshot of a data directory
     48            8     f64  time written, Unix seconds (IEEE 754 binary64)
-    56            4     u32  flags, 0 (reserved; a reader of version 1 refuses other values)
-    60            4     u32  CRC-32 (zlib / ISO-HDLC) of bytes 0..59
-    64            8n    u64[n]  fingerprints, in key order
-    64+8n         4n    u32[n]  byte length of each key's UTF-8 encoding (>= 1; the NUL excluded)
-    64+12n        B     key section: for each key in the same order, its UTF-8 bytes then one NUL
+    56            8     u64  log sequence: every record of the write-ahead log
+                        (:mod:`permindex.wal`) with a sequence number up to this one is in the
+                        snapshot; recovery replays the records after it. 0: no log record.
+    64            4     u32  flags, 0 (reserved; a reader of version 2 refuses other values)
+    68            4     u32  CRC-32 (zlib / ISO-HDLC) of bytes 0..67
+    H             8n    u64[n]  fingerprints, in key order
+    H+8n          4n    u32[n]  byte length of each key's UTF-8 encoding (>= 1; the NUL excluded)
+    H+12n         B     key section: for each key in the same order, its UTF-8 bytes then one NUL
                         (0x00). The lengths are authoritative (a key may contain U+0000); the
                         NULs let a reader decode the whole section once and split it.
-    64+12n+B      4     u32  CRC-32 of bytes 64 .. 64+12n+B-1 (fingerprints, lengths, keys)
-    68+12n+B      4     end marker b"PMXE"
+    H+12n+B       4     u32  CRC-32 of bytes H .. H+12n+B-1 (fingerprints, lengths, keys)
+    H+4+12n+B     4     end marker b"PMXE"
 
-The file is exactly 72 + 12n + B bytes; anything shorter is reported as truncated, anything
-longer as trailing garbage. Keys are written in the order :meth:`Index.export` gave them and are
-unique (the loader checks that the index it builds has n keys).
+The file is exactly H + 8 + 12n + B bytes; anything shorter is reported as truncated, anything
+longer as trailing garbage. Keys are unique (the loader checks that the index it builds has n
+keys).
+
+Version 1 (the first release, written before the write-ahead log existed) is the same without
+the log sequence: the header is 64 bytes, flags at 56, its CRC at 60 over bytes 0..59. It is
+still read (as log sequence 0); only version 2 is written.
+
+A snapshot the server writes is *fuzzy* (see :meth:`permindex.index.Index.export_slices`): it is
+read from the index in slices while writes go on, so a key changed during the write may appear
+with a value newer than the log sequence; replaying the log after the log sequence, which
+recovery always does, gives the exact state. That is why the log is kept until a newer snapshot
+is durable, and why a snapshot is never loaded without its log.
 
 Data directory (:class:`DataDir`)::
 
@@ -59,6 +72,7 @@ keys, 62.0 MB: write 0.2-0.3 s, read 0.2 s; 10^7 keys, 620 MB: write 3.0-3.3 s, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import io
@@ -81,25 +95,33 @@ from permindex.errors import CorruptFileError, DataDirLockedError, InvalidArgume
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "READABLE_VERSIONS",
     "SNAPSHOT_NAME",
     "DataDir",
+    "Part",
     "Snapshot",
     "SnapshotInfo",
     "read_snapshot",
     "write_snapshot",
+    "write_snapshot_parts",
 ]
 
 log = logging.getLogger(__name__)
 
 MAGIC: Final = b"\x89PMX\r\n\x1a\n"
 END_MARKER: Final = b"PMXE"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+#: Versions :func:`read_snapshot` reads (1: the first release, without a log sequence).
+READABLE_VERSIONS: Final = (1, 2)
 SNAPSHOT_NAME: Final = "snapshot.pmx"
 PREVIOUS_SUFFIX: Final = ".prev"
 LOCK_NAME: Final = "LOCK"
 
-_HEADER = struct.Struct("<8sIIQQIHHQdI")  # everything before the header CRC
-_HEADER_SIZE: Final = _HEADER.size + 4  # 64
+_HEADER = struct.Struct("<8sIIQQIHHQdQI")  # everything before the header CRC (version 2)
+_HEADER_SIZE: Final = _HEADER.size + 4  # 72
+_HEADER_V1 = struct.Struct("<8sIIQQIHHQdI")  # version 1: no log sequence
+_HEADER_V1_SIZE: Final = _HEADER_V1.size + 4  # 64
+_KEYS_PER_CHUNK: Final = 1 << 16  # keys encoded per step (no long call holding the GIL)
 _TRAILER = struct.Struct("<I4s")
 _READ_CHUNK: Final = 1 << 26  # bytes per read() of a large section (64 MiB)
 _tmp_counter = itertools.count()
@@ -119,6 +141,8 @@ class SnapshotInfo:
         k: the k (bits) of the index it was written from.
         blocks: design of that index: blocks of the 64 bits.
         leading: design of that index: leading blocks per table.
+        log_sequence: the last write-ahead log record it holds (0: none; version 1: 0).
+        version: its format version.
     """
 
     path: Path
@@ -130,6 +154,8 @@ class SnapshotInfo:
     k: int
     blocks: int
     leading: int
+    log_sequence: int = 0
+    version: int = FORMAT_VERSION
 
 
 @dataclass(frozen=True)
@@ -202,6 +228,12 @@ def _temporary_name(path: Path, purpose: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{next(_tmp_counter)}.{purpose}.tmp")
 
 
+#: One slice of a snapshot's contents: (m,) UTF-8 key lengths (NUL excluded), the key section of
+#: those m keys (each key's bytes then a NUL), (m,) uint64 fingerprints -- the form of
+#: :meth:`permindex.index.Index.export_slices`.
+Part = tuple[npt.NDArray[np.integer], "npt.NDArray[np.uint8] | bytes", npt.NDArray[np.uint64]]
+
+
 def write_snapshot(
     path: str | os.PathLike[str],
     keys: Sequence[str],
@@ -210,15 +242,11 @@ def write_snapshot(
     k: int,
     design: tuple[int, int],
     sequence: int = 0,
+    log_sequence: int = 0,
     keep_previous: bool = True,
 ) -> SnapshotInfo:
     """Write ``keys`` and their ``fingerprints`` to ``path`` atomically (format in the module
-    docstring).
-
-    The data goes to a temporary file in the same directory, which is flushed, fsynced and
-    renamed over ``path``; then the directory is fsynced. A crash at any point leaves ``path``
-    either as it was or complete and new. With ``keep_previous``, the file ``path`` held before is
-    kept as ``path`` + ``.prev`` (a hard link made before the rename).
+    docstring); :func:`write_snapshot_parts` does the writing.
 
     Args:
         path: the snapshot file.
@@ -227,6 +255,7 @@ def write_snapshot(
         k: the index's k, bits (recorded for information).
         design: the index's (blocks, leading) (recorded for information).
         sequence: generation number to record.
+        log_sequence: the last write-ahead log record the contents include.
         keep_previous: keep the replaced file as ``path.prev``.
 
     Returns:
@@ -240,15 +269,72 @@ def write_snapshot(
             removed and ``path`` is unchanged.
     """
     started = time.perf_counter()
-    path = Path(path)
     n = len(keys)
     fps = _as_fingerprints(fingerprints, n)
-    lengths, blob = _encode_keys(keys)
+    parts: list[Part] = []
+    for start in range(0, n, _KEYS_PER_CHUNK):
+        lengths, blob = _encode_keys(keys[start : start + _KEYS_PER_CHUNK])
+        parts.append((lengths, blob, fps[start : start + _KEYS_PER_CHUNK]))
+    info = write_snapshot_parts(
+        path,
+        parts,
+        k=k,
+        design=design,
+        sequence=sequence,
+        log_sequence=log_sequence,
+        keep_previous=keep_previous,
+    )
+    return dataclasses.replace(info, seconds=time.perf_counter() - started)
+
+
+def write_snapshot_parts(
+    path: str | os.PathLike[str],
+    parts: Sequence[Part],
+    *,
+    k: int,
+    design: tuple[int, int],
+    sequence: int = 0,
+    log_sequence: int = 0,
+    keep_previous: bool = True,
+) -> SnapshotInfo:
+    """Write a snapshot whose contents are the concatenation of ``parts`` (see :data:`Part`) to
+    ``path`` atomically.
+
+    The data goes to a temporary file in the same directory, which is flushed, fsynced and
+    renamed over ``path``; then the directory is fsynced. A crash at any point leaves ``path``
+    either as it was or complete and new. With ``keep_previous``, the file ``path`` held before is
+    kept as ``path`` + ``.prev`` (a hard link made before the rename). Sections are written part
+    by part (no concatenation of the whole), each write and checksum releasing the GIL, so other
+    threads keep running while 10^7 keys are written.
+
+    Raises:
+        InvalidArgumentError: a part whose three arrays disagree (nothing is written).
+        OSError: as :func:`write_snapshot`.
+    """
+    started = time.perf_counter()
+    path = Path(path)
+    checked: list[tuple[memoryview, memoryview, memoryview]] = []
+    n = 0
+    section_bytes = 0
+    for lengths, blob, fps in parts:
+        m = len(lengths)
+        blob_view = (memoryview(blob) if isinstance(blob, bytes) else blob.data).cast("B")
+        if len(fps) != m or int(np.sum(lengths, dtype=np.int64)) + m != len(blob_view):
+            raise InvalidArgumentError(
+                f"a snapshot part of {m} key lengths, {len(fps)} fingerprints and "
+                f"{len(blob_view)} key bytes does not add up"
+            )
+        fps_le = np.ascontiguousarray(fps, dtype="<u8")
+        lengths_le = np.ascontiguousarray(lengths, dtype="<u4")
+        checked.append((fps_le.data.cast("B"), lengths_le.data.cast("B"), blob_view))
+        n += m
+        section_bytes += len(blob_view)
     blocks, leading = (int(x) for x in design)
     created = time.time()
     head = _HEADER.pack(
-        MAGIC, FORMAT_VERSION, _HEADER_SIZE, n, len(blob), k, blocks, leading, sequence, created, 0
-    )
+        MAGIC, FORMAT_VERSION, _HEADER_SIZE, n, section_bytes, k, blocks, leading, sequence,
+        created, log_sequence, 0,
+    )  # fmt: skip
     header = head + struct.pack("<I", zlib.crc32(head))
     temporary = _temporary_name(path, "write")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -256,9 +342,10 @@ def write_snapshot(
         with open(fd, "wb", closefd=True) as out:
             out.write(header)
             crc = 0
-            for section in (fps.data.cast("B"), lengths.data.cast("B"), blob):
-                out.write(section)
-                crc = zlib.crc32(section, crc)
+            for column in range(3):  # all fingerprints, then all lengths, then all keys
+                for part in checked:
+                    out.write(part[column])
+                    crc = zlib.crc32(part[column], crc)
             out.write(_TRAILER.pack(crc, END_MARKER))
             out.flush()
             os.fsync(out.fileno())
@@ -273,13 +360,14 @@ def write_snapshot(
     return SnapshotInfo(
         path=path,
         count=n,
-        bytes=len(header) + 12 * n + len(blob) + _TRAILER.size,
+        bytes=len(header) + 12 * n + section_bytes + _TRAILER.size,
         seconds=time.perf_counter() - started,
         created_unix_seconds=created,
         sequence=sequence,
         k=k,
         blocks=blocks,
         leading=leading,
+        log_sequence=log_sequence,
     )
 
 
@@ -362,29 +450,36 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
 
     with open(path, "rb") as source:
         size = os.fstat(source.fileno()).st_size
-        header = source.read(_HEADER_SIZE)
+        header = source.read(_HEADER_V1_SIZE)
         if not header:
             raise corrupt("empty file, not a permindex snapshot")
         if header[: len(MAGIC)] != MAGIC[: len(header)]:
             raise corrupt(
                 f"not a permindex snapshot (starts with {header[:8]!r}, expected {MAGIC!r})"
             )
-        if len(header) < _HEADER_SIZE:
-            raise corrupt(f"truncated: {size} bytes, shorter than the {_HEADER_SIZE}-byte header")
-        fields = _HEADER.unpack_from(header)
-        version, header_size, n, section_bytes, k, blocks, leading = fields[1:8]
-        sequence, created, flags = fields[8:]
-        if version != FORMAT_VERSION:
+        if len(header) < _HEADER_V1_SIZE:  # the shortest header (version 1)
+            raise corrupt(f"truncated: {size} bytes, shorter than the header")
+        (version,) = struct.unpack_from("<I", header, 8)
+        if version not in READABLE_VERSIONS:
             raise corrupt(
                 f"snapshot format version {version} is not supported (this permindex reads "
-                f"version {FORMAT_VERSION}); use the permindex that wrote it"
+                f"versions {', '.join(map(str, READABLE_VERSIONS))}, writes version "
+                f"{FORMAT_VERSION}); use the permindex that wrote it"
             )
-        (header_crc,) = struct.unpack_from("<I", header, _HEADER.size)
-        if zlib.crc32(header[: _HEADER.size]) != header_crc:
+        layout, wanted = (_HEADER_V1, _HEADER_V1_SIZE) if version == 1 else (_HEADER, _HEADER_SIZE)
+        header += source.read(wanted - len(header))
+        if len(header) < wanted:
+            raise corrupt(f"truncated: {size} bytes, shorter than the {wanted}-byte header")
+        fields = layout.unpack_from(header)
+        header_size, n, section_bytes, k, blocks, leading, sequence, created = fields[2:10]
+        log_sequence = fields[10] if version != 1 else 0
+        flags = fields[-1]
+        (header_crc,) = struct.unpack_from("<I", header, layout.size)
+        if zlib.crc32(header[: layout.size]) != header_crc:
             raise corrupt("header checksum mismatch (the file is damaged)")
-        if header_size != _HEADER_SIZE or flags != 0:
+        if header_size != wanted or flags != 0:
             raise corrupt(f"unexpected header size {header_size} or flags {flags:#x}")
-        expected = _HEADER_SIZE + 12 * n + section_bytes + _TRAILER.size
+        expected = wanted + 12 * n + section_bytes + _TRAILER.size
         if size < expected:
             raise corrupt(f"truncated: {size} bytes, the header announces {expected} ({n} keys)")
         if size > expected:
@@ -423,6 +518,8 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         k=k,
         blocks=blocks,
         leading=leading,
+        log_sequence=log_sequence,
+        version=version,
     )
     return Snapshot(keys=keys, fingerprints=fps.astype(np.uint64, copy=False), info=info)
 
@@ -467,6 +564,8 @@ class DataDir:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd: int | None = fd
         self.sequence = 0
+        #: The log sequence of the current snapshot (0 when none).
+        self.log_sequence = 0
         for stale in self.path.glob(f".{SNAPSHOT_NAME}.*.tmp"):
             log.warning("removing %s, left over by an interrupted snapshot", stale)
             with contextlib.suppress(OSError):
@@ -491,6 +590,7 @@ class DataDir:
                 raise CorruptFileError(str(error) + hint, path=error.path) from error
             raise
         self.sequence = snapshot.info.sequence
+        self.log_sequence = snapshot.info.log_sequence
         return snapshot
 
     def save(
@@ -500,6 +600,7 @@ class DataDir:
         *,
         k: int,
         design: tuple[int, int],
+        log_sequence: int = 0,
     ) -> SnapshotInfo:
         """Write a new snapshot generation with :func:`write_snapshot` (the one it replaces is
         kept as ``snapshot.pmx.prev``). Not thread-safe: callers serialize saves.
@@ -510,9 +611,34 @@ class DataDir:
         if self._lock_fd is None:
             raise RuntimeError(f"data directory {self.path} is closed")
         info = write_snapshot(
-            self.snapshot_path, keys, fingerprints, k=k, design=design, sequence=self.sequence + 1
+            self.snapshot_path,
+            keys,
+            fingerprints,
+            k=k,
+            design=design,
+            sequence=self.sequence + 1,
+            log_sequence=log_sequence,
         )
         self.sequence = info.sequence
+        self.log_sequence = info.log_sequence
+        return info
+
+    def save_parts(
+        self, parts: Sequence[Part], *, k: int, design: tuple[int, int], log_sequence: int
+    ) -> SnapshotInfo:
+        """As :meth:`save`, from slices (:func:`write_snapshot_parts`)."""
+        if self._lock_fd is None:
+            raise RuntimeError(f"data directory {self.path} is closed")
+        info = write_snapshot_parts(
+            self.snapshot_path,
+            parts,
+            k=k,
+            design=design,
+            sequence=self.sequence + 1,
+            log_sequence=log_sequence,
+        )
+        self.sequence = info.sequence
+        self.log_sequence = info.log_sequence
         return info
 
     def close(self) -> None:

@@ -87,7 +87,7 @@ def test_roundtrip_one_million_keys(tmp_path: Path) -> None:
     read = time.perf_counter() - started
     assert snap.keys == keys
     assert np.array_equal(snap.fingerprints, fps)
-    assert info.bytes == 72 + 12 * n + sum(len(k.encode()) for k in keys) + n
+    assert info.bytes == 80 + 12 * n + sum(len(k.encode()) for k in keys) + n
     assert written < 20 and read < 20, (written, read)
 
 
@@ -95,12 +95,20 @@ def test_byte_layout_matches_the_docstring(tmp_path: Path) -> None:
     path = tmp_path / "layout.pmx"
     keys = ["ab", "é"]
     write_snapshot(
-        path, keys, np.array([1, 2**64 - 2], dtype=np.uint64), k=3, design=(4, 1), sequence=9
+        path,
+        keys,
+        np.array([1, 2**64 - 2], dtype=np.uint64),
+        k=3,
+        design=(4, 1),
+        sequence=9,
+        log_sequence=2**40 + 5,
     )
     data = path.read_bytes()
     created = struct.unpack_from("<d", data, 48)[0]
     assert abs(created - time.time()) < 60
-    head = MAGIC + struct.pack("<IIQQIHHQdI", 1, 64, 2, 2 + 2 + 2, 3, 4, 1, 9, created, 0)
+    head = MAGIC + struct.pack(
+        "<IIQQIHHQdQI", 2, 72, 2, 2 + 2 + 2, 3, 4, 1, 9, created, 2**40 + 5, 0
+    )
     body = (
         struct.pack("<QQ", 1, 2**64 - 2)
         + struct.pack("<II", 2, 2)
@@ -111,7 +119,52 @@ def test_byte_layout_matches_the_docstring(tmp_path: Path) -> None:
     expected = head + struct.pack("<I", zlib.crc32(head)) + body
     expected += struct.pack("<I", zlib.crc32(body)) + b"PMXE"
     assert data == expected
-    assert len(data) == 72 + 12 * 2 + 6
+    assert len(data) == 80 + 12 * 2 + 6
+    assert read_snapshot(path).info.log_sequence == 2**40 + 5
+
+
+def _version_1_bytes(keys: list[str], fps: list[int], sequence: int) -> bytes:
+    """A snapshot as the first release wrote it (format version 1, a 64-byte header)."""
+    head = MAGIC + struct.pack(
+        "<IIQQIHHQdI",
+        1,
+        64,
+        len(keys),
+        sum(len(key.encode()) + 1 for key in keys),
+        3,
+        4,
+        1,
+        sequence,
+        1.7e9,
+        0,
+    )
+    body = struct.pack(f"<{len(fps)}Q", *fps)
+    body += struct.pack(f"<{len(keys)}I", *(len(key.encode()) for key in keys))
+    body += b"".join(key.encode() + b"\x00" for key in keys)
+    return (
+        head
+        + struct.pack("<I", zlib.crc32(head))
+        + body
+        + struct.pack("<I", zlib.crc32(body))
+        + b"PMXE"
+    )
+
+
+def test_version_1_snapshot_is_still_read(tmp_path: Path) -> None:
+    """The first release's snapshots load (log sequence 0: nothing of the log in them), and
+    a data directory holding one moves on to version 2 at its next snapshot."""
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / SNAPSHOT_NAME).write_bytes(_version_1_bytes(["a", "ключ"], [1, 2**64 - 1], 4))
+    snap = read_snapshot(root / SNAPSHOT_NAME)
+    assert snap.keys == ["a", "ключ"] and snap.fingerprints.tolist() == [1, 2**64 - 1]
+    assert (snap.info.version, snap.info.sequence, snap.info.log_sequence) == (1, 4, 0)
+    with DataDir(root) as data_dir:
+        assert data_dir.load() is not None and data_dir.log_sequence == 0
+        info = data_dir.save(["b"], [2], k=3, design=(4, 1), log_sequence=7)
+    assert (info.sequence, info.log_sequence) == (5, 7)
+    assert read_snapshot(root / SNAPSHOT_NAME).info.version == FORMAT_VERSION == 2
+    assert read_snapshot(root / "snapshot.pmx.prev").info.version == 1  # the older generation
 
 
 def test_write_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
@@ -174,9 +227,10 @@ def _refused(path: Path, match: str) -> CorruptFileError:
         (8, "format version"),  # version
         (20, "header checksum mismatch"),  # n
         (50, "header checksum mismatch"),  # time
-        (64, "checksum mismatch"),  # first fingerprint
-        (64 + 8 * 3, "checksum mismatch"),  # first key length
-        (64 + 12 * 3 + 1, "checksum mismatch"),  # a key byte
+        (58, "header checksum mismatch"),  # log sequence
+        (72, "checksum mismatch"),  # first fingerprint
+        (72 + 8 * 3, "checksum mismatch"),  # first key length
+        (72 + 12 * 3 + 1, "checksum mismatch"),  # a key byte
         (-6, "checksum mismatch"),  # the stored body CRC
         (-1, "end marker"),
     ],
@@ -188,7 +242,7 @@ def test_flipped_byte_is_refused(good: Path, offset: int, match: str) -> None:
     _refused(good, match)
 
 
-@pytest.mark.parametrize("keep", [0, 3, 8, 63, 64, 80, -9, -1])
+@pytest.mark.parametrize("keep", [0, 3, 8, 11, 12, 63, 64, 71, 72, 80, -9, -1])
 def test_truncated_file_is_refused(good: Path, keep: int) -> None:
     data = good.read_bytes()
     good.write_bytes(data[:keep])
@@ -210,14 +264,14 @@ def test_foreign_file_is_refused(tmp_path: Path, content: bytes) -> None:
     _refused(path, "not a permindex snapshot")
 
 
-@pytest.mark.parametrize("version", [0, 2, 255])
+@pytest.mark.parametrize("version", [0, 3, 255])
 def test_unknown_version_is_refused(good: Path, version: int) -> None:
     data = bytearray(good.read_bytes())
     struct.pack_into("<I", data, 8, version)
-    struct.pack_into("<I", data, 60, zlib.crc32(bytes(data[:60])))  # a well-formed header
+    struct.pack_into("<I", data, 68, zlib.crc32(bytes(data[:68])))  # a well-formed header
     good.write_bytes(bytes(data))
     err = _refused(good, f"format version {version} is not supported")
-    assert f"version {FORMAT_VERSION}" in str(err)
+    assert f"writes version {FORMAT_VERSION}" in str(err)
 
 
 def test_consistent_but_malformed_body_is_refused(tmp_path: Path) -> None:
@@ -226,9 +280,9 @@ def test_consistent_but_malformed_body_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.pmx"
     _write(path, ["ab", "cd"], [1, 2])
     data = bytearray(path.read_bytes())
-    struct.pack_into("<II", data, 64 + 16, 1, 3)  # lengths 1 and 3 instead of 2 and 2
+    struct.pack_into("<II", data, 72 + 16, 1, 3)  # lengths 1 and 3 instead of 2 and 2
     end = len(data) - 8
-    struct.pack_into("<I", data, end, zlib.crc32(bytes(data[64:end])))
+    struct.pack_into("<I", data, end, zlib.crc32(bytes(data[72:end])))
     path.write_bytes(bytes(data))
     _refused(path, "key lengths|NUL-terminated")
 
