@@ -35,7 +35,7 @@ from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundE
 from permindex.fingerprint import validate_fingerprint
 from permindex.hamming import as_fingerprint_array
 from permindex.keystore import EncodedKeys, KeyStore, batch_subset, encode_keys, hash_key
-from permindex.permutation import DEFAULT_DESIGN, Design, argsort_prefixes
+from permindex.permutation import DEFAULT_DESIGN, Design, argsort_prefixes, choose_design
 from permindex.table import (
     DEFAULT_MEMTABLE_LIMIT,
     MAX_ROWS,
@@ -57,12 +57,12 @@ MAX_KEY_BYTES = 1024
 #: Dead rows are compacted away once there are more of them than live rows and than this.
 DEFAULT_COMPACTION_MIN = 1 << 16
 
-_QUERY_CHUNK = 4096  # queries per numpy pass of query_many
+_QUERY_CHUNK = 16384  # queries per numpy pass of query_many
 _CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above it)
 _PAIR_BUDGET = 1 << 21  # candidate pairs per numpy pass of pairs()
 _SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
-_PYTHON_VERIFY = 16  # a single query verifies at most this many run candidates in Python
 _MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
+_AUTO_SIZE = 1_000_000  # fingerprints assumed by design="auto" without expected_size
 
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
@@ -177,8 +177,14 @@ class Index:
 
     Args:
         k: the largest Hamming distance (bits) the index answers, 0 <= k <= blocks - leading.
-        design: a :class:`~permindex.permutation.Design` or ``(blocks, leading)``; the default
-            (4, 1) has 4 tables of 16-bit prefixes and answers k <= 3.
+        design: a :class:`~permindex.permutation.Design` or ``(blocks, leading)`` (any blocks
+            and leading, C(blocks, leading) tables); the default (4, 1) has 4 tables of 16-bit
+            prefixes and answers k <= 3; (5, 2) has 10 tables of 25- or 26-bit prefixes and
+            (6, 3) 20 of 31- to 33-bit prefixes. ``"auto"``: chosen by
+            :func:`~permindex.permutation.choose_design` from ``expected_size`` (default 10^6
+            fingerprints), k and ``memory_budget`` (bytes for the tables, keys excluded; None:
+            no limit), the fastest modelled design that fits.
+        expected_size, memory_budget: only for ``design="auto"``.
         memtable_limit: entries a table keeps in its sorted memtable before freezing them into a
             numpy run (a tuning knob; small values exercise freezing and merging in tests).
         compaction_min: dead rows (removed or replaced fingerprints) are dropped by a
@@ -206,11 +212,22 @@ class Index:
     def __init__(
         self,
         k: int = 3,
-        design: Design | tuple[int, int] = DEFAULT_DESIGN,
+        design: Design | tuple[int, int] | str = DEFAULT_DESIGN,
         *,
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
         compaction_min: int = DEFAULT_COMPACTION_MIN,
+        expected_size: int | None = None,
+        memory_budget: int | None = None,
     ) -> None:
+        if isinstance(design, str):
+            if design != "auto":
+                raise InvalidArgumentError(
+                    f'design must be a Design, a (blocks, leading) pair or "auto", not {design!r}',
+                    value=design,
+                )
+            size = _AUTO_SIZE if expected_size is None else _check_int(expected_size, "size")
+            budget = None if memory_budget is None else _check_int(memory_budget, "budget")
+            design = choose_design(max(size, 1), _check_int(k, "k"), budget)
         self._design = Design.of(design)
         k = _check_int(k, "k")
         if k < 0:
@@ -240,6 +257,10 @@ class Index:
         self._np_masks = [np.uint64(p.leading_mask) for p in self._permutations]
         self._fps: _U64 = np.zeros(0, dtype=np.uint64)
         self._live: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        self._views()
+        # The tables a query within each k <= self._k searches (all of them for the design's
+        # largest k; fewer, and still exact, for smaller k: Design.tables_for).
+        self._searched = {kk: self._design.tables_for(kk) for kk in range(k + 1)}
         self._n_rows = 0
         self._store = KeyStore()
         self._compactions = 0  # row numbers change at each compaction (see export_slices)
@@ -251,15 +272,26 @@ class Index:
         fingerprints: Iterable[int] | _U64,
         *,
         k: int = 3,
-        design: Design | tuple[int, int] = DEFAULT_DESIGN,
+        design: Design | tuple[int, int] | str = DEFAULT_DESIGN,
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
         compaction_min: int = DEFAULT_COMPACTION_MIN,
+        memory_budget: int | None = None,
     ) -> Index:
         """A new index holding ``keys`` with (n,) ``fingerprints`` (bulk load: each table is
         built by one radix sort). Same arguments and errors as :class:`Index` and
-        :meth:`add_many`."""
-        index = cls(k, design, memtable_limit=memtable_limit, compaction_min=compaction_min)
-        index.add_many(keys, fingerprints)
+        :meth:`add_many`; ``design="auto"`` chooses for n fingerprints."""
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+            raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
+        key_list = keys if type(keys) is list else list(keys)
+        index = cls(
+            k,
+            design,
+            memtable_limit=memtable_limit,
+            compaction_min=compaction_min,
+            expected_size=len(key_list),
+            memory_budget=memory_budget,
+        )
+        index.add_many(key_list, fingerprints)
         return index
 
     def __repr__(self) -> str:
@@ -481,6 +513,12 @@ class Index:
             live = np.zeros(capacity, dtype=bool)
             live[: self._n_rows] = self._live[: self._n_rows]
             self._fps, self._live = fps, live
+            self._views()
+
+    def _views(self) -> None:
+        """memoryviews of the row arrays (Python ints and bools on indexing: single queries)."""
+        self._fps_view: memoryview = self._fps.data
+        self._live_view: memoryview = self._live.data
 
     def _maybe_compact(self) -> None:
         live = len(self._store)
@@ -501,6 +539,7 @@ class Index:
         live[:m] = True
         self._store.compact(live_rows.astype(np.int64))
         self._fps, self._live, self._n_rows = fps, live, m
+        self._views()
         self._compactions += 1
         for table in self._tables:
             table.compact(remap, fps, live)
@@ -560,37 +599,19 @@ class Index:
         return matches[:lim] if lim else matches
 
     def _query_one(self, query: int, k: int) -> list[Match]:
-        run_rows: list[NDArray[np.uint32]] = []
-        memtable_rows: list[int] = []
-        memtable_fps: list[int] = []
-        for table in self._tables:
-            table.lookup(query, run_rows, memtable_rows, memtable_fps)
         # A row can be a candidate in several tables: keep it once (by row).
         hits: dict[int, tuple[int, int]] = {}
-        if run_rows:
-            rows = np.concatenate(run_rows) if len(run_rows) > 1 else run_rows[0]
-            values = self._fps[rows]
-            if rows.size <= _PYTHON_VERIFY:
-                memtable_rows += rows.tolist()
-                memtable_fps += values.tolist()
-            else:
-                distance = np.bitwise_count(values ^ np.uint64(query))
-                selected = np.flatnonzero(distance <= k)
-                for row, value, d in zip(
-                    rows[selected].tolist(),
-                    values[selected].tolist(),
-                    distance[selected].tolist(),
-                    strict=True,
-                ):
-                    hits[row] = (value, d)
-        for row, value in zip(memtable_rows, memtable_fps, strict=True):
-            d = (query ^ value).bit_count()
-            if d <= k:
-                hits[row] = (value, d)
-        live = self._live
+        fps = self._fps_view
+        tables = self._tables
+        for t in self._searched[k]:
+            tables[t].lookup(query, k, fps, hits)
+        if not hits:
+            return []
+        live = self._live_view
         key_of = self._store.key
         out = [Match(key_of(row), value, d) for row, (value, d) in hits.items() if live[row]]
-        out.sort(key=_MATCH_ORDER)
+        if len(out) > 1:
+            out.sort(key=_MATCH_ORDER)
         return out
 
     def query_many(
@@ -636,18 +657,28 @@ class Index:
         q_all = np.concatenate(found_q)
         rows_all = np.concatenate(found_rows)
         d_all = np.concatenate(found_d)
-        touched: set[int] = set()
-        for q, key, value, distance in zip(
-            q_all.tolist(),
-            self._store.keys(rows_all),
-            self._fps[rows_all].tolist(),
-            d_all.tolist(),
-            strict=True,
-        ):
-            results[q].append(Match(key, value, distance))
-            touched.add(q)
-        for q in touched:
-            results[q].sort(key=_MATCH_ORDER)
+        # By query, then distance: most lists come out sorted; only ties of distance within one
+        # query need the key order (a stable sort of that list).
+        order = np.lexsort((d_all, q_all))
+        q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
+        matches = list(
+            map(
+                Match._make,
+                zip(
+                    self._store.keys(rows_all),
+                    self._fps[rows_all].tolist(),
+                    d_all.tolist(),
+                    strict=True,
+                ),
+            )
+        )
+        q_list = q_all.tolist()
+        for q, match in zip(q_list, matches, strict=True):
+            results[q].append(match)
+        if q_all.size > 1:
+            tie = (q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1])
+            for i in np.flatnonzero(tie).tolist():
+                results[q_list[i]].sort(key=_MATCH_ORDER)
         return results
 
     def _query_chunk(
@@ -659,11 +690,12 @@ class Index:
         found_rows: list[NDArray[np.uint32]],
         found_d: list[NDArray[np.uint8]],
     ) -> None:
+        searched = self._searched[k]
         ranges = [
-            table.ranges_many(perm.prefix_array(chunk), self._fps)
-            for table, perm in zip(self._tables, self._permutations, strict=True)
+            self._tables[t].ranges_many(self._permutations[t].prefix_array(chunk), self._fps)
+            for t in searched
         ]
-        total = sum(int(counts.sum()) for per_table in ranges for _, _, counts in per_table)
+        total = sum(int(counts.sum()) for per_table in ranges for *_, counts in per_table)
         if total > _CANDIDATE_BUDGET and chunk.size > 1:
             half = chunk.size // 2
             self._query_chunk(chunk[:half], offset, k, found_q, found_rows, found_d)
@@ -671,13 +703,22 @@ class Index:
             return
         fps = self._fps
         live = self._live
-        for t, per_table in enumerate(ranges):
+        for i, (t, per_table) in enumerate(zip(searched, ranges, strict=True)):
             mask = self._np_masks[t]
-            earlier = self._np_masks[:t]
-            for rows_of_run, lo, counts in per_table:
-                qpos, rows = gather_ranges(rows_of_run, lo, counts)
-                if rows.size == 0:
+            earlier = [self._np_masks[u] for u in searched[:i]]
+            query_filters = self._permutations[t].filter_array(chunk)
+            for rows_of_run, filters, lo, counts in per_table:
+                qpos, positions = gather_ranges(lo, counts)
+                if positions.size == 0:
                     continue
+                if filters is not None:
+                    # Filters first: sequential uint16 reads reject ~99% of the candidates.
+                    near = filters[positions]
+                    near ^= query_filters[qpos]
+                    passed = np.flatnonzero(np.bitwise_count(near) <= k)
+                    qpos = qpos[passed]
+                    positions = positions[passed]
+                rows = rows_of_run[positions]
                 x = fps[rows] ^ chunk[qpos]
                 distance = np.bitwise_count(x)
                 selected = np.flatnonzero(distance <= k)

@@ -17,6 +17,7 @@ Bit positions are the usual ones: bit i has value ``1 << i``; bit 63 is the most
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,12 +28,25 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_DESIGN", "MAX_TABLES", "Design", "Permutation", "argsort_prefixes"]
+__all__ = [
+    "AUTO_DESIGNS",
+    "DEFAULT_DESIGN",
+    "FILTER_BITS",
+    "MAX_TABLES",
+    "Design",
+    "Permutation",
+    "argsort_prefixes",
+    "choose_design",
+    "design_bytes_per_fingerprint",
+    "design_query_cost",
+]
 
 _BITS = 64
 _ALL = (1 << _BITS) - 1
 #: Most tables a design may have (C(blocks, leading)); beyond this the memory is unreasonable.
 MAX_TABLES = 1024
+#: Width of a table's filter (bits of the permuted value after the prefix kept per entry).
+FILTER_BITS = 16
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,17 @@ class _Segment:
     @property
     def mask(self) -> int:
         return (1 << self.width) - 1
+
+
+def _window(moves: list[tuple[int, int, int]], low: int, high: int) -> tuple[_Segment, ...]:
+    """The (source, width, target) moves restricted to target bits [low, high), re-based so the
+    window's lowest bit lands at bit 0."""
+    out: list[tuple[int, int, int]] = []
+    for source, width, target in moves:
+        a, b = max(target, low), min(target + width, high)
+        if a < b:
+            out.append((source + a - target, b - a, a - low))
+    return _segments(out)
 
 
 def _segments(moves: list[tuple[int, int, int]]) -> tuple[_Segment, ...]:
@@ -76,16 +101,20 @@ class Permutation:
     """
 
     __slots__ = (
+        "_np_filter",
         "_np_prefix",
         "_np_segments",
         "_np_unsegments",
         "_prefix_segments",
         "_segments",
         "_unsegments",
+        "filter_bits",
+        "filter_ops",
         "leading_blocks",
         "leading_mask",
         "order",
         "prefix_bits",
+        "prefix_ops",
         "table",
     )
 
@@ -112,9 +141,13 @@ class Permutation:
         self._segments = _segments(moves)
         self._unsegments = _segments(sorted(((t, w, s) for s, w, t in moves), key=lambda m: -m[0]))
         low = _BITS - self.prefix_bits
-        self._prefix_segments = _segments(
-            [(s, w, t - low) for s, w, t in moves[: len(leading_blocks)]]
-        )
+        self._prefix_segments = _window(moves, low, _BITS)
+        # The filter: the (up to) 16 bits of the permuted value right after the prefix.
+        self.filter_bits = min(FILTER_BITS, low)
+        filter_segments = _window(moves, low - self.filter_bits, low)
+        # (shift, mask, target) as plain ints, for the per-query Python path.
+        self.prefix_ops = tuple((g.source, g.mask, g.target) for g in self._prefix_segments)
+        self.filter_ops = tuple((g.source, g.mask, g.target) for g in filter_segments)
 
         def as_np(segs: tuple[_Segment, ...]) -> tuple[tuple[np.uint64, np.uint64, np.uint64], ...]:
             return tuple(
@@ -124,6 +157,7 @@ class Permutation:
         self._np_segments = as_np(self._segments)
         self._np_unsegments = as_np(self._unsegments)
         self._np_prefix = as_np(self._prefix_segments)
+        self._np_filter = as_np(filter_segments)
 
     def __repr__(self) -> str:
         return (
@@ -180,6 +214,22 @@ class Permutation:
     def prefix_array(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint64]:
         """:meth:`prefix` of each element of a (n,) uint64 array; returns a new (n,) uint64."""
         return self._apply_array(np.asarray(fingerprints, dtype=np.uint64), self._np_prefix)
+
+    def filter(self, fingerprint: int) -> int:
+        """The table's filter of ``fingerprint``: the :attr:`filter_bits` (16, or fewer when the
+        prefix leaves fewer) bits of the permuted value right after the prefix, as an int. Two
+        fingerprints within Hamming distance k have filters within k (a subset of the bits), so a
+        table keeps each entry's filter beside its row and rejects most candidates without
+        reading the fingerprint."""
+        out = 0
+        for source, mask, target in self.filter_ops:
+            out |= ((fingerprint >> source) & mask) << target
+        return out
+
+    def filter_array(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
+        """:meth:`filter` of each element of a (n,) uint64 array, as a new (n,) uint16."""
+        values = self._apply_array(np.asarray(fingerprints, dtype=np.uint64), self._np_filter)
+        return values.astype(np.uint16)
 
 
 @dataclass(frozen=True)
@@ -266,6 +316,20 @@ class Design:
             shifts.append(top)
         return tuple(shifts)
 
+    def tables_for(self, k: int) -> tuple[int, ...]:
+        """The tables a query within Hamming distance ``k`` (0 <= k <= :attr:`max_k`) has to
+        search, in table order: all of them for k = max_k, fewer for a smaller k.
+
+        Two fingerprints within k differ in at most k blocks D, and share the prefix of every table
+        whose leading blocks avoid D. So a set of tables is exact for k when every k-set of blocks
+        is avoided by one of them. The set is chosen greedily (most k-sets newly covered first) and
+        that property is verified over all C(blocks, k) k-sets, so it is exact by construction,
+        not by assumption; when there are more than 2 * 10^5 k-sets every table is searched.
+
+        Examples: (4, 1) searches 4, 3, 2, 1 tables for k = 3, 2, 1, 0; (6, 3) 20, 10, 4, 1 (of 20).
+        """
+        return _tables_for(self, k)
+
     @cached_property
     def permutations(self) -> tuple[Permutation, ...]:
         """One :class:`Permutation` per table, in the order of
@@ -278,6 +342,88 @@ class Design:
 
 #: The default design: 4 blocks of 16 bits, 1 leading block, 4 tables, k <= 3.
 DEFAULT_DESIGN = Design(4, 1)
+
+_COVER_LIMIT = 200_000  # most k-sets of blocks enumerated by Design.tables_for
+
+
+@functools.cache
+def _tables_for(design: Design, k: int) -> tuple[int, ...]:
+    if not 0 <= k <= design.max_k:
+        raise InvalidArgumentError(f"{design} guarantees k <= {design.max_k}; got k={k}", value=k)
+    everything = tuple(range(design.num_tables))
+    if k == design.max_k or math.comb(design.blocks, k) > _COVER_LIMIT:
+        return everything
+    leading = [frozenset(p.leading_blocks) for p in design.permutations]
+    uncovered = {frozenset(d) for d in combinations(range(design.blocks), k)}
+    chosen: list[int] = []
+    while uncovered:
+        best = max(everything, key=lambda t: sum(1 for d in uncovered if not d & leading[t]))
+        chosen.append(best)
+        uncovered = {d for d in uncovered if d & leading[best]}
+    # Exactness check: every k-set of blocks leaves one chosen table's leading blocks intact.
+    for d in combinations(range(design.blocks), k):
+        if not any(not leading[t] & set(d) for t in chosen):  # pragma: no cover - greedy covers
+            return everything
+    return tuple(sorted(chosen))
+
+
+#: Candidate designs of :func:`choose_design`, (blocks, leading), for 64-bit fingerprints.
+AUTO_DESIGNS: tuple[tuple[int, int], ...] = (
+    (2, 1), (3, 1), (4, 1), (4, 2), (5, 1), (5, 2), (6, 2), (6, 3), (7, 3), (7, 4), (8, 4),
+)  # fmt: skip
+
+
+def design_bytes_per_fingerprint(design: Design, n: int) -> float:
+    """Estimated bytes per stored fingerprint of an index of ``n`` fingerprints with ``design``,
+    keys excluded: the fingerprint (8) and liveness (1) by row, and per table a row number (4), a
+    filter (2) and the run directory (about 1 byte per row for long prefixes, 2^prefix_bits * 4
+    bytes in all for short ones)."""
+    n = max(n, 1)
+    total = 9.0
+    for perm in design.permutations:
+        directory = 4.0 * (1 << min(perm.prefix_bits, max(1, n.bit_length() - 2))) / n
+        total += 6.0 + directory
+    return total
+
+
+def design_query_cost(design: Design, k: int, n: int) -> float:
+    """A model of the time of one lookup (arbitrary units: about nanoseconds per query in a batch
+    on the machine of the README's benchmark): per searched table a fixed cost (prefix, filter,
+    directory) plus one per candidate, where a table's candidates are about n / 2^prefix_bits
+    but never fewer than the 2 to 4 rows of a directory bucket."""
+    n = max(n, 1)
+    cost = 0.0
+    for t in design.tables_for(k):
+        prefix_bits = design.permutations[t].prefix_bits
+        candidates = max(n / (1 << prefix_bits), min(3.0, n / 4))
+        cost += _TABLE_COST + _CANDIDATE_COST * candidates
+    return cost
+
+
+_TABLE_COST = 25.0
+_CANDIDATE_COST = 4.0
+
+
+def choose_design(n: int, k: int, memory_budget: int | None = None) -> Design:
+    """The design for ``design="auto"``: among :data:`AUTO_DESIGNS` that answer ``k``, the one of
+    least :func:`design_query_cost` for ``n`` fingerprints whose
+    :func:`design_bytes_per_fingerprint` * n fits ``memory_budget`` bytes (None: no limit); when
+    none fits, the smallest. Raises InvalidArgumentError when no candidate design answers k."""
+    candidates = [Design(b, t) for b, t in AUTO_DESIGNS if b - t >= k]
+    if not candidates:
+        raise InvalidArgumentError(
+            f"no automatic design answers k={k} (at most {max(b - t for b, t in AUTO_DESIGNS)}); "
+            "pass design=(blocks, leading) with blocks - leading >= k",
+            value=k,
+        )
+    fits = [
+        d
+        for d in candidates
+        if memory_budget is None or design_bytes_per_fingerprint(d, n) * n <= memory_budget
+    ]
+    if not fits:
+        return min(candidates, key=lambda d: design_bytes_per_fingerprint(d, n))
+    return min(fits, key=lambda d: (design_query_cost(d, k, n), d.num_tables))
 
 
 def argsort_prefixes(prefixes: NDArray[np.uint64], prefix_bits: int) -> NDArray[np.intp]:

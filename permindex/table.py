@@ -45,6 +45,7 @@ __all__ = [
     "DIRECT_RUN_MIN",
     "MAX_ROWS",
     "MERGE_RATIO",
+    "PYTHON_SCAN",
     "Run",
     "Table",
     "TableCheckError",
@@ -60,8 +61,11 @@ DIRECT_RUN_MIN = 256
 #: A run is merged into the previous (older) one unless the older is more than this many times
 #: larger.
 MERGE_RATIO = 4
-#: Row numbers are stored as uint32.
-MAX_ROWS = 1 << 32
+#: Row numbers are stored as uint32 (and the key store's slots hold row + 1).
+MAX_ROWS = (1 << 32) - 1
+#: A single query compares the filters of a bucket of at most this many entries in Python, a
+#: larger bucket with numpy.
+PYTHON_SCAN = 48
 
 _ROW_MASK = (1 << 32) - 1
 _FP_MASK = (1 << 64) - 1
@@ -71,6 +75,7 @@ _PREFIX_SHIFT = 96
 _MEMTABLE_ENTRY_BYTES = 52 + 8
 
 Rows = NDArray[np.uint32]
+Filters = NDArray[np.uint16]
 Fingerprints = NDArray[np.uint64]
 Live = NDArray[np.bool_]
 
@@ -92,43 +97,65 @@ def directory_bits(size: int, prefix_bits: int) -> int:
 
 
 class Run:
-    """A frozen run: (m,) uint32 rows sorted by prefix, and the directory of their prefixes.
+    """A frozen run: (m,) uint32 rows sorted by prefix, their filters, and the directory of their
+    prefixes.
 
     Attributes:
         rows: (m,) uint32, sorted by the prefix of their fingerprints (ties in any order).
+        filters: (m,) uint16, the filter (:meth:`Permutation.filter`) of each row's fingerprint,
+            in the same order: a query rejects most candidates by the popcount of the filters'
+            XOR, reading this array sequentially, before it reads any fingerprint.
         offsets: (2^r + 1,) uint32; rows with bucket b (the top r prefix bits) are
             ``rows[offsets[b]:offsets[b + 1]]``.
-        directory: a memoryview of ``offsets`` (indexing it gives Python ints).
+        directory, row_view, filter_view: memoryviews of ``offsets``, ``rows`` and ``filters``
+            (indexing them gives Python ints: the single-query path).
         shift: prefix_bits - r; the bucket of a prefix is ``prefix >> shift``.
     """
 
-    __slots__ = ("directory", "offsets", "rows", "shift")
+    __slots__ = ("directory", "filter_view", "filters", "offsets", "row_view", "rows", "shift")
 
-    def __init__(self, rows: Rows, offsets: Rows, shift: int) -> None:
+    def __init__(self, rows: Rows, filters: Filters, offsets: Rows, shift: int) -> None:
         """A run from its parts; use :meth:`from_sorted` or :meth:`from_unsorted`."""
         self.rows = rows
+        self.filters = filters
         self.offsets = offsets
         self.shift = shift
-        # The same offsets read as Python ints without numpy scalar overhead (single queries).
         self.directory: memoryview = offsets.data
+        self.row_view: memoryview = rows.data
+        self.filter_view: memoryview = filters.data
 
     @classmethod
-    def from_sorted(cls, rows: Rows, sorted_prefixes: Fingerprints, prefix_bits: int) -> Run:
-        """A run of (m,) uint32 ``rows`` already in the order of their (m,) uint64 prefixes
-        ``sorted_prefixes`` (non-decreasing, below 2^prefix_bits), m >= 1. O(2^r log m)."""
+    def from_sorted(
+        cls, rows: Rows, filters: Filters, sorted_prefixes: Fingerprints, prefix_bits: int
+    ) -> Run:
+        """A run of (m,) uint32 ``rows`` and their (m,) uint16 ``filters`` already in the order
+        of their (m,) uint64 prefixes ``sorted_prefixes`` (non-decreasing, below
+        2^prefix_bits), m >= 1. O(2^r log m)."""
         bits = directory_bits(int(rows.size), prefix_bits)
         shift = prefix_bits - bits
         starts = np.arange((1 << bits) + 1, dtype=np.uint64) << np.uint64(shift)
         offsets = np.searchsorted(sorted_prefixes, starts).astype(np.uint32)
-        return cls(np.ascontiguousarray(rows, dtype=np.uint32), offsets, shift)
+        return cls(
+            np.ascontiguousarray(rows, dtype=np.uint32),
+            np.ascontiguousarray(filters, dtype=np.uint16),
+            offsets,
+            shift,
+        )
 
     @classmethod
     def from_unsorted(
-        cls, rows: Rows | None, prefixes: Fingerprints, prefix_bits: int, *, first_row: int = 0
+        cls,
+        rows: Rows | None,
+        prefixes: Fingerprints,
+        filters: Filters,
+        prefix_bits: int,
+        *,
+        first_row: int = 0,
     ) -> Run:
-        """A run of (m,) uint32 ``rows`` in any order with their (m,) uint64 ``prefixes``,
-        m >= 1 (``rows`` None: the consecutive rows from ``first_row``, which saves a gather):
-        a stable radix sort by prefix, the directory counted from the buckets. O(m)."""
+        """A run of (m,) uint32 ``rows`` in any order with their (m,) uint64 ``prefixes`` and
+        (m,) uint16 ``filters``, m >= 1 (``rows`` None: the consecutive rows from ``first_row``,
+        which saves a gather): a stable radix sort by prefix, the directory counted from the
+        buckets. O(m)."""
         bits = directory_bits(int(prefixes.size), prefix_bits)
         shift = prefix_bits - bits
         order = argsort_prefixes(prefixes, prefix_bits)
@@ -142,31 +169,32 @@ class Run:
                 sorted_rows += np.uint32(first_row)
         else:
             sorted_rows = rows[order].astype(np.uint32, copy=False)
-        return cls(sorted_rows, offsets, shift)
+        return cls(sorted_rows, filters[order], offsets, shift)
 
     def __len__(self) -> int:
         return int(self.rows.size)
 
     def nbytes(self) -> int:
         """Bytes of the arrays."""
-        return int(self.rows.nbytes + self.offsets.nbytes)
+        return int(self.rows.nbytes + self.filters.nbytes + self.offsets.nbytes)
 
 
 def gather_ranges(
-    rows: Rows, lo: NDArray[np.int64], counts: NDArray[np.int64]
-) -> tuple[NDArray[np.intp], Rows]:
-    """Expand per-query ranges into candidates: for query i, ``rows[lo[i]:lo[i] + counts[i]]``.
+    lo: NDArray[np.int64], counts: NDArray[np.int64]
+) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Expand per-query ranges into candidate positions: for query i, ``lo[i]:lo[i] +
+    counts[i]``.
 
-    Returns (query positions (t,) intp, rows (t,) uint32) with t = counts.sum(), grouped by
+    Returns (query positions (t,) intp, positions (t,) intp) with t = counts.sum(), grouped by
     query in order."""
     total = int(counts.sum())
     if total == 0:
-        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.uint32)
+        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
     query = np.repeat(np.arange(counts.size, dtype=np.intp), counts)
     ends = np.cumsum(counts)
-    positions = np.arange(total, dtype=np.int64)
+    positions = np.arange(total, dtype=np.intp)
     positions += np.repeat(lo - (ends - counts), counts)
-    return query, rows[positions]
+    return query, positions
 
 
 class Table:
@@ -224,10 +252,12 @@ class Table:
         if count == 0:
             return
         fingerprints = fps[first_row : first_row + count]
-        prefixes = self.permutation.prefix_array(fingerprints)
-        bits = self.permutation.prefix_bits
+        perm = self.permutation
+        prefixes = perm.prefix_array(fingerprints)
         if count >= min(DIRECT_RUN_MIN, self.memtable_limit):
-            self._push(Run.from_unsorted(None, prefixes, bits, first_row=first_row), fps, live)
+            filters = perm.filter_array(fingerprints)
+            run = Run.from_unsorted(None, prefixes, filters, perm.prefix_bits, first_row=first_row)
+            self._push(run, fps, live)
             return
         self._memtable.update(
             [
@@ -255,8 +285,10 @@ class Table:
         if not keep.all():
             view_rows, view_prefixes = view_rows[keep], view_prefixes[keep]
         if view_rows.size:
+            perm = self.permutation
+            filters = perm.filter_array(fps[view_rows])
             self._push(
-                Run.from_sorted(view_rows, view_prefixes, self.permutation.prefix_bits), fps, live
+                Run.from_sorted(view_rows, filters, view_prefixes, perm.prefix_bits), fps, live
             )
 
     def _push(self, run: Run, fps: Fingerprints, live: Live) -> None:
@@ -270,13 +302,15 @@ class Table:
 
     def _merge(self, older: Run, newer: Run, fps: Fingerprints, live: Live) -> Run | None:
         rows = np.concatenate([older.rows, newer.rows])
+        filters = np.concatenate([older.filters, newer.filters])
         keep = live[rows]
         if not keep.all():
             rows = rows[keep]
+            filters = filters[keep]
         if rows.size == 0:
             return None
         prefixes = self.permutation.prefix_array(fps[rows])
-        return Run.from_unsorted(rows, prefixes, self.permutation.prefix_bits)
+        return Run.from_unsorted(rows, prefixes, filters, self.permutation.prefix_bits)
 
     def compact(self, remap: NDArray[np.int64], fps: Fingerprints, live: Live) -> None:
         """Renumber rows: entry ``row`` becomes ``remap[row]``, or is dropped where that is
@@ -286,11 +320,13 @@ class Table:
         old_runs, self._runs = self._runs, []
         for run in old_runs:
             remapped = remap[run.rows]
-            new_rows = remapped[remapped >= 0].astype(np.uint32)
+            kept = remapped >= 0
+            new_rows = remapped[kept].astype(np.uint32)
             if new_rows.size:
                 # Renumbering keeps the order; the prefixes are those of the same fingerprints.
                 prefixes = self.permutation.prefix_array(fps[new_rows])
-                self._push(Run.from_sorted(new_rows, prefixes, bits), fps, live)
+                fresh = Run.from_sorted(new_rows, run.filters[kept], prefixes, bits)
+                self._push(fresh, fps, live)
         if self._memtable:
             entries = list(self._memtable)
             old_rows = np.fromiter((e & _ROW_MASK for e in entries), np.int64, len(entries))
@@ -306,53 +342,77 @@ class Table:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup(
-        self,
-        fingerprint: int,
-        run_rows: list[Rows],
-        memtable_rows: list[int],
-        memtable_fps: list[int],
-    ) -> None:
-        """Candidates of one query, appended to the caller's lists: from each run, the (view of
-        the) uint32 row slice of the query's bucket to ``run_rows``; from the memtable, rows
-        and fingerprints as ints to ``memtable_rows`` / ``memtable_fps``. Includes every entry
-        whose prefix equals the query's (from runs whose directory is coarser than the prefix,
-        some others too; dead rows too). O(runs + log L) Python operations, no numpy
-        arithmetic."""
-        prefix = self.permutation.prefix(fingerprint)
+    def lookup(self, query: int, k: int, fps: memoryview, hits: dict[int, tuple[int, int]]) -> None:
+        """One query's candidates in this table, verified: ``hits[row] = (fingerprint,
+        distance)`` for every entry within Hamming distance ``k`` of ``query`` whose prefix
+        bucket is the query's (dead rows included: the caller drops them). ``fps`` is a
+        memoryview of the index's fingerprints by row.
+
+        Per run a directory lookup, then the filters of the bucket's entries compared in Python
+        (or with numpy when the bucket holds more than :data:`PYTHON_SCAN` entries); only
+        entries whose filter is within k read their fingerprint. In the memtable a bisection.
+        No numpy call for small buckets: this is the path of single queries."""
+        perm = self.permutation
+        prefix = 0
+        for source, mask, target in perm.prefix_ops:
+            prefix |= ((query >> source) & mask) << target
+        qf = 0
+        for source, mask, target in perm.filter_ops:
+            qf |= ((query >> source) & mask) << target
         for run in self._runs:
             bucket = prefix >> run.shift
             directory = run.directory
             lo = directory[bucket]
             hi = directory[bucket + 1]
-            if hi > lo:
-                run_rows.append(run.rows[lo:hi])
+            if hi - lo <= PYTHON_SCAN:
+                if hi == lo:
+                    continue
+                rows = run.row_view
+                for i, f in enumerate(run.filter_view[lo:hi], lo):
+                    if (f ^ qf).bit_count() <= k:
+                        row = rows[i]
+                        value = fps[row]
+                        distance = (value ^ query).bit_count()
+                        if distance <= k:
+                            hits[row] = (value, distance)
+            else:
+                near = np.bitwise_count(run.filters[lo:hi] ^ np.uint16(qf)) <= k
+                rows = run.row_view
+                for i in (np.flatnonzero(near) + lo).tolist():
+                    row = rows[i]
+                    value = fps[row]
+                    distance = (value ^ query).bit_count()
+                    if distance <= k:
+                        hits[row] = (value, distance)
         memtable = self._memtable
         if memtable:
             lo = memtable.bisect_left(prefix << _PREFIX_SHIFT)
             hi = memtable.bisect_left((prefix + 1) << _PREFIX_SHIFT)
             for entry in memtable.islice(lo, hi):
-                memtable_rows.append(entry & _ROW_MASK)
-                memtable_fps.append((entry >> _FP_SHIFT) & _FP_MASK)
+                value = (entry >> _FP_SHIFT) & _FP_MASK
+                distance = (value ^ query).bit_count()
+                if distance <= k:
+                    hits[entry & _ROW_MASK] = (value, distance)
 
     def ranges_many(
         self, prefixes: Fingerprints, fps: Fingerprints
-    ) -> list[tuple[Rows, NDArray[np.int64], NDArray[np.int64]]]:
+    ) -> list[tuple[Rows, Filters | None, NDArray[np.int64], NDArray[np.int64]]]:
         """Candidate ranges of a batch of queries given their prefixes in this table ((q,)
-        uint64); ``fps`` is the index's fingerprint array. One (rows, lo, counts) per run and
-        for the memtable: query i's candidates there are ``rows[lo[i]:lo[i] + counts[i]]``
-        (same superset rule as :meth:`lookup`); expand with :func:`gather_ranges`."""
-        out: list[tuple[Rows, NDArray[np.int64], NDArray[np.int64]]] = []
+        uint64); ``fps`` is the index's fingerprint array. One (rows, filters, lo, counts) per
+        run and for the memtable (filters None there): query i's candidates are
+        ``rows[lo[i]:lo[i] + counts[i]]`` (every entry of the query's prefix bucket; a superset
+        of the prefix when the directory is coarser); expand with :func:`gather_ranges`."""
+        out: list[tuple[Rows, Filters | None, NDArray[np.int64], NDArray[np.int64]]] = []
         for run in self._runs:
             buckets = (prefixes >> np.uint64(run.shift)).astype(np.intp)
             lo = run.offsets[buckets].astype(np.int64)
             counts = run.offsets[buckets + 1].astype(np.int64) - lo
-            out.append((run.rows, lo, counts))
+            out.append((run.rows, run.filters, lo, counts))
         if self._memtable:
             mem_prefixes, mem_rows = self._memtable_arrays(fps)
             lo = np.searchsorted(mem_prefixes, prefixes, side="left").astype(np.int64)
             hi = np.searchsorted(mem_prefixes, prefixes, side="right").astype(np.int64)
-            out.append((mem_rows, lo, hi - lo))
+            out.append((mem_rows, None, lo, hi - lo))
         return out
 
     def all_rows(self) -> NDArray[np.int64]:
@@ -386,7 +446,8 @@ class Table:
 
         Checked: the memtable is a valid sorted list within its bound, each entry's fingerprint
         and prefix are those of its row, its row list and cached arrays hold the same rows;
-        each run is non-empty, its rows are uint32 below ``n_rows``, sorted by prefix, its
+        each run is non-empty, its rows are uint32 below ``n_rows``, its filters those of the
+        rows' fingerprints, sorted by prefix, its
         directory has the expected width and counts exactly its buckets; each run is more than
         MERGE_RATIO times larger than the next."""
         perm = self.permutation
@@ -428,6 +489,11 @@ class Table:
             where = f"{name} run {i}"
             _require(len(run) > 0, f"{where}: empty run")
             _require(run.rows.dtype == np.uint32, f"{where}: rows are {run.rows.dtype}")
+            _require(
+                run.filters.dtype == np.uint16
+                and np.array_equal(run.filters, perm.filter_array(fps[run.rows])),
+                f"{where}: filters are not those of the rows' fingerprints",
+            )
             _require(bool((run.rows < n_rows).all()), f"{where}: row beyond {n_rows}")
             prefixes = perm.prefix_array(fps[run.rows])
             _require(bool((prefixes[1:] >= prefixes[:-1]).all()), f"{where}: not sorted")

@@ -652,3 +652,40 @@ def test_thread_safety_smoke() -> None:
     index._check()
     expected = {key: value for model in models for key, value in model.items()}
     assert dict(zip(*_export_lists(index), strict=True)) == expected
+
+
+@pytest.mark.parametrize("scan", [0, 48, 10**6])
+def test_large_buckets_every_single_query_path(monkeypatch: pytest.MonkeyPatch, scan: int) -> None:
+    """Buckets of hundreds of entries (near-duplicates share every prefix), in runs and in the
+    memtable; single queries with the Python filter scan, the numpy one, and both mixed."""
+    import permindex.table as table_module
+
+    monkeypatch.setattr(table_module, "PYTHON_SCAN", scan)
+    rng = np.random.default_rng(scan)
+    fps = clustered(rng, 900, 3, 5)
+    names = [f"n{i}" for i in range(fps.size)]
+    index = Index(memtable_limit=100)
+    index.add_many(names[:700], fps[:700])
+    for name, value in zip(names[700:], fps[700:].tolist(), strict=True):
+        index.add(name, value)
+    index.discard(names[3])
+    index._check()
+    assert_queries_match_brute_force(index, [*fps[::45].tolist(), int(fps[0]) ^ 7])
+
+
+@pytest.mark.parametrize("design", [(4, 1), (5, 2), (6, 3), (3, 1), (8, 4)])
+def test_designs_bulk_and_auto(design: tuple[int, int]) -> None:
+    rng = np.random.default_rng(design[0])
+    fps = np.concatenate([rng.integers(0, TOP, 3000, dtype=np.uint64), clustered(rng, 300, 4, 3)])
+    names = [f"k{i}" for i in range(fps.size)]
+    index = Index.from_arrays(names, fps, k=min(3, design[0] - design[1]), design=design)
+    index._check()
+    assert_queries_match_brute_force(index, fps[::50].tolist())
+    auto = Index.from_arrays(names, fps, design="auto", memory_budget=10**9)
+    assert auto.design.max_k >= 3
+    assert_queries_match_brute_force(auto, fps[::100].tolist())
+    with pytest.raises(InvalidArgumentError, match="auto"):
+        Index(design="fast")
+    with pytest.raises(InvalidArgumentError, match=r"guarantees k <= 1"):
+        Index(k=3, design=(3, 2))
+    assert isinstance(InvalidArgumentError("x"), ValueError)

@@ -17,6 +17,9 @@ from permindex.permutation import (
     Design,
     Permutation,
     argsort_prefixes,
+    choose_design,
+    design_bytes_per_fingerprint,
+    design_query_cost,
 )
 
 
@@ -181,3 +184,60 @@ def test_argsort_prefixes_is_a_stable_sort(bits: int) -> None:
     for values in (prefixes, wide):
         order = argsort_prefixes(values, bits)
         assert np.array_equal(order, np.argsort(values, kind="stable"))
+
+
+@SETTINGS
+@given(st.data(), designs, fingerprints)
+def test_smaller_k_searches_fewer_tables_and_stays_exact(
+    data: st.DataObject, design_k: tuple[tuple[int, int], int], base: int
+) -> None:
+    pair, max_k = design_k
+    design = Design(*pair)
+    assert design.tables_for(max_k) == tuple(range(design.num_tables))
+    kk = data.draw(st.integers(min_value=0, max_value=max_k))
+    tables = design.tables_for(kk)
+    assert len(tables) <= design.num_tables
+    for distance in range(kk + 1):
+        other, _bits = data.draw(neighbours(pair, base, distance))
+        perms = design.permutations
+        assert any(perms[t].prefix(base) == perms[t].prefix(other) for t in tables)
+
+
+@pytest.mark.parametrize(
+    ("pair", "counts"),
+    [((4, 1), [1, 2, 3, 4]), ((5, 2), [1, 2, 4, 10]), ((6, 3), [1, 2, 7, 20])],
+)
+def test_tables_for_each_k(pair: tuple[int, int], counts: list[int]) -> None:
+    design = Design(*pair)
+    assert [len(design.tables_for(k)) for k in range(design.max_k + 1)] == counts
+    with pytest.raises(InvalidArgumentError):
+        design.tables_for(design.max_k + 1)
+
+
+@SETTINGS
+@given(designs, fingerprints)
+def test_filter_is_the_bits_after_the_prefix(
+    design_k: tuple[tuple[int, int], int], value: int
+) -> None:
+    design = Design(*design_k[0])
+    for perm in design.permutations:
+        width = perm.filter_bits
+        low = 64 - perm.prefix_bits - width
+        expected = (perm.permute(value) >> low) & ((1 << width) - 1)
+        assert perm.filter(value) == expected
+        array = perm.filter_array(np.array([value, value ^ 1], dtype=np.uint64))
+        assert array.dtype == np.uint16 and int(array[0]) == expected
+
+
+def test_choose_design() -> None:
+    assert choose_design(10_000, 3) == Design(4, 1)
+    big = choose_design(10**8, 3)
+    assert big.max_k >= 3 and big.num_tables > 4  # long prefixes pay off at 10^8
+    budget = 34 * 10**8
+    assert design_bytes_per_fingerprint(choose_design(10**8, 3, budget), 10**8) * 10**8 <= budget
+    assert choose_design(10**8, 3, 1).max_k >= 3  # nothing fits: the smallest that answers k
+    assert choose_design(10**6, 4).max_k >= 4
+    with pytest.raises(InvalidArgumentError, match="no automatic design"):
+        choose_design(10**6, 40)
+    for n in (10**3, 10**6, 10**9):
+        assert design_query_cost(Design(4, 1), 3, n) > 0
