@@ -4,7 +4,8 @@ Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling", section 3.
 Layout (see :mod:`permindex.table` for one table):
 
 * rows: every stored fingerprint has a row number; ``_fps`` ((capacity,) uint64) holds the
-  fingerprint of each row, ``_live`` ((capacity,) bool) whether the row is current, and
+  fingerprint of each row, ``_live`` ((capacity,) bool) whether the row is current (None, and
+  no memory, while every row is: until the first removal or replacement after a compaction), and
   ``_store`` (a :class:`~permindex.keystore.KeyStore`: UTF-8 bytes in one buffer and a numpy hash
   table, no Python object per key) each row's key and the current row of each key.
   Rows are appended and never change; replacing a key's fingerprint kills its row and appends a
@@ -256,7 +257,7 @@ class Index:
         # Leading-block masks: a pair shares table t's prefix iff (a ^ b) & mask[t] == 0.
         self._np_masks = [np.uint64(p.leading_mask) for p in self._permutations]
         self._fps: _U64 = np.zeros(0, dtype=np.uint64)
-        self._live: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        self._live: NDArray[np.bool_] | None = None
         self._views()
         # The tables a query within each k <= self._k searches (all of them for the design's
         # largest k; fewer, and still exact, for smaller k: Design.tables_for).
@@ -330,7 +331,7 @@ class Index:
     def __iter__(self) -> Iterator[str]:
         """The keys, in the order they were first added (a copy taken under the lock)."""
         with self._lock:
-            rows = np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
+            rows = self._live_rows()
             return iter(self._store.keys(self._store.iteration_order(rows)))
 
     def get(self, key: str) -> int | None:
@@ -370,12 +371,13 @@ class Index:
         if old >= 0:
             if int(self._fps[old]) == value:
                 return False
-            self._live[old] = False
+            self._kill(np.array([old], dtype=np.int64))
             store.unlink(old)
         row = store.append(data, h, moved_from=old)
         assert row == self._n_rows
         self._fps[row] = value
-        self._live[row] = True
+        if self._live is not None:
+            self._live[row] = True
         self._n_rows = row + 1
         for table in self._tables:
             table.add(row, value, self._fps, self._live)
@@ -450,7 +452,7 @@ class Index:
                 batch = batch_subset(batch, keep)
                 values = values[keep]
                 old = old[keep]
-            self._live[old[old >= 0]] = False
+            self._kill(old[old >= 0])
         self._append_rows(batch, values, old if replaced.size else None)
         self._maybe_compact()
         return new
@@ -464,7 +466,8 @@ class Index:
         first = self._store.append_many(batch, moved_from)
         assert first == start
         self._fps[start : start + m] = values
-        self._live[start : start + m] = True
+        if self._live is not None:
+            self._live[start : start + m] = True
         self._n_rows = start + m
         for table in self._tables:
             table.add_many(start, m, self._fps, self._live)
@@ -489,7 +492,7 @@ class Index:
         row = self._store.find(data, hash_key(data))
         if row < 0:
             return False
-        self._live[row] = False
+        self._kill(np.array([row], dtype=np.int64))
         self._store.unlink(row)
         self._maybe_compact()
         return True
@@ -510,15 +513,38 @@ class Index:
             capacity = min(max(need, capacity + capacity // 2, 1024), MAX_ROWS)
             fps = np.zeros(capacity, dtype=np.uint64)
             fps[: self._n_rows] = self._fps[: self._n_rows]
-            live = np.zeros(capacity, dtype=bool)
-            live[: self._n_rows] = self._live[: self._n_rows]
-            self._fps, self._live = fps, live
+            self._fps = fps
+            if self._live is not None:
+                live = np.zeros(capacity, dtype=bool)
+                live[: self._n_rows] = self._live[: self._n_rows]
+                self._live = live
             self._views()
 
     def _views(self) -> None:
         """memoryviews of the row arrays (Python ints and bools on indexing: single queries)."""
         self._fps_view: memoryview = self._fps.data
-        self._live_view: memoryview = self._live.data
+        self._live_view: memoryview | None = None if self._live is None else self._live.data
+
+    def _kill(self, rows: _I64) -> None:
+        """Mark ``rows`` dead (tombstones), allocating the liveness mask on the first death."""
+        if self._live is None:
+            self._live = np.zeros(self._fps.size, dtype=bool)
+            self._live[: self._n_rows] = True
+            self._live_view = self._live.data
+        self._live[rows] = False
+
+    def _live_mask(self, start: int = 0, stop: int | None = None) -> NDArray[np.bool_]:
+        """The liveness of rows [start, stop) (stop None: all rows), as a bool array."""
+        end = self._n_rows if stop is None else stop
+        if self._live is None:
+            return np.ones(max(0, end - start), dtype=bool)
+        return self._live[start:end]
+
+    def _live_rows(self) -> _I64:
+        """Every live row, ascending, (n,) int64."""
+        if self._live is None:
+            return np.arange(self._n_rows, dtype=np.int64)
+        return np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
 
     def _maybe_compact(self) -> None:
         live = len(self._store)
@@ -528,21 +554,19 @@ class Index:
     def _compact(self) -> None:
         """Renumber the live rows 0..n-1 in order and drop every dead row from every table."""
         n = self._n_rows
-        live_rows = np.flatnonzero(self._live[:n])
+        live_rows = self._live_rows()
         m = int(live_rows.size)
         remap = np.full(n, -1, dtype=np.int64)
         remap[live_rows] = np.arange(m, dtype=np.int64)
         capacity = max(1024, m + m // 4)
         fps = np.zeros(capacity, dtype=np.uint64)
         fps[:m] = self._fps[live_rows]
-        live = np.zeros(capacity, dtype=bool)
-        live[:m] = True
         self._store.compact(live_rows.astype(np.int64))
-        self._fps, self._live, self._n_rows = fps, live, m
+        self._fps, self._live, self._n_rows = fps, None, m  # every row is live again
         self._views()
         self._compactions += 1
         for table in self._tables:
-            table.compact(remap, fps, live)
+            table.compact(remap, fps, None)
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -609,7 +633,10 @@ class Index:
             return []
         live = self._live_view
         key_of = self._store.key
-        out = [Match(key_of(row), value, d) for row, (value, d) in hits.items() if live[row]]
+        if live is None:
+            out = [Match(key_of(row), value, d) for row, (value, d) in hits.items()]
+        else:
+            out = [Match(key_of(row), value, d) for row, (value, d) in hits.items() if live[row]]
         if len(out) > 1:
             out.sort(key=_MATCH_ORDER)
         return out
@@ -729,7 +756,8 @@ class Index:
                 keep = (x & mask) == 0
                 for other in earlier:
                     keep &= (x & other) != 0
-                keep &= live[rows]
+                if live is not None:
+                    keep &= live[rows]
                 found_q.append(qpos[selected][keep] + offset)
                 found_rows.append(rows[keep])
                 found_d.append(distance[selected][keep])
@@ -789,7 +817,7 @@ class Index:
     def _pairs(self, k: int) -> tuple[_I64, _I64, _I64]:
         """(rows_a, rows_b, distances) of every pair of live rows within k, each pair once."""
         empty = np.empty(0, dtype=np.int64)
-        live_rows = np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
+        live_rows = self._live_rows()
         if live_rows.size < 2:
             return empty, empty, empty
         # Live rows grouped by distinct fingerprint: members[first[u]:first[u + 1]] hold the
@@ -879,7 +907,7 @@ class Index:
         fingerprints a new (n,) uint64 array, element i stored under keys[i]. Order: by row
         (the order the current fingerprints were stored in)."""
         with self._lock:
-            live = self._live[: self._n_rows]
+            live = self._live_mask()
             return self._store.live_keys(live), self._fps[: self._n_rows][live]
 
     def export_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64]:
@@ -888,7 +916,7 @@ class Index:
         followed by a NUL, concatenated ((m,) uint8), (n,) uint64 fingerprints), in the order of
         :meth:`export`. No Python object per key: O(n + key bytes) numpy work."""
         with self._lock:
-            live_rows = np.flatnonzero(self._live[: self._n_rows]).astype(np.int64)
+            live_rows = self._live_rows()
             lengths, blob = self._store.export(live_rows)
             return lengths, blob, self._fps[live_rows]
 
@@ -920,7 +948,7 @@ class Index:
                 with self._lock:
                     if self._compactions != compactions:
                         break
-                    rows = np.flatnonzero(self._live[start:end]).astype(np.int64)
+                    rows = np.flatnonzero(self._live_mask(start, end)).astype(np.int64)
                     rows += start
                     lengths, blob = self._store.export(rows)
                     parts.append((lengths, blob, self._fps[rows]))
@@ -939,7 +967,9 @@ class Index:
         """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity)
         and the tables."""
         with self._lock:
-            total = int(self._fps.nbytes + self._live.nbytes)
+            total = int(self._fps.nbytes)
+            if self._live is not None:
+                total += int(self._live.nbytes)
             return total + sum(table.memory_bytes() for table in self._tables)
 
     def _check(self) -> None:
@@ -954,9 +984,13 @@ class Index:
         with self._lock:
             n = self._n_rows
             _require = _check_condition  # raises TableCheckError with the message
-            _require(self._fps.size == self._live.size >= n, "row arrays shorter than rows")
-            _require(not self._live[n:].any(), "live flag set beyond the last row")
-            live = self._live[:n]
+            _require(self._fps.size >= n, "row arrays shorter than rows")
+            if self._live is not None:
+                _require(self._live.size == self._fps.size, "liveness and fingerprints differ")
+                _require(not self._live[n:].any(), "live flag set beyond the last row")
+            else:
+                _require(len(self._store) == n, "no liveness mask, yet some rows are dead")
+            live = self._live_mask()
             store = self._store
             _require(store.rows == n, f"{store.rows} keys by row, {n} rows")
             for problem in store._check():

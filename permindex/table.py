@@ -77,7 +77,9 @@ _MEMTABLE_ENTRY_BYTES = 52 + 8
 Rows = NDArray[np.uint32]
 Filters = NDArray[np.uint16]
 Fingerprints = NDArray[np.uint64]
-Live = NDArray[np.bool_]
+#: The index's liveness mask by row, or None when every row is live (nothing was removed or
+#: replaced since the last compaction).
+Live = NDArray[np.bool_] | None
 
 
 class TableCheckError(AssertionError):
@@ -202,6 +204,7 @@ class Table:
 
     Not thread-safe on its own; the index serializes access. The mutating methods take the
     index's fingerprint array ``fps`` ((capacity,) uint64 by row) and liveness mask ``live``
+    (None when every row is live)
     ((capacity,) bool) because freezing and merging read them.
     """
 
@@ -281,7 +284,7 @@ class Table:
         self._memtable.clear()
         self._memtable_rows = []
         self._view = None
-        keep = live[view_rows]
+        keep = np.ones(view_rows.size, dtype=bool) if live is None else live[view_rows]
         if not keep.all():
             view_rows, view_prefixes = view_rows[keep], view_prefixes[keep]
         if view_rows.size:
@@ -303,7 +306,7 @@ class Table:
     def _merge(self, older: Run, newer: Run, fps: Fingerprints, live: Live) -> Run | None:
         rows = np.concatenate([older.rows, newer.rows])
         filters = np.concatenate([older.filters, newer.filters])
-        keep = live[rows]
+        keep = np.ones(rows.size, dtype=bool) if live is None else live[rows]
         if not keep.all():
             rows = rows[keep]
             filters = filters[keep]

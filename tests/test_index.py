@@ -689,3 +689,22 @@ def test_designs_bulk_and_auto(design: tuple[int, int]) -> None:
     with pytest.raises(InvalidArgumentError, match=r"guarantees k <= 1"):
         Index(k=3, design=(3, 2))
     assert isinstance(InvalidArgumentError("x"), ValueError)
+
+
+def test_liveness_mask_only_while_rows_are_dead() -> None:
+    index = Index(compaction_min=0)
+    fps = np.arange(1, 5001, dtype=np.uint64) * np.uint64(0x9E37_79B9_7F4A_7C15)
+    index.add_many([f"k{i}" for i in range(5000)], fps)
+    assert index._live is None  # a bulk load: every row live, no mask
+    per_fp = index.table_bytes() / 5000
+    directories = 4 * 4 * 2**11 / 5000  # 4 tables of 2^11 buckets at 5,000 rows
+    assert 8 + 4 * 6 <= per_fp <= 8 + 4 * 6 + directories + 0.1  # fingerprint, (row, filter)s
+    index.remove("k1")
+    assert index._live is not None and index.table_bytes() / 5000 > per_fp
+    index.discard("k2")
+    index._check()
+    for i in range(3, 2502):  # the 2,501st removal outnumbers the live rows: a compaction
+        index.remove(f"k{i}")
+    assert index._live is None and len(index) == 5000 - 2501
+    index._check()
+    assert_queries_match_brute_force(index, fps[::97].tolist())
