@@ -14,22 +14,70 @@ The default algorithm, which every stored fingerprint and the shared reference v
 A text with fewer words than ``shingle_size`` has no fingerprint: :func:`simhash` returns ``None``,
 never 0. With ``bits=63`` bit 63 is cleared, so that the value fits a signed 64-bit integer column
 (the article's PHP implementation does the same).
+
+Options, none of which changes the default fingerprint:
+
+* ``tokenizer="chars"`` (character shingles, for text written without spaces) and ``"auto"``
+  (chosen per document), see :func:`tokens`; ``min_words`` refuses short texts (the article
+  refuses fewer than 20 words as too noisy);
+* :func:`simhash_features` / :func:`simhash_weighted`: weighted SimHash, each feature voting with
+  its weight (Charikar 2002, section 3; Manku et al. 2007, section 2, weight e.g. IDF);
+* :func:`simhash_vectors`: dense vectors by random hyperplanes (Charikar 2002, section 3).
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
+
 import numpy as np
 import xxhash
+from numpy.typing import ArrayLike, NDArray
 
 from permindex.errors import InvalidArgumentError
 
-__all__ = ["FINGERPRINT_BITS", "MAX_FINGERPRINT", "shingles", "simhash", "validate_fingerprint"]
+__all__ = [
+    "AUTO_CHARS_SHARE",
+    "FINGERPRINT_BITS",
+    "MAX_FINGERPRINT",
+    "MAX_WEIGHT",
+    "TOKENIZERS",
+    "VECTOR_SEED",
+    "WEIGHT_SCALE",
+    "Tokenizer",
+    "hyperplanes",
+    "no_space_share",
+    "shingle_hashes",
+    "shingles",
+    "simhash",
+    "simhash_features",
+    "simhash_vectors",
+    "simhash_weighted",
+    "tokens",
+    "validate_fingerprint",
+]
 
 FINGERPRINT_BITS = 64
 MAX_FINGERPRINT = (1 << FINGERPRINT_BITS) - 1
 _BIT63 = 1 << 63
 _CHUNK = 1 << 16  # shingle hashes counted per numpy pass (bounds memory at 4 MiB of bits)
 _SMALL = 24  # below this many shingles, counting in pure Python is faster than numpy
+
+Tokenizer = Literal["words", "chars", "auto"]
+#: The tokenizers of :func:`tokens` (``"words"`` is the default and the reference algorithm).
+TOKENIZERS: Final = ("words", "chars", "auto")
+#: ``tokenizer="auto"`` tokenizes a text by characters when at least this share of its
+#: non-whitespace characters belong to scripts written without spaces between words.
+AUTO_CHARS_SHARE: Final = 0.3
+#: Weighted SimHash: weights are rounded to multiples of 1 / WEIGHT_SCALE and summed as integers.
+WEIGHT_SCALE: Final = 1 << 20
+#: The largest absolute weight :func:`simhash_weighted` accepts.
+MAX_WEIGHT: Final = float(1 << 31)
+#: Seed of the PCG64 generator that draws the hyperplanes of :func:`simhash_vectors`.
+VECTOR_SEED: Final = 2002
 
 
 def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
@@ -58,10 +106,16 @@ def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
     return number
 
 
-def shingles(text: str, shingle_size: int = 3) -> list[str]:
-    """The word shingles of ``text`` in order, repeats included: lower-cased, split on Unicode
-    whitespace, ``shingle_size`` consecutive words joined by one space. Empty when the text has
-    fewer words than ``shingle_size``."""
+def shingles(text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words") -> list[str]:
+    """The shingles of ``text`` in order, repeats included. With the default word tokenizer:
+    lower-cased, split on Unicode whitespace, ``shingle_size`` consecutive words joined by one
+    space; with characters (see :func:`tokens`): ``shingle_size`` consecutive non-whitespace
+    characters, joined with nothing. Empty when the text has fewer tokens than
+    ``shingle_size``."""
+    kind = _resolve_tokenizer(text, tokenizer)
+    if kind == "chars":
+        chars = _chars(text)
+        return [chars[i : i + shingle_size] for i in range(len(chars) - shingle_size + 1)]
     words = text.lower().split()
     n = len(words) - shingle_size + 1
     if n <= 0:
@@ -104,21 +158,34 @@ def _vote(hashes: list[int]) -> int:
     return sum(1 << int(i) for i in set_bits)
 
 
-def simhash(text: str, *, shingle_size: int = 3, bits: int = 64) -> int | None:
+def simhash(
+    text: str,
+    *,
+    shingle_size: int = 3,
+    bits: int = 64,
+    tokenizer: Tokenizer = "words",
+    min_words: int = 0,
+) -> int | None:
     """The SimHash fingerprint of ``text`` (algorithm in the module docstring).
 
     Args:
         text: any ``str``.
-        shingle_size: words per shingle (default 3).
+        shingle_size: words (or characters) per shingle (default 3).
         bits: 64 (default) or 63; with 63, bit 63 is cleared so the value fits a signed BIGINT.
+        tokenizer: ``"words"`` (default), ``"chars"`` or ``"auto"``: see :func:`tokens`.
+        min_words: texts with fewer tokens than this (words, or characters when the text is
+            tokenized by characters) have no fingerprint; 0 (default) keeps only the
+            ``shingle_size`` rule. The article this project grew from refuses fewer than 20 words:
+            below that, changing one word moves the fingerprint by more bits than the threshold.
 
     Returns:
         An int in [0, 2^64) (in [0, 2^63) with ``bits=63``), or ``None`` when the text has fewer
-        than ``shingle_size`` words.
+        than ``shingle_size`` (or ``min_words``) tokens.
 
     Raises:
         TypeError: ``text`` is not a ``str``.
-        InvalidArgumentError: (a ``ValueError``) ``shingle_size`` < 1 or ``bits`` not 63/64.
+        InvalidArgumentError: (a ``ValueError``) ``shingle_size`` < 1, ``bits`` not 63/64, an
+            unknown tokenizer or a negative ``min_words``.
 
     Source: Charikar 2002, section 3 (random-hyperplane rounding, here with one hash per
     shingle); Manku et al. 2007, section 2, for 64-bit fingerprints of web pages.
@@ -126,7 +193,11 @@ def simhash(text: str, *, shingle_size: int = 3, bits: int = 64) -> int | None:
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
     _check_options(shingle_size, bits)
-    parts = shingles(text, shingle_size)
+    _check_tokenizer(tokenizer, min_words)
+    kind = _resolve_tokenizer(text, tokenizer)
+    if min_words and len(tokens(text, kind)) < min_words:
+        return None
+    parts = shingles(text, shingle_size, kind)
     if not parts:
         return None
     hash_ = xxhash.xxh3_64_intdigest
@@ -134,3 +205,322 @@ def simhash(text: str, *, shingle_size: int = 3, bits: int = 64) -> int | None:
     if bits == 63:
         fingerprint &= ~_BIT63
     return fingerprint
+
+
+# ------------------------------------------------------------------------------ tokenizers
+
+#: Scripts written without spaces between words: Thai, Lao, Tibetan, Myanmar, Khmer, Hiragana,
+#: Katakana (and its half-width forms), the CJK ideographs (with extensions A to H and the
+#: compatibility block). Hangul is not among them: Korean separates words with spaces.
+_NO_SPACE_CHARS: Final = re.compile(
+    "[\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003ffff]"
+)
+
+
+def _chars(text: str) -> str:
+    """``text`` lower-cased with every whitespace character removed."""
+    return "".join(text.lower().split())
+
+
+def no_space_share(text: str) -> float:
+    """The share (0..1) of the non-whitespace characters of ``text`` that belong to a script
+    written without spaces between words (Chinese, Japanese, Thai, Lao, Khmer, Myanmar,
+    Tibetan); 0.0 for a text of whitespace only."""
+    total = sum(map(len, text.split()))
+    if not total:
+        return 0.0
+    return len(_NO_SPACE_CHARS.findall(text)) / total
+
+
+def _resolve_tokenizer(text: str, tokenizer: Tokenizer) -> Literal["words", "chars"]:
+    if tokenizer == "auto":
+        return "chars" if no_space_share(text) >= AUTO_CHARS_SHARE else "words"
+    return "chars" if tokenizer == "chars" else "words"
+
+
+def _check_tokenizer(tokenizer: object, min_words: object) -> None:
+    if tokenizer not in TOKENIZERS:
+        raise InvalidArgumentError(
+            f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}", value=tokenizer
+        )
+    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 0:
+        raise InvalidArgumentError(
+            f"min_words must be an integer >= 0, got {min_words!r}", value=min_words
+        )
+
+
+def tokens(text: str, tokenizer: Tokenizer = "words") -> list[str]:
+    """The tokens of ``text`` that shingles are made of, lower-cased.
+
+    * ``"words"`` (the default, the reference algorithm): ``text.lower().split()``, runs of
+      Unicode whitespace separate words.
+    * ``"chars"``: every non-whitespace character is a token (whitespace is dropped), so
+      shingles are runs of ``shingle_size`` characters. For text written without spaces
+      (Chinese, Japanese, Thai), where the word tokenizer sees one long word per sentence or
+      paragraph: character n-grams are the usual shingles there (Broder 1997 shingles a
+      document's tokens, whatever they are).
+    * ``"auto"``: per document, ``"chars"`` when at least :data:`AUTO_CHARS_SHARE` (30%) of its
+      non-whitespace characters belong to a script written without spaces (see
+      :func:`no_space_share`), else ``"words"``. An English page quoting a Chinese sentence
+      stays on words; a Chinese page with English product names goes to characters.
+
+    Fingerprints made with different tokenizers are not comparable: index one collection with
+    one tokenizer (``"auto"`` is one rule, so it is fine for a mixed collection).
+    """
+    kind = _resolve_tokenizer(text, tokenizer)
+    if kind == "chars":
+        return list(_chars(text))
+    return text.lower().split()
+
+
+def shingle_hashes(
+    text: str, *, shingle_size: int = 3, tokenizer: Tokenizer = "words"
+) -> NDArray[np.uint64]:
+    """XXH3-64 (seed 0) of the UTF-8 bytes of each shingle of ``text`` (:func:`shingles`), in
+    order, repeats included, as a (m,) uint64 array: the votes of :func:`simhash`. Empty when
+    the text is shorter than a shingle."""
+    _check_options(shingle_size, 64)
+    _check_tokenizer(tokenizer, 0)
+    hash_ = xxhash.xxh3_64_intdigest
+    parts = shingles(text, shingle_size, tokenizer)
+    return np.fromiter((hash_(s.encode("utf-8")) for s in parts), dtype=np.uint64, count=len(parts))
+
+
+# ------------------------------------------------------------------------- weighted SimHash
+
+
+def simhash_weighted(hashes: ArrayLike, weights: ArrayLike, *, bits: int = 64) -> int | None:
+    """Weighted SimHash of features given by their 64-bit hashes: counter i adds the weight of
+    every feature whose hash has bit i set and subtracts the others'; bit i of the fingerprint
+    is 1 where counter i > 0 (Charikar 2002, section 3; Manku et al. 2007, section 2, where a
+    feature's weight is e.g. its IDF). With every weight 1 and the shingle hashes of a text
+    (:func:`shingle_hashes`) this is exactly :func:`simhash`.
+
+    Determinism: weights are rounded to the nearest multiple of 1 / :data:`WEIGHT_SCALE` (2^-20)
+    and the counters summed as exact integers, so the result never depends on the order of
+    summation, the CPU or the numpy version (a float sum could flip a bit whose counter is
+    within rounding error of 0 from one machine to another).
+
+    Args:
+        hashes: (m,) unsigned 64-bit feature hashes (a repeated hash votes each time).
+        weights: (m,) finite real weights, ``|w| <=`` :data:`MAX_WEIGHT`; negative ones vote
+            against their hash's bits.
+        bits: 64 or 63 (bit 63 cleared).
+
+    Returns:
+        The fingerprint, or None when no feature has a weight that rounds to a non-zero value.
+
+    Raises:
+        InvalidArgumentError: shapes differ or are not 1-d, a weight is NaN, infinite or too
+            large, ``bits`` not 63/64.
+    """
+    _check_options(1, bits)
+    h = np.asarray(hashes)
+    if h.size == 0:
+        h = h.astype(np.uint64)
+    if h.ndim != 1 or h.dtype.kind not in "ui":
+        raise InvalidArgumentError(
+            f"hashes must be a 1-d array of unsigned 64-bit integers, got shape {h.shape} "
+            f"dtype {h.dtype}",
+            value=h.shape,
+        )
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != h.shape:
+        raise InvalidArgumentError(
+            f"got {h.size} hashes and weights of shape {w.shape}; give one weight per hash",
+            value=w.shape,
+        )
+    bad = np.flatnonzero(~np.isfinite(w) | (np.abs(w) > MAX_WEIGHT))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidArgumentError(
+            f"weights[{i}] = {w[i]!r} is not a finite number of at most {MAX_WEIGHT:g} in "
+            "absolute value",
+            value=float(w[i]),
+        )
+    q = np.rint(w * WEIGHT_SCALE).astype(np.int64)
+    nonzero = q != 0
+    if not nonzero.any():
+        return None
+    q = q[nonzero]
+    ones = np.unpackbits(
+        h[nonzero].astype("<u8").view(np.uint8).reshape(-1, 8), axis=1, bitorder="little"
+    )
+    # counter_i = sum_j q_j * (+1 if bit i of hash j else -1) = 2 * (q @ ones)_i - sum(q)
+    if float(np.abs(q).sum(dtype=np.float64)) < 2.0**61:
+        counters = 2 * (q @ ones.astype(np.int64)) - int(q.sum())
+        set_bits = np.flatnonzero(counters > 0).tolist()
+    else:  # beyond int64: exact Python integers (slow, but never wrong)
+        total = sum(q.tolist())
+        qs = q.tolist()
+        set_bits = [
+            i
+            for i in range(FINGERPRINT_BITS)
+            if 2 * sum(x for x, b in zip(qs, ones[:, i].tolist(), strict=True) if b) > total
+        ]
+    fingerprint = sum(1 << int(i) for i in set_bits)
+    if bits == 63:
+        fingerprint &= ~_BIT63
+    return fingerprint
+
+
+def simhash_features(
+    features: Mapping[str, float]
+    | Mapping[bytes, float]
+    | Mapping[str | bytes, float]
+    | Iterable[tuple[str | bytes, float]],
+    *,
+    bits: int = 64,
+) -> int | None:
+    """Weighted SimHash of named features: ``{feature: weight}`` (or an iterable of
+    ``(feature, weight)`` pairs, where a repeated feature votes each time). A feature is a
+    ``str`` (hashed as its UTF-8 bytes) or ``bytes``, with XXH3-64 (seed 0) as for shingles; the
+    vote is :func:`simhash_weighted` (Charikar 2002, section 3; Manku et al. 2007, section 2).
+
+    ``simhash_features({shingle: count})`` over the shingles of a text and their counts equals
+    ``simhash(text)``. Weights can be term frequencies, TF-IDF, or anything a user trusts more
+    than plain counts (Manku et al. weight features by IDF).
+
+    Returns None when there is no feature with a non-zero weight.
+
+    Raises:
+        TypeError: a feature is neither str nor bytes, or a weight is not a real number.
+        InvalidArgumentError: a weight is NaN, infinite or larger than :data:`MAX_WEIGHT`.
+    """
+    items: Iterable[tuple[object, object]] = (
+        features.items() if isinstance(features, Mapping) else features
+    )
+    hash_ = xxhash.xxh3_64_intdigest
+    hashes: list[int] = []
+    weights: list[float] = []
+    for feature, weight in items:
+        if isinstance(feature, str):
+            hashes.append(hash_(feature.encode("utf-8")))
+        elif isinstance(feature, bytes):
+            hashes.append(hash_(feature))
+        else:
+            raise TypeError(f"a feature must be str or bytes, not {type(feature).__name__}")
+        if isinstance(weight, bool) or not isinstance(
+            weight, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(
+                f"the weight of feature {feature!r} must be a real number, not "
+                f"{type(weight).__name__}"
+            )
+        weights.append(float(weight))
+    return simhash_weighted(
+        np.array(hashes, dtype=np.uint64), np.array(weights, dtype=np.float64), bits=bits
+    )
+
+
+# ---------------------------------------------------------------- dense vectors (hyperplanes)
+
+_PLANE_SCALE: Final = 1 << 10  # hyperplane coordinates are multiples of 2^-10
+_EXACT_BITS: Final = 52  # float64 holds every integer below 2^53
+_PLANE_BITS: Final = 14  # |hyperplane coordinate| * 2^10 < 2^14 (Box-Muller gives |z| < 8.6)
+_VECTOR_BITS: Final = 24  # at most this many bits per vector coordinate
+_VECTOR_CHUNK: Final = 4096  # rows projected per matrix product
+
+
+@functools.lru_cache(maxsize=16)
+def _hyperplanes(d: int, seed: int) -> NDArray[np.float64]:
+    n = FINGERPRINT_BITS * d
+    pairs = (n + 1) // 2
+    raw = np.random.PCG64(seed).random_raw(2 * pairs).reshape(pairs, 2)
+    u1 = ((raw[:, 0] >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53  # (0, 1]
+    u2 = (raw[:, 1] >> np.uint64(11)).astype(np.float64) * 2.0**-53  # [0, 1)
+    radius = np.sqrt(-2.0 * np.log(u1))
+    angle = 2.0 * math.pi * u2
+    normal = np.empty((pairs, 2), dtype=np.float64)
+    normal[:, 0] = radius * np.cos(angle)
+    normal[:, 1] = radius * np.sin(angle)
+    planes = np.rint(normal.reshape(-1)[:n] * _PLANE_SCALE).reshape(FINGERPRINT_BITS, d)
+    planes.setflags(write=False)
+    return planes
+
+
+def hyperplanes(d: int, *, seed: int = VECTOR_SEED) -> NDArray[np.float64]:
+    """The 64 random hyperplanes (normal vectors) of :func:`simhash_vectors` in dimension ``d``:
+    a read-only (64, d) array whose row i decides bit i, in units of 2^-10 (integer values).
+
+    Drawn from standard normal coordinates (so that their directions are uniform on the sphere,
+    as the lemma behind Charikar 2002, section 3, needs): NumPy's PCG64 bit generator seeded
+    with ``seed`` (default :data:`VECTOR_SEED`) gives raw 64-bit words — whose stream NumPy
+    keeps fixed, unlike the ``Generator`` methods' — turned into normal values by the
+    Box-Muller transform, then rounded to multiples of 2^-10. The normal values fill the
+    (64, d) array row by row: plane 0's d coordinates first.
+
+    The only platform-dependent step is ``log``/``cos``/``sin`` (correct to an ulp or so
+    everywhere); a coordinate would change only if such an error crossed a rounding boundary,
+    about one chance in 2^40 per coordinate.
+    """
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise InvalidArgumentError(f"dimension must be a positive integer, got {d!r}", value=d)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}", value=seed)
+    return _hyperplanes(d, seed)
+
+
+def simhash_vectors(X: ArrayLike, *, seed: int = VECTOR_SEED, bits: int = 64) -> NDArray[np.uint64]:
+    """SimHash of dense vectors by random hyperplanes (Charikar 2002, section 3): bit i of a
+    vector's fingerprint is 1 when its dot product with hyperplane i (:func:`hyperplanes`) is
+    > 0 (0 gives 0). Two vectors at angle theta differ in each bit with probability theta / pi,
+    so their expected Hamming distance is 64 * theta / pi: cosine similarity becomes Hamming
+    distance. Only directions count: scaling a vector by a positive number keeps its
+    fingerprint.
+
+    Args:
+        X: (n, d) real array (embeddings, TF-IDF rows...), every row finite and not all zero.
+        seed: chooses the hyperplanes (default :data:`VECTOR_SEED`); fingerprints made with
+            different seeds or dimensions are not comparable.
+        bits: 64, or 63 to clear bit 63.
+
+    Returns:
+        (n,) uint64 fingerprints, the same in every process and on every machine.
+
+    Exactness: each row is scaled by a power of two (exact) so that its largest coordinate has
+    ``b = min(24, 52 - 14 - ceil(log2 d))`` bits, and rounded to integers; hyperplane
+    coordinates are integers below 2^14. Every product and partial sum of a projection is then
+    an integer below 2^53, which float64 represents exactly, so the BLAS matrix product gives the
+    same exact value in any summation order, with or without FMA, on any CPU: no sign can flip
+    between machines. Rounding the coordinates moves the vector by at most 2^-b of its largest
+    coordinate (``b = 24`` up to d = 16,384; d is limited to 2^22).
+
+    Raises:
+        InvalidArgumentError: X is not 2-d or is empty in d, holds NaN or infinity, a row is all
+            zeros (no direction), d > 2^22, or a bad seed or ``bits``.
+    """
+    _check_options(1, bits)
+    x = np.asarray(X, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise InvalidArgumentError(
+            f"X must be a 2-d array of shape (n, d) with d >= 1, got shape {x.shape} (one "
+            "vector: X[None, :])",
+            value=x.shape,
+        )
+    n, d = x.shape
+    if d > 1 << 22:
+        raise InvalidArgumentError(f"dimension {d} is above the limit of 2^22", value=d)
+    planes = hyperplanes(d, seed=seed).T  # (d, 64)
+    vector_bits = min(_VECTOR_BITS, _EXACT_BITS - _PLANE_BITS - max(1, math.ceil(math.log2(d))))
+    out = np.empty(n, dtype=np.uint64)
+    powers = np.left_shift(np.uint64(1), np.arange(FINGERPRINT_BITS, dtype=np.uint64))
+    for start in range(0, n, _VECTOR_CHUNK):
+        rows = x[start : start + _VECTOR_CHUNK]
+        bad = ~np.isfinite(rows).all(axis=1)
+        peak = np.abs(rows).max(axis=1) if rows.size else np.zeros(0)
+        bad |= peak == 0
+        if bad.any():
+            i = start + int(np.flatnonzero(bad)[0])
+            what = "holds NaN or infinity" if not np.isfinite(x[i]).all() else "is all zeros"
+            raise InvalidArgumentError(f"X[{i}] {what}: it has no direction", value=i)
+        _, exponent = np.frexp(peak)  # peak in [2^(e-1), 2^e)
+        scaled = np.rint(np.ldexp(rows, (vector_bits - exponent)[:, None]))
+        signs = (scaled @ planes) > 0  # (m, 64), exact integers
+        out[start : start + rows.shape[0]] = (signs.astype(np.uint64) * powers).sum(
+            axis=1, dtype=np.uint64
+        )
+    if bits == 63:
+        out &= np.uint64(MAX_FINGERPRINT >> 1)
+    return out
