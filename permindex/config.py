@@ -7,10 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, Literal
 
-__all__ = ["DEFAULT_ADDRESS", "ServerConfig"]
+__all__ = ["DEFAULT_ADDRESS", "FSYNC_POLICIES", "FsyncPolicy", "ServerConfig"]
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+#: When the write-ahead log is fsynced (what each can lose: :mod:`permindex.wal`).
+FsyncPolicy = Literal["always", "interval", "never"]
+FSYNC_POLICIES: Final[tuple[FsyncPolicy, ...]] = ("always", "interval", "never")
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,7 @@ class ServerConfig:
 
     Attributes:
         address: ``HOST:PORT`` to listen on; port 0 picks a free port. Loopback by default.
-        data_dir: directory of the snapshot files; created if missing.
+        data_dir: directory of the snapshots and the write-ahead log; created if missing.
         k: the largest Hamming distance (bits) the index answers; at most 3 for the default
             (4 blocks, 1 leading) design.
         snapshot_interval: seconds between periodic snapshots (only written when something
@@ -30,6 +35,12 @@ class ServerConfig:
         shingle_size: words per shingle when the server fingerprints a text.
         grace_seconds: on SIGTERM/SIGINT, how long in-flight calls may take to finish, seconds.
         workers: threads serving RPCs.
+        fsync: when the write-ahead log is fsynced: ``always`` (each write request, before it is
+            acknowledged), ``interval`` (every ``fsync_interval`` seconds) or ``never`` (left to
+            the kernel); see :mod:`permindex.wal` for what each can lose.
+        fsync_interval: seconds between fsyncs of the log under ``fsync="interval"``.
+        truncate_corrupt_log: at the start, cut the log at a corrupt record found before its
+            tail (losing the changes from there on) instead of refusing to start.
     """
 
     address: str = DEFAULT_ADDRESS
@@ -41,3 +52,6 @@ class ServerConfig:
     shingle_size: int = 3
     grace_seconds: float = 30.0
     workers: int = 8
+    fsync: FsyncPolicy = "always"
+    fsync_interval: float = 0.1
+    truncate_corrupt_log: bool = False

@@ -21,6 +21,8 @@ __all__ = [
     "LimitExceededError",
     "NotFoundError",
     "PermindexError",
+    "StorageError",
+    "StorageFullError",
     "exit_code_for",
     "status_name_for",
 ]
@@ -78,6 +80,21 @@ class DataDirLockedError(PermindexError, OSError):
         self.pid = pid
 
 
+class StorageError(PermindexError, OSError):
+    """The data directory cannot be written (the write-ahead log, a snapshot): a read-only or
+    failing file system. The write was refused and nothing was changed; writes resume once the
+    directory can be written again. ``errno`` is the operating system's error number."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
+class StorageFullError(StorageError):
+    """A :class:`StorageError` for lack of room: no space left on the device (ENOSPC), a quota
+    (EDQUOT) or a file size limit (EFBIG). Writes resume once space is freed."""
+
+
 #: Exit codes of the ``permindex`` command (documented in ``permindex --help``).
 EXIT_CODES: Final[dict[str, int]] = {
     "ok": 0,
@@ -87,7 +104,7 @@ EXIT_CODES: Final[dict[str, int]] = {
     "invalid": 4,  # invalid input: a malformed file, fingerprint, key, or a request refused
     "not_found": 5,  # a key that is not stored
     "too_short": 6,  # a text with fewer words than a shingle: no fingerprint
-    "data": 7,  # a corrupt snapshot, or a data directory owned by another process
+    "data": 7,  # a corrupt snapshot or log; a data directory in use or not writable
 }
 
 #: error class -> (gRPC status code name, exit code name). The first matching class wins.
@@ -97,6 +114,8 @@ ERROR_TABLE: Final[list[tuple[type[BaseException], str, str]]] = [
     (NotFoundError, "NOT_FOUND", "not_found"),
     (CorruptFileError, "DATA_LOSS", "data"),
     (DataDirLockedError, "FAILED_PRECONDITION", "data"),
+    (StorageFullError, "RESOURCE_EXHAUSTED", "data"),
+    (StorageError, "UNAVAILABLE", "data"),
     (KeyError, "NOT_FOUND", "not_found"),
     (TypeError, "INVALID_ARGUMENT", "invalid"),
     (ValueError, "INVALID_ARGUMENT", "invalid"),

@@ -1,15 +1,17 @@
 """The permindex gRPC server: :func:`create_server` (in-process, for tests and embedding) and
 :func:`run_server` (the ``permindex serve`` command: signals, exit codes).
 
-Start-up order: lock the data directory, load its snapshot into a new index, and only then bind,
-start and report SERVING on the standard health service; a corrupt snapshot therefore stops the
+Start-up order: lock the data directory, load its snapshot into a new index and replay the
+write-ahead log after it (:meth:`permindex.store.Store.open`), and only then bind, start and
+report SERVING on the standard health service; a corrupt snapshot or log therefore stops the
 start before anything listens. A snapshot written with another k or design loads anyway: the
 tables are rebuilt from its (key, fingerprint) pairs with the server's options, and a warning
 says so.
 
 Shutdown (:meth:`RunningServer.stop`, SIGTERM, SIGINT): health goes NOT_SERVING, new calls are
 refused, in-flight calls get ``grace_seconds`` to finish, then the final snapshot is written (when
-anything changed) and the data directory is released.
+the log holds anything it does not), the log is fsynced and closed, and the data directory is
+released.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from permindex.config import ServerConfig
-from permindex.errors import CorruptFileError, InvalidArgumentError, exit_code_for
-from permindex.index import Index
+from permindex.errors import InvalidArgumentError, StorageError, exit_code_for
 from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
-from permindex.snapshot import DataDir, Snapshot, SnapshotInfo
+from permindex.snapshot import SnapshotInfo
+from permindex.store import Store
 from permindex.v1 import index_pb2_grpc
 
 __all__ = ["RunningServer", "create_server", "parse_address", "run_server"]
@@ -139,8 +141,8 @@ class RunningServer:
 
         Health goes NOT_SERVING, new calls are refused (UNAVAILABLE), in-flight calls get
         ``grace`` seconds (default: ``config.grace_seconds``) to finish and are cancelled after
-        that, then a snapshot is written if anything changed since the last one, and the data
-        directory is released.
+        that, then a snapshot is written if the log holds changes the last one does not, the log
+        is fsynced (whatever the fsync policy) and closed, and the data directory is released.
 
         Returns:
             The final snapshot's info, or None when nothing had changed (or already stopped).
@@ -166,7 +168,10 @@ class RunningServer:
             log.info("stopped (%s)", "final snapshot written" if info else "nothing to snapshot")
             return info
         finally:
-            self.state.data_dir.close()
+            try:
+                self.state.store.close()
+            except StorageError as error:  # nothing lost if the final snapshot was written
+                log.error("closing the write-ahead log failed: %s", error)
             self._stopped.set()
 
     def __enter__(self) -> RunningServer:
@@ -201,41 +206,6 @@ def _refuse_port_in_use(host: str, port: int, address: str) -> None:
                     ) from error
 
 
-def _load(data_dir: DataDir, config: ServerConfig) -> tuple[Index, Snapshot | None]:
-    """A new index with the server's options, filled from the data directory's snapshot."""
-    index = Index(k=config.k)
-    snapshot = data_dir.load()
-    if snapshot is None:
-        log.info("no snapshot in %s: starting empty", data_dir.path)
-        return index, None
-    info = snapshot.info
-    design = index.design.as_tuple()
-    if (info.k, (info.blocks, info.leading)) != (index.k, design):
-        log.warning(
-            "%s was written with k=%d, design (%d, %d); this server runs k=%d, design %s: "
-            "the tables are rebuilt with the server's options",
-            info.path,
-            info.k,
-            info.blocks,
-            info.leading,
-            index.k,
-            design,
-        )
-    try:
-        index.add_many(snapshot.keys, snapshot.fingerprints)
-    except (ValueError, TypeError) as error:
-        raise CorruptFileError(
-            f"{info.path}: holds an invalid entry: {error}", str(info.path)
-        ) from error
-    if len(index) != info.count:
-        raise CorruptFileError(
-            f"{info.path}: holds {info.count} entries but only {len(index)} distinct keys",
-            str(info.path),
-        )
-    log.info("loaded %d keys from %s in %.2f s", info.count, info.path, info.seconds)
-    return index, snapshot
-
-
 def create_server(config: ServerConfig) -> RunningServer:
     """Load ``config.data_dir``, then start serving ``permindex.v1.PermIndex`` (plus standard
     health checking and server reflection) on ``config.address``.
@@ -248,21 +218,28 @@ def create_server(config: ServerConfig) -> RunningServer:
         The :class:`RunningServer` (``.port`` is the actual port when port 0 was asked for).
 
     Raises:
-        CorruptFileError: the snapshot is corrupt, foreign, truncated or of an unknown version;
-            nothing is served.
-        DataDirLockedError: another server owns the data directory.
+        CorruptFileError: the snapshot or the log is corrupt, foreign, truncated or of an unknown
+            version, or the log is damaged before its tail (see :mod:`permindex.wal`); nothing is
+            served.
+        DataDirLockedError: another server owns the data directory (the message names its pid).
         InvalidArgumentError: a malformed address or option (e.g. k too large for the design).
         OSError: the address cannot be bound (in use, not local), or the data directory cannot
             be created or read.
     """
     host, port = parse_address(config.address)
     _refuse_port_in_use(host, port, config.address)
-    data_dir = DataDir(config.data_dir)
+    store = Store.open(
+        config.data_dir,
+        k=config.k,
+        fsync=config.fsync,
+        fsync_interval=config.fsync_interval,
+        truncate_corrupt_log=config.truncate_corrupt_log,
+    )
+    index = store.index
     server: grpc.Server | None = None
     executor: ThreadPoolExecutor | None = None
     try:
-        index, snapshot = _load(data_dir, config)
-        state = ServerState(index, config, data_dir, snapshot.info if snapshot else None)
+        state = ServerState(store, config)
         executor = ThreadPoolExecutor(
             max_workers=config.workers, thread_name_prefix="permindex-rpc"
         )
@@ -300,7 +277,7 @@ def create_server(config: ServerConfig) -> RunningServer:
             server.stop(None)
         if executor is not None:
             executor.shutdown(wait=False)
-        data_dir.close()
+        store.close()
         raise
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, _SERVING)

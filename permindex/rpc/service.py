@@ -2,7 +2,10 @@
 
 Every RPC validates its whole request (:mod:`permindex.rpc.convert`) before it changes anything,
 fingerprints texts before it touches the index (so the index's lock is never held while hashing),
-and then calls the :class:`~permindex.index.Index`, which is thread-safe on its own.
+and then reads the :class:`~permindex.index.Index`, which is thread-safe on its own, or changes it
+through the :class:`~permindex.store.Store`, which logs every change (write-ahead log) before it
+applies it; a change the log cannot take (disk full, read-only) is refused with
+RESOURCE_EXHAUSTED or UNAVAILABLE and nothing is applied.
 
 Errors become status codes in exactly one place, :func:`_abort`, through
 :func:`permindex.errors.status_name_for`: our own errors keep their message (it says what to fix);
@@ -25,9 +28,9 @@ import numpy as np
 import permindex
 from permindex.config import ServerConfig
 from permindex.errors import PermindexError, status_name_for
-from permindex.index import Index
 from permindex.rpc import convert
-from permindex.snapshot import DataDir, SnapshotInfo
+from permindex.snapshot import SnapshotInfo
+from permindex.store import Store
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
 
@@ -63,31 +66,24 @@ def resident_memory_bytes() -> int:
 
 
 class ServerState:
-    """What the servicer and the server share: the index, the data directory, the options, the
-    start time, and what has changed since the last snapshot.
+    """What the servicer and the server share: the durable store (the index, the data directory,
+    the write-ahead log), the options and the start time.
 
-    Thread-safe: the change counter has its own lock; snapshots are serialized by another, and
-    take a consistent copy of the index (:meth:`Index.export`) so queries and writes continue
-    while the file is written.
+    Thread-safe: every change goes through :attr:`store`, which logs it before applying it and
+    serializes writers; snapshots are serialized by the store and export the index in slices,
+    so queries and writes continue while the file is written (:mod:`permindex.store`).
     """
 
-    def __init__(
-        self,
-        index: Index,
-        config: ServerConfig,
-        data_dir: DataDir,
-        loaded: SnapshotInfo | None = None,
-    ) -> None:
-        self.index = index
+    def __init__(self, store: Store, config: ServerConfig) -> None:
+        self.store = store
+        self.index = store.index
         self.config = config
-        self.data_dir = data_dir
+        self.data_dir = store.data_dir
         self.started_monotonic = time.monotonic()
         #: The last snapshot loaded or written (None: none yet).
-        self.last_snapshot = loaded
+        self.last_snapshot: SnapshotInfo | None = store.recovery.snapshot
         self._changes = 0  # mutations applied since the start
-        self._saved_changes = 0  # value of _changes the last snapshot includes
         self._changes_lock = threading.Lock()
-        self._snapshot_lock = threading.Lock()
 
     @property
     def uptime_seconds(self) -> float:
@@ -102,49 +98,42 @@ class ServerState:
 
     @property
     def changed(self) -> bool:
-        """Whether the index may differ from the last snapshot."""
-        with self._changes_lock:
-            return self._changes != self._saved_changes
+        """Whether the log holds changes the last snapshot may not (loaded at the start, or
+        made since)."""
+        return self.store.sequence != self.data_dir.log_sequence
 
     def snapshot(self, *, only_if_changed: bool = False) -> SnapshotInfo | None:
-        """Write a snapshot of the index to the data directory now.
+        """Write a snapshot of the index to the data directory now (and drop the log segments
+        it makes unnecessary).
 
         Args:
-            only_if_changed: skip the write (return None) when nothing changed since the last
-                snapshot loaded or written.
+            only_if_changed: skip the write (return None) when the log holds nothing after the
+                last snapshot loaded or written.
 
         Returns:
             The :class:`SnapshotInfo` written, or None when skipped.
 
         Raises:
-            SnapshotWriteError: the file could not be written; the previous snapshot stays.
+            SnapshotWriteError: the file could not be written; the previous snapshot and the
+                whole log stay.
         """
-        with self._snapshot_lock:
-            with self._changes_lock:
-                # read before exporting: a change that races with the export is written again
-                # next time rather than lost
-                changes = self._changes
-                if only_if_changed and changes == self._saved_changes:
-                    return None
-            keys, fingerprints = self.index.export()
-            try:
-                info = self.data_dir.save(
-                    keys, fingerprints, k=self.index.k, design=self.index.design.as_tuple()
-                )
-            except OSError as error:
-                log.error("snapshot to %s failed: %s", self.data_dir.snapshot_path, error)
-                raise SnapshotWriteError(
-                    f"snapshot could not be written to {self.data_dir.snapshot_path}: {error}"
-                ) from error
-            with self._changes_lock:
-                self._saved_changes = changes
-            self.last_snapshot = info
+        if only_if_changed and not self.changed:
+            return None
+        try:
+            info = self.store.snapshot()
+        except OSError as error:
+            log.error("snapshot to %s failed: %s", self.data_dir.snapshot_path, error)
+            raise SnapshotWriteError(
+                f"snapshot could not be written to {self.data_dir.snapshot_path}: {error}"
+            ) from error
+        self.last_snapshot = info
         log.info(
-            "snapshot: %d keys, %d bytes written to %s in %.2f s",
+            "snapshot: %d keys, %d bytes written to %s in %.2f s (log sequence %d)",
             info.count,
             info.bytes,
             info.path,
             info.seconds,
+            info.log_sequence,
         )
         return info
 
@@ -233,7 +222,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         fingerprints = np.fromiter(
             (batch.fingerprints[i] for i in stored), dtype=np.uint64, count=len(stored)
         )
-        was_new = self.index.add_many(keys, fingerprints) if keys else np.zeros(0, dtype=bool)
+        was_new = self.state.store.add_many(keys, fingerprints)  # logged, then applied
         self.state.note_changes(len(keys))
         response = pb.AddResponse()
         status: dict[int, pb.DocumentStatus.ValueType] = {}
@@ -271,7 +260,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def CheckAndAdd(
         self, request: pb.CheckAndAddRequest, context: grpc.ServicerContext
     ) -> pb.CheckAndAddResponse:
-        """For each document in order, an atomic query-then-add under the index's lock."""
+        """For each document in order, query-then-add, the whole batch as one logged step."""
         k = convert.check_k(
             request.k if request.HasField("k") else None, self.index.k, self.index.design
         )
@@ -281,26 +270,34 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             shingle_size=self.config.shingle_size,
         )
         response = pb.CheckAndAddResponse()
+        stored = [
+            (key, fp)
+            for key, fp in zip(batch.keys, batch.fingerprints, strict=True)
+            if fp is not None
+        ]
+        outcomes = iter(
+            self.state.store.check_and_add_many(
+                [key for key, _ in stored], [fp for _, fp in stored], k=k
+            )
+        )
         changes = 0
-        try:
-            for key, fp in zip(batch.keys, batch.fingerprints, strict=True):
-                if fp is None:
-                    response.results.add(key=key, status=_TOO_SHORT)
-                    continue
-                added, matches, replaced = self.index.check_and_add(key, fp, k=k)
-                if added:
-                    changes += 1
-                    status = _REPLACED if replaced else _ADDED
-                else:
-                    status = _NEAR_DUPLICATE
-                response.results.add(
-                    key=key,
-                    status=status,
-                    fingerprint=fp,
-                    matches=convert.matches_to_proto(matches),
-                )
-        finally:
-            self.state.note_changes(changes)
+        for key, fp in zip(batch.keys, batch.fingerprints, strict=True):
+            if fp is None:
+                response.results.add(key=key, status=_TOO_SHORT)
+                continue
+            added, matches, replaced = next(outcomes)
+            if added:
+                changes += 1
+                status = _REPLACED if replaced else _ADDED
+            else:
+                status = _NEAR_DUPLICATE
+            response.results.add(
+                key=key,
+                status=status,
+                fingerprint=fp,
+                matches=convert.matches_to_proto(matches),
+            )
+        self.state.note_changes(changes)
         return response
 
     @_unary
@@ -308,15 +305,11 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         """Removes the keys; the ones not stored are listed, not an error."""
         keys = convert.check_keys(request.keys, max_batch=self.config.max_batch)
         response = pb.RemoveResponse()
-        removed: set[str] = set()
-        try:
-            for key in keys:
-                if self.index.discard(key):
-                    removed.add(key)
-                elif key not in removed:  # a key named twice is not "not found" the 2nd time
-                    response.not_found.append(key)
-        finally:
-            self.state.note_changes(len(removed))
+        removed_here = self.state.store.remove_many(keys)  # logged, then applied
+        removed = {key for key, r in zip(keys, removed_here, strict=True) if r}
+        self.state.note_changes(len(removed))
+        # a key named twice is not "not found" the 2nd time
+        response.not_found.extend(key for key in keys if key not in removed)
         response.removed = len(removed)
         return response
 

@@ -1,0 +1,495 @@
+"""A durable index: an :class:`~permindex.index.Index` kept in a data directory by a write-ahead
+log (:mod:`permindex.wal`) and snapshots (:mod:`permindex.snapshot`).
+
+Write path. Every change goes through :class:`Store` (:meth:`Store.add_many`,
+:meth:`Store.check_and_add_many`, :meth:`Store.remove_many`), which holds its *write lock* for
+the whole of one request and does, in this order:
+
+1. validate the request and decide what it changes (reading the index, under the index's own
+   lock, briefly);
+2. encode the changes as one log record and append it -- one ``write``, and one fdatasync under
+   the default ``always`` policy. If that fails (disk full, read-only file system), the log is
+   cut back, nothing is applied, and the caller gets :class:`~permindex.errors.StorageError`;
+3. apply the changes to the index (under the index's lock).
+
+So an acknowledged change is both logged and applied, and a refused one neither. Writers are
+serialized by the write lock, which is what makes CheckAndAdd atomic: no other change can come
+between its check and its add. Readers (queries, Get, Pairs) never take the write lock, so they
+never wait for the disk; they see a change once step 3 ran.
+
+Snapshots (:meth:`Store.snapshot`): under the write lock, only long enough to note the sequence
+number S of the last record applied and to start a new log segment, then without it: the index
+is exported in slices (:meth:`~permindex.index.Index.export_slices`, the index lock held about
+a millisecond per slice) while writes continue, and written as a snapshot recording log sequence
+S. The export is fuzzy -- a key changed meanwhile may appear with its newer value -- but every
+change after S is in the log, and replaying those records over the snapshot (which recovery
+always does) gives exactly the final state: a replayed add, replace or remove sets the key's
+state regardless of what it was. Once the snapshot is durable (file and directory fsynced), the
+log segments the *previous* snapshot no longer needs are deleted: the log is kept back to the
+previous generation, so ``snapshot.pmx.prev`` plus the log is a complete fallback too.
+
+Recovery (:meth:`Store.open`): lock the directory, load the snapshot (if any), read the log after
+its sequence (:func:`permindex.wal.read_log`: a torn tail is cut off with a warning; corruption
+before it stops the start unless ``truncate_corrupt_log``), replay it, then continue the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
+from permindex.hamming import as_fingerprint_array
+from permindex.index import CheckAndAddResult, Index, Match, validate_key
+from permindex.permutation import DEFAULT_DESIGN, Design
+from permindex.snapshot import DataDir, Snapshot, SnapshotInfo
+from permindex.wal import (
+    ADD,
+    REMOVE,
+    REPLACE,
+    FsyncPolicy,
+    LogWriter,
+    Record,
+    encode_record,
+    read_log,
+)
+
+__all__ = ["Recovery", "Store"]
+
+log = logging.getLogger(__name__)
+
+#: Rows per slice of a snapshot's export (the index lock is held for one slice at a time).
+EXPORT_SLICE_ROWS = 1 << 14
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What :meth:`Store.open` loaded.
+
+    Attributes:
+        snapshot: the snapshot loaded (None: there was none).
+        records: log records replayed after it.
+        changes: changes in those records.
+        last_sequence: the last log sequence number the directory holds.
+        warnings: log damage cut off at the start (torn tail, or corruption with
+            ``truncate_corrupt_log``), one sentence each.
+        seconds: wall time of the whole recovery.
+    """
+
+    snapshot: SnapshotInfo | None
+    records: int
+    changes: int
+    last_sequence: int
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
+    """Fill ``index`` from ``snapshot``; CorruptFileError for invalid or repeated keys."""
+    info = snapshot.info
+    design = index.design.as_tuple()
+    if (info.k, (info.blocks, info.leading)) != (index.k, design):
+        log.warning(
+            "%s was written with k=%d, design (%d, %d); this server runs k=%d, design %s: "
+            "the tables are rebuilt with the server's options",
+            info.path,
+            info.k,
+            info.blocks,
+            info.leading,
+            index.k,
+            design,
+        )
+    try:
+        index.add_many(snapshot.keys, snapshot.fingerprints)
+    except (ValueError, TypeError) as error:
+        raise CorruptFileError(
+            f"{info.path}: holds an invalid entry: {error}", str(info.path)
+        ) from error
+    if len(index) != info.count:
+        raise CorruptFileError(
+            f"{info.path}: holds {info.count} entries but only {len(index)} distinct keys",
+            str(info.path),
+        )
+
+
+def _replay(index: Index, records: Sequence[Record]) -> None:
+    """Apply ``records`` in order: runs of adds and replaces as one ``add_many`` each (the last
+    change of a key wins, as in order), removes one by one."""
+    keys: list[str] = []
+    values: list[NDArray[np.uint64]] = []
+
+    def flush() -> None:
+        if keys:
+            index.add_many(keys, np.concatenate(values))
+            keys.clear()
+            values.clear()
+
+    for record in records:
+        removes = record.ops == REMOVE
+        if not removes.any():
+            keys.extend(record.keys)
+            values.append(record.fingerprints)
+            continue
+        for key, value, remove in zip(
+            record.keys, record.fingerprints.tolist(), removes.tolist(), strict=True
+        ):
+            if remove:
+                flush()
+                index.discard(key)
+            else:
+                keys.append(key)
+                values.append(np.array([value], dtype=np.uint64))
+    flush()
+
+
+class Store:
+    """An index and its data directory: changes logged before they are applied, snapshots,
+    recovery (see the module docstring). Open one with :meth:`Store.open`.
+
+    Attributes:
+        index: the index; read from it freely (it is thread-safe), but change it only through
+            the store's methods, or the change is neither logged nor serialized with the others.
+        data_dir: the locked data directory.
+        recovery: what was loaded at open.
+    """
+
+    def __init__(
+        self,
+        index: Index,
+        data_dir: DataDir,
+        writer: LogWriter,
+        recovery: Recovery,
+        *,
+        export_slice_rows: int = EXPORT_SLICE_ROWS,
+    ) -> None:
+        """Use :meth:`Store.open`."""
+        self.index = index
+        self.data_dir = data_dir
+        self.recovery = recovery
+        self._writer = writer
+        self._sequence = writer.last_sequence  # the last record logged and applied
+        self._write_lock = threading.Lock()
+        self._snapshot_lock = threading.Lock()
+        self._export_slice_rows = export_slice_rows
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        k: int = 3,
+        design: Design | tuple[int, int] = DEFAULT_DESIGN,
+        fsync: FsyncPolicy = "always",
+        fsync_interval: float = 0.1,
+        truncate_corrupt_log: bool = False,
+        export_slice_rows: int = EXPORT_SLICE_ROWS,
+    ) -> Store:
+        """Lock the data directory ``path`` (created if missing), recover its contents and
+        continue its log.
+
+        Args:
+            path: the data directory.
+            k, design: the index's options (a snapshot written with others loads anyway, with a
+                warning: the tables are rebuilt).
+            fsync: the log's fsync policy, ``always``, ``interval`` or ``never``
+                (:mod:`permindex.wal`).
+            fsync_interval: seconds between fsyncs under ``interval``.
+            truncate_corrupt_log: cut the log at a corrupt record before its tail instead of
+                refusing to start (the changes from there on are lost; kept in .dropped files).
+            export_slice_rows: rows per slice of a snapshot's export.
+
+        Raises:
+            DataDirLockedError: another process owns the directory (the message names its pid).
+            CorruptFileError: a corrupt, foreign or unknown-version snapshot or log segment, a
+                gap in the log, or corruption before the log's tail; nothing is loaded.
+            InvalidArgumentError: a bad option (k, design, fsync policy).
+            OSError: the directory cannot be created, read or written (StorageError when the
+                log cannot be continued).
+        """
+        started = time.perf_counter()
+        index = Index(k=k, design=design)  # options checked before the directory is touched
+        data_dir = DataDir(path)
+        try:
+            snapshot = data_dir.load()
+            if snapshot is None:
+                log.info("no snapshot in %s", data_dir.path)
+            else:
+                _load_snapshot(index, snapshot)
+                info = snapshot.info
+                log.info("loaded %d keys from %s in %.2f s", info.count, info.path, info.seconds)
+            recovered = read_log(
+                data_dir.path, data_dir.log_sequence, truncate_corrupt=truncate_corrupt_log
+            )
+            try:
+                _replay(index, recovered.records)
+            except (ValueError, TypeError) as error:  # a record that passed its CRC check
+                raise CorruptFileError(
+                    f"{data_dir.path}: a log record does not apply: {error}", str(data_dir.path)
+                ) from error
+            segment, offset = recovered.tail if recovered.tail else (None, 0)
+            writer = LogWriter(
+                data_dir.path,
+                segment=segment,
+                offset=offset,
+                last_sequence=recovered.last_sequence,
+                policy=fsync,
+                interval=fsync_interval,
+            )
+        except BaseException:
+            data_dir.close()
+            raise
+        recovery = Recovery(
+            snapshot=snapshot.info if snapshot else None,
+            records=len(recovered.records),
+            changes=recovered.changes,
+            last_sequence=recovered.last_sequence,
+            warnings=recovered.warnings,
+            seconds=time.perf_counter() - started,
+        )
+        if recovery.records:
+            log.info(
+                "replayed %d changes (%d log records) up to sequence %d",
+                recovery.changes,
+                recovery.records,
+                recovery.last_sequence,
+            )
+        return cls(index, data_dir, writer, recovery, export_slice_rows=export_slice_rows)
+
+    # ---------------------------------------------------------------------------------- state
+
+    @property
+    def path(self) -> Path:
+        """The data directory."""
+        return self.data_dir.path
+
+    @property
+    def sequence(self) -> int:
+        """Sequence number of the last change logged and applied (0: none ever)."""
+        return self._sequence
+
+    @property
+    def fsync_policy(self) -> FsyncPolicy:
+        """The log's fsync policy."""
+        return self._writer.policy
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def _log_then_apply(
+        self, ops: NDArray[np.uint8], keys: list[str], values: NDArray[np.uint64],
+        apply: Callable[[], _T],
+    ) -> _T:  # fmt: skip
+        """Append one record (holding the write lock), then ``apply`` it. Raises StorageError
+        (nothing applied) when the append fails; if ``apply`` raises, the record is taken back
+        out of the log."""
+        if self._closed:
+            raise StorageError("the data directory is closed (the server is stopping)")
+        sequence = self._sequence + 1
+        record = encode_record(sequence, ops, keys, values)
+        self._writer.append(record, sequence)
+        try:
+            result = apply()
+        except BaseException:
+            self._writer.retract(sequence)
+            raise
+        self._sequence = sequence
+        return result
+
+    def add_many(
+        self, keys: Sequence[str], fingerprints: Sequence[int] | NDArray[np.uint64]
+    ) -> NDArray[np.bool_]:
+        """Log, then store, each (key, fingerprint) pair as :meth:`Index.add_many` (a key repeated
+        in the call takes its last fingerprint).
+
+        Returns:
+            (n,) bool: True where the key was not stored before the call.
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key or fingerprint, lengths differ.
+            StorageError: the log could not be written (StorageFullError: no space).
+            Nothing is logged or stored when any of these is raised.
+        """
+        key_list = list(keys)
+        values = as_fingerprint_array(fingerprints)
+        n = len(key_list)
+        if values.size != n:
+            raise InvalidArgumentError(
+                f"got {n} keys and {values.size} fingerprints; the lengths must match"
+            )
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        with self._write_lock:
+            ops = np.empty(n, dtype=np.uint8)
+            seen: set[str] = set()
+            stored = self.index.__contains__
+            for i, key in enumerate(key_list):
+                ops[i] = REPLACE if key in seen or stored(key) else ADD
+                seen.add(key)
+            return self._log_then_apply(
+                ops, key_list, values, lambda: self.index.add_many(key_list, values)
+            )
+
+    def check_and_add_many(
+        self, keys: Sequence[str], fingerprints: Sequence[int], k: int | None = None
+    ) -> list[CheckAndAddResult]:
+        """For each (key, fingerprint) in order, :meth:`Index.check_and_add`: add it only if no
+        *other* key is within ``k`` -- counting the documents added earlier in the same call --
+        as one logged record and one step (no other change comes between the checks and the
+        adds: the write lock is held throughout).
+
+        Returns:
+            One :class:`~permindex.index.CheckAndAddResult` per document, in order.
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key, fingerprint or k.
+            StorageError: the log could not be written; nothing is added (every result would
+                have been as returned otherwise, but none is applied).
+        """
+        key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
+        values = as_fingerprint_array(fingerprints)
+        if values.size != len(key_list):
+            raise InvalidArgumentError(
+                f"got {len(key_list)} keys and {values.size} fingerprints; the lengths must match"
+            )
+        index = self.index
+        results: list[CheckAndAddResult] = []
+        with self._write_lock:
+            # Documents added by this call so far: the key's new fingerprint, and a small index
+            # of them, so later documents are checked against them as if they were applied.
+            pending: dict[str, int] = {}
+            batch: Index | None = None
+            for key, value in zip(key_list, values.tolist(), strict=True):
+                matches = [
+                    m for m in index.query(value, k) if m.key != key and m.key not in pending
+                ]
+                if batch is not None:
+                    matches += [m for m in batch.query(value, k) if m.key != key]
+                    matches.sort(key=_match_order)
+                if matches:
+                    results.append(CheckAndAddResult(False, matches, False))
+                    continue
+                results.append(CheckAndAddResult(True, [], key in pending or key in index))
+                pending[key] = value
+                if batch is None:
+                    batch = Index(k=index.k, design=index.design)
+                batch.add(key, value)
+            chosen = np.fromiter((r.added for r in results), dtype=bool, count=len(results))
+            if chosen.any():
+                add_keys = [key for key, r in zip(key_list, results, strict=True) if r.added]
+                add_values = values[chosen]
+                ops = np.empty(len(add_keys), dtype=np.uint8)
+                seen: set[str] = set()
+                for i, key in enumerate(add_keys):
+                    ops[i] = REPLACE if key in seen or key in index else ADD
+                    seen.add(key)
+                self._log_then_apply(
+                    ops, add_keys, add_values, lambda: index.add_many(add_keys, add_values)
+                )
+        return results
+
+    def remove_many(self, keys: Sequence[str]) -> list[bool]:
+        """Log, then remove, the keys that are stored (a key named twice is removed once).
+
+        Returns:
+            For each key in order, whether this call removed it.
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key.
+            StorageError: the log could not be written; nothing is removed.
+        """
+        key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
+        removed = [False] * len(key_list)
+        with self._write_lock:
+            seen: set[str] = set()
+            for i, key in enumerate(key_list):
+                if key not in seen and key in self.index:
+                    removed[i] = True
+                seen.add(key)
+            gone = [key for key, r in zip(key_list, removed, strict=True) if r]
+            if gone:
+                n = len(gone)
+
+                def apply() -> None:
+                    for key in gone:
+                        self.index.discard(key)
+
+                self._log_then_apply(
+                    np.full(n, REMOVE, dtype=np.uint8), gone, np.zeros(n, np.uint64), apply
+                )
+        return removed
+
+    # ------------------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> SnapshotInfo:
+        """Write a snapshot now and drop the log segments it makes unnecessary (see the module
+        docstring). Serialized with other snapshots; writes and queries go on meanwhile.
+
+        Returns:
+            The snapshot's info (``log_sequence``: the last change it is known to contain).
+
+        Raises:
+            StorageError: a new log segment could not be started.
+            OSError: the snapshot could not be written; the previous one and the whole log stay.
+        """
+        with self._snapshot_lock:
+            with self._write_lock:
+                if self._closed:
+                    raise StorageError("the data directory is closed (the server is stopping)")
+                sequence = self._sequence
+                self._writer.rotate()
+            parts = self.index.export_slices(self._export_slice_rows)
+            previous = self.data_dir.log_sequence
+            info = self.data_dir.save_parts(
+                parts, k=self.index.k, design=self.index.design.as_tuple(), log_sequence=sequence
+            )
+            dropped = self._writer.drop_through(previous)
+            if dropped:
+                log.info("deleted %d log segments up to sequence %d", len(dropped), previous)
+            return info
+
+    # ---------------------------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """fsync and close the log (whatever the policy), release the data directory;
+        idempotent. In-flight writes finish first.
+
+        Raises:
+            StorageError: the final fsync failed (everything is closed all the same).
+        """
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._writer.close()
+        finally:
+            self.data_dir.close()
+
+    def abandon(self) -> None:
+        """Close everything without a final fsync, as a crash of the process would (the page
+        cache keeps what was written): for tests of recovery in one process."""
+        with self._write_lock:
+            self._closed = True
+        self._writer.abandon()
+        self.data_dir.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _match_order(match: Match) -> tuple[int, str]:
+    return match.distance, match.key
