@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from permindex.config import DEFAULT_ADDRESS, ServerConfig
+from permindex.config import DEFAULT_ADDRESS, FSYNC_POLICIES, ServerConfig
 from permindex.documents import (
     Document,
     DocumentReader,
@@ -71,7 +71,8 @@ _EXIT_CODE_HELP: Final[dict[str, str]] = {
     "     or a request the server refused as invalid or too large",
     "not_found": "a key that is not stored",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
-    "data": "a corrupt snapshot, or a data directory owned by another process",
+    "data": "a corrupt snapshot or log, or a data directory owned by another process\n"
+    "     or not writable",
 }
 
 #: Client channel options: the server enforces its own message limit; the client takes any size.
@@ -359,6 +360,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         shingle_size=args.shingle_size,
         grace_seconds=args.grace_seconds,
         workers=args.workers,
+        fsync=args.fsync,
+        fsync_interval=args.fsync_interval,
+        truncate_corrupt_log=args.truncate_corrupt_log,
     )
     return run_server(config)
 
@@ -572,6 +576,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
 def _exit_codes_epilog() -> str:
     lines = ["exit codes:"]
     for name, code in sorted(EXIT_CODES.items(), key=lambda item: item[1]):
@@ -619,10 +630,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command(
         "serve",
         "run the index server",
-        "Run the server in the foreground until SIGTERM or SIGINT. It loads the snapshot in the\n"
-        "data directory before it listens, writes a snapshot every --snapshot-interval seconds\n"
-        "(when something changed), on the Snapshot RPC, and on SIGTERM/SIGINT once in-flight\n"
-        "calls have finished (graceful stop).",
+        "Run the server in the foreground until SIGTERM or SIGINT.\n\n"
+        "Durability: every write request (Add, an Ingest batch, CheckAndAdd, Remove) is appended\n"
+        "to a write-ahead log in the data directory before it is applied and acknowledged. At the\n"
+        "start the server loads the snapshot and replays the log after it, before it listens.\n"
+        "  --fsync always    (default) one fsync per write request, before it is acknowledged:\n"
+        "                    a machine crash or power cut loses nothing acknowledged\n"
+        f"  --fsync interval  an fsync every --fsync-interval seconds "
+        f"(default {_DEFAULTS.fsync_interval:g}):\n"
+        "                    a machine crash loses at most the last interval's writes\n"
+        "  --fsync never     the kernel writes the log back (about 30 s on Linux): a machine\n"
+        "                    crash loses what it had not written yet\n"
+        "Under every policy a killed server process (even kill -9) loses nothing acknowledged.\n"
+        f"A snapshot is written every --snapshot-interval seconds "
+        f"(default {_DEFAULTS.snapshot_interval:g}) when anything\n"
+        "changed, on the Snapshot RPC and at a graceful stop; queries and writes go on while\n"
+        "it is written, then the log older than the snapshot before it is deleted. A write the\n"
+        "disk refuses (full, read-only) fails with RESOURCE_EXHAUSTED or UNAVAILABLE and\n"
+        "changes nothing; lookups go on, writes resume once the disk can be written again.\n"
+        "Graceful stop (SIGTERM/SIGINT): new calls are refused, in-flight calls get\n"
+        "--grace-seconds to finish, a final snapshot is written, the log is fsynced.\n"
+        "A torn last log record (a write cut short by a crash) is cut off at the start with a\n"
+        "warning; damage before it stops the start (exit 7) unless --truncate-corrupt-log.",
         parents=False,
     )
     serve.add_argument(
@@ -635,7 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir",
         default=str(_DEFAULTS.data_dir),
         metavar="DIR",
-        help=f"snapshot directory, created if missing (default ./{_DEFAULTS.data_dir})",
+        help=f"directory of the snapshots and the write-ahead log, created if missing "
+        f"(default ./{_DEFAULTS.data_dir})",
     )
     serve.add_argument(
         "--k",
@@ -690,6 +720,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DEFAULTS.workers,
         metavar="N",
         help=f"threads serving RPCs (default {_DEFAULTS.workers})",
+    )
+    serve.add_argument(
+        "--fsync",
+        choices=FSYNC_POLICIES,
+        default=_DEFAULTS.fsync,
+        help=f"when the write-ahead log is fsynced (default {_DEFAULTS.fsync}; what each can "
+        "lose: above)",
+    )
+    serve.add_argument(
+        "--fsync-interval",
+        type=_positive_float,
+        default=_DEFAULTS.fsync_interval,
+        metavar="SECONDS",
+        help=f"seconds between log fsyncs under --fsync interval "
+        f"(default {_DEFAULTS.fsync_interval:g})",
+    )
+    serve.add_argument(
+        "--truncate-corrupt-log",
+        action="store_true",
+        help="at the start, cut the log at a damaged record found before its end instead of "
+        "refusing to start; the changes logged from there on are lost (the bytes cut off are "
+        "kept as .dropped files beside the log)",
     )
     serve.set_defaults(func=_cmd_serve)
 

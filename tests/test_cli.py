@@ -110,8 +110,11 @@ def test_serve_help_states_the_defaults(capsys: pytest.CaptureFixture[str]) -> N
     flat = " ".join(out.split())
     assert "./permindex-data" in flat
     assert "(default 60)" in flat
-    assert "SIGTERM/SIGINT once in-flight calls have finished" in flat
+    assert "in-flight calls get --grace-seconds to finish, a final snapshot is written" in flat
     assert "(default 127.0.0.1:50051)" in flat
+    assert "--fsync always (default) one fsync per write request" in flat
+    assert "(default always;" in flat and "--fsync-interval seconds (default 0.1)" in flat
+    assert "a killed server process (even kill -9) loses nothing acknowledged" in flat
 
 
 @pytest.mark.parametrize(
