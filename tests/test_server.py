@@ -616,6 +616,9 @@ def test_reflection_lists_the_service(server: RunningServer) -> None:
             "CheckAndAdd",
             "Remove",
             "Pairs",
+            "Clusters",
+            "Flags",
+            "ExactDuplicates",
             "Stats",
             "Snapshot",
         }

@@ -20,6 +20,7 @@ from permindex.permutation import Design
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
+    "KEYS_PER_MESSAGE",
     "MAX_KEY_BYTES",
     "PAIRS_PER_MESSAGE",
     "DocumentBatch",
@@ -27,8 +28,11 @@ __all__ = [
     "check_k",
     "check_key",
     "check_keys",
+    "clusters_to_proto",
     "design_to_proto",
     "documents_from_proto",
+    "exact_groups_to_proto",
+    "flags_to_proto",
     "limit_from",
     "matches_to_proto",
     "pairs_to_proto",
@@ -191,3 +195,70 @@ def pairs_to_proto(
 def design_to_proto(design: Design, k: int) -> pb.Design:
     """The table design and the index's k as a ``permindex.v1.Design``."""
     return pb.Design(blocks=design.blocks, leading=design.leading, tables=design.num_tables, k=k)
+
+
+#: Most keys in one ClustersResponse or ExactDuplicatesResponse message, and most flags in one
+#: FlagsResponse.
+KEYS_PER_MESSAGE: Final = 10_000
+
+
+def _key_groups_in_parts(
+    groups: Sequence[Sequence[str]], chunk: int
+) -> Iterator[list[tuple[int, int, Sequence[str]]]]:
+    """Groups of keys packed into messages of at most ``chunk`` keys: per message a list of
+    (group id, group size, keys of this part); a group larger than the room left is split into
+    consecutive parts that share its id."""
+    message: list[tuple[int, int, Sequence[str]]] = []
+    room = chunk
+    for gid, keys in enumerate(groups):
+        start = 0
+        while start < len(keys):
+            if room == 0:
+                yield message
+                message, room = [], chunk
+            part = keys[start : start + room]
+            message.append((gid, len(keys), part))
+            room -= len(part)
+            start += len(part)
+    if message:
+        yield message
+
+
+def clusters_to_proto(
+    clusters: Sequence[Sequence[str]], chunk: int = KEYS_PER_MESSAGE
+) -> Iterator[pb.ClustersResponse]:
+    """Clusters (lists of keys, in answer order) as ClustersResponse messages of at most
+    ``chunk`` keys each; none when there are no clusters."""
+    for message in _key_groups_in_parts(clusters, chunk):
+        yield pb.ClustersResponse(
+            clusters=[pb.Cluster(id=gid, size=size, keys=part) for gid, size, part in message]
+        )
+
+
+def exact_groups_to_proto(
+    groups: Sequence[tuple[int, Sequence[str]]], chunk: int = KEYS_PER_MESSAGE
+) -> Iterator[pb.ExactDuplicatesResponse]:
+    """(fingerprint, keys) groups as ExactDuplicatesResponse messages of at most ``chunk`` keys
+    each; none when there are no groups."""
+    fingerprints = [fingerprint for fingerprint, _ in groups]
+    for message in _key_groups_in_parts([keys for _, keys in groups], chunk):
+        yield pb.ExactDuplicatesResponse(
+            groups=[
+                pb.ExactDuplicateGroup(id=gid, fingerprint=fingerprints[gid], size=size, keys=part)
+                for gid, size, part in message
+            ]
+        )
+
+
+def flags_to_proto(
+    flags: Sequence[tuple[str, str, int, int]], chunk: int = KEYS_PER_MESSAGE
+) -> Iterator[pb.FlagsResponse]:
+    """(key, nearest key, distance, neighbors) flags as FlagsResponse messages of at most
+    ``chunk`` flags each; none when there are no flags."""
+    for start in range(0, len(flags), chunk):
+        yield pb.FlagsResponse(
+            flags=[
+                pb.Flag(key=key, nearest_key=nearest, distance=distance, neighbors=neighbors)
+                for key, nearest, distance, neighbors in flags[start : start + chunk]
+            ]
+        )

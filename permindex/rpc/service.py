@@ -26,6 +26,7 @@ import grpc
 import numpy as np
 
 import permindex
+from permindex.clusters import NearDuplicates
 from permindex.config import ServerConfig
 from permindex.errors import PermindexError, status_name_for
 from permindex.rpc import convert
@@ -352,6 +353,35 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             request.k if request.HasField("k") else None, self.index.k, self.index.design
         )
         yield from convert.pairs_to_proto(self.index.pairs(k=k))
+
+    def _near_duplicates(self, k: int | None) -> NearDuplicates:
+        """Pairs, clusters, flags and exact groups of one consistent export of the index."""
+        k = convert.check_k(k, self.index.k, self.index.design)
+        return NearDuplicates.of_index(self.index, k)
+
+    @_streaming
+    def Clusters(
+        self, request: pb.ClustersRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ClustersResponse]:
+        """Connected components of the pairs within k, chunked (see the .proto)."""
+        found = self._near_duplicates(request.k if request.HasField("k") else None)
+        yield from convert.clusters_to_proto(found.clusters())
+
+    @_streaming
+    def Flags(
+        self, request: pb.FlagsRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.FlagsResponse]:
+        """Every key with another key within k, sorted by key, chunked."""
+        found = self._near_duplicates(request.k if request.HasField("k") else None)
+        yield from convert.flags_to_proto(found.flags())
+
+    @_streaming
+    def ExactDuplicates(
+        self, request: pb.ExactDuplicatesRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ExactDuplicatesResponse]:
+        """Groups of keys sharing one fingerprint, chunked."""
+        found = self._near_duplicates(0)
+        yield from convert.exact_groups_to_proto(found.exact_duplicates())
 
     @_unary
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:

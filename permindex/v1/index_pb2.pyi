@@ -570,6 +570,226 @@ class PairsResponse(_message.Message):
 Global___PairsResponse: _TypeAlias = PairsResponse  # noqa: Y015
 
 @_typing.final
+class ClustersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    K_FIELD_NUMBER: _builtins.int
+    k: _builtins.int
+    """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
+    def __init__(
+        self,
+        *,
+        k: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
+    _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__k) -> _WhichOneofReturnType__k | None: ...
+
+Global___ClustersRequest: _TypeAlias = ClustersRequest  # noqa: Y015
+
+@_typing.final
+class Cluster(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The cluster's number in the answer, 0 for the largest; the parts of a split cluster share it."""
+    size: _builtins.int
+    """Keys in the whole cluster (all parts together)."""
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The keys of this part, sorted; the parts of a split cluster come in order."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        size: _builtins.int = ...,
+        keys: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "keys", b"keys", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Cluster: _TypeAlias = Cluster  # noqa: Y015
+
+@_typing.final
+class ClustersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def clusters(self) -> _containers.RepeatedCompositeFieldContainer[Global___Cluster]:
+        """At most 10,000 keys in all per message."""
+
+    def __init__(
+        self,
+        *,
+        clusters: _abc.Iterable[Global___Cluster] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClustersResponse: _TypeAlias = ClustersResponse  # noqa: Y015
+
+@_typing.final
+class FlagsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    K_FIELD_NUMBER: _builtins.int
+    k: _builtins.int
+    """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
+    def __init__(
+        self,
+        *,
+        k: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
+    _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__k) -> _WhichOneofReturnType__k | None: ...
+
+Global___FlagsRequest: _TypeAlias = FlagsRequest  # noqa: Y015
+
+@_typing.final
+class Flag(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    NEAREST_KEY_FIELD_NUMBER: _builtins.int
+    DISTANCE_FIELD_NUMBER: _builtins.int
+    NEIGHBORS_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    nearest_key: _builtins.str
+    """The nearest other key: smallest distance, then smallest key."""
+    distance: _builtins.int
+    """Hamming distance between key and nearest_key, bits."""
+    neighbors: _builtins.int
+    """How many other keys are within k."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        nearest_key: _builtins.str = ...,
+        distance: _builtins.int = ...,
+        neighbors: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["distance", b"distance", "key", b"key", "nearest_key", b"nearest_key", "neighbors", b"neighbors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Flag: _TypeAlias = Flag  # noqa: Y015
+
+@_typing.final
+class FlagsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FLAGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def flags(self) -> _containers.RepeatedCompositeFieldContainer[Global___Flag]:
+        """At most 10,000 flags per message, sorted by key across the stream."""
+
+    def __init__(
+        self,
+        *,
+        flags: _abc.Iterable[Global___Flag] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flags", b"flags"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlagsResponse: _TypeAlias = FlagsResponse  # noqa: Y015
+
+@_typing.final
+class ExactDuplicatesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExactDuplicatesRequest: _TypeAlias = ExactDuplicatesRequest  # noqa: Y015
+
+@_typing.final
+class ExactDuplicateGroup(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The group's number in the answer, 0 for the largest; the parts of a split group share it."""
+    fingerprint: _builtins.int
+    """The fingerprint the keys share."""
+    size: _builtins.int
+    """Keys in the whole group (all parts together)."""
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The keys of this part, sorted."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        fingerprint: _builtins.int = ...,
+        size: _builtins.int = ...,
+        keys: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint", "id", b"id", "keys", b"keys", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExactDuplicateGroup: _TypeAlias = ExactDuplicateGroup  # noqa: Y015
+
+@_typing.final
+class ExactDuplicatesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExactDuplicateGroup]:
+        """At most 10,000 keys in all per message."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___ExactDuplicateGroup] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExactDuplicatesResponse: _TypeAlias = ExactDuplicatesResponse  # noqa: Y015
+
+@_typing.final
 class StatsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -69,6 +69,21 @@ class PermIndexStub:
                 request_serializer=permindex_dot_v1_dot_index__pb2.PairsRequest.SerializeToString,
                 response_deserializer=permindex_dot_v1_dot_index__pb2.PairsResponse.FromString,
                 _registered_method=True)
+        self.Clusters = channel.unary_stream(
+                '/permindex.v1.PermIndex/Clusters',
+                request_serializer=permindex_dot_v1_dot_index__pb2.ClustersRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.ClustersResponse.FromString,
+                _registered_method=True)
+        self.Flags = channel.unary_stream(
+                '/permindex.v1.PermIndex/Flags',
+                request_serializer=permindex_dot_v1_dot_index__pb2.FlagsRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.FlagsResponse.FromString,
+                _registered_method=True)
+        self.ExactDuplicates = channel.unary_stream(
+                '/permindex.v1.PermIndex/ExactDuplicates',
+                request_serializer=permindex_dot_v1_dot_index__pb2.ExactDuplicatesRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.ExactDuplicatesResponse.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/permindex.v1.PermIndex/Stats',
                 request_serializer=permindex_dot_v1_dot_index__pb2.StatsRequest.SerializeToString,
@@ -142,6 +157,34 @@ class PermIndexServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Clusters(self, request, context):
+        """The clusters within k: connected components (of two keys or more) of the graph whose edges are
+        the pairs of Pairs. Near-duplication is not transitive, so a cluster can chain: two of its keys
+        can be more than k bits apart when keys between them link them. Computed from one consistent
+        view of the index. Largest cluster first, then by smallest key; keys sorted (code point
+        order). Streamed in chunks; a cluster of more than 10,000 keys arrives in consecutive parts
+        that share its id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Flags(self, request, context):
+        """Every key that has at least one other key within k, sorted by key, with its nearest other key
+        (smallest distance, then smallest key), their distance, and how many other keys are within k.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExactDuplicates(self, request, context):
+        """The groups of two or more keys that share one fingerprint (distance 0), largest first, then by
+        smallest key; keys sorted. Chunked as Clusters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Stats(self, request, context):
         """Counts, memory, the table design, uptime and the last snapshot.
         """
@@ -194,6 +237,21 @@ def add_PermIndexServicer_to_server(servicer, server):
                     servicer.Pairs,
                     request_deserializer=permindex_dot_v1_dot_index__pb2.PairsRequest.FromString,
                     response_serializer=permindex_dot_v1_dot_index__pb2.PairsResponse.SerializeToString,
+            ),
+            'Clusters': grpc.unary_stream_rpc_method_handler(
+                    servicer.Clusters,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.ClustersRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.ClustersResponse.SerializeToString,
+            ),
+            'Flags': grpc.unary_stream_rpc_method_handler(
+                    servicer.Flags,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.FlagsRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.FlagsResponse.SerializeToString,
+            ),
+            'ExactDuplicates': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExactDuplicates,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.ExactDuplicatesRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.ExactDuplicatesResponse.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -395,6 +453,87 @@ class PermIndex:
             '/permindex.v1.PermIndex/Pairs',
             permindex_dot_v1_dot_index__pb2.PairsRequest.SerializeToString,
             permindex_dot_v1_dot_index__pb2.PairsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Clusters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/permindex.v1.PermIndex/Clusters',
+            permindex_dot_v1_dot_index__pb2.ClustersRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.ClustersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Flags(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/permindex.v1.PermIndex/Flags',
+            permindex_dot_v1_dot_index__pb2.FlagsRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.FlagsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExactDuplicates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/permindex.v1.PermIndex/ExactDuplicates',
+            permindex_dot_v1_dot_index__pb2.ExactDuplicatesRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.ExactDuplicatesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,630 @@
+"""Near-duplicates over a whole collection: every pair within k, the clusters those pairs form,
+the keys that have a near-duplicate (flags), and the groups of equal fingerprints (exact
+duplicates); and which document of each cluster to keep.
+
+Definitions (k is the largest Hamming distance that counts as a near-duplicate):
+
+pairs
+    every unordered pair of keys whose fingerprints are within k bits (distance 0 included).
+clusters
+    the connected components of the graph whose edges are the pairs, with at least two keys.
+    **Near-duplication is not transitive**: A within k of B and B within k of C puts A, B and C
+    in one cluster even when A and C are far apart, so a cluster can *chain* (its span, the
+    largest distance between two of its members, can exceed k — a series of pages each edited a
+    little from the previous one ends in one cluster). That is the grouping a de-duplication
+    wants (each page has a representative), but a cluster is not a set of mutual
+    near-duplicates.
+flags
+    every key with at least one other key within k — the article's "this page has a
+    near-duplicate" view — with its nearest other key, their distance, and how many keys are
+    within k.
+exact duplicates
+    the groups of two or more keys with the same fingerprint (their texts are usually, but not
+    necessarily, identical).
+
+Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
+fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the distinct
+fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007, section 3 —
+the join the index runs, here on a plain array and for any table design, so that k can exceed the
+index's 3); keys sharing a fingerprint are expanded only where pairs of keys are listed. It is
+checked against brute force in the tests. Components are found by a vectorized union-find
+(hooking each root onto the smaller of two roots joined by an edge, then pointer jumping), which
+needs no Python object per key.
+
+Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
+distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
+groups come largest first, then by their smallest key; flags are sorted by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+from permindex.hamming import as_fingerprint_array
+from permindex.permutation import DEFAULT_DESIGN, Design, argsort_prefixes
+
+if TYPE_CHECKING:
+    from permindex.index import Index
+
+__all__ = [
+    "KEEP_RULES",
+    "ExactGroup",
+    "Flag",
+    "KeepRule",
+    "NearDuplicates",
+    "PairArrays",
+    "clusters",
+    "components",
+    "design_for",
+    "exact_duplicates",
+    "flags",
+    "keep_per_cluster",
+    "pairs_within",
+    "value_pairs",
+]
+
+_I64 = NDArray[np.int64]
+_U64 = NDArray[np.uint64]
+_PAIR_BUDGET: Final = 1 << 21  # candidate pairs verified per numpy pass
+_HOOK_ROUNDS: Final = 64  # vectorized union-find rounds before finishing in Python
+
+KeepRule = Literal["first", "longest", "smallest-key"]
+#: The rules of :func:`keep_per_cluster`.
+KEEP_RULES: Final = ("first", "longest", "smallest-key")
+
+
+class PairArrays(NamedTuple):
+    """Pairs as three (m,) int64 arrays: positions ``a`` and ``b`` (a != b) into the keys and
+    fingerprints they were computed from, and their Hamming ``distance`` in bits."""
+
+    a: _I64
+    b: _I64
+    distance: _I64
+
+
+class Flag(NamedTuple):
+    """A key with at least one other key within k: its ``nearest`` other key (smallest distance,
+    then smallest key), their ``distance`` in bits, and the number of ``neighbors`` (other keys
+    within k)."""
+
+    key: str
+    nearest: str
+    distance: int
+    neighbors: int
+
+
+class ExactGroup(NamedTuple):
+    """Two or more keys (sorted) that share one ``fingerprint``."""
+
+    fingerprint: int
+    keys: list[str]
+
+
+def design_for(k: int) -> Design:
+    """A table design that finds every pair within ``k`` bits: the default (4 blocks, 1 leading:
+    4 tables of 16-bit prefixes) up to k = 3; above, (k + 2 blocks, 2 leading): for k = 4..6,
+    15, 21 and 28 tables of 21-, 18- and 16-bit prefixes (Manku et al. 2007, section 3: any two
+    fingerprints within k share the prefix of at least one table when k <= blocks - leading)."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int, not {type(k).__name__}")
+    if k < 0:
+        raise InvalidArgumentError(f"k must be >= 0, got {k}", value=k)
+    if k <= DEFAULT_DESIGN.max_k:
+        return DEFAULT_DESIGN
+    return Design(k + 2, 2)
+
+
+def _pairs_in_groups(ends: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
+    """Every pair (i, j), i < j, of positions of a sequence cut into consecutive groups, in
+    chunks of about ``budget`` pairs; ``ends[i]`` is the end (exclusive) of position i's group."""
+    partners = ends - np.arange(ends.size, dtype=np.int64) - 1
+    cumulative = np.cumsum(partners)
+    start = 0
+    while start < ends.size:
+        base = int(cumulative[start - 1]) if start else 0
+        stop = int(np.searchsorted(cumulative, base + budget, side="right"))
+        stop = min(max(stop, start + 1), ends.size)
+        counts = partners[start:stop]
+        total = int(cumulative[stop - 1]) - base
+        if total:
+            i = np.repeat(np.arange(start, stop, dtype=np.int64), counts)
+            j = (
+                i
+                + 1
+                + np.arange(total, dtype=np.int64)
+                - np.repeat(np.cumsum(counts) - counts, counts)
+            )
+            yield i, j
+        start = stop
+
+
+def _group_ends(sorted_values: NDArray[np.uint64]) -> _I64:
+    """For a sorted array, the end (exclusive) of the run of equal values at each position."""
+    n = sorted_values.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.append(np.flatnonzero(sorted_values[1:] != sorted_values[:-1]) + 1, n)
+    return np.repeat(ends.astype(np.int64), np.diff(ends, prepend=0))
+
+
+def _empty_pairs() -> PairArrays:
+    empty = np.zeros(0, dtype=np.int64)
+    return PairArrays(empty, empty.copy(), empty.copy())
+
+
+def _check_design(k: int, design: Design | tuple[int, int] | None) -> Design:
+    chosen = design_for(k) if design is None else Design.of(design)
+    if k < 0 or k > chosen.max_k:
+        raise InvalidArgumentError(
+            f"k={k} is outside what {chosen} finds exactly (0 <= k <= {chosen.max_k})", value=k
+        )
+    return chosen
+
+
+class _Values(NamedTuple):
+    """The distinct fingerprints of n positions."""
+
+    by_value: _I64  # positions sorted by fingerprint (stable: ascending position within a value)
+    first: _I64  # where each distinct value's run starts in by_value
+    counts: _I64  # positions per distinct value
+    distinct: _U64  # the distinct values, ascending
+    value_of: _I64  # (n,) the distinct value of each position
+
+
+def _distinct(fps: _U64) -> _Values:
+    by_value = np.argsort(fps, kind="stable").astype(np.int64)
+    values = fps[by_value]
+    if values.size:
+        first = np.flatnonzero(np.append(True, values[1:] != values[:-1])).astype(np.int64)
+    else:
+        first = np.zeros(0, dtype=np.int64)
+    counts = np.diff(np.append(first, values.size)).astype(np.int64)
+    value_of = np.empty(fps.size, dtype=np.int64)
+    value_of[by_value] = np.repeat(np.arange(first.size, dtype=np.int64), counts)
+    return _Values(by_value, first, counts, values[first], value_of)
+
+
+def value_pairs(
+    distinct: _U64, k: int, design: Design | tuple[int, int] | None = None
+) -> PairArrays:
+    """Every pair (u, v) of positions of ``distinct`` (an (n,) uint64 array of *distinct*
+    fingerprints) within ``k`` bits, each once, in no particular order: the block-keyed
+    self-join of Manku et al. 2007, section 3. For each table of ``design`` (default
+    :func:`design_for` ``(k)``) the values are sorted by the table's prefix, every pair within a
+    prefix group is verified with ``np.bitwise_count``, and a pair is kept only in the first
+    table whose prefix it shares (``(a ^ b) & leading_mask == 0``). Exact: no pair is missed
+    (pigeonhole, k <= blocks - leading) and none is reported twice. Cost: O(T (n log n + sum
+    of squared prefix-group sizes)) numpy work for T tables, in passes of about 2 million
+    candidate pairs."""
+    chosen = _check_design(k, design)
+    if k == 0 or distinct.size < 2:
+        return _empty_pairs()
+    parts_a: list[_I64] = []
+    parts_b: list[_I64] = []
+    parts_d: list[_I64] = []
+    masks = [np.uint64(p.leading_mask) for p in chosen.permutations]
+    for t, perm in enumerate(chosen.permutations):
+        prefixes = perm.prefix_array(distinct)
+        order = argsort_prefixes(prefixes, perm.prefix_bits).astype(np.int64)
+        by_prefix = distinct[order]
+        for i, j in _pairs_in_groups(_group_ends(prefixes[order]), _PAIR_BUDGET):
+            x = by_prefix[i] ^ by_prefix[j]
+            distance = np.bitwise_count(x)
+            selected = np.flatnonzero(distance <= k)
+            if selected.size == 0:
+                continue
+            keep = np.ones(selected.size, dtype=bool)
+            for earlier in masks[:t]:  # shared an earlier table's prefix: found there
+                keep &= (x[selected] & earlier) != 0
+            chosen_pairs = selected[keep]
+            parts_a.append(order[i[chosen_pairs]])
+            parts_b.append(order[j[chosen_pairs]])
+            parts_d.append(distance[chosen_pairs].astype(np.int64))
+    if not parts_a:
+        return _empty_pairs()
+    return PairArrays(np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d))
+
+
+def _expand(values: _Values, pairs: PairArrays) -> PairArrays:
+    """Pairs of distinct values as every pair of their positions, plus every pair of positions
+    that share a value (distance 0); a < b."""
+    by_value, first, counts = values.by_value, values.first, values.counts
+    parts_a: list[_I64] = []
+    parts_b: list[_I64] = []
+    parts_d: list[_I64] = []
+    if (counts > 1).any():
+        ends = np.repeat(first + counts, counts)
+        for i, j in _pairs_in_groups(ends, _PAIR_BUDGET):
+            parts_a.append(by_value[i])
+            parts_b.append(by_value[j])
+            parts_d.append(np.zeros(i.size, dtype=np.int64))
+    u, v, distance = pairs
+    if u.size:
+        per_pair = counts[u] * counts[v]
+        pair = np.repeat(np.arange(u.size, dtype=np.int64), per_pair)
+        local = np.arange(int(per_pair.sum()), dtype=np.int64)
+        local -= np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
+        width = counts[v][pair]
+        parts_a.append(by_value[first[u[pair]] + local // width])
+        parts_b.append(by_value[first[v[pair]] + local % width])
+        parts_d.append(distance[pair])
+    if not parts_a:
+        return _empty_pairs()
+    a = np.concatenate(parts_a)
+    b = np.concatenate(parts_b)
+    return PairArrays(np.minimum(a, b), np.maximum(a, b), np.concatenate(parts_d))
+
+
+def pairs_within(
+    fingerprints: object, k: int, design: Design | tuple[int, int] | None = None
+) -> PairArrays:
+    """Every pair of positions (a, b), a < b, of ``fingerprints`` (an (n,) uint64 array or an
+    iterable of ints) within Hamming distance ``k`` bits, each once, as :class:`PairArrays` in
+    no particular order: equal fingerprints are joined once per distinct value
+    (:func:`value_pairs`) and expanded to their positions, with every pair of positions that
+    share a value at distance 0. Memory O(n + pairs).
+
+    Raises:
+        InvalidArgumentError: k < 0, or k above what ``design`` guarantees; a bad fingerprint.
+    """
+    fps = as_fingerprint_array(fingerprints)
+    chosen = _check_design(k, design)
+    values = _distinct(fps)
+    return _expand(values, value_pairs(values.distinct, k, chosen))
+
+
+def components(n: int, a: _I64, b: _I64) -> _I64:
+    """Connected components of the graph on positions 0..n-1 with edges (a[i], b[i]): a (n,)
+    int64 array giving each position the smallest position of its component (so an isolated
+    position is its own label).
+
+    Vectorized union-find: every round first jumps pointers until each position points at its
+    root, then hooks, for every edge whose ends have different roots, the larger root onto the
+    smaller (``np.minimum.at``, so a root offered several parents takes the smallest). Labels
+    only decrease, so no cycle can form, and each round joins at least one pair of roots. After
+    :data:`_HOOK_ROUNDS` rounds (a few suffice on real graphs) the remaining edges are finished
+    by a plain union-find in Python, which bounds the worst case."""
+    parent = np.arange(n, dtype=np.int64)
+    if a.size == 0:
+        return parent
+    for _ in range(_HOOK_ROUNDS):
+        _jump(parent)
+        ra = parent[a]
+        rb = parent[b]
+        differ = ra != rb
+        if not differ.any():
+            return parent
+        a, b = a[differ], b[differ]  # edges already inside one component stay so
+        ra, rb = ra[differ], rb[differ]
+        np.minimum.at(parent, np.maximum(ra, rb), np.minimum(ra, rb))
+    _jump(parent)
+    roots = parent.tolist()
+
+    def find(x: int) -> int:
+        while roots[x] != x:
+            roots[x] = roots[roots[x]]
+            x = roots[x]
+        return x
+
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            roots[max(rx, ry)] = min(rx, ry)
+    parent = np.array(roots, dtype=np.int64)
+    _jump(parent)
+    return parent
+
+
+def _jump(parent: _I64) -> None:
+    """Pointer jumping in place until every entry is a root (parent[x] <= x throughout)."""
+    while True:
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            return
+        parent[:] = grand
+
+
+def _split(labels: _I64, members: _I64) -> list[_I64]:
+    """``members`` split by ``labels`` (one label per member): one array per label with at
+    least two members."""
+    if members.size == 0:
+        return []
+    order = np.argsort(labels, kind="stable")
+    sorted_labels = labels[order]
+    cuts = np.flatnonzero(sorted_labels[1:] != sorted_labels[:-1]) + 1
+    return [g for g in np.split(members[order], cuts) if g.size > 1]
+
+
+class NearDuplicates:
+    """Pairs, clusters, flags and exact-duplicate groups of one collection (see the module
+    docstring), computed from one consistent view.
+
+    The join runs on the *distinct* fingerprints (:func:`value_pairs`); keys that share a
+    fingerprint are expanded only where the answer lists pairs of keys (:attr:`pairs`). So
+    clusters, flags and exact groups of 10,000 copies of one page cost O(10,000), not the 5 x
+    10^7 pairs between them.
+
+    Args:
+        keys: n distinct keys.
+        fingerprints: their (n,) uint64 fingerprints (key i has fingerprint i).
+        k: the largest distance of a near-duplicate, bits.
+        design: the table design of the self-join (default :func:`design_for` ``(k)``).
+
+    Attributes:
+        keys, fingerprints, k: as given.
+        key_rank: ((n,) int64) for each key with a near-duplicate, its rank among those keys
+            in code point order; -1 for the others.
+
+    Raises:
+        InvalidArgumentError: repeated keys, lengths that differ, a bad k or fingerprint.
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        fingerprints: object,
+        k: int,
+        *,
+        design: Design | tuple[int, int] | None = None,
+    ) -> None:
+        fps = as_fingerprint_array(fingerprints)
+        if len(keys) != fps.size:
+            raise InvalidArgumentError(
+                f"got {len(keys)} keys and {fps.size} fingerprints; the lengths must match",
+                value=(len(keys), int(fps.size)),
+            )
+        if len(set(keys)) != len(keys):
+            raise InvalidArgumentError("keys must be distinct", value=len(keys))
+        chosen = _check_design(k, design)
+        self.keys = keys
+        self.fingerprints = fps
+        self.k = k
+        self._values = values = _distinct(fps)
+        self._value_pairs = value_pairs(values.distinct, k, chosen)
+        u, v, _ = self._value_pairs
+        involved = values.counts > 1
+        involved[u] = True
+        involved[v] = True
+        self._involved_values = involved
+        members = values.by_value[np.repeat(involved, values.counts)]
+        # rank: position of the key among the keys with a near-duplicate, code point order
+        self.key_rank = np.full(fps.size, -1, dtype=np.int64)
+        by_key = sorted(members.tolist(), key=keys.__getitem__)
+        self.key_rank[np.array(by_key, dtype=np.int64)] = np.arange(len(by_key), dtype=np.int64)
+        self._flagged = np.array(by_key, dtype=np.int64)  # positions, sorted by key
+        self._pairs: PairArrays | None = None
+        self._clusters: list[_I64] | None = None
+
+    @classmethod
+    def of_index(cls, index: Index, k: int | None = None) -> NearDuplicates:
+        """From the contents of ``index`` at one instant (:meth:`Index.export`, one acquisition
+        of its lock); ``k`` defaults to the index's k and may not exceed it (as for
+        :meth:`Index.pairs`: InvalidArgumentError otherwise)."""
+        if k is None:
+            kk = index.k
+        else:
+            if isinstance(k, bool) or not isinstance(k, int):
+                raise TypeError(f"k must be an int, not {type(k).__name__}")
+            if k < 0 or k > index.k:
+                raise InvalidArgumentError(
+                    f"k={k} is outside 0..{index.k}: the index answers distances up to its "
+                    f"k={index.k}",
+                    value=k,
+                )
+            kk = k
+        keys, fingerprints = index.export()
+        return cls(keys, fingerprints, kk, design=index.design)
+
+    def __len__(self) -> int:
+        """Number of pairs of keys (counted, not listed)."""
+        counts = self._values.counts
+        u, v, _ = self._value_pairs
+        return int((counts * (counts - 1) // 2).sum() + (counts[u] * counts[v]).sum())
+
+    def distance_counts(self) -> _I64:
+        """((k + 1,) int64) the number of pairs of keys at each distance 0..k."""
+        counts = self._values.counts
+        u, v, d = self._value_pairs
+        out = np.bincount(d, weights=counts[u] * counts[v], minlength=self.k + 1)
+        out = np.rint(out).astype(np.int64)
+        out[0] += int((counts * (counts - 1) // 2).sum())
+        return out
+
+    @property
+    def pairs(self) -> PairArrays:
+        """Every pair of keys within k as positions into ``keys`` (listed on first use):
+        ``keys[a] < keys[b]``, sorted by (keys[a], keys[b])."""
+        if self._pairs is None:
+            raw = _expand(self._values, self._value_pairs)
+            rank = self.key_rank
+            swap = rank[raw.a] > rank[raw.b]
+            a = np.where(swap, raw.b, raw.a)
+            b = np.where(swap, raw.a, raw.b)
+            order = np.lexsort((rank[b], rank[a]))
+            self._pairs = PairArrays(a[order], b[order], raw.distance[order])
+        return self._pairs
+
+    def iter_pairs(self) -> Iterator[tuple[str, str, int]]:
+        """The pairs as (key_a, key_b, distance), key_a < key_b, sorted."""
+        keys = self.keys
+        a, b, d = self.pairs
+        for x, y, z in zip(a.tolist(), b.tolist(), d.tolist(), strict=True):
+            yield keys[x], keys[y], z
+
+    def sort_by_key(self, positions: _I64) -> _I64:
+        """``positions`` (each with a near-duplicate) ordered by their keys."""
+        return positions[np.argsort(self.key_rank[positions], kind="stable")]
+
+    def _ordered(self, groups: list[_I64]) -> list[_I64]:
+        groups = [self.sort_by_key(g) for g in groups]
+        groups.sort(key=lambda g: (-g.size, int(self.key_rank[g[0]])))
+        return groups
+
+    def cluster_positions(self) -> list[_I64]:
+        """Clusters as arrays of positions, each sorted by key; largest first, then by first
+        key."""
+        if self._clusters is None:
+            values = self._values
+            u, v, _ = self._value_pairs
+            labels = components(values.distinct.size, u, v)
+            members = self._flagged
+            self._clusters = self._ordered(_split(labels[values.value_of[members]], members))
+        return self._clusters
+
+    def clusters(self) -> list[list[str]]:
+        """Clusters as lists of keys (see :meth:`cluster_positions`)."""
+        keys = self.keys
+        return [[keys[p] for p in g.tolist()] for g in self.cluster_positions()]
+
+    def flag_arrays(self) -> tuple[_I64, _I64, _I64, _I64]:
+        """(position, nearest position, distance, neighbors), (m,) int64 each, one row per key
+        with a near-duplicate, sorted by key. The nearest key is another key of the same
+        fingerprint when there is one (distance 0, the smallest such key), else the smallest
+        key of the nearest other fingerprint."""
+        values = self._values
+        counts = values.counts
+        flagged = self._flagged  # sorted by key
+        if flagged.size == 0:
+            return flagged, flagged.copy(), flagged.copy(), flagged.copy()
+        nv = counts.size
+        w = values.value_of[flagged]
+        # per value: its smallest and second smallest key (flagged is in key order)
+        order = np.argsort(w, kind="stable")
+        w_sorted = w[order]
+        starts = np.flatnonzero(np.append(True, w_sorted[1:] != w_sorted[:-1]))
+        smallest = np.full(nv, -1, dtype=np.int64)
+        second = np.full(nv, -1, dtype=np.int64)
+        smallest[w_sorted[starts]] = flagged[order[starts]]
+        two = starts[counts[w_sorted[starts]] > 1]
+        second[w_sorted[two]] = flagged[order[two + 1]]
+        # per value: the nearest other value (distance, then its smallest key) and the keys of
+        # all values within k
+        u, v, d = self._value_pairs
+        node = np.concatenate((u, v))
+        other = np.concatenate((v, u))
+        distance = np.concatenate((d, d))
+        near_key = np.full(nv, -1, dtype=np.int64)
+        near_d = np.zeros(nv, dtype=np.int64)
+        around = np.zeros(nv, dtype=np.int64)
+        if node.size:
+            pick = np.lexsort((self.key_rank[smallest[other]], distance, node))
+            node_s = node[pick]
+            head = np.flatnonzero(np.append(True, node_s[1:] != node_s[:-1]))
+            near_key[node_s[head]] = smallest[other[pick[head]]]
+            near_d[node_s[head]] = distance[pick[head]]
+            np.add.at(around, node, counts[other])
+        same = counts[w] > 1
+        nearest = np.where(
+            same, np.where(smallest[w] == flagged, second[w], smallest[w]), near_key[w]
+        )
+        dist = np.where(same, 0, near_d[w])
+        neighbors = counts[w] - 1 + around[w]
+        return flagged, nearest, dist.astype(np.int64), neighbors.astype(np.int64)
+
+    def flags(self) -> list[Flag]:
+        """Every key with a near-duplicate, sorted by key (see :class:`Flag`)."""
+        keys = self.keys
+        node, other, distance, neighbors = self.flag_arrays()
+        return [
+            Flag(keys[p], keys[q], d, c)
+            for p, q, d, c in zip(
+                node.tolist(), other.tolist(), distance.tolist(), neighbors.tolist(), strict=True
+            )
+        ]
+
+    def exact_positions(self) -> list[_I64]:
+        """Groups of equal fingerprints as arrays of positions sorted by key; largest first,
+        then by first key."""
+        values = self._values
+        members = self._flagged
+        shared = values.counts[values.value_of[members]] > 1
+        return self._ordered(_split(values.value_of[members[shared]], members[shared]))
+
+    def exact_duplicates(self) -> list[ExactGroup]:
+        """Groups of equal fingerprints (see :class:`ExactGroup`), largest first."""
+        keys = self.keys
+        return [
+            ExactGroup(int(self.fingerprints[g[0]]), [keys[p] for p in g.tolist()])
+            for g in self.exact_positions()
+        ]
+
+    def span(self, positions: _I64, limit: int = 4096) -> int | None:
+        """The largest Hamming distance between two of ``positions`` (a cluster's span: above k
+        when the cluster chains), or None for more than ``limit`` distinct fingerprints
+        (O(size^2))."""
+        fps = np.unique(self.fingerprints[positions])
+        if fps.size > limit:
+            return None
+        best = 0
+        for start in range(0, fps.size, 512):
+            block = np.bitwise_count(fps[start : start + 512, None] ^ fps[None, :])
+            best = max(best, int(block.max()))
+        return best
+
+
+def keep_per_cluster(
+    clusters: Sequence[_I64],
+    rule: KeepRule,
+    *,
+    order: _I64,
+    lengths: _I64 | None = None,
+    rank: _I64 | None = None,
+) -> list[int]:
+    """The position kept in each cluster (the others are to be dropped), by ``rule``:
+
+    - ``"first"``: the document read first (smallest ``order``, its input position): what a
+      crawler that checks each page against the pages before it keeps;
+    - ``"longest"``: the longest text (largest ``lengths``, characters of visible text), ties
+      to the first read — the most complete copy;
+    - ``"smallest-key"``: the smallest key in code point order (``rank``: ordering of keys) —
+      reproducible whatever the input order.
+
+    Every position of a cluster is compared, so with a chained cluster the kept document can be
+    far (more than k bits) from some dropped ones: one document per cluster is the rule.
+    """
+    if rule not in KEEP_RULES:
+        raise InvalidArgumentError(
+            f"keep rule must be one of {', '.join(KEEP_RULES)}, got {rule!r}", value=rule
+        )
+    kept: list[int] = []
+    for members in clusters:
+        if rule == "first":
+            best = members[np.argmin(order[members])]
+        elif rule == "longest":
+            if lengths is None:
+                raise InvalidArgumentError("the longest rule needs the texts' lengths")
+            size = lengths[members]
+            longest = members[size == size.max()]
+            best = longest[np.argmin(order[longest])]
+        else:
+            if rank is None:
+                raise InvalidArgumentError("the smallest-key rule needs the keys' order")
+            best = members[np.argmin(rank[members])]
+        kept.append(int(best))
+    return kept
+
+
+# -- functions over an Index ------------------------------------------------------------------
+
+
+def clusters(index: Index, k: int | None = None) -> list[list[str]]:
+    """The clusters of ``index`` within ``k`` (default: the index's k): connected components of
+    the near-duplicate pairs graph, at least two keys each, keys sorted, largest cluster first.
+    A cluster can chain (see the module docstring)."""
+    return NearDuplicates.of_index(index, k).clusters()
+
+
+def flags(index: Index, k: int | None = None) -> list[Flag]:
+    """Every key of ``index`` with another key within ``k`` (default: the index's k), sorted by
+    key, with its nearest other key, their distance and its number of neighbors."""
+    return NearDuplicates.of_index(index, k).flags()
+
+
+def exact_duplicates(index: Index) -> list[ExactGroup]:
+    """The groups of keys of ``index`` that share one fingerprint, largest first."""
+    return NearDuplicates.of_index(index, 0).exact_duplicates()
