@@ -3,13 +3,21 @@ and the Store (log before apply, snapshots that rotate and drop the log, recover
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
+from permindex.errors import CorruptFileError, InvalidArgumentError, StorageFullError
 from permindex.index import Index
+from permindex.snapshot import DataDir
+from permindex.store import Store
+from permindex.wal import list_segments
 
 
 def _decoded(parts: list[tuple[Any, Any, Any]]) -> dict[str, int]:
@@ -133,3 +141,215 @@ def test_export_slices_under_concurrent_writes_is_fuzzy_but_unique() -> None:
             assert exported[key] == int(key[2:])
         elif key in exported:  # absent when removed, or replaced (its new row is past the end)
             assert exported[key] in values
+
+
+# ------------------------------------------------------------------------------------ the store
+
+
+def _open(path: Path, **options: Any) -> Store:
+    return Store.open(path, **options)
+
+
+def _random_changes(store: Store, model: dict[str, int], rng: random.Random, n: int) -> None:
+    """``n`` random requests through the store, mirrored in ``model`` (key -> fingerprint)."""
+    for _ in range(n):
+        roll = rng.random()
+        if roll < 0.5:
+            keys = [f"k/{rng.randrange(300)}" for _ in range(rng.randrange(1, 6))]
+            values = [rng.getrandbits(64) for _ in keys]
+            store.add_many(keys, values)
+            model.update(zip(keys, values, strict=True))
+        elif roll < 0.75:
+            keys = [f"k/{rng.randrange(300)}" for _ in range(rng.randrange(1, 4))]
+            store.remove_many(keys)
+            for key in keys:
+                model.pop(key, None)
+        else:
+            base = rng.choice(list(model.values())) if model else rng.getrandbits(64)
+            keys = [f"c/{rng.randrange(100)}" for _ in range(3)]
+            values = [base ^ (1 << rng.randrange(64)) if rng.random() < 0.5 else rng.getrandbits(64)
+                      for _ in keys]  # fmt: skip
+            for key, value, result in zip(
+                keys, values, store.check_and_add_many(keys, values), strict=True
+            ):
+                if result.added:
+                    model[key] = value
+
+
+def test_recovery_is_the_snapshot_plus_the_log_after_it(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    rng = random.Random(11)
+    model: dict[str, int] = {}
+    store = _open(root)
+    _random_changes(store, model, rng, 60)
+    info = store.snapshot()
+    assert info.log_sequence == store.sequence
+    _random_changes(store, model, rng, 60)
+    after_snapshot = store.sequence - info.log_sequence
+    store.abandon()  # as kill -9 leaves it: no final snapshot, no final fsync
+    store = _open(root)
+    assert _contents(store.index) == model
+    assert store.recovery.snapshot is not None
+    assert store.recovery.snapshot.log_sequence == info.log_sequence
+    assert store.recovery.records == after_snapshot and store.recovery.warnings == []
+    store.index._check()
+    store.close()
+
+
+def test_snapshots_taken_during_writes_then_a_crash_lose_nothing(tmp_path: Path) -> None:
+    """Fuzzy snapshots (slices of 7 rows) taken while another thread writes; after a crash,
+    snapshot + log replay equals every acknowledged change."""
+    root = tmp_path / "data"
+    store = _open(root, export_slice_rows=7)
+    model: dict[str, int] = {}
+    _random_changes(store, model, random.Random(1), 100)
+    stop = threading.Event()
+
+    def write() -> None:
+        rng = random.Random(2)
+        while not stop.is_set():
+            _random_changes(store, model, rng, 1)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(15):
+            store.snapshot()
+    finally:
+        stop.set()
+        writer.join()
+    store.abandon()
+    store = _open(root)
+    assert _contents(store.index) == model
+    assert len(list_segments(root)) <= 3  # the log before the previous generation is gone
+    store.close()
+
+
+def test_previous_generation_plus_the_log_is_a_complete_fallback(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    store = _open(root)
+    model: dict[str, int] = {}
+    rng = random.Random(4)
+    for _ in range(3):
+        _random_changes(store, model, rng, 30)
+        store.snapshot()
+    _random_changes(store, model, rng, 30)
+    store.close()
+    os.replace(root / "snapshot.pmx.prev", root / "snapshot.pmx")
+    store = _open(root)
+    assert _contents(store.index) == model
+    assert store.recovery.records > 0
+    store.close()
+
+
+def test_segments_are_dropped_once_no_snapshot_generation_needs_them(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    store = _open(root)
+    firsts = []
+    for i in range(4):
+        store.add_many([f"k{i}"], [i])
+        store.snapshot()
+        firsts.append([s.first_sequence for s in list_segments(root)])
+    # After snapshot i (log sequence i + 1): the segment of record i + 1, kept for the previous
+    # generation, and the new current one.
+    assert firsts == [[1, 2], [2, 3], [3, 4], [4, 5]]
+    store.close()
+    (root / "snapshot.pmx").unlink()  # the segments before 4 are gone: the log cannot stand alone
+    with pytest.raises(CorruptFileError, match=r"no record of sequence numbers 1\.\.3"):
+        _open(root)
+
+
+def test_a_refused_append_applies_nothing_and_writes_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path / "data")
+    store.add_many(["a", "b"], [1, 2])
+
+    def full(fd: int, data: Any, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(StorageFullError):
+        store.add_many(["a", "new"], [5, 6])
+    with pytest.raises(StorageFullError):
+        store.remove_many(["a"])
+    with pytest.raises(StorageFullError):
+        store.check_and_add_many(["far"], [2**64 - 1])
+    assert _contents(store.index) == {"a": 1, "b": 2} and store.sequence == 1
+    assert store.index.query(1) and store.remove_many(["zz"]) == [False]  # reads, no-ops work
+    monkeypatch.undo()
+    store.add_many(["new"], [6])
+    assert store.sequence == 2
+    store.abandon()
+    store = _open(tmp_path / "data")
+    assert _contents(store.index) == {"a": 1, "b": 2, "new": 6}
+    store.close()
+
+
+def test_a_change_the_index_refuses_after_logging_is_taken_back_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path / "data")
+
+    def broken(*args: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(store.index, "add_many", broken)
+    with pytest.raises(MemoryError):
+        store.add_many(["a"], [1])
+    monkeypatch.undo()
+    store.add_many(["b"], [2])
+    store.abandon()
+    store = _open(tmp_path / "data")
+    assert _contents(store.index) == {"b": 2} and store.sequence == 1
+    store.close()
+
+
+def test_check_and_add_many_is_sequential_check_and_add(tmp_path: Path) -> None:
+    """One batch, logged as one record, gives exactly what check_and_add one document at a
+    time gives: later documents see the earlier ones of the batch (and their replacements)."""
+    store = _open(tmp_path / "data")
+    reference = Index()
+    rng = random.Random(8)
+    for round_ in range(40):
+        base = rng.getrandbits(64)
+        keys = [f"d/{rng.randrange(12)}" for _ in range(rng.randrange(1, 8))]
+        values = [base ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64)) for _ in keys]
+        if round_ % 3 == 0:
+            values[0] = rng.getrandbits(64)
+        k = rng.choice([None, 0, 1, 3])
+        got = store.check_and_add_many(keys, values, k=k)
+        want = [reference.check_and_add(key, v, k=k) for key, v in zip(keys, values, strict=True)]
+        assert got == want
+        assert _contents(store.index) == _contents(reference)
+    store.close()
+    store = _open(tmp_path / "data")
+    assert _contents(store.index) == _contents(reference)
+    store.close()
+
+
+def test_a_first_release_data_directory_is_upgraded(tmp_path: Path) -> None:
+    """A version 1 snapshot (no log) loads; the log starts after it; the next snapshot is
+    version 2."""
+    from test_snapshot import _version_1_bytes
+
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "snapshot.pmx").write_bytes(_version_1_bytes(["old"], [42], 3))
+    store = _open(root)
+    assert _contents(store.index) == {"old": 42} and store.sequence == 0
+    store.add_many(["new"], [1])
+    store.abandon()
+    store = _open(root)
+    assert _contents(store.index) == {"old": 42, "new": 1}
+    assert store.snapshot().version == 2
+    store.close()
+
+
+def test_bad_options_are_refused_before_the_directory_is_touched(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="fsync policy 'sometimes'"):
+        _open(tmp_path / "a", fsync="sometimes")
+    with pytest.raises(InvalidArgumentError, match="guarantees k <= 3"):
+        _open(tmp_path / "b", k=4)
+    assert not (tmp_path / "b").exists()
+    DataDir(tmp_path / "a").close()  # the refused open released its lock
