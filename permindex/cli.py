@@ -884,6 +884,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Ask the server to write a snapshot now; prints its path, keys, bytes and seconds.",
     )
     snapshot.set_defaults(func=_cmd_snapshot)
+
+    from permindex.cli_near import add_commands  # clusters, flags, dedup
+
+    add_commands(command, _non_negative, _positive)
     return parser
 
 

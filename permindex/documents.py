@@ -11,6 +11,8 @@ JSONL (a file, gzip-compressed or not, or ``-`` for standard input)
     string of exactly 16 hex digits, or ``0x`` followed by 1 to 16 hex digits, read as hex.
     Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
     the reading with :class:`MalformedInputError`, which names the file and the line number.
+    Other schemas: ``id_field`` and ``text_field`` name the fields that hold the key and the
+    text (e.g. ``url`` and ``content``); ``fingerprint`` keeps its name.
 
 A folder
     Every regular file below it, depth first in code point order of the names, is one document
@@ -52,6 +54,7 @@ __all__ = [
     "MalformedInputError",
     "ReadStats",
     "check_key",
+    "folder_file_text",
     "html_to_text",
     "parse_fingerprint",
     "read_documents",
@@ -276,6 +279,15 @@ def _file_text(path: Path) -> str:
     return text
 
 
+def folder_file_text(path: Path) -> tuple[str | None, str | None]:
+    """The text of one file as a folder document carries it, as ``(text, None)``, or ``(None,
+    reason)`` when it is skipped (the reason it is counted under in :class:`ReadStats`)."""
+    try:
+        return _file_text(path), None
+    except _SkippedFile as skipped:
+        return None, skipped.reason
+
+
 def read_file_text(path: str | Path) -> str:
     """The text of one file exactly as a folder document carries it (``.gz`` decompressed, HTML
     reduced to visible text). Raises :class:`~permindex.errors.InvalidArgumentError` when it is
@@ -294,8 +306,17 @@ class DocumentReader:
     is (compressed bytes for a gzip file), for a progress bar.
     """
 
-    def __init__(self, source: str | Path, *, stdin: IO[bytes] | None = None) -> None:
+    def __init__(
+        self,
+        source: str | Path,
+        *,
+        stdin: IO[bytes] | None = None,
+        id_field: str = "id",
+        text_field: str = "text",
+    ) -> None:
         self.name = str(source)
+        self._id_field = id_field
+        self._text_field = text_field
         self.stats = ReadStats()
         self.size_bytes: int | None = None
         self._raw: IO[bytes] | None = None
@@ -371,25 +392,26 @@ class DocumentReader:
             raise bad(f"bad JSON: {error}") from None
         if not isinstance(obj, dict):
             raise bad(f"expected a JSON object, got {type(obj).__name__}")
-        if "id" not in obj:
-            raise bad('no "id"')
-        key = obj["id"]
+        id_field, text_field = self._id_field, self._text_field
+        if id_field not in obj:
+            raise bad(f'no "{id_field}"')
+        key = obj[id_field]
         if isinstance(key, int) and not isinstance(key, bool):
             key = str(key)
         if not isinstance(key, str):
-            raise bad(f'"id" must be a string or an integer, not {json.dumps(key)}', key)
+            raise bad(f'"{id_field}" must be a string or an integer, not {json.dumps(key)}', key)
         try:
             check_key(key)
         except InvalidArgumentError as error:
-            raise bad(f'"id": {error}', key) from None
-        has_text, has_fp = "text" in obj, "fingerprint" in obj
+            raise bad(f'"{id_field}": {error}', key) from None
+        has_text, has_fp = text_field in obj, "fingerprint" in obj
         if has_text == has_fp:
-            which = 'both "text" and' if has_text else 'neither "text" nor'
+            which = f'both "{text_field}" and' if has_text else f'neither "{text_field}" nor'
             raise bad(f'{which} "fingerprint": give exactly one')
         if has_text:
-            text = obj["text"]
+            text = obj[text_field]
             if not isinstance(text, str):
-                raise bad(f'"text" must be a string, not {json.dumps(text)[:40]}')
+                raise bad(f'"{text_field}" must be a string, not {json.dumps(text)[:40]}')
             return Document(key, text=text)
         try:
             fingerprint = parse_fingerprint(obj["fingerprint"])
@@ -398,6 +420,22 @@ class DocumentReader:
         return Document(key, fingerprint=fingerprint)
 
     def _read_folder(self) -> Iterator[Document]:
+        for key, path in self.folder_files():
+            text, reason = folder_file_text(path)
+            if text is None:
+                self.stats.skip(reason or "not text")
+                continue
+            self.stats.documents += 1
+            yield Document(key, text=text)
+
+    def folder_files(self) -> Iterator[tuple[str, Path]]:
+        """For a folder input, ``(key, path)`` of every regular file that can be a document, in
+        reading order, without reading it: entries that are not (symlinks, special files,
+        names that are not UTF-8 or too long) are counted in ``stats`` as they are met. Read each
+        file with :func:`folder_file_text` (in another process if need be), and count a file it
+        refuses with ``stats.skip(reason)``. :meth:`__iter__` is this and that together."""
+        if self.kind != "folder":
+            raise InvalidArgumentError(f"{self.name} is not a folder", value=self.name)
         # Depth first, each folder's entries in code point order of their names, descending into
         # a subfolder where its name comes. A stack of open listings, not recursion.
         listings: list[tuple[Iterator[os.DirEntry[str]], str]] = []
@@ -426,13 +464,7 @@ class DocumentReader:
             if len(key.encode("utf-8")) > MAX_KEY_BYTES:
                 self.stats.skip("path too long for a key")
                 continue
-            try:
-                text = _file_text(Path(entry.path))
-            except _SkippedFile as skipped:
-                self.stats.skip(skipped.reason)
-                continue
-            self.stats.documents += 1
-            yield Document(key, text=text)
+            yield key, Path(entry.path)
 
     def _open_listing(
         self, folder: Path, prefix: str, listings: list[tuple[Iterator[os.DirEntry[str]], str]]
@@ -446,12 +478,19 @@ class DocumentReader:
         listings.append((iter(entries), prefix))
 
 
-def read_documents(source: str | Path, *, stdin: IO[bytes] | None = None) -> DocumentReader:
+def read_documents(
+    source: str | Path,
+    *,
+    stdin: IO[bytes] | None = None,
+    id_field: str = "id",
+    text_field: str = "text",
+) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
-    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``). See the module docstring.
+    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field`` and ``text_field`` name
+    the JSONL fields of the key and the text. See the module docstring.
 
     Raises :class:`~permindex.errors.InvalidArgumentError` when ``source`` does not exist or is
     neither a regular file nor a folder. Reading (iterating) raises :class:`MalformedInputError`
     for a malformed JSONL line.
     """
-    return DocumentReader(source, stdin=stdin)
+    return DocumentReader(source, stdin=stdin, id_field=id_field, text_field=text_field)

@@ -1,0 +1,261 @@
+"""The near-duplicate commands of ``permindex``: ``clusters`` and ``flags`` (client commands,
+answered by the server) and ``dedup`` (offline, no server). Registered by
+:func:`permindex.cli.build_parser` through :func:`add_commands`; errors and exit codes are
+handled by :func:`permindex.cli.main` like every other command's.
+
+Output formats (stdout, UTF-8, no header):
+
+- ``clusters``: ``cluster<TAB>key`` per key, cluster 1 the largest (then by smallest key), keys of
+  a cluster sorted; ``clusters --exact``: ``group<TAB>fingerprint<TAB>key`` per key of each group
+  of equal fingerprints;
+- ``flags``: ``key<TAB>nearest_key<TAB>distance<TAB>neighbors`` per key that has a near-duplicate,
+  sorted by key;
+- ``dedup``: the pairs only, exactly as ``pairs`` prints them; everything else goes to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from permindex.errors import EXIT_CODES
+
+__all__ = ["add_commands"]
+
+
+def _cmd_clusters(args: argparse.Namespace) -> int:
+    from permindex.cli import _connect, _hex, _out, _pb
+
+    pb = _pb()
+    groups: dict[int, tuple[int, list[str]]] = {}  # id -> (fingerprint or 0, keys)
+    with _connect(args.address) as stub:
+        if args.exact:
+            for response in stub.ExactDuplicates(pb.ExactDuplicatesRequest()):
+                for group in response.groups:
+                    groups.setdefault(group.id, (group.fingerprint, []))[1].extend(group.keys)
+        else:
+            request = pb.ClustersRequest()
+            if args.k is not None:
+                request.k = args.k
+            for response in stub.Clusters(request):
+                for cluster in response.clusters:
+                    groups.setdefault(cluster.id, (0, []))[1].extend(cluster.keys)
+    ordered = [groups[gid] for gid in sorted(groups)]
+    if args.json:
+        if args.exact:
+            rows: list[dict[str, object]] = [
+                {"group": n, "fingerprint": _hex(fp), "size": len(keys), "keys": keys}
+                for n, (fp, keys) in enumerate(ordered, start=1)
+            ]
+        else:
+            rows = [
+                {"cluster": n, "size": len(keys), "keys": keys}
+                for n, (_, keys) in enumerate(ordered, start=1)
+            ]
+        _out(json.dumps(rows, ensure_ascii=False) + "\n")
+    elif args.exact:
+        _out(
+            f"{n}\t{_hex(fp)}\t{key}\n"
+            for n, (fp, keys) in enumerate(ordered, start=1)
+            for key in keys
+        )
+    else:
+        _out(f"{n}\t{key}\n" for n, (_, keys) in enumerate(ordered, start=1) for key in keys)
+    return EXIT_CODES["ok"]
+
+
+def _cmd_flags(args: argparse.Namespace) -> int:
+    from permindex.cli import _connect, _out, _pb
+
+    pb = _pb()
+    request = pb.FlagsRequest()
+    if args.k is not None:
+        request.k = args.k
+    flags: list[tuple[str, str, int, int]] = []
+    with _connect(args.address) as stub:
+        for response in stub.Flags(request):
+            flags.extend((f.key, f.nearest_key, f.distance, f.neighbors) for f in response.flags)
+    if args.json:
+        rows = [{"key": k, "nearest_key": n, "distance": d, "neighbors": c} for k, n, d, c in flags]
+        _out(json.dumps(rows, ensure_ascii=False) + "\n")
+    else:
+        _out(f"{k}\t{n}\t{d}\t{c}\n" for k, n, d, c in flags)
+    return EXIT_CODES["ok"]
+
+
+def _cmd_dedup(args: argparse.Namespace) -> int:
+    from permindex.cli import _err, _out
+    from permindex.dedup import DedupOptions, default_jobs, run_dedup, summary_line, write_outputs
+
+    started = time.monotonic()
+    options = DedupOptions(
+        source=args.input,
+        out_dir=Path(args.out),
+        k=args.k,
+        keep=args.keep,
+        jobs=args.jobs or default_jobs(),
+        weights=args.weights,
+        tokenizer=args.tokenizer,
+        shingle_size=args.shingle_size,
+        min_words=args.min_words,
+        id_field=args.id_field,
+        text_field=args.text_field,
+        examples=args.examples,
+    )
+    progress = not args.no_progress and sys.stderr.isatty()
+    with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
+        result = run_dedup(options, progress=progress, workdir=Path(work))
+        summary = write_outputs(result)
+    _out(f"{a}\t{b}\t{d}\n" for a, b, d in result.near.iter_pairs())
+    seconds = time.monotonic() - started
+    _err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
+    return EXIT_CODES["ok"]
+
+
+def add_commands(
+    command: Callable[..., Any],
+    non_negative: Callable[[str], int],
+    positive: Callable[[str], int],
+) -> None:
+    """Add ``clusters``, ``flags`` and ``dedup`` with ``command(name, help, description,
+    parents=...)``, the factory of :func:`permindex.cli.build_parser`."""
+    from permindex.clusters import KEEP_RULES
+    from permindex.dedup import MAX_K, WEIGHTS
+    from permindex.fingerprint import TOKENIZERS
+
+    clusters = command(
+        "clusters",
+        "list the clusters of near-duplicates in the server",
+        "Print the clusters within k: connected components of the graph whose edges are the\n"
+        "pairs of `pairs`, one `cluster<TAB>key` line per key; cluster 1 is the largest (ties:\n"
+        "smallest key first), keys sorted. Near-duplication is not transitive: a cluster can\n"
+        "chain, two of its keys being more than k bits apart.\n"
+        "--exact prints the groups of keys that share one fingerprint instead, one\n"
+        "`group<TAB>fingerprint<TAB>key` line per key.",
+    )
+    which = clusters.add_mutually_exclusive_group()
+    which.add_argument(
+        "--k", type=non_negative, metavar="N", help="largest distance (default: the server's k)"
+    )
+    which.add_argument("--exact", action="store_true", help="groups of equal fingerprints")
+    clusters.add_argument(
+        "--json",
+        action="store_true",
+        help='a JSON array of {"cluster", "size", "keys"} ({"group", "fingerprint", "size",\n'
+        '"keys"} with --exact)',
+    )
+    clusters.set_defaults(func=_cmd_clusters)
+
+    flags = command(
+        "flags",
+        "list every key that has a near-duplicate in the server",
+        "Print every stored key with at least one other key within k, sorted by key, one\n"
+        "`key<TAB>nearest_key<TAB>distance<TAB>neighbors` line each: its nearest other key\n"
+        "(smallest distance, then smallest key), their distance in bits, and how many keys are\n"
+        "within k.",
+    )
+    flags.add_argument(
+        "--k", type=non_negative, metavar="N", help="largest distance (default: the server's k)"
+    )
+    flags.add_argument(
+        "--json",
+        action="store_true",
+        help='a JSON array of {"key", "nearest_key", "distance", "neighbors"}',
+    )
+    flags.set_defaults(func=_cmd_flags)
+
+    dedup = command(
+        "dedup",
+        "find the near-duplicates of a collection, offline (no server)",
+        "Fingerprint every document of INPUT in parallel and find every pair within k.\n"
+        "INPUT is what `ingest` reads: a JSONL file (.gz or not), a folder (HTML reduced to its\n"
+        "visible text), or - for JSONL on standard input.\n"
+        "Standard output: the pairs only, `key_a<TAB>key_b<TAB>distance`, key_a < key_b, sorted,\n"
+        "no header (as `permindex pairs`). The report folder (--out) gets pairs, clusters, flags\n"
+        "and exact-duplicate groups as TSV and JSON, keep_drop.tsv and drop.txt (one key kept\n"
+        "per cluster by --keep, the others to drop), too_short.tsv, summary.json and a\n"
+        "self-contained report.html. A summary line goes to stderr, with a progress bar when\n"
+        "stderr is a terminal.\n"
+        "--keep: first = the document read first (what a crawler checking each page against\n"
+        "the earlier ones keeps); longest = the longest visible text, ties to the first;\n"
+        "smallest-key = the smallest key in code point order.",
+        parents=False,
+    )
+    dedup.add_argument("input", metavar="INPUT", help="JSONL file (.gz or not), folder, or -")
+    dedup.add_argument(
+        "--out",
+        default="permindex-report",
+        metavar="DIR",
+        help="report folder, created if missing; its files are overwritten "
+        "(default ./permindex-report)",
+    )
+
+    def k_value(text: str) -> int:
+        value = non_negative(text)
+        if value > MAX_K:
+            raise argparse.ArgumentTypeError(f"must be at most {MAX_K}, got {value}")
+        return value
+
+    dedup.add_argument(
+        "--k",
+        type=k_value,
+        default=3,
+        metavar="N",
+        help=f"largest Hamming distance of a near-duplicate, bits (default 3, at most {MAX_K})",
+    )
+    dedup.add_argument(
+        "--keep", choices=KEEP_RULES, default="first", help="which document of a cluster to keep"
+    )
+    dedup.add_argument(
+        "--jobs",
+        type=positive,
+        metavar="N",
+        help="worker processes that fingerprint (default: one per CPU)",
+    )
+    dedup.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        default="none",
+        help="none: plain SimHash (the default fingerprint); idf: each shingle votes with its\n"
+        "inverse document frequency over INPUT (two passes over the input)",
+    )
+    dedup.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        default="words",
+        help="words (default); chars: character shingles, for text without spaces (Chinese,\n"
+        "Japanese, Thai); auto: chars for a document mostly in such scripts",
+    )
+    dedup.add_argument(
+        "--shingle-size", type=positive, default=3, metavar="N", help="tokens per shingle (3)"
+    )
+    dedup.add_argument(
+        "--min-words",
+        type=non_negative,
+        default=0,
+        metavar="N",
+        help="texts with fewer tokens are too short: no fingerprint, listed in too_short.tsv\n"
+        "(default 0: only texts shorter than a shingle; the article behind SimHash\n"
+        "deduplication uses 20)",
+    )
+    dedup.add_argument(
+        "--id-field", default="id", metavar="NAME", help="JSONL field of the key (default id)"
+    )
+    dedup.add_argument(
+        "--text-field", default="text", metavar="NAME", help="JSONL field of the text (text)"
+    )
+    dedup.add_argument(
+        "--examples",
+        type=non_negative,
+        default=3,
+        metavar="N",
+        help="example pairs per distance in report.html (default 3)",
+    )
+    dedup.add_argument("--no-progress", action="store_true", help="no progress bar")
+    dedup.set_defaults(func=_cmd_dedup)

@@ -1,0 +1,776 @@
+"""Offline near-duplicate detection over a whole collection, no server: ``permindex dedup``.
+
+Steps, each bounded in memory so that 10^6 documents fit:
+
+1. **Read** the input as ``ingest`` does (:func:`permindex.documents.read_documents`: JSONL,
+   gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each document's
+   key, text length and fingerprint are kept (about 100 bytes a document); texts are dropped as
+   soon as they are fingerprinted. Standard input is copied to a temporary file as it is read,
+   because a second pass (IDF weights, the report's examples) reads it again.
+2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a
+   folder) go to a pool of worker processes (:class:`concurrent.futures.ProcessPoolExecutor`,
+   ``jobs`` of them, started by forkserver; three chunks per worker in flight, results taken in
+   input order). The first 4 chunks are done in this process, so that a small input does not pay
+   for starting the pool. For a folder the workers also read the files and reduce HTML to its
+   visible text (the costly part). With ``weights="idf"`` a first pass counts the document
+   frequency of shingles (:mod:`permindex.weights`) and the second computes weighted SimHash.
+3. **Join**: every pair within k (:func:`permindex.clusters.pairs_within`, exact), clusters,
+   flags, exact-duplicate groups, and the keep/drop decision per cluster.
+4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
+
+A key that occurs more than once counts once, with its last occurrence that has a fingerprint
+(as ``ingest`` would leave it in a server); the repeats are counted. A text with fewer words than
+a shingle or than ``min_words`` is *too short*: it gets no fingerprint, takes no part in pairs,
+and is listed in ``too_short.tsv``.
+
+Importing this module does not import grpc.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.clusters import KEEP_RULES, KeepRule, NearDuplicates, design_for, keep_per_cluster
+from permindex.documents import Document, DocumentReader, folder_file_text, read_documents
+from permindex.errors import InvalidArgumentError
+from permindex.fingerprint import (
+    TOKENIZERS,
+    Tokenizer,
+    shingle_hashes,
+    simhash,
+    simhash_weighted,
+    tokens,
+)
+from permindex.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
+
+__all__ = [
+    "MAX_K",
+    "WEIGHTS",
+    "DedupOptions",
+    "DedupResult",
+    "run_dedup",
+    "write_outputs",
+]
+
+Weights = Literal["none", "idf"]
+#: The weightings of ``--weights``.
+WEIGHTS: Final = ("none", "idf")
+#: The largest k of ``dedup`` (design (10 blocks, 2 leading), 45 tables, 12-bit prefixes).
+MAX_K: Final = 8
+
+_CHUNK_DOCS: Final = 256  # documents per worker task
+_CHUNK_BYTES: Final = 4 << 20  # ... or about this many bytes of text
+_CHUNK_FILES: Final = 32  # folder files per worker task (each is read and parsed there)
+_IN_FLIGHT: Final = 3  # tasks per worker submitted ahead of the one being collected
+_INLINE_CHUNKS: Final = 4  # chunks fingerprinted in this process before starting the pool
+
+
+@dataclass(frozen=True)
+class DedupOptions:
+    """What ``permindex dedup`` does (every option of the command).
+
+    Attributes:
+        source: a JSONL file (gzip or not), a folder, or ``"-"`` (JSONL on standard input).
+        out_dir: the report folder, created if missing; files in it are overwritten.
+        k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
+        keep: the keep rule of :func:`permindex.clusters.keep_per_cluster`.
+        jobs: worker processes (1: fingerprint in this process).
+        weights: ``"none"`` (plain SimHash, the default fingerprint) or ``"idf"``.
+        tokenizer, shingle_size, min_words: as :func:`permindex.fingerprint.simhash`.
+        id_field, text_field: the JSONL fields of the key and the text.
+        examples: example pairs per distance in the HTML report.
+    """
+
+    source: str
+    out_dir: Path = Path("permindex-report")
+    k: int = 3
+    keep: KeepRule = "first"
+    jobs: int = 1
+    weights: Weights = "none"
+    tokenizer: Tokenizer = "words"
+    shingle_size: int = 3
+    min_words: int = 0
+    id_field: str = "id"
+    text_field: str = "text"
+    examples: int = 3
+
+    def check(self) -> None:
+        """Raise InvalidArgumentError naming the first bad option."""
+        if not 0 <= self.k <= MAX_K:
+            raise InvalidArgumentError(f"k must be in 0..{MAX_K}, got {self.k}", value=self.k)
+        if self.keep not in KEEP_RULES:
+            raise InvalidArgumentError(f"unknown keep rule {self.keep!r}", value=self.keep)
+        if self.weights not in WEIGHTS:
+            raise InvalidArgumentError(f"unknown weights {self.weights!r}", value=self.weights)
+        if self.tokenizer not in TOKENIZERS:
+            raise InvalidArgumentError(f"unknown tokenizer {self.tokenizer!r}")
+        if self.jobs < 1 or self.shingle_size < 1 or self.min_words < 0 or self.examples < 0:
+            raise InvalidArgumentError("jobs and shingle_size must be >= 1, min_words >= 0")
+
+
+# ------------------------------------------------------------------------- worker side
+
+_DF: DocumentFrequency | None = None  # a worker's document frequencies (IDF pass)
+
+
+def _init_idf_worker(path: str, documents: int, bucket_bits: int) -> None:
+    """Pool initializer of the IDF pass: map the document frequencies saved by the parent."""
+    global _DF
+    df = DocumentFrequency.__new__(DocumentFrequency)
+    df.bucket_bits = bucket_bits
+    df.documents = documents
+    df.counts = np.load(path, mmap_mode="r")
+    _DF = df
+
+
+@dataclass
+class _Chunk:
+    """What a worker returns for a chunk of n documents, in order."""
+
+    fingerprints: NDArray[np.uint64]  # 0 where there is none
+    has_fingerprint: NDArray[np.bool_]
+    tokens: NDArray[np.int64]  # tokens of a too-short text; 0 otherwise
+    lengths: NDArray[np.int64]  # characters of each text (folder files: -1 when skipped)
+    skipped: list[str | None]  # folder files only: the reason a file was skipped
+    buckets: NDArray[np.uint32] | None = None  # DF pass: bucket counts of the chunk
+    bucket_counts: NDArray[np.uint32] | None = None
+    counted: int = 0  # DF pass: documents counted
+
+
+def _work(
+    items: Sequence[str | Path | None],
+    task: str,
+    shingle_size: int,
+    tokenizer: Tokenizer,
+    min_words: int,
+    bucket_bits: int,
+) -> _Chunk:
+    """Fingerprint (``task="plain"`` or ``"idf"``) or count shingles (``"df"``) for a chunk:
+    each item is a text, a folder file's path (read here), or None (a document that came with
+    its fingerprint: nothing to do)."""
+    n = len(items)
+    fps = np.zeros(n, dtype=np.uint64)
+    has = np.zeros(n, dtype=bool)
+    short = np.zeros(n, dtype=np.int64)
+    lengths = np.zeros(n, dtype=np.int64)
+    skipped: list[str | None] = [None] * n
+    per_document: list[NDArray[np.uint64]] = []
+    for i, item in enumerate(items):
+        if item is None:
+            continue
+        if isinstance(item, Path):
+            text, reason = folder_file_text(item)
+            if text is None:
+                skipped[i] = reason or "not text"
+                lengths[i] = -1
+                continue
+        else:
+            text = item
+        lengths[i] = len(text)
+        count = len(tokens(text, tokenizer)) if min_words else -1
+        if 0 <= count < min_words:
+            short[i] = count
+            continue
+        if task == "plain":
+            fp = simhash(text, shingle_size=shingle_size, tokenizer=tokenizer)
+            if fp is None:
+                short[i] = len(tokens(text, tokenizer))
+                continue
+            fps[i] = fp
+            has[i] = True
+            continue
+        hashes = shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer)
+        if hashes.size == 0:
+            short[i] = len(tokens(text, tokenizer))
+            continue
+        if task == "df":
+            per_document.append(hashes)
+            has[i] = True
+            continue
+        assert _DF is not None, "the IDF pass runs in workers started by _init_idf_worker"
+        weighted = simhash_weighted(hashes, _DF.idf(hashes))
+        if weighted is not None:  # IDF weights are >= 1: never None with a shingle
+            fps[i] = weighted
+            has[i] = True
+    chunk = _Chunk(fps, has, short, lengths, skipped)
+    if task == "df":
+        chunk.buckets, chunk.bucket_counts = chunk_bucket_counts(per_document, bucket_bits)
+        chunk.counted = len(per_document)
+    return chunk
+
+
+# ------------------------------------------------------------------------- parent side
+
+
+class _Tee(io.RawIOBase):
+    """A readable stream that copies what it reads from ``source`` into ``copy``."""
+
+    def __init__(self, source: IO[bytes], copy: IO[bytes]) -> None:
+        self._source = source
+        self._copy = copy
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        read = getattr(self._source, "read1", self._source.read)  # what is there, no waiting
+        data = read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self._copy.write(data)
+        return n
+
+
+@dataclass
+class _Collected:
+    """The per-document record of a pass, in input order."""
+
+    keys: list[str] = field(default_factory=list)
+    fingerprints: list[NDArray[np.uint64]] = field(default_factory=list)
+    has_fingerprint: list[NDArray[np.bool_]] = field(default_factory=list)
+    tokens: list[NDArray[np.int64]] = field(default_factory=list)
+    lengths: list[NDArray[np.int64]] = field(default_factory=list)
+    df: DocumentFrequency | None = None
+
+
+def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> Any:
+    """A process pool of ``jobs`` workers: forkserver where there is one (no fork of a process
+    that runs threads, such as tqdm's monitor), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    return ProcessPoolExecutor(
+        max_workers=jobs, mp_context=context, initializer=initializer, initargs=initargs
+    )
+
+
+def _chunks(
+    reader: DocumentReader, kind: str
+) -> Iterator[tuple[list[str], list[str | Path | None], list[int | None]]]:
+    """Chunks of (keys, items for the workers, fingerprints given in the input)."""
+    keys: list[str] = []
+    items: list[str | Path | None] = []
+    given: list[int | None] = []
+    size = 0
+    if kind == "folder":
+        for key, path in reader.folder_files():
+            keys.append(key)
+            items.append(path)
+            given.append(None)
+            if len(keys) >= _CHUNK_FILES:
+                yield keys, items, given
+                keys, items, given = [], [], []
+    else:
+        document: Document
+        for document in reader:
+            keys.append(document.key)
+            items.append(document.text)
+            given.append(document.fingerprint)
+            size += len(document.text) if document.text is not None else 0
+            if len(keys) >= _CHUNK_DOCS or size >= _CHUNK_BYTES:
+                yield keys, items, given
+                keys, items, given, size = [], [], [], 0
+    if keys:
+        yield keys, items, given
+
+
+def _run_pass(
+    reader: DocumentReader,
+    task: str,
+    options: DedupOptions,
+    *,
+    progress: bool,
+    label: str,
+    df: DocumentFrequency | None = None,
+    spool: Path | None = None,
+) -> _Collected:
+    """One pass over the input: fingerprints (``task`` "plain" or "idf") or document
+    frequencies ("df"), computed by workers in input order."""
+    from tqdm import tqdm
+
+    collected = _Collected()
+    if task == "df":
+        collected.df = DocumentFrequency(DEFAULT_BUCKET_BITS)
+    by_bytes = reader.size_bytes is not None
+    bar = tqdm(
+        total=reader.size_bytes,
+        unit="B" if by_bytes else " docs",
+        unit_scale=by_bytes,
+        unit_divisor=1024 if by_bytes else 1000,
+        desc=label,
+        file=sys.stderr,
+        disable=not progress,
+        leave=False,
+    )
+    args = (task, options.shingle_size, options.tokenizer, options.min_words, DEFAULT_BUCKET_BITS)
+    initializer: Callable[..., None] | None = None
+    initargs: tuple[Any, ...] = ()
+    if task == "idf":
+        assert df is not None and spool is not None
+        np.save(spool, df.counts)
+        initializer, initargs = _init_idf_worker, (str(spool), df.documents, df.bucket_bits)
+    pool: Any = None
+    waiting: deque[tuple[list[str], list[int | None], Future[_Chunk]]] = deque()
+
+    def collect(keys: list[str], given: list[int | None], result: _Chunk) -> None:
+        for i, fingerprint in enumerate(given):
+            if fingerprint is not None:  # given in the input: no text to fingerprint
+                result.fingerprints[i] = fingerprint
+                result.has_fingerprint[i] = True
+        read = np.ones(len(keys), dtype=bool)  # folder files: those that are documents
+        for i, reason in enumerate(result.skipped):
+            if reason is not None:
+                reader.stats.skip(reason)
+                read[i] = False
+        if not read.all():
+            keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
+        if reader.kind == "folder":
+            reader.stats.documents += len(keys)
+        collected.keys.extend(keys)
+        collected.fingerprints.append(result.fingerprints[read])
+        collected.has_fingerprint.append(result.has_fingerprint[read])
+        collected.tokens.append(result.tokens[read])
+        collected.lengths.append(result.lengths[read])
+        if collected.df is not None and result.buckets is not None:
+            assert result.bucket_counts is not None
+            collected.df.add_counts(result.buckets, result.bucket_counts, documents=result.counted)
+        bar.update(reader.position_bytes() - bar.n if by_bytes else len(keys))
+
+    global _DF
+    inline = _INLINE_CHUNKS  # a small input is done before a pool would have started
+    try:
+        if initializer is not None:
+            initializer(*initargs)  # chunks done here: set this process up as a worker
+        for keys, items, given in _chunks(reader, reader.kind):
+            if pool is None and (options.jobs == 1 or inline > 0):
+                inline -= 1
+                collect(keys, given, _work(items, *args))
+                continue
+            if pool is None:
+                pool = _pool(options.jobs, initializer, initargs)
+            waiting.append((keys, given, pool.submit(_work, items, *args)))
+            while len(waiting) > _IN_FLIGHT * options.jobs:
+                done_keys, done_given, future = waiting.popleft()
+                collect(done_keys, done_given, future.result())
+        while waiting:
+            done_keys, done_given, future = waiting.popleft()
+            collect(done_keys, done_given, future.result())
+    finally:
+        bar.close()
+        _DF = None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return collected
+
+
+@dataclass
+class DedupResult:
+    """What :func:`run_dedup` found.
+
+    Attributes:
+        options: the options it ran with.
+        near: pairs, clusters, flags and exact groups (positions into ``near.keys``, the
+            documents that have a fingerprint, each key once).
+        ordinals: ((n,) int64) each of those documents' position in the input (0-based).
+        lengths: ((n,) int64) characters of their text (0 when the input gave a fingerprint).
+        kept: per cluster (in ``near.cluster_positions()`` order) the position kept.
+        documents: documents read.
+        too_short: (key, tokens) of the texts too short to fingerprint, in input order.
+        skipped_by_reason: folder entries skipped, by reason.
+        repeated_keys: documents whose key occurred again later in the input.
+        seconds: wall time by step: "read and fingerprint", "join", and later "write".
+    """
+
+    options: DedupOptions
+    near: NearDuplicates
+    ordinals: NDArray[np.int64]
+    lengths: NDArray[np.int64]
+    kept: list[int]
+    documents: int
+    too_short: list[tuple[str, int]]
+    skipped_by_reason: dict[str, int]
+    repeated_keys: int
+    seconds: dict[str, float]
+    source_kind: str = "jsonl"
+    reread_source: str | None = None  # where the texts can be read again (a file or folder)
+    design: tuple[int, int] = (4, 1)
+    spool: Path | None = None
+
+    def dropped(self) -> list[tuple[int, int]]:
+        """(position dropped, position kept instead) for every document to drop, by cluster."""
+        out: list[tuple[int, int]] = []
+        for members, kept in zip(self.near.cluster_positions(), self.kept, strict=True):
+            out.extend((int(p), kept) for p in members.tolist() if p != kept)
+        return out
+
+
+def _concat(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def run_dedup(
+    options: DedupOptions,
+    *,
+    stdin: IO[bytes] | None = None,
+    progress: bool = False,
+    workdir: Path | None = None,
+) -> DedupResult:
+    """Read, fingerprint and join (steps 1 to 3 of the module docstring). ``stdin`` is read for
+    source ``"-"`` (default ``sys.stdin.buffer``); ``workdir`` holds the temporary files (the
+    copy of standard input, the IDF table) and must outlive the result when the input is
+    standard input, for :func:`write_outputs` to read example texts again.
+
+    Raises:
+        InvalidArgumentError: a bad option, a missing input, a malformed JSONL line (naming it).
+    """
+    options.check()
+    started = time.monotonic()
+    with ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="permindex-")))
+        fields: dict[str, Any] = {"id_field": options.id_field, "text_field": options.text_field}
+        spool: Path | None = None
+        if options.source == "-":
+            spool = workdir / "stdin.jsonl"
+            copy = stack.enter_context(open(spool, "wb"))
+            tee = io.BufferedReader(_Tee(stdin if stdin is not None else sys.stdin.buffer, copy))
+            reader = read_documents("-", stdin=tee, **fields)
+        else:
+            reader = read_documents(options.source, **fields)
+        if options.weights == "idf":
+            counted = _run_pass(
+                reader, "df", options, progress=progress, label="document frequency"
+            )
+            if spool is not None:
+                copy.close()
+            again = read_documents(spool if spool is not None else options.source, **fields)
+            collected = _run_pass(
+                again,
+                "idf",
+                options,
+                progress=progress,
+                label="fingerprint",
+                df=counted.df,
+                spool=workdir / "df.npy",
+            )
+            stats = again.stats
+        else:
+            collected = _run_pass(reader, "plain", options, progress=progress, label="fingerprint")
+            stats = reader.stats
+        if spool is not None:
+            copy.close()
+        read_seconds = time.monotonic() - started
+
+        keys = collected.keys
+        fps = _concat(collected.fingerprints, np.uint64)
+        has = _concat(collected.has_fingerprint, np.bool_)
+        token_counts = _concat(collected.tokens, np.int64)
+        lengths = _concat(collected.lengths, np.int64)
+        too_short = [(keys[i], int(token_counts[i])) for i in np.flatnonzero(~has).tolist()]
+        valid = np.flatnonzero(has).tolist()
+        last: dict[str, int] = {}
+        for position in valid:
+            last[keys[position]] = position
+        ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+        repeated = len(valid) - len(last)
+        del last
+        joined_started = time.monotonic()
+        design = design_for(options.k)
+        near = NearDuplicates(
+            [keys[i] for i in ordinals.tolist()], fps[ordinals], options.k, design=design
+        )
+        kept = keep_per_cluster(
+            near.cluster_positions(),
+            options.keep,
+            order=ordinals,
+            lengths=lengths[ordinals],
+            rank=near.key_rank,
+        )
+        join_seconds = time.monotonic() - joined_started
+    return DedupResult(
+        options=options,
+        near=near,
+        ordinals=ordinals,
+        lengths=lengths[ordinals],
+        kept=kept,
+        documents=len(keys),
+        too_short=too_short,
+        skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
+        repeated_keys=repeated,
+        seconds={"read and fingerprint": read_seconds, "join": join_seconds},
+        source_kind=reader.kind,
+        reread_source=None if options.source == "-" else options.source,
+        design=design.as_tuple(),
+        spool=spool,
+    )
+
+
+# ------------------------------------------------------------------------------- outputs
+
+
+def _hex(fingerprint: int) -> str:
+    return f"{fingerprint:016x}"
+
+
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as out:
+        batch: list[str] = []
+        for line in lines:
+            batch.append(line)
+            if len(batch) >= 10_000:
+                out.write("".join(batch))
+                batch.clear()
+        out.write("".join(batch))
+
+
+def _write_json_array(path: Path, items: Iterable[object]) -> None:
+    def lines() -> Iterator[str]:
+        first = True
+        yield "["
+        for item in items:
+            yield ("\n" if first else ",\n") + json.dumps(item, ensure_ascii=False)
+            first = False
+        yield "\n]\n"
+
+    _write_lines(path, lines())
+
+
+def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str]]:
+    """A function from input ordinals to the texts of those documents, read again from the
+    input (a folder's files directly; a JSONL file, or the copy of standard input, up to the
+    largest ordinal asked for). Documents that came as fingerprints have no text."""
+    options = result.options
+
+    def read(ordinals: Sequence[int]) -> dict[int, str]:
+        wanted = set(ordinals)
+        found: dict[int, str] = {}
+        if not wanted:
+            return found
+        source: str | Path | None = (
+            result.spool if result.reread_source is None else result.reread_source
+        )
+        if source is None or not Path(source).exists():
+            return found
+        reader = read_documents(source, id_field=options.id_field, text_field=options.text_field)
+        if reader.kind == "folder":
+            by_ordinal = {int(o): p for p, o in enumerate(result.ordinals.tolist()) if o in wanted}
+            for ordinal, position in by_ordinal.items():
+                text, _ = folder_file_text(Path(source) / result.near.keys[position])
+                if text is not None:
+                    found[ordinal] = text
+            return found
+        last = max(wanted)
+        for ordinal, document in enumerate(reader):
+            if ordinal in wanted and document.text is not None:
+                found[ordinal] = document.text
+            if ordinal >= last:
+                break
+        return found
+
+    return read
+
+
+def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str, Any]:
+    """Write the report folder (default ``result.options.out_dir``) and return the summary
+    (also written as ``summary.json``). Files (TSV: tab-separated, no header, one record a line;
+    fingerprints as 16 hex digits):
+
+    - ``pairs.tsv`` (``key_a, key_b, distance``: what stdout carries) and ``pairs.json``;
+    - ``clusters.tsv`` (``cluster, key``; cluster 1 is the largest) and ``clusters.json``
+      (``cluster, size, span, kept, keys``; span: the largest distance inside the cluster);
+    - ``flags.tsv`` (``key, nearest_key, distance, neighbors``) and ``flags.json``;
+    - ``exact_duplicates.tsv`` (``group, fingerprint, key``) and ``exact_duplicates.json``;
+    - ``keep_drop.tsv`` (``cluster, keep|drop, key, kept_key``) for every key in a cluster,
+      ``drop.txt`` (the keys to drop, one a line) and ``keep_drop.json``;
+    - ``too_short.tsv`` (``key, tokens``);
+    - ``summary.json`` and ``report.html`` (self-contained).
+    """
+    from permindex.report import ReportCluster, render_report, select_examples
+
+    started = time.monotonic()
+    options = result.options
+    folder = Path(out_dir if out_dir is not None else options.out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    near = result.near
+    keys = near.keys
+    fps = near.fingerprints
+
+    _write_lines(folder / "pairs.tsv", (f"{x}\t{y}\t{z}\n" for x, y, z in near.iter_pairs()))
+    _write_json_array(
+        folder / "pairs.json",
+        ({"key_a": x, "key_b": y, "distance": z} for x, y, z in near.iter_pairs()),
+    )
+
+    clusters = near.cluster_positions()
+    spans = [near.span(members) for members in clusters]
+    _write_lines(
+        folder / "clusters.tsv",
+        (
+            f"{number}\t{keys[p]}\n"
+            for number, members in enumerate(clusters, start=1)
+            for p in members.tolist()
+        ),
+    )
+    _write_json_array(
+        folder / "clusters.json",
+        (
+            {
+                "cluster": number,
+                "size": int(members.size),
+                "span": span,
+                "kept": keys[kept],
+                "keys": [keys[p] for p in members.tolist()],
+            }
+            for number, (members, span, kept) in enumerate(
+                zip(clusters, spans, result.kept, strict=True), start=1
+            )
+        ),
+    )
+
+    node, other, distance, neighbors = near.flag_arrays()
+    flag_rows = list(
+        zip(node.tolist(), other.tolist(), distance.tolist(), neighbors.tolist(), strict=True)
+    )
+    _write_lines(
+        folder / "flags.tsv",
+        (f"{keys[p]}\t{keys[q]}\t{dd}\t{c}\n" for p, q, dd, c in flag_rows),
+    )
+    _write_json_array(
+        folder / "flags.json",
+        (
+            {"key": keys[p], "nearest_key": keys[q], "distance": dd, "neighbors": c}
+            for p, q, dd, c in flag_rows
+        ),
+    )
+
+    exact = near.exact_positions()
+    _write_lines(
+        folder / "exact_duplicates.tsv",
+        (
+            f"{number}\t{_hex(int(fps[members[0]]))}\t{keys[p]}\n"
+            for number, members in enumerate(exact, start=1)
+            for p in members.tolist()
+        ),
+    )
+    _write_json_array(
+        folder / "exact_duplicates.json",
+        (
+            {
+                "group": number,
+                "fingerprint": _hex(int(fps[members[0]])),
+                "size": int(members.size),
+                "keys": [keys[p] for p in members.tolist()],
+            }
+            for number, members in enumerate(exact, start=1)
+        ),
+    )
+
+    decisions = [
+        (number, "keep" if p == kept else "drop", keys[p], keys[kept])
+        for number, (members, kept) in enumerate(zip(clusters, result.kept, strict=True), start=1)
+        for p in members.tolist()
+    ]
+    _write_lines(folder / "keep_drop.tsv", (f"{c}\t{x}\t{k}\t{kk}\n" for c, x, k, kk in decisions))
+    _write_lines(folder / "drop.txt", (f"{k}\n" for _, x, k, _ in decisions if x == "drop"))
+    _write_json_array(
+        folder / "keep_drop.json",
+        ({"cluster": c, "action": x, "key": k, "kept_key": kk} for c, x, k, kk in decisions),
+    )
+    _write_lines(folder / "too_short.tsv", (f"{k}\t{n}\n" for k, n in result.too_short))
+
+    histogram = near.distance_counts().tolist()
+    dropped = sum(1 for _, x, _, _ in decisions if x == "drop")
+    summary: dict[str, Any] = {
+        "input": options.source,
+        "documents": result.documents,
+        "fingerprinted": len(keys) + result.repeated_keys,
+        "distinct_keys": len(keys),
+        "repeated_keys": result.repeated_keys,
+        "too_short": len(result.too_short),
+        "skipped": sum(result.skipped_by_reason.values()),
+        "skipped_by_reason": result.skipped_by_reason,
+        "k": options.k,
+        "design": {"blocks": result.design[0], "leading": result.design[1]},
+        "weights": options.weights,
+        "tokenizer": options.tokenizer,
+        "shingle_size": options.shingle_size,
+        "min_words": options.min_words,
+        "keep": options.keep,
+        "pairs": len(near),
+        "pairs_by_distance": {str(i): int(c) for i, c in enumerate(histogram)},
+        "clusters": len(clusters),
+        "largest_cluster": int(clusters[0].size) if clusters else 0,
+        "keys_in_clusters": int(sum(int(m.size) for m in clusters)),
+        "flagged": len(flag_rows),
+        "exact_duplicate_groups": len(exact),
+        "keys_in_exact_groups": int(sum(int(m.size) for m in exact)),
+        "kept": len(clusters),
+        "dropped": dropped,
+        "jobs": options.jobs,
+        "seconds": {name: round(value, 3) for name, value in result.seconds.items()},
+    }
+
+    read_texts = texts_reader(result)
+    examples = select_examples(result, options.examples, read_texts)
+    top = [
+        ReportCluster(
+            number=number,
+            size=int(members.size),
+            span=span,
+            kept=keys[kept],
+            keys=[keys[p] for p in members[:20].tolist()],
+        )
+        for number, (members, span, kept) in enumerate(
+            zip(clusters[:10], spans[:10], result.kept[:10], strict=True), start=1
+        )
+    ]
+    summary["seconds"]["write"] = round(time.monotonic() - started, 3)
+    (folder / "report.html").write_text(
+        render_report(summary, histogram, top, examples), encoding="utf-8"
+    )
+    (folder / "summary.json").write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    return summary
+
+
+def default_jobs() -> int:
+    """Worker processes by default: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def summary_line(summary: dict[str, Any], seconds: float) -> str:
+    """The one-line summary ``permindex dedup`` prints on stderr."""
+    skipped = summary["skipped"]
+    reasons = ""
+    if skipped:
+        reasons = (
+            " (" + ", ".join(f"{n} {r}" for r, n in summary["skipped_by_reason"].items()) + ")"
+        )
+    repeated = f", {summary['repeated_keys']} repeated keys" if summary["repeated_keys"] else ""
+    return (
+        f"{summary['documents']} documents in {seconds:.1f} s: {summary['too_short']} too short, "
+        f"{skipped} skipped{reasons}{repeated}; {summary['pairs']} pairs within "
+        f"{summary['k']} bits, {summary['clusters']} clusters (largest "
+        f"{summary['largest_cluster']}), {summary['flagged']} flagged, "
+        f"{summary['exact_duplicate_groups']} exact-duplicate groups; keep "
+        f"{summary['kept']}, drop {summary['dropped']} (--keep {summary['keep']})"
+    )
