@@ -36,7 +36,13 @@ from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundE
 from permindex.fingerprint import validate_fingerprint
 from permindex.hamming import as_fingerprint_array
 from permindex.keystore import EncodedKeys, KeyStore, batch_subset, encode_keys, hash_key
-from permindex.permutation import DEFAULT_DESIGN, Design, argsort_prefixes, choose_design
+from permindex.permutation import (
+    DEFAULT_DESIGN,
+    Design,
+    Permutation,
+    argsort_prefixes,
+    choose_design,
+)
 from permindex.table import (
     DEFAULT_MEMTABLE_LIMIT,
     MAX_ROWS,
@@ -158,6 +164,76 @@ def _group_pairs(group_end: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
             j -= np.repeat(np.cumsum(counts) - counts, counts)
             yield i, j
         start = end
+
+
+def _join_design(design: Design, k: int, n: int) -> Design:
+    """The design :meth:`Index.pairs` joins on: the index's own, or the paper's (4, 1), (5, 2)
+    or (6, 3) when k allows, whichever a cost model says is cheapest for n fingerprints. Per
+    searched table: a prefix of at most 16 bits costs one radix pass (about 25 ns a row here)
+    plus its candidate pairs, about n^2 / 2^(prefix bits + 1), at about 10 ns each; a longer one
+    costs one sort of n uint64 (about 90 ns a row) and few pairs. (4, 1) wins up to a few
+    million fingerprints, (5, 2) above."""
+    options = [design] + [Design(b, t) for b, t in ((4, 1), (5, 2), (6, 3)) if b - t >= k]
+
+    def cost(d: Design) -> float:
+        total = 0.0
+        for t in d.tables_for(k):
+            bits = d.permutations[t].prefix_bits
+            total += (25.0 if bits <= 16 else 90.0) * n + 10.0 * n * n / 2.0 ** (bits + 1)
+        return total
+
+    return min(options, key=cost)
+
+
+def _table_pairs_grouped(
+    values: _U64, perm: Permutation, k: int
+) -> Iterator[tuple[NDArray[np.intp], NDArray[np.intp]]]:
+    """Candidate pairs (i, j) of positions in ``values`` that share ``perm``'s prefix, for short
+    prefixes (large groups): a radix sort by prefix, every pair of each group enumerated in
+    chunks, and only those whose 16-bit filters are within k kept (about 1 in 100 for random
+    fingerprints)."""
+    prefixes = perm.prefix_array(values)
+    order = argsort_prefixes(prefixes, perm.prefix_bits)
+    sorted_prefixes = prefixes[order]
+    del prefixes
+    ends = np.flatnonzero(sorted_prefixes[1:] != sorted_prefixes[:-1]) + 1
+    del sorted_prefixes
+    ends = np.append(ends, values.size).astype(np.int64)
+    sizes = np.diff(ends, prepend=0)
+    if int(sizes.max()) < 2:
+        return
+    group_end = np.repeat(ends, sizes)
+    filters = perm.filter_array(values[order])
+    for i, j in _group_pairs(group_end, _PAIR_BUDGET):
+        near = np.flatnonzero(np.bitwise_count(filters[i] ^ filters[j]) <= k)
+        yield order[i[near]], order[j[near]]
+
+
+def _table_pairs_sorted(
+    values: _U64, perm: Permutation, k: int
+) -> Iterator[tuple[NDArray[np.intp], NDArray[np.intp]]]:
+    """Candidate pairs (i, j) of positions in ``values`` that share ``perm``'s prefix, for long
+    prefixes (small groups): one sort of (prefix, position) packed into uint64, then the pairs
+    at distance d = 1, 2, ... in sorted order that still share the prefix, each round over only
+    the positions whose group reached d. Work: the sort plus the candidate pairs."""
+    n = int(values.size)
+    index_bits = max(1, (n - 1).bit_length())
+    if perm.prefix_bits + index_bits > 64:  # pragma: no cover - > 2^31 rows with 33-bit prefixes
+        yield from _table_pairs_grouped(values, perm, k)
+        return
+    keys = perm.prefix_array(values) << np.uint64(index_bits)
+    keys |= np.arange(n, dtype=np.uint64)
+    keys.sort()
+    prefixes = keys >> np.uint64(index_bits)
+    positions = (keys & np.uint64((1 << index_bits) - 1)).astype(np.intp)
+    del keys
+    active = np.flatnonzero(prefixes[1:] == prefixes[:-1])
+    d = 1
+    while active.size:
+        yield positions[active], positions[active + d]
+        d += 1
+        active = active[active + d < n]
+        active = active[prefixes[active + d] == prefixes[active]]
 
 
 class CheckAndAddResult(NamedTuple):
@@ -817,88 +893,37 @@ class Index:
     def _pairs(self, k: int) -> tuple[_I64, _I64, _I64]:
         """(rows_a, rows_b, distances) of every pair of live rows within k, each pair once."""
         empty = np.empty(0, dtype=np.int64)
-        live_rows = self._live_rows()
-        if live_rows.size < 2:
+        rows = self._live_rows()
+        if rows.size < 2:
             return empty, empty, empty
-        # Live rows grouped by distinct fingerprint: members[first[u]:first[u + 1]] hold the
-        # rows of distinct[u].
-        values = self._fps[live_rows]
-        by_value = np.argsort(values)
-        values = values[by_value]
-        members = live_rows[by_value]
-        first = np.append(np.flatnonzero(values[1:] != values[:-1]) + 1, values.size)
-        first = np.concatenate(([0], first)).astype(np.int64)
-        distinct = values[first[:-1]]
-        counts = np.diff(first)
+        values = self._fps[rows]
+        design = _join_design(self._design, k, int(rows.size))
+        perms = design.permutations
+        searched = design.tables_for(k)
+        masks = [np.uint64(p.leading_mask) for p in perms]
         parts_a: list[_I64] = []
         parts_b: list[_I64] = []
         parts_d: list[_I64] = []
-        if (counts > 1).any():  # equal fingerprints: all pairs within each group, distance 0
-            for i, j in _group_pairs(np.repeat(first[1:], counts), _PAIR_BUDGET):
-                parts_a.append(members[i])
-                parts_b.append(members[j])
-                parts_d.append(np.zeros(i.size, dtype=np.int64))
-        if k > 0 and distinct.size > 1:
-            for t, perm in enumerate(self._permutations):
-                prefixes = perm.prefix_array(distinct)
-                order = argsort_prefixes(prefixes, perm.prefix_bits)
-                sorted_prefixes = prefixes[order]
-                ends = np.append(
-                    np.flatnonzero(sorted_prefixes[1:] != sorted_prefixes[:-1]) + 1,
-                    distinct.size,
-                ).astype(np.int64)
-                group_end = np.repeat(ends, np.diff(ends, prepend=0))
-                earlier = self._np_masks[:t]
-                by_prefix = distinct[order]  # positions i, j below index this directly
-                for i, j in _group_pairs(group_end, _PAIR_BUDGET):
-                    x = by_prefix[i] ^ by_prefix[j]
-                    distance = np.bitwise_count(x)
-                    selected = np.flatnonzero(distance <= k)
-                    if selected.size == 0:
-                        continue
-                    u, v, x = order[i[selected]], order[j[selected]], x[selected]
-                    distance = distance[selected]
-                    keep = np.ones(selected.size, dtype=bool)
-                    for other in earlier:
-                        keep &= (x & other) != 0
-                    self._expand_pairs(
-                        u[keep], v[keep], distance[keep], counts, first, members,
-                        parts_a, parts_b, parts_d,
-                    )  # fmt: skip
+        for n_t, t in enumerate(searched):
+            earlier = [masks[u] for u in searched[:n_t]]
+            if perms[t].prefix_bits <= 16:
+                pairs = _table_pairs_grouped(values, perms[t], k)
+            else:
+                pairs = _table_pairs_sorted(values, perms[t], k)
+            for i, j in pairs:
+                x = values[i] ^ values[j]
+                distance = np.bitwise_count(x)
+                selected = distance <= k
+                for other in earlier:  # each pair only from the first table it shares
+                    selected &= (x & other) != 0
+                chosen = np.flatnonzero(selected)
+                if chosen.size:
+                    parts_a.append(rows[i[chosen]])
+                    parts_b.append(rows[j[chosen]])
+                    parts_d.append(distance[chosen].astype(np.int64))
         if not parts_a:
             return empty, empty, empty
         return np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d)
-
-    @staticmethod
-    def _expand_pairs(
-        u: NDArray[np.intp],
-        v: NDArray[np.intp],
-        distance: NDArray[np.uint8],
-        counts: _I64,
-        first: _I64,
-        members: _I64,
-        parts_a: list[_I64],
-        parts_b: list[_I64],
-        parts_d: list[_I64],
-    ) -> None:
-        """Turn pairs of distinct fingerprints (u, v) into every pair of their rows."""
-        if u.size == 0:
-            return
-        size_u = counts[u]
-        size_v = counts[v]
-        per_pair = size_u * size_v
-        if (per_pair == 1).all():
-            parts_a.append(members[first[u]])
-            parts_b.append(members[first[v]])
-            parts_d.append(distance.astype(np.int64))
-            return
-        pair = np.repeat(np.arange(u.size, dtype=np.int64), per_pair)
-        local = np.arange(int(per_pair.sum()), dtype=np.int64)
-        local -= np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
-        width = size_v[pair]
-        parts_a.append(members[first[u[pair]] + local // width])
-        parts_b.append(members[first[v[pair]] + local % width])
-        parts_d.append(distance[pair].astype(np.int64))
 
     # -- export, memory, invariants --------------------------------------------------------------
 

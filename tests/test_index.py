@@ -708,3 +708,28 @@ def test_liveness_mask_only_while_rows_are_dead() -> None:
     assert index._live is None and len(index) == 5000 - 2501
     index._check()
     assert_queries_match_brute_force(index, fps[::97].tolist())
+
+
+@pytest.mark.parametrize(("join", "k"), [((4, 1), 3), ((5, 2), 3), ((6, 3), 3), ((3, 1), 2)])
+def test_pairs_on_every_join_design(
+    monkeypatch: pytest.MonkeyPatch, join: tuple[int, int], k: int
+) -> None:
+    """Short prefixes (grouped, filters first) and long ones (one sort, pairs by sorted distance)
+    against brute force: random, clustered, a group of equal fingerprints, removed keys."""
+    monkeypatch.setattr(index_module, "_join_design", lambda design, kk, n: Design(*join))
+    rng = np.random.default_rng(join[0])
+    fps = np.concatenate(
+        [
+            rng.integers(0, TOP, 400, dtype=np.uint64, endpoint=True),
+            clustered(rng, 300, 6, k + 1),
+            np.full(30, 0x0123_4567_89AB_CDEF, dtype=np.uint64),
+        ]
+    )
+    names = [f"p{i}" for i in range(fps.size)]
+    index = Index(k, join, memtable_limit=64)
+    index.add_many(names, fps)
+    for name in names[::11]:
+        index.remove(name)
+    keys_, values = index.export()
+    for kk in range(k + 1):
+        assert index.pairs(kk) == expected_pairs(keys_, values, kk)
