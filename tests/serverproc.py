@@ -1,0 +1,98 @@
+"""A real ``python -m permindex serve`` process for the durability tests (crash, disk faults,
+two servers): its stderr read by a thread, its address parsed from the "serving on HOST:PORT"
+line. Not a test module (pytest collects ``test_*.py`` only)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ServeProcess:
+    """``python -m permindex serve --address 127.0.0.1:0 --data-dir DIR [extra...]``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra: str,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        argv: Sequence[str] = [
+            sys.executable, "-m", "permindex", "serve", "--address", "127.0.0.1:0",
+            "--data-dir", str(data_dir), *extra,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            preexec_fn=preexec_fn,
+        )
+        self.pid = self.process.pid
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.stderr.append(line)
+            self.lines.put(line)
+
+    @property
+    def text(self) -> str:
+        """Everything written to stderr so far."""
+        return "".join(self.stderr)
+
+    def address(self, timeout: float = 60) -> str | None:
+        """HOST:PORT once serving; None if the process ended first (or ``timeout`` passed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.process.poll() is not None and self.lines.empty():
+                    return None
+                continue
+            found = re.search(r"serving on (\S+:\d+)", line)
+            if found:
+                return found.group(1)
+        return None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash) and reap."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.wait()
+
+    def wait(self, timeout: float = 60) -> int:
+        """Exit code (killed after ``timeout``); stderr fully read."""
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._reader.join(timeout=10)
+        if self.process.stderr is not None and not self._reader.is_alive():
+            self.process.stderr.close()
+        return code
+
+    def stop(self) -> int:
+        """SIGTERM (graceful stop) and the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.wait()
