@@ -255,19 +255,32 @@ class _RequestFeed:
     """The request iterator of the Ingest stream, run by grpc on its own thread. An exception
     from the reader (a malformed line) ends the stream cleanly and is kept in ``error`` for the
     calling thread to raise once the batches before it are acknowledged. ``sent`` holds, per
-    batch sent and not yet acknowledged, (documents, input position in bytes)."""
+    batch sent and not yet acknowledged, (documents, input position in bytes). Texts of fewer
+    than ``min_words`` words are not sent: ``too_short`` counts them."""
 
-    def __init__(self, reader: DocumentReader, max_docs: int, max_bytes: int) -> None:
+    def __init__(
+        self, reader: DocumentReader, max_docs: int, max_bytes: int, min_words: int = 0
+    ) -> None:
         self._reader = reader
         self._max_docs = max_docs
         self._max_bytes = max_bytes
+        self._min_words = min_words
         self.error: Exception | None = None
         self.sent: deque[tuple[int, int]] = deque()
+        self.too_short = 0
+
+    def _documents(self) -> Iterator[Document]:
+        for document in self._reader:
+            text = document.text
+            if self._min_words and text is not None and len(text.split()) < self._min_words:
+                self.too_short += 1
+                continue
+            yield document
 
     def __iter__(self) -> Iterator[index_pb2.AddRequest]:
         pb = _pb()
         try:
-            for batch in _batches(self._reader, self._max_docs, self._max_bytes):
+            for batch in _batches(self._documents(), self._max_docs, self._max_bytes):
                 request = pb.AddRequest(
                     documents=[
                         pb.Document(key=d.key, text=d.text)
@@ -296,16 +309,18 @@ def ingest(
     batch_size: int = DEFAULT_BATCH_SIZE,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     progress: bool = True,
+    min_words: int = 0,
 ) -> IngestSummary:
     """Stream the documents of ``reader`` to the server at ``address`` over the Ingest RPC, in
     batches bounded by ``batch_size`` documents and ``batch_bytes`` bytes; a tqdm progress bar on
-    stderr when ``progress``. Raises CommandError (an RPC failure), or the reader's error (a
-    malformed input line) after the batches before it are acknowledged."""
+    stderr when ``progress``. Texts of fewer than ``min_words`` words are counted as too short
+    and not sent. Raises CommandError (an RPC failure), or the reader's error (a malformed input
+    line) after the batches before it are acknowledged."""
     from tqdm import tqdm
 
     started = time.monotonic()
     summary = IngestSummary()
-    feed = _RequestFeed(reader, batch_size, batch_bytes)
+    feed = _RequestFeed(reader, batch_size, batch_bytes, min_words)
     by_bytes = reader.size_bytes is not None
     bar = tqdm(
         total=reader.size_bytes,
@@ -337,6 +352,8 @@ def ingest(
         failure = CommandError(f"{feed.error} ({_stored_before(summary.documents)})", "error")
         failure.exit_code = exit_code_for(feed.error)
         raise failure from feed.error
+    summary.documents += feed.too_short
+    summary.too_short += feed.too_short
     summary.skipped = reader.stats.skipped
     summary.skipped_by_reason = dict(sorted(reader.stats.skipped_by_reason.items()))
     summary.seconds = time.monotonic() - started
@@ -358,6 +375,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_message_bytes=int(args.max_message_mb * _MIB),
         max_batch=args.max_batch,
         shingle_size=args.shingle_size,
+        min_words=args.min_words,
         grace_seconds=args.grace_seconds,
         workers=args.workers,
         fsync=args.fsync,
@@ -376,6 +394,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         batch_bytes=args.batch_bytes,
         progress=progress,
+        min_words=args.min_words,
     )
     _err(f"permindex ingest: {summary.line()}")
     return EXIT_CODES["ok"]
@@ -707,6 +726,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {_DEFAULTS.shingle_size})",
     )
     serve.add_argument(
+        "--min-words",
+        type=_non_negative,
+        default=_DEFAULTS.min_words,
+        metavar="N",
+        help="a text of fewer words is too short: not indexed, reported as TOO_SHORT\n"
+        f"(default {_DEFAULTS.min_words}: only texts shorter than a shingle; the article behind\n"
+        "SimHash deduplication uses 20)",
+    )
+    serve.add_argument(
         "--grace-seconds",
         type=_non_negative_float,
         default=_DEFAULTS.grace_seconds,
@@ -777,6 +805,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"about this many bytes per batch at most; a larger document travels alone "
         f"(default {DEFAULT_BATCH_BYTES}, 4 MiB)",
+    )
+    ingest_.add_argument(
+        "--min-words",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="texts of fewer words are too short: not sent, counted in the summary (default 0:\n"
+        "the server decides; the article behind SimHash deduplication uses 20)",
     )
     ingest_.add_argument("--no-progress", action="store_true", help="no progress bar")
     ingest_.set_defaults(func=_cmd_ingest)

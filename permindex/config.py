@@ -33,6 +33,10 @@ class ServerConfig:
         max_message_bytes: largest gRPC message accepted or sent, bytes (default 64 MiB).
         max_batch: most documents / fingerprints / keys in one request message.
         shingle_size: words per shingle when the server fingerprints a text.
+        min_words: a text with fewer words is too short: not indexed, reported as TOO_SHORT
+            (0: only texts shorter than a shingle). The article SimHash deduplication here grew
+            from refuses fewer than 20 words: below that one changed word moves the fingerprint
+            past the threshold.
         grace_seconds: on SIGTERM/SIGINT, how long in-flight calls may take to finish, seconds.
         workers: threads serving RPCs.
         fsync: when the write-ahead log is fsynced: ``always`` (each write request, before it is
@@ -50,6 +54,7 @@ class ServerConfig:
     max_message_bytes: int = 64 * 1024 * 1024
     max_batch: int = 100_000
     shingle_size: int = 3
+    min_words: int = 0
     grace_seconds: float = 30.0
     workers: int = 8
     fsync: FsyncPolicy = "always"

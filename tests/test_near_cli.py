@@ -433,3 +433,32 @@ def test_dedup_postgresql_has_no_pairs(capsys: pytest.CaptureFixture[str], tmp_p
     code, stdout, stderr = dedup(capsys, str(path), "--out", str(tmp_path / "r"), "--jobs", "1")
     assert (code, stdout) == (OK, "")
     assert "1169 documents" in stderr and "0 pairs within 3 bits" in stderr
+
+
+# --- min_words in ingest and serve -------------------------------------------------------------
+
+
+def test_ingest_min_words_counts_short_texts_and_sends_the_rest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer, stub: PermIndexStub
+) -> None:
+    rows: list[dict[str, Any]] = [
+        {"id": "short", "text": "only four words here"},
+        {"id": "long", "text": " ".join(words(1, 30))},
+        {"id": "given", "fingerprint": 5},
+    ]
+    path = write_jsonl(tmp_path / "docs.jsonl", rows)
+    code, _, stderr = run(
+        capsys, "ingest", str(path), "--min-words", "5", "--address", server.address
+    )
+    assert code == OK
+    assert "3 documents in" in stderr and "2 added, 0 replaced, 1 too short" in stderr
+    found = stub.Get(pb.GetRequest(keys=["short", "long", "given"])).results
+    assert [r.found for r in found] == [False, True, True]
+
+
+def test_serve_min_words_option() -> None:
+    from permindex.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--min-words", "20"])
+    assert args.min_words == 20
+    assert build_parser().parse_args(["serve"]).min_words == 0

@@ -14,6 +14,8 @@ from permindex.rpc import convert
 from permindex.v1 import index_pb2 as pb
 
 if TYPE_CHECKING:
+    from conftest import StartServer
+
     from permindex.v1.index_pb2_grpc import PermIndexStub
 
 
@@ -137,3 +139,46 @@ def test_chunking_of_groups() -> None:
     ]
     flags = list(convert.flags_to_proto([("a", "b", 1, 1)] * 5, chunk=2))
     assert [len(m.flags) for m in flags] == [2, 2, 1]
+
+
+# --- min_words ---------------------------------------------------------------------------------
+
+
+def test_server_min_words_reports_short_texts_and_indexes_the_rest(
+    start_server: StartServer,
+) -> None:
+    from conftest import make_stub
+
+    server = start_server(min_words=20)
+    channel, stub = make_stub(server.address)
+    try:
+        nineteen = " ".join(f"w{i}" for i in range(19))
+        twenty = nineteen + " w19"
+        response = stub.Add(
+            pb.AddRequest(
+                documents=[
+                    pb.Document(key="short", text=nineteen),
+                    pb.Document(key="long", text=twenty),
+                    pb.Document(key="given", fingerprint=7),  # a fingerprint has no words
+                ]
+            )
+        )
+        statuses = [r.status for r in response.results]
+        assert statuses == [
+            pb.DOCUMENT_STATUS_TOO_SHORT,
+            pb.DOCUMENT_STATUS_ADDED,
+            pb.DOCUMENT_STATUS_ADDED,
+        ]
+        assert (response.added, response.too_short) == (2, 1)
+        checked = stub.CheckAndAdd(
+            pb.CheckAndAddRequest(documents=[pb.Document(key="short2", text=nineteen + " x")])
+        )
+        assert checked.results[0].status == pb.DOCUMENT_STATUS_ADDED
+        checked = stub.CheckAndAdd(
+            pb.CheckAndAddRequest(documents=[pb.Document(key="short3", text="a b c d")])
+        )
+        assert checked.results[0].status == pb.DOCUMENT_STATUS_TOO_SHORT
+        found = stub.Get(pb.GetRequest(keys=["short", "long", "short3"])).results
+        assert [r.found for r in found] == [False, True, False]
+    finally:
+        channel.close()

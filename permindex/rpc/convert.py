@@ -138,10 +138,10 @@ class DocumentBatch:
 
 
 def documents_from_proto(
-    documents: Sequence[pb.Document], *, max_batch: int, shingle_size: int
+    documents: Sequence[pb.Document], *, max_batch: int, shingle_size: int, min_words: int = 0
 ) -> DocumentBatch:
     """Validate every document of a request, then fingerprint the texts (server-side SimHash
-    with ``shingle_size``).
+    with ``shingle_size``; a text of fewer than ``min_words`` words has no fingerprint).
 
     All documents are checked before any text is fingerprinted, so a malformed request costs
     little. Call this outside the index's lock: fingerprinting a large batch takes a while.
@@ -170,7 +170,9 @@ def documents_from_proto(
         if kind == "fingerprint":
             fingerprints.append(document.fingerprint)
         else:
-            fingerprints.append(simhash(document.text, shingle_size=shingle_size))
+            fingerprints.append(
+                simhash(document.text, shingle_size=shingle_size, min_words=min_words)
+            )
     return DocumentBatch(keys=keys, fingerprints=fingerprints)
 
 

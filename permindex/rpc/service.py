@@ -217,6 +217,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             request.documents,
             max_batch=self.config.max_batch,
             shingle_size=self.config.shingle_size,
+            min_words=self.config.min_words,
         )
         stored = [i for i, fp in enumerate(batch.fingerprints) if fp is not None]
         keys = [batch.keys[i] for i in stored]
@@ -269,6 +270,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             request.documents,
             max_batch=self.config.max_batch,
             shingle_size=self.config.shingle_size,
+            min_words=self.config.min_words,
         )
         response = pb.CheckAndAddResponse()
         stored = [

@@ -17,8 +17,8 @@ Units and conventions used throughout:
 - k defaults to the index's k (3 unless the server was started otherwise); a k above it is
   refused with INVALID_ARGUMENT, because the table design cannot guarantee the answer.
 - Texts are fingerprinted by the server with the default SimHash (word 3-shingles, XXH3-64);
-  a text with fewer words than a shingle gets status TOO_SHORT and is not indexed; the rest of
-  its batch is applied.
+  a text with fewer words than a shingle, or than the server's --min-words (0 by default), gets
+  status TOO_SHORT and is not indexed; the rest of its batch is applied.
 
 Status codes (every RPC):
 - INVALID_ARGUMENT: a missing or over-long key, a document with neither fingerprint nor text,
@@ -58,7 +58,9 @@ class _DocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Docume
     DOCUMENT_STATUS_REPLACED: _DocumentStatus.ValueType  # 2
     """The key was stored; its fingerprint was replaced."""
     DOCUMENT_STATUS_TOO_SHORT: _DocumentStatus.ValueType  # 3
-    """The text has fewer words than a shingle: no fingerprint, nothing stored."""
+    """The text has fewer words than a shingle (or than the server's --min-words): no fingerprint,
+    nothing stored.
+    """
     DOCUMENT_STATUS_NEAR_DUPLICATE: _DocumentStatus.ValueType  # 4
     """CheckAndAdd only: another key is within k; nothing stored (see `matches`)."""
 
@@ -70,7 +72,9 @@ DOCUMENT_STATUS_ADDED: DocumentStatus.ValueType  # 1
 DOCUMENT_STATUS_REPLACED: DocumentStatus.ValueType  # 2
 """The key was stored; its fingerprint was replaced."""
 DOCUMENT_STATUS_TOO_SHORT: DocumentStatus.ValueType  # 3
-"""The text has fewer words than a shingle: no fingerprint, nothing stored."""
+"""The text has fewer words than a shingle (or than the server's --min-words): no fingerprint,
+nothing stored.
+"""
 DOCUMENT_STATUS_NEAR_DUPLICATE: DocumentStatus.ValueType  # 4
 """CheckAndAdd only: another key is within k; nothing stored (see `matches`)."""
 Global___DocumentStatus: _TypeAlias = DocumentStatus  # noqa: Y015
