@@ -924,6 +924,10 @@ def build_parser() -> argparse.ArgumentParser:
     from permindex.cli_near import add_commands  # clusters, flags, dedup
 
     add_commands(command, _non_negative, _positive)
+
+    from permindex.bench import add_command as add_bench  # load generator
+
+    add_bench(command, _non_negative, _positive)
     return parser
 
 
