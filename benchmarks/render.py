@@ -1,0 +1,222 @@
+"""Turn the benchmark's JSON results into the README's tables (Markdown) and a plot (PNG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    if digits == 0:
+        return f"{value:,.0f}"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if not a or not b:
+        return "—"
+    return f"{a / b:.2f}x"
+
+
+def _power(n: int) -> str:
+    exponent = len(str(n)) - 1
+    return f"10^{exponent}" if n == 10**exponent else f"{n:,}"
+
+
+def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
+    results = payload["results"]
+    m = payload["machine"]
+    by = {(r["system"], r["n"]): r for r in results if "n" in r}
+    sizes = sorted({r["n"] for r in results if r["system"].startswith("permindex")})
+    designs = sorted(
+        {r["system"] for r in results if r["system"].startswith("permindex")},
+        key=lambda s: s.count(","),
+    )
+    lines: list[str] = []
+    lines.append(
+        f"Measured on {m['cpu']} ({m['cores']} cores, {m['memory_gib']} GiB), Python "
+        f"{m['python']}, numpy {m['numpy']}, {m['date']}; load average at the start "
+        f"{m['load_average_at_start']} (a shared machine: compare ratios from the same run). "
+        "Random 64-bit fingerprints (1% planted near-duplicates), k = 3, 10,000 queries of which "
+        "half have a stored neighbour at distance 0-3; permindex and faiss on one thread "
+        "(2-thread column beside); medians of repeats. Regenerate with "
+        "`python benchmarks/run.py` (see [benchmarks/run.py](benchmarks/run.py))."
+    )
+    lines.append("")
+    lines.append(
+        "| system | N | batch q/s | 2 threads | one per call q/s | bytes/fp | keys B/key "
+        "| build s | checked (wrong) |"
+    )
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        if "batch_qps" not in r and "single_qps" not in r:
+            continue
+        lines.append(
+            f"| {r['system']} | {_power(r['n'])} | {_fmt(r.get('batch_qps'))} "
+            f"| {_fmt(r.get('batch_qps_2threads'))} | {_fmt(r.get('single_qps'))} "
+            f"| {_fmt(r.get('bytes_per_fp'), 1)} | {_fmt(r.get('key_bytes_per_key'), 1)} "
+            f"| {_fmt(r.get('build_s'), 2)} | {r.get('checked', '—')} ({r.get('wrong', '—')}) |"
+        )
+    lines.append("")
+    lines.append("Targets of the issue, as ratios from this run:")
+    lines.append("")
+    lines.append("| target | N | permindex | reference | ratio or figure | goal |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | --- |")
+    faiss_name = "faiss MultiHash(4, b=16)"
+    for n in sizes:
+        faiss = by.get((faiss_name, n), {})
+        default = by.get(("permindex (4, 1)", n), {})
+        best = max(
+            (by[(d, n)] for d in designs if (d, n) in by),
+            key=lambda r: r.get("batch_qps", 0),
+            default={},
+        )
+        goal_batch = "≥ 5x" if n <= 1_000_000 else "≥ 10x"
+        lines.append(
+            f"| batch lookups, (4, 1) vs faiss | {_power(n)} | {_fmt(default.get('batch_qps'))} "
+            f"| {_fmt(faiss.get('batch_qps'))} "
+            f"| {_ratio(default.get('batch_qps'), faiss.get('batch_qps'))} "
+            f"| {goal_batch} |"
+        )
+        if best and best is not default:
+            lines.append(
+                f"| batch lookups, best design {best['system'][10:]} vs faiss | {_power(n)} "
+                f"| {_fmt(best.get('batch_qps'))} | {_fmt(faiss.get('batch_qps'))} "
+                f"| {_ratio(best.get('batch_qps'), faiss.get('batch_qps'))} | {goal_batch} |"
+            )
+        best_single = max(
+            (by[(d, n)] for d in designs if (d, n) in by),
+            key=lambda r: r.get("single_qps", 0),
+            default={},
+        )
+        lines.append(
+            f"| single lookups, {best_single.get('system', '')[10:]} vs faiss one per call "
+            f"| {_power(n)} | {_fmt(best_single.get('single_qps'))} "
+            f"| {_fmt(faiss.get('single_qps'))} "
+            f"| {_ratio(best_single.get('single_qps'), faiss.get('single_qps'))} | ≥ 2.5x |"
+        )
+        if default:
+            lines.append(
+                f"| (4, 1) bytes per fingerprint, keys excluded (keys beside) | {_power(n)} "
+                f"| {_fmt(default.get('bytes_per_fp'), 1)} "
+                f"| keys {_fmt(default.get('key_bytes_per_key'), 1)} B/key | | ≤ 32 |"
+            )
+            lines.append(
+                f"| bulk load, string keys (tables alone) | {_power(n)} "
+                f"| {_fmt(n / default['build_s'])}/s "
+                f"| tables {_fmt(n / default['build_tables_s'])}/s "
+                f"| | ≥ 10^6/s (≥ 5x10^6/s) |"
+            )
+        if "add_many_per_s" in default:
+            lines.append(
+                f"| add_many in batches of 10,000; single add | {_power(n)} "
+                f"| {_fmt(default['add_many_per_s'])}/s | {_fmt(default['add_per_s'])}/s | "
+                f"| ≥ 500,000/s; ≥ 50,000/s |"
+            )
+            lines.append(
+                f"| batch lookups while another thread ingests / idle | {_power(n)} "
+                f"| {_fmt(default['batch_qps_while_ingesting'])} "
+                f"| {_fmt(default['batch_qps_idle'])} "
+                f"| {_ratio(default['batch_qps_while_ingesting'], default['batch_qps_idle'])} "
+                f"(ingesting {_fmt(default['ingest_per_s_during_lookups'])}/s) | ≥ 0.5x |"
+            )
+        pybind = by.get(("simhash-pybind find_all", n), {})
+        if "pairs_s" in default and pybind:
+            four = pybind.get("pairs_4_blocks_s")
+            best_peer = min(
+                pybind.get("pairs_4_blocks_s", 1e9), pybind.get("pairs_6_blocks_s", 1e9)
+            )
+            reference, goal = (
+                (four, "≥ 10x (4 blocks)") if n <= 1_000_000 else (best_peer, "≥ 3x (best)")
+            )
+            lines.append(
+                f"| all pairs within 3 ({default['pairs']:,} pairs) vs simhash-pybind "
+                f"| {_power(n)} | {_fmt(default['pairs_s'], 2)} s | {_fmt(reference, 2)} s "
+                f"| {_ratio(reference, default['pairs_s'])} | {goal} |"
+            )
+    restart = next((r for r in results if r["system"] == "restart"), None)
+    if restart:
+        lines.append(
+            f"| restart: read snapshot, build index (~40-byte keys) | {_power(restart['n'])} "
+            f"| {_fmt(restart['restart_ready_s'], 1)} s "
+            f"| snapshot {restart['snapshot_bytes'] / 2**20:,.0f} MiB "
+            f"| | ≤ 10 s |"
+        )
+    grpc = next((r for r in results if r["system"] == "gRPC"), None)
+    if grpc:
+        lines.append(
+            f"| gRPC batch lookups, 1,000 per Query message, 1 client (2 clients) "
+            f"| {_power(grpc['n'])} "
+            f"| {_fmt(grpc['batch_1']['lookups_per_s'])}/s "
+            f"({_fmt(grpc['batch_2']['lookups_per_s'])}/s) "
+            f"| | | ≥ 300,000/s (streamed, columnar: later) |"
+        )
+        lines.append(
+            f"| gRPC unary single lookup p50 vs echo server | {_power(grpc['n'])} "
+            f"| {_fmt(grpc['query_1']['p50_ms'], 3)} ms | {_fmt(grpc['echo_1']['p50_ms'], 3)} ms "
+            f"| {_ratio(grpc['query_1']['p50_ms'], grpc['echo_1']['p50_ms'])} | ≤ 1.2x |"
+        )
+        lines.append(
+            f"| gRPC unary calls/s, 4 client processes, vs echo server | {_power(grpc['n'])} "
+            f"| {_fmt(grpc['query_4']['calls_per_s'])} | {_fmt(grpc['echo_4']['calls_per_s'])} "
+            f"| {_ratio(grpc['query_4']['calls_per_s'], grpc['echo_4']['calls_per_s'])} | ≥ 0.8x |"
+        )
+    if scale:
+        lines.append("")
+        lines.append(
+            f"10^8-class run (`python benchmarks/run.py --scale {scale['n']:.0e}`, "
+            "permindex (4, 1) "
+            f"only, keys `doc-00000001`): {scale['n']:,} fingerprints loaded in "
+            f"{scale['load_s']:,.0f} s; tables {scale['bytes_per_fp']:.1f} B/fp, keys "
+            f"{scale['key_bytes_per_key']:.1f} B/key; "
+            f"process RSS {scale['rss_bytes'] / 2**30:.1f} GiB "
+            f"(peak {scale['max_rss_bytes'] / 2**30:.1f} GiB); "
+            f"batch {scale['batch_qps']:,.0f} q/s, "
+            f"one per call {scale['single_qps']:,.0f} q/s; {scale['checked']} queries checked "
+            f"against brute force, {scale['wrong']} wrong ({scale['machine']['date']})."
+        )
+    lines.append("")
+    lines.append("![queries/s and bytes per fingerprint against N](benchmarks/results/plot.png)")
+    return "\n".join(lines) + "\n"
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = [
+        r for r in payload["results"] if "n" in r and ("batch_qps" in r or "single_qps" in r)
+    ]
+    systems = sorted({r["system"] for r in results})
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for system in systems:
+        rows = sorted((r for r in results if r["system"] == system), key=lambda r: r["n"])
+        ns = [r["n"] for r in rows]
+        style = "-o" if system.startswith("permindex") else "--s"
+        if any("batch_qps" in r for r in rows):
+            left.plot(ns, [r.get("batch_qps", float("nan")) for r in rows], style, label=system)
+        if any("bytes_per_fp" in r for r in rows):
+            right.plot(ns, [r.get("bytes_per_fp", float("nan")) for r in rows], style, label=system)
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel="N (fingerprints)",
+        ylabel="queries/s, batch of 10,000",
+        title="Batch lookups, k = 3, one thread",
+    )
+    right.set(
+        xscale="log",
+        xlabel="N (fingerprints)",
+        ylabel="bytes per fingerprint (keys excluded)",
+        title="Memory",
+    )
+    left.grid(True, which="both", alpha=0.3)
+    right.grid(True, alpha=0.3)
+    left.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

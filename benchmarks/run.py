@@ -1,0 +1,712 @@
+#!/usr/bin/env python3
+"""permindex benchmarks: one command measures permindex (every design) and its peers side by side
+and regenerates ``benchmarks/results/`` (results.json, results.md, plot.png) and the performance
+section of README.md.
+
+    python benchmarks/run.py                       # N = 10^6 and 10^7: designs, peers, gRPC
+    python benchmarks/run.py --sizes 1e5 --quick   # a smoke run of every part (a minute)
+    python benchmarks/run.py --scale 1e8           # 10^8 fingerprints, permindex only (memory)
+
+Setup (peers are optional; a missing one is reported as skipped):
+
+    pip install -e '.[bench]'                       # faiss-cpu, matplotlib
+    pip install --target benchmarks/.peers/simhash simhash
+    pip install --target benchmarks/.peers/simhash-pybind simhash-pybind
+
+``simhash`` and ``simhash-pybind`` both install a top-level module named ``simhash``, so each lives
+in its own directory and runs in its own process (PEERS_DIR overrides benchmarks/.peers).
+
+Every system runs in a fresh subprocess (``--worker``) on the same data: N random 64-bit
+fingerprints (seed 7) of which 1% are planted near-duplicates (0 to 3 bits from another stored
+one), and 10,000 queries of which half are 0 to 3 bits from a stored fingerprint. Timings are
+medians of repeats; faiss and permindex run on one thread (2-thread figures beside). Every
+system's answers are compared with brute force (numpy XOR and popcount over all N) on a sample of
+queries, so that a fast wrong answer cannot win. Benchmarks are not tests: nothing here runs
+under pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import re
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+PEERS = Path(os.environ.get("PEERS_DIR", HERE / ".peers"))
+K = 3
+QUERIES = 10_000
+SAMPLE = 100  # queries checked against brute force per system
+SEED = 7
+README_START = "<!-- benchmark:start -->"
+README_END = "<!-- benchmark:end -->"
+ECHO_METHOD = "/bench.Echo/Echo"
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def flip(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each value with 0 to 3 random bits flipped (coinciding draws flip fewer)."""
+    m = values.size
+    flips = rng.integers(0, 4, m)
+    bits = rng.integers(0, 64, (m, 3)).astype(np.uint64)
+    out = values.copy()
+    for j in range(3):
+        use = flips > j
+        out[use] ^= np.uint64(1) << bits[use, j]
+    return out
+
+
+def make_data(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(N stored fingerprints, QUERIES queries), the same in every worker."""
+    rng = np.random.default_rng(SEED)
+    fps = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    planted = n // 100
+    if planted:
+        fps[:planted] = flip(fps[planted : 2 * planted], rng)
+    near = flip(fps[rng.integers(0, n, QUERIES // 2)], rng)
+    far = rng.integers(0, 2**64 - 1, QUERIES - near.size, dtype=np.uint64, endpoint=True)
+    return fps, np.concatenate([near, far])
+
+
+def sample_positions(n_queries: int) -> np.ndarray:
+    """Positions of the checked queries: half planted, half random."""
+    half = SAMPLE // 2
+    return np.concatenate([np.arange(half), n_queries // 2 + np.arange(SAMPLE - half)])
+
+
+def brute_force(fps: np.ndarray, query: int) -> set[int]:
+    return set(np.flatnonzero(np.bitwise_count(fps ^ np.uint64(query)) <= K).tolist())
+
+
+def median_rate(count: int, run: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - began)
+    return count / statistics.median(times)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# -- workers (each runs in its own process and prints one JSON line) ------------------------------
+
+
+def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool) -> dict[str, Any]:
+    from permindex import Index
+    from permindex.permutation import Design
+    from permindex.table import Table
+
+    fps, queries = make_data(n)
+    keys = [f"doc-{i:08d}" for i in range(n)]
+    out: dict[str, Any] = {"system": f"permindex {design}", "n": n, "design": list(design)}
+    tables = [Table(p) for p in Design(*design).permutations]
+    began = time.perf_counter()
+    for table in tables:
+        table.add_many(0, n, fps, None)
+    out["build_tables_s"] = time.perf_counter() - began
+    del tables
+    gc.collect()
+    began = time.perf_counter()
+    index = Index.from_arrays(keys, fps, k=K, design=design)
+    out["build_s"] = time.perf_counter() - began
+    del keys
+    gc.collect()
+    out["bytes_per_fp"] = index.table_bytes() / n
+    out["key_bytes_per_key"] = (index.memory_bytes() - index.table_bytes()) / n
+    out["rss_bytes"] = rss_bytes()
+    index.query_many(queries)  # warm-up
+    out["batch_qps"] = median_rate(queries.size, lambda: index.query_many(queries), repeats)
+    out["batch_qps_k1"] = median_rate(queries.size, lambda: index.query_many(queries, k=1), repeats)
+    singles = queries[np.r_[0:1000, QUERIES // 2 : QUERIES // 2 + 1000]].tolist()
+
+    def one_by_one() -> None:
+        for q in singles:
+            index.query(q)
+
+    out["single_qps"] = median_rate(len(singles), one_by_one, repeats)
+    halves = np.array_split(queries, 2)
+
+    def two_threads() -> None:
+        threads = [threading.Thread(target=index.query_many, args=(h,)) for h in halves]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    out["batch_qps_2threads"] = median_rate(queries.size, two_threads, repeats)
+    wrong = 0
+    for position in sample_positions(queries.size).tolist():
+        q = int(queries[position])
+        got = {int(m.key[4:]) for m in index.query(q)}
+        if got != brute_force(fps, q):
+            wrong += 1
+    out["checked"] = SAMPLE
+    out["wrong"] = wrong
+    if extras:
+        began = time.perf_counter()
+        pairs = index.pairs()
+        out["pairs_s"] = time.perf_counter() - began
+        out["pairs"] = len(pairs)
+        planted = n // 100
+        found = {(a, b) for a, b, _ in pairs}
+        expected = [
+            (f"doc-{i:08d}", f"doc-{i + planted:08d}")
+            for i in range(planted)
+            if int(np.bitwise_count(fps[i] ^ fps[i + planted])) <= K
+        ]
+        out["pairs_planted_missing"] = sum(1 for pair in expected if pair not in found)
+        out.update(ingest_figures(index, queries, repeats))
+    return out
+
+
+def ingest_figures(index: Any, queries: np.ndarray, repeats: int) -> dict[str, Any]:
+    """add_many in batches of 10,000 and single add into a fresh index; batch lookups on
+    ``index`` while another thread ingests at full speed, against the same index idle."""
+    from permindex import Index
+
+    out: dict[str, Any] = {}
+    rng = np.random.default_rng(11)
+    total = 500_000
+    values = rng.integers(0, 2**64 - 1, total, dtype=np.uint64, endpoint=True)
+    names = [f"new-{i:08d}" for i in range(total)]
+    fresh = Index()
+    began = time.perf_counter()
+    for start in range(0, total, 10_000):
+        fresh.add_many(names[start : start + 10_000], values[start : start + 10_000])
+    out["add_many_per_s"] = total / (time.perf_counter() - began)
+    single = Index()
+    pairs = list(zip(names[:50_000], values[:50_000].tolist(), strict=True))
+    began = time.perf_counter()
+    for key, value in pairs:
+        single.add(key, value)
+    out["add_per_s"] = len(pairs) / (time.perf_counter() - began)
+    idle = median_rate(queries.size, lambda: index.query_many(queries), repeats)
+    stop = threading.Event()
+    written = [0]
+
+    def writer() -> None:
+        start = 0
+        while not stop.is_set():
+            batch = slice(start % total, start % total + 10_000)
+            index.add_many(names[batch], values[batch])
+            written[0] += 10_000
+            start += 10_000
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    began = time.perf_counter()
+    busy = median_rate(queries.size, lambda: index.query_many(queries), repeats)
+    seconds = time.perf_counter() - began
+    stop.set()
+    thread.join()
+    out["batch_qps_idle"] = idle
+    out["batch_qps_while_ingesting"] = busy
+    out["ingest_per_s_during_lookups"] = written[0] / seconds
+    return out
+
+
+def worker_restart(n: int) -> dict[str, Any]:
+    """A snapshot of n fingerprints with ~40-byte keys: write it, then read it and build the
+    index (what the server does before it listens)."""
+    from permindex import Index
+    from permindex.snapshot import read_snapshot, write_snapshot
+
+    fps, _ = make_data(n)
+    keys = [f"https://example.org/p/{i:013d}.html" for i in range(n)]
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        path = Path(tmp) / "snapshot"
+        index = Index.from_arrays(keys, fps)
+        del keys
+        exported_keys, exported = index.export()
+        began = time.perf_counter()
+        info = write_snapshot(path, exported_keys, exported, k=K, design=(4, 1))
+        write_s = time.perf_counter() - began
+        del index, exported_keys, exported
+        gc.collect()
+        began = time.perf_counter()
+        snapshot = read_snapshot(path)
+        restored = Index.from_arrays(snapshot.keys, snapshot.fingerprints)
+        ready_s = time.perf_counter() - began
+        assert len(restored) == n
+    return {
+        "system": "restart",
+        "n": n,
+        "snapshot_bytes": info.bytes,
+        "snapshot_write_s": write_s,
+        "restart_ready_s": ready_s,
+    }
+
+
+def worker_faiss(n: int, repeats: int) -> dict[str, Any]:
+    import faiss
+
+    fps, queries = make_data(n)
+    xb = fps.view(np.uint8).reshape(n, 8)
+    xq = queries.view(np.uint8).reshape(-1, 8)
+    faiss.omp_set_num_threads(1)
+    before = rss_bytes()
+    began = time.perf_counter()
+    index = faiss.IndexBinaryMultiHash(64, 4, 16)
+    index.add(xb)
+    out: dict[str, Any] = {"system": "faiss MultiHash(4, b=16)", "n": n}
+    out["build_s"] = time.perf_counter() - began
+    out["bytes_per_fp"] = (rss_bytes() - before) / n
+    index.range_search(xq, K + 1)  # warm-up; radius is exclusive: distance < 4
+    out["batch_qps"] = median_rate(xq.shape[0], lambda: index.range_search(xq, K + 1), repeats)
+    singles = np.r_[0:1000, QUERIES // 2 : QUERIES // 2 + 1000]
+
+    def one_by_one() -> None:
+        for i in singles.tolist():
+            index.range_search(xq[i : i + 1], K + 1)
+
+    out["single_qps"] = median_rate(singles.size, one_by_one, repeats)
+    faiss.omp_set_num_threads(2)
+    out["batch_qps_2threads"] = median_rate(
+        xq.shape[0], lambda: index.range_search(xq, K + 1), repeats
+    )
+    faiss.omp_set_num_threads(1)
+    wrong = 0
+    for position in sample_positions(xq.shape[0]).tolist():
+        lims, _distances, ids = index.range_search(xq[position : position + 1], K + 1)
+        if set(ids[lims[0] : lims[1]].tolist()) != brute_force(fps, int(queries[position])):
+            wrong += 1
+    out["checked"] = SAMPLE
+    out["wrong"] = wrong
+    return out
+
+
+def worker_simhash(n: int, repeats: int) -> dict[str, Any]:
+    """The pure-Python ``simhash`` package's SimhashIndex (k + 1 blocks)."""
+    sys.path.insert(0, str(PEERS / "simhash"))
+    from simhash import Simhash, SimhashIndex
+
+    fps, queries = make_data(n)
+    values = fps.tolist()
+    before = rss_bytes()
+    began = time.perf_counter()
+    index = SimhashIndex([(str(i), Simhash(v)) for i, v in enumerate(values)], k=K)
+    out: dict[str, Any] = {"system": "simhash SimhashIndex", "n": n}
+    out["build_s"] = time.perf_counter() - began
+    out["bytes_per_fp"] = (rss_bytes() - before) / n
+    singles = queries[np.r_[0:250, QUERIES // 2 : QUERIES // 2 + 250]].tolist()
+
+    def one_by_one() -> None:
+        for q in singles:
+            index.get_near_dups(Simhash(q))
+
+    out["single_qps"] = median_rate(len(singles), one_by_one, max(1, repeats // 2))
+    wrong = 0
+    for position in sample_positions(queries.size).tolist():
+        q = int(queries[position])
+        got = {int(i) for i in index.get_near_dups(Simhash(q))}
+        if got != brute_force(fps, q):
+            wrong += 1
+    out["checked"] = SAMPLE
+    out["wrong"] = wrong
+    return out
+
+
+def worker_simhash_pybind(n: int) -> dict[str, Any]:
+    """``simhash-pybind`` find_all: all pairs of distinct fingerprints within k."""
+    sys.path.insert(0, str(PEERS / "simhash-pybind"))
+    import simhash
+
+    fps, _ = make_data(n)
+    distinct = set(fps.tolist())
+    out: dict[str, Any] = {"system": "simhash-pybind find_all", "n": n}
+    for blocks in (4, 6):
+        began = time.perf_counter()
+        found = simhash.find_all(distinct, blocks, K)
+        out[f"pairs_{blocks}_blocks_s"] = time.perf_counter() - began
+        out[f"pairs_{blocks}_blocks"] = len(found)
+    return out
+
+
+def worker_brute(n: int) -> dict[str, Any]:
+    fps, queries = make_data(n)
+    sample = queries[sample_positions(queries.size)]
+
+    def run() -> None:
+        for q in sample.tolist():
+            np.flatnonzero(np.bitwise_count(fps ^ np.uint64(q)) <= K)
+
+    return {
+        "system": "brute force (numpy)",
+        "n": n,
+        "batch_qps": median_rate(sample.size, run, 3),
+        "bytes_per_fp": 8.0,
+        "checked": SAMPLE,
+        "wrong": 0,
+    }
+
+
+def worker_scale(n: int, repeats: int) -> dict[str, Any]:
+    """10^8-class: load in batches of 10^6 (keys made per batch: no list of n str), then
+    memory, lookups and a brute-force check of a sample."""
+    from permindex import Index
+
+    rng = np.random.default_rng(SEED)
+    index = Index()
+    batch = 1_000_000
+    began = time.perf_counter()
+    sample_fps: list[int] = []
+    for start in range(0, n, batch):
+        count = min(batch, n - start)
+        values = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True)
+        index.add_many([f"doc-{i:08d}" for i in range(start, start + count)], values)
+        sample_fps += values[:: max(1, count // 50)].tolist()
+    load_s = time.perf_counter() - began
+    gc.collect()
+    queries = flip(np.array(sample_fps[: QUERIES // 2], dtype=np.uint64), rng)
+    queries = np.concatenate(
+        [queries, rng.integers(0, 2**64 - 1, QUERIES - queries.size, dtype=np.uint64)]
+    )
+    index.query_many(queries)
+    out: dict[str, Any] = {
+        "system": "permindex (4, 1)",
+        "n": n,
+        "load_s": load_s,
+        "bytes_per_fp": index.table_bytes() / n,
+        "key_bytes_per_key": (index.memory_bytes() - index.table_bytes()) / n,
+        "rss_bytes": rss_bytes(),
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "batch_qps": median_rate(queries.size, lambda: index.query_many(queries), repeats),
+    }
+    singles = queries[:2000].tolist()
+
+    def one_by_one() -> None:
+        for q in singles:
+            index.query(q)
+
+    out["single_qps"] = median_rate(len(singles), one_by_one, repeats)
+    keys, fps = index.export()  # the brute-force reference (8 bytes each) and names
+    wrong = 0
+    for q in queries[sample_positions(queries.size)].tolist():
+        expected = {keys[i] for i in brute_force(fps, q)}
+        if {m.key for m in index.query(q)} != expected:
+            wrong += 1
+    out["checked"] = SAMPLE
+    out["wrong"] = wrong
+    return out
+
+
+# -- gRPC: permindex serve against a do-nothing echo server ---------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def echo_server(port: int) -> None:
+    import grpc
+
+    def echo(request: bytes, _context: object) -> bytes:
+        return request
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Echo",
+        {"Echo": grpc.unary_unary_rpc_method_handler(echo, lambda b: b, lambda b: b)},
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    server.wait_for_termination()
+
+
+def grpc_client(target: str, kind: str, seconds: float, start_at: float) -> dict[str, Any]:
+    """Sequential calls for ``seconds`` from ``start_at``: ``echo`` sends 12 bytes to the echo
+    server; ``query`` one fingerprint, ``batch`` 1,000 fingerprints to permindex Query."""
+    import grpc
+
+    from permindex.v1 import index_pb2 as pb
+    from permindex.v1 import index_pb2_grpc
+
+    rng = np.random.default_rng(os.getpid())
+    channel = grpc.insecure_channel(target)
+    grpc.channel_ready_future(channel).result(timeout=30)
+    if kind == "echo":
+        call = channel.unary_unary(ECHO_METHOD)
+        payload: Any = b"x" * 12
+
+        def send() -> object:
+            return call(payload, timeout=30)
+    else:
+        stub = index_pb2_grpc.PermIndexStub(channel)
+        size = 1000 if kind == "batch" else 1
+        requests = [
+            pb.QueryRequest(fingerprints=rng.integers(0, 2**63, size, dtype=np.uint64).tolist())
+            for _ in range(16)
+        ]
+
+        def send() -> object:
+            return stub.Query(requests[int(rng.integers(0, 16))], timeout=30)
+
+    for _ in range(20):
+        send()
+    time.sleep(max(0.0, start_at - time.time()))
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        began = time.perf_counter()
+        send()
+        latencies.append(time.perf_counter() - began)
+    channel.close()
+    return {"calls": len(latencies), "p50_ms": float(np.median(latencies) * 1e3)}
+
+
+def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[str, Any]:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    start_at = time.time() + 2.0 + 0.5 * clients
+    with context.Pool(clients) as pool:
+        parts = pool.starmap(grpc_client, [(target, kind, seconds, start_at)] * clients)
+    calls = sum(p["calls"] for p in parts)
+    return {
+        "calls_per_s": calls / seconds,
+        "p50_ms": statistics.median(p["p50_ms"] for p in parts),
+    }
+
+
+def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
+    import grpc
+
+    from permindex.bench import _preload
+    from permindex.v1 import index_pb2 as pb
+    from permindex.v1 import index_pb2_grpc
+
+    fps, _ = make_data(n)
+    out: dict[str, Any] = {"system": "gRPC", "n": n}
+    processes: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        try:
+            port = free_port()
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "permindex",
+                        "serve",
+                        "--address",
+                        f"127.0.0.1:{port}",
+                        "--data-dir",
+                        str(Path(tmp) / "data"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            echo_port = free_port()
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--worker", "echo-server", "--n", str(echo_port)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            target = f"127.0.0.1:{port}"
+            channel = grpc.insecure_channel(target)
+            grpc.channel_ready_future(channel).result(timeout=60)
+            stub = index_pb2_grpc.PermIndexStub(channel)
+            began = time.perf_counter()
+            _preload(stub, pb, [f"doc-{i:08d}" for i in range(n)], fps.tolist())
+            out["preload_s"] = time.perf_counter() - began
+            channel.close()
+            echo = f"127.0.0.1:{echo_port}"
+            for name, kind, address, clients in (
+                ("echo_1", "echo", echo, 1),
+                ("query_1", "query", target, 1),
+                ("echo_4", "echo", echo, 4),
+                ("query_4", "query", target, 4),
+                ("batch_1", "batch", target, 1),
+                ("batch_2", "batch", target, 2),
+            ):
+                out[name] = run_clients(address, kind, clients, seconds)
+            for clients in (1, 2):
+                out[f"batch_{clients}"]["lookups_per_s"] = (
+                    out[f"batch_{clients}"]["calls_per_s"] * 1000
+                )
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(timeout=30)
+    return out
+
+
+# -- driver ----------------------------------------------------------------------------------------
+
+
+def run_worker(args: list[str], timeout: float = 3600) -> dict[str, Any] | None:
+    command = [sys.executable, __file__, "--worker", *args]
+    print("  $", " ".join(command[2:]), flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        print("    skipped:", " | ".join(tail), flush=True)
+        return None
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        "   ",
+        json.dumps(
+            {
+                k: round(v, 3) if isinstance(v, float) else v
+                for k, v in result.items()
+                if not isinstance(v, dict)
+            }
+        ),
+        flush=True,
+    )
+    return result
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        found = re.search(r"model name\s*:\s*(.+)", text)
+        cpu = found.group(1).strip() if found else cpu
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory / 2**30, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--sizes", default="1e6,1e7", help="N values (1e6,1e7)")
+    parser.add_argument("--designs", default="4,1 5,2 6,3", help="permindex designs")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter gRPC runs")
+    parser.add_argument(
+        "--skip", default="", help="comma list: faiss,simhash,pybind,brute,grpc,restart"
+    )
+    parser.add_argument("--scale", type=float, default=None, help="only the 10^8-class run")
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=float, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--design", default="4,1", help=argparse.SUPPRESS)
+    parser.add_argument("--extras", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    n = int(args.n)
+    if args.worker:
+        design = tuple(int(x) for x in args.design.split(","))
+        workers: dict[str, Callable[[], Any]] = {
+            "permindex": lambda: worker_permindex(
+                n, (design[0], design[1]), args.repeats, args.extras
+            ),
+            "faiss": lambda: worker_faiss(n, args.repeats),
+            "simhash": lambda: worker_simhash(n, args.repeats),
+            "pybind": lambda: worker_simhash_pybind(n),
+            "brute": lambda: worker_brute(n),
+            "restart": lambda: worker_restart(n),
+            "scale": lambda: worker_scale(n, args.repeats),
+            "grpc": lambda: worker_grpc(n, 2.0 if args.quick else 5.0),
+            "echo-server": lambda: echo_server(n),
+        }
+        print(json.dumps(workers[args.worker]()))
+        return 0
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    repeats = ["--repeats", str(2 if args.quick else args.repeats)]
+    if args.scale:
+        result = run_worker(["scale", "--n", str(int(args.scale)), *repeats], timeout=7200)
+        if result is None:
+            return 1
+        result["machine"] = machine()
+        (RESULTS / "scale.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        write_outputs(args.no_readme)
+        return 0
+    skip = set(filter(None, args.skip.split(",")))
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    designs = args.designs.split()
+    results: list[dict[str, Any]] = []
+    info = machine()
+    for size in sizes:
+        print(f"N = {size:,}", flush=True)
+        common = ["--n", str(size), *repeats]
+        for d in designs:
+            extras = ["--extras"] if d == "4,1" else []
+            results.append(run_worker(["permindex", "--design", d, *common, *extras]) or {})
+        if "faiss" not in skip:
+            results.append(run_worker(["faiss", *common]) or {})
+        if "brute" not in skip:
+            results.append(run_worker(["brute", *common]) or {})
+        if "simhash" not in skip and size <= 1_000_000:
+            results.append(run_worker(["simhash", *common]) or {})
+        if "pybind" not in skip:
+            results.append(run_worker(["pybind", *common]) or {})
+    if "restart" not in skip:
+        results.append(run_worker(["restart", "--n", str(max(sizes))]) or {})
+    if "grpc" not in skip:
+        quick = ["--quick"] if args.quick else []
+        results.append(run_worker(["grpc", "--n", str(min(max(sizes), 1_000_000)), *quick]) or {})
+    payload = {"machine": info, "results": [r for r in results if r]}
+    (RESULTS / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    write_outputs(args.no_readme)
+    return 0
+
+
+def write_outputs(no_readme: bool) -> None:
+    """results.md, plot.png and the README section from the saved JSON files."""
+    from render import plot, render
+
+    payload = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
+    scale_path = RESULTS / "scale.json"
+    scale = json.loads(scale_path.read_text(encoding="utf-8")) if scale_path.exists() else None
+    markdown = render(payload, scale)
+    (RESULTS / "results.md").write_text(markdown, encoding="utf-8")
+    try:
+        plot(payload, RESULTS / "plot.png")
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install -e '.[bench]')")
+    if no_readme:
+        return
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if README_START in text and README_END in text:
+        head, rest = text.split(README_START, 1)
+        _, tail = rest.split(README_END, 1)
+        readme.write_text(f"{head}{README_START}\n{markdown}\n{README_END}{tail}", encoding="utf-8")
+        print("README.md performance section updated")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    raise SystemExit(main())
