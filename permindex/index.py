@@ -46,6 +46,7 @@ from permindex.permutation import (
 from permindex.table import (
     DEFAULT_MEMTABLE_LIMIT,
     MAX_ROWS,
+    Run,
     Table,
     TableCheckError,
     gather_ranges,
@@ -330,6 +331,9 @@ class Index:
         self._lock = threading.RLock()
         self._permutations = self._design.permutations
         self._tables = [Table(p, memtable_limit) for p in self._permutations]
+        for table in self._tables:
+            table.defer_merges = True  # merged by _merge_runs, outside the lock
+        self._merging = False
         # Leading-block masks: a pair shares table t's prefix iff (a ^ b) & mask[t] == 0.
         self._np_masks = [np.uint64(p.leading_mask) for p in self._permutations]
         self._fps: _U64 = np.zeros(0, dtype=np.uint64)
@@ -438,7 +442,9 @@ class Index:
         value = validate_fingerprint(fingerprint)
         h = hash_key(data)
         with self._lock:
-            return self._add(data, h, value)
+            added = self._add(data, h, value)
+        self._merge_runs()
+        return added
 
     def _add(self, data: bytes, h: int, value: int) -> bool:
         self._reserve(1)
@@ -492,17 +498,11 @@ class Index:
                 f"got {n} keys and {values.size} fingerprints; the lengths must match",
                 value=(n, int(values.size)),
             )
-        with self._lock:
-            return self._add_many(key_list, batch, values)
-
-    def _add_many(self, key_list: list[str], batch: EncodedKeys, values: _U64) -> NDArray[np.bool_]:
-        n = len(key_list)
         if n == 0:
             return np.ones(0, dtype=bool)
-        self._reserve(n)  # may compact (renumber rows): look rows up after it
-        store = self._store
-        old = store.find_many(batch)
-        new = old < 0
+        # Everything that does not read the index happens before the lock: repeated keys, and
+        # the tables' runs of a large batch (radix sorts), so readers wait less.
+        which: NDArray[np.intp] | None = None
         if n > 1:
             ordered = np.sort(batch.hashes)
             if bool((ordered[1:] == ordered[:-1]).any()):
@@ -512,10 +512,29 @@ class Index:
                 if len(last) != n:
                     positions = np.fromiter(last.values(), dtype=np.int64, count=len(last))
                     positions.sort()
+                    rank = {p: j for j, p in enumerate(positions.tolist())}
+                    which = np.fromiter((rank[last[k]] for k in key_list), np.intp, n)
                     key_list = [key_list[i] for i in positions.tolist()]
                     batch = encode_keys(key_list)
                     values = values[positions]
-                    old = old[positions]
+        prepared = None
+        if self._tables[0].direct_run(int(values.size)):
+            prepared = [table.prepare_run(values) for table in self._tables]
+        with self._lock:
+            new = self._add_many(batch, values, prepared)
+        self._merge_runs()
+        return new if which is None else new[which]
+
+    def _add_many(
+        self, batch: EncodedKeys, values: _U64, prepared: list[Run] | None
+    ) -> NDArray[np.bool_]:
+        """Store the distinct keys of ``batch`` with ``values`` (``prepared``: the tables' runs of
+        exactly ``values``, or None); returns, per key, whether it was new."""
+        n = int(values.size)
+        self._reserve(n)  # may compact (renumber rows): look rows up after it
+        store = self._store
+        old = store.find_many(batch)
+        new = old < 0
         replaced = np.flatnonzero(old >= 0)
         if replaced.size:
             same = self._fps[old[replaced]] == values[replaced]
@@ -528,14 +547,22 @@ class Index:
                 batch = batch_subset(batch, keep)
                 values = values[keep]
                 old = old[keep]
+                prepared = None
             self._kill(old[old >= 0])
-        self._append_rows(batch, values, old if replaced.size else None)
+        self._append_rows(batch, values, old if replaced.size else None, prepared)
         self._maybe_compact()
         return new
 
-    def _append_rows(self, batch: EncodedKeys, values: _U64, moved_from: _I64 | None) -> None:
+    def _append_rows(
+        self,
+        batch: EncodedKeys,
+        values: _U64,
+        moved_from: _I64 | None,
+        prepared: list[Run] | None = None,
+    ) -> None:
         """Store the keys of ``batch`` (no repeats; each either not stored, or stored on the row
-        ``moved_from[i]``, already dead) with ``values`` as new rows."""
+        ``moved_from[i]``, already dead) with ``values`` as new rows (``prepared``: the tables'
+        runs of exactly ``values``)."""
         m = int(values.size)
         self._reserve(m)
         start = self._n_rows
@@ -545,8 +572,9 @@ class Index:
         if self._live is not None:
             self._live[start : start + m] = True
         self._n_rows = start + m
-        for table in self._tables:
-            table.add_many(start, m, self._fps, self._live)
+        for t, table in enumerate(self._tables):
+            run = None if prepared is None else prepared[t]
+            table.add_many(start, m, self._fps, self._live, run)
 
     def remove(self, key: str) -> None:
         """Remove ``key``. Raises :class:`~permindex.errors.NotFoundError` (a KeyError) when it
@@ -556,13 +584,16 @@ class Index:
         with self._lock:
             if not self._discard(key.encode("utf-8")):
                 raise NotFoundError(f"key {_short(key)} is not stored", key=key)
+        self._merge_runs()  # after a compaction
 
     def discard(self, key: str) -> bool:
         """Remove ``key`` if stored; returns whether it was. TypeError / InvalidArgumentError
         for a malformed key."""
         key = validate_key(key)
         with self._lock:
-            return self._discard(key.encode("utf-8"))
+            found = self._discard(key.encode("utf-8"))
+        self._merge_runs()  # after a compaction
+        return found
 
     def _discard(self, data: bytes) -> bool:
         row = self._store.find(data, hash_key(data))
@@ -595,6 +626,38 @@ class Index:
                 live[: self._n_rows] = self._live[: self._n_rows]
                 self._live = live
             self._views()
+
+    def _merge_runs(self) -> None:
+        """Merge the tables' runs that break the size ratio, without holding the lock while
+        merging: runs are immutable and a row's fingerprint never changes, so a merge reads a
+        consistent picture; the merged run replaces its two inputs under the lock, unless a
+        compaction (which renumbers rows) happened meanwhile. One thread merges at a time; it
+        goes on until no merge is pending, so when the write that called this returns, every
+        table satisfies its ratio (if no other thread is still writing). Readers query the
+        unmerged runs meanwhile, which hold the same rows."""
+        while True:
+            with self._lock:
+                if self._merging:
+                    return  # another thread merges, and will pick up what this write left
+                for table in self._tables:
+                    pair = table.pending_merge()
+                    if pair is not None:
+                        break
+                else:
+                    return
+                self._merging = True
+                fps, live, compactions = self._fps, self._live, self._compactions
+            merged: Run | None = None
+            swapped = False
+            try:
+                merged = table.merged(pair[0], pair[1], fps, live)
+            finally:
+                with self._lock:
+                    self._merging = False
+                    if self._compactions == compactions:
+                        swapped = table.swap(pair[0], pair[1], merged)
+            if not swapped and self._compactions == compactions:  # pragma: no cover - defensive
+                return
 
     def _views(self) -> None:
         """memoryviews of the row arrays (Python ints and bools on indexing: single queries)."""
@@ -863,7 +926,8 @@ class Index:
                 return CheckAndAddResult(False, matches, False)
             replaced = self._store.find(data, h) >= 0
             self._add(data, h, value)
-            return CheckAndAddResult(True, [], replaced)
+        self._merge_runs()
+        return CheckAndAddResult(True, [], replaced)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
         """Every unordered pair of stored keys within Hamming distance ``k`` bits (inclusive;

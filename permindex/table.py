@@ -208,11 +208,21 @@ class Table:
     ((capacity,) bool) because freezing and merging read them.
     """
 
-    __slots__ = ("_memtable", "_memtable_rows", "_runs", "_view", "memtable_limit", "permutation")
+    __slots__ = (
+        "_memtable",
+        "_memtable_rows",
+        "_runs",
+        "_view",
+        "defer_merges",
+        "memtable_limit",
+        "permutation",
+    )
 
     def __init__(self, permutation: Permutation, memtable_limit: int = DEFAULT_MEMTABLE_LIMIT):
         self.permutation = permutation
         self.memtable_limit = memtable_limit
+        #: When True, a pushed run is only appended; the owner merges (see :meth:`merged`).
+        self.defer_merges = False
         self._memtable = SortedList()
         # The memtable's rows in insertion order, so that batch queries and freezing build its
         # arrays with numpy instead of iterating over the SortedList.
@@ -248,20 +258,42 @@ class Table:
         if len(self._memtable) > self.memtable_limit:
             self.freeze(fps, live)
 
-    def add_many(self, first_row: int, count: int, fps: Fingerprints, live: Live) -> None:
+    def direct_run(self, count: int) -> bool:
+        """Whether a batch of ``count`` rows becomes a run of its own (else the memtable)."""
+        return count >= min(DIRECT_RUN_MIN, self.memtable_limit)
+
+    def prepare_run(self, fingerprints: Fingerprints) -> Run:
+        """The run of a batch of fingerprints as rows 0..m-1 (a radix sort: no table state is
+        read, so the index builds it before it takes its lock); :meth:`add_many` shifts it."""
+        perm = self.permutation
+        return Run.from_unsorted(
+            None, perm.prefix_array(fingerprints), perm.filter_array(fingerprints), perm.prefix_bits
+        )
+
+    def add_many(
+        self,
+        first_row: int,
+        count: int,
+        fps: Fingerprints,
+        live: Live,
+        prepared: Run | None = None,
+    ) -> None:
         """Insert the ``count`` consecutive rows from ``first_row`` (fingerprints already in
         ``fps``). A batch of at least min(:data:`DIRECT_RUN_MIN`, ``memtable_limit``) rows
-        becomes a run directly (radix sort by prefix); a smaller one goes to the memtable."""
+        becomes a run directly (radix sort by prefix, or ``prepared``, the
+        :meth:`prepare_run` of exactly these fingerprints); a smaller one goes to the
+        memtable."""
         if count == 0:
             return
         fingerprints = fps[first_row : first_row + count]
         perm = self.permutation
-        prefixes = perm.prefix_array(fingerprints)
-        if count >= min(DIRECT_RUN_MIN, self.memtable_limit):
-            filters = perm.filter_array(fingerprints)
-            run = Run.from_unsorted(None, prefixes, filters, perm.prefix_bits, first_row=first_row)
-            self._push(run, fps, live)
+        if self.direct_run(count):
+            if prepared is None:
+                prepared = self.prepare_run(fingerprints)
+            rows = prepared.rows + np.uint32(first_row) if first_row else prepared.rows
+            self._push(Run(rows, prepared.filters, prepared.offsets, prepared.shift), fps, live)
             return
+        prefixes = perm.prefix_array(fingerprints)
         self._memtable.update(
             [
                 (p << _PREFIX_SHIFT) | (f << _FP_SHIFT) | r
@@ -296,14 +328,34 @@ class Table:
 
     def _push(self, run: Run, fps: Fingerprints, live: Live) -> None:
         self._runs.append(run)
-        while len(self._runs) >= 2 and len(self._runs[-2]) <= MERGE_RATIO * len(self._runs[-1]):
-            newer = self._runs.pop()
-            older = self._runs.pop()
-            merged = self._merge(older, newer, fps, live)
-            if merged is not None:
-                self._runs.append(merged)
+        if self.defer_merges:
+            return
+        while (pair := self.pending_merge()) is not None:
+            self.swap(*pair, self.merged(*pair, fps, live))
 
-    def _merge(self, older: Run, newer: Run, fps: Fingerprints, live: Live) -> Run | None:
+    def pending_merge(self) -> tuple[Run, Run] | None:
+        """The newest adjacent (older, newer) runs that break the size ratio (the older one is
+        at most :data:`MERGE_RATIO` times larger), or None."""
+        runs = self._runs
+        for i in range(len(runs) - 2, -1, -1):
+            if len(runs[i]) <= MERGE_RATIO * len(runs[i + 1]):
+                return runs[i], runs[i + 1]
+        return None
+
+    def swap(self, older: Run, newer: Run, merged: Run | None) -> bool:
+        """Replace the adjacent runs ``older``, ``newer`` (the same objects) by ``merged`` (None:
+        by nothing); False, and no change, when they are no longer adjacent here."""
+        runs = self._runs
+        for i in range(len(runs) - 1):
+            if runs[i] is older and runs[i + 1] is newer:
+                runs[i : i + 2] = [] if merged is None else [merged]
+                return True
+        return False
+
+    def merged(self, older: Run, newer: Run, fps: Fingerprints, live: Live) -> Run | None:
+        """The run holding the rows of ``older`` and ``newer`` that ``live`` says are live
+        (None if none), sorted by prefix. Reads only these immutable runs and the rows'
+        fingerprints (which never change), so it may run without the index's lock."""
         rows = np.concatenate([older.rows, newer.rows])
         filters = np.concatenate([older.filters, newer.filters])
         keep = np.ones(rows.size, dtype=bool) if live is None else live[rows]

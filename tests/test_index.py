@@ -733,3 +733,30 @@ def test_pairs_on_every_join_design(
     keys_, values = index.export()
     for kk in range(k + 1):
         assert index.pairs(kk) == expected_pairs(keys_, values, kk)
+
+
+def test_merge_outside_the_lock_survives_a_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction between a merge's computation and its swap: the merged run is discarded
+    (its rows were renumbered) and the merging goes on from the new runs."""
+    import permindex.table as table_module
+
+    index = Index(memtable_limit=4, compaction_min=0)
+    original = table_module.Table.merged
+    calls = [0]
+
+    def merged_with_a_compaction(self: Any, *args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:
+            with index._lock:
+                index._compact()
+        return original(self, *args)
+
+    monkeypatch.setattr(table_module.Table, "merged", merged_with_a_compaction)
+    rng = np.random.default_rng(4)
+    fps = clustered(rng, 400, 4, 3)
+    for start in range(0, 400, 50):
+        index.add_many([f"m{i}" for i in range(start, start + 50)], fps[start : start + 50])
+    index.remove("m7")
+    index._check()
+    assert calls[0] > 2
+    assert_queries_match_brute_force(index, fps[::40].tolist())
