@@ -25,6 +25,7 @@ table whose prefix it shares (``(a ^ b) & leading_mask == 0``), so no set is nee
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import NamedTuple
@@ -172,15 +173,15 @@ def _join_design(design: Design, k: int, n: int) -> Design:
     or (6, 3) when k allows, whichever a cost model says is cheapest for n fingerprints. Per
     searched table: a prefix of at most 16 bits costs one radix pass (about 25 ns a row here)
     plus its candidate pairs, about n^2 / 2^(prefix bits + 1), at about 10 ns each; a longer one
-    costs one sort of n uint64 (about 90 ns a row) and few pairs. (4, 1) wins up to a few
-    million fingerprints, (5, 2) above."""
+    costs a count of its top bits and a sort of the few rows that share them (about 40 ns a row
+    in all) and few pairs. (4, 1) wins up to about 10^6 fingerprints, (5, 2) above."""
     options = [design] + [Design(b, t) for b, t in ((4, 1), (5, 2), (6, 3)) if b - t >= k]
 
     def cost(d: Design) -> float:
         total = 0.0
         for t in d.tables_for(k):
             bits = d.permutations[t].prefix_bits
-            total += (25.0 if bits <= 16 else 90.0) * n + 10.0 * n * n / 2.0 ** (bits + 1)
+            total += (25.0 if bits <= 16 else 40.0) * n + 10.0 * n * n / 2.0 ** (bits + 1)
         return total
 
     return min(options, key=cost)
@@ -214,27 +215,40 @@ def _table_pairs_sorted(
     values: _U64, perm: Permutation, k: int
 ) -> Iterator[tuple[NDArray[np.intp], NDArray[np.intp]]]:
     """Candidate pairs (i, j) of positions in ``values`` that share ``perm``'s prefix, for long
-    prefixes (small groups): one sort of (prefix, position) packed into uint64, then the pairs
-    at distance d = 1, 2, ... in sorted order that still share the prefix, each round over only
-    the positions whose group reached d. Work: the sort plus the candidate pairs."""
+    prefixes (small groups). Most prefixes are unique then, so the positions whose prefix can
+    have a partner are found first by counting the prefixes' top bits (about 4n buckets: a
+    position alone in its bucket has no partner); only those are sorted, as (prefix, position)
+    packed into uint64, and the pairs at distance d = 1, 2, ... in sorted order that still share
+    the prefix are emitted, each round over only the positions whose group reached d. Work: the
+    count, a sort of the few candidates, and the candidate pairs."""
     n = int(values.size)
     index_bits = max(1, (n - 1).bit_length())
     if perm.prefix_bits + index_bits > 64:  # pragma: no cover - > 2^31 rows with 33-bit prefixes
         yield from _table_pairs_grouped(values, perm, k)
         return
-    keys = perm.prefix_array(values) << np.uint64(index_bits)
-    keys |= np.arange(n, dtype=np.uint64)
+    prefixes = perm.prefix_array(values)
+    bucket_bits = min(perm.prefix_bits, max(8, (4 * n).bit_length()))
+    buckets = prefixes >> np.uint64(perm.prefix_bits - bucket_bits)
+    buckets_intp = buckets.astype(np.intp)
+    del buckets
+    counts = np.bincount(buckets_intp, minlength=1 << bucket_bits)
+    candidates = np.flatnonzero(counts[buckets_intp] >= 2)
+    del counts, buckets_intp
+    keys = prefixes[candidates] << np.uint64(index_bits)
+    del prefixes
+    keys |= candidates.astype(np.uint64)
     keys.sort()
-    prefixes = keys >> np.uint64(index_bits)
+    sorted_prefixes = keys >> np.uint64(index_bits)
     positions = (keys & np.uint64((1 << index_bits) - 1)).astype(np.intp)
     del keys
-    active = np.flatnonzero(prefixes[1:] == prefixes[:-1])
+    m = int(positions.size)
+    active = np.flatnonzero(sorted_prefixes[1:] == sorted_prefixes[:-1])
     d = 1
     while active.size:
         yield positions[active], positions[active + d]
         d += 1
-        active = active[active + d < n]
-        active = active[prefixes[active + d] == prefixes[active]]
+        active = active[active + d < m]
+        active = active[sorted_prefixes[active + d] == sorted_prefixes[active]]
 
 
 class CheckAndAddResult(NamedTuple):
@@ -1024,7 +1038,9 @@ class Index:
         every change made after the start, replayed over it (as the server's snapshots are, see
         :mod:`permindex.store`), it gives exactly the state at the end of the log. A compaction
         (which renumbers the rows) during the call starts it over; after three, the rest is read
-        under one acquisition of the lock. Cost: O(n + key bytes) numpy work in total.
+        under one acquisition of the lock. Between slices the thread yields (``time.sleep(0)``),
+        so that a query or write waiting for the lock gets it before the next slice. Cost:
+        O(n + key bytes) numpy work in total.
         """
         rows_per_slice = max(1, int(rows_per_slice))
         for _attempt in range(3):
@@ -1041,6 +1057,7 @@ class Index:
                     rows += start
                     lengths, blob = self._store.export(rows)
                     parts.append((lengths, blob, self._fps[rows]))
+                time.sleep(0)  # locks are not fair: let the threads waiting for it take it
             else:
                 return parts
         with self._lock:
