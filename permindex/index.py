@@ -69,6 +69,7 @@ DEFAULT_COMPACTION_MIN = 1 << 16
 _QUERY_CHUNK = 16384  # queries per numpy pass of query_many
 _CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above it)
 _PAIR_BUDGET = 1 << 21  # candidate pairs per numpy pass of pairs()
+_COUNT_BITS = 22  # largest count table (2^22 buckets) of a long-prefix join
 _SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
 _MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
 _AUTO_SIZE = 1_000_000  # fingerprints assumed by design="auto" without expected_size
@@ -216,8 +217,9 @@ def _table_pairs_sorted(
 ) -> Iterator[tuple[NDArray[np.intp], NDArray[np.intp]]]:
     """Candidate pairs (i, j) of positions in ``values`` that share ``perm``'s prefix, for long
     prefixes (small groups). Most prefixes are unique then, so the positions whose prefix can
-    have a partner are found first by counting the prefixes' top bits (about 4n buckets: a
-    position alone in its bucket has no partner); only those are sorted, as (prefix, position)
+    have a partner are found first by counting the prefixes' top bits (about 4n buckets, up to
+    2^22: a position alone in its bucket has no partner); only those are sorted, as
+    (prefix, position)
     packed into uint64, and the pairs at distance d = 1, 2, ... in sorted order that still share
     the prefix are emitted, each round over only the positions whose group reached d. Work: the
     count, a sort of the few candidates, and the candidate pairs."""
@@ -228,15 +230,17 @@ def _table_pairs_sorted(
         return
     prefixes = perm.prefix_array(values)
     bucket_bits = min(perm.prefix_bits, max(8, (4 * n).bit_length()))
-    buckets = prefixes >> np.uint64(perm.prefix_bits - bucket_bits)
-    buckets_intp = buckets.astype(np.intp)
-    del buckets
-    counts = np.bincount(buckets_intp, minlength=1 << bucket_bits)
-    candidates = np.flatnonzero(counts[buckets_intp] >= 2)
-    del counts, buckets_intp
-    keys = prefixes[candidates] << np.uint64(index_bits)
+    if bucket_bits <= _COUNT_BITS:
+        buckets = (prefixes >> np.uint64(perm.prefix_bits - bucket_bits)).astype(np.intp)
+        counts = np.bincount(buckets, minlength=1 << bucket_bits)
+        candidates = np.flatnonzero(counts[buckets] >= 2)
+        del counts, buckets
+        keys = prefixes[candidates] << np.uint64(index_bits)
+        keys |= candidates.astype(np.uint64)
+    else:  # a count table this large misses the caches: sorting every row is cheaper
+        keys = prefixes << np.uint64(index_bits)
+        keys |= np.arange(n, dtype=np.uint64)
     del prefixes
-    keys |= candidates.astype(np.uint64)
     keys.sort()
     sorted_prefixes = keys >> np.uint64(index_bits)
     positions = (keys & np.uint64((1 << index_bits) - 1)).astype(np.intp)
