@@ -403,10 +403,17 @@ def worker_scale(n: int, repeats: int) -> dict[str, Any]:
             index.query(q)
 
     out["single_qps"] = median_rate(len(singles), one_by_one, repeats)
-    keys, fps = index.export()  # the brute-force reference (8 bytes each) and names
+    # The brute-force reference from the compact export: no Python str per key.
+    lengths, blob, fps = index.export_compact()
+    starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+    data = blob.tobytes()
+    del blob
     wrong = 0
     for q in queries[sample_positions(queries.size)].tolist():
-        expected = {keys[i] for i in brute_force(fps, q)}
+        expected = set()
+        for i in brute_force(fps, q):
+            start = int(starts[i])
+            expected.add(data[start : start + int(lengths[i])].decode("utf-8"))
         if {m.key for m in index.query(q)} != expected:
             wrong += 1
     out["checked"] = SAMPLE
