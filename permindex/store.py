@@ -443,6 +443,7 @@ class Store:
             OSError: the snapshot could not be written; the previous one and the whole log stay.
         """
         with self._snapshot_lock:
+            self._writer.sync()  # so that sealing the segment under the write lock is quick
             with self._write_lock:
                 if self._closed:
                     raise StorageError("the data directory is closed (the server is stopping)")

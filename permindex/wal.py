@@ -847,7 +847,10 @@ class LogWriter:
                 return
             with self._sync_lock:
                 try:
-                    os.fdatasync(self._fd)
+                    if self._dirty or self._sync_failed is not None:
+                        os.fdatasync(self._fd)
+                        self._dirty = False
+                        self._sync_failed = None
                 except OSError as error:
                     raise _storage_error(error, f"cannot seal {self.segment.path}") from error
                 segment, fd = create_segment(self.directory, self.last_sequence + 1)
