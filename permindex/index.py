@@ -298,11 +298,15 @@ class Index:
     leaves the index as it was.
 
     Thread safety: every public method (including ``len``, ``in`` and the start of iteration)
-    holds one re-entrant lock (``threading.RLock``) for its whole duration, so calls from
+    reads and changes the index under one re-entrant lock (``threading.RLock``), so calls from
     several threads are serialized: each sees the index as a previous call left it and leaves it
     consistent. :meth:`check_and_add` queries and adds under one acquisition of the lock.
     Iterating yields from a copy of the keys taken under the lock. Readers do not run in
-    parallel with each other.
+    parallel with each other. Two kinds of work a write does outside the lock, because they
+    change nothing a reader sees: before it, validating and encoding keys and sorting a large
+    batch's table runs; after it, merging runs (a merge reads immutable runs and swaps its
+    result in under the lock; see ``_merge_runs``), so lookups go on while another thread
+    ingests.
     """
 
     def __init__(
@@ -425,6 +429,14 @@ class Index:
         h = hash_key(data)
         with self._lock:
             return self._store.find(data, h) >= 0
+
+    def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
+        """(n,) bool: whether each of ``keys`` is stored, as ``key in index`` for each, in one
+        vectorized lookup. Raises TypeError / InvalidArgumentError for a malformed key (as
+        :meth:`add_many`)."""
+        _key_list, batch = _validate_keys(keys)
+        with self._lock:
+            return self._store.find_many(batch) >= 0
 
     def __iter__(self) -> Iterator[str]:
         """The keys, in the order they were first added (a copy taken under the lock)."""

@@ -330,12 +330,7 @@ class Store:
         if n == 0:
             return np.zeros(0, dtype=bool)
         with self._write_lock:
-            ops = np.empty(n, dtype=np.uint8)
-            seen: set[str] = set()
-            stored = self.index.__contains__
-            for i, key in enumerate(key_list):
-                ops[i] = REPLACE if key in seen or stored(key) else ADD
-                seen.add(key)
+            ops = _set_ops(self.index, key_list)
             return self._log_then_apply(
                 ops, key_list, values, lambda: self.index.add_many(key_list, values)
             )
@@ -388,11 +383,7 @@ class Store:
             if chosen.any():
                 add_keys = [key for key, r in zip(key_list, results, strict=True) if r.added]
                 add_values = values[chosen]
-                ops = np.empty(len(add_keys), dtype=np.uint8)
-                seen: set[str] = set()
-                for i, key in enumerate(add_keys):
-                    ops[i] = REPLACE if key in seen or key in index else ADD
-                    seen.add(key)
+                ops = _set_ops(index, add_keys)
                 self._log_then_apply(
                     ops, add_keys, add_values, lambda: index.add_many(add_keys, add_values)
                 )
@@ -490,6 +481,20 @@ class Store:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _set_ops(index: Index, keys: list[str]) -> NDArray[np.uint8]:
+    """The log op of storing each of ``keys`` in order: ADD for a key not stored (before the
+    call, nor earlier in it), REPLACE otherwise. Raises as :meth:`Index.add_many` for a bad
+    key."""
+    ops = np.where(index.contains_many(keys), REPLACE, ADD).astype(np.uint8)
+    if len(set(keys)) != len(keys):  # a repeated key: its later occurrences replace
+        seen: set[str] = set()
+        for i, key in enumerate(keys):
+            if key in seen:
+                ops[i] = REPLACE
+            seen.add(key)
+    return ops
 
 
 def _match_order(match: Match) -> tuple[int, str]:

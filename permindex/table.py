@@ -11,7 +11,9 @@ liveness mask by row; a table stores row numbers only:
   ``rows[offsets[b]:offsets[b + 1]]``. When r equals the prefix width the range is exact;
   otherwise it is a superset that the caller narrows with the candidates' fingerprints (which
   it reads anyway to verify them). Runs are listed oldest first, and each is more than
-  :data:`MERGE_RATIO` times larger than the next, so there are at most log_4(n) + 1 of them;
+  :data:`MERGE_RATIO` times larger than the next, so there are at most log_4(n) + 1 of them
+  (between a write and the merges it triggers, which the index runs outside its lock with
+  :meth:`Table.pending_merge`, :meth:`Table.merged` and :meth:`Table.swap`, a few more);
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
   ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
   run when it holds more than ``memtable_limit`` entries; a batch of at least

@@ -17,7 +17,7 @@ from permindex.errors import CorruptFileError, InvalidArgumentError, StorageFull
 from permindex.index import Index
 from permindex.snapshot import DataDir
 from permindex.store import Store
-from permindex.wal import list_segments
+from permindex.wal import ADD, REMOVE, REPLACE, list_segments, read_log
 
 
 def _decoded(parts: list[tuple[Any, Any, Any]]) -> dict[str, int]:
@@ -353,3 +353,21 @@ def test_bad_options_are_refused_before_the_directory_is_touched(tmp_path: Path)
         _open(tmp_path / "b", k=4)
     assert not (tmp_path / "b").exists()
     DataDir(tmp_path / "a").close()  # the refused open released its lock
+
+
+def test_log_records_say_add_replace_or_remove(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    store = _open(root)
+    store.add_many(["b"], [1])
+    store.add_many(["a", "b", "a"], [2, 3, 4])
+    store.check_and_add_many(["c", "c"], [2**64 - 1, 2**64 - 1])
+    store.remove_many(["a", "zz", "a"])
+    assert store.index.contains_many(["b", "a", "c"]).tolist() == [True, False, True]
+    store.close()
+    records = read_log(root, 0).records
+    assert [(r.ops.tolist(), r.keys) for r in records] == [
+        ([ADD], ["b"]),
+        ([ADD, REPLACE, REPLACE], ["a", "b", "a"]),
+        ([ADD, REPLACE], ["c", "c"]),
+        ([REMOVE], ["a"]),
+    ]
