@@ -290,19 +290,9 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     :data:`_HOOK_ROUNDS` rounds (a few suffice on real graphs) the remaining edges are finished
     by a plain union-find in Python, which bounds the worst case."""
     parent = np.arange(n, dtype=np.int64)
+    a, b = _hook(parent, a, b, _HOOK_ROUNDS)
     if a.size == 0:
         return parent
-    for _ in range(_HOOK_ROUNDS):
-        _jump(parent)
-        ra = parent[a]
-        rb = parent[b]
-        differ = ra != rb
-        if not differ.any():
-            return parent
-        a, b = a[differ], b[differ]  # edges already inside one component stay so
-        ra, rb = ra[differ], rb[differ]
-        np.minimum.at(parent, np.maximum(ra, rb), np.minimum(ra, rb))
-    _jump(parent)
     roots = parent.tolist()
 
     def find(x: int) -> int:
@@ -318,6 +308,24 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     parent = np.array(roots, dtype=np.int64)
     _jump(parent)
     return parent
+
+
+def _hook(parent: _I64, a: _I64, b: _I64, rounds: int) -> tuple[_I64, _I64]:
+    """Up to ``rounds`` rounds of pointer jumping and hooking (see :func:`components`) on
+    ``parent`` in place; returns the edges whose ends still have different roots (none when
+    done). ``parent`` is left with every entry pointing at a root."""
+    for _ in range(rounds):
+        _jump(parent)
+        ra = parent[a]
+        rb = parent[b]
+        differ = ra != rb
+        if not differ.any():
+            return a[:0], b[:0]
+        a, b = a[differ], b[differ]  # edges already inside one component stay so
+        ra, rb = ra[differ], rb[differ]
+        np.minimum.at(parent, np.maximum(ra, rb), np.minimum(ra, rb))
+    _jump(parent)
+    return a, b
 
 
 def _jump(parent: _I64) -> None:

@@ -90,7 +90,10 @@ class DedupOptions:
         out_dir: the report folder, created if missing; files in it are overwritten.
         k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
         keep: the keep rule of :func:`permindex.clusters.keep_per_cluster`.
-        jobs: worker processes (1: fingerprint in this process).
+        jobs: worker processes (1: fingerprint in this process). They start by forkserver
+            (spawn where there is none), which imports the caller's main module again: a script
+            that calls :func:`run_dedup` with ``jobs > 1`` needs the usual ``if __name__ ==
+            "__main__":`` guard.
         weights: ``"none"`` (plain SimHash, the default fingerprint) or ``"idf"``.
         tokenizer, shingle_size, min_words: as :func:`permindex.fingerprint.simhash`.
         id_field, text_field: the JSONL fields of the key and the text.

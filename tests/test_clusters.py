@@ -18,6 +18,7 @@ from permindex.clusters import (
     ExactGroup,
     Flag,
     NearDuplicates,
+    _hook,
     clusters,
     components,
     design_for,
@@ -219,6 +220,27 @@ def test_components_against_a_path_and_the_python_fallback(monkeypatch: pytest.M
     assert (components(n, a, b) == 0).all()
     labels = components(6, np.array([5, 4], dtype=np.int64), np.array([3, 1], dtype=np.int64))
     assert labels.tolist() == [0, 1, 2, 3, 1, 3]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_vectorized_hooking_converges_in_a_few_rounds(seed: int) -> None:
+    # random sparse graphs (a giant component and small ones), a shuffled path and a star:
+    # hooking alone finishes well within the rounds allowed, with the right components
+    rng = np.random.default_rng(seed)
+    n = 5000
+    graphs = [
+        (rng.integers(0, n, 6000), rng.integers(0, n, 6000)),
+        (rng.permutation(n)[:-1], rng.permutation(n)[1:]),
+        (np.zeros(n - 1, dtype=np.int64) + int(rng.integers(0, n)), rng.permutation(n)[:-1]),
+    ]
+    for a, b in graphs:
+        a, b = a.astype(np.int64), b.astype(np.int64)
+        parent = np.arange(n, dtype=np.int64)
+        left, _ = _hook(parent, a, b, 30)
+        assert left.size == 0
+        assert (parent[a] == parent[b]).all()
+        assert np.array_equal(parent, components(n, a, b))
+        assert (parent <= np.arange(n)).all() and (parent[parent] == parent).all()
 
 
 def test_keep_rules() -> None:
