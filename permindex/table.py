@@ -410,12 +410,17 @@ class Table:
         entries whose filter is within k read their fingerprint. In the memtable a bisection.
         No numpy call for small buckets: this is the path of single queries."""
         perm = self.permutation
-        prefix = 0
-        for source, mask, target in perm.prefix_ops:
-            prefix |= ((query >> source) & mask) << target
-        qf = 0
-        for source, mask, target in perm.filter_ops:
-            qf |= ((query >> source) & mask) << target
+        if perm.simple is not None:  # one shift and mask each (every table of (4, 1))
+            prefix_shift, prefix_mask, filter_shift, filter_mask = perm.simple
+            prefix = (query >> prefix_shift) & prefix_mask
+            qf = (query >> filter_shift) & filter_mask
+        else:
+            prefix = 0
+            for source, mask, target in perm.prefix_ops:
+                prefix |= ((query >> source) & mask) << target
+            qf = 0
+            for source, mask, target in perm.filter_ops:
+                qf |= ((query >> source) & mask) << target
         for run in self._runs:
             bucket = prefix >> run.shift
             directory = run.directory
