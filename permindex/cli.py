@@ -23,23 +23,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from permindex.config import DEFAULT_ADDRESS, FSYNC_POLICIES, ServerConfig
+from permindex.config import DEFAULT_ADDRESS, FSYNC_POLICIES, ServerConfig, parse_address
 from permindex.documents import (
     Document,
     DocumentReader,
     parse_fingerprint,
     read_documents,
     read_file_text,
+    tsv_field,
 )
 from permindex.errors import (
     ERROR_TABLE,
@@ -441,7 +443,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         ]
         _out(json.dumps(rows, ensure_ascii=False) + "\n")
     else:
-        _out(f"{m.key}\t{_hex(m.fingerprint)}\t{m.distance}\n" for m in matches)
+        _out(f"{tsv_field(m.key)}\t{_hex(m.fingerprint)}\t{m.distance}\n" for m in matches)
     return EXIT_CODES["ok"]
 
 
@@ -484,7 +486,7 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
                 a, b = pair.key_a, pair.key_b
                 pairs.append((a, b, pair.distance) if a < b else (b, a, pair.distance))
     pairs.sort()
-    _out(f"{a}\t{b}\t{d}\n" for a, b, d in pairs)
+    _out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in pairs)
     return EXIT_CODES["ok"]
 
 
@@ -492,7 +494,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
     pb = _pb()
     with _connect(args.address) as stub:
         results = stub.Get(pb.GetRequest(keys=args.keys)).results
-    _out("".join(f"{r.key}\t{_hex(r.fingerprint)}\n" for r in results if r.found))
+    _out("".join(f"{tsv_field(r.key)}\t{_hex(r.fingerprint)}\n" for r in results if r.found))
     missing = [r.key for r in results if not r.found]
     if missing:
         raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
@@ -592,7 +594,44 @@ def _non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        value = _non_negative(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {value}")
+        return value
+
+    return parse
+
+
+def _message_mb(text: str) -> float:
+    """--max-message-mb: more than 0 and at most 2047 MiB (gRPC's limit is a 32-bit int)."""
+    value = _non_negative_float(text)
+    if not 0 < value <= 2047:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 2047 MiB, got {text}")
+    return value
+
+
+def _listen_address(text: str) -> str:
+    """--address: HOST:PORT with an ASCII port in [0, 65535]."""
+    try:
+        parse_address(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _directory_name(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty (use . for the current directory)")
+    return text
 
 
 def _positive_float(text: str) -> float:
@@ -675,12 +714,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--address",
+        type=_listen_address,
         default=_DEFAULTS.address,
         metavar="HOST:PORT",
         help=f"listen here; port 0 picks a free port (default {_DEFAULTS.address})",
     )
     serve.add_argument(
         "--data-dir",
+        type=_directory_name,
         default=str(_DEFAULTS.data_dir),
         metavar="DIR",
         help=f"directory of the snapshots and the write-ahead log, created if missing "
@@ -704,7 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--max-message-mb",
-        type=_non_negative_float,
+        type=_message_mb,
         default=_DEFAULTS.max_message_bytes / _MIB,
         metavar="N",
         help=f"largest request or response message, MiB "
@@ -831,11 +872,11 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--fingerprint", metavar="F", help="a fingerprint")
     what.add_argument("--key", metavar="K", help="a stored key")
     query.add_argument(
-        "--k", type=_non_negative, metavar="N", help="largest distance (default: the server's k)"
+        "--k", type=_bounded(0, 64), metavar="N", help="largest distance (default: the server's k)"
     )
     query.add_argument(
         "--limit",
-        type=_non_negative,
+        type=_bounded(0, 2**32 - 1),
         metavar="N",
         help="at most N matches, the nearest (default, or 0: all)",
     )
@@ -884,7 +925,7 @@ def build_parser() -> argparse.ArgumentParser:
         "key_b) in code point order, no header.",
     )
     pairs.add_argument(
-        "--k", type=_non_negative, metavar="N", help="largest distance (default: the server's k)"
+        "--k", type=_bounded(0, 64), metavar="N", help="largest distance (default: the server's k)"
     )
     pairs.set_defaults(func=_cmd_pairs)
 

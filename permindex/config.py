@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-__all__ = ["DEFAULT_ADDRESS", "FSYNC_POLICIES", "FsyncPolicy", "ServerConfig"]
+__all__ = ["DEFAULT_ADDRESS", "FSYNC_POLICIES", "FsyncPolicy", "ServerConfig", "parse_address"]
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 
@@ -60,3 +60,25 @@ class ServerConfig:
     fsync: FsyncPolicy = "always"
     fsync_interval: float = 0.1
     truncate_corrupt_log: bool = False
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 hosts in brackets: ``[::1]:50051``) as ``(host, port)``.
+
+    Raises:
+        InvalidArgumentError: no port, a port that is not an ASCII integer in [0, 65535], no host.
+    """
+    from permindex.errors import InvalidArgumentError
+
+    host, sep, port_text = address.rpartition(":")
+    if (
+        not sep
+        or not host
+        or not (port_text.isascii() and port_text.isdigit())
+        or int(port_text) > 65535
+    ):
+        raise InvalidArgumentError(
+            f"address {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051; port 0 picks one)",
+            address,
+        )
+    return host, int(port_text)

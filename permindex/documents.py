@@ -167,6 +167,16 @@ def parse_fingerprint(value: object) -> int:
     return int(digits, 16)
 
 
+_TSV_ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def tsv_field(text: str) -> str:
+    r"""``text`` as one field of our tab-separated outputs: backslash, TAB, LF and CR written as
+    ``\\``, ``\t``, ``\n`` and ``\r`` (PostgreSQL's COPY text rule), so a key holding them
+    cannot split a line or a column. Keys without them (URLs, paths) are printed unchanged."""
+    return text.translate(_TSV_ESCAPES) if any(c in text for c in "\\\t\n\r") else text
+
+
 def check_key(key: str) -> None:
     """Raise :class:`~permindex.errors.InvalidArgumentError` unless ``key`` is a non-empty string
     of at most :data:`MAX_KEY_BYTES` UTF-8 bytes."""

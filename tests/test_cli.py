@@ -134,6 +134,18 @@ def test_serve_help_states_the_defaults(capsys: pytest.CaptureFixture[str]) -> N
         ["ingest", "x.jsonl", "--batch-size", "0"],
         ["get"],
         ["serve", "--snapshot-interval", "soon"],
+        ["serve", "--snapshot-interval", "inf"],
+        ["serve", "--grace-seconds", "nan"],
+        ["serve", "--address", "127.0.0.1:abc"],
+        ["serve", "--address", "127.0.0.1:70000"],
+        ["serve", "--address", "127.0.0.1:\u0665\u0660"],  # Arabic-Indic digits
+        ["serve", "--address", "no-port"],
+        ["serve", "--max-message-mb", "0"],
+        ["serve", "--max-message-mb", "100000"],
+        ["serve", "--data-dir", ""],
+        ["query", "--key", "k", "--limit", "99999999999"],
+        ["query", "--key", "k", "--k", "65"],
+        ["pairs", "--k", "99999999999"],
     ],
 )
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
@@ -611,6 +623,32 @@ def test_pairs_format_and_order(
     assert "b\t中\t0" in lines
     code, out, _err = run(capsys, "pairs", "--k", "0", *addr)
     assert out == "b\t中\t0\n"
+
+
+def test_keys_with_tabs_and_newlines_are_escaped_in_tsv_output(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    base = 0x0123456789ABCDEF
+    keys = {"tab\there": base, "new\nline": flip(base, 1), "back\\slash": flip(base, 2)}
+    rows: list[dict[str, object]] = [{"id": k, "fingerprint": f} for k, f in keys.items()]
+    path = write_jsonl(tmp_path / "odd.jsonl", rows)
+    addr = ("--address", server.address)
+    assert run(capsys, "ingest", str(path), *addr)[0] == OK
+    code, out, _err = run(capsys, "pairs", *addr)
+    assert code == OK
+    assert out == (
+        "back\\\\slash\tnew\\nline\t2\n"
+        "back\\\\slash\ttab\\there\t1\n"
+        "new\\nline\ttab\\there\t1\n"
+    )
+    code, out, _err = run(capsys, "query", "--fingerprint", str(base), "--k", "1", *addr)
+    assert out == (
+        f"tab\\there\t{base:016x}\t0\n"
+        f"back\\\\slash\t{flip(base, 2):016x}\t1\n"
+        f"new\\nline\t{flip(base, 1):016x}\t1\n"
+    )
+    code, out, _err = run(capsys, "get", "new\nline", *addr)
+    assert out == f"new\\nline\t{flip(base, 1):016x}\n"
 
 
 def test_pairs_into_a_pipe_closed_early(

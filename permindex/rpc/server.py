@@ -30,8 +30,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from permindex.config import ServerConfig
-from permindex.errors import InvalidArgumentError, StorageError, exit_code_for
+from permindex.config import ServerConfig, parse_address
+from permindex.errors import StorageError, exit_code_for
 from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
 from permindex.snapshot import SnapshotInfo
 from permindex.store import Store
@@ -44,21 +44,6 @@ log = logging.getLogger(__name__)
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _INTERRUPTED = 128 + signal.SIGINT  # exit code after Ctrl-C during the start (the shell's 130)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (IPv6 hosts in brackets: ``[::1]:50051``) as ``(host, port)``.
-
-    Raises:
-        InvalidArgumentError: no port, a port that is not an integer in [0, 65535], no host.
-    """
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise InvalidArgumentError(
-            f"address {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051; port 0 picks one)",
-            address,
-        )
-    return host, int(port_text)
 
 
 class RunningServer:
