@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from permindex.documents import tsv_field
 from permindex.errors import EXIT_CODES
 
 __all__ = ["add_commands"]
@@ -61,12 +62,16 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
         _out(json.dumps(rows, ensure_ascii=False) + "\n")
     elif args.exact:
         _out(
-            f"{n}\t{_hex(fp)}\t{key}\n"
+            f"{n}\t{_hex(fp)}\t{tsv_field(key)}\n"
             for n, (fp, keys) in enumerate(ordered, start=1)
             for key in keys
         )
     else:
-        _out(f"{n}\t{key}\n" for n, (_, keys) in enumerate(ordered, start=1) for key in keys)
+        _out(
+            f"{n}\t{tsv_field(key)}\n"
+            for n, (_, keys) in enumerate(ordered, start=1)
+            for key in keys
+        )
     return EXIT_CODES["ok"]
 
 
@@ -85,7 +90,7 @@ def _cmd_flags(args: argparse.Namespace) -> int:
         rows = [{"key": k, "nearest_key": n, "distance": d, "neighbors": c} for k, n, d, c in flags]
         _out(json.dumps(rows, ensure_ascii=False) + "\n")
     else:
-        _out(f"{k}\t{n}\t{d}\t{c}\n" for k, n, d, c in flags)
+        _out(f"{tsv_field(k)}\t{tsv_field(n)}\t{d}\t{c}\n" for k, n, d, c in flags)
     return EXIT_CODES["ok"]
 
 
@@ -112,7 +117,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
         result = run_dedup(options, progress=progress, workdir=Path(work))
         summary = write_outputs(result)
-    _out(f"{a}\t{b}\t{d}\n" for a, b, d in result.near.iter_pairs())
+    _out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in result.near.iter_pairs())
     seconds = time.monotonic() - started
     _err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
     return EXIT_CODES["ok"]

@@ -47,7 +47,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.clusters import KEEP_RULES, KeepRule, NearDuplicates, design_for, keep_per_cluster
-from permindex.documents import Document, DocumentReader, folder_file_text, read_documents
+from permindex.documents import (
+    Document,
+    DocumentReader,
+    folder_file_text,
+    read_documents,
+    tsv_field,
+)
 from permindex.errors import InvalidArgumentError
 from permindex.fingerprint import (
     TOKENIZERS,
@@ -612,8 +618,9 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     near = result.near
     keys = near.keys
     fps = near.fingerprints
+    t = tsv_field  # keys in TSV and text lines: backslash, TAB, LF, CR escaped
 
-    _write_lines(folder / "pairs.tsv", (f"{x}\t{y}\t{z}\n" for x, y, z in near.iter_pairs()))
+    _write_lines(folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{z}\n" for x, y, z in near.iter_pairs()))
     _write_json_array(
         folder / "pairs.json",
         ({"key_a": x, "key_b": y, "distance": z} for x, y, z in near.iter_pairs()),
@@ -624,7 +631,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     _write_lines(
         folder / "clusters.tsv",
         (
-            f"{number}\t{keys[p]}\n"
+            f"{number}\t{t(keys[p])}\n"
             for number, members in enumerate(clusters, start=1)
             for p in members.tolist()
         ),
@@ -651,7 +658,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     )
     _write_lines(
         folder / "flags.tsv",
-        (f"{keys[p]}\t{keys[q]}\t{dd}\t{c}\n" for p, q, dd, c in flag_rows),
+        (f"{t(keys[p])}\t{t(keys[q])}\t{dd}\t{c}\n" for p, q, dd, c in flag_rows),
     )
     _write_json_array(
         folder / "flags.json",
@@ -665,7 +672,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     _write_lines(
         folder / "exact_duplicates.tsv",
         (
-            f"{number}\t{_hex(int(fps[members[0]]))}\t{keys[p]}\n"
+            f"{number}\t{_hex(int(fps[members[0]]))}\t{t(keys[p])}\n"
             for number, members in enumerate(exact, start=1)
             for p in members.tolist()
         ),
@@ -688,13 +695,15 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         for number, (members, kept) in enumerate(zip(clusters, result.kept, strict=True), start=1)
         for p in members.tolist()
     ]
-    _write_lines(folder / "keep_drop.tsv", (f"{c}\t{x}\t{k}\t{kk}\n" for c, x, k, kk in decisions))
-    _write_lines(folder / "drop.txt", (f"{k}\n" for _, x, k, _ in decisions if x == "drop"))
+    _write_lines(
+        folder / "keep_drop.tsv", (f"{c}\t{x}\t{t(k)}\t{t(kk)}\n" for c, x, k, kk in decisions)
+    )
+    _write_lines(folder / "drop.txt", (f"{t(k)}\n" for _, x, k, _ in decisions if x == "drop"))
     _write_json_array(
         folder / "keep_drop.json",
         ({"cluster": c, "action": x, "key": k, "kept_key": kk} for c, x, k, kk in decisions),
     )
-    _write_lines(folder / "too_short.tsv", (f"{k}\t{n}\n" for k, n in result.too_short))
+    _write_lines(folder / "too_short.tsv", (f"{t(k)}\t{n}\n" for k, n in result.too_short))
 
     histogram = near.distance_counts().tolist()
     dropped = sum(1 for _, x, _, _ in decisions if x == "drop")
