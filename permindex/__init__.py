@@ -9,6 +9,8 @@ alone does not import grpc.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from permindex.errors import (
     CorruptFileError,
     DataDirLockedError,
@@ -16,15 +18,20 @@ from permindex.errors import (
     LimitExceededError,
     NotFoundError,
     PermindexError,
+    ServerError,
 )
 from permindex.fingerprint import simhash, validate_fingerprint
 from permindex.hamming import hamming
 from permindex.index import CheckAndAddResult, Index, Match
 
+if TYPE_CHECKING:
+    from permindex.client import Client
+
 __version__ = "0.1.0"
 
 __all__ = [
     "CheckAndAddResult",
+    "Client",
     "CorruptFileError",
     "DataDirLockedError",
     "Index",
@@ -33,8 +40,18 @@ __all__ = [
     "Match",
     "NotFoundError",
     "PermindexError",
+    "ServerError",
     "__version__",
     "hamming",
     "simhash",
     "validate_fingerprint",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``permindex.Client`` is imported on first use: it pulls in grpc, the rest does not."""
+    if name == "Client":
+        from permindex.client import Client
+
+        return Client
+    raise AttributeError(f"module 'permindex' has no attribute {name!r}")

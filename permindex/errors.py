@@ -21,9 +21,11 @@ __all__ = [
     "LimitExceededError",
     "NotFoundError",
     "PermindexError",
+    "ServerError",
     "StorageError",
     "StorageFullError",
     "exit_code_for",
+    "server_error",
     "status_name_for",
 ]
 
@@ -93,6 +95,81 @@ class StorageError(PermindexError, OSError):
 class StorageFullError(StorageError):
     """A :class:`StorageError` for lack of room: no space left on the device (ENOSPC), a quota
     (EDQUOT) or a file size limit (EFBIG). Writes resume once space is freed."""
+
+
+class ServerError(PermindexError):
+    """A permindex server refused or failed a call (raised by :class:`permindex.Client`).
+
+    ``code`` is the gRPC status code name (``"INVALID_ARGUMENT"``, ``"UNAVAILABLE"``...) and
+    ``details`` the server's message. :func:`server_error` returns an instance that also subclasses
+    the matching error, so that one ``except`` serves the in-process index and the server alike:
+    INVALID_ARGUMENT is an :class:`InvalidArgumentError` (a ``ValueError``), RESOURCE_EXHAUSTED a
+    :class:`LimitExceededError`, NOT_FOUND a :class:`NotFoundError` (a ``KeyError``), DATA_LOSS a
+    :class:`CorruptFileError`, UNAVAILABLE a ``ConnectionError``, DEADLINE_EXCEEDED a
+    ``TimeoutError``, UNAUTHENTICATED and PERMISSION_DENIED a ``PermissionError``.
+    """
+
+    def __init__(self, message: str, code: str = "UNKNOWN", details: str = "") -> None:
+        Exception.__init__(self, message)
+        self.code = code
+        self.details = details or message
+        # the attributes of the classes a remote error may also subclass
+        self.value: object = None
+        self.key: object = None
+        self.path: str | None = None
+        self.limit: int | None = None
+        self.actual: int | None = None
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class _RemoteInvalidArgument(ServerError, InvalidArgumentError):
+    pass
+
+
+class _RemoteLimitExceeded(ServerError, LimitExceededError):
+    pass
+
+
+class _RemoteNotFound(ServerError, NotFoundError):
+    pass
+
+
+class _RemoteCorrupt(ServerError, CorruptFileError):
+    pass
+
+
+class _RemoteUnavailable(ServerError, ConnectionError):
+    pass
+
+
+class _RemoteTimeout(ServerError, TimeoutError):
+    pass
+
+
+class _RemotePermission(ServerError, PermissionError):
+    pass
+
+
+_REMOTE_CLASSES: Final[dict[str, type[ServerError]]] = {
+    "INVALID_ARGUMENT": _RemoteInvalidArgument,
+    "OUT_OF_RANGE": _RemoteInvalidArgument,
+    "RESOURCE_EXHAUSTED": _RemoteLimitExceeded,
+    "NOT_FOUND": _RemoteNotFound,
+    "DATA_LOSS": _RemoteCorrupt,
+    "UNAVAILABLE": _RemoteUnavailable,
+    "DEADLINE_EXCEEDED": _RemoteTimeout,
+    "UNAUTHENTICATED": _RemotePermission,
+    "PERMISSION_DENIED": _RemotePermission,
+}
+
+
+def server_error(code: str, details: str, address: str | None = None) -> ServerError:
+    """The :class:`ServerError` for a gRPC status ``code`` (its name) and message ``details``."""
+    where = f" from {address}" if address else ""
+    cls = _REMOTE_CLASSES.get(code, ServerError)
+    return cls(f"{details} ({code}{where})", code, details)
 
 
 #: Exit codes of the ``permindex`` command (documented in ``permindex --help``).

@@ -1,0 +1,519 @@
+"""A Python client of the permindex server: :class:`Client`, one typed method per RPC.
+
+Importing ``permindex`` does not import this module (nor grpc): ``permindex.Client`` loads it on
+first use.
+
+- Results are the package's own types (:class:`~permindex.index.Match`, lists, small frozen
+  dataclasses), never protobuf messages. Fingerprints are Python ints in [0, 2^64).
+- A document's content is an ``int`` (its fingerprint) or a ``str`` (its text, fingerprinted by
+  the server).
+- :meth:`Client.ingest` streams any iterable of documents in batches bounded by count
+  (``batch_size``) and bytes (``batch_bytes``), one message each, and waits for every batch's
+  acknowledgement; if the stream fails, the batches acknowledged before stay applied and nothing
+  else is (see the .proto).
+- Errors are :class:`~permindex.errors.ServerError` instances carrying the gRPC status code
+  (``.code``) that also subclass the matching permindex error or built-in (a too-large batch is a
+  :class:`~permindex.errors.LimitExceededError`, an unreachable server a ``ConnectionError``...).
+- Retries: only calls that change nothing (query, get, stats, pairs, clusters, flags,
+  exact_duplicates) are retried, and only on UNAVAILABLE, with exponential backoff (``retries``
+  attempts after the first, waits of ``backoff`` seconds doubling up to ``max_backoff``). Writes
+  are never retried: an UNAVAILABLE write may or may not have been applied.
+- TLS: ``root_certificates`` (PEM bytes or a path) turns TLS on; ``certificate_chain`` and
+  ``private_key`` add a client certificate. ``token`` is sent as ``authorization: Bearer TOKEN``.
+
+Thread-safe: one Client (one channel) can serve many threads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import grpc
+
+from permindex.clusters import ExactGroup, Flag
+from permindex.config import DEFAULT_ADDRESS
+from permindex.errors import InvalidArgumentError, ServerError, server_error
+from permindex.index import Match
+from permindex.v1 import index_pb2 as pb
+from permindex.v1 import index_pb2_grpc
+
+__all__ = [
+    "AddResult",
+    "CheckResult",
+    "Client",
+    "DocumentResult",
+    "IngestResult",
+    "RemoveResult",
+    "ServerStats",
+    "SnapshotResult",
+]
+
+_T = TypeVar("_T")
+
+#: Default batching of :meth:`Client.ingest` (and of the batch methods on long inputs).
+DEFAULT_BATCH_SIZE: Final = 1000
+DEFAULT_BATCH_BYTES: Final = 4 * 1024 * 1024
+
+_STATUS_NAMES: Final = {
+    pb.DOCUMENT_STATUS_ADDED: "added",
+    pb.DOCUMENT_STATUS_REPLACED: "replaced",
+    pb.DOCUMENT_STATUS_TOO_SHORT: "too_short",
+    pb.DOCUMENT_STATUS_NEAR_DUPLICATE: "near_duplicate",
+}
+
+Content = int | str
+DocumentLike = tuple[str, Content]
+
+
+@dataclass(frozen=True)
+class DocumentResult:
+    """One document of an add: ``status`` is ``"added"``, ``"replaced"`` or ``"too_short"``;
+    ``fingerprint`` the one stored (None when too short)."""
+
+    key: str
+    status: str
+    fingerprint: int | None
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """The reply to :meth:`Client.add`: one result per document, in order, and the counts."""
+
+    results: list[DocumentResult]
+    added: int
+    replaced: int
+    too_short: int
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """The counts of :meth:`Client.ingest` over every acknowledged batch."""
+
+    documents: int
+    added: int
+    replaced: int
+    too_short: int
+    batches: int
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One document of a check-and-add: ``status`` is ``"added"``, ``"replaced"``,
+    ``"near_duplicate"`` or ``"too_short"``; ``matches`` the other keys within k at the time of
+    the check (the document was stored only if there were none)."""
+
+    key: str
+    status: str
+    fingerprint: int | None
+    matches: list[Match]
+
+    @property
+    def added(self) -> bool:
+        """Whether the document is now stored."""
+        return self.status in ("added", "replaced")
+
+
+@dataclass(frozen=True)
+class RemoveResult:
+    """How many keys were removed, and the keys that were not stored."""
+
+    removed: int
+    not_found: list[str]
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """The Stats RPC (units in the .proto): counts, memory, design, uptime, last snapshot."""
+
+    count: int
+    memory_bytes: int
+    resident_memory_bytes: int
+    blocks: int
+    leading: int
+    tables: int
+    k: int
+    uptime_seconds: float
+    last_snapshot_unix_seconds: float | None
+    last_snapshot_count: int
+    last_snapshot_bytes: int
+    version: str
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """A snapshot written by the server: its path on the server, keys, bytes and seconds."""
+
+    path: str
+    count: int
+    bytes: int
+    seconds: float
+
+
+def _pem(value: bytes | str | Path | None) -> bytes | None:
+    """PEM bytes, or the content of the file a ``str`` / ``Path`` names."""
+    if value is None or isinstance(value, bytes):
+        return value
+    return Path(value).read_bytes()
+
+
+def _document(key: str, content: Content, where: str) -> pb.Document:
+    if isinstance(content, bool) or not isinstance(content, int | str):
+        raise InvalidArgumentError(
+            f"{where}: content of key {key!r} is {type(content).__name__}; give an int "
+            "(fingerprint) or a str (text)",
+            content,
+        )
+    if isinstance(content, str):
+        return pb.Document(key=key, text=content)
+    if not 0 <= content < 1 << 64:
+        raise InvalidArgumentError(
+            f"{where}: fingerprint {content} of key {key!r} is not in [0, 2**64)", content
+        )
+    return pb.Document(key=key, fingerprint=content)
+
+
+def _documents(documents: Iterable[DocumentLike]) -> Iterator[tuple[pb.Document, int]]:
+    """(message, approximate size in bytes) per document."""
+    for i, (key, content) in enumerate(documents):
+        message = _document(key, content, f"documents[{i}]")
+        size = len(key) + 16 + (len(content.encode("utf-8")) if isinstance(content, str) else 0)
+        yield message, size
+
+
+def _matches(message: Any) -> list[Match]:
+    return [Match(m.key, m.fingerprint, m.distance) for m in message]
+
+
+class Client:
+    """A connection to a permindex server (see the module docstring for errors, retries, TLS).
+
+    Args:
+        address: ``HOST:PORT`` of the server.
+        timeout: deadline of each call, seconds (None: none); a call past it raises a
+            ``TimeoutError`` (DEADLINE_EXCEEDED). Streaming calls get it per call, not per message.
+        retries: extra attempts of a read-only call answered UNAVAILABLE.
+        backoff: the first wait before a retry, seconds; doubled each time up to ``max_backoff``.
+        root_certificates: PEM (bytes, or a path) of the CA that signed the server's certificate;
+            turns TLS on.
+        certificate_chain, private_key: PEM (bytes, or a path) of a client certificate and its key,
+            for servers that require one.
+        server_name: the name to check the server's certificate against, when it differs from the
+            address's host.
+        token: a bearer token (``authorization: Bearer TOKEN`` on every call).
+        batch_size, batch_bytes: most documents, and about most bytes, per message of
+            :meth:`ingest` (and per request of the batch methods).
+    """
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        timeout: float | None = 60.0,
+        retries: int = 4,
+        backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        root_certificates: bytes | str | Path | None = None,
+        certificate_chain: bytes | str | Path | None = None,
+        private_key: bytes | str | Path | None = None,
+        server_name: str | None = None,
+        token: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> None:
+        if batch_size < 1 or batch_bytes < 1:
+            raise InvalidArgumentError("batch_size and batch_bytes must be at least 1")
+        self.address = address
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token.strip()}"),) if token else ()
+        )
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_send_message_length", -1),
+        ]
+        if server_name:
+            options.append(("grpc.ssl_target_name_override", server_name))
+        if root_certificates is None and (certificate_chain or private_key):
+            raise InvalidArgumentError("a client certificate needs root_certificates (TLS)")
+        if root_certificates is not None:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_pem(root_certificates),
+                private_key=_pem(private_key),
+                certificate_chain=_pem(certificate_chain),
+            )
+            self._channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stub = index_pb2_grpc.PermIndexStub(self._channel)  # type: ignore[no-untyped-call]
+
+    # ---- plumbing
+
+    def close(self) -> None:
+        """Close the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _error(self, error: grpc.RpcError) -> ServerError:
+        code = error.code() if isinstance(error, grpc.Call) else None
+        details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+        return server_error(code.name if code is not None else "UNKNOWN", details, self.address)
+
+    def _call(self, function: Callable[[], _T], *, idempotent: bool) -> _T:
+        """Run ``function`` (one RPC, fully consumed); RpcError becomes ServerError, and an
+        idempotent call answered UNAVAILABLE is retried with exponential backoff."""
+        wait = self.backoff
+        attempt = 0
+        while True:
+            try:
+                return function()
+            except grpc.RpcError as error:
+                failure = self._error(error)
+            if not idempotent or failure.code != "UNAVAILABLE" or attempt >= self.retries:
+                raise failure
+            attempt += 1
+            time.sleep(wait)
+            wait = min(wait * 2, self.max_backoff)
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"timeout": self.timeout, "metadata": self._metadata}
+
+    def _chunks(self, items: Sequence[_T]) -> Iterator[Sequence[_T]]:
+        for start in range(0, len(items), self.batch_size):
+            yield items[start : start + self.batch_size]
+
+    # ---- writes (never retried)
+
+    def add(self, documents: Iterable[DocumentLike]) -> AddResult:
+        """Add (or replace) ``(key, fingerprint or text)`` documents in one request, applied as
+        one step. For more than the server's batch limit, use :meth:`ingest`."""
+        request = pb.AddRequest(documents=[message for message, _ in _documents(documents)])
+        reply = self._call(lambda: self._stub.Add(request, **self._kwargs()), idempotent=False)
+        results = [
+            DocumentResult(
+                r.key, _STATUS_NAMES[r.status], r.fingerprint if r.HasField("fingerprint") else None
+            )
+            for r in reply.results
+        ]
+        return AddResult(results, reply.added, reply.replaced, reply.too_short)
+
+    def _batches(self, documents: Iterable[DocumentLike]) -> Iterator[pb.AddRequest]:
+        batch: list[pb.Document] = []
+        size = 0
+        for message, message_size in _documents(documents):
+            if batch and (len(batch) >= self.batch_size or size + message_size > self.batch_bytes):
+                yield pb.AddRequest(documents=batch)
+                batch, size = [], 0
+            batch.append(message)
+            size += message_size
+        if batch:
+            yield pb.AddRequest(documents=batch)
+
+    def ingest(
+        self,
+        documents: Iterable[DocumentLike],
+        *,
+        progress: Callable[[IngestResult], None] | None = None,
+    ) -> IngestResult:
+        """Stream ``(key, fingerprint or text)`` documents (any iterable, read lazily) to the
+        server in batches of at most ``batch_size`` documents and about ``batch_bytes`` bytes.
+
+        ``progress`` is called with the running counts after each acknowledged batch. On an
+        error the batches acknowledged so far (the last counts given to ``progress``) stay
+        applied; nothing after them is. No deadline applies to the whole stream.
+        """
+        counts = [0, 0, 0, 0, 0]  # documents, added, replaced, too short, batches
+
+        def run() -> None:
+            replies = self._stub.Ingest(self._batches(documents), metadata=self._metadata)
+            for reply in replies:
+                counts[0] += len(reply.results)
+                counts[1] += reply.added
+                counts[2] += reply.replaced
+                counts[3] += reply.too_short
+                counts[4] += 1
+                if progress is not None:
+                    progress(IngestResult(*counts))
+
+        self._call(run, idempotent=False)
+        return IngestResult(*counts)
+
+    def check_and_add(self, key: str, content: Content, *, k: int | None = None) -> CheckResult:
+        """Add the document only if no *other* key is within ``k`` (atomically on the server)."""
+        return self.check_and_add_many([(key, content)], k=k)[0]
+
+    def check_and_add_many(
+        self, documents: Iterable[DocumentLike], *, k: int | None = None
+    ) -> list[CheckResult]:
+        """:meth:`check_and_add` for each document in order, in one request (so two
+        near-duplicates in it can never both be added)."""
+        request = pb.CheckAndAddRequest(
+            documents=[message for message, _ in _documents(documents)], k=k
+        )
+        reply = self._call(
+            lambda: self._stub.CheckAndAdd(request, **self._kwargs()), idempotent=False
+        )
+        return [
+            CheckResult(
+                r.key,
+                _STATUS_NAMES[r.status],
+                r.fingerprint if r.HasField("fingerprint") else None,
+                _matches(r.matches),
+            )
+            for r in reply.results
+        ]
+
+    def remove(self, keys: str | Iterable[str]) -> RemoveResult:
+        """Remove a key or keys; the ones not stored are listed, not an error."""
+        names = [keys] if isinstance(keys, str) else list(keys)
+        removed = 0
+        not_found: list[str] = []
+        for chunk in self._chunks(names):
+            request = pb.RemoveRequest(keys=chunk)
+            reply = self._call(
+                lambda r=request: self._stub.Remove(r, **self._kwargs()),  # type: ignore[misc]
+                idempotent=False,
+            )
+            removed += reply.removed
+            not_found.extend(reply.not_found)
+        return RemoveResult(removed, not_found)
+
+    def snapshot(self) -> SnapshotResult:
+        """Ask the server to write a snapshot now; returns when it is durable."""
+        reply = self._call(
+            lambda: self._stub.Snapshot(pb.SnapshotRequest(), **self._kwargs()), idempotent=False
+        )
+        return SnapshotResult(reply.path, reply.count, reply.bytes, reply.seconds)
+
+    # ---- reads (retried on UNAVAILABLE)
+
+    def query(
+        self, fingerprint: int, *, k: int | None = None, limit: int | None = None
+    ) -> list[Match]:
+        """Every stored key within ``k`` of ``fingerprint``, by distance then key."""
+        return self.query_many([fingerprint], k=k, limit=limit)[0]
+
+    def query_many(
+        self, fingerprints: Iterable[int], *, k: int | None = None, limit: int | None = None
+    ) -> list[list[Match]]:
+        """:meth:`query` for each fingerprint (one list each, in order), ``batch_size`` a
+        request."""
+        values = list(fingerprints)
+        for i, value in enumerate(values):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+                raise InvalidArgumentError(
+                    f"fingerprints[{i}] = {value!r} is not an int in [0, 2**64)", value
+                )
+        found: list[list[Match]] = []
+        for chunk in self._chunks(values):
+            request = pb.QueryRequest(fingerprints=chunk, k=k, limit=limit)
+            reply = self._call(
+                lambda r=request: self._stub.Query(r, **self._kwargs()),  # type: ignore[misc]
+                idempotent=True,
+            )
+            found.extend(_matches(result.matches) for result in reply.results)
+        return found
+
+    def get(self, key: str) -> int | None:
+        """The stored fingerprint of ``key``, or None."""
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Iterable[str]) -> list[int | None]:
+        """The stored fingerprint of each key (None where not stored), in order."""
+        names = list(keys)
+        found: list[int | None] = []
+        for chunk in self._chunks(names):
+            request = pb.GetRequest(keys=chunk)
+            reply = self._call(
+                lambda r=request: self._stub.Get(r, **self._kwargs()),  # type: ignore[misc]
+                idempotent=True,
+            )
+            found.extend(r.fingerprint if r.found else None for r in reply.results)
+        return found
+
+    def pairs(self, *, k: int | None = None) -> list[tuple[str, str, int]]:
+        """Every pair of stored keys within ``k``: ``(key_a, key_b, distance)``, key_a < key_b,
+        sorted."""
+
+        def run() -> list[tuple[str, str, int]]:
+            replies = self._stub.Pairs(pb.PairsRequest(k=k), **self._kwargs())
+            return sorted((p.key_a, p.key_b, p.distance) for r in replies for p in r.pairs)
+
+        return self._call(run, idempotent=True)
+
+    def clusters(self, *, k: int | None = None) -> list[list[str]]:
+        """The clusters within ``k`` (connected components of the pairs), largest first."""
+
+        def run() -> list[list[str]]:
+            found: dict[int, list[str]] = {}
+            for reply in self._stub.Clusters(pb.ClustersRequest(k=k), **self._kwargs()):
+                for cluster in reply.clusters:
+                    found.setdefault(cluster.id, []).extend(cluster.keys)
+            return [found[i] for i in sorted(found)]
+
+        return self._call(run, idempotent=True)
+
+    def flags(self, *, k: int | None = None) -> list[Flag]:
+        """Every key with another key within ``k``, with its nearest one, sorted by key."""
+
+        def run() -> list[Flag]:
+            replies = self._stub.Flags(pb.FlagsRequest(k=k), **self._kwargs())
+            return [
+                Flag(f.key, f.nearest_key, f.distance, f.neighbors)
+                for reply in replies
+                for f in reply.flags
+            ]
+
+        return self._call(run, idempotent=True)
+
+    def exact_duplicates(self) -> list[ExactGroup]:
+        """The groups of keys sharing one fingerprint, largest first."""
+
+        def run() -> list[ExactGroup]:
+            found: dict[int, ExactGroup] = {}
+            request = pb.ExactDuplicatesRequest()
+            for reply in self._stub.ExactDuplicates(request, **self._kwargs()):
+                for group in reply.groups:
+                    found.setdefault(group.id, ExactGroup(group.fingerprint, [])).keys.extend(
+                        group.keys
+                    )
+            return [found[i] for i in sorted(found)]
+
+        return self._call(run, idempotent=True)
+
+    def stats(self) -> ServerStats:
+        """The server's counts, memory, design, uptime and last snapshot."""
+        reply = self._call(
+            lambda: self._stub.Stats(pb.StatsRequest(), **self._kwargs()), idempotent=True
+        )
+        return ServerStats(
+            count=reply.count,
+            memory_bytes=reply.memory_bytes,
+            resident_memory_bytes=reply.resident_memory_bytes,
+            blocks=reply.design.blocks,
+            leading=reply.design.leading,
+            tables=reply.design.tables,
+            k=reply.design.k,
+            uptime_seconds=reply.uptime_seconds,
+            last_snapshot_unix_seconds=(
+                reply.last_snapshot_unix_seconds
+                if reply.HasField("last_snapshot_unix_seconds")
+                else None
+            ),
+            last_snapshot_count=reply.last_snapshot_count,
+            last_snapshot_bytes=reply.last_snapshot_bytes,
+            version=reply.version,
+        )

@@ -1,0 +1,159 @@
+"""permindex.Client against a real server on 127.0.0.1 (port 0): every method, batching of
+ingest by count and bytes, errors as permindex exceptions with their gRPC code, retries only on
+read-only calls."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import StartServer
+
+import permindex
+from permindex import Index, Match, hamming
+from permindex.clusters import clusters as clusters_of
+from permindex.clusters import exact_duplicates as exact_duplicates_of
+from permindex.clusters import flags as flags_of
+from permindex.errors import LimitExceededError, ServerError
+from permindex.rpc.server import RunningServer
+
+TEXT = "the quick brown fox jumps over the lazy dog near the river bank"
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[permindex.Client]:
+    with permindex.Client(server.address, timeout=30) as opened:
+        yield opened
+
+
+def test_client_is_exported_lazily() -> None:
+    from permindex.client import Client
+
+    assert permindex.Client is Client
+    with pytest.raises(AttributeError):
+        _ = permindex.NoSuchThing
+
+
+def test_every_method_against_brute_force(client: permindex.Client) -> None:
+    rng = random.Random(6)
+    base = [rng.getrandbits(64) for _ in range(40)]
+    stored: dict[str, int] = {}
+    for i, fp in enumerate(base):
+        stored[f"b{i}"] = fp
+        stored[f"n{i}"] = fp ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64))
+    added = client.add(list(stored.items())[:10])
+    assert added.added == 10 and added.replaced == 0
+    assert [r.status for r in added.results] == ["added"] * 10
+    result = client.ingest(list(stored.items()))
+    assert (result.documents, result.added, result.replaced) == (80, 70, 10)
+
+    index = Index(k=3)
+    index.add_many(list(stored), list(stored.values()))
+    for fp in base[:10]:
+        assert client.query(fp) == index.query(fp)
+        assert client.query(fp, k=1, limit=1) == index.query(fp, k=1, limit=1)
+    assert client.query_many(base) == [index.query(fp) for fp in base]
+    assert client.get("b3") == stored["b3"]
+    assert client.get("missing") is None
+    assert client.get_many(["n1", "x"]) == [stored["n1"], None]
+    assert client.pairs() == sorted(index.pairs())
+    assert client.pairs(k=0) == sorted(index.pairs(k=0))
+    assert client.clusters() == clusters_of(index)
+    assert client.flags() == flags_of(index)
+    assert client.exact_duplicates() == exact_duplicates_of(index)
+
+    near = client.check_and_add("new", base[0] ^ 1)
+    assert near.status == "near_duplicate" and not near.added
+    assert near.matches[0] == Match("b0", base[0], 1)
+    free = client.check_and_add("free", (base[0] ^ ((1 << 64) - 1)))
+    assert free.added == all(hamming(free.fingerprint or 0, v) > 3 for v in stored.values())
+    text = client.check_and_add("text", TEXT)
+    assert text.fingerprint == permindex.simhash(TEXT)
+    short = client.add([("short", "two words")])
+    assert short.results[0].status == "too_short" and short.too_short == 1
+
+    removed = client.remove(["b0", "nope"])
+    assert removed.removed == 1 and removed.not_found == ["nope"]
+    assert client.get("b0") is None
+    stats = client.stats()
+    assert stats.count == len(stored) - 1 + 1 + int(free.added)
+    assert (stats.blocks, stats.leading, stats.tables, stats.k) == (4, 1, 4, 3)
+    snap = client.snapshot()
+    assert snap.count == stats.count and Path(snap.path).exists()
+
+
+def test_ingest_batches_by_count_and_bytes(client: permindex.Client) -> None:
+    counted: list[int] = []
+    client.batch_size = 7
+    client.ingest(((f"k{i}", i) for i in range(30)), progress=lambda r: counted.append(r.documents))
+    assert counted == [7, 14, 21, 28, 30]
+    client.batch_size = 1000
+    client.batch_bytes = 2500  # each text is about 1,000 bytes: 2 documents a message
+    counted.clear()
+    texts = ((f"t{i}", f"word{i} " + "lorem ipsum " * 80) for i in range(5))
+    result = client.ingest(texts, progress=lambda r: counted.append(r.documents))
+    assert counted == [2, 4, 5] and result.batches == 3 and result.added == 5
+
+
+def test_errors_carry_the_grpc_code(start_server: StartServer) -> None:
+    server = start_server(max_batch=5)
+    with permindex.Client(server.address) as client:
+        with pytest.raises(LimitExceededError) as too_many:
+            client.add([(f"k{i}", i) for i in range(6)])
+        assert isinstance(too_many.value, ServerError)
+        assert too_many.value.code == "RESOURCE_EXHAUSTED"
+        with pytest.raises(ValueError) as bad_k:
+            client.query(1, k=9)
+        assert isinstance(bad_k.value, ServerError) and bad_k.value.code == "INVALID_ARGUMENT"
+        assert "k=9" in bad_k.value.details
+        with pytest.raises(ServerError) as empty_key:
+            client.add([("", 1)])
+        assert empty_key.value.code == "INVALID_ARGUMENT"
+        # an ingest refused at its second batch keeps the first
+        client.batch_size = 5
+        with pytest.raises(ServerError):
+            client.ingest([(f"ok{i}", i) for i in range(5)] + [("", 9)])
+        assert client.get_many([f"ok{i}" for i in range(5)]) == list(range(5))
+        with pytest.raises(ValueError):
+            client.query(-1)
+        with pytest.raises(ValueError):
+            client.add([("k", 1.5)])  # type: ignore[list-item]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_reads_are_retried_while_unavailable_writes_are_not(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    with permindex.Client(address, retries=0, timeout=5) as client:
+        with pytest.raises(ConnectionError) as down:
+            client.stats()
+        assert isinstance(down.value, ServerError) and down.value.code == "UNAVAILABLE"
+    started: list[RunningServer] = []
+
+    def start_later() -> None:
+        time.sleep(0.8)
+        started.append(start_server(address=address))
+
+    with permindex.Client(address, retries=8, backoff=0.1, max_backoff=0.5, timeout=5) as client:
+        with pytest.raises(ConnectionError):
+            client.add([("k", 1)])  # a write fails at once: never retried
+        thread = threading.Thread(target=start_later)
+        began = time.monotonic()
+        thread.start()
+        assert client.stats().count == 0  # retried until the server came up
+        thread.join()
+        assert time.monotonic() - began >= 0.7
+        assert started
