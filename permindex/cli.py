@@ -62,6 +62,9 @@ _MIB: Final = 1024 * 1024
 _DEFAULTS: Final = ServerConfig()
 DEFAULT_BATCH_SIZE: Final = 1000
 DEFAULT_BATCH_BYTES: Final = 4 * _MIB
+#: Larger documents are skipped by ingest: a request must stay under the server's message limit
+#: (64 MiB by default).
+DEFAULT_MAX_DOCUMENT_BYTES: Final = 60 * _MIB
 
 #: What each exit code means (keys of permindex.errors.EXIT_CODES), for ``permindex --help``.
 _EXIT_CODE_HELP: Final[dict[str, str]] = {
@@ -261,21 +264,36 @@ class _RequestFeed:
     than ``min_words`` words are not sent: ``too_short`` counts them."""
 
     def __init__(
-        self, reader: DocumentReader, max_docs: int, max_bytes: int, min_words: int = 0
+        self,
+        reader: DocumentReader,
+        max_docs: int,
+        max_bytes: int,
+        min_words: int = 0,
+        max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     ) -> None:
         self._reader = reader
         self._max_docs = max_docs
         self._max_bytes = max_bytes
         self._min_words = min_words
+        self._max_document_bytes = max_document_bytes
         self.error: Exception | None = None
         self.sent: deque[tuple[int, int]] = deque()
         self.too_short = 0
+        self.too_large = 0
 
     def _documents(self) -> Iterator[Document]:
         for document in self._reader:
             text = document.text
             if self._min_words and text is not None and len(text.split()) < self._min_words:
                 self.too_short += 1
+                continue
+            size = document.size_bytes()
+            if size > self._max_document_bytes:
+                self.too_large += 1
+                _err(
+                    f"permindex ingest: skipping {document.key!r}: {size} bytes is more than "
+                    f"--max-document-bytes {self._max_document_bytes}"
+                )
                 continue
             yield document
 
@@ -312,17 +330,19 @@ def ingest(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     progress: bool = True,
     min_words: int = 0,
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
 ) -> IngestSummary:
     """Stream the documents of ``reader`` to the server at ``address`` over the Ingest RPC, in
     batches bounded by ``batch_size`` documents and ``batch_bytes`` bytes; a tqdm progress bar on
     stderr when ``progress``. Texts of fewer than ``min_words`` words are counted as too short
-    and not sent. Raises CommandError (an RPC failure), or the reader's error (a malformed input
-    line) after the batches before it are acknowledged."""
+    and not sent; documents over ``max_document_bytes`` (key and UTF-8 text, bytes) are skipped,
+    named on stderr and counted as "too large". Raises CommandError (an RPC failure), or the
+    reader's error (a malformed input line) after the batches before it are acknowledged."""
     from tqdm import tqdm
 
     started = time.monotonic()
     summary = IngestSummary()
-    feed = _RequestFeed(reader, batch_size, batch_bytes, min_words)
+    feed = _RequestFeed(reader, batch_size, batch_bytes, min_words, max_document_bytes)
     by_bytes = reader.size_bytes is not None
     bar = tqdm(
         total=reader.size_bytes,
@@ -356,8 +376,11 @@ def ingest(
         raise failure from feed.error
     summary.documents += feed.too_short
     summary.too_short += feed.too_short
-    summary.skipped = reader.stats.skipped
-    summary.skipped_by_reason = dict(sorted(reader.stats.skipped_by_reason.items()))
+    skipped = dict(reader.stats.skipped_by_reason)
+    if feed.too_large:
+        skipped["too large"] = feed.too_large
+    summary.skipped = sum(skipped.values())
+    summary.skipped_by_reason = dict(sorted(skipped.items()))
     summary.seconds = time.monotonic() - started
     return summary
 
@@ -397,6 +420,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         batch_bytes=args.batch_bytes,
         progress=progress,
         min_words=args.min_words,
+        max_document_bytes=args.max_document_bytes,
     )
     _err(f"permindex ingest: {summary.line()}")
     return EXIT_CODES["ok"]
@@ -838,6 +862,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_BATCH_SIZE,
         metavar="N",
         help=f"most documents per batch (default {DEFAULT_BATCH_SIZE})",
+    )
+    ingest_.add_argument(
+        "--max-document-bytes",
+        type=_positive,
+        default=DEFAULT_MAX_DOCUMENT_BYTES,
+        metavar="N",
+        help="skip (name on stderr and count as too large) a document whose key and UTF-8 text\n"
+        f"are more than N bytes; keep it under the server's --max-message-mb "
+        f"(default {DEFAULT_MAX_DOCUMENT_BYTES}, 60 MiB)",
     )
     ingest_.add_argument(
         "--batch-bytes",

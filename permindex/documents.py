@@ -36,6 +36,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import sys
 import zlib
 from collections import Counter
@@ -167,6 +168,9 @@ def parse_fingerprint(value: object) -> int:
     return int(digits, 16)
 
 
+#: A UTF-16 surrogate code point: a JSON \\ud800-style escape can produce one alone, and no
+#: UTF-8 text (nor a protobuf string) can hold it.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _TSV_ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
@@ -422,6 +426,12 @@ class DocumentReader:
             text = obj[text_field]
             if not isinstance(text, str):
                 raise bad(f'"{text_field}" must be a string, not {json.dumps(text)[:40]}')
+            surrogate = _SURROGATE.search(text)
+            if surrogate is not None:
+                raise bad(
+                    f'"{text_field}" holds a lone surrogate \\u{ord(surrogate.group()):04x} at '
+                    f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
+                )
             return Document(key, text=text)
         try:
             fingerprint = parse_fingerprint(obj["fingerprint"])

@@ -543,6 +543,24 @@ def test_ingest_folder(
     assert run(capsys, "pairs", *addr)[1] == "nested/page.html\ttop.txt\t0\n"
 
 
+def test_ingest_skips_a_document_too_large_for_a_message(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "small.txt").write_text("three words here and more")
+    (folder / "huge.txt").write_text("word " * 5000)  # 25,000 bytes
+    (folder / "tail.txt").write_text("more words after the huge one")
+    addr = ("--address", server.address)
+    code, _out, err = run(capsys, "ingest", str(folder), "--max-document-bytes", "10000", *addr)
+    assert code == OK
+    assert "skipping 'huge.txt': 25024 bytes is more than --max-document-bytes 10000" in err
+    assert "2 added" in err and "1 skipped (1 too large)" in err
+    code, out, _err = run(capsys, "get", "small.txt", "tail.txt", *addr)
+    assert code == OK and len(out.splitlines()) == 2
+    assert run(capsys, "get", "huge.txt", *addr)[0] == EXIT_CODES["not_found"]
+
+
 def test_ingest_empty_inputs(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
 ) -> None:
@@ -637,9 +655,7 @@ def test_keys_with_tabs_and_newlines_are_escaped_in_tsv_output(
     code, out, _err = run(capsys, "pairs", *addr)
     assert code == OK
     assert out == (
-        "back\\\\slash\tnew\\nline\t2\n"
-        "back\\\\slash\ttab\\there\t1\n"
-        "new\\nline\ttab\\there\t1\n"
+        "back\\\\slash\tnew\\nline\t2\nback\\\\slash\ttab\\there\t1\nnew\\nline\ttab\\there\t1\n"
     )
     code, out, _err = run(capsys, "query", "--fingerprint", str(base), "--k", "1", *addr)
     assert out == (

@@ -141,6 +141,8 @@ def test_jsonl_from_stdin_stream() -> None:
         ('{"id": null, "text": "t"}', '"id" must be a string or an integer'),
         ('{"id": "", "text": "t"}', "key is empty"),
         (json.dumps({"id": "k" * (MAX_KEY_BYTES + 1), "text": "t"}), "1025 UTF-8 bytes"),
+        ('{"id": "a", "text": "lone \\ud800 surrogate here"}', "lone surrogate \\ud800"),
+        ('{"id": "\\udfff", "text": "three words here"}', "not valid Unicode"),
     ],
 )
 def test_malformed_jsonl_line_names_file_and_line(
