@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final, Literal
 
 import numpy as np
@@ -65,6 +65,8 @@ MAX_FINGERPRINT = (1 << FINGERPRINT_BITS) - 1
 _BIT63 = 1 << 63
 _CHUNK = 1 << 16  # shingle hashes counted per numpy pass (bounds memory at 4 MiB of bits)
 _SMALL = 24  # below this many shingles, counting in pure Python is faster than numpy
+_LARGE_TEXT = 1 << 20  # characters: longer texts are shingled and counted piece by piece
+_WHITESPACE = re.compile(r"\s")  # for str patterns, the characters str.split() splits on
 
 Tokenizer = Literal["words", "chars", "auto"]
 #: The tokenizers of :func:`tokens` (``"words"`` is the default and the reference algorithm).
@@ -148,14 +150,64 @@ def _vote(hashes: list[int]) -> int:
             if 2 * ones > n:
                 result |= mask
         return result
+    return _majority(_ones_per_bit(hashes), n)
+
+
+def _ones_per_bit(hashes: list[int]) -> NDArray[np.int64]:
+    """(64,) int64: how many of ``hashes`` have bit i set, for each i."""
     ones_total = np.zeros(FINGERPRINT_BITS, dtype=np.int64)
-    for start in range(0, n, _CHUNK):
+    for start in range(0, len(hashes), _CHUNK):
         chunk = np.array(hashes[start : start + _CHUNK], dtype="<u8")
         # (m, 64) little-endian bit matrix: column i is bit i of each hash.
         bits = np.unpackbits(chunk.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
         ones_total += bits.sum(axis=0, dtype=np.int64)
-    set_bits = np.flatnonzero(2 * ones_total > n)
-    return sum(1 << int(i) for i in set_bits)
+    return ones_total
+
+
+def _majority(ones: NDArray[np.int64], n: int) -> int:
+    """The fingerprint whose bit i is 1 where more than half of ``n`` votes set it."""
+    return sum(1 << int(i) for i in np.flatnonzero(2 * ones > n))
+
+
+def _word_pieces(text: str) -> Iterator[list[str]]:
+    """The lower-cased words of ``text``, as consecutive lists of about :data:`_LARGE_TEXT`
+    characters. Pieces are cut only just before a whitespace character, so every word, and the
+    context of ``str.lower``'s rules (the Greek final sigma), is the same as in the whole text."""
+    start, n = 0, len(text)
+    while start < n:
+        end = start + _LARGE_TEXT
+        if end >= n:
+            end = n
+        else:
+            found = _WHITESPACE.search(text, end)
+            end = n if found is None else found.start()
+        yield text[start:end].lower().split()
+        start = end
+
+
+def _simhash_large(text: str, shingle_size: int, min_words: int) -> int | None:
+    """:func:`simhash` with the word tokenizer for a long text, in memory bounded by a piece
+    (about 1 Mi characters) instead of the whole text's words and shingles (about 70 times the
+    text's size). Same result as the direct computation: the shingles are the same, each voting
+    once."""
+    hash_ = xxhash.xxh3_64_intdigest
+    keep = shingle_size - 1  # words carried over to the next piece's first shingles
+    ones = np.zeros(FINGERPRINT_BITS, dtype=np.int64)
+    votes = words_seen = 0
+    carry: list[str] = []
+    for piece in _word_pieces(text):
+        words_seen += len(piece)
+        words = carry + piece
+        m = len(words) - shingle_size + 1
+        if m > 0:
+            ones += _ones_per_bit(
+                [hash_(" ".join(words[i : i + shingle_size]).encode("utf-8")) for i in range(m)]
+            )
+            votes += m
+        carry = words[max(0, len(words) - keep) :] if keep else []
+    if votes == 0 or words_seen < min_words:
+        return None
+    return _majority(ones, votes)
 
 
 def simhash(
@@ -195,6 +247,11 @@ def simhash(
     _check_options(shingle_size, bits)
     _check_tokenizer(tokenizer, min_words)
     kind = _resolve_tokenizer(text, tokenizer)
+    if kind == "words" and len(text) > _LARGE_TEXT:
+        large = _simhash_large(text, shingle_size, min_words)
+        if large is None:
+            return None
+        return large & ~_BIT63 if bits == 63 else large
     if min_words and len(tokens(text, kind)) < min_words:
         return None
     parts = shingles(text, shingle_size, kind)

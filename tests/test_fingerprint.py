@@ -208,3 +208,46 @@ def test_import_permindex_pulls_in_no_grpc() -> None:
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+# Greek sigma (capital, small, final), dotted capital I, sharp s, and whitespace of several kinds.
+_PIECE_ALPHABET = st.sampled_from(
+    [
+        *("a", "b", "x", "\u03a3", "\u03c3", "\u03c2", "\u0130", "\u00df"),
+        *(" ", "  ", "\n", "\t", "\u00a0", "\u3000", "\u2003"),
+    ]
+)
+
+
+@given(st.lists(_PIECE_ALPHABET, max_size=200), st.integers(1, 4), st.integers(1, 40))
+def test_long_texts_in_pieces_equal_the_whole_text(
+    parts: list[str], shingle_size: int, piece: int
+) -> None:
+    """Texts over fingerprint._LARGE_TEXT characters are shingled piece by piece to bound memory;
+    with tiny pieces (cut at whitespace: Greek final sigma, NBSP, U+3000), the fingerprint is
+    the direct computation's."""
+    import permindex.fingerprint as fingerprint
+
+    text = "".join(parts)
+    direct = simhash(text, shingle_size=shingle_size)
+    direct_63 = simhash(text, shingle_size=shingle_size, bits=63)
+    direct_min = simhash(text, shingle_size=shingle_size, min_words=5)
+    saved = fingerprint._LARGE_TEXT
+    fingerprint._LARGE_TEXT = piece
+    try:
+        if len(text) > piece:  # the piecewise path is taken
+            assert simhash(text, shingle_size=shingle_size) == direct
+            assert simhash(text, shingle_size=shingle_size, bits=63) == direct_63
+            assert simhash(text, shingle_size=shingle_size, min_words=5) == direct_min
+    finally:
+        fingerprint._LARGE_TEXT = saved
+
+
+def test_a_long_text_matches_the_naive_definition() -> None:
+    rng = np.random.default_rng(11)
+    vocab = [f"w{i}" for i in range(300)] + ["ΟΔΟΣ", "İz", "straße"]
+    separators = [" ", "\n", "\u00a0", "\u3000", "\t\t"]
+    picks = rng.integers(0, len(vocab), size=260_000)
+    text = "".join(vocab[p] + separators[i % 5] for i, p in enumerate(picks.tolist()))
+    assert len(text) > (1 << 20)  # over _LARGE_TEXT: computed in pieces
+    assert simhash(text) == _naive_simhash(text)
