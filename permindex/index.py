@@ -873,8 +873,8 @@ class Index:
             results[q].append(match)
         if q_all.size > 1:
             tie = (q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1])
-            for i in np.flatnonzero(tie).tolist():
-                results[q_list[i]].sort(key=_MATCH_ORDER)
+            for q in np.unique(q_all[1:][tie]).tolist():  # each query with a tie sorted once
+                results[q].sort(key=_MATCH_ORDER)
         return results
 
     def _query_chunk(

@@ -421,7 +421,8 @@ class KeyStore:
 
     def keys(self, rows: NDArray[np.integer] | Sequence[int]) -> list[str]:
         """The keys of ``rows`` (any order, repeats allowed), decoded: few rows one by one, many
-        rows gathered into one buffer, decoded once and split at the NULs."""
+        rows gathered into one buffer, decoded once and split at the NULs; a repeated row is
+        decoded once (its str object shared)."""
         rows = np.asarray(rows, dtype=np.int64)
         n = int(rows.size)
         if n == 0:
@@ -429,6 +430,10 @@ class KeyStore:
         if n <= 32:
             key = self.key
             return [key(row) for row in rows.tolist()]
+        unique, inverse = np.unique(rows, return_inverse=True)
+        if unique.size < n:  # repeats (one key matching many queries): decode each row once
+            decoded = self.keys(unique)
+            return [decoded[i] for i in inverse.tolist()]
         starts = self._offsets[rows]
         sizes = self._offsets[rows + 1] - starts
         return _split(self._data[_ragged_positions(starts, sizes)], sizes)

@@ -825,3 +825,42 @@ def test_run_server_refuses_a_port_in_use_with_one_line(
     assert code != 0
     assert stderr.count("\n") == 1 and f"cannot listen on {server.address}" in stderr
     assert "Traceback" not in stderr
+
+
+def test_streamed_replies_fit_a_small_message_limit(start_server: StartServer) -> None:
+    """With --max-message-mb 1, Pairs, Clusters and Flags still arrive whole: their chunks are
+    sized for the longest keys, not only counted."""
+    running = start_server(max_message_bytes=1 << 20)
+    channel, stub = make_stub(running.address)
+    with channel:
+        long = "k" * 1000
+        entries = {f"{long}{i:04d}": (i % 2) * 0xFFFF for i in range(800)}  # two fingerprints
+        add(stub, entries)
+        pairs = [p for r in stub.Pairs(pb.PairsRequest(k=0)) for p in r.pairs]
+        assert len(pairs) == 2 * (400 * 399 // 2)
+        assert len({(p.key_a, p.key_b) for p in pairs}) == len(pairs)
+        clusters = [
+            key
+            for r in stub.Clusters(pb.ClustersRequest(k=0))
+            for c in r.clusters
+            for key in c.keys
+        ]
+        assert sorted(clusters) == sorted(entries)
+        flags = [f.key for r in stub.Flags(pb.FlagsRequest(k=0)) for f in r.flags]
+        assert sorted(flags) == sorted(entries)
+
+
+def test_a_query_answer_over_the_message_limit_is_refused_clearly(
+    start_server: StartServer,
+) -> None:
+    running = start_server(max_message_bytes=1 << 20)
+    channel, stub = make_stub(running.address)
+    with channel:
+        add(stub, {f"{'x' * 500}{i:05d}": 7 for i in range(1000)})  # 1000 equal fingerprints
+        request = pb.QueryRequest(fingerprints=[7] * 100)  # 100 x 1000 matches x ~520 bytes
+        error = expect_status(grpc.StatusCode.RESOURCE_EXHAUSTED, stub.Query, request)
+        details = error.details() or ""
+        assert "message limit" in details and "ask with a limit" in details
+        # With a limit, the same request is answered.
+        answer = stub.Query(pb.QueryRequest(fingerprints=[7] * 100, limit=5))
+        assert [len(r.matches) for r in answer.results] == [5] * 100

@@ -33,6 +33,7 @@ __all__ = [
     "documents_from_proto",
     "exact_groups_to_proto",
     "flags_to_proto",
+    "items_per_message",
     "limit_from",
     "matches_to_proto",
     "pairs_to_proto",
@@ -192,6 +193,19 @@ def pairs_to_proto(
                 pb.Pair(key_a=a, key_b=b, distance=d) for a, b, d in pairs[start : start + chunk]
             ]
         )
+
+
+def items_per_message(max_message_bytes: int, item_bytes: int, most: int) -> int:
+    """How many items of at most ``item_bytes`` bytes each (on the wire, framing included) a
+    streamed reply may put in one message so that it never exceeds ``max_message_bytes``: at most
+    ``most``, at least 1."""
+    return max(1, min(most, (max_message_bytes - 1024) // item_bytes))
+
+
+#: Upper bound of one Pair on the wire, bytes: two keys of MAX_KEY_BYTES and their framing.
+PAIR_WIRE_BYTES: Final = 2 * (MAX_KEY_BYTES + 3) + 8
+#: Upper bound of one key in a Clusters/Flags/ExactDuplicates message, bytes; a flag carries two.
+KEY_WIRE_BYTES: Final = 2 * (MAX_KEY_BYTES + 3) + 32
 
 
 def design_to_proto(design: Design, k: int) -> pb.Design:

@@ -28,7 +28,7 @@ import numpy as np
 import permindex
 from permindex.clusters import NearDuplicates
 from permindex.config import ServerConfig
-from permindex.errors import PermindexError, status_name_for
+from permindex.errors import LimitExceededError, PermindexError, status_name_for
 from permindex.rpc import convert
 from permindex.snapshot import SnapshotInfo
 from permindex.store import Store
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 #: Full name of the service, as health checking and reflection know it.
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PermIndex"].full_name
+
+#: Fingerprints looked up per acquisition of the index lock in a Query.
+_QUERY_SLICE = 1024
 
 _ADDED = pb.DOCUMENT_STATUS_ADDED
 _REPLACED = pb.DOCUMENT_STATUS_REPLACED
@@ -327,10 +330,27 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         )
         limit = convert.limit_from(request.limit if request.HasField("limit") else None)
         fingerprints = np.array(request.fingerprints, dtype=np.uint64)
-        found = self.index.query_many(fingerprints, k=k, limit=limit)
         response = pb.QueryResponse()
-        for matches in found:
-            response.results.add(matches=convert.matches_to_proto(matches))
+        budget = self.config.max_message_bytes - 1024
+        size = 0
+        # Slices, so that the index lock is let go between them (writers are not held up by one
+        # large batch), and so that an answer too large for one message is refused early.
+        for start in range(0, len(fingerprints), _QUERY_SLICE):
+            found = self.index.query_many(
+                fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
+            )
+            for matches in found:
+                result = response.results.add(matches=convert.matches_to_proto(matches))
+                size += result.ByteSize() + 5
+            if size > budget:
+                raise LimitExceededError(
+                    f"the answer is over the {self.config.max_message_bytes}-byte message limit "
+                    f"(after {min(start + _QUERY_SLICE, len(fingerprints))} of "
+                    f"{len(fingerprints)} fingerprints): ask with a limit, a smaller k, or fewer "
+                    "fingerprints per request",
+                    limit=self.config.max_message_bytes,
+                    actual=size,
+                )
         return response
 
     @_unary
@@ -350,11 +370,21 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def Pairs(
         self, request: pb.PairsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.PairsResponse]:
-        """All pairs within k, in chunks of at most :data:`convert.PAIRS_PER_MESSAGE`."""
+        """All pairs within k, in chunks of at most :data:`convert.PAIRS_PER_MESSAGE` (fewer
+        when the message limit needs it: a chunk of the longest keys must fit)."""
         k = convert.check_k(
             request.k if request.HasField("k") else None, self.index.k, self.index.design
         )
-        yield from convert.pairs_to_proto(self.index.pairs(k=k))
+        chunk = convert.items_per_message(
+            self.config.max_message_bytes, convert.PAIR_WIRE_BYTES, convert.PAIRS_PER_MESSAGE
+        )
+        yield from convert.pairs_to_proto(self.index.pairs(k=k), chunk)
+
+    def _keys_per_message(self) -> int:
+        """Keys per Clusters/Flags/ExactDuplicates message that fit the message limit."""
+        return convert.items_per_message(
+            self.config.max_message_bytes, convert.KEY_WIRE_BYTES, convert.KEYS_PER_MESSAGE
+        )
 
     def _near_duplicates(self, k: int | None) -> NearDuplicates:
         """Pairs, clusters, flags and exact groups of one consistent export of the index."""
@@ -367,7 +397,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     ) -> Iterator[pb.ClustersResponse]:
         """Connected components of the pairs within k, chunked (see the .proto)."""
         found = self._near_duplicates(request.k if request.HasField("k") else None)
-        yield from convert.clusters_to_proto(found.clusters())
+        yield from convert.clusters_to_proto(found.clusters(), self._keys_per_message())
 
     @_streaming
     def Flags(
@@ -375,7 +405,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     ) -> Iterator[pb.FlagsResponse]:
         """Every key with another key within k, sorted by key, chunked."""
         found = self._near_duplicates(request.k if request.HasField("k") else None)
-        yield from convert.flags_to_proto(found.flags())
+        yield from convert.flags_to_proto(found.flags(), self._keys_per_message())
 
     @_streaming
     def ExactDuplicates(
@@ -383,7 +413,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     ) -> Iterator[pb.ExactDuplicatesResponse]:
         """Groups of keys sharing one fingerprint, chunked."""
         found = self._near_duplicates(0)
-        yield from convert.exact_groups_to_proto(found.exact_duplicates())
+        yield from convert.exact_groups_to_proto(found.exact_duplicates(), self._keys_per_message())
 
     @_unary
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
