@@ -216,6 +216,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     )
     left.grid(True, which="both", alpha=0.3)
     right.grid(True, alpha=0.3)
+    right.legend(fontsize=7)
     left.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)

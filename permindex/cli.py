@@ -73,7 +73,7 @@ _EXIT_CODE_HELP: Final[dict[str, str]] = {
     "usage": "bad command line",
     "unavailable": "the server cannot be reached, or is starting up or shutting down",
     "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
-    "     or a request the server refused as invalid or too large",
+    "     or a request the server refused as invalid, too large or not permitted (token)",
     "not_found": "a key that is not stored",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
     "data": "a corrupt snapshot or log, or a data directory owned by another process\n"
@@ -106,6 +106,8 @@ def _exit_code_for_status(status_name: str) -> int:
     produces that status on the server; anything else ``error``."""
     if status_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         return EXIT_CODES["unavailable"]
+    if status_name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):  # a missing or read-only token
+        return EXIT_CODES["invalid"]
     for _cls, status, exit_name in ERROR_TABLE:
         if status == status_name:
             return EXIT_CODES[exit_name]
@@ -177,6 +179,74 @@ def _parse_cli_fingerprint(value: str) -> int:
 # gRPC client
 
 
+@dataclass
+class _ClientSecurity:
+    """TLS material and token of the client commands (``--tls-ca``, ``--tls-cert``,
+    ``--tls-key``, ``--tls-server-name``, ``--token-file`` or ``PERMINDEX_TOKEN``)."""
+
+    root_certificates: bytes | None = None
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = None
+    server_name: str | None = None
+    token: str | None = None
+
+
+_CLIENT_SECURITY = _ClientSecurity()
+
+
+def _set_client_security(args: argparse.Namespace) -> None:
+    """Read the TLS files and the token named on the command line (or PERMINDEX_TOKEN)."""
+    global _CLIENT_SECURITY
+
+    def read(path: str | None) -> bytes | None:
+        return None if path is None else Path(path).read_bytes()
+
+    token = os.environ.get("PERMINDEX_TOKEN") or None
+    if args.token_file is not None:
+        lines = Path(args.token_file).read_text(encoding="utf-8").split()
+        token = lines[0] if lines else None
+        if token is None:
+            raise InvalidArgumentError(f"{args.token_file}: no token in the file")
+    if args.tls_ca is None and (args.tls_cert or args.tls_key):
+        raise InvalidArgumentError("--tls-cert and --tls-key need --tls-ca")
+    _CLIENT_SECURITY = _ClientSecurity(
+        read(args.tls_ca), read(args.tls_cert), read(args.tls_key), args.tls_server_name, token
+    )
+
+
+def _with_metadata(channel: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
+    """``channel`` with ``metadata`` (the bearer token) added to every call."""
+    import grpc
+
+    class MetadataInterceptor(
+        grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
+        grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg]
+        grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg]
+        grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg]
+    ):
+        """Adds fixed metadata (the bearer token) to every call."""
+
+        def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+            self._metadata = metadata
+
+        def _details(self, details: Any) -> Any:
+            return details._replace(metadata=(*(details.metadata or ()), *self._metadata))
+
+        def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+            return continuation(self._details(details), request)
+
+        def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+            return continuation(self._details(details), request)
+
+        def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+            return continuation(self._details(details), requests)
+
+        def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+            return continuation(self._details(details), requests)
+
+    return grpc.intercept_channel(channel, MetadataInterceptor(metadata))
+
+
 @contextmanager
 def _connect(address: str) -> Iterator[Any]:
     """A PermIndex stub on a channel to ``address``; a failed RPC inside the block becomes a
@@ -185,7 +255,22 @@ def _connect(address: str) -> Iterator[Any]:
 
     from permindex.v1 import index_pb2_grpc
 
-    channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    security = _CLIENT_SECURITY
+    if security.root_certificates is not None:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=security.root_certificates,
+            private_key=security.private_key,
+            certificate_chain=security.certificate_chain,
+        )
+        options: list[tuple[str, Any]] = list(_CHANNEL_OPTIONS)
+        if security.server_name:
+            options.append(("grpc.ssl_target_name_override", security.server_name))
+        channel = grpc.secure_channel(address, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    if security.token:
+        metadata = (("authorization", f"Bearer {security.token}"),)
+        channel = _with_metadata(channel, metadata)
     try:
         yield index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
     except grpc.RpcError as error:
@@ -390,7 +475,11 @@ def ingest(
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from permindex.index import MAX_KEY_BYTES
     from permindex.rpc.server import run_server
+
+    if args.max_key_bytes > MAX_KEY_BYTES:
+        args.parser.error(f"--max-key-bytes: at most {MAX_KEY_BYTES} (the index's limit)")
 
     config = ServerConfig(
         address=args.address,
@@ -406,7 +495,26 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         fsync=args.fsync,
         fsync_interval=args.fsync_interval,
         truncate_corrupt_log=args.truncate_corrupt_log,
+        tls_cert=None if args.tls_cert is None else Path(args.tls_cert),
+        tls_key=None if args.tls_key is None else Path(args.tls_key),
+        tls_client_ca=None if args.tls_client_ca is None else Path(args.tls_client_ca),
+        token_file=None if args.token_file is None else Path(args.token_file),
+        insecure=args.insecure,
+        max_key_bytes=args.max_key_bytes,
+        max_text_bytes=args.max_text_bytes,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
     )
+    from permindex.rpc.auth import exposure_problem
+
+    exposed = exposure_problem(config)
+    if exposed is not None and not config.insecure:
+        _err(
+            f"permindex serve: refusing to start: {exposed}.\n  Serve TLS and tokens, listen on "
+            "127.0.0.1, or pass --insecure to accept this."
+        )
+        return EXIT_CODES["usage"]
+    if exposed is not None:
+        _err(f"permindex serve: WARNING: {exposed} (--insecure)")
     return run_server(config)
 
 
@@ -696,6 +804,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help=f"the server (default {DEFAULT_ADDRESS})",
     )
+    client.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="connect with TLS, trusting the server certificates this CA file signed",
+    )
+    client.add_argument("--tls-cert", metavar="PEM", help="client certificate (mutual TLS)")
+    client.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    client.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="check the server certificate against NAME instead of the address's host",
+    )
+    client.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="send the token on the first line of FILE as `authorization: Bearer TOKEN`\n"
+        "(default: the PERMINDEX_TOKEN environment variable, when set)",
+    )
 
     def command(name: str, help_: str, description: str, *, parents: bool = True) -> Any:
         sub = commands.add_parser(
@@ -835,6 +961,48 @@ def build_parser() -> argparse.ArgumentParser:
         help="at the start, cut the log at a damaged record found before its end instead of "
         "refusing to start; the changes logged from there on are lost (the bytes cut off are "
         "kept as .dropped files beside the log)",
+    )
+    serve.add_argument(
+        "--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (with --tls-key)"
+    )
+    serve.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    serve.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require client certificates signed by this CA (mutual TLS)",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="require a bearer token: one `TOKEN ROLE` a line, ROLE read-write or read-only\n"
+        "(tokens of 16 characters or more; health checks stay open)",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow an address other than loopback without both TLS and tokens (warns)",
+    )
+    serve.add_argument(
+        "--max-key-bytes",
+        type=_positive,
+        default=_DEFAULTS.max_key_bytes,
+        metavar="N",
+        help=f"longest key, UTF-8 bytes, at most 1024 (default {_DEFAULTS.max_key_bytes})",
+    )
+    serve.add_argument(
+        "--max-text-bytes",
+        type=_positive,
+        default=_DEFAULTS.max_text_bytes,
+        metavar="N",
+        help=f"longest document text, UTF-8 bytes (default {_DEFAULTS.max_text_bytes})",
+    )
+    serve.add_argument(
+        "--max-concurrent-rpcs",
+        type=_positive,
+        default=_DEFAULTS.max_concurrent_rpcs,
+        metavar="N",
+        help="calls served or queued at once; more are refused with RESOURCE_EXHAUSTED\n"
+        f"(default {_DEFAULTS.max_concurrent_rpcs})",
     )
     serve.set_defaults(func=_cmd_serve)
 
@@ -1020,6 +1188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else EXIT_CODES["usage"]
     prefix = f"permindex {args.command}"
     try:
+        if hasattr(args, "tls_server_name"):  # a client command
+            _set_client_security(args)
         code: int = args.func(args)
         sys.stdout.flush()
         return code

@@ -45,6 +45,15 @@ class ServerConfig:
         fsync_interval: seconds between fsyncs of the log under ``fsync="interval"``.
         truncate_corrupt_log: at the start, cut the log at a corrupt record found before its
             tail (losing the changes from there on) instead of refusing to start.
+        tls_cert, tls_key: PEM certificate chain and private key: serve TLS (None: plaintext).
+        tls_client_ca: PEM CA certificates: require a client certificate signed by one of them.
+        token_file: bearer tokens with their roles, one ``TOKEN ROLE`` a line
+            (:mod:`permindex.rpc.auth`); None: no authentication.
+        insecure: allow a non-loopback address without both TLS and tokens (with a warning).
+        max_key_bytes: longest key, UTF-8 bytes (at most 1,024, the index's limit).
+        max_text_bytes: longest document text, UTF-8 bytes.
+        max_concurrent_rpcs: calls served or queued at once; one more is refused at once with
+            RESOURCE_EXHAUSTED instead of waiting in an unbounded queue.
     """
 
     address: str = DEFAULT_ADDRESS
@@ -60,6 +69,14 @@ class ServerConfig:
     fsync: FsyncPolicy = "always"
     fsync_interval: float = 0.1
     truncate_corrupt_log: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    token_file: Path | None = None
+    insecure: bool = False
+    max_key_bytes: int = 1024
+    max_text_bytes: int = 32 * 1024 * 1024
+    max_concurrent_rpcs: int = 64
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -28,6 +28,7 @@ __all__ = [
     "check_k",
     "check_key",
     "check_keys",
+    "check_text",
     "clusters_to_proto",
     "design_to_proto",
     "documents_from_proto",
@@ -66,8 +67,9 @@ def check_batch_length(n: int, limit: int, what: str) -> None:
         )
 
 
-def check_key(key: str, where: str) -> None:
-    """Refuse an empty key or one of more than :data:`MAX_KEY_BYTES` UTF-8 bytes.
+def check_key(key: str, where: str, max_bytes: int = MAX_KEY_BYTES) -> None:
+    """Refuse an empty key or one of more than ``max_bytes`` (at most :data:`MAX_KEY_BYTES`)
+    UTF-8 bytes.
 
     Raises:
         InvalidArgumentError: with ``where`` (e.g. ``documents[3]``) in the message.
@@ -75,17 +77,36 @@ def check_key(key: str, where: str) -> None:
     if not key:
         raise InvalidArgumentError(f"{where}: key is empty; every document needs a key", key)
     # 4 bytes per character at most, so short keys need no encoding to be measured
-    if len(key) * 4 > MAX_KEY_BYTES:
+    if len(key) * 4 > max_bytes:
         size = len(key.encode("utf-8", "surrogatepass"))
-        if size > MAX_KEY_BYTES:
+        if size > max_bytes:
             raise InvalidArgumentError(
                 f"{where}: key {_shown(key)} is {size:,} UTF-8 bytes; the limit is "
-                f"{MAX_KEY_BYTES:,}",
+                f"{max_bytes:,} (max_key_bytes)",
                 key,
             )
 
 
-def check_keys(keys: Sequence[str], *, max_batch: int, what: str = "keys") -> list[str]:
+def check_text(text: str, where: str, max_bytes: int) -> None:
+    """Refuse a text of more than ``max_bytes`` UTF-8 bytes.
+
+    Raises:
+        LimitExceededError: with ``where`` (e.g. ``documents[3]``) in the message.
+    """
+    if len(text) * 4 > max_bytes:
+        size = len(text) if len(text) > max_bytes else len(text.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            raise LimitExceededError(
+                f"{where}: text of {size:,}+ UTF-8 bytes; the server's limit is {max_bytes:,} "
+                "(max_text_bytes)",
+                limit=max_bytes,
+                actual=size,
+            )
+
+
+def check_keys(
+    keys: Sequence[str], *, max_batch: int, what: str = "keys", max_key_bytes: int = MAX_KEY_BYTES
+) -> list[str]:
     """Check the length of a batch of keys and every key in it; the keys as a list.
 
     Raises:
@@ -95,7 +116,7 @@ def check_keys(keys: Sequence[str], *, max_batch: int, what: str = "keys") -> li
     check_batch_length(len(keys), max_batch, what)
     result = list(keys)
     for i, key in enumerate(result):
-        check_key(key, f"keys[{i}]")
+        check_key(key, f"keys[{i}]", max_key_bytes)
     return result
 
 
@@ -139,7 +160,13 @@ class DocumentBatch:
 
 
 def documents_from_proto(
-    documents: Sequence[pb.Document], *, max_batch: int, shingle_size: int, min_words: int = 0
+    documents: Sequence[pb.Document],
+    *,
+    max_batch: int,
+    shingle_size: int,
+    min_words: int = 0,
+    max_key_bytes: int = MAX_KEY_BYTES,
+    max_text_bytes: int | None = None,
 ) -> DocumentBatch:
     """Validate every document of a request, then fingerprint the texts (server-side SimHash
     with ``shingle_size``; a text of fewer than ``min_words`` words has no fingerprint).
@@ -151,19 +178,22 @@ def documents_from_proto(
         LimitExceededError: more than ``max_batch`` documents.
         InvalidArgumentError: a document with an empty or over-long key, or with neither a
             fingerprint nor a text (named ``documents[i]``).
+        LimitExceededError: a text of more than ``max_text_bytes`` UTF-8 bytes.
     """
     check_batch_length(len(documents), max_batch, "documents")
     keys: list[str] = []
     kinds: list[str] = []
     for i, document in enumerate(documents):
         key = document.key
-        check_key(key, f"documents[{i}]")
+        check_key(key, f"documents[{i}]", max_key_bytes)
         content = document.WhichOneof("content")
         if content is None:
             raise InvalidArgumentError(
                 f"documents[{i}] (key {_shown(key)}): no content; set its fingerprint or its text",
                 key,
             )
+        if content == "text" and max_text_bytes is not None:
+            check_text(document.text, f"documents[{i}] (key {_shown(key)})", max_text_bytes)
         keys.append(key)
         kinds.append(content)
     fingerprints: list[int | None] = []

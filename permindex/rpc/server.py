@@ -31,7 +31,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from permindex.config import ServerConfig, parse_address
-from permindex.errors import StorageError, exit_code_for
+from permindex.errors import InvalidArgumentError, StorageError, exit_code_for
+from permindex.rpc.auth import (
+    TokenAuthInterceptor,
+    exposure_problem,
+    load_tokens,
+    server_credentials,
+)
 from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
 from permindex.snapshot import SnapshotInfo
 from permindex.store import Store
@@ -212,6 +218,13 @@ def create_server(config: ServerConfig) -> RunningServer:
             be created or read.
     """
     host, port = parse_address(config.address)
+    credentials = server_credentials(config)  # files read (and options checked) before loading
+    tokens = load_tokens(config.token_file) if config.token_file is not None else None
+    exposed = exposure_problem(config)
+    if exposed is not None and not config.insecure:
+        raise InvalidArgumentError(f"refusing to start: {exposed}; pass --insecure to accept")
+    if exposed is not None:
+        log.warning("insecure: %s", exposed)
     _refuse_port_in_use(host, port, config.address)
     store = Store.open(
         config.data_dir,
@@ -235,6 +248,9 @@ def create_server(config: ServerConfig) -> RunningServer:
                 ("grpc.max_send_message_length", config.max_message_bytes),
                 ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
             ],
+            # calls beyond this are refused at once (RESOURCE_EXHAUSTED), never queued unbounded
+            maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+            interceptors=[TokenAuthInterceptor(tokens)] if tokens is not None else None,
         )
         health_servicer = health.HealthServicer()
         for service in ("", SERVICE_NAME):
@@ -247,7 +263,10 @@ def create_server(config: ServerConfig) -> RunningServer:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         try:
-            port = server.add_insecure_port(config.address)
+            if credentials is None:
+                port = server.add_insecure_port(config.address)
+            else:
+                port = server.add_secure_port(config.address, credentials)
         except RuntimeError as error:
             port = 0
             log.debug("binding %s failed: %s", config.address, error)

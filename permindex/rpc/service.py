@@ -221,6 +221,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             max_batch=self.config.max_batch,
             shingle_size=self.config.shingle_size,
             min_words=self.config.min_words,
+            max_key_bytes=self.config.max_key_bytes,
+            max_text_bytes=self.config.max_text_bytes,
         )
         stored = [i for i, fp in enumerate(batch.fingerprints) if fp is not None]
         keys = [batch.keys[i] for i in stored]
@@ -274,6 +276,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             max_batch=self.config.max_batch,
             shingle_size=self.config.shingle_size,
             min_words=self.config.min_words,
+            max_key_bytes=self.config.max_key_bytes,
+            max_text_bytes=self.config.max_text_bytes,
         )
         response = pb.CheckAndAddResponse()
         stored = [
@@ -309,7 +313,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     @_unary
     def Remove(self, request: pb.RemoveRequest, context: grpc.ServicerContext) -> pb.RemoveResponse:
         """Removes the keys; the ones not stored are listed, not an error."""
-        keys = convert.check_keys(request.keys, max_batch=self.config.max_batch)
+        keys = convert.check_keys(
+            request.keys, max_batch=self.config.max_batch, max_key_bytes=self.config.max_key_bytes
+        )
         response = pb.RemoveResponse()
         removed_here = self.state.store.remove_many(keys)  # logged, then applied
         removed = {key for key, r in zip(keys, removed_here, strict=True) if r}
@@ -356,7 +362,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     @_unary
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
         """The stored fingerprint of each key."""
-        keys = convert.check_keys(request.keys, max_batch=self.config.max_batch)
+        keys = convert.check_keys(
+            request.keys, max_batch=self.config.max_batch, max_key_bytes=self.config.max_key_bytes
+        )
         response = pb.GetResponse()
         for key in keys:
             fp = self.index.get(key)

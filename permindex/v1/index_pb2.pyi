@@ -24,8 +24,13 @@ Status codes (every RPC):
 - INVALID_ARGUMENT: a missing or over-long key, a document with neither fingerprint nor text,
   k above the index's k. The whole request is refused and nothing is changed.
 - RESOURCE_EXHAUSTED: a batch longer than the server's limit (default 100,000 documents or
-  fingerprints per message) or a message over the size limit (default 64 MiB). Nothing is
-  changed; split the batch.
+  fingerprints per message), a message over the size limit (default 64 MiB) or a text over the
+  text limit (default 32 MiB, --max-text-bytes). Nothing is changed; split the batch. Also:
+  more calls at once than --max-concurrent-rpcs (default 64): retry later.
+- INVALID_ARGUMENT also for a key longer than --max-key-bytes (default and maximum 1,024).
+- UNAUTHENTICATED: the server requires a token (--token-file) and the call carries none
+  (metadata `authorization: Bearer TOKEN`) or an unknown one. PERMISSION_DENIED: a read-only
+  token on a write (Add, Ingest, CheckAndAdd, Remove, Snapshot). Health checks need no token.
 - UNAVAILABLE: the server is starting (data still loading) or shutting down.
 - DATA_LOSS / INTERNAL: a snapshot could not be written (Snapshot RPC); the index is unchanged.
 """

@@ -1,0 +1,234 @@
+"""Who may call the server: TLS credentials, bearer tokens, and the rule for exposed addresses.
+
+**Tokens.** ``serve --token-file FILE`` turns authentication on. The file holds one token a line
+with its role, ``TOKEN ROLE``, where ROLE is ``read-write`` or ``read-only``; blank lines and lines
+starting with ``#`` are ignored; a token has at least 16 characters (``openssl rand -hex 32``
+makes a good one). A client sends ``authorization: Bearer TOKEN`` as call metadata. A call without
+a token, or with one the file does not hold, gets UNAUTHENTICATED; a read-only token on a write
+RPC (Add, Ingest, CheckAndAdd, Remove, Snapshot) gets PERMISSION_DENIED. The token sent is
+compared with every token of the file by :func:`hmac.compare_digest` (constant time, no early
+exit), so the time of a refusal says nothing about how much of a token was right. Health checking
+(``grpc.health.v1.Health``) stays open so that load balancers and orchestrators can probe the
+server; reflection needs a token like the rest.
+
+**TLS.** ``--tls-cert`` and ``--tls-key`` (PEM files) serve TLS; ``--tls-client-ca`` also
+requires a client certificate signed by that CA (mutual TLS).
+
+**Exposure.** A server on a loopback address (127.0.0.0/8, ::1, ``localhost``) is reachable from
+this machine only. Any other address without both TLS and tokens is refused unless the operator
+passes ``--insecure`` (:func:`exposure_problem`); the refusal and the warning say what is missing.
+
+Nothing here logs a token; refusals are logged at DEBUG without the token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import grpc
+
+from permindex.config import ServerConfig
+from permindex.errors import InvalidArgumentError
+
+__all__ = [
+    "READ_ONLY",
+    "READ_WRITE",
+    "WRITE_METHODS",
+    "TokenAuthInterceptor",
+    "exposure_problem",
+    "is_loopback",
+    "load_tokens",
+    "server_credentials",
+]
+
+log = logging.getLogger(__name__)
+
+READ_WRITE: Final = "read-write"
+READ_ONLY: Final = "read-only"
+ROLES: Final = (READ_WRITE, READ_ONLY)
+MIN_TOKEN_CHARS: Final = 16
+
+#: The RPCs that change the index or the data directory: refused to read-only tokens.
+WRITE_METHODS: Final = frozenset(
+    f"/permindex.v1.PermIndex/{name}"
+    for name in ("Add", "Ingest", "CheckAndAdd", "Remove", "Snapshot")
+)
+_OPEN_PREFIXES: Final = ("/grpc.health.v1.Health/",)
+
+if TYPE_CHECKING:
+    _Handler = grpc.RpcMethodHandler[Any, Any]
+    _Interceptor = grpc.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.ServerInterceptor
+
+
+@dataclass(frozen=True)
+class _Token:
+    secret: bytes
+    role: str
+
+
+def load_tokens(path: str | Path) -> list[_Token]:
+    """The tokens of a token file (format: module docstring).
+
+    Raises:
+        InvalidArgumentError: a malformed line (named by its number, never quoting the token), a
+            token shorter than 16 characters, an unknown role, a file with no token.
+        OSError: the file cannot be read.
+    """
+    tokens: list[_Token] = []
+    text = Path(path).read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if len(fields) != 2 or fields[1] not in ROLES:
+            raise InvalidArgumentError(
+                f"{path}, line {number}: expected `TOKEN ROLE` with ROLE read-write or read-only",
+                number,
+            )
+        if len(fields[0]) < MIN_TOKEN_CHARS:
+            raise InvalidArgumentError(
+                f"{path}, line {number}: a token needs at least {MIN_TOKEN_CHARS} characters "
+                "(e.g. `openssl rand -hex 32`)",
+                number,
+            )
+        tokens.append(_Token(fields[0].encode("utf-8"), fields[1]))
+    if not tokens:
+        raise InvalidArgumentError(f"{path}: no token (one `TOKEN ROLE` a line)", str(path))
+    return tokens
+
+
+def _role_of(tokens: list[_Token], presented: bytes) -> str | None:
+    """The role of the token presented, comparing with every token in constant time."""
+    role = None
+    for token in tokens:
+        if hmac.compare_digest(token.secret, presented):
+            role = token.role
+    return role
+
+
+def _bearer(metadata: Any) -> bytes | None:
+    for name, value in metadata or ():
+        if name == "authorization":
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            scheme, _, token = text.partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip().encode("utf-8")
+    return None
+
+
+def _refusal(handler: _Handler, code: grpc.StatusCode, message: str) -> _Handler:
+    """A handler of the same shape as ``handler`` that only aborts with ``code``."""
+
+    def abort(request: object, context: grpc.ServicerContext) -> Any:
+        context.abort(code, message)
+
+    if handler.request_streaming and handler.response_streaming:
+        refusal: Any = grpc.stream_stream_rpc_method_handler(abort)
+    elif handler.request_streaming:
+        refusal = grpc.stream_unary_rpc_method_handler(abort)
+    elif handler.response_streaming:
+        refusal = grpc.unary_stream_rpc_method_handler(abort)
+    else:
+        refusal = grpc.unary_unary_rpc_method_handler(abort)
+    return cast("_Handler", refusal)
+
+
+class TokenAuthInterceptor(_Interceptor):
+    """Checks the bearer token of every call except health checks (rules: module docstring)."""
+
+    def __init__(self, tokens: list[_Token]) -> None:
+        self._tokens = list(tokens)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], _Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler | None:
+        method: str = handler_call_details.method
+        if method.startswith(_OPEN_PREFIXES):
+            return continuation(handler_call_details)
+        handler = continuation(handler_call_details)
+        if handler is None:  # an unknown method: gRPC answers UNIMPLEMENTED
+            return handler
+        presented = _bearer(handler_call_details.invocation_metadata)
+        role = None if presented is None else _role_of(self._tokens, presented)
+        if role is None:
+            log.debug("%s refused: %s token", method, "no" if presented is None else "unknown")
+            return _refusal(
+                handler,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing or unknown token: send `authorization: Bearer TOKEN` "
+                "(permindex --token-file FILE, or PERMINDEX_TOKEN)",
+            )
+        if role == READ_ONLY and method in WRITE_METHODS:
+            log.debug("%s refused: read-only token", method)
+            return _refusal(
+                handler,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{method.rsplit('/', 1)[-1]} changes the index; this token is read-only",
+            )
+        return handler
+
+
+def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials from ``config`` (None when TLS is off).
+
+    Raises:
+        InvalidArgumentError: a certificate without its key (or the reverse), or a client CA
+            without a certificate.
+        OSError: a file cannot be read.
+    """
+    if config.tls_cert is None and config.tls_key is None:
+        if config.tls_client_ca is not None:
+            raise InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if config.tls_cert is None or config.tls_key is None:
+        raise InvalidArgumentError("TLS needs both --tls-cert and --tls-key")
+    chain = Path(config.tls_cert).read_bytes()
+    key = Path(config.tls_key).read_bytes()
+    client_ca = None if config.tls_client_ca is None else Path(config.tls_client_ca).read_bytes()
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (as in ``HOST:PORT``; IPv6 in brackets) names this machine only."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if bare.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def exposure_problem(config: ServerConfig) -> str | None:
+    """What is missing for ``config`` to listen where others can reach it: None when the address
+    is loopback, or when TLS and tokens are both on; otherwise a sentence naming the address and
+    what is missing (``--insecure`` accepts it, with a warning)."""
+    host = config.address.rpartition(":")[0]
+    if is_loopback(host):
+        return None
+    missing = [
+        what
+        for what, present in (
+            ("TLS (--tls-cert, --tls-key)", config.tls_cert is not None),
+            ("tokens (--token-file)", config.token_file is not None),
+        )
+        if not present
+    ]
+    if not missing:
+        return None
+    return (
+        f"{config.address} is not a loopback address and the server has no "
+        f"{' and no '.join(missing)}: anyone who can reach it could read and change the index"
+    )
