@@ -503,6 +503,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_key_bytes=args.max_key_bytes,
         max_text_bytes=args.max_text_bytes,
         max_concurrent_rpcs=args.max_concurrent_rpcs,
+        metrics_address=args.metrics_address,
     )
     from permindex.rpc.auth import exposure_problem
 
@@ -515,6 +516,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_CODES["usage"]
     if exposed is not None:
         _err(f"permindex serve: WARNING: {exposed} (--insecure)")
+    if args.log_format != "text" or args.log_level != "warning":
+        from permindex.logs import configure_logging
+
+        configure_logging(args.log_format, args.log_level)
     return run_server(config)
 
 
@@ -1003,6 +1008,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="calls served or queued at once; more are refused with RESOURCE_EXHAUSTED\n"
         f"(default {_DEFAULTS.max_concurrent_rpcs})",
+    )
+    serve.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off;\n"
+        "e.g. 127.0.0.1:9464)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="log lines on stderr as text or one JSON object each (default text)",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="least severe log level shown (default warning; info adds snapshots and stops;\n"
+        "keys and texts are never logged at info or above)",
     )
     serve.set_defaults(func=_cmd_serve)
 

@@ -54,6 +54,7 @@ class ServerConfig:
         max_text_bytes: longest document text, UTF-8 bytes.
         max_concurrent_rpcs: calls served or queued at once; one more is refused at once with
             RESOURCE_EXHAUSTED instead of waiting in an unbounded queue.
+        metrics_address: ``HOST:PORT`` of the Prometheus endpoint (``/metrics``); None: off.
     """
 
     address: str = DEFAULT_ADDRESS
@@ -77,6 +78,7 @@ class ServerConfig:
     max_key_bytes: int = 1024
     max_text_bytes: int = 32 * 1024 * 1024
     max_concurrent_rpcs: int = 64
+    metrics_address: str | None = None
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -38,6 +38,7 @@ from permindex.rpc.auth import (
     load_tokens,
     server_credentials,
 )
+from permindex.rpc.metrics import MetricsServer
 from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
 from permindex.snapshot import SnapshotInfo
 from permindex.store import Store
@@ -87,6 +88,8 @@ class RunningServer:
         self._server = server
         self._executor = executor
         self._health = health_servicer
+        #: The Prometheus endpoint (``config.metrics_address``), or None.
+        self.metrics: MetricsServer | None = None
         self._stop_lock = threading.Lock()
         self._stopping = False
         self._stopped = threading.Event()
@@ -163,6 +166,8 @@ class RunningServer:
                 self.state.store.close()
             except StorageError as error:  # nothing lost if the final snapshot was written
                 log.error("closing the write-ahead log failed: %s", error)
+            if self.metrics is not None:
+                self.metrics.close()
             self._stopped.set()
 
     def __enter__(self) -> RunningServer:
@@ -235,6 +240,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     )
     index = store.index
     server: grpc.Server | None = None
+    metrics = MetricsServer() if config.metrics_address is not None else None
     executor: ThreadPoolExecutor | None = None
     try:
         state = ServerState(store, config)
@@ -250,7 +256,11 @@ def create_server(config: ServerConfig) -> RunningServer:
             ],
             # calls beyond this are refused at once (RESOURCE_EXHAUSTED), never queued unbounded
             maximum_concurrent_rpcs=config.max_concurrent_rpcs,
-            interceptors=[TokenAuthInterceptor(tokens)] if tokens is not None else None,
+            # metrics outermost, so that calls refused by the token check are counted too
+            interceptors=[
+                *([metrics.interceptor] if metrics is not None else []),
+                *([TokenAuthInterceptor(tokens)] if tokens is not None else []),
+            ],
         )
         health_servicer = health.HealthServicer()
         for service in ("", SERVICE_NAME):
@@ -275,8 +285,13 @@ def create_server(config: ServerConfig) -> RunningServer:
                 errno.EADDRINUSE,
                 f"cannot listen on {config.address}: the address is in use or not local",
             )
+        if metrics is not None and config.metrics_address is not None:
+            metrics.watch(state)
+            metrics.serve(config.metrics_address)
         server.start()
     except BaseException:
+        if metrics is not None:
+            metrics.close()
         if server is not None:
             server.stop(None)
         if executor is not None:
@@ -295,6 +310,7 @@ def create_server(config: ServerConfig) -> RunningServer:
         port=port,
         loaded_count=len(index),
     )
+    running.metrics = metrics
     log.info("serving on %s (%d keys)", running.address, len(index))
     return running
 

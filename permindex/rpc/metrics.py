@@ -1,0 +1,242 @@
+"""Prometheus metrics of a server, over HTTP (``serve --metrics-address HOST:PORT``, off by
+default; ``/metrics`` in the text exposition format of prometheus-client).
+
+Each server has its own registry (two servers in one process do not mix their numbers). What is
+exported (``collection`` is ``default``, the server's one index):
+
+===================================  ============================================================
+``permindex_rpc_requests_total``     calls finished, by ``method`` and status ``code`` (``OK``,
+                                     ``INVALID_ARGUMENT``, ``UNAUTHENTICATED``...), refused
+                                     calls included
+``permindex_rpc_errors_total``       the same, only for codes other than ``OK``
+``permindex_rpc_duration_seconds``   latency histogram by ``method`` (a streaming call: from
+                                     its start to its last message)
+``permindex_fingerprints``           keys stored, by ``collection``
+``permindex_index_memory_bytes``     the index's own estimate of its memory, by ``collection``
+``permindex_resident_memory_bytes``  the server process's resident memory (VmRSS)
+``permindex_snapshot_bytes``         size of the last snapshot loaded or written
+``permindex_snapshot_keys``          keys in it
+``permindex_snapshot_age_seconds``   seconds since it was written (absent before the first)
+``permindex_wal_bytes``              bytes in the write-ahead log's segment files
+``permindex_wal_segments``           segment files of the log
+``permindex_wal_sequence``           sequence number of the last change logged
+``permindex_uptime_seconds``         seconds since the server started
+===================================  ============================================================
+
+The gauges are read when Prometheus scrapes (a custom collector), so they cost nothing between
+scrapes; RPC counters and histograms are updated by a server interceptor at the end of each call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from permindex.rpc.service import ServerState, resident_memory_bytes
+
+__all__ = ["MetricsInterceptor", "MetricsServer", "StateCollector"]
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    _Handler = grpc.RpcMethodHandler[Any, Any]
+    _Interceptor = grpc.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.ServerInterceptor
+
+_COLLECTION = "default"
+#: Latency buckets, seconds: from 100 µs (a small lookup) to a minute (a large Pairs).
+_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+            1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
+
+
+def _wal_files(state: ServerState) -> list[Any]:
+    return sorted(state.data_dir.path.glob("wal-*.log"))
+
+
+class StateCollector(Collector):
+    """The gauges of a :class:`ServerState`, read at each scrape."""
+
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        state = self._state
+
+        def gauge(name: str, help_: str, value: float, collection: bool = False) -> Any:
+            family = GaugeMetricFamily(name, help_, labels=["collection"] if collection else [])
+            family.add_metric([_COLLECTION] if collection else [], value)
+            return family
+
+        yield gauge("permindex_fingerprints", "Keys stored.", len(state.index), True)
+        yield gauge(
+            "permindex_index_memory_bytes",
+            "The index's estimate of its memory, bytes.",
+            state.index.memory_bytes(),
+            True,
+        )
+        yield gauge(
+            "permindex_resident_memory_bytes",
+            "Resident memory of the server process, bytes.",
+            resident_memory_bytes(),
+        )
+        yield gauge("permindex_uptime_seconds", "Seconds since the start.", state.uptime_seconds)
+        snapshot = state.last_snapshot
+        if snapshot is not None:
+            yield gauge("permindex_snapshot_bytes", "Last snapshot's size, bytes.", snapshot.bytes)
+            yield gauge("permindex_snapshot_keys", "Keys in the last snapshot.", snapshot.count)
+            yield gauge(
+                "permindex_snapshot_age_seconds",
+                "Seconds since the last snapshot was written.",
+                max(0.0, time.time() - snapshot.created_unix_seconds),
+            )
+        sizes = []
+        for path in _wal_files(state):
+            try:
+                sizes.append(path.stat().st_size)
+            except OSError:  # deleted by a snapshot meanwhile
+                continue
+        yield gauge("permindex_wal_bytes", "Bytes in the write-ahead log.", sum(sizes))
+        yield gauge("permindex_wal_segments", "Segment files of the log.", len(sizes))
+        yield gauge("permindex_wal_sequence", "Last change logged.", state.store.sequence)
+
+
+def _code_name(context: grpc.ServicerContext, default: str) -> str:
+    code = context.code()  # type: ignore[attr-defined]
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    return default
+
+
+class MetricsInterceptor(_Interceptor):
+    """Counts every call by method and status code and times it; put it first (outermost), so
+    that calls refused by the token check are counted too."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "permindex_rpc_requests",
+            "Calls finished, by method and status code.",
+            ["method", "code"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "permindex_rpc_errors",
+            "Calls finished with a status other than OK, by method and code.",
+            ["method", "code"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "permindex_rpc_duration_seconds",
+            "Call latency, seconds, by method.",
+            ["method"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+
+    def _observe(self, method: str, code: str, began: float) -> None:
+        self.requests.labels(method, code).inc()
+        if code != "OK":
+            self.errors.labels(method, code).inc()
+        self.duration.labels(method).observe(time.perf_counter() - began)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], _Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        observe = self._observe
+
+        def unary(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+            def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+                began = time.perf_counter()
+                code = "OK"
+                try:
+                    return behavior(request, context)
+                except BaseException:
+                    code = _code_name(context, "UNKNOWN")
+                    raise
+                finally:
+                    if code == "OK":
+                        code = _code_name(context, "OK")
+                    observe(method, code, began)
+
+            return wrapped
+
+        def streaming(behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
+            def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                began = time.perf_counter()
+                code = "OK"
+                try:
+                    yield from behavior(request, context)
+                except GeneratorExit:
+                    code = "CANCELLED"
+                    raise
+                except BaseException:
+                    code = _code_name(context, "UNKNOWN")
+                    raise
+                finally:
+                    if code == "OK":
+                        code = _code_name(context, "OK")
+                    observe(method, code, began)
+
+            return wrapped
+
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kwargs)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **kwargs)
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **kwargs)
+        return handler  # pragma: no cover - every handler has one behaviour
+
+
+class MetricsServer:
+    """The registry of one server, its interceptor and (once :meth:`serve` is called) the HTTP
+    endpoint."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.interceptor = MetricsInterceptor(self.registry)
+        self._httpd: Any = None
+        self.address: str | None = None
+
+    def watch(self, state: ServerState) -> None:
+        """Export the gauges of ``state``."""
+        self.registry.register(StateCollector(state))
+
+    def serve(self, address: str) -> str:
+        """Serve ``/metrics`` on ``HOST:PORT`` (port 0 picks one); the actual address.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        host, _, port = address.rpartition(":")
+        bare = host[1:-1] if host.startswith("[") else host
+        self._httpd, _ = start_http_server(int(port), addr=bare, registry=self.registry)
+        self.address = f"{host}:{self._httpd.server_port}"
+        log.info("metrics on http://%s/metrics", self.address)
+        return self.address
+
+    def close(self) -> None:
+        """Stop the HTTP endpoint (if any)."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None

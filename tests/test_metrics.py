@@ -1,0 +1,81 @@
+"""Prometheus metrics of a real server (scraped over HTTP) and the JSON log format."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import StartServer
+from prometheus_client.parser import text_string_to_metric_families
+
+import permindex
+from permindex.errors import ServerError
+from permindex.logs import JsonFormatter
+
+TOKEN = "metrics-token-0123456789"
+
+
+def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+        text = reply.read().decode("utf-8")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_calls_codes_and_state(start_server: StartServer, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN} read-write\n")
+    server = start_server(metrics_address="127.0.0.1:0", token_file=tokens)
+    assert server.metrics is not None and server.metrics.address is not None
+    with permindex.Client(server.address, token=TOKEN) as client:
+        client.add([(f"k{i}", i << 40) for i in range(10)])
+        client.ingest((f"s{i}", i) for i in range(5))
+        client.query(0)
+        with pytest.raises(ServerError):
+            client.query(0, k=9)
+        client.pairs()
+        client.snapshot()
+        client.add([("after", 1 << 63)])
+    with permindex.Client(server.address, retries=0) as anonymous, pytest.raises(ServerError):
+        anonymous.stats()
+    found = scrape(server.metrics.address)
+
+    def value(name: str, **labels: str) -> float:
+        return found[(name, tuple(sorted(labels.items())))]
+
+    assert value("permindex_rpc_requests_total", method="Add", code="OK") == 2
+    assert value("permindex_rpc_requests_total", method="Ingest", code="OK") == 1
+    assert value("permindex_rpc_requests_total", method="Query", code="OK") == 1
+    assert value("permindex_rpc_errors_total", method="Query", code="INVALID_ARGUMENT") == 1
+    assert value("permindex_rpc_errors_total", method="Stats", code="UNAUTHENTICATED") == 1
+    assert value("permindex_rpc_requests_total", method="Pairs", code="OK") == 1
+    assert value("permindex_rpc_duration_seconds_count", method="Add") == 2
+    assert value("permindex_fingerprints", collection="default") == 16
+    assert value("permindex_index_memory_bytes", collection="default") > 0
+    assert value("permindex_resident_memory_bytes") > 10 * 2**20
+    assert value("permindex_snapshot_keys") == 15
+    assert value("permindex_snapshot_bytes") > 0
+    assert 0 <= value("permindex_snapshot_age_seconds") < 60
+    assert value("permindex_wal_bytes") > 0 and value("permindex_wal_segments") >= 1
+    assert value("permindex_wal_sequence") >= 3
+    address = server.metrics.address
+    server.stop(grace=0)
+    with pytest.raises(OSError):
+        scrape(address)
+
+
+def test_metrics_are_off_by_default(start_server: StartServer) -> None:
+    assert start_server().metrics is None
+
+
+def test_json_log_lines() -> None:
+    record = logging.LogRecord("permindex.x", logging.WARNING, __file__, 1, "a %s", ("b",), None)
+    line = json.loads(JsonFormatter().format(record))
+    assert line["level"] == "warning" and line["message"] == "a b"
+    assert line["logger"] == "permindex.x" and line["time"].endswith("+00:00")
