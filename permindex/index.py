@@ -36,7 +36,14 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundError
 from permindex.fingerprint import validate_fingerprint
 from permindex.hamming import as_fingerprint_array
-from permindex.keystore import EncodedKeys, KeyStore, batch_subset, encode_keys, hash_key
+from permindex.keystore import (
+    EncodedKeys,
+    KeyStore,
+    batch_subset,
+    encode_keys,
+    hash_key,
+    hash_many,
+)
 from permindex.permutation import (
     DEFAULT_DESIGN,
     Design,
@@ -397,6 +404,83 @@ class Index:
         index.add_many(key_list, fingerprints)
         return index
 
+    @classmethod
+    def from_compact(
+        cls,
+        lengths: NDArray[np.integer] | Iterable[int],
+        blob: NDArray[np.uint8] | bytes,
+        fingerprints: Iterable[int] | _U64,
+        *,
+        k: int = 3,
+        design: Design | tuple[int, int] | str = DEFAULT_DESIGN,
+        memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
+        compaction_min: int = DEFAULT_COMPACTION_MIN,
+        memory_budget: int | None = None,
+    ) -> Index:
+        """A new index from keys in the compact form of :meth:`export_compact` -- (n,) UTF-8
+        byte ``lengths`` and ``blob``, every key's bytes followed by a NUL -- and (n,)
+        ``fingerprints``: a loader that never makes a Python str per key (a snapshot's key
+        section has this layout). The key bytes are adopted as they are; each key is hashed
+        once. Validated as :meth:`add_many` (lengths 1 to 1,024, UTF-8, the NULs where the
+        lengths say); a repeated key keeps its last fingerprint.
+
+        Raises:
+            InvalidArgumentError: lengths and blob disagree, a key is empty, too long or not
+                UTF-8, or the counts differ; TypeError as :meth:`add_many`.
+        """
+        sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths))
+        if sizes.ndim != 1 or (sizes.size and sizes.dtype.kind not in "iu"):
+            raise TypeError("lengths must be a 1-dimensional array of integers")
+        raw = blob.tobytes() if isinstance(blob, np.ndarray) else bytes(blob)
+        values = as_fingerprint_array(fingerprints)
+        n = int(sizes.size)
+        if values.size != n:
+            raise InvalidArgumentError(
+                f"got {n} key lengths and {values.size} fingerprints; the lengths must match",
+                value=(n, int(values.size)),
+            )
+        index = cls(
+            k,
+            design,
+            memtable_limit=memtable_limit,
+            compaction_min=compaction_min,
+            expected_size=n,
+            memory_budget=memory_budget,
+        )
+        if n == 0:
+            if raw:
+                raise InvalidArgumentError("no key lengths but a non-empty key section")
+            return index
+        sizes = sizes.astype(np.int64)
+        if int(sizes.min()) < 1 or int(sizes.max()) > MAX_KEY_BYTES:
+            raise InvalidArgumentError(
+                f"key lengths must be 1 to {MAX_KEY_BYTES} UTF-8 bytes", value=None
+            )
+        ends = np.cumsum(sizes + 1)
+        data = np.frombuffer(raw, dtype=np.uint8)
+        if int(ends[-1]) != data.size or not bool((data[ends - 1] == 0).all()):
+            raise InvalidArgumentError("the key section does not match the key lengths")
+        if not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise InvalidArgumentError(
+                    f"a key is not valid UTF-8 ({error.reason} at byte {error.start})"
+                ) from None
+        # One memoryview slice at a time: no Python object per key is kept.
+        view = memoryview(raw)
+        starts = (ends - sizes - 1).tolist()
+        slices = (view[a : a + m] for a, m in zip(starts, sizes.tolist(), strict=True))
+        batch = EncodedKeys(data, ends, hash_many(slices, n))
+        ordered = np.sort(batch.hashes)
+        if bool((ordered[1:] == ordered[:-1]).any()):  # maybe a repeated key: the exact path
+            pieces = zip(starts, sizes.tolist(), strict=True)
+            keys = [bytes(view[a : a + m]).decode("utf-8") for a, m in pieces]
+            index.add_many(keys, values)
+        else:
+            index._store_batch(batch, values)
+        return index
+
     def __repr__(self) -> str:
         d = self._design
         return f"Index(k={self._k}, design=({d.blocks}, {d.leading}), keys={len(self)})"
@@ -547,13 +631,19 @@ class Index:
                     key_list = [key_list[i] for i in positions.tolist()]
                     batch = encode_keys(key_list)
                     values = values[positions]
+        new = self._store_batch(batch, values)
+        return new if which is None else new[which]
+
+    def _store_batch(self, batch: EncodedKeys, values: _U64) -> NDArray[np.bool_]:
+        """Store the distinct, validated keys of ``batch`` with ``values``: the tables' runs of
+        a large batch sorted before the lock, the rows stored under it, runs merged after."""
         prepared = None
         if self._tables[0].direct_run(int(values.size)):
             prepared = [table.prepare_run(values) for table in self._tables]
         with self._lock:
             new = self._add_many(batch, values, prepared)
         self._merge_runs()
-        return new if which is None else new[which]
+        return new
 
     def _add_many(
         self, batch: EncodedKeys, values: _U64, prepared: list[Run] | None

@@ -36,14 +36,14 @@ Not thread-safe: the index serializes access.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 from xxhash import xxh3_64_intdigest
 
-__all__ = ["EncodedKeys", "KeyStore", "batch_subset", "encode_keys", "hash_key"]
+__all__ = ["EncodedKeys", "KeyStore", "batch_subset", "encode_keys", "hash_key", "hash_many"]
 
 _MIN_SLOTS = 16
 _U8 = NDArray[np.uint8]
@@ -54,6 +54,11 @@ _U64 = NDArray[np.uint64]
 def hash_key(data: bytes) -> int:
     """XXH3-64 (seed 0) of a key's UTF-8 bytes, the hash the store is addressed by."""
     return int(xxh3_64_intdigest(data))
+
+
+def hash_many(keys: Iterable[bytes | memoryview], count: int) -> _U64:
+    """:func:`hash_key` of each of the ``count`` UTF-8 encoded ``keys``, as (n,) uint64."""
+    return np.fromiter(map(xxh3_64_intdigest, keys), np.uint64, count)
 
 
 class EncodedKeys(NamedTuple):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import permindex.keystore as keystore_module
-from permindex import Index
+from permindex import Index, InvalidArgumentError
 from permindex.keystore import KeyStore, batch_subset, encode_keys, hash_key
 
 
@@ -142,3 +142,31 @@ def test_index_with_colliding_hashes(collide: bool, request: pytest.FixtureReque
     assert sorted(keys_) == sorted(n for i, n in enumerate(names) if i % 3)
     assert index.check_and_add("new", 12345).added
     index._check()
+
+
+def test_from_compact_round_trip_and_errors() -> None:
+    names = ["a", "é", "nul\x00in", "\U0001f600", *[f"k{i}" for i in range(300)]]
+    values = [(i * 0x9E37_79B9_7F4A_7C15) % (1 << 64) for i in range(len(names))]
+    index = Index.from_arrays(names, values)
+    index.remove("k3")
+    lengths, blob, fps = index.export_compact()
+    copy = Index.from_compact(lengths, blob, fps, design="auto")
+    copy._check()
+    assert copy.export()[0] == index.export()[0] and np.array_equal(copy.export()[1], fps)
+    assert copy.query(values[5]) == index.query(values[5])
+    ascii_only = Index.from_compact(np.array([1, 2]), b"a\x00bc\x00", [1, 2])
+    assert ascii_only.get("bc") == 2 and len(ascii_only) == 2
+    repeated = Index.from_compact([1, 1], b"x\x00x\x00", [1, 2])  # the last one wins
+    assert repeated.get("x") == 2 and len(repeated) == 1
+    assert len(Index.from_compact([], b"", [])) == 0
+    for lengths_, blob_, fps_, message in [
+        ([2], b"a\x00", [1], "does not match"),
+        ([1], b"ab", [1], "does not match"),
+        ([0], b"\x00", [1], "1 to 1024"),
+        ([1025], b"a" * 1025 + b"\x00", [1], "1 to 1024"),
+        ([1], b"\xff\x00", [1], "UTF-8"),
+        ([1, 1], b"a\x00b\x00", [1], "must match"),
+        ([], b"a\x00", [], "non-empty"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            Index.from_compact(lengths_, blob_, fps_)
