@@ -32,6 +32,11 @@ Status codes (every RPC):
   (metadata `authorization: Bearer TOKEN`) or an unknown one. PERMISSION_DENIED: a read-only
   token on a write (Add, Ingest, CheckAndAdd, Remove, Snapshot). Health checks need no token.
 - UNAVAILABLE: the server is starting (data still loading) or shutting down.
+- Writes (Add, Ingest, CheckAndAdd, Remove) are acknowledged only once they are in the server's
+  write-ahead log (fsynced first by default; see `permindex serve --help`). A write the server's
+  disk cannot take is refused and nothing of it is applied: RESOURCE_EXHAUSTED when the disk is
+  full (or a quota or file size limit is reached; retry once space is freed), UNAVAILABLE when
+  the data directory cannot be written (a read-only or failing file system). Lookups go on.
 - DATA_LOSS / INTERNAL: a snapshot could not be written (Snapshot RPC); the index is unchanged.
 """
 

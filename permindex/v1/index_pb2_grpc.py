@@ -133,10 +133,10 @@ class PermIndexServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CheckAndAdd(self, request, context):
-        """For each document in order, in one step under the index's lock: query its fingerprint, and add
-        it only when no *other* key is within k (a key already stored does not block itself: it is
-        replaced). Two near-duplicate documents sent together, in one batch or from two clients,
-        can therefore never both be added.
+        """For each document in order, in one step (no other write comes between a check and its add):
+        query its fingerprint, and add it only when no *other* key is within k (a key already stored
+        does not block itself: it is replaced). Two near-duplicate documents sent together, in one
+        batch or from two clients, can therefore never both be added.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
