@@ -1028,6 +1028,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="least severe log level shown (default warning; info adds snapshots and stops;\n"
         "keys and texts are never logged at info or above)",
     )
+    serve.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read options from this TOML file (default: $PERMINDEX_CONFIG, else none);\n"
+        "see the table below",
+    )
+    from permindex.serve_config import describe
+
+    serve.epilog = f"{describe(serve)}\n\n{serve.epilog}"
     serve.set_defaults(func=_cmd_serve)
 
     ingest_ = command(
@@ -1208,6 +1217,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if args.command == "serve":  # options also from --config FILE and PERMINDEX_* variables
+            from permindex.serve_config import ConfigError, apply_defaults, config_path
+
+            arguments = list(sys.argv[1:] if argv is None else argv)
+            try:
+                apply_defaults(args.parser, config_path(arguments), os.environ)
+            except ConfigError as error:
+                _err(f"permindex serve: {error}")
+                return EXIT_CODES["usage"]
+            args = parser.parse_args(arguments)
     except SystemExit as exit_:  # --help, --version, usage errors (argparse printed them)
         return exit_.code if isinstance(exit_.code, int) else EXIT_CODES["usage"]
     prefix = f"permindex {args.command}"
