@@ -539,6 +539,37 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    pb = _pb()
+    count = 0
+
+    def lines(stub: Any) -> Iterator[str]:
+        nonlocal count
+        for reply in stub.Export(pb.ExportRequest()):
+            for entry in reply.entries:
+                count += 1
+                record = {"id": entry.key, "fingerprint": _hex(entry.fingerprint)}
+                yield json.dumps(record, ensure_ascii=False) + "\n"
+
+    with _connect(args.address) as stub:
+        if args.out == "-":
+            _out(lines(stub))
+        else:  # written beside, then renamed: an interrupted export leaves no half file
+            target = Path(args.out)
+            partial = target.with_name(target.name + ".partial")
+            with open(partial, "w", encoding="utf-8", newline="\n") as file:
+                file.writelines(lines(stub))
+            partial.replace(target)
+    _err(f"permindex export: {count} keys written to {args.out if args.out != '-' else 'stdout'}")
+    return EXIT_CODES["ok"]
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    args.min_words = 0
+    args.max_document_bytes = DEFAULT_MAX_DOCUMENT_BYTES
+    return _cmd_ingest(args)
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     from permindex.fingerprint import simhash
 
@@ -1195,6 +1226,45 @@ def build_parser() -> argparse.ArgumentParser:
         "Ask the server to write a snapshot now; prints its path, keys, bytes and seconds.",
     )
     snapshot.set_defaults(func=_cmd_snapshot)
+
+    export = command(
+        "export",
+        "write every stored key and fingerprint as JSONL",
+        'Write every stored key as one JSON line, {"id": KEY, "fingerprint": "16 hex digits"},\n'
+        "from one consistent copy of the index, in the order the keys were stored: a backup or\n"
+        "a migration that `permindex import` (or ingest) loads back.",
+    )
+    export.add_argument(
+        "--out",
+        default="-",
+        metavar="FILE",
+        help="write here (through FILE.partial, renamed when complete); default - (stdout)",
+    )
+    export.set_defaults(func=_cmd_export)
+
+    import_ = command(
+        "import",
+        "load a JSONL export (as ingest)",
+        "Load a file written by `permindex export` (or any JSONL that ingest reads), streamed in\n"
+        "batches; a key already stored gets the file's fingerprint.",
+    )
+    import_.add_argument("path", metavar="PATH", help="JSONL file (.gz or not), or -")
+    import_.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"most documents per batch (default {DEFAULT_BATCH_SIZE})",
+    )
+    import_.add_argument(
+        "--batch-bytes",
+        type=_positive,
+        default=DEFAULT_BATCH_BYTES,
+        metavar="N",
+        help=f"about most bytes per batch (default {DEFAULT_BATCH_BYTES})",
+    )
+    import_.add_argument("--no-progress", action="store_true", help="no progress bar")
+    import_.set_defaults(func=_cmd_import)
 
     from permindex.cli_near import add_commands  # clusters, flags, dedup
 

@@ -494,6 +494,16 @@ class Client:
 
         return self._call(run, idempotent=True)
 
+    def export(self) -> Iterator[tuple[str, int]]:
+        """Every stored ``(key, fingerprint)`` (one consistent copy, in the order stored),
+        streamed: iterate to the end (or close the client) to finish the call. Not retried."""
+        try:
+            for reply in self._stub.Export(pb.ExportRequest(), metadata=self._metadata):
+                for entry in reply.entries:
+                    yield entry.key, entry.fingerprint
+        except grpc.RpcError as error:
+            raise self._error(error) from None
+
     def stats(self) -> ServerStats:
         """The server's counts, memory, design, uptime and last snapshot."""
         reply = self._call(

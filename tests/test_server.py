@@ -621,6 +621,7 @@ def test_reflection_lists_the_service(server: RunningServer) -> None:
             "ExactDuplicates",
             "Stats",
             "Snapshot",
+            "Export",
         }
 
 

@@ -452,3 +452,26 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return pb.SnapshotResponse(
             path=str(info.path), count=info.count, bytes=info.bytes, seconds=info.seconds
         )
+
+    @_streaming
+    def Export(
+        self, request: pb.ExportRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ExportResponse]:
+        """Every (key, fingerprint) of one consistent copy, in chunks of 10,000."""
+        lengths, blob, fingerprints = self.index.export_compact()
+        ends = np.cumsum(lengths + 1)  # each key is followed by a NUL in blob
+        values = fingerprints.tolist()
+        chunk = convert.KEYS_PER_MESSAGE
+        for start in range(0, len(values), chunk):
+            stop = min(start + chunk, len(values))
+            first = int(ends[start - 1]) if start else 0
+            data = blob[first : int(ends[stop - 1])].tobytes()
+            response = pb.ExportResponse()
+            offset = 0
+            for length, fingerprint in zip(
+                lengths[start:stop].tolist(), values[start:stop], strict=True
+            ):
+                key = data[offset : offset + length].decode("utf-8", "surrogatepass")
+                response.entries.add(key=key, fingerprint=fingerprint)
+                offset += length + 1
+            yield response
