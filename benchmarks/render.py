@@ -165,8 +165,9 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
         )
     if scale:
         lines.append("")
+        size = f"{scale['n']:.0e}".replace("e+0", "e").replace("e+", "e")
         lines.append(
-            f"10^8-class run (`python benchmarks/run.py --scale {scale['n']:.0e}`, "
+            f"10^8-class run (`python benchmarks/run.py --scale {size}`, "
             "permindex (4, 1) "
             f"only, keys `doc-00000001`): {scale['n']:,} fingerprints loaded in "
             f"{scale['load_s']:,.0f} s; tables {scale['bytes_per_fp']:.1f} B/fp, keys "
