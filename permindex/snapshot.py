@@ -57,6 +57,9 @@ Data directory (:class:`DataDir`)::
     DIR/snapshot.pmx.prev   the generation before it (a hard link kept until the new one is
                             durable; a manual fallback, never loaded automatically)
     DIR/LOCK                holds an exclusive flock(2) while a server owns DIR; contains its pid
+    DIR/wal-*.log           the write-ahead log's segments (:mod:`permindex.wal`): the changes
+                            after the snapshot's log sequence, kept back to the previous
+                            generation's
     DIR/.snapshot.pmx.*.tmp a write in progress; left over only by a crash, removed at open
 
 Options that differ from the server's: the snapshot stores only (key, fingerprint) pairs plus the
