@@ -169,7 +169,7 @@ def _client(
         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
     )
     stub: Any = index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
-    k_field = {} if config.k is None else {"k": config.k}
+    k_field: dict[str, Any] = {} if config.k is None else {"k": config.k}
     methods = {"query": stub.Query, "add": stub.Add, "check": stub.CheckAndAdd}
     try:
         grpc.channel_ready_future(channel).result(timeout=config.timeout)
