@@ -71,14 +71,27 @@ _EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
     "usage": "bad command line",
-    "unavailable": "the server cannot be reached, or is starting up or shutting down",
+    "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
+    "     write its data directory (read-only or failing disk: writes refused, lookups go on)",
     "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
-    "     or a request the server refused as invalid, too large or not permitted (token)",
+    "     or a request the server refused as invalid, too large, not permitted (token),\n"
+    "     or for lack of disk space",
     "not_found": "a key that is not stored",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
     "data": "a corrupt snapshot or log, or a data directory owned by another process\n"
     "     or not writable",
 }
+
+#: Words of grpc's own status details when no connection could be made (as opposed to an
+#: UNAVAILABLE status sent by the server itself).
+_TRANSPORT_FAILURES: Final = (
+    "failed to connect",
+    "DNS resolution failed",
+    "Connection refused",
+    "Socket closed",
+    "Connection reset",
+    "connections to all backends failing",
+)
 
 #: Client channel options: the server enforces its own message limit; the client takes any size.
 _CHANNEL_OPTIONS: Final = [
@@ -123,7 +136,10 @@ def _rpc_error(error: grpc.RpcError, address: str) -> CommandError:
     name = code.name if code is not None else "UNKNOWN"
     exit_code = _exit_code_for_status(name)
     if exit_code == EXIT_CODES["unavailable"]:
-        message = f"cannot reach permindex server at {address}: {details}"
+        if any(sign in details for sign in _TRANSPORT_FAILURES) or name == "DEADLINE_EXCEEDED":
+            message = f"cannot reach permindex server at {address}: {details}"
+        else:  # the server answered: shutting down, or its data directory cannot be written
+            message = f"permindex server at {address} is unavailable: {details}"
     else:
         message = f"{details} ({name})"
     failure = CommandError(message, "error")
@@ -189,6 +205,8 @@ class _ClientSecurity:
     private_key: bytes | None = None
     server_name: str | None = None
     token: str | None = None
+    #: The collection every request names (``--collection``; "": the default one).
+    collection: str = ""
 
 
 _CLIENT_SECURITY = _ClientSecurity()
@@ -210,13 +228,30 @@ def _set_client_security(args: argparse.Namespace) -> None:
     if args.tls_ca is None and (args.tls_cert or args.tls_key):
         raise InvalidArgumentError("--tls-cert and --tls-key need --tls-ca")
     _CLIENT_SECURITY = _ClientSecurity(
-        read(args.tls_ca), read(args.tls_cert), read(args.tls_key), args.tls_server_name, token
+        read(args.tls_ca),
+        read(args.tls_cert),
+        read(args.tls_key),
+        args.tls_server_name,
+        token,
+        args.collection or "",
     )
 
 
-def _with_metadata(channel: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
-    """``channel`` with ``metadata`` (the bearer token) added to every call."""
+def _with_metadata(
+    channel: Any, metadata: tuple[tuple[str, str], ...], collection: str = ""
+) -> Any:
+    """``channel`` with ``metadata`` (the bearer token) added to every call, and ``collection``
+    set in every request that has that field and leaves it empty."""
     import grpc
+
+    def named(request: Any) -> Any:
+        if collection and "collection" in request.DESCRIPTOR.fields_by_name:
+            if not request.collection:
+                request.collection = collection
+        return request
+
+    def each_named(requests: Any) -> Any:
+        return (named(request) for request in requests)
 
     class MetadataInterceptor(
         grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
@@ -233,16 +268,16 @@ def _with_metadata(channel: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
             return details._replace(metadata=(*(details.metadata or ()), *self._metadata))
 
         def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-            return continuation(self._details(details), request)
+            return continuation(self._details(details), named(request))
 
         def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-            return continuation(self._details(details), request)
+            return continuation(self._details(details), named(request))
 
         def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
-            return continuation(self._details(details), requests)
+            return continuation(self._details(details), each_named(requests))
 
         def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
-            return continuation(self._details(details), requests)
+            return continuation(self._details(details), each_named(requests))
 
     return grpc.intercept_channel(channel, MetadataInterceptor(metadata))
 
@@ -268,9 +303,9 @@ def _connect(address: str) -> Iterator[Any]:
         channel = grpc.secure_channel(address, credentials, options=options)
     else:
         channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-    if security.token:
-        metadata = (("authorization", f"Bearer {security.token}"),)
-        channel = _with_metadata(channel, metadata)
+    if security.token or security.collection:
+        metadata = (("authorization", f"Bearer {security.token}"),) if security.token else ()
+        channel = _with_metadata(channel, metadata, security.collection)
     try:
         yield index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
     except grpc.RpcError as error:
@@ -564,6 +599,59 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _cmd_collections(args: argparse.Namespace) -> int:
+    pb = _pb()
+    if args.action != "list" and not args.name:
+        args.parser.error(f"collections {args.action} needs a NAME")
+
+    def fields(info: Any) -> dict[str, Any]:
+        design = info.design
+        return {
+            "name": info.name,
+            "count": info.count,
+            "memory_bytes": info.memory_bytes,
+            "k": design.k,
+            "blocks": design.blocks,
+            "leading": design.leading,
+            "tables": design.tables,
+            "shingle_size": info.shingle_size,
+            "min_words": info.min_words,
+        }
+
+    with _connect(args.address) as stub:
+        if args.action == "list":
+            infos = [
+                fields(i) for i in stub.ListCollections(pb.ListCollectionsRequest()).collections
+            ]
+            if args.json:
+                _out(json.dumps(infos) + "\n")
+            else:
+                _out(
+                    f"{i['name']}\t{i['count']}\t{i['k']}\t{i['blocks']}/{i['leading']}\n"
+                    for i in infos
+                )
+            return EXIT_CODES["ok"]
+        if args.action == "drop":
+            reply = stub.DropCollection(pb.DropCollectionRequest(name=args.name))
+            _err(f"permindex collections: dropped {args.name} ({reply.count} keys)")
+            return EXIT_CODES["ok"]
+        if args.action == "create":
+            options = pb.CollectionOptions(
+                k=args.k,
+                blocks=args.blocks,
+                leading=args.leading,
+                shingle_size=args.shingle_size,
+                min_words=args.min_words,
+            )
+            info = fields(
+                stub.CreateCollection(pb.CreateCollectionRequest(name=args.name, options=options))
+            )
+        else:
+            info = fields(stub.DescribeCollection(pb.DescribeCollectionRequest(name=args.name)))
+    _out(json.dumps(info) + "\n" if args.json else "".join(f"{k}\t{v}\n" for k, v in info.items()))
+    return EXIT_CODES["ok"]
+
+
 def _cmd_import(args: argparse.Namespace) -> int:
     args.min_words = 0
     args.max_document_bytes = DEFAULT_MAX_DOCUMENT_BYTES
@@ -851,6 +939,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-server-name",
         metavar="NAME",
         help="check the server certificate against NAME instead of the address's host",
+    )
+    client.add_argument(
+        "--collection",
+        metavar="NAME",
+        help="the collection the command works on (default: the server's `default`)",
     )
     client.add_argument(
         "--token-file",
@@ -1226,6 +1319,30 @@ def build_parser() -> argparse.ArgumentParser:
         "Ask the server to write a snapshot now; prints its path, keys, bytes and seconds.",
     )
     snapshot.set_defaults(func=_cmd_snapshot)
+
+    collections = command(
+        "collections",
+        "list, create, describe or drop collections",
+        "Collections are independent indexes in one server, each with its own k, table design,\n"
+        "text options, snapshots and log; every other command works on the one of --collection\n"
+        "(default: `default`, which always exists).\n"
+        "  list                 one `name<TAB>keys<TAB>k<TAB>blocks/leading` line each\n"
+        "  create NAME [opts]   an empty collection (options default to the server's own)\n"
+        "  describe NAME        its options and counts, `name<TAB>value` lines\n"
+        "  drop NAME            its keys, memory and files (`default` cannot be dropped)",
+    )
+    collections.add_argument("action", choices=("list", "create", "describe", "drop"))
+    collections.add_argument("name", nargs="?", metavar="NAME")
+    for option, what in (
+        ("--k", "largest distance the collection answers, bits"),
+        ("--blocks", "table design: blocks of the 64 bits"),
+        ("--leading", "table design: leading blocks per table"),
+        ("--shingle-size", "words per shingle for texts"),
+        ("--min-words", "texts of fewer words are too short"),
+    ):
+        collections.add_argument(option, type=_non_negative, metavar="N", help=what)
+    collections.add_argument("--json", action="store_true", help="print JSON")
+    collections.set_defaults(func=_cmd_collections)
 
     export = command(
         "export",

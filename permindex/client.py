@@ -26,6 +26,7 @@ Thread-safe: one Client (one channel) can serve many threads.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ __all__ = [
     "AddResult",
     "CheckResult",
     "Client",
+    "CollectionInfo",
     "DocumentResult",
     "IngestResult",
     "RemoveResult",
@@ -141,6 +143,37 @@ class ServerStats:
     last_snapshot_count: int
     last_snapshot_bytes: int
     version: str
+    collection: str = "default"
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """A collection: its name, keys, index memory (bytes), design, k and text options."""
+
+    name: str
+    count: int
+    memory_bytes: int
+    blocks: int
+    leading: int
+    tables: int
+    k: int
+    shingle_size: int
+    min_words: int
+
+
+def _collection_info(message: Any) -> CollectionInfo:
+    design = message.design
+    return CollectionInfo(
+        message.name,
+        message.count,
+        message.memory_bytes,
+        design.blocks,
+        design.leading,
+        design.tables,
+        design.k,
+        message.shingle_size,
+        message.min_words,
+    )
 
 
 @dataclass(frozen=True)
@@ -206,6 +239,8 @@ class Client:
         token: a bearer token (``authorization: Bearer TOKEN`` on every call).
         batch_size, batch_bytes: most documents, and about most bytes, per message of
             :meth:`ingest` (and per request of the batch methods).
+        collection: the collection the calls name (default: the server's ``default``); see
+            :meth:`use` for another one on the same connection.
     """
 
     def __init__(
@@ -223,6 +258,7 @@ class Client:
         token: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
+        collection: str = "",
     ) -> None:
         if batch_size < 1 or batch_bytes < 1:
             raise InvalidArgumentError("batch_size and batch_bytes must be at least 1")
@@ -233,6 +269,8 @@ class Client:
         self.max_backoff = max_backoff
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
+        #: The collection every call names ("": the server's default collection).
+        self.collection = collection
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token.strip()}"),) if token else ()
         )
@@ -256,6 +294,13 @@ class Client:
         self._stub = index_pb2_grpc.PermIndexStub(self._channel)  # type: ignore[no-untyped-call]
 
     # ---- plumbing
+
+    def use(self, collection: str) -> Client:
+        """A client of the same connection whose calls name ``collection``; closing either
+        closes both."""
+        other = copy.copy(self)
+        other.collection = collection
+        return other
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
@@ -300,7 +345,9 @@ class Client:
     def add(self, documents: Iterable[DocumentLike]) -> AddResult:
         """Add (or replace) ``(key, fingerprint or text)`` documents in one request, applied as
         one step. For more than the server's batch limit, use :meth:`ingest`."""
-        request = pb.AddRequest(documents=[message for message, _ in _documents(documents)])
+        request = pb.AddRequest(
+            collection=self.collection, documents=[message for message, _ in _documents(documents)]
+        )
         reply = self._call(lambda: self._stub.Add(request, **self._kwargs()), idempotent=False)
         results = [
             DocumentResult(
@@ -315,12 +362,12 @@ class Client:
         size = 0
         for message, message_size in _documents(documents):
             if batch and (len(batch) >= self.batch_size or size + message_size > self.batch_bytes):
-                yield pb.AddRequest(documents=batch)
+                yield pb.AddRequest(collection=self.collection, documents=batch)
                 batch, size = [], 0
             batch.append(message)
             size += message_size
         if batch:
-            yield pb.AddRequest(documents=batch)
+            yield pb.AddRequest(collection=self.collection, documents=batch)
 
     def ingest(
         self,
@@ -361,7 +408,9 @@ class Client:
         """:meth:`check_and_add` for each document in order, in one request (so two
         near-duplicates in it can never both be added)."""
         request = pb.CheckAndAddRequest(
-            documents=[message for message, _ in _documents(documents)], k=k
+            collection=self.collection,
+            documents=[message for message, _ in _documents(documents)],
+            k=k,
         )
         reply = self._call(
             lambda: self._stub.CheckAndAdd(request, **self._kwargs()), idempotent=False
@@ -382,7 +431,7 @@ class Client:
         removed = 0
         not_found: list[str] = []
         for chunk in self._chunks(names):
-            request = pb.RemoveRequest(keys=chunk)
+            request = pb.RemoveRequest(collection=self.collection, keys=chunk)
             reply = self._call(
                 lambda r=request: self._stub.Remove(r, **self._kwargs()),  # type: ignore[misc]
                 idempotent=False,
@@ -394,7 +443,10 @@ class Client:
     def snapshot(self) -> SnapshotResult:
         """Ask the server to write a snapshot now; returns when it is durable."""
         reply = self._call(
-            lambda: self._stub.Snapshot(pb.SnapshotRequest(), **self._kwargs()), idempotent=False
+            lambda: self._stub.Snapshot(
+                pb.SnapshotRequest(collection=self.collection), **self._kwargs()
+            ),
+            idempotent=False,
         )
         return SnapshotResult(reply.path, reply.count, reply.bytes, reply.seconds)
 
@@ -419,7 +471,9 @@ class Client:
                 )
         found: list[list[Match]] = []
         for chunk in self._chunks(values):
-            request = pb.QueryRequest(fingerprints=chunk, k=k, limit=limit)
+            request = pb.QueryRequest(
+                collection=self.collection, fingerprints=chunk, k=k, limit=limit
+            )
             reply = self._call(
                 lambda r=request: self._stub.Query(r, **self._kwargs()),  # type: ignore[misc]
                 idempotent=True,
@@ -436,7 +490,7 @@ class Client:
         names = list(keys)
         found: list[int | None] = []
         for chunk in self._chunks(names):
-            request = pb.GetRequest(keys=chunk)
+            request = pb.GetRequest(collection=self.collection, keys=chunk)
             reply = self._call(
                 lambda r=request: self._stub.Get(r, **self._kwargs()),  # type: ignore[misc]
                 idempotent=True,
@@ -449,7 +503,9 @@ class Client:
         sorted."""
 
         def run() -> list[tuple[str, str, int]]:
-            replies = self._stub.Pairs(pb.PairsRequest(k=k), **self._kwargs())
+            replies = self._stub.Pairs(
+                pb.PairsRequest(collection=self.collection, k=k), **self._kwargs()
+            )
             return sorted((p.key_a, p.key_b, p.distance) for r in replies for p in r.pairs)
 
         return self._call(run, idempotent=True)
@@ -459,7 +515,9 @@ class Client:
 
         def run() -> list[list[str]]:
             found: dict[int, list[str]] = {}
-            for reply in self._stub.Clusters(pb.ClustersRequest(k=k), **self._kwargs()):
+            for reply in self._stub.Clusters(
+                pb.ClustersRequest(collection=self.collection, k=k), **self._kwargs()
+            ):
                 for cluster in reply.clusters:
                     found.setdefault(cluster.id, []).extend(cluster.keys)
             return [found[i] for i in sorted(found)]
@@ -470,7 +528,9 @@ class Client:
         """Every key with another key within ``k``, with its nearest one, sorted by key."""
 
         def run() -> list[Flag]:
-            replies = self._stub.Flags(pb.FlagsRequest(k=k), **self._kwargs())
+            replies = self._stub.Flags(
+                pb.FlagsRequest(collection=self.collection, k=k), **self._kwargs()
+            )
             return [
                 Flag(f.key, f.nearest_key, f.distance, f.neighbors)
                 for reply in replies
@@ -484,7 +544,7 @@ class Client:
 
         def run() -> list[ExactGroup]:
             found: dict[int, ExactGroup] = {}
-            request = pb.ExactDuplicatesRequest()
+            request = pb.ExactDuplicatesRequest(collection=self.collection)
             for reply in self._stub.ExactDuplicates(request, **self._kwargs()):
                 for group in reply.groups:
                     found.setdefault(group.id, ExactGroup(group.fingerprint, [])).keys.extend(
@@ -498,16 +558,66 @@ class Client:
         """Every stored ``(key, fingerprint)`` (one consistent copy, in the order stored),
         streamed: iterate to the end (or close the client) to finish the call. Not retried."""
         try:
-            for reply in self._stub.Export(pb.ExportRequest(), metadata=self._metadata):
+            for reply in self._stub.Export(
+                pb.ExportRequest(collection=self.collection), metadata=self._metadata
+            ):
                 for entry in reply.entries:
                     yield entry.key, entry.fingerprint
         except grpc.RpcError as error:
             raise self._error(error) from None
 
+    # ---- collections
+
+    def create_collection(
+        self,
+        name: str,
+        *,
+        k: int | None = None,
+        blocks: int | None = None,
+        leading: int | None = None,
+        shingle_size: int | None = None,
+        min_words: int | None = None,
+    ) -> CollectionInfo:
+        """Create an empty collection (absent options: the server's own). Raises
+        :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken."""
+        options = pb.CollectionOptions(
+            k=k, blocks=blocks, leading=leading, shingle_size=shingle_size, min_words=min_words
+        )
+        request = pb.CreateCollectionRequest(name=name, options=options)
+        reply = self._call(
+            lambda: self._stub.CreateCollection(request, **self._kwargs()), idempotent=False
+        )
+        return _collection_info(reply)
+
+    def list_collections(self) -> list[CollectionInfo]:
+        """Every collection of the server, by name."""
+        reply = self._call(
+            lambda: self._stub.ListCollections(pb.ListCollectionsRequest(), **self._kwargs()),
+            idempotent=True,
+        )
+        return [_collection_info(info) for info in reply.collections]
+
+    def describe_collection(self, name: str) -> CollectionInfo:
+        """One collection's options and counts (NOT_FOUND: a ``KeyError``)."""
+        request = pb.DescribeCollectionRequest(name=name)
+        reply = self._call(
+            lambda: self._stub.DescribeCollection(request, **self._kwargs()), idempotent=True
+        )
+        return _collection_info(reply)
+
+    def drop_collection(self, name: str) -> int:
+        """Drop a collection (keys, memory, files); the keys it held."""
+        request = pb.DropCollectionRequest(name=name)
+        reply = self._call(
+            lambda: self._stub.DropCollection(request, **self._kwargs()), idempotent=False
+        )
+        return int(reply.count)
+
     def stats(self) -> ServerStats:
         """The server's counts, memory, design, uptime and last snapshot."""
         reply = self._call(
-            lambda: self._stub.Stats(pb.StatsRequest(), **self._kwargs()), idempotent=True
+            lambda: self._stub.Stats(pb.StatsRequest(collection=self.collection), **self._kwargs()),
+            idempotent=True,
         )
         return ServerStats(
             count=reply.count,
@@ -526,4 +636,5 @@ class Client:
             last_snapshot_count=reply.last_snapshot_count,
             last_snapshot_bytes=reply.last_snapshot_bytes,
             version=reply.version,
+            collection=reply.collection or "default",
         )

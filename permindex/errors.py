@@ -15,6 +15,7 @@ from typing import Final
 __all__ = [
     "ERROR_TABLE",
     "EXIT_CODES",
+    "CollectionExistsError",
     "CorruptFileError",
     "DataDirLockedError",
     "InvalidArgumentError",
@@ -62,6 +63,10 @@ class NotFoundError(PermindexError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class CollectionExistsError(PermindexError, ValueError):
+    """A collection of that name exists already; nothing was changed."""
 
 
 class CorruptFileError(PermindexError, ValueError):
@@ -140,6 +145,10 @@ class _RemoteCorrupt(ServerError, CorruptFileError):
     pass
 
 
+class _RemoteExists(ServerError, CollectionExistsError):
+    pass
+
+
 class _RemoteUnavailable(ServerError, ConnectionError):
     pass
 
@@ -158,6 +167,7 @@ _REMOTE_CLASSES: Final[dict[str, type[ServerError]]] = {
     "RESOURCE_EXHAUSTED": _RemoteLimitExceeded,
     "NOT_FOUND": _RemoteNotFound,
     "DATA_LOSS": _RemoteCorrupt,
+    "ALREADY_EXISTS": _RemoteExists,
     "UNAVAILABLE": _RemoteUnavailable,
     "DEADLINE_EXCEEDED": _RemoteTimeout,
     "UNAUTHENTICATED": _RemotePermission,
@@ -189,6 +199,7 @@ ERROR_TABLE: Final[list[tuple[type[BaseException], str, str]]] = [
     (LimitExceededError, "RESOURCE_EXHAUSTED", "invalid"),
     (InvalidArgumentError, "INVALID_ARGUMENT", "invalid"),
     (NotFoundError, "NOT_FOUND", "not_found"),
+    (CollectionExistsError, "ALREADY_EXISTS", "invalid"),
     (CorruptFileError, "DATA_LOSS", "data"),
     (DataDirLockedError, "FAILED_PRECONDITION", "data"),
     (StorageFullError, "RESOURCE_EXHAUSTED", "data"),

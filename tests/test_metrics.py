@@ -59,11 +59,12 @@ def test_metrics_count_calls_codes_and_state(start_server: StartServer, tmp_path
     assert value("permindex_fingerprints", collection="default") == 16
     assert value("permindex_index_memory_bytes", collection="default") > 0
     assert value("permindex_resident_memory_bytes") > 10 * 2**20
-    assert value("permindex_snapshot_keys") == 15
-    assert value("permindex_snapshot_bytes") > 0
-    assert 0 <= value("permindex_snapshot_age_seconds") < 60
-    assert value("permindex_wal_bytes") > 0 and value("permindex_wal_segments") >= 1
-    assert value("permindex_wal_sequence") >= 3
+    assert value("permindex_snapshot_keys", collection="default") == 15
+    assert value("permindex_snapshot_bytes", collection="default") > 0
+    assert 0 <= value("permindex_snapshot_age_seconds", collection="default") < 60
+    assert value("permindex_wal_bytes", collection="default") > 0
+    assert value("permindex_wal_segments", collection="default") >= 1
+    assert value("permindex_wal_sequence", collection="default") >= 3
     address = server.metrics.address
     server.stop(grace=0)
     with pytest.raises(OSError):

@@ -622,6 +622,10 @@ def test_reflection_lists_the_service(server: RunningServer) -> None:
             "Stats",
             "Snapshot",
             "Export",
+            "CreateCollection",
+            "ListCollections",
+            "DescribeCollection",
+            "DropCollection",
         }
 
 

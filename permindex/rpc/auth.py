@@ -5,11 +5,12 @@ with its role, ``TOKEN ROLE``, where ROLE is ``read-write`` or ``read-only``; bl
 starting with ``#`` are ignored; a token has at least 16 characters (``openssl rand -hex 32``
 makes a good one). A client sends ``authorization: Bearer TOKEN`` as call metadata. A call without
 a token, or with one the file does not hold, gets UNAUTHENTICATED; a read-only token on a write
-RPC (Add, Ingest, CheckAndAdd, Remove, Snapshot) gets PERMISSION_DENIED. The token sent is
-compared with every token of the file by :func:`hmac.compare_digest` (constant time, no early
-exit), so the time of a refusal says nothing about how much of a token was right. Health checking
-(``grpc.health.v1.Health``) stays open so that load balancers and orchestrators can probe the
-server; reflection needs a token like the rest.
+RPC (Add, Ingest, CheckAndAdd, Remove, Snapshot, CreateCollection, DropCollection) gets
+PERMISSION_DENIED. The token sent is compared with every token of the file by
+:func:`hmac.compare_digest` (constant time, no early exit), so the time of a refusal says
+nothing about how much of a token was right. Health checking (``grpc.health.v1.Health``) stays
+open so that load balancers and orchestrators can probe the server; reflection needs a token like
+the rest.
 
 **TLS.** ``--tls-cert`` and ``--tls-key`` (PEM files) serve TLS; ``--tls-client-ca`` also
 requires a client certificate signed by that CA (mutual TLS).
@@ -57,7 +58,15 @@ MIN_TOKEN_CHARS: Final = 16
 #: The RPCs that change the index or the data directory: refused to read-only tokens.
 WRITE_METHODS: Final = frozenset(
     f"/permindex.v1.PermIndex/{name}"
-    for name in ("Add", "Ingest", "CheckAndAdd", "Remove", "Snapshot")
+    for name in (
+        "Add",
+        "Ingest",
+        "CheckAndAdd",
+        "Remove",
+        "Snapshot",
+        "CreateCollection",
+        "DropCollection",
+    )
 )
 _OPEN_PREFIXES: Final = ("/grpc.health.v1.Health/",)
 

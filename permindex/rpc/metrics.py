@@ -14,7 +14,8 @@ exported (``collection`` is ``default``, the server's one index):
 ``permindex_fingerprints``           keys stored, by ``collection``
 ``permindex_index_memory_bytes``     the index's own estimate of its memory, by ``collection``
 ``permindex_resident_memory_bytes``  the server process's resident memory (VmRSS)
-``permindex_snapshot_bytes``         size of the last snapshot loaded or written
+``permindex_snapshot_bytes``         size of the last snapshot loaded or written (this and all
+                                     below but the last two: by ``collection``)
 ``permindex_snapshot_keys``          keys in it
 ``permindex_snapshot_age_seconds``   seconds since it was written (absent before the first)
 ``permindex_wal_bytes``              bytes in the write-ahead log's segment files
@@ -46,6 +47,8 @@ __all__ = ["MetricsInterceptor", "MetricsServer", "StateCollector"]
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from permindex.rpc.catalog import Catalog
+
     _Handler = grpc.RpcMethodHandler[Any, Any]
     _Interceptor = grpc.ServerInterceptor[Any, Any]
 else:
@@ -62,50 +65,58 @@ def _wal_files(state: ServerState) -> list[Any]:
 
 
 class StateCollector(Collector):
-    """The gauges of a :class:`ServerState`, read at each scrape."""
+    """The gauges of every collection of a :class:`~permindex.rpc.catalog.Catalog`, read at
+    each scrape."""
 
-    def __init__(self, state: ServerState) -> None:
-        self._state = state
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        state = self._state
+        def family(name: str, help_: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, help_, labels=["collection"])
 
-        def gauge(name: str, help_: str, value: float, collection: bool = False) -> Any:
-            family = GaugeMetricFamily(name, help_, labels=["collection"] if collection else [])
-            family.add_metric([_COLLECTION] if collection else [], value)
-            return family
-
-        yield gauge("permindex_fingerprints", "Keys stored.", len(state.index), True)
-        yield gauge(
-            "permindex_index_memory_bytes",
-            "The index's estimate of its memory, bytes.",
-            state.index.memory_bytes(),
-            True,
+        count = family("permindex_fingerprints", "Keys stored.")
+        memory = family("permindex_index_memory_bytes", "The index's estimate of its memory.")
+        snapshot_bytes = family("permindex_snapshot_bytes", "Last snapshot's size, bytes.")
+        snapshot_keys = family("permindex_snapshot_keys", "Keys in the last snapshot.")
+        snapshot_age = family(
+            "permindex_snapshot_age_seconds", "Seconds since the last snapshot was written."
         )
-        yield gauge(
-            "permindex_resident_memory_bytes",
-            "Resident memory of the server process, bytes.",
-            resident_memory_bytes(),
+        wal_bytes = family("permindex_wal_bytes", "Bytes in the write-ahead log.")
+        wal_segments = family("permindex_wal_segments", "Segment files of the log.")
+        wal_sequence = family("permindex_wal_sequence", "Last change logged.")
+        uptime = 0.0
+        for name, state in self._catalog.items():
+            label = [name]
+            count.add_metric(label, len(state.index))
+            memory.add_metric(label, state.index.memory_bytes())
+            snapshot = state.last_snapshot
+            if snapshot is not None:
+                snapshot_bytes.add_metric(label, snapshot.bytes)
+                snapshot_keys.add_metric(label, snapshot.count)
+                snapshot_age.add_metric(
+                    label, max(0.0, time.time() - snapshot.created_unix_seconds)
+                )
+            sizes = []
+            for path in _wal_files(state):
+                try:
+                    sizes.append(path.stat().st_size)
+                except OSError:  # deleted by a snapshot meanwhile
+                    continue
+            wal_bytes.add_metric(label, sum(sizes))
+            wal_segments.add_metric(label, len(sizes))
+            wal_sequence.add_metric(label, state.store.sequence)
+            uptime = max(uptime, state.uptime_seconds)
+        yield from (count, memory, snapshot_bytes, snapshot_keys, snapshot_age)
+        yield from (wal_bytes, wal_segments, wal_sequence)
+        resident = GaugeMetricFamily(
+            "permindex_resident_memory_bytes", "Resident memory of the server process, bytes."
         )
-        yield gauge("permindex_uptime_seconds", "Seconds since the start.", state.uptime_seconds)
-        snapshot = state.last_snapshot
-        if snapshot is not None:
-            yield gauge("permindex_snapshot_bytes", "Last snapshot's size, bytes.", snapshot.bytes)
-            yield gauge("permindex_snapshot_keys", "Keys in the last snapshot.", snapshot.count)
-            yield gauge(
-                "permindex_snapshot_age_seconds",
-                "Seconds since the last snapshot was written.",
-                max(0.0, time.time() - snapshot.created_unix_seconds),
-            )
-        sizes = []
-        for path in _wal_files(state):
-            try:
-                sizes.append(path.stat().st_size)
-            except OSError:  # deleted by a snapshot meanwhile
-                continue
-        yield gauge("permindex_wal_bytes", "Bytes in the write-ahead log.", sum(sizes))
-        yield gauge("permindex_wal_segments", "Segment files of the log.", len(sizes))
-        yield gauge("permindex_wal_sequence", "Last change logged.", state.store.sequence)
+        resident.add_metric([], resident_memory_bytes())
+        yield resident
+        started = GaugeMetricFamily("permindex_uptime_seconds", "Seconds since the start.")
+        started.add_metric([], uptime)
+        yield started
 
 
 def _code_name(context: grpc.ServicerContext, default: str) -> str:
@@ -217,9 +228,9 @@ class MetricsServer:
         self._httpd: Any = None
         self.address: str | None = None
 
-    def watch(self, state: ServerState) -> None:
-        """Export the gauges of ``state``."""
-        self.registry.register(StateCollector(state))
+    def watch(self, catalog: Catalog) -> None:
+        """Export the gauges of every collection of ``catalog``."""
+        self.registry.register(StateCollector(catalog))
 
     def serve(self, address: str) -> str:
         """Serve ``/metrics`` on ``HOST:PORT`` (port 0 picks one); the actual address.

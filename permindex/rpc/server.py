@@ -38,6 +38,7 @@ from permindex.rpc.auth import (
     load_tokens,
     server_credentials,
 )
+from permindex.rpc.catalog import Catalog
 from permindex.rpc.metrics import MetricsServer
 from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
 from permindex.snapshot import SnapshotInfo
@@ -77,6 +78,7 @@ class RunningServer:
         host: str,
         port: int,
         loaded_count: int,
+        catalog: Catalog | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -85,6 +87,8 @@ class RunningServer:
         self.address = f"{host}:{port}"
         self.data_dir = Path(config.data_dir)
         self.loaded_count = loaded_count
+        #: Every collection (the default one is :attr:`state`).
+        self.catalog = catalog
         self._server = server
         self._executor = executor
         self._health = health_servicer
@@ -105,9 +109,25 @@ class RunningServer:
         interval = self.config.snapshot_interval
         while not self._periodic_wakeup.wait(interval):
             try:
-                self.state.snapshot(only_if_changed=True)
+                self._snapshot_all()
             except Exception:  # logged and retried at the next interval; serving goes on
                 log.exception("periodic snapshot failed; retrying in %s s", interval)
+
+    def _snapshot_all(self) -> SnapshotInfo | None:
+        """Snapshot every collection whose log holds changes its last snapshot does not; the
+        default collection's info (None: unchanged). A failure of another collection is logged;
+        the default one's is raised (after the others were written)."""
+        if self.catalog is None:
+            return self.state.snapshot(only_if_changed=True)
+        written: list[SnapshotInfo | None] = [None]
+
+        def one(name: str, state: ServerState) -> None:
+            info = state.snapshot(only_if_changed=True)
+            if state is self.state:
+                written[0] = info
+
+        self.catalog.each(one)
+        return written[0]
 
     def snapshot(self) -> SnapshotInfo:
         """Write a snapshot now (whether or not anything changed).
@@ -158,10 +178,12 @@ class RunningServer:
                 self._periodic.join()
             self._server.stop(grace).wait()
             self._executor.shutdown(wait=True)  # handlers still running after the grace end
-            info = self.state.snapshot(only_if_changed=True)
+            info = self._snapshot_all()
             log.info("stopped (%s)", "final snapshot written" if info else "nothing to snapshot")
             return info
         finally:
+            if self.catalog is not None:
+                self.catalog.close(skip_default=True)
             try:
                 self.state.store.close()
             except StorageError as error:  # nothing lost if the final snapshot was written
@@ -241,6 +263,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     index = store.index
     server: grpc.Server | None = None
     metrics = MetricsServer() if config.metrics_address is not None else None
+    catalog: Catalog | None = None
     executor: ThreadPoolExecutor | None = None
     try:
         state = ServerState(store, config)
@@ -266,8 +289,10 @@ def create_server(config: ServerConfig) -> RunningServer:
         for service in ("", SERVICE_NAME):
             health_servicer.set(service, _NOT_SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        catalog = Catalog(config, state)
+        catalog.load()  # every other collection, recovered before anything listens
         index_pb2_grpc.add_PermIndexServicer_to_server(  # type: ignore[no-untyped-call]
-            PermIndexService(state), server
+            PermIndexService(state, catalog), server
         )
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -286,10 +311,12 @@ def create_server(config: ServerConfig) -> RunningServer:
                 f"cannot listen on {config.address}: the address is in use or not local",
             )
         if metrics is not None and config.metrics_address is not None:
-            metrics.watch(state)
+            metrics.watch(catalog)
             metrics.serve(config.metrics_address)
         server.start()
     except BaseException:
+        if catalog is not None:
+            catalog.close(skip_default=True)
         if metrics is not None:
             metrics.close()
         if server is not None:
@@ -309,6 +336,7 @@ def create_server(config: ServerConfig) -> RunningServer:
         host=host,
         port=port,
         loaded_count=len(index),
+        catalog=catalog,
     )
     running.metrics = metrics
     log.info("serving on %s (%d keys)", running.address, len(index))

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import grpc
 import numpy as np
@@ -28,12 +28,15 @@ import numpy as np
 import permindex
 from permindex.clusters import NearDuplicates
 from permindex.config import ServerConfig
-from permindex.errors import LimitExceededError, PermindexError, status_name_for
+from permindex.errors import LimitExceededError, NotFoundError, PermindexError, status_name_for
 from permindex.rpc import convert
 from permindex.snapshot import SnapshotInfo
 from permindex.store import Store
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
+
+if TYPE_CHECKING:
+    from permindex.rpc.catalog import Catalog
 
 __all__ = ["SERVICE_NAME", "PermIndexService", "ServerState", "SnapshotWriteError"]
 
@@ -44,6 +47,9 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PermIndex"].full_name
 
 #: Fingerprints looked up per acquisition of the index lock in a Query.
 _QUERY_SLICE = 1024
+
+#: The collection a request without one names.
+DEFAULT_COLLECTION = "default"
 
 _ADDED = pb.DOCUMENT_STATUS_ADDED
 _REPLACED = pb.DOCUMENT_STATUS_REPLACED
@@ -207,30 +213,39 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     """Implements every RPC of ``permindex.v1.PermIndex`` (contract and status codes:
     ``protos/permindex/v1/index.proto``) over a :class:`ServerState`."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, catalog: Catalog | None = None) -> None:
+        from permindex.rpc.catalog import Catalog
+
+        #: The default collection's state, and the catalog of every collection.
         self.state = state
         self.index = state.index
         self.config = state.config
+        self.catalog = catalog if catalog is not None else Catalog(state.config, state)
+
+    def _collection(self, name: str) -> ServerState:
+        """The state of collection ``name`` (empty: the default one); NotFoundError if none."""
+        return self.catalog.get(name)
 
     # ---- writes
 
     def _add_batch(self, request: pb.AddRequest) -> pb.AddResponse:
         """Validate, fingerprint (outside the lock) and apply one batch with one ``add_many``."""
+        state = self._collection(request.collection)
         batch = convert.documents_from_proto(
             request.documents,
-            max_batch=self.config.max_batch,
-            shingle_size=self.config.shingle_size,
-            min_words=self.config.min_words,
-            max_key_bytes=self.config.max_key_bytes,
-            max_text_bytes=self.config.max_text_bytes,
+            max_batch=state.config.max_batch,
+            shingle_size=state.config.shingle_size,
+            min_words=state.config.min_words,
+            max_key_bytes=state.config.max_key_bytes,
+            max_text_bytes=state.config.max_text_bytes,
         )
         stored = [i for i, fp in enumerate(batch.fingerprints) if fp is not None]
         keys = [batch.keys[i] for i in stored]
         fingerprints = np.fromiter(
             (batch.fingerprints[i] for i in stored), dtype=np.uint64, count=len(stored)
         )
-        was_new = self.state.store.add_many(keys, fingerprints)  # logged, then applied
-        self.state.note_changes(len(keys))
+        was_new = state.store.add_many(keys, fingerprints)  # logged, then applied
+        state.note_changes(len(keys))
         response = pb.AddResponse()
         status: dict[int, pb.DocumentStatus.ValueType] = {}
         seen: set[str] = set()
@@ -268,16 +283,17 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self, request: pb.CheckAndAddRequest, context: grpc.ServicerContext
     ) -> pb.CheckAndAddResponse:
         """For each document in order, query-then-add, the whole batch as one logged step."""
+        state = self._collection(request.collection)
         k = convert.check_k(
-            request.k if request.HasField("k") else None, self.index.k, self.index.design
+            request.k if request.HasField("k") else None, state.index.k, state.index.design
         )
         batch = convert.documents_from_proto(
             request.documents,
-            max_batch=self.config.max_batch,
-            shingle_size=self.config.shingle_size,
-            min_words=self.config.min_words,
-            max_key_bytes=self.config.max_key_bytes,
-            max_text_bytes=self.config.max_text_bytes,
+            max_batch=state.config.max_batch,
+            shingle_size=state.config.shingle_size,
+            min_words=state.config.min_words,
+            max_key_bytes=state.config.max_key_bytes,
+            max_text_bytes=state.config.max_text_bytes,
         )
         response = pb.CheckAndAddResponse()
         stored = [
@@ -286,7 +302,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             if fp is not None
         ]
         outcomes = iter(
-            self.state.store.check_and_add_many(
+            state.store.check_and_add_many(
                 [key for key, _ in stored], [fp for _, fp in stored], k=k
             )
         )
@@ -307,19 +323,20 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 fingerprint=fp,
                 matches=convert.matches_to_proto(matches),
             )
-        self.state.note_changes(changes)
+        state.note_changes(changes)
         return response
 
     @_unary
     def Remove(self, request: pb.RemoveRequest, context: grpc.ServicerContext) -> pb.RemoveResponse:
         """Removes the keys; the ones not stored are listed, not an error."""
+        state = self._collection(request.collection)
         keys = convert.check_keys(
-            request.keys, max_batch=self.config.max_batch, max_key_bytes=self.config.max_key_bytes
+            request.keys, max_batch=state.config.max_batch, max_key_bytes=state.config.max_key_bytes
         )
         response = pb.RemoveResponse()
-        removed_here = self.state.store.remove_many(keys)  # logged, then applied
+        removed_here = state.store.remove_many(keys)  # logged, then applied
         removed = {key for key, r in zip(keys, removed_here, strict=True) if r}
-        self.state.note_changes(len(removed))
+        state.note_changes(len(removed))
         # a key named twice is not "not found" the 2nd time
         response.not_found.extend(key for key in keys if key not in removed)
         response.removed = len(removed)
@@ -330,19 +347,22 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     @_unary
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
         """Every stored key within k of each fingerprint."""
-        convert.check_batch_length(len(request.fingerprints), self.config.max_batch, "fingerprints")
+        state = self._collection(request.collection)
+        convert.check_batch_length(
+            len(request.fingerprints), state.config.max_batch, "fingerprints"
+        )
         k = convert.check_k(
-            request.k if request.HasField("k") else None, self.index.k, self.index.design
+            request.k if request.HasField("k") else None, state.index.k, state.index.design
         )
         limit = convert.limit_from(request.limit if request.HasField("limit") else None)
         fingerprints = np.array(request.fingerprints, dtype=np.uint64)
         response = pb.QueryResponse()
-        budget = self.config.max_message_bytes - 1024
+        budget = state.config.max_message_bytes - 1024
         size = 0
         # Slices, so that the index lock is let go between them (writers are not held up by one
         # large batch), and so that an answer too large for one message is refused early.
         for start in range(0, len(fingerprints), _QUERY_SLICE):
-            found = self.index.query_many(
+            found = state.index.query_many(
                 fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
             )
             for matches in found:
@@ -350,11 +370,11 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 size += result.ByteSize() + 5
             if size > budget:
                 raise LimitExceededError(
-                    f"the answer is over the {self.config.max_message_bytes}-byte message limit "
+                    f"the answer is over the {state.config.max_message_bytes}-byte message limit "
                     f"(after {min(start + _QUERY_SLICE, len(fingerprints))} of "
                     f"{len(fingerprints)} fingerprints): ask with a limit, a smaller k, or fewer "
                     "fingerprints per request",
-                    limit=self.config.max_message_bytes,
+                    limit=state.config.max_message_bytes,
                     actual=size,
                 )
         return response
@@ -362,12 +382,13 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     @_unary
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
         """The stored fingerprint of each key."""
+        state = self._collection(request.collection)
         keys = convert.check_keys(
-            request.keys, max_batch=self.config.max_batch, max_key_bytes=self.config.max_key_bytes
+            request.keys, max_batch=state.config.max_batch, max_key_bytes=state.config.max_key_bytes
         )
         response = pb.GetResponse()
         for key in keys:
-            fp = self.index.get(key)
+            fp = state.index.get(key)
             if fp is None:
                 response.results.add(key=key, found=False)
             else:
@@ -380,13 +401,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     ) -> Iterator[pb.PairsResponse]:
         """All pairs within k, in chunks of at most :data:`convert.PAIRS_PER_MESSAGE` (fewer
         when the message limit needs it: a chunk of the longest keys must fit)."""
+        state = self._collection(request.collection)
         k = convert.check_k(
-            request.k if request.HasField("k") else None, self.index.k, self.index.design
+            request.k if request.HasField("k") else None, state.index.k, state.index.design
         )
         chunk = convert.items_per_message(
-            self.config.max_message_bytes, convert.PAIR_WIRE_BYTES, convert.PAIRS_PER_MESSAGE
+            state.config.max_message_bytes, convert.PAIR_WIRE_BYTES, convert.PAIRS_PER_MESSAGE
         )
-        yield from convert.pairs_to_proto(self.index.pairs(k=k), chunk)
+        yield from convert.pairs_to_proto(state.index.pairs(k=k), chunk)
 
     def _keys_per_message(self) -> int:
         """Keys per Clusters/Flags/ExactDuplicates message that fit the message limit."""
@@ -394,17 +416,18 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             self.config.max_message_bytes, convert.KEY_WIRE_BYTES, convert.KEYS_PER_MESSAGE
         )
 
-    def _near_duplicates(self, k: int | None) -> NearDuplicates:
+    def _near_duplicates(self, state: ServerState, k: int | None) -> NearDuplicates:
         """Pairs, clusters, flags and exact groups of one consistent export of the index."""
-        k = convert.check_k(k, self.index.k, self.index.design)
-        return NearDuplicates.of_index(self.index, k)
+        k = convert.check_k(k, state.index.k, state.index.design)
+        return NearDuplicates.of_index(state.index, k)
 
     @_streaming
     def Clusters(
         self, request: pb.ClustersRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ClustersResponse]:
         """Connected components of the pairs within k, chunked (see the .proto)."""
-        found = self._near_duplicates(request.k if request.HasField("k") else None)
+        state = self._collection(request.collection)
+        found = self._near_duplicates(state, request.k if request.HasField("k") else None)
         yield from convert.clusters_to_proto(found.clusters(), self._keys_per_message())
 
     @_streaming
@@ -412,7 +435,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self, request: pb.FlagsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.FlagsResponse]:
         """Every key with another key within k, sorted by key, chunked."""
-        found = self._near_duplicates(request.k if request.HasField("k") else None)
+        state = self._collection(request.collection)
+        found = self._near_duplicates(state, request.k if request.HasField("k") else None)
         yield from convert.flags_to_proto(found.flags(), self._keys_per_message())
 
     @_streaming
@@ -420,21 +444,24 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self, request: pb.ExactDuplicatesRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ExactDuplicatesResponse]:
         """Groups of keys sharing one fingerprint, chunked."""
-        found = self._near_duplicates(0)
+        state = self._collection(request.collection)
+        found = self._near_duplicates(state, 0)
         yield from convert.exact_groups_to_proto(found.exact_duplicates(), self._keys_per_message())
 
     @_unary
     def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
         """Counts, memory, design, uptime, last snapshot, version."""
+        state = self._collection(request.collection)
         response = pb.StatsResponse(
-            count=len(self.index),
-            memory_bytes=self.index.memory_bytes(),
-            design=convert.design_to_proto(self.index.design, self.index.k),
-            uptime_seconds=self.state.uptime_seconds,
+            count=len(state.index),
+            memory_bytes=state.index.memory_bytes(),
+            design=convert.design_to_proto(state.index.design, state.index.k),
+            uptime_seconds=self.state.uptime_seconds,  # the server's
             version=permindex.__version__,
             resident_memory_bytes=resident_memory_bytes(),
+            collection=request.collection or DEFAULT_COLLECTION,
         )
-        last = self.state.last_snapshot
+        last = state.last_snapshot
         if last is not None:
             response.last_snapshot_unix_seconds = last.created_unix_seconds
             response.last_snapshot_count = last.count
@@ -446,7 +473,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self, request: pb.SnapshotRequest, context: grpc.ServicerContext
     ) -> pb.SnapshotResponse:
         """Writes a snapshot now and answers once it is durable."""
-        info = self.state.snapshot()
+        state = self._collection(request.collection)
+        info = state.snapshot()
         if info is None:  # pragma: no cover - only_if_changed is False
             raise RuntimeError("snapshot skipped")
         return pb.SnapshotResponse(
@@ -458,7 +486,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self, request: pb.ExportRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ExportResponse]:
         """Every (key, fingerprint) of one consistent copy, in chunks of 10,000."""
-        lengths, blob, fingerprints = self.index.export_compact()
+        state = self._collection(request.collection)
+        lengths, blob, fingerprints = state.index.export_compact()
         ends = np.cumsum(lengths + 1)  # each key is followed by a NUL in blob
         values = fingerprints.tolist()
         chunk = convert.KEYS_PER_MESSAGE
@@ -475,3 +504,65 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 response.entries.add(key=key, fingerprint=fingerprint)
                 offset += length + 1
             yield response
+
+    # ---- collections
+
+    def _info(self, name: str, state: ServerState) -> pb.CollectionInfo:
+        options = self.catalog.options(name)
+        return pb.CollectionInfo(
+            name=name,
+            count=len(state.index),
+            memory_bytes=state.index.memory_bytes(),
+            design=convert.design_to_proto(state.index.design, state.index.k),
+            shingle_size=options.shingle_size,
+            min_words=options.min_words,
+        )
+
+    @_unary
+    def CreateCollection(
+        self, request: pb.CreateCollectionRequest, context: grpc.ServicerContext
+    ) -> pb.CollectionInfo:
+        """An empty collection; absent options take the server's own."""
+        from permindex.rpc.catalog import CollectionOptions
+
+        given = request.options
+        design = self.index.design
+        options = CollectionOptions(
+            k=given.k if given.HasField("k") else self.index.k,
+            blocks=given.blocks if given.HasField("blocks") else design.blocks,
+            leading=given.leading if given.HasField("leading") else design.leading,
+            shingle_size=(
+                given.shingle_size if given.HasField("shingle_size") else self.config.shingle_size
+            ),
+            min_words=given.min_words if given.HasField("min_words") else self.config.min_words,
+        )
+        state = self.catalog.create(request.name, options)
+        return self._info(request.name, state)
+
+    @_unary
+    def ListCollections(
+        self, request: pb.ListCollectionsRequest, context: grpc.ServicerContext
+    ) -> pb.ListCollectionsResponse:
+        """Every collection, by name."""
+        response = pb.ListCollectionsResponse()
+        for name, state in self.catalog.items():
+            try:
+                response.collections.append(self._info(name, state))
+            except NotFoundError:  # dropped meanwhile
+                continue
+        return response
+
+    @_unary
+    def DescribeCollection(
+        self, request: pb.DescribeCollectionRequest, context: grpc.ServicerContext
+    ) -> pb.CollectionInfo:
+        """One collection's options and counts."""
+        name = request.name or DEFAULT_COLLECTION
+        return self._info(name, self._collection(name))
+
+    @_unary
+    def DropCollection(
+        self, request: pb.DropCollectionRequest, context: grpc.ServicerContext
+    ) -> pb.DropCollectionResponse:
+        """Drops a collection: keys, memory, files."""
+        return pb.DropCollectionResponse(count=self.catalog.drop(request.name))

@@ -154,6 +154,9 @@ class AddRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DOCUMENTS_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
     def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Document]:
         """At most the server's batch limit (default 100,000)."""
@@ -162,10 +165,11 @@ class AddRequest(_message.Message):
         self,
         *,
         documents: _abc.Iterable[Global___Document] | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "documents", b"documents"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -238,10 +242,13 @@ class QueryRequest(_message.Message):
     FINGERPRINTS_FIELD_NUMBER: _builtins.int
     K_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
     limit: _builtins.int
     """At most this many matches per fingerprint (the nearest ones); absent or 0: all of them."""
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
     def fingerprints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """At most the server's batch limit."""
@@ -252,10 +259,11 @@ class QueryRequest(_message.Message):
         fingerprints: _abc.Iterable[_builtins.int] | None = ...,
         k: _builtins.int | None = ...,
         limit: _builtins.int | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "k", b"k", "limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "fingerprints", b"fingerprints", "k", b"k", "limit", b"limit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "collection", b"collection", "fingerprints", b"fingerprints", "k", b"k", "limit", b"limit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
     _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
@@ -317,16 +325,20 @@ class GetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     KEYS_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
     def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         keys: _abc.Iterable[_builtins.str] | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "keys", b"keys"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -388,8 +400,11 @@ class CheckAndAddRequest(_message.Message):
 
     DOCUMENTS_FIELD_NUMBER: _builtins.int
     K_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits that blocks an add (default and maximum: the index's k)."""
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
     def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Document]: ...
     def __init__(
@@ -397,10 +412,11 @@ class CheckAndAddRequest(_message.Message):
         *,
         documents: _abc.Iterable[Global___Document] | None = ...,
         k: _builtins.int | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "documents", b"documents", "k", b"k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "collection", b"collection", "documents", b"documents", "k", b"k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
     _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
@@ -471,16 +487,20 @@ class RemoveRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     KEYS_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
     def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         keys: _abc.Iterable[_builtins.str] | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "keys", b"keys"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -517,16 +537,20 @@ class PairsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     K_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits (default: the index's k)."""
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     def __init__(
         self,
         *,
         k: _builtins.int | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "collection", b"collection", "k", b"k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
     _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
@@ -588,16 +612,20 @@ class ClustersRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     K_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     def __init__(
         self,
         *,
         k: _builtins.int | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "collection", b"collection", "k", b"k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
     _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
@@ -662,16 +690,20 @@ class FlagsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     K_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     def __init__(
         self,
         *,
         k: _builtins.int | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "k", b"k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "collection", b"collection", "k", b"k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
     _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
@@ -736,12 +768,17 @@ Global___FlagsResponse: _TypeAlias = FlagsResponse  # noqa: Y015
 class ExactDuplicatesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     def __init__(
         self,
+        *,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -807,12 +844,17 @@ Global___ExactDuplicatesResponse: _TypeAlias = ExactDuplicatesResponse  # noqa: 
 class StatsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     def __init__(
         self,
+        *,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -864,6 +906,7 @@ class StatsResponse(_message.Message):
     LAST_SNAPSHOT_BYTES_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """Stored keys."""
     memory_bytes: _builtins.int
@@ -880,6 +923,8 @@ class StatsResponse(_message.Message):
     """Server version (the permindex package version)."""
     resident_memory_bytes: _builtins.int
     """Resident memory of the server process (VmRSS), bytes; 0 where unknown."""
+    collection: _builtins.str
+    """The collection these numbers are of."""
     @_builtins.property
     def design(self) -> Global___Design: ...
     def __init__(
@@ -894,10 +939,11 @@ class StatsResponse(_message.Message):
         last_snapshot_bytes: _builtins.int = ...,
         version: _builtins.str = ...,
         resident_memory_bytes: _builtins.int = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "design", b"design", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "count", b"count", "design", b"design", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "collection", b"collection", "count", b"count", "design", b"design", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["last_snapshot_unix_seconds"]  # noqa: Y015
     _WhichOneofArgType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds"]  # noqa: Y015
@@ -909,12 +955,17 @@ Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
 class SnapshotRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     def __init__(
         self,
+        *,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -956,12 +1007,17 @@ Global___SnapshotResponse: _TypeAlias = SnapshotResponse  # noqa: Y015
 class ExportRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     def __init__(
         self,
+        *,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1010,3 +1066,213 @@ class ExportResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExportResponse: _TypeAlias = ExportResponse  # noqa: Y015
+
+@_typing.final
+class CollectionOptions(_message.Message):
+    """The options of a new collection; an absent field takes the server's own value."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    K_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    LEADING_FIELD_NUMBER: _builtins.int
+    SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
+    MIN_WORDS_FIELD_NUMBER: _builtins.int
+    k: _builtins.int
+    """Largest distance in bits the collection answers."""
+    blocks: _builtins.int
+    """Table design: 64 bits in `blocks` blocks, `leading` of them per table prefix."""
+    leading: _builtins.int
+    shingle_size: _builtins.int
+    """Words per shingle, and the fewest words of a text, when the server fingerprints texts."""
+    min_words: _builtins.int
+    def __init__(
+        self,
+        *,
+        k: _builtins.int | None = ...,
+        blocks: _builtins.int | None = ...,
+        leading: _builtins.int | None = ...,
+        shingle_size: _builtins.int | None = ...,
+        min_words: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__blocks: _TypeAlias = _typing.Literal["blocks"]  # noqa: Y015
+    _WhichOneofArgType__blocks: _TypeAlias = _typing.Literal["_blocks", b"_blocks"]  # noqa: Y015
+    _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
+    _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
+    _WhichOneofReturnType__leading: _TypeAlias = _typing.Literal["leading"]  # noqa: Y015
+    _WhichOneofArgType__leading: _TypeAlias = _typing.Literal["_leading", b"_leading"]  # noqa: Y015
+    _WhichOneofReturnType__min_words: _TypeAlias = _typing.Literal["min_words"]  # noqa: Y015
+    _WhichOneofArgType__min_words: _TypeAlias = _typing.Literal["_min_words", b"_min_words"]  # noqa: Y015
+    _WhichOneofReturnType__shingle_size: _TypeAlias = _typing.Literal["shingle_size"]  # noqa: Y015
+    _WhichOneofArgType__shingle_size: _TypeAlias = _typing.Literal["_shingle_size", b"_shingle_size"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__blocks) -> _WhichOneofReturnType__blocks | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__k) -> _WhichOneofReturnType__k | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__leading) -> _WhichOneofReturnType__leading | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_words) -> _WhichOneofReturnType__min_words | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shingle_size) -> _WhichOneofReturnType__shingle_size | None: ...
+
+Global___CollectionOptions: _TypeAlias = CollectionOptions  # noqa: Y015
+
+@_typing.final
+class CreateCollectionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def options(self) -> Global___CollectionOptions: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        options: Global___CollectionOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "options", b"options"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateCollectionRequest: _TypeAlias = CreateCollectionRequest  # noqa: Y015
+
+@_typing.final
+class CollectionInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    DESIGN_FIELD_NUMBER: _builtins.int
+    SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
+    MIN_WORDS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    count: _builtins.int
+    """Stored keys."""
+    memory_bytes: _builtins.int
+    """Estimated memory of its index, bytes."""
+    shingle_size: _builtins.int
+    min_words: _builtins.int
+    @_builtins.property
+    def design(self) -> Global___Design: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        count: _builtins.int = ...,
+        memory_bytes: _builtins.int = ...,
+        design: Global___Design | None = ...,
+        shingle_size: _builtins.int = ...,
+        min_words: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["design", b"design"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CollectionInfo: _TypeAlias = CollectionInfo  # noqa: Y015
+
+@_typing.final
+class ListCollectionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCollectionsRequest: _TypeAlias = ListCollectionsRequest  # noqa: Y015
+
+@_typing.final
+class ListCollectionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def collections(self) -> _containers.RepeatedCompositeFieldContainer[Global___CollectionInfo]:
+        """Sorted by name."""
+
+    def __init__(
+        self,
+        *,
+        collections: _abc.Iterable[Global___CollectionInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCollectionsResponse: _TypeAlias = ListCollectionsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeCollectionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeCollectionRequest: _TypeAlias = DescribeCollectionRequest  # noqa: Y015
+
+@_typing.final
+class DropCollectionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropCollectionRequest: _TypeAlias = DropCollectionRequest  # noqa: Y015
+
+@_typing.final
+class DropCollectionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """Keys the collection held."""
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropCollectionResponse: _TypeAlias = DropCollectionResponse  # noqa: Y015

@@ -99,6 +99,26 @@ class PermIndexStub:
                 request_serializer=permindex_dot_v1_dot_index__pb2.ExportRequest.SerializeToString,
                 response_deserializer=permindex_dot_v1_dot_index__pb2.ExportResponse.FromString,
                 _registered_method=True)
+        self.CreateCollection = channel.unary_unary(
+                '/permindex.v1.PermIndex/CreateCollection',
+                request_serializer=permindex_dot_v1_dot_index__pb2.CreateCollectionRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.CollectionInfo.FromString,
+                _registered_method=True)
+        self.ListCollections = channel.unary_unary(
+                '/permindex.v1.PermIndex/ListCollections',
+                request_serializer=permindex_dot_v1_dot_index__pb2.ListCollectionsRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.ListCollectionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeCollection = channel.unary_unary(
+                '/permindex.v1.PermIndex/DescribeCollection',
+                request_serializer=permindex_dot_v1_dot_index__pb2.DescribeCollectionRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.CollectionInfo.FromString,
+                _registered_method=True)
+        self.DropCollection = channel.unary_unary(
+                '/permindex.v1.PermIndex/DropCollection',
+                request_serializer=permindex_dot_v1_dot_index__pb2.DropCollectionRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.DropCollectionResponse.FromString,
+                _registered_method=True)
 
 
 class PermIndexServicer:
@@ -214,6 +234,42 @@ class PermIndexServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateCollection(self, request, context):
+        """Collections: independent indexes in one server, each with its own k, table design and
+        fingerprint options, snapshots and write-ahead log (DATA_DIR/collections/NAME). Every RPC
+        above names one in its `collection` field; "default" (the data directory itself) always
+        exists and cannot be dropped. Names: 1 to 64 ASCII letters, digits, '_', '-', '.', starting
+        with a letter or a digit (else INVALID_ARGUMENT).
+
+        Creates an empty collection; ALREADY_EXISTS if the name is taken, INVALID_ARGUMENT for a k
+        the design cannot answer exactly.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCollections(self, request, context):
+        """Every collection, by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeCollection(self, request, context):
+        """One collection's options and counts; NOT_FOUND if it does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropCollection(self, request, context):
+        """Drops a collection: its keys, memory, snapshots and log. NOT_FOUND if it does not exist;
+        INVALID_ARGUMENT for "default". Calls naming it afterwards get NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PermIndexServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -281,6 +337,26 @@ def add_PermIndexServicer_to_server(servicer, server):
                     servicer.Export,
                     request_deserializer=permindex_dot_v1_dot_index__pb2.ExportRequest.FromString,
                     response_serializer=permindex_dot_v1_dot_index__pb2.ExportResponse.SerializeToString,
+            ),
+            'CreateCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCollection,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.CreateCollectionRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.CollectionInfo.SerializeToString,
+            ),
+            'ListCollections': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCollections,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.ListCollectionsRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.ListCollectionsResponse.SerializeToString,
+            ),
+            'DescribeCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCollection,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.DescribeCollectionRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.CollectionInfo.SerializeToString,
+            ),
+            'DropCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropCollection,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.DropCollectionRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.DropCollectionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -634,6 +710,114 @@ class PermIndex:
             '/permindex.v1.PermIndex/Export',
             permindex_dot_v1_dot_index__pb2.ExportRequest.SerializeToString,
             permindex_dot_v1_dot_index__pb2.ExportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/permindex.v1.PermIndex/CreateCollection',
+            permindex_dot_v1_dot_index__pb2.CreateCollectionRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.CollectionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCollections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/permindex.v1.PermIndex/ListCollections',
+            permindex_dot_v1_dot_index__pb2.ListCollectionsRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.ListCollectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/permindex.v1.PermIndex/DescribeCollection',
+            permindex_dot_v1_dot_index__pb2.DescribeCollectionRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.CollectionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/permindex.v1.PermIndex/DropCollection',
+            permindex_dot_v1_dot_index__pb2.DropCollectionRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.DropCollectionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,296 @@
+"""Collections: named indexes served by one server, each with its own options, snapshots and
+write-ahead log.
+
+The collection ``default`` is the data directory itself (its snapshot and log files, as before
+collections existed); it always exists and cannot be dropped. Every other collection ``NAME``
+lives in ``DATA_DIR/collections/NAME/``: ``collection.json`` (its options: k, design, shingle
+size, min words; written atomically before anything else) beside its own snapshot and log, under
+its own lock file. At the start every collection directory is opened and recovered before the
+server listens. Dropping a collection removes it from the catalog (new calls naming it get
+NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>`` (one
+atomic step: a crash after it never brings the collection back) and deletes that; its memory is
+freed once the calls still running on it end.
+
+Names: 1 to 64 characters, ASCII letters, digits, ``_``, ``-`` and ``.``, starting with a letter
+or a digit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from permindex.config import ServerConfig
+from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFoundError
+from permindex.index import Index
+from permindex.permutation import DEFAULT_DESIGN
+from permindex.rpc.service import DEFAULT_COLLECTION, ServerState
+from permindex.store import Store
+
+__all__ = [
+    "DEFAULT_COLLECTION",
+    "Catalog",
+    "CollectionExistsError",
+    "CollectionOptions",
+    "check_name",
+]
+
+log = logging.getLogger(__name__)
+
+COLLECTIONS_DIR: Final = "collections"
+OPTIONS_FILE: Final = "collection.json"
+_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a valid collection name.
+
+    Raises:
+        InvalidArgumentError: it is not (the message gives the rule).
+    """
+    if not _NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            f"collection name {name[:80]!r} is not valid: 1 to 64 ASCII letters, digits, '_', "
+            "'-' or '.', starting with a letter or a digit",
+            name,
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class CollectionOptions:
+    """What a collection is created with: its index's ``k`` and table design
+    (``blocks``, ``leading``), and how the server fingerprints its texts."""
+
+    k: int = 3
+    blocks: int = DEFAULT_DESIGN.blocks
+    leading: int = DEFAULT_DESIGN.leading
+    shingle_size: int = 3
+    min_words: int = 0
+
+    def check(self) -> CollectionOptions:
+        """Self, after checking that the design answers k exactly.
+
+        Raises:
+            InvalidArgumentError: a k the design cannot guarantee, a bad design or shingle size.
+        """
+        if self.shingle_size < 1 or self.min_words < 0:
+            raise InvalidArgumentError("shingle_size must be >= 1 and min_words >= 0")
+        try:
+            Index(k=self.k, design=(self.blocks, self.leading))
+        except (ValueError, TypeError) as error:
+            raise InvalidArgumentError(str(error), (self.blocks, self.leading)) from None
+        return self
+
+
+def _write_options(folder: Path, options: CollectionOptions) -> None:
+    """``collection.json`` written atomically (temporary file, fsync, rename, directory fsync)."""
+    temporary = folder / (OPTIONS_FILE + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        json.dump(dataclasses.asdict(options), file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, folder / OPTIONS_FILE)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _read_options(folder: Path) -> CollectionOptions:
+    try:
+        values = json.loads((folder / OPTIONS_FILE).read_text(encoding="utf-8"))
+        return CollectionOptions(**values).check()
+    except (OSError, ValueError, TypeError) as error:
+        raise InvalidArgumentError(
+            f"collection {folder.name!r}: {folder / OPTIONS_FILE} cannot be read: {error}",
+            str(folder),
+        ) from None
+
+
+class Catalog:
+    """The collections of a server: name -> :class:`ServerState` (module docstring).
+
+    Thread-safe: the map is guarded by a lock; creating and dropping are serialized.
+    """
+
+    def __init__(self, config: ServerConfig, default: ServerState) -> None:
+        self._config = config
+        self._states: dict[str, ServerState] = {DEFAULT_COLLECTION: default}
+        self._options: dict[str, CollectionOptions] = {}
+        self._lock = threading.Lock()
+        self._changes = threading.Lock()  # create and drop, one at a time
+        self.root = Path(config.data_dir) / COLLECTIONS_DIR
+
+    # ---- opening
+
+    def _open(self, name: str, options: CollectionOptions) -> ServerState:
+        folder = self.root / name
+        store = Store.open(
+            folder,
+            k=options.k,
+            design=(options.blocks, options.leading),
+            fsync=self._config.fsync,
+            fsync_interval=self._config.fsync_interval,
+            truncate_corrupt_log=self._config.truncate_corrupt_log,
+        )
+        config = dataclasses.replace(
+            self._config,
+            data_dir=folder,
+            k=options.k,
+            shingle_size=options.shingle_size,
+            min_words=options.min_words,
+        )
+        return ServerState(store, config)
+
+    def load(self) -> None:
+        """Open and recover every collection directory (at the start, before serving); stale
+        ``.dropped-*`` directories of an interrupted drop are deleted.
+
+        Raises:
+            the errors of :meth:`permindex.store.Store.open`, InvalidArgumentError for an
+            unreadable ``collection.json``; collections opened before are closed again.
+        """
+        if not self.root.is_dir():
+            return
+        try:
+            for folder in sorted(self.root.iterdir()):
+                if folder.name.startswith(".dropped-"):
+                    shutil.rmtree(folder, ignore_errors=True)
+                    continue
+                if not folder.is_dir() or not _NAME.fullmatch(folder.name):
+                    continue
+                options = _read_options(folder)
+                self._states[folder.name] = self._open(folder.name, options)
+                self._options[folder.name] = options
+                log.info(
+                    "collection %s: %d keys", folder.name, len(self._states[folder.name].index)
+                )
+        except BaseException:
+            self.close(skip_default=True)
+            raise
+
+    # ---- lookups
+
+    def get(self, name: str) -> ServerState:
+        """The collection ``name`` (``""``: the default one).
+
+        Raises:
+            NotFoundError: no such collection.
+        """
+        name = name or DEFAULT_COLLECTION
+        with self._lock:
+            state = self._states.get(name)
+        if state is None:
+            raise NotFoundError(
+                f"collection {name[:80]!r} does not exist (create it first: CreateCollection, "
+                "`permindex collections create NAME`)",
+                name,
+            )
+        return state
+
+    def options(self, name: str) -> CollectionOptions:
+        """The options of ``name`` (the server's own for the default collection)."""
+        state = self.get(name)
+        found = self._options.get(name or DEFAULT_COLLECTION)
+        if found is not None:
+            return found
+        design = state.index.design
+        return CollectionOptions(
+            state.index.k, design.blocks, design.leading, state.config.shingle_size,
+            state.config.min_words,
+        )  # fmt: skip
+
+    def items(self) -> list[tuple[str, ServerState]]:
+        """Every collection, by name."""
+        with self._lock:
+            return sorted(self._states.items())
+
+    # ---- changes
+
+    def create(self, name: str, options: CollectionOptions) -> ServerState:
+        """Create an empty collection.
+
+        Raises:
+            InvalidArgumentError: a bad name or options.
+            CollectionExistsError: the name is taken.
+            StorageError / OSError: its directory cannot be written.
+        """
+        check_name(name)
+        options.check()
+        with self._changes:
+            with self._lock:
+                if name in self._states:
+                    raise CollectionExistsError(f"collection {name!r} exists already")
+            folder = self.root / name
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_options(folder, options)
+            state = self._open(name, options)
+            with self._lock:
+                self._states[name] = state
+                self._options[name] = options
+        log.info("collection %s created", name)
+        return state
+
+    def drop(self, name: str) -> int:
+        """Drop a collection: its keys, snapshots and log. Returns the keys it held.
+
+        Raises:
+            InvalidArgumentError: ``default`` (it cannot be dropped).
+            NotFoundError: no such collection.
+        """
+        if (name or DEFAULT_COLLECTION) == DEFAULT_COLLECTION:
+            raise InvalidArgumentError("the default collection cannot be dropped", name)
+        with self._changes:
+            state = self.get(name)
+            with self._lock:
+                del self._states[name]
+                self._options.pop(name, None)
+            count = len(state.index)
+            try:
+                state.store.close()
+            finally:
+                folder = self.root / name
+                trash = self.root / f".dropped-{name}-{time.monotonic_ns()}"
+                os.replace(folder, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+        log.info("collection %s dropped", name)
+        return count
+
+    # ---- lifecycle
+
+    def each(self, action: Callable[[str, ServerState], object]) -> None:
+        """Call ``action(name, state)`` for every collection, logging (not raising) failures of
+        all but the default one, whose failure is raised after the others ran."""
+        failure: BaseException | None = None
+        for name, state in self.items():
+            try:
+                action(name, state)
+            except Exception as error:
+                if name == DEFAULT_COLLECTION:
+                    failure = error
+                else:
+                    log.error("collection %s: %s", name, error)
+        if failure is not None:
+            raise failure
+
+    def close(self, *, skip_default: bool = False) -> None:
+        """Close the log of every collection (but the default one's with ``skip_default``)."""
+        for name, state in self.items():
+            if skip_default and name == DEFAULT_COLLECTION:
+                continue
+            try:
+                state.store.close()
+            except Exception as error:
+                log.error("collection %s: closing its log failed: %s", name, error)
