@@ -16,8 +16,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import grpc
 import pytest
 
 from permindex import simhash
@@ -859,3 +860,67 @@ def test_main_module_runs(tmp_path: Path) -> None:
     assert done.returncode == OK
     assert done.stdout.startswith(b"permindex ")
     assert os.path.exists(REPO / "permindex" / "__main__.py")
+
+
+class _FailedCall(grpc.RpcError, grpc.Call):
+    """A finished call with a status, as grpc raises it."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def initial_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return ()
+
+    def trailing_metadata(self) -> Any:  # grpc.RpcError and grpc.Call type it differently
+        return ()
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float:
+        return 0.0
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: Any) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "expected", "exit_name"),
+    [
+        (
+            grpc.StatusCode.UNAVAILABLE,
+            "failed to connect to all addresses; last error: Connection refused",
+            "cannot reach permindex server at 127.0.0.1:9: failed to connect",
+            "unavailable",
+        ),
+        (
+            grpc.StatusCode.UNAVAILABLE,
+            "the data directory cannot be written: Read-only file system",
+            "permindex server at 127.0.0.1:9 is unavailable: the data directory cannot be written",
+            "unavailable",
+        ),
+        (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "no space left on the device",
+            "no space left on the device (RESOURCE_EXHAUSTED)",
+            "invalid",
+        ),
+    ],
+)
+def test_rpc_errors_say_whether_the_server_answered(
+    code: grpc.StatusCode, details: str, expected: str, exit_name: str
+) -> None:
+    from permindex.cli import _rpc_error
+
+    failure = _rpc_error(_FailedCall(code, details), "127.0.0.1:9")
+    assert str(failure).startswith(expected)
+    assert failure.exit_code == EXIT_CODES[exit_name]
