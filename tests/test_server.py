@@ -869,3 +869,15 @@ def test_a_query_answer_over_the_message_limit_is_refused_clearly(
         # With a limit, the same request is answered.
         answer = stub.Query(pb.QueryRequest(fingerprints=[7] * 100, limit=5))
         assert [len(r.matches) for r in answer.results] == [5] * 100
+
+
+def test_sighup_stops_gracefully_with_a_final_snapshot(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    proc = ServerProcess("127.0.0.1:0", data_dir)
+    channel, stub = make_stub(proc.address())
+    with channel:
+        add(stub, {"a": 1, "b": 2})
+    proc.process.send_signal(signal.SIGHUP)
+    assert proc.wait() == 0, "".join(proc.stderr)
+    assert proc.stderr[-1].startswith("permindex: stopped; snapshot of 2 keys written to ")
+    assert read_snapshot(data_dir / SNAPSHOT_NAME).info.count == 2

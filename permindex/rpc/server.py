@@ -355,8 +355,9 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
 
         permindex: serving on HOST:PORT (N keys loaded from DIR)
 
-    Signal handlers are installed when called from the main thread (they are restored on
-    return); a second signal while stopping is ignored (the final snapshot is never cut short).
+    Signal handlers (SIGTERM, SIGINT, SIGHUP) are installed when called from the main thread
+    (they are restored on return); a second signal while stopping is ignored (the final
+    snapshot is never cut short).
 
     Returns:
         0 after a clean stop; otherwise the exit code of :func:`permindex.errors.exit_code_for`
@@ -388,7 +389,8 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
 
     previous: dict[signal.Signals, object] = {}
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP too: closing the terminal a server runs in stops it gracefully (final snapshot).
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             previous[signum] = signal.signal(signum, on_signal)
     try:
         print(
