@@ -967,7 +967,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command(
         "serve",
         "run the index server",
-        "Run the server in the foreground until SIGTERM or SIGINT.\n\n"
+        "Run the server in the foreground until SIGTERM, SIGINT or SIGHUP.\n\n"
         "Durability: every write request (Add, an Ingest batch, CheckAndAdd, Remove) is appended\n"
         "to a write-ahead log in the data directory before it is applied and acknowledged. At the\n"
         "start the server loads the snapshot and replays the log after it, before it listens.\n"
@@ -985,7 +985,7 @@ def build_parser() -> argparse.ArgumentParser:
         "it is written, then the log older than the snapshot before it is deleted. A write the\n"
         "disk refuses (full, read-only) fails with RESOURCE_EXHAUSTED or UNAVAILABLE and\n"
         "changes nothing; lookups go on, writes resume once the disk can be written again.\n"
-        "Graceful stop (SIGTERM/SIGINT): new calls are refused, in-flight calls get\n"
+        "Graceful stop (SIGTERM/SIGINT/SIGHUP): new calls are refused, in-flight calls get\n"
         "--grace-seconds to finish, a final snapshot is written, the log is fsynced.\n"
         "A torn last log record (a write cut short by a crash) is cut off at the start with a\n"
         "warning; damage before it stops the start (exit 7) unless --truncate-corrupt-log.",
