@@ -881,3 +881,10 @@ def test_sighup_stops_gracefully_with_a_final_snapshot(tmp_path: Path) -> None:
     assert proc.wait() == 0, "".join(proc.stderr)
     assert proc.stderr[-1].startswith("permindex: stopped; snapshot of 2 keys written to ")
     assert read_snapshot(data_dir / SNAPSHOT_NAME).info.count == 2
+
+
+def test_remove_lists_each_missing_key_once(stub: PermIndexStub) -> None:
+    add(stub, {"here": 5})
+    response = stub.Remove(pb.RemoveRequest(keys=["gone", "here", "gone", "here", "other"]))
+    assert response.removed == 1
+    assert list(response.not_found) == ["gone", "other"]

@@ -337,8 +337,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         removed_here = state.store.remove_many(keys)  # logged, then applied
         removed = {key for key, r in zip(keys, removed_here, strict=True) if r}
         state.note_changes(len(removed))
-        # a key named twice is not "not found" the 2nd time
-        response.not_found.extend(key for key in keys if key not in removed)
+        # each key once, in request order (a key named twice is not "not found" the 2nd time)
+        response.not_found.extend(dict.fromkeys(key for key in keys if key not in removed))
         response.removed = len(removed)
         return response
 
