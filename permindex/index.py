@@ -177,13 +177,15 @@ def _group_pairs(group_end: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
 
 
 def _join_design(design: Design, k: int, n: int) -> Design:
-    """The design :meth:`Index.pairs` joins on: the index's own, or the paper's (4, 1), (5, 2)
-    or (6, 3) when k allows, whichever a cost model says is cheapest for n fingerprints. Per
+    """The design :meth:`Index.pairs` joins on: the index's own, or (4, 1), (5, 2), (6, 2) or
+    (6, 3) when k allows, whichever a cost model says is cheapest for n fingerprints ((6, 2)
+    joins on only 6 of its 15 tables for k = 3: :meth:`Design.tables_for`). Per
     searched table: a prefix of at most 16 bits costs one radix pass (about 25 ns a row here)
     plus its candidate pairs, about n^2 / 2^(prefix bits + 1), at about 10 ns each; a longer one
     costs a count of its top bits and a sort of the few rows that share them (about 40 ns a row
-    in all) and few pairs. (4, 1) wins up to about 10^6 fingerprints, (5, 2) above."""
-    options = [design] + [Design(b, t) for b, t in ((4, 1), (5, 2), (6, 3)) if b - t >= k]
+    in all) and few pairs."""
+    candidates = ((4, 1), (5, 2), (6, 2), (6, 3))
+    options = [design] + [Design(b, t) for b, t in candidates if b - t >= k]
 
     def cost(d: Design) -> float:
         total = 0.0

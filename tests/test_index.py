@@ -710,7 +710,9 @@ def test_liveness_mask_only_while_rows_are_dead() -> None:
     assert_queries_match_brute_force(index, fps[::97].tolist())
 
 
-@pytest.mark.parametrize(("join", "k"), [((4, 1), 3), ((5, 2), 3), ((6, 3), 3), ((3, 1), 2)])
+@pytest.mark.parametrize(
+    ("join", "k"), [((4, 1), 3), ((5, 2), 3), ((6, 2), 3), ((6, 3), 3), ((3, 1), 2)]
+)
 def test_pairs_on_every_join_design(
     monkeypatch: pytest.MonkeyPatch, join: tuple[int, int], k: int
 ) -> None:
