@@ -509,6 +509,24 @@ def ingest(
 # Commands
 
 
+def _limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's malloc arenas (M_ARENA_MAX) before the server starts its threads.
+
+    glibc gives threads that allocate at once arenas of their own (up to 8 per core); the RPC
+    threads of a server then keep freed memory spread over many arenas, and the resident size
+    creeps up under a steady load: +20 % in 40 s of tests/test_soak.py with the default, +1.5 %
+    with 2 arenas, at the same latency (the GIL serializes most allocations anyway). Skipped when
+    MALLOC_ARENA_MAX is set in the environment, or where libc is not glibc."""
+    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, arenas)  # M_ARENA_MAX = -8 in malloc.h
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from permindex.index import MAX_KEY_BYTES
     from permindex.rpc.server import run_server
@@ -555,6 +573,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from permindex.logs import configure_logging
 
         configure_logging(args.log_format, args.log_level)
+    _limit_malloc_arenas()
     return run_server(config)
 
 
