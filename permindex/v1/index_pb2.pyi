@@ -3,9 +3,10 @@
 isort:skip_file
 permindex.v1: a near-duplicate index of 64-bit SimHash fingerprints.
 
-The server keeps one index (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web
-Crawling", section 3: table permutations) of (key, fingerprint) pairs and answers "which stored
-keys are within Hamming distance k of this fingerprint?", exactly: no false negatives, no false
+The server keeps indexes (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web
+Crawling", section 3: table permutations) of (key, fingerprint) pairs, one per collection
+(see CreateCollection; "default" when a request names none), and answers "which stored keys are
+within Hamming distance k of this fingerprint?", exactly: no false negatives, no false
 positives.
 
 Units and conventions used throughout:
