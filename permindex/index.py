@@ -182,8 +182,8 @@ def _join_design(design: Design, k: int, n: int) -> Design:
     joins on only 6 of its 15 tables for k = 3: :meth:`Design.tables_for`). Per
     searched table: a prefix of at most 16 bits costs one radix pass (about 25 ns a row here)
     plus its candidate pairs, about n^2 / 2^(prefix bits + 1), at about 10 ns each; a longer one
-    costs a count of its top bits and a sort of the few rows that share them (about 40 ns a row
-    in all) and few pairs."""
+    costs a count of its top bits and a sort of the rows that share them (about 40 ns a row in
+    all) and about 40 ns per candidate pair (found by rounds over the sorted rows)."""
     candidates = ((4, 1), (5, 2), (6, 2), (6, 3))
     options = [design] + [Design(b, t) for b, t in candidates if b - t >= k]
 
@@ -191,7 +191,8 @@ def _join_design(design: Design, k: int, n: int) -> Design:
         total = 0.0
         for t in d.tables_for(k):
             bits = d.permutations[t].prefix_bits
-            total += (25.0 if bits <= 16 else 40.0) * n + 10.0 * n * n / 2.0 ** (bits + 1)
+            pairs = n * n / 2.0 ** (bits + 1)
+            total += 25.0 * n + 10.0 * pairs if bits <= 16 else 40.0 * (n + pairs)
         return total
 
     return min(options, key=cost)
