@@ -58,6 +58,8 @@ class BenchConfig:
     seed: int = 1
     corpus: str | None = None
     timeout: float = 30.0
+    #: TLS material, token and collection of the client options (permindex.cli); None: plain.
+    security: Any = None
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -133,6 +135,13 @@ def _preload(stub: Any, pb: Any, keys: list[str], fps: list[int]) -> None:
         stub.Add(pb.AddRequest(documents=documents), timeout=120)
 
 
+def _channel(config: BenchConfig) -> Any:
+    """A channel to the server with the command line's TLS, token and collection options."""
+    from permindex.cli import _ClientSecurity, open_channel
+
+    return open_channel(config.address, config.security or _ClientSecurity())
+
+
 def _client(
     number: int,
     config: BenchConfig,
@@ -164,10 +173,7 @@ def _client(
             return value
         return rng.getrandbits(64)
 
-    channel = grpc.insecure_channel(
-        config.address,
-        options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
-    )
+    channel = _channel(config)
     stub: Any = index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
     k_field: dict[str, Any] = {} if config.k is None else {"k": config.k}
     methods = {"query": stub.Query, "add": stub.Add, "check": stub.CheckAndAdd}
@@ -246,7 +252,7 @@ def run_bench(
 
     say = progress or (lambda _message: None)
     keys, pool = _pool(config)
-    channel = grpc.insecure_channel(config.address)
+    channel = _channel(config)
     try:
         grpc.channel_ready_future(channel).result(timeout=min(config.timeout, 10.0))
     except grpc.FutureTimeoutError:
@@ -299,7 +305,7 @@ def run_bench(
         all_items += items
         all_errors += errors
     return {
-        "config": {key: value for key, value in asdict(config).items()},
+        "config": {key: value for key, value in asdict(config).items() if key != "security"},
         "server": {"count": int(stats.count), "memory_bytes": int(stats.memory_bytes)},
         "clients_reported": len(reports),
         "first_errors": [r["first_error"] for r in reports if r["first_error"]],
@@ -396,7 +402,7 @@ def _progress(message: str) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from permindex.cli import CommandError
+    from permindex.cli import _CLIENT_SECURITY, CommandError
 
     if not 0 < args.duration <= 24 * 3600:
         raise CommandError("--duration must be in (0, 86400] seconds", "usage")
@@ -421,6 +427,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         corpus=args.corpus,
         timeout=args.timeout,
+        security=_CLIENT_SECURITY,
     )
     try:
         report = run_bench(

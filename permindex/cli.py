@@ -212,6 +212,11 @@ class _ClientSecurity:
 _CLIENT_SECURITY = _ClientSecurity()
 
 
+def _reset_client_security() -> None:
+    global _CLIENT_SECURITY
+    _CLIENT_SECURITY = _ClientSecurity()
+
+
 def _set_client_security(args: argparse.Namespace) -> None:
     """Read the TLS files and the token named on the command line (or PERMINDEX_TOKEN)."""
     global _CLIENT_SECURITY
@@ -290,7 +295,21 @@ def _connect(address: str) -> Iterator[Any]:
 
     from permindex.v1 import index_pb2_grpc
 
-    security = _CLIENT_SECURITY
+    channel = open_channel(address, _CLIENT_SECURITY)
+    try:
+        yield index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
+    except grpc.RpcError as error:
+        raise _rpc_error(error, address) from None
+    finally:
+        channel.close()
+
+
+def open_channel(address: str, security: _ClientSecurity) -> Any:
+    """A gRPC channel to ``address`` with the TLS material, token and collection of
+    ``security`` (what the client options of the command line give; ``permindex bench`` passes
+    it to its client processes)."""
+    import grpc
+
     if security.root_certificates is not None:
         credentials = grpc.ssl_channel_credentials(
             root_certificates=security.root_certificates,
@@ -306,12 +325,7 @@ def _connect(address: str) -> Iterator[Any]:
     if security.token or security.collection:
         metadata = (("authorization", f"Bearer {security.token}"),) if security.token else ()
         channel = _with_metadata(channel, metadata, security.collection)
-    try:
-        yield index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
-    except grpc.RpcError as error:
-        raise _rpc_error(error, address) from None
-    finally:
-        channel.close()
+    return channel
 
 
 def _pb() -> Any:
@@ -1466,3 +1480,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = f"{type(error).__name__}: {message}"
         _err(f"{prefix}: {message}")
         return exit_code_for(error)
+    finally:
+        _reset_client_security()  # no option outlives its command (in-process calls)

@@ -228,3 +228,28 @@ def test_keys_and_texts_are_not_logged_at_info(
         client.snapshot()
     logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)
     assert "secret" not in logged and "confidential" not in logged
+
+
+def test_bench_with_tls_token_and_collection(
+    start_server: StartServer, certificates: Certificates, token_file: Path, tmp_path: Path
+) -> None:
+    server = start_server(
+        tls_cert=certificates.server_cert, tls_key=certificates.server_key, token_file=token_file
+    )
+    with permindex.Client(server.address, root_certificates=certificates.ca, token=RW_TOKEN) as c:
+        c.create_collection("bench")
+    rw = tmp_path / "rw"
+    rw.write_text(RW_TOKEN + "\n")
+    out = tmp_path / "bench.json"
+    code = main(
+        [
+            "bench", "--address", server.address, "--tls-ca", str(certificates.ca),
+            "--token-file", str(rw), "--collection", "bench", "--clients", "1",
+            "--duration", "0.5", "--preload", "50", "--mix", "query=1,add=1",
+            "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    with permindex.Client(server.address, root_certificates=certificates.ca, token=RW_TOKEN) as c:
+        assert c.use("bench").stats().count > 0
+        assert c.stats().count == 0  # nothing went to the default collection
