@@ -619,7 +619,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--sizes", default="1e6,1e7", help="N values (1e6,1e7)")
-    parser.add_argument("--designs", default="4,1 5,2 6,3", help="permindex designs")
+    parser.add_argument("--designs", default="4,1 5,2 6,2 6,3", help="permindex designs")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter gRPC runs")
     parser.add_argument(
