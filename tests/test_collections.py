@@ -163,3 +163,21 @@ def test_command_line(
     assert main(["collections", "drop", "docs", *at]) == 0
     assert "2 keys" in capsys.readouterr().err
     assert main(["collections", "describe", *at]) == 2
+
+
+def test_drop_frees_the_index(start_server: StartServer) -> None:
+    import gc
+    import weakref
+
+    server = start_server()
+    assert server.catalog is not None
+    with permindex.Client(server.address) as client:
+        client.create_collection("big")
+        client.use("big").ingest(
+            (f"k{i}", i * 0x9E3779B97F4A7C15 % (1 << 64)) for i in range(50_000)
+        )
+        index = weakref.ref(server.catalog.get("big").index)
+        assert index() is not None and len(index()) == 50_000  # type: ignore[arg-type]
+        client.drop_collection("big")
+    gc.collect()
+    assert index() is None  # nothing holds the dropped index any more
