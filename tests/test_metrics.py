@@ -65,6 +65,7 @@ def test_metrics_count_calls_codes_and_state(start_server: StartServer, tmp_path
     assert value("permindex_wal_bytes", collection="default") > 0
     assert value("permindex_wal_segments", collection="default") >= 1
     assert value("permindex_wal_sequence", collection="default") >= 3
+    assert 0 <= value("permindex_wal_last_write_age_seconds", collection="default") < 60
     address = server.metrics.address
     server.stop(grace=0)
     with pytest.raises(OSError):

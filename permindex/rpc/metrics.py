@@ -24,6 +24,9 @@ exported (``collection`` is ``default``, the server's one index):
 ``permindex_uptime_seconds``         seconds since the server started
 ===================================  ============================================================
 
+and ``permindex_wal_last_write_age_seconds`` (by ``collection``): seconds since the log was last
+written.
+
 The gauges are read when Prometheus scrapes (a custom collector), so they cost nothing between
 scrapes; RPC counters and histograms are updated by a server interceptor at the end of each call.
 """
@@ -85,6 +88,9 @@ class StateCollector(Collector):
         wal_bytes = family("permindex_wal_bytes", "Bytes in the write-ahead log.")
         wal_segments = family("permindex_wal_segments", "Segment files of the log.")
         wal_sequence = family("permindex_wal_sequence", "Last change logged.")
+        wal_age = family(
+            "permindex_wal_last_write_age_seconds", "Seconds since the log was last written."
+        )
         uptime = 0.0
         for name, state in self._catalog.items():
             label = [name]
@@ -98,17 +104,22 @@ class StateCollector(Collector):
                     label, max(0.0, time.time() - snapshot.created_unix_seconds)
                 )
             sizes = []
+            newest = 0.0
             for path in _wal_files(state):
                 try:
-                    sizes.append(path.stat().st_size)
+                    status = path.stat()
                 except OSError:  # deleted by a snapshot meanwhile
                     continue
+                sizes.append(status.st_size)
+                newest = max(newest, status.st_mtime)
             wal_bytes.add_metric(label, sum(sizes))
             wal_segments.add_metric(label, len(sizes))
             wal_sequence.add_metric(label, state.store.sequence)
+            if newest:
+                wal_age.add_metric(label, max(0.0, time.time() - newest))
             uptime = max(uptime, state.uptime_seconds)
         yield from (count, memory, snapshot_bytes, snapshot_keys, snapshot_age)
-        yield from (wal_bytes, wal_segments, wal_sequence)
+        yield from (wal_bytes, wal_segments, wal_sequence, wal_age)
         resident = GaugeMetricFamily(
             "permindex_resident_memory_bytes", "Resident memory of the server process, bytes."
         )
