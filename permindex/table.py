@@ -3,15 +3,19 @@ its prefix (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Cra
 section 3), kept as a small log-structured merge tree.
 
 Layout. The index owns one array of fingerprints by row number ((capacity,) uint64) and a
-liveness mask by row; a table stores row numbers only:
+liveness mask by row (None while every row is live); a table stores, per entry, a row number and
+a 16-bit filter -- 6 bytes:
 
-* frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix, each with a
-  directory ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits,
-  2^r <= m / 2), so the rows whose prefix starts with bucket b are
-  ``rows[offsets[b]:offsets[b + 1]]``. When r equals the prefix width the range is exact;
-  otherwise it is a superset that the caller narrows with the candidates' fingerprints (which
-  it reads anyway to verify them). Runs are listed oldest first, and each is more than
-  :data:`MERGE_RATIO` times larger than the next, so there are at most log_4(n) + 1 of them
+* frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix with the
+  (m,) uint16 filters of their fingerprints beside them (the 16 bits of the permuted value after
+  the prefix: two fingerprints within k have filters within k, so a query compares filters,
+  read sequentially, and reads the fingerprints of the ~1% that pass), each with a directory
+  ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits, 2^r <= m / 2), so
+  the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
+  equals the prefix width the range is exact; otherwise it is a superset that the caller
+  narrows with the candidates' fingerprints (which it reads anyway to verify them). Runs are
+  listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
+  there are at most log_4(n) + 1 of them
   (between a write and the merges it triggers, which the index runs outside its lock with
   :meth:`Table.pending_merge`, :meth:`Table.merged` and :meth:`Table.swap`, a few more);
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
