@@ -888,3 +888,19 @@ def test_remove_lists_each_missing_key_once(stub: PermIndexStub) -> None:
     response = stub.Remove(pb.RemoveRequest(keys=["gone", "here", "gone", "here", "other"]))
     assert response.removed == 1
     assert list(response.not_found) == ["gone", "other"]
+
+
+def test_graceful_stop_names_the_snapshots_of_every_collection(tmp_path: Path) -> None:
+    """Only a non-default collection changed: the stop line names its snapshot."""
+    import permindex
+
+    data_dir = tmp_path / "data"
+    proc = ServerProcess("127.0.0.1:0", data_dir)
+    with permindex.Client(proc.address()) as client:
+        client.create_collection("crawl")
+        client.use("crawl").add([("a", 1), ("b", 2), ("c", 3)])
+    proc.process.send_signal(signal.SIGTERM)
+    assert proc.wait() == 0, "".join(proc.stderr)
+    last = proc.stderr[-1]
+    assert last.startswith("permindex: stopped; snapshot of 3 keys written to "), last
+    assert "collections/crawl/" in last

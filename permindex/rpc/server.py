@@ -97,6 +97,8 @@ class RunningServer:
         self._stop_lock = threading.Lock()
         self._stopping = False
         self._stopped = threading.Event()
+        #: (collection, snapshot) of every snapshot the graceful stop wrote, default first.
+        self.final_snapshots: list[tuple[str, SnapshotInfo]] = []
         self._periodic_wakeup = threading.Event()
         self._periodic: threading.Thread | None = None
         if config.snapshot_interval > 0:
@@ -118,15 +120,21 @@ class RunningServer:
         default collection's info (None: unchanged). A failure of another collection is logged;
         the default one's is raised (after the others were written)."""
         if self.catalog is None:
-            return self.state.snapshot(only_if_changed=True)
+            info = self.state.snapshot(only_if_changed=True)
+            if info is not None:
+                self.final_snapshots.append(("default", info))
+            return info
         written: list[SnapshotInfo | None] = [None]
 
         def one(name: str, state: ServerState) -> None:
             info = state.snapshot(only_if_changed=True)
+            if info is not None:
+                self.final_snapshots.append((name, info))
             if state is self.state:
                 written[0] = info
 
         self.catalog.each(one)
+        self.final_snapshots.sort(key=lambda item: item[1] is not written[0])  # default first
         return written[0]
 
     def snapshot(self) -> SnapshotInfo:
@@ -402,14 +410,16 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
         while not stop.wait(0.5):
             pass
         try:
-            info = running.stop(config.grace_seconds)
+            running.stop(config.grace_seconds)
         except Exception as error:
             print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
             return exit_code_for(error)
         done = (
-            f"snapshot of {info.count} keys written to {info.path}"
-            if info is not None
-            else "nothing changed since the last snapshot"
+            "; ".join(
+                f"snapshot of {written.count} keys written to {written.path}"
+                for _, written in running.final_snapshots
+            )
+            or "nothing changed since the last snapshot"
         )
         print(f"permindex: stopped; {done}", file=sys.stderr, flush=True)
         return 0
