@@ -603,7 +603,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         min_words=args.min_words,
         max_document_bytes=args.max_document_bytes,
     )
-    _err(f"permindex ingest: {summary.line()}")
+    _err(f"permindex {args.command}: {summary.line()}")
     return EXIT_CODES["ok"]
 
 

@@ -42,6 +42,7 @@ def test_export_then_import_into_another_server(
 
     target = start_server(data_dir=tmp_path / "b")
     assert main(["import", str(out), "--address", target.address, "--no-progress"]) == 0
+    assert capsys.readouterr().err.startswith(f"permindex import: {len(stored)} documents in ")
     with permindex.Client(target.address) as client, permindex.Client(source.address) as old:
         assert dict(client.export()) == stored
         assert client.pairs() == old.pairs()
