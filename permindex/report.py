@@ -248,7 +248,8 @@ def render_report(
         for example in examples:
             page.append(
                 f"<h3><code>{e(example.key_a)}</code> and <code>{e(example.key_b)}</code>: "
-                f"{example.distance} bits</h3>{example.diff_html}"
+                f"{example.distance} bit{'' if example.distance == 1 else 's'}</h3>"
+                f"{example.diff_html}"
             )
     else:
         page.append("<p>No pairs.</p>")
