@@ -1007,7 +1007,10 @@ class Index:
                     passed = np.flatnonzero(np.bitwise_count(near) <= k)
                     qpos = qpos[passed]
                     positions = positions[passed]
-                rows = rows_of_run[positions]
+                if isinstance(rows_of_run, Run):
+                    rows = rows_of_run.rows_at(positions)
+                else:
+                    rows = rows_of_run[positions]
                 x = fps[rows] ^ chunk[qpos]
                 distance = np.bitwise_count(x)
                 selected = np.flatnonzero(distance <= k)

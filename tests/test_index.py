@@ -764,3 +764,40 @@ def test_merge_outside_the_lock_survives_a_compaction(monkeypatch: pytest.Monkey
     index._check()
     assert calls[0] > 2
     assert_queries_match_brute_force(index, fps[::40].tolist())
+
+
+def test_runs_with_rows_above_2_to_the_24() -> None:
+    """Row numbers are kept as 16 + 8 bits below 2^24 and 16 + 16 bits above: a table whose rows
+    start at 2^24 - 50 (a lazily zeroed fingerprint array, so no real memory) answers as brute
+    force, in both the single and the batch path, before and after a merge."""
+    from permindex.permutation import Design
+    from permindex.table import Run, Table
+
+    first = (1 << 24) - 50
+    rng = np.random.default_rng(24)
+    fps = np.zeros(first + 400, dtype=np.uint64)
+    fps[first:] = clustered(rng, 400, 5, 3)
+    table = Table(Design(4, 1).permutations[2], memtable_limit=8)
+    table.add_many(first, 300, fps, None)
+    table.add_many(first + 300, 100, fps, None)  # a second run, merged into the first
+    assert table.run_sizes == (400,)
+    run = table._runs[0]
+    assert run.high.dtype == np.uint16 and int(run.rows.max()) == first + 399
+    assert [run.row_at(i) for i in range(5)] == run.rows[:5].tolist()
+    table._check(fps, first + 400)
+    narrow = Run(np.array([0, 7, (1 << 24) - 1], dtype=np.uint32), np.zeros(3, np.uint16),
+                 np.zeros(2, np.uint32), 0)  # fmt: skip
+    assert narrow.high.dtype == np.uint8 and narrow.rows.tolist() == [0, 7, (1 << 24) - 1]
+    perm = table.permutation
+    for q in fps[first::37].tolist():
+        hits: dict[int, tuple[int, int]] = {}
+        table.lookup(q, 3, fps.data, hits)
+        expected = {first + int(i) for i in brute_force_query(fps[first:], q, 3)}
+        same_prefix = {r for r in expected if perm.prefix(int(fps[r])) == perm.prefix(q)}
+        assert same_prefix <= set(hits) <= expected
+        ((source, _filters, lo, counts),) = table.ranges_many(
+            perm.prefix_array(np.array([q], dtype=np.uint64)), fps
+        )
+        assert isinstance(source, Run)
+        got = set(source.rows_at(np.arange(lo[0], lo[0] + counts[0])).tolist())
+        assert same_prefix <= got
