@@ -382,14 +382,16 @@ AUTO_DESIGNS: tuple[tuple[int, int], ...] = (
 
 def design_bytes_per_fingerprint(design: Design, n: int) -> float:
     """Estimated bytes per stored fingerprint of an index of ``n`` fingerprints with ``design``,
-    keys excluded: the fingerprint (8) and liveness (1) by row, and per table a row number (4), a
-    filter (2) and the run directory (about 1 byte per row for long prefixes, 2^prefix_bits * 4
-    bytes in all for short ones)."""
+    keys excluded: the fingerprint (8) by row, and per table a row number (3 bytes below 2^24
+    rows, else 4), a filter (2) and the run directory (about 1 byte per row for long prefixes,
+    2^prefix_bits * 4 bytes in all for short ones). A liveness byte per row is added only while
+    removed or replaced rows await a compaction."""
     n = max(n, 1)
-    total = 9.0
+    total = 8.0
+    row_bytes = 3.0 if n < 1 << 24 else 4.0
     for perm in design.permutations:
         directory = 4.0 * (1 << min(perm.prefix_bits, max(1, n.bit_length() - 2))) / n
-        total += 6.0 + directory
+        total += row_bytes + 2.0 + directory
     return total
 
 
