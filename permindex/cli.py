@@ -38,6 +38,7 @@ from permindex.config import DEFAULT_ADDRESS, FSYNC_POLICIES, ServerConfig, pars
 from permindex.documents import (
     Document,
     DocumentReader,
+    format_fingerprint,
     parse_fingerprint,
     read_documents,
     read_file_text,
@@ -171,10 +172,6 @@ def _out(text: str | Iterable[str]) -> None:
 
 def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def _hex(fingerprint: int) -> str:
-    return f"{fingerprint:016x}"
 
 
 def _parse_cli_fingerprint(value: str) -> int:
@@ -616,7 +613,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         for reply in stub.Export(pb.ExportRequest()):
             for entry in reply.entries:
                 count += 1
-                record = {"id": entry.key, "fingerprint": _hex(entry.fingerprint)}
+                record = {"id": entry.key, "fingerprint": format_fingerprint(entry.fingerprint)}
                 yield json.dumps(record, ensure_ascii=False) + "\n"
 
     with _connect(args.address) as stub:
@@ -727,12 +724,15 @@ def _cmd_query(args: argparse.Namespace) -> int:
         matches = matches[:limit]
     if args.json:
         rows = [
-            {"key": m.key, "fingerprint": _hex(m.fingerprint), "distance": m.distance}
+            {"key": m.key, "fingerprint": format_fingerprint(m.fingerprint), "distance": m.distance}
             for m in matches
         ]
         _out(json.dumps(rows, ensure_ascii=False) + "\n")
     else:
-        _out(f"{tsv_field(m.key)}\t{_hex(m.fingerprint)}\t{m.distance}\n" for m in matches)
+        _out(
+            f"{tsv_field(m.key)}\t{format_fingerprint(m.fingerprint)}\t{m.distance}\n"
+            for m in matches
+        )
     return EXIT_CODES["ok"]
 
 
@@ -759,7 +759,7 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
             f"{source} has fewer than {args.shingle_size} words: it has no fingerprint",
             "too_short",
         )
-    _out(_hex(fingerprint) + "\n")
+    _out(format_fingerprint(fingerprint) + "\n")
     return EXIT_CODES["ok"]
 
 
@@ -783,7 +783,11 @@ def _cmd_get(args: argparse.Namespace) -> int:
     pb = _pb()
     with _connect(args.address) as stub:
         results = stub.Get(pb.GetRequest(keys=args.keys)).results
-    _out("".join(f"{tsv_field(r.key)}\t{_hex(r.fingerprint)}\n" for r in results if r.found))
+    _out(
+        "".join(
+            f"{tsv_field(r.key)}\t{format_fingerprint(r.fingerprint)}\n" for r in results if r.found
+        )
+    )
     missing = [r.key for r in results if not r.found]
     if missing:
         raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])

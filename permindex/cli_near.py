@@ -24,14 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from permindex.documents import tsv_field
+from permindex.documents import format_fingerprint, tsv_field
 from permindex.errors import EXIT_CODES
 
 __all__ = ["add_commands"]
 
 
 def _cmd_clusters(args: argparse.Namespace) -> int:
-    from permindex.cli import _connect, _hex, _out, _pb
+    from permindex.cli import _connect, _out, _pb
 
     pb = _pb()
     groups: dict[int, tuple[int, list[str]]] = {}  # id -> (fingerprint or 0, keys)
@@ -51,7 +51,7 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
     if args.json:
         if args.exact:
             rows: list[dict[str, object]] = [
-                {"group": n, "fingerprint": _hex(fp), "size": len(keys), "keys": keys}
+                {"group": n, "fingerprint": format_fingerprint(fp), "size": len(keys), "keys": keys}
                 for n, (fp, keys) in enumerate(ordered, start=1)
             ]
         else:
@@ -62,7 +62,7 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
         _out(json.dumps(rows, ensure_ascii=False) + "\n")
     elif args.exact:
         _out(
-            f"{n}\t{_hex(fp)}\t{tsv_field(key)}\n"
+            f"{n}\t{format_fingerprint(fp)}\t{tsv_field(key)}\n"
             for n, (fp, keys) in enumerate(ordered, start=1)
             for key in keys
         )

@@ -51,6 +51,7 @@ from permindex.documents import (
     Document,
     DocumentReader,
     folder_file_text,
+    format_fingerprint,
     read_documents,
     tsv_field,
 )
@@ -532,10 +533,6 @@ def run_dedup(
 # ------------------------------------------------------------------------------- outputs
 
 
-def _hex(fingerprint: int) -> str:
-    return f"{fingerprint:016x}"
-
-
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as out:
         batch: list[str] = []
@@ -672,7 +669,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     _write_lines(
         folder / "exact_duplicates.tsv",
         (
-            f"{number}\t{_hex(int(fps[members[0]]))}\t{t(keys[p])}\n"
+            f"{number}\t{format_fingerprint(int(fps[members[0]]))}\t{t(keys[p])}\n"
             for number, members in enumerate(exact, start=1)
             for p in members.tolist()
         ),
@@ -682,7 +679,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         (
             {
                 "group": number,
-                "fingerprint": _hex(int(fps[members[0]])),
+                "fingerprint": format_fingerprint(int(fps[members[0]])),
                 "size": int(members.size),
                 "keys": [keys[p] for p in members.tolist()],
             }

@@ -181,6 +181,11 @@ def tsv_field(text: str) -> str:
     return text.translate(_TSV_ESCAPES) if any(c in text for c in "\\\t\n\r") else text
 
 
+def format_fingerprint(fingerprint: int) -> str:
+    """A fingerprint as our outputs write it: 16 lower-case hex digits, zero-padded."""
+    return f"{fingerprint:016x}"
+
+
 def check_key(key: str) -> None:
     """Raise :class:`~permindex.errors.InvalidArgumentError` unless ``key`` is a non-empty string
     of at most :data:`MAX_KEY_BYTES` UTF-8 bytes."""
