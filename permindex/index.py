@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex import join
 from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundError
 from permindex.fingerprint import validate_fingerprint
 from permindex.hamming import as_fingerprint_array
@@ -47,8 +48,6 @@ from permindex.keystore import (
 from permindex.permutation import (
     DEFAULT_DESIGN,
     Design,
-    Permutation,
-    argsort_prefixes,
     choose_design,
 )
 from permindex.table import (
@@ -75,8 +74,6 @@ DEFAULT_COMPACTION_MIN = 1 << 16
 
 _QUERY_CHUNK = 16384  # queries per numpy pass of query_many
 _CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above it)
-_PAIR_BUDGET = 1 << 21  # candidate pairs per numpy pass of pairs()
-_COUNT_BITS = 22  # largest count table (2^22 buckets) of a long-prefix join
 _SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
 _MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
 _AUTO_SIZE = 1_000_000  # fingerprints assumed by design="auto" without expected_size
@@ -152,117 +149,6 @@ def _check_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__} {_short(value)}")
     return int(value)
-
-
-def _group_pairs(group_end: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
-    """All pairs of positions (i, j), i < j, in the same group of a grouped sequence, in chunks
-    of about ``budget`` pairs. ``group_end[i]`` is the end (exclusive) of position i's group.
-    Time and memory are proportional to the number of pairs plus the positions."""
-    size = group_end.size
-    partners = group_end - np.arange(size, dtype=np.int64) - 1
-    cumulative = np.cumsum(partners)
-    start = 0
-    while start < size:
-        base = int(cumulative[start - 1]) if start else 0
-        end = int(np.searchsorted(cumulative, base + budget, side="right"))
-        end = min(max(end, start + 1), size)
-        counts = partners[start:end]
-        total = int(cumulative[end - 1]) - base
-        if total:
-            i = np.repeat(np.arange(start, end, dtype=np.int64), counts)
-            j = i + 1 + np.arange(total, dtype=np.int64)
-            j -= np.repeat(np.cumsum(counts) - counts, counts)
-            yield i, j
-        start = end
-
-
-def _join_design(design: Design, k: int, n: int) -> Design:
-    """The design :meth:`Index.pairs` joins on: the index's own, or (4, 1), (5, 2), (6, 2) or
-    (6, 3) when k allows, whichever a cost model says is cheapest for n fingerprints ((6, 2)
-    joins on only 6 of its 15 tables for k = 3: :meth:`Design.tables_for`). Per
-    searched table: a prefix of at most 16 bits costs one radix pass (about 25 ns a row here)
-    plus its candidate pairs, about n^2 / 2^(prefix bits + 1), at about 10 ns each; a longer one
-    costs a count of its top bits and a sort of the rows that share them (about 40 ns a row in
-    all) and about 40 ns per candidate pair (found by rounds over the sorted rows)."""
-    candidates = ((4, 1), (5, 2), (6, 2), (6, 3))
-    options = [design] + [Design(b, t) for b, t in candidates if b - t >= k]
-
-    def cost(d: Design) -> float:
-        total = 0.0
-        for t in d.tables_for(k):
-            bits = d.permutations[t].prefix_bits
-            pairs = n * n / 2.0 ** (bits + 1)
-            total += 25.0 * n + 10.0 * pairs if bits <= 16 else 40.0 * (n + pairs)
-        return total
-
-    return min(options, key=cost)
-
-
-def _table_pairs_grouped(
-    values: _U64, perm: Permutation, k: int
-) -> Iterator[tuple[NDArray[np.intp], NDArray[np.intp]]]:
-    """Candidate pairs (i, j) of positions in ``values`` that share ``perm``'s prefix, for short
-    prefixes (large groups): a radix sort by prefix, every pair of each group enumerated in
-    chunks, and only those whose 16-bit filters are within k kept (about 1 in 100 for random
-    fingerprints)."""
-    prefixes = perm.prefix_array(values)
-    order = argsort_prefixes(prefixes, perm.prefix_bits)
-    sorted_prefixes = prefixes[order]
-    del prefixes
-    ends = np.flatnonzero(sorted_prefixes[1:] != sorted_prefixes[:-1]) + 1
-    del sorted_prefixes
-    ends = np.append(ends, values.size).astype(np.int64)
-    sizes = np.diff(ends, prepend=0)
-    if int(sizes.max()) < 2:
-        return
-    group_end = np.repeat(ends, sizes)
-    filters = perm.filter_array(values[order])
-    for i, j in _group_pairs(group_end, _PAIR_BUDGET):
-        near = np.flatnonzero(np.bitwise_count(filters[i] ^ filters[j]) <= k)
-        yield order[i[near]], order[j[near]]
-
-
-def _table_pairs_sorted(
-    values: _U64, perm: Permutation, k: int
-) -> Iterator[tuple[NDArray[np.intp], NDArray[np.intp]]]:
-    """Candidate pairs (i, j) of positions in ``values`` that share ``perm``'s prefix, for long
-    prefixes (small groups). Most prefixes are unique then, so the positions whose prefix can
-    have a partner are found first by counting the prefixes' top bits (about 4n buckets, up to
-    2^22: a position alone in its bucket has no partner); only those are sorted, as
-    (prefix, position)
-    packed into uint64, and the pairs at distance d = 1, 2, ... in sorted order that still share
-    the prefix are emitted, each round over only the positions whose group reached d. Work: the
-    count, a sort of the few candidates, and the candidate pairs."""
-    n = int(values.size)
-    index_bits = max(1, (n - 1).bit_length())
-    if perm.prefix_bits + index_bits > 64:  # pragma: no cover - > 2^31 rows with 33-bit prefixes
-        yield from _table_pairs_grouped(values, perm, k)
-        return
-    prefixes = perm.prefix_array(values)
-    bucket_bits = min(perm.prefix_bits, max(8, (4 * n).bit_length()))
-    if bucket_bits <= _COUNT_BITS:
-        buckets = (prefixes >> np.uint64(perm.prefix_bits - bucket_bits)).astype(np.intp)
-        counts = np.bincount(buckets, minlength=1 << bucket_bits)
-        candidates = np.flatnonzero(counts[buckets] >= 2)
-        del counts, buckets
-        keys = prefixes[candidates] << np.uint64(index_bits)
-        keys |= candidates.astype(np.uint64)
-    else:  # a count table this large misses the caches: sorting every row is cheaper
-        keys = prefixes << np.uint64(index_bits)
-        keys |= np.arange(n, dtype=np.uint64)
-    del prefixes
-    keys.sort()
-    sorted_prefixes = keys >> np.uint64(index_bits)
-    positions = (keys & np.uint64((1 << index_bits) - 1)).astype(np.intp)
-    del keys
-    m = int(positions.size)
-    active = np.flatnonzero(sorted_prefixes[1:] == sorted_prefixes[:-1])
-    d = 1
-    while active.size:
-        yield positions[active], positions[active + d]
-        d += 1
-        active = active[active + d < m]
-        active = active[sorted_prefixes[active + d] == sorted_prefixes[active]]
 
 
 class CheckAndAddResult(NamedTuple):
@@ -1060,12 +946,12 @@ class Index:
         equal fingerprints under different keys give distance 0), each once, as (key_a, key_b,
         distance) with key_a < key_b in code point order; the list is sorted.
 
-        A self-join over each table's prefix groups (Manku et al. 2007, section 3): the distinct
-        fingerprints are sorted by prefix, every pair within a group verified with
-        ``np.bitwise_count``, and a pair is kept only in the first table whose prefix it shares.
-        Equal fingerprints are joined once per distinct value and expanded to their keys, so a
-        large group of equal fingerprints costs time in proportion to its output. Cost:
-        O(T * (n + sum over groups of size^2)) numpy work plus O(output) Python objects.
+        A self-join over each table's prefix groups (Manku et al. 2007, section 3;
+        :func:`permindex.join.self_join`, on the design :func:`permindex.join.join_design`
+        picks for n): the fingerprints are grouped by prefix, every pair within a group verified
+        with ``np.bitwise_count``, and a pair is kept only in the first table whose prefix it
+        shares. Cost: O(T * (n + sum over groups of size^2)) numpy work for T searched tables,
+        plus O(output) Python objects.
 
         Raises TypeError / InvalidArgumentError for a bad k (as :meth:`query`).
         """
@@ -1081,39 +967,13 @@ class Index:
         return out
 
     def _pairs(self, k: int) -> tuple[_I64, _I64, _I64]:
-        """(rows_a, rows_b, distances) of every pair of live rows within k, each pair once."""
-        empty = np.empty(0, dtype=np.int64)
+        """(rows_a, rows_b, distances) of every pair of live rows within k, each pair once: the
+        self-join of :mod:`permindex.join` on the design :func:`~permindex.join.join_design`
+        picks for the number of live rows."""
         rows = self._live_rows()
-        if rows.size < 2:
-            return empty, empty, empty
-        values = self._fps[rows]
-        design = _join_design(self._design, k, int(rows.size))
-        perms = design.permutations
-        searched = design.tables_for(k)
-        masks = [np.uint64(p.leading_mask) for p in perms]
-        parts_a: list[_I64] = []
-        parts_b: list[_I64] = []
-        parts_d: list[_I64] = []
-        for n_t, t in enumerate(searched):
-            earlier = [masks[u] for u in searched[:n_t]]
-            if perms[t].prefix_bits <= 16:
-                pairs = _table_pairs_grouped(values, perms[t], k)
-            else:
-                pairs = _table_pairs_sorted(values, perms[t], k)
-            for i, j in pairs:
-                x = values[i] ^ values[j]
-                distance = np.bitwise_count(x)
-                selected = distance <= k
-                for other in earlier:  # each pair only from the first table it shares
-                    selected &= (x & other) != 0
-                chosen = np.flatnonzero(selected)
-                if chosen.size:
-                    parts_a.append(rows[i[chosen]])
-                    parts_b.append(rows[j[chosen]])
-                    parts_d.append(distance[chosen].astype(np.int64))
-        if not parts_a:
-            return empty, empty, empty
-        return np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d)
+        design = join.join_design(self._design, k, int(rows.size))
+        a, b, distances = join.self_join(self._fps[rows], k, design)
+        return rows[a], rows[b], distances
 
     # -- export, memory, invariants --------------------------------------------------------------
 

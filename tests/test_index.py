@@ -25,6 +25,7 @@ from strategies import (
 )
 
 import permindex.index as index_module
+import permindex.join as join_module
 from permindex import Index, InvalidArgumentError, Match, NotFoundError, hamming
 from permindex.hamming import brute_force_pairs, brute_force_query
 from permindex.index import CheckAndAddResult
@@ -366,7 +367,7 @@ def test_pairs_with_a_big_group_of_equal_fingerprints(monkeypatch: pytest.Monkey
     assert len(pairs) == 300 * 299 // 2 + 2 * 300 + 2
     assert pairs == expected_pairs(names, np.array(values, dtype=np.uint64), 3)
     assert index.pairs(0) == expected_pairs(names, np.array(values, dtype=np.uint64), 0)
-    monkeypatch.setattr(index_module, "_PAIR_BUDGET", 7)
+    monkeypatch.setattr(join_module, "PAIR_BUDGET", 7)
     assert index.pairs() == pairs
 
 
@@ -719,7 +720,7 @@ def test_pairs_on_every_join_design(
 ) -> None:
     """Short prefixes (grouped, filters first) and long ones (one sort, pairs by sorted distance)
     against brute force: random, clustered, a group of equal fingerprints, removed keys."""
-    monkeypatch.setattr(index_module, "_join_design", lambda design, kk, n: Design(*join))
+    monkeypatch.setattr(join_module, "join_design", lambda design, kk, n: Design(*join))
     rng = np.random.default_rng(join[0])
     fps = np.concatenate(
         [
@@ -736,7 +737,7 @@ def test_pairs_on_every_join_design(
     keys_, values = index.export()
     for kk in range(k + 1):
         assert index.pairs(kk) == expected_pairs(keys_, values, kk)
-    monkeypatch.setattr(index_module, "_COUNT_BITS", 0)  # long prefixes: sort every row
+    monkeypatch.setattr(join_module, "COUNT_BITS", 0)  # long prefixes: sort every row
     assert index.pairs() == expected_pairs(keys_, values, k)
 
 
