@@ -25,8 +25,8 @@ exact duplicates
 Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
 fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the distinct
 fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007, section 3 —
-the join the index runs, here on a plain array and for any table design, so that k can exceed the
-index's 3); keys sharing a fingerprint are expanded only where pairs of keys are listed. It is
+:func:`permindex.join.self_join`, the join the index runs, here on a plain array and for any
+table design, so that k can exceed the index's 3); keys sharing a fingerprint are expanded only where pairs of keys are listed. It is
 checked against brute force in the tests. Components are found by a vectorized union-find
 (hooking each root onto the smaller of two roots joined by an edge, then pointer jumping), which
 needs no Python object per key.
@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex import join
 from permindex.errors import InvalidArgumentError
 from permindex.hamming import as_fingerprint_array
-from permindex.permutation import DEFAULT_DESIGN, Design, argsort_prefixes
+from permindex.permutation import DEFAULT_DESIGN, Design
 
 if TYPE_CHECKING:
     from permindex.index import Index
@@ -70,7 +71,6 @@ __all__ = [
 
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
-_PAIR_BUDGET: Final = 1 << 21  # candidate pairs verified per numpy pass
 _HOOK_ROUNDS: Final = 64  # vectorized union-find rounds before finishing in Python
 
 KeepRule = Literal["first", "longest", "smallest-key"]
@@ -119,39 +119,6 @@ def design_for(k: int) -> Design:
     return Design(k + 2, 2)
 
 
-def _pairs_in_groups(ends: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
-    """Every pair (i, j), i < j, of positions of a sequence cut into consecutive groups, in
-    chunks of about ``budget`` pairs; ``ends[i]`` is the end (exclusive) of position i's group."""
-    partners = ends - np.arange(ends.size, dtype=np.int64) - 1
-    cumulative = np.cumsum(partners)
-    start = 0
-    while start < ends.size:
-        base = int(cumulative[start - 1]) if start else 0
-        stop = int(np.searchsorted(cumulative, base + budget, side="right"))
-        stop = min(max(stop, start + 1), ends.size)
-        counts = partners[start:stop]
-        total = int(cumulative[stop - 1]) - base
-        if total:
-            i = np.repeat(np.arange(start, stop, dtype=np.int64), counts)
-            j = (
-                i
-                + 1
-                + np.arange(total, dtype=np.int64)
-                - np.repeat(np.cumsum(counts) - counts, counts)
-            )
-            yield i, j
-        start = stop
-
-
-def _group_ends(sorted_values: NDArray[np.uint64]) -> _I64:
-    """For a sorted array, the end (exclusive) of the run of equal values at each position."""
-    n = sorted_values.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.append(np.flatnonzero(sorted_values[1:] != sorted_values[:-1]) + 1, n)
-    return np.repeat(ends.astype(np.int64), np.diff(ends, prepend=0))
-
-
 def _empty_pairs() -> PairArrays:
     empty = np.zeros(0, dtype=np.int64)
     return PairArrays(empty, empty.copy(), empty.copy())
@@ -194,40 +161,20 @@ def value_pairs(
 ) -> PairArrays:
     """Every pair (u, v) of positions of ``distinct`` (an (n,) uint64 array of *distinct*
     fingerprints) within ``k`` bits, each once, in no particular order: the block-keyed
-    self-join of Manku et al. 2007, section 3. For each table of ``design`` (default
-    :func:`design_for` ``(k)``) the values are sorted by the table's prefix, every pair within a
-    prefix group is verified with ``np.bitwise_count``, and a pair is kept only in the first
-    table whose prefix it shares (``(a ^ b) & leading_mask == 0``). Exact: no pair is missed
-    (pigeonhole, k <= blocks - leading) and none is reported twice. Cost: O(T (n log n + sum
-    of squared prefix-group sizes)) numpy work for T tables, in passes of about 2 million
-    candidate pairs."""
+    self-join of Manku et al. 2007, section 3 (:func:`permindex.join.self_join`). It joins on
+    ``design`` when one is given, else on the design :func:`permindex.join.join_design` finds
+    cheapest for n among :func:`design_for` ``(k)`` and a few others that answer k. Exact: no
+    pair is missed (pigeonhole, k <= blocks - leading) and none is reported twice.
+
+    Raises:
+        InvalidArgumentError: k < 0, or k above what ``design`` guarantees.
+    """
     chosen = _check_design(k, design)
     if k == 0 or distinct.size < 2:
         return _empty_pairs()
-    parts_a: list[_I64] = []
-    parts_b: list[_I64] = []
-    parts_d: list[_I64] = []
-    masks = [np.uint64(p.leading_mask) for p in chosen.permutations]
-    for t, perm in enumerate(chosen.permutations):
-        prefixes = perm.prefix_array(distinct)
-        order = argsort_prefixes(prefixes, perm.prefix_bits).astype(np.int64)
-        by_prefix = distinct[order]
-        for i, j in _pairs_in_groups(_group_ends(prefixes[order]), _PAIR_BUDGET):
-            x = by_prefix[i] ^ by_prefix[j]
-            distance = np.bitwise_count(x)
-            selected = np.flatnonzero(distance <= k)
-            if selected.size == 0:
-                continue
-            keep = np.ones(selected.size, dtype=bool)
-            for earlier in masks[:t]:  # shared an earlier table's prefix: found there
-                keep &= (x[selected] & earlier) != 0
-            chosen_pairs = selected[keep]
-            parts_a.append(order[i[chosen_pairs]])
-            parts_b.append(order[j[chosen_pairs]])
-            parts_d.append(distance[chosen_pairs].astype(np.int64))
-    if not parts_a:
-        return _empty_pairs()
-    return PairArrays(np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d))
+    if design is None:
+        chosen = join.join_design(chosen, k, int(distinct.size))
+    return PairArrays(*join.self_join(distinct, k, chosen))
 
 
 def _expand(values: _Values, pairs: PairArrays) -> PairArrays:
@@ -239,7 +186,7 @@ def _expand(values: _Values, pairs: PairArrays) -> PairArrays:
     parts_d: list[_I64] = []
     if (counts > 1).any():
         ends = np.repeat(first + counts, counts)
-        for i, j in _pairs_in_groups(ends, _PAIR_BUDGET):
+        for i, j in join.group_pairs(ends, join.PAIR_BUDGET):
             parts_a.append(by_value[i])
             parts_b.append(by_value[j])
             parts_d.append(np.zeros(i.size, dtype=np.int64))
@@ -273,9 +220,9 @@ def pairs_within(
         InvalidArgumentError: k < 0, or k above what ``design`` guarantees; a bad fingerprint.
     """
     fps = as_fingerprint_array(fingerprints)
-    chosen = _check_design(k, design)
+    _check_design(k, design)
     values = _distinct(fps)
-    return _expand(values, value_pairs(values.distinct, k, chosen))
+    return _expand(values, value_pairs(values.distinct, k, design))
 
 
 def components(n: int, a: _I64, b: _I64) -> _I64:
@@ -388,12 +335,12 @@ class NearDuplicates:
             )
         if len(set(keys)) != len(keys):
             raise InvalidArgumentError("keys must be distinct", value=len(keys))
-        chosen = _check_design(k, design)
+        _check_design(k, design)
         self.keys = keys
         self.fingerprints = fps
         self.k = k
         self._values = values = _distinct(fps)
-        self._value_pairs = value_pairs(values.distinct, k, chosen)
+        self._value_pairs = value_pairs(values.distinct, k, design)
         u, v, _ = self._value_pairs
         involved = values.counts > 1
         involved[u] = True

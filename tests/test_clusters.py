@@ -323,3 +323,29 @@ def test_postgresql_corpus_has_no_pairs() -> None:
     assert near.clusters() == near.flags() == near.exact_duplicates() == []  # type: ignore[comparison-overlap]
     # its 7 pairs at 4 to 10 bits
     assert len(NearDuplicates(keys, fps, 8)) == len(brute_force(keys, fps, 8)[0])
+
+
+@pytest.mark.parametrize("design", [(4, 1), (5, 2), (6, 2), (6, 3), (3, 1), (8, 2)])
+def test_value_pairs_on_every_explicit_design(
+    monkeypatch: pytest.MonkeyPatch, design: tuple[int, int]
+) -> None:
+    """An explicit design is joined on as given (short prefixes grouped, long ones sorted), for
+    every k it answers, against brute force; also with tiny chunks and every row sorted."""
+    rng = np.random.default_rng(design[0] * 10 + design[1])
+    _, planted_fps = planted(design[0], 200, flips=design[0] - design[1])
+    fps = np.concatenate([planted_fps, rng.integers(0, 2**63, 300, dtype=np.uint64) << 1])
+    values = np.unique(fps)
+    for k in range(design[0] - design[1] + 1):
+        u, v, d = value_pairs(values, k, design)
+        i, j, dd = brute_force_pairs(values, k)
+        got = sorted(
+            zip(np.minimum(u, v).tolist(), np.maximum(u, v).tolist(), d.tolist(), strict=True)
+        )
+        assert got == list(zip(i.tolist(), j.tolist(), dd.tolist(), strict=True))
+    monkeypatch.setattr("permindex.join.PAIR_BUDGET", 3)
+    monkeypatch.setattr("permindex.join.COUNT_BITS", 0)
+    kmax = design[0] - design[1]
+    names = [f"k{i}" for i in range(fps.size)]
+    near = NearDuplicates(names, fps, kmax, design=design)
+    expected = brute_force(names, fps, kmax)[0]
+    assert list(near.iter_pairs()) == expected
