@@ -27,6 +27,7 @@ Thread-safe: one Client (one channel) can serve many threads.
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,10 +35,13 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import grpc
+import numpy as np
+from numpy.typing import NDArray
 
 from permindex.clusters import ExactGroup, Flag
 from permindex.config import DEFAULT_ADDRESS
 from permindex.errors import InvalidArgumentError, ServerError, server_error
+from permindex.hamming import as_fingerprint_array
 from permindex.index import Match
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
@@ -47,6 +51,7 @@ __all__ = [
     "CheckResult",
     "Client",
     "CollectionInfo",
+    "ColumnMatches",
     "DocumentResult",
     "IngestResult",
     "RemoveResult",
@@ -117,6 +122,53 @@ class CheckResult:
     def added(self) -> bool:
         """Whether the document is now stored."""
         return self.status in ("added", "replaced")
+
+
+@dataclass(frozen=True, eq=False)
+class ColumnMatches:
+    """The matches of :meth:`Client.query_columns` as columns: entry j of each describes match j.
+
+    Matches are grouped by query position (ascending), and within one query ordered by
+    distance, then key (as :meth:`Client.query_many`).
+
+    Attributes:
+        query_positions: (m,) int64, the position in the fingerprints asked of the query each
+            match answers; non-decreasing.
+        fingerprints: (m,) uint64, each match's stored fingerprint.
+        distances: (m,) uint8, each match's Hamming distance to its query, bits.
+        keys: m keys (str).
+    """
+
+    query_positions: NDArray[np.int64]
+    fingerprints: NDArray[np.uint64]
+    distances: NDArray[np.uint8]
+    keys: list[str]
+
+    def __len__(self) -> int:
+        """m, the number of matches."""
+        return len(self.keys)
+
+    def to_lists(self, n: int) -> list[list[Match]]:
+        """The matches as :meth:`Client.query_many` returns them: one list per query of the
+        ``n`` asked, in order.
+
+        Raises:
+            InvalidArgumentError: a query position is ``n`` or more.
+        """
+        if len(self) and int(self.query_positions[-1]) >= n:
+            raise InvalidArgumentError(
+                f"a match answers query {int(self.query_positions[-1])}; only {n} were asked", n
+            )
+        found: list[list[Match]] = [[] for _ in range(n)]
+        for q, key, fingerprint, distance in zip(
+            self.query_positions.tolist(),
+            self.keys,
+            self.fingerprints.tolist(),
+            self.distances.tolist(),
+            strict=True,
+        ):
+            found[q].append(Match(key, fingerprint, distance))
+        return found
 
 
 @dataclass(frozen=True)
@@ -480,6 +532,90 @@ class Client:
             )
             found.extend(_matches(result.matches) for result in reply.results)
         return found
+
+    def query_columns(
+        self,
+        fingerprints: Iterable[int] | NDArray[np.unsignedinteger[Any]],
+        *,
+        k: int | None = None,
+        limit: int | None = None,
+        batch: int = 1000,
+        window: int = 4,
+    ) -> ColumnMatches:
+        """:meth:`query_many` for large batches, in columns: the fingerprints go to the server
+        packed, ``batch`` per message, on one QueryColumns stream with up to ``window`` messages
+        in flight (sent before the earlier replies arrive), and the matches come back as packed
+        columns, without a Python object per fingerprint.
+
+        Args:
+            fingerprints: (n,) uint64 array (or signed without negatives), or ints in [0, 2^64).
+            k: largest distance, bits (None: the index's k).
+            limit: at most this many matches per fingerprint (None or 0: all).
+            batch: fingerprints per message (at most the server's batch limit, 100,000 by
+                default).
+            window: requests sent ahead of their replies (at least 1).
+
+        Returns:
+            :class:`ColumnMatches` over all n fingerprints (positions count from 0 over the
+            whole input); :meth:`ColumnMatches.to_lists` gives :meth:`query_many`'s lists.
+
+        Raises:
+            InvalidArgumentError: a fingerprint outside [0, 2^64) (before anything is sent),
+                ``batch`` or ``window`` below 1, or the server's INVALID_ARGUMENT (k too large).
+            TypeError: a non-integer fingerprint.
+            ServerError: any other refusal (e.g. RESOURCE_EXHAUSTED for a batch over the
+                server's limit or a reply over its message limit: use a limit or a smaller
+                batch); retried as a whole on UNAVAILABLE.
+        """
+        if batch < 1 or window < 1:
+            raise InvalidArgumentError(f"batch and window must be at least 1 ({batch}, {window})")
+        values = as_fingerprint_array(fingerprints).astype("<u8", copy=False)
+        starts = range(0, len(values), batch)
+
+        def run() -> ColumnMatches:
+            room = threading.Semaphore(window)
+            finished = threading.Event()
+
+            def requests() -> Iterator[pb.QueryColumnsRequest]:
+                for start in starts:
+                    while not room.acquire(timeout=0.05):
+                        if finished.is_set():
+                            return
+                    yield pb.QueryColumnsRequest(
+                        fingerprints=values[start : start + batch].tobytes(),
+                        k=k,
+                        limit=limit,
+                        collection=self.collection,
+                    )
+
+            positions: list[NDArray[np.int64]] = []
+            found: list[NDArray[np.uint64]] = []
+            distances: list[NDArray[np.uint8]] = []
+            keys: list[str] = []
+            try:
+                replies = self._stub.QueryColumns(requests(), **self._kwargs())
+                for i, reply in enumerate(replies):  # to the end: the call's status too
+                    room.release()
+                    start = starts[i]
+                    at = np.frombuffer(reply.query_positions, dtype="<u4")
+                    positions.append(at.astype(np.int64) + start)
+                    found.append(np.frombuffer(reply.fingerprints, "<u8").astype(np.uint64))
+                    distances.append(np.frombuffer(reply.distances, dtype=np.uint8).copy())
+                    keys.extend(reply.keys)
+            finally:
+                finished.set()
+            return ColumnMatches(
+                np.concatenate(positions) if positions else np.zeros(0, np.int64),
+                np.concatenate(found) if found else np.zeros(0, np.uint64),
+                np.concatenate(distances) if distances else np.zeros(0, np.uint8),
+                keys,
+            )
+
+        if not starts:  # nothing to ask (as query_many, which sends no request either)
+            return ColumnMatches(
+                np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8), []
+            )
+        return self._call(run, idempotent=True)
 
     def get(self, key: str) -> int | None:
         """The stored fingerprint of ``key``, or None."""

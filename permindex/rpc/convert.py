@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, LimitExceededError
 from permindex.fingerprint import simhash
@@ -30,12 +34,15 @@ __all__ = [
     "check_keys",
     "check_text",
     "clusters_to_proto",
+    "columns_wire_bytes",
     "design_to_proto",
     "documents_from_proto",
     "exact_groups_to_proto",
+    "fingerprints_from_bytes",
     "flags_to_proto",
     "items_per_message",
     "limit_from",
+    "matches_to_columns",
     "matches_to_proto",
     "pairs_to_proto",
 ]
@@ -210,6 +217,62 @@ def documents_from_proto(
 def matches_to_proto(matches: Iterable[Match]) -> list[pb.Match]:
     """Domain matches as ``permindex.v1.Match`` messages, order kept."""
     return [pb.Match(key=m.key, fingerprint=m.fingerprint, distance=m.distance) for m in matches]
+
+
+def fingerprints_from_bytes(data: bytes, max_batch: int) -> NDArray[np.uint64]:
+    """The packed fingerprints of a QueryColumnsRequest (n x 8 bytes, little-endian unsigned
+    64-bit) as a read-only (n,) uint64 array over ``data`` (no copy on little-endian machines).
+
+    Raises:
+        InvalidArgumentError: ``len(data)`` is not a multiple of 8 (the message gives it).
+        LimitExceededError: more than ``max_batch`` fingerprints.
+    """
+    if len(data) % 8:
+        raise InvalidArgumentError(
+            f"fingerprints is {len(data):,} bytes, not a multiple of 8: send n fingerprints as "
+            "n x 8 bytes, little-endian unsigned 64-bit",
+            len(data),
+        )
+    check_batch_length(len(data) // 8, max_batch, "fingerprints")
+    return np.frombuffer(data, dtype="<u8").astype(np.uint64, copy=False)
+
+
+#: Wire bytes of one match in a QueryColumnsResponse besides its key's UTF-8 bytes: 4 (position)
+#: + 8 (fingerprint) + 1 (distance) + at most 3 for the key's tag and length (keys are at most
+#: MAX_KEY_BYTES).
+COLUMN_MATCH_WIRE_BYTES: Final = 4 + 8 + 1 + 3
+
+
+def columns_wire_bytes(found: Sequence[Sequence[Match]]) -> int:
+    """An upper bound of the wire size, bytes, of the QueryColumnsResponse of ``found`` (see
+    :func:`matches_to_columns`): :data:`COLUMN_MATCH_WIRE_BYTES` per match plus the UTF-8 bytes
+    of its key."""
+    keys = [match.key for matches in found for match in matches]
+    size = len(keys) * COLUMN_MATCH_WIRE_BYTES
+    for key in keys:
+        size += len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
+    return size
+
+
+def matches_to_columns(found: Sequence[Sequence[Match]]) -> pb.QueryColumnsResponse:
+    """The matches of n queries (``found[i]``: the matches of query i, in answer order) as one
+    columnar ``QueryColumnsResponse`` (wire format in the .proto): query positions as (m,)
+    little-endian uint32 bytes, fingerprints as (m,) little-endian uint64 bytes, distances as
+    (m,) uint8 bytes, and the m keys, all grouped by query position in ascending order.
+
+    numpy builds the three packed columns; no message is made per match or per query.
+    """
+    flat: list[Match] = list(chain.from_iterable(found))
+    if not flat:
+        return pb.QueryColumnsResponse()
+    keys, fingerprints, distances = zip(*flat, strict=True)
+    counts = [len(matches) for matches in found]
+    return pb.QueryColumnsResponse(
+        query_positions=np.repeat(np.arange(len(found), dtype="<u4"), counts).tobytes(),
+        fingerprints=np.array(fingerprints, dtype="<u8").tobytes(),
+        distances=np.array(distances, dtype=np.uint8).tobytes(),
+        keys=keys,
+    )
 
 
 def pairs_to_proto(

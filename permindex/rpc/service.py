@@ -379,6 +379,57 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 )
         return response
 
+    def _query_columns(self, request: pb.QueryColumnsRequest) -> pb.QueryColumnsResponse:
+        """One QueryColumns request: validated as Query validates, looked up in slices of
+        :data:`_QUERY_SLICE` (the index lock is let go between them), answered in columns."""
+        state = self._collection(request.collection)
+        fingerprints = convert.fingerprints_from_bytes(request.fingerprints, state.config.max_batch)
+        k = convert.check_k(
+            request.k if request.HasField("k") else None, state.index.k, state.index.design
+        )
+        limit = convert.limit_from(request.limit if request.HasField("limit") else None)
+        n = len(fingerprints)
+        if n <= _QUERY_SLICE:
+            found = state.index.query_many(fingerprints, k=k, limit=limit)
+            self._check_reply_size(state, convert.columns_wire_bytes(found), n, n)
+            return convert.matches_to_columns(found)
+        found = []
+        size = 0
+        for start in range(0, n, _QUERY_SLICE):
+            part = state.index.query_many(
+                fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
+            )
+            size += convert.columns_wire_bytes(part)
+            self._check_reply_size(state, size, min(start + _QUERY_SLICE, n), n)
+            found.extend(part)
+        return convert.matches_to_columns(found)
+
+    @staticmethod
+    def _check_reply_size(state: ServerState, size: int, done: int, n: int) -> None:
+        """Refuse a reply of ``size`` bytes (after ``done`` of ``n`` fingerprints) that would
+        not fit the message limit.
+
+        Raises:
+            LimitExceededError: ``size`` is over the limit less 1 KiB for framing.
+        """
+        if size > state.config.max_message_bytes - 1024:
+            raise LimitExceededError(
+                f"the answer is over the {state.config.max_message_bytes}-byte message limit "
+                f"(after {done} of {n} fingerprints): ask with a limit, a smaller k, or fewer "
+                "fingerprints per request",
+                limit=state.config.max_message_bytes,
+                actual=size,
+            )
+
+    @_streaming
+    def QueryColumns(
+        self, request_iterator: Iterator[pb.QueryColumnsRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.QueryColumnsResponse]:
+        """Each request answered in order by one columnar response; a refused request ends
+        the stream with its status (see the .proto)."""
+        for request in request_iterator:
+            yield self._query_columns(request)
+
     @_unary
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
         """The stored fingerprint of each key."""

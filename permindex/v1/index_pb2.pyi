@@ -322,6 +322,91 @@ class QueryResponse(_message.Message):
 Global___QueryResponse: _TypeAlias = QueryResponse  # noqa: Y015
 
 @_typing.final
+class QueryColumnsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINGERPRINTS_FIELD_NUMBER: _builtins.int
+    K_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    fingerprints: _builtins.bytes
+    """n fingerprints packed: n x 8 bytes, each an unsigned 64-bit integer in little-endian byte
+    order (the bytes of a numpy (n,) array of dtype '<u8'). A length that is not a multiple of 8
+    is refused (INVALID_ARGUMENT); n at most the server's batch limit (RESOURCE_EXHAUSTED); n = 0
+    gets an empty response.
+    """
+    k: _builtins.int
+    """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
+    limit: _builtins.int
+    """At most this many matches per fingerprint (the nearest ones); absent or 0: all of them."""
+    collection: _builtins.str
+    """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
+    def __init__(
+        self,
+        *,
+        fingerprints: _builtins.bytes = ...,
+        k: _builtins.int | None = ...,
+        limit: _builtins.int | None = ...,
+        collection: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "k", b"k", "limit", b"limit"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "collection", b"collection", "fingerprints", b"fingerprints", "k", b"k", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
+    _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
+    _WhichOneofReturnType__limit: _TypeAlias = _typing.Literal["limit"]  # noqa: Y015
+    _WhichOneofArgType__limit: _TypeAlias = _typing.Literal["_limit", b"_limit"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__k) -> _WhichOneofReturnType__k | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__limit) -> _WhichOneofReturnType__limit | None: ...
+
+Global___QueryColumnsRequest: _TypeAlias = QueryColumnsRequest  # noqa: Y015
+
+@_typing.final
+class QueryColumnsResponse(_message.Message):
+    """The m matches of all n fingerprints of one request, as columns: entry j of every field below
+    describes match j. Matches are grouped by query position (ascending), and within one query
+    ordered as Query orders them (distance, then key in code point order), after the limit.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_POSITIONS_FIELD_NUMBER: _builtins.int
+    FINGERPRINTS_FIELD_NUMBER: _builtins.int
+    DISTANCES_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    query_positions: _builtins.bytes
+    """m x 4 bytes: little-endian unsigned 32-bit integers, the position (0 .. n-1) in the request's
+    fingerprints of the query each match answers; non-decreasing. A query with no match has no
+    entry.
+    """
+    fingerprints: _builtins.bytes
+    """m x 8 bytes: little-endian unsigned 64-bit integers, each match's stored fingerprint."""
+    distances: _builtins.bytes
+    """m bytes: unsigned 8-bit integers, each match's Hamming distance to its query, in bits (0..k)."""
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """m keys: each match's key."""
+
+    def __init__(
+        self,
+        *,
+        query_positions: _builtins.bytes = ...,
+        fingerprints: _builtins.bytes = ...,
+        distances: _builtins.bytes = ...,
+        keys: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["distances", b"distances", "fingerprints", b"fingerprints", "keys", b"keys", "query_positions", b"query_positions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueryColumnsResponse: _TypeAlias = QueryColumnsResponse  # noqa: Y015
+
+@_typing.final
 class GetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

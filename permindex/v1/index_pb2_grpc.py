@@ -49,6 +49,11 @@ class PermIndexStub:
                 request_serializer=permindex_dot_v1_dot_index__pb2.QueryRequest.SerializeToString,
                 response_deserializer=permindex_dot_v1_dot_index__pb2.QueryResponse.FromString,
                 _registered_method=True)
+        self.QueryColumns = channel.stream_stream(
+                '/permindex.v1.PermIndex/QueryColumns',
+                request_serializer=permindex_dot_v1_dot_index__pb2.QueryColumnsRequest.SerializeToString,
+                response_deserializer=permindex_dot_v1_dot_index__pb2.QueryColumnsResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/permindex.v1.PermIndex/Get',
                 request_serializer=permindex_dot_v1_dot_index__pb2.GetRequest.SerializeToString,
@@ -145,6 +150,19 @@ class PermIndexServicer:
     def Query(self, request, context):
         """Looks up a batch of fingerprints: for each, every stored key within Hamming distance k,
         sorted by distance then key (code point order), at most `limit` of them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryColumns(self, request_iterator, context):
+        """Query for large batches, columnar: a stream of requests, each answered by exactly one
+        response, in order (the i-th response answers the i-th request). Fingerprints travel packed
+        and the matches come back as packed columns, so neither side builds a message per match or
+        per fingerprint. Same matches, order, limits and status codes as Query; a request that is
+        refused ends the stream with its status (the responses sent before it stand). A client may
+        send the next requests before the previous responses arrive (pipelining); each request is
+        answered before the next one is read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -287,6 +305,11 @@ def add_PermIndexServicer_to_server(servicer, server):
                     servicer.Query,
                     request_deserializer=permindex_dot_v1_dot_index__pb2.QueryRequest.FromString,
                     response_serializer=permindex_dot_v1_dot_index__pb2.QueryResponse.SerializeToString,
+            ),
+            'QueryColumns': grpc.stream_stream_rpc_method_handler(
+                    servicer.QueryColumns,
+                    request_deserializer=permindex_dot_v1_dot_index__pb2.QueryColumnsRequest.FromString,
+                    response_serializer=permindex_dot_v1_dot_index__pb2.QueryColumnsResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -440,6 +463,33 @@ class PermIndex:
             '/permindex.v1.PermIndex/Query',
             permindex_dot_v1_dot_index__pb2.QueryRequest.SerializeToString,
             permindex_dot_v1_dot_index__pb2.QueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryColumns(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/permindex.v1.PermIndex/QueryColumns',
+            permindex_dot_v1_dot_index__pb2.QueryColumnsRequest.SerializeToString,
+            permindex_dot_v1_dot_index__pb2.QueryColumnsResponse.FromString,
             options,
             channel_credentials,
             insecure,
