@@ -56,6 +56,7 @@ K = 3
 QUERIES = 10_000
 SAMPLE = 100  # queries checked against brute force per system
 SEED = 7
+STREAM_WINDOW = 4  # QueryColumns messages in flight per stream, as Client.query_columns sends
 README_START = "<!-- benchmark:start -->"
 README_END = "<!-- benchmark:end -->"
 ECHO_METHOD = "/bench.Echo/Echo"
@@ -458,6 +459,8 @@ def grpc_client(target: str, kind: str, seconds: float, start_at: float) -> dict
     rng = np.random.default_rng(os.getpid())
     channel = grpc.insecure_channel(target)
     grpc.channel_ready_future(channel).result(timeout=30)
+    if kind == "stream":
+        return stream_client(channel, rng, seconds, start_at)
     if kind == "echo":
         call = channel.unary_unary(ECHO_METHOD)
         payload: Any = b"x" * 12
@@ -488,6 +491,60 @@ def grpc_client(target: str, kind: str, seconds: float, start_at: float) -> dict
     return {"calls": len(latencies), "p50_ms": float(np.median(latencies) * 1e3)}
 
 
+def stream_client(
+    channel: Any, rng: np.random.Generator, seconds: float, start_at: float
+) -> dict[str, Any]:
+    """QueryColumns on one stream for ``seconds`` from ``start_at``: 1,000 packed fingerprints a
+    message, up to STREAM_WINDOW messages in flight (as ``Client.query_columns`` sends them);
+    every reply's columns are decoded into numpy arrays and keys, as a client would."""
+    import threading
+
+    from permindex.v1 import index_pb2 as pb
+    from permindex.v1 import index_pb2_grpc
+
+    stub = index_pb2_grpc.PermIndexStub(channel)
+    requests = [
+        pb.QueryColumnsRequest(
+            fingerprints=rng.integers(0, 2**63, 1000, dtype=np.uint64).astype("<u8").tobytes()
+        )
+        for _ in range(16)
+    ]
+    room = threading.Semaphore(STREAM_WINDOW)
+    stop = threading.Event()
+
+    def send() -> Any:
+        for i in range(10**9):
+            while not room.acquire(timeout=0.05):
+                if stop.is_set():
+                    return
+            if stop.is_set():
+                return
+            yield requests[i % 16]
+
+    replies = stub.QueryColumns(send(), timeout=seconds + 60)
+    for _ in range(20):  # warm up
+        next(replies)
+        room.release()
+    time.sleep(max(0.0, start_at - time.time()))
+    calls = matches = 0
+    deadline = time.perf_counter() + seconds
+    began = time.perf_counter()
+    for reply in replies:
+        room.release()
+        np.frombuffer(reply.query_positions, dtype="<u4")
+        np.frombuffer(reply.fingerprints, dtype="<u8")
+        np.frombuffer(reply.distances, dtype=np.uint8)
+        matches += len(list(reply.keys))
+        calls += 1
+        if time.perf_counter() >= deadline:
+            break
+    elapsed = time.perf_counter() - began
+    stop.set()
+    replies.cancel()
+    channel.close()
+    return {"calls": calls, "ms_per_message": elapsed / max(calls, 1) * 1e3, "matches": matches}
+
+
 def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[str, Any]:
     import multiprocessing
 
@@ -496,9 +553,11 @@ def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[st
     with context.Pool(clients) as pool:
         parts = pool.starmap(grpc_client, [(target, kind, seconds, start_at)] * clients)
     calls = sum(p["calls"] for p in parts)
+    # per client: the p50 of sequential calls, or the mean time per message of a stream
+    latency = "ms_per_message" if kind == "stream" else "p50_ms"
     return {
         "calls_per_s": calls / seconds,
-        "p50_ms": statistics.median(p["p50_ms"] for p in parts),
+        latency: statistics.median(p[latency] for p in parts),
     }
 
 
@@ -555,12 +614,12 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
                 ("query_4", "query", target, 4),
                 ("batch_1", "batch", target, 1),
                 ("batch_2", "batch", target, 2),
+                ("stream_1", "stream", target, 1),
+                ("stream_2", "stream", target, 2),
             ):
                 out[name] = run_clients(address, kind, clients, seconds)
-            for clients in (1, 2):
-                out[f"batch_{clients}"]["lookups_per_s"] = (
-                    out[f"batch_{clients}"]["calls_per_s"] * 1000
-                )
+            for name in ("batch_1", "batch_2", "stream_1", "stream_2"):
+                out[name]["lookups_per_s"] = out[name]["calls_per_s"] * 1000
         finally:
             for process in processes:
                 process.terminate()
