@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 _BITS = 64
+_LITTLE_ENDIAN = sys.byteorder == "little"
 _ALL = (1 << _BITS) - 1
 #: Most tables a design may have (C(blocks, leading)); beyond this the memory is unreasonable.
 MAX_TABLES = 1024
@@ -235,8 +237,40 @@ class Permutation:
 
     def filter_array(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
         """:meth:`filter` of each element of a (n,) uint64 array, as a new (n,) uint16."""
-        values = self._apply_array(np.asarray(fingerprints, dtype=np.uint64), self._np_filter)
-        return values.astype(np.uint16)
+        values = np.asarray(fingerprints, dtype=np.uint64)
+        column = _column16(values, self._np_filter)
+        if column is not None:
+            return column.copy()
+        return self._apply_array(values, self._np_filter).astype(np.uint16)
+
+    def prefix_array16(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
+        """:meth:`prefix` of each element of a (n,) uint64 array as (n,) uint16, for a prefix of
+        at most 16 bits (ValueError otherwise). When the prefix is one aligned 16-bit block (every
+        table of (4, 1)) this is a strided view of ``fingerprints`` (no copy, no arithmetic):
+        read it, do not write it."""
+        if self.prefix_bits > 16:
+            raise ValueError(f"a {self.prefix_bits}-bit prefix does not fit 16 bits")
+        values = np.asarray(fingerprints, dtype=np.uint64)
+        column = _column16(values, self._np_prefix)
+        if column is not None:
+            return column
+        return self._apply_array(values, self._np_prefix).astype(np.uint16)
+
+
+def _column16(
+    values: NDArray[np.uint64], segments: tuple[tuple[np.uint64, np.uint64, np.uint64], ...]
+) -> NDArray[np.uint16] | None:
+    """When ``segments`` is one 16-bit move from a bit position multiple of 16 to bit 0, the
+    moved bits of each of the (n,) uint64 ``values`` as a strided (n,) uint16 view of them (the
+    16-bit word that holds them; little-endian machines, contiguous arrays); else None."""
+    if len(segments) != 1 or not values.flags.c_contiguous or not _LITTLE_ENDIAN:
+        return None
+    source, mask, target = (int(x) for x in segments[0])
+    if mask != 0xFFFF or target != 0 or source % 16:
+        return None
+    if values.dtype.byteorder not in "=<|":
+        return None
+    return values.view(np.uint16)[source // 16 :: 4]
 
 
 @dataclass(frozen=True)
@@ -437,14 +471,17 @@ def choose_design(n: int, k: int, memory_budget: int | None = None) -> Design:
     return min(fits, key=lambda d: (design_query_cost(d, k, n), d.num_tables))
 
 
-def argsort_prefixes(prefixes: NDArray[np.uint64], prefix_bits: int) -> NDArray[np.intp]:
-    """Stable argsort of (n,) uint64 ``prefixes`` that are below 2^prefix_bits.
+def argsort_prefixes(
+    prefixes: NDArray[np.uint64] | NDArray[np.uint16], prefix_bits: int
+) -> NDArray[np.intp]:
+    """Stable argsort of (n,) uint64 ``prefixes`` that are below 2^prefix_bits (or (n,) uint16
+    ones, for prefix_bits <= 16), as (n,) intp.
 
     A least-significant-digit radix sort on 16-bit digits (numpy sorts uint16 with a radix sort
     when asked for a stable sort), so a 16-bit prefix costs one counting pass and a 33-bit one
     three, instead of a comparison sort of uint64."""
     if prefix_bits <= 16:
-        return np.argsort(prefixes.astype(np.uint16), kind="stable")
+        return np.argsort(prefixes.astype(np.uint16, copy=False), kind="stable")
     order: NDArray[np.intp] | None = None
     for shift in range(0, prefix_bits, 16):
         digits = ((prefixes >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)

@@ -40,6 +40,8 @@ work (radix sort) for m rows.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
@@ -73,6 +75,7 @@ MAX_ROWS = (1 << 32) - 1
 #: larger bucket with numpy.
 PYTHON_SCAN = 48
 
+_LITTLE_ENDIAN = sys.byteorder == "little"
 _ROW_MASK = (1 << 32) - 1
 _FP_MASK = (1 << 64) - 1
 _FP_SHIFT = 32
@@ -136,15 +139,19 @@ class Run:
         "shift",
     )
 
-    def __init__(self, rows: Rows, filters: Filters, offsets: Rows, shift: int) -> None:
-        """A run from its parts ((m,) uint32 rows); use :meth:`from_sorted` or
-        :meth:`from_unsorted`."""
-        self.low: NDArray[np.uint16] = rows.astype(np.uint16)  # the low 16 bits (truncation)
-        narrow = rows.size == 0 or int(rows.max()) < 1 << 24
-        high = rows >> np.uint32(16)
-        self.high: NDArray[np.uint8] | NDArray[np.uint16] = (
-            high.astype(np.uint8) if narrow else high.astype(np.uint16)
-        )
+    def __init__(
+        self,
+        rows: Rows | NDArray[np.intp],
+        filters: Filters,
+        offsets: Rows,
+        shift: int,
+        *,
+        top: int | None = None,
+    ) -> None:
+        """A run from its parts ((m,) uint32 rows, or intp ones in [0, 2^32)); use
+        :meth:`from_sorted` or :meth:`from_unsorted`. ``top``: the largest row, when the
+        caller knows it (saves a pass)."""
+        self.low, self.high = _split_rows(rows, top)
         self.filters = filters
         self.offsets = offsets
         self.shift = shift
@@ -152,6 +159,16 @@ class Run:
         self.low_view: memoryview = self.low.data
         self.high_view: memoryview = self.high.data
         self.filter_view: memoryview = filters.data
+
+    def shifted(self, first_row: int) -> Run:
+        """This run with ``first_row`` added to every row (the run of the same fingerprints
+        stored from row ``first_row`` on); the filters and directory are shared."""
+        if first_row == 0:
+            return self
+        rows = self.rows
+        top = int(rows.max()) + first_row if rows.size else None
+        rows += np.uint32(first_row)
+        return Run(rows, self.filters, self.offsets, self.shift, top=top)
 
     @property
     def rows(self) -> Rows:
@@ -194,30 +211,35 @@ class Run:
     def from_unsorted(
         cls,
         rows: Rows | None,
-        prefixes: Fingerprints,
+        prefixes: Fingerprints | NDArray[np.uint16],
         filters: Filters,
         prefix_bits: int,
         *,
         first_row: int = 0,
     ) -> Run:
-        """A run of (m,) uint32 ``rows`` in any order with their (m,) uint64 ``prefixes`` and
-        (m,) uint16 ``filters``, m >= 1 (``rows`` None: the consecutive rows from ``first_row``,
-        which saves a gather): a stable radix sort by prefix, the directory counted from the
-        buckets. O(m)."""
-        bits = directory_bits(int(prefixes.size), prefix_bits)
+        """A run of (m,) uint32 ``rows`` in any order with their (m,) uint64 ``prefixes`` ((m,)
+        uint16 ones, possibly a strided view, when prefix_bits <= 16) and (m,) uint16
+        ``filters``, m >= 1 (``rows`` None: the consecutive rows from ``first_row``, which
+        saves a gather): a stable radix sort by prefix, the directory counted from the
+        buckets. O(m); the sort's (m,) intp order is the only temporary of 8 bytes per row
+        (the row numbers' two parts are copied out of it, not computed)."""
+        m = int(prefixes.size)
+        bits = directory_bits(m, prefix_bits)
         shift = prefix_bits - bits
         order = argsort_prefixes(prefixes, prefix_bits)
-        buckets = prefixes >> np.uint64(shift) if shift else prefixes
-        counts = np.bincount(buckets.astype(np.intp), minlength=1 << bits)
+        if prefixes.dtype == np.uint16:
+            buckets: NDArray[np.integer] = prefixes >> shift if shift else prefixes
+        else:
+            buckets = (prefixes >> np.uint64(shift) if shift else prefixes).astype(np.intp)
+        counts = np.bincount(buckets, minlength=1 << bits)
         offsets = np.zeros((1 << bits) + 1, dtype=np.uint32)
         np.cumsum(counts, out=offsets[1:])
+        sorted_filters = filters[order]
         if rows is None:
-            sorted_rows = order.astype(np.uint32)
             if first_row:
-                sorted_rows += np.uint32(first_row)
-        else:
-            sorted_rows = rows[order].astype(np.uint32, copy=False)
-        return cls(sorted_rows, filters[order], offsets, shift)
+                order += first_row
+            return cls(order, sorted_filters, offsets, shift, top=first_row + m - 1)
+        return cls(rows[order], sorted_filters, offsets, shift)
 
     def __len__(self) -> int:
         return int(self.low.size)
@@ -225,6 +247,29 @@ class Run:
     def nbytes(self) -> int:
         """Bytes of the arrays."""
         return int(self.low.nbytes + self.high.nbytes + self.filters.nbytes + self.offsets.nbytes)
+
+
+def _split_rows(
+    rows: NDArray[np.integer], top: int | None = None
+) -> tuple[NDArray[np.uint16], NDArray[np.uint8] | NDArray[np.uint16]]:
+    """The two parts of (m,) row numbers in [0, 2^32) (uint32 or intp): the low 16 bits as
+    (m,) uint16, the rest as (m,) uint8 when every row is below 2^24 (else uint16). ``top``:
+    the largest row, if known. On a little-endian machine the parts are strided copies of the
+    rows' own bytes (no shift, no temporary)."""
+    if top is None:
+        top = int(rows.max()) if rows.size else 0
+    narrow = top < 1 << 24
+    width = rows.dtype.itemsize
+    if _LITTLE_ENDIAN and width in (4, 8) and rows.flags.c_contiguous:
+        words = rows.view(np.uint16)
+        low = words[:: width // 2].copy()
+        high: NDArray[np.uint8] | NDArray[np.uint16] = (
+            rows.view(np.uint8)[2::width].copy() if narrow else words[1 :: width // 2].copy()
+        )
+        return low, high
+    low = rows.astype(np.uint16)  # truncation: the low 16 bits
+    shifted = rows >> 16
+    return low, shifted.astype(np.uint8) if narrow else shifted.astype(np.uint16)
 
 
 def gather_ranges(
@@ -312,9 +357,11 @@ class Table:
         """The run of a batch of fingerprints as rows 0..m-1 (a radix sort: no table state is
         read, so the index builds it before it takes its lock); :meth:`add_many` shifts it."""
         perm = self.permutation
-        return Run.from_unsorted(
-            None, perm.prefix_array(fingerprints), perm.filter_array(fingerprints), perm.prefix_bits
+        bits = perm.prefix_bits
+        prefixes = (
+            perm.prefix_array16(fingerprints) if bits <= 16 else perm.prefix_array(fingerprints)
         )
+        return Run.from_unsorted(None, prefixes, perm.filter_array(fingerprints), bits)
 
     def add_many(
         self,
@@ -336,8 +383,7 @@ class Table:
         if self.direct_run(count):
             if prepared is None:
                 prepared = self.prepare_run(fingerprints)
-            rows = prepared.rows + np.uint32(first_row) if first_row else prepared.rows
-            self._push(Run(rows, prepared.filters, prepared.offsets, prepared.shift), fps, live)
+            self._push(prepared.shifted(first_row), fps, live)
             return
         prefixes = perm.prefix_array(fingerprints)
         self._memtable.update(

@@ -241,3 +241,28 @@ def test_choose_design() -> None:
         choose_design(10**6, 40)
     for n in (10**3, 10**6, 10**9):
         assert design_query_cost(Design(4, 1), 3, n) > 0
+
+
+@pytest.mark.parametrize("pair", [(4, 1), (4, 2), (5, 1), (6, 1), (3, 1), (8, 2), (5, 2)])
+def test_prefix_array16_and_filter_array_match_the_general_path(pair: tuple[int, int]) -> None:
+    """The 16-bit prefix (a strided view of the fingerprints when the prefix is one aligned
+    16-bit block) and the filters equal the shift-and-mask results, on contiguous and strided
+    input; a prefix wider than 16 bits is refused."""
+    rng = np.random.default_rng(16)
+    values = rng.integers(0, 2**64 - 1, 4001, dtype=np.uint64, endpoint=True)
+    for perm in Design(*pair).permutations:
+        for array in (values, values[::3]):
+            general = perm._apply_array(array, perm._np_filter).astype(np.uint16)
+            filters = perm.filter_array(array)
+            assert filters.dtype == np.uint16 and np.array_equal(filters, general)
+            assert not np.shares_memory(filters, values)  # a copy: safe to keep
+            if perm.prefix_bits > 16:
+                with pytest.raises(ValueError, match="16 bits"):
+                    perm.prefix_array16(array)
+                continue
+            prefixes = perm.prefix_array16(array)
+            assert prefixes.dtype == np.uint16
+            assert np.array_equal(prefixes, perm.prefix_array(array))
+            assert [int(p) for p in prefixes[:50]] == [perm.prefix(v) for v in array[:50].tolist()]
+            order = argsort_prefixes(prefixes, perm.prefix_bits)
+            assert np.array_equal(order, np.argsort(perm.prefix_array(array), kind="stable"))
