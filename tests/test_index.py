@@ -814,7 +814,7 @@ def test_run_row_parts_and_shift(dtype: type, top: int) -> None:
     from permindex.table import Run, _split_rows
 
     rng = np.random.default_rng(top % 1000)
-    rows = np.unique(np.r_[rng.integers(0, top + 1, 500), 0, top]).astype(dtype)
+    rows: np.ndarray = np.unique(np.r_[rng.integers(0, top + 1, 500), 0, top]).astype(dtype)
     rng.shuffle(rows)
     for source in (rows, rows[::2]):
         low, high = _split_rows(source)
