@@ -24,9 +24,11 @@ table whose prefix it shares (``(a ^ b) & leading_mask == 0``), so no set is nee
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -77,6 +79,9 @@ _CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above
 _SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
 _MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
 _AUTO_SIZE = 1_000_000  # fingerprints assumed by design="auto" without expected_size
+_HASH_CHUNK = 1 << 16  # keys of a compact key section hashed per step
+_PARALLEL_MIN = 1 << 17  # from_compact builds the tables in a second thread from this size on
+_UTF8_SLICE = 1 << 24  # bytes of a compact key section checked as UTF-8 per step
 
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
@@ -149,6 +154,45 @@ def _check_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__} {_short(value)}")
     return int(value)
+
+
+def _hash_section(raw: bytes | bytearray, ends: _I64) -> _U64:
+    """XXH3-64 (:func:`~permindex.keystore.hash_key`) of each key of a compact key section
+    (``raw``: every key's UTF-8 bytes then a NUL; ``ends``: (n,) int64, one past each key's
+    NUL), as (n,) uint64. A slice of :data:`_HASH_CHUNK` keys at a time is split at its NULs
+    (one C call making the chunk's bytes objects, which stay in the CPU cache while they are
+    hashed); a chunk whose keys hold NUL themselves is cut by the lengths instead."""
+    n = int(ends.size)
+    out = np.empty(n, dtype=np.uint64)
+    view = memoryview(raw)
+    bounds = [0, *ends[_HASH_CHUNK - 1 :: _HASH_CHUNK].tolist()]
+    if bounds[-1] != int(ends[-1]):
+        bounds.append(int(ends[-1]))
+    for chunk, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        first = chunk * _HASH_CHUNK
+        count = min(_HASH_CHUNK, n - first)
+        parts: list[bytes] | list[memoryview] = bytes(view[lo : hi - 1]).split(b"\x00")
+        if len(parts) != count:  # a key holds NUL
+            cuts = ends[first : first + count].tolist()
+            parts = [view[a : b - 1] for a, b in zip([lo, *cuts[:-1]], cuts, strict=True)]
+        out[first : first + count] = hash_many(parts, count)
+    return out
+
+
+def _check_utf8(raw: bytes | bytearray, ends: _I64) -> None:
+    """InvalidArgumentError unless the key section ``raw`` (keys ending at ``ends``, (n,) int64)
+    is valid UTF-8, decoded a slice of about 16 MiB at a time (cut after a NUL, a character
+    boundary) so that no str of the whole section is made; the message gives the byte offset."""
+    view = memoryview(raw)
+    cuts = np.searchsorted(ends, np.arange(1, len(raw) // _UTF8_SLICE + 1) * _UTF8_SLICE)
+    bounds = sorted({0, *ends[np.minimum(cuts, ends.size - 1)].tolist(), len(raw)})
+    for lo, hi in itertools.pairwise(bounds):
+        try:
+            str(view[lo:hi], "utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidArgumentError(
+                f"a key is not valid UTF-8 ({error.reason} at byte {lo + error.start})"
+            ) from None
 
 
 class CheckAndAddResult(NamedTuple):
@@ -297,7 +341,7 @@ class Index:
     def from_compact(
         cls,
         lengths: NDArray[np.integer] | Iterable[int],
-        blob: NDArray[np.uint8] | bytes,
+        blob: NDArray[np.uint8] | bytes | bytearray,
         fingerprints: Iterable[int] | _U64,
         *,
         k: int = 3,
@@ -309,7 +353,7 @@ class Index:
         """A new index from keys in the compact form of :meth:`export_compact` -- (n,) UTF-8
         byte ``lengths`` and ``blob``, every key's bytes followed by a NUL -- and (n,)
         ``fingerprints``: a loader that never makes a Python str per key (a snapshot's key
-        section has this layout). The key bytes are adopted as they are; each key is hashed
+        section has this layout). The key bytes are copied as they are; each key is hashed
         once. Validated as :meth:`add_many` (lengths 1 to 1,024, UTF-8, the NULs where the
         lengths say); a repeated key keeps its last fingerprint.
 
@@ -320,7 +364,9 @@ class Index:
         sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths))
         if sizes.ndim != 1 or (sizes.size and sizes.dtype.kind not in "iu"):
             raise TypeError("lengths must be a 1-dimensional array of integers")
-        raw = blob.tobytes() if isinstance(blob, np.ndarray) else bytes(blob)
+        raw = blob.tobytes() if isinstance(blob, np.ndarray) else blob
+        if not isinstance(raw, (bytes, bytearray)):
+            raw = bytes(raw)
         values = as_fingerprint_array(fingerprints)
         n = int(sizes.size)
         if values.size != n:
@@ -336,10 +382,21 @@ class Index:
             expected_size=n,
             memory_budget=memory_budget,
         )
+        index._add_compact(sizes, raw, values)
+        return index
+
+    def _add_compact(
+        self, sizes: NDArray[np.integer], raw: bytes | bytearray, values: _U64
+    ) -> None:
+        """Store the n keys of a compact key section (``sizes``: (n,) UTF-8 byte lengths;
+        ``raw``: every key's bytes then a NUL) with (n,) uint64 ``values``, as
+        :meth:`add_many` would (a repeated key keeps its last fingerprint), after validating
+        the section (InvalidArgumentError). ``raw`` is only read: the store copies the bytes."""
+        n = int(sizes.size)
         if n == 0:
             if raw:
                 raise InvalidArgumentError("no key lengths but a non-empty key section")
-            return index
+            return
         sizes = sizes.astype(np.int64)
         if int(sizes.min()) < 1 or int(sizes.max()) > MAX_KEY_BYTES:
             raise InvalidArgumentError(
@@ -350,25 +407,31 @@ class Index:
         if int(ends[-1]) != data.size or not bool((data[ends - 1] == 0).all()):
             raise InvalidArgumentError("the key section does not match the key lengths")
         if not raw.isascii():
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise InvalidArgumentError(
-                    f"a key is not valid UTF-8 ({error.reason} at byte {error.start})"
-                ) from None
-        # One memoryview slice at a time: no Python object per key is kept.
-        view = memoryview(raw)
-        starts = (ends - sizes - 1).tolist()
-        slices = (view[a : a + m] for a, m in zip(starts, sizes.tolist(), strict=True))
-        batch = EncodedKeys(data, ends, hash_many(slices, n))
-        ordered = np.sort(batch.hashes)
-        if bool((ordered[1:] == ordered[:-1]).any()):  # maybe a repeated key: the exact path
-            pieces = zip(starts, sizes.tolist(), strict=True)
-            keys = [bytes(view[a : a + m]).decode("utf-8") for a, m in pieces]
-            index.add_many(keys, values)
+            _check_utf8(raw, ends)
+        # The tables' runs (numpy sorts, which release the GIL) are built in a second thread
+        # while this one hashes the keys (Python calls, which hold it).
+        runs: Future[list[Run]] | None = None
+        pool = None
+        if n >= _PARALLEL_MIN and self._tables[0].direct_run(n):
+            pool = ThreadPoolExecutor(1, thread_name_prefix="permindex-load")
+            runs = pool.submit(lambda: [table.prepare_run(values) for table in self._tables])
+        try:
+            batch = EncodedKeys(data, ends, _hash_section(raw, ends))
+            ordered = np.sort(batch.hashes)
+            repeated = bool((ordered[1:] == ordered[:-1]).any())
+            del ordered
+            prepared = None if runs is None else runs.result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        if repeated:  # maybe a repeated key: the exact path
+            del prepared
+            view = memoryview(raw)
+            pieces = zip((ends - sizes - 1).tolist(), sizes.tolist(), strict=True)
+            keys = [str(view[a : a + m], "utf-8") for a, m in pieces]
+            self.add_many(keys, values)
         else:
-            index._store_batch(batch, values)
-        return index
+            self._store_batch(batch, values, prepared)
 
     def __repr__(self) -> str:
         d = self._design
@@ -523,11 +586,13 @@ class Index:
         new = self._store_batch(batch, values)
         return new if which is None else new[which]
 
-    def _store_batch(self, batch: EncodedKeys, values: _U64) -> NDArray[np.bool_]:
+    def _store_batch(
+        self, batch: EncodedKeys, values: _U64, prepared: list[Run] | None = None
+    ) -> NDArray[np.bool_]:
         """Store the distinct, validated keys of ``batch`` with ``values``: the tables' runs of
-        a large batch sorted before the lock, the rows stored under it, runs merged after."""
-        prepared = None
-        if self._tables[0].direct_run(int(values.size)):
+        a large batch sorted before the lock (unless ``prepared``, the tables' runs of exactly
+        ``values``, is given), the rows stored under it, runs merged after."""
+        if prepared is None and self._tables[0].direct_run(int(values.size)):
             prepared = [table.prepare_run(values) for table in self._tables]
         with self._lock:
             new = self._add_many(batch, values, prepared)

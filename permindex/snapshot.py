@@ -78,6 +78,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import functools
 import io
 import itertools
 import logging
@@ -128,6 +129,8 @@ _KEYS_PER_CHUNK: Final = 1 << 16  # keys encoded per step (no long call holding 
 _SYNC_BYTES: Final = 1 << 25  # a snapshot being written is fdatasynced every 32 MiB
 _TRAILER = struct.Struct("<I4s")
 _READ_CHUNK: Final = 1 << 26  # bytes per read() of a large section (64 MiB)
+_UTF8_SLICE: Final = 1 << 24  # bytes of a non-ASCII key section checked as UTF-8 per step
+_I64 = npt.NDArray[np.int64]
 _tmp_counter = itertools.count()
 
 
@@ -164,12 +167,28 @@ class SnapshotInfo:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A snapshot read back: ``keys[i]`` has fingerprint ``fingerprints[i]`` (a (n,) uint64
-    array). Keys are as written (unique when written from an index)."""
+    """A snapshot read back (every check of :func:`read_snapshot` passed): ``keys[i]`` has
+    fingerprint ``fingerprints[i]``. Keys are as written (unique when written from an index).
 
-    keys: list[str]
+    Attributes:
+        fingerprints: (n,) uint64.
+        info: what the file holds.
+        lengths: (n,) uint32, each key's UTF-8 byte length (the NUL excluded), each >= 1.
+        section: the key section, each key's UTF-8 bytes then a NUL (valid UTF-8, the NULs
+            where ``lengths`` say): the compact form :meth:`permindex.index.Index.from_compact`
+            loads without a str per key.
+        keys: the keys as a list of str, decoded on first access (and then kept).
+    """
+
     fingerprints: npt.NDArray[np.uint64]
     info: SnapshotInfo
+    lengths: npt.NDArray[np.uint32]
+    section: bytes | bytearray
+
+    @functools.cached_property
+    def keys(self) -> list[str]:
+        """The n keys, in file order (decoded from ``section`` once, then cached)."""
+        return _decode_keys(self.section, self.lengths, self.info.path)
 
 
 # ----------------------------------------------------------------------------------- writing
@@ -410,21 +429,58 @@ def _read_exactly(source: io.BufferedReader, into: memoryview, path: Path, what:
         done += got
 
 
-def _decode_keys(section: bytearray, lengths: npt.NDArray[np.uint32], path: Path) -> list[str]:
-    """Split the key section (each key's UTF-8 bytes and a NUL; ``lengths`` exclude the NUL):
-    decoded once and split at the NULs (one decode per key when a key itself contains NUL)."""
-    n = len(lengths)
-    if n == 0:
-        return []
+def _key_ends(section: bytes | bytearray, lengths: npt.NDArray[np.uint32], path: Path) -> _I64:
+    """(n,) int64, one past each key's NUL in the key section; CorruptFileError unless the
+    lengths add up to the section and a NUL ends every key."""
     ends = np.cumsum(lengths, dtype=np.int64)
-    ends += np.arange(1, n + 1, dtype=np.int64)  # one past each key's NUL
-    if int(ends[-1]) != len(section):
+    ends += np.arange(1, len(lengths) + 1, dtype=np.int64)
+    if (int(ends[-1]) if len(ends) else 0) != len(section):
         raise CorruptFileError(
             f"{path}: key lengths do not add up to the key section", path=str(path)
         )
     raw = np.frombuffer(section, dtype=np.uint8)
     if not bool(np.all(raw[ends - 1] == 0)):
         raise CorruptFileError(f"{path}: a key is not NUL-terminated", path=str(path))
+    return ends
+
+
+def _check_key_section(
+    section: bytes | bytearray, lengths: npt.NDArray[np.uint32], path: Path
+) -> None:
+    """CorruptFileError unless the key section is well formed: lengths that add up, a NUL
+    ending every key, valid UTF-8 (checked without decoding when the section is ASCII, else
+    decoded 16 MiB at a time, cut after a NUL, and thrown away)."""
+    if not len(lengths):
+        if section:
+            raise CorruptFileError(
+                f"{path}: key lengths do not add up to the key section", path=str(path)
+            )
+        return
+    ends = _key_ends(section, lengths, path)
+    if section.isascii():
+        return
+    view = memoryview(section)
+    cuts = np.searchsorted(ends, np.arange(1, len(section) // _UTF8_SLICE + 1) * _UTF8_SLICE)
+    bounds = sorted({0, *ends[np.minimum(cuts, ends.size - 1)].tolist(), len(section)})
+    for lo, hi in itertools.pairwise(bounds):
+        try:
+            str(view[lo:hi], "utf-8")
+        except UnicodeDecodeError as error:
+            raise CorruptFileError(
+                f"{path}: a key is not valid UTF-8 ({error.reason} at byte {lo + error.start})",
+                path=str(path),
+            ) from error
+
+
+def _decode_keys(
+    section: bytes | bytearray, lengths: npt.NDArray[np.uint32], path: Path
+) -> list[str]:
+    """Split the key section (each key's UTF-8 bytes and a NUL; ``lengths`` exclude the NUL):
+    decoded once and split at the NULs (one decode per key when a key itself contains NUL)."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    ends = _key_ends(section, lengths, path)
     try:
         if section.count(0) == n:
             keys = section.decode("utf-8").split("\x00")
@@ -520,7 +576,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
             )
     if n and int(lengths.min()) == 0:
         raise corrupt("an empty key")
-    keys = _decode_keys(blob, lengths, path)
+    _check_key_section(blob, lengths, path)
     info = SnapshotInfo(
         path=path,
         count=n,
@@ -534,7 +590,12 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         log_sequence=log_sequence,
         version=version,
     )
-    return Snapshot(keys=keys, fingerprints=fps.astype(np.uint64, copy=False), info=info)
+    return Snapshot(
+        fingerprints=fps.astype(np.uint64, copy=False),
+        info=info,
+        lengths=lengths.astype(np.uint32, copy=False),
+        section=blob,
+    )
 
 
 # ------------------------------------------------------------------------------- data directory

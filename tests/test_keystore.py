@@ -170,3 +170,59 @@ def test_from_compact_round_trip_and_errors() -> None:
     ]:
         with pytest.raises(InvalidArgumentError, match=message):
             Index.from_compact(lengths_, blob_, fps_)
+
+
+def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The key section is hashed a chunk of keys at a time (keys holding NUL cut by their
+    lengths, the others split at the NULs) and checked as UTF-8 a slice at a time, while a
+    second thread builds the tables: every stored hash is the key's, every query equals brute
+    force, a repeated key keeps its last fingerprint, and a bad byte is reported at its offset
+    in the whole section."""
+    import threading
+
+    import permindex.index as index_module
+    from permindex.table import Table
+
+    monkeypatch.setattr(index_module, "_HASH_CHUNK", 7)
+    monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1)
+    monkeypatch.setattr(index_module, "_UTF8_SLICE", 16)
+    threads: list[str] = []
+    prepare_run = Table.prepare_run
+
+    def recording(self: Table, values: np.ndarray) -> object:
+        threads.append(threading.current_thread().name)
+        return prepare_run(self, values)
+
+    monkeypatch.setattr(Table, "prepare_run", recording)
+    rng = np.random.default_rng(8)
+    names = [f"k{i}" for i in range(1000)]
+    names[10] = "nul\x00in"
+    names[500] = "é\x00ü"
+    names[777] = "\U0001f600"
+    centers = rng.integers(0, 2**64 - 1, 20, dtype=np.uint64, endpoint=True)
+    values = centers[rng.integers(0, 20, len(names))]
+    values ^= np.uint64(1) << rng.integers(0, 64, len(names)).astype(np.uint64)
+    encoded = [name.encode("utf-8") for name in names]
+    lengths = np.array([len(e) for e in encoded])
+    blob = b"".join(e + b"\x00" for e in encoded)
+    index = Index.from_compact(lengths, bytearray(blob), values, memtable_limit=64)
+    assert threads and all(name.startswith("permindex-load") for name in threads)
+    index._check()  # includes: every stored hash is hash_key of the row's bytes
+    assert index.export()[0] == names and np.array_equal(index.export()[1], values)
+    assert all(index._store.hash_of(row) == hash_key(e) for row, e in enumerate(encoded))
+    for q in values[::37].tolist():
+        expected = {names[i] for i in np.flatnonzero(np.bitwise_count(values ^ np.uint64(q)) <= 3)}
+        assert {m.key for m in index.query(q)} == expected
+    assert [{m.key for m in ms} for ms in index.query_many(values[::53])] == [
+        {names[i] for i in np.flatnonzero(np.bitwise_count(values ^ q) <= 3)} for q in values[::53]
+    ]
+    twice = Index.from_compact(np.r_[lengths, 2], blob + b"k5\x00", np.r_[values, 99])
+    assert len(twice) == len(names) and twice.get("k5") == 99
+    twice._check()
+    bad = bytearray(blob)
+    offset = blob.index(b"k900\x00") + 1  # far beyond the first 16-byte slice
+    bad[offset] = 0xFF
+    with pytest.raises(InvalidArgumentError, match=f"not valid UTF-8 .* at byte {offset}\\)"):
+        Index.from_compact(lengths, bad, values)

@@ -8,6 +8,7 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -345,3 +346,61 @@ def test_data_dir_that_is_a_file_is_refused_clearly(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
         DataDir(not_a_dir)
     assert not_a_dir.read_text() == "x"
+
+
+# ------------------------------------------------------------------------ the compact key section
+
+
+def _rewrite_body(path: Path, edit: Callable[[bytearray], None]) -> None:
+    """Apply ``edit`` to the file's bytes, then make its body CRC match again (a well-formed
+    file with a bad body: what a writer bug or a deliberate edit would produce)."""
+    data = bytearray(path.read_bytes())
+    edit(data)
+    end = len(data) - 8
+    struct.pack_into("<I", data, end, zlib.crc32(bytes(data[72:end])))
+    path.write_bytes(bytes(data))
+
+
+def test_keys_are_kept_as_the_section_and_decoded_on_demand(tmp_path: Path) -> None:
+    path = tmp_path / "s.pmx"
+    keys = ["alpha", "é", "nul\x00in", "\U0001f600", *[f"k{i}" for i in range(100)]]
+    _write(path, keys, list(range(len(keys))))
+    snap = read_snapshot(path)
+    assert "keys" not in snap.__dict__  # nothing decoded yet
+    encoded = [key.encode("utf-8") for key in keys]
+    assert bytes(snap.section) == b"".join(e + b"\x00" for e in encoded)
+    assert snap.lengths.dtype == np.uint32 and snap.lengths.tolist() == [len(e) for e in encoded]
+    assert snap.keys == keys and snap.keys is snap.keys  # decoded once
+    empty = tmp_path / "empty.pmx"
+    _write(empty, [], [])
+    assert read_snapshot(empty).keys == [] and read_snapshot(empty).section == b""
+
+
+def test_invalid_utf8_is_refused_at_its_offset_in_the_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """UTF-8 is checked a slice at a time (16 bytes here) before read_snapshot returns; the
+    message gives the byte's offset in the whole key section."""
+    import permindex.snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "_UTF8_SLICE", 16)
+    path = tmp_path / "s.pmx"
+    keys = ["é", *[f"key-{i}" for i in range(20)]]
+    _write(path, keys, list(range(len(keys))))
+    section = b"".join(key.encode("utf-8") + b"\x00" for key in keys)
+    offset = section.index(b"key-17")
+    start = 72 + 12 * len(keys)
+    _rewrite_body(path, lambda data: data.__setitem__(start + offset, 0xFF))
+    _refused(path, f"not valid UTF-8 \\(invalid start byte at byte {offset}\\)")
+
+
+def test_empty_key_with_a_valid_checksum_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.pmx"
+    _write(path, ["a", "b"], [1, 2])
+
+    def edit(data: bytearray) -> None:  # key "a" becomes "" and its byte a second NUL
+        struct.pack_into("<I", data, 72 + 16, 0)
+        data[72 + 24] = 0
+
+    _rewrite_body(path, edit)
+    _refused(path, "an empty key")

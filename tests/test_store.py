@@ -371,3 +371,61 @@ def test_log_records_say_add_replace_or_remove(tmp_path: Path) -> None:
         ([ADD, REPLACE], ["c", "c"]),
         ([REMOVE], ["a"]),
     ]
+
+
+def test_a_snapshot_loads_from_its_key_section_without_str_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery builds the index from the snapshot's key section as it is on disk
+    (Index.from_compact): no key is decoded into a str (decoding is made to fail here), the
+    contents are those saved, queries equal brute force, then the log is replayed over them."""
+    import permindex.snapshot as snapshot_module
+    from permindex.snapshot import SNAPSHOT_NAME, write_snapshot
+
+    rng = np.random.default_rng(21)
+    n = 5000
+    keys = [f"doc/{i}" for i in range(n)]
+    keys[7], keys[8] = "ключ", "nul\x00in"
+    centers = rng.integers(0, 2**64 - 1, 50, dtype=np.uint64, endpoint=True)
+    values = centers[rng.integers(0, 50, n)]
+    values ^= np.uint64(1) << rng.integers(0, 64, n).astype(np.uint64)
+    root = tmp_path / "data"
+    root.mkdir()
+    write_snapshot(root / SNAPSHOT_NAME, keys, values, k=3, design=(4, 1), sequence=1)
+
+    def no_decoding(*args: object) -> list[str]:
+        raise AssertionError("a snapshot's keys were decoded")
+
+    monkeypatch.setattr(snapshot_module, "_decode_keys", no_decoding)
+    store = _open(root)
+    monkeypatch.undo()
+    assert _contents(store.index) == dict(zip(keys, values.tolist(), strict=True))
+    store.index._check()
+    for q in values[::97]:
+        expected = {keys[i] for i in np.flatnonzero(np.bitwise_count(values ^ q) <= 3)}
+        assert {m.key for m in store.index.query(int(q))} == expected
+    store.add_many(["doc/1", "new"], [5, 6])
+    store.close()
+    store = _open(root)
+    assert store.index.get("doc/1") == 5 and store.index.get("new") == 6
+    assert store.index.get("ключ") == int(values[7]) and len(store.index) == n + 1
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("keys", "match"),
+    [(["a", "b", "a"], "holds 3 entries but only 2 distinct keys"),
+     (["a", "x" * 1025], "holds an invalid entry: key lengths must be 1 to 1024")],
+)  # fmt: skip
+def test_a_snapshot_with_repeated_or_too_long_keys_is_refused(
+    tmp_path: Path, keys: list[str], match: str
+) -> None:
+    from permindex.snapshot import SNAPSHOT_NAME, write_snapshot
+
+    root = tmp_path / "data"
+    root.mkdir()
+    write_snapshot(root / SNAPSHOT_NAME, keys, list(range(len(keys))), k=3, design=(4, 1))
+    with pytest.raises(CorruptFileError, match=match):
+        _open(root)
+    with pytest.raises(CorruptFileError, match=match):
+        _open(root)
