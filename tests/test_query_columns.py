@@ -286,3 +286,41 @@ def _rows(found: ColumnMatches) -> list[Row]:
             strict=True,
         )
     )
+
+
+def test_one_fingerprint_at_and_past_the_message_limit(start_server: StartServer) -> None:
+    """Replies are measured exactly enough: 48,000 matches of 6-byte keys (~0.9 MB as Query,
+    ~1.0 MB as columns) fit a 1 MiB limit, although a bound of the largest Match (22 bytes
+    each) would not; 56,000 do not fit, in Query's single-fingerprint path, its batch path and
+    in QueryColumns."""
+    server = start_server(max_message_bytes=1 << 20)
+    channel, stub = make_stub(server.address)
+    try:
+
+        def add(start: int, stop: int) -> None:
+            for first in range(start, stop, 8000):
+                documents = [
+                    pb.Document(key=f"k{i:05d}", fingerprint=9)
+                    for i in range(first, min(first + 8000, stop))
+                ]
+                stub.Add(pb.AddRequest(documents=documents))
+
+        add(0, 48_000)
+        keys = [f"k{i:05d}" for i in range(48_000)]
+        (result,) = stub.Query(pb.QueryRequest(fingerprints=[9])).results
+        assert [m.key for m in result.matches] == keys
+        assert {(m.fingerprint, m.distance) for m in result.matches} == {(9, 0)}
+        (reply,) = stub.QueryColumns(iter([request([9])]))
+        assert rows_of(reply) == [(0, key, 9, 0) for key in keys]
+        add(48_000, 56_000)
+        for call in (
+            lambda: stub.Query(pb.QueryRequest(fingerprints=[9])),
+            lambda: stub.Query(pb.QueryRequest(fingerprints=[FAR, 9])),
+            lambda: list(stub.QueryColumns(iter([request([9])]))),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                call()
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "ask with a limit" in (refused.value.details() or "")
+    finally:
+        channel.close()

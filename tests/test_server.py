@@ -612,6 +612,7 @@ def test_reflection_lists_the_service(server: RunningServer) -> None:
             "Add",
             "Ingest",
             "Query",
+            "QueryColumns",
             "Get",
             "CheckAndAdd",
             "Remove",

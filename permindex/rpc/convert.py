@@ -45,6 +45,7 @@ __all__ = [
     "matches_to_columns",
     "matches_to_proto",
     "pairs_to_proto",
+    "query_wire_bytes",
 ]
 
 #: Most pairs in one PairsResponse message.
@@ -237,21 +238,45 @@ def fingerprints_from_bytes(data: bytes, max_batch: int) -> NDArray[np.uint64]:
     return np.frombuffer(data, dtype="<u8").astype(np.uint64, copy=False)
 
 
-#: Wire bytes of one match in a QueryColumnsResponse besides its key's UTF-8 bytes: 4 (position)
-#: + 8 (fingerprint) + 1 (distance) + at most 3 for the key's tag and length (keys are at most
-#: MAX_KEY_BYTES).
-COLUMN_MATCH_WIRE_BYTES: Final = 4 + 8 + 1 + 3
+#: Wire bytes of one match in a QueryColumnsResponse besides its key: 4 (position) + 8
+#: (fingerprint) + 1 (distance).
+COLUMN_MATCH_WIRE_BYTES: Final = 4 + 8 + 1
+#: Upper bound of the framing of a QueryColumnsResponse's three packed columns (tag and length).
+COLUMNS_WIRE_BYTES: Final = 3 * 6
+
+
+#: Upper bound of one Match on the wire besides its key and the key's tag and length: the
+#: Match's own tag and length (3), the fingerprint (9) and the distance (2).
+MATCH_WIRE_BYTES: Final = 3 + 9 + 2
+#: Upper bound of one QueryResult on the wire besides its matches: its tag and length.
+RESULT_WIRE_BYTES: Final = 6
+
+
+def _key_bytes(found: Sequence[Sequence[Match]]) -> tuple[int, int]:
+    """(matches, UTF-8 bytes of their keys with each key's tag and length) over ``found``."""
+    keys = [match.key for matches in found for match in matches]
+    size = 0
+    for key in keys:
+        length = len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
+        size += length + (2 if length < 128 else 3)  # keys are at most MAX_KEY_BYTES (< 2^14)
+    return len(keys), size
+
+
+def query_wire_bytes(found: Sequence[Sequence[Match]]) -> int:
+    """An upper bound of the wire size, bytes, of the QueryResults of ``found`` (the matches
+    of each query): :data:`RESULT_WIRE_BYTES` per query, :data:`MATCH_WIRE_BYTES` per match,
+    plus each key with its tag and length. Loose by up to 5 bytes a query and 4 a match."""
+    matches, key_bytes = _key_bytes(found)
+    return len(found) * RESULT_WIRE_BYTES + matches * MATCH_WIRE_BYTES + key_bytes
 
 
 def columns_wire_bytes(found: Sequence[Sequence[Match]]) -> int:
-    """An upper bound of the wire size, bytes, of the QueryColumnsResponse of ``found`` (see
-    :func:`matches_to_columns`): :data:`COLUMN_MATCH_WIRE_BYTES` per match plus the UTF-8 bytes
-    of its key."""
-    keys = [match.key for matches in found for match in matches]
-    size = len(keys) * COLUMN_MATCH_WIRE_BYTES
-    for key in keys:
-        size += len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
-    return size
+    """The wire size, bytes, of the QueryColumnsResponse of ``found`` (see
+    :func:`matches_to_columns`), exact but for the framing of its three packed columns
+    (counted as :data:`COLUMNS_WIRE_BYTES`): :data:`COLUMN_MATCH_WIRE_BYTES` per match plus each
+    key with its tag and length."""
+    matches, key_bytes = _key_bytes(found)
+    return COLUMNS_WIRE_BYTES + matches * COLUMN_MATCH_WIRE_BYTES + key_bytes
 
 
 def matches_to_columns(found: Sequence[Sequence[Match]]) -> pb.QueryColumnsResponse:

@@ -355,28 +355,29 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             request.k if request.HasField("k") else None, state.index.k, state.index.design
         )
         limit = convert.limit_from(request.limit if request.HasField("limit") else None)
-        fingerprints = np.array(request.fingerprints, dtype=np.uint64)
         response = pb.QueryResponse()
-        budget = state.config.max_message_bytes - 1024
+        add = response.results.add
+        if len(request.fingerprints) == 1:  # the common small call: no array, no batch path
+            matches = state.index.query(request.fingerprints[0], k=k, limit=limit)
+            add(matches=convert.matches_to_proto(matches))
+            self._check_query_size(state, response, convert.query_wire_bytes([matches]), 1, 1)
+            return response
+        fingerprints = np.array(request.fingerprints, dtype=np.uint64)
+        n = len(fingerprints)
         size = 0
         # Slices, so that the index lock is let go between them (writers are not held up by one
         # large batch), and so that an answer too large for one message is refused early.
-        for start in range(0, len(fingerprints), _QUERY_SLICE):
+        for start in range(0, n, _QUERY_SLICE):
             found = state.index.query_many(
                 fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
             )
             for matches in found:
-                result = response.results.add(matches=convert.matches_to_proto(matches))
-                size += result.ByteSize() + 5
-            if size > budget:
-                raise LimitExceededError(
-                    f"the answer is over the {state.config.max_message_bytes}-byte message limit "
-                    f"(after {min(start + _QUERY_SLICE, len(fingerprints))} of "
-                    f"{len(fingerprints)} fingerprints): ask with a limit, a smaller k, or fewer "
-                    "fingerprints per request",
-                    limit=state.config.max_message_bytes,
-                    actual=size,
-                )
+                if matches:
+                    add(matches=convert.matches_to_proto(matches))
+                else:
+                    add()
+            size += convert.query_wire_bytes(found)
+            self._check_query_size(state, response, size, min(start + _QUERY_SLICE, n), n)
         return response
 
     def _query_columns(self, request: pb.QueryColumnsRequest) -> pb.QueryColumnsResponse:
@@ -403,6 +404,20 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             self._check_reply_size(state, size, min(start + _QUERY_SLICE, n), n)
             found.extend(part)
         return convert.matches_to_columns(found)
+
+    @classmethod
+    def _check_query_size(
+        cls, state: ServerState, response: pb.QueryResponse, bound: int, done: int, n: int
+    ) -> None:
+        """Refuse a Query reply that would not fit the message limit: ``bound`` (an upper bound
+        of its size, bytes) is checked first, and only when it is over the limit is the exact
+        size computed (``ByteSize``, which walks every match).
+
+        Raises:
+            LimitExceededError: the reply is over the limit less 1 KiB for framing.
+        """
+        if bound > state.config.max_message_bytes - 1024:
+            cls._check_reply_size(state, response.ByteSize(), done, n)
 
     @staticmethod
     def _check_reply_size(state: ServerState, size: int, done: int, n: int) -> None:
