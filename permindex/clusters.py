@@ -26,10 +26,10 @@ Everything is computed from one consistent view: keys (distinct) with their (n,)
 fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the distinct
 fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007, section 3 —
 :func:`permindex.join.self_join`, the join the index runs, here on a plain array and for any
-table design, so that k can exceed the index's 3); keys sharing a fingerprint are expanded only where pairs of keys are listed. It is
-checked against brute force in the tests. Components are found by a vectorized union-find
-(hooking each root onto the smaller of two roots joined by an edge, then pointer jumping), which
-needs no Python object per key.
+table design, so that k can exceed the index's 3); keys sharing a fingerprint are expanded
+only where pairs of keys are listed. It is checked against brute force in the tests.
+Components are found by a vectorized union-find (hooking each root onto the smaller of two
+roots joined by an edge, then pointer jumping), which needs no Python object per key.
 
 Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
 distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
@@ -172,9 +172,10 @@ def value_pairs(
     chosen = _check_design(k, design)
     if k == 0 or distinct.size < 2:
         return _empty_pairs()
+    plan: join.JoinDesign = chosen
     if design is None:
-        chosen = join.join_design(chosen, k, int(distinct.size))
-    return PairArrays(*join.self_join(distinct, k, chosen))
+        plan = join.join_design(chosen, k, int(distinct.size))
+    return PairArrays(*join.self_join(distinct, k, plan))
 
 
 def _expand(values: _Values, pairs: PairArrays) -> PairArrays:

@@ -25,20 +25,33 @@ join. :meth:`permindex.index.Index.pairs` and :mod:`permindex.clusters` both use
 
 from __future__ import annotations
 
+import functools
+import math
+import sys
 from collections.abc import Iterator
+from itertools import combinations
+from typing import Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex.errors import InvalidArgumentError
 from permindex.permutation import Design, Permutation, argsort_prefixes
 
 __all__ = [
+    "BYTE_PAIRS",
+    "BYTE_PAIR_MASKS",
+    "BYTE_PAIR_TABLES",
     "COUNT_BITS",
     "PAIR_BUDGET",
+    "JoinDesign",
+    "byte_pair_candidates",
     "group_pairs",
     "join_design",
+    "join_tables",
     "self_join",
     "table_pairs_grouped",
+    "table_pairs_radix",
     "table_pairs_sorted",
 ]
 
@@ -46,6 +59,23 @@ __all__ = [
 PAIR_BUDGET = 1 << 21
 #: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
 COUNT_BITS = 22
+
+_COVER_SEARCH = 20_000  # most sets of tables join_tables tries
+
+#: The byte-pair join (:func:`byte_pair_candidates`), for k <= 3: a :data:`JoinDesign` that is
+#: not a :class:`Design`.
+BYTE_PAIRS: Final = "byte-pairs"
+#: What :func:`self_join` joins on: a table design, or :data:`BYTE_PAIRS`.
+JoinDesign = Design | Literal["byte-pairs"]
+#: The byte-pair join's tables, in order: (16-bit column c, byte b), column c being bits
+#: 16c .. 16c + 15 and byte b bits 8b .. 8b + 7, b one of the two bytes of column c + 1 mod 4.
+BYTE_PAIR_TABLES: Final = tuple(
+    (c, b) for c in range(4) for b in (2 * ((c + 1) % 4), 2 * ((c + 1) % 4) + 1)
+)
+#: Each byte-pair table's key bits: a pair shares table t's key iff (a ^ b) & mask[t] == 0.
+BYTE_PAIR_MASKS: Final = tuple(
+    (0xFFFF << (16 * c)) | (0xFF << (8 * b)) for c, b in BYTE_PAIR_TABLES
+)
 
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
@@ -84,30 +114,84 @@ def group_pairs(group_end: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
         start = end
 
 
-def join_design(design: Design, k: int, n: int) -> Design:
-    """The design to self-join ``n`` fingerprints within ``k`` bits on: ``design`` itself, or
-    (4, 1), (5, 2), (6, 2) or (6, 3) when k allows, whichever a cost model says is cheapest
-    ((6, 2) searches only 6 of its 15 tables for k = 3: :meth:`Design.tables_for`).
+@functools.cache
+def join_tables(design: Design, k: int) -> tuple[int, ...]:
+    """The tables (ascending numbers) a self-join within Hamming distance ``k`` bits searches:
+    a smallest set of ``design``'s tables such that every set of k blocks is avoided by the
+    leading blocks of one of them (two fingerprints within k differ in at most k blocks, so
+    they then share that table's prefix: Manku et al. 2007, section 3); among the smallest
+    sets, the one with the fewest expected candidate pairs (sum of 2^-prefix bits).
 
-    The model, per searched table: a prefix of at most 16 bits costs one radix pass (about
-    25 ns a row here) plus its candidate pairs, about n^2 / 2^(prefix bits + 1), at about 10 ns
-    each; a longer one costs a count of its top bits and a sort of the rows that share them
-    (about 40 ns a row in all) and about 40 ns per candidate pair.
+    The sets are tried exhaustively by increasing size while there are at most 20,000 of them
+    in all, each checked against every k-set of blocks (exact by construction); otherwise, and
+    when nothing smaller is found, :meth:`Design.tables_for` is used. E.g. (6, 2), k = 3: the
+    6 tables of two triangles of blocks, where the greedy cover of ``tables_for`` takes 7.
+
+    Raises InvalidArgumentError (from :meth:`Design.tables_for`) when not 0 <= k <= max_k.
+    """
+    default = design.tables_for(k)
+    if k == design.max_k:  # every table: each k-set leaves exactly one table's blocks intact
+        return default
+    perms = design.permutations
+    ksets = [frozenset(d) for d in combinations(range(design.blocks), k)]
+    covers = [
+        sum(1 << i for i, d in enumerate(ksets) if not d & frozenset(p.leading_blocks))
+        for p in perms
+    ]
+    everything = (1 << len(ksets)) - 1
+    tried = 0
+    for size in range(1, len(default)):
+        tried += math.comb(len(perms), size)
+        if tried > _COVER_SEARCH:
+            break
+        best: tuple[float, tuple[int, ...]] | None = None
+        for subset in combinations(range(len(perms)), size):
+            covered = 0
+            for t in subset:
+                covered |= covers[t]
+            if covered == everything:
+                score = sum(2.0 ** -perms[t].prefix_bits for t in subset)
+                if best is None or score < best[0]:
+                    best = (score, subset)
+        if best is not None:
+            return best[1]
+    return default
+
+
+def join_design(design: Design, k: int, n: int) -> JoinDesign:
+    """What to self-join ``n`` fingerprints within ``k`` bits on: ``design`` itself, (4, 1),
+    (5, 2), (6, 2) or (6, 3) when k allows, or for k <= 3 :data:`BYTE_PAIRS`, whichever a
+    cost model says is cheapest (each design searching its :func:`join_tables`).
+
+    The model (nanoseconds on the machine of the README's benchmark, fitted at 10^6 random
+    fingerprints), per table, with about n^2 / 2^(key bits + 1) candidate pairs: a prefix of
+    at most 16 bits, 25 per row (one radix pass) and 10 per candidate (filters first); 17 to 24
+    bits, 40 per row (two radix passes) and 40 per candidate; longer, 40 per row and per
+    candidate (a count of the top bits and a sort of the rows that share them). The byte-pair
+    join: 120 per row for its 8 tables of 24-bit keys and 40 per candidate.
 
     Raises InvalidArgumentError (from :meth:`Design.tables_for`) when k > design.max_k.
     """
     candidates = ((4, 1), (5, 2), (6, 2), (6, 3))
     options = [design] + [Design(b, t) for b, t in candidates if b - t >= k]
 
+    def pairs(bits: int) -> float:
+        return n * n / 2.0 ** (bits + 1)
+
     def cost(d: Design) -> float:
         total = 0.0
-        for t in d.tables_for(k):
+        for t in join_tables(d, k):
             bits = d.permutations[t].prefix_bits
-            pairs = n * n / 2.0 ** (bits + 1)
-            total += 25.0 * n + 10.0 * pairs if bits <= 16 else 40.0 * (n + pairs)
+            if bits <= 16:
+                total += 25.0 * n + 10.0 * pairs(bits)
+            else:
+                total += 40.0 * (n + pairs(bits))
         return total
 
-    return min(options, key=cost)
+    best = min(options, key=cost)
+    if k <= 3 and 120.0 * n + 8 * 40.0 * pairs(24) < cost(best):
+        return BYTE_PAIRS
+    return best
 
 
 def table_pairs_grouped(values: _U64, perm: Permutation, k: int) -> Iterator[tuple[_IntP, _IntP]]:
@@ -134,6 +218,100 @@ def table_pairs_grouped(values: _U64, perm: Permutation, k: int) -> Iterator[tup
     for i, j in group_pairs(group_end, PAIR_BUDGET):
         near = np.flatnonzero(np.bitwise_count(filters[i] ^ filters[j]) <= k)
         yield order[i[near]], order[j[near]]
+
+
+def table_pairs_radix(values: _U64, perm: Permutation) -> Iterator[tuple[_IntP, _IntP]]:
+    """Candidate pairs of positions in (n,) uint64 ``values`` that share ``perm``'s prefix, for
+    prefixes of 17 to 24 bits: a least-significant-digit radix sort of the prefixes in two
+    stable passes (numpy sorts 8- and 16-bit keys by counting): the low prefix bits as uint8,
+    then the top 16 as uint16, each pass on the digits in the previous pass's order (narrow
+    gathers, no uint64 sort). The positions in a group of two or more equal prefixes are then
+    compacted and the pairs at sorted distance d = 1, 2, ... within a group emitted, each
+    round over only the positions whose group reached d.
+
+    Yields (i, j), two (m,) intp arrays of positions, i != j; every pair sharing the prefix
+    appears exactly once. Raises ValueError when the prefix is not 17 to 24 bits.
+    """
+    bits = perm.prefix_bits
+    if not 16 < bits <= 24:
+        raise ValueError(f"table_pairs_radix needs a prefix of 17 to 24 bits, not {bits}")
+    low = bits - 16
+    prefixes = perm.prefix_array(values).astype(np.uint32)
+    low_digits = (prefixes & np.uint32((1 << low) - 1)).astype(np.uint8)
+    high_digits = (prefixes >> np.uint32(low)).astype(np.uint16)
+    del prefixes
+    first = np.argsort(low_digits, kind="stable")
+    high_digits = high_digits[first]
+    second = np.argsort(high_digits, kind="stable")
+    keys = high_digits[second].astype(np.uint32) << np.uint32(low)
+    keys |= low_digits[first][second]
+    del high_digits, low_digits
+    same = keys[1:] == keys[:-1]
+    members = np.flatnonzero(np.append(same, False) | np.append(False, same))
+    positions = first[second[members]]
+    yield from _sorted_group_pairs(keys[members], positions)
+
+
+def _sorted_group_pairs(
+    keys: NDArray[np.uint32] | _U64, positions: _IntP
+) -> Iterator[tuple[_IntP, _IntP]]:
+    """Every pair of ``positions`` whose (sorted, same-shape) ``keys`` are equal: the pairs at
+    sorted distance d = 1, 2, ..., each round over the entries whose group reached d."""
+    m = int(keys.size)
+    active = np.flatnonzero(keys[1:] == keys[:-1])
+    d = 1
+    while active.size:
+        yield positions[active], positions[active + d]
+        d += 1
+        active = active[active + d < m]
+        active = active[keys[active + d] == keys[active]]
+
+
+def byte_pair_candidates(values: _U64) -> Iterator[tuple[int, _IntP, _IntP]]:
+    """Candidate pairs of positions in (n,) uint64 ``values`` for a self-join within k <= 3
+    bits on the 8 tables of :data:`BYTE_PAIR_TABLES`, each keyed by 24 bits: a 16-bit column c
+    of the fingerprint and one byte of column c + 1 (mod 4).
+
+    Exact for k <= 3 (the pigeonhole of Manku et al. 2007, section 3, on columns): let n_c be
+    the bits in which two fingerprints within 3 differ in column c. Some column has n_c = 0 (4
+    columns, at most 3 bits). If every such column's successor had n >= 2, there would be only
+    one such column (at most one column holds 2 or more of the 3 bits) and the other three
+    would hold 1, 1 and >= 2 bits: 4 > 3. So some c has n_c = 0 and n_(c+1) <= 1, and one of
+    the two bytes of column c + 1 is intact: the pair shares that table's key.
+
+    Work: per column, one stable radix sort of the 16-bit column (numpy counts 16-bit keys),
+    shared by its two tables; per table, one stable radix pass on the byte in that order
+    (8-bit keys), so equal keys are adjacent, and the pairs at sorted distance 1, 2, ... within
+    a run of equal keys (about n^2 / 2^25 per table for random fingerprints).
+
+    Yields (t, i, j): the table number t (0..7, in order) and two (m,) intp arrays of
+    positions, i != j; every pair sharing table t's key appears exactly once for that t.
+    """
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    little = sys.byteorder == "little"
+    columns = values.view(np.uint16).reshape(-1, 4)
+    octets = values.view(np.uint8).reshape(-1, 8)
+    for c in range(4):
+        column = np.ascontiguousarray(columns[:, c if little else 3 - c])
+        by_column = np.argsort(column, kind="stable")
+        column_sorted = column[by_column]
+        del column
+        for t, (tc, b) in enumerate(BYTE_PAIR_TABLES):
+            if tc != c:
+                continue
+            digits = np.ascontiguousarray(octets[:, b if little else 7 - b])[by_column]
+            by_byte = np.argsort(digits, kind="stable")
+            keys = column_sorted.astype(np.uint32)
+            keys <<= np.uint32(8)
+            keys |= digits
+            del digits
+            keys = keys[by_byte]
+            same = keys[1:] == keys[:-1]
+            members = np.flatnonzero(np.append(same, False) | np.append(False, same))
+            del same
+            positions = by_column[by_byte[members]]
+            for i, j in _sorted_group_pairs(keys[members], positions):
+                yield t, i, j
 
 
 def table_pairs_sorted(values: _U64, perm: Permutation, k: int) -> Iterator[tuple[_IntP, _IntP]]:
@@ -172,59 +350,75 @@ def table_pairs_sorted(values: _U64, perm: Permutation, k: int) -> Iterator[tupl
     sorted_prefixes = keys >> np.uint64(index_bits)
     positions = (keys & np.uint64((1 << index_bits) - 1)).astype(np.intp)
     del keys
-    m = int(positions.size)
-    active = np.flatnonzero(sorted_prefixes[1:] == sorted_prefixes[:-1])
-    d = 1
-    while active.size:
-        yield positions[active], positions[active + d]
-        d += 1
-        active = active[active + d < m]
-        active = active[sorted_prefixes[active + d] == sorted_prefixes[active]]
+    yield from _sorted_group_pairs(sorted_prefixes, positions)
 
 
-def self_join(values: _U64, k: int, design: Design) -> tuple[_I64, _I64, _I64]:
+def self_join(values: _U64, k: int, design: JoinDesign) -> tuple[_I64, _I64, _I64]:
     """Every unordered pair of positions of ``values`` within Hamming distance ``k`` bits,
     each once (Manku et al. 2007, section 3).
 
     Args:
         values: (n,) uint64 fingerprints; equal values are allowed (distance 0 pairs).
-        k: largest Hamming distance in bits, 0 <= k <= design.max_k.
-        design: the table design to join on, used as given (see :func:`join_design` for a
-            choice by cost); only its :meth:`Design.tables_for` ``(k)`` tables are searched.
+        k: largest Hamming distance in bits, 0 <= k <= design.max_k (3 for
+            :data:`BYTE_PAIRS`).
+        design: what to join on, used as given (see :func:`join_design` for a choice by
+            cost): a :class:`Design`, whose :func:`join_tables` ``(k)`` tables are searched, or
+            :data:`BYTE_PAIRS` (:func:`byte_pair_candidates`).
 
     Returns:
         (a, b, distance): three (m,) int64 arrays, positions a != b into ``values`` (in either
         order) and their distance in bits; in no particular order.
 
     Raises:
-        InvalidArgumentError: k < 0 or k > design.max_k (from :meth:`Design.tables_for`).
+        InvalidArgumentError: k < 0 or k > the design's largest k.
     """
-    searched = design.tables_for(k)
     empty = np.empty(0, dtype=np.int64)
+    chunks: Iterator[tuple[int, _IntP, _IntP]]
+    if isinstance(design, Design):
+        searched = join_tables(design, k)
+        masks = [np.uint64(design.permutations[t].leading_mask) for t in searched]
+        chunks = _design_candidates(values, k, design, searched)
+    elif design == BYTE_PAIRS:
+        if not 0 <= k <= 3:
+            raise InvalidArgumentError(f"the byte-pair join finds k <= 3; got k={k}", value=k)
+        masks = [np.uint64(m) for m in BYTE_PAIR_MASKS]
+        chunks = byte_pair_candidates(values)
+    else:
+        raise TypeError(f"design must be a Design or {BYTE_PAIRS!r}, not {design!r}")
     if values.size < 2:
         return empty, empty.copy(), empty.copy()
-    perms = design.permutations
-    masks = [np.uint64(p.leading_mask) for p in perms]
     parts_a: list[_I64] = []
     parts_b: list[_I64] = []
     parts_d: list[_I64] = []
-    for n_t, t in enumerate(searched):
-        earlier = [masks[u] for u in searched[:n_t]]
-        if perms[t].prefix_bits <= 16:
-            pairs = table_pairs_grouped(values, perms[t], k)
-        else:
-            pairs = table_pairs_sorted(values, perms[t], k)
-        for i, j in pairs:
-            x = values[i] ^ values[j]
-            distance = np.bitwise_count(x)
-            selected = distance <= k
-            for other in earlier:  # each pair only from the first table it shares
-                selected &= (x & other) != 0
-            chosen = np.flatnonzero(selected)
-            if chosen.size:
-                parts_a.append(i[chosen].astype(np.int64, copy=False))
-                parts_b.append(j[chosen].astype(np.int64, copy=False))
-                parts_d.append(distance[chosen].astype(np.int64))
+    for n_t, i, j in chunks:
+        x = values[i] ^ values[j]
+        distance = np.bitwise_count(x)
+        selected = distance <= k
+        for other in masks[:n_t]:  # each pair only from the first table it shares
+            selected &= (x & other) != 0
+        chosen = np.flatnonzero(selected)
+        if chosen.size:
+            parts_a.append(i[chosen].astype(np.int64, copy=False))
+            parts_b.append(j[chosen].astype(np.int64, copy=False))
+            parts_d.append(distance[chosen].astype(np.int64))
     if not parts_a:
         return empty, empty.copy(), empty.copy()
     return np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d)
+
+
+def _design_candidates(
+    values: _U64, k: int, design: Design, searched: tuple[int, ...]
+) -> Iterator[tuple[int, _IntP, _IntP]]:
+    """(n_t, i, j) candidate chunks of the searched tables of ``design``, n_t the table's rank
+    in ``searched``: each table by the method its prefix length suits."""
+    perms = design.permutations
+    for n_t, t in enumerate(searched):
+        bits = perms[t].prefix_bits
+        if bits <= 16:
+            pairs = table_pairs_grouped(values, perms[t], k)
+        elif bits <= 24:
+            pairs = table_pairs_radix(values, perms[t])
+        else:
+            pairs = table_pairs_sorted(values, perms[t], k)
+        for i, j in pairs:
+            yield n_t, i, j

@@ -741,6 +741,35 @@ def test_pairs_on_every_join_design(
     assert index.pairs() == expected_pairs(keys_, values, k)
 
 
+def test_pairs_on_the_byte_pair_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index.pairs through the byte-pair join (chosen by cost for k = 3 at about 10^5
+    fingerprints and more) against brute force, with removed keys and equal fingerprints."""
+    calls: list[int] = []
+
+    def byte_pairs(design: Design, kk: int, n: int) -> str:
+        calls.append(kk)
+        return join_module.BYTE_PAIRS
+
+    monkeypatch.setattr(join_module, "join_design", byte_pairs)
+    rng = np.random.default_rng(5)
+    fps = np.concatenate(
+        [
+            rng.integers(0, TOP, 400, dtype=np.uint64, endpoint=True),
+            clustered(rng, 300, 6, 4),
+            np.full(30, 0x0123_4567_89AB_CDEF, dtype=np.uint64),
+        ]
+    )
+    names = [f"p{i}" for i in range(fps.size)]
+    index = Index(3, memtable_limit=64)
+    index.add_many(names, fps)
+    for name in names[::13]:
+        index.remove(name)
+    keys_, values = index.export()
+    for kk in range(4):
+        assert index.pairs(kk) == expected_pairs(keys_, values, kk)
+    assert calls == [0, 1, 2, 3]
+
+
 def test_merge_outside_the_lock_survives_a_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction between a merge's computation and its swap: the merged run is discarded
     (its rows were renumbered) and the merging goes on from the new runs."""
