@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,24 @@ def _ratio(a: float | None, b: float | None) -> str:
     if not a or not b:
         return "—"
     return f"{a / b:.2f}x"
+
+
+def _rounds(ratios: list[float] | None) -> str:
+    """`` (median of R alternating rounds: a, b, c)`` for the ratios of each round, or ``""``
+    for results measured in one round."""
+    if not ratios:
+        return ""
+    shown = ", ".join(f"{r:.2f}x" for r in ratios)
+    return f" (median of {len(ratios)} alternating rounds; per round: {shown})"
+
+
+def _median_ratio(grpc: dict[str, Any], ours: str, figure: str, echo: str) -> str:
+    """The median of the per-round ratios of ``figure`` (ours / echo) when the run had
+    alternating rounds, else the ratio of the two figures."""
+    ratios = grpc[ours].get("p50_ratios" if figure == "p50_ms" else "calls_ratios")
+    if ratios:
+        return f"{statistics.median(ratios):.2f}x"
+    return _ratio(grpc[ours][figure], grpc[echo][figure])
 
 
 def _power(n: int) -> str:
@@ -170,15 +189,18 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"({_fmt(grpc['batch_2']['lookups_per_s'])}/s) "
                 f"| | | ≥ {STREAM_GOAL:,}/s (streamed) |"
             )
+        p50_rounds = _rounds(grpc["query_1"].get("p50_ratios"))
+        calls_rounds = _rounds(grpc["query_4"].get("calls_ratios"))
         lines.append(
-            f"| gRPC unary single lookup p50 vs echo server | {_power(grpc['n'])} "
+            f"| gRPC unary single lookup p50 vs echo server{p50_rounds} | {_power(grpc['n'])} "
             f"| {_fmt(grpc['query_1']['p50_ms'], 3)} ms | {_fmt(grpc['echo_1']['p50_ms'], 3)} ms "
-            f"| {_ratio(grpc['query_1']['p50_ms'], grpc['echo_1']['p50_ms'])} | ≤ 1.2x |"
+            f"| {_median_ratio(grpc, 'query_1', 'p50_ms', 'echo_1')} | ≤ 1.2x |"
         )
         lines.append(
-            f"| gRPC unary calls/s, 4 client processes, vs echo server | {_power(grpc['n'])} "
+            f"| gRPC unary calls/s, 4 client processes, vs echo server{calls_rounds} "
+            f"| {_power(grpc['n'])} "
             f"| {_fmt(grpc['query_4']['calls_per_s'])} | {_fmt(grpc['echo_4']['calls_per_s'])} "
-            f"| {_ratio(grpc['query_4']['calls_per_s'], grpc['echo_4']['calls_per_s'])} | ≥ 0.8x |"
+            f"| {_median_ratio(grpc, 'query_4', 'calls_per_s', 'echo_4')} | ≥ 0.8x |"
         )
     if scale:
         lines.append("")
