@@ -288,30 +288,33 @@ def byte_pair_candidates(values: _U64) -> Iterator[tuple[int, _IntP, _IntP]]:
     positions, i != j; every pair sharing table t's key appears exactly once for that t.
     """
     values = np.ascontiguousarray(values, dtype=np.uint64)
-    little = sys.byteorder == "little"
-    columns = values.view(np.uint16).reshape(-1, 4)
-    octets = values.view(np.uint8).reshape(-1, 8)
+    columns = values.view(np.uint16).reshape(-1, 4)  # column c is bits 16c .. 16c + 15
+    if sys.byteorder != "little":  # pragma: no cover - big-endian machines
+        columns = columns[:, ::-1]
+    m = int(values.size)
     for c in range(4):
-        column = np.ascontiguousarray(columns[:, c if little else 3 - c])
+        column = np.ascontiguousarray(columns[:, c])
         by_column = np.argsort(column, kind="stable")
-        column_sorted = column[by_column]
+        column_sorted = column[by_column].astype(np.uint32)
+        column_sorted <<= np.uint32(8)
         del column
-        for t, (tc, b) in enumerate(BYTE_PAIR_TABLES):
-            if tc != c:
-                continue
-            digits = np.ascontiguousarray(octets[:, b if little else 7 - b])[by_column]
+        following = np.ascontiguousarray(columns[:, (c + 1) % 4])[by_column]
+        for t, digits in (
+            (2 * c, (following & np.uint16(0xFF)).astype(np.uint8)),  # its low byte
+            (2 * c + 1, (following >> np.uint16(8)).astype(np.uint8)),  # its high byte
+        ):
             by_byte = np.argsort(digits, kind="stable")
-            keys = column_sorted.astype(np.uint32)
-            keys <<= np.uint32(8)
-            keys |= digits
-            del digits
+            keys = column_sorted | digits
             keys = keys[by_byte]
-            same = keys[1:] == keys[:-1]
-            members = np.flatnonzero(np.append(same, False) | np.append(False, same))
-            del same
-            positions = by_column[by_byte[members]]
-            for i, j in _sorted_group_pairs(keys[members], positions):
-                yield t, i, j
+            del digits
+            # Pairs at sorted distance d = 1, 2, ... within a run of equal keys.
+            active = np.flatnonzero(keys[1:] == keys[:-1])
+            d = 1
+            while active.size:
+                yield t, by_column[by_byte[active]], by_column[by_byte[active + d]]
+                d += 1
+                active = active[active + d < m]
+                active = active[keys[active + d] == keys[active]]
 
 
 def table_pairs_sorted(values: _U64, perm: Permutation, k: int) -> Iterator[tuple[_IntP, _IntP]]:
