@@ -156,7 +156,13 @@ def _check_int(value: object, name: str) -> int:
     return int(value)
 
 
-def _hash_section(raw: bytes | bytearray, ends: _I64) -> _U64:
+def _byte_view(raw: bytes | bytearray | NDArray[np.uint8]) -> memoryview:
+    """A memoryview of the bytes of ``raw`` (a 1-dimensional contiguous uint8 array or a bytes
+    object), no copy."""
+    return raw.data if isinstance(raw, np.ndarray) else memoryview(raw)
+
+
+def _hash_section(raw: bytes | bytearray | NDArray[np.uint8], ends: _I64) -> _U64:
     """XXH3-64 (:func:`~permindex.keystore.hash_key`) of each key of a compact key section
     (``raw``: every key's UTF-8 bytes then a NUL; ``ends``: (n,) int64, one past each key's
     NUL), as (n,) uint64. A slice of :data:`_HASH_CHUNK` keys at a time is split at its NULs
@@ -164,7 +170,7 @@ def _hash_section(raw: bytes | bytearray, ends: _I64) -> _U64:
     hashed); a chunk whose keys hold NUL themselves is cut by the lengths instead."""
     n = int(ends.size)
     out = np.empty(n, dtype=np.uint64)
-    view = memoryview(raw)
+    view = _byte_view(raw)
     bounds = [0, *ends[_HASH_CHUNK - 1 :: _HASH_CHUNK].tolist()]
     if bounds[-1] != int(ends[-1]):
         bounds.append(int(ends[-1]))
@@ -179,11 +185,11 @@ def _hash_section(raw: bytes | bytearray, ends: _I64) -> _U64:
     return out
 
 
-def _check_utf8(raw: bytes | bytearray, ends: _I64) -> None:
+def _check_utf8(raw: bytes | bytearray | NDArray[np.uint8], ends: _I64) -> None:
     """InvalidArgumentError unless the key section ``raw`` (keys ending at ``ends``, (n,) int64)
     is valid UTF-8, decoded a slice of about 16 MiB at a time (cut after a NUL, a character
     boundary) so that no str of the whole section is made; the message gives the byte offset."""
-    view = memoryview(raw)
+    view = _byte_view(raw)
     cuts = np.searchsorted(ends, np.arange(1, len(raw) // _UTF8_SLICE + 1) * _UTF8_SLICE)
     bounds = sorted({0, *ends[np.minimum(cuts, ends.size - 1)].tolist(), len(raw)})
     for lo, hi in itertools.pairwise(bounds):
@@ -364,9 +370,14 @@ class Index:
         sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths))
         if sizes.ndim != 1 or (sizes.size and sizes.dtype.kind not in "iu"):
             raise TypeError("lengths must be a 1-dimensional array of integers")
-        raw = blob.tobytes() if isinstance(blob, np.ndarray) else blob
-        if not isinstance(raw, (bytes, bytearray)):
-            raw = bytes(raw)
+        if isinstance(blob, np.ndarray):
+            raw: bytes | bytearray | NDArray[np.uint8] = (
+                blob
+                if blob.dtype == np.uint8 and blob.ndim == 1 and blob.flags.c_contiguous
+                else np.frombuffer(blob.tobytes(), dtype=np.uint8)
+            )
+        else:
+            raw = blob if isinstance(blob, (bytes, bytearray)) else bytes(blob)
         values = as_fingerprint_array(fingerprints)
         n = int(sizes.size)
         if values.size != n:
@@ -386,7 +397,7 @@ class Index:
         return index
 
     def _add_compact(
-        self, sizes: NDArray[np.integer], raw: bytes | bytearray, values: _U64
+        self, sizes: NDArray[np.integer], raw: bytes | bytearray | NDArray[np.uint8], values: _U64
     ) -> None:
         """Store the n keys of a compact key section (``sizes``: (n,) UTF-8 byte lengths;
         ``raw``: every key's bytes then a NUL) with (n,) uint64 ``values``, as
@@ -394,7 +405,7 @@ class Index:
         the section (InvalidArgumentError). ``raw`` is only read: the store copies the bytes."""
         n = int(sizes.size)
         if n == 0:
-            if raw:
+            if len(raw):
                 raise InvalidArgumentError("no key lengths but a non-empty key section")
             return
         sizes = sizes.astype(np.int64)
@@ -403,10 +414,10 @@ class Index:
                 f"key lengths must be 1 to {MAX_KEY_BYTES} UTF-8 bytes", value=None
             )
         ends = np.cumsum(sizes + 1)
-        data = np.frombuffer(raw, dtype=np.uint8)
+        data = raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
         if int(ends[-1]) != data.size or not bool((data[ends - 1] == 0).all()):
             raise InvalidArgumentError("the key section does not match the key lengths")
-        if not raw.isascii():
+        if int(data.max()) >= 0x80:  # not ASCII
             _check_utf8(raw, ends)
         # The tables' runs (numpy sorts, which release the GIL) are built in a second thread
         # while this one hashes the keys (Python calls, which hold it).
@@ -426,7 +437,7 @@ class Index:
                 pool.shutdown(wait=True, cancel_futures=True)
         if repeated:  # maybe a repeated key: the exact path
             del prepared
-            view = memoryview(raw)
+            view = _byte_view(raw)
             pieces = zip((ends - sizes - 1).tolist(), sizes.tolist(), strict=True)
             keys = [str(view[a : a + m], "utf-8") for a, m in pieces]
             self.add_many(keys, values)

@@ -174,16 +174,16 @@ class Snapshot:
         fingerprints: (n,) uint64.
         info: what the file holds.
         lengths: (n,) uint32, each key's UTF-8 byte length (the NUL excluded), each >= 1.
-        section: the key section, each key's UTF-8 bytes then a NUL (valid UTF-8, the NULs
-            where ``lengths`` say): the compact form :meth:`permindex.index.Index.from_compact`
-            loads without a str per key.
+        section: (B,) uint8, the key section: each key's UTF-8 bytes then a NUL (valid UTF-8,
+            the NULs where ``lengths`` say), the compact form
+            :meth:`permindex.index.Index.from_compact` loads without a str per key.
         keys: the keys as a list of str, decoded on first access (and then kept).
     """
 
     fingerprints: npt.NDArray[np.uint64]
     info: SnapshotInfo
     lengths: npt.NDArray[np.uint32]
-    section: bytes | bytearray
+    section: npt.NDArray[np.uint8]
 
     @functools.cached_property
     def keys(self) -> list[str]:
@@ -429,7 +429,7 @@ def _read_exactly(source: io.BufferedReader, into: memoryview, path: Path, what:
         done += got
 
 
-def _key_ends(section: bytes | bytearray, lengths: npt.NDArray[np.uint32], path: Path) -> _I64:
+def _key_ends(section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path) -> _I64:
     """(n,) int64, one past each key's NUL in the key section; CorruptFileError unless the
     lengths add up to the section and a NUL ends every key."""
     ends = np.cumsum(lengths, dtype=np.int64)
@@ -438,28 +438,27 @@ def _key_ends(section: bytes | bytearray, lengths: npt.NDArray[np.uint32], path:
         raise CorruptFileError(
             f"{path}: key lengths do not add up to the key section", path=str(path)
         )
-    raw = np.frombuffer(section, dtype=np.uint8)
-    if not bool(np.all(raw[ends - 1] == 0)):
+    if not bool(np.all(section[ends - 1] == 0)):
         raise CorruptFileError(f"{path}: a key is not NUL-terminated", path=str(path))
     return ends
 
 
 def _check_key_section(
-    section: bytes | bytearray, lengths: npt.NDArray[np.uint32], path: Path
+    section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path
 ) -> None:
     """CorruptFileError unless the key section is well formed: lengths that add up, a NUL
     ending every key, valid UTF-8 (checked without decoding when the section is ASCII, else
     decoded 16 MiB at a time, cut after a NUL, and thrown away)."""
     if not len(lengths):
-        if section:
+        if section.size:
             raise CorruptFileError(
                 f"{path}: key lengths do not add up to the key section", path=str(path)
             )
         return
     ends = _key_ends(section, lengths, path)
-    if section.isascii():
+    if int(section.max()) < 0x80:  # ASCII
         return
-    view = memoryview(section)
+    view = section.data
     cuts = np.searchsorted(ends, np.arange(1, len(section) // _UTF8_SLICE + 1) * _UTF8_SLICE)
     bounds = sorted({0, *ends[np.minimum(cuts, ends.size - 1)].tolist(), len(section)})
     for lo, hi in itertools.pairwise(bounds):
@@ -473,7 +472,7 @@ def _check_key_section(
 
 
 def _decode_keys(
-    section: bytes | bytearray, lengths: npt.NDArray[np.uint32], path: Path
+    section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path
 ) -> list[str]:
     """Split the key section (each key's UTF-8 bytes and a NUL; ``lengths`` exclude the NUL):
     decoded once and split at the NULs (one decode per key when a key itself contains NUL)."""
@@ -481,12 +480,12 @@ def _decode_keys(
     if n == 0:
         return []
     ends = _key_ends(section, lengths, path)
+    data = section.tobytes()
     try:
-        if section.count(0) == n:
-            keys = section.decode("utf-8").split("\x00")
+        if data.count(0) == n:
+            keys = data.decode("utf-8").split("\x00")
             keys.pop()  # the empty string after the last NUL
             return keys
-        data = bytes(section)
         starts = [0, *ends[:-1].tolist()]
         return [data[a : a + int(m)].decode("utf-8") for a, m in zip(starts, lengths, strict=True)]
     except UnicodeDecodeError as error:
@@ -555,14 +554,13 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
             raise corrupt(f"{size - expected} unexpected bytes after the end ({expected} bytes)")
         fps = np.empty(n, dtype="<u8")
         lengths = np.empty(n, dtype="<u4")
-        blob = bytearray(section_bytes)
+        blob = np.empty(section_bytes, dtype=np.uint8)  # not zeroed: read into at once
         crc = 0
-        for section, what in ((fps, "fingerprints"), (lengths, "key lengths")):
+        sections = ((fps, "fingerprints"), (lengths, "key lengths"), (blob, "keys"))
+        for section, what in sections:
             view = section.data.cast("B")
             _read_exactly(source, view, path, what)
             crc = zlib.crc32(view, crc)
-        _read_exactly(source, memoryview(blob), path, "keys")
-        crc = zlib.crc32(blob, crc)
         trailer = source.read(_TRAILER.size)
         if len(trailer) != _TRAILER.size:
             raise corrupt("truncated in the trailer")

@@ -373,7 +373,7 @@ def test_keys_are_kept_as_the_section_and_decoded_on_demand(tmp_path: Path) -> N
     assert snap.keys == keys and snap.keys is snap.keys  # decoded once
     empty = tmp_path / "empty.pmx"
     _write(empty, [], [])
-    assert read_snapshot(empty).keys == [] and read_snapshot(empty).section == b""
+    assert read_snapshot(empty).keys == [] and read_snapshot(empty).section.size == 0
 
 
 def test_invalid_utf8_is_refused_at_its_offset_in_the_section(
