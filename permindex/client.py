@@ -14,7 +14,7 @@ first use.
 - Errors are :class:`~permindex.errors.ServerError` instances carrying the gRPC status code
   (``.code``) that also subclass the matching permindex error or built-in (a too-large batch is a
   :class:`~permindex.errors.LimitExceededError`, an unreachable server a ``ConnectionError``...).
-- Retries: only calls that change nothing (query, get, stats, pairs, clusters, flags,
+- Retries: only calls that change nothing (query, query_columns, get, stats, pairs, clusters, flags,
   exact_duplicates) are retried, and only on UNAVAILABLE, with exponential backoff (``retries``
   attempts after the first, waits of ``backoff`` seconds doubling up to ``max_backoff``). Writes
   are never retried: an UNAVAILABLE write may or may not have been applied.
