@@ -39,6 +39,9 @@ def test_metrics_count_calls_codes_and_state(start_server: StartServer, tmp_path
         client.query(0)
         with pytest.raises(ServerError):
             client.query(0, k=9)
+        assert len(client.query_columns(range(5), batch=2)) > 0  # one stream of 3 messages
+        with pytest.raises(ServerError):
+            client.query_columns([0], k=9)
         client.pairs()
         client.snapshot()
         client.add([("after", 1 << 63)])
@@ -53,6 +56,8 @@ def test_metrics_count_calls_codes_and_state(start_server: StartServer, tmp_path
     assert value("permindex_rpc_requests_total", method="Ingest", code="OK") == 1
     assert value("permindex_rpc_requests_total", method="Query", code="OK") == 1
     assert value("permindex_rpc_errors_total", method="Query", code="INVALID_ARGUMENT") == 1
+    assert value("permindex_rpc_requests_total", method="QueryColumns", code="OK") == 1
+    assert value("permindex_rpc_errors_total", method="QueryColumns", code="INVALID_ARGUMENT") == 1
     assert value("permindex_rpc_errors_total", method="Stats", code="UNAUTHENTICATED") == 1
     assert value("permindex_rpc_requests_total", method="Pairs", code="OK") == 1
     assert value("permindex_rpc_duration_seconds_count", method="Add") == 2
