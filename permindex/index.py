@@ -77,6 +77,7 @@ DEFAULT_COMPACTION_MIN = 1 << 16
 _QUERY_CHUNK = 16384  # queries per numpy pass of query_many
 _CANDIDATE_BUDGET = 1 << 22  # candidates per numpy pass (a chunk is split above it)
 _SMALL_BATCH = 8  # query_many of at most this many fingerprints uses the per-query path
+_GROW_AHEAD_ROWS = 1 << 16  # from this capacity on, arrays grow ahead in a background thread
 _MATCH_ORDER = itemgetter(2, 0)  # (distance, key)
 _AUTO_SIZE = 1_000_000  # fingerprints assumed by design="auto" without expected_size
 _HASH_CHUNK = 1 << 16  # keys of a compact key section hashed per step
@@ -313,6 +314,7 @@ class Index:
         self._n_rows = 0
         self._store = KeyStore()
         self._compactions = 0  # row numbers change at each compaction (see export_slices)
+        self._grower: threading.Thread | None = None  # a growth ahead in progress
 
     @classmethod
     def from_arrays(
@@ -518,9 +520,10 @@ class Index:
         data = validate_key(key).encode("utf-8")
         value = validate_fingerprint(fingerprint)
         h = hash_key(data)
+        self._await_growth(1, len(data) + 1)
         with self._lock:
             added = self._add(data, h, value)
-        self._merge_runs()
+        self._after_write()
         return added
 
     def _add(self, data: bytes, h: int, value: int) -> bool:
@@ -605,9 +608,10 @@ class Index:
         ``values``, is given), the rows stored under it, runs merged after."""
         if prepared is None and self._tables[0].direct_run(int(values.size)):
             prepared = [table.prepare_run(values) for table in self._tables]
+        self._await_growth(int(values.size), int(batch.blob.size))
         with self._lock:
             new = self._add_many(batch, values, prepared)
-        self._merge_runs()
+        self._after_write(int(values.size))
         return new
 
     def _add_many(
@@ -711,6 +715,105 @@ class Index:
                 live[: self._n_rows] = self._live[: self._n_rows]
                 self._live = live
             self._views()
+
+    def _after_write(self, rows: int = 1) -> None:
+        """Upkeep after a write of ``rows`` rows, outside the lock: grow ahead
+        (:meth:`_grow_ahead`) unless the write was large (an eighth of the capacity or more: a
+        bulk load leaves its arrays exactly full, and may be all there is), and merge the
+        tables' runs (:meth:`_merge_runs`)."""
+        if 8 * rows < self._fps.size:
+            self._grow_ahead()
+        self._merge_runs()
+
+    def _growth_wanted(self) -> bool:
+        """Whether the row arrays or the key store are close to an inline growth (caller holds
+        the lock): rows above 7/8 of the capacity, or see :meth:`KeyStore.growth_wanted`. Small
+        indexes (capacity below 2^16 rows) grow inline, which costs less than a thread."""
+        if self._fps.size < _GROW_AHEAD_ROWS:
+            return False
+        return 8 * self._n_rows > 7 * self._fps.size or self._store.growth_wanted()
+
+    def _grow_ahead(self, rows: int = 0, data_bytes: int = 0) -> threading.Thread | None:
+        """Start growing the arrays in a background thread (:meth:`_grow`) when they are close to
+        full, or when ``rows`` more rows with ``data_bytes`` key bytes would not fit; returns the
+        thread growing them (None: no growth). At 10^7 rows a growth under the lock would hold
+        every query and write up for 0.2 s (copying the row arrays and the keys) to 2 s
+        (rehashing the key store's table)."""
+        grower = self._grower
+        if grower is not None:
+            return grower
+        with self._lock:
+            if self._grower is not None:
+                return self._grower
+            fits = self._n_rows + rows <= self._fps.size and self._store.fits(rows, data_bytes)
+            if fits and not self._growth_wanted():
+                return None
+            grower = threading.Thread(
+                target=self._grow, args=(rows, data_bytes), name="permindex-grow", daemon=True
+            )
+            self._grower = grower
+            grower.start()  # under the lock, so that no one joins it before it started
+        return grower
+
+    def _grow(self, rows: int, data_bytes: int) -> None:
+        """Grow the row arrays (by half when above 7/8 full, and so that ``rows`` more fit) and
+        the key store (:class:`~permindex.keystore.Growth`) mostly without the lock: the lock is
+        taken to note the state (and copy the liveness mask), released while the rows noted are
+        copied and the key store's hash table is rebuilt (rows never change once appended), and
+        taken again to copy what was appended meanwhile, replay the key store's changes and swap
+        the arrays in. A compaction meanwhile abandons it. Runs in the thread started by
+        :meth:`_grow_ahead`."""
+        try:
+            with self._lock:
+                growth = self._store.begin_growth(rows, data_bytes)
+                start = self._n_rows
+                fps = self._fps
+                capacity = fps.size
+                if 8 * start > 7 * capacity:
+                    capacity += capacity // 2
+                capacity = min(max(capacity, start + rows), MAX_ROWS)
+                live = None if self._live is None else self._live[:start].copy()
+                compactions = self._compactions
+            if live is None:
+                linked = np.arange(start, dtype=np.int64)
+            else:
+                linked = np.flatnonzero(live).astype(np.int64)
+            KeyStore.prepare_growth(growth, linked)
+            new_fps = None
+            if capacity > fps.size:
+                new_fps = np.zeros(capacity, dtype=np.uint64)
+                new_fps[:start] = fps[:start]
+            with self._lock:
+                if self._compactions != compactions:
+                    return  # the compaction abandoned the key store's growth too
+                self._store.finish_growth(growth)
+                if new_fps is not None and capacity > self._fps.size:
+                    n = self._n_rows
+                    new_fps[start:n] = self._fps[start:n]
+                    if self._live is not None:
+                        grown_live = np.zeros(capacity, dtype=bool)
+                        grown_live[:n] = self._live[:n]
+                        self._live = grown_live
+                    self._fps = new_fps
+                    self._views()
+        finally:
+            with self._lock:
+                self._grower = None
+
+    def _await_growth(self, rows: int, data_bytes: int) -> None:
+        """Before a write of ``rows`` rows with ``data_bytes`` key bytes, outside the lock (never
+        call it holding the lock: the growth needs it): when the write would not fit in large
+        arrays, have them grown by :meth:`_grow_ahead`'s thread and wait for it -- only this
+        writer waits, queries go on. A write that still does not fit (another writer came
+        first) grows the arrays under the lock, as small indexes always do."""
+        if self._fps.size < _GROW_AHEAD_ROWS:
+            return
+        grower = self._grow_ahead(rows, data_bytes)
+        if grower is not None:
+            with self._lock:
+                fits = self._n_rows + rows <= self._fps.size and self._store.fits(rows, data_bytes)
+            if not fits:
+                grower.join()
 
     def _merge_runs(self) -> None:
         """Merge the tables' runs that break the size ratio, without holding the lock while
@@ -1014,7 +1117,7 @@ class Index:
                 return CheckAndAddResult(False, matches, False)
             replaced = self._store.find(data, h) >= 0
             self._add(data, h, value)
-        self._merge_runs()
+        self._after_write()
         return CheckAndAddResult(True, [], replaced)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:

@@ -37,15 +37,25 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 from xxhash import xxh3_64_intdigest
 
-__all__ = ["EncodedKeys", "KeyStore", "batch_subset", "encode_keys", "hash_key", "hash_many"]
+__all__ = [
+    "EncodedKeys",
+    "Growth",
+    "KeyStore",
+    "batch_subset",
+    "encode_keys",
+    "hash_key",
+    "hash_many",
+]
 
 _MIN_SLOTS = 16
+_LINK, _UNLINK, _RELINK = 0, 1, 2  # changes to the hash table recorded while a growth is prepared
 _U8 = NDArray[np.uint8]
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
@@ -127,6 +137,34 @@ def _ragged_positions(starts: _I64, lengths: _I64) -> _I64:
     return np.cumsum(out)
 
 
+@dataclass(eq=False)
+class Growth:
+    """Bigger arrays for a :class:`KeyStore`, prepared without holding the index's lock: begun
+    under the lock (:meth:`KeyStore.begin_growth`), filled without it
+    (:meth:`KeyStore.prepare_growth`), swapped in under it (:meth:`KeyStore.finish_growth`).
+
+    Rows, hashes, births, offsets and key bytes are append-only, so the first ``rows`` rows of
+    the arrays taken at the beginning (``sources``) never change and are copied without the lock;
+    the rows appended meanwhile are copied at the end. The hash table is rebuilt from the rows
+    linked at the beginning; every link, unlink and relink made meanwhile is recorded in
+    ``journal`` and replayed on the new table at the end. A compaction (which renumbers rows)
+    abandons the growth.
+    """
+
+    rows: int  # rows appended at the beginning
+    used: int  # key bytes used at the beginning
+    row_capacity: int  # new capacity in rows (the current one: no growth)
+    data_capacity: int  # new capacity in key bytes
+    slot_count: int  # new hash table size (0: it keeps its size)
+    sources: tuple[_U64, NDArray[np.uint32], _I64, _U8]  # hashes, born, offsets, data then
+    journal: list[tuple[int, _I64, _I64 | None]] = field(default_factory=list)
+    abandoned: bool = False
+    prepared: bool = False
+    row_arrays: tuple[_U64, NDArray[np.uint32], _I64] | None = None  # hashes, born, offsets
+    data: _U8 | None = None
+    slots: NDArray[np.uint32] | None = None
+
+
 class KeyStore:
     """Keys by row with a key → row hash table; see the module docstring for the layout.
 
@@ -138,6 +176,7 @@ class KeyStore:
         "_born",
         "_data",
         "_data_mv",
+        "_growth",
         "_hash_mv",
         "_hashes",
         "_live",
@@ -160,6 +199,7 @@ class KeyStore:
         self._born: NDArray[np.uint32] = np.zeros(64, dtype=np.uint32)
         self._slots: NDArray[np.uint32] = np.zeros(_MIN_SLOTS, dtype=np.uint32)
         self._mask = _MIN_SLOTS - 1
+        self._growth: Growth | None = None  # a growth being prepared off the lock
         self._views()
 
     def _views(self) -> None:
@@ -220,6 +260,118 @@ class KeyStore:
         self._slot_mv = self._slots.data
         self._link_many(linked)
 
+    def fits(self, rows: int, data_bytes: int) -> bool:
+        """Whether ``rows`` more rows with ``data_bytes`` more key bytes fit without growing any
+        array (the hash table included, counting each row as a new key). Exact when the caller
+        holds the index's lock; a hint otherwise."""
+        return (
+            self._rows + rows <= self._hashes.size
+            and int(self._offsets[self._rows]) + data_bytes <= self._data.size
+            and 2 * (self._live + rows) <= self._slots.size
+        )
+
+    def growth_wanted(self) -> bool:
+        """Whether growing ahead is due: rows or key bytes above 7/8 of their capacity, or live
+        keys above 2/5 of the hash table's slots (it doubles inline above 1/2)."""
+        return (
+            8 * self._rows > 7 * self._hashes.size
+            or 8 * int(self._offsets[self._rows]) > 7 * self._data.size
+            or 5 * self._live > 2 * self._slots.size
+        )
+
+    def begin_growth(self, rows: int = 0, data_bytes: int = 0) -> Growth:
+        """Begin growing (the caller holds the index's lock; O(1)) so that ``rows`` more rows
+        (new keys) with ``data_bytes`` more key bytes fit, and ahead of that: arrays past 7/8
+        of their capacity grow by half, the hash table past a load of 2/5 doubles. Record every
+        change to the hash table from now until :meth:`finish_growth`. Replaces a growth begun
+        earlier and not finished (which is then abandoned)."""
+        if self._growth is not None:
+            self._growth.abandoned = True
+        row_capacity = self._hashes.size
+        if 8 * self._rows > 7 * row_capacity:
+            row_capacity += row_capacity // 2
+        row_capacity = max(row_capacity, self._rows + rows)
+        used = int(self._offsets[self._rows])
+        data_capacity = self._data.size
+        if 8 * used > 7 * data_capacity:
+            data_capacity += data_capacity // 2
+        data_capacity = max(data_capacity, used + data_bytes)
+        slot_count = self._slots.size
+        if 5 * self._live > 2 * slot_count:
+            slot_count *= 2
+        while 2 * (self._live + rows) > slot_count:
+            slot_count *= 2
+        if slot_count == self._slots.size:
+            slot_count = 0
+        growth = Growth(
+            rows=self._rows,
+            used=used,
+            row_capacity=row_capacity,
+            data_capacity=data_capacity,
+            slot_count=slot_count,
+            sources=(self._hashes, self._born, self._offsets, self._data),
+        )
+        self._growth = growth
+        return growth
+
+    @staticmethod
+    def prepare_growth(growth: Growth, linked: _I64) -> None:
+        """Fill ``growth``'s arrays: copy the rows it began with and, when the hash table grows,
+        link ``linked`` ((m,) int64: the rows linked when it began, the live rows below
+        ``growth.rows``) into a new one. Reads only what never changes, so it runs without the
+        index's lock (and without the GIL for most of its time: numpy copies). O(rows + bytes)."""
+        hashes, born, offsets, data = growth.sources
+        rows, used = growth.rows, growth.used
+        if growth.row_capacity > hashes.size:
+            growth.row_arrays = (
+                _grown(hashes, growth.row_capacity, rows),
+                _grown(born, growth.row_capacity, rows),
+                _grown(offsets, growth.row_capacity + 1, rows + 1),
+            )
+        if growth.data_capacity > data.size:
+            growth.data = _grown(data, growth.data_capacity, used)
+        if growth.slot_count > 0:
+            slots = np.zeros(growth.slot_count, dtype=np.uint32)
+            _link_rows(slots, growth.slot_count - 1, hashes, linked)
+            growth.slots = slots
+        growth.prepared = True
+
+    def finish_growth(self, growth: Growth) -> bool:
+        """Swap in ``growth``'s arrays (the caller holds the index's lock): copy the rows
+        appended since it began and replay the hash table's changes since then on the new
+        table. An array the store already outgrew inline meanwhile is left as it is. Returns
+        False (nothing changes) when the growth was abandoned (a compaction, or a newer
+        growth) or not prepared. O(rows and bytes appended meanwhile + changes meanwhile)."""
+        if growth.abandoned or not growth.prepared or self._growth is not growth:
+            return False
+        self._growth = None
+        rows, used = growth.rows, growth.used
+        now_rows = self._rows
+        now_used = int(self._offsets[now_rows])
+        if growth.row_arrays is not None and growth.row_capacity > self._hashes.size:
+            hashes, born, offsets = growth.row_arrays
+            hashes[rows:now_rows] = self._hashes[rows:now_rows]
+            born[rows:now_rows] = self._born[rows:now_rows]
+            offsets[rows + 1 : now_rows + 1] = self._offsets[rows + 1 : now_rows + 1]
+            self._hashes, self._born, self._offsets = hashes, born, offsets
+        if growth.data is not None and growth.data_capacity > self._data.size:
+            growth.data[used:now_used] = self._data[used:now_used]
+            self._data = growth.data
+        if growth.slots is not None and growth.slots.size > self._slots.size:
+            self._slots = growth.slots
+            self._mask = growth.slots.size - 1
+            self._views()
+            for change, first, second in growth.journal:
+                if change == _LINK:
+                    self._link_many(first)
+                elif change == _UNLINK:
+                    self._unlink_slot(int(first[0]))
+                else:
+                    assert second is not None
+                    self._relink_many(first, second)
+        self._views()
+        return True
+
     # -- single keys ------------------------------------------------------------------------
 
     def find(self, key: bytes, h: int) -> int:
@@ -268,11 +420,21 @@ class KeyStore:
             i = (i + 1) & mask
         slots[i] = row + 1
         self._live += 1
+        if self._growth is not None:
+            self._growth.journal.append((_LINK, np.array([row], dtype=np.int64), None))
         return row
 
     def unlink(self, row: int) -> None:
         """Make the live ``row``'s key unfindable (removal, or before a replacement's append):
         backward-shift deletion from its slot. O(cluster) Python steps."""
+        self._unlink_slot(row)
+        self._live -= 1
+        if self._growth is not None:
+            self._growth.journal.append((_UNLINK, np.array([row], dtype=np.int64), None))
+
+    def _unlink_slot(self, row: int) -> None:
+        """Empty the slot of the linked ``row`` by backward-shift deletion (Knuth's
+        Algorithm R)."""
         slots = self._slot_mv
         hashes = self._hash_mv
         mask = self._mask
@@ -294,7 +456,6 @@ class KeyStore:
                 slots[i] = v
                 i = j
         slots[i] = 0
-        self._live -= 1
 
     def key(self, row: int) -> str:
         """The key of ``row`` (live or dead), decoded."""
@@ -386,6 +547,13 @@ class KeyStore:
             born[moved] = self._born[moved_from[moved]]
             self._relink_many(moved_from[moved], rows[moved])
             self._link_many(rows[new])
+        if self._growth is not None:
+            journal = self._growth.journal
+            if moved_from is None:
+                journal.append((_LINK, rows, None))
+            else:
+                journal.append((_RELINK, moved_from[~new], rows[~new]))
+                journal.append((_LINK, rows[new], None))
         self._next_born += count
         self._rows = first + n
         self._live += count
@@ -395,17 +563,7 @@ class KeyStore:
         """Put ``rows`` (distinct, not linked) into free slots: vectorized linear probing, one
         round per probe step; of several rows aiming at one free slot, one wins and the others
         move on."""
-        mask = self._mask
-        slots = self._slots
-        pos = (self._hashes[rows] & np.uint64(mask)).astype(np.int64)
-        tag = (rows + 1).astype(np.uint32)
-        while rows.size:
-            free = slots[pos] == 0
-            slots[pos[free]] = tag[free]
-            won = free & (slots[pos] == tag)
-            left = ~won
-            rows, tag = rows[left], tag[left]
-            pos = (pos[left] + 1) & mask
+        _link_rows(self._slots, self._mask, self._hashes, rows)
 
     def _relink_many(self, old_rows: _I64, new_rows: _I64) -> None:
         """Point the slots of linked ``old_rows`` at ``new_rows`` (the same keys on new rows);
@@ -474,7 +632,11 @@ class KeyStore:
     # -- compaction and invariants -------------------------------------------------------------
 
     def compact(self, keep: _I64) -> None:
-        """Keep only the rows ``keep`` (increasing, all linked), renumbered 0..m-1 in order."""
+        """Keep only the rows ``keep`` (increasing, all linked), renumbered 0..m-1 in order. A
+        growth being prepared is abandoned (:meth:`finish_growth` then returns False)."""
+        if self._growth is not None:
+            self._growth.abandoned = True
+            self._growth = None
         m = int(keep.size)
         starts = self._offsets[keep]
         sizes = self._offsets[keep + 1] - starts
@@ -543,6 +705,21 @@ class KeyStore:
 
 
 _A = TypeVar("_A", bound=np.generic)
+
+
+def _link_rows(slots: NDArray[np.uint32], mask: int, hashes: _U64, rows: _I64) -> None:
+    """Put ``rows`` (distinct, not in ``slots``) into free slots of the table ``slots`` (size
+    mask + 1) by their ``hashes``: vectorized linear probing, one round per probe step; of
+    several rows aiming at one free slot, one wins and the others move on."""
+    pos = (hashes[rows] & np.uint64(mask)).astype(np.int64)
+    tag = (rows + 1).astype(np.uint32)
+    while rows.size:
+        free = slots[pos] == 0
+        slots[pos[free]] = tag[free]
+        won = free & (slots[pos] == tag)
+        left = ~won
+        rows, tag = rows[left], tag[left]
+        pos = (pos[left] + 1) & mask
 
 
 def _grown(array: NDArray[_A], capacity: int, used: int) -> NDArray[_A]:
