@@ -31,6 +31,9 @@ previous generation, so ``snapshot.pmx.prev`` plus the log is a complete fallbac
 Recovery (:meth:`Store.open`): lock the directory, load the snapshot (if any), read the log after
 its sequence (:func:`permindex.wal.read_log`: a torn tail is cut off with a warning; corruption
 before it stops the start unless ``truncate_corrupt_log``), replay it, then continue the log.
+The snapshot's key section goes into the index as it is on disk
+(:meth:`permindex.index.Index.from_compact`: no Python str per key; the keys are hashed while a
+second thread builds the tables).
 """
 
 from __future__ import annotations
