@@ -46,6 +46,7 @@ from permindex.keystore import (
     encode_keys,
     hash_key,
     hash_many,
+    next_capacity,
 )
 from permindex.permutation import (
     DEFAULT_DESIGN,
@@ -706,7 +707,7 @@ class Index:
         need = self._n_rows + extra
         capacity = self._fps.size
         if need > capacity:
-            capacity = min(max(need, capacity + capacity // 2, 1024), MAX_ROWS)
+            capacity = min(max(next_capacity(need, capacity), 1024), MAX_ROWS)
             fps = np.zeros(capacity, dtype=np.uint64)
             fps[: self._n_rows] = self._fps[: self._n_rows]
             self._fps = fps
@@ -719,8 +720,9 @@ class Index:
     def _after_write(self, rows: int = 1) -> None:
         """Upkeep after a write of ``rows`` rows, outside the lock: grow ahead
         (:meth:`_grow_ahead`) unless the write was large (an eighth of the capacity or more: a
-        bulk load leaves its arrays exactly full, and may be all there is), and merge the
-        tables' runs (:meth:`_merge_runs`)."""
+        bulk load leaves an eighth of room, :func:`~permindex.keystore.next_capacity`, and may
+        be all there is: growing then would only take memory), and merge the tables' runs
+        (:meth:`_merge_runs`)."""
         if 8 * rows < self._fps.size:
             self._grow_ahead()
         self._merge_runs()

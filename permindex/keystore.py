@@ -52,6 +52,7 @@ __all__ = [
     "encode_keys",
     "hash_key",
     "hash_many",
+    "next_capacity",
 ]
 
 _MIN_SLOTS = 16
@@ -233,16 +234,16 @@ class KeyStore:
     # -- growth -----------------------------------------------------------------------------
 
     def _reserve(self, rows: int, data_bytes: int) -> None:
-        """Room for ``rows`` more rows and ``data_bytes`` more key bytes (amortized 1.5x)."""
+        """Room for ``rows`` more rows and ``data_bytes`` more key bytes (:func:`next_capacity`)."""
         need = self._rows + rows
         if need > self._hashes.size:
-            capacity = max(need, self._hashes.size + self._hashes.size // 2)
+            capacity = next_capacity(need, self._hashes.size)
             self._hashes = _grown(self._hashes, capacity, self._rows)
             self._born = _grown(self._born, capacity, self._rows)
             self._offsets = _grown(self._offsets, capacity + 1, self._rows + 1)
         used = int(self._offsets[self._rows])
         if used + data_bytes > self._data.size:
-            capacity = max(used + data_bytes, self._data.size + self._data.size // 2)
+            capacity = next_capacity(used + data_bytes, self._data.size)
             self._data = _grown(self._data, capacity, used)
         self._views()
 
@@ -705,6 +706,16 @@ class KeyStore:
 
 
 _A = TypeVar("_A", bound=np.generic)
+
+
+def next_capacity(need: int, capacity: int) -> int:
+    """The capacity an array of ``capacity`` elements grows to when ``need`` must fit: half as
+    much again (amortized O(1) appends), or ``need`` plus an eighth when a bulk write needs more
+    than that -- room for the writes that follow it, so that the first small write after loading
+    10^7 keys does not wait for a growth (it starts one in the background instead, see
+    :class:`Growth`)."""
+    grown = capacity + capacity // 2
+    return max(grown, need) if need <= grown else need + need // 8
 
 
 def _link_rows(slots: NDArray[np.uint32], mask: int, hashes: _U64, rows: _I64) -> None:

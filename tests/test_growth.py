@@ -213,14 +213,14 @@ def test_index_grows_in_the_background_under_concurrent_writes(
 
 
 def test_growth_does_not_hold_the_lock_while_it_copies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the key store's growth is being prepared, a query and a small write (which fits)
-    complete: the lock is free. Then the growth finishes and everything is there."""
+    """While the growth a write needs is being prepared, a query completes: the lock is free,
+    only the writer waits. Then the growth finishes and everything is there."""
     monkeypatch.setattr(index_module, "_GROW_AHEAD_ROWS", 1024)
     index = Index(k=3)
     rng = np.random.default_rng(3)
     fps = rng.integers(0, 2**64, 1024, dtype=np.uint64)
-    index.add_many([f"k{i}" for i in range(1024)], fps)  # exactly full now
-    assert index._fps.size == 1024
+    index.add_many([f"k{i}" for i in range(1024)], fps)
+    assert index._fps.size == 1024 + 128  # room for 128 more (next_capacity)
     preparing = threading.Event()
     proceed = threading.Event()
     real_prepare = KeyStore.prepare_growth
@@ -231,7 +231,8 @@ def test_growth_does_not_hold_the_lock_while_it_copies(monkeypatch: pytest.Monke
         real_prepare(growth, linked)
 
     monkeypatch.setattr(KeyStore, "prepare_growth", staticmethod(slow_prepare))
-    writer = threading.Thread(target=index.add, args=("k-new", 12345))  # needs a growth
+    more = [f"k-new-{i}" for i in range(500)]
+    writer = threading.Thread(target=index.add_many, args=(more, range(500)))  # needs a growth
     writer.start()
     assert preparing.wait(timeout=30)
     done: list[object] = []
@@ -243,6 +244,45 @@ def test_growth_does_not_hold_the_lock_while_it_copies(monkeypatch: pytest.Monke
     proceed.set()
     writer.join(timeout=30)
     assert not writer.is_alive()
-    assert index.get("k-new") == 12345
-    assert index._fps.size > 1024
+    assert [index.get(key) for key in more] == list(range(500))
+    assert index._fps.size >= 1024 + 500
     index._check()
+
+
+def test_the_first_small_write_after_a_bulk_load_does_not_wait_for_a_growth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bulk load leaves an eighth of room (next_capacity), so the next small writes fit at
+    once; the growth they start runs in the background (held back here until they are done)."""
+    n = 100_000
+    rng = np.random.default_rng(11)
+    fps = rng.integers(0, 2**64, n, dtype=np.uint64)
+    index = Index.from_arrays([f"key-{i}" for i in range(n)], fps)
+    assert index._fps.size == n + n // 8
+    proceed = threading.Event()
+    real_prepare = KeyStore.prepare_growth
+
+    def held_prepare(growth: keystore_module.Growth, linked: np.ndarray) -> None:
+        assert proceed.wait(timeout=30)
+        real_prepare(growth, linked)
+
+    monkeypatch.setattr(KeyStore, "prepare_growth", staticmethod(held_prepare))
+    done: list[int] = []
+
+    def writes() -> None:
+        for i in range(50):
+            index.add(f"new-{i}", i)
+        index.add_many([f"batch-{i}" for i in range(100)], list(range(100)))
+        done.append(1)
+
+    writer = threading.Thread(target=writes)
+    writer.start()
+    writer.join(timeout=30)
+    assert done == [1]  # finished while the growth was held back
+    grower = index._grower
+    assert grower is not None and grower.is_alive()
+    proceed.set()
+    grower.join(timeout=30)
+    assert index._fps.size == (n + n // 8) * 3 // 2
+    index._check()
+    assert index.get("new-7") == 7 and index.get("batch-99") == 99 and index.get("key-5") == fps[5]
