@@ -992,14 +992,19 @@ class Index:
         with self._lock:
             if n <= _SMALL_BATCH:
                 results = [self._query_one(q, kk) for q in queries.tolist()]
+                if lim:
+                    for matches in results:
+                        del matches[lim:]
             else:
-                results = self._query_batch(queries, kk)
-        if lim:
-            for matches in results:
-                del matches[lim:]
+                results = self._query_batch(queries, kk, lim)
         return results
 
-    def _query_batch(self, queries: _U64, k: int) -> list[list[Match]]:
+    def _query_batch(self, queries: _U64, k: int, limit: int = 0) -> list[list[Match]]:
+        """The matches of each query, sorted by (distance, key); with a ``limit`` (0: none),
+        only the first ``limit`` of each are made into :class:`Match` objects: the order, keys
+        included, is found on arrays first (one rank per distinct matched row), so a limit
+        bounds the Python objects whatever the number of matches (1,024 queries of one
+        fingerprint stored under 6,000 keys, limit 1: 1,024 objects, not 6 million)."""
         found_q: list[NDArray[np.intp]] = []
         found_rows: list[NDArray[np.uint32]] = []
         found_d: list[NDArray[np.uint8]] = []
@@ -1013,6 +1018,8 @@ class Index:
         q_all = np.concatenate(found_q)
         rows_all = np.concatenate(found_rows)
         d_all = np.concatenate(found_d)
+        if limit:
+            return self._limited_results(results, q_all, rows_all, d_all, limit)
         # By query, then distance: most lists come out sorted; only ties of distance within one
         # query need the key order (a stable sort of that list).
         order = np.lexsort((d_all, q_all))
@@ -1035,6 +1042,34 @@ class Index:
             tie = (q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1])
             for q in np.unique(q_all[1:][tie]).tolist():  # each query with a tie sorted once
                 results[q].sort(key=_MATCH_ORDER)
+        return results
+
+    def _limited_results(
+        self,
+        results: list[list[Match]],
+        q_all: NDArray[np.intp],
+        rows_all: NDArray[np.uint32],
+        d_all: NDArray[np.uint8],
+        limit: int,
+    ) -> list[list[Match]]:
+        """Fill ``results`` with the first ``limit`` matches of each query in (distance, key)
+        order, from every match's query position, row and distance: the distinct rows' keys are
+        ranked once (code point order), the matches sorted by (query, distance, key rank) with
+        numpy and cut per query before any Match is made."""
+        distinct, inverse = np.unique(rows_all, return_inverse=True)
+        keys = self._store.keys(distinct)
+        by_key = sorted(range(len(keys)), key=keys.__getitem__)
+        rank = np.empty(len(keys), dtype=np.int64)
+        rank[np.asarray(by_key, dtype=np.int64)] = np.arange(len(keys), dtype=np.int64)
+        order = np.lexsort((rank[inverse], d_all, q_all))
+        q_sorted = q_all[order]
+        first = np.searchsorted(q_sorted, q_sorted, side="left")
+        kept = order[np.arange(order.size) - first < limit]
+        fps = self._fps[rows_all[kept]].tolist()
+        for q, j, value, d in zip(
+            q_all[kept].tolist(), inverse[kept].tolist(), fps, d_all[kept].tolist(), strict=True
+        ):
+            results[q].append(Match(keys[j], value, d))
         return results
 
     def _query_chunk(
