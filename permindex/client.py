@@ -269,6 +269,19 @@ def _documents(documents: Iterable[DocumentLike]) -> Iterator[tuple[pb.Document,
         yield message, size
 
 
+def _check_counts(**values: object) -> None:
+    """Refuse, before anything is sent, an option the server takes as a uint32 (``k``, ``limit``)
+    that is neither None nor an int in [0, 2^32): TypeError for a non-int (bool included),
+    :class:`~permindex.errors.InvalidArgumentError` naming it otherwise."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
+        if not 0 <= int(value) < 1 << 32:
+            raise InvalidArgumentError(f"{name} = {value} is outside 0 to 2**32 - 1", value)
+
+
 def _matches(message: Any) -> list[Match]:
     return [Match(m.key, m.fingerprint, m.distance) for m in message]
 
@@ -459,6 +472,7 @@ class Client:
     ) -> list[CheckResult]:
         """:meth:`check_and_add` for each document in order, in one request (so two
         near-duplicates in it can never both be added)."""
+        _check_counts(k=k)
         request = pb.CheckAndAddRequest(
             collection=self.collection,
             documents=[message for message, _ in _documents(documents)],
@@ -515,6 +529,7 @@ class Client:
     ) -> list[list[Match]]:
         """:meth:`query` for each fingerprint (one list each, in order), ``batch_size`` a
         request."""
+        _check_counts(k=k, limit=limit)
         values = list(fingerprints)
         for i, value in enumerate(values):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
@@ -560,13 +575,15 @@ class Client:
             whole input); :meth:`ColumnMatches.to_lists` gives :meth:`query_many`'s lists.
 
         Raises:
-            InvalidArgumentError: a fingerprint outside [0, 2^64) (before anything is sent),
-                ``batch`` or ``window`` below 1, or the server's INVALID_ARGUMENT (k too large).
-            TypeError: a non-integer fingerprint.
+            InvalidArgumentError: a fingerprint outside [0, 2^64), ``k`` or ``limit`` outside
+                [0, 2^32), ``batch`` or ``window`` below 1 (all before anything is sent), or the
+                server's INVALID_ARGUMENT (k above the index's design).
+            TypeError: a non-integer fingerprint, ``k`` or ``limit``.
             ServerError: any other refusal (e.g. RESOURCE_EXHAUSTED for a batch over the
                 server's limit or a reply over its message limit: use a limit or a smaller
                 batch); retried as a whole on UNAVAILABLE.
         """
+        _check_counts(k=k, limit=limit)
         if batch < 1 or window < 1:
             raise InvalidArgumentError(f"batch and window must be at least 1 ({batch}, {window})")
         values = as_fingerprint_array(fingerprints).astype("<u8", copy=False)
@@ -637,6 +654,7 @@ class Client:
     def pairs(self, *, k: int | None = None) -> list[tuple[str, str, int]]:
         """Every pair of stored keys within ``k``: ``(key_a, key_b, distance)``, key_a < key_b,
         sorted."""
+        _check_counts(k=k)
 
         def run() -> list[tuple[str, str, int]]:
             replies = self._stub.Pairs(
@@ -648,6 +666,7 @@ class Client:
 
     def clusters(self, *, k: int | None = None) -> list[list[str]]:
         """The clusters within ``k`` (connected components of the pairs), largest first."""
+        _check_counts(k=k)
 
         def run() -> list[list[str]]:
             found: dict[int, list[str]] = {}
@@ -662,6 +681,7 @@ class Client:
 
     def flags(self, *, k: int | None = None) -> list[Flag]:
         """Every key with another key within ``k``, with its nearest one, sorted by key."""
+        _check_counts(k=k)
 
         def run() -> list[Flag]:
             replies = self._stub.Flags(

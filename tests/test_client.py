@@ -8,8 +8,9 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import StartServer
@@ -157,3 +158,39 @@ def test_reads_are_retried_while_unavailable_writes_are_not(
         thread.join()
         assert time.monotonic() - began >= 0.7
         assert started
+
+
+@pytest.mark.parametrize(
+    ("k", "limit", "error"),
+    [
+        (-1, None, permindex.InvalidArgumentError),
+        (None, -1, permindex.InvalidArgumentError),
+        (None, 2**33, permindex.InvalidArgumentError),
+        ("2", None, TypeError),
+        (True, None, TypeError),
+        (None, 1.5, TypeError),
+    ],
+)
+def test_bad_k_or_limit_is_refused_before_anything_is_sent(
+    client: permindex.Client, k: Any, limit: Any, error: type[Exception]
+) -> None:
+    """A k or limit that is not a uint32 is the caller's mistake: TypeError or
+    InvalidArgumentError naming it, raised locally (not UNKNOWN from the server)."""
+    client.add([("a", "one two three four"), ("b", "five six seven eight")])
+    calls: list[Callable[[], object]] = [
+        lambda: client.query(1, k=k, limit=limit),
+        lambda: client.query_many([1, 2], k=k, limit=limit),
+        lambda: client.query_columns([1, 2], k=k, limit=limit),
+    ]
+    if limit is None:
+        calls += [
+            lambda: client.pairs(k=k),
+            lambda: client.clusters(k=k),
+            lambda: client.flags(k=k),
+            lambda: client.check_and_add("c", "nine ten eleven twelve", k=k),
+        ]
+    for call in calls:
+        with pytest.raises(error, match=r"\b(k|limit)\b"):
+            call()
+    assert client.get("c") is None  # check_and_add sent nothing
+    assert len(client.query_many([1])) == 1  # the connection is fine
