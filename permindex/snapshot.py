@@ -550,6 +550,8 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     def corrupt(what: str) -> CorruptFileError:
         return CorruptFileError(f"{path}: {what}", path=str(path))
 
+    if path.is_dir():  # open() would say only "Is a directory"
+        raise corrupt("is a directory, not a snapshot file (move it away to start afresh)")
     with open(path, "rb") as source:
         size = os.fstat(source.fileno()).st_size
         header = source.read(_HEADER_V1_SIZE)

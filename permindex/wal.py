@@ -160,11 +160,16 @@ class Segment:
 
 
 def list_segments(directory: Path) -> list[Segment]:
-    """The segment files in ``directory`` (named ``wal-<20 digits>.log``), by first sequence."""
+    """The segment files in ``directory`` (named ``wal-<20 digits>.log``), by first sequence.
+    Raises CorruptFileError for a directory of such a name."""
     found = []
     for path in directory.iterdir():
         match = _NAME.fullmatch(path.name)
         if match:
+            if path.is_dir():
+                raise CorruptFileError(
+                    f"{path}: is a directory, not a log segment (move it away)", path=str(path)
+                )
             found.append(Segment(path, int(match.group(1))))
     return sorted(found, key=lambda segment: segment.first_sequence)
 

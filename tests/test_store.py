@@ -429,3 +429,17 @@ def test_a_snapshot_with_repeated_or_too_long_keys_is_refused(
         _open(root)
     with pytest.raises(CorruptFileError, match=match):
         _open(root)
+
+
+@pytest.mark.parametrize(
+    ("name", "what"),
+    [("snapshot.pmx", "not a snapshot file"), ("wal-00000000000000000001.log", "not a log segment")],
+)
+def test_a_directory_in_place_of_a_file_is_refused_naming_it(
+    tmp_path: Path, name: str, what: str
+) -> None:
+    """A directory where the snapshot or a log segment should be: CorruptFileError naming it
+    (the server's exit 7), not a bare IsADirectoryError."""
+    (tmp_path / name).mkdir()
+    with pytest.raises(CorruptFileError, match=f"{name}: is a directory, {what}"):
+        Store.open(tmp_path)
