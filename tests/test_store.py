@@ -433,7 +433,10 @@ def test_a_snapshot_with_repeated_or_too_long_keys_is_refused(
 
 @pytest.mark.parametrize(
     ("name", "what"),
-    [("snapshot.pmx", "not a snapshot file"), ("wal-00000000000000000001.log", "not a log segment")],
+    [
+        ("snapshot.pmx", "not a snapshot file"),
+        ("wal-00000000000000000001.log", "not a log segment"),
+    ],
 )
 def test_a_directory_in_place_of_a_file_is_refused_naming_it(
     tmp_path: Path, name: str, what: str
