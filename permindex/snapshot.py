@@ -60,7 +60,9 @@ Data directory (:class:`DataDir`)::
     DIR/wal-*.log           the write-ahead log's segments (:mod:`permindex.wal`): the changes
                             after the snapshot's log sequence, kept back to the previous
                             generation's
-    DIR/.snapshot.pmx.*.tmp a write in progress; left over only by a crash, removed at open
+    DIR/.snapshot.pmx.*.tmp a write in progress, or the generation before .prev being deleted
+                            (gradually, see :func:`_delete_gradually`); left over only by a
+                            crash, removed at open
 
 Options that differ from the server's: the snapshot stores only (key, fingerprint) pairs plus the
 k and design it was written with, for information. The tables are always rebuilt from the pairs
@@ -415,14 +417,15 @@ def write_snapshot_parts(
             out.write(_TRAILER.pack(crc, END_MARKER))
             out.flush()
             os.fsync(out.fileno())
-        if keep_previous and path.exists():
-            _link_previous(path)
+        retired = _link_previous(path) if keep_previous and path.exists() else None
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
     _fsync_directory(path.parent)
+    if retired is not None:
+        _delete_gradually(retired)
     return SnapshotInfo(
         path=path,
         count=n,
@@ -437,17 +440,47 @@ def write_snapshot_parts(
     )
 
 
-def _link_previous(path: Path) -> None:
-    """Make ``path.prev`` a hard link to ``path`` (atomically replacing an older ``.prev``)."""
+def _link_previous(path: Path) -> Path | None:
+    """Make ``path.prev`` a hard link to ``path``. An older ``.prev`` is first renamed to a
+    temporary name and returned, to be deleted with :func:`_delete_gradually` once the new
+    snapshot is in place (a crash before that leaves it as a stale temporary, removed at the next
+    open); None when there was none."""
     previous = path.with_name(path.name + PREVIOUS_SUFFIX)
     link = _temporary_name(path, "link")
+    retired = None
     try:
+        if previous.exists():
+            retired = _temporary_name(path, "retired")
+            os.replace(previous, retired)
         os.link(path, link)
         os.replace(link, previous)
     except OSError as error:  # e.g. a file system without hard links: no fallback copy kept
         with contextlib.suppress(OSError):
             os.unlink(link)
         log.warning("could not keep the previous snapshot as %s: %s", previous, error)
+    return retired
+
+
+def _delete_gradually(path: Path) -> None:
+    """Delete the file ``path`` by truncating it 32 MiB at a time (fsynced, at the idle I/O
+    class) before unlinking it. Freeing 500 MB of blocks at once (on ext4 mounted with
+    ``discard``, as here) stalled a concurrent log fdatasync for 29 to 40 ms; freed in steps, at
+    most 5 to 7 ms (measured on this VM). Errors are logged, never raised: the file is only a
+    retired generation."""
+    try:
+        with _idle_io_priority():
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                size = os.fstat(fd).st_size
+                while size > 0:
+                    size = max(0, size - _SYNC_BYTES)
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.unlink(path)
+    except OSError as error:
+        log.warning("could not delete the retired snapshot %s: %s", path, error)
 
 
 # ----------------------------------------------------------------------------------- reading

@@ -205,6 +205,42 @@ def test_replacement_is_atomic_and_keeps_the_previous_generation(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.pmx", "s.pmx.prev"]  # no temp left
 
 
+def test_the_generation_before_previous_is_deleted_gradually(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third snapshot retires the first: it is truncated in _SYNC_BYTES steps (fsynced) and
+    unlinked after the new one is in place; the second stays as .prev, no temporary is left."""
+    import permindex.snapshot as snapshot_module
+
+    path = tmp_path / "s.pmx"
+    keys = [f"key-{i:06d}" for i in range(20_000)]
+    _write(path, keys, list(range(20_000)))
+    first_size = path.stat().st_size
+    _write(path, ["second"], [2])
+    monkeypatch.setattr(snapshot_module, "_SYNC_BYTES", 64 << 10)
+    sizes: list[int] = []
+    real_ftruncate = os.ftruncate
+
+    def recording_ftruncate(fd: int, length: int) -> None:
+        sizes.append(length)
+        real_ftruncate(fd, length)
+
+    monkeypatch.setattr(os, "ftruncate", recording_ftruncate)
+    _write(path, ["third"], [3])
+    assert read_snapshot(path).keys == ["third"]
+    assert read_snapshot(tmp_path / "s.pmx.prev").keys == ["second"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.pmx", "s.pmx.prev"]
+    assert len(sizes) == -(-first_size // (64 << 10)) and sizes[-1] == 0
+    assert sizes == sorted(sizes, reverse=True)
+
+
+def test_a_retired_generation_left_by_a_crash_is_removed_at_open(tmp_path: Path) -> None:
+    (tmp_path / f".{SNAPSHOT_NAME}.123.4.retired.tmp").write_bytes(b"x" * 100)
+    with DataDir(tmp_path) as data_dir:
+        assert data_dir.load() is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["LOCK"]
+
+
 # ---------------------------------------------------------------------------------- corruption
 
 
