@@ -39,11 +39,11 @@ from permindex.rpc.auth import (
     server_credentials,
 )
 from permindex.rpc.catalog import Catalog
+from permindex.rpc.handlers import add_servicer
 from permindex.rpc.metrics import MetricsServer
 from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
 from permindex.snapshot import SnapshotInfo
 from permindex.store import Store
-from permindex.v1 import index_pb2_grpc
 
 __all__ = ["RunningServer", "create_server", "parse_address", "run_server"]
 
@@ -237,8 +237,10 @@ def create_server(config: ServerConfig) -> RunningServer:
     health checking and server reflection) on ``config.address``.
 
     Nothing listens until the data is loaded; health reports SERVING from then on. Messages up to
-    ``config.max_message_bytes`` are accepted and sent. With ``config.snapshot_interval`` > 0, a
-    thread snapshots every that many seconds when anything changed.
+    ``config.max_message_bytes`` are accepted and sent; request bytes that are not a valid message
+    for their RPC get INVALID_ARGUMENT (the handlers of :mod:`permindex.rpc.handlers`). With
+    ``config.snapshot_interval`` > 0, a thread snapshots every that many seconds when anything
+    changed.
 
     Returns:
         The :class:`RunningServer` (``.port`` is the actual port when port 0 was asked for).
@@ -299,9 +301,9 @@ def create_server(config: ServerConfig) -> RunningServer:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         catalog = Catalog(config, state)
         catalog.load()  # every other collection, recovered before anything listens
-        index_pb2_grpc.add_PermIndexServicer_to_server(  # type: ignore[no-untyped-call]
-            PermIndexService(state, catalog), server
-        )
+        # our handlers, not the generated add_PermIndexServicer_to_server: a malformed request
+        # gets INVALID_ARGUMENT instead of INTERNAL (see permindex.rpc.handlers)
+        add_servicer(PermIndexService(state, catalog), server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )

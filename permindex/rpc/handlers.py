@@ -1,0 +1,322 @@
+"""The method handlers of ``permindex.v1.PermIndex``, registered by us instead of by the generated
+``add_PermIndexServicer_to_server``, so that a request that is not a valid protobuf message gets
+INVALID_ARGUMENT with a message a user can act on instead of grpcio's INTERNAL "Exception
+deserializing request!".
+
+The handler table is derived from the service's descriptor (:func:`method_handlers`): every RPC
+of ``permindex/v1/index.proto`` gets the servicer's method of the same name, its request and
+response message classes, and the handler kind of its ``stream`` flags, so a new RPC is picked up
+without listing it here. Each request deserializer never raises: on bytes that do not parse (a
+truncated or garbage message, a string field that is not UTF-8) it returns a
+:class:`MalformedRequest` marker instead, and
+
+- for a unary request, the behaviour aborts with INVALID_ARGUMENT before the servicer sees it;
+- for a request stream (Ingest, QueryColumns), the servicer reads the messages before the
+  malformed one as usual (each is applied and acknowledged), and the request iterator then raises
+  :class:`~permindex.errors.InvalidArgumentError`, which ends the stream with INVALID_ARGUMENT.
+
+The status message names the message type and the first problem found in the bytes, e.g.
+``the request is not a valid permindex.v1.AddRequest message: documents[0].key is not valid
+UTF-8 (byte 5)``. Everything else is as with the generated registration: the same method
+names, both a generic handler and registered method handlers, and the server's interceptors
+(metrics, token check) wrap these handlers, so a malformed request is counted by the metrics with
+its status, and the token check, which runs before any deserialization, still refuses a call
+without a valid token (UNAUTHENTICATED) whatever its bytes. Messages over the server's size limit
+are refused by gRPC itself (RESOURCE_EXHAUSTED) before any of this runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
+
+from permindex.errors import InvalidArgumentError
+from permindex.v1 import index_pb2
+
+if TYPE_CHECKING:
+    _Handler = grpc.RpcMethodHandler[Any, Any]
+    _Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+__all__ = [
+    "MalformedRequest",
+    "add_servicer",
+    "describe_malformed",
+    "method_handlers",
+    "tolerant_deserializer",
+]
+
+log = logging.getLogger(__name__)
+
+#: The service whose handlers :func:`add_servicer` registers by default.
+PERMINDEX_SERVICE: ServiceDescriptor = index_pb2.DESCRIPTOR.services_by_name["PermIndex"]
+
+#: Nesting depth past which :func:`describe_malformed` stops looking (protobuf's own limit).
+_MAX_DEPTH = 100
+
+
+@dataclass(frozen=True)
+class MalformedRequest:
+    """What a :func:`tolerant_deserializer` returns for bytes that are not a valid message.
+
+    Attributes:
+        type_name: full name of the expected message type, e.g. ``permindex.v1.QueryRequest``.
+        reason: the first problem found in the bytes (see :func:`describe_malformed`).
+    """
+
+    type_name: str
+    reason: str
+
+    @property
+    def message(self) -> str:
+        """The status message the client gets."""
+        return f"the request is not a valid {self.type_name} message: {self.reason}"
+
+
+class _Malformed(Exception):
+    """A problem :func:`describe_malformed` found (internal)."""
+
+
+def _varint(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
+    """The varint at ``data[pos:end]`` and the position after it."""
+    value = 0
+    for shift in range(0, 70, 7):
+        if pos >= end:
+            raise _Malformed(f"the bytes end inside {what} (byte {pos})")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+    raise _Malformed(f"{what} is a varint longer than 10 bytes (ending at byte {pos})")
+
+
+def _check_message(
+    data: bytes, start: int, end: int, descriptor: Descriptor, path: str, depth: int
+) -> None:
+    """Walk the fields of one message in ``data[start:end]``; raise :class:`_Malformed` at the
+    first problem: a truncated field, an invalid wire type or field number, a string field that
+    is not UTF-8 (in a known message field too, recursively)."""
+    if depth > _MAX_DEPTH:
+        raise _Malformed(f"messages nested more than {_MAX_DEPTH} deep")
+    seen: dict[int, int] = {}
+    pos = start
+    while pos < end:
+        tag_at = pos
+        tag, pos = _varint(data, pos, end, f"a field tag of {path or 'the message'}")
+        number, wire_type = tag >> 3, tag & 7
+        if number == 0:
+            raise _Malformed(f"field number 0 at byte {tag_at} (not a protobuf message?)")
+        field = descriptor.fields_by_number.get(number)
+        if field is None:
+            name = f"{path}field {number}"
+        else:
+            name = path + field.name
+            if field.is_repeated:
+                seen[number] = seen.get(number, -1) + 1
+                if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+                    name += f"[{seen[number]}]"
+        if wire_type == 0:
+            _, pos = _varint(data, pos, end, name)
+        elif wire_type in (1, 5):
+            width = 8 if wire_type == 1 else 4
+            if pos + width > end:
+                raise _Malformed(
+                    f"the bytes end inside {name} (needs {width} bytes at byte {pos}, "
+                    f"{end - pos} left)"
+                )
+            pos += width
+        elif wire_type == 2:
+            length, pos = _varint(data, pos, end, f"the length of {name}")
+            if pos + length > end:
+                raise _Malformed(
+                    f"the bytes end inside {name} (a length of {length} at byte {pos}, "
+                    f"{end - pos} left)"
+                )
+            if field is not None and field.type == FieldDescriptor.TYPE_STRING:
+                try:
+                    data[pos : pos + length].decode("utf-8")
+                except UnicodeDecodeError as error:
+                    first, last = pos + error.start, pos + error.end - 1
+                    where = f"byte {first}" if first == last else f"bytes {first}-{last}"
+                    raise _Malformed(f"{name} is not valid UTF-8 ({where})") from None
+            elif field is not None and field.message_type is not None:
+                _check_message(data, pos, pos + length, field.message_type, name + ".", depth + 1)
+            pos += length
+        elif wire_type in (3, 4):
+            return  # groups: not used by permindex; left to protobuf's own message
+        else:
+            raise _Malformed(f"invalid wire type {wire_type} in the tag at byte {tag_at}")
+
+
+def describe_malformed(data: bytes, descriptor: Descriptor, error: BaseException) -> str:
+    """Say what is wrong with ``data``, bytes that ``descriptor``'s message class refused.
+
+    Walks the protobuf wire format to name the first problem and where it is (``documents[2].key
+    is not valid UTF-8 (byte 40)``, ``the bytes end inside fingerprints ...``, ``invalid wire
+    type 7 ...``); when the walk finds nothing (a problem it does not check), the parser's own
+    ``error`` message, without its "Error parsing message with type" prefix. Only called on the
+    error path: its cost (linear in ``len(data)``) is never paid by a valid request.
+    """
+    try:
+        _check_message(data, 0, len(data), descriptor, "", 0)
+    except _Malformed as problem:
+        return str(problem)
+    except RecursionError:  # pragma: no cover - bounded by _MAX_DEPTH
+        pass
+    text = " ".join(str(error).split())
+    _, marker, rest = text.partition(f"'{descriptor.full_name}': ")
+    return (rest if marker else text) or type(error).__name__
+
+
+def tolerant_deserializer(descriptor: Descriptor) -> Callable[[bytes], Any]:
+    """A request deserializer for ``descriptor``'s message class that never raises.
+
+    Returns:
+        A function of the serialized bytes: the parsed message, or a :class:`MalformedRequest`
+        when the parser raises anything (``google.protobuf.message.DecodeError`` for truncated
+        or garbage bytes and for a string field that is not UTF-8, whichever protobuf backend
+        raises what for them: parsing is a pure function of the bytes, so any exception of it
+        is about the bytes).
+    """
+    parse = message_factory.GetMessageClass(descriptor).FromString
+    type_name = descriptor.full_name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as error:
+            return MalformedRequest(type_name, describe_malformed(data, descriptor, error))
+
+    return deserialize
+
+
+def _refuse(context: grpc.ServicerContext, method: str, malformed: MalformedRequest) -> NoReturn:
+    log.debug("%s refused: INVALID_ARGUMENT: %s", method, malformed.message)
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed.message)
+
+
+class _CheckedRequests(Iterator[Any]):
+    """A request iterator that passes valid messages through and, at the first
+    :class:`MalformedRequest`, records it and raises InvalidArgumentError (the servicer turns it
+    into INVALID_ARGUMENT like any other invalid request)."""
+
+    def __init__(self, requests: Iterator[Any]) -> None:
+        self._requests = requests
+        self.malformed: MalformedRequest | None = None
+
+    def __next__(self) -> Any:
+        request = next(self._requests)
+        if isinstance(request, MalformedRequest):
+            self.malformed = request
+            raise InvalidArgumentError(request.message, request.type_name)
+        return request
+
+
+def _checking_unary_request(method: str, behavior: _Behavior) -> _Behavior:
+    """Wrap a unary-request behaviour: a malformed request is refused before it runs."""
+
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, MalformedRequest):
+            _refuse(context, method, request)
+        return behavior(request, context)
+
+    return handle
+
+
+def _checking_stream_unary(method: str, behavior: _Behavior) -> _Behavior:
+    """Wrap a request-streaming, unary-response behaviour (see :class:`_CheckedRequests`); the
+    status is INVALID_ARGUMENT whatever the servicer made of the exception."""
+
+    def handle(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        requests = _CheckedRequests(request_iterator)
+        try:
+            response = behavior(requests, context)
+        except Exception:
+            if requests.malformed is not None:
+                _refuse(context, method, requests.malformed)
+            raise
+        if requests.malformed is not None:
+            _refuse(context, method, requests.malformed)
+        return response
+
+    return handle
+
+
+def _checking_stream_stream(method: str, behavior: _Behavior) -> _Behavior:
+    """Wrap a bidirectional behaviour (a generator): the responses to the messages before a
+    malformed one are sent, then the stream ends with INVALID_ARGUMENT."""
+
+    def handle(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        requests = _CheckedRequests(request_iterator)
+        try:
+            yield from behavior(requests, context)
+        except Exception:
+            if requests.malformed is not None:
+                _refuse(context, method, requests.malformed)
+            raise
+        if requests.malformed is not None:
+            _refuse(context, method, requests.malformed)
+
+    return handle
+
+
+def method_handlers(
+    servicer: object, service: ServiceDescriptor = PERMINDEX_SERVICE
+) -> dict[str, _Handler]:
+    """The method handlers of every RPC of ``service``, keyed by method name (``"Query"``).
+
+    Each calls ``servicer``'s method of the same name, with a :func:`tolerant_deserializer` of
+    the method's input type and the output type's ``SerializeToString``; the handler kind
+    (unary-unary, unary-stream, stream-unary, stream-stream) follows the method's
+    ``client_streaming``/``server_streaming`` flags.
+
+    Raises:
+        AttributeError: ``servicer`` lacks a method of the service.
+    """
+    handlers: dict[str, _Handler] = {}
+    for method in service.methods:
+        behavior = getattr(servicer, method.name)
+        options: dict[str, Any] = {
+            "request_deserializer": tolerant_deserializer(method.input_type),
+            "response_serializer": message_factory.GetMessageClass(
+                method.output_type
+            ).SerializeToString,
+        }
+        if not method.client_streaming:
+            checked = _checking_unary_request(method.name, behavior)
+            if method.server_streaming:
+                handler: Any = grpc.unary_stream_rpc_method_handler(checked, **options)
+            else:
+                handler = grpc.unary_unary_rpc_method_handler(checked, **options)
+        elif method.server_streaming:
+            checked = _checking_stream_stream(method.name, behavior)
+            handler = grpc.stream_stream_rpc_method_handler(checked, **options)
+        else:
+            checked = _checking_stream_unary(method.name, behavior)
+            handler = grpc.stream_unary_rpc_method_handler(checked, **options)
+        handlers[method.name] = cast("_Handler", handler)
+    return handlers
+
+
+def add_servicer(
+    servicer: object, server: grpc.Server, service: ServiceDescriptor = PERMINDEX_SERVICE
+) -> None:
+    """Register ``servicer`` for ``service`` on ``server`` with :func:`method_handlers`: as a
+    generic handler and as registered method handlers, as the generated
+    ``add_PermIndexServicer_to_server`` does. Call before the server starts.
+
+    Raises:
+        AttributeError: ``servicer`` lacks a method of the service.
+    """
+    handlers = method_handlers(servicer, service)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    # not in the typing stubs yet; present since grpcio 1.63 (the generated code needs 1.85)
+    cast("Any", server).add_registered_method_handlers(service.full_name, handlers)
