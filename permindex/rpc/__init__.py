@@ -4,6 +4,8 @@ alone does not.
 
 - :mod:`permindex.rpc.convert`: request validation and message conversion.
 - :mod:`permindex.rpc.service`: the servicer; domain errors become status codes in one place.
+- :mod:`permindex.rpc.handlers`: the servicer's method handlers, from the service descriptor,
+  with a request parser that answers malformed bytes INVALID_ARGUMENT instead of INTERNAL.
 - :mod:`permindex.rpc.server`: :func:`create_server` (in-process) and :func:`run_server` (the
   ``permindex serve`` command).
 """

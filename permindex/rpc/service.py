@@ -7,10 +7,12 @@ through the :class:`~permindex.store.Store`, which logs every change (write-ahea
 applies it; a change the log cannot take (disk full, read-only) is refused with
 RESOURCE_EXHAUSTED or UNAVAILABLE and nothing is applied.
 
-Errors become status codes in exactly one place, :func:`_abort`, through
+Errors of a parsed request become status codes in one place, :func:`_abort`, through
 :func:`permindex.errors.status_name_for`: our own errors keep their message (it says what to fix);
 anything unexpected is logged with its traceback here and the client gets ``INTERNAL`` with a short
-message, never a traceback. Logs never carry keys or texts at INFO or above.
+message, never a traceback. Bytes that do not parse as the request message never reach the
+servicer: :mod:`permindex.rpc.handlers` answers them INVALID_ARGUMENT. Logs never carry keys or
+texts at INFO or above.
 """
 
 from __future__ import annotations
