@@ -59,6 +59,7 @@ from permindex.table import (
     Run,
     Table,
     TableCheckError,
+    filtered_ranges,
     gather_ranges,
 )
 
@@ -1099,16 +1100,13 @@ class Index:
             earlier = [self._np_masks[u] for u in searched[:i]]
             query_filters = self._permutations[t].filter_array(chunk)
             for rows_of_run, filters, lo, counts in per_table:
-                qpos, positions = gather_ranges(lo, counts)
-                if positions.size == 0:
-                    continue
                 if filters is not None:
                     # Filters first: sequential uint16 reads reject ~99% of the candidates.
-                    near = filters[positions]
-                    near ^= query_filters[qpos]
-                    passed = np.flatnonzero(np.bitwise_count(near) <= k)
-                    qpos = qpos[passed]
-                    positions = positions[passed]
+                    qpos, positions = filtered_ranges(lo, counts, filters, query_filters, k)
+                else:
+                    qpos, positions = gather_ranges(lo, counts)
+                if positions.size == 0:
+                    continue
                 if isinstance(rows_of_run, Run):
                     rows = rows_of_run.rows_at(positions)
                 else:

@@ -929,3 +929,25 @@ def test_run_from_unsorted_with_consecutive_rows() -> None:
             assert np.array_equal(made.offsets, given.offsets) and made.shift == given.shift
             ordered = perm.prefix_array(values[made.rows.astype(np.int64) - first])
             assert bool((ordered[1:] >= ordered[:-1]).all())
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 16])
+def test_filtered_ranges_equals_gathering_then_filtering(k: int) -> None:
+    """The batch path's candidate filter: the same (query, position) pairs, in the same order,
+    as expanding every range and comparing each candidate's filter with its query's; empty
+    ranges, a query without candidates, and all queries empty included."""
+    from permindex.table import filtered_ranges, gather_ranges
+
+    rng = np.random.default_rng(k)
+    filters = rng.integers(0, 1 << 16, 5000, dtype=np.uint16)
+    for queries in (0, 1, 300):
+        counts = rng.integers(0, 40, queries).astype(np.int64)
+        counts[::7] = 0
+        lo = rng.integers(0, 5000 - 40, queries).astype(np.int64)
+        query_filters = rng.integers(0, 1 << 16, queries, dtype=np.uint16)
+        query_filters[::3] = filters[lo[::3]]  # some exact filter matches
+        qpos, positions = gather_ranges(lo, counts)
+        near = np.bitwise_count(filters[positions] ^ query_filters[qpos]) <= k
+        got_q, got_p = filtered_ranges(lo, counts, filters, query_filters, k)
+        assert got_q.tolist() == qpos[near].tolist()
+        assert got_p.tolist() == positions[near].tolist()
