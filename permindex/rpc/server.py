@@ -111,31 +111,31 @@ class RunningServer:
         interval = self.config.snapshot_interval
         while not self._periodic_wakeup.wait(interval):
             try:
-                self._snapshot_all()
+                self._snapshot_all()  # what it wrote is in the log lines, not final_snapshots
             except Exception:  # logged and retried at the next interval; serving goes on
                 log.exception("periodic snapshot failed; retrying in %s s", interval)
 
-    def _snapshot_all(self) -> SnapshotInfo | None:
-        """Snapshot every collection whose log holds changes its last snapshot does not; the
-        default collection's info (None: unchanged). A failure of another collection is logged;
-        the default one's is raised (after the others were written)."""
+    def _snapshot_all(self) -> tuple[SnapshotInfo | None, list[tuple[str, SnapshotInfo]]]:
+        """Snapshot every collection whose log holds changes its last snapshot does not.
+        Returns the default collection's info (None: unchanged) and (collection, info) of every
+        snapshot written, default first. A failure of another collection is logged; the default
+        one's is raised (after the others were written)."""
         if self.catalog is None:
             info = self.state.snapshot(only_if_changed=True)
-            if info is not None:
-                self.final_snapshots.append(("default", info))
-            return info
+            return info, [] if info is None else [("default", info)]
         written: list[SnapshotInfo | None] = [None]
+        snapshots: list[tuple[str, SnapshotInfo]] = []
 
         def one(name: str, state: ServerState) -> None:
             info = state.snapshot(only_if_changed=True)
             if info is not None:
-                self.final_snapshots.append((name, info))
+                snapshots.append((name, info))
             if state is self.state:
                 written[0] = info
 
         self.catalog.each(one)
-        self.final_snapshots.sort(key=lambda item: item[1] is not written[0])  # default first
-        return written[0]
+        snapshots.sort(key=lambda item: item[1] is not written[0])  # default first
+        return written[0], snapshots
 
     def snapshot(self) -> SnapshotInfo:
         """Write a snapshot now (whether or not anything changed).
@@ -186,7 +186,7 @@ class RunningServer:
                 self._periodic.join()
             self._server.stop(grace).wait()
             self._executor.shutdown(wait=True)  # handlers still running after the grace end
-            info = self._snapshot_all()
+            info, self.final_snapshots = self._snapshot_all()
             log.info("stopped (%s)", "final snapshot written" if info else "nothing to snapshot")
             return info
         finally:
