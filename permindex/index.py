@@ -283,8 +283,10 @@ class Index:
             raise InvalidArgumentError(f"k must be >= 0, got {k}", value=k)
         if k > self._design.max_k:
             raise InvalidArgumentError(
-                f"{self._design} guarantees k <= {self._design.max_k}; got k={k} "
-                f"(use more blocks or fewer leading blocks for a larger k)",
+                f"{self._design} guarantees k <= {self._design.max_k}; got k={k} (a design of "
+                f"b blocks with t leading finds k <= b - t: e.g. design ({k + 2}, 2), or "
+                f"`permindex collections create NAME --k {k} --blocks {k + 2} --leading 2` "
+                f"on a server)",
                 value=k,
             )
         memtable_limit = _check_int(memtable_limit, "memtable_limit")

@@ -5,6 +5,7 @@ randomized stress sequence, input validation that changes nothing, check_and_add
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -103,8 +104,12 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(("pair", "max_k"), DESIGNS)
 def test_k_above_the_design_guarantee_is_refused(pair: tuple[int, int], max_k: int) -> None:
     Index(max_k, pair)
-    with pytest.raises(InvalidArgumentError, match=rf"guarantees k <= {max_k}"):
+    with pytest.raises(InvalidArgumentError, match=rf"guarantees k <= {max_k}") as refused:
         Index(max_k + 1, pair)
+    # The design the message suggests does find that k.
+    suggested = re.search(r"e\.g\. design \((\d+), (\d+)\)", str(refused.value))
+    assert suggested is not None
+    Index(max_k + 1, (int(suggested.group(1)), int(suggested.group(2))))
 
 
 def test_k_message_names_the_design() -> None:
