@@ -44,6 +44,7 @@ from permindex.keystore import (
     KeyStore,
     batch_subset,
     encode_keys,
+    first_utf8_error,
     hash_key,
     hash_many,
     next_capacity,
@@ -192,16 +193,9 @@ def _check_utf8(raw: bytes | bytearray | NDArray[np.uint8], ends: _I64) -> None:
     """InvalidArgumentError unless the key section ``raw`` (keys ending at ``ends``, (n,) int64)
     is valid UTF-8, decoded a slice of about 16 MiB at a time (cut after a NUL, a character
     boundary) so that no str of the whole section is made; the message gives the byte offset."""
-    view = _byte_view(raw)
-    cuts = np.searchsorted(ends, np.arange(1, len(raw) // _UTF8_SLICE + 1) * _UTF8_SLICE)
-    bounds = sorted({0, *ends[np.minimum(cuts, ends.size - 1)].tolist(), len(raw)})
-    for lo, hi in itertools.pairwise(bounds):
-        try:
-            str(view[lo:hi], "utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidArgumentError(
-                f"a key is not valid UTF-8 ({error.reason} at byte {lo + error.start})"
-            ) from None
+    error = first_utf8_error(_byte_view(raw), ends, _UTF8_SLICE)
+    if error is not None:
+        raise InvalidArgumentError(f"a key is not valid UTF-8 ({error[1]} at byte {error[0]})")
 
 
 class CheckAndAddResult(NamedTuple):

@@ -50,6 +50,7 @@ __all__ = [
     "KeyStore",
     "batch_subset",
     "encode_keys",
+    "first_utf8_error",
     "hash_key",
     "hash_many",
     "next_capacity",
@@ -706,6 +707,22 @@ class KeyStore:
 
 
 _A = TypeVar("_A", bound=np.generic)
+
+
+def first_utf8_error(view: memoryview, ends: _I64, slice_bytes: int) -> tuple[int, str] | None:
+    """Where a key section (``view``: every key's UTF-8 bytes then a NUL; ``ends``: (n,) int64,
+    one past each key's NUL, n >= 1) is not valid UTF-8: (byte offset in the section, reason), or
+    None. Decoded about ``slice_bytes`` at a time, each slice cut after a NUL (a character
+    boundary), so that no str of the whole section is made."""
+    size = len(view)
+    cuts = np.searchsorted(ends, np.arange(1, size // slice_bytes + 1) * slice_bytes)
+    bounds = sorted({0, *ends[np.minimum(cuts, ends.size - 1)].tolist(), size})
+    for lo, hi in itertools.pairwise(bounds):
+        try:
+            str(view[lo:hi], "utf-8")
+        except UnicodeDecodeError as error:
+            return lo + error.start, error.reason
+    return None
 
 
 def next_capacity(need: int, capacity: int) -> int:

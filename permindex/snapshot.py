@@ -93,7 +93,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -103,6 +103,7 @@ import numpy.typing as npt
 import psutil
 
 from permindex.errors import CorruptFileError, DataDirLockedError, InvalidArgumentError
+from permindex.keystore import first_utf8_error
 
 __all__ = [
     "FORMAT_VERSION",
@@ -113,6 +114,7 @@ __all__ = [
     "Part",
     "Snapshot",
     "SnapshotInfo",
+    "fsync_directory",
     "read_snapshot",
     "write_snapshot",
     "write_snapshot_parts",
@@ -247,7 +249,9 @@ def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
     return lengths, b"\x00".join(itertools.chain(encoded, (b"",)))
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """fsync ``directory`` itself, so that the names created, renamed or removed in it are
+    durable (the snapshot's rename, the write-ahead log's new segments)."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -423,7 +427,7 @@ def write_snapshot_parts(
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
     if retired is not None:
         _delete_gradually(retired)
     return SnapshotInfo(
@@ -525,17 +529,11 @@ def _check_key_section(
     ends = _key_ends(section, lengths, path)
     if int(section.max()) < 0x80:  # ASCII
         return
-    view = section.data
-    cuts = np.searchsorted(ends, np.arange(1, len(section) // _UTF8_SLICE + 1) * _UTF8_SLICE)
-    bounds = sorted({0, *ends[np.minimum(cuts, ends.size - 1)].tolist(), len(section)})
-    for lo, hi in itertools.pairwise(bounds):
-        try:
-            str(view[lo:hi], "utf-8")
-        except UnicodeDecodeError as error:
-            raise CorruptFileError(
-                f"{path}: a key is not valid UTF-8 ({error.reason} at byte {lo + error.start})",
-                path=str(path),
-            ) from error
+    error = first_utf8_error(section.data, ends, _UTF8_SLICE)
+    if error is not None:
+        raise CorruptFileError(
+            f"{path}: a key is not valid UTF-8 ({error[1]} at byte {error[0]})", path=str(path)
+        )
 
 
 def _decode_keys(
@@ -749,30 +747,34 @@ class DataDir:
         Raises:
             The errors of :func:`write_snapshot`; the current snapshot is then unchanged.
         """
-        if self._lock_fd is None:
-            raise RuntimeError(f"data directory {self.path} is closed")
-        info = write_snapshot(
-            self.snapshot_path,
-            keys,
-            fingerprints,
+        return self._write(
+            functools.partial(write_snapshot, keys=keys, fingerprints=fingerprints),
             k=k,
             design=design,
-            sequence=self.sequence + 1,
             log_sequence=log_sequence,
         )
-        self.sequence = info.sequence
-        self.log_sequence = info.log_sequence
-        return info
 
     def save_parts(
         self, parts: Sequence[Part], *, k: int, design: tuple[int, int], log_sequence: int
     ) -> SnapshotInfo:
         """As :meth:`save`, from slices (:func:`write_snapshot_parts`)."""
+        return self._write(
+            functools.partial(write_snapshot_parts, parts=parts),
+            k=k,
+            design=design,
+            log_sequence=log_sequence,
+        )
+
+    def _write(
+        self, write: Callable[..., SnapshotInfo], *, k: int, design: tuple[int, int],
+        log_sequence: int,
+    ) -> SnapshotInfo:  # fmt: skip
+        """Write the next generation with ``write`` (a writer of this module, its contents
+        bound) and note its sequence numbers. RuntimeError when the directory is closed."""
         if self._lock_fd is None:
             raise RuntimeError(f"data directory {self.path} is closed")
-        info = write_snapshot_parts(
+        info = write(
             self.snapshot_path,
-            parts,
             k=k,
             design=design,
             sequence=self.sequence + 1,
