@@ -105,6 +105,7 @@ from permindex.errors import (
     StorageFullError,
 )
 from permindex.index import MAX_KEY_BYTES
+from permindex.snapshot import fsync_directory
 
 __all__ = [
     "ADD",
@@ -417,14 +418,6 @@ def _check_header(data: bytes, segment: Segment) -> None:
         )
 
 
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _storage_error(error: OSError, what: str) -> StorageError:
     """The StorageError (StorageFullError for a full disk or a size limit) for ``error``."""
     full = error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -453,7 +446,7 @@ def create_segment(directory: Path, first_sequence: int) -> tuple[Segment, int]:
         os.write(fd, _header(first_sequence))
         os.fsync(fd)
         os.replace(temporary, final)
-        _fsync_directory(directory)
+        fsync_directory(directory)
     except OSError as error:
         if fd >= 0:
             os.close(fd)
@@ -885,7 +878,7 @@ class LogWriter:
                 deleted.append(segment.path)
         if deleted:
             with contextlib.suppress(OSError):
-                _fsync_directory(self.directory)
+                fsync_directory(self.directory)
         return deleted
 
     def close(self) -> None:
