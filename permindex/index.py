@@ -42,11 +42,13 @@ from permindex.hamming import as_fingerprint_array
 from permindex.keystore import (
     EncodedKeys,
     KeyStore,
+    ahead_capacity,
     batch_subset,
     encode_keys,
     first_utf8_error,
     hash_key,
     hash_many,
+    nearly_full,
     next_capacity,
 )
 from permindex.permutation import (
@@ -724,13 +726,18 @@ class Index:
             self._grow_ahead()
         self._merge_runs()
 
+    def _fits(self, rows: int, data_bytes: int) -> bool:
+        """Whether ``rows`` more rows with ``data_bytes`` more key bytes fit in the row arrays
+        and the key store without growing them (caller holds the lock)."""
+        return self._n_rows + rows <= self._fps.size and self._store.fits(rows, data_bytes)
+
     def _growth_wanted(self) -> bool:
         """Whether the row arrays or the key store are close to an inline growth (caller holds
         the lock): rows above 7/8 of the capacity, or see :meth:`KeyStore.growth_wanted`. Small
         indexes (capacity below 2^16 rows) grow inline, which costs less than a thread."""
         if self._fps.size < _GROW_AHEAD_ROWS:
             return False
-        return 8 * self._n_rows > 7 * self._fps.size or self._store.growth_wanted()
+        return nearly_full(self._n_rows, self._fps.size) or self._store.growth_wanted()
 
     def _grow_ahead(self, rows: int = 0, data_bytes: int = 0) -> threading.Thread | None:
         """Start growing the arrays in a background thread (:meth:`_grow`) when they are close to
@@ -744,8 +751,7 @@ class Index:
         with self._lock:
             if self._grower is not None:
                 return self._grower
-            fits = self._n_rows + rows <= self._fps.size and self._store.fits(rows, data_bytes)
-            if fits and not self._growth_wanted():
+            if self._fits(rows, data_bytes) and not self._growth_wanted():
                 return None
             grower = threading.Thread(
                 target=self._grow, args=(rows, data_bytes), name="permindex-grow", daemon=True
@@ -767,10 +773,7 @@ class Index:
                 growth = self._store.begin_growth(rows, data_bytes)
                 start = self._n_rows
                 fps = self._fps
-                capacity = fps.size
-                if 8 * start > 7 * capacity:
-                    capacity += capacity // 2
-                capacity = min(max(capacity, start + rows), MAX_ROWS)
+                capacity = min(ahead_capacity(start, rows, fps.size), MAX_ROWS)
                 live = None if self._live is None else self._live[:start].copy()
                 compactions = self._compactions
             if live is None:
@@ -810,7 +813,7 @@ class Index:
         grower = self._grow_ahead(rows, data_bytes)
         if grower is not None:
             with self._lock:
-                fits = self._n_rows + rows <= self._fps.size and self._store.fits(rows, data_bytes)
+                fits = self._fits(rows, data_bytes)
             if not fits:
                 grower.join()
 

@@ -48,11 +48,13 @@ __all__ = [
     "EncodedKeys",
     "Growth",
     "KeyStore",
+    "ahead_capacity",
     "batch_subset",
     "encode_keys",
     "first_utf8_error",
     "hash_key",
     "hash_many",
+    "nearly_full",
     "next_capacity",
 ]
 
@@ -276,8 +278,8 @@ class KeyStore:
         """Whether growing ahead is due: rows or key bytes above 7/8 of their capacity, or live
         keys above 2/5 of the hash table's slots (it doubles inline above 1/2)."""
         return (
-            8 * self._rows > 7 * self._hashes.size
-            or 8 * int(self._offsets[self._rows]) > 7 * self._data.size
+            nearly_full(self._rows, self._hashes.size)
+            or nearly_full(int(self._offsets[self._rows]), self._data.size)
             or 5 * self._live > 2 * self._slots.size
         )
 
@@ -289,15 +291,9 @@ class KeyStore:
         earlier and not finished (which is then abandoned)."""
         if self._growth is not None:
             self._growth.abandoned = True
-        row_capacity = self._hashes.size
-        if 8 * self._rows > 7 * row_capacity:
-            row_capacity += row_capacity // 2
-        row_capacity = max(row_capacity, self._rows + rows)
+        row_capacity = ahead_capacity(self._rows, rows, self._hashes.size)
         used = int(self._offsets[self._rows])
-        data_capacity = self._data.size
-        if 8 * used > 7 * data_capacity:
-            data_capacity += data_capacity // 2
-        data_capacity = max(data_capacity, used + data_bytes)
+        data_capacity = ahead_capacity(used, data_bytes, self._data.size)
         slot_count = self._slots.size
         if 5 * self._live > 2 * slot_count:
             slot_count *= 2
@@ -723,6 +719,20 @@ def first_utf8_error(view: memoryview, ends: _I64, slice_bytes: int) -> tuple[in
         except UnicodeDecodeError as error:
             return lo + error.start, error.reason
     return None
+
+
+def nearly_full(used: int, capacity: int) -> bool:
+    """Whether an array of ``capacity`` elements with ``used`` in use is past 7/8 full: the
+    point where a growth ahead of need starts (:class:`Growth`)."""
+    return 8 * used > 7 * capacity
+
+
+def ahead_capacity(used: int, extra: int, capacity: int) -> int:
+    """The capacity a growth ahead of need gives an array of ``capacity`` elements with
+    ``used`` in use: half as much again when it is :func:`nearly_full`, else the same, and in
+    any case room for ``extra`` more."""
+    grown = capacity + capacity // 2 if nearly_full(used, capacity) else capacity
+    return max(grown, used + extra)
 
 
 def next_capacity(need: int, capacity: int) -> int:
