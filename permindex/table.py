@@ -285,14 +285,23 @@ def gather_ranges(
 
     Returns (query positions (t,) intp, positions (t,) intp) with t = counts.sum(), grouped by
     query in order."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
-    query = np.repeat(np.arange(counts.size, dtype=np.intp), counts)
+    _ends, positions = _range_positions(lo, counts)
+    if positions.size == 0:
+        return np.empty(0, dtype=np.intp), positions
+    return np.repeat(np.arange(counts.size, dtype=np.intp), counts), positions
+
+
+def _range_positions(
+    lo: NDArray[np.int64], counts: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.intp]]:
+    """(ends: the cumulative counts, (q,) int64; positions: ``lo[i]:lo[i] + counts[i]`` for each
+    query i in order, (t,) intp)."""
     ends = np.cumsum(counts)
+    total = int(ends[-1]) if ends.size else 0
     positions = np.arange(total, dtype=np.intp)
-    positions += np.repeat(lo - (ends - counts), counts)
-    return query, positions
+    if total:
+        positions += np.repeat(lo - (ends - counts), counts)
+    return ends, positions
 
 
 def filtered_ranges(
@@ -310,12 +319,9 @@ def filtered_ranges(
     gathering first (10,000 queries of 15 candidates each: 0.64 ms instead of 1.83 ms here).
 
     Returns (query positions (t,) intp, positions (t,) intp), grouped by query in order."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
-    ends = np.cumsum(counts)
-    positions = np.arange(total, dtype=np.intp)
-    positions += np.repeat(lo - (ends - counts), counts)
+    ends, positions = _range_positions(lo, counts)
+    if positions.size == 0:
+        return np.empty(0, dtype=np.intp), positions
     near = filters[positions]
     near ^= np.repeat(query_filters, counts)
     passed = np.flatnonzero(np.bitwise_count(near) <= k)
