@@ -254,6 +254,13 @@ class Run:
         return int(self.low.nbytes + self.high.nbytes + self.filters.nbytes + self.offsets.nbytes)
 
 
+#: _LANES[m]: m 16-bit lanes each holding 1, as one int (lane j at bits 16j..16j+15).
+_LANES_SIZE = PYTHON_SCAN + 1
+_LANES = tuple(((1 << 16 * m) - 1) // 0xFFFF for m in range(_LANES_SIZE))
+#: Byte -> its popcount, for ``bytes.translate``.
+_POPCOUNT = bytes(i.bit_count() for i in range(256))
+
+
 def _split_rows(
     rows: NDArray[np.integer], top: int | None = None
 ) -> tuple[NDArray[np.uint16], NDArray[np.uint8] | NDArray[np.uint16]]:
@@ -555,14 +562,30 @@ class Table:
             bucket = prefix >> shift
             lo = directory[bucket]
             hi = directory[bucket + 1]
-            if hi - lo <= PYTHON_SCAN:
-                for i, f in enumerate(filter_view[lo:hi], lo):
-                    if (f ^ qf).bit_count() <= k:
-                        row = (high[i] << 16) | low[i]
-                        value = fps[row]
-                        distance = (value ^ query).bit_count()
-                        if distance <= k:
-                            hits[row] = (value, distance)
+            m = hi - lo
+            if m <= PYTHON_SCAN and _LITTLE_ENDIAN:
+                if m == 0:
+                    continue
+                # The filter test of the whole bucket without a Python loop over its entries
+                # (about 0.9 instead of 1.2 us for 15 entries here): its bytes become one int,
+                # XORed with the query filter in every 16-bit lane; bytes.translate turns each
+                # byte into its popcount; adding the value shifted by 8 sums a lane's two bytes
+                # into its low byte (at most 16: no carry), and adding 127 - k sets bit 7 of
+                # that byte exactly when the sum exceeds k. Lanes with bit 7 clear pass.
+                lanes = _LANES[m] if m < _LANES_SIZE else ((1 << 16 * m) - 1) // 0xFFFF
+                x = int.from_bytes(filter_view[lo:hi], "little") ^ (qf * lanes)
+                counts = int.from_bytes(x.to_bytes(2 * m, "little").translate(_POPCOUNT), "little")
+                flags = lanes << 7
+                passed = ((counts + (counts >> 8) + (127 - k) * lanes) & flags) ^ flags
+                while passed:
+                    bit = passed & -passed
+                    passed ^= bit
+                    i = lo + (bit.bit_length() >> 4)
+                    row = (high[i] << 16) | low[i]
+                    value = fps[row]
+                    distance = (value ^ query).bit_count()
+                    if distance <= k:
+                        hits[row] = (value, distance)
             else:
                 near = np.bitwise_count(run.filters[lo:hi] ^ np.uint16(qf)) <= k
                 for i in (np.flatnonzero(near) + lo).tolist():

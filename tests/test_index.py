@@ -956,3 +956,37 @@ def test_filtered_ranges_equals_gathering_then_filtering(k: int) -> None:
         got_q, got_p = filtered_ranges(lo, counts, filters, query_filters, k)
         assert got_q.tolist() == qpos[near].tolist()
         assert got_p.tolist() == positions[near].tolist()
+
+
+@given(
+    size=st.integers(1, 60),
+    k=st.integers(0, 17),
+    seed=st.integers(0, 2**32 - 1),
+)
+@SETTINGS
+def test_single_query_bucket_filter_test_equals_brute_force(size: int, k: int, seed: int) -> None:
+    """The single-query scan of one bucket (the filters of every entry tested at once as 16-bit
+    lanes of one int, up to PYTHON_SCAN entries; numpy above) finds exactly the entries within
+    k of the query, for every bucket size and for k past the filter's 16 bits."""
+    from permindex.table import Table
+
+    rng = np.random.default_rng(seed)
+    perm = Design(4, 1).permutations[0]
+    prefix = int(rng.integers(0, 1 << 16))
+    query = (prefix << 48) | int(rng.integers(0, 1 << 48))
+    # One bucket of `size` entries sharing the query's prefix: random ones and near ones.
+    low = rng.integers(0, 1 << 48, size, dtype=np.uint64)
+    flips = [rng.choice(48, int(rng.integers(0, 5)), replace=False) for _ in range(size)]
+    near = np.array([query ^ sum(1 << int(b) for b in bits) for bits in flips], dtype=np.uint64)
+    fps = np.where(rng.random(size) < 0.5, np.uint64(prefix << 48) | low, near).astype(np.uint64)
+    table = Table(perm, memtable_limit=1)  # a run, not the memtable
+    table.add_many(0, size, fps, None)
+    assert len(table._runs) == 1
+    hits: dict[int, tuple[int, int]] = {}
+    table.lookup(query, k, fps.data, hits)
+    expected = {
+        row: (value, (value ^ query).bit_count())
+        for row, value in enumerate(fps.tolist())
+        if (value ^ query).bit_count() <= k
+    }
+    assert hits == expected
