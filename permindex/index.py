@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -54,6 +55,7 @@ from permindex.keystore import (
 from permindex.permutation import (
     DEFAULT_DESIGN,
     Design,
+    argsort_prefixes,
     choose_design,
 )
 from permindex.table import (
@@ -100,6 +102,11 @@ class Match(NamedTuple):
     key: str
     fingerprint: int
     distance: int
+
+
+#: ``Match`` from a (key, fingerprint, distance) tuple without Python-level calls (what
+#: ``Match._make`` does, minus its frame: about 0.2 instead of 0.4 us per match here).
+_new_match = partial(tuple.__new__, Match)
 
 
 def validate_key(key: object, *, name: str = "key") -> str:
@@ -963,9 +970,11 @@ class Index:
         live = self._live_view
         key_of = self._store.key
         if live is None:
-            out = [Match(key_of(row), value, d) for row, (value, d) in hits.items()]
+            out = [_new_match((key_of(row), value, d)) for row, (value, d) in hits.items()]
         else:
-            out = [Match(key_of(row), value, d) for row, (value, d) in hits.items() if live[row]]
+            out = [
+                _new_match((key_of(row), value, d)) for row, (value, d) in hits.items() if live[row]
+            ]
         if len(out) > 1:
             out.sort(key=_MATCH_ORDER)
         return out
@@ -1026,7 +1035,7 @@ class Index:
         q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
         matches = list(
             map(
-                Match._make,
+                _new_match,
                 zip(
                     self._store.keys(rows_all),
                     self._fps[rows_all].tolist(),
@@ -1069,7 +1078,7 @@ class Index:
         for q, j, value, d in zip(
             q_all[kept].tolist(), inverse[kept].tolist(), fps, d_all[kept].tolist(), strict=True
         ):
-            results[q].append(Match(keys[j], value, d))
+            results[q].append(_new_match((keys[j], value, d)))
         return results
 
     def _query_chunk(
@@ -1082,10 +1091,20 @@ class Index:
         found_d: list[NDArray[np.uint8]],
     ) -> None:
         searched = self._searched[k]
-        ranges = [
-            self._tables[t].ranges_many(self._permutations[t].prefix_array(chunk), self._fps)
-            for t in searched
-        ]
+        # Per table, the queries in the order of their prefixes: the candidate ranges are then
+        # read in increasing position (streaming reads of the filters instead of one cache miss
+        # per query; 7.6 -> 5.8 ms per 10,000 queries at 10^6 here). ``orders[i]`` maps a sorted
+        # position back to the chunk's.
+        orders: list[NDArray[np.intp]] = []
+        sorted_chunks: list[_U64] = []
+        ranges = []
+        for t in searched:
+            perm = self._permutations[t]
+            prefixes = perm.prefix_array(chunk)
+            order = argsort_prefixes(prefixes, perm.prefix_bits)
+            orders.append(order)
+            sorted_chunks.append(chunk[order])
+            ranges.append(self._tables[t].ranges_many(prefixes[order], self._fps))
         total = sum(int(counts.sum()) for per_table in ranges for *_, counts in per_table)
         if total > _CANDIDATE_BUDGET and chunk.size > 1:
             half = chunk.size // 2
@@ -1097,7 +1116,8 @@ class Index:
         for i, (t, per_table) in enumerate(zip(searched, ranges, strict=True)):
             mask = self._np_masks[t]
             earlier = [self._np_masks[u] for u in searched[:i]]
-            query_filters = self._permutations[t].filter_array(chunk)
+            order, queries = orders[i], sorted_chunks[i]
+            query_filters = self._permutations[t].filter_array(queries)
             for rows_of_run, filters, lo, counts in per_table:
                 if filters is not None:
                     # Filters first: sequential uint16 reads reject ~99% of the candidates.
@@ -1110,7 +1130,7 @@ class Index:
                     rows = rows_of_run.rows_at(positions)
                 else:
                     rows = rows_of_run[positions]
-                x = fps[rows] ^ chunk[qpos]
+                x = fps[rows] ^ queries[qpos]
                 distance = np.bitwise_count(x)
                 selected = np.flatnonzero(distance <= k)
                 if selected.size == 0:
@@ -1122,7 +1142,7 @@ class Index:
                     keep &= (x & other) != 0
                 if live is not None:
                     keep &= live[rows]
-                found_q.append(qpos[selected][keep] + offset)
+                found_q.append(order[qpos[selected][keep]] + offset)
                 found_rows.append(rows[keep])
                 found_d.append(distance[selected][keep])
 

@@ -380,7 +380,12 @@ def test_query_many_limit_makes_only_the_kept_matches(monkeypatch: pytest.Monkey
         near = [Match(key, value, bin(value ^ query).count("1")) for key, value in stored.items()]
         return sorted((m for m in near if m.distance <= 3), key=lambda m: (m.distance, m.key))
 
+    def counting_new_match(fields: tuple[str, int, int]) -> Match:
+        made[0] += 1
+        return real._make(fields)
+
     monkeypatch.setattr(index_module, "Match", CountingMatch())
+    monkeypatch.setattr(index_module, "_new_match", counting_new_match)
     limited = index.query_many(queries, limit=2)
     assert made[0] == 2 * len(queries)
     for query, got in zip(queries, limited, strict=True):
