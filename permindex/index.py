@@ -91,6 +91,7 @@ _HASH_CHUNK = 1 << 16  # keys of a compact key section hashed per step
 _PARALLEL_MIN = 1 << 17  # from_compact builds the tables in a second thread from this size on
 _UTF8_SLICE = 1 << 24  # bytes of a compact key section checked as UTF-8 per step
 
+_TOP = 1 << 64  # fingerprints are below this
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
 
@@ -951,6 +952,9 @@ class Index:
         fingerprints) verified with one numpy pass over all tables, or in pure Python when
         there are few; a candidate found in several tables is kept once.
         """
+        if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
+            with self._lock:  # the common call: nothing else to check
+                return self._query_one(fingerprint, self._k)
         value = validate_fingerprint(fingerprint)
         kk = self._resolve_k(k)
         lim = self._resolve_limit(limit)
