@@ -995,3 +995,32 @@ def test_single_query_bucket_filter_test_equals_brute_force(size: int, k: int, s
         if (value ^ query).bit_count() <= k
     }
     assert hits == expected
+
+
+def test_large_batches_build_the_tables_in_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of at least _PARALLEL_MIN fingerprints has its tables' runs built by a pool of
+    _BUILD_THREADS threads; the index is the same as one built in one thread (invariants,
+    every query equal to brute force)."""
+    from permindex.table import Table
+
+    monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1000)
+    monkeypatch.setattr(index_module, "_BUILD_THREADS", 3)
+    threads: list[str] = []
+    prepare_run = Table.prepare_run
+
+    def recording(self: Table, values: np.ndarray) -> object:
+        threads.append(threading.current_thread().name)
+        return prepare_run(self, values)
+
+    monkeypatch.setattr(Table, "prepare_run", recording)
+    rng = np.random.default_rng(21)
+    fps = np.concatenate([rng.integers(0, TOP, 3000, dtype=np.uint64), clustered(rng, 200, 4, 3)])
+    names = [f"b{i}" for i in range(fps.size)]
+    index = Index(design=(5, 2), memtable_limit=64)
+    index.add_many(names, fps)
+    assert len(threads) == 10 and all(name.startswith("permindex-build") for name in threads)
+    threads.clear()
+    index.add_many([f"small{i}" for i in range(500)], fps[:500] ^ np.uint64(1))
+    assert len(threads) == 10 and not any(name.startswith("permindex-build") for name in threads)
+    index._check()
+    assert_queries_match_brute_force(index, [*fps[::40].tolist(), *(fps[:500:25] ^ 1).tolist()])
