@@ -28,8 +28,9 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
@@ -435,22 +436,14 @@ class Index:
             raise InvalidArgumentError("the key section does not match the key lengths")
         if int(data.max()) >= 0x80:  # not ASCII
             _check_utf8(raw, ends)
-        # The tables' runs (numpy sorts, which release the GIL) are built in a second thread
+        # The tables' runs (numpy sorts, which release the GIL) are built in other threads
         # while this one hashes the keys (Python calls, which hold it).
-        runs: Future[list[Run]] | None = None
-        pool = None
-        if n >= _PARALLEL_MIN and self._tables[0].direct_run(n):
-            pool = ThreadPoolExecutor(1, thread_name_prefix="permindex-load")
-            runs = pool.submit(lambda: [table.prepare_run(values) for table in self._tables])
-        try:
+        with self._building_runs(values) as runs:
             batch = EncodedKeys(data, ends, _hash_section(raw, ends))
             ordered = np.sort(batch.hashes)
             repeated = bool((ordered[1:] == ordered[:-1]).any())
             del ordered
-            prepared = None if runs is None else runs.result()
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+            prepared = None if runs is None or repeated else runs()
         if repeated:  # maybe a repeated key: the exact path
             del prepared
             view = _byte_view(raw)
@@ -564,7 +557,9 @@ class Index:
         self, keys: Iterable[str], fingerprints: Iterable[int] | _U64
     ) -> NDArray[np.bool_]:
         """Store many (key, fingerprint) pairs; as :meth:`add` for each, but validated as a whole
-        first and inserted with numpy.
+        first and inserted with numpy. A batch of at least 2^17 becomes one sorted run per
+        table, built in up to 4 threads (given a numpy array, while the keys are checked and
+        hashed).
 
         Args:
             keys: an iterable of n str.
@@ -584,16 +579,42 @@ class Index:
             LimitExceededError: 2^32 rows would be needed.
             Nothing is stored when any of these is raised.
         """
-        key_list, batch = _validate_keys(keys)
-        values = as_fingerprint_array(fingerprints)
+        if isinstance(fingerprints, np.ndarray):
+            # Checked first so that a large batch's tables are built (in other threads) while
+            # this one checks and hashes the keys; a bad key is still reported as before.
+            values = as_fingerprint_array(fingerprints)
+            with self._building_runs(values) as runs:
+                key_list, batch, values, which = self._distinct_keys(keys, values)
+                prepared = None if runs is None or which is not None else runs()
+        else:
+            key_list, batch = _validate_keys(keys)
+            key_list, batch, values, which = self._distinct_keys(
+                key_list, as_fingerprint_array(fingerprints), batch
+            )
+            prepared = None
+        if not key_list:
+            return np.ones(0, dtype=bool)
+        new = self._store_batch(batch, values, prepared)
+        return new if which is None else new[which]
+
+    @staticmethod
+    def _distinct_keys(
+        keys: Iterable[str], values: _U64, batch: EncodedKeys | None = None
+    ) -> tuple[list[str], EncodedKeys, _U64, NDArray[np.intp] | None]:
+        """The validated keys of :meth:`add_many` (``batch``: already validated and encoded,
+        or None) with their (n,) ``values``, a repeated key kept once with its last value:
+        (keys, their encoded batch, their values, and which: None when no key repeats, else
+        the (n,) intp position of each input key's entry)."""
+        if batch is None:
+            key_list, batch = _validate_keys(keys)
+        else:
+            key_list = keys if isinstance(keys, list) else list(keys)
         n = len(key_list)
         if values.size != n:
             raise InvalidArgumentError(
                 f"got {n} keys and {values.size} fingerprints; the lengths must match",
                 value=(n, int(values.size)),
             )
-        if n == 0:
-            return np.ones(0, dtype=bool)
         # Everything that does not read the index happens before the lock: repeated keys, and
         # the tables' runs of a large batch (radix sorts), so readers wait less.
         which: NDArray[np.intp] | None = None
@@ -611,8 +632,7 @@ class Index:
                     key_list = [key_list[i] for i in positions.tolist()]
                     batch = encode_keys(key_list)
                     values = values[positions]
-        new = self._store_batch(batch, values)
-        return new if which is None else new[which]
+        return key_list, batch, values, which
 
     def _store_batch(
         self, batch: EncodedKeys, values: _U64, prepared: list[Run] | None = None
@@ -629,15 +649,33 @@ class Index:
         return new
 
     def _prepare_runs(self, values: _U64) -> list[Run]:
-        """Each table's run of the (n,) uint64 ``values`` (radix sorts, which release the GIL):
-        from :data:`_PARALLEL_MIN` values on, in up to :data:`_BUILD_THREADS` threads (10^7
+        """Each table's run of the (n,) uint64 ``values``: in other threads for a large batch
+        (:meth:`_building_runs`), else in this one."""
+        with self._building_runs(values) as runs:
+            if runs is not None:
+                return runs()
+        return [table.prepare_run(values) for table in self._tables]
+
+    @contextmanager
+    def _building_runs(self, values: _U64) -> Iterator[Callable[[], list[Run]] | None]:
+        """Start building each table's run of the (n,) uint64 ``values`` (radix sorts, which
+        release the GIL) in up to :data:`_BUILD_THREADS` threads, when n is at least
+        :data:`_PARALLEL_MIN` and the batch becomes runs directly; yields a function that
+        waits for the runs (in table order), or None when nothing was started. The caller
+        does other work meanwhile; leaving the block waits for the threads (10^7
         fingerprints, 4 tables: about 0.75 s in 2 threads against 1.3 to 1.9 s in one here)."""
         tables = self._tables
-        workers = min(_BUILD_THREADS, len(tables))
-        if values.size < _PARALLEL_MIN or workers < 2:
-            return [table.prepare_run(values) for table in tables]
-        with ThreadPoolExecutor(workers, thread_name_prefix="permindex-build") as pool:
-            return list(pool.map(lambda table: table.prepare_run(values), tables))
+        n = int(values.size)
+        if n < _PARALLEL_MIN or not tables[0].direct_run(n):
+            yield None
+            return
+        workers = max(1, min(_BUILD_THREADS, len(tables)))
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="permindex-build")
+        try:
+            futures = [pool.submit(table.prepare_run, values) for table in tables]
+            yield lambda: [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _add_many(
         self, batch: EncodedKeys, values: _U64, prepared: list[Run] | None

@@ -1024,3 +1024,44 @@ def test_large_batches_build_the_tables_in_threads(monkeypatch: pytest.MonkeyPat
     assert len(threads) == 10 and not any(name.startswith("permindex-build") for name in threads)
     index._check()
     assert_queries_match_brute_force(index, [*fps[::40].tolist(), *(fps[:500:25] ^ 1).tolist()])
+
+
+def test_large_batch_tables_built_while_keys_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a fingerprint array, a large batch's tables are built in other threads while the
+    keys are checked and hashed: a bad key is still refused with its position (nothing stored,
+    no build thread left running), and repeated keys still keep their last fingerprint (the
+    runs built for the whole batch are dropped)."""
+    from permindex.table import Table
+
+    monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1000)
+    threads: list[str] = []
+    prepare_run = Table.prepare_run
+
+    def recording(self: Table, values: np.ndarray) -> object:
+        threads.append(threading.current_thread().name)
+        return prepare_run(self, values)
+
+    monkeypatch.setattr(Table, "prepare_run", recording)
+    rng = np.random.default_rng(22)
+    fps = rng.integers(0, TOP, 3000, dtype=np.uint64)
+    index = Index()
+    index.add("kept", 5)
+    names: list[Any] = [f"a{i}" for i in range(3000)]
+    names[1500] = ""
+    with pytest.raises(InvalidArgumentError, match="1500"):
+        index.add_many(names, fps)
+    # The runs were started before the keys were checked, in build threads (those not yet
+    # started when the key was refused are cancelled).
+    assert 1 <= len(threads) <= 4
+    assert all(name.startswith("permindex-build") for name in threads)
+    assert index.export()[0] == ["kept"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("permindex-build")]
+    names[1500] = "a0"  # repeated: the later fingerprint wins
+    new = index.add_many(names, fps)
+    assert new.size == 3000 and bool(new.all())
+    assert index.get("a0") == int(fps[1500])
+    index._check()
+    expected = {name: int(value) for name, value in zip(names, fps.tolist(), strict=True)}
+    expected["kept"] = 5
+    assert dict(zip(*_export_lists(index), strict=True)) == expected
+    assert_queries_match_brute_force(index, fps[::60].tolist())

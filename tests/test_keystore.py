@@ -208,7 +208,7 @@ def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
     lengths = np.array([len(e) for e in encoded])
     blob = b"".join(e + b"\x00" for e in encoded)
     index = Index.from_compact(lengths, bytearray(blob), values, memtable_limit=64)
-    assert threads and all(name.startswith("permindex-load") for name in threads)
+    assert threads and all(name.startswith("permindex-build") for name in threads)
     index._check()  # includes: every stored hash is hash_key of the row's bytes
     assert index.export()[0] == names and np.array_equal(index.export()[1], values)
     assert all(index._store.hash_of(row) == hash_key(e) for row, e in enumerate(encoded))
