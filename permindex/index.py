@@ -329,6 +329,7 @@ class Index:
         self._n_rows = 0
         self._store = KeyStore()
         self._compactions = 0  # row numbers change at each compaction (see export_slices)
+        self._last_write = time.monotonic()  # of the last add (merge_all_runs' idle test)
         self._grower: threading.Thread | None = None  # a growth ahead in progress
 
     @classmethod
@@ -785,9 +786,61 @@ class Index:
         bulk load leaves an eighth of room, :func:`~permindex.keystore.next_capacity`, and may
         be all there is: growing then would only take memory), and merge the tables' runs
         (:meth:`_merge_runs`)."""
+        self._last_write = time.monotonic()
         if 8 * rows < self._fps.size:
             self._grow_ahead()
         self._merge_runs()
+
+    def merge_all_runs(self, idle: float = 0.0) -> bool:
+        """Merge each table's frozen runs and memtable into one sorted run, so that a query
+        probes one run per table: the single sorted table per permutation of Manku et al. 2007
+        (section 3), which the memtable and runs of recent writes approximate. A server loaded
+        through a stream of adds holds 2 or 3 runs per table; a single lookup of 10^6 then
+        costs about 3x the directory probes and cache misses.
+
+        Like the automatic merges, the merge itself runs without the lock (reads meanwhile
+        see the unmerged runs, which hold the same rows; writes go on and add runs after the
+        merged ones); the merged runs replace theirs under the lock. Cost: one radix sort of
+        each table's rows (about 0.1 s per table at 10^6 here).
+
+        Args:
+            idle: merge only if nothing was added for at least this many seconds (a server
+                calls this periodically with a small idle time, so that it merges after a
+                load, not during one).
+
+        Returns:
+            True when runs were merged or a memtable frozen; False when there was nothing to
+            merge (every table is one run already), the index was not idle long enough,
+            another merge is running, or a compaction renumbered the rows meanwhile (the merge
+            is dropped).
+        """
+        with self._lock:
+            if self._merging or time.monotonic() - self._last_write < idle:
+                return False
+            tables = self._tables
+            if all(len(table.runs) <= 1 and not table.memtable_size for table in tables):
+                return False
+            froze = False
+            for table in tables:
+                if table.memtable_size:
+                    table.freeze(self._fps, self._live)
+                    froze = True
+            plans = [(table, table.runs) for table in tables if len(table.runs) > 1]
+            self._merging = True
+            fps, live, compactions = self._fps, self._live, self._compactions
+        done: list[tuple[Table, tuple[Run, ...], Run | None]] = []
+        try:
+            for table, runs in plans:
+                done.append((table, runs, table.merged_runs(runs, fps, live)))
+        finally:
+            with self._lock:
+                self._merging = False
+                merged = self._compactions == compactions
+                if merged:
+                    for table, runs, run in done:
+                        table.replace_runs(runs, run)
+        self._merge_runs()  # what writes left meanwhile
+        return froze or (merged and bool(done))
 
     def _fits(self, rows: int, data_bytes: int) -> bool:
         """Whether ``rows`` more rows with ``data_bytes`` more key bytes fit in the row arrays

@@ -484,19 +484,34 @@ class Table:
     def swap(self, older: Run, newer: Run, merged: Run | None) -> bool:
         """Replace the adjacent runs ``older``, ``newer`` (the same objects) by ``merged`` (None:
         by nothing); False, and no change, when they are no longer adjacent here."""
-        runs = self._runs
-        for i in range(len(runs) - 1):
-            if runs[i] is older and runs[i + 1] is newer:
-                runs[i : i + 2] = [] if merged is None else [merged]
+        return self.replace_runs((older, newer), merged)
+
+    def replace_runs(self, runs: tuple[Run, ...], merged: Run | None) -> bool:
+        """Replace the consecutive ``runs`` (the same objects, in order) by ``merged`` (None: by
+        nothing); False, and no change, when they are no longer consecutive here."""
+        current = self._runs
+        width = len(runs)
+        for i in range(len(current) - width + 1):
+            if all(current[i + j] is run for j, run in enumerate(runs)):
+                current[i : i + width] = [] if merged is None else [merged]
                 return True
         return False
 
+    @property
+    def runs(self) -> tuple[Run, ...]:
+        """The frozen runs, oldest first."""
+        return tuple(self._runs)
+
     def merged(self, older: Run, newer: Run, fps: Fingerprints, live: Live) -> Run | None:
-        """The run holding the rows of ``older`` and ``newer`` that ``live`` says are live
-        (None if none), sorted by prefix. Reads only these immutable runs and the rows'
-        fingerprints (which never change), so it may run without the index's lock."""
-        rows = np.concatenate([older.rows, newer.rows])
-        filters = np.concatenate([older.filters, newer.filters])
+        """:meth:`merged_runs` of two runs."""
+        return self.merged_runs((older, newer), fps, live)
+
+    def merged_runs(self, runs: tuple[Run, ...], fps: Fingerprints, live: Live) -> Run | None:
+        """The run holding the rows of ``runs`` that ``live`` says are live (None if none),
+        sorted by prefix. Reads only these immutable runs and the rows' fingerprints (which
+        never change), so it may run without the index's lock."""
+        rows = np.concatenate([run.rows for run in runs])
+        filters = np.concatenate([run.filters for run in runs])
         keep = np.ones(rows.size, dtype=bool) if live is None else live[rows]
         if not keep.all():
             rows = rows[keep]

@@ -1065,3 +1065,75 @@ def test_large_batch_tables_built_while_keys_are_checked(monkeypatch: pytest.Mon
     expected["kept"] = 5
     assert dict(zip(*_export_lists(index), strict=True)) == expected
     assert_queries_match_brute_force(index, fps[::60].tolist())
+
+
+def test_merge_all_runs_leaves_one_run_per_table() -> None:
+    """merge_all_runs: every table's runs and memtable become one run (dead rows dropped),
+    queries equal brute force before and after; nothing to do returns False; an index written
+    to less than ``idle`` seconds ago is left alone; writes after the merge add runs again."""
+    rng = np.random.default_rng(31)
+    fps = np.concatenate([rng.integers(0, TOP, 5000, dtype=np.uint64), clustered(rng, 600, 5, 3)])
+    names = [f"r{i}" for i in range(fps.size)]
+    index = Index(memtable_limit=64)
+    for start in range(0, 5000, 700):  # batches: several runs per table
+        index.add_many(names[start : start + 700], fps[start : start + 700])
+    for name, value in zip(names[5000:], fps[5000:].tolist(), strict=True):
+        index.add(name, value)  # singles: some left in the memtables
+    index.remove("r10")
+    assert any(len(t.runs) > 1 for t in index._tables)
+    queries = [*fps[::97].tolist(), *(fps[5000::37] ^ np.uint64(3)).tolist()]
+    before = [index.query(q) for q in queries]
+    assert not index.merge_all_runs(idle=60.0)  # just written to
+    assert index.merge_all_runs()
+    assert all(len(t.runs) == 1 and not t.memtable_size for t in index._tables)
+    assert all(len(t) == fps.size - 1 for t in index._tables)  # the dead row dropped
+    index._check()
+    assert [index.query(q) for q in queries] == before
+    assert_queries_match_brute_force(index, queries)
+    assert not index.merge_all_runs()  # nothing left to merge
+    for i in range(10):
+        index.add(f"late-{i}", i)
+    assert all(t.memtable_size == 10 for t in index._tables)
+    assert index.merge_all_runs()
+    assert all(len(t.runs) == 1 and not t.memtable_size for t in index._tables)
+    assert [m.key for m in index.query(3, k=0)] == ["late-3"]
+
+
+def test_merge_all_runs_with_concurrent_writes_and_a_compaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Writes while merge_all_runs merges (outside the lock) land after the merged runs and are
+    kept; a compaction meanwhile drops the merge (returns False) and nothing is lost."""
+    import permindex.table as table_module
+
+    rng = np.random.default_rng(32)
+    fps = rng.integers(0, TOP, 4000, dtype=np.uint64)
+    index = Index(memtable_limit=64, compaction_min=0)
+    for start in range(0, 3000, 500):
+        index.add_many([f"w{i}" for i in range(start, start + 500)], fps[start : start + 500])
+    original = table_module.Table.merged_runs
+    during = {"write": True, "compact": False}
+
+    def merged_runs_with_a_write(self: Any, runs: Any, *args: Any) -> Any:
+        if during["write"]:
+            during["write"] = False
+            index.add_many([f"w{i}" for i in range(3000, 4000)], fps[3000:])
+        if during["compact"]:
+            during["compact"] = False
+            with index._lock:
+                index._compact()
+        return original(self, runs, *args)
+
+    monkeypatch.setattr(table_module.Table, "merged_runs", merged_runs_with_a_write)
+    assert index.merge_all_runs()
+    index._check()
+    assert len(index) == 4000
+    assert_queries_match_brute_force(index, fps[::50].tolist())
+    for start in range(0, 1000, 200):
+        index.add_many([f"x{i}" for i in range(start, start + 200)], fps[start : start + 200])
+    index.remove("x5")
+    during["compact"] = True
+    assert not index.merge_all_runs()
+    index._check()
+    assert len(index) == 4999
+    assert_queries_match_brute_force(index, fps[::50].tolist())

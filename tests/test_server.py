@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 import pytest
 from conftest import StartServer, make_stub, server_config
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -32,6 +33,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 import permindex
 from permindex import hamming, simhash
 from permindex.errors import CorruptFileError, DataDirLockedError, exit_code_for
+from permindex.hamming import brute_force_query
 from permindex.rpc.server import RunningServer, create_server
 from permindex.rpc.service import SERVICE_NAME
 from permindex.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot, write_snapshot
@@ -470,6 +472,47 @@ def test_periodic_snapshot_only_when_changed(start_server: StartServer) -> None:
     # The periodic snapshots are not the stop's: nothing changed since, so it writes none.
     assert server.stop(grace=1) is None
     assert server.final_snapshots == []
+
+
+def test_idle_server_merges_its_runs(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adds in several batches leave several runs per table; once nothing was added for
+    MERGE_IDLE_SECONDS the server merges them into one run per table (and not while adds keep
+    coming); queries over gRPC answer as brute force before and after."""
+    import permindex.rpc.server as server_module
+
+    monkeypatch.setattr(server_module, "MERGE_IDLE_SECONDS", 0.3)
+    server = start_server()
+    index = server.state.index
+    rng = random.Random(5)
+    entries = {f"doc-{i}": rng.getrandbits(64) for i in range(3000)}
+    names = list(entries)
+    channel, stub = make_stub(server.address)
+    with channel:
+        for start in range(0, 3000, 300):
+            add(stub, {name: entries[name] for name in names[start : start + 300]})
+            time.sleep(0.05)  # adds keep coming: no merge yet
+        assert any(len(table.runs) > 1 for table in index._tables)
+        queries = [entries[name] ^ 0b101 for name in names[::150]]
+
+        def answers() -> list[list[tuple[str, int]]]:
+            reply = stub.Query(pb.QueryRequest(fingerprints=queries), timeout=30)
+            return [[(m.key, m.distance) for m in r.matches] for r in reply.results]
+
+        before = answers()
+        deadline = time.monotonic() + 10
+        while any(len(table.runs) > 1 for table in index._tables):
+            assert time.monotonic() < deadline, "the runs were not merged within 10 s"
+            time.sleep(0.05)
+        assert answers() == before
+    values = np.array(list(entries.values()), dtype=np.uint64)
+    for q, got in zip(queries, before, strict=True):
+        expected = sorted(
+            (names[i], bin(int(values[i]) ^ q).count("1"))
+            for i in brute_force_query(values, q, 3).tolist()
+        )
+        assert sorted(got) == expected
 
 
 def test_snapshot_with_other_k_loads_with_a_warning(

@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+#: Seconds without an add after which the server merges an index's runs into one per table
+#: (checked this often).
+MERGE_IDLE_SECONDS = 1.0
 _INTERRUPTED = 128 + signal.SIGINT  # exit code after Ctrl-C during the start (the shell's 130)
 
 
@@ -100,20 +104,40 @@ class RunningServer:
         #: (collection, snapshot) of every snapshot the graceful stop wrote, default first.
         self.final_snapshots: list[tuple[str, SnapshotInfo]] = []
         self._periodic_wakeup = threading.Event()
-        self._periodic: threading.Thread | None = None
-        if config.snapshot_interval > 0:
-            self._periodic = threading.Thread(
-                target=self._snapshot_periodically, name="permindex-snapshot", daemon=True
-            )
-            self._periodic.start()
+        self._periodic = threading.Thread(target=self._upkeep, name="permindex-upkeep", daemon=True)
+        self._periodic.start()
 
-    def _snapshot_periodically(self) -> None:
+    def _upkeep(self) -> None:
+        """Every :data:`MERGE_IDLE_SECONDS` (or the snapshot interval, if shorter): merge the
+        runs of each collection's index once nothing was added to it for that long
+        (:meth:`Index.merge_all_runs`: queries then probe one run per table); every
+        ``config.snapshot_interval`` seconds (if > 0): snapshot the collections that changed."""
         interval = self.config.snapshot_interval
-        while not self._periodic_wakeup.wait(interval):
+        tick = MERGE_IDLE_SECONDS if interval <= 0 else min(interval, MERGE_IDLE_SECONDS)
+        next_snapshot = time.monotonic() + interval
+        while not self._periodic_wakeup.wait(tick):
             try:
-                self._snapshot_all()  # what it wrote is in the log lines, not final_snapshots
-            except Exception:  # logged and retried at the next interval; serving goes on
-                log.exception("periodic snapshot failed; retrying in %s s", interval)
+                self._merge_idle()
+            except Exception:  # logged; the runs stay as they are and queries still answer
+                log.exception("merging the index's runs failed")
+            if interval > 0 and time.monotonic() >= next_snapshot:
+                next_snapshot = time.monotonic() + interval
+                try:
+                    self._snapshot_all()  # what it wrote is in the log lines
+                except Exception:  # logged and retried at the next interval; serving goes on
+                    log.exception("periodic snapshot failed; retrying in %s s", interval)
+
+    def _merge_idle(self) -> None:
+        """:meth:`Index.merge_all_runs` of every collection idle for MERGE_IDLE_SECONDS."""
+        states = [self.state] if self.catalog is None else [s for _, s in self.catalog.items()]
+        for state in states:
+            began = time.monotonic()
+            if state.index.merge_all_runs(idle=MERGE_IDLE_SECONDS):
+                log.debug(
+                    "merged the runs of %d keys in %.2f s",
+                    len(state.index),
+                    time.monotonic() - began,
+                )
 
     def _snapshot_all(self) -> tuple[SnapshotInfo | None, list[tuple[str, SnapshotInfo]]]:
         """Snapshot every collection whose log holds changes its last snapshot does not.
@@ -182,8 +206,7 @@ class RunningServer:
         try:
             self._health.enter_graceful_shutdown()
             self._periodic_wakeup.set()
-            if self._periodic is not None:
-                self._periodic.join()
+            self._periodic.join()
             self._server.stop(grace).wait()
             self._executor.shutdown(wait=True)  # handlers still running after the grace end
             info, self.final_snapshots = self._snapshot_all()
