@@ -328,6 +328,64 @@ def worker_faiss(n: int, repeats: int) -> dict[str, Any]:
     return out
 
 
+def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
+    """permindex (4, 1) and faiss MultiHash(4, b=16) built in one process and timed in
+    alternating rounds (batch and one per call), so that both systems see the same machine
+    load: the ratio targets come from here (the per-system rows above come from separate
+    processes at different times, where the machine's load can move one of them by 20 %)."""
+    import faiss
+
+    from permindex import Index
+
+    fps, queries = make_data(n)
+    index = Index.from_arrays([f"doc-{i:08d}" for i in range(n)], fps, k=K, design=(4, 1))
+    gc.collect()
+    faiss.omp_set_num_threads(1)
+    xq = queries.view(np.uint8).reshape(-1, 8)
+    multihash = faiss.IndexBinaryMultiHash(64, 4, 16)
+    multihash.add(fps.view(np.uint8).reshape(n, 8))
+    singles = np.r_[0:1000, QUERIES // 2 : QUERIES // 2 + 1000]
+    single_ints = queries[singles].tolist()
+
+    def permindex_single() -> None:
+        for q in single_ints:
+            index.query(q)
+
+    def faiss_single() -> None:
+        for i in singles.tolist():
+            multihash.range_search(xq[i : i + 1], K + 1)
+
+    measured: dict[str, Callable[[], float]] = {
+        "permindex_batch_qps": lambda: median_rate(
+            queries.size, lambda: index.query_many(queries), 3
+        ),
+        "faiss_batch_qps": lambda: median_rate(
+            queries.size, lambda: multihash.range_search(xq, K + 1), 3
+        ),
+        "permindex_single_qps": lambda: median_rate(singles.size, permindex_single, 1),
+        "faiss_single_qps": lambda: median_rate(singles.size, faiss_single, 1),
+    }
+    for run in measured.values():  # warm-up
+        run()
+    per_round: dict[str, list[float]] = {name: [] for name in measured}
+    for _ in range(rounds):
+        for name, run in measured.items():
+            per_round[name].append(run())
+    out: dict[str, Any] = {"system": "head to head", "n": n, "rounds": per_round}
+    for name, values in per_round.items():
+        out[name] = statistics.median(values)
+    for kind in ("batch", "single"):
+        ratios = [
+            p / f
+            for p, f in zip(
+                per_round[f"permindex_{kind}_qps"], per_round[f"faiss_{kind}_qps"], strict=True
+            )
+        ]
+        out[f"{kind}_ratios"] = ratios
+        out[f"{kind}_ratio"] = statistics.median(ratios)
+    return out
+
+
 def worker_simhash(n: int, repeats: int) -> dict[str, Any]:
     """The pure-Python ``simhash`` package's SimhashIndex (k + 1 blocks)."""
     sys.path.insert(0, str(PEERS / "simhash"))
@@ -751,6 +809,7 @@ def main() -> int:
                 n, (design[0], design[1]), args.repeats, args.extras
             ),
             "faiss": lambda: worker_faiss(n, args.repeats),
+            "head-to-head": lambda: worker_head_to_head(n, max(7, args.repeats)),
             "simhash": lambda: worker_simhash(n, args.repeats),
             "pybind": lambda: worker_simhash_pybind(n),
             "brute": lambda: worker_brute(n),
@@ -784,6 +843,7 @@ def main() -> int:
             results.append(run_worker(["permindex", "--design", d, *common, *extras]) or {})
         if "faiss" not in skip:
             results.append(run_worker(["faiss", *common]) or {})
+            results.append(run_worker(["head-to-head", *common]) or {})
         if "brute" not in skip:
             results.append(run_worker(["brute", *common]) or {})
         if "simhash" not in skip and size <= 1_000_000:
