@@ -611,8 +611,8 @@ class Table:
                     distance = (value ^ query).bit_count()
                     if distance <= k:
                         hits[row] = (value, distance)
-        memtable = self._memtable
-        if memtable:
+        if self._memtable_rows:  # a list: no Python-level __len__ call, as the SortedList has
+            memtable = self._memtable
             lo = memtable.bisect_left(prefix << _PREFIX_SHIFT)
             hi = memtable.bisect_left((prefix + 1) << _PREFIX_SHIFT)
             for entry in memtable.islice(lo, hi):
