@@ -96,6 +96,9 @@ _PARALLEL_MIN = 1 << 17  # from this batch size on, the tables' runs are built i
 _BUILD_THREADS = min(
     4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 )
+#: merge_all_runs merges a table once at least this share of its entries lies outside its
+#: largest run.
+MERGE_ALL_MIN_SHARE = 1 / 8
 _UTF8_SLICE = 1 << 24  # bytes of a compact key section checked as UTF-8 per step
 
 _TOP = 1 << 64  # fingerprints are below this
@@ -791,56 +794,62 @@ class Index:
             self._grow_ahead()
         self._merge_runs()
 
-    def merge_all_runs(self, idle: float = 0.0) -> bool:
-        """Merge each table's frozen runs and memtable into one sorted run, so that a query
-        probes one run per table: the single sorted table per permutation of Manku et al. 2007
-        (section 3), which the memtable and runs of recent writes approximate. A server loaded
-        through a stream of adds holds 2 or 3 runs per table; a single lookup of 10^6 then
-        costs about 3x the directory probes and cache misses.
+    def merge_all_runs(self, idle: float = 0.0, min_share: float = MERGE_ALL_MIN_SHARE) -> bool:
+        """Merge a table's frozen runs and memtable into one sorted run when at least
+        ``min_share`` of its entries lie outside its largest run, so that a query probes one
+        run there: the single sorted table per permutation of Manku et al. 2007 (section 3),
+        which the memtable and runs of recent writes approximate. A server loaded through a
+        stream of adds holds 2 or 3 runs per table (a quarter or more of the entries outside
+        the largest); a single lookup of 10^6 then costs about 3x the directory probes.
+        ``min_share`` keeps a trickle of writes from paying a full merge each (one every
+        eighth of the index's size, by default: amortized, 8 rows sorted per row written).
 
-        Like the automatic merges, the merge itself runs without the lock (reads meanwhile
-        see the unmerged runs, which hold the same rows; writes go on and add runs after the
-        merged ones); the merged runs replace theirs under the lock. Cost: one radix sort of
-        each table's rows (about 0.1 s per table at 10^6 here).
+        One table at a time (the memory of one table's merge at most): the merge runs without
+        the lock, like the automatic merges (reads meanwhile see the unmerged runs, which hold
+        the same rows; writes go on and add runs after the merged ones), and the merged run
+        replaces its inputs under the lock. Cost: a radix sort of the table's rows (about 0.1
+        s per table at 10^6 here).
 
         Args:
-            idle: merge only if nothing was added for at least this many seconds (a server
+            idle: merge only while nothing was added for at least this many seconds (a server
                 calls this periodically with a small idle time, so that it merges after a
-                load, not during one).
+                load, not during one); checked before each table.
+            min_share: 0 to 1; 0 merges every table that has more than one run or a memtable.
 
         Returns:
-            True when runs were merged or a memtable frozen; False when there was nothing to
-            merge (every table is one run already), the index was not idle long enough,
-            another merge is running, or a compaction renumbered the rows meanwhile (the merge
-            is dropped).
+            True when a table was merged (or its memtable frozen); False when none qualified,
+            the index was not idle long enough, another merge was running, or a compaction
+            renumbered the rows meanwhile (that table's merge is dropped).
         """
-        with self._lock:
-            if self._merging or time.monotonic() - self._last_write < idle:
-                return False
-            tables = self._tables
-            if all(len(table.runs) <= 1 and not table.memtable_size for table in tables):
-                return False
-            froze = False
-            for table in tables:
+        merged = False
+        for table in self._tables:
+            with self._lock:
+                if self._merging or time.monotonic() - self._last_write < idle:
+                    break
+                sizes = table.run_sizes
+                total = sum(sizes) + table.memtable_size
+                outside = total - max(sizes, default=0)
+                if outside == 0 or outside < min_share * total:
+                    continue
                 if table.memtable_size:
                     table.freeze(self._fps, self._live)
-                    froze = True
-            plans = [(table, table.runs) for table in tables if len(table.runs) > 1]
-            self._merging = True
-            fps, live, compactions = self._fps, self._live, self._compactions
-        done: list[tuple[Table, tuple[Run, ...], Run | None]] = []
-        try:
-            for table, runs in plans:
-                done.append((table, runs, table.merged_runs(runs, fps, live)))
-        finally:
-            with self._lock:
-                self._merging = False
-                merged = self._compactions == compactions
-                if merged:
-                    for table, runs, run in done:
-                        table.replace_runs(runs, run)
+                    merged = True
+                runs = table.runs
+                if len(runs) < 2:
+                    continue
+                self._merging = True
+                fps, live, compactions = self._fps, self._live, self._compactions
+            run: Run | None = None
+            try:
+                run = table.merged_runs(runs, fps, live)
+            finally:
+                with self._lock:
+                    self._merging = False
+                    if self._compactions == compactions and table.replace_runs(runs, run):
+                        merged = True
+            del run
         self._merge_runs()  # what writes left meanwhile
-        return froze or (merged and bool(done))
+        return merged
 
     def _fits(self, rows: int, data_bytes: int) -> bool:
         """Whether ``rows`` more rows with ``data_bytes`` more key bytes fit in the row arrays

@@ -518,8 +518,14 @@ class Table:
             filters = filters[keep]
         if rows.size == 0:
             return None
-        prefixes = self.permutation.prefix_array(fps[rows])
-        return Run.from_unsorted(rows, prefixes, filters, self.permutation.prefix_bits)
+        perm = self.permutation
+        values = fps[rows]
+        # 16-bit prefixes: a strided view of the values, not a (m,) uint64 array more.
+        prefixes = (
+            perm.prefix_array16(values) if perm.prefix_bits <= 16 else perm.prefix_array(values)
+        )
+        del values
+        return Run.from_unsorted(rows, prefixes, filters, perm.prefix_bits)
 
     def compact(self, remap: NDArray[np.int64], fps: Fingerprints, live: Live) -> None:
         """Renumber rows: entry ``row`` becomes ``remap[row]``, or is dropped where that is

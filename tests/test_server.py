@@ -489,11 +489,17 @@ def test_idle_server_merges_its_runs(
     entries = {f"doc-{i}": rng.getrandbits(64) for i in range(3000)}
     names = list(entries)
     channel, stub = make_stub(server.address)
+    # 2,000 then 400 (two runs: the older is more than 4 times larger), then 10 x 60 (the
+    # memtable): a third of the entries outside the largest run.
+    batches = [names[:2000], names[2000:2400]] + [
+        names[start : start + 60] for start in range(2400, 3000, 60)
+    ]
     with channel:
-        for start in range(0, 3000, 300):
-            add(stub, {name: entries[name] for name in names[start : start + 300]})
+        for batch in batches:
+            add(stub, {name: entries[name] for name in batch})
             time.sleep(0.05)  # adds keep coming: no merge yet
-        assert any(len(table.runs) > 1 for table in index._tables)
+        assert all(table.run_sizes == (2000, 400) for table in index._tables)
+        assert all(table.memtable_size == 600 for table in index._tables)
         queries = [entries[name] ^ 0b101 for name in names[::150]]
 
         def answers() -> list[list[tuple[str, int]]]:
@@ -502,7 +508,7 @@ def test_idle_server_merges_its_runs(
 
         before = answers()
         deadline = time.monotonic() + 10
-        while any(len(table.runs) > 1 for table in index._tables):
+        while any(len(table.runs) > 1 or table.memtable_size for table in index._tables):
             assert time.monotonic() < deadline, "the runs were not merged within 10 s"
             time.sleep(0.05)
         assert answers() == before
