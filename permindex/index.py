@@ -839,15 +839,8 @@ class Index:
                     continue
                 self._merging = True
                 fps, live, compactions = self._fps, self._live, self._compactions
-            run: Run | None = None
-            try:
-                run = table.merged_runs(runs, fps, live)
-            finally:
-                with self._lock:
-                    self._merging = False
-                    if self._compactions == compactions and table.replace_runs(runs, run):
-                        merged = True
-            del run
+            if self._merge_unlocked(table, runs, fps, live, compactions):
+                merged = True
         self._merge_runs()  # what writes left meanwhile
         return merged
 
@@ -962,17 +955,31 @@ class Index:
                     return
                 self._merging = True
                 fps, live, compactions = self._fps, self._live, self._compactions
-            merged: Run | None = None
-            swapped = False
-            try:
-                merged = table.merged(pair[0], pair[1], fps, live)
-            finally:
-                with self._lock:
-                    self._merging = False
-                    if self._compactions == compactions:
-                        swapped = table.swap(pair[0], pair[1], merged)
+            swapped = self._merge_unlocked(table, pair, fps, live, compactions)
             if not swapped and self._compactions == compactions:  # pragma: no cover - defensive
                 return
+
+    def _merge_unlocked(
+        self,
+        table: Table,
+        runs: tuple[Run, ...],
+        fps: _U64,
+        live: NDArray[np.bool_] | None,
+        compactions: int,
+    ) -> bool:
+        """Merge the consecutive ``runs`` of ``table`` without the lock -- the caller set
+        ``_merging`` and read ``fps``, ``live`` and ``compactions`` under it -- then, under the
+        lock, clear ``_merging`` and put the merged run in their place unless a compaction
+        renumbered the rows meanwhile. Whether the merged run went in."""
+        try:
+            merged = table.merged_runs(runs, fps, live)
+        except BaseException:
+            with self._lock:
+                self._merging = False
+            raise
+        with self._lock:
+            self._merging = False
+            return self._compactions == compactions and table.replace_runs(runs, merged)
 
     def _views(self) -> None:
         """memoryviews of the row arrays (Python ints and bools on indexing: single queries)."""

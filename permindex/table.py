@@ -17,7 +17,8 @@ a 16-bit filter -- 6 bytes:
   listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
   there are at most log_4(n) + 1 of them
   (between a write and the merges it triggers, which the index runs outside its lock with
-  :meth:`Table.pending_merge`, :meth:`Table.merged` and :meth:`Table.swap`, a few more);
+  :meth:`Table.pending_merge`, :meth:`Table.merged_runs` and :meth:`Table.replace_runs`, a few
+  more);
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
   ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
   run when it holds more than ``memtable_limit`` entries; a batch of at least
@@ -470,7 +471,7 @@ class Table:
         if self.defer_merges:
             return
         while (pair := self.pending_merge()) is not None:
-            self.swap(*pair, self.merged(*pair, fps, live))
+            self.replace_runs(pair, self.merged_runs(pair, fps, live))
 
     def pending_merge(self) -> tuple[Run, Run] | None:
         """The newest adjacent (older, newer) runs that break the size ratio (the older one is
@@ -480,11 +481,6 @@ class Table:
             if len(runs[i]) <= MERGE_RATIO * len(runs[i + 1]):
                 return runs[i], runs[i + 1]
         return None
-
-    def swap(self, older: Run, newer: Run, merged: Run | None) -> bool:
-        """Replace the adjacent runs ``older``, ``newer`` (the same objects) by ``merged`` (None:
-        by nothing); False, and no change, when they are no longer adjacent here."""
-        return self.replace_runs((older, newer), merged)
 
     def replace_runs(self, runs: tuple[Run, ...], merged: Run | None) -> bool:
         """Replace the consecutive ``runs`` (the same objects, in order) by ``merged`` (None: by
@@ -501,10 +497,6 @@ class Table:
     def runs(self) -> tuple[Run, ...]:
         """The frozen runs, oldest first."""
         return tuple(self._runs)
-
-    def merged(self, older: Run, newer: Run, fps: Fingerprints, live: Live) -> Run | None:
-        """:meth:`merged_runs` of two runs."""
-        return self.merged_runs((older, newer), fps, live)
 
     def merged_runs(self, runs: tuple[Run, ...], fps: Fingerprints, live: Live) -> Run | None:
         """The run holding the rows of ``runs`` that ``live`` says are live (None if none),

@@ -830,7 +830,7 @@ def test_merge_outside_the_lock_survives_a_compaction(monkeypatch: pytest.Monkey
     import permindex.table as table_module
 
     index = Index(memtable_limit=4, compaction_min=0)
-    original = table_module.Table.merged
+    original = table_module.Table.merged_runs
     calls = [0]
 
     def merged_with_a_compaction(self: Any, *args: Any) -> Any:
@@ -840,7 +840,7 @@ def test_merge_outside_the_lock_survives_a_compaction(monkeypatch: pytest.Monkey
                 index._compact()
         return original(self, *args)
 
-    monkeypatch.setattr(table_module.Table, "merged", merged_with_a_compaction)
+    monkeypatch.setattr(table_module.Table, "merged_runs", merged_with_a_compaction)
     rng = np.random.default_rng(4)
     fps = clustered(rng, 400, 4, 3)
     for start in range(0, 400, 50):
