@@ -91,3 +91,22 @@ def stub(server: RunningServer) -> Iterator[PermIndexStub]:
         yield client
     finally:
         channel.close()
+
+
+@pytest.fixture
+def prepare_run_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of the thread of every ``Table.prepare_run`` call from now on (the tables' runs
+    of a large batch are built in ``permindex-build`` threads), in call order."""
+    import threading
+
+    from permindex.table import Table
+
+    names: list[str] = []
+    prepare_run = Table.prepare_run
+
+    def recording(self: Table, values: Any) -> Any:
+        names.append(threading.current_thread().name)
+        return prepare_run(self, values)
+
+    monkeypatch.setattr(Table, "prepare_run", recording)
+    return names

@@ -997,22 +997,15 @@ def test_single_query_bucket_filter_test_equals_brute_force(size: int, k: int, s
     assert hits == expected
 
 
-def test_large_batches_build_the_tables_in_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_batches_build_the_tables_in_threads(
+    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
+) -> None:
     """A batch of at least _PARALLEL_MIN fingerprints has its tables' runs built by a pool of
     _BUILD_THREADS threads; the index is the same as one built in one thread (invariants,
     every query equal to brute force)."""
-    from permindex.table import Table
-
+    threads = prepare_run_threads
     monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1000)
     monkeypatch.setattr(index_module, "_BUILD_THREADS", 3)
-    threads: list[str] = []
-    prepare_run = Table.prepare_run
-
-    def recording(self: Table, values: np.ndarray) -> object:
-        threads.append(threading.current_thread().name)
-        return prepare_run(self, values)
-
-    monkeypatch.setattr(Table, "prepare_run", recording)
     rng = np.random.default_rng(21)
     fps = np.concatenate([rng.integers(0, TOP, 3000, dtype=np.uint64), clustered(rng, 200, 4, 3)])
     names = [f"b{i}" for i in range(fps.size)]
@@ -1026,22 +1019,15 @@ def test_large_batches_build_the_tables_in_threads(monkeypatch: pytest.MonkeyPat
     assert_queries_match_brute_force(index, [*fps[::40].tolist(), *(fps[:500:25] ^ 1).tolist()])
 
 
-def test_large_batch_tables_built_while_keys_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_batch_tables_built_while_keys_are_checked(
+    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
+) -> None:
     """With a fingerprint array, a large batch's tables are built in other threads while the
     keys are checked and hashed: a bad key is still refused with its position (nothing stored,
     no build thread left running), and repeated keys still keep their last fingerprint (the
     runs built for the whole batch are dropped)."""
-    from permindex.table import Table
-
+    threads = prepare_run_threads
     monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1000)
-    threads: list[str] = []
-    prepare_run = Table.prepare_run
-
-    def recording(self: Table, values: np.ndarray) -> object:
-        threads.append(threading.current_thread().name)
-        return prepare_run(self, values)
-
-    monkeypatch.setattr(Table, "prepare_run", recording)
     rng = np.random.default_rng(22)
     fps = rng.integers(0, TOP, 3000, dtype=np.uint64)
     index = Index()

@@ -173,29 +173,19 @@ def test_from_compact_round_trip_and_errors() -> None:
 
 
 def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
 ) -> None:
     """The key section is hashed a chunk of keys at a time (keys holding NUL cut by their
     lengths, the others split at the NULs) and checked as UTF-8 a slice at a time, while a
     second thread builds the tables: every stored hash is the key's, every query equals brute
     force, a repeated key keeps its last fingerprint, and a bad byte is reported at its offset
     in the whole section."""
-    import threading
-
     import permindex.index as index_module
-    from permindex.table import Table
 
+    threads = prepare_run_threads
     monkeypatch.setattr(index_module, "_HASH_CHUNK", 7)
     monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1)
     monkeypatch.setattr(index_module, "_UTF8_SLICE", 16)
-    threads: list[str] = []
-    prepare_run = Table.prepare_run
-
-    def recording(self: Table, values: np.ndarray) -> object:
-        threads.append(threading.current_thread().name)
-        return prepare_run(self, values)
-
-    monkeypatch.setattr(Table, "prepare_run", recording)
     rng = np.random.default_rng(8)
     names = [f"k{i}" for i in range(1000)]
     names[10] = "nul\x00in"
