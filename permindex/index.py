@@ -588,13 +588,13 @@ class Index:
             # this one checks and hashes the keys; a bad key is still reported as before.
             values = as_fingerprint_array(fingerprints)
             with self._building_runs(values) as runs:
-                key_list, batch, values, which = self._distinct_keys(keys, values)
+                key_list, batch = _validate_keys(keys)
+                key_list, batch, values, which = self._distinct_keys(key_list, batch, values)
                 prepared = None if runs is None or which is not None else runs()
         else:
             key_list, batch = _validate_keys(keys)
-            key_list, batch, values, which = self._distinct_keys(
-                key_list, as_fingerprint_array(fingerprints), batch
-            )
+            values = as_fingerprint_array(fingerprints)
+            key_list, batch, values, which = self._distinct_keys(key_list, batch, values)
             prepared = None
         if not key_list:
             return np.ones(0, dtype=bool)
@@ -603,16 +603,12 @@ class Index:
 
     @staticmethod
     def _distinct_keys(
-        keys: Iterable[str], values: _U64, batch: EncodedKeys | None = None
+        key_list: list[str], batch: EncodedKeys, values: _U64
     ) -> tuple[list[str], EncodedKeys, _U64, NDArray[np.intp] | None]:
-        """The validated keys of :meth:`add_many` (``batch``: already validated and encoded,
-        or None) with their (n,) ``values``, a repeated key kept once with its last value:
-        (keys, their encoded batch, their values, and which: None when no key repeats, else
-        the (n,) intp position of each input key's entry)."""
-        if batch is None:
-            key_list, batch = _validate_keys(keys)
-        else:
-            key_list = keys if isinstance(keys, list) else list(keys)
+        """The validated keys of :meth:`add_many` (``key_list`` and its encoded ``batch``, from
+        ``_validate_keys``) with their (n,) ``values``, a repeated key kept once with its last
+        value: (keys, their encoded batch, their values, and which: None when no key repeats,
+        else the (n,) intp position of each input key's entry)."""
         n = len(key_list)
         if values.size != n:
             raise InvalidArgumentError(
