@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
-from permindex.snapshot import SNAPSHOT_NAME, write_snapshot  # noqa: E402
+from permindex.storage.snapshot import SNAPSHOT_NAME, write_snapshot  # noqa: E402
 from permindex.v1 import index_pb2 as pb  # noqa: E402
 from permindex.v1.index_pb2_grpc import PermIndexStub  # noqa: E402
 

@@ -20,7 +20,7 @@ figures are exact.
 
 SimHash pairs: every pair within k bits, by brute force over all pairs. Plain SimHash is the
 default fingerprint; IDF-weighted SimHash weighs each shingle by ln((1 + N) / (1 + df)) + 1 over
-the corpus (:mod:`permindex.weights`, as ``permindex dedup --weights idf``).
+the corpus (:mod:`permindex.text.weights`, as ``permindex dedup --weights idf``).
 
 Precision at k: the share of SimHash pairs within k whose Jaccard reaches the threshold; recall:
 the share of pairs at or above the threshold that SimHash finds within k.
@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.fingerprint import shingle_hashes, simhash, simhash_weighted
-from permindex.weights import DocumentFrequency
+from permindex.text.fingerprint import shingle_hashes, simhash, simhash_weighted
+from permindex.text.weights import DocumentFrequency
 
 DENSE_DF = 64  # shingles in at least this many documents go to the dense product
 BLOCK = 4096  # dense columns per matrix product

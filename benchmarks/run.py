@@ -119,8 +119,8 @@ def rss_bytes() -> int:
 
 def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool) -> dict[str, Any]:
     from permindex import Index
-    from permindex.permutation import Design
-    from permindex.table import Table
+    from permindex.index.permutation import Design
+    from permindex.index.table import Table
 
     fps, queries = make_data(n)
     keys = [f"doc-{i:08d}" for i in range(n)]
@@ -249,8 +249,8 @@ def worker_restart(n: int) -> dict[str, Any]:
     ``Store.open`` (lock, read and check the snapshot, build the index, replay the log), and,
     apart, the snapshot read alone."""
     from permindex import Index
-    from permindex.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot
-    from permindex.store import Store
+    from permindex.storage.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot
+    from permindex.storage.store import Store
 
     fps, _ = make_data(n)
     keys = [f"https://example.org/p/{i:013d}.html" for i in range(n)]
@@ -650,7 +650,7 @@ def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[st
 def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
     import grpc
 
-    from permindex.bench import _preload
+    from permindex.cli.bench import _preload
     from permindex.v1 import index_pb2 as pb
     from permindex.v1 import index_pb2_grpc
 

@@ -20,9 +20,9 @@ from permindex.errors import (
     PermindexError,
     ServerError,
 )
-from permindex.fingerprint import simhash, validate_fingerprint
-from permindex.hamming import hamming
-from permindex.index import CheckAndAddResult, Index, Match
+from permindex.index.hamming import hamming, validate_fingerprint
+from permindex.index.index import CheckAndAddResult, Index, Match
+from permindex.text.fingerprint import simhash
 
 if TYPE_CHECKING:
     from permindex.client import Client

@@ -38,11 +38,11 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.clusters import ExactGroup, Flag
-from permindex.config import DEFAULT_ADDRESS
+from permindex.addresses import DEFAULT_ADDRESS
 from permindex.errors import InvalidArgumentError, ServerError, server_error
-from permindex.hamming import as_fingerprint_array
-from permindex.index import Match
+from permindex.index.clusters import ExactGroup, Flag
+from permindex.index.hamming import as_fingerprint_array
+from permindex.index.index import Match
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
-from permindex.config import ServerConfig
+from permindex.rpc.config import ServerConfig
 
 if TYPE_CHECKING:
     from permindex.rpc.server import RunningServer
@@ -99,7 +99,7 @@ def prepare_run_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     of a large batch are built in ``permindex-build`` threads), in call order."""
     import threading
 
-    from permindex.table import Table
+    from permindex.index.table import Table
 
     names: list[str] = []
     prepare_run = Table.prepare_run

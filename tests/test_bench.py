@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from permindex.bench import BenchConfig, format_report, parse_mix, run_bench
 from permindex.cli import main
+from permindex.cli.bench import BenchConfig, format_report, parse_mix, run_bench
 from permindex.rpc.server import RunningServer
 
 

@@ -23,8 +23,8 @@ import pytest
 
 from permindex import simhash
 from permindex.cli import _batches, build_parser, ingest, main
-from permindex.documents import Document, read_documents
 from permindex.errors import EXIT_CODES
+from permindex.text.documents import Document, read_documents
 
 if TYPE_CHECKING:
     from conftest import StartServer

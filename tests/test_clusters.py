@@ -1,5 +1,5 @@
-"""Pairs, clusters, flags and exact-duplicate groups (permindex.clusters) against brute force on
-random data and on the shared corpora; the vectorized union-find; keep/drop rules."""
+"""Pairs, clusters, flags and exact-duplicate groups (permindex.index.clusters) against brute force
+on random data and on the shared corpora; the vectorized union-find; keep/drop rules."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from permindex import Index, InvalidArgumentError, simhash
-from permindex.clusters import (
+from permindex.index.clusters import (
     ExactGroup,
     Flag,
     NearDuplicates,
@@ -28,7 +28,7 @@ from permindex.clusters import (
     pairs_within,
     value_pairs,
 )
-from permindex.hamming import brute_force_pairs
+from permindex.index.hamming import brute_force_pairs
 
 REPO = Path(__file__).resolve().parent.parent
 CORPORA = REPO.parent / "shared" / "corpora"
@@ -216,7 +216,7 @@ def test_components_against_a_path_and_the_python_fallback(monkeypatch: pytest.M
     order = rng.permutation(n)
     a, b = order[:-1].astype(np.int64), order[1:].astype(np.int64)
     assert (components(n, a, b) == 0).all()
-    monkeypatch.setattr("permindex.clusters._HOOK_ROUNDS", 1)  # finish in Python
+    monkeypatch.setattr("permindex.index.clusters._HOOK_ROUNDS", 1)  # finish in Python
     assert (components(n, a, b) == 0).all()
     labels = components(6, np.array([5, 4], dtype=np.int64), np.array([3, 1], dtype=np.int64))
     assert labels.tolist() == [0, 1, 2, 3, 1, 3]
@@ -342,8 +342,8 @@ def test_value_pairs_on_every_explicit_design(
             zip(np.minimum(u, v).tolist(), np.maximum(u, v).tolist(), d.tolist(), strict=True)
         )
         assert got == list(zip(i.tolist(), j.tolist(), dd.tolist(), strict=True))
-    monkeypatch.setattr("permindex.join.PAIR_BUDGET", 3)
-    monkeypatch.setattr("permindex.join.COUNT_BITS", 0)
+    monkeypatch.setattr("permindex.index.join.PAIR_BUDGET", 3)
+    monkeypatch.setattr("permindex.index.join.COUNT_BITS", 0)
     kmax = design[0] - design[1]
     names = [f"k{i}" for i in range(fps.size)]
     near = NearDuplicates(names, fps, kmax, design=design)

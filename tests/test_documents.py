@@ -1,5 +1,5 @@
-"""Input readers (permindex.documents): JSONL files (plain, gzip, stdin), folders (keys, HTML, .gz,
-skipped entries), fingerprint formats and malformed lines named by their line number."""
+"""Input readers (permindex.text.documents): JSONL files (plain, gzip, stdin), folders (keys, HTML,
+.gz, skipped entries), fingerprint formats and malformed lines named by their line number."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from permindex import InvalidArgumentError
-from permindex.documents import (
+from permindex.text.documents import (
     MAX_KEY_BYTES,
     Document,
     MalformedInputError,

@@ -25,9 +25,9 @@ import pytest
 from conftest import make_stub
 from serverproc import ServeProcess
 
-from permindex.snapshot import SNAPSHOT_NAME
+from permindex.storage.snapshot import SNAPSHOT_NAME
+from permindex.storage.wal import segment_name
 from permindex.v1 import index_pb2 as pb
-from permindex.wal import segment_name
 
 
 def _docs(prefix: str, n: int, key_bytes: int = 40, base: int = 0) -> dict[str, int]:

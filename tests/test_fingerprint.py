@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import permindex
 from permindex import InvalidArgumentError, simhash, validate_fingerprint
-from permindex.fingerprint import shingles
+from permindex.text.fingerprint import shingles
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -226,7 +226,7 @@ def test_long_texts_in_pieces_equal_the_whole_text(
     """Texts over fingerprint._LARGE_TEXT characters are shingled piece by piece to bound memory;
     with tiny pieces (cut at whitespace: Greek final sigma, NBSP, U+3000), the fingerprint is
     the direct computation's."""
-    import permindex.fingerprint as fingerprint
+    import permindex.text.fingerprint as fingerprint
 
     text = "".join(parts)
     direct = simhash(text, shingle_size=shingle_size)

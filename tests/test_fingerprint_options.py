@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from permindex import InvalidArgumentError, hamming, simhash
-from permindex.fingerprint import (
-    MAX_FINGERPRINT,
+from permindex.index.hamming import MAX_FINGERPRINT
+from permindex.text.fingerprint import (
     hyperplanes,
     no_space_share,
     shingle_hashes,
@@ -29,7 +29,7 @@ from permindex.fingerprint import (
     simhash_weighted,
     tokens,
 )
-from permindex.weights import DocumentFrequency, chunk_bucket_counts
+from permindex.text.weights import DocumentFrequency, chunk_bucket_counts
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_CARD = REPO.parent / "shared" / "seeds" / "simhash-card-zh.txt"
@@ -256,7 +256,7 @@ def test_hyperplanes_are_integers_in_units_of_2_to_the_minus_10() -> None:
 
 _GOLDEN_VECTORS = """
 import numpy as np
-from permindex.fingerprint import simhash_vectors, hyperplanes
+from permindex.text.fingerprint import simhash_vectors, hyperplanes
 x = np.arange(1, 13, dtype=float).reshape(3, 4) - 6.5
 print([int(v) for v in simhash_vectors(x)], hyperplanes(4)[0].tolist(), hyperplanes(4)[63].tolist())
 """

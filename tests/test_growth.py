@@ -12,10 +12,10 @@ import threading
 import numpy as np
 import pytest
 
-import permindex.index as index_module
-import permindex.keystore as keystore_module
+import permindex.index.index as index_module
+import permindex.index.keystore as keystore_module
 from permindex import Index
-from permindex.keystore import KeyStore, encode_keys, hash_key
+from permindex.index.keystore import KeyStore, encode_keys, hash_key
 
 
 @pytest.fixture(params=[False, True], ids=["xxh3", "colliding"])

@@ -9,7 +9,7 @@ from strategies import SETTINGS, fingerprints
 
 from permindex import hamming
 from permindex.errors import InvalidArgumentError
-from permindex.hamming import (
+from permindex.index.hamming import (
     as_fingerprint_array,
     brute_force_pairs,
     brute_force_query,

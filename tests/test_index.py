@@ -25,12 +25,12 @@ from strategies import (
     neighbours,
 )
 
-import permindex.index as index_module
-import permindex.join as join_module
+import permindex.index.index as index_module
+import permindex.index.join as join_module
 from permindex import Index, InvalidArgumentError, Match, NotFoundError, hamming
-from permindex.hamming import brute_force_pairs, brute_force_query
-from permindex.index import CheckAndAddResult
-from permindex.permutation import Design
+from permindex.index.hamming import brute_force_pairs, brute_force_query
+from permindex.index.index import CheckAndAddResult
+from permindex.index.permutation import Design
 
 TOP = (1 << 64) - 1
 Design_K = tuple[tuple[int, int], int]
@@ -712,7 +712,7 @@ def test_thread_safety_smoke() -> None:
 def test_large_buckets_every_single_query_path(monkeypatch: pytest.MonkeyPatch, scan: int) -> None:
     """Buckets of hundreds of entries (near-duplicates share every prefix), in runs and in the
     memtable; single queries with the Python filter scan, the numpy one, and both mixed."""
-    import permindex.table as table_module
+    import permindex.index.table as table_module
 
     monkeypatch.setattr(table_module, "PYTHON_SCAN", scan)
     rng = np.random.default_rng(scan)
@@ -827,7 +827,7 @@ def test_pairs_on_the_byte_pair_join(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_merge_outside_the_lock_survives_a_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction between a merge's computation and its swap: the merged run is discarded
     (its rows were renumbered) and the merging goes on from the new runs."""
-    import permindex.table as table_module
+    import permindex.index.table as table_module
 
     index = Index(memtable_limit=4, compaction_min=0)
     original = table_module.Table.merged_runs
@@ -855,8 +855,8 @@ def test_runs_with_rows_above_2_to_the_24() -> None:
     """Row numbers are kept as 16 + 8 bits below 2^24 and 16 + 16 bits above: a table whose rows
     start at 2^24 - 50 (a lazily zeroed fingerprint array, so no real memory) answers as brute
     force, in both the single and the batch path, before and after a merge."""
-    from permindex.permutation import Design
-    from permindex.table import Run, Table
+    from permindex.index.permutation import Design
+    from permindex.index.table import Run, Table
 
     first = (1 << 24) - 50
     rng = np.random.default_rng(24)
@@ -894,7 +894,7 @@ def test_run_row_parts_and_shift(dtype: type, top: int) -> None:
     """A run keeps each row as 16 + 8 bits below 2^24 and 16 + 16 bits from 2^24 on, whether its
     rows come as uint32 or intp, contiguous or strided; shifting a run adds to every row and
     widens the parts when it crosses 2^24."""
-    from permindex.table import Run, _split_rows
+    from permindex.index.table import Run, _split_rows
 
     rng = np.random.default_rng(top % 1000)
     rows: np.ndarray = np.unique(np.r_[rng.integers(0, top + 1, 500), 0, top]).astype(dtype)
@@ -919,8 +919,8 @@ def test_run_row_parts_and_shift(dtype: type, top: int) -> None:
 def test_run_from_unsorted_with_consecutive_rows() -> None:
     """The run of consecutive rows from ``first_row`` (rows=None: no gather) equals the run of
     the same rows given explicitly, on both sides of 2^24, for 16-bit and wider prefixes."""
-    from permindex.permutation import Design
-    from permindex.table import Run
+    from permindex.index.permutation import Design
+    from permindex.index.table import Run
 
     rng = np.random.default_rng(5)
     values = rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64, endpoint=True)
@@ -946,7 +946,7 @@ def test_filtered_ranges_equals_gathering_then_filtering(k: int) -> None:
     """The batch path's candidate filter: the same (query, position) pairs, in the same order,
     as expanding every range and comparing each candidate's filter with its query's; empty
     ranges, a query without candidates, and all queries empty included."""
-    from permindex.table import filtered_ranges, gather_ranges
+    from permindex.index.table import filtered_ranges, gather_ranges
 
     rng = np.random.default_rng(k)
     filters = rng.integers(0, 1 << 16, 5000, dtype=np.uint16)
@@ -973,7 +973,7 @@ def test_single_query_bucket_filter_test_equals_brute_force(size: int, k: int, s
     """The single-query scan of one bucket (the filters of every entry tested at once as 16-bit
     lanes of one int, up to PYTHON_SCAN entries; numpy above) finds exactly the entries within
     k of the query, for every bucket size and for k past the filter's 16 bits."""
-    from permindex.table import Table
+    from permindex.index.table import Table
 
     rng = np.random.default_rng(seed)
     perm = Design(4, 1).permutations[0]
@@ -1094,7 +1094,7 @@ def test_merge_all_runs_with_concurrent_writes_and_a_compaction(
 ) -> None:
     """Writes while merge_all_runs merges (outside the lock) land after the merged runs and are
     kept; a compaction meanwhile drops the merge (returns False) and nothing is lost."""
-    import permindex.table as table_module
+    import permindex.index.table as table_module
 
     rng = np.random.default_rng(32)
     fps = rng.integers(0, TOP, 4000, dtype=np.uint64)

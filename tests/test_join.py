@@ -1,4 +1,4 @@
-"""The self-join (permindex.join): every join design against brute force on random, clustered,
+"""The self-join (permindex.index.join): every join design against brute force on random, clustered,
 duplicated, tiny and adversarial inputs for every k it answers; the covers it searches; the
 byte-pair join's pigeonhole over every placement of up to 3 differing bits."""
 
@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SETTINGS
 
-import permindex.join as join_module
+import permindex.index.join as join_module
 from permindex import InvalidArgumentError
-from permindex.hamming import brute_force_pairs
-from permindex.join import (
+from permindex.index.hamming import brute_force_pairs
+from permindex.index.join import (
     BYTE_PAIR_MASKS,
     BYTE_PAIRS,
     JoinDesign,
@@ -24,7 +24,7 @@ from permindex.join import (
     self_join,
     table_pairs_radix,
 )
-from permindex.permutation import Design
+from permindex.index.permutation import Design
 
 TOP = (1 << 64) - 1
 

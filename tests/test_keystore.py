@@ -10,9 +10,9 @@ import random
 import numpy as np
 import pytest
 
-import permindex.keystore as keystore_module
+import permindex.index.keystore as keystore_module
 from permindex import Index, InvalidArgumentError
-from permindex.keystore import KeyStore, batch_subset, encode_keys, hash_key
+from permindex.index.keystore import KeyStore, batch_subset, encode_keys, hash_key
 
 
 @pytest.fixture
@@ -180,7 +180,7 @@ def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
     second thread builds the tables: every stored hash is the key's, every query equals brute
     force, a repeated key keeps its last fingerprint, and a bad byte is reported at its offset
     in the whole section."""
-    import permindex.index as index_module
+    import permindex.index.index as index_module
 
     threads = prepare_run_threads
     monkeypatch.setattr(index_module, "_HASH_CHUNK", 7)

@@ -18,7 +18,7 @@ from conftest import StartServer, make_stub
 from google.protobuf import message_factory
 from prometheus_client.parser import text_string_to_metric_families
 
-from permindex.hamming import hamming
+from permindex.index.hamming import hamming
 from permindex.rpc.handlers import PERMINDEX_SERVICE, describe_malformed, method_handlers
 from permindex.rpc.server import RunningServer
 from permindex.v1 import index_pb2 as pb

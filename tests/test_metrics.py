@@ -12,8 +12,8 @@ from conftest import StartServer
 from prometheus_client.parser import text_string_to_metric_families
 
 import permindex
+from permindex.cli.logs import JsonFormatter
 from permindex.errors import ServerError
-from permindex.logs import JsonFormatter
 
 TOKEN = "metrics-token-0123456789"
 

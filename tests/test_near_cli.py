@@ -18,9 +18,9 @@ import pytest
 
 from permindex import simhash
 from permindex.cli import main
-from permindex.dedup import DedupOptions, run_dedup, write_outputs
-from permindex.documents import read_file_text
 from permindex.errors import EXIT_CODES
+from permindex.near.dedup import DedupOptions, run_dedup, write_outputs
+from permindex.text.documents import read_file_text
 from permindex.v1 import index_pb2 as pb
 
 if TYPE_CHECKING:

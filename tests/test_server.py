@@ -33,10 +33,10 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 import permindex
 from permindex import hamming, simhash
 from permindex.errors import CorruptFileError, DataDirLockedError, exit_code_for
-from permindex.hamming import brute_force_query
+from permindex.index.hamming import brute_force_query
 from permindex.rpc.server import RunningServer, create_server
 from permindex.rpc.service import SERVICE_NAME
-from permindex.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot, write_snapshot
+from permindex.storage.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot, write_snapshot
 from permindex.v1 import index_pb2 as pb
 from permindex.v1.index_pb2_grpc import PermIndexStub
 
@@ -751,7 +751,7 @@ def test_port_in_use_is_refused(server: RunningServer, tmp_path: Path) -> None:
 LAUNCHER = """
 import sys
 from pathlib import Path
-from permindex.config import ServerConfig
+from permindex.rpc.config import ServerConfig
 from permindex.rpc.server import run_server
 config = ServerConfig(address=sys.argv[1], data_dir=Path(sys.argv[2]), snapshot_interval=0,
                       grace_seconds=15)

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from permindex.errors import CorruptFileError, DataDirLockedError, InvalidArgumentError
-from permindex.snapshot import (
+from permindex.storage.snapshot import (
     FORMAT_VERSION,
     MAGIC,
     SNAPSHOT_NAME,
@@ -210,7 +210,7 @@ def test_the_generation_before_previous_is_deleted_gradually(
 ) -> None:
     """A third snapshot retires the first: it is truncated in _SYNC_BYTES steps (fsynced) and
     unlinked after the new one is in place; the second stays as .prev, no temporary is left."""
-    import permindex.snapshot as snapshot_module
+    import permindex.storage.snapshot as snapshot_module
 
     path = tmp_path / "s.pmx"
     keys = [f"key-{i:06d}" for i in range(20_000)]
@@ -419,7 +419,7 @@ def test_invalid_utf8_is_refused_at_its_offset_in_the_section(
 ) -> None:
     """UTF-8 is checked a slice at a time (16 bytes here) before read_snapshot returns; the
     message gives the byte's offset in the whole key section."""
-    import permindex.snapshot as snapshot_module
+    import permindex.storage.snapshot as snapshot_module
 
     monkeypatch.setattr(snapshot_module, "_UTF8_SLICE", 16)
     path = tmp_path / "s.pmx"

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageFullError
-from permindex.index import Index
-from permindex.snapshot import DataDir
-from permindex.store import Store
-from permindex.wal import ADD, REMOVE, REPLACE, list_segments, read_log
+from permindex.index.index import Index
+from permindex.storage.snapshot import DataDir
+from permindex.storage.store import Store
+from permindex.storage.wal import ADD, REMOVE, REPLACE, list_segments, read_log
 
 
 def _decoded(parts: list[tuple[Any, Any, Any]]) -> dict[str, int]:
@@ -379,8 +379,8 @@ def test_a_snapshot_loads_from_its_key_section_without_str_keys(
     """Recovery builds the index from the snapshot's key section as it is on disk
     (Index.from_compact): no key is decoded into a str (decoding is made to fail here), the
     contents are those saved, queries equal brute force, then the log is replayed over them."""
-    import permindex.snapshot as snapshot_module
-    from permindex.snapshot import SNAPSHOT_NAME, write_snapshot
+    import permindex.storage.snapshot as snapshot_module
+    from permindex.storage.snapshot import SNAPSHOT_NAME, write_snapshot
 
     rng = np.random.default_rng(21)
     n = 5000
@@ -420,7 +420,7 @@ def test_a_snapshot_loads_from_its_key_section_without_str_keys(
 def test_a_snapshot_with_repeated_or_too_long_keys_is_refused(
     tmp_path: Path, keys: list[str], match: str
 ) -> None:
-    from permindex.snapshot import SNAPSHOT_NAME, write_snapshot
+    from permindex.storage.snapshot import SNAPSHOT_NAME, write_snapshot
 
     root = tmp_path / "data"
     root.mkdir()

@@ -1,8 +1,8 @@
-"""The write-ahead log (permindex.wal) on real files: the byte layout of the module docstring, and
-every kind of damage -- torn tails cut at every offset of the last record, flipped bytes at the
-tail and in the middle (refused; accepted with truncate_corrupt), a missing segment, a foreign
-file, an unknown format version -- with the documented behaviour and message; failed writes cut
-back so that the log stays valid."""
+"""The write-ahead log (permindex.storage.wal) on real files: the byte layout of the module
+docstring, and every kind of damage -- torn tails cut at every offset of the last record, flipped
+bytes at the tail and in the middle (refused; accepted with truncate_corrupt), a missing segment, a
+foreign file, an unknown format version -- with the documented behaviour and message; failed writes
+cut back so that the log stays valid."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from permindex.errors import CorruptFileError, StorageError, StorageFullError
-from permindex.wal import (
+from permindex.storage.wal import (
     ADD,
     HEADER_SIZE,
     MAGIC,
@@ -133,7 +133,7 @@ def test_torn_tail_cut_at_every_offset_of_the_last_record(
         directory.mkdir()
         (directory / segment_name(1)).write_bytes(data[:keep])
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="permindex.wal"):
+        with caplog.at_level(logging.WARNING, logger="permindex.storage.wal"):
             found = read_log(directory, 0)
         cut = keep - ends[-2]
         assert _as_tuples(found.records) == BATCHES[:3]
@@ -205,7 +205,7 @@ def test_corrupt_record_in_the_middle_is_cut_with_the_flag(
     data = bytearray(original)
     data[ends[0] + 12] ^= 0xFF  # record 2
     segment.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="permindex.wal"):
+    with caplog.at_level(logging.WARNING, logger="permindex.storage.wal"):
         found = read_log(directory, 0, truncate_corrupt=True)
     assert _as_tuples(found.records) == BATCHES[:1]
     assert found.last_sequence == 1 and found.tail == (list_segments(directory)[0], ends[0])

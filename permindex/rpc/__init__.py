@@ -1,6 +1,6 @@
 """The gRPC side of permindex: the permindex.v1.PermIndex servicer, the server factory and the
-proto <-> domain conversions. This is the only package that imports grpc; ``import permindex``
-alone does not.
+proto <-> domain conversions. This is the only package besides the client that imports grpc;
+``import permindex`` alone does not, nor does :mod:`permindex.rpc.config`.
 
 - :mod:`permindex.rpc.convert`: request validation and message conversion.
 - :mod:`permindex.rpc.service`: the servicer; domain errors become status codes in one place.
@@ -12,7 +12,24 @@ alone does not.
 
 from __future__ import annotations
 
-from permindex.rpc.server import RunningServer, create_server, parse_address, run_server
-from permindex.rpc.service import SERVICE_NAME
+from typing import TYPE_CHECKING
 
-__all__ = ["SERVICE_NAME", "RunningServer", "create_server", "parse_address", "run_server"]
+if TYPE_CHECKING:
+    from permindex.rpc.server import RunningServer, create_server, run_server
+    from permindex.rpc.service import SERVICE_NAME
+
+__all__ = ["SERVICE_NAME", "RunningServer", "create_server", "run_server"]
+
+
+def __getattr__(name: str) -> object:
+    """The server's names are imported on first use, so that :mod:`permindex.rpc.config` (the
+    server's options, read by the command line) does not pull in grpc."""
+    if name == "SERVICE_NAME":
+        from permindex.rpc.service import SERVICE_NAME
+
+        return SERVICE_NAME
+    if name in __all__:
+        from permindex.rpc import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'permindex.rpc' has no attribute {name!r}")

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import grpc
 
-from permindex.config import ServerConfig
 from permindex.errors import InvalidArgumentError
+from permindex.rpc.config import ServerConfig
 
 __all__ = [
     "READ_ONLY",

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from permindex.config import ServerConfig
 from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFoundError
-from permindex.index import Index
-from permindex.permutation import DEFAULT_DESIGN
+from permindex.index.index import Index
+from permindex.index.permutation import DEFAULT_DESIGN
+from permindex.rpc.config import ServerConfig
 from permindex.rpc.service import DEFAULT_COLLECTION, ServerState
-from permindex.store import Store
+from permindex.storage.store import Store
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -159,7 +159,7 @@ class Catalog:
         ``.dropped-*`` directories of an interrupted drop are deleted.
 
         Raises:
-            the errors of :meth:`permindex.store.Store.open`, InvalidArgumentError for an
+            the errors of :meth:`permindex.storage.store.Store.open`, InvalidArgumentError for an
             unreadable ``collection.json``; collections opened before are closed again.
         """
         if not self.root.is_dir():

@@ -18,9 +18,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, LimitExceededError
-from permindex.fingerprint import simhash
-from permindex.index import MAX_KEY_BYTES, Match
-from permindex.permutation import Design
+from permindex.index.index import MAX_KEY_BYTES, Match
+from permindex.index.permutation import Design
+from permindex.text.fingerprint import simhash
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [

@@ -2,7 +2,7 @@
 :func:`run_server` (the ``permindex serve`` command: signals, exit codes).
 
 Start-up order: lock the data directory, load its snapshot into a new index and replay the
-write-ahead log after it (:meth:`permindex.store.Store.open`), and only then bind, start and
+write-ahead log after it (:meth:`permindex.storage.store.Store.open`), and only then bind, start and
 report SERVING on the standard health service; a corrupt snapshot or log therefore stops the
 start before anything listens. A snapshot written with another k or design loads anyway: the
 tables are rebuilt from its (key, fingerprint) pairs with the server's options, and a warning
@@ -31,7 +31,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from permindex.config import ServerConfig, parse_address
+from permindex.addresses import parse_address
 from permindex.errors import InvalidArgumentError, StorageError, exit_code_for
 from permindex.rpc.auth import (
     TokenAuthInterceptor,
@@ -40,13 +40,14 @@ from permindex.rpc.auth import (
     server_credentials,
 )
 from permindex.rpc.catalog import Catalog
+from permindex.rpc.config import ServerConfig
 from permindex.rpc.handlers import add_servicer
 from permindex.rpc.metrics import MetricsServer
 from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
-from permindex.snapshot import SnapshotInfo
-from permindex.store import Store
+from permindex.storage.snapshot import SnapshotInfo
+from permindex.storage.store import Store
 
-__all__ = ["RunningServer", "create_server", "parse_address", "run_server"]
+__all__ = ["RunningServer", "create_server", "run_server"]
 
 log = logging.getLogger(__name__)
 
@@ -270,8 +271,8 @@ def create_server(config: ServerConfig) -> RunningServer:
 
     Raises:
         CorruptFileError: the snapshot or the log is corrupt, foreign, truncated or of an unknown
-            version, or the log is damaged before its tail (see :mod:`permindex.wal`); nothing is
-            served.
+            version, or the log is damaged before its tail (see :mod:`permindex.storage.wal`);
+            nothing is served.
         DataDirLockedError: another server owns the data directory (the message names its pid).
         InvalidArgumentError: a malformed address or option (e.g. k too large for the design).
         OSError: the address cannot be bound (in use, not local), or the data directory cannot

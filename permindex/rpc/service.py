@@ -3,8 +3,8 @@
 Every RPC validates its whole request (:mod:`permindex.rpc.convert`) before it changes anything,
 fingerprints texts before it touches the index (so the index's lock is never held while hashing),
 and then reads the :class:`~permindex.index.Index`, which is thread-safe on its own, or changes it
-through the :class:`~permindex.store.Store`, which logs every change (write-ahead log) before it
-applies it; a change the log cannot take (disk full, read-only) is refused with
+through the :class:`~permindex.storage.store.Store`, which logs every change (write-ahead log)
+before it applies it; a change the log cannot take (disk full, read-only) is refused with
 RESOURCE_EXHAUSTED or UNAVAILABLE and nothing is applied.
 
 Errors of a parsed request become status codes in one place, :func:`_abort`, through
@@ -28,12 +28,12 @@ import grpc
 import numpy as np
 
 import permindex
-from permindex.clusters import NearDuplicates
-from permindex.config import ServerConfig
 from permindex.errors import LimitExceededError, NotFoundError, PermindexError, status_name_for
+from permindex.index.clusters import NearDuplicates
 from permindex.rpc import convert
-from permindex.snapshot import SnapshotInfo
-from permindex.store import Store
+from permindex.rpc.config import ServerConfig
+from permindex.storage.snapshot import SnapshotInfo
+from permindex.storage.store import Store
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
 
@@ -83,7 +83,7 @@ class ServerState:
 
     Thread-safe: every change goes through :attr:`store`, which logs it before applying it and
     serializes writers; snapshots are serialized by the store and export the index in slices,
-    so queries and writes continue while the file is written (:mod:`permindex.store`).
+    so queries and writes continue while the file is written (:mod:`permindex.storage.store`).
     """
 
     def __init__(self, store: Store, config: ServerConfig) -> None:

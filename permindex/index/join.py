@@ -25,7 +25,7 @@ Ways to find a table's candidates:
   (the fastest at 10^5 to 10^7 random fingerprints for k = 3).
 
 :func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
-:meth:`permindex.index.Index.pairs` and :mod:`permindex.clusters` both use it.
+:meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.permutation import Design, Permutation, argsort_prefixes
+from permindex.index.permutation import Design, Permutation, argsort_prefixes
 
 __all__ = [
     "BYTE_PAIRS",

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
 
-__all__ = ["DEFAULT_ADDRESS", "FSYNC_POLICIES", "FsyncPolicy", "ServerConfig", "parse_address"]
+from permindex.addresses import DEFAULT_ADDRESS
+from permindex.storage.wal import FsyncPolicy
 
-DEFAULT_ADDRESS = "127.0.0.1:50051"
-
-#: When the write-ahead log is fsynced (what each can lose: :mod:`permindex.wal`).
-FsyncPolicy = Literal["always", "interval", "never"]
-FSYNC_POLICIES: Final[tuple[FsyncPolicy, ...]] = ("always", "interval", "never")
+__all__ = ["ServerConfig"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +37,7 @@ class ServerConfig:
         workers: threads serving RPCs.
         fsync: when the write-ahead log is fsynced: ``always`` (each write request, before it is
             acknowledged), ``interval`` (every ``fsync_interval`` seconds) or ``never`` (left to
-            the kernel); see :mod:`permindex.wal` for what each can lose.
+            the kernel); see :mod:`permindex.storage.wal` for what each can lose.
         fsync_interval: seconds between fsyncs of the log under ``fsync="interval"``.
         truncate_corrupt_log: at the start, cut the log at a corrupt record found before its
             tail (losing the changes from there on) instead of refusing to start.
@@ -79,25 +75,3 @@ class ServerConfig:
     max_text_bytes: int = 32 * 1024 * 1024
     max_concurrent_rpcs: int = 64
     metrics_address: str | None = None
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (IPv6 hosts in brackets: ``[::1]:50051``) as ``(host, port)``.
-
-    Raises:
-        InvalidArgumentError: no port, a port that is not an ASCII integer in [0, 65535], no host.
-    """
-    from permindex.errors import InvalidArgumentError
-
-    host, sep, port_text = address.rpartition(":")
-    if (
-        not sep
-        or not host
-        or not (port_text.isascii() and port_text.isdigit())
-        or int(port_text) > 65535
-    ):
-        raise InvalidArgumentError(
-            f"address {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051; port 0 picks one)",
-            address,
-        )
-    return host, int(port_text)

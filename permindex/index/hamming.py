@@ -14,23 +14,54 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.fingerprint import validate_fingerprint
 
 __all__ = [
+    "FINGERPRINT_BITS",
+    "MAX_FINGERPRINT",
     "as_fingerprint_array",
     "brute_force_pairs",
     "brute_force_query",
     "hamming",
     "hamming_array",
+    "validate_fingerprint",
 ]
 
+FINGERPRINT_BITS = 64
+MAX_FINGERPRINT = (1 << FINGERPRINT_BITS) - 1
+
 _PAIR_BLOCK = 1024  # rows of the distance matrix computed at once by brute_force_pairs
+
+
+def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
+    """Return ``value`` as a Python int in [0, 2^64).
+
+    Accepts ``int`` and numpy integer scalars. Raises ``TypeError`` for ``bool``, ``float``,
+    ``str`` and any other type, and :class:`~permindex.errors.InvalidArgumentError` (a
+    ``ValueError``) for a negative value or one of 2^64 or more; the message names the value.
+    Nothing is ever masked or wrapped around.
+    """
+    if isinstance(value, bool) or isinstance(value, np.bool_):
+        raise TypeError(f"{name} must be an integer in [0, 2**64), not bool {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, np.integer):
+        number = int(value)
+    else:
+        raise TypeError(
+            f"{name} must be an integer in [0, 2**64), not {type(value).__name__} {value!r}"
+        )
+    if number < 0 or number > MAX_FINGERPRINT:
+        raise InvalidArgumentError(
+            f"{name} {number} is outside [0, 2**64): a fingerprint is an unsigned 64-bit integer",
+            value=number,
+        )
+    return number
 
 
 def hamming(a: object, b: object) -> int:
     """Hamming distance of two fingerprints, in bits (0..64): ``popcount(a ^ b)``.
 
-    Both are checked with :func:`~permindex.fingerprint.validate_fingerprint`: ``TypeError``
+    Both are checked with :func:`validate_fingerprint`: ``TypeError``
     for a bool, float, str or other non-integer, :class:`~permindex.errors.InvalidArgumentError`
     for a value outside [0, 2^64).
     """

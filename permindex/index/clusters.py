@@ -25,7 +25,7 @@ exact duplicates
 Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
 fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the distinct
 fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007, section 3 —
-:func:`permindex.join.self_join`, the join the index runs, here on a plain array and for any
+:func:`permindex.index.join.self_join`, the join the index runs, here on a plain array and for any
 table design, so that k can exceed the index's 3); keys sharing a fingerprint are expanded
 only where pairs of keys are listed. It is checked against brute force in the tests.
 Components are found by a vectorized union-find (hooking each root onto the smaller of two
@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import join
 from permindex.errors import InvalidArgumentError
-from permindex.hamming import as_fingerprint_array
-from permindex.permutation import DEFAULT_DESIGN, Design
+from permindex.index import join
+from permindex.index.hamming import as_fingerprint_array
+from permindex.index.permutation import DEFAULT_DESIGN, Design
 
 if TYPE_CHECKING:
-    from permindex.index import Index
+    from permindex.index.index import Index
 
 __all__ = [
     "KEEP_RULES",
@@ -161,8 +161,8 @@ def value_pairs(
 ) -> PairArrays:
     """Every pair (u, v) of positions of ``distinct`` (an (n,) uint64 array of *distinct*
     fingerprints) within ``k`` bits, each once, in no particular order: the block-keyed
-    self-join of Manku et al. 2007, section 3 (:func:`permindex.join.self_join`). It joins on
-    ``design`` when one is given, else on the design :func:`permindex.join.join_design` finds
+    self-join of Manku et al. 2007, section 3 (:func:`permindex.index.join.self_join`). It joins on
+    ``design`` when one is given, else on the design :func:`permindex.index.join.join_design` finds
     cheapest for n among :func:`design_for` ``(k)`` and a few others that answer k. Exact: no
     pair is missed (pigeonhole, k <= blocks - leading) and none is reported twice.
 

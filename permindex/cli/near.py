@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from permindex.documents import format_fingerprint, tsv_field
 from permindex.errors import EXIT_CODES
+from permindex.text.documents import format_fingerprint, tsv_field
 
 __all__ = ["add_commands"]
 
@@ -96,7 +96,13 @@ def _cmd_flags(args: argparse.Namespace) -> int:
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
     from permindex.cli import _err, _out
-    from permindex.dedup import DedupOptions, default_jobs, run_dedup, summary_line, write_outputs
+    from permindex.near.dedup import (
+        DedupOptions,
+        default_jobs,
+        run_dedup,
+        summary_line,
+        write_outputs,
+    )
 
     started = time.monotonic()
     options = DedupOptions(
@@ -130,9 +136,9 @@ def add_commands(
 ) -> None:
     """Add ``clusters``, ``flags`` and ``dedup`` with ``command(name, help, description,
     parents=...)``, the factory of :func:`permindex.cli.build_parser`."""
-    from permindex.clusters import KEEP_RULES
-    from permindex.dedup import MAX_K, WEIGHTS
-    from permindex.fingerprint import TOKENIZERS
+    from permindex.index.clusters import KEEP_RULES
+    from permindex.near.dedup import MAX_K, WEIGHTS
+    from permindex.text.fingerprint import TOKENIZERS
 
     clusters = command(
         "clusters",

@@ -1,5 +1,5 @@
 """Feature weights over a collection: inverse document frequency (IDF) of shingles, for the
-weighted SimHash (:func:`permindex.fingerprint.simhash_weighted`).
+weighted SimHash (:func:`permindex.text.fingerprint.simhash_weighted`).
 
 Manku, Jain & Das Sarma 2007 (section 2) weight each feature of a page by its IDF, so that words
 every page carries (navigation, boilerplate) vote less than the words that make a page what it

@@ -6,8 +6,8 @@ batch, one CheckAndAdd batch, one Remove batch) becomes one *record*: its change
 with one ``write`` (and, under the default policy, one fsync) and are replayed together or not
 at all, so a batch is atomic across a crash as well. Records are numbered by a *sequence
 number*, 1 for the first record a data directory ever logged, +1 per record, never reused; a
-snapshot records the sequence number it contains (see :mod:`permindex.snapshot`), and recovery
-replays the records after it. Every integer is little-endian; no pickle.
+snapshot records the sequence number it contains (see :mod:`permindex.storage.snapshot`), and
+recovery replays the records after it. Every integer is little-endian; no pickle.
 
 Segment file ``DIR/wal-<first sequence, 20 digits>.log``::
 
@@ -42,7 +42,7 @@ Record (n changes, K = total UTF-8 bytes of the n keys; L = 12 + 14n + K)::
 Replaying a record applies its changes in order: add and replace store the fingerprint under the
 key, remove removes the key if stored. Replay is idempotent over any state at least as new as the
 record's predecessor, which is what lets a snapshot be exported while writes go on (see
-:mod:`permindex.store`).
+:mod:`permindex.storage.store`).
 
 fsync policies (:data:`FSYNC_POLICIES`; in every one the record is written to the file -- the
 operating system's page cache -- before the change is applied and acknowledged, so killing the
@@ -91,12 +91,11 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from permindex.config import FSYNC_POLICIES, FsyncPolicy
 from permindex.errors import (
     CorruptFileError,
     InvalidArgumentError,
@@ -104,8 +103,8 @@ from permindex.errors import (
     StorageError,
     StorageFullError,
 )
-from permindex.index import MAX_KEY_BYTES
-from permindex.snapshot import fsync_directory
+from permindex.index.index import MAX_KEY_BYTES
+from permindex.storage.snapshot import fsync_directory
 
 __all__ = [
     "ADD",
@@ -270,6 +269,11 @@ def encode_record(
     for part in parts:
         crc = zlib.crc32(part, crc)
     return b"".join((length_bytes, struct.pack("<I", crc), *parts))
+
+
+#: When the write-ahead log is fsynced (what each can lose: the module docstring).
+FsyncPolicy = Literal["always", "interval", "never"]
+FSYNC_POLICIES: Final[tuple[FsyncPolicy, ...]] = ("always", "interval", "never")
 
 
 class _BadRecord(Exception):

@@ -25,8 +25,8 @@ section = the keys' UTF-8 bytes + n; H = header size = 72)::
     40            8     u64  sequence: generation number, +1 for every snapshot of a data directory
     48            8     f64  time written, Unix seconds (IEEE 754 binary64)
     56            8     u64  log sequence: every record of the write-ahead log
-                        (:mod:`permindex.wal`) with a sequence number up to this one is in the
-                        snapshot; recovery replays the records after it. 0: no log record.
+                        (:mod:`permindex.storage.wal`) with a sequence number up to this one is in
+                        the snapshot; recovery replays the records after it. 0: no log record.
     64            4     u32  flags, 0 (reserved; a reader of version 2 refuses other values)
     68            4     u32  CRC-32 (zlib / ISO-HDLC) of bytes 0..67
     H             8n    u64[n]  fingerprints, in key order
@@ -57,8 +57,8 @@ Data directory (:class:`DataDir`)::
     DIR/snapshot.pmx.prev   the generation before it (a hard link kept until the new one is
                             durable; a manual fallback, never loaded automatically)
     DIR/LOCK                holds an exclusive flock(2) while a server owns DIR; contains its pid
-    DIR/wal-*.log           the write-ahead log's segments (:mod:`permindex.wal`): the changes
-                            after the snapshot's log sequence, kept back to the previous
+    DIR/wal-*.log           the write-ahead log's segments (:mod:`permindex.storage.wal`): the
+                            changes after the snapshot's log sequence, kept back to the previous
                             generation's
     DIR/.snapshot.pmx.*.tmp a write in progress, or the generation before .prev being deleted
                             (gradually, see :func:`_delete_gradually`); left over only by a
@@ -103,7 +103,7 @@ import numpy.typing as npt
 import psutil
 
 from permindex.errors import CorruptFileError, DataDirLockedError, InvalidArgumentError
-from permindex.keystore import first_utf8_error
+from permindex.index.keystore import first_utf8_error
 
 __all__ = [
     "FORMAT_VERSION",

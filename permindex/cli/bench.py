@@ -80,7 +80,7 @@ def parse_mix(text: str) -> dict[str, float]:
 
 def _load_corpus(path: str) -> tuple[list[str], list[int]]:
     """(ids, fingerprints) of a JSONL corpus; texts are fingerprinted, too-short ones skipped."""
-    from permindex.fingerprint import simhash
+    from permindex.text.fingerprint import simhash
 
     opener: Callable[..., Any] = open
     if path.endswith(".gz"):

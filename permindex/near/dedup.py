@@ -2,7 +2,7 @@
 
 Steps, each bounded in memory so that 10^6 documents fit:
 
-1. **Read** the input as ``ingest`` does (:func:`permindex.documents.read_documents`: JSONL,
+1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`: JSONL,
    gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each document's
    key, text length and fingerprint are kept (about 100 bytes a document); texts are dropped as
    soon as they are fingerprinted. Standard input is copied to a temporary file as it is read,
@@ -13,8 +13,8 @@ Steps, each bounded in memory so that 10^6 documents fit:
    input order). The first 4 chunks are done in this process, so that a small input does not pay
    for starting the pool. For a folder the workers also read the files and reduce HTML to its
    visible text (the costly part). With ``weights="idf"`` a first pass counts the document
-   frequency of shingles (:mod:`permindex.weights`) and the second computes weighted SimHash.
-3. **Join**: every pair within k (:func:`permindex.clusters.pairs_within`, exact), clusters,
+   frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted SimHash.
+3. **Join**: every pair within k (:func:`permindex.index.clusters.pairs_within`, exact), clusters,
    flags, exact-duplicate groups, and the keep/drop decision per cluster.
 4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
 
@@ -46,8 +46,15 @@ from typing import IO, Any, Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.clusters import KEEP_RULES, KeepRule, NearDuplicates, design_for, keep_per_cluster
-from permindex.documents import (
+from permindex.errors import InvalidArgumentError
+from permindex.index.clusters import (
+    KEEP_RULES,
+    KeepRule,
+    NearDuplicates,
+    design_for,
+    keep_per_cluster,
+)
+from permindex.text.documents import (
     Document,
     DocumentReader,
     folder_file_text,
@@ -55,8 +62,7 @@ from permindex.documents import (
     read_documents,
     tsv_field,
 )
-from permindex.errors import InvalidArgumentError
-from permindex.fingerprint import (
+from permindex.text.fingerprint import (
     TOKENIZERS,
     Tokenizer,
     shingle_hashes,
@@ -64,7 +70,7 @@ from permindex.fingerprint import (
     simhash_weighted,
     tokens,
 )
-from permindex.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
+from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
 
 __all__ = [
     "MAX_K",
@@ -96,13 +102,13 @@ class DedupOptions:
         source: a JSONL file (gzip or not), a folder, or ``"-"`` (JSONL on standard input).
         out_dir: the report folder, created if missing; files in it are overwritten.
         k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
-        keep: the keep rule of :func:`permindex.clusters.keep_per_cluster`.
+        keep: the keep rule of :func:`permindex.index.clusters.keep_per_cluster`.
         jobs: worker processes (1: fingerprint in this process). They start by forkserver
             (spawn where there is none), which imports the caller's main module again: a script
             that calls :func:`run_dedup` with ``jobs > 1`` needs the usual ``if __name__ ==
             "__main__":`` guard.
         weights: ``"none"`` (plain SimHash, the default fingerprint) or ``"idf"``.
-        tokenizer, shingle_size, min_words: as :func:`permindex.fingerprint.simhash`.
+        tokenizer, shingle_size, min_words: as :func:`permindex.text.fingerprint.simhash`.
         id_field, text_field: the JSONL fields of the key and the text.
         examples: example pairs per distance in the HTML report.
     """
@@ -606,7 +612,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     - ``too_short.tsv`` (``key, tokens``);
     - ``summary.json`` and ``report.html`` (self-contained).
     """
-    from permindex.report import ReportCluster, render_report, select_examples
+    from permindex.near.report import ReportCluster, render_report, select_examples
 
     started = time.monotonic()
     options = result.options

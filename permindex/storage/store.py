@@ -1,5 +1,5 @@
 """A durable index: an :class:`~permindex.index.Index` kept in a data directory by a write-ahead
-log (:mod:`permindex.wal`) and snapshots (:mod:`permindex.snapshot`).
+log (:mod:`permindex.storage.wal`) and snapshots (:mod:`permindex.storage.snapshot`).
 
 Write path. Every change goes through :class:`Store` (:meth:`Store.add_many`,
 :meth:`Store.check_and_add_many`, :meth:`Store.remove_many`), which holds its *write lock* for
@@ -29,9 +29,9 @@ log segments the *previous* snapshot no longer needs are deleted: the log is kep
 previous generation, so ``snapshot.pmx.prev`` plus the log is a complete fallback too.
 
 Recovery (:meth:`Store.open`): lock the directory, load the snapshot (if any), read the log after
-its sequence (:func:`permindex.wal.read_log`: a torn tail is cut off with a warning; corruption
-before it stops the start unless ``truncate_corrupt_log``), replay it, then continue the log.
-The snapshot's key section goes into the index as it is on disk
+its sequence (:func:`permindex.storage.wal.read_log`: a torn tail is cut off with a warning;
+corruption before it stops the start unless ``truncate_corrupt_log``), replay it, then continue the
+log. The snapshot's key section goes into the index as it is on disk
 (:meth:`permindex.index.Index.from_compact`: no Python str per key; the keys are hashed while a
 second thread builds the tables).
 """
@@ -51,11 +51,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
-from permindex.hamming import as_fingerprint_array
-from permindex.index import CheckAndAddResult, Index, Match, validate_key
-from permindex.permutation import DEFAULT_DESIGN, Design
-from permindex.snapshot import DataDir, Snapshot, SnapshotInfo
-from permindex.wal import (
+from permindex.index.hamming import as_fingerprint_array
+from permindex.index.index import CheckAndAddResult, Index, Match, validate_key
+from permindex.index.permutation import DEFAULT_DESIGN, Design
+from permindex.storage.snapshot import DataDir, Snapshot, SnapshotInfo
+from permindex.storage.wal import (
     ADD,
     REMOVE,
     REPLACE,
@@ -208,7 +208,7 @@ class Store:
             k, design: the index's options (a snapshot written with others loads anyway, with a
                 warning: the tables are rebuilt).
             fsync: the log's fsync policy, ``always``, ``interval`` or ``never``
-                (:mod:`permindex.wal`).
+                (:mod:`permindex.storage.wal`).
             fsync_interval: seconds between fsyncs under ``interval``.
             truncate_corrupt_log: cut the log at a corrupt record before its tail instead of
                 refusing to start (the changes from there on are lost; kept in .dropped files).

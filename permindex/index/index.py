@@ -1,17 +1,17 @@
 """The near-duplicate index: (key, fingerprint) pairs in the table-permutation index of Manku,
 Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling", section 3.
 
-Layout (see :mod:`permindex.table` for one table):
+Layout (see :mod:`permindex.index.table` for one table):
 
 * rows: every stored fingerprint has a row number; ``_fps`` ((capacity,) uint64) holds the
   fingerprint of each row, ``_live`` ((capacity,) bool) whether the row is current (None, and
   no memory, while every row is: until the first removal or replacement after a compaction), and
-  ``_store`` (a :class:`~permindex.keystore.KeyStore`: UTF-8 bytes in one buffer and a numpy hash
-  table, no Python object per key) each row's key and the current row of each key.
+  ``_store`` (a :class:`~permindex.index.keystore.KeyStore`: UTF-8 bytes in one buffer and a numpy
+  hash table, no Python object per key) each row's key and the current row of each key.
   Rows are appended and never change; replacing a key's fingerprint kills its row and appends a
   new one. When dead rows outnumber live ones (and a minimum), a compaction renumbers the rows and
   drops the dead ones from every table;
-* C(blocks, leading) :class:`~permindex.table.Table` objects, one per permutation, holding row
+* C(blocks, leading) :class:`~permindex.index.table.Table` objects, one per permutation, holding row
   numbers by prefix.
 
 A query computes the prefix of the fingerprint in each table, reads the candidates whose prefix
@@ -38,11 +38,10 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import join
 from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundError
-from permindex.fingerprint import validate_fingerprint
-from permindex.hamming import as_fingerprint_array
-from permindex.keystore import (
+from permindex.index import join
+from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
+from permindex.index.keystore import (
     EncodedKeys,
     KeyStore,
     ahead_capacity,
@@ -54,13 +53,13 @@ from permindex.keystore import (
     nearly_full,
     next_capacity,
 )
-from permindex.permutation import (
+from permindex.index.permutation import (
     DEFAULT_DESIGN,
     Design,
     argsort_prefixes,
     choose_design,
 )
-from permindex.table import (
+from permindex.index.table import (
     DEFAULT_MEMTABLE_LIMIT,
     MAX_ROWS,
     Run,
@@ -187,7 +186,7 @@ def _byte_view(raw: bytes | bytearray | NDArray[np.uint8]) -> memoryview:
 
 
 def _hash_section(raw: bytes | bytearray | NDArray[np.uint8], ends: _I64) -> _U64:
-    """XXH3-64 (:func:`~permindex.keystore.hash_key`) of each key of a compact key section
+    """XXH3-64 (:func:`~permindex.index.keystore.hash_key`) of each key of a compact key section
     (``raw``: every key's UTF-8 bytes then a NUL; ``ends``: (n,) int64, one past each key's
     NUL), as (n,) uint64. A slice of :data:`_HASH_CHUNK` keys at a time is split at its NULs
     (one C call making the chunk's bytes objects, which stay in the CPU cache while they are
@@ -236,11 +235,11 @@ class Index:
 
     Args:
         k: the largest Hamming distance (bits) the index answers, 0 <= k <= blocks - leading.
-        design: a :class:`~permindex.permutation.Design` or ``(blocks, leading)`` (any blocks
+        design: a :class:`~permindex.index.permutation.Design` or ``(blocks, leading)`` (any blocks
             and leading, C(blocks, leading) tables); the default (4, 1) has 4 tables of 16-bit
             prefixes and answers k <= 3; (5, 2) has 10 tables of 25- or 26-bit prefixes and
             (6, 3) 20 of 31- to 33-bit prefixes. ``"auto"``: chosen by
-            :func:`~permindex.permutation.choose_design` from ``expected_size`` (default 10^6
+            :func:`~permindex.index.permutation.choose_design` from ``expected_size`` (default 10^6
             fingerprints), k and ``memory_budget`` (bytes for the tables, keys excluded; None:
             no limit), the fastest modelled design that fits.
         expected_size, memory_budget: only for ``design="auto"``.
@@ -782,7 +781,7 @@ class Index:
     def _after_write(self, rows: int = 1) -> None:
         """Upkeep after a write of ``rows`` rows, outside the lock: grow ahead
         (:meth:`_grow_ahead`) unless the write was large (an eighth of the capacity or more: a
-        bulk load leaves an eighth of room, :func:`~permindex.keystore.next_capacity`, and may
+        bulk load leaves an eighth of room, :func:`~permindex.index.keystore.next_capacity`, and may
         be all there is: growing then would only take memory), and merge the tables' runs
         (:meth:`_merge_runs`)."""
         self._last_write = time.monotonic()
@@ -876,8 +875,8 @@ class Index:
 
     def _grow(self, rows: int, data_bytes: int) -> None:
         """Grow the row arrays (by half when above 7/8 full, and so that ``rows`` more fit) and
-        the key store (:class:`~permindex.keystore.Growth`) mostly without the lock: the lock is
-        taken to note the state (and copy the liveness mask), released while the rows noted are
+        the key store (:class:`~permindex.index.keystore.Growth`) mostly without the lock: the lock
+        is taken to note the state (and copy the liveness mask), released while the rows noted are
         copied and the key store's hash table is rebuilt (rows never change once appended), and
         taken again to copy what was appended meanwhile, replay the key store's changes and swap
         the arrays in. A compaction meanwhile abandons it. Runs in the thread started by
@@ -1304,11 +1303,11 @@ class Index:
         distance) with key_a < key_b in code point order; the list is sorted.
 
         A self-join over each table's prefix groups (Manku et al. 2007, section 3;
-        :func:`permindex.join.self_join`, on the design :func:`permindex.join.join_design`
-        picks for n): the fingerprints are grouped by prefix, every pair within a group verified
-        with ``np.bitwise_count``, and a pair is kept only in the first table whose prefix it
-        shares. Cost: O(T * (n + sum over groups of size^2)) numpy work for T searched tables,
-        plus O(output) Python objects.
+        :func:`permindex.index.join.self_join`, on the design
+        :func:`permindex.index.join.join_design` picks for n): the fingerprints are grouped by
+        prefix, every pair within a group verified with ``np.bitwise_count``, and a pair is kept
+        only in the first table whose prefix it shares. Cost: O(T * (n + sum over groups of
+        size^2)) numpy work for T searched tables, plus O(output) Python objects.
 
         Raises TypeError / InvalidArgumentError for a bad k (as :meth:`query`).
         """
@@ -1325,8 +1324,8 @@ class Index:
 
     def _pairs(self, k: int) -> tuple[_I64, _I64, _I64]:
         """(rows_a, rows_b, distances) of every pair of live rows within k, each pair once: the
-        self-join of :mod:`permindex.join` on the design :func:`~permindex.join.join_design`
-        picks for the number of live rows."""
+        self-join of :mod:`permindex.index.join` on the design
+        :func:`~permindex.index.join.join_design` picks for the number of live rows."""
         rows = self._live_rows()
         design = join.join_design(self._design, k, int(rows.size))
         a, b, distances = join.self_join(self._fps[rows], k, design)
@@ -1365,11 +1364,11 @@ class Index:
         meanwhile appears with its value at some moment after the start, or not at all. Each key
         appears at most once (a key has one live row, and rows only die). Combined with a log of
         every change made after the start, replayed over it (as the server's snapshots are, see
-        :mod:`permindex.store`), it gives exactly the state at the end of the log. A compaction
-        (which renumbers the rows) during the call starts it over; after three, the rest is read
-        under one acquisition of the lock. Between slices the thread yields (``time.sleep(0)``),
-        so that a query or write waiting for the lock gets it before the next slice. Cost:
-        O(n + key bytes) numpy work in total.
+        :mod:`permindex.storage.store`), it gives exactly the state at the end of the log. A
+        compaction (which renumbers the rows) during the call starts it over; after three, the rest
+        is read under one acquisition of the lock. Between slices the thread yields
+        (``time.sleep(0)``), so that a query or write waiting for the lock gets it before the next
+        slice. Cost: O(n + key bytes) numpy work in total.
         """
         rows_per_slice = max(1, int(rows_per_slice))
         for _attempt in range(3):
@@ -1409,7 +1408,7 @@ class Index:
 
     def _check(self) -> None:
         """Verify every invariant in O(n) (numpy) and raise
-        :class:`~permindex.table.TableCheckError` (an AssertionError) at the first broken one.
+        :class:`~permindex.index.table.TableCheckError` (an AssertionError) at the first broken one.
         For tests; takes the lock.
 
         Checked: the row store (sizes, the key dict and the row list agree, live rows are

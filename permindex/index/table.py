@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
-from permindex.permutation import Permutation, argsort_prefixes
+from permindex.index.permutation import Permutation, argsort_prefixes
 
 __all__ = [
     "DEFAULT_MEMTABLE_LIMIT",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 if TYPE_CHECKING:
-    from permindex.dedup import DedupResult
+    from permindex.near.dedup import DedupResult
 
 __all__ = ["Example", "ReportCluster", "render_report", "select_examples", "word_diff"]
 

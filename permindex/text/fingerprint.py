@@ -38,11 +38,10 @@ import xxhash
 from numpy.typing import ArrayLike, NDArray
 
 from permindex.errors import InvalidArgumentError
+from permindex.index.hamming import FINGERPRINT_BITS, MAX_FINGERPRINT
 
 __all__ = [
     "AUTO_CHARS_SHARE",
-    "FINGERPRINT_BITS",
-    "MAX_FINGERPRINT",
     "MAX_WEIGHT",
     "TOKENIZERS",
     "VECTOR_SEED",
@@ -57,11 +56,8 @@ __all__ = [
     "simhash_vectors",
     "simhash_weighted",
     "tokens",
-    "validate_fingerprint",
 ]
 
-FINGERPRINT_BITS = 64
-MAX_FINGERPRINT = (1 << FINGERPRINT_BITS) - 1
 _BIT63 = 1 << 63
 _CHUNK = 1 << 16  # shingle hashes counted per numpy pass (bounds memory at 4 MiB of bits)
 _SMALL = 24  # below this many shingles, counting in pure Python is faster than numpy
@@ -80,32 +76,6 @@ WEIGHT_SCALE: Final = 1 << 20
 MAX_WEIGHT: Final = float(1 << 31)
 #: Seed of the PCG64 generator that draws the hyperplanes of :func:`simhash_vectors`.
 VECTOR_SEED: Final = 2002
-
-
-def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
-    """Return ``value`` as a Python int in [0, 2^64).
-
-    Accepts ``int`` and numpy integer scalars. Raises ``TypeError`` for ``bool``, ``float``,
-    ``str`` and any other type, and :class:`~permindex.errors.InvalidArgumentError` (a
-    ``ValueError``) for a negative value or one of 2^64 or more; the message names the value.
-    Nothing is ever masked or wrapped around.
-    """
-    if isinstance(value, bool) or isinstance(value, np.bool_):
-        raise TypeError(f"{name} must be an integer in [0, 2**64), not bool {value!r}")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, np.integer):
-        number = int(value)
-    else:
-        raise TypeError(
-            f"{name} must be an integer in [0, 2**64), not {type(value).__name__} {value!r}"
-        )
-    if number < 0 or number > MAX_FINGERPRINT:
-        raise InvalidArgumentError(
-            f"{name} {number} is outside [0, 2**64): a fingerprint is an unsigned 64-bit integer",
-            value=number,
-        )
-    return number
 
 
 def shingles(text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words") -> list[str]:

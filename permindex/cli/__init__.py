@@ -1,8 +1,8 @@
 """The ``permindex`` command: a server (``serve``) and the client commands that talk to it.
 
 Every client command takes ``--address HOST:PORT`` after the subcommand (default
-:data:`~permindex.config.DEFAULT_ADDRESS`). grpc is imported only inside the commands that talk to
-a server, so ``import permindex.cli`` and ``permindex fingerprint`` stay light.
+:data:`~permindex.addresses.DEFAULT_ADDRESS`). grpc is imported only inside the commands that talk
+to a server, so ``import permindex.cli`` and ``permindex fingerprint`` stay light.
 
 Errors are turned into one line on stderr and an exit code here, in :func:`main`, and nowhere
 else: permindex's own exceptions through :func:`permindex.errors.exit_code_for`, gRPC status codes
@@ -34,8 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from permindex.config import DEFAULT_ADDRESS, FSYNC_POLICIES, ServerConfig, parse_address
-from permindex.documents import (
+from permindex.addresses import DEFAULT_ADDRESS, parse_address
+from permindex.errors import (
+    ERROR_TABLE,
+    EXIT_CODES,
+    InvalidArgumentError,
+    NotFoundError,
+    exit_code_for,
+)
+from permindex.rpc.config import ServerConfig
+from permindex.storage.wal import FSYNC_POLICIES
+from permindex.text.documents import (
     Document,
     DocumentReader,
     format_fingerprint,
@@ -43,13 +52,6 @@ from permindex.documents import (
     read_documents,
     read_file_text,
     tsv_field,
-)
-from permindex.errors import (
-    ERROR_TABLE,
-    EXIT_CODES,
-    InvalidArgumentError,
-    NotFoundError,
-    exit_code_for,
 )
 
 if TYPE_CHECKING:
@@ -539,7 +541,7 @@ def _limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from permindex.index import MAX_KEY_BYTES
+    from permindex.index.index import MAX_KEY_BYTES
     from permindex.rpc.server import run_server
 
     if args.max_key_bytes > MAX_KEY_BYTES:
@@ -581,7 +583,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if exposed is not None:
         _err(f"permindex serve: WARNING: {exposed} (--insecure)")
     if args.log_format != "text" or args.log_level != "warning":
-        from permindex.logs import configure_logging
+        from permindex.cli.logs import configure_logging
 
         configure_logging(args.log_format, args.log_level)
     _limit_malloc_arenas()
@@ -689,7 +691,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
-    from permindex.fingerprint import simhash
+    from permindex.text.fingerprint import simhash
 
     pb = _pb()
     own_key: str | None = None
@@ -737,7 +739,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 
 def _cmd_fingerprint(args: argparse.Namespace) -> int:
-    from permindex.fingerprint import simhash
+    from permindex.text.fingerprint import simhash
 
     if (args.text is None) == (args.file is None):
         args.parser.error("give exactly one of TEXT, --file PATH or - (standard input)")
@@ -1195,7 +1197,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read options from this TOML file (default: $PERMINDEX_CONFIG, else none);\n"
         "see the table below",
     )
-    from permindex.serve_config import describe
+    from permindex.cli.serve_config import describe
 
     serve.epilog = f"{describe(serve)}\n\n{serve.epilog}"
     serve.set_defaults(func=_cmd_serve)
@@ -1420,11 +1422,11 @@ def build_parser() -> argparse.ArgumentParser:
     import_.add_argument("--no-progress", action="store_true", help="no progress bar")
     import_.set_defaults(func=_cmd_import)
 
-    from permindex.cli_near import add_commands  # clusters, flags, dedup
+    from permindex.cli.near import add_commands  # clusters, flags, dedup
 
     add_commands(command, _non_negative, _positive)
 
-    from permindex.bench import add_command as add_bench  # load generator
+    from permindex.cli.bench import add_command as add_bench  # load generator
 
     add_bench(command, _non_negative, _positive)
     return parser
@@ -1442,7 +1444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command == "serve":  # options also from --config FILE and PERMINDEX_* variables
-            from permindex.serve_config import ConfigError, apply_defaults, config_path
+            from permindex.cli.serve_config import ConfigError, apply_defaults, config_path
 
             arguments = list(sys.argv[1:] if argv is None else argv)
             try:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from permindex.errors import InvalidArgumentError
-from permindex.fingerprint import MAX_FINGERPRINT
+from permindex.index.hamming import MAX_FINGERPRINT
 
 __all__ = [
     "MAX_KEY_BYTES",

@@ -1,0 +1,5 @@
+"""Near-duplicates over a whole collection, offline: ``permindex dedup`` and its HTML report.
+
+- :mod:`permindex.near.dedup`: read, fingerprint (in worker processes), join, cluster, write.
+- :mod:`permindex.near.report`: the self-contained ``report.html``.
+"""
