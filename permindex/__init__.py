@@ -20,8 +20,8 @@ from permindex.errors import (
     PermindexError,
     ServerError,
 )
+from permindex.index import CheckAndAddResult, Index, Match
 from permindex.index.hamming import hamming, validate_fingerprint
-from permindex.index.index import CheckAndAddResult, Index, Match
 from permindex.text.fingerprint import simhash
 
 if TYPE_CHECKING:

@@ -40,9 +40,9 @@ from numpy.typing import NDArray
 
 from permindex.addresses import DEFAULT_ADDRESS
 from permindex.errors import InvalidArgumentError, ServerError, server_error
+from permindex.index import Match
 from permindex.index.clusters import ExactGroup, Flag
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.index import Match
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
 

@@ -28,8 +28,8 @@ from strategies import (
 import permindex.index.index as index_module
 import permindex.index.join as join_module
 from permindex import Index, InvalidArgumentError, Match, NotFoundError, hamming
+from permindex.index import CheckAndAddResult
 from permindex.index.hamming import brute_force_pairs, brute_force_query
-from permindex.index.index import CheckAndAddResult
 from permindex.index.permutation import Design
 
 TOP = (1 << 64) - 1

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageFullError
-from permindex.index.index import Index
+from permindex.index import Index
 from permindex.storage.snapshot import DataDir
 from permindex.storage.store import Store
 from permindex.storage.wal import ADD, REMOVE, REPLACE, list_segments, read_log

@@ -541,7 +541,7 @@ def _limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from permindex.index.index import MAX_KEY_BYTES
+    from permindex.index.keys import MAX_KEY_BYTES
     from permindex.rpc.server import run_server
 
     if args.max_key_bytes > MAX_KEY_BYTES:

@@ -6,6 +6,7 @@ Manku, Jain & Das Sarma 2007, section 3. Nothing here does I/O or imports grpc; 
 
 from __future__ import annotations
 
-from permindex.index.index import MAX_KEY_BYTES, CheckAndAddResult, Index, Match, validate_key
+from permindex.index.index import CheckAndAddResult, Index, Match
+from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
 __all__ = ["MAX_KEY_BYTES", "CheckAndAddResult", "Index", "Match", "validate_key"]

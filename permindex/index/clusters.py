@@ -50,7 +50,7 @@ from permindex.index.hamming import as_fingerprint_array
 from permindex.index.permutation import DEFAULT_DESIGN, Design
 
 if TYPE_CHECKING:
-    from permindex.index.index import Index
+    from permindex.index import Index
 
 __all__ = [
     "KEEP_RULES",

@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError, LimitExceededError, NotFoundError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
+from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.keystore import (
     EncodedKeys,
     KeyStore,
@@ -77,8 +78,6 @@ __all__ = [
     "validate_key",
 ]
 
-#: Longest key, in UTF-8 bytes.
-MAX_KEY_BYTES = 1024
 #: Dead rows are compacted away once there are more of them than live rows and than this.
 DEFAULT_COMPACTION_MIN = 1 << 16
 
@@ -119,41 +118,6 @@ class Match(NamedTuple):
 _new_match = partial(tuple.__new__, Match)
 
 
-def validate_key(key: object, *, name: str = "key") -> str:
-    """Return ``key`` as a ``str`` after checking it is a valid key: a non-empty str of at most
-    :data:`MAX_KEY_BYTES` (1,024) bytes in UTF-8 (URLs, paths, ids).
-
-    Raises:
-        TypeError: ``key`` is not a str.
-        InvalidArgumentError: it is empty, longer than 1,024 UTF-8 bytes, or not encodable
-            (a lone surrogate).
-    """
-    if not isinstance(key, str):
-        raise TypeError(f"{name} must be str, not {type(key).__name__} {_short(key)}")
-    if not key:
-        raise InvalidArgumentError(f"{name} must not be empty", value=key)
-    if key.isascii():
-        size = len(key)
-    else:
-        try:
-            size = len(key.encode("utf-8"))
-        except UnicodeEncodeError as error:
-            raise InvalidArgumentError(
-                f"{name} {_short(key)} cannot be encoded as UTF-8: {error.reason}", value=key
-            ) from None
-    if size > MAX_KEY_BYTES:
-        raise InvalidArgumentError(
-            f"{name} {_short(key)} is {size} UTF-8 bytes; at most {MAX_KEY_BYTES} are allowed",
-            value=key,
-        )
-    return key if type(key) is str else str(key)
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _validate_keys(keys: object) -> tuple[list[str], EncodedKeys]:
     """The keys as a list and encoded for the key store, every key validated (as
     :func:`validate_key`; the error names the first bad position)."""
@@ -171,12 +135,6 @@ def _validate_keys(keys: object) -> tuple[list[str], EncodedKeys]:
             return out, batch
     out = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(out)]
     return out, encode_keys(out)  # only reached if the fast path was too strict
-
-
-def _check_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__} {_short(value)}")
-    return int(value)
 
 
 def _byte_view(raw: bytes | bytearray | NDArray[np.uint8]) -> memoryview:
@@ -287,11 +245,11 @@ class Index:
                     f'design must be a Design, a (blocks, leading) pair or "auto", not {design!r}',
                     value=design,
                 )
-            size = _AUTO_SIZE if expected_size is None else _check_int(expected_size, "size")
-            budget = None if memory_budget is None else _check_int(memory_budget, "budget")
-            design = choose_design(max(size, 1), _check_int(k, "k"), budget)
+            size = _AUTO_SIZE if expected_size is None else check_int(expected_size, "size")
+            budget = None if memory_budget is None else check_int(memory_budget, "budget")
+            design = choose_design(max(size, 1), check_int(k, "k"), budget)
         self._design = Design.of(design)
-        k = _check_int(k, "k")
+        k = check_int(k, "k")
         if k < 0:
             raise InvalidArgumentError(f"k must be >= 0, got {k}", value=k)
         if k > self._design.max_k:
@@ -302,12 +260,12 @@ class Index:
                 f"on a server)",
                 value=k,
             )
-        memtable_limit = _check_int(memtable_limit, "memtable_limit")
+        memtable_limit = check_int(memtable_limit, "memtable_limit")
         if memtable_limit < 1:
             raise InvalidArgumentError(
                 f"memtable_limit must be >= 1, got {memtable_limit}", value=memtable_limit
             )
-        compaction_min = _check_int(compaction_min, "compaction_min")
+        compaction_min = check_int(compaction_min, "compaction_min")
         if compaction_min < 0:
             raise InvalidArgumentError(
                 f"compaction_min must be >= 0, got {compaction_min}", value=compaction_min
@@ -734,7 +692,7 @@ class Index:
         key = validate_key(key)
         with self._lock:
             if not self._discard(key.encode("utf-8")):
-                raise NotFoundError(f"key {_short(key)} is not stored", key=key)
+                raise NotFoundError(f"key {short_repr(key)} is not stored", key=key)
         self._merge_runs()  # after a compaction
 
     def discard(self, key: str) -> bool:
@@ -1029,7 +987,7 @@ class Index:
     def _resolve_k(self, k: object) -> int:
         if k is None:
             return self._k
-        value = _check_int(k, "k")
+        value = check_int(k, "k")
         if value < 0:
             raise InvalidArgumentError(f"k must be >= 0, got {value}", value=value)
         if value > self._k:
@@ -1044,7 +1002,7 @@ class Index:
     def _resolve_limit(limit: object) -> int:
         if limit is None:
             return 0
-        value = _check_int(limit, "limit")
+        value = check_int(limit, "limit")
         if value < 0:
             raise InvalidArgumentError(f"limit must be >= 0 (0 = all), got {value}", value=value)
         return value

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFoundError
-from permindex.index.index import Index
+from permindex.index import Index
 from permindex.index.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.service import DEFAULT_COLLECTION, ServerState

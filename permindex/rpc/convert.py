@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, LimitExceededError
-from permindex.index.index import MAX_KEY_BYTES, Match
+from permindex.index import Match
+from permindex.index.keys import MAX_KEY_BYTES
 from permindex.index.permutation import Design
 from permindex.text.fingerprint import simhash
 from permindex.v1 import index_pb2 as pb

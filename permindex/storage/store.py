@@ -51,8 +51,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
+from permindex.index import CheckAndAddResult, Index, Match
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.index import CheckAndAddResult, Index, Match, validate_key
+from permindex.index.keys import validate_key
 from permindex.index.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.snapshot import DataDir, Snapshot, SnapshotInfo
 from permindex.storage.wal import (

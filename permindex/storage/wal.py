@@ -103,7 +103,7 @@ from permindex.errors import (
     StorageError,
     StorageFullError,
 )
-from permindex.index.index import MAX_KEY_BYTES
+from permindex.index.keys import MAX_KEY_BYTES
 from permindex.storage.snapshot import fsync_directory
 
 __all__ = [
