@@ -21,8 +21,16 @@ from permindex.errors import (
     ServerError,
 )
 from permindex.index import CheckAndAddResult, Index, Match
+from permindex.index.clusters import (
+    ExactGroup,
+    Flag,
+    NearDuplicates,
+    clusters,
+    exact_duplicates,
+    flags,
+)
 from permindex.index.hamming import hamming, validate_fingerprint
-from permindex.text.fingerprint import simhash
+from permindex.text.fingerprint import simhash, simhash_features, simhash_vectors, simhash_weighted
 
 if TYPE_CHECKING:
     from permindex.client import Client
@@ -34,16 +42,25 @@ __all__ = [
     "Client",
     "CorruptFileError",
     "DataDirLockedError",
+    "ExactGroup",
+    "Flag",
     "Index",
     "InvalidArgumentError",
     "LimitExceededError",
     "Match",
+    "NearDuplicates",
     "NotFoundError",
     "PermindexError",
     "ServerError",
     "__version__",
+    "clusters",
+    "exact_duplicates",
+    "flags",
     "hamming",
     "simhash",
+    "simhash_features",
+    "simhash_vectors",
+    "simhash_weighted",
     "validate_fingerprint",
 ]
 
