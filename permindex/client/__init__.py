@@ -1,4 +1,7 @@
-"""The Python client of a permindex server (imports grpc).
+"""The Python client of a permindex server.
+
+Importing this package imports neither grpc nor protobuf: :class:`Client` and :class:`Security`
+are loaded on first use (the results and the batching rule are plain Python).
 
 - :mod:`~permindex.client.client` — :class:`Client`, the facade: one typed method per RPC;
 - :mod:`~permindex.client.streams` — the streaming calls (ingest, query_columns, export);
@@ -11,9 +14,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from permindex.client.batching import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, batches
-from permindex.client.channel import Security
-from permindex.client.client import Client
 from permindex.client.results import (
     AddResult,
     CheckResult,
@@ -27,6 +30,10 @@ from permindex.client.results import (
     ServerStats,
     SnapshotResult,
 )
+
+if TYPE_CHECKING:
+    from permindex.client.channel import Security
+    from permindex.client.client import Client
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",
@@ -46,3 +53,16 @@ __all__ = [
     "SnapshotResult",
     "batches",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``Client`` and ``Security`` are imported on first use: they pull in grpc."""
+    if name == "Client":
+        from permindex.client.client import Client
+
+        return Client
+    if name == "Security":
+        from permindex.client.channel import Security
+
+        return Security
+    raise AttributeError(f"module 'permindex.client' has no attribute {name!r}")
