@@ -1,17 +1,18 @@
 """``permindex bench``: a load generator against a running permindex server, as redis-benchmark is
 for Redis.
 
-Several client processes (``--clients``, each with its own gRPC channel, so the client side is not
-bound by one interpreter lock) send requests for ``--duration`` seconds or until each has sent
-``--requests`` requests, whichever comes first. Each request carries ``--batch`` fingerprints or
-documents; the operation of each request is drawn from ``--mix`` (weights of ``query``, ``add`` and
-``check`` for CheckAndAdd). Data is synthetic (``--preload`` random fingerprints stored first under
-``bench-SEED-I`` keys, queries and additions of which a fraction ``--near`` are planted
-near-duplicates, 0 to 3 bits from a preloaded fingerprint) or a JSONL corpus (``--corpus``: lines of
-``{"id", "fingerprint"}`` or ``{"id", "text"}``, the text fingerprinted here). Every request's
-latency is measured on the client (time.perf_counter_ns around the call); the report gives, per
-operation and in total, requests and items per second and the p50, p90, p99 and max latency, and
-can be written as JSON (``--json``).
+Several client processes (``--clients``, each with its own :class:`permindex.Client`, so the
+client side is not bound by one interpreter lock) send requests for ``--duration`` seconds or until
+each has sent ``--requests`` requests, whichever comes first. Each request carries ``--batch``
+fingerprints or documents; the operation of each request is drawn from ``--mix`` (weights of
+``query``, ``add`` and ``check`` for CheckAndAdd). Data is synthetic (``--preload`` random
+fingerprints stored first under ``bench-SEED-I`` keys, queries and additions of which a fraction
+``--near`` are planted near-duplicates, 0 to 3 bits from a preloaded fingerprint) or a JSONL corpus
+(``--corpus``: lines of ``{"id", "fingerprint"}`` or ``{"id", "text"}``, the text fingerprinted by
+the client). Every request's latency is measured on the client (time.perf_counter_ns around the
+Client call: ``query_many``, ``add`` or ``check_and_add_many``, one request each); the report
+gives, per operation and in total, requests and items per second and the p50, p90, p99 and max
+latency, and can be written as JSON (``--json``).
 
 It talks only to ``--address``, and stops by itself: the clients end at the deadline or the request
 count, and a client that has not reported ``--timeout`` seconds after the deadline is terminated.
