@@ -650,7 +650,8 @@ def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[st
 def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
     import grpc
 
-    from permindex.cli.bench import _preload
+    from permindex.cli.bench import preload
+    from permindex.client import Client
     from permindex.v1 import index_pb2 as pb
     from permindex.v1 import index_pb2_grpc
 
@@ -689,7 +690,8 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
             grpc.channel_ready_future(channel).result(timeout=60)
             stub = index_pb2_grpc.PermIndexStub(channel)
             began = time.perf_counter()
-            _preload(stub, pb, [f"doc-{i:08d}" for i in range(n)], fps.tolist())
+            with Client(target, timeout=120) as client:
+                preload(client, [f"doc-{i:08d}" for i in range(n)], fps.tolist())
             out["preload_s"] = time.perf_counter() - began
             # The preload's snapshot now, so that the periodic one (every 60 s while the log
             # holds anything newer) does not fall into the measured rounds.

@@ -22,7 +22,8 @@ import grpc
 import pytest
 
 from permindex import simhash
-from permindex.cli import _batches, build_parser, ingest, main
+from permindex.cli import build_parser, ingest, main
+from permindex.client.batching import batches
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import Document, read_documents
 
@@ -295,6 +296,11 @@ def test_ingest_missing_path(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     code, out, err = run(capsys, "ingest", str(tmp_path / "nope.jsonl"))
     assert (code, out) == (INVALID, "")
     assert "nope.jsonl: no such file or folder" in err
+
+
+def _batches(documents: Any, max_docs: int, max_bytes: int) -> Iterator[list[Document]]:
+    """The batching of ingest: the Client's rule, with the size of each Document."""
+    return batches(documents, max_docs, max_bytes, Document.size_bytes)
 
 
 def test_batches_bounded_by_count_and_bytes() -> None:
@@ -919,8 +925,13 @@ class _FailedCall(grpc.RpcError, grpc.Call):
 def test_rpc_errors_say_whether_the_server_answered(
     code: grpc.StatusCode, details: str, expected: str, exit_name: str
 ) -> None:
-    from permindex.cli import _rpc_error
+    from permindex.cli.output import command_error
+    from permindex.client.channel import Channel, Security
 
-    failure = _rpc_error(_FailedCall(code, details), "127.0.0.1:9")
+    channel = Channel("127.0.0.1:9", Security())
+    try:
+        failure = command_error(channel.error(_FailedCall(code, details)), "127.0.0.1:9")
+    finally:
+        channel.close()
     assert str(failure).startswith(expected)
     assert failure.exit_code == EXIT_CODES[exit_name]

@@ -194,3 +194,56 @@ def test_bad_k_or_limit_is_refused_before_anything_is_sent(
             call()
     assert client.get("c") is None  # check_and_add sent nothing
     assert len(client.query_many([1])) == 1  # the connection is fine
+
+
+def test_ingest_batches_sends_the_batches_as_given(client: permindex.Client) -> None:
+    """One message per batch of the caller, one progress call per acknowledged batch."""
+    given = [[(f"g{n}-{i}", i) for i in range(n)] for n in (3, 1, 5)]
+    counted: list[tuple[int, int]] = []
+    result = client.ingest_batches(
+        iter(given), progress=lambda r: counted.append((r.documents, r.batches))
+    )
+    assert counted == [(3, 1), (4, 2), (9, 3)]
+    assert (result.documents, result.added, result.batches) == (9, 9, 3)
+    assert client.get_many(["g1-0", "g5-4"]) == [0, 4]
+
+
+def test_ingest_input_error_comes_after_the_batches_before_it(client: permindex.Client) -> None:
+    """An exception from the documents ends the stream cleanly: the batches read before it are
+    acknowledged (and stored), then that exception is raised as it is."""
+
+    def documents() -> Iterator[tuple[str, int]]:
+        yield from ((f"e{i}", i) for i in range(7))
+        raise OSError("the input broke off")
+
+    client.batch_size = 3
+    counted: list[int] = []
+    with pytest.raises(OSError, match="broke off"):
+        client.ingest(documents(), progress=lambda r: counted.append(r.documents))
+    assert counted == [3, 6, 7]
+    assert client.get_many([f"e{i}" for i in range(7)]) == list(range(7))
+    # content the Client refuses is such an error too, after the documents before it
+    with pytest.raises(permindex.InvalidArgumentError, match=r"documents\[4\]"):
+        client.ingest([(f"v{i}", i) for i in range(4)] + [("bad", -1)])
+    assert client.get("v3") == 3 and client.get("bad") is None
+
+
+def test_wait_ready(client: permindex.Client) -> None:
+    client.wait_ready(10)  # the server is up
+    with permindex.Client(f"127.0.0.1:{_free_port()}") as down:
+        with pytest.raises(ConnectionError) as failure:
+            down.wait_ready(0.2)
+        assert isinstance(failure.value, ServerError) and failure.value.code == "UNAVAILABLE"
+
+
+def test_batching_rule_is_the_documents_size() -> None:
+    """permindex ingest and Client.ingest cut their streams with one rule: batches() over the
+    size of a document (UTF-8 key and text plus 16 bytes)."""
+    from permindex.client.batching import batches, document_size
+    from permindex.text.documents import Document
+
+    for key, text in (("k", "x" * 100), ("ключ", "texte accentué"), ("fp", None)):
+        document = Document(key, text=text) if text is not None else Document(key, fingerprint=1)
+        assert document_size(key, text) == document.size_bytes()
+    sizes = [5, 5, 20, 1, 1, 1]
+    assert list(batches(sizes, 2, 12, lambda s: s)) == [[5, 5], [20], [1, 1], [1]]

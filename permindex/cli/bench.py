@@ -1,17 +1,18 @@
 """``permindex bench``: a load generator against a running permindex server, as redis-benchmark is
 for Redis.
 
-Several client processes (``--clients``, each with its own gRPC channel, so the client side is not
-bound by one interpreter lock) send requests for ``--duration`` seconds or until each has sent
-``--requests`` requests, whichever comes first. Each request carries ``--batch`` fingerprints or
-documents; the operation of each request is drawn from ``--mix`` (weights of ``query``, ``add`` and
-``check`` for CheckAndAdd). Data is synthetic (``--preload`` random fingerprints stored first under
-``bench-SEED-I`` keys, queries and additions of which a fraction ``--near`` are planted
-near-duplicates, 0 to 3 bits from a preloaded fingerprint) or a JSONL corpus (``--corpus``: lines of
-``{"id", "fingerprint"}`` or ``{"id", "text"}``, the text fingerprinted here). Every request's
-latency is measured on the client (time.perf_counter_ns around the call); the report gives, per
-operation and in total, requests and items per second and the p50, p90, p99 and max latency, and
-can be written as JSON (``--json``).
+Several client processes (``--clients``, each with its own :class:`permindex.Client`, so the
+client side is not bound by one interpreter lock) send requests for ``--duration`` seconds or until
+each has sent ``--requests`` requests, whichever comes first. Each request carries ``--batch``
+fingerprints or documents; the operation of each request is drawn from ``--mix`` (weights of
+``query``, ``add`` and ``check`` for CheckAndAdd). Data is synthetic (``--preload`` random
+fingerprints stored first under ``bench-SEED-I`` keys, queries and additions of which a fraction
+``--near`` are planted near-duplicates, 0 to 3 bits from a preloaded fingerprint) or a JSONL corpus
+(``--corpus``: lines of ``{"id", "fingerprint"}`` or ``{"id", "text"}``, the text fingerprinted by
+the client). Every request's latency is measured on the client (time.perf_counter_ns around the
+Client call: ``query_many``, ``add`` or ``check_and_add_many``, one request each); the report
+gives, per operation and in total, requests and items per second and the p50, p90, p99 and max
+latency, and can be written as JSON (``--json``).
 
 It talks only to ``--address``, and stops by itself: the clients end at the deadline or the request
 count, and a client that has not reported ``--timeout`` seconds after the deadline is terminated.
@@ -23,19 +24,26 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import queue
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["BenchConfig", "add_command", "format_report", "parse_mix", "run_bench"]
+from permindex.cli.args import CommandFactory, non_negative, positive
+from permindex.cli.connection import ClientOptions
+from permindex.cli.output import CommandError
+from permindex.errors import ServerError
+
+if TYPE_CHECKING:
+    from permindex.client import Client
+
+__all__ = ["BenchConfig", "add_command", "format_report", "parse_mix", "preload", "run_bench"]
 
 OPERATIONS = ("query", "add", "check")
 _PRELOAD_BATCH = 10_000
@@ -58,8 +66,8 @@ class BenchConfig:
     seed: int = 1
     corpus: str | None = None
     timeout: float = 30.0
-    #: TLS material, token and collection of the client options (permindex.cli); None: plain.
-    security: Any = None
+    #: TLS material, token and collection of the client options; None: plain.
+    security: ClientOptions | None = None
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -122,24 +130,23 @@ def _pool(config: BenchConfig) -> tuple[list[str], list[int]]:
     return [f"bench-{config.seed}-{i}" for i in range(config.preload)], fps
 
 
-def _preload(stub: Any, pb: Any, keys: list[str], fps: list[int]) -> None:
+def preload(client: Client, keys: list[str], fps: list[int]) -> None:
+    """Store ``keys[i]`` with ``fps[i]`` through ``client``, 10,000 a request."""
     for start in range(0, len(keys), _PRELOAD_BATCH):
-        documents = [
-            pb.Document(key=key, fingerprint=fp)
-            for key, fp in zip(
+        client.add(
+            zip(
                 keys[start : start + _PRELOAD_BATCH],
                 fps[start : start + _PRELOAD_BATCH],
                 strict=True,
             )
-        ]
-        stub.Add(pb.AddRequest(documents=documents), timeout=120)
+        )
 
 
-def _channel(config: BenchConfig) -> Any:
-    """A channel to the server with the command line's TLS, token and collection options."""
-    from permindex.cli import _ClientSecurity, open_channel
-
-    return open_channel(config.address, config.security or _ClientSecurity())
+def _connect(config: BenchConfig, timeout: float) -> Client:
+    """A Client of the server with the command line's TLS, token and collection options, a
+    deadline of ``timeout`` seconds per call and one request per ``--batch`` items."""
+    options = config.security or ClientOptions()
+    return options.client(config.address, timeout=timeout, batch_size=max(config.batch, 1))
 
 
 def _client(
@@ -151,11 +158,6 @@ def _client(
 ) -> None:
     """One client process: requests until the deadline or the count; puts its latencies (ns,
     per operation) and counts on ``results``."""
-    import grpc
-
-    from permindex.v1 import index_pb2 as pb
-    from permindex.v1 import index_pb2_grpc
-
     rng = random.Random(config.seed * 1_000_003 + number)
     names = [name for name in OPERATIONS if config.mix.get(name, 0) > 0]
     weights = [config.mix[name] for name in names]
@@ -173,46 +175,42 @@ def _client(
             return value
         return rng.getrandbits(64)
 
-    channel = _channel(config)
-    stub: Any = index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
-    k_field: dict[str, Any] = {} if config.k is None else {"k": config.k}
-    methods = {"query": stub.Query, "add": stub.Add, "check": stub.CheckAndAdd}
+    client = _connect(config, config.timeout)
+    calls: dict[str, Callable[[list[Any]], object]] = {
+        "query": lambda fps: client.query_many(fps, k=config.k),
+        "add": client.add,
+        "check": lambda documents: client.check_and_add_many(documents, k=config.k),
+    }
     try:
-        grpc.channel_ready_future(channel).result(timeout=config.timeout)
+        client.wait_ready(config.timeout)
         time.sleep(max(0.0, start_at - time.time()))
         deadline = time.perf_counter() + config.duration
         sent = 0
         while time.perf_counter() < deadline and not (config.requests and sent >= config.requests):
             op = rng.choices(names, weights)[0] if len(names) > 1 else names[0]
-            request: Any
+            request: list[Any]
             if op == "query":
-                fps = [fingerprint() for _ in range(config.batch)]
-                request = pb.QueryRequest(fingerprints=fps, **k_field)
+                request = [fingerprint() for _ in range(config.batch)]
             else:
-                documents = []
+                request = []
                 for _ in range(config.batch):
                     counter += 1
-                    key = f"bench-{config.seed}-c{number}-{counter}"
-                    documents.append(pb.Document(key=key, fingerprint=fingerprint()))
-                if op == "add":
-                    request = pb.AddRequest(documents=documents)
-                else:
-                    request = pb.CheckAndAddRequest(documents=documents, **k_field)
-            method = methods[op]
+                    request.append((f"bench-{config.seed}-c{number}-{counter}", fingerprint()))
+            call = calls[op]
             began = time.perf_counter_ns()
             try:
-                method(request, timeout=config.timeout)
-            except grpc.RpcError as error:
+                call(request)
+            except ServerError as error:
                 errors[op] += 1
                 first_error = first_error or f"{op}: {error}"
             else:
                 latencies[op].append(time.perf_counter_ns() - began)
                 items[op] += config.batch
             sent += 1
-    except grpc.FutureTimeoutError:
+    except ConnectionError:  # not connected within the timeout
         first_error = f"cannot reach {config.address} within {config.timeout:g} s"
     finally:
-        channel.close()
+        client.close()
     results.put(
         {
             "client": number,
@@ -245,29 +243,23 @@ def run_bench(
     """Run the benchmark described by ``config`` against its address; returns the report (the
     structure ``--json`` writes). Raises ConnectionError when the server cannot be reached and
     ValueError for a bad corpus."""
-    import grpc
-
-    from permindex.v1 import index_pb2 as pb
-    from permindex.v1 import index_pb2_grpc
-
     say = progress or (lambda _message: None)
     keys, pool = _pool(config)
-    channel = _channel(config)
+    client = _connect(config, 120.0)  # the preload's deadline per request
     try:
-        grpc.channel_ready_future(channel).result(timeout=min(config.timeout, 10.0))
-    except grpc.FutureTimeoutError:
-        channel.close()
-        raise ConnectionError(f"cannot reach a permindex server at {config.address}") from None
-    try:
-        stub: Any = index_pb2_grpc.PermIndexStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            client.wait_ready(min(config.timeout, 10.0))
+        except ConnectionError:
+            raise ConnectionError(f"cannot reach a permindex server at {config.address}") from None
         if config.corpus is None and config.preload:
             say(f"preloading {config.preload:,} fingerprints")
             began = time.perf_counter()
-            _preload(stub, pb, keys, pool)
+            preload(client, keys, pool)
             say(f"preloaded in {time.perf_counter() - began:.1f} s")
-        stats = stub.Stats(pb.StatsRequest(), timeout=config.timeout)
+        client.timeout = config.timeout
+        stats = client.stats()
     finally:
-        channel.close()
+        client.close()
     context = multiprocessing.get_context("spawn")
     results: multiprocessing.Queue[dict[str, Any]] = context.Queue()
     start_at = time.time() + 1.0 + 0.3 * config.clients  # after every client has started
@@ -348,11 +340,7 @@ def format_report(report: dict[str, Any]) -> str:
 # -- command line ------------------------------------------------------------------------------
 
 
-def add_command(
-    command: Callable[..., Any],
-    non_negative: Callable[[str], int],
-    positive: Callable[[str], int],
-) -> None:
+def add_command(command: CommandFactory) -> None:
     """Register ``permindex bench`` with the CLI's subcommand factory."""
     bench = command(
         "bench",
@@ -397,13 +385,7 @@ def add_command(
     bench.set_defaults(func=_cmd_bench)
 
 
-def _progress(message: str) -> None:
-    print(f"permindex bench: {message}", file=sys.stderr)
-
-
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from permindex.cli import _CLIENT_SECURITY, CommandError
-
     if not 0 < args.duration <= 24 * 3600:
         raise CommandError("--duration must be in (0, 86400] seconds", "usage")
     if not 0 <= args.near <= 1:
@@ -427,7 +409,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         corpus=args.corpus,
         timeout=args.timeout,
-        security=_CLIENT_SECURITY,
+        security=args.connection,
     )
     try:
         report = run_bench(
@@ -441,13 +423,3 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 1 if report["clients_reported"] < config.clients else 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - use `permindex bench`
-    from permindex.cli import main as cli_main
-
-    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    os._exit(main())

@@ -1,7 +1,7 @@
 """The near-duplicate commands of ``permindex``: ``clusters`` and ``flags`` (client commands,
-answered by the server) and ``dedup`` (offline, no server). Registered by
-:func:`permindex.cli.build_parser` through :func:`add_commands`; errors and exit codes are
-handled by :func:`permindex.cli.main` like every other command's.
+answered by the server through :class:`permindex.Client`) and ``dedup`` (offline, no server).
+Registered by :func:`permindex.cli.build_parser` through :func:`add_commands`; errors and exit
+codes are handled by :func:`permindex.cli.main` like every other command's.
 
 Output formats (stdout, UTF-8, no header):
 
@@ -20,10 +20,11 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from permindex.cli.args import CommandFactory, non_negative, positive
+from permindex.cli.connection import connect
+from permindex.cli.output import err, out
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import format_fingerprint, tsv_field
 
@@ -31,23 +32,12 @@ __all__ = ["add_commands"]
 
 
 def _cmd_clusters(args: argparse.Namespace) -> int:
-    from permindex.cli import _connect, _out, _pb
-
-    pb = _pb()
-    groups: dict[int, tuple[int, list[str]]] = {}  # id -> (fingerprint or 0, keys)
-    with _connect(args.address) as stub:
+    ordered: list[tuple[int, list[str]]]  # (fingerprint or 0, keys), cluster 1 first
+    with connect(args.address, args.connection) as client:
         if args.exact:
-            for response in stub.ExactDuplicates(pb.ExactDuplicatesRequest()):
-                for group in response.groups:
-                    groups.setdefault(group.id, (group.fingerprint, []))[1].extend(group.keys)
+            ordered = [(group.fingerprint, group.keys) for group in client.exact_duplicates()]
         else:
-            request = pb.ClustersRequest()
-            if args.k is not None:
-                request.k = args.k
-            for response in stub.Clusters(request):
-                for cluster in response.clusters:
-                    groups.setdefault(cluster.id, (0, []))[1].extend(cluster.keys)
-    ordered = [groups[gid] for gid in sorted(groups)]
+            ordered = [(0, keys) for keys in client.clusters(k=args.k)]
     if args.json:
         if args.exact:
             rows: list[dict[str, object]] = [
@@ -59,15 +49,15 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
                 {"cluster": n, "size": len(keys), "keys": keys}
                 for n, (_, keys) in enumerate(ordered, start=1)
             ]
-        _out(json.dumps(rows, ensure_ascii=False) + "\n")
+        out(json.dumps(rows, ensure_ascii=False) + "\n")
     elif args.exact:
-        _out(
+        out(
             f"{n}\t{format_fingerprint(fp)}\t{tsv_field(key)}\n"
             for n, (fp, keys) in enumerate(ordered, start=1)
             for key in keys
         )
     else:
-        _out(
+        out(
             f"{n}\t{tsv_field(key)}\n"
             for n, (_, keys) in enumerate(ordered, start=1)
             for key in keys
@@ -76,26 +66,17 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
 
 
 def _cmd_flags(args: argparse.Namespace) -> int:
-    from permindex.cli import _connect, _out, _pb
-
-    pb = _pb()
-    request = pb.FlagsRequest()
-    if args.k is not None:
-        request.k = args.k
-    flags: list[tuple[str, str, int, int]] = []
-    with _connect(args.address) as stub:
-        for response in stub.Flags(request):
-            flags.extend((f.key, f.nearest_key, f.distance, f.neighbors) for f in response.flags)
+    with connect(args.address, args.connection) as client:
+        flags = client.flags(k=args.k)  # (key, nearest, distance, neighbors), by key
     if args.json:
         rows = [{"key": k, "nearest_key": n, "distance": d, "neighbors": c} for k, n, d, c in flags]
-        _out(json.dumps(rows, ensure_ascii=False) + "\n")
+        out(json.dumps(rows, ensure_ascii=False) + "\n")
     else:
-        _out(f"{tsv_field(k)}\t{tsv_field(n)}\t{d}\t{c}\n" for k, n, d, c in flags)
+        out(f"{tsv_field(k)}\t{tsv_field(n)}\t{d}\t{c}\n" for k, n, d, c in flags)
     return EXIT_CODES["ok"]
 
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
-    from permindex.cli import _err, _out
     from permindex.near.dedup import (
         DedupOptions,
         default_jobs,
@@ -123,19 +104,15 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
         result = run_dedup(options, progress=progress, workdir=Path(work))
         summary = write_outputs(result)
-    _out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in result.near.iter_pairs())
+    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in result.near.iter_pairs())
     seconds = time.monotonic() - started
-    _err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
+    err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
     return EXIT_CODES["ok"]
 
 
-def add_commands(
-    command: Callable[..., Any],
-    non_negative: Callable[[str], int],
-    positive: Callable[[str], int],
-) -> None:
-    """Add ``clusters``, ``flags`` and ``dedup`` with ``command(name, help, description,
-    parents=...)``, the factory of :func:`permindex.cli.build_parser`."""
+def add_commands(command: CommandFactory) -> None:
+    """Register ``clusters``, ``flags`` and ``dedup`` with the subcommand factory of
+    :func:`permindex.cli.build_parser`."""
     from permindex.index.clusters import KEEP_RULES
     from permindex.near.dedup import MAX_K, WEIGHTS
     from permindex.text.fingerprint import TOKENIZERS

@@ -1,0 +1,311 @@
+"""``permindex ingest`` and ``permindex import``: documents from a JSONL file, a folder or stdin,
+streamed to the server through :meth:`permindex.Client.ingest_batches`.
+
+Where the documents are batched: :meth:`_IngestFeed.batches` drops the texts under
+``--min-words`` and the documents over ``--max-document-bytes`` (:meth:`_IngestFeed.documents`),
+then cuts the stream with :func:`permindex.client.batching.batches` (``--batch-size`` documents,
+about ``--batch-bytes`` bytes, :meth:`~permindex.text.documents.Document.size_bytes` each); the
+Client sends one Ingest message per batch, and :func:`ingest` counts each acknowledgement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from permindex.cli.args import CommandFactory, non_negative, positive
+from permindex.cli.connection import ClientOptions, connect
+from permindex.cli.output import CommandError, err
+from permindex.client.batching import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, batches
+from permindex.client.results import DocumentLike, IngestResult
+from permindex.errors import EXIT_CODES, exit_code_for
+from permindex.text.documents import Document, DocumentReader, read_documents
+
+__all__ = [
+    "DEFAULT_MAX_DOCUMENT_BYTES",
+    "IngestSummary",
+    "add_import_command",
+    "add_ingest_command",
+    "ingest",
+]
+
+_MIB: Final = 1024 * 1024
+#: Larger documents are skipped by ingest: a request must stay under the server's message limit
+#: (64 MiB by default).
+DEFAULT_MAX_DOCUMENT_BYTES: Final = 60 * _MIB
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest did: documents sent and acknowledged, the server's counts, inputs skipped
+    by the reader (by reason) and the wall time in seconds."""
+
+    documents: int = 0
+    added: int = 0
+    replaced: int = 0
+    too_short: int = 0
+    skipped: int = 0
+    skipped_by_reason: dict[str, int] | None = None
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        """The summary line printed on stderr."""
+        reasons = ""
+        if self.skipped_by_reason:
+            reasons = " (" + ", ".join(f"{n} {r}" for r, n in self.skipped_by_reason.items()) + ")"
+        return (
+            f"{self.documents} documents in {self.seconds:.1f} s: {self.added} added, "
+            f"{self.replaced} replaced, {self.too_short} too short, {self.skipped} skipped"
+            f"{reasons}"
+        )
+
+
+class _IngestFeed:
+    """The batches of the Ingest stream, read by grpc on its own thread. An exception from the
+    reader (a malformed line) ends the batches cleanly and is kept in ``error`` for the calling
+    thread to raise once the batches before it are acknowledged. ``sent`` holds, per batch sent
+    and not yet acknowledged, the input position in bytes. Texts of fewer than ``min_words``
+    words are not sent: ``too_short`` counts them; ``too_large`` counts the documents over
+    ``max_document_bytes``."""
+
+    def __init__(
+        self,
+        reader: DocumentReader,
+        max_docs: int,
+        max_bytes: int,
+        min_words: int = 0,
+        max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    ) -> None:
+        self._reader = reader
+        self._max_docs = max_docs
+        self._max_bytes = max_bytes
+        self._min_words = min_words
+        self._max_document_bytes = max_document_bytes
+        self.error: Exception | None = None
+        self.sent: deque[int] = deque()
+        self.too_short = 0
+        self.too_large = 0
+
+    def documents(self) -> Iterator[Document]:
+        """The reader's documents less the too short and the too large ones."""
+        for document in self._reader:
+            text = document.text
+            if self._min_words and text is not None and len(text.split()) < self._min_words:
+                self.too_short += 1
+                continue
+            size = document.size_bytes()
+            if size > self._max_document_bytes:
+                self.too_large += 1
+                err(
+                    f"permindex ingest: skipping {document.key!r}: {size} bytes is more than "
+                    f"--max-document-bytes {self._max_document_bytes}"
+                )
+                continue
+            yield document
+
+    def batches(self) -> Iterator[list[DocumentLike]]:
+        """The batches to send, as ``(key, text or fingerprint)`` documents."""
+        try:
+            for batch in batches(
+                self.documents(), self._max_docs, self._max_bytes, Document.size_bytes
+            ):
+                documents: list[DocumentLike] = [
+                    (d.key, d.text) if d.text is not None else (d.key, d.fingerprint or 0)
+                    for d in batch
+                ]
+                self.sent.append(self._reader.position_bytes())
+                yield documents
+        except Exception as error:  # raised again by ingest() in the calling thread
+            self.error = error
+
+
+def _stored_before(count: int) -> str:
+    """ "1 document before it was stored" / "N documents before it were stored"."""
+    if count == 1:
+        return "1 document before it was stored"
+    return f"{count} documents before it were stored"
+
+
+def ingest(
+    reader: DocumentReader,
+    address: str,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    progress: bool = True,
+    min_words: int = 0,
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    connection: ClientOptions | None = None,
+) -> IngestSummary:
+    """Stream the documents of ``reader`` to the server at ``address`` (with the TLS, token and
+    collection of ``connection``; default plain) over the Ingest RPC, in batches bounded by
+    ``batch_size`` documents and ``batch_bytes`` bytes; a tqdm progress bar on stderr when
+    ``progress``. Texts of fewer than ``min_words`` words are counted as too short and not sent;
+    documents over ``max_document_bytes`` (key and UTF-8 text, bytes) are skipped, named on
+    stderr and counted as "too large".
+
+    Raises:
+        CommandError: an RPC failure (its message says how many documents were stored), or the
+            reader's error (a malformed input line, with its exit code) after the batches before
+            it are acknowledged.
+    """
+    from tqdm import tqdm
+
+    started = time.monotonic()
+    summary = IngestSummary()
+    feed = _IngestFeed(reader, batch_size, batch_bytes, min_words, max_document_bytes)
+    by_bytes = reader.size_bytes is not None
+    bar = tqdm(
+        total=reader.size_bytes,
+        unit="B" if by_bytes else " docs",
+        unit_scale=by_bytes,
+        unit_divisor=1024 if by_bytes else 1000,
+        desc="ingest",
+        file=sys.stderr,
+        disable=not progress,
+        leave=False,
+    )
+
+    def acknowledged(counts: IngestResult) -> None:
+        position = feed.sent.popleft() if feed.sent else 0
+        done = counts.documents - summary.documents
+        summary.documents = counts.documents
+        summary.added = counts.added
+        summary.replaced = counts.replaced
+        summary.too_short = counts.too_short
+        bar.update(position - bar.n if by_bytes else done)
+
+    try:
+        with connect(address, connection) as client:
+            client.ingest_batches(feed.batches(), progress=acknowledged)
+    except CommandError as error:
+        if feed.error is None:
+            error.args = (f"{error} ({_stored_before(summary.documents)})",)
+            raise
+    finally:
+        bar.close()
+    if feed.error is not None:
+        # The input broke off (a malformed line): the batches before it were acknowledged.
+        failure = CommandError(f"{feed.error} ({_stored_before(summary.documents)})", "error")
+        failure.exit_code = exit_code_for(feed.error)
+        raise failure from feed.error
+    summary.documents += feed.too_short
+    summary.too_short += feed.too_short
+    skipped = dict(reader.stats.skipped_by_reason)
+    if feed.too_large:
+        skipped["too large"] = feed.too_large
+    summary.skipped = sum(skipped.values())
+    summary.skipped_by_reason = dict(sorted(skipped.items()))
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    reader = read_documents(args.path)
+    progress = not args.no_progress and sys.stderr.isatty()
+    summary = ingest(
+        reader,
+        args.address,
+        batch_size=args.batch_size,
+        batch_bytes=args.batch_bytes,
+        progress=progress,
+        min_words=args.min_words,
+        max_document_bytes=args.max_document_bytes,
+        connection=args.connection,
+    )
+    err(f"permindex {args.command}: {summary.line()}")
+    return EXIT_CODES["ok"]
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    args.min_words = 0
+    args.max_document_bytes = DEFAULT_MAX_DOCUMENT_BYTES
+    return _cmd_ingest(args)
+
+
+def add_ingest_command(command: CommandFactory) -> None:
+    """Register ``permindex ingest``."""
+    ingest_ = command(
+        "ingest",
+        "add documents from a JSONL file or a folder",
+        "Add (or replace) documents. PATH is one of:\n"
+        '  a JSONL file, gzip-compressed or not: {"id": KEY, "text": TEXT} or\n'
+        '    {"id": KEY, "fingerprint": FP} a line. An integer id is taken as its decimal\n'
+        "    string. FP is a JSON integer (decimal), or a string of 16 hex digits or 0x...\n"
+        "    (hex). A malformed line stops the ingest with an error naming its line number;\n"
+        "    the batches before it stay stored.\n"
+        "  a folder: every regular file below it is a document keyed by its path relative to\n"
+        "    the folder (as on disk); .gz files are read decompressed, .html/.htm reduced to\n"
+        "    their visible text; symlinks and files that are not UTF-8 text are skipped and\n"
+        "    counted.\n"
+        "  -: JSONL on standard input.\n"
+        "Documents are streamed to the server in batches; a progress bar goes to stderr when it\n"
+        "is a terminal, and a summary (added, replaced, too short, skipped, seconds) to stderr.",
+    )
+    ingest_.add_argument("path", metavar="PATH", help="JSONL file (.gz or not), folder, or -")
+    ingest_.add_argument(
+        "--batch-size",
+        type=positive,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"most documents per batch (default {DEFAULT_BATCH_SIZE})",
+    )
+    ingest_.add_argument(
+        "--max-document-bytes",
+        type=positive,
+        default=DEFAULT_MAX_DOCUMENT_BYTES,
+        metavar="N",
+        help="skip (name on stderr and count as too large) a document whose key and UTF-8 text\n"
+        f"are more than N bytes; keep it under the server's --max-message-mb "
+        f"(default {DEFAULT_MAX_DOCUMENT_BYTES}, 60 MiB)",
+    )
+    ingest_.add_argument(
+        "--batch-bytes",
+        type=positive,
+        default=DEFAULT_BATCH_BYTES,
+        metavar="N",
+        help=f"about this many bytes per batch at most; a larger document travels alone "
+        f"(default {DEFAULT_BATCH_BYTES}, 4 MiB)",
+    )
+    ingest_.add_argument(
+        "--min-words",
+        type=non_negative,
+        default=0,
+        metavar="N",
+        help="texts of fewer words are too short: not sent, counted in the summary (default 0:\n"
+        "the server decides; the article behind SimHash deduplication uses 20)",
+    )
+    ingest_.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ingest_.set_defaults(func=_cmd_ingest)
+
+
+def add_import_command(command: CommandFactory) -> None:
+    """Register ``permindex import``."""
+    import_ = command(
+        "import",
+        "load a JSONL export (as ingest)",
+        "Load a file written by `permindex export` (or any JSONL that ingest reads), streamed in\n"
+        "batches; a key already stored gets the file's fingerprint.",
+    )
+    import_.add_argument("path", metavar="PATH", help="JSONL file (.gz or not), or -")
+    import_.add_argument(
+        "--batch-size",
+        type=positive,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"most documents per batch (default {DEFAULT_BATCH_SIZE})",
+    )
+    import_.add_argument(
+        "--batch-bytes",
+        type=positive,
+        default=DEFAULT_BATCH_BYTES,
+        metavar="N",
+        help=f"about most bytes per batch (default {DEFAULT_BATCH_BYTES})",
+    )
+    import_.add_argument("--no-progress", action="store_true", help="no progress bar")
+    import_.set_defaults(func=_cmd_import)

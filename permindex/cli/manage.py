@@ -1,0 +1,142 @@
+"""The commands that manage what a server holds as a whole: ``collections`` (list, create,
+describe, drop) and ``export`` (every key and fingerprint as JSONL; ``import``, which loads it
+back, is :mod:`permindex.cli.ingest`'s). Each goes through :class:`permindex.Client`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from permindex.cli.args import CommandFactory, non_negative
+from permindex.cli.connection import connect
+from permindex.cli.output import err, out
+from permindex.errors import EXIT_CODES
+from permindex.text.documents import format_fingerprint
+
+if TYPE_CHECKING:
+    from permindex.client import Client
+    from permindex.client.results import CollectionInfo
+
+__all__ = ["add_collections_command", "add_export_command"]
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    count = 0
+
+    def lines(client: Client) -> Iterator[str]:
+        nonlocal count
+        for key, fingerprint in client.export():
+            count += 1
+            record = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
+            yield json.dumps(record, ensure_ascii=False) + "\n"
+
+    with connect(args.address, args.connection) as client:
+        if args.out == "-":
+            out(lines(client))
+        else:  # written beside, then renamed: an interrupted export leaves no half file
+            target = Path(args.out)
+            partial = target.with_name(target.name + ".partial")
+            with open(partial, "w", encoding="utf-8", newline="\n") as file:
+                file.writelines(lines(client))
+            partial.replace(target)
+    err(f"permindex export: {count} keys written to {args.out if args.out != '-' else 'stdout'}")
+    return EXIT_CODES["ok"]
+
+
+def _fields(info: CollectionInfo) -> dict[str, Any]:
+    """A collection's fields in the order the command prints them."""
+    return {
+        "name": info.name,
+        "count": info.count,
+        "memory_bytes": info.memory_bytes,
+        "k": info.k,
+        "blocks": info.blocks,
+        "leading": info.leading,
+        "tables": info.tables,
+        "shingle_size": info.shingle_size,
+        "min_words": info.min_words,
+    }
+
+
+def _cmd_collections(args: argparse.Namespace) -> int:
+    if args.action != "list" and not args.name:
+        args.parser.error(f"collections {args.action} needs a NAME")
+    with connect(args.address, args.connection) as client:
+        if args.action == "list":
+            infos = [_fields(i) for i in client.list_collections()]
+            if args.json:
+                out(json.dumps(infos) + "\n")
+            else:
+                out(
+                    f"{i['name']}\t{i['count']}\t{i['k']}\t{i['blocks']}/{i['leading']}\n"
+                    for i in infos
+                )
+            return EXIT_CODES["ok"]
+        if args.action == "drop":
+            count = client.drop_collection(args.name)
+            err(f"permindex collections: dropped {args.name} ({count} keys)")
+            return EXIT_CODES["ok"]
+        if args.action == "create":
+            info = _fields(
+                client.create_collection(
+                    args.name,
+                    k=args.k,
+                    blocks=args.blocks,
+                    leading=args.leading,
+                    shingle_size=args.shingle_size,
+                    min_words=args.min_words,
+                )
+            )
+        else:
+            info = _fields(client.describe_collection(args.name))
+    out(json.dumps(info) + "\n" if args.json else "".join(f"{k}\t{v}\n" for k, v in info.items()))
+    return EXIT_CODES["ok"]
+
+
+def add_collections_command(command: CommandFactory) -> None:
+    """Register ``permindex collections``."""
+    collections = command(
+        "collections",
+        "list, create, describe or drop collections",
+        "Collections are independent indexes in one server, each with its own k, table design,\n"
+        "text options, snapshots and log; every other command works on the one of --collection\n"
+        "(default: `default`, which always exists).\n"
+        "  list                 one `name<TAB>keys<TAB>k<TAB>blocks/leading` line each\n"
+        "  create NAME [opts]   an empty collection (options default to the server's own)\n"
+        "  describe NAME        its options and counts, `name<TAB>value` lines\n"
+        "  drop NAME            its keys, memory and files (`default` cannot be dropped)",
+    )
+    collections.add_argument("action", choices=("list", "create", "describe", "drop"))
+    collections.add_argument("name", nargs="?", metavar="NAME")
+    for option, what in (
+        ("--k", "largest distance the collection answers, bits"),
+        ("--blocks", "table design: blocks of the 64 bits"),
+        ("--leading", "table design: leading blocks per table"),
+        ("--shingle-size", "words per shingle for texts"),
+        ("--min-words", "texts of fewer words are too short"),
+    ):
+        collections.add_argument(option, type=non_negative, metavar="N", help=what)
+    collections.add_argument("--json", action="store_true", help="print JSON")
+    collections.set_defaults(func=_cmd_collections)
+
+
+def add_export_command(command: CommandFactory) -> None:
+    """Register ``permindex export``."""
+    export = command(
+        "export",
+        "write every stored key and fingerprint as JSONL",
+        'Write every stored key as one JSON line, {"id": KEY, "fingerprint": "16 hex digits"},\n'
+        "from one consistent copy of the index, in the order the keys were stored: a backup or\n"
+        "a migration that `permindex import` (or ingest) loads back.",
+    )
+    export.add_argument(
+        "--out",
+        default="-",
+        metavar="FILE",
+        help="write here (through FILE.partial, renamed when complete); default - (stdout)",
+    )
+    export.set_defaults(func=_cmd_export)

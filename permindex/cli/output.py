@@ -1,0 +1,128 @@
+"""What every ``permindex`` command shares for its output and failures: :class:`CommandError`,
+UTF-8 writes to stdout and stderr, the translation of a server's refusal
+(:class:`~permindex.errors.ServerError`) into a message and an exit code, and the exit-code table
+of ``--help``. No grpc.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Final
+
+from permindex.errors import ERROR_TABLE, EXIT_CODES, ServerError
+
+__all__ = [
+    "EXIT_CODE_HELP",
+    "CommandError",
+    "command_error",
+    "err",
+    "exit_code_for_status",
+    "exit_codes_epilog",
+    "out",
+]
+
+_MIB: Final = 1024 * 1024
+
+#: What each exit code means (keys of permindex.errors.EXIT_CODES), for ``permindex --help``.
+EXIT_CODE_HELP: Final[dict[str, str]] = {
+    "ok": "success",
+    "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
+    "usage": "bad command line",
+    "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
+    "     write its data directory (read-only or failing disk: writes refused, lookups go on)",
+    "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
+    "     or a request the server refused as invalid, too large, not permitted (token),\n"
+    "     or for lack of disk space",
+    "not_found": "a key that is not stored",
+    "too_short": "a text with fewer words than a shingle: it has no fingerprint",
+    "data": "a corrupt snapshot or log, or a data directory owned by another process\n"
+    "     or not writable",
+}
+
+#: Words of grpc's own status details when no connection could be made (as opposed to an
+#: UNAVAILABLE status sent by the server itself).
+_TRANSPORT_FAILURES: Final = (
+    "failed to connect",
+    "DNS resolution failed",
+    "Connection refused",
+    "Socket closed",
+    "Connection reset",
+    "connections to all backends failing",
+)
+
+
+class CommandError(Exception):
+    """A command failed in a way the user can act on: ``message`` is printed after
+    ``permindex COMMAND:`` and the process exits with ``EXIT_CODES[exit_name]``."""
+
+    def __init__(self, message: str, exit_name: str) -> None:
+        super().__init__(message)
+        self.exit_code = EXIT_CODES[exit_name]
+
+
+def exit_code_for_status(status_name: str) -> int:
+    """Exit code for a gRPC status code name: UNAVAILABLE and DEADLINE_EXCEEDED (no server, or
+    one starting or stopping) are ``unavailable``; UNAUTHENTICATED and PERMISSION_DENIED (a
+    missing or read-only token) ``invalid``; the rest as ERROR_TABLE maps the error that produces
+    that status on the server; anything else ``error``."""
+    if status_name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+        return EXIT_CODES["unavailable"]
+    if status_name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return EXIT_CODES["invalid"]
+    for _cls, status, exit_name in ERROR_TABLE:
+        if status == status_name:
+            return EXIT_CODES[exit_name]
+    return EXIT_CODES["error"]
+
+
+def command_error(error: ServerError, address: str) -> CommandError:
+    """One CommandError for a failed call to the server at ``address``: its status details and
+    mapped exit code; an unreachable server is named as such."""
+    name, details = error.code, error.details
+    exit_code = exit_code_for_status(name)
+    if exit_code == EXIT_CODES["unavailable"]:
+        if any(sign in details for sign in _TRANSPORT_FAILURES) or name == "DEADLINE_EXCEEDED":
+            message = f"cannot reach permindex server at {address}: {details}"
+        else:  # the server answered: shutting down, or its data directory cannot be written
+            message = f"permindex server at {address} is unavailable: {details}"
+    else:
+        message = f"{details} ({name})"
+    failure = CommandError(message, "error")
+    failure.exit_code = exit_code
+    return failure
+
+
+def out(text: str | Iterable[str]) -> None:
+    """Write ``text`` (a string, or lines) to stdout as UTF-8, whatever the locale, in chunks of
+    about 1 MiB (one huge write to a pipe closed early can fail without an error)."""
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.writelines([text] if isinstance(text, str) else text)
+        return
+    stream.flush()
+    parts = [text] if isinstance(text, str) else text
+    chunk: list[str] = []
+    size = 0
+    for part in parts:
+        chunk.append(part)
+        size += len(part)
+        if size >= _MIB:
+            buffer.write("".join(chunk).encode("utf-8"))
+            chunk, size = [], 0
+    buffer.write("".join(chunk).encode("utf-8"))
+    buffer.flush()
+
+
+def err(text: str) -> None:
+    """Write one line to stderr, flushed."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def exit_codes_epilog() -> str:
+    """The ``exit codes:`` table at the end of every ``--help``."""
+    lines = ["exit codes:"]
+    for name, code in sorted(EXIT_CODES.items(), key=lambda item: item[1]):
+        lines.append(f"  {code}  {EXIT_CODE_HELP.get(name, name.replace('_', ' '))}")
+    return "\n".join(lines)

@@ -1,0 +1,286 @@
+"""The one-request commands of ``permindex``: ``query``, ``fingerprint`` (no server), ``pairs``,
+``get``, ``remove``, ``stats`` and ``snapshot``, each a call of :class:`permindex.Client`.
+
+Output formats (stdout, UTF-8, ``\\n`` line ends):
+
+- a fingerprint is always 16 lower-case hex digits, zero-padded (in JSON too, as a string);
+- ``query``: ``key<TAB>fingerprint<TAB>distance`` per match, sorted by distance then key;
+- ``pairs``: ``key_a<TAB>key_b<TAB>distance`` per pair, ``key_a < key_b``, lines sorted by
+  ``(key_a, key_b)`` in code point order (the order of ``sorted()`` on the two keys; for the shared
+  corpora it equals ``LC_ALL=C sort``), no header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from permindex.cli.args import CommandFactory, bounded, parse_cli_fingerprint, positive
+from permindex.cli.connection import connect
+from permindex.cli.output import CommandError, err, out
+from permindex.errors import EXIT_CODES, NotFoundError
+from permindex.text.documents import format_fingerprint, read_file_text, tsv_field
+
+__all__ = ["add_commands"]
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from permindex.text.fingerprint import simhash
+
+    own_key: str | None = None
+    fingerprint: int | None
+    if args.text is not None:
+        fingerprint = simhash(args.text, shingle_size=args.shingle_size)
+        if fingerprint is None:
+            raise CommandError(
+                f"the text has fewer than {args.shingle_size} words: it has no fingerprint",
+                "too_short",
+            )
+    elif args.fingerprint is not None:
+        fingerprint = parse_cli_fingerprint(args.fingerprint)
+    else:
+        fingerprint = None
+        own_key = args.key
+    limit = args.limit or 0
+    with connect(args.address, args.connection) as client:
+        if own_key is not None:
+            fingerprint = client.get(own_key)
+            if fingerprint is None:
+                raise NotFoundError(f"key {own_key!r} is not stored", key=own_key)
+        assert fingerprint is not None
+        # One more, in case the key's own entry is among the nearest and is left out.
+        asked = (limit + 1 if own_key is not None else limit) if limit else None
+        matches = client.query(fingerprint, k=args.k, limit=asked)
+    matches = [m for m in matches if m.key != own_key]
+    if limit:
+        matches = matches[:limit]
+    if args.json:
+        rows = [
+            {"key": m.key, "fingerprint": format_fingerprint(m.fingerprint), "distance": m.distance}
+            for m in matches
+        ]
+        out(json.dumps(rows, ensure_ascii=False) + "\n")
+    else:
+        out(
+            f"{tsv_field(m.key)}\t{format_fingerprint(m.fingerprint)}\t{m.distance}\n"
+            for m in matches
+        )
+    return EXIT_CODES["ok"]
+
+
+def _cmd_fingerprint(args: argparse.Namespace) -> int:
+    from permindex.text.fingerprint import simhash
+
+    if (args.text is None) == (args.file is None):
+        args.parser.error("give exactly one of TEXT, --file PATH or - (standard input)")
+    if args.file is not None:
+        text = read_file_text(args.file)
+        source = args.file
+    elif args.text == "-":
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise CommandError(f"standard input is not valid UTF-8: {error}", "invalid") from None
+        source = "standard input"
+    else:
+        text = args.text
+        source = "the text"
+    fingerprint = simhash(text, shingle_size=args.shingle_size, bits=args.bits)
+    if fingerprint is None:
+        raise CommandError(
+            f"{source} has fewer than {args.shingle_size} words: it has no fingerprint",
+            "too_short",
+        )
+    out(format_fingerprint(fingerprint) + "\n")
+    return EXIT_CODES["ok"]
+
+
+def _cmd_pairs(args: argparse.Namespace) -> int:
+    with connect(args.address, args.connection) as client:
+        pairs = [(a, b, d) if a < b else (b, a, d) for a, b, d in client.pairs(k=args.k)]
+    pairs.sort()
+    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in pairs)
+    return EXIT_CODES["ok"]
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    keys: list[str] = args.keys
+    with connect(args.address, args.connection) as client:
+        found = client.get_many(keys)
+    out(
+        "".join(
+            f"{tsv_field(key)}\t{format_fingerprint(fp)}\n"
+            for key, fp in zip(keys, found, strict=True)
+            if fp is not None
+        )
+    )
+    missing = [key for key, fp in zip(keys, found, strict=True) if fp is None]
+    if missing:
+        raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
+    return EXIT_CODES["ok"]
+
+
+def _cmd_remove(args: argparse.Namespace) -> int:
+    with connect(args.address, args.connection) as client:
+        result = client.remove(args.keys)
+    err(f"permindex remove: removed {result.removed} of {len(args.keys)} keys")
+    if result.not_found:
+        missing = list(result.not_found)
+        raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
+    return EXIT_CODES["ok"]
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    with connect(args.address, args.connection) as client:
+        stats = client.stats()
+    last = stats.last_snapshot_unix_seconds
+    fields: dict[str, object] = {
+        "count": stats.count,
+        "memory_bytes": stats.memory_bytes,
+        "resident_memory_bytes": stats.resident_memory_bytes,
+        "design": {
+            "blocks": stats.blocks,
+            "leading": stats.leading,
+            "tables": stats.tables,
+            "k": stats.k,
+        },
+        "uptime_seconds": stats.uptime_seconds,
+        "last_snapshot_unix_seconds": last,
+        "last_snapshot_count": stats.last_snapshot_count,
+        "last_snapshot_bytes": stats.last_snapshot_bytes,
+        "version": stats.version,
+    }
+    if args.json:
+        out(json.dumps(fields) + "\n")
+        return EXIT_CODES["ok"]
+    when = "never" if last is None else time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(last))
+    lines = [
+        f"count\t{stats.count}",
+        f"memory_bytes\t{stats.memory_bytes}",
+        f"resident_memory_bytes\t{stats.resident_memory_bytes}",
+        f"design\t{stats.blocks} blocks, {stats.leading} leading, {stats.tables} tables, "
+        f"k = {stats.k}",
+        f"uptime_seconds\t{stats.uptime_seconds:.1f}",
+        f"last_snapshot\t{when} ({stats.last_snapshot_count} keys, "
+        f"{stats.last_snapshot_bytes} bytes)",
+        f"version\t{stats.version}",
+    ]
+    out("".join(line + "\n" for line in lines))
+    return EXIT_CODES["ok"]
+
+
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    with connect(args.address, args.connection) as client:
+        result = client.snapshot()
+    out(f"{result.path}\t{result.count} keys\t{result.bytes} bytes\t{result.seconds:.3f} s\n")
+    return EXIT_CODES["ok"]
+
+
+def add_commands(command: CommandFactory) -> None:
+    """Register ``query``, ``fingerprint``, ``pairs``, ``get``, ``remove``, ``stats`` and
+    ``snapshot``, in that order."""
+    query = command(
+        "query",
+        "find the stored keys near a text, fingerprint or key",
+        "Print the stored keys within Hamming distance k, nearest first (then by key), one\n"
+        "`key<TAB>fingerprint<TAB>distance` line each (fingerprint: 16 hex digits). --text is\n"
+        "fingerprinted here, with the default SimHash; --key looks up the key's fingerprint and\n"
+        "leaves the key itself out of the answer.\n"
+        "A fingerprint F is hex when it is 16 hex digits or starts with 0x; otherwise decimal.",
+    )
+    what = query.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", metavar="T", help="a text (at least --shingle-size words)")
+    what.add_argument("--fingerprint", metavar="F", help="a fingerprint")
+    what.add_argument("--key", metavar="K", help="a stored key")
+    query.add_argument(
+        "--k", type=bounded(0, 64), metavar="N", help="largest distance (default: the server's k)"
+    )
+    query.add_argument(
+        "--limit",
+        type=bounded(0, 2**32 - 1),
+        metavar="N",
+        help="at most N matches, the nearest (default, or 0: all)",
+    )
+    query.add_argument(
+        "--shingle-size",
+        type=positive,
+        default=3,
+        metavar="N",
+        help="words per shingle for --text (default 3; use the server's)",
+    )
+    query.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON array of {"key", "fingerprint" (16 hex digits), "distance"}',
+    )
+    query.set_defaults(func=_cmd_query)
+
+    fingerprint = command(
+        "fingerprint",
+        "print the SimHash fingerprint of a text (no server)",
+        "Print the SimHash fingerprint of a text as 16 lower-case hex digits. --file reads a\n"
+        "file as `ingest` of a folder would (.gz decompressed, HTML reduced to visible text);\n"
+        "- reads standard input. A text with fewer words than a shingle has no fingerprint:\n"
+        f"nothing is printed and the exit code is {EXIT_CODES['too_short']}.",
+        parents=False,
+    )
+    fingerprint.add_argument("text", nargs="?", metavar="TEXT", help="the text, or - for stdin")
+    fingerprint.add_argument("--file", metavar="PATH", help="read the text from a file")
+    fingerprint.add_argument(
+        "--shingle-size", type=positive, default=3, metavar="N", help="words per shingle (3)"
+    )
+    fingerprint.add_argument(
+        "--bits",
+        type=int,
+        choices=(63, 64),
+        default=64,
+        help="64 (default), or 63: bit 63 left clear, for a signed BIGINT column",
+    )
+    fingerprint.set_defaults(func=_cmd_fingerprint)
+
+    pairs = command(
+        "pairs",
+        "list every near-duplicate pair in the server",
+        "Print every unordered pair of stored keys within Hamming distance k, one\n"
+        "`key_a<TAB>key_b<TAB>distance` line each, key_a < key_b, lines sorted by (key_a,\n"
+        "key_b) in code point order, no header.",
+    )
+    pairs.add_argument(
+        "--k", type=bounded(0, 64), metavar="N", help="largest distance (default: the server's k)"
+    )
+    pairs.set_defaults(func=_cmd_pairs)
+
+    get = command(
+        "get",
+        "print the stored fingerprint of keys",
+        "Print `key<TAB>fingerprint` for each stored key; keys not stored are named on\n"
+        f"stderr (exit code {EXIT_CODES['not_found']}).",
+    )
+    get.add_argument("keys", nargs="+", metavar="KEY")
+    get.set_defaults(func=_cmd_get)
+
+    remove = command(
+        "remove",
+        "remove keys",
+        "Remove keys; keys not stored are named on stderr "
+        f"(exit code {EXIT_CODES['not_found']}), the others are removed.",
+    )
+    remove.add_argument("keys", nargs="+", metavar="KEY")
+    remove.set_defaults(func=_cmd_remove)
+
+    stats = command(
+        "stats",
+        "print the server's counts, memory, design and last snapshot",
+        "Print the server's statistics, one `name<TAB>value` line each.",
+    )
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.set_defaults(func=_cmd_stats)
+
+    snapshot = command(
+        "snapshot",
+        "write a snapshot now",
+        "Ask the server to write a snapshot now; prints its path, keys, bytes and seconds.",
+    )
+    snapshot.set_defaults(func=_cmd_snapshot)

@@ -1,0 +1,143 @@
+"""Request building, argument checks and reply conversion of the client: protobuf messages in,
+the results of :mod:`permindex.client.results` out. Every check runs before anything is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import numpy as np
+
+from permindex.client.batching import document_size
+from permindex.client.results import CollectionInfo, Content, DocumentLike, ServerStats
+from permindex.errors import InvalidArgumentError
+from permindex.index import Match
+from permindex.v1 import index_pb2 as pb
+
+__all__ = [
+    "STATUS_NAMES",
+    "check_counts",
+    "check_fingerprints",
+    "collection_info",
+    "document_message",
+    "document_messages",
+    "matches",
+    "server_stats",
+]
+
+#: Document status of a reply -> its name in the results.
+STATUS_NAMES: Final = {
+    pb.DOCUMENT_STATUS_ADDED: "added",
+    pb.DOCUMENT_STATUS_REPLACED: "replaced",
+    pb.DOCUMENT_STATUS_TOO_SHORT: "too_short",
+    pb.DOCUMENT_STATUS_NEAR_DUPLICATE: "near_duplicate",
+}
+
+
+def document_message(key: str, content: Content, where: str) -> pb.Document:
+    """The message of one document (``where`` names it in an error).
+
+    Raises:
+        InvalidArgumentError: content neither an int (bool excluded) nor a str, or a fingerprint
+            outside [0, 2^64).
+    """
+    if isinstance(content, bool) or not isinstance(content, int | str):
+        raise InvalidArgumentError(
+            f"{where}: content of key {key!r} is {type(content).__name__}; give an int "
+            "(fingerprint) or a str (text)",
+            content,
+        )
+    if isinstance(content, str):
+        return pb.Document(key=key, text=content)
+    if not 0 <= content < 1 << 64:
+        raise InvalidArgumentError(
+            f"{where}: fingerprint {content} of key {key!r} is not in [0, 2**64)", content
+        )
+    return pb.Document(key=key, fingerprint=content)
+
+
+def document_messages(
+    documents: Iterable[DocumentLike], start: int = 0
+) -> Iterator[tuple[pb.Document, int]]:
+    """(message, approximate size in bytes as :func:`~permindex.client.batching.document_size`)
+    per document, read lazily; errors name the document as ``documents[start + i]``."""
+    for i, (key, content) in enumerate(documents, start):
+        message = document_message(key, content, f"documents[{i}]")
+        yield message, document_size(key, content if isinstance(content, str) else None)
+
+
+def check_counts(**values: object) -> None:
+    """Refuse, before anything is sent, an option the server takes as a uint32 (``k``, ``limit``)
+    that is neither None nor an int in [0, 2^32).
+
+    Raises:
+        TypeError: a non-int (bool included).
+        InvalidArgumentError: an int outside [0, 2^32), naming the option.
+    """
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
+        if not 0 <= int(value) < 1 << 32:
+            raise InvalidArgumentError(f"{name} = {value} is outside 0 to 2**32 - 1", value)
+
+
+def check_fingerprints(fingerprints: Iterable[int]) -> list[int]:
+    """The fingerprints as a list.
+
+    Raises:
+        InvalidArgumentError: one is not an int (bool excluded) in [0, 2^64).
+    """
+    values = list(fingerprints)
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+            raise InvalidArgumentError(
+                f"fingerprints[{i}] = {value!r} is not an int in [0, 2**64)", value
+            )
+    return values
+
+
+def matches(message: Any) -> list[Match]:
+    """The :class:`~permindex.index.Match` list of a repeated ``Match`` field."""
+    return [Match(m.key, m.fingerprint, m.distance) for m in message]
+
+
+def collection_info(message: Any) -> CollectionInfo:
+    """The :class:`CollectionInfo` of a ``CollectionInfo`` message."""
+    design = message.design
+    return CollectionInfo(
+        message.name,
+        message.count,
+        message.memory_bytes,
+        design.blocks,
+        design.leading,
+        design.tables,
+        design.k,
+        message.shingle_size,
+        message.min_words,
+    )
+
+
+def server_stats(reply: Any) -> ServerStats:
+    """The :class:`ServerStats` of a ``StatsResponse``."""
+    return ServerStats(
+        count=reply.count,
+        memory_bytes=reply.memory_bytes,
+        resident_memory_bytes=reply.resident_memory_bytes,
+        blocks=reply.design.blocks,
+        leading=reply.design.leading,
+        tables=reply.design.tables,
+        k=reply.design.k,
+        uptime_seconds=reply.uptime_seconds,
+        last_snapshot_unix_seconds=(
+            reply.last_snapshot_unix_seconds
+            if reply.HasField("last_snapshot_unix_seconds")
+            else None
+        ),
+        last_snapshot_count=reply.last_snapshot_count,
+        last_snapshot_bytes=reply.last_snapshot_bytes,
+        version=reply.version,
+        collection=reply.collection or "default",
+    )

@@ -1,0 +1,182 @@
+"""The results of :class:`~permindex.client.Client` calls: small frozen dataclasses and the
+documents' types (no grpc, no protobuf), in the package's own terms.
+
+Fingerprints are Python ints in [0, 2^64); a document's content is an ``int`` (its fingerprint)
+or a ``str`` (its text, fingerprinted by the server).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+from permindex.index import Match
+
+__all__ = [
+    "AddResult",
+    "CheckResult",
+    "CollectionInfo",
+    "ColumnMatches",
+    "Content",
+    "DocumentLike",
+    "DocumentResult",
+    "IngestResult",
+    "RemoveResult",
+    "ServerStats",
+    "SnapshotResult",
+]
+
+#: A document's content: its fingerprint (int in [0, 2^64)) or its text (str).
+Content = int | str
+#: A document: ``(key, content)``.
+DocumentLike = tuple[str, Content]
+
+
+@dataclass(frozen=True)
+class DocumentResult:
+    """One document of an add: ``status`` is ``"added"``, ``"replaced"`` or ``"too_short"``;
+    ``fingerprint`` the one stored (None when too short)."""
+
+    key: str
+    status: str
+    fingerprint: int | None
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """The reply to :meth:`Client.add`: one result per document, in order, and the counts."""
+
+    results: list[DocumentResult]
+    added: int
+    replaced: int
+    too_short: int
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """The counts of :meth:`Client.ingest` over every acknowledged batch."""
+
+    documents: int
+    added: int
+    replaced: int
+    too_short: int
+    batches: int
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One document of a check-and-add: ``status`` is ``"added"``, ``"replaced"``,
+    ``"near_duplicate"`` or ``"too_short"``; ``matches`` the other keys within k at the time of
+    the check (the document was stored only if there were none)."""
+
+    key: str
+    status: str
+    fingerprint: int | None
+    matches: list[Match]
+
+    @property
+    def added(self) -> bool:
+        """Whether the document is now stored."""
+        return self.status in ("added", "replaced")
+
+
+@dataclass(frozen=True, eq=False)
+class ColumnMatches:
+    """The matches of :meth:`Client.query_columns` as columns: entry j of each describes match j.
+
+    Matches are grouped by query position (ascending), and within one query ordered by
+    distance, then key (as :meth:`Client.query_many`).
+
+    Attributes:
+        query_positions: (m,) int64, the position in the fingerprints asked of the query each
+            match answers; non-decreasing.
+        fingerprints: (m,) uint64, each match's stored fingerprint.
+        distances: (m,) uint8, each match's Hamming distance to its query, bits.
+        keys: m keys (str).
+    """
+
+    query_positions: NDArray[np.int64]
+    fingerprints: NDArray[np.uint64]
+    distances: NDArray[np.uint8]
+    keys: list[str]
+
+    def __len__(self) -> int:
+        """m, the number of matches."""
+        return len(self.keys)
+
+    def to_lists(self, n: int) -> list[list[Match]]:
+        """The matches as :meth:`Client.query_many` returns them: one list per query of the
+        ``n`` asked, in order.
+
+        Raises:
+            InvalidArgumentError: a query position is ``n`` or more.
+        """
+        if len(self) and int(self.query_positions[-1]) >= n:
+            raise InvalidArgumentError(
+                f"a match answers query {int(self.query_positions[-1])}; only {n} were asked", n
+            )
+        found: list[list[Match]] = [[] for _ in range(n)]
+        for q, key, fingerprint, distance in zip(
+            self.query_positions.tolist(),
+            self.keys,
+            self.fingerprints.tolist(),
+            self.distances.tolist(),
+            strict=True,
+        ):
+            found[q].append(Match(key, fingerprint, distance))
+        return found
+
+
+@dataclass(frozen=True)
+class RemoveResult:
+    """How many keys were removed, and the keys that were not stored."""
+
+    removed: int
+    not_found: list[str]
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """The Stats RPC (units in the .proto): counts, memory, design, uptime, last snapshot."""
+
+    count: int
+    memory_bytes: int
+    resident_memory_bytes: int
+    blocks: int
+    leading: int
+    tables: int
+    k: int
+    uptime_seconds: float
+    last_snapshot_unix_seconds: float | None
+    last_snapshot_count: int
+    last_snapshot_bytes: int
+    version: str
+    collection: str = "default"
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """A collection: its name, keys, index memory (bytes), design, k and text options."""
+
+    name: str
+    count: int
+    memory_bytes: int
+    blocks: int
+    leading: int
+    tables: int
+    k: int
+    shingle_size: int
+    min_words: int
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """A snapshot written by the server: its path on the server, keys, bytes and seconds."""
+
+    path: str
+    count: int
+    bytes: int
+    seconds: float
