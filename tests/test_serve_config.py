@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from permindex.cli import build_parser, main
-from permindex.cli.serve_config import ConfigError, apply_defaults
+from permindex.cli.serve import ConfigError, apply_defaults
 
 
 def serve_args(argv: list[str], config: Path | None, environ: dict[str, str]) -> Any:
