@@ -26,6 +26,7 @@ from permindex.errors import EXIT_CODES
 from permindex.rpc.config import Option, ServerConfig, declare, declared_options
 
 __all__ = [
+    "CONFIG_OPTION",
     "SERVE_OPTIONS",
     "ConfigError",
     "ServeLogging",
@@ -72,7 +73,7 @@ class _ConfigFile:
 SERVE_OPTIONS: Final = declared_options(ServerConfig) + declared_options(ServeLogging)
 _SERVER_OPTIONS: Final = tuple(declared.dest for declared in declared_options(ServerConfig))
 #: ``--config FILE``: a flag or its environment variable, never a key of the file itself.
-_CONFIG: Final = declared_options(_ConfigFile)[0]
+CONFIG_OPTION: Final = declared_options(_ConfigFile)[0]
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
@@ -164,7 +165,7 @@ def _describe() -> str:
 def add_serve_command(command: CommandFactory) -> argparse.ArgumentParser:
     """Add the ``serve`` subparser (made by ``command``), a flag for every declared option."""
     serve = command("serve", "run the index server", _DESCRIPTION, parents=False)
-    for declared in (*SERVE_OPTIONS, _CONFIG):
+    for declared in (*SERVE_OPTIONS, CONFIG_OPTION):
         _add_flag(serve, declared)
     serve.epilog = f"{_describe()}\n\n{serve.epilog}"
     serve.set_defaults(func=_cmd_serve)
@@ -213,9 +214,11 @@ def _file_values(config_file: str) -> dict[str, Any]:
         with open(config_file, "rb") as file:
             table = tomllib.load(file)
     except OSError as error:
-        raise ConfigError(f"{_CONFIG.flag} {config_file}: {error.strerror or error}") from None
+        raise ConfigError(
+            f"{CONFIG_OPTION.flag} {config_file}: {error.strerror or error}"
+        ) from None
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{_CONFIG.flag} {config_file}: not valid TOML: {error}") from None
+        raise ConfigError(f"{CONFIG_OPTION.flag} {config_file}: not valid TOML: {error}") from None
     if isinstance(table.get("serve"), dict):
         table = table["serve"]
     by_key = {declared.key: declared for declared in SERVE_OPTIONS}
@@ -248,13 +251,13 @@ def apply_defaults(
 
 def config_path(argv: list[str]) -> str | None:
     """The value of ``--config`` in ``argv`` (``--config FILE`` or ``--config=FILE``), or
-    ``PERMINDEX_CONFIG`` from the environment."""
+    ``PERMINDEXCONFIG_OPTION`` from the environment."""
     for i, arg in enumerate(argv):
-        if arg == _CONFIG.flag and i + 1 < len(argv):
+        if arg == CONFIG_OPTION.flag and i + 1 < len(argv):
             return argv[i + 1]
-        if arg.startswith(f"{_CONFIG.flag}="):
+        if arg.startswith(f"{CONFIG_OPTION.flag}="):
             return arg.split("=", 1)[1]
-    return os.environ.get(_CONFIG.env) or None
+    return os.environ.get(CONFIG_OPTION.env) or None
 
 
 # --------------------------------------------------------------------------------------------
