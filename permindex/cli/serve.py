@@ -23,7 +23,7 @@ from typing import Any, Final, Protocol
 
 from permindex.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from permindex.errors import EXIT_CODES
-from permindex.rpc.config import Option, ServerConfig, declare, declared_options
+from permindex.rpc.config import ENV_PREFIX, Option, ServerConfig, declare, declared_options
 
 __all__ = [
     "CONFIG_OPTION",
@@ -71,7 +71,7 @@ class _ConfigFile:
 
 #: The options read from flags, the environment and the TOML file, in ``--help`` order.
 SERVE_OPTIONS: Final = declared_options(ServerConfig) + declared_options(ServeLogging)
-_SERVER_OPTIONS: Final = tuple(declared.dest for declared in declared_options(ServerConfig))
+_SERVER_FIELDS: Final = tuple(item.name for item in fields(ServerConfig))
 #: ``--config FILE``: a flag or its environment variable, never a key of the file itself.
 CONFIG_OPTION: Final = declared_options(_ConfigFile)[0]
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
@@ -153,7 +153,7 @@ def _describe() -> str:
     lines = [
         "configuration: every option is also read from the TOML file of --config FILE",
         "(`option_name = value`, at the top or under [serve]) and from the environment",
-        "(PERMINDEX_OPTION_NAME); flags > environment > file > defaults.",
+        f"({ENV_PREFIX}OPTION_NAME); flags > environment > file > defaults.",
     ]
     for declared in SERVE_OPTIONS:
         default = declared.default
@@ -251,7 +251,7 @@ def apply_defaults(
 
 def config_path(argv: list[str]) -> str | None:
     """The value of ``--config`` in ``argv`` (``--config FILE`` or ``--config=FILE``), or
-    ``PERMINDEXCONFIG_OPTION`` from the environment."""
+    ``PERMINDEX_CONFIG`` from the environment."""
     for i, arg in enumerate(argv):
         if arg == CONFIG_OPTION.flag and i + 1 < len(argv):
             return argv[i + 1]
@@ -299,7 +299,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.max_key_bytes > MAX_KEY_BYTES:
         args.parser.error(f"--max-key-bytes: at most {MAX_KEY_BYTES} (the index's limit)")
-    config = ServerConfig(**{dest: getattr(args, dest) for dest in _SERVER_OPTIONS})
+    config = ServerConfig(**{dest: getattr(args, dest) for dest in _SERVER_FIELDS})
     exposed = exposure_problem(config)
     if exposed is not None and not config.insecure:
         _err(
