@@ -3,17 +3,27 @@ environment > file > defaults), checked values, and a real server started from a
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import permindex.rpc.server as server_module
 from permindex.cli import build_parser, main
-from permindex.cli.serve_config import ConfigError, apply_defaults
+from permindex.cli.serve import (
+    CONFIG_OPTION,
+    SERVE_OPTIONS,
+    ConfigError,
+    ServeLogging,
+    apply_defaults,
+)
+from permindex.rpc.config import Option, ServerConfig, declared_options
 
 
 def serve_args(argv: list[str], config: Path | None, environ: dict[str, str]) -> Any:
@@ -114,3 +124,158 @@ def test_a_real_server_from_file_and_environment(tmp_path: Path) -> None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
     assert process.returncode == 0
+
+
+# --- every option from its one declaration ---------------------------------------------------
+
+#: A value other than the default for every serve option, by TOML key. An option added to
+#: ServerConfig or ServeLogging without an entry here fails test_samples_cover_every_option.
+SAMPLES = {
+    "address": "127.0.0.1:7001",
+    "data_dir": "elsewhere",
+    "k": "2",
+    "snapshot_interval": "5",
+    "max_message_mb": "2",
+    "max_batch": "9",
+    "shingle_size": "4",
+    "min_words": "20",
+    "grace_seconds": "1.5",
+    "workers": "3",
+    "fsync": "never",
+    "fsync_interval": "0.5",
+    "truncate_corrupt_log": "true",
+    "tls_cert": "cert.pem",
+    "tls_key": "key.pem",
+    "tls_client_ca": "ca.pem",
+    "token_file": "tokens",
+    "insecure": "true",
+    "max_key_bytes": "100",
+    "max_text_bytes": "77",
+    "max_concurrent_rpcs": "5",
+    "metrics_address": "127.0.0.1:9464",
+    "log_format": "json",
+    "log_level": "info",
+}
+
+
+def expected(option: Option) -> Any:
+    text = SAMPLES[option.key]
+    if option.is_switch:
+        return True
+    return text if option.parse is None else option.parse(text)
+
+
+def test_samples_cover_every_option() -> None:
+    assert [option.key for option in SERVE_OPTIONS] == list(SAMPLES)
+    server = [option.dest for option in declared_options(ServerConfig)]
+    assert server == [item.name for item in fields(ServerConfig)]
+    assert [option.dest for option in SERVE_OPTIONS] == [
+        *server,
+        *(item.name for item in fields(ServeLogging)),
+    ]
+
+
+@pytest.mark.parametrize("option", SERVE_OPTIONS, ids=lambda option: option.key)
+def test_every_option_by_flag_environment_and_file(tmp_path: Path, option: Option) -> None:
+    value = expected(option)
+    assert value != option.default
+    text = SAMPLES[option.key]
+    flag = [option.flag] if option.is_switch else [option.flag, text]
+    assert getattr(serve_args(flag, None, {}), option.dest) == value
+    environ = {option.env: "1" if option.is_switch else text}
+    assert option.env == "PERMINDEX_" + option.key.upper()
+    assert getattr(serve_args([], None, environ), option.dest) == value
+    for key in (option.key, option.name):  # `max_batch` or `max-batch`
+        config = tmp_path / "permindex.toml"
+        config.write_text(f"{key} = {'true' if option.is_switch else json.dumps(text)}\n")
+        assert getattr(serve_args([], config, {}), option.dest) == value
+    assert getattr(serve_args([], None, {}), option.dest) == option.default
+
+
+def test_the_server_config_holds_every_declared_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "permindex.toml"
+    config.write_text(
+        "".join(
+            f"{option.key} = {json.dumps(SAMPLES[option.key])}\n"
+            for option in declared_options(ServerConfig)
+        )
+    )
+    started: list[ServerConfig] = []
+
+    def run_server(made: ServerConfig) -> int:
+        started.append(made)
+        return 0
+
+    monkeypatch.setattr(server_module, "run_server", run_server)
+    monkeypatch.delenv("PERMINDEX_CONFIG", raising=False)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # leave this process's malloc as it is
+    assert main(["serve", "--config", str(config)]) == 0
+    assert started == [
+        ServerConfig(**{option.dest: expected(option) for option in declared_options(ServerConfig)})
+    ]
+    assert started[0].max_message_bytes == 2 * 1024 * 1024
+    assert started[0].data_dir == Path("elsewhere")
+
+
+def test_help_table_lists_every_declared_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in SERVE_OPTIONS:
+        assert [option.flag, option.env] in [line.split()[:2] for line in out.splitlines()]
+    flat = " ".join(out.split())
+    for option in (*SERVE_OPTIONS, CONFIG_OPTION):
+        assert " ".join(option.help.split()) in flat
+
+
+@pytest.mark.parametrize(
+    ("content", "environ", "message"),
+    [
+        ("max-batchh = 5\n", {}, "{config}: unknown option 'max-batchh' (known: address, "),
+        ("", {"PERMINDEX_K": "x"}, "environment PERMINDEX_K: --k 'x': not an integer: 'x'"),
+        (
+            "",
+            {"PERMINDEX_MAX_MESSAGE_MB": "4096"},
+            "environment PERMINDEX_MAX_MESSAGE_MB: --max-message-mb '4096': must be more than 0 "
+            "and at most 2047 MiB, got 4096",
+        ),
+        ("", {"PERMINDEX_INSECURE": "2"}, "environment PERMINDEX_INSECURE: --insecure is a switch"),
+    ],
+)
+def test_misspelled_key_and_bad_environment_value_exit_2_naming_the_source(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    content: str,
+    environ: dict[str, str],
+    message: str,
+) -> None:
+    config = tmp_path / "permindex.toml"
+    config.write_text(content)
+    monkeypatch.delenv("PERMINDEX_CONFIG", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.startswith("permindex serve: " + message.format(config=config))
+
+
+def test_a_field_without_a_declaration_is_refused() -> None:
+    @dataclass(frozen=True)
+    class Undeclared:
+        workers: int = 8
+
+    with pytest.raises(TypeError, match="not declared"):
+        declared_options(Undeclared)
+
+
+def test_the_config_module_imports_no_grpc_argparse_or_cli() -> None:
+    code = "import sys, permindex.rpc.config; print(' '.join(sorted(sys.modules)))"
+    modules = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert not [
+        name
+        for name in modules
+        if name.split(".")[0] in {"grpc", "argparse"} or name.startswith("permindex.cli")
+    ]

@@ -6,27 +6,25 @@ fingerprint syntax of the command line, the client options (``--address``, TLS, 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from permindex.addresses import DEFAULT_ADDRESS, parse_address
+from permindex.addresses import DEFAULT_ADDRESS
 from permindex.errors import InvalidArgumentError
+from permindex.rpc import config
 from permindex.text.documents import parse_fingerprint
 
 __all__ = [
     "CommandFactory",
     "bounded",
     "client_options_parser",
-    "directory_name",
-    "listen_address",
-    "message_mb",
+    "flag_type",
     "non_negative",
-    "non_negative_float",
     "parse_cli_fingerprint",
     "positive",
-    "positive_float",
 ]
+
+_T = TypeVar("_T")
 
 
 class CommandFactory(Protocol):
@@ -36,44 +34,24 @@ class CommandFactory(Protocol):
     def __call__(self, name: str, help_: str, description: str, *, parents: bool = True) -> Any: ...
 
 
-def non_negative(text: str) -> int:
-    """An argparse type: an integer, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+def flag_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
+    """``parse`` (text to value, ValueError with the message a user reads) as an argparse type:
+    the ValueError's message becomes argparse's."""
+
+    def convert(text: str) -> _T:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
 
 
-def positive(text: str) -> int:
-    """An argparse type: an integer, 1 or more."""
-    value = non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be 1 or more, got 0")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """An argparse type: a finite number, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a finite number, more than 0."""
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be more than 0")
-    return value
+#: An argparse type: an integer, 0 or more.
+non_negative = flag_type(config.non_negative)
+#: An argparse type: an integer, 1 or more.
+positive = flag_type(config.positive)
 
 
 def bounded(low: int, high: int) -> Callable[[str], int]:
@@ -86,30 +64,6 @@ def bounded(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-def message_mb(text: str) -> float:
-    """--max-message-mb: more than 0 and at most 2047 MiB (gRPC's limit is a 32-bit int)."""
-    value = non_negative_float(text)
-    if not 0 < value <= 2047:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 2047 MiB, got {text}")
-    return value
-
-
-def listen_address(text: str) -> str:
-    """--address: HOST:PORT with an ASCII port in [0, 65535]."""
-    try:
-        parse_address(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
-def directory_name(text: str) -> str:
-    """A directory name: not empty."""
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty (use . for the current directory)")
-    return text
 
 
 def parse_cli_fingerprint(value: str) -> int:

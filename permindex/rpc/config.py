@@ -1,77 +1,392 @@
-"""Server options and their defaults, shared by ``permindex serve`` and the server factory.
+"""Server options: :class:`ServerConfig`, and the one declaration of each option.
 
-Importing this module does not import grpc.
+Every field of :class:`ServerConfig` is declared with :func:`declare`: its default, its help
+text, how a text value is parsed and checked, its metavar and choices.
+:func:`declared_options` reads them back as :class:`Option` records, from which ``permindex
+serve`` derives its flag (``--name``), its TOML key (``name``) and its environment variable
+(``PERMINDEX_NAME``) (:mod:`permindex.cli.serve`). Importing this module does not import grpc or
+argparse.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, Final
 
-from permindex.addresses import DEFAULT_ADDRESS
-from permindex.storage.wal import FsyncPolicy
+from permindex.addresses import DEFAULT_ADDRESS, parse_address
+from permindex.storage.wal import FSYNC_POLICIES, FsyncPolicy
 
-__all__ = ["ServerConfig"]
+__all__ = [
+    "ENV_PREFIX",
+    "Option",
+    "ServerConfig",
+    "declare",
+    "declared_options",
+    "non_negative",
+    "non_negative_float",
+    "positive",
+    "positive_float",
+]
+
+#: Prefix of the environment variable of every option: ``--max-batch`` is ``PERMINDEX_MAX_BATCH``.
+ENV_PREFIX: Final = "PERMINDEX_"
+_MIB: Final = 1024 * 1024
+_METADATA_KEY: Final = "permindex.option"
+
+
+@dataclass(frozen=True)
+class _Declaration:
+    help: str
+    parse: Callable[[str], Any] | None
+    metavar: str | None
+    choices: tuple[Any, ...] | None
+    name: str | None
+    shown: Callable[[Any], object] | None
+    is_switch: bool
+
+
+@dataclass(frozen=True)
+class Option:
+    """One declared option, as :func:`declared_options` reads it from a dataclass field.
+
+    Attributes:
+        dest: the field's name (``max_message_bytes``): the attribute that holds the value.
+        name: the option's name (``max-message-mb``); the flag is ``--name``, the TOML key and
+            the environment variable are derived from it (:attr:`key`, :attr:`env`).
+        default: the field's default, in the field's type and unit.
+        shown: the default as the flag takes it (``64.0`` MiB for ``--max-message-mb``).
+        help: the help text, ``{default}`` (:attr:`shown`) and ``{env}`` filled in.
+        parse: text to value (the field's type and unit); raises ValueError with a message
+            that names no source. None: the text itself.
+        metavar: the flag's metavar, or None (a switch, or an option with choices).
+        choices: the values allowed, or None.
+        is_switch: a flag without a value that sets True (the default is False).
+    """
+
+    dest: str
+    name: str
+    default: Any
+    shown: object
+    help: str
+    parse: Callable[[str], Any] | None
+    metavar: str | None
+    choices: tuple[Any, ...] | None
+    is_switch: bool
+
+    @property
+    def flag(self) -> str:
+        """``--name``."""
+        return f"--{self.name}"
+
+    @property
+    def key(self) -> str:
+        """The TOML key, ``name`` with ``_`` for ``-`` (a file may also spell it with ``-``)."""
+        return self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        """The environment variable, ``PERMINDEX_`` and the key in upper case."""
+        return ENV_PREFIX + self.key.upper()
+
+
+def declare(
+    help: str,
+    *,
+    parse: Callable[[str], Any] | None = None,
+    metavar: str | None = None,
+    choices: tuple[Any, ...] | None = None,
+    name: str | None = None,
+    shown: Callable[[Any], object] | None = None,
+    switch: bool = False,
+) -> dict[str, Any]:
+    """The metadata of a dataclass field that declares an option: ``field(default=...,
+    metadata=declare(...))`` (see :class:`Option` for each argument; ``name`` defaults to the
+    field's name with ``-`` for ``_``, ``shown`` to the default itself; a ``switch`` has the
+    default False and takes no value)."""
+    return {_METADATA_KEY: _Declaration(help, parse, metavar, choices, name, shown, switch)}
+
+
+def declared_options(cls: type) -> tuple[Option, ...]:
+    """The options declared by the fields of the dataclass ``cls``, in field order.
+
+    Raises:
+        TypeError: ``cls`` is not a dataclass, has a field not declared by :func:`declare`, or
+            a switch whose default is not False.
+    """
+    options = []
+    for item in fields(cls):
+        declaration = item.metadata.get(_METADATA_KEY)
+        if not isinstance(declaration, _Declaration):
+            raise TypeError(f"{cls.__name__}.{item.name} is not declared with declare()")
+        if declaration.is_switch and item.default is not False:
+            raise TypeError(f"{cls.__name__}.{item.name}: a switch has the default False")
+        name = declaration.name or item.name.replace("_", "-")
+        shown = item.default if declaration.shown is None else declaration.shown(item.default)
+        env = ENV_PREFIX + name.replace("-", "_").upper()
+        options.append(
+            Option(
+                dest=item.name,
+                name=name,
+                default=item.default,
+                shown=shown,
+                help=declaration.help.format(default=shown, env=env),
+                parse=declaration.parse,
+                metavar=declaration.metavar,
+                choices=declaration.choices,
+                is_switch=declaration.is_switch,
+            )
+        )
+    return tuple(options)
+
+
+# --------------------------------------------------------------------------------------------
+# Value parsers: text to value, ValueError with the message a user sees after the option's name
+
+
+def non_negative(text: str) -> int:
+    """An integer, 0 or more (ValueError otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise ValueError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive(text: str) -> int:
+    """An integer, 1 or more (ValueError otherwise)."""
+    value = non_negative(text)
+    if value == 0:
+        raise ValueError("must be 1 or more, got 0")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number, 0 or more (ValueError otherwise; nan and inf refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not value >= 0:  # also refuses nan
+        raise ValueError(f"must be 0 or more, got {text}")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number, more than 0 (ValueError otherwise)."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise ValueError("must be more than 0")
+    return value
+
+
+def _message_bytes(text: str) -> int:
+    """A size in MiB, more than 0 and at most 2047 (gRPC's limit is a 32-bit int), as bytes."""
+    value = non_negative_float(text)
+    if not 0 < value <= 2047:
+        raise ValueError(f"must be more than 0 and at most 2047 MiB, got {text}")
+    return int(value * _MIB)
+
+
+def _listen_address(text: str) -> str:
+    """``HOST:PORT`` with an ASCII port in [0, 65535]."""
+    parse_address(text)
+    return text
+
+
+def _directory(text: str) -> Path:
+    if not text:
+        raise ValueError("must not be empty (use . for the current directory)")
+    return Path(text)
+
+
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """Options of one server process.
-
-    Attributes:
-        address: ``HOST:PORT`` to listen on; port 0 picks a free port. Loopback by default.
-        data_dir: directory of the snapshots and the write-ahead log; created if missing.
-        k: the largest Hamming distance (bits) the index answers; at most 3 for the default
-            (4 blocks, 1 leading) design.
-        snapshot_interval: seconds between periodic snapshots (only written when something
-            changed); 0 disables them. Snapshots are also written on the Snapshot RPC and on a
-            graceful stop (SIGTERM/SIGINT).
-        max_message_bytes: largest gRPC message accepted or sent, bytes (default 64 MiB).
-        max_batch: most documents / fingerprints / keys in one request message.
-        shingle_size: words per shingle when the server fingerprints a text.
-        min_words: a text with fewer words is too short: not indexed, reported as TOO_SHORT
-            (0: only texts shorter than a shingle). The article SimHash deduplication here grew
-            from refuses fewer than 20 words: below that one changed word moves the fingerprint
-            past the threshold.
-        grace_seconds: on SIGTERM/SIGINT, how long in-flight calls may take to finish, seconds.
-        workers: threads serving RPCs.
-        fsync: when the write-ahead log is fsynced: ``always`` (each write request, before it is
-            acknowledged), ``interval`` (every ``fsync_interval`` seconds) or ``never`` (left to
-            the kernel); see :mod:`permindex.storage.wal` for what each can lose.
-        fsync_interval: seconds between fsyncs of the log under ``fsync="interval"``.
-        truncate_corrupt_log: at the start, cut the log at a corrupt record found before its
-            tail (losing the changes from there on) instead of refusing to start.
-        tls_cert, tls_key: PEM certificate chain and private key: serve TLS (None: plaintext).
-        tls_client_ca: PEM CA certificates: require a client certificate signed by one of them.
-        token_file: bearer tokens with their roles, one ``TOKEN ROLE`` a line
-            (:mod:`permindex.rpc.auth`); None: no authentication.
-        insecure: allow a non-loopback address without both TLS and tokens (with a warning).
-        max_key_bytes: longest key, UTF-8 bytes (at most 1,024, the index's limit).
-        max_text_bytes: longest document text, UTF-8 bytes.
-        max_concurrent_rpcs: calls served or queued at once; one more is refused at once with
-            RESOURCE_EXHAUSTED instead of waiting in an unbounded queue.
-        metrics_address: ``HOST:PORT`` of the Prometheus endpoint (``/metrics``); None: off.
+    """Options of one server process: one field per option, each declared with its default,
+    unit and meaning (the ``help`` of its :func:`declare`, also printed by
+    ``permindex serve --help``). Sizes are bytes, durations seconds, ``k`` bits. Paths that
+    are None turn the feature off (TLS, tokens). What each ``fsync`` policy can lose:
+    :mod:`permindex.storage.wal`; the token file format: :mod:`permindex.rpc.auth`.
     """
 
-    address: str = DEFAULT_ADDRESS
-    data_dir: Path = Path("permindex-data")
-    k: int = 3
-    snapshot_interval: float = 60.0
-    max_message_bytes: int = 64 * 1024 * 1024
-    max_batch: int = 100_000
-    shingle_size: int = 3
-    min_words: int = 0
-    grace_seconds: float = 30.0
-    workers: int = 8
-    fsync: FsyncPolicy = "always"
-    fsync_interval: float = 0.1
-    truncate_corrupt_log: bool = False
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None
-    token_file: Path | None = None
-    insecure: bool = False
-    max_key_bytes: int = 1024
-    max_text_bytes: int = 32 * 1024 * 1024
-    max_concurrent_rpcs: int = 64
-    metrics_address: str | None = None
+    address: str = field(
+        default=DEFAULT_ADDRESS,
+        metadata=declare(
+            "listen here; port 0 picks a free port (default {default})",
+            parse=_listen_address,
+            metavar="HOST:PORT",
+        ),
+    )
+    data_dir: Path = field(
+        default=Path("permindex-data"),
+        metadata=declare(
+            "directory of the snapshots and the write-ahead log, created if missing "
+            "(default ./{default})",
+            parse=_directory,
+            metavar="DIR",
+        ),
+    )
+    k: int = field(
+        default=3,
+        metadata=declare(
+            "largest Hamming distance the index answers, bits (default {default}, "
+            "at most 3 for the 4-table design)",
+            parse=non_negative,
+            metavar="N",
+        ),
+    )
+    snapshot_interval: float = field(
+        default=60.0,
+        metadata=declare(
+            "seconds between periodic snapshots; 0 turns them off (default {default:g})",
+            parse=non_negative_float,
+            metavar="SECONDS",
+        ),
+    )
+    max_message_bytes: int = field(
+        default=64 * _MIB,
+        metadata=declare(
+            "largest request or response message, MiB (default {default:g})",
+            parse=_message_bytes,
+            metavar="N",
+            name="max-message-mb",
+            shown=lambda size: size / _MIB,
+        ),
+    )
+    max_batch: int = field(
+        default=100_000,
+        metadata=declare(
+            "most documents, fingerprints or keys in one request (default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    shingle_size: int = field(
+        default=3,
+        metadata=declare(
+            "words per shingle when the server fingerprints a text (default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    min_words: int = field(
+        default=0,
+        metadata=declare(
+            "a text of fewer words is too short: not indexed, reported as TOO_SHORT\n"
+            "(default {default}: only texts shorter than a shingle; the article behind\n"
+            "SimHash deduplication uses 20)",
+            parse=non_negative,
+            metavar="N",
+        ),
+    )
+    grace_seconds: float = field(
+        default=30.0,
+        metadata=declare(
+            "on SIGTERM/SIGINT, how long in-flight calls may take to finish (default {default:g})",
+            parse=non_negative_float,
+            metavar="SECONDS",
+        ),
+    )
+    workers: int = field(
+        default=8,
+        metadata=declare("threads serving RPCs (default {default})", parse=positive, metavar="N"),
+    )
+    fsync: FsyncPolicy = field(
+        default="always",
+        metadata=declare(
+            "when the write-ahead log is fsynced (default {default}; what each can lose: above)",
+            choices=FSYNC_POLICIES,
+        ),
+    )
+    fsync_interval: float = field(
+        default=0.1,
+        metadata=declare(
+            "seconds between log fsyncs under --fsync interval (default {default:g})",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+    truncate_corrupt_log: bool = field(
+        default=False,
+        metadata=declare(
+            "at the start, cut the log at a damaged record found before its end instead of "
+            "refusing to start; the changes logged from there on are lost (the bytes cut off are "
+            "kept as .dropped files beside the log)",
+            switch=True,
+        ),
+    )
+    tls_cert: Path | None = field(
+        default=None,
+        metadata=declare(
+            "serve TLS with this certificate chain (with --tls-key)", parse=Path, metavar="PEM"
+        ),
+    )
+    tls_key: Path | None = field(
+        default=None,
+        metadata=declare("private key of --tls-cert", parse=Path, metavar="PEM"),
+    )
+    tls_client_ca: Path | None = field(
+        default=None,
+        metadata=declare(
+            "require client certificates signed by this CA (mutual TLS)",
+            parse=Path,
+            metavar="PEM",
+        ),
+    )
+    token_file: Path | None = field(
+        default=None,
+        metadata=declare(
+            "require a bearer token: one `TOKEN ROLE` a line, ROLE read-write or read-only\n"
+            "(tokens of 16 characters or more; health checks stay open)",
+            parse=Path,
+            metavar="FILE",
+        ),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=declare(
+            "allow an address other than loopback without both TLS and tokens (warns)", switch=True
+        ),
+    )
+    max_key_bytes: int = field(
+        default=1024,
+        metadata=declare(
+            "longest key, UTF-8 bytes, at most 1024 (default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    max_text_bytes: int = field(
+        default=32 * _MIB,
+        metadata=declare(
+            "longest document text, UTF-8 bytes (default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    max_concurrent_rpcs: int = field(
+        default=64,
+        metadata=declare(
+            "calls served or queued at once; more are refused with RESOURCE_EXHAUSTED\n"
+            "(default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    metrics_address: str | None = field(
+        default=None,
+        metadata=declare(
+            "serve Prometheus metrics on http://HOST:PORT/metrics (default: off;\n"
+            "e.g. 127.0.0.1:9464)",
+            metavar="HOST:PORT",
+        ),
+    )

@@ -1,0 +1,299 @@
+"""``permindex serve``: its parser, its options' layering, and the command that runs the server.
+
+The options are declared once: the server's as the fields of
+:class:`~permindex.rpc.config.ServerConfig`, the logging options and ``--config`` here, the same
+way (:func:`~permindex.rpc.config.declare`). From each declaration come the flag ``--some-option``,
+the key ``some_option = VALUE`` (or ``some-option``) of the TOML file named by ``--config FILE``
+(top level, or under a ``[serve]`` table) and the environment variable ``PERMINDEX_SOME_OPTION``.
+Precedence, highest first: command-line flags, environment variables, the file, the defaults.
+Values are checked as the flag's would be (a misspelled key or a bad value is a
+:class:`ConfigError` naming its source); a switch (``--insecure``) takes ``true``/``false`` in
+TOML and ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off`` in the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+from permindex.cli.args import CommandFactory, flag_type
+from permindex.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from permindex.errors import EXIT_CODES
+from permindex.rpc.config import ENV_PREFIX, Option, ServerConfig, declare, declared_options
+
+__all__ = [
+    "CONFIG_OPTION",
+    "SERVE_OPTIONS",
+    "ConfigError",
+    "ServeLogging",
+    "add_serve_command",
+    "apply_defaults",
+    "config_path",
+]
+
+
+@dataclass(frozen=True)
+class ServeLogging:
+    """The options of ``serve`` that are not the server's: how the process logs
+    (:func:`permindex.cli.logs.configure_logging`)."""
+
+    log_format: str = field(
+        default="text",
+        metadata=declare(
+            "log lines on stderr as text or one JSON object each (default {default})",
+            choices=LOG_FORMATS,
+        ),
+    )
+    log_level: str = field(
+        default="warning",
+        metadata=declare(
+            "least severe log level shown (default {default}; info adds snapshots and stops;\n"
+            "keys and texts are never logged at info or above)",
+            choices=LOG_LEVELS,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _ConfigFile:
+    config: str | None = field(
+        default=None,
+        metadata=declare(
+            "read options from this TOML file (default: ${env}, else none);\nsee the table below",
+            metavar="FILE",
+        ),
+    )
+
+
+#: The options read from flags, the environment and the TOML file, in ``--help`` order.
+SERVE_OPTIONS: Final = declared_options(ServerConfig) + declared_options(ServeLogging)
+_SERVER_FIELDS: Final = tuple(item.name for item in fields(ServerConfig))
+#: ``--config FILE``: a flag or its environment variable, never a key of the file itself.
+CONFIG_OPTION: Final = declared_options(_ConfigFile)[0]
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+
+_DEFAULTS: Final = ServerConfig()
+_DESCRIPTION: Final = (
+    "Run the server in the foreground until SIGTERM, SIGINT or SIGHUP.\n\n"
+    "Durability: every write request (Add, an Ingest batch, CheckAndAdd, Remove) is appended\n"
+    "to a write-ahead log in the data directory before it is applied and acknowledged. At the\n"
+    "start the server loads the snapshot and replays the log after it, before it listens.\n"
+    "  --fsync always    (default) one fsync per write request, before it is acknowledged:\n"
+    "                    a machine crash or power cut loses nothing acknowledged\n"
+    f"  --fsync interval  an fsync every --fsync-interval seconds "
+    f"(default {_DEFAULTS.fsync_interval:g}):\n"
+    "                    a machine crash loses at most the last interval's writes\n"
+    "  --fsync never     the kernel writes the log back (about 30 s on Linux): a machine\n"
+    "                    crash loses what it had not written yet\n"
+    "Under every policy a killed server process (even kill -9) loses nothing acknowledged.\n"
+    f"A snapshot is written every --snapshot-interval seconds "
+    f"(default {_DEFAULTS.snapshot_interval:g}) when anything\n"
+    "changed, on the Snapshot RPC and at a graceful stop; queries and writes go on while\n"
+    "it is written, then the log older than the snapshot before it is deleted. A write the\n"
+    "disk refuses (full, read-only) fails with RESOURCE_EXHAUSTED or UNAVAILABLE and\n"
+    "changes nothing; lookups go on, writes resume once the disk can be written again.\n"
+    "Graceful stop (SIGTERM/SIGINT/SIGHUP): new calls are refused, in-flight calls get\n"
+    "--grace-seconds to finish, a final snapshot is written, the log is fsynced.\n"
+    "A torn last log record (a write cut short by a crash) is cut off at the start with a\n"
+    "warning; damage before it stops the start (exit 7) unless --truncate-corrupt-log."
+)
+
+
+class ConfigError(ValueError):
+    """A bad value or key in the file or the environment; the message names its source."""
+
+
+# --------------------------------------------------------------------------------------------
+# The parser
+
+
+def _add_flag(parser: argparse.ArgumentParser, declared: Option) -> None:
+    if declared.is_switch:
+        parser.add_argument(
+            declared.flag, action="store_true", dest=declared.dest, help=declared.help
+        )
+        return
+    arguments: dict[str, Any] = {"default": declared.default, "dest": declared.dest}
+    if declared.parse is not None:
+        arguments["type"] = flag_type(declared.parse)
+    if declared.choices is not None:
+        arguments["choices"] = declared.choices
+    if declared.metavar is not None:
+        arguments["metavar"] = declared.metavar
+    parser.add_argument(declared.flag, help=declared.help, **arguments)
+
+
+def _describe() -> str:
+    """The epilog of ``serve --help``: the file and environment names of every option."""
+    lines = [
+        "configuration: every option is also read from the TOML file of --config FILE",
+        "(`option_name = value`, at the top or under [serve]) and from the environment",
+        f"({ENV_PREFIX}OPTION_NAME); flags > environment > file > defaults.",
+    ]
+    for declared in SERVE_OPTIONS:
+        default = declared.default
+        shown = "off" if default is None or default is False else declared.shown
+        lines.append(f"  {declared.flag:<24} {declared.env:<36} {shown}")
+    return "\n".join(lines)
+
+
+def add_serve_command(command: CommandFactory) -> argparse.ArgumentParser:
+    """Add the ``serve`` subparser (made by ``command``), a flag for every declared option."""
+    serve: argparse.ArgumentParser = command(
+        "serve", "run the index server", _DESCRIPTION, parents=False
+    )
+    for declared in (*SERVE_OPTIONS, CONFIG_OPTION):
+        _add_flag(serve, declared)
+    serve.epilog = f"{_describe()}\n\n{serve.epilog}"
+    serve.set_defaults(func=_cmd_serve)
+    return serve
+
+
+# --------------------------------------------------------------------------------------------
+# The file and the environment
+
+
+def _convert(declared: Option, value: object, source: str) -> Any:
+    """A value from the file (any TOML value) or the environment (a string), checked as the
+    flag's would be.
+
+    Raises:
+        ConfigError: a bad value; the message starts with ``source``.
+    """
+    flag = declared.flag
+    if declared.is_switch:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ConfigError(f"{source}: {flag} is a switch: true or false, not {value!r}")
+    if isinstance(value, bool) or isinstance(value, dict | list):
+        raise ConfigError(f"{source}: {flag} takes a value, not {value!r}")
+    text = str(value)
+    try:
+        converted = text if declared.parse is None else declared.parse(text)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{source}: {flag} {text!r}: {error}") from None
+    if declared.choices is not None and converted not in declared.choices:
+        choices = ", ".join(map(str, declared.choices))
+        raise ConfigError(f"{source}: {flag} {text!r}: choose from {choices}")
+    return converted
+
+
+def _file_values(config_file: str) -> dict[str, Any]:
+    """The options set by the TOML file ``config_file``, by destination name.
+
+    Raises:
+        ConfigError: an unknown key, a bad value, an unreadable or malformed file.
+    """
+    try:
+        with open(config_file, "rb") as file:
+            table = tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(
+            f"{CONFIG_OPTION.flag} {config_file}: {error.strerror or error}"
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{CONFIG_OPTION.flag} {config_file}: not valid TOML: {error}") from None
+    if isinstance(table.get("serve"), dict):
+        table = table["serve"]
+    by_key = {declared.key: declared for declared in SERVE_OPTIONS}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        declared = by_key.get(key.replace("-", "_"))
+        if declared is None:
+            known = ", ".join(sorted(by_key))
+            raise ConfigError(f"{config_file}: unknown option {key!r} (known: {known})")
+        values[declared.dest] = _convert(declared, value, f"{config_file}: {key}")
+    return values
+
+
+def apply_defaults(
+    parser: argparse.ArgumentParser, config_file: str | None, environ: Mapping[str, str]
+) -> None:
+    """Set the defaults of ``parser`` (the serve subparser) from ``config_file`` (TOML) and
+    then from ``environ``, so that flags given on the command line still win.
+
+    Raises:
+        ConfigError: an unknown key, a bad value, an unreadable or malformed file.
+    """
+    values = {} if config_file is None else _file_values(config_file)
+    for declared in SERVE_OPTIONS:
+        if declared.env in environ:
+            source = f"environment {declared.env}"
+            values[declared.dest] = _convert(declared, environ[declared.env], source)
+    parser.set_defaults(**values)
+
+
+def config_path(argv: list[str]) -> str | None:
+    """The value of ``--config`` in ``argv`` (``--config FILE`` or ``--config=FILE``), or
+    ``PERMINDEX_CONFIG`` from the environment."""
+    for i, arg in enumerate(argv):
+        if arg == CONFIG_OPTION.flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(f"{CONFIG_OPTION.flag}="):
+            return arg.split("=", 1)[1]
+    return os.environ.get(CONFIG_OPTION.env) or None
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+
+
+def _limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's malloc arenas (M_ARENA_MAX) before the server starts its threads.
+
+    glibc gives threads that allocate at once arenas of their own (up to 8 per core); the RPC
+    threads of a server then keep freed memory spread over many arenas, and the resident size
+    creeps up under a steady load (tests/test_soak.py), at the same latency with 2 arenas (the
+    GIL serializes most allocations anyway). Skipped when MALLOC_ARENA_MAX is set in the
+    environment, or where libc is not glibc."""
+    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, arenas)  # M_ARENA_MAX = -8 in malloc.h
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """Run the server with the options in ``args`` (flags over the layers of
+    :func:`apply_defaults`) until it stops; its exit code.
+
+    Exits 2 (``parser.error``) on ``--max-key-bytes`` above the index's limit; returns 2 on a
+    non-loopback address without TLS and tokens unless ``--insecure``.
+    """
+    from permindex.index.keys import MAX_KEY_BYTES
+    from permindex.rpc.auth import exposure_problem
+    from permindex.rpc.server import run_server
+
+    if args.max_key_bytes > MAX_KEY_BYTES:
+        args.parser.error(f"--max-key-bytes: at most {MAX_KEY_BYTES} (the index's limit)")
+    config = ServerConfig(**{dest: getattr(args, dest) for dest in _SERVER_FIELDS})
+    exposed = exposure_problem(config)
+    if exposed is not None and not config.insecure:
+        _err(
+            f"permindex serve: refusing to start: {exposed}.\n  Serve TLS and tokens, listen on "
+            "127.0.0.1, or pass --insecure to accept this."
+        )
+        return EXIT_CODES["usage"]
+    if exposed is not None:
+        _err(f"permindex serve: WARNING: {exposed} (--insecure)")
+    logging = ServeLogging(**{item.name: getattr(args, item.name) for item in fields(ServeLogging)})
+    if logging != ServeLogging():
+        configure_logging(logging.log_format, logging.log_level)
+    _limit_malloc_arenas()
+    return run_server(config)
