@@ -23,6 +23,7 @@ __all__ = [
     "NotFoundError",
     "PermindexError",
     "ServerError",
+    "SnapshotWriteError",
     "StorageError",
     "StorageFullError",
     "exit_code_for",
@@ -100,6 +101,12 @@ class StorageError(PermindexError, OSError):
 class StorageFullError(StorageError):
     """A :class:`StorageError` for lack of room: no space left on the device (ENOSPC), a quota
     (EDQUOT) or a file size limit (EFBIG). Writes resume once space is freed."""
+
+
+class SnapshotWriteError(PermindexError, RuntimeError):
+    """A snapshot could not be written (disk full, permissions); the index and the previous
+    snapshot are unchanged. Not in :data:`ERROR_TABLE`: reported as INTERNAL (with its message)
+    by the server, exit code 1 (``error``) by the command line."""
 
 
 class ServerError(PermindexError):

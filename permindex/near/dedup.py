@@ -41,19 +41,14 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final, Literal
+from typing import IO, Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.errors import InvalidArgumentError
-from permindex.index.clusters import (
-    KEEP_RULES,
-    KeepRule,
-    NearDuplicates,
-    design_for,
-    keep_per_cluster,
-)
+from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
+from permindex.near.report import ReportCluster, render_report, select_examples
+from permindex.near.result import MAX_K, WEIGHTS, DedupOptions, DedupResult
 from permindex.text.documents import (
     Document,
     DocumentReader,
@@ -63,7 +58,6 @@ from permindex.text.documents import (
     tsv_field,
 )
 from permindex.text.fingerprint import (
-    TOKENIZERS,
     Tokenizer,
     shingle_hashes,
     simhash,
@@ -81,63 +75,11 @@ __all__ = [
     "write_outputs",
 ]
 
-Weights = Literal["none", "idf"]
-#: The weightings of ``--weights``.
-WEIGHTS: Final = ("none", "idf")
-#: The largest k of ``dedup`` (design (10 blocks, 2 leading), 45 tables, 12-bit prefixes).
-MAX_K: Final = 8
-
 _CHUNK_DOCS: Final = 256  # documents per worker task
 _CHUNK_BYTES: Final = 4 << 20  # ... or about this many bytes of text
 _CHUNK_FILES: Final = 32  # folder files per worker task (each is read and parsed there)
 _IN_FLIGHT: Final = 3  # tasks per worker submitted ahead of the one being collected
 _INLINE_CHUNKS: Final = 4  # chunks fingerprinted in this process before starting the pool
-
-
-@dataclass(frozen=True)
-class DedupOptions:
-    """What ``permindex dedup`` does (every option of the command).
-
-    Attributes:
-        source: a JSONL file (gzip or not), a folder, or ``"-"`` (JSONL on standard input).
-        out_dir: the report folder, created if missing; files in it are overwritten.
-        k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
-        keep: the keep rule of :func:`permindex.index.clusters.keep_per_cluster`.
-        jobs: worker processes (1: fingerprint in this process). They start by forkserver
-            (spawn where there is none), which imports the caller's main module again: a script
-            that calls :func:`run_dedup` with ``jobs > 1`` needs the usual ``if __name__ ==
-            "__main__":`` guard.
-        weights: ``"none"`` (plain SimHash, the default fingerprint) or ``"idf"``.
-        tokenizer, shingle_size, min_words: as :func:`permindex.text.fingerprint.simhash`.
-        id_field, text_field: the JSONL fields of the key and the text.
-        examples: example pairs per distance in the HTML report.
-    """
-
-    source: str
-    out_dir: Path = Path("permindex-report")
-    k: int = 3
-    keep: KeepRule = "first"
-    jobs: int = 1
-    weights: Weights = "none"
-    tokenizer: Tokenizer = "words"
-    shingle_size: int = 3
-    min_words: int = 0
-    id_field: str = "id"
-    text_field: str = "text"
-    examples: int = 3
-
-    def check(self) -> None:
-        """Raise InvalidArgumentError naming the first bad option."""
-        if not 0 <= self.k <= MAX_K:
-            raise InvalidArgumentError(f"k must be in 0..{MAX_K}, got {self.k}", value=self.k)
-        if self.keep not in KEEP_RULES:
-            raise InvalidArgumentError(f"unknown keep rule {self.keep!r}", value=self.keep)
-        if self.weights not in WEIGHTS:
-            raise InvalidArgumentError(f"unknown weights {self.weights!r}", value=self.weights)
-        if self.tokenizer not in TOKENIZERS:
-            raise InvalidArgumentError(f"unknown tokenizer {self.tokenizer!r}")
-        if self.jobs < 1 or self.shingle_size < 1 or self.min_words < 0 or self.examples < 0:
-            raise InvalidArgumentError("jobs and shingle_size must be >= 1, min_words >= 0")
 
 
 # ------------------------------------------------------------------------- worker side
@@ -394,47 +336,6 @@ def _run_pass(
     return collected
 
 
-@dataclass
-class DedupResult:
-    """What :func:`run_dedup` found.
-
-    Attributes:
-        options: the options it ran with.
-        near: pairs, clusters, flags and exact groups (positions into ``near.keys``, the
-            documents that have a fingerprint, each key once).
-        ordinals: ((n,) int64) each of those documents' position in the input (0-based).
-        lengths: ((n,) int64) characters of their text (0 when the input gave a fingerprint).
-        kept: per cluster (in ``near.cluster_positions()`` order) the position kept.
-        documents: documents read.
-        too_short: (key, tokens) of the texts too short to fingerprint, in input order.
-        skipped_by_reason: folder entries skipped, by reason.
-        repeated_keys: documents whose key occurred again later in the input.
-        seconds: wall time by step: "read and fingerprint", "join", and later "write".
-    """
-
-    options: DedupOptions
-    near: NearDuplicates
-    ordinals: NDArray[np.int64]
-    lengths: NDArray[np.int64]
-    kept: list[int]
-    documents: int
-    too_short: list[tuple[str, int]]
-    skipped_by_reason: dict[str, int]
-    repeated_keys: int
-    seconds: dict[str, float]
-    source_kind: str = "jsonl"
-    reread_source: str | None = None  # where the texts can be read again (a file or folder)
-    design: tuple[int, int] = (4, 1)
-    spool: Path | None = None
-
-    def dropped(self) -> list[tuple[int, int]]:
-        """(position dropped, position kept instead) for every document to drop, by cluster."""
-        out: list[tuple[int, int]] = []
-        for members, kept in zip(self.near.cluster_positions(), self.kept, strict=True):
-            out.extend((int(p), kept) for p in members.tolist() if p != kept)
-        return out
-
-
 def _concat(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
@@ -612,8 +513,6 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     - ``too_short.tsv`` (``key, tokens``);
     - ``summary.json`` and ``report.html`` (self-contained).
     """
-    from permindex.near.report import ReportCluster, render_report, select_examples
-
     started = time.monotonic()
     options = result.options
     folder = Path(out_dir if out_dir is not None else options.out_dir)

@@ -34,8 +34,9 @@ from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFou
 from permindex.index import Index
 from permindex.index.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
-from permindex.rpc.service import DEFAULT_COLLECTION, ServerState
+from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
 from permindex.storage.store import Store
+from permindex.text.fingerprint import check_shingle_options
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -82,10 +83,11 @@ class CollectionOptions:
         """Self, after checking that the design answers k exactly.
 
         Raises:
-            InvalidArgumentError: a k the design cannot guarantee, a bad design or shingle size.
+            InvalidArgumentError: a bad shingle size or min words (the check of
+                :func:`permindex.text.fingerprint.check_shingle_options`), a k the design cannot
+                guarantee, a bad design.
         """
-        if self.shingle_size < 1 or self.min_words < 0:
-            raise InvalidArgumentError("shingle_size must be >= 1 and min_words >= 0")
+        check_shingle_options(self.shingle_size, min_words=self.min_words)
         try:
             Index(k=self.k, design=(self.blocks, self.leading))
         except (ValueError, TypeError) as error:

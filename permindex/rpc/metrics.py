@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from permindex.rpc.service import ServerState, resident_memory_bytes
+from permindex.rpc.state import ServerState, resident_memory_bytes
 
 __all__ = ["MetricsInterceptor", "MetricsServer", "StateCollector"]
 

@@ -43,7 +43,8 @@ from permindex.rpc.catalog import Catalog
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.handlers import add_servicer
 from permindex.rpc.metrics import MetricsServer
-from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
+from permindex.rpc.service import SERVICE_NAME, PermIndexService
+from permindex.rpc.state import ServerState
 from permindex.storage.snapshot import SnapshotInfo
 from permindex.storage.store import Store
 

@@ -47,6 +47,7 @@ __all__ = [
     "VECTOR_SEED",
     "WEIGHT_SCALE",
     "Tokenizer",
+    "check_shingle_options",
     "hyperplanes",
     "no_space_share",
     "shingle_hashes",
@@ -83,7 +84,18 @@ def shingles(text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words") -
     lower-cased, split on Unicode whitespace, ``shingle_size`` consecutive words joined by one
     space; with characters (see :func:`tokens`): ``shingle_size`` consecutive non-whitespace
     characters, joined with nothing. Empty when the text has fewer tokens than
-    ``shingle_size``."""
+    ``shingle_size``. O(len(text)) time; the list holds about ``shingle_size`` times the text.
+
+    Raises:
+        InvalidArgumentError: ``shingle_size`` is not an int >= 1, or an unknown tokenizer
+            (the errors of :func:`simhash`, from :func:`check_shingle_options`).
+    """
+    check_shingle_options(shingle_size, tokenizer)
+    return _shingles(text, shingle_size, tokenizer)
+
+
+def _shingles(text: str, shingle_size: int, tokenizer: Tokenizer) -> list[str]:
+    """:func:`shingles` with options already checked."""
     kind = _resolve_tokenizer(text, tokenizer)
     if kind == "chars":
         chars = _chars(text)
@@ -97,11 +109,37 @@ def shingles(text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words") -
     return [" ".join(words[i : i + shingle_size]) for i in range(n)]
 
 
-def _check_options(shingle_size: int, bits: int) -> None:
+def check_shingle_options(
+    shingle_size: object = 3, tokenizer: object = "words", min_words: object = 0, bits: object = 64
+) -> None:
+    """The one check of the options that say how a text becomes shingles and a fingerprint,
+    used by :func:`simhash`, :func:`shingles`, :func:`tokens`, :func:`shingle_hashes`, the
+    offline dedup's options and the server's collection options. Checked in this order:
+
+    - ``shingle_size``: an int >= 1 (bool refused);
+    - ``bits``: 64 or 63;
+    - ``tokenizer``: one of :data:`TOKENIZERS`;
+    - ``min_words``: an int >= 0 (bool refused).
+
+    Raises:
+        InvalidArgumentError: (a ``ValueError``) naming the first bad option and its value.
+    """
     if isinstance(shingle_size, bool) or not isinstance(shingle_size, int) or shingle_size < 1:
         raise InvalidArgumentError(
             f"shingle_size must be a positive integer, got {shingle_size!r}", value=shingle_size
         )
+    _check_bits(bits)
+    if tokenizer not in TOKENIZERS:
+        raise InvalidArgumentError(
+            f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}", value=tokenizer
+        )
+    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 0:
+        raise InvalidArgumentError(
+            f"min_words must be an integer >= 0, got {min_words!r}", value=min_words
+        )
+
+
+def _check_bits(bits: object) -> None:
     if bits not in (63, 64) or isinstance(bits, bool):
         raise InvalidArgumentError(
             f"bits must be 64 (the default) or 63 (bit 63 left clear), got {bits!r}", value=bits
@@ -214,17 +252,16 @@ def simhash(
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
-    _check_options(shingle_size, bits)
-    _check_tokenizer(tokenizer, min_words)
+    check_shingle_options(shingle_size, tokenizer, min_words, bits)
     kind = _resolve_tokenizer(text, tokenizer)
     if kind == "words" and len(text) > _LARGE_TEXT:
         large = _simhash_large(text, shingle_size, min_words)
         if large is None:
             return None
         return large & ~_BIT63 if bits == 63 else large
-    if min_words and len(tokens(text, kind)) < min_words:
+    if min_words and len(_tokens(text, kind)) < min_words:
         return None
-    parts = shingles(text, shingle_size, kind)
+    parts = _shingles(text, shingle_size, kind)
     if not parts:
         return None
     hash_ = xxhash.xxh3_64_intdigest
@@ -266,17 +303,6 @@ def _resolve_tokenizer(text: str, tokenizer: Tokenizer) -> Literal["words", "cha
     return "chars" if tokenizer == "chars" else "words"
 
 
-def _check_tokenizer(tokenizer: object, min_words: object) -> None:
-    if tokenizer not in TOKENIZERS:
-        raise InvalidArgumentError(
-            f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}", value=tokenizer
-        )
-    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 0:
-        raise InvalidArgumentError(
-            f"min_words must be an integer >= 0, got {min_words!r}", value=min_words
-        )
-
-
 def tokens(text: str, tokenizer: Tokenizer = "words") -> list[str]:
     """The tokens of ``text`` that shingles are made of, lower-cased.
 
@@ -294,7 +320,19 @@ def tokens(text: str, tokenizer: Tokenizer = "words") -> list[str]:
 
     Fingerprints made with different tokenizers are not comparable: index one collection with
     one tokenizer (``"auto"`` is one rule, so it is fine for a mixed collection).
+
+    O(len(text)) time and memory.
+
+    Raises:
+        InvalidArgumentError: an unknown tokenizer (the error of :func:`simhash`, from
+            :func:`check_shingle_options`).
     """
+    check_shingle_options(tokenizer=tokenizer)
+    return _tokens(text, tokenizer)
+
+
+def _tokens(text: str, tokenizer: Tokenizer) -> list[str]:
+    """:func:`tokens` with the tokenizer already checked."""
     kind = _resolve_tokenizer(text, tokenizer)
     if kind == "chars":
         return list(_chars(text))
@@ -307,10 +345,9 @@ def shingle_hashes(
     """XXH3-64 (seed 0) of the UTF-8 bytes of each shingle of ``text`` (:func:`shingles`), in
     order, repeats included, as a (m,) uint64 array: the votes of :func:`simhash`. Empty when
     the text is shorter than a shingle."""
-    _check_options(shingle_size, 64)
-    _check_tokenizer(tokenizer, 0)
+    check_shingle_options(shingle_size, tokenizer)
     hash_ = xxhash.xxh3_64_intdigest
-    parts = shingles(text, shingle_size, tokenizer)
+    parts = _shingles(text, shingle_size, tokenizer)
     return np.fromiter((hash_(s.encode("utf-8")) for s in parts), dtype=np.uint64, count=len(parts))
 
 
@@ -342,7 +379,7 @@ def simhash_weighted(hashes: ArrayLike, weights: ArrayLike, *, bits: int = 64) -
         InvalidArgumentError: shapes differ or are not 1-d, a weight is NaN, infinite or too
             large, ``bits`` not 63/64.
     """
-    _check_options(1, bits)
+    _check_bits(bits)
     h = np.asarray(hashes)
     if h.size == 0:
         h = h.astype(np.uint64)
@@ -518,7 +555,7 @@ def simhash_vectors(X: ArrayLike, *, seed: int = VECTOR_SEED, bits: int = 64) ->
         InvalidArgumentError: X is not 2-d or is empty in d, holds NaN or infinity, a row is all
             zeros (no direction), d > 2^22, or a bad seed or ``bits``.
     """
-    _check_options(1, bits)
+    _check_bits(bits)
     x = np.asarray(X, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] == 0:
         raise InvalidArgumentError(
