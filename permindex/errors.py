@@ -19,6 +19,7 @@ __all__ = [
     "CorruptFileError",
     "DataDirLockedError",
     "InvalidArgumentError",
+    "InvalidKeyError",
     "LimitExceededError",
     "NotFoundError",
     "PermindexError",
@@ -43,6 +44,20 @@ class InvalidArgumentError(PermindexError, ValueError):
     def __init__(self, message: str, value: object = None) -> None:
         super().__init__(message)
         self.value = value
+
+
+class InvalidKeyError(InvalidArgumentError):
+    """A key breaks the key rule (:func:`permindex.index.keys.validate_key`). ``reason`` is
+    ``"empty"``, ``"encoding"`` (not encodable as UTF-8) or ``"size"`` (too long); ``size`` is its
+    length in UTF-8 bytes (None when it cannot be encoded) and ``limit`` the largest allowed."""
+
+    def __init__(
+        self, message: str, value: object, reason: str, size: int | None, limit: int
+    ) -> None:
+        super().__init__(message, value=value)
+        self.reason = reason
+        self.size = size
+        self.limit = limit
 
 
 class LimitExceededError(PermindexError, ValueError):

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
+from permindex.index.keys import check_int
 
 __all__ = [
     "AUTO_DESIGNS",
@@ -40,6 +41,7 @@ __all__ = [
     "choose_design",
     "design_bytes_per_fingerprint",
     "design_query_cost",
+    "query_k",
 ]
 
 _BITS = 64
@@ -383,6 +385,33 @@ class Design:
 
 #: The default design: 4 blocks of 16 bits, 1 leading block, 4 tables, k <= 3.
 DEFAULT_DESIGN = Design(4, 1)
+
+
+def query_k(k: object, index_k: int, design: Design) -> int:
+    """The k of one query of an index built for ``index_k`` with ``design`` (``index_k <=
+    design.max_k``): ``index_k`` when ``k`` is None, else ``k`` checked. The one k rule of a
+    query, for the index and the server: a query may ask for less than the index's k, never
+    more, since the design answers exactly only up to it (the pigeonhole guarantee of the module
+    docstring; Manku et al. 2007, section 3). O(1).
+
+    Raises:
+        TypeError: ``k`` is not an int (bool refused; numpy integers are accepted).
+        InvalidArgumentError: ``k < 0``, or ``k > index_k`` (the message gives the design's
+            guarantee, the index's k, and the largest k to use).
+    """
+    if k is None:
+        return index_k
+    value = check_int(k, "k")
+    if value < 0:
+        raise InvalidArgumentError(f"k must be >= 0, got {value}", value=value)
+    if value > index_k:
+        raise InvalidArgumentError(
+            f"k={value} is above the index's k={index_k} ({design} guarantees "
+            f"k <= {design.max_k}; the index was built for k <= {index_k}): use k <= {index_k}",
+            value=value,
+        )
+    return value
+
 
 _COVER_LIMIT = 200_000  # most k-sets of blocks enumerated by Design.tables_for
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn, TypeVar
 
 import grpc
@@ -27,7 +27,6 @@ import numpy as np
 
 import permindex
 from permindex.errors import (
-    LimitExceededError,
     NotFoundError,
     PermindexError,
     SnapshotWriteError,
@@ -114,6 +113,29 @@ def _streaming(
     return handler
 
 
+# ------------------------------------------------------------------- the server's request limits
+
+
+def _documents(state: ServerState, documents: Sequence[pb.Document]) -> convert.DocumentBatch:
+    """The documents of an Add, Ingest or CheckAndAdd request checked against the collection's
+    limits and fingerprinted with its options (:func:`convert.documents_from_proto`)."""
+    config = state.config
+    return convert.documents_from_proto(
+        documents,
+        max_batch=config.max_batch,
+        shingle_size=config.shingle_size,
+        min_words=config.min_words,
+        max_key_bytes=config.max_key_bytes,
+        max_text_bytes=config.max_text_bytes,
+    )
+
+
+def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
+    """The keys of a Get or Remove request checked against the collection's limits."""
+    config = state.config
+    return convert.check_keys(keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes)
+
+
 # ---------------------------------------------------------------------------------- servicer
 
 
@@ -137,14 +159,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def _add_batch(self, request: pb.AddRequest) -> pb.AddResponse:
         """Validate, fingerprint (outside the lock) and apply one batch with one ``add_many``."""
         state = self._collection(request.collection)
-        batch = convert.documents_from_proto(
-            request.documents,
-            max_batch=state.config.max_batch,
-            shingle_size=state.config.shingle_size,
-            min_words=state.config.min_words,
-            max_key_bytes=state.config.max_key_bytes,
-            max_text_bytes=state.config.max_text_bytes,
-        )
+        batch = _documents(state, request.documents)
         stored = [i for i, fp in enumerate(batch.fingerprints) if fp is not None]
         keys = [batch.keys[i] for i in stored]
         fingerprints = np.fromiter(
@@ -193,14 +208,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         k = convert.check_k(
             request.k if request.HasField("k") else None, state.index.k, state.index.design
         )
-        batch = convert.documents_from_proto(
-            request.documents,
-            max_batch=state.config.max_batch,
-            shingle_size=state.config.shingle_size,
-            min_words=state.config.min_words,
-            max_key_bytes=state.config.max_key_bytes,
-            max_text_bytes=state.config.max_text_bytes,
-        )
+        batch = _documents(state, request.documents)
         response = pb.CheckAndAddResponse()
         stored = [
             (key, fp)
@@ -236,9 +244,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def Remove(self, request: pb.RemoveRequest, context: grpc.ServicerContext) -> pb.RemoveResponse:
         """Removes the keys; the ones not stored are listed, not an error."""
         state = self._collection(request.collection)
-        keys = convert.check_keys(
-            request.keys, max_batch=state.config.max_batch, max_key_bytes=state.config.max_key_bytes
-        )
+        keys = _keys(state, request.keys)
         response = pb.RemoveResponse()
         removed_here = state.store.remove_many(keys)  # logged, then applied
         removed = {key for key, r in zip(keys, removed_here, strict=True) if r}
@@ -298,7 +304,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         n = len(fingerprints)
         if n <= _QUERY_SLICE:
             found = state.index.query_many(fingerprints, k=k, limit=limit)
-            self._check_reply_size(state, convert.columns_wire_bytes(found), n, n)
+            convert.check_reply_size(
+                convert.columns_wire_bytes(found), state.config.max_message_bytes, n, n
+            )
             return convert.matches_to_columns(found)
         found = []
         size = 0
@@ -307,40 +315,26 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
             )
             size += convert.columns_wire_bytes(part)
-            self._check_reply_size(state, size, min(start + _QUERY_SLICE, n), n)
+            convert.check_reply_size(
+                size, state.config.max_message_bytes, min(start + _QUERY_SLICE, n), n
+            )
             found.extend(part)
         return convert.matches_to_columns(found)
 
-    @classmethod
+    @staticmethod
     def _check_query_size(
-        cls, state: ServerState, response: pb.QueryResponse, bound: int, done: int, n: int
+        state: ServerState, response: pb.QueryResponse, bound: int, done: int, n: int
     ) -> None:
         """Refuse a Query reply that would not fit the message limit: ``bound`` (an upper bound
         of its size, bytes) is checked first, and only when it is over the limit is the exact
         size computed (``ByteSize``, which walks every match).
 
         Raises:
-            LimitExceededError: the reply is over the limit less 1 KiB for framing.
+            LimitExceededError: the reply is over the limit (:func:`convert.check_reply_size`).
         """
-        if bound > state.config.max_message_bytes - 1024:
-            cls._check_reply_size(state, response.ByteSize(), done, n)
-
-    @staticmethod
-    def _check_reply_size(state: ServerState, size: int, done: int, n: int) -> None:
-        """Refuse a reply of ``size`` bytes (after ``done`` of ``n`` fingerprints) that would
-        not fit the message limit.
-
-        Raises:
-            LimitExceededError: ``size`` is over the limit less 1 KiB for framing.
-        """
-        if size > state.config.max_message_bytes - 1024:
-            raise LimitExceededError(
-                f"the answer is over the {state.config.max_message_bytes}-byte message limit "
-                f"(after {done} of {n} fingerprints): ask with a limit, a smaller k, or fewer "
-                "fingerprints per request",
-                limit=state.config.max_message_bytes,
-                actual=size,
-            )
+        limit = state.config.max_message_bytes
+        if bound > convert.reply_room(limit):
+            convert.check_reply_size(response.ByteSize(), limit, done, n)
 
     @_streaming
     def QueryColumns(
@@ -355,9 +349,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
         """The stored fingerprint of each key."""
         state = self._collection(request.collection)
-        keys = convert.check_keys(
-            request.keys, max_batch=state.config.max_batch, max_key_bytes=state.config.max_key_bytes
-        )
+        keys = _keys(state, request.keys)
         response = pb.GetResponse()
         for key in keys:
             fp = state.index.get(key)

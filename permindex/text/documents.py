@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
-from permindex.errors import InvalidArgumentError
+from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.hamming import MAX_FINGERPRINT
+from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -61,9 +62,6 @@ __all__ = [
     "read_documents",
     "read_file_text",
 ]
-
-#: The longest key, in UTF-8 bytes (the server refuses longer ones).
-MAX_KEY_BYTES: Final = 1024
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _HTML_SUFFIXES: Final = (".html", ".htm")
@@ -187,19 +185,26 @@ def format_fingerprint(fingerprint: int) -> str:
 
 
 def check_key(key: str) -> None:
-    """Raise :class:`~permindex.errors.InvalidArgumentError` unless ``key`` is a non-empty string
-    of at most :data:`MAX_KEY_BYTES` UTF-8 bytes."""
-    if not key:
-        raise InvalidArgumentError("key is empty", value=key)
+    """Check ``key`` as the server would: the key rule of
+    :func:`permindex.index.keys.validate_key` (non-empty, at most :data:`MAX_KEY_BYTES` UTF-8
+    bytes), with this reader's wording.
+
+    Raises:
+        InvalidKeyError: (an :class:`~permindex.errors.InvalidArgumentError`) an empty key, one
+            that is not valid Unicode text (a lone surrogate) or one that is too long.
+    """
     try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidArgumentError(f"key {key!r} is not valid Unicode text", value=key) from None
-    if size > MAX_KEY_BYTES:
-        raise InvalidArgumentError(
-            f"key {key[:40]!r}... is {size} UTF-8 bytes long; the limit is {MAX_KEY_BYTES}",
-            value=key,
-        )
+        validate_key(key)
+    except InvalidKeyError as error:
+        if error.reason == "empty":
+            message = "key is empty"
+        elif error.reason == "encoding":
+            message = f"key {key!r} is not valid Unicode text"
+        else:
+            message = (
+                f"key {key[:40]!r}... is {error.size} UTF-8 bytes long; the limit is {error.limit}"
+            )
+        raise InvalidKeyError(message, key, error.reason, error.size, error.limit) from None
 
 
 def html_to_text(html: str) -> str:
