@@ -168,14 +168,17 @@ def join_design(design: Design, k: int, n: int) -> JoinDesign:
     (5, 2), (6, 2) or (6, 3) when k allows, or for k <= 3 :data:`BYTE_PAIRS`, whichever a
     cost model says is cheapest (each design searching its :func:`join_tables`).
 
-    The model (nanoseconds on the machine of the README's benchmark, fitted at 10^6 random
-    fingerprints), per table, with about n^2 / 2^(key bits + 1) candidate pairs: a prefix of
-    at most 16 bits, 25 per row (one radix pass) and 10 per candidate (filters first); 17 to 24
-    bits, 40 per row (two radix passes) and 40 per candidate; longer, 40 per row and per
-    candidate (a count of the top bits and a sort of the rows that share them). The byte-pair
-    join: 120 per row for its 8 tables of 24-bit keys and 40 per candidate.
+    The model (arbitrary units, only comparisons mean anything; the weights' origin is in
+    benchmarks/README.md), per table, with about n^2 / 2^(key bits + 1) candidate pairs: a
+    prefix of at most 16 bits, 25 per row (one radix pass) and 10 per candidate (filters
+    first); 17 to 24 bits, 40 per row (two radix passes) and 40 per candidate; longer, 40 per
+    row and per candidate (a count of the top bits and a sort of the rows that share them).
+    The byte-pair join: 120 per row for its 8 tables of 24-bit keys and 40 per candidate.
 
-    Raises InvalidArgumentError (from :meth:`Design.tables_for`) when k > design.max_k.
+    O(tables) time.
+
+    Raises:
+        InvalidArgumentError: (from :meth:`Design.tables_for`) k > design.max_k.
     """
     candidates = ((4, 1), (5, 2), (6, 2), (6, 3))
     options = [design] + [Design(b, t) for b, t in candidates if b - t >= k]

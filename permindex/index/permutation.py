@@ -459,10 +459,10 @@ def design_bytes_per_fingerprint(design: Design, n: int) -> float:
 
 
 def design_query_cost(design: Design, k: int, n: int) -> float:
-    """A model of the time of one lookup (arbitrary units: about nanoseconds per query in a batch
-    on the machine of the README's benchmark): per searched table a fixed cost (prefix, filter,
-    directory) plus one per candidate, where a table's candidates are about n / 2^prefix_bits
-    but never fewer than the 2 to 4 rows of a directory bucket."""
+    """A model of the time of one lookup, in arbitrary units (only comparisons between designs
+    mean anything): per searched table a fixed cost (prefix, filter, directory) plus one per
+    candidate, where a table's candidates are about n / 2^prefix_bits but never fewer than the
+    2 to 4 rows of a directory bucket. O(tables) time."""
     n = max(n, 1)
     cost = 0.0
     for t in design.tables_for(k):
@@ -472,8 +472,8 @@ def design_query_cost(design: Design, k: int, n: int) -> float:
     return cost
 
 
-# Fitted to the batch lookups of benchmarks/results (designs (4, 1), (5, 2), (6, 3) at 10^6
-# and 10^7): about 78 ns per table searched and 5.2 ns per candidate, per query.
+# The model's two weights: a table searched, a candidate verified (their origin: the notes in
+# benchmarks/README.md).
 _TABLE_COST = 78.0
 _CANDIDATE_COST = 5.2
 

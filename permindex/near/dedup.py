@@ -4,7 +4,7 @@ Steps, each bounded in memory so that 10^6 documents fit:
 
 1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`: JSONL,
    gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each document's
-   key, text length and fingerprint are kept (about 100 bytes a document); texts are dropped as
+   key, text length and fingerprint are kept (O(1) memory per document); texts are dropped as
    soon as they are fingerprinted. Standard input is copied to a temporary file as it is read,
    because a second pass (IDF weights, the report's examples) reads it again.
 2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a

@@ -57,8 +57,7 @@ if TYPE_CHECKING:
 else:
     _Interceptor = grpc.ServerInterceptor
 
-_COLLECTION = "default"
-#: Latency buckets, seconds: from 100 µs (a small lookup) to a minute (a large Pairs).
+#: Latency buckets, seconds: 100 µs to 60 s.
 _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
             1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
 

@@ -61,7 +61,7 @@ __all__ = [
 
 _BIT63 = 1 << 63
 _CHUNK = 1 << 16  # shingle hashes counted per numpy pass (bounds memory at 4 MiB of bits)
-_SMALL = 24  # below this many shingles, counting in pure Python is faster than numpy
+_SMALL = 24  # below this many shingles the bits are counted in pure Python, from it in numpy
 _LARGE_TEXT = 1 << 20  # characters: longer texts are shingled and counted piece by piece
 _WHITESPACE = re.compile(r"\s")  # for str patterns, the characters str.split() splits on
 
@@ -194,10 +194,10 @@ def _word_pieces(text: str) -> Iterator[list[str]]:
 
 
 def _simhash_large(text: str, shingle_size: int, min_words: int) -> int | None:
-    """:func:`simhash` with the word tokenizer for a long text, in memory bounded by a piece
-    (about 1 Mi characters) instead of the whole text's words and shingles (about 70 times the
-    text's size). Same result as the direct computation: the shingles are the same, each voting
-    once."""
+    """:func:`simhash` with the word tokenizer for a long text, in memory bounded by one piece
+    of :data:`_LARGE_TEXT` characters (its words and shingles) instead of O(len(text)) for the
+    whole text's. O(len(text)) time. Same result as the direct computation: the shingles are
+    the same, each voting once."""
     hash_ = xxhash.xxh3_64_intdigest
     keep = shingle_size - 1  # words carried over to the next piece's first shingles
     ones = np.zeros(FINGERPRINT_BITS, dtype=np.int64)
@@ -247,8 +247,8 @@ def simhash(
         InvalidArgumentError: (a ``ValueError``) ``shingle_size`` < 1, ``bits`` not 63/64, an
             unknown tokenizer or a negative ``min_words``.
 
-    Source: Charikar 2002, section 3 (random-hyperplane rounding, here with one hash per
-    shingle); Manku et al. 2007, section 2, for 64-bit fingerprints of web pages.
+    Source: Charikar 2002, section 3 (random-hyperplane rounding, with one hash per shingle
+    as the random vector); Manku et al. 2007, section 2, for 64-bit fingerprints of web pages.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
