@@ -1,39 +1,7 @@
 """Near-duplicates over a whole collection: every pair within k, the clusters those pairs form,
-the keys that have a near-duplicate (flags), and the groups of equal fingerprints (exact
-duplicates); and which document of each cluster to keep.
-
-Definitions (k is the largest Hamming distance that counts as a near-duplicate):
-
-pairs
-    every unordered pair of keys whose fingerprints are within k bits (distance 0 included).
-clusters
-    the connected components of the graph whose edges are the pairs, with at least two keys.
-    **Near-duplication is not transitive**: A within k of B and B within k of C puts A, B and C
-    in one cluster even when A and C are far apart, so a cluster can *chain* (its span, the
-    largest distance between two of its members, can exceed k — a series of pages each edited a
-    little from the previous one ends in one cluster). That is the grouping a de-duplication
-    wants (each page has a representative), but a cluster is not a set of mutual
-    near-duplicates.
-flags
-    every key with at least one other key within k — the article's "this page has a
-    near-duplicate" view — with its nearest other key, their distance, and how many keys are
-    within k.
-exact duplicates
-    the groups of two or more keys with the same fingerprint (their texts are usually, but not
-    necessarily, identical).
-
-Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
-fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the distinct
-fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007, section 3 —
-:func:`permindex.index.join.self_join`, the join the index runs, here on a plain array and for any
-table design, so that k can exceed the index's 3); keys sharing a fingerprint are expanded
-only where pairs of keys are listed. It is checked against brute force in the tests.
-Components are found by a vectorized union-find (hooking each root onto the smaller of two
-roots joined by an edge, then pointer jumping), which needs no Python object per key.
-
-Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
-distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
-groups come largest first, then by their smallest key; flags are sorted by key.
+the keys that have a near-duplicate (flags), the groups of equal fingerprints (exact duplicates)
+(:class:`NearDuplicates`, whose docstring gives the definitions and the order), and which
+document of each cluster to keep (:func:`keep_per_cluster`).
 """
 
 from __future__ import annotations
@@ -318,6 +286,39 @@ class NearDuplicates:
 
     Raises:
         InvalidArgumentError: repeated keys, lengths that differ, a bad k or fingerprint.
+
+    Definitions (k is the largest Hamming distance that counts as a near-duplicate):
+
+    pairs
+        every unordered pair of keys whose fingerprints are within k bits (distance 0 included).
+    clusters
+        the connected components of the graph whose edges are the pairs, with at least two keys.
+        **Near-duplication is not transitive**: A within k of B and B within k of C puts A, B and C
+        in one cluster even when A and C are far apart, so a cluster can *chain* (its span, the
+        largest distance between two of its members, can exceed k — a series of pages each edited a
+        little from the previous one ends in one cluster). That is the grouping a de-duplication
+        wants (each page has a representative), but a cluster is not a set of mutual
+        near-duplicates.
+    flags
+        every key with at least one other key within k — the article's "this page has a
+        near-duplicate" view — with its nearest other key, their distance, and how many keys are
+        within k.
+    exact duplicates
+        the groups of two or more keys with the same fingerprint (their texts are usually, but not
+        necessarily, identical).
+
+    Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
+    fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the
+    distinct fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007,
+    section 3 — :func:`permindex.index.join.self_join`, the join the index runs, here on a plain
+    array and for any table design, so that k can exceed the index's 3); keys sharing a fingerprint
+    are expanded only where pairs of keys are listed. It is checked against brute force in the
+    tests. Components are found by a vectorized union-find (hooking each root onto the smaller of
+    two roots joined by an edge, then pointer jumping), which needs no Python object per key.
+
+    Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
+    distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
+    groups come largest first, then by their smallest key; flags are sorted by key.
     """
 
     def __init__(
@@ -571,7 +572,7 @@ def keep_per_cluster(
 def clusters(index: Index, k: int | None = None) -> list[list[str]]:
     """The clusters of ``index`` within ``k`` (default: the index's k): connected components of
     the near-duplicate pairs graph, at least two keys each, keys sorted, largest cluster first.
-    A cluster can chain (see the module docstring)."""
+    A cluster can chain (see :class:`NearDuplicates`)."""
     return NearDuplicates.of_index(index, k).clusters()
 
 

@@ -1,29 +1,7 @@
-"""Offline near-duplicate detection over a whole collection, no server: ``permindex dedup``.
-
-Steps, each bounded in memory so that 10^6 documents fit:
-
-1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`: JSONL,
-   gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each document's
-   key, text length and fingerprint are kept (O(1) memory per document); texts are dropped as
-   soon as they are fingerprinted. Standard input is copied to a temporary file as it is read,
-   because a second pass (IDF weights, the report's examples) reads it again.
-2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a
-   folder) go to a pool of worker processes (:class:`concurrent.futures.ProcessPoolExecutor`,
-   ``jobs`` of them, started by forkserver; three chunks per worker in flight, results taken in
-   input order). The first 4 chunks are done in this process, so that a small input does not pay
-   for starting the pool. For a folder the workers also read the files and reduce HTML to its
-   visible text (the costly part). With ``weights="idf"`` a first pass counts the document
-   frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted SimHash.
-3. **Join**: every pair within k (:func:`permindex.index.clusters.pairs_within`, exact), clusters,
-   flags, exact-duplicate groups, and the keep/drop decision per cluster.
-4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
-
-A key that occurs more than once counts once, with its last occurrence that has a fingerprint
-(as ``ingest`` would leave it in a server); the repeats are counted. A text with fewer words than
-a shingle or than ``min_words`` is *too short*: it gets no fingerprint, takes no part in pairs,
-and is listed in ``too_short.tsv``.
-
-Importing this module does not import grpc.
+"""Offline near-duplicate detection over a whole collection, no server (``permindex dedup``):
+read, fingerprint in worker processes, join, cluster (:func:`run_dedup`, whose docstring gives
+the steps and their memory bounds), and write the report folder (:func:`write_outputs`).
+Importing it does not import grpc.
 """
 
 from __future__ import annotations
@@ -347,13 +325,37 @@ def run_dedup(
     progress: bool = False,
     workdir: Path | None = None,
 ) -> DedupResult:
-    """Read, fingerprint and join (steps 1 to 3 of the module docstring). ``stdin`` is read for
+    """Read, fingerprint and join (steps 1 to 3 below). ``stdin`` is read for
     source ``"-"`` (default ``sys.stdin.buffer``); ``workdir`` holds the temporary files (the
     copy of standard input, the IDF table) and must outlive the result when the input is
     standard input, for :func:`write_outputs` to read example texts again.
 
     Raises:
         InvalidArgumentError: a bad option, a missing input, a malformed JSONL line (naming it).
+
+    Steps, each bounded in memory so that 10^6 documents fit:
+
+    1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`:
+       JSONL, gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each
+       document's key, text length and fingerprint are kept (O(1) memory per document); texts are
+       dropped as soon as they are fingerprinted. Standard input is copied to a temporary file as it
+       is read, because a second pass (IDF weights, the report's examples) reads it again.
+    2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a
+       folder) go to a pool of worker processes (:class:`concurrent.futures.ProcessPoolExecutor`,
+       ``jobs`` of them, started by forkserver; three chunks per worker in flight, results taken in
+       input order). The first 4 chunks are done in this process, so that a small input does not pay
+       for starting the pool. For a folder the workers also read the files and reduce HTML to its
+       visible text (the costly part). With ``weights="idf"`` a first pass counts the document
+       frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted
+       SimHash.
+    3. **Join**: every pair within k (:func:`permindex.index.clusters.pairs_within`, exact),
+       clusters, flags, exact-duplicate groups, and the keep/drop decision per cluster.
+    4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
+
+    A key that occurs more than once counts once, with its last occurrence that has a fingerprint
+    (as ``ingest`` would leave it in a server); the repeats are counted. A text with fewer words
+    than a shingle or than ``min_words`` is *too short*: it gets no fingerprint, takes no part in
+    pairs, and is listed in ``too_short.tsv``.
     """
     options.check()
     started = time.monotonic()

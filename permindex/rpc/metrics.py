@@ -1,34 +1,7 @@
-"""Prometheus metrics of a server, over HTTP (``serve --metrics-address HOST:PORT``, off by
-default; ``/metrics`` in the text exposition format of prometheus-client).
-
-Each server has its own registry (two servers in one process do not mix their numbers). What is
-exported (``collection`` is ``default``, the server's one index):
-
-===================================  ============================================================
-``permindex_rpc_requests_total``     calls finished, by ``method`` and status ``code`` (``OK``,
-                                     ``INVALID_ARGUMENT``, ``UNAUTHENTICATED``...), refused
-                                     calls included
-``permindex_rpc_errors_total``       the same, only for codes other than ``OK``
-``permindex_rpc_duration_seconds``   latency histogram by ``method`` (a streaming call: from
-                                     its start to its last message)
-``permindex_fingerprints``           keys stored, by ``collection``
-``permindex_index_memory_bytes``     the index's own estimate of its memory, by ``collection``
-``permindex_resident_memory_bytes``  the server process's resident memory (VmRSS)
-``permindex_snapshot_bytes``         size of the last snapshot loaded or written (this and all
-                                     below but the last two: by ``collection``)
-``permindex_snapshot_keys``          keys in it
-``permindex_snapshot_age_seconds``   seconds since it was written (absent before the first)
-``permindex_wal_bytes``              bytes in the write-ahead log's segment files
-``permindex_wal_segments``           segment files of the log
-``permindex_wal_sequence``           sequence number of the last change logged
-``permindex_uptime_seconds``         seconds since the server started
-===================================  ============================================================
-
-and ``permindex_wal_last_write_age_seconds`` (by ``collection``): seconds since the log was last
-written.
-
-The gauges are read when Prometheus scrapes (a custom collector), so they cost nothing between
-scrapes; RPC counters and histograms are updated by a server interceptor at the end of each call.
+"""Prometheus metrics of a server over HTTP (``serve --metrics-address HOST:PORT``, off by
+default): the per-server registry, the gauges read at scrape time (:class:`StateCollector`), the
+RPC counters and latency histogram (:class:`MetricsInterceptor`), and the HTTP endpoint
+(:class:`MetricsServer`, whose docstring lists what is exported).
 """
 
 from __future__ import annotations
@@ -230,7 +203,35 @@ class MetricsInterceptor(_Interceptor):
 
 class MetricsServer:
     """The registry of one server, its interceptor and (once :meth:`serve` is called) the HTTP
-    endpoint."""
+    endpoint.
+
+    Each server has its own registry (two servers in one process do not mix their numbers).
+    Exported (``collection`` labels name the collection; the default one is ``default``):
+
+    - ``permindex_rpc_requests_total``: calls finished, by ``method`` and status ``code``
+      (``OK``, ``INVALID_ARGUMENT``, ``UNAUTHENTICATED``...), refused calls included;
+    - ``permindex_rpc_errors_total``: the same, only for codes other than ``OK``;
+    - ``permindex_rpc_duration_seconds``: latency histogram by ``method`` (a streaming call:
+      from its start to its last message);
+    - ``permindex_fingerprints``: keys stored, by ``collection``;
+    - ``permindex_index_memory_bytes``: the index's own estimate of its memory, by
+      ``collection``;
+    - ``permindex_resident_memory_bytes``: the server process's resident memory (VmRSS);
+    - ``permindex_snapshot_bytes``: size of the last snapshot loaded or written (this and all
+      below but the uptime: by ``collection``);
+    - ``permindex_snapshot_keys``: keys in it;
+    - ``permindex_snapshot_age_seconds``: seconds since it was written (absent before the
+      first);
+    - ``permindex_wal_bytes``: bytes in the write-ahead log's segment files;
+    - ``permindex_wal_segments``: segment files of the log;
+    - ``permindex_wal_sequence``: sequence number of the last change logged;
+    - ``permindex_wal_last_write_age_seconds``: seconds since the log was last written;
+    - ``permindex_uptime_seconds``: seconds since the server started.
+
+    The gauges are read when Prometheus scrapes (a custom collector), so they cost nothing
+    between scrapes; RPC counters and histograms are updated by a server interceptor at the end
+    of each call.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()

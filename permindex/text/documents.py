@@ -1,34 +1,8 @@
-"""Reading inputs into documents: ``(key, text)`` or ``(key, fingerprint)``.
-
-Three kinds of input, chosen by :func:`read_documents`:
-
-JSONL (a file, gzip-compressed or not, or ``-`` for standard input)
-    One JSON object a line: ``{"id": KEY, "text": TEXT}`` or ``{"id": KEY, "fingerprint": FP}``.
-    ``id`` is a string, or a JSON integer, which is converted to its decimal string (``7`` and
-    ``"7"`` name the same document). Exactly one of ``text`` and ``fingerprint`` is present
-    (``null`` counts as present, and is refused). Other fields are ignored; blank lines are
-    skipped. A fingerprint (:func:`parse_fingerprint`) is a JSON integer, read as decimal, or a
-    string of exactly 16 hex digits, or ``0x`` followed by 1 to 16 hex digits, read as hex.
-    Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
-    the reading with :class:`MalformedInputError`, which names the file and the line number.
-    Other schemas: ``id_field`` and ``text_field`` name the fields that hold the key and the
-    text (e.g. ``url`` and ``content``); ``fingerprint`` keeps its name.
-
-A folder
-    Every regular file below it, depth first in code point order of the names, is one document
-    keyed by its path relative to the folder, ``/``-separated and exactly as on disk
-    (``a/b.html.gz`` keeps its ``.gz``). A ``.gz`` file is read decompressed; an ``.html`` or
-    ``.htm`` file (also ``.html.gz``) is reduced to its visible text by :func:`html_to_text`.
-    Skipped, and counted in :class:`ReadStats` by reason: symbolic links (to files or folders:
-    never followed), entries that are not regular files (sockets, FIFOs, devices), files that are
-    not text (a NUL byte, or not valid UTF-8 after decompression, or a ``.gz`` that does not
-    decompress), files that cannot be read (permissions), names that are not valid UTF-8 (a key is
-    a UTF-8 string) and relative paths longer than a key may be.
-
-Keys are checked on the client, as the server would check them: non-empty and at most
-:data:`MAX_KEY_BYTES` UTF-8 bytes.
-
-Importing this module does not import grpc; lxml is imported on the first HTML file.
+"""Reading inputs into documents, ``(key, text)`` or ``(key, fingerprint)``: JSONL (gzip or not,
+or standard input) and folders (:func:`read_documents`, whose docstring gives the formats), the
+visible text of HTML (:func:`html_to_text`), fingerprints in their JSON and hex forms, the TSV
+field escape, and the readers' wording of the key rule (:func:`check_key`). Importing it does
+not import grpc; lxml is imported on the first HTML file.
 """
 
 from __future__ import annotations
@@ -516,10 +490,38 @@ def read_documents(
 ) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
     for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field`` and ``text_field`` name
-    the JSONL fields of the key and the text. See the module docstring.
+    the JSONL fields of the key and the text (formats below).
 
     Raises :class:`~permindex.errors.InvalidArgumentError` when ``source`` does not exist or is
     neither a regular file nor a folder. Reading (iterating) raises :class:`MalformedInputError`
     for a malformed JSONL line.
+
+    Three kinds of input, told apart by ``source``:
+
+    JSONL (a file, gzip-compressed or not, or ``-`` for standard input)
+        One JSON object a line: ``{"id": KEY, "text": TEXT}`` or ``{"id": KEY, "fingerprint": FP}``.
+        ``id`` is a string, or a JSON integer, which is converted to its decimal string (``7`` and
+        ``"7"`` name the same document). Exactly one of ``text`` and ``fingerprint`` is present
+        (``null`` counts as present, and is refused). Other fields are ignored; blank lines are
+        skipped. A fingerprint (:func:`parse_fingerprint`) is a JSON integer, read as decimal, or a
+        string of exactly 16 hex digits, or ``0x`` followed by 1 to 16 hex digits, read as hex.
+        Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
+        the reading with :class:`MalformedInputError`, which names the file and the line number.
+        Other schemas: ``id_field`` and ``text_field`` name the fields that hold the key and the
+        text (e.g. ``url`` and ``content``); ``fingerprint`` keeps its name.
+
+    A folder
+        Every regular file below it, depth first in code point order of the names, is one document
+        keyed by its path relative to the folder, ``/``-separated and exactly as on disk
+        (``a/b.html.gz`` keeps its ``.gz``). A ``.gz`` file is read decompressed; an ``.html`` or
+        ``.htm`` file (also ``.html.gz``) is reduced to its visible text by :func:`html_to_text`.
+        Skipped, and counted in :class:`ReadStats` by reason: symbolic links (to files or folders:
+        never followed), entries that are not regular files (sockets, FIFOs, devices), files that
+        are not text (a NUL byte, or not valid UTF-8 after decompression, or a ``.gz`` that does not
+        decompress), files that cannot be read (permissions), names that are not valid UTF-8 (a key
+        is a UTF-8 string) and relative paths longer than a key may be.
+
+    Keys are checked on the client, as the server would check them: non-empty and at most
+    :data:`MAX_KEY_BYTES` UTF-8 bytes.
     """
     return DocumentReader(source, stdin=stdin, id_field=id_field, text_field=text_field)

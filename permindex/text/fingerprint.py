@@ -1,28 +1,8 @@
-"""SimHash fingerprints of text (Charikar 2002, "Similarity estimation techniques from rounding
-algorithms", section 3; the 64-bit text form used by Manku, Jain & Das Sarma 2007, section 2).
-
-The default algorithm, which every stored fingerprint and the shared reference vectors assume:
-
-1. ``text.lower()``, then ``str.split()`` (runs of Unicode whitespace separate words, so NBSP and
-   U+3000 do);
-2. every run of ``shingle_size`` consecutive words joined by one space is a *shingle*; a shingle
-   that repeats votes each time it occurs;
-3. each shingle is hashed with XXH3-64 (seed 0) of its UTF-8 bytes;
-4. counter i gets +1 when bit i (value ``1 << i``) of the hash is set and -1 otherwise;
-5. bit i of the fingerprint is 1 where counter i > 0 (a tie gives 0).
-
-A text with fewer words than ``shingle_size`` has no fingerprint: :func:`simhash` returns ``None``,
-never 0. With ``bits=63`` bit 63 is cleared, so that the value fits a signed 64-bit integer column
-(the article's PHP implementation does the same).
-
-Options, none of which changes the default fingerprint:
-
-* ``tokenizer="chars"`` (character shingles, for text written without spaces) and ``"auto"``
-  (chosen per document), see :func:`tokens`; ``min_words`` refuses short texts (the article
-  refuses fewer than 20 words as too noisy);
-* :func:`simhash_features` / :func:`simhash_weighted`: weighted SimHash, each feature voting with
-  its weight (Charikar 2002, section 3; Manku et al. 2007, section 2, weight e.g. IDF);
-* :func:`simhash_vectors`: dense vectors by random hyperplanes (Charikar 2002, section 3).
+"""SimHash fingerprints (Charikar 2002, "Similarity estimation techniques from rounding
+algorithms", section 3; the 64-bit form of Manku, Jain & Das Sarma 2007, section 2) of texts
+(:func:`simhash`, whose docstring gives the reference algorithm), of weighted features and of
+dense vectors; the tokens and shingles texts are cut into; the one check of the shingle options
+(:func:`check_shingle_options`).
 """
 
 from __future__ import annotations
@@ -226,7 +206,7 @@ def simhash(
     tokenizer: Tokenizer = "words",
     min_words: int = 0,
 ) -> int | None:
-    """The SimHash fingerprint of ``text`` (algorithm in the module docstring).
+    """The SimHash fingerprint of ``text`` (the algorithm is given at the end).
 
     Args:
         text: any ``str``.
@@ -249,6 +229,29 @@ def simhash(
 
     Source: Charikar 2002, section 3 (random-hyperplane rounding, with one hash per shingle
     as the random vector); Manku et al. 2007, section 2, for 64-bit fingerprints of web pages.
+
+    The default algorithm, which every stored fingerprint and the shared reference vectors assume:
+
+    1. ``text.lower()``, then ``str.split()`` (runs of Unicode whitespace separate words, so NBSP
+       and U+3000 do);
+    2. every run of ``shingle_size`` consecutive words joined by one space is a *shingle*; a shingle
+       that repeats votes each time it occurs;
+    3. each shingle is hashed with XXH3-64 (seed 0) of its UTF-8 bytes;
+    4. counter i gets +1 when bit i (value ``1 << i``) of the hash is set and -1 otherwise;
+    5. bit i of the fingerprint is 1 where counter i > 0 (a tie gives 0).
+
+    A text with fewer words than ``shingle_size`` has no fingerprint: :func:`simhash` returns
+    ``None``, never 0. With ``bits=63`` bit 63 is cleared, so that the value fits a signed 64-bit
+    integer column (the article's PHP implementation does the same).
+
+    Options, none of which changes the default fingerprint:
+
+    * ``tokenizer="chars"`` (character shingles, for text written without spaces) and ``"auto"``
+      (chosen per document), see :func:`tokens`; ``min_words`` refuses short texts (the article
+      refuses fewer than 20 words as too noisy);
+    * :func:`simhash_features` / :func:`simhash_weighted`: weighted SimHash, each feature voting
+      with its weight (Charikar 2002, section 3; Manku et al. 2007, section 2, weight e.g. IDF);
+    * :func:`simhash_vectors`: dense vectors by random hyperplanes (Charikar 2002, section 3).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
