@@ -1,18 +1,8 @@
 """Table designs of the permutation index (Manku, Jain & Das Sarma 2007, "Detecting
-Near-Duplicates for Web Crawling", section 3).
-
-A design ``(blocks, leading)`` splits the 64 bits of a fingerprint into ``blocks`` contiguous
-blocks. Block 0 holds the most significant bits; sizes are as equal as possible with the larger
-blocks first (6 blocks: 11, 11, 11, 11, 10, 10 bits). There is one table per combination of
-``leading`` blocks, C(blocks, leading) tables in all. A table's permutation moves its leading
-blocks, in block order, to the most significant bits and keeps the other blocks after them in
-block order; its prefix is the permuted value's leading bits (the leading blocks' bits).
-
-Guarantee (pigeonhole): two fingerprints at Hamming distance k <= blocks - leading differ in at
-most k blocks, so at least ``leading`` blocks are equal and some table's prefix is the same for
-both. Every table has to be searched; a pair within k is found in at least one of them.
-
-Bit positions are the usual ones: bit i has value ``1 << i``; bit 63 is the most significant.
+Near-Duplicates for Web Crawling", section 3): :class:`Design` (blocks, tables, the pigeonhole
+guarantee in its docstring), each table's :class:`Permutation`, the k rule of a query
+(:func:`query_k`), and the choice of a design for ``design="auto"`` (:func:`choose_design`).
+Bit i has value ``1 << i``; bit 63 is the most significant.
 """
 
 from __future__ import annotations
@@ -289,6 +279,17 @@ class Design:
         TypeError: ``blocks`` or ``leading`` is not an int (bool refused).
         InvalidArgumentError: not 1 <= leading < blocks <= 64, or more than :data:`MAX_TABLES`
             tables.
+
+    A design ``(blocks, leading)`` splits the 64 bits of a fingerprint into ``blocks`` contiguous
+    blocks. Block 0 holds the most significant bits; sizes are as equal as possible with the larger
+    blocks first (6 blocks: 11, 11, 11, 11, 10, 10 bits). There is one table per combination of
+    ``leading`` blocks, C(blocks, leading) tables in all. A table's permutation moves its leading
+    blocks, in block order, to the most significant bits and keeps the other blocks after them in
+    block order; its prefix is the permuted value's leading bits (the leading blocks' bits).
+
+    Guarantee (pigeonhole): two fingerprints at Hamming distance k <= blocks - leading differ in at
+    most k blocks, so at least ``leading`` blocks are equal and some table's prefix is the same for
+    both. Every table has to be searched; a pair within k is found in at least one of them.
     """
 
     blocks: int

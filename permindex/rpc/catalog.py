@@ -1,18 +1,6 @@
 """Collections: named indexes served by one server, each with its own options, snapshots and
-write-ahead log.
-
-The collection ``default`` is the data directory itself (its snapshot and log files, as before
-collections existed); it always exists and cannot be dropped. Every other collection ``NAME``
-lives in ``DATA_DIR/collections/NAME/``: ``collection.json`` (its options: k, design, shingle
-size, min words; written atomically before anything else) beside its own snapshot and log, under
-its own lock file. At the start every collection directory is opened and recovered before the
-server listens. Dropping a collection removes it from the catalog (new calls naming it get
-NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>`` (one
-atomic step: a crash after it never brings the collection back) and deletes that; its memory is
-freed once the calls still running on it end.
-
-Names: 1 to 64 characters, ASCII letters, digits, ``_``, ``-`` and ``.``, starting with a letter
-or a digit.
+write-ahead log (:class:`Catalog`, whose docstring gives the layout on disk and the life of a
+collection; :class:`CollectionOptions`; :func:`check_name`).
 """
 
 from __future__ import annotations
@@ -122,9 +110,22 @@ def _read_options(folder: Path) -> CollectionOptions:
 
 
 class Catalog:
-    """The collections of a server: name -> :class:`ServerState` (module docstring).
+    """The collections of a server: name -> :class:`ServerState`.
 
     Thread-safe: the map is guarded by a lock; creating and dropping are serialized.
+
+    The collection ``default`` is the data directory itself (its snapshot and log files, as before
+    collections existed); it always exists and cannot be dropped. Every other collection ``NAME``
+    lives in ``DATA_DIR/collections/NAME/``: ``collection.json`` (its options: k, design, shingle
+    size, min words; written atomically before anything else) beside its own snapshot and log, under
+    its own lock file. At the start every collection directory is opened and recovered before the
+    server listens. Dropping a collection removes it from the catalog (new calls naming it get
+    NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>`` (one
+    atomic step: a crash after it never brings the collection back) and deletes that; its memory is
+    freed once the calls still running on it end.
+
+    Names: 1 to 64 characters, ASCII letters, digits, ``_``, ``-`` and ``.``, starting with a letter
+    or a digit.
     """
 
     def __init__(self, config: ServerConfig, default: ServerState) -> None:

@@ -1,18 +1,6 @@
-"""The permindex.v1.PermIndex servicer, and the state it shares with the server.
-
-Every RPC validates its whole request (:mod:`permindex.rpc.convert`) before it changes anything,
-fingerprints texts before it touches the index (so the index's lock is never held while hashing),
-and then reads the :class:`~permindex.index.Index`, which is thread-safe on its own, or changes it
-through the :class:`~permindex.storage.store.Store`, which logs every change (write-ahead log)
-before it applies it; a change the log cannot take (disk full, read-only) is refused with
-RESOURCE_EXHAUSTED or UNAVAILABLE and nothing is applied.
-
-Errors of a parsed request become status codes in one place, :func:`_abort`, through
-:func:`permindex.errors.status_name_for`: our own errors keep their message (it says what to fix);
-anything unexpected is logged with its traceback here and the client gets ``INTERNAL`` with a short
-message, never a traceback. Bytes that do not parse as the request message never reach the
-servicer: :mod:`permindex.rpc.handlers` answers them INVALID_ARGUMENT. Logs never carry keys or
-texts at INFO or above.
+"""The permindex.v1.PermIndex servicer (:class:`PermIndexService`, whose docstring gives the order
+of every call: validate, fingerprint, then read or log-and-apply), and the one place where a
+domain error becomes a gRPC status (:func:`_abort`).
 """
 
 from __future__ import annotations
@@ -141,7 +129,22 @@ def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
 
 class PermIndexService(index_pb2_grpc.PermIndexServicer):
     """Implements every RPC of ``permindex.v1.PermIndex`` (contract and status codes:
-    ``protos/permindex/v1/index.proto``) over a :class:`ServerState`."""
+    ``protos/permindex/v1/index.proto``) over a :class:`ServerState`.
+
+    Every RPC validates its whole request (:mod:`permindex.rpc.convert`) before it changes anything,
+    fingerprints texts before it touches the index (so the index's lock is never held while
+    hashing), and then reads the :class:`~permindex.index.Index`, which is thread-safe on its own,
+    or changes it through the :class:`~permindex.storage.store.Store`, which logs every change
+    (write-ahead log) before it applies it; a change the log cannot take (disk full, read-only) is
+    refused with RESOURCE_EXHAUSTED or UNAVAILABLE and nothing is applied.
+
+    Errors of a parsed request become status codes in one place, :func:`_abort`, through
+    :func:`permindex.errors.status_name_for`: our own errors keep their message (it says what to
+    fix); anything unexpected is logged with its traceback there and the client gets ``INTERNAL``
+    with a short message, never a traceback. Bytes that do not parse as the request message never
+    reach the servicer: :mod:`permindex.rpc.handlers` answers them INVALID_ARGUMENT. Logs never
+    carry keys or texts at INFO or above.
+    """
 
     def __init__(self, state: ServerState, catalog: Catalog | None = None) -> None:
         #: The default collection's state, and the catalog of every collection.
