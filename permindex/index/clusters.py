@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.permutation import DEFAULT_DESIGN, Design
+from permindex.index.permutation import DEFAULT_DESIGN, Design, query_k
 
 if TYPE_CHECKING:
     from permindex.index import Index
@@ -77,7 +77,13 @@ def design_for(k: int) -> Design:
     """A table design that finds every pair within ``k`` bits: the default (4 blocks, 1 leading:
     4 tables of 16-bit prefixes) up to k = 3; above, (k + 2 blocks, 2 leading): for k = 4..6,
     15, 21 and 28 tables of 21-, 18- and 16-bit prefixes (Manku et al. 2007, section 3: any two
-    fingerprints within k share the prefix of at least one table when k <= blocks - leading)."""
+    fingerprints within k share the prefix of at least one table when k <= blocks - leading).
+
+    Raises:
+        TypeError: ``k`` is not an int (bool refused).
+        InvalidArgumentError: ``k < 0``, or a k whose design would need more tables than
+            :data:`permindex.index.permutation.MAX_TABLES`.
+    """
     if isinstance(k, bool) or not isinstance(k, int):
         raise TypeError(f"k must be an int, not {type(k).__name__}")
     if k < 0:
@@ -360,20 +366,15 @@ class NearDuplicates:
     @classmethod
     def of_index(cls, index: Index, k: int | None = None) -> NearDuplicates:
         """From the contents of ``index`` at one instant (:meth:`Index.export`, one acquisition
-        of its lock); ``k`` defaults to the index's k and may not exceed it (as for
-        :meth:`Index.pairs`: InvalidArgumentError otherwise)."""
-        if k is None:
-            kk = index.k
-        else:
-            if isinstance(k, bool) or not isinstance(k, int):
-                raise TypeError(f"k must be an int, not {type(k).__name__}")
-            if k < 0 or k > index.k:
-                raise InvalidArgumentError(
-                    f"k={k} is outside 0..{index.k}: the index answers distances up to its "
-                    f"k={index.k}",
-                    value=k,
-                )
-            kk = k
+        of its lock); ``k`` defaults to the index's k and may not exceed it (the k rule of a
+        query, :func:`permindex.index.permutation.query_k`, as for :meth:`Index.pairs`).
+        O(n) memory for n keys, plus the join's.
+
+        Raises:
+            TypeError: ``k`` is not an int.
+            InvalidArgumentError: ``k < 0`` or above the index's k.
+        """
+        kk = query_k(k, index.k, index.design)
         keys, fingerprints = index.export()
         return cls(keys, fingerprints, kk, design=index.design)
 
@@ -543,6 +544,12 @@ def keep_per_cluster(
 
     Every position of a cluster is compared, so with a chained cluster the kept document can be
     far (more than k bits) from some dropped ones: one document per cluster is the rule.
+    ``clusters`` holds arrays of positions into ``order`` (and ``lengths``, ``rank``: (n,)
+    int64 each). O(total cluster size) time.
+
+    Raises:
+        InvalidArgumentError: an unknown rule, or ``"longest"`` without ``lengths``
+            (``"smallest-key"`` without ``rank``).
     """
     if rule not in KEEP_RULES:
         raise InvalidArgumentError(

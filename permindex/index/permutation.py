@@ -237,9 +237,13 @@ class Permutation:
 
     def prefix_array16(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
         """:meth:`prefix` of each element of a (n,) uint64 array as (n,) uint16, for a prefix of
-        at most 16 bits (ValueError otherwise). When the prefix is one aligned 16-bit block (every
-        table of (4, 1)) this is a strided view of ``fingerprints`` (no copy, no arithmetic):
-        read it, do not write it."""
+        at most 16 bits. When the prefix is one aligned 16-bit block (every table of (4, 1)) this
+        is a strided view of ``fingerprints`` (no copy, no arithmetic): read it, do not write it.
+        O(n) otherwise.
+
+        Raises:
+            ValueError: the prefix has more than 16 bits.
+        """
         if self.prefix_bits > 16:
             raise ValueError(f"a {self.prefix_bits}-bit prefix does not fit 16 bits")
         values = np.asarray(fingerprints, dtype=np.uint64)

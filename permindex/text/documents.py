@@ -436,7 +436,13 @@ class DocumentReader:
         reading order, without reading it: entries that are not (symlinks, special files,
         names that are not UTF-8 or too long) are counted in ``stats`` as they are met. Read each
         file with :func:`folder_file_text` (in another process if need be), and count a file it
-        refuses with ``stats.skip(reason)``. :meth:`__iter__` is this and that together."""
+        refuses with ``stats.skip(reason)``. :meth:`__iter__` is this and that together.
+        One directory listing open per level of depth; each listing sorted (O(entries log
+        entries)).
+
+        Raises:
+            InvalidArgumentError: the input is not a folder.
+        """
         if self.kind != "folder":
             raise InvalidArgumentError(f"{self.name} is not a folder", value=self.name)
         # Depth first, each folder's entries in code point order of their names, descending into
