@@ -43,6 +43,7 @@ __all__ = [
     "fingerprints_from_bytes",
     "flags_to_proto",
     "items_per_message",
+    "key_refusal",
     "limit_from",
     "matches_to_columns",
     "matches_to_proto",
@@ -81,7 +82,7 @@ def check_batch_length(n: int, limit: int, what: str) -> None:
 def check_key(key: str, where: str, max_bytes: int = MAX_KEY_BYTES) -> None:
     """Refuse a key that breaks the key rule (:func:`permindex.index.keys.validate_key`) with
     the server's limit ``max_bytes`` (``max_key_bytes``, at most :data:`MAX_KEY_BYTES`), in the
-    server's wording: ``where`` (e.g. ``documents[3]``) first, then what to fix.
+    server's wording (:func:`key_refusal`).
 
     Raises:
         InvalidKeyError: (an :class:`~permindex.errors.InvalidArgumentError`) an empty key, or
@@ -90,16 +91,23 @@ def check_key(key: str, where: str, max_bytes: int = MAX_KEY_BYTES) -> None:
     try:
         validate_key(key, max_bytes=max_bytes)
     except InvalidKeyError as error:
-        if error.reason == "empty":
-            message = f"{where}: key is empty; every document needs a key"
-        elif error.reason == "encoding":
-            message = f"{where}: key {_shown(key)} is not valid UTF-8 text"
-        else:
-            message = (
-                f"{where}: key {_shown(key)} is {error.size:,} UTF-8 bytes; the limit is "
-                f"{max_bytes:,} (max_key_bytes)"
-            )
-        raise InvalidKeyError(message, key, error.reason, error.size, max_bytes) from None
+        raise key_refusal(error, where) from None
+
+
+def key_refusal(error: InvalidKeyError, where: str) -> InvalidKeyError:
+    """The server's wording of a refused key: ``where`` (e.g. ``documents[3]``) first, then
+    what to fix; the same reason, size and limit as ``error``."""
+    key = str(error.value)
+    if error.reason == "empty":
+        message = f"{where}: key is empty; every document needs a key"
+    elif error.reason == "encoding":
+        message = f"{where}: key {_shown(key)} is not valid UTF-8 text"
+    else:
+        message = (
+            f"{where}: key {_shown(key)} is {error.size:,} UTF-8 bytes; the limit is "
+            f"{error.limit:,} (max_key_bytes)"
+        )
+    return InvalidKeyError(message, key, error.reason, error.size, error.limit)
 
 
 def check_text(text: str, where: str, max_bytes: int) -> None:
@@ -131,7 +139,10 @@ def check_keys(
     check_batch_length(len(keys), max_batch, what)
     result = list(keys)
     for i, key in enumerate(result):
-        check_key(key, f"keys[{i}]", max_key_bytes)
+        try:
+            validate_key(key, max_bytes=max_key_bytes)
+        except InvalidKeyError as error:
+            raise key_refusal(error, f"keys[{i}]") from None
     return result
 
 
@@ -196,7 +207,10 @@ def documents_from_proto(
     kinds: list[str] = []
     for i, document in enumerate(documents):
         key = document.key
-        check_key(key, f"documents[{i}]", max_key_bytes)
+        try:
+            validate_key(key, max_bytes=max_key_bytes)
+        except InvalidKeyError as error:
+            raise key_refusal(error, f"documents[{i}]") from None
         content = document.WhichOneof("content")
         if content is None:
             raise InvalidArgumentError(
