@@ -19,10 +19,12 @@ __all__ = [
     "CorruptFileError",
     "DataDirLockedError",
     "InvalidArgumentError",
+    "InvalidKeyError",
     "LimitExceededError",
     "NotFoundError",
     "PermindexError",
     "ServerError",
+    "SnapshotWriteError",
     "StorageError",
     "StorageFullError",
     "exit_code_for",
@@ -42,6 +44,20 @@ class InvalidArgumentError(PermindexError, ValueError):
     def __init__(self, message: str, value: object = None) -> None:
         super().__init__(message)
         self.value = value
+
+
+class InvalidKeyError(InvalidArgumentError):
+    """A key breaks the key rule (:func:`permindex.index.keys.validate_key`). ``reason`` is
+    ``"empty"``, ``"encoding"`` (not encodable as UTF-8) or ``"size"`` (too long); ``size`` is its
+    length in UTF-8 bytes (None when it cannot be encoded) and ``limit`` the largest allowed."""
+
+    def __init__(
+        self, message: str, value: object, reason: str, size: int | None, limit: int
+    ) -> None:
+        super().__init__(message, value=value)
+        self.reason = reason
+        self.size = size
+        self.limit = limit
 
 
 class LimitExceededError(PermindexError, ValueError):
@@ -100,6 +116,12 @@ class StorageError(PermindexError, OSError):
 class StorageFullError(StorageError):
     """A :class:`StorageError` for lack of room: no space left on the device (ENOSPC), a quota
     (EDQUOT) or a file size limit (EFBIG). Writes resume once space is freed."""
+
+
+class SnapshotWriteError(PermindexError, RuntimeError):
+    """A snapshot could not be written (disk full, permissions); the index and the previous
+    snapshot are unchanged. Not in :data:`ERROR_TABLE`: reported as INTERNAL (with its message)
+    by the server, exit code 1 (``error``) by the command line."""
 
 
 class ServerError(PermindexError):

@@ -389,3 +389,56 @@ def test_bad_min_words_and_tokenizers_are_refused(bad: object) -> None:
         simhash(ENGLISH, min_words=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="tokenizer"):
         simhash(ENGLISH, tokenizer=str(bad))  # type: ignore[arg-type]
+
+
+# --- the shingle options, one check for every public function ----------------------------------
+
+
+def _error(call: object) -> tuple[type[BaseException], str]:
+    """The class and message of the error ``call()`` raises."""
+    assert callable(call)
+    with pytest.raises(InvalidArgumentError) as refused:
+        call()
+    return type(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3", None])
+def test_shingles_refuse_a_bad_shingle_size_as_simhash_does(bad: object) -> None:
+    expected = _error(lambda: simhash(ENGLISH, shingle_size=bad))  # type: ignore[arg-type]
+    assert "shingle_size" in expected[1]
+    assert _error(lambda: shingles(ENGLISH, bad)) == expected  # type: ignore[arg-type]
+    assert _error(lambda: shingles(ENGLISH, shingle_size=bad)) == expected  # type: ignore[arg-type]
+    assert _error(lambda: shingle_hashes(ENGLISH, shingle_size=bad)) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["word", "Words", "", "none", 3])
+def test_shingles_and_tokens_refuse_an_unknown_tokenizer_as_simhash_does(bad: object) -> None:
+    expected = _error(lambda: simhash(ENGLISH, tokenizer=bad))  # type: ignore[arg-type]
+    assert "tokenizer" in expected[1]
+    assert _error(lambda: shingles(ENGLISH, tokenizer=bad)) == expected  # type: ignore[arg-type]
+    assert _error(lambda: shingles(ENGLISH, 3, bad)) == expected  # type: ignore[arg-type]
+    assert _error(lambda: tokens(ENGLISH, bad)) == expected  # type: ignore[arg-type]
+    assert _error(lambda: tokens(ENGLISH, tokenizer=bad)) == expected  # type: ignore[arg-type]
+    assert _error(lambda: shingle_hashes(ENGLISH, tokenizer=bad)) == expected  # type: ignore[arg-type]
+
+
+def test_shingles_and_tokens_refuse_even_a_text_without_a_word() -> None:
+    # an empty text used to give [] whatever the options
+    for text in ("", "   "):
+        with pytest.raises(InvalidArgumentError, match="shingle_size"):
+            shingles(text, 0)
+        with pytest.raises(InvalidArgumentError, match="shingle_size"):
+            shingles(text, -1)
+        with pytest.raises(InvalidArgumentError, match="tokenizer"):
+            shingles(text, tokenizer="bogus")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="tokenizer"):
+            tokens(text, "bogus")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tokenizer", ["words", "chars", "auto"])
+def test_good_options_keep_shingles_and_tokens_unchanged(tokenizer: str) -> None:
+    assert tokens(ENGLISH, tokenizer)[:3] == tokens(ENGLISH, tokenizer=tokenizer)[:3]  # type: ignore[arg-type]
+    assert shingles("a b c d", 1) == ["a", "b", "c", "d"]
+    assert shingles("a b c d", 4) == ["a b c d"]
+    assert shingles("a b c", 4) == []
+    assert len(shingle_hashes(ENGLISH, shingle_size=2)) == len(shingles(ENGLISH, 2))

@@ -20,6 +20,7 @@ from permindex.index.permutation import (
     choose_design,
     design_bytes_per_fingerprint,
     design_query_cost,
+    query_k,
 )
 
 
@@ -266,3 +267,19 @@ def test_prefix_array16_and_filter_array_match_the_general_path(pair: tuple[int,
             assert [int(p) for p in prefixes[:50]] == [perm.prefix(v) for v in array[:50].tolist()]
             order = argsort_prefixes(prefixes, perm.prefix_bits)
             assert np.array_equal(order, np.argsort(perm.prefix_array(array), kind="stable"))
+
+
+def test_query_k_is_the_one_k_rule_of_a_query() -> None:
+    design = Design(4, 1)
+    assert query_k(None, 3, design) == 3
+    assert query_k(None, 2, design) == 2
+    assert query_k(0, 3, design) == 0
+    assert query_k(np.int64(2), 3, design) == 2
+    with pytest.raises(InvalidArgumentError, match="k must be >= 0"):
+        query_k(-1, 3, design)
+    with pytest.raises(InvalidArgumentError, match=r"guarantees k <= 3.*use k <= 2"):
+        query_k(3, 2, design)
+    with pytest.raises(TypeError, match="k must be an int"):
+        query_k(True, 3, design)
+    with pytest.raises(TypeError, match="k must be an int"):
+        query_k(1.0, 3, design)

@@ -1,39 +1,7 @@
 """Near-duplicates over a whole collection: every pair within k, the clusters those pairs form,
-the keys that have a near-duplicate (flags), and the groups of equal fingerprints (exact
-duplicates); and which document of each cluster to keep.
-
-Definitions (k is the largest Hamming distance that counts as a near-duplicate):
-
-pairs
-    every unordered pair of keys whose fingerprints are within k bits (distance 0 included).
-clusters
-    the connected components of the graph whose edges are the pairs, with at least two keys.
-    **Near-duplication is not transitive**: A within k of B and B within k of C puts A, B and C
-    in one cluster even when A and C are far apart, so a cluster can *chain* (its span, the
-    largest distance between two of its members, can exceed k — a series of pages each edited a
-    little from the previous one ends in one cluster). That is the grouping a de-duplication
-    wants (each page has a representative), but a cluster is not a set of mutual
-    near-duplicates.
-flags
-    every key with at least one other key within k — the article's "this page has a
-    near-duplicate" view — with its nearest other key, their distance, and how many keys are
-    within k.
-exact duplicates
-    the groups of two or more keys with the same fingerprint (their texts are usually, but not
-    necessarily, identical).
-
-Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
-fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the distinct
-fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007, section 3 —
-:func:`permindex.index.join.self_join`, the join the index runs, here on a plain array and for any
-table design, so that k can exceed the index's 3); keys sharing a fingerprint are expanded
-only where pairs of keys are listed. It is checked against brute force in the tests.
-Components are found by a vectorized union-find (hooking each root onto the smaller of two
-roots joined by an edge, then pointer jumping), which needs no Python object per key.
-
-Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
-distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
-groups come largest first, then by their smallest key; flags are sorted by key.
+the keys that have a near-duplicate (flags), the groups of equal fingerprints (exact duplicates)
+(:class:`NearDuplicates`, whose docstring gives the definitions and the order), and which
+document of each cluster to keep (:func:`keep_per_cluster`).
 """
 
 from __future__ import annotations
@@ -47,7 +15,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.permutation import DEFAULT_DESIGN, Design
+from permindex.index.permutation import DEFAULT_DESIGN, Design, query_k
 
 if TYPE_CHECKING:
     from permindex.index import Index
@@ -109,7 +77,13 @@ def design_for(k: int) -> Design:
     """A table design that finds every pair within ``k`` bits: the default (4 blocks, 1 leading:
     4 tables of 16-bit prefixes) up to k = 3; above, (k + 2 blocks, 2 leading): for k = 4..6,
     15, 21 and 28 tables of 21-, 18- and 16-bit prefixes (Manku et al. 2007, section 3: any two
-    fingerprints within k share the prefix of at least one table when k <= blocks - leading)."""
+    fingerprints within k share the prefix of at least one table when k <= blocks - leading).
+
+    Raises:
+        TypeError: ``k`` is not an int (bool refused).
+        InvalidArgumentError: ``k < 0``, or a k whose design would need more tables than
+            :data:`permindex.index.permutation.MAX_TABLES`.
+    """
     if isinstance(k, bool) or not isinstance(k, int):
         raise TypeError(f"k must be an int, not {type(k).__name__}")
     if k < 0:
@@ -318,6 +292,39 @@ class NearDuplicates:
 
     Raises:
         InvalidArgumentError: repeated keys, lengths that differ, a bad k or fingerprint.
+
+    Definitions (k is the largest Hamming distance that counts as a near-duplicate):
+
+    pairs
+        every unordered pair of keys whose fingerprints are within k bits (distance 0 included).
+    clusters
+        the connected components of the graph whose edges are the pairs, with at least two keys.
+        **Near-duplication is not transitive**: A within k of B and B within k of C puts A, B and C
+        in one cluster even when A and C are far apart, so a cluster can *chain* (its span, the
+        largest distance between two of its members, can exceed k — a series of pages each edited a
+        little from the previous one ends in one cluster). That is the grouping a de-duplication
+        wants (each page has a representative), but a cluster is not a set of mutual
+        near-duplicates.
+    flags
+        every key with at least one other key within k — the article's "this page has a
+        near-duplicate" view — with its nearest other key, their distance, and how many keys are
+        within k.
+    exact duplicates
+        the groups of two or more keys with the same fingerprint (their texts are usually, but not
+        necessarily, identical).
+
+    Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
+    fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the
+    distinct fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007,
+    section 3 — :func:`permindex.index.join.self_join`, the join the index runs, here on a plain
+    array and for any table design, so that k can exceed the index's 3); keys sharing a fingerprint
+    are expanded only where pairs of keys are listed. It is checked against brute force in the
+    tests. Components are found by a vectorized union-find (hooking each root onto the smaller of
+    two roots joined by an edge, then pointer jumping), which needs no Python object per key.
+
+    Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
+    distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
+    groups come largest first, then by their smallest key; flags are sorted by key.
     """
 
     def __init__(
@@ -359,20 +366,15 @@ class NearDuplicates:
     @classmethod
     def of_index(cls, index: Index, k: int | None = None) -> NearDuplicates:
         """From the contents of ``index`` at one instant (:meth:`Index.export`, one acquisition
-        of its lock); ``k`` defaults to the index's k and may not exceed it (as for
-        :meth:`Index.pairs`: InvalidArgumentError otherwise)."""
-        if k is None:
-            kk = index.k
-        else:
-            if isinstance(k, bool) or not isinstance(k, int):
-                raise TypeError(f"k must be an int, not {type(k).__name__}")
-            if k < 0 or k > index.k:
-                raise InvalidArgumentError(
-                    f"k={k} is outside 0..{index.k}: the index answers distances up to its "
-                    f"k={index.k}",
-                    value=k,
-                )
-            kk = k
+        of its lock); ``k`` defaults to the index's k and may not exceed it (the k rule of a
+        query, :func:`permindex.index.permutation.query_k`, as for :meth:`Index.pairs`).
+        O(n) memory for n keys, plus the join's.
+
+        Raises:
+            TypeError: ``k`` is not an int.
+            InvalidArgumentError: ``k < 0`` or above the index's k.
+        """
+        kk = query_k(k, index.k, index.design)
         keys, fingerprints = index.export()
         return cls(keys, fingerprints, kk, design=index.design)
 
@@ -542,6 +544,12 @@ def keep_per_cluster(
 
     Every position of a cluster is compared, so with a chained cluster the kept document can be
     far (more than k bits) from some dropped ones: one document per cluster is the rule.
+    ``clusters`` holds arrays of positions into ``order`` (and ``lengths``, ``rank``: (n,)
+    int64 each). O(total cluster size) time.
+
+    Raises:
+        InvalidArgumentError: an unknown rule, or ``"longest"`` without ``lengths``
+            (``"smallest-key"`` without ``rank``).
     """
     if rule not in KEEP_RULES:
         raise InvalidArgumentError(
@@ -571,7 +579,7 @@ def keep_per_cluster(
 def clusters(index: Index, k: int | None = None) -> list[list[str]]:
     """The clusters of ``index`` within ``k`` (default: the index's k): connected components of
     the near-duplicate pairs graph, at least two keys each, keys sorted, largest cluster first.
-    A cluster can chain (see the module docstring)."""
+    A cluster can chain (see :class:`NearDuplicates`)."""
     return NearDuplicates.of_index(index, k).clusters()
 
 

@@ -1,31 +1,7 @@
 """The self-join of a fingerprint array: every pair of positions within Hamming distance k, each
 once, by the table-permutation method of Manku, Jain & Das Sarma 2007, "Detecting
-Near-Duplicates for Web Crawling", section 3.
-
-Two fingerprints within k bits differ in at most k of a design's blocks, so they share the
-prefix (leading blocks) of at least one table when k <= blocks - leading (pigeonhole). For each
-table searched (:func:`join_tables`: a smallest set of tables that still covers every k
-blocks), the positions are grouped by the table's key, every pair within a group is a
-candidate, each candidate is verified exactly (popcount of the XOR) and a pair is kept only in
-the *first* searched table whose key it shares (``(a ^ b) & key_mask == 0`` for no earlier
-table), so no pair is reported twice and no set is needed.
-
-Ways to find a table's candidates:
-
-* :func:`table_pairs_grouped`, prefixes of at most 16 bits (large groups): a radix sort by
-  prefix and every pair of each group enumerated in chunks (:func:`group_pairs`), only those
-  whose 16-bit filters are within k kept;
-* :func:`table_pairs_radix`, prefixes of 17 to 24 bits: two stable radix passes (8- and
-  16-bit keys) and the pairs within runs of equal prefixes;
-* :func:`table_pairs_sorted`, longer prefixes (mostly unique): the positions that can have a
-  partner are found by counting the prefixes' top bits, sorted, and the pairs at sorted
-  distance 1, 2, ... that share the prefix are emitted;
-* :func:`byte_pair_candidates`, for k <= 3 (:data:`BYTE_PAIRS`): 8 tables keyed by a 16-bit
-  column and one byte of the next column, each column's radix sort shared by its two tables
-  (the fastest at 10^5 to 10^7 random fingerprints for k = 3).
-
-:func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
-:meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
+Near-Duplicates for Web Crawling", section 3 (:func:`self_join`, whose docstring gives the
+method; :func:`join_design` chooses what to join on).
 """
 
 from __future__ import annotations
@@ -168,14 +144,17 @@ def join_design(design: Design, k: int, n: int) -> JoinDesign:
     (5, 2), (6, 2) or (6, 3) when k allows, or for k <= 3 :data:`BYTE_PAIRS`, whichever a
     cost model says is cheapest (each design searching its :func:`join_tables`).
 
-    The model (nanoseconds on the machine of the README's benchmark, fitted at 10^6 random
-    fingerprints), per table, with about n^2 / 2^(key bits + 1) candidate pairs: a prefix of
-    at most 16 bits, 25 per row (one radix pass) and 10 per candidate (filters first); 17 to 24
-    bits, 40 per row (two radix passes) and 40 per candidate; longer, 40 per row and per
-    candidate (a count of the top bits and a sort of the rows that share them). The byte-pair
-    join: 120 per row for its 8 tables of 24-bit keys and 40 per candidate.
+    The model (arbitrary units, only comparisons mean anything; the weights' origin is in
+    benchmarks/README.md), per table, with about n^2 / 2^(key bits + 1) candidate pairs: a
+    prefix of at most 16 bits, 25 per row (one radix pass) and 10 per candidate (filters
+    first); 17 to 24 bits, 40 per row (two radix passes) and 40 per candidate; longer, 40 per
+    row and per candidate (a count of the top bits and a sort of the rows that share them).
+    The byte-pair join: 120 per row for its 8 tables of 24-bit keys and 40 per candidate.
 
-    Raises InvalidArgumentError (from :meth:`Design.tables_for`) when k > design.max_k.
+    O(tables) time.
+
+    Raises:
+        InvalidArgumentError: (from :meth:`Design.tables_for`) k > design.max_k.
     """
     candidates = ((4, 1), (5, 2), (6, 2), (6, 3))
     options = [design] + [Design(b, t) for b, t in candidates if b - t >= k]
@@ -379,6 +358,30 @@ def self_join(values: _U64, k: int, design: JoinDesign) -> tuple[_I64, _I64, _I6
 
     Raises:
         InvalidArgumentError: k < 0 or k > the design's largest k.
+
+    Two fingerprints within k bits differ in at most k of a design's blocks, so they share the
+    prefix (leading blocks) of at least one table when k <= blocks - leading (pigeonhole). For each
+    table searched (:func:`join_tables`: a smallest set of tables that still covers every k
+    blocks), the positions are grouped by the table's key, every pair within a group is a
+    candidate, each candidate is verified exactly (popcount of the XOR) and a pair is kept only in
+    the *first* searched table whose key it shares (``(a ^ b) & key_mask == 0`` for no earlier
+    table), so no pair is reported twice and no set is needed.
+
+    Ways to find a table's candidates:
+
+    * :func:`table_pairs_grouped`, prefixes of at most 16 bits (large groups): a radix sort by
+      prefix and every pair of each group enumerated in chunks (:func:`group_pairs`), only those
+      whose 16-bit filters are within k kept;
+    * :func:`table_pairs_radix`, prefixes of 17 to 24 bits: two stable radix passes (8- and
+      16-bit keys) and the pairs within runs of equal prefixes;
+    * :func:`table_pairs_sorted`, longer prefixes (mostly unique): the positions that can have a
+      partner are found by counting the prefixes' top bits, sorted, and the pairs at sorted
+      distance 1, 2, ... that share the prefix are emitted;
+    * :func:`byte_pair_candidates`, for k <= 3 (:data:`BYTE_PAIRS`): 8 tables keyed by a 16-bit
+      column and one byte of the next column, each column's radix sort shared by its two tables.
+
+    :func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
+    :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
     """
     empty = np.empty(0, dtype=np.int64)
     chunks: Iterator[tuple[int, _IntP, _IntP]]

@@ -1,18 +1,8 @@
 """Table designs of the permutation index (Manku, Jain & Das Sarma 2007, "Detecting
-Near-Duplicates for Web Crawling", section 3).
-
-A design ``(blocks, leading)`` splits the 64 bits of a fingerprint into ``blocks`` contiguous
-blocks. Block 0 holds the most significant bits; sizes are as equal as possible with the larger
-blocks first (6 blocks: 11, 11, 11, 11, 10, 10 bits). There is one table per combination of
-``leading`` blocks, C(blocks, leading) tables in all. A table's permutation moves its leading
-blocks, in block order, to the most significant bits and keeps the other blocks after them in
-block order; its prefix is the permuted value's leading bits (the leading blocks' bits).
-
-Guarantee (pigeonhole): two fingerprints at Hamming distance k <= blocks - leading differ in at
-most k blocks, so at least ``leading`` blocks are equal and some table's prefix is the same for
-both. Every table has to be searched; a pair within k is found in at least one of them.
-
-Bit positions are the usual ones: bit i has value ``1 << i``; bit 63 is the most significant.
+Near-Duplicates for Web Crawling", section 3): :class:`Design` (blocks, tables, the pigeonhole
+guarantee in its docstring), each table's :class:`Permutation`, the k rule of a query
+(:func:`query_k`), and the choice of a design for ``design="auto"`` (:func:`choose_design`).
+Bit i has value ``1 << i``; bit 63 is the most significant.
 """
 
 from __future__ import annotations
@@ -28,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
+from permindex.index.keys import check_int
 
 __all__ = [
     "AUTO_DESIGNS",
@@ -40,6 +31,7 @@ __all__ = [
     "choose_design",
     "design_bytes_per_fingerprint",
     "design_query_cost",
+    "query_k",
 ]
 
 _BITS = 64
@@ -245,9 +237,13 @@ class Permutation:
 
     def prefix_array16(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
         """:meth:`prefix` of each element of a (n,) uint64 array as (n,) uint16, for a prefix of
-        at most 16 bits (ValueError otherwise). When the prefix is one aligned 16-bit block (every
-        table of (4, 1)) this is a strided view of ``fingerprints`` (no copy, no arithmetic):
-        read it, do not write it."""
+        at most 16 bits. When the prefix is one aligned 16-bit block (every table of (4, 1)) this
+        is a strided view of ``fingerprints`` (no copy, no arithmetic): read it, do not write it.
+        O(n) otherwise.
+
+        Raises:
+            ValueError: the prefix has more than 16 bits.
+        """
         if self.prefix_bits > 16:
             raise ValueError(f"a {self.prefix_bits}-bit prefix does not fit 16 bits")
         values = np.asarray(fingerprints, dtype=np.uint64)
@@ -287,6 +283,17 @@ class Design:
         TypeError: ``blocks`` or ``leading`` is not an int (bool refused).
         InvalidArgumentError: not 1 <= leading < blocks <= 64, or more than :data:`MAX_TABLES`
             tables.
+
+    A design ``(blocks, leading)`` splits the 64 bits of a fingerprint into ``blocks`` contiguous
+    blocks. Block 0 holds the most significant bits; sizes are as equal as possible with the larger
+    blocks first (6 blocks: 11, 11, 11, 11, 10, 10 bits). There is one table per combination of
+    ``leading`` blocks, C(blocks, leading) tables in all. A table's permutation moves its leading
+    blocks, in block order, to the most significant bits and keeps the other blocks after them in
+    block order; its prefix is the permuted value's leading bits (the leading blocks' bits).
+
+    Guarantee (pigeonhole): two fingerprints at Hamming distance k <= blocks - leading differ in at
+    most k blocks, so at least ``leading`` blocks are equal and some table's prefix is the same for
+    both. Every table has to be searched; a pair within k is found in at least one of them.
     """
 
     blocks: int
@@ -384,6 +391,33 @@ class Design:
 #: The default design: 4 blocks of 16 bits, 1 leading block, 4 tables, k <= 3.
 DEFAULT_DESIGN = Design(4, 1)
 
+
+def query_k(k: object, index_k: int, design: Design) -> int:
+    """The k of one query of an index built for ``index_k`` with ``design`` (``index_k <=
+    design.max_k``): ``index_k`` when ``k`` is None, else ``k`` checked. The one k rule of a
+    query, for the index and the server: a query may ask for less than the index's k, never
+    more, since the design answers exactly only up to it (the pigeonhole guarantee of the module
+    docstring; Manku et al. 2007, section 3). O(1).
+
+    Raises:
+        TypeError: ``k`` is not an int (bool refused; numpy integers are accepted).
+        InvalidArgumentError: ``k < 0``, or ``k > index_k`` (the message gives the design's
+            guarantee, the index's k, and the largest k to use).
+    """
+    if k is None:
+        return index_k
+    value = check_int(k, "k")
+    if value < 0:
+        raise InvalidArgumentError(f"k must be >= 0, got {value}", value=value)
+    if value > index_k:
+        raise InvalidArgumentError(
+            f"k={value} is above the index's k={index_k} ({design} guarantees "
+            f"k <= {design.max_k}; the index was built for k <= {index_k}): use k <= {index_k}",
+            value=value,
+        )
+    return value
+
+
 _COVER_LIMIT = 200_000  # most k-sets of blocks enumerated by Design.tables_for
 
 
@@ -430,10 +464,10 @@ def design_bytes_per_fingerprint(design: Design, n: int) -> float:
 
 
 def design_query_cost(design: Design, k: int, n: int) -> float:
-    """A model of the time of one lookup (arbitrary units: about nanoseconds per query in a batch
-    on the machine of the README's benchmark): per searched table a fixed cost (prefix, filter,
-    directory) plus one per candidate, where a table's candidates are about n / 2^prefix_bits
-    but never fewer than the 2 to 4 rows of a directory bucket."""
+    """A model of the time of one lookup, in arbitrary units (only comparisons between designs
+    mean anything): per searched table a fixed cost (prefix, filter, directory) plus one per
+    candidate, where a table's candidates are about n / 2^prefix_bits but never fewer than the
+    2 to 4 rows of a directory bucket. O(tables) time."""
     n = max(n, 1)
     cost = 0.0
     for t in design.tables_for(k):
@@ -443,8 +477,8 @@ def design_query_cost(design: Design, k: int, n: int) -> float:
     return cost
 
 
-# Fitted to the batch lookups of benchmarks/results (designs (4, 1), (5, 2), (6, 3) at 10^6
-# and 10^7): about 78 ns per table searched and 5.2 ns per candidate, per query.
+# The model's two weights: a table searched, a candidate verified (their origin: the notes in
+# benchmarks/README.md).
 _TABLE_COST = 78.0
 _CANDIDATE_COST = 5.2
 

@@ -1,29 +1,7 @@
-"""Offline near-duplicate detection over a whole collection, no server: ``permindex dedup``.
-
-Steps, each bounded in memory so that 10^6 documents fit:
-
-1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`: JSONL,
-   gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each document's
-   key, text length and fingerprint are kept (about 100 bytes a document); texts are dropped as
-   soon as they are fingerprinted. Standard input is copied to a temporary file as it is read,
-   because a second pass (IDF weights, the report's examples) reads it again.
-2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a
-   folder) go to a pool of worker processes (:class:`concurrent.futures.ProcessPoolExecutor`,
-   ``jobs`` of them, started by forkserver; three chunks per worker in flight, results taken in
-   input order). The first 4 chunks are done in this process, so that a small input does not pay
-   for starting the pool. For a folder the workers also read the files and reduce HTML to its
-   visible text (the costly part). With ``weights="idf"`` a first pass counts the document
-   frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted SimHash.
-3. **Join**: every pair within k (:func:`permindex.index.clusters.pairs_within`, exact), clusters,
-   flags, exact-duplicate groups, and the keep/drop decision per cluster.
-4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
-
-A key that occurs more than once counts once, with its last occurrence that has a fingerprint
-(as ``ingest`` would leave it in a server); the repeats are counted. A text with fewer words than
-a shingle or than ``min_words`` is *too short*: it gets no fingerprint, takes no part in pairs,
-and is listed in ``too_short.tsv``.
-
-Importing this module does not import grpc.
+"""Offline near-duplicate detection over a whole collection, no server (``permindex dedup``):
+read, fingerprint in worker processes, join, cluster (:func:`run_dedup`, whose docstring gives
+the steps and their memory bounds), and write the report folder (:func:`write_outputs`).
+Importing it does not import grpc.
 """
 
 from __future__ import annotations
@@ -41,19 +19,14 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final, Literal
+from typing import IO, Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.errors import InvalidArgumentError
-from permindex.index.clusters import (
-    KEEP_RULES,
-    KeepRule,
-    NearDuplicates,
-    design_for,
-    keep_per_cluster,
-)
+from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
+from permindex.near.report import ReportCluster, render_report, select_examples
+from permindex.near.result import MAX_K, WEIGHTS, DedupOptions, DedupResult
 from permindex.text.documents import (
     Document,
     DocumentReader,
@@ -63,7 +36,6 @@ from permindex.text.documents import (
     tsv_field,
 )
 from permindex.text.fingerprint import (
-    TOKENIZERS,
     Tokenizer,
     shingle_hashes,
     simhash,
@@ -81,63 +53,11 @@ __all__ = [
     "write_outputs",
 ]
 
-Weights = Literal["none", "idf"]
-#: The weightings of ``--weights``.
-WEIGHTS: Final = ("none", "idf")
-#: The largest k of ``dedup`` (design (10 blocks, 2 leading), 45 tables, 12-bit prefixes).
-MAX_K: Final = 8
-
 _CHUNK_DOCS: Final = 256  # documents per worker task
 _CHUNK_BYTES: Final = 4 << 20  # ... or about this many bytes of text
 _CHUNK_FILES: Final = 32  # folder files per worker task (each is read and parsed there)
 _IN_FLIGHT: Final = 3  # tasks per worker submitted ahead of the one being collected
 _INLINE_CHUNKS: Final = 4  # chunks fingerprinted in this process before starting the pool
-
-
-@dataclass(frozen=True)
-class DedupOptions:
-    """What ``permindex dedup`` does (every option of the command).
-
-    Attributes:
-        source: a JSONL file (gzip or not), a folder, or ``"-"`` (JSONL on standard input).
-        out_dir: the report folder, created if missing; files in it are overwritten.
-        k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
-        keep: the keep rule of :func:`permindex.index.clusters.keep_per_cluster`.
-        jobs: worker processes (1: fingerprint in this process). They start by forkserver
-            (spawn where there is none), which imports the caller's main module again: a script
-            that calls :func:`run_dedup` with ``jobs > 1`` needs the usual ``if __name__ ==
-            "__main__":`` guard.
-        weights: ``"none"`` (plain SimHash, the default fingerprint) or ``"idf"``.
-        tokenizer, shingle_size, min_words: as :func:`permindex.text.fingerprint.simhash`.
-        id_field, text_field: the JSONL fields of the key and the text.
-        examples: example pairs per distance in the HTML report.
-    """
-
-    source: str
-    out_dir: Path = Path("permindex-report")
-    k: int = 3
-    keep: KeepRule = "first"
-    jobs: int = 1
-    weights: Weights = "none"
-    tokenizer: Tokenizer = "words"
-    shingle_size: int = 3
-    min_words: int = 0
-    id_field: str = "id"
-    text_field: str = "text"
-    examples: int = 3
-
-    def check(self) -> None:
-        """Raise InvalidArgumentError naming the first bad option."""
-        if not 0 <= self.k <= MAX_K:
-            raise InvalidArgumentError(f"k must be in 0..{MAX_K}, got {self.k}", value=self.k)
-        if self.keep not in KEEP_RULES:
-            raise InvalidArgumentError(f"unknown keep rule {self.keep!r}", value=self.keep)
-        if self.weights not in WEIGHTS:
-            raise InvalidArgumentError(f"unknown weights {self.weights!r}", value=self.weights)
-        if self.tokenizer not in TOKENIZERS:
-            raise InvalidArgumentError(f"unknown tokenizer {self.tokenizer!r}")
-        if self.jobs < 1 or self.shingle_size < 1 or self.min_words < 0 or self.examples < 0:
-            raise InvalidArgumentError("jobs and shingle_size must be >= 1, min_words >= 0")
 
 
 # ------------------------------------------------------------------------- worker side
@@ -394,47 +314,6 @@ def _run_pass(
     return collected
 
 
-@dataclass
-class DedupResult:
-    """What :func:`run_dedup` found.
-
-    Attributes:
-        options: the options it ran with.
-        near: pairs, clusters, flags and exact groups (positions into ``near.keys``, the
-            documents that have a fingerprint, each key once).
-        ordinals: ((n,) int64) each of those documents' position in the input (0-based).
-        lengths: ((n,) int64) characters of their text (0 when the input gave a fingerprint).
-        kept: per cluster (in ``near.cluster_positions()`` order) the position kept.
-        documents: documents read.
-        too_short: (key, tokens) of the texts too short to fingerprint, in input order.
-        skipped_by_reason: folder entries skipped, by reason.
-        repeated_keys: documents whose key occurred again later in the input.
-        seconds: wall time by step: "read and fingerprint", "join", and later "write".
-    """
-
-    options: DedupOptions
-    near: NearDuplicates
-    ordinals: NDArray[np.int64]
-    lengths: NDArray[np.int64]
-    kept: list[int]
-    documents: int
-    too_short: list[tuple[str, int]]
-    skipped_by_reason: dict[str, int]
-    repeated_keys: int
-    seconds: dict[str, float]
-    source_kind: str = "jsonl"
-    reread_source: str | None = None  # where the texts can be read again (a file or folder)
-    design: tuple[int, int] = (4, 1)
-    spool: Path | None = None
-
-    def dropped(self) -> list[tuple[int, int]]:
-        """(position dropped, position kept instead) for every document to drop, by cluster."""
-        out: list[tuple[int, int]] = []
-        for members, kept in zip(self.near.cluster_positions(), self.kept, strict=True):
-            out.extend((int(p), kept) for p in members.tolist() if p != kept)
-        return out
-
-
 def _concat(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
@@ -446,13 +325,37 @@ def run_dedup(
     progress: bool = False,
     workdir: Path | None = None,
 ) -> DedupResult:
-    """Read, fingerprint and join (steps 1 to 3 of the module docstring). ``stdin`` is read for
+    """Read, fingerprint and join (steps 1 to 3 below). ``stdin`` is read for
     source ``"-"`` (default ``sys.stdin.buffer``); ``workdir`` holds the temporary files (the
     copy of standard input, the IDF table) and must outlive the result when the input is
     standard input, for :func:`write_outputs` to read example texts again.
 
     Raises:
         InvalidArgumentError: a bad option, a missing input, a malformed JSONL line (naming it).
+
+    Steps, each bounded in memory so that 10^6 documents fit:
+
+    1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`:
+       JSONL, gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each
+       document's key, text length and fingerprint are kept (O(1) memory per document); texts are
+       dropped as soon as they are fingerprinted. Standard input is copied to a temporary file as it
+       is read, because a second pass (IDF weights, the report's examples) reads it again.
+    2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a
+       folder) go to a pool of worker processes (:class:`concurrent.futures.ProcessPoolExecutor`,
+       ``jobs`` of them, started by forkserver; three chunks per worker in flight, results taken in
+       input order). The first 4 chunks are done in this process, so that a small input does not pay
+       for starting the pool. For a folder the workers also read the files and reduce HTML to its
+       visible text (the costly part). With ``weights="idf"`` a first pass counts the document
+       frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted
+       SimHash.
+    3. **Join**: every pair within k (:func:`permindex.index.clusters.pairs_within`, exact),
+       clusters, flags, exact-duplicate groups, and the keep/drop decision per cluster.
+    4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
+
+    A key that occurs more than once counts once, with its last occurrence that has a fingerprint
+    (as ``ingest`` would leave it in a server); the repeats are counted. A text with fewer words
+    than a shingle or than ``min_words`` is *too short*: it gets no fingerprint, takes no part in
+    pairs, and is listed in ``too_short.tsv``.
     """
     options.check()
     started = time.monotonic()
@@ -612,8 +515,6 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     - ``too_short.tsv`` (``key, tokens``);
     - ``summary.json`` and ``report.html`` (self-contained).
     """
-    from permindex.near.report import ReportCluster, render_report, select_examples
-
     started = time.monotonic()
     options = result.options
     folder = Path(out_dir if out_dir is not None else options.out_dir)

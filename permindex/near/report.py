@@ -12,12 +12,11 @@ import difflib
 import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from permindex.near.dedup import DedupResult
+from permindex.near.result import DedupResult
 
 __all__ = ["Example", "ReportCluster", "render_report", "select_examples", "word_diff"]
 

@@ -1,25 +1,6 @@
-"""Who may call the server: TLS credentials, bearer tokens, and the rule for exposed addresses.
-
-**Tokens.** ``serve --token-file FILE`` turns authentication on. The file holds one token a line
-with its role, ``TOKEN ROLE``, where ROLE is ``read-write`` or ``read-only``; blank lines and lines
-starting with ``#`` are ignored; a token has at least 16 characters (``openssl rand -hex 32``
-makes a good one). A client sends ``authorization: Bearer TOKEN`` as call metadata. A call without
-a token, or with one the file does not hold, gets UNAUTHENTICATED; a read-only token on a write
-RPC (Add, Ingest, CheckAndAdd, Remove, Snapshot, CreateCollection, DropCollection) gets
-PERMISSION_DENIED. The token sent is compared with every token of the file by
-:func:`hmac.compare_digest` (constant time, no early exit), so the time of a refusal says
-nothing about how much of a token was right. Health checking (``grpc.health.v1.Health``) stays
-open so that load balancers and orchestrators can probe the server; reflection needs a token like
-the rest.
-
-**TLS.** ``--tls-cert`` and ``--tls-key`` (PEM files) serve TLS; ``--tls-client-ca`` also
-requires a client certificate signed by that CA (mutual TLS).
-
-**Exposure.** A server on a loopback address (127.0.0.0/8, ::1, ``localhost``) is reachable from
-this machine only. Any other address without both TLS and tokens is refused unless the operator
-passes ``--insecure`` (:func:`exposure_problem`); the refusal and the warning say what is missing.
-
-Nothing here logs a token; refusals are logged at DEBUG without the token.
+"""Who may call the server: bearer tokens and their roles (:func:`load_tokens`,
+:class:`TokenAuthInterceptor`), TLS credentials (:func:`server_credentials`), and the rule for
+addresses others can reach (:func:`exposure_problem`). Nothing here logs a token.
 """
 
 from __future__ import annotations
@@ -84,7 +65,19 @@ class _Token:
 
 
 def load_tokens(path: str | Path) -> list[_Token]:
-    """The tokens of a token file (format: module docstring).
+    """The tokens of a token file.
+
+    ``serve --token-file FILE`` turns authentication on. The file holds one token a line
+    with its role, ``TOKEN ROLE``, where ROLE is ``read-write`` or ``read-only``; blank lines and
+    lines starting with ``#`` are ignored; a token has at least 16 characters (``openssl rand -hex
+    32`` makes a good one). A client sends ``authorization: Bearer TOKEN`` as call metadata. A call
+    without a token, or with one the file does not hold, gets UNAUTHENTICATED; a read-only token on
+    a write RPC (Add, Ingest, CheckAndAdd, Remove, Snapshot, CreateCollection, DropCollection) gets
+    PERMISSION_DENIED. The token sent is compared with every token of the file by
+    :func:`hmac.compare_digest` (constant time, no early exit), so the time of a refusal says
+    nothing about how much of a token was right. Health checking (``grpc.health.v1.Health``) stays
+    open so that load balancers and orchestrators can probe the server; reflection needs a token
+    like the rest.
 
     Raises:
         InvalidArgumentError: a malformed line (named by its number, never quoting the token), a
@@ -151,7 +144,8 @@ def _refusal(handler: _Handler, code: grpc.StatusCode, message: str) -> _Handler
 
 
 class TokenAuthInterceptor(_Interceptor):
-    """Checks the bearer token of every call except health checks (rules: module docstring)."""
+    """Checks the bearer token of every call except health checks (the rules:
+    :func:`load_tokens`). Nothing here logs a token; refusals are logged at DEBUG without it."""
 
     def __init__(self, tokens: list[_Token]) -> None:
         self._tokens = list(tokens)
@@ -190,6 +184,9 @@ class TokenAuthInterceptor(_Interceptor):
 def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
     """TLS credentials from ``config`` (None when TLS is off).
 
+    ``--tls-cert`` and ``--tls-key`` (PEM files) serve TLS; ``--tls-client-ca`` also
+    requires a client certificate signed by that CA (mutual TLS).
+
     Raises:
         InvalidArgumentError: a certificate without its key (or the reverse), or a client CA
             without a certificate.
@@ -223,7 +220,13 @@ def is_loopback(host: str) -> bool:
 def exposure_problem(config: ServerConfig) -> str | None:
     """What is missing for ``config`` to listen where others can reach it: None when the address
     is loopback, or when TLS and tokens are both on; otherwise a sentence naming the address and
-    what is missing (``--insecure`` accepts it, with a warning)."""
+    what is missing (``--insecure`` accepts it, with a warning).
+
+    A server on a loopback address (127.0.0.0/8, ::1, ``localhost``) is reachable from
+    this machine only. Any other address without both TLS and tokens is refused unless the operator
+    passes ``--insecure`` (:func:`exposure_problem`); the refusal and the warning say what is
+    missing.
+    """
     host = config.address.rpartition(":")[0]
     if is_loopback(host):
         return None

@@ -1,18 +1,6 @@
 """Collections: named indexes served by one server, each with its own options, snapshots and
-write-ahead log.
-
-The collection ``default`` is the data directory itself (its snapshot and log files, as before
-collections existed); it always exists and cannot be dropped. Every other collection ``NAME``
-lives in ``DATA_DIR/collections/NAME/``: ``collection.json`` (its options: k, design, shingle
-size, min words; written atomically before anything else) beside its own snapshot and log, under
-its own lock file. At the start every collection directory is opened and recovered before the
-server listens. Dropping a collection removes it from the catalog (new calls naming it get
-NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>`` (one
-atomic step: a crash after it never brings the collection back) and deletes that; its memory is
-freed once the calls still running on it end.
-
-Names: 1 to 64 characters, ASCII letters, digits, ``_``, ``-`` and ``.``, starting with a letter
-or a digit.
+write-ahead log (:class:`Catalog`, whose docstring gives the layout on disk and the life of a
+collection; :class:`CollectionOptions`; :func:`check_name`).
 """
 
 from __future__ import annotations
@@ -34,8 +22,9 @@ from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFou
 from permindex.index import Index
 from permindex.index.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
-from permindex.rpc.service import DEFAULT_COLLECTION, ServerState
+from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
 from permindex.storage.store import Store
+from permindex.text.fingerprint import check_shingle_options
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -82,10 +71,11 @@ class CollectionOptions:
         """Self, after checking that the design answers k exactly.
 
         Raises:
-            InvalidArgumentError: a k the design cannot guarantee, a bad design or shingle size.
+            InvalidArgumentError: a bad shingle size or min words (the check of
+                :func:`permindex.text.fingerprint.check_shingle_options`), a k the design cannot
+                guarantee, a bad design.
         """
-        if self.shingle_size < 1 or self.min_words < 0:
-            raise InvalidArgumentError("shingle_size must be >= 1 and min_words >= 0")
+        check_shingle_options(self.shingle_size, min_words=self.min_words)
         try:
             Index(k=self.k, design=(self.blocks, self.leading))
         except (ValueError, TypeError) as error:
@@ -120,9 +110,22 @@ def _read_options(folder: Path) -> CollectionOptions:
 
 
 class Catalog:
-    """The collections of a server: name -> :class:`ServerState` (module docstring).
+    """The collections of a server: name -> :class:`ServerState`.
 
     Thread-safe: the map is guarded by a lock; creating and dropping are serialized.
+
+    The collection ``default`` is the data directory itself (its snapshot and log files, as before
+    collections existed); it always exists and cannot be dropped. Every other collection ``NAME``
+    lives in ``DATA_DIR/collections/NAME/``: ``collection.json`` (its options: k, design, shingle
+    size, min words; written atomically before anything else) beside its own snapshot and log, under
+    its own lock file. At the start every collection directory is opened and recovered before the
+    server listens. Dropping a collection removes it from the catalog (new calls naming it get
+    NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>`` (one
+    atomic step: a crash after it never brings the collection back) and deletes that; its memory is
+    freed once the calls still running on it end.
+
+    Names: 1 to 64 characters, ASCII letters, digits, ``_``, ``-`` and ``.``, starting with a letter
+    or a digit.
     """
 
     def __init__(self, config: ServerConfig, default: ServerState) -> None:

@@ -17,10 +17,10 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.errors import InvalidArgumentError, LimitExceededError
+from permindex.errors import InvalidArgumentError, InvalidKeyError, LimitExceededError
 from permindex.index import Match
-from permindex.index.keys import MAX_KEY_BYTES
-from permindex.index.permutation import Design
+from permindex.index.keys import MAX_KEY_BYTES, validate_key
+from permindex.index.permutation import Design, query_k
 from permindex.text.fingerprint import simhash
 from permindex.v1 import index_pb2 as pb
 
@@ -33,6 +33,7 @@ __all__ = [
     "check_k",
     "check_key",
     "check_keys",
+    "check_reply_size",
     "check_text",
     "clusters_to_proto",
     "columns_wire_bytes",
@@ -42,11 +43,13 @@ __all__ = [
     "fingerprints_from_bytes",
     "flags_to_proto",
     "items_per_message",
+    "key_refusal",
     "limit_from",
     "matches_to_columns",
     "matches_to_proto",
     "pairs_to_proto",
     "query_wire_bytes",
+    "reply_room",
 ]
 
 #: Most pairs in one PairsResponse message.
@@ -77,23 +80,34 @@ def check_batch_length(n: int, limit: int, what: str) -> None:
 
 
 def check_key(key: str, where: str, max_bytes: int = MAX_KEY_BYTES) -> None:
-    """Refuse an empty key or one of more than ``max_bytes`` (at most :data:`MAX_KEY_BYTES`)
-    UTF-8 bytes.
+    """Refuse a key that breaks the key rule (:func:`permindex.index.keys.validate_key`) with
+    the server's limit ``max_bytes`` (``max_key_bytes``, at most :data:`MAX_KEY_BYTES`), in the
+    server's wording (:func:`key_refusal`).
 
     Raises:
-        InvalidArgumentError: with ``where`` (e.g. ``documents[3]``) in the message.
+        InvalidKeyError: (an :class:`~permindex.errors.InvalidArgumentError`) an empty key, or
+            one of more than ``max_bytes`` UTF-8 bytes.
     """
-    if not key:
-        raise InvalidArgumentError(f"{where}: key is empty; every document needs a key", key)
-    # 4 bytes per character at most, so short keys need no encoding to be measured
-    if len(key) * 4 > max_bytes:
-        size = len(key.encode("utf-8", "surrogatepass"))
-        if size > max_bytes:
-            raise InvalidArgumentError(
-                f"{where}: key {_shown(key)} is {size:,} UTF-8 bytes; the limit is "
-                f"{max_bytes:,} (max_key_bytes)",
-                key,
-            )
+    try:
+        validate_key(key, max_bytes=max_bytes)
+    except InvalidKeyError as error:
+        raise key_refusal(error, where) from None
+
+
+def key_refusal(error: InvalidKeyError, where: str) -> InvalidKeyError:
+    """The server's wording of a refused key: ``where`` (e.g. ``documents[3]``) first, then
+    what to fix; the same reason, size and limit as ``error``."""
+    key = str(error.value)
+    if error.reason == "empty":
+        message = f"{where}: key is empty; every document needs a key"
+    elif error.reason == "encoding":
+        message = f"{where}: key {_shown(key)} is not valid UTF-8 text"
+    else:
+        message = (
+            f"{where}: key {_shown(key)} is {error.size:,} UTF-8 bytes; the limit is "
+            f"{error.limit:,} (max_key_bytes)"
+        )
+    return InvalidKeyError(message, key, error.reason, error.size, error.limit)
 
 
 def check_text(text: str, where: str, max_bytes: int) -> None:
@@ -125,23 +139,22 @@ def check_keys(
     check_batch_length(len(keys), max_batch, what)
     result = list(keys)
     for i, key in enumerate(result):
-        check_key(key, f"keys[{i}]", max_key_bytes)
+        try:
+            validate_key(key, max_bytes=max_key_bytes)
+        except InvalidKeyError as error:
+            raise key_refusal(error, f"keys[{i}]") from None
     return result
 
 
 def check_k(k: int | None, index_k: int, design: Design) -> int | None:
-    """``k`` when given (None: the index's k), refused when above ``index_k``.
+    """``k`` checked by the index's rule (:func:`permindex.index.permutation.query_k`); None
+    (the proto's absent k: the index's own) is passed on as None, which keeps the index's
+    fast path for a query without options.
 
     Raises:
         InvalidArgumentError: ``k > index_k``; the message gives the largest k allowed.
     """
-    if k is not None and k > index_k:
-        raise InvalidArgumentError(
-            f"k={k} is above the index's k={index_k} (the largest distance {design} is "
-            f"configured to answer exactly): use k <= {index_k}",
-            k,
-        )
-    return k
+    return k if k is None else query_k(k, index_k, design)
 
 
 def limit_from(limit: int | None) -> int | None:
@@ -194,7 +207,10 @@ def documents_from_proto(
     kinds: list[str] = []
     for i, document in enumerate(documents):
         key = document.key
-        check_key(key, f"documents[{i}]", max_key_bytes)
+        try:
+            validate_key(key, max_bytes=max_key_bytes)
+        except InvalidKeyError as error:
+            raise key_refusal(error, f"documents[{i}]") from None
         content = document.WhichOneof("content")
         if content is None:
             raise InvalidArgumentError(
@@ -314,11 +330,40 @@ def pairs_to_proto(
         )
 
 
+#: Bytes of a reply message left for gRPC's framing: a reply is kept under the message limit
+#: less this.
+REPLY_FRAMING_BYTES: Final = 1024
+
+
+def reply_room(max_message_bytes: int) -> int:
+    """The most bytes a reply's message may take under a ``max_message_bytes`` limit:
+    the limit less :data:`REPLY_FRAMING_BYTES`."""
+    return max_message_bytes - REPLY_FRAMING_BYTES
+
+
+def check_reply_size(size: int, max_message_bytes: int, done: int, n: int) -> None:
+    """Refuse a reply of ``size`` bytes (after ``done`` of ``n`` fingerprints) that would not
+    fit the message limit.
+
+    Raises:
+        LimitExceededError: ``size`` is over :func:`reply_room` of the limit; the message says
+            how to ask for less.
+    """
+    if size > reply_room(max_message_bytes):
+        raise LimitExceededError(
+            f"the answer is over the {max_message_bytes}-byte message limit "
+            f"(after {done} of {n} fingerprints): ask with a limit, a smaller k, or fewer "
+            "fingerprints per request",
+            limit=max_message_bytes,
+            actual=size,
+        )
+
+
 def items_per_message(max_message_bytes: int, item_bytes: int, most: int) -> int:
     """How many items of at most ``item_bytes`` bytes each (on the wire, framing included) a
     streamed reply may put in one message so that it never exceeds ``max_message_bytes``: at most
     ``most``, at least 1."""
-    return max(1, min(most, (max_message_bytes - 1024) // item_bytes))
+    return max(1, min(most, reply_room(max_message_bytes) // item_bytes))
 
 
 #: Upper bound of one Pair on the wire, bytes: two keys of MAX_KEY_BYTES and their framing.

@@ -1,28 +1,7 @@
-"""The method handlers of ``permindex.v1.PermIndex``, registered by us instead of by the generated
-``add_PermIndexServicer_to_server``, so that a request that is not a valid protobuf message gets
-INVALID_ARGUMENT with a message a user can act on instead of grpcio's INTERNAL "Exception
-deserializing request!".
-
-The handler table is derived from the service's descriptor (:func:`method_handlers`): every RPC
-of ``permindex/v1/index.proto`` gets the servicer's method of the same name, its request and
-response message classes, and the handler kind of its ``stream`` flags, so a new RPC is picked up
-without listing it here. Each request deserializer never raises: on bytes that do not parse (a
-truncated or garbage message, a string field that is not UTF-8) it returns a
-:class:`MalformedRequest` marker instead, and
-
-- for a unary request, the behaviour aborts with INVALID_ARGUMENT before the servicer sees it;
-- for a request stream (Ingest, QueryColumns), the servicer reads the messages before the
-  malformed one as usual (each is applied and acknowledged), and the request iterator then raises
-  :class:`~permindex.errors.InvalidArgumentError`, which ends the stream with INVALID_ARGUMENT.
-
-The status message names the message type and the first problem found in the bytes, e.g.
-``the request is not a valid permindex.v1.AddRequest message: documents[0].key is not valid
-UTF-8 (byte 5)``. Everything else is as with the generated registration: the same method
-names, both a generic handler and registered method handlers, and the server's interceptors
-(metrics, token check) wrap these handlers, so a malformed request is counted by the metrics with
-its status, and the token check, which runs before any deserialization, still refuses a call
-without a valid token (UNAUTHENTICATED) whatever its bytes. Messages over the server's size limit
-are refused by gRPC itself (RESOURCE_EXHAUSTED) before any of this runs.
+"""The method handlers of ``permindex.v1.PermIndex``, derived from the service descriptor and
+registered by us instead of by the generated ``add_PermIndexServicer_to_server``, so that a
+request that is not a valid protobuf message gets INVALID_ARGUMENT with a message a user can act
+on (:func:`method_handlers` gives the rules) instead of grpcio's INTERNAL.
 """
 
 from __future__ import annotations
@@ -278,6 +257,28 @@ def method_handlers(
 
     Raises:
         AttributeError: ``servicer`` lacks a method of the service.
+
+    The handler table is derived from the service's descriptor (:func:`method_handlers`): every RPC
+    of ``permindex/v1/index.proto`` gets the servicer's method of the same name, its request and
+    response message classes, and the handler kind of its ``stream`` flags, so a new RPC is picked
+    up without listing it here. Each request deserializer never raises: on bytes that do not parse
+    (a truncated or garbage message, a string field that is not UTF-8) it returns a
+    :class:`MalformedRequest` marker instead, and
+
+    - for a unary request, the behaviour aborts with INVALID_ARGUMENT before the servicer sees it;
+    - for a request stream (Ingest, QueryColumns), the servicer reads the messages before the
+      malformed one as usual (each is applied and acknowledged), and the request iterator then
+      raises :class:`~permindex.errors.InvalidArgumentError`, which ends the stream with
+      INVALID_ARGUMENT.
+
+    The status message names the message type and the first problem found in the bytes, e.g.
+    ``the request is not a valid permindex.v1.AddRequest message: documents[0].key is not valid
+    UTF-8 (byte 5)``. Everything else is as with the generated registration: the same method
+    names, both a generic handler and registered method handlers, and the server's interceptors
+    (metrics, token check) wrap these handlers, so a malformed request is counted by the metrics
+    with its status, and the token check, which runs before any deserialization, still refuses a
+    call without a valid token (UNAUTHENTICATED) whatever its bytes. Messages over the server's size
+    limit are refused by gRPC itself (RESOURCE_EXHAUSTED) before any of this runs.
     """
     handlers: dict[str, _Handler] = {}
     for method in service.methods:

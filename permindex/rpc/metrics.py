@@ -1,34 +1,7 @@
-"""Prometheus metrics of a server, over HTTP (``serve --metrics-address HOST:PORT``, off by
-default; ``/metrics`` in the text exposition format of prometheus-client).
-
-Each server has its own registry (two servers in one process do not mix their numbers). What is
-exported (``collection`` is ``default``, the server's one index):
-
-===================================  ============================================================
-``permindex_rpc_requests_total``     calls finished, by ``method`` and status ``code`` (``OK``,
-                                     ``INVALID_ARGUMENT``, ``UNAUTHENTICATED``...), refused
-                                     calls included
-``permindex_rpc_errors_total``       the same, only for codes other than ``OK``
-``permindex_rpc_duration_seconds``   latency histogram by ``method`` (a streaming call: from
-                                     its start to its last message)
-``permindex_fingerprints``           keys stored, by ``collection``
-``permindex_index_memory_bytes``     the index's own estimate of its memory, by ``collection``
-``permindex_resident_memory_bytes``  the server process's resident memory (VmRSS)
-``permindex_snapshot_bytes``         size of the last snapshot loaded or written (this and all
-                                     below but the last two: by ``collection``)
-``permindex_snapshot_keys``          keys in it
-``permindex_snapshot_age_seconds``   seconds since it was written (absent before the first)
-``permindex_wal_bytes``              bytes in the write-ahead log's segment files
-``permindex_wal_segments``           segment files of the log
-``permindex_wal_sequence``           sequence number of the last change logged
-``permindex_uptime_seconds``         seconds since the server started
-===================================  ============================================================
-
-and ``permindex_wal_last_write_age_seconds`` (by ``collection``): seconds since the log was last
-written.
-
-The gauges are read when Prometheus scrapes (a custom collector), so they cost nothing between
-scrapes; RPC counters and histograms are updated by a server interceptor at the end of each call.
+"""Prometheus metrics of a server over HTTP (``serve --metrics-address HOST:PORT``, off by
+default): the per-server registry, the gauges read at scrape time (:class:`StateCollector`), the
+RPC counters and latency histogram (:class:`MetricsInterceptor`), and the HTTP endpoint
+(:class:`MetricsServer`, whose docstring lists what is exported).
 """
 
 from __future__ import annotations
@@ -43,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from permindex.rpc.service import ServerState, resident_memory_bytes
+from permindex.rpc.state import ServerState, resident_memory_bytes
 
 __all__ = ["MetricsInterceptor", "MetricsServer", "StateCollector"]
 
@@ -57,8 +30,7 @@ if TYPE_CHECKING:
 else:
     _Interceptor = grpc.ServerInterceptor
 
-_COLLECTION = "default"
-#: Latency buckets, seconds: from 100 µs (a small lookup) to a minute (a large Pairs).
+#: Latency buckets, seconds: 100 µs to 60 s.
 _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
             1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
 
@@ -231,7 +203,35 @@ class MetricsInterceptor(_Interceptor):
 
 class MetricsServer:
     """The registry of one server, its interceptor and (once :meth:`serve` is called) the HTTP
-    endpoint."""
+    endpoint.
+
+    Each server has its own registry (two servers in one process do not mix their numbers).
+    Exported (``collection`` labels name the collection; the default one is ``default``):
+
+    - ``permindex_rpc_requests_total``: calls finished, by ``method`` and status ``code``
+      (``OK``, ``INVALID_ARGUMENT``, ``UNAUTHENTICATED``...), refused calls included;
+    - ``permindex_rpc_errors_total``: the same, only for codes other than ``OK``;
+    - ``permindex_rpc_duration_seconds``: latency histogram by ``method`` (a streaming call:
+      from its start to its last message);
+    - ``permindex_fingerprints``: keys stored, by ``collection``;
+    - ``permindex_index_memory_bytes``: the index's own estimate of its memory, by
+      ``collection``;
+    - ``permindex_resident_memory_bytes``: the server process's resident memory (VmRSS);
+    - ``permindex_snapshot_bytes``: size of the last snapshot loaded or written (this and all
+      below but the uptime: by ``collection``);
+    - ``permindex_snapshot_keys``: keys in it;
+    - ``permindex_snapshot_age_seconds``: seconds since it was written (absent before the
+      first);
+    - ``permindex_wal_bytes``: bytes in the write-ahead log's segment files;
+    - ``permindex_wal_segments``: segment files of the log;
+    - ``permindex_wal_sequence``: sequence number of the last change logged;
+    - ``permindex_wal_last_write_age_seconds``: seconds since the log was last written;
+    - ``permindex_uptime_seconds``: seconds since the server started.
+
+    The gauges are read when Prometheus scrapes (a custom collector), so they cost nothing
+    between scrapes; RPC counters and histograms are updated by a server interceptor at the end
+    of each call.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()

@@ -1,17 +1,6 @@
 """The permindex gRPC server: :func:`create_server` (in-process, for tests and embedding) and
-:func:`run_server` (the ``permindex serve`` command: signals, exit codes).
-
-Start-up order: lock the data directory, load its snapshot into a new index and replay the
-write-ahead log after it (:meth:`permindex.storage.store.Store.open`), and only then bind, start and
-report SERVING on the standard health service; a corrupt snapshot or log therefore stops the
-start before anything listens. A snapshot written with another k or design loads anyway: the
-tables are rebuilt from its (key, fingerprint) pairs with the server's options, and a warning
-says so.
-
-Shutdown (:meth:`RunningServer.stop`, SIGTERM, SIGINT): health goes NOT_SERVING, new calls are
-refused, in-flight calls get ``grace_seconds`` to finish, then the final snapshot is written (when
-the log holds anything it does not), the log is fsynced and closed, and the data directory is
-released.
+:func:`run_server` (the ``permindex serve`` command: signals, exit codes); the start-up and
+shutdown order is in :class:`RunningServer`'s docstring.
 """
 
 from __future__ import annotations
@@ -43,7 +32,8 @@ from permindex.rpc.catalog import Catalog
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.handlers import add_servicer
 from permindex.rpc.metrics import MetricsServer
-from permindex.rpc.service import SERVICE_NAME, PermIndexService, ServerState
+from permindex.rpc.service import SERVICE_NAME, PermIndexService
+from permindex.rpc.state import ServerState
 from permindex.storage.snapshot import SnapshotInfo
 from permindex.storage.store import Store
 
@@ -70,6 +60,18 @@ class RunningServer:
         config: the options it was started with.
         state: the index and snapshot bookkeeping shared with the servicer.
         loaded_count: keys loaded from the snapshot at start.
+
+    Start-up order: lock the data directory, load its snapshot into a new index and replay the
+    write-ahead log after it (:meth:`permindex.storage.store.Store.open`), and only then bind, start
+    and report SERVING on the standard health service; a corrupt snapshot or log therefore stops the
+    start before anything listens. A snapshot written with another k or design loads anyway: the
+    tables are rebuilt from its (key, fingerprint) pairs with the server's options, and a warning
+    says so.
+
+    Shutdown (:meth:`RunningServer.stop`, SIGTERM, SIGINT): health goes NOT_SERVING, new calls are
+    refused, in-flight calls get ``grace_seconds`` to finish, then the final snapshot is written
+    (when the log holds anything it does not), the log is fsynced and closed, and the data directory
+    is released.
     """
 
     def __init__(

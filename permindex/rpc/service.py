@@ -1,44 +1,31 @@
-"""The permindex.v1.PermIndex servicer, and the state it shares with the server.
-
-Every RPC validates its whole request (:mod:`permindex.rpc.convert`) before it changes anything,
-fingerprints texts before it touches the index (so the index's lock is never held while hashing),
-and then reads the :class:`~permindex.index.Index`, which is thread-safe on its own, or changes it
-through the :class:`~permindex.storage.store.Store`, which logs every change (write-ahead log)
-before it applies it; a change the log cannot take (disk full, read-only) is refused with
-RESOURCE_EXHAUSTED or UNAVAILABLE and nothing is applied.
-
-Errors of a parsed request become status codes in one place, :func:`_abort`, through
-:func:`permindex.errors.status_name_for`: our own errors keep their message (it says what to fix);
-anything unexpected is logged with its traceback here and the client gets ``INTERNAL`` with a short
-message, never a traceback. Bytes that do not parse as the request message never reach the
-servicer: :mod:`permindex.rpc.handlers` answers them INVALID_ARGUMENT. Logs never carry keys or
-texts at INFO or above.
+"""The permindex.v1.PermIndex servicer (:class:`PermIndexService`, whose docstring gives the order
+of every call: validate, fingerprint, then read or log-and-apply), and the one place where a
+domain error becomes a gRPC status (:func:`_abort`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
-import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn, TypeVar
 
 import grpc
 import numpy as np
 
 import permindex
-from permindex.errors import LimitExceededError, NotFoundError, PermindexError, status_name_for
+from permindex.errors import (
+    NotFoundError,
+    PermindexError,
+    SnapshotWriteError,
+    status_name_for,
+)
 from permindex.index.clusters import NearDuplicates
 from permindex.rpc import convert
-from permindex.rpc.config import ServerConfig
-from permindex.storage.snapshot import SnapshotInfo
-from permindex.storage.store import Store
+from permindex.rpc.catalog import Catalog, CollectionOptions
+from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory_bytes
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
-
-if TYPE_CHECKING:
-    from permindex.rpc.catalog import Catalog
 
 __all__ = ["SERVICE_NAME", "PermIndexService", "ServerState", "SnapshotWriteError"]
 
@@ -50,104 +37,10 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PermIndex"].full_name
 #: Fingerprints looked up per acquisition of the index lock in a Query.
 _QUERY_SLICE = 1024
 
-#: The collection a request without one names.
-DEFAULT_COLLECTION = "default"
-
 _ADDED = pb.DOCUMENT_STATUS_ADDED
 _REPLACED = pb.DOCUMENT_STATUS_REPLACED
 _TOO_SHORT = pb.DOCUMENT_STATUS_TOO_SHORT
 _NEAR_DUPLICATE = pb.DOCUMENT_STATUS_NEAR_DUPLICATE
-
-
-class SnapshotWriteError(PermindexError, RuntimeError):
-    """A snapshot could not be written (disk full, permissions); the index and the previous
-    snapshot are unchanged. Reported as INTERNAL."""
-
-
-def resident_memory_bytes() -> int:
-    """Resident memory of this process (VmRSS of /proc/self/status), bytes; 0 where unknown."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    number, unit = line.split()[1:3]
-                    return int(number) * (1024 if unit.lower() == "kb" else 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-class ServerState:
-    """What the servicer and the server share: the durable store (the index, the data directory,
-    the write-ahead log), the options and the start time.
-
-    Thread-safe: every change goes through :attr:`store`, which logs it before applying it and
-    serializes writers; snapshots are serialized by the store and export the index in slices,
-    so queries and writes continue while the file is written (:mod:`permindex.storage.store`).
-    """
-
-    def __init__(self, store: Store, config: ServerConfig) -> None:
-        self.store = store
-        self.index = store.index
-        self.config = config
-        self.data_dir = store.data_dir
-        self.started_monotonic = time.monotonic()
-        #: The last snapshot loaded or written (None: none yet).
-        self.last_snapshot: SnapshotInfo | None = store.recovery.snapshot
-        self._changes = 0  # mutations applied since the start
-        self._changes_lock = threading.Lock()
-
-    @property
-    def uptime_seconds(self) -> float:
-        """Seconds since the state was created (the server started)."""
-        return time.monotonic() - self.started_monotonic
-
-    def note_changes(self, n: int = 1) -> None:
-        """Record that ``n`` mutations were applied to the index (call after applying them)."""
-        if n:
-            with self._changes_lock:
-                self._changes += n
-
-    @property
-    def changed(self) -> bool:
-        """Whether the log holds changes the last snapshot may not (loaded at the start, or
-        made since)."""
-        return self.store.sequence != self.data_dir.log_sequence
-
-    def snapshot(self, *, only_if_changed: bool = False) -> SnapshotInfo | None:
-        """Write a snapshot of the index to the data directory now (and drop the log segments
-        it makes unnecessary).
-
-        Args:
-            only_if_changed: skip the write (return None) when the log holds nothing after the
-                last snapshot loaded or written.
-
-        Returns:
-            The :class:`SnapshotInfo` written, or None when skipped.
-
-        Raises:
-            SnapshotWriteError: the file could not be written; the previous snapshot and the
-                whole log stay.
-        """
-        if only_if_changed and not self.changed:
-            return None
-        try:
-            info = self.store.snapshot()
-        except OSError as error:
-            log.error("snapshot to %s failed: %s", self.data_dir.snapshot_path, error)
-            raise SnapshotWriteError(
-                f"snapshot could not be written to {self.data_dir.snapshot_path}: {error}"
-            ) from error
-        self.last_snapshot = info
-        log.info(
-            "snapshot: %d keys, %d bytes written to %s in %.2f s (log sequence %d)",
-            info.count,
-            info.bytes,
-            info.path,
-            info.seconds,
-            info.log_sequence,
-        )
-        return info
 
 
 # --------------------------------------------------------------------------- error translation
@@ -208,16 +101,52 @@ def _streaming(
     return handler
 
 
+# ------------------------------------------------------------------- the server's request limits
+
+
+def _documents(state: ServerState, documents: Sequence[pb.Document]) -> convert.DocumentBatch:
+    """The documents of an Add, Ingest or CheckAndAdd request checked against the collection's
+    limits and fingerprinted with its options (:func:`convert.documents_from_proto`)."""
+    config = state.config
+    return convert.documents_from_proto(
+        documents,
+        max_batch=config.max_batch,
+        shingle_size=config.shingle_size,
+        min_words=config.min_words,
+        max_key_bytes=config.max_key_bytes,
+        max_text_bytes=config.max_text_bytes,
+    )
+
+
+def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
+    """The keys of a Get or Remove request checked against the collection's limits."""
+    config = state.config
+    return convert.check_keys(keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes)
+
+
 # ---------------------------------------------------------------------------------- servicer
 
 
 class PermIndexService(index_pb2_grpc.PermIndexServicer):
     """Implements every RPC of ``permindex.v1.PermIndex`` (contract and status codes:
-    ``protos/permindex/v1/index.proto``) over a :class:`ServerState`."""
+    ``protos/permindex/v1/index.proto``) over a :class:`ServerState`.
+
+    Every RPC validates its whole request (:mod:`permindex.rpc.convert`) before it changes anything,
+    fingerprints texts before it touches the index (so the index's lock is never held while
+    hashing), and then reads the :class:`~permindex.index.Index`, which is thread-safe on its own,
+    or changes it through the :class:`~permindex.storage.store.Store`, which logs every change
+    (write-ahead log) before it applies it; a change the log cannot take (disk full, read-only) is
+    refused with RESOURCE_EXHAUSTED or UNAVAILABLE and nothing is applied.
+
+    Errors of a parsed request become status codes in one place, :func:`_abort`, through
+    :func:`permindex.errors.status_name_for`: our own errors keep their message (it says what to
+    fix); anything unexpected is logged with its traceback there and the client gets ``INTERNAL``
+    with a short message, never a traceback. Bytes that do not parse as the request message never
+    reach the servicer: :mod:`permindex.rpc.handlers` answers them INVALID_ARGUMENT. Logs never
+    carry keys or texts at INFO or above.
+    """
 
     def __init__(self, state: ServerState, catalog: Catalog | None = None) -> None:
-        from permindex.rpc.catalog import Catalog
-
         #: The default collection's state, and the catalog of every collection.
         self.state = state
         self.index = state.index
@@ -233,14 +162,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def _add_batch(self, request: pb.AddRequest) -> pb.AddResponse:
         """Validate, fingerprint (outside the lock) and apply one batch with one ``add_many``."""
         state = self._collection(request.collection)
-        batch = convert.documents_from_proto(
-            request.documents,
-            max_batch=state.config.max_batch,
-            shingle_size=state.config.shingle_size,
-            min_words=state.config.min_words,
-            max_key_bytes=state.config.max_key_bytes,
-            max_text_bytes=state.config.max_text_bytes,
-        )
+        batch = _documents(state, request.documents)
         stored = [i for i, fp in enumerate(batch.fingerprints) if fp is not None]
         keys = [batch.keys[i] for i in stored]
         fingerprints = np.fromiter(
@@ -289,14 +211,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         k = convert.check_k(
             request.k if request.HasField("k") else None, state.index.k, state.index.design
         )
-        batch = convert.documents_from_proto(
-            request.documents,
-            max_batch=state.config.max_batch,
-            shingle_size=state.config.shingle_size,
-            min_words=state.config.min_words,
-            max_key_bytes=state.config.max_key_bytes,
-            max_text_bytes=state.config.max_text_bytes,
-        )
+        batch = _documents(state, request.documents)
         response = pb.CheckAndAddResponse()
         stored = [
             (key, fp)
@@ -332,9 +247,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def Remove(self, request: pb.RemoveRequest, context: grpc.ServicerContext) -> pb.RemoveResponse:
         """Removes the keys; the ones not stored are listed, not an error."""
         state = self._collection(request.collection)
-        keys = convert.check_keys(
-            request.keys, max_batch=state.config.max_batch, max_key_bytes=state.config.max_key_bytes
-        )
+        keys = _keys(state, request.keys)
         response = pb.RemoveResponse()
         removed_here = state.store.remove_many(keys)  # logged, then applied
         removed = {key for key, r in zip(keys, removed_here, strict=True) if r}
@@ -394,7 +307,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         n = len(fingerprints)
         if n <= _QUERY_SLICE:
             found = state.index.query_many(fingerprints, k=k, limit=limit)
-            self._check_reply_size(state, convert.columns_wire_bytes(found), n, n)
+            convert.check_reply_size(
+                convert.columns_wire_bytes(found), state.config.max_message_bytes, n, n
+            )
             return convert.matches_to_columns(found)
         found = []
         size = 0
@@ -403,40 +318,26 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
             )
             size += convert.columns_wire_bytes(part)
-            self._check_reply_size(state, size, min(start + _QUERY_SLICE, n), n)
+            convert.check_reply_size(
+                size, state.config.max_message_bytes, min(start + _QUERY_SLICE, n), n
+            )
             found.extend(part)
         return convert.matches_to_columns(found)
 
-    @classmethod
+    @staticmethod
     def _check_query_size(
-        cls, state: ServerState, response: pb.QueryResponse, bound: int, done: int, n: int
+        state: ServerState, response: pb.QueryResponse, bound: int, done: int, n: int
     ) -> None:
         """Refuse a Query reply that would not fit the message limit: ``bound`` (an upper bound
         of its size, bytes) is checked first, and only when it is over the limit is the exact
         size computed (``ByteSize``, which walks every match).
 
         Raises:
-            LimitExceededError: the reply is over the limit less 1 KiB for framing.
+            LimitExceededError: the reply is over the limit (:func:`convert.check_reply_size`).
         """
-        if bound > state.config.max_message_bytes - 1024:
-            cls._check_reply_size(state, response.ByteSize(), done, n)
-
-    @staticmethod
-    def _check_reply_size(state: ServerState, size: int, done: int, n: int) -> None:
-        """Refuse a reply of ``size`` bytes (after ``done`` of ``n`` fingerprints) that would
-        not fit the message limit.
-
-        Raises:
-            LimitExceededError: ``size`` is over the limit less 1 KiB for framing.
-        """
-        if size > state.config.max_message_bytes - 1024:
-            raise LimitExceededError(
-                f"the answer is over the {state.config.max_message_bytes}-byte message limit "
-                f"(after {done} of {n} fingerprints): ask with a limit, a smaller k, or fewer "
-                "fingerprints per request",
-                limit=state.config.max_message_bytes,
-                actual=size,
-            )
+        limit = state.config.max_message_bytes
+        if bound > convert.reply_room(limit):
+            convert.check_reply_size(response.ByteSize(), limit, done, n)
 
     @_streaming
     def QueryColumns(
@@ -451,9 +352,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
         """The stored fingerprint of each key."""
         state = self._collection(request.collection)
-        keys = convert.check_keys(
-            request.keys, max_batch=state.config.max_batch, max_key_bytes=state.config.max_key_bytes
-        )
+        keys = _keys(state, request.keys)
         response = pb.GetResponse()
         for key in keys:
             fp = state.index.get(key)
@@ -591,8 +490,6 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self, request: pb.CreateCollectionRequest, context: grpc.ServicerContext
     ) -> pb.CollectionInfo:
         """An empty collection; absent options take the server's own."""
-        from permindex.rpc.catalog import CollectionOptions
-
         given = request.options
         design = self.index.design
         options = CollectionOptions(

@@ -5,5 +5,6 @@
   (Charikar 2002, section 3).
 - :mod:`permindex.text.weights`: document frequencies of shingles in hashed buckets.
 
-Imports only :mod:`permindex.errors` and :mod:`permindex.index.hamming` (the fingerprint's range).
+Imports only :mod:`permindex.errors`, :mod:`permindex.index.hamming` (the fingerprint's range)
+and :mod:`permindex.index.keys` (the key rule).
 """

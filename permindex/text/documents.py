@@ -1,34 +1,8 @@
-"""Reading inputs into documents: ``(key, text)`` or ``(key, fingerprint)``.
-
-Three kinds of input, chosen by :func:`read_documents`:
-
-JSONL (a file, gzip-compressed or not, or ``-`` for standard input)
-    One JSON object a line: ``{"id": KEY, "text": TEXT}`` or ``{"id": KEY, "fingerprint": FP}``.
-    ``id`` is a string, or a JSON integer, which is converted to its decimal string (``7`` and
-    ``"7"`` name the same document). Exactly one of ``text`` and ``fingerprint`` is present
-    (``null`` counts as present, and is refused). Other fields are ignored; blank lines are
-    skipped. A fingerprint (:func:`parse_fingerprint`) is a JSON integer, read as decimal, or a
-    string of exactly 16 hex digits, or ``0x`` followed by 1 to 16 hex digits, read as hex.
-    Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
-    the reading with :class:`MalformedInputError`, which names the file and the line number.
-    Other schemas: ``id_field`` and ``text_field`` name the fields that hold the key and the
-    text (e.g. ``url`` and ``content``); ``fingerprint`` keeps its name.
-
-A folder
-    Every regular file below it, depth first in code point order of the names, is one document
-    keyed by its path relative to the folder, ``/``-separated and exactly as on disk
-    (``a/b.html.gz`` keeps its ``.gz``). A ``.gz`` file is read decompressed; an ``.html`` or
-    ``.htm`` file (also ``.html.gz``) is reduced to its visible text by :func:`html_to_text`.
-    Skipped, and counted in :class:`ReadStats` by reason: symbolic links (to files or folders:
-    never followed), entries that are not regular files (sockets, FIFOs, devices), files that are
-    not text (a NUL byte, or not valid UTF-8 after decompression, or a ``.gz`` that does not
-    decompress), files that cannot be read (permissions), names that are not valid UTF-8 (a key is
-    a UTF-8 string) and relative paths longer than a key may be.
-
-Keys are checked on the client, as the server would check them: non-empty and at most
-:data:`MAX_KEY_BYTES` UTF-8 bytes.
-
-Importing this module does not import grpc; lxml is imported on the first HTML file.
+"""Reading inputs into documents, ``(key, text)`` or ``(key, fingerprint)``: JSONL (gzip or not,
+or standard input) and folders (:func:`read_documents`, whose docstring gives the formats), the
+visible text of HTML (:func:`html_to_text`), fingerprints in their JSON and hex forms, the TSV
+field escape, and the readers' wording of the key rule (:func:`check_key`). Importing it does
+not import grpc; lxml is imported on the first HTML file.
 """
 
 from __future__ import annotations
@@ -45,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
-from permindex.errors import InvalidArgumentError
+from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.hamming import MAX_FINGERPRINT
+from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -62,9 +37,6 @@ __all__ = [
     "read_file_text",
 ]
 
-#: The longest key, in UTF-8 bytes (the server refuses longer ones).
-MAX_KEY_BYTES: Final = 1024
-
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _HTML_SUFFIXES: Final = (".html", ".htm")
 _HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
@@ -77,8 +49,7 @@ _BLOCK_ELEMENTS: Final = frozenset(
     td tfoot th thead title tr ul""".split()
 )
 #: Elements whose content is not visible text. An iframe's content is the fallback shown only by
-#: browsers without frames. With these, the words of all 3,906 pages of libstdc++-12-doc equal
-#: those of ../shared/corpora/libstdc++-12-doc.jsonl.gz.
+#: browsers without frames.
 _DROPPED_ELEMENTS: Final = frozenset(("head", "script", "style", "iframe"))
 
 
@@ -187,19 +158,26 @@ def format_fingerprint(fingerprint: int) -> str:
 
 
 def check_key(key: str) -> None:
-    """Raise :class:`~permindex.errors.InvalidArgumentError` unless ``key`` is a non-empty string
-    of at most :data:`MAX_KEY_BYTES` UTF-8 bytes."""
-    if not key:
-        raise InvalidArgumentError("key is empty", value=key)
+    """Check ``key`` as the server would: the key rule of
+    :func:`permindex.index.keys.validate_key` (non-empty, at most :data:`MAX_KEY_BYTES` UTF-8
+    bytes), with this reader's wording.
+
+    Raises:
+        InvalidKeyError: (an :class:`~permindex.errors.InvalidArgumentError`) an empty key, one
+            that is not valid Unicode text (a lone surrogate) or one that is too long.
+    """
     try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidArgumentError(f"key {key!r} is not valid Unicode text", value=key) from None
-    if size > MAX_KEY_BYTES:
-        raise InvalidArgumentError(
-            f"key {key[:40]!r}... is {size} UTF-8 bytes long; the limit is {MAX_KEY_BYTES}",
-            value=key,
-        )
+        validate_key(key)
+    except InvalidKeyError as error:
+        if error.reason == "empty":
+            message = "key is empty"
+        elif error.reason == "encoding":
+            message = f"key {key!r} is not valid Unicode text"
+        else:
+            message = (
+                f"key {key[:40]!r}... is {error.size} UTF-8 bytes long; the limit is {error.limit}"
+            )
+        raise InvalidKeyError(message, key, error.reason, error.size, error.limit) from None
 
 
 def html_to_text(html: str) -> str:
@@ -207,8 +185,8 @@ def html_to_text(html: str) -> str:
     (comments, processing instructions and doctype too); block elements (``p``, ``div``, ``li``,
     ``td``, ``h1``...) and ``br`` end a line; inline elements (``a``, ``b``, ``span``...) join their
     text to their neighbours without a space. Each line stripped, blank lines removed. Parsed with
-    lxml's HTML parser (libxml2: about 15 MB of HTML a second here), which repairs malformed markup
-    as browsers do; a page with no markup at all gives its text, an empty page ``""``.
+    lxml's HTML parser (libxml2), which repairs malformed markup as browsers do; a page with no
+    markup at all gives its text, an empty page ``""``. O(len(html)) time and memory.
 
     Raises:
         InvalidArgumentError: the page cannot be parsed whole (elements nested more than 2,048
@@ -458,7 +436,13 @@ class DocumentReader:
         reading order, without reading it: entries that are not (symlinks, special files,
         names that are not UTF-8 or too long) are counted in ``stats`` as they are met. Read each
         file with :func:`folder_file_text` (in another process if need be), and count a file it
-        refuses with ``stats.skip(reason)``. :meth:`__iter__` is this and that together."""
+        refuses with ``stats.skip(reason)``. :meth:`__iter__` is this and that together.
+        One directory listing open per level of depth; each listing sorted (O(entries log
+        entries)).
+
+        Raises:
+            InvalidArgumentError: the input is not a folder.
+        """
         if self.kind != "folder":
             raise InvalidArgumentError(f"{self.name} is not a folder", value=self.name)
         # Depth first, each folder's entries in code point order of their names, descending into
@@ -512,10 +496,38 @@ def read_documents(
 ) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
     for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field`` and ``text_field`` name
-    the JSONL fields of the key and the text. See the module docstring.
+    the JSONL fields of the key and the text (formats below).
 
     Raises :class:`~permindex.errors.InvalidArgumentError` when ``source`` does not exist or is
     neither a regular file nor a folder. Reading (iterating) raises :class:`MalformedInputError`
     for a malformed JSONL line.
+
+    Three kinds of input, told apart by ``source``:
+
+    JSONL (a file, gzip-compressed or not, or ``-`` for standard input)
+        One JSON object a line: ``{"id": KEY, "text": TEXT}`` or ``{"id": KEY, "fingerprint": FP}``.
+        ``id`` is a string, or a JSON integer, which is converted to its decimal string (``7`` and
+        ``"7"`` name the same document). Exactly one of ``text`` and ``fingerprint`` is present
+        (``null`` counts as present, and is refused). Other fields are ignored; blank lines are
+        skipped. A fingerprint (:func:`parse_fingerprint`) is a JSON integer, read as decimal, or a
+        string of exactly 16 hex digits, or ``0x`` followed by 1 to 16 hex digits, read as hex.
+        Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
+        the reading with :class:`MalformedInputError`, which names the file and the line number.
+        Other schemas: ``id_field`` and ``text_field`` name the fields that hold the key and the
+        text (e.g. ``url`` and ``content``); ``fingerprint`` keeps its name.
+
+    A folder
+        Every regular file below it, depth first in code point order of the names, is one document
+        keyed by its path relative to the folder, ``/``-separated and exactly as on disk
+        (``a/b.html.gz`` keeps its ``.gz``). A ``.gz`` file is read decompressed; an ``.html`` or
+        ``.htm`` file (also ``.html.gz``) is reduced to its visible text by :func:`html_to_text`.
+        Skipped, and counted in :class:`ReadStats` by reason: symbolic links (to files or folders:
+        never followed), entries that are not regular files (sockets, FIFOs, devices), files that
+        are not text (a NUL byte, or not valid UTF-8 after decompression, or a ``.gz`` that does not
+        decompress), files that cannot be read (permissions), names that are not valid UTF-8 (a key
+        is a UTF-8 string) and relative paths longer than a key may be.
+
+    Keys are checked on the client, as the server would check them: non-empty and at most
+    :data:`MAX_KEY_BYTES` UTF-8 bytes.
     """
     return DocumentReader(source, stdin=stdin, id_field=id_field, text_field=text_field)

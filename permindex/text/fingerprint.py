@@ -1,28 +1,8 @@
-"""SimHash fingerprints of text (Charikar 2002, "Similarity estimation techniques from rounding
-algorithms", section 3; the 64-bit text form used by Manku, Jain & Das Sarma 2007, section 2).
-
-The default algorithm, which every stored fingerprint and the shared reference vectors assume:
-
-1. ``text.lower()``, then ``str.split()`` (runs of Unicode whitespace separate words, so NBSP and
-   U+3000 do);
-2. every run of ``shingle_size`` consecutive words joined by one space is a *shingle*; a shingle
-   that repeats votes each time it occurs;
-3. each shingle is hashed with XXH3-64 (seed 0) of its UTF-8 bytes;
-4. counter i gets +1 when bit i (value ``1 << i``) of the hash is set and -1 otherwise;
-5. bit i of the fingerprint is 1 where counter i > 0 (a tie gives 0).
-
-A text with fewer words than ``shingle_size`` has no fingerprint: :func:`simhash` returns ``None``,
-never 0. With ``bits=63`` bit 63 is cleared, so that the value fits a signed 64-bit integer column
-(the article's PHP implementation does the same).
-
-Options, none of which changes the default fingerprint:
-
-* ``tokenizer="chars"`` (character shingles, for text written without spaces) and ``"auto"``
-  (chosen per document), see :func:`tokens`; ``min_words`` refuses short texts (the article
-  refuses fewer than 20 words as too noisy);
-* :func:`simhash_features` / :func:`simhash_weighted`: weighted SimHash, each feature voting with
-  its weight (Charikar 2002, section 3; Manku et al. 2007, section 2, weight e.g. IDF);
-* :func:`simhash_vectors`: dense vectors by random hyperplanes (Charikar 2002, section 3).
+"""SimHash fingerprints (Charikar 2002, "Similarity estimation techniques from rounding
+algorithms", section 3; the 64-bit form of Manku, Jain & Das Sarma 2007, section 2) of texts
+(:func:`simhash`, whose docstring gives the reference algorithm), of weighted features and of
+dense vectors; the tokens and shingles texts are cut into; the one check of the shingle options
+(:func:`check_shingle_options`).
 """
 
 from __future__ import annotations
@@ -47,6 +27,7 @@ __all__ = [
     "VECTOR_SEED",
     "WEIGHT_SCALE",
     "Tokenizer",
+    "check_shingle_options",
     "hyperplanes",
     "no_space_share",
     "shingle_hashes",
@@ -60,7 +41,7 @@ __all__ = [
 
 _BIT63 = 1 << 63
 _CHUNK = 1 << 16  # shingle hashes counted per numpy pass (bounds memory at 4 MiB of bits)
-_SMALL = 24  # below this many shingles, counting in pure Python is faster than numpy
+_SMALL = 24  # below this many shingles the bits are counted in pure Python, from it in numpy
 _LARGE_TEXT = 1 << 20  # characters: longer texts are shingled and counted piece by piece
 _WHITESPACE = re.compile(r"\s")  # for str patterns, the characters str.split() splits on
 
@@ -83,7 +64,18 @@ def shingles(text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words") -
     lower-cased, split on Unicode whitespace, ``shingle_size`` consecutive words joined by one
     space; with characters (see :func:`tokens`): ``shingle_size`` consecutive non-whitespace
     characters, joined with nothing. Empty when the text has fewer tokens than
-    ``shingle_size``."""
+    ``shingle_size``. O(len(text)) time; the list holds about ``shingle_size`` times the text.
+
+    Raises:
+        InvalidArgumentError: ``shingle_size`` is not an int >= 1, or an unknown tokenizer
+            (the errors of :func:`simhash`, from :func:`check_shingle_options`).
+    """
+    check_shingle_options(shingle_size, tokenizer)
+    return _shingles(text, shingle_size, tokenizer)
+
+
+def _shingles(text: str, shingle_size: int, tokenizer: Tokenizer) -> list[str]:
+    """:func:`shingles` with options already checked."""
     kind = _resolve_tokenizer(text, tokenizer)
     if kind == "chars":
         chars = _chars(text)
@@ -97,11 +89,37 @@ def shingles(text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words") -
     return [" ".join(words[i : i + shingle_size]) for i in range(n)]
 
 
-def _check_options(shingle_size: int, bits: int) -> None:
+def check_shingle_options(
+    shingle_size: object = 3, tokenizer: object = "words", min_words: object = 0, bits: object = 64
+) -> None:
+    """The one check of the options that say how a text becomes shingles and a fingerprint,
+    used by :func:`simhash`, :func:`shingles`, :func:`tokens`, :func:`shingle_hashes`, the
+    offline dedup's options and the server's collection options. Checked in this order:
+
+    - ``shingle_size``: an int >= 1 (bool refused);
+    - ``bits``: 64 or 63;
+    - ``tokenizer``: one of :data:`TOKENIZERS`;
+    - ``min_words``: an int >= 0 (bool refused).
+
+    Raises:
+        InvalidArgumentError: (a ``ValueError``) naming the first bad option and its value.
+    """
     if isinstance(shingle_size, bool) or not isinstance(shingle_size, int) or shingle_size < 1:
         raise InvalidArgumentError(
             f"shingle_size must be a positive integer, got {shingle_size!r}", value=shingle_size
         )
+    _check_bits(bits)
+    if tokenizer not in TOKENIZERS:
+        raise InvalidArgumentError(
+            f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}", value=tokenizer
+        )
+    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 0:
+        raise InvalidArgumentError(
+            f"min_words must be an integer >= 0, got {min_words!r}", value=min_words
+        )
+
+
+def _check_bits(bits: object) -> None:
     if bits not in (63, 64) or isinstance(bits, bool):
         raise InvalidArgumentError(
             f"bits must be 64 (the default) or 63 (bit 63 left clear), got {bits!r}", value=bits
@@ -156,10 +174,10 @@ def _word_pieces(text: str) -> Iterator[list[str]]:
 
 
 def _simhash_large(text: str, shingle_size: int, min_words: int) -> int | None:
-    """:func:`simhash` with the word tokenizer for a long text, in memory bounded by a piece
-    (about 1 Mi characters) instead of the whole text's words and shingles (about 70 times the
-    text's size). Same result as the direct computation: the shingles are the same, each voting
-    once."""
+    """:func:`simhash` with the word tokenizer for a long text, in memory bounded by one piece
+    of :data:`_LARGE_TEXT` characters (its words and shingles) instead of O(len(text)) for the
+    whole text's. O(len(text)) time. Same result as the direct computation: the shingles are
+    the same, each voting once."""
     hash_ = xxhash.xxh3_64_intdigest
     keep = shingle_size - 1  # words carried over to the next piece's first shingles
     ones = np.zeros(FINGERPRINT_BITS, dtype=np.int64)
@@ -188,7 +206,7 @@ def simhash(
     tokenizer: Tokenizer = "words",
     min_words: int = 0,
 ) -> int | None:
-    """The SimHash fingerprint of ``text`` (algorithm in the module docstring).
+    """The SimHash fingerprint of ``text`` (the algorithm is given at the end).
 
     Args:
         text: any ``str``.
@@ -209,22 +227,44 @@ def simhash(
         InvalidArgumentError: (a ``ValueError``) ``shingle_size`` < 1, ``bits`` not 63/64, an
             unknown tokenizer or a negative ``min_words``.
 
-    Source: Charikar 2002, section 3 (random-hyperplane rounding, here with one hash per
-    shingle); Manku et al. 2007, section 2, for 64-bit fingerprints of web pages.
+    Source: Charikar 2002, section 3 (random-hyperplane rounding, with one hash per shingle
+    as the random vector); Manku et al. 2007, section 2, for 64-bit fingerprints of web pages.
+
+    The default algorithm, which every stored fingerprint and the shared reference vectors assume:
+
+    1. ``text.lower()``, then ``str.split()`` (runs of Unicode whitespace separate words, so NBSP
+       and U+3000 do);
+    2. every run of ``shingle_size`` consecutive words joined by one space is a *shingle*; a shingle
+       that repeats votes each time it occurs;
+    3. each shingle is hashed with XXH3-64 (seed 0) of its UTF-8 bytes;
+    4. counter i gets +1 when bit i (value ``1 << i``) of the hash is set and -1 otherwise;
+    5. bit i of the fingerprint is 1 where counter i > 0 (a tie gives 0).
+
+    A text with fewer words than ``shingle_size`` has no fingerprint: :func:`simhash` returns
+    ``None``, never 0. With ``bits=63`` bit 63 is cleared, so that the value fits a signed 64-bit
+    integer column (the article's PHP implementation does the same).
+
+    Options, none of which changes the default fingerprint:
+
+    * ``tokenizer="chars"`` (character shingles, for text written without spaces) and ``"auto"``
+      (chosen per document), see :func:`tokens`; ``min_words`` refuses short texts (the article
+      refuses fewer than 20 words as too noisy);
+    * :func:`simhash_features` / :func:`simhash_weighted`: weighted SimHash, each feature voting
+      with its weight (Charikar 2002, section 3; Manku et al. 2007, section 2, weight e.g. IDF);
+    * :func:`simhash_vectors`: dense vectors by random hyperplanes (Charikar 2002, section 3).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
-    _check_options(shingle_size, bits)
-    _check_tokenizer(tokenizer, min_words)
+    check_shingle_options(shingle_size, tokenizer, min_words, bits)
     kind = _resolve_tokenizer(text, tokenizer)
     if kind == "words" and len(text) > _LARGE_TEXT:
         large = _simhash_large(text, shingle_size, min_words)
         if large is None:
             return None
         return large & ~_BIT63 if bits == 63 else large
-    if min_words and len(tokens(text, kind)) < min_words:
+    if min_words and len(_tokens(text, kind)) < min_words:
         return None
-    parts = shingles(text, shingle_size, kind)
+    parts = _shingles(text, shingle_size, kind)
     if not parts:
         return None
     hash_ = xxhash.xxh3_64_intdigest
@@ -266,17 +306,6 @@ def _resolve_tokenizer(text: str, tokenizer: Tokenizer) -> Literal["words", "cha
     return "chars" if tokenizer == "chars" else "words"
 
 
-def _check_tokenizer(tokenizer: object, min_words: object) -> None:
-    if tokenizer not in TOKENIZERS:
-        raise InvalidArgumentError(
-            f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}", value=tokenizer
-        )
-    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 0:
-        raise InvalidArgumentError(
-            f"min_words must be an integer >= 0, got {min_words!r}", value=min_words
-        )
-
-
 def tokens(text: str, tokenizer: Tokenizer = "words") -> list[str]:
     """The tokens of ``text`` that shingles are made of, lower-cased.
 
@@ -294,7 +323,19 @@ def tokens(text: str, tokenizer: Tokenizer = "words") -> list[str]:
 
     Fingerprints made with different tokenizers are not comparable: index one collection with
     one tokenizer (``"auto"`` is one rule, so it is fine for a mixed collection).
+
+    O(len(text)) time and memory.
+
+    Raises:
+        InvalidArgumentError: an unknown tokenizer (the error of :func:`simhash`, from
+            :func:`check_shingle_options`).
     """
+    check_shingle_options(tokenizer=tokenizer)
+    return _tokens(text, tokenizer)
+
+
+def _tokens(text: str, tokenizer: Tokenizer) -> list[str]:
+    """:func:`tokens` with the tokenizer already checked."""
     kind = _resolve_tokenizer(text, tokenizer)
     if kind == "chars":
         return list(_chars(text))
@@ -307,10 +348,9 @@ def shingle_hashes(
     """XXH3-64 (seed 0) of the UTF-8 bytes of each shingle of ``text`` (:func:`shingles`), in
     order, repeats included, as a (m,) uint64 array: the votes of :func:`simhash`. Empty when
     the text is shorter than a shingle."""
-    _check_options(shingle_size, 64)
-    _check_tokenizer(tokenizer, 0)
+    check_shingle_options(shingle_size, tokenizer)
     hash_ = xxhash.xxh3_64_intdigest
-    parts = shingles(text, shingle_size, tokenizer)
+    parts = _shingles(text, shingle_size, tokenizer)
     return np.fromiter((hash_(s.encode("utf-8")) for s in parts), dtype=np.uint64, count=len(parts))
 
 
@@ -342,7 +382,7 @@ def simhash_weighted(hashes: ArrayLike, weights: ArrayLike, *, bits: int = 64) -
         InvalidArgumentError: shapes differ or are not 1-d, a weight is NaN, infinite or too
             large, ``bits`` not 63/64.
     """
-    _check_options(1, bits)
+    _check_bits(bits)
     h = np.asarray(hashes)
     if h.size == 0:
         h = h.astype(np.uint64)
@@ -480,7 +520,10 @@ def hyperplanes(d: int, *, seed: int = VECTOR_SEED) -> NDArray[np.float64]:
 
     The only platform-dependent step is ``log``/``cos``/``sin`` (correct to an ulp or so
     everywhere); a coordinate would change only if such an error crossed a rounding boundary,
-    about one chance in 2^40 per coordinate.
+    about one chance in 2^40 per coordinate. O(64 d) time and memory, cached per (d, seed).
+
+    Raises:
+        InvalidArgumentError: ``d`` is not an int >= 1, or ``seed`` not an int >= 0.
     """
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise InvalidArgumentError(f"dimension must be a positive integer, got {d!r}", value=d)
@@ -518,7 +561,7 @@ def simhash_vectors(X: ArrayLike, *, seed: int = VECTOR_SEED, bits: int = 64) ->
         InvalidArgumentError: X is not 2-d or is empty in d, holds NaN or infinity, a row is all
             zeros (no direction), d > 2^22, or a bad seed or ``bits``.
     """
-    _check_options(1, bits)
+    _check_bits(bits)
     x = np.asarray(X, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] == 0:
         raise InvalidArgumentError(

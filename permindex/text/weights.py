@@ -1,31 +1,6 @@
-"""Feature weights over a collection: inverse document frequency (IDF) of shingles, for the
-weighted SimHash (:func:`permindex.text.fingerprint.simhash_weighted`).
-
-Manku, Jain & Das Sarma 2007 (section 2) weight each feature of a page by its IDF, so that words
-every page carries (navigation, boilerplate) vote less than the words that make a page what it
-is. IDF is Spärck Jones's (1972) inverse document frequency, smoothed as scikit-learn's
-``TfidfTransformer`` does by default::
-
-    idf(s) = ln((1 + N) / (1 + df(s))) + 1
-
-with N documents and df(s) the number of documents containing shingle s at least once. It is
->= 1, so a document made only of boilerplate still has a fingerprint, and a shingle never seen
-(df = 0) gets the largest weight, ln(1 + N) + 1. A shingle that occurs several times in a
-document votes each time, with its IDF each time (TF-IDF).
-
-Memory: the document frequencies are kept per *bucket* of shingle hashes, not per shingle: the
-top :attr:`DocumentFrequency.bucket_bits` bits (default 24, 16.7 million buckets of uint32: 64
-MiB) of each shingle's XXH3-64 hash choose its bucket. 10^6 web pages hold on the order of 10^8
-distinct shingles, whose exact counts would need gigabytes; with buckets, shingles that share one
-share a document frequency. A collision can only raise a shingle's df (lower its weight). On the
-3,906 pages of the shared libstdc++ corpus (1.25 million distinct shingles, load 0.074) 45,110
-shingles (3.6%) share a bucket with another; at 10^8 distinct shingles a rare shingle's df is
-typically overstated by a handful of documents, which moves its weight from ln(N) to about
-ln(N / 6): rare shingles still weigh several times more than common ones.
-
-Counting is split so that it can run in worker processes: :func:`chunk_bucket_counts` turns the
-shingle hashes of a chunk of documents into (bucket, number of documents) pairs, and
-:meth:`DocumentFrequency.add_counts` adds them up in the parent.
+"""Feature weights over a collection: the inverse document frequency (IDF) of shingles, counted
+in hashed buckets (:class:`DocumentFrequency`, whose docstring gives the formula and the memory
+bound), for the weighted SimHash (:func:`permindex.text.fingerprint.simhash_weighted`).
 """
 
 from __future__ import annotations
@@ -78,12 +53,34 @@ def chunk_bucket_counts(
 
 class DocumentFrequency:
     """Document frequencies of shingles over a collection, by bucket of shingle hashes (see the
-    module docstring), and the IDF weights they give.
+    below), and the IDF weights they give.
 
     Attributes:
         bucket_bits: bits of the shingle hash that choose a bucket (2^bucket_bits buckets).
         documents: N, the documents counted.
         counts: ((2^bucket_bits,) uint32) documents with a shingle in each bucket.
+
+    Manku, Jain & Das Sarma 2007 (section 2) weight each feature of a page by its IDF, so that words
+    every page carries (navigation, boilerplate) vote less than the words that make a page what it
+    is. IDF is Spärck Jones's (1972) inverse document frequency, smoothed as scikit-learn's
+    ``TfidfTransformer`` does by default::
+
+        idf(s) = ln((1 + N) / (1 + df(s))) + 1
+
+    with N documents and df(s) the number of documents containing shingle s at least once. It is
+    >= 1, so a document made only of boilerplate still has a fingerprint, and a shingle never seen
+    (df = 0) gets the largest weight, ln(1 + N) + 1. A shingle that occurs several times in a
+    document votes each time, with its IDF each time (TF-IDF).
+
+    Memory: the document frequencies are kept per *bucket* of shingle hashes, not per shingle: the
+    top :attr:`DocumentFrequency.bucket_bits` bits (default 24, 16.7 million buckets of uint32: 64
+    MiB) of each shingle's XXH3-64 hash choose its bucket. 10^6 web pages hold on the order of 10^8
+    distinct shingles, whose exact counts would need gigabytes; with buckets, shingles that share
+    one share a document frequency. A collision can only raise a shingle's df (lower its weight).
+
+    Counting is split so that it can run in worker processes: :func:`chunk_bucket_counts` turns the
+    shingle hashes of a chunk of documents into (bucket, number of documents) pairs, and
+    :meth:`DocumentFrequency.add_counts` adds them up in the parent.
     """
 
     def __init__(self, bucket_bits: int = DEFAULT_BUCKET_BITS) -> None:

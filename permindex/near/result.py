@@ -1,0 +1,119 @@
+"""What an offline dedup run is asked and what it finds: :class:`DedupOptions` (every option of
+``permindex dedup``, checked in one place) and :class:`DedupResult` (the join's output, read by
+the report folder writer and the HTML report). Data only: no I/O, no worker processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+from permindex.index.clusters import KEEP_RULES, KeepRule, NearDuplicates
+from permindex.text.fingerprint import Tokenizer, check_shingle_options
+
+__all__ = ["MAX_K", "WEIGHTS", "DedupOptions", "DedupResult", "Weights"]
+
+Weights = Literal["none", "idf"]
+#: The weightings of ``--weights``.
+WEIGHTS: Final = ("none", "idf")
+#: The largest k of ``dedup`` (design (10 blocks, 2 leading), 45 tables, 12-bit prefixes).
+MAX_K: Final = 8
+
+
+@dataclass(frozen=True)
+class DedupOptions:
+    """What ``permindex dedup`` does (every option of the command).
+
+    Attributes:
+        source: a JSONL file (gzip or not), a folder, or ``"-"`` (JSONL on standard input).
+        out_dir: the report folder, created if missing; files in it are overwritten.
+        k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
+        keep: the keep rule of :func:`permindex.index.clusters.keep_per_cluster`.
+        jobs: worker processes (1: fingerprint in this process). They start by forkserver
+            (spawn where there is none), which imports the caller's main module again: a script
+            that calls :func:`permindex.near.dedup.run_dedup` with ``jobs > 1`` needs the usual
+            ``if __name__ == "__main__":`` guard.
+        weights: ``"none"`` (plain SimHash, the default fingerprint) or ``"idf"``.
+        tokenizer, shingle_size, min_words: as :func:`permindex.text.fingerprint.simhash`.
+        id_field, text_field: the JSONL fields of the key and the text.
+        examples: example pairs per distance in the HTML report.
+    """
+
+    source: str
+    out_dir: Path = Path("permindex-report")
+    k: int = 3
+    keep: KeepRule = "first"
+    jobs: int = 1
+    weights: Weights = "none"
+    tokenizer: Tokenizer = "words"
+    shingle_size: int = 3
+    min_words: int = 0
+    id_field: str = "id"
+    text_field: str = "text"
+    examples: int = 3
+
+    def check(self) -> None:
+        """Check every option, in the order k, keep, weights, the shingle options
+        (:func:`permindex.text.fingerprint.check_shingle_options`), jobs and examples.
+
+        Raises:
+            InvalidArgumentError: naming the first bad option.
+        """
+        if not 0 <= self.k <= MAX_K:
+            raise InvalidArgumentError(f"k must be in 0..{MAX_K}, got {self.k}", value=self.k)
+        if self.keep not in KEEP_RULES:
+            raise InvalidArgumentError(f"unknown keep rule {self.keep!r}", value=self.keep)
+        if self.weights not in WEIGHTS:
+            raise InvalidArgumentError(f"unknown weights {self.weights!r}", value=self.weights)
+        check_shingle_options(self.shingle_size, self.tokenizer, self.min_words)
+        if self.jobs < 1 or self.examples < 0:
+            raise InvalidArgumentError(
+                f"jobs must be >= 1 and examples >= 0, got jobs={self.jobs}, "
+                f"examples={self.examples}"
+            )
+
+
+@dataclass
+class DedupResult:
+    """What :func:`permindex.near.dedup.run_dedup` found.
+
+    Attributes:
+        options: the options it ran with.
+        near: pairs, clusters, flags and exact groups (positions into ``near.keys``, the
+            documents that have a fingerprint, each key once).
+        ordinals: ((n,) int64) each of those documents' position in the input (0-based).
+        lengths: ((n,) int64) characters of their text (0 when the input gave a fingerprint).
+        kept: per cluster (in ``near.cluster_positions()`` order) the position kept.
+        documents: documents read.
+        too_short: (key, tokens) of the texts too short to fingerprint, in input order.
+        skipped_by_reason: folder entries skipped, by reason.
+        repeated_keys: documents whose key occurred again later in the input.
+        seconds: wall time by step: "read and fingerprint", "join", and later "write".
+    """
+
+    options: DedupOptions
+    near: NearDuplicates
+    ordinals: NDArray[np.int64]
+    lengths: NDArray[np.int64]
+    kept: list[int]
+    documents: int
+    too_short: list[tuple[str, int]]
+    skipped_by_reason: dict[str, int]
+    repeated_keys: int
+    seconds: dict[str, float]
+    source_kind: str = "jsonl"
+    reread_source: str | None = None  # where the texts can be read again (a file or folder)
+    design: tuple[int, int] = (4, 1)
+    spool: Path | None = None
+
+    def dropped(self) -> list[tuple[int, int]]:
+        """(position dropped, position kept instead) for every document to drop, by cluster."""
+        out: list[tuple[int, int]] = []
+        for members, kept in zip(self.near.cluster_positions(), self.kept, strict=True):
+            out.extend((int(p), kept) for p in members.tolist() if p != kept)
+        return out
