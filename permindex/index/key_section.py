@@ -241,6 +241,8 @@ def batch_repeats(
         ordered = np.sort(hashes)
         if not bool((ordered[1:] == ordered[:-1]).any()):
             return None
+    elif len(set(keys)) == n:
+        return None
     last = dict(zip(keys, range(n), strict=True))
     if len(last) == n:
         return None

@@ -53,6 +53,7 @@ from numpy.typing import NDArray
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
 from permindex.index import CheckAndAddResult, Index, Match
 from permindex.index.hamming import as_fingerprint_array
+from permindex.index.key_section import batch_repeats
 from permindex.index.keys import validate_key
 from permindex.index.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.snapshot import DataDir, Snapshot, SnapshotInfo
@@ -405,13 +406,13 @@ class Store:
             StorageError: the log could not be written; nothing is removed.
         """
         key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
-        removed = [False] * len(key_list)
         with self._write_lock:
-            seen: set[str] = set()
-            for i, key in enumerate(key_list):
-                if key not in seen and key in self.index:
-                    removed[i] = True
-                seen.add(key)
+            removed = [key in self.index for key in key_list]
+            repeats = batch_repeats(key_list)
+            if repeats is not None:  # a key removed at its first occurrence only
+                removed = [
+                    r and first for r, first in zip(removed, repeats.first.tolist(), strict=True)
+                ]
             gone = [key for key, r in zip(key_list, removed, strict=True) if r]
             if gone:
                 n = len(gone)
@@ -489,17 +490,14 @@ class Store:
 
 
 def _set_ops(index: Index, keys: list[str]) -> NDArray[np.uint8]:
-    """The log op of storing each of ``keys`` in order: ADD for a key not stored (before the
-    call, nor earlier in it), REPLACE otherwise. Raises as :meth:`Index.add_many` for a bad
-    key."""
-    ops = np.where(index.contains_many(keys), REPLACE, ADD).astype(np.uint8)
-    if len(set(keys)) != len(keys):  # a repeated key: its later occurrences replace
-        seen: set[str] = set()
-        for i, key in enumerate(keys):
-            if key in seen:
-                ops[i] = REPLACE
-            seen.add(key)
-    return ops
+    """The log op of storing each of ``keys`` in order: ADD for a key not stored before the
+    call, at its first occurrence in it; REPLACE otherwise
+    (:func:`~permindex.index.key_section.batch_repeats`). Raises as :meth:`Index.add_many` for
+    a bad key."""
+    new = ~index.contains_many(keys)
+    repeats = batch_repeats(keys)
+    added = new if repeats is None else new & repeats.first
+    return np.where(added, ADD, REPLACE).astype(np.uint8)
 
 
 def _match_order(match: Match) -> tuple[int, str]:
