@@ -4,7 +4,7 @@ Python object per key), growable without holding the index's lock.
 :class:`KeyStore` is the public face the index uses; its parts are the rows
 (:mod:`permindex.index.key_rows`: key bytes, offsets, hashes, first-added ranks), the hash table
 (:mod:`permindex.index.key_table`) and the growth off the lock (:mod:`permindex.index.key_growth`).
-Keys are hashed here (XXH3-64, seed 0) and encoded as key sections
+Keys are hashed in this module (XXH3-64, seed 0) and encoded as key sections
 (:mod:`permindex.index.key_section`).
 
 Bytes per key: its UTF-8 length + 1, plus 8 (offset) + 8 (hash) + 4 (born) + 8 to 16 (slots).

@@ -53,7 +53,7 @@ recovery always does, gives the exact state. That is why the log is kept until a
 is durable, and why a snapshot is never loaded without its log.
 
 The data directory's layout, lock and file-system steps are :mod:`permindex.storage.datadir`'s;
-:class:`DataDir` here reads and writes its snapshot generations.
+:class:`DataDir` (in this module) reads and writes its snapshot generations.
 
 Options that differ from the server's: the snapshot stores only (key, fingerprint) pairs plus the
 k and design it was written with, for information. The tables are always rebuilt from the pairs
@@ -417,7 +417,7 @@ def _check_key_section(
     """CorruptFileError unless the key section is well formed
     (:func:`~permindex.index.key_section.check_section`: no empty key, lengths that add up, a
     NUL ending every key, valid UTF-8, checked :data:`_UTF8_SLICE` bytes at a time when not
-    ASCII). Key lengths above MAX_KEY_BYTES pass here; loading refuses them."""
+    ASCII). Key lengths above MAX_KEY_BYTES pass this check; loading refuses them."""
     try:
         check_section(section, lengths, max_bytes=None, utf8_slice=_UTF8_SLICE)
     except KeySectionError as error:

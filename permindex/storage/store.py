@@ -7,8 +7,10 @@ the whole of one request and does, in this order:
 
 1. validate the request and decide what it changes (reading the index, under the index's own
    lock, briefly);
-2. encode the changes as one log record and append it -- one ``write``, and one fdatasync under
-   the default ``always`` policy. If that fails (disk full, read-only file system), the log is
+2. encode the changes as one log record (:func:`~permindex.storage.wal_records.encode_record`)
+   and append it (:meth:`~permindex.storage.wal.LogWriter.append`, from
+   :meth:`Store._log_then_apply`) -- one ``write``, and one fdatasync under the default
+   ``always`` policy. If that fails (disk full, read-only file system), the log is
    cut back, nothing is applied, and the caller gets :class:`~permindex.errors.StorageError`;
 3. apply the changes to the index (under the index's lock).
 
@@ -18,20 +20,20 @@ between its check and its add. Readers (queries, Get, Pairs) never take the writ
 never wait for the disk; they see a change once step 3 ran.
 
 Snapshots (:meth:`Store.snapshot`): under the write lock, only long enough to note the sequence
-number S of the last record applied and to start a new log segment, then without it: the index
-is exported in slices (:meth:`~permindex.index.Index.export_slices`, the index lock held about
-a millisecond per slice) while writes continue, and written as a snapshot recording log sequence
-S. The export is fuzzy -- a key changed meanwhile may appear with its newer value -- but every
-change after S is in the log, and replaying those records over the snapshot (which recovery
-always does) gives exactly the final state: a replayed add, replace or remove sets the key's
-state regardless of what it was. Once the snapshot is durable (file and directory fsynced), the
-log segments the *previous* snapshot no longer needs are deleted: the log is kept back to the
-previous generation, so ``snapshot.pmx.prev`` plus the log is a complete fallback too.
+number S of the last record applied and to start a new log segment, then without it: the index is
+exported in slices (:meth:`~permindex.index.Index.export_slices`, the index lock held for one slice
+of :data:`EXPORT_SLICE_ROWS` rows at a time) while writes continue, and written as a snapshot
+recording log sequence S. The export is fuzzy -- a key changed meanwhile may appear with its newer
+value -- but every change after S is in the log, and replaying those records over the snapshot
+(which recovery always does) gives exactly the final state: a replayed add, replace or remove sets
+the key's state regardless of what it was. Once the snapshot is durable (file and directory
+fsynced), the log segments the *previous* snapshot no longer needs are deleted: the log is kept back
+to the previous generation, so ``snapshot.pmx.prev`` plus the log is a complete fallback too.
 
-Recovery (:meth:`Store.open`): lock the directory, load the snapshot (if any), read the log after
-its sequence (:func:`permindex.storage.wal.read_log`: a torn tail is cut off with a warning;
-corruption before it stops the start unless ``truncate_corrupt_log``), replay it, then continue the
-log. The snapshot's key section goes into the index as it is on disk
+Recovery (:meth:`Store.open`): lock the directory, load the snapshot (if any), read the log
+after its sequence (:func:`permindex.storage.wal_recovery.read_log`: a torn tail is cut off with
+a warning; corruption before it stops the start unless ``truncate_corrupt_log``), replay it,
+then continue the log. The snapshot's key section goes into the index as it is on disk
 (:meth:`permindex.index.Index.from_compact`: no Python str per key; the keys are hashed while a
 second thread builds the tables).
 """

@@ -1,7 +1,7 @@
 """The write-ahead log: every change to a server's index, appended and (by default) fsynced
 before the change is applied and acknowledged -- the writer (:class:`LogWriter`) and its fsync
 policies. The file format is :mod:`permindex.storage.wal_records`'s, recovery
-:mod:`permindex.storage.wal_recovery`'s; their names are re-exported here.
+:mod:`permindex.storage.wal_recovery`'s; their names are re-exported by this module.
 
 A log is a sequence of segment files in the data directory. Each change request becomes one
 record, written with one ``write`` (and, under the default policy, one fsync) and replayed

@@ -1,5 +1,5 @@
 """The write-ahead log's file format: segment files, their header, and records -- encoded,
-checked and decoded here (the writer is :mod:`permindex.storage.wal`, recovery
+checked and decoded in this module (the writer is :mod:`permindex.storage.wal`, recovery
 :mod:`permindex.storage.wal_recovery`).
 
 Each change request (one Add batch, one CheckAndAdd batch, one Remove batch) becomes one
@@ -167,8 +167,9 @@ def encode_record(
 ) -> bytes:
     """One record (layout in the module docstring) as bytes, ready for one write.
 
-    Everything is validated here, so that nothing invalid is ever logged: ops in {1, 2, 3},
-    keys non-empty str of at most 1,024 UTF-8 bytes, fingerprints in [0, 2^64), 0 for removes.
+    Everything is validated by this function, so that nothing invalid is ever logged: ops in
+    {1, 2, 3}, keys non-empty str of at most 1,024 UTF-8 bytes, fingerprints in [0, 2^64), 0 for
+    removes.
 
     Raises:
         TypeError: a key is not a str.
