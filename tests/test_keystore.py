@@ -216,3 +216,27 @@ def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
     bad[offset] = 0xFF
     with pytest.raises(InvalidArgumentError, match=f"not valid UTF-8 .* at byte {offset}\\)"):
         Index.from_compact(lengths, bad, values)
+
+
+def test_check_reports_each_part() -> None:
+    """_check covers the rows (terminators, hashes) and the hash table (live count, findable
+    rows): a store damaged in one part reports that part."""
+
+    def filled() -> KeyStore:
+        store = KeyStore()
+        store.append_many(encode_keys(["a", "bb", "ccc"]))
+        assert store._check() == []
+        return store
+
+    store = filled()
+    store._data[1] = 1  # the NUL after "a"
+    assert store._check() == ["a key is not NUL-terminated"]
+    store = filled()
+    store._hashes[1] ^= np.uint64(1)
+    assert any("stored hash" in problem for problem in store._check())
+    store = filled()
+    store._live = 2
+    assert any("live count" in problem for problem in store._check())
+    store = filled()
+    store._slots[:] = 0
+    assert any("linked rows" in problem for problem in store._check())

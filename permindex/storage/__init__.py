@@ -1,7 +1,10 @@
 """Durability: the data directory, the snapshot format, the write-ahead log and the durable store.
 
-- :mod:`permindex.storage.snapshot`: the data directory (lock, layout, fsync) and snapshot files.
-- :mod:`permindex.storage.wal`: the write-ahead log (record format, fsync policies, recovery).
+- :mod:`permindex.storage.datadir`: the data directory's layout and lock, fsync and retiring files.
+- :mod:`permindex.storage.snapshot`: the snapshot format, and a data directory's generations.
+- :mod:`permindex.storage.wal_records`: the write-ahead log's segment and record format.
+- :mod:`permindex.storage.wal_recovery`: reading the log back at a start (torn tails, damage).
+- :mod:`permindex.storage.wal`: the log writer and its fsync policies.
 - :mod:`permindex.storage.store`: an :class:`~permindex.index.Index` kept in a data directory.
 
 Imports only :mod:`permindex.errors` and :mod:`permindex.index`; no grpc.

@@ -1,4 +1,5 @@
-"""Snapshots: the on-disk image of an index, and the server's data directory.
+"""Snapshots: the on-disk image of an index (the file format, its writer and its checking
+reader), and the snapshot generations of a data directory (:class:`DataDir`).
 
 A snapshot holds every stored (key, fingerprint) pair plus the options it was written with. It is
 written atomically (temporary file in the same directory, write, flush, fsync, rename, fsync of the
@@ -51,59 +52,56 @@ with a value newer than the log sequence; replaying the log after the log sequen
 recovery always does, gives the exact state. That is why the log is kept until a newer snapshot
 is durable, and why a snapshot is never loaded without its log.
 
-Data directory (:class:`DataDir`)::
-
-    DIR/snapshot.pmx        the current snapshot
-    DIR/snapshot.pmx.prev   the generation before it (a hard link kept until the new one is
-                            durable; a manual fallback, never loaded automatically)
-    DIR/LOCK                holds an exclusive flock(2) while a server owns DIR; contains its pid
-    DIR/wal-*.log           the write-ahead log's segments (:mod:`permindex.storage.wal`): the
-                            changes after the snapshot's log sequence, kept back to the previous
-                            generation's
-    DIR/.snapshot.pmx.*.tmp a write in progress, or the generation before .prev being deleted
-                            (gradually, see :func:`_delete_gradually`); left over only by a
-                            crash, removed at open
+The data directory's layout, lock and file-system steps are :mod:`permindex.storage.datadir`'s;
+:class:`DataDir` (in this module) reads and writes its snapshot generations.
 
 Options that differ from the server's: the snapshot stores only (key, fingerprint) pairs plus the
 k and design it was written with, for information. The tables are always rebuilt from the pairs
 when a snapshot is loaded, so a snapshot loads into an index of any k or design; the server logs
 a warning when they differ (see :mod:`permindex.rpc.server`).
 
-Measured (2-vCPU VM, ext4, fsync included; ASCII keys of 45 bytes, random fingerprints): 10^6
-keys, 62.0 MB: write 0.2-0.3 s, read 0.2 s; 10^7 keys, 620 MB: write 3.0-3.3 s. Reading checks
-everything but keeps the keys as the section (:attr:`Snapshot.section`; :attr:`Snapshot.keys`
-decodes them on demand): 10^7 keys of 40 bytes, 530 MB, 0.65-0.73 s (medians on a loaded
-machine); the reader that decoded them into 10^7 str objects took 2.9-3.3 s on the same machine.
-Writing and reading are linear in n + B.
+Writing and reading are linear in n + B; reading keeps the keys as the section
+(:attr:`Snapshot.section`) and decodes them only on demand (:attr:`Snapshot.keys`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import fcntl
 import functools
 import io
-import itertools
 import logging
 import os
 import struct
-import sys
-import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-import psutil
 
-from permindex.errors import CorruptFileError, DataDirLockedError, InvalidArgumentError
-from permindex.index.keystore import first_utf8_error
+from permindex.errors import CorruptFileError, InvalidArgumentError
+from permindex.index.key_section import (
+    KeySectionError,
+    check_section,
+    decode_section,
+    encode_section,
+    section_lengths,
+)
+from permindex.storage.datadir import (
+    PREVIOUS_SUFFIX,
+    SNAPSHOT_NAME,
+    DirectoryLock,
+    delete_gradually,
+    fsync_directory,
+    idle_io_priority,
+    link_previous,
+    remove_stale,
+    temporary_name,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -127,9 +125,6 @@ END_MARKER: Final = b"PMXE"
 FORMAT_VERSION: Final = 2
 #: Versions :func:`read_snapshot` reads (1: the first release, without a log sequence).
 READABLE_VERSIONS: Final = (1, 2)
-SNAPSHOT_NAME: Final = "snapshot.pmx"
-PREVIOUS_SUFFIX: Final = ".prev"
-LOCK_NAME: Final = "LOCK"
 
 _HEADER = struct.Struct("<8sIIQQIHHQdQI")  # everything before the header CRC (version 2)
 _HEADER_SIZE: Final = _HEADER.size + 4  # 72
@@ -140,8 +135,6 @@ _SYNC_BYTES: Final = 1 << 25  # a snapshot being written is fdatasynced every 32
 _TRAILER = struct.Struct("<I4s")
 _READ_CHUNK: Final = 1 << 26  # bytes per read() of a large section (64 MiB)
 _UTF8_SLICE: Final = 1 << 24  # bytes of a non-ASCII key section checked as UTF-8 per step
-_I64 = npt.NDArray[np.int64]
-_tmp_counter = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -224,43 +217,17 @@ def _as_fingerprints(fingerprints: npt.ArrayLike, n: int) -> npt.NDArray[np.uint
 
 
 def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
-    """(n,) <u4 UTF-8 byte lengths and the key section (each key's UTF-8 bytes and a NUL),
-    vectorized: the keys are joined with NUL and encoded once; the lengths are the str lengths
-    when everything is ASCII, else read off the NUL positions (a key that itself contains NUL
-    takes the slow path, one encode per key)."""
-    n = len(keys)
-    if n == 0:
-        return np.zeros(0, dtype="<u4"), b""
+    """(n,) <u4 UTF-8 byte lengths and the key section of ``keys``
+    (:func:`~permindex.index.key_section.encode_section`).
+
+    Raises TypeError (a key is not a str) or InvalidArgumentError (not encodable as UTF-8)."""
     try:
-        joined = "\x00".join(itertools.chain(keys, ("",)))
-        section = joined.encode("utf-8")
+        section, ends = encode_section(keys)
     except TypeError as error:
         raise TypeError(f"keys must be str: {error}") from error
     except UnicodeEncodeError as error:
         raise InvalidArgumentError(f"a key is not encodable as UTF-8: {error}") from error
-    if len(section) == len(joined):  # ASCII: bytes = characters
-        return np.fromiter(map(len, keys), dtype="<u4", count=n), section
-    del joined
-    terminators = np.flatnonzero(np.frombuffer(section, dtype=np.uint8) == 0)
-    if len(terminators) == n:
-        return (np.diff(terminators, prepend=-1) - 1).astype("<u4"), section
-    encoded = [key.encode("utf-8") for key in keys]
-    lengths = np.fromiter(map(len, encoded), dtype="<u4", count=n)
-    return lengths, b"\x00".join(itertools.chain(encoded, (b"",)))
-
-
-def fsync_directory(directory: Path) -> None:
-    """fsync ``directory`` itself, so that the names created, renamed or removed in it are
-    durable (the snapshot's rename, the write-ahead log's new segments)."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _temporary_name(path: Path, purpose: str) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{next(_tmp_counter)}.{purpose}.tmp")
+    return section_lengths(ends), section
 
 
 #: One slice of a snapshot's contents: (m,) UTF-8 key lengths (NUL excluded), the key section of
@@ -322,33 +289,6 @@ def write_snapshot(
     return dataclasses.replace(info, seconds=time.perf_counter() - started)
 
 
-@contextlib.contextmanager
-def _idle_io_priority() -> Iterator[None]:
-    """Run the body with the calling thread at the idle I/O priority class (Linux
-    ``ioprio_set(IOPRIO_CLASS_IDLE)`` through psutil, honoured by the mq-deadline and BFQ
-    schedulers), then restore the thread's class. A snapshot is hundreds of MB that nobody waits
-    for, while the write-ahead log's fdatasync under ``--fsync always`` is on every write's
-    path: measured on the 2-vCPU VM's virtual disk (mq-deadline), a 512 MB file written in 32 MiB
-    steps made a concurrent 300-byte append + fdatasync loop stall for at most 35 to 71 ms at
-    the normal class, 21 to 32 ms at the idle class. Does nothing where the platform or the
-    process does not allow it."""
-    if sys.platform != "linux":
-        yield
-        return
-    try:
-        thread = psutil.Process(threading.get_native_id())
-        before = thread.ionice()
-        thread.ionice(psutil.IOPRIO_CLASS_IDLE)
-    except (OSError, psutil.Error, ValueError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError, psutil.Error, ValueError):
-            thread.ionice(before.ioclass, before.value or None)
-
-
 def write_snapshot_parts(
     path: str | os.PathLike[str],
     parts: Sequence[Part],
@@ -366,12 +306,10 @@ def write_snapshot_parts(
     renamed over ``path``; then the directory is fsynced. A crash at any point leaves ``path``
     either as it was or complete and new. With ``keep_previous``, the file ``path`` held before is
     kept as ``path`` + ``.prev`` (a hard link made before the rename). Sections are written part
-    by part (no concatenation of the whole), each write and checksum releasing the GIL, so other
-    threads keep running while 10^7 keys are written, at the idle I/O priority class (Linux; see
-    :func:`_idle_io_priority`). The file is fdatasynced every 32 MiB as it grows: left to pile
-    up in the page cache, 600 MB would be written out by the final fsync in one go, and every
-    other fsync on the file system (the write-ahead log's, under the default policy) would wait
-    behind it.
+    by part (no concatenation of the whole), each write and checksum releasing the GIL, at the
+    idle I/O priority class (Linux; :func:`~permindex.storage.datadir.idle_io_priority`), and
+    fdatasynced every 32 MiB as the file grows (not all at the final fsync), so that the
+    write-ahead log's fsyncs do not wait behind it. O(n + B).
 
     Raises:
         InvalidArgumentError: a part whose three arrays disagree (nothing is written).
@@ -402,10 +340,10 @@ def write_snapshot_parts(
         created, log_sequence, 0,
     )  # fmt: skip
     header = head + struct.pack("<I", zlib.crc32(head))
-    temporary = _temporary_name(path, "write")
+    temporary = temporary_name(path, "write")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        with _idle_io_priority(), open(fd, "wb", closefd=True) as out:
+        with idle_io_priority(), open(fd, "wb", closefd=True) as out:
             out.write(header)
             crc = 0
             unsynced = 0
@@ -421,7 +359,7 @@ def write_snapshot_parts(
             out.write(_TRAILER.pack(crc, END_MARKER))
             out.flush()
             os.fsync(out.fileno())
-        retired = _link_previous(path) if keep_previous and path.exists() else None
+        retired = link_previous(path) if keep_previous and path.exists() else None
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -429,7 +367,7 @@ def write_snapshot_parts(
         raise
     fsync_directory(path.parent)
     if retired is not None:
-        _delete_gradually(retired)
+        delete_gradually(retired, _SYNC_BYTES)
     return SnapshotInfo(
         path=path,
         count=n,
@@ -442,49 +380,6 @@ def write_snapshot_parts(
         leading=leading,
         log_sequence=log_sequence,
     )
-
-
-def _link_previous(path: Path) -> Path | None:
-    """Make ``path.prev`` a hard link to ``path``. An older ``.prev`` is first renamed to a
-    temporary name and returned, to be deleted with :func:`_delete_gradually` once the new
-    snapshot is in place (a crash before that leaves it as a stale temporary, removed at the next
-    open); None when there was none."""
-    previous = path.with_name(path.name + PREVIOUS_SUFFIX)
-    link = _temporary_name(path, "link")
-    retired = None
-    try:
-        if previous.exists():
-            retired = _temporary_name(path, "retired")
-            os.replace(previous, retired)
-        os.link(path, link)
-        os.replace(link, previous)
-    except OSError as error:  # e.g. a file system without hard links: no fallback copy kept
-        with contextlib.suppress(OSError):
-            os.unlink(link)
-        log.warning("could not keep the previous snapshot as %s: %s", previous, error)
-    return retired
-
-
-def _delete_gradually(path: Path) -> None:
-    """Delete the file ``path`` by truncating it 32 MiB at a time (fsynced, at the idle I/O
-    class) before unlinking it. Freeing 500 MB of blocks at once (on ext4 mounted with
-    ``discard``, as here) stalled a concurrent log fdatasync for 29 to 40 ms; freed in steps, at
-    most 5 to 7 ms (measured on this VM). Errors are logged, never raised: the file is only a
-    retired generation."""
-    try:
-        with _idle_io_priority():
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                size = os.fstat(fd).st_size
-                while size > 0:
-                    size = max(0, size - _SYNC_BYTES)
-                    os.ftruncate(fd, size)
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.unlink(path)
-    except OSError as error:
-        log.warning("could not delete the retired snapshot %s: %s", path, error)
 
 
 # ----------------------------------------------------------------------------------- reading
@@ -500,64 +395,46 @@ def _read_exactly(source: io.BufferedReader, into: memoryview, path: Path, what:
         done += got
 
 
-def _key_ends(section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path) -> _I64:
-    """(n,) int64, one past each key's NUL in the key section; CorruptFileError unless the
-    lengths add up to the section and a NUL ends every key."""
-    ends = np.cumsum(lengths, dtype=np.int64)
-    ends += np.arange(1, len(lengths) + 1, dtype=np.int64)
-    if (int(ends[-1]) if len(ends) else 0) != len(section):
-        raise CorruptFileError(
-            f"{path}: key lengths do not add up to the key section", path=str(path)
-        )
-    if not bool(np.all(section[ends - 1] == 0)):
-        raise CorruptFileError(f"{path}: a key is not NUL-terminated", path=str(path))
-    return ends
+_SECTION_PROBLEMS: Final = {
+    "length": "an empty key",
+    "size": "key lengths do not add up to the key section",
+    "nul": "a key is not NUL-terminated",
+}
+
+
+def _corrupt_section(error: KeySectionError, path: Path) -> CorruptFileError:
+    """The CorruptFileError naming ``path`` for a key section's ``error``."""
+    if error.kind == "utf8":
+        what = f"a key is not valid UTF-8 ({error.reason} at byte {error.offset})"
+    else:
+        what = _SECTION_PROBLEMS[error.kind]
+    return CorruptFileError(f"{path}: {what}", path=str(path))
 
 
 def _check_key_section(
     section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path
 ) -> None:
-    """CorruptFileError unless the key section is well formed: lengths that add up, a NUL
-    ending every key, valid UTF-8 (checked without decoding when the section is ASCII, else
-    decoded 16 MiB at a time, cut after a NUL, and thrown away)."""
-    if not len(lengths):
-        if section.size:
-            raise CorruptFileError(
-                f"{path}: key lengths do not add up to the key section", path=str(path)
-            )
-        return
-    ends = _key_ends(section, lengths, path)
-    if int(section.max()) < 0x80:  # ASCII
-        return
-    error = first_utf8_error(section.data, ends, _UTF8_SLICE)
-    if error is not None:
-        raise CorruptFileError(
-            f"{path}: a key is not valid UTF-8 ({error[1]} at byte {error[0]})", path=str(path)
-        )
+    """CorruptFileError unless the key section is well formed
+    (:func:`~permindex.index.key_section.check_section`: no empty key, lengths that add up, a
+    NUL ending every key, valid UTF-8, checked :data:`_UTF8_SLICE` bytes at a time when not
+    ASCII). Key lengths above MAX_KEY_BYTES pass this check; loading refuses them."""
+    try:
+        check_section(section, lengths, max_bytes=None, utf8_slice=_UTF8_SLICE)
+    except KeySectionError as error:
+        raise _corrupt_section(error, path) from None
 
 
 def _decode_keys(
     section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path
 ) -> list[str]:
-    """Split the key section (each key's UTF-8 bytes and a NUL; ``lengths`` exclude the NUL):
-    decoded once and split at the NULs (one decode per key when a key itself contains NUL)."""
-    n = len(lengths)
-    if n == 0:
-        return []
-    ends = _key_ends(section, lengths, path)
-    data = section.tobytes()
+    """The keys of the key section (``lengths`` exclude the NUL), decoded
+    (:func:`~permindex.index.key_section.decode_section`); CorruptFileError when it is not
+    well formed."""
     try:
-        if data.count(0) == n:
-            keys = data.decode("utf-8").split("\x00")
-            keys.pop()  # the empty string after the last NUL
-            return keys
-        starts = [0, *ends[:-1].tolist()]
-        return [data[a : a + int(m)].decode("utf-8") for a, m in zip(starts, lengths, strict=True)]
-    except UnicodeDecodeError as error:
-        raise CorruptFileError(
-            f"{path}: a key is not valid UTF-8 ({error.reason} at byte {error.start})",
-            path=str(path),
-        ) from error
+        check_section(section, lengths, max_bytes=None, utf8=False)
+        return decode_section(section.tobytes(), lengths)
+    except KeySectionError as error:
+        raise _corrupt_section(error, path) from error
 
 
 def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
@@ -639,8 +516,6 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
                 f"checksum mismatch (CRC-32 {crc:#010x}, stored {stored_crc:#010x}): "
                 "the file is damaged"
             )
-    if n and int(lengths.min()) == 0:
-        raise corrupt("an empty key")
     _check_key_section(blob, lengths, path)
     info = SnapshotInfo(
         path=path,
@@ -667,48 +542,32 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
 
 
 class DataDir:
-    """A server's data directory (layout in the module docstring), owned by one process at a
-    time.
+    """A server's data directory (layout: :mod:`permindex.storage.datadir`), owned by one
+    process at a time, and its snapshot generations.
 
-    Opening it creates it if missing, takes an exclusive ``flock`` on ``DIR/LOCK`` and removes
-    temporary files a crash left behind. :meth:`close` releases the lock (so does process exit).
+    Opening it creates it if missing, takes the exclusive lock
+    (:class:`~permindex.storage.datadir.DirectoryLock`) and removes temporary files a crash left
+    behind. :meth:`close` releases the lock (so does process exit).
+
+    Attributes:
+        path: the directory.
+        snapshot_path: its current snapshot's file.
+        sequence: the generation number of the current snapshot (0: none).
+        log_sequence: the log sequence of the current snapshot (0 when none).
 
     Raises (from the constructor):
         DataDirLockedError: another process (or another DataDir in this one) holds the lock.
+        NotADirectoryError: ``path`` exists and is not a directory.
         OSError: the directory cannot be created or the lock file opened.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.snapshot_path = self.path / SNAPSHOT_NAME
-        if self.path.exists() and not self.path.is_dir():
-            raise NotADirectoryError(f"data directory {self.path} exists and is not a directory")
-        self.path.mkdir(parents=True, exist_ok=True)
-        lock_path = self.path / LOCK_NAME
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            os.close(fd)
-            if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                raise
-            holder = _read_pid(lock_path)
-            who = f"process {holder}" if holder else "another process"
-            raise DataDirLockedError(
-                f"data directory {self.path} is in use by {who} (lock {lock_path})",
-                path=str(self.path),
-                pid=holder,
-            ) from error
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd: int | None = fd
+        self._lock = DirectoryLock(self.path)
         self.sequence = 0
-        #: The log sequence of the current snapshot (0 when none).
         self.log_sequence = 0
-        for stale in self.path.glob(f".{SNAPSHOT_NAME}.*.tmp"):
-            log.warning("removing %s, left over by an interrupted snapshot", stale)
-            with contextlib.suppress(OSError):
-                stale.unlink()
+        remove_stale(self.path, f".{SNAPSHOT_NAME}.*.tmp", "snapshot", log)
 
     def load(self) -> Snapshot | None:
         """Read the current snapshot; None when there is none yet.
@@ -771,7 +630,7 @@ class DataDir:
     ) -> SnapshotInfo:  # fmt: skip
         """Write the next generation with ``write`` (a writer of this module, its contents
         bound) and note its sequence numbers. RuntimeError when the directory is closed."""
-        if self._lock_fd is None:
+        if not self._lock.held:
             raise RuntimeError(f"data directory {self.path} is closed")
         info = write(
             self.snapshot_path,
@@ -786,20 +645,10 @@ class DataDir:
 
     def close(self) -> None:
         """Release the lock; idempotent."""
-        if self._lock_fd is not None:
-            fd, self._lock_fd = self._lock_fd, None
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        self._lock.close()
 
     def __enter__(self) -> DataDir:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _read_pid(lock_path: Path) -> int | None:
-    try:
-        return int(lock_path.read_text().strip() or 0) or None
-    except (OSError, ValueError):
-        return None

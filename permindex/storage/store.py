@@ -7,8 +7,10 @@ the whole of one request and does, in this order:
 
 1. validate the request and decide what it changes (reading the index, under the index's own
    lock, briefly);
-2. encode the changes as one log record and append it -- one ``write``, and one fdatasync under
-   the default ``always`` policy. If that fails (disk full, read-only file system), the log is
+2. encode the changes as one log record (:func:`~permindex.storage.wal_records.encode_record`)
+   and append it (:meth:`~permindex.storage.wal.LogWriter.append`, from
+   :meth:`Store._log_then_apply`) -- one ``write``, and one fdatasync under the default
+   ``always`` policy. If that fails (disk full, read-only file system), the log is
    cut back, nothing is applied, and the caller gets :class:`~permindex.errors.StorageError`;
 3. apply the changes to the index (under the index's lock).
 
@@ -18,20 +20,20 @@ between its check and its add. Readers (queries, Get, Pairs) never take the writ
 never wait for the disk; they see a change once step 3 ran.
 
 Snapshots (:meth:`Store.snapshot`): under the write lock, only long enough to note the sequence
-number S of the last record applied and to start a new log segment, then without it: the index
-is exported in slices (:meth:`~permindex.index.Index.export_slices`, the index lock held about
-a millisecond per slice) while writes continue, and written as a snapshot recording log sequence
-S. The export is fuzzy -- a key changed meanwhile may appear with its newer value -- but every
-change after S is in the log, and replaying those records over the snapshot (which recovery
-always does) gives exactly the final state: a replayed add, replace or remove sets the key's
-state regardless of what it was. Once the snapshot is durable (file and directory fsynced), the
-log segments the *previous* snapshot no longer needs are deleted: the log is kept back to the
-previous generation, so ``snapshot.pmx.prev`` plus the log is a complete fallback too.
+number S of the last record applied and to start a new log segment, then without it: the index is
+exported in slices (:meth:`~permindex.index.Index.export_slices`, the index lock held for one slice
+of :data:`EXPORT_SLICE_ROWS` rows at a time) while writes continue, and written as a snapshot
+recording log sequence S. The export is fuzzy -- a key changed meanwhile may appear with its newer
+value -- but every change after S is in the log, and replaying those records over the snapshot
+(which recovery always does) gives exactly the final state: a replayed add, replace or remove sets
+the key's state regardless of what it was. Once the snapshot is durable (file and directory
+fsynced), the log segments the *previous* snapshot no longer needs are deleted: the log is kept back
+to the previous generation, so ``snapshot.pmx.prev`` plus the log is a complete fallback too.
 
-Recovery (:meth:`Store.open`): lock the directory, load the snapshot (if any), read the log after
-its sequence (:func:`permindex.storage.wal.read_log`: a torn tail is cut off with a warning;
-corruption before it stops the start unless ``truncate_corrupt_log``), replay it, then continue the
-log. The snapshot's key section goes into the index as it is on disk
+Recovery (:meth:`Store.open`): lock the directory, load the snapshot (if any), read the log
+after its sequence (:func:`permindex.storage.wal_recovery.read_log`: a torn tail is cut off with
+a warning; corruption before it stops the start unless ``truncate_corrupt_log``), replay it,
+then continue the log. The snapshot's key section goes into the index as it is on disk
 (:meth:`permindex.index.Index.from_compact`: no Python str per key; the keys are hashed while a
 second thread builds the tables).
 """
@@ -53,6 +55,7 @@ from numpy.typing import NDArray
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
 from permindex.index import CheckAndAddResult, Index, Match
 from permindex.index.hamming import as_fingerprint_array
+from permindex.index.key_section import batch_repeats
 from permindex.index.keys import validate_key
 from permindex.index.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.snapshot import DataDir, Snapshot, SnapshotInfo
@@ -405,13 +408,13 @@ class Store:
             StorageError: the log could not be written; nothing is removed.
         """
         key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
-        removed = [False] * len(key_list)
         with self._write_lock:
-            seen: set[str] = set()
-            for i, key in enumerate(key_list):
-                if key not in seen and key in self.index:
-                    removed[i] = True
-                seen.add(key)
+            removed = [key in self.index for key in key_list]
+            repeats = batch_repeats(key_list)
+            if repeats is not None:  # a key removed at its first occurrence only
+                removed = [
+                    r and first for r, first in zip(removed, repeats.first.tolist(), strict=True)
+                ]
             gone = [key for key, r in zip(key_list, removed, strict=True) if r]
             if gone:
                 n = len(gone)
@@ -489,17 +492,14 @@ class Store:
 
 
 def _set_ops(index: Index, keys: list[str]) -> NDArray[np.uint8]:
-    """The log op of storing each of ``keys`` in order: ADD for a key not stored (before the
-    call, nor earlier in it), REPLACE otherwise. Raises as :meth:`Index.add_many` for a bad
-    key."""
-    ops = np.where(index.contains_many(keys), REPLACE, ADD).astype(np.uint8)
-    if len(set(keys)) != len(keys):  # a repeated key: its later occurrences replace
-        seen: set[str] = set()
-        for i, key in enumerate(keys):
-            if key in seen:
-                ops[i] = REPLACE
-            seen.add(key)
-    return ops
+    """The log op of storing each of ``keys`` in order: ADD for a key not stored before the
+    call, at its first occurrence in it; REPLACE otherwise
+    (:func:`~permindex.index.key_section.batch_repeats`). Raises as :meth:`Index.add_many` for
+    a bad key."""
+    new = ~index.contains_many(keys)
+    repeats = batch_repeats(keys)
+    added = new if repeats is None else new & repeats.first
+    return np.where(added, ADD, REPLACE).astype(np.uint8)
 
 
 def _match_order(match: Match) -> tuple[int, str]:
