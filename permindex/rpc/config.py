@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from permindex.addresses import DEFAULT_ADDRESS, parse_address
+from permindex.index.keys import MAX_KEY_BYTES
 from permindex.storage.wal import FSYNC_POLICIES, FsyncPolicy
 
 __all__ = [
@@ -358,9 +359,9 @@ class ServerConfig:
         ),
     )
     max_key_bytes: int = field(
-        default=1024,
+        default=MAX_KEY_BYTES,
         metadata=declare(
-            "longest key, UTF-8 bytes, at most 1024 (default {default})",
+            f"longest key, UTF-8 bytes, at most {MAX_KEY_BYTES} (default {{default}})",
             parse=positive,
             metavar="N",
         ),

@@ -21,6 +21,7 @@ from permindex.errors import (
     status_name_for,
 )
 from permindex.index.clusters import NearDuplicates
+from permindex.index.key_section import batch_repeats
 from permindex.rpc import convert
 from permindex.rpc.catalog import Catalog, CollectionOptions
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory_bytes
@@ -172,11 +173,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         state.note_changes(len(keys))
         response = pb.AddResponse()
         status: dict[int, pb.DocumentStatus.ValueType] = {}
-        seen: set[str] = set()
-        for key, i, new in zip(keys, stored, was_new.tolist(), strict=True):
-            # a key repeated in the batch: the first is ADDED (when new), the later ones REPLACED
-            status[i] = _ADDED if new and key not in seen else _REPLACED
-            seen.add(key)
+        repeats = batch_repeats(keys)  # a repeated key: ADDED at its first occurrence only
+        added = was_new if repeats is None else was_new & repeats.first
+        for i, new in zip(stored, added.tolist(), strict=True):
+            status[i] = _ADDED if new else _REPLACED
         results = response.results
         for i, (key, fp) in enumerate(zip(batch.keys, batch.fingerprints, strict=True)):
             if fp is None:
