@@ -120,7 +120,7 @@ def rss_bytes() -> int:
 def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool) -> dict[str, Any]:
     from permindex import Index
     from permindex.index.permutation import Design
-    from permindex.index.table import Table
+    from permindex.index.table import RowSnapshot, Table
 
     fps, queries = make_data(n)
     keys = [f"doc-{i:08d}" for i in range(n)]
@@ -133,7 +133,7 @@ def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool
         tables = [Table(p) for p in Design(*design).permutations]
         began = time.perf_counter()
         for table in tables:
-            table.add_many(0, n, fps, None)
+            table.add_many(0, n, RowSnapshot(fps, None, n), None)
         builds.append(time.perf_counter() - began)
         del tables
         gc.collect()

@@ -110,3 +110,37 @@ def prepare_run_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(Table, "prepare_run", recording)
     return names
+
+
+@dataclasses.dataclass
+class IndexParts:
+    """The parts of every Index made since the fixture started, in order of creation: index
+    i's row store is ``rows[i]`` and its runs object ``runs[i]`` (each Index makes one of each).
+    Tests observe a part through its public attributes and methods, not the Index's privates."""
+
+    rows: list[Any]
+    runs: list[Any]
+
+
+@pytest.fixture
+def index_parts(monkeypatch: pytest.MonkeyPatch) -> IndexParts:
+    """Records the :class:`~permindex.index.rows.RowStore` and
+    :class:`~permindex.index.runs.Runs` of every Index made from now on."""
+    from permindex.index.rows import RowStore
+    from permindex.index.runs import Runs
+
+    parts = IndexParts([], [])
+    rows_init = RowStore.__init__
+    runs_init = Runs.__init__
+
+    def recording_rows(self: RowStore, *args: Any, **kwargs: Any) -> None:
+        rows_init(self, *args, **kwargs)
+        parts.rows.append(self)
+
+    def recording_runs(self: Runs, *args: Any, **kwargs: Any) -> None:
+        runs_init(self, *args, **kwargs)
+        parts.runs.append(self)
+
+    monkeypatch.setattr(RowStore, "__init__", recording_rows)
+    monkeypatch.setattr(Runs, "__init__", recording_runs)
+    return parts

@@ -11,9 +11,10 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import IndexParts
 
-import permindex.index.index as index_module
 import permindex.index.keystore as keystore_module
+import permindex.index.rows as rows_module
 from permindex import Index
 from permindex.index.keystore import KeyStore, encode_keys, hash_key
 
@@ -121,7 +122,7 @@ def _brute(model: dict[str, int], query: int, k: int) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("colliding", [False, True], ids=["xxh3", "colliding"])
 def test_index_grows_in_the_background_under_concurrent_writes(
-    monkeypatch: pytest.MonkeyPatch, colliding: bool
+    monkeypatch: pytest.MonkeyPatch, colliding: bool, index_parts: IndexParts
 ) -> None:
     """With background growth from 64 rows on, four writer threads (adds, replacements,
     removals, check-and-add) and a reader run together through many growths; at the end the
@@ -134,7 +135,7 @@ def test_index_grows_in_the_background_under_concurrent_writes(
 
         monkeypatch.setattr(keystore_module, "xxh3_64_intdigest", weak)
         steps = 40
-    monkeypatch.setattr(index_module, "_GROW_AHEAD_ROWS", 64)
+    monkeypatch.setattr(rows_module, "GROW_AHEAD_ROWS", 64)
     finished: list[int] = []  # journal lengths of the growths swapped in
     real_finish = KeyStore.finish_growth
 
@@ -147,6 +148,7 @@ def test_index_grows_in_the_background_under_concurrent_writes(
 
     monkeypatch.setattr(KeyStore, "finish_growth", counting_finish)
     index = Index(k=3, compaction_min=64)
+    rows = index_parts.rows[-1]
     models = [dict[str, int]() for _ in range(4)]
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -197,9 +199,7 @@ def test_index_grows_in_the_background_under_concurrent_writes(
     stop.set()
     reading.join(timeout=60)
     assert not errors, errors
-    grower = index._grower
-    if grower is not None:
-        grower.join(timeout=60)
+    rows.wait_for_growth(timeout=60)
     index._check()
     model = {k: v for m in models for k, v in m.items()}
     assert len(index) == len(model)
@@ -212,15 +212,18 @@ def test_index_grows_in_the_background_under_concurrent_writes(
     assert len(finished) >= 3  # it grew in the background, several times
 
 
-def test_growth_does_not_hold_the_lock_while_it_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_growth_does_not_hold_the_lock_while_it_copies(
+    monkeypatch: pytest.MonkeyPatch, index_parts: IndexParts
+) -> None:
     """While the growth a write needs is being prepared, a query completes: the lock is free,
     only the writer waits. Then the growth finishes and everything is there."""
-    monkeypatch.setattr(index_module, "_GROW_AHEAD_ROWS", 1024)
+    monkeypatch.setattr(rows_module, "GROW_AHEAD_ROWS", 1024)
     index = Index(k=3)
+    rows = index_parts.rows[-1]
     rng = np.random.default_rng(3)
     fps = rng.integers(0, 2**64, 1024, dtype=np.uint64)
     index.add_many([f"k{i}" for i in range(1024)], fps)
-    assert index._fps.size == 1024 + 128  # room for 128 more (next_capacity)
+    assert rows.capacity == 1024 + 128  # room for 128 more (next_capacity)
     preparing = threading.Event()
     proceed = threading.Event()
     real_prepare = KeyStore.prepare_growth
@@ -245,12 +248,12 @@ def test_growth_does_not_hold_the_lock_while_it_copies(monkeypatch: pytest.Monke
     writer.join(timeout=30)
     assert not writer.is_alive()
     assert [index.get(key) for key in more] == list(range(500))
-    assert index._fps.size >= 1024 + 500
+    assert rows.capacity >= 1024 + 500
     index._check()
 
 
 def test_the_first_small_write_after_a_bulk_load_does_not_wait_for_a_growth(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, index_parts: IndexParts
 ) -> None:
     """A bulk load leaves an eighth of room (next_capacity), so the next small writes fit at
     once; the growth they start runs in the background (held back here until they are done)."""
@@ -258,7 +261,8 @@ def test_the_first_small_write_after_a_bulk_load_does_not_wait_for_a_growth(
     rng = np.random.default_rng(11)
     fps = rng.integers(0, 2**64, n, dtype=np.uint64)
     index = Index.from_arrays([f"key-{i}" for i in range(n)], fps)
-    assert index._fps.size == n + n // 8
+    rows = index_parts.rows[-1]
+    assert rows.capacity == n + n // 8
     proceed = threading.Event()
     real_prepare = KeyStore.prepare_growth
 
@@ -279,10 +283,10 @@ def test_the_first_small_write_after_a_bulk_load_does_not_wait_for_a_growth(
     writer.start()
     writer.join(timeout=30)
     assert done == [1]  # finished while the growth was held back
-    grower = index._grower
+    grower = rows.grower
     assert grower is not None and grower.is_alive()
     proceed.set()
     grower.join(timeout=30)
-    assert index._fps.size == (n + n // 8) * 3 // 2
+    assert rows.capacity == (n + n // 8) * 3 // 2
     index._check()
     assert index.get("new-7") == 7 and index.get("batch-99") == 99 and index.get("key-5") == fps[5]

@@ -7,13 +7,23 @@ from __future__ import annotations
 import random
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import IndexParts
 from hypothesis import given
 from hypothesis import strategies as st
+from index_checks import (
+    TOP,
+    assert_queries_match_brute_force,
+    clustered,
+    expected_pairs,
+    expected_query,
+    snapshot,
+)
+from index_checks import export_lists as _export_lists
 from strategies import (
     DESIGNS,
     SETTINGS,
@@ -25,62 +35,12 @@ from strategies import (
     neighbours,
 )
 
-import permindex.index.index as index_module
 import permindex.index.join as join_module
 from permindex import Index, InvalidArgumentError, Match, NotFoundError, hamming
 from permindex.index import CheckAndAddResult
-from permindex.index.hamming import brute_force_pairs, brute_force_query
 from permindex.index.permutation import Design
 
-TOP = (1 << 64) - 1
 Design_K = tuple[tuple[int, int], int]
-
-
-# -- reference answers ---------------------------------------------------------------------
-
-
-def expected_query(keys_: list[str], fps: np.ndarray, q: int, k: int) -> list[Match]:
-    found = brute_force_query(fps, q, k).tolist()
-    values = fps.tolist()
-    out = [Match(keys_[i], values[i], bin(values[i] ^ q).count("1")) for i in found]
-    return sorted(out, key=lambda m: (m.distance, m.key))
-
-
-def expected_pairs(keys_: list[str], fps: np.ndarray, k: int) -> list[tuple[str, str, int]]:
-    i, j, d = brute_force_pairs(fps, k)
-    out = []
-    for a, b, dist in zip(i.tolist(), j.tolist(), d.tolist(), strict=True):
-        ka, kb = keys_[a], keys_[b]
-        out.append((ka, kb, dist) if ka < kb else (kb, ka, dist))
-    return sorted(out)
-
-
-def assert_queries_match_brute_force(
-    index: Index, queries: Iterable[int], k: int | None = None
-) -> None:
-    keys_, fps = index.export()
-    qs = list(queries)
-    kk = index.k if k is None else k
-    singles = [index.query(q, k) for q in qs]
-    for q, got in zip(qs, singles, strict=True):
-        assert got == expected_query(keys_, fps, q, kk), f"query {q:#x} k={kk}"
-    assert index.query_many(np.array(qs, dtype=np.uint64), k) == singles
-    assert index.query_many(qs, k) == singles
-
-
-def snapshot(index: Index) -> tuple[list[str], list[int], int]:
-    keys_, fps = index.export()
-    return keys_, fps.tolist(), len(index)
-
-
-def clustered(rng: np.random.Generator, n: int, centers: int, max_flips: int) -> np.ndarray:
-    """n fingerprints around a few centers (0..max_flips flipped bits), some exact copies."""
-    base = rng.integers(0, TOP, centers, dtype=np.uint64, endpoint=True)
-    out = base[rng.integers(0, centers, n)]
-    for i in range(n):
-        for bit in rng.choice(64, int(rng.integers(0, max_flips + 1)), replace=False):
-            out[i] ^= np.uint64(1) << np.uint64(bit)
-    return out
 
 
 def make_index(design_k: Design_K, **options: int) -> Index:
@@ -160,7 +120,7 @@ def test_add_get_remove_discard() -> None:
     index._check()
 
 
-def test_replace_leaves_no_stale_entry() -> None:
+def test_replace_leaves_no_stale_entry(index_parts: IndexParts) -> None:
     index = Index(memtable_limit=4, compaction_min=2)
     old, new = 0x1234_5678_9ABC_DEF0, 0xFEDC_BA98_7654_3210
     index.add("doc", old)
@@ -175,7 +135,7 @@ def test_replace_leaves_no_stale_entry() -> None:
         index.add("doc", old)
         index.add("doc", new)
     index._check()
-    assert index._n_rows <= 2 * len(index) + 2
+    assert index_parts.rows[-1].n <= 2 * len(index) + 2
 
 
 def test_match_fields_are_python_types() -> None:
@@ -348,66 +308,6 @@ def test_limit() -> None:
         index.query(base, limit=True)
 
 
-def test_query_many_limit_makes_only_the_kept_matches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A limit cuts each query's matches in (distance, key) order before any Match is made:
-    200 queries of a fingerprint stored under 600 keys (ties at every distance, keys not in
-    row order), limit 2, make 400 Match objects, and equal brute force cut to 2; without a
-    limit every match is made, and also equals brute force."""
-    rng = random.Random(4)
-    base = 0x1234_5678_9ABC_DEF0
-    names = [f"key-{rng.randrange(10**9):09d}-{i}" for i in range(600)]
-    fps = [base if i % 3 else base ^ (1 << (i % 64)) for i in range(600)]
-    noise = [rng.getrandbits(64) for _ in range(100)]
-    index = Index()
-    index.add_many(names + [f"noise-{i}" for i in range(100)], fps + noise)
-    index.remove(names[5])  # a dead row among the matches
-    stored = {k: v for k, v in zip(names, fps, strict=True) if k != names[5]}
-    stored.update({f"noise-{i}": v for i, v in enumerate(noise)})
-    queries = [base] * 150 + [base ^ 0b111] * 50
-    made = [0]
-    real = index_module.Match
-
-    class CountingMatch:  # stands in for the Match class: counts what is made
-        def __call__(self, *fields: Any) -> Match:
-            made[0] += 1
-            return real(*fields)
-
-        def _make(self, fields: Iterable[Any]) -> Match:
-            made[0] += 1
-            return real._make(fields)
-
-    def brute(query: int) -> list[Match]:
-        near = [Match(key, value, bin(value ^ query).count("1")) for key, value in stored.items()]
-        return sorted((m for m in near if m.distance <= 3), key=lambda m: (m.distance, m.key))
-
-    def counting_new_match(fields: tuple[str, int, int]) -> Match:
-        made[0] += 1
-        return real._make(fields)
-
-    monkeypatch.setattr(index_module, "Match", CountingMatch())
-    monkeypatch.setattr(index_module, "_new_match", counting_new_match)
-    limited = index.query_many(queries, limit=2)
-    assert made[0] == 2 * len(queries)
-    for query, got in zip(queries, limited, strict=True):
-        assert got == brute(query)[:2]
-    made[0] = 0
-    everything = index.query_many(queries[:20])
-    assert made[0] == sum(len(matches) for matches in everything) > 20 * 400
-    assert everything[0] == brute(base)
-
-
-def test_query_many_chunks_and_candidate_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(11)
-    fps = clustered(rng, 600, 5, 4)
-    index = Index(memtable_limit=50)
-    index.add_many([f"k{i}" for i in range(600)], fps)
-    queries = fps[:40].tolist()
-    expected = [index.query(q) for q in queries]
-    monkeypatch.setattr(index_module, "_QUERY_CHUNK", 7)
-    monkeypatch.setattr(index_module, "_CANDIDATE_BUDGET", 5)
-    assert index.query_many(queries) == expected
-
-
 def test_pairs_with_a_big_group_of_equal_fingerprints(monkeypatch: pytest.MonkeyPatch) -> None:
     value = 0xAAAA_5555_AAAA_5555
     names = [f"same{i:03d}" for i in range(300)]
@@ -441,11 +341,12 @@ def test_pairs_key_order_is_code_point_order() -> None:
 
 
 @pytest.mark.parametrize(("design_k", "seed"), [(d, seed) for seed, d in enumerate(DESIGNS)])
-def test_randomized_stress(design_k: Design_K, seed: int) -> None:
+def test_randomized_stress(design_k: Design_K, seed: int, index_parts: IndexParts) -> None:
     pair, k = design_k
     rng = random.Random(seed)
     limit = 4
     index = Index(k, pair, memtable_limit=limit, compaction_min=3)
+    rows, runs = index_parts.rows[-1], index_parts.runs[-1]
     model: dict[str, int] = {}
     centers = [rng.getrandbits(64) for _ in range(6)]
     edges = boundary_bits(pair)
@@ -461,7 +362,7 @@ def test_randomized_stress(design_k: Design_K, seed: int) -> None:
 
     for step in range(1200):
         op = rng.random()
-        rows_before = index._n_rows
+        rows_before = rows.n
         if op < 0.35:
             key, value = rng.choice(pool), fingerprint()
             assert index.add(key, value) == (key not in model)
@@ -505,8 +406,8 @@ def test_randomized_stress(design_k: Design_K, seed: int) -> None:
         index._check()
         assert len(index) == len(model)
         assert dict(zip(*_export_lists(index), strict=True)) == model
-        most_runs = max(most_runs, len(index._tables[0].run_sizes))
-        compactions += index._n_rows < rows_before
+        most_runs = max(most_runs, len(runs.tables[0].run_sizes))
+        compactions += rows.n < rows_before
         if step % 25 == 0:
             assert_queries_match_brute_force(index, [fingerprint() for _ in range(10)])
             assert index.pairs() == expected_pairs(*_model_arrays(model), k)
@@ -516,11 +417,6 @@ def test_randomized_stress(design_k: Design_K, seed: int) -> None:
 
 def _model_arrays(model: dict[str, int]) -> tuple[list[str], np.ndarray]:
     return list(model), np.array(list(model.values()), dtype=np.uint64)
-
-
-def _export_lists(index: Index) -> tuple[list[str], list[int]]:
-    keys_, fps = index.export()
-    return keys_, fps.tolist()
 
 
 # -- invalid input changes nothing ---------------------------------------------------------------
@@ -745,23 +641,24 @@ def test_designs_bulk_and_auto(design: tuple[int, int]) -> None:
     assert isinstance(InvalidArgumentError("x"), ValueError)
 
 
-def test_liveness_mask_only_while_rows_are_dead() -> None:
+def test_liveness_mask_only_while_rows_are_dead(index_parts: IndexParts) -> None:
     index = Index(compaction_min=0)
+    rows = index_parts.rows[-1]
     fps = np.arange(1, 5001, dtype=np.uint64) * np.uint64(0x9E37_79B9_7F4A_7C15)
     index.add_many([f"k{i}" for i in range(5000)], fps)
-    assert index._live is None  # a bulk load: every row live, no mask
+    assert rows.live is None  # a bulk load: every row live, no mask
     per_fp = index.table_bytes() / 5000
     directories = 4 * 4 * 2**11 / 5000  # 4 tables of 2^11 buckets at 5,000 rows
     # The fingerprint (its array with an eighth of room after a bulk load: next_capacity), and
     # per table 3 bytes of row number and a 2-byte filter.
     assert per_fp == pytest.approx(8 * 9 / 8 + 4 * 5 + directories, abs=0.1)
     index.remove("k1")
-    assert index._live is not None and index.table_bytes() / 5000 > per_fp
+    assert rows.live is not None and index.table_bytes() / 5000 > per_fp
     index.discard("k2")
     index._check()
     for i in range(3, 2502):  # the 2,501st removal outnumbers the live rows: a compaction
         index.remove(f"k{i}")
-    assert index._live is None and len(index) == 5000 - 2501
+    assert rows.live is None and len(index) == 5000 - 2501
     index._check()
     assert_queries_match_brute_force(index, fps[::97].tolist())
 
@@ -822,308 +719,3 @@ def test_pairs_on_the_byte_pair_join(monkeypatch: pytest.MonkeyPatch) -> None:
     for kk in range(4):
         assert index.pairs(kk) == expected_pairs(keys_, values, kk)
     assert calls == [0, 1, 2, 3]
-
-
-def test_merge_outside_the_lock_survives_a_compaction(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A compaction between a merge's computation and its swap: the merged run is discarded
-    (its rows were renumbered) and the merging goes on from the new runs."""
-    import permindex.index.table as table_module
-
-    index = Index(memtable_limit=4, compaction_min=0)
-    original = table_module.Table.merged_runs
-    calls = [0]
-
-    def merged_with_a_compaction(self: Any, *args: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == 2:
-            with index._lock:
-                index._compact()
-        return original(self, *args)
-
-    monkeypatch.setattr(table_module.Table, "merged_runs", merged_with_a_compaction)
-    rng = np.random.default_rng(4)
-    fps = clustered(rng, 400, 4, 3)
-    for start in range(0, 400, 50):
-        index.add_many([f"m{i}" for i in range(start, start + 50)], fps[start : start + 50])
-    index.remove("m7")
-    index._check()
-    assert calls[0] > 2
-    assert_queries_match_brute_force(index, fps[::40].tolist())
-
-
-def test_runs_with_rows_above_2_to_the_24() -> None:
-    """Row numbers are kept as 16 + 8 bits below 2^24 and 16 + 16 bits above: a table whose rows
-    start at 2^24 - 50 (a lazily zeroed fingerprint array, so no real memory) answers as brute
-    force, in both the single and the batch path, before and after a merge."""
-    from permindex.index.permutation import Design
-    from permindex.index.table import Run, Table
-
-    first = (1 << 24) - 50
-    rng = np.random.default_rng(24)
-    fps = np.zeros(first + 400, dtype=np.uint64)
-    fps[first:] = clustered(rng, 400, 5, 3)
-    table = Table(Design(4, 1).permutations[2], memtable_limit=8)
-    table.add_many(first, 300, fps, None)
-    table.add_many(first + 300, 100, fps, None)  # a second run, merged into the first
-    assert table.run_sizes == (400,)
-    run = table._runs[0]
-    assert run.high.dtype == np.uint16 and int(run.rows.max()) == first + 399
-    assert [run.row_at(i) for i in range(5)] == run.rows[:5].tolist()
-    table._check(fps, first + 400)
-    narrow = Run(np.array([0, 7, (1 << 24) - 1], dtype=np.uint32), np.zeros(3, np.uint16),
-                 np.zeros(2, np.uint32), 0)  # fmt: skip
-    assert narrow.high.dtype == np.uint8 and narrow.rows.tolist() == [0, 7, (1 << 24) - 1]
-    perm = table.permutation
-    for q in fps[first::37].tolist():
-        hits: dict[int, tuple[int, int]] = {}
-        table.lookup(q, 3, fps.data, hits)
-        expected = {first + int(i) for i in brute_force_query(fps[first:], q, 3)}
-        same_prefix = {r for r in expected if perm.prefix(int(fps[r])) == perm.prefix(q)}
-        assert same_prefix <= set(hits) <= expected
-        ((source, _filters, lo, counts),) = table.ranges_many(
-            perm.prefix_array(np.array([q], dtype=np.uint64)), fps
-        )
-        assert isinstance(source, Run)
-        got = set(source.rows_at(np.arange(lo[0], lo[0] + counts[0])).tolist())
-        assert same_prefix <= got
-
-
-@pytest.mark.parametrize("dtype", [np.uint32, np.intp])
-@pytest.mark.parametrize("top", [5, (1 << 24) - 1, 1 << 24, (1 << 32) - 1])
-def test_run_row_parts_and_shift(dtype: type, top: int) -> None:
-    """A run keeps each row as 16 + 8 bits below 2^24 and 16 + 16 bits from 2^24 on, whether its
-    rows come as uint32 or intp, contiguous or strided; shifting a run adds to every row and
-    widens the parts when it crosses 2^24."""
-    from permindex.index.table import Run, _split_rows
-
-    rng = np.random.default_rng(top % 1000)
-    rows: np.ndarray = np.unique(np.r_[rng.integers(0, top + 1, 500), 0, top]).astype(dtype)
-    rng.shuffle(rows)
-    for source in (rows, rows[::2]):
-        low, high = _split_rows(source)
-        assert low.dtype == np.uint16
-        assert high.dtype == (np.uint8 if int(source.max()) < 1 << 24 else np.uint16)
-        joined = (high.astype(np.int64) << 16) | low
-        assert joined.tolist() == source.astype(np.int64).tolist()
-    filters = rng.integers(0, 1 << 16, rows.size, dtype=np.uint16)
-    run = Run(rows, filters, np.zeros(2, np.uint32), 0)
-    assert run.rows.tolist() == rows.astype(np.int64).tolist()
-    assert run.shifted(0) is run
-    if top < (1 << 32) - 1 - 1000:
-        moved = run.shifted(1000)
-        assert moved.rows.tolist() == (rows.astype(np.int64) + 1000).tolist()
-        assert moved.high.dtype == (np.uint8 if top + 1000 < 1 << 24 else np.uint16)
-        assert moved.filters is run.filters
-
-
-def test_run_from_unsorted_with_consecutive_rows() -> None:
-    """The run of consecutive rows from ``first_row`` (rows=None: no gather) equals the run of
-    the same rows given explicitly, on both sides of 2^24, for 16-bit and wider prefixes."""
-    from permindex.index.permutation import Design
-    from permindex.index.table import Run
-
-    rng = np.random.default_rng(5)
-    values = rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64, endpoint=True)
-    for pair in ((4, 1), (6, 3)):
-        perm = Design(*pair).permutations[1]
-        bits = perm.prefix_bits
-        filters = perm.filter_array(values)
-        prefixes = perm.prefix_array16(values) if bits <= 16 else perm.prefix_array(values)
-        for first in (0, 17, (1 << 24) - 1000):
-            rows = np.arange(first, first + values.size, dtype=np.uint32)
-            made = Run.from_unsorted(None, prefixes, filters, bits, first_row=first)
-            given = Run.from_unsorted(rows, perm.prefix_array(values), filters, bits)
-            assert made.rows.tolist() == given.rows.tolist()
-            assert made.high.dtype == given.high.dtype
-            assert np.array_equal(made.filters, given.filters)
-            assert np.array_equal(made.offsets, given.offsets) and made.shift == given.shift
-            ordered = perm.prefix_array(values[made.rows.astype(np.int64) - first])
-            assert bool((ordered[1:] >= ordered[:-1]).all())
-
-
-@pytest.mark.parametrize("k", [0, 1, 3, 16])
-def test_filtered_ranges_equals_gathering_then_filtering(k: int) -> None:
-    """The batch path's candidate filter: the same (query, position) pairs, in the same order,
-    as expanding every range and comparing each candidate's filter with its query's; empty
-    ranges, a query without candidates, and all queries empty included."""
-    from permindex.index.table import filtered_ranges, gather_ranges
-
-    rng = np.random.default_rng(k)
-    filters = rng.integers(0, 1 << 16, 5000, dtype=np.uint16)
-    for queries in (0, 1, 300):
-        counts = rng.integers(0, 40, queries).astype(np.int64)
-        counts[::7] = 0
-        lo = rng.integers(0, 5000 - 40, queries).astype(np.int64)
-        query_filters = rng.integers(0, 1 << 16, queries, dtype=np.uint16)
-        query_filters[::3] = filters[lo[::3]]  # some exact filter matches
-        qpos, positions = gather_ranges(lo, counts)
-        near = np.bitwise_count(filters[positions] ^ query_filters[qpos]) <= k
-        got_q, got_p = filtered_ranges(lo, counts, filters, query_filters, k)
-        assert got_q.tolist() == qpos[near].tolist()
-        assert got_p.tolist() == positions[near].tolist()
-
-
-@given(
-    size=st.integers(1, 60),
-    k=st.integers(0, 17),
-    seed=st.integers(0, 2**32 - 1),
-)
-@SETTINGS
-def test_single_query_bucket_filter_test_equals_brute_force(size: int, k: int, seed: int) -> None:
-    """The single-query scan of one bucket (the filters of every entry tested at once as 16-bit
-    lanes of one int, up to PYTHON_SCAN entries; numpy above) finds exactly the entries within
-    k of the query, for every bucket size and for k past the filter's 16 bits."""
-    from permindex.index.table import Table
-
-    rng = np.random.default_rng(seed)
-    perm = Design(4, 1).permutations[0]
-    prefix = int(rng.integers(0, 1 << 16))
-    query = (prefix << 48) | int(rng.integers(0, 1 << 48))
-    # One bucket of `size` entries sharing the query's prefix: random ones and near ones.
-    low = rng.integers(0, 1 << 48, size, dtype=np.uint64)
-    flips = [rng.choice(48, int(rng.integers(0, 5)), replace=False) for _ in range(size)]
-    near = np.array([query ^ sum(1 << int(b) for b in bits) for bits in flips], dtype=np.uint64)
-    fps = np.where(rng.random(size) < 0.5, np.uint64(prefix << 48) | low, near).astype(np.uint64)
-    table = Table(perm, memtable_limit=1)  # a run, not the memtable
-    table.add_many(0, size, fps, None)
-    assert len(table._runs) == 1
-    hits: dict[int, tuple[int, int]] = {}
-    table.lookup(query, k, fps.data, hits)
-    expected = {
-        row: (value, (value ^ query).bit_count())
-        for row, value in enumerate(fps.tolist())
-        if (value ^ query).bit_count() <= k
-    }
-    assert hits == expected
-
-
-def test_large_batches_build_the_tables_in_threads(
-    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
-) -> None:
-    """A batch of at least _PARALLEL_MIN fingerprints has its tables' runs built by a pool of
-    _BUILD_THREADS threads; the index is the same as one built in one thread (invariants,
-    every query equal to brute force)."""
-    threads = prepare_run_threads
-    monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1000)
-    monkeypatch.setattr(index_module, "_BUILD_THREADS", 3)
-    rng = np.random.default_rng(21)
-    fps = np.concatenate([rng.integers(0, TOP, 3000, dtype=np.uint64), clustered(rng, 200, 4, 3)])
-    names = [f"b{i}" for i in range(fps.size)]
-    index = Index(design=(5, 2), memtable_limit=64)
-    index.add_many(names, fps)
-    assert len(threads) == 10 and all(name.startswith("permindex-build") for name in threads)
-    threads.clear()
-    index.add_many([f"small{i}" for i in range(500)], fps[:500] ^ np.uint64(1))
-    assert len(threads) == 10 and not any(name.startswith("permindex-build") for name in threads)
-    index._check()
-    assert_queries_match_brute_force(index, [*fps[::40].tolist(), *(fps[:500:25] ^ 1).tolist()])
-
-
-def test_large_batch_tables_built_while_keys_are_checked(
-    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
-) -> None:
-    """With a fingerprint array, a large batch's tables are built in other threads while the
-    keys are checked and hashed: a bad key is still refused with its position (nothing stored,
-    no build thread left running), and repeated keys still keep their last fingerprint (the
-    runs built for the whole batch are dropped)."""
-    threads = prepare_run_threads
-    monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1000)
-    rng = np.random.default_rng(22)
-    fps = rng.integers(0, TOP, 3000, dtype=np.uint64)
-    index = Index()
-    index.add("kept", 5)
-    names: list[Any] = [f"a{i}" for i in range(3000)]
-    names[1500] = ""
-    with pytest.raises(InvalidArgumentError, match="1500"):
-        index.add_many(names, fps)
-    # The runs were started before the keys were checked, in build threads (those not yet
-    # started when the key was refused are cancelled).
-    assert 1 <= len(threads) <= 4
-    assert all(name.startswith("permindex-build") for name in threads)
-    assert index.export()[0] == ["kept"]
-    assert not [t for t in threading.enumerate() if t.name.startswith("permindex-build")]
-    names[1500] = "a0"  # repeated: the later fingerprint wins
-    new = index.add_many(names, fps)
-    assert new.size == 3000 and bool(new.all())
-    assert index.get("a0") == int(fps[1500])
-    index._check()
-    expected = {name: int(value) for name, value in zip(names, fps.tolist(), strict=True)}
-    expected["kept"] = 5
-    assert dict(zip(*_export_lists(index), strict=True)) == expected
-    assert_queries_match_brute_force(index, fps[::60].tolist())
-
-
-def test_merge_all_runs_leaves_one_run_per_table() -> None:
-    """merge_all_runs: every table's runs and memtable become one run (dead rows dropped),
-    queries equal brute force before and after; nothing to do returns False; an index written
-    to less than ``idle`` seconds ago is left alone; a few writes after the merge (under
-    min_share of the entries) are left to the memtable, unless min_share=0."""
-    rng = np.random.default_rng(31)
-    fps = np.concatenate([rng.integers(0, TOP, 5000, dtype=np.uint64), clustered(rng, 600, 5, 3)])
-    names = [f"r{i}" for i in range(fps.size)]
-    index = Index(memtable_limit=64)
-    for start in range(0, 5000, 700):  # batches: several runs per table
-        index.add_many(names[start : start + 700], fps[start : start + 700])
-    for name, value in zip(names[5000:], fps[5000:].tolist(), strict=True):
-        index.add(name, value)  # singles: some left in the memtables
-    index.remove("r10")
-    assert any(len(t.runs) > 1 for t in index._tables)
-    queries = [*fps[::97].tolist(), *(fps[5000::37] ^ np.uint64(3)).tolist()]
-    before = [index.query(q) for q in queries]
-    assert not index.merge_all_runs(idle=60.0)  # just written to
-    assert index.merge_all_runs()
-    assert all(len(t.runs) == 1 and not t.memtable_size for t in index._tables)
-    assert all(len(t) == fps.size - 1 for t in index._tables)  # the dead row dropped
-    index._check()
-    assert [index.query(q) for q in queries] == before
-    assert_queries_match_brute_force(index, queries)
-    assert not index.merge_all_runs()  # nothing left to merge
-    for i in range(10):
-        index.add(f"late-{i}", i)
-    assert all(t.memtable_size == 10 for t in index._tables)
-    # A trickle (10 of 5,609 entries, under the default eighth) is not worth a full merge.
-    assert not index.merge_all_runs()
-    assert all(t.memtable_size == 10 for t in index._tables)
-    assert index.merge_all_runs(min_share=0)
-    assert all(len(t.runs) == 1 and not t.memtable_size for t in index._tables)
-    assert [m.key for m in index.query(3, k=0)] == ["late-3"]
-
-
-def test_merge_all_runs_with_concurrent_writes_and_a_compaction(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Writes while merge_all_runs merges (outside the lock) land after the merged runs and are
-    kept; a compaction meanwhile drops the merge (returns False) and nothing is lost."""
-    import permindex.index.table as table_module
-
-    rng = np.random.default_rng(32)
-    fps = rng.integers(0, TOP, 4000, dtype=np.uint64)
-    index = Index(memtable_limit=64, compaction_min=0)
-    for start in range(0, 3000, 500):
-        index.add_many([f"w{i}" for i in range(start, start + 500)], fps[start : start + 500])
-    original = table_module.Table.merged_runs
-    during = {"write": True, "compact": False}
-
-    def merged_runs_with_a_write(self: Any, runs: Any, *args: Any) -> Any:
-        if during["write"]:
-            during["write"] = False
-            index.add_many([f"w{i}" for i in range(3000, 4000)], fps[3000:])
-        if during["compact"]:
-            during["compact"] = False
-            with index._lock:
-                index._compact()
-        return original(self, runs, *args)
-
-    monkeypatch.setattr(table_module.Table, "merged_runs", merged_runs_with_a_write)
-    assert index.merge_all_runs()
-    index._check()
-    assert len(index) == 4000
-    assert_queries_match_brute_force(index, fps[::50].tolist())
-    for start in range(0, 1000, 200):
-        index.add_many([f"x{i}" for i in range(start, start + 200)], fps[start : start + 200])
-    index.remove("x5")
-    during["compact"] = True
-    assert not index.merge_all_runs()
-    index._check()
-    assert len(index) == 4999
-    assert_queries_match_brute_force(index, fps[::50].tolist())

@@ -180,12 +180,13 @@ def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
     second thread builds the tables: every stored hash is the key's, every query equals brute
     force, a repeated key keeps its last fingerprint, and a bad byte is reported at its offset
     in the whole section."""
-    import permindex.index.index as index_module
+    import permindex.index.batches as batches_module
+    import permindex.index.runs as runs_module
 
     threads = prepare_run_threads
-    monkeypatch.setattr(index_module, "_HASH_CHUNK", 7)
-    monkeypatch.setattr(index_module, "_PARALLEL_MIN", 1)
-    monkeypatch.setattr(index_module, "_UTF8_SLICE", 16)
+    monkeypatch.setattr(batches_module, "HASH_CHUNK", 7)
+    monkeypatch.setattr(runs_module, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(batches_module, "UTF8_SLICE", 16)
     rng = np.random.default_rng(8)
     names = [f"k{i}" for i in range(1000)]
     names[10] = "nul\x00in"

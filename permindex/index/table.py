@@ -2,46 +2,49 @@
 its prefix (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling",
 section 3), kept as a small log-structured merge tree.
 
-Layout. The index owns one array of fingerprints by row number ((capacity,) uint64) and a
-liveness mask by row (None while every row is live); a table stores, per entry, a row number and
-a 16-bit filter -- 6 bytes:
+Layout. The index's row store (:mod:`permindex.index.rows`) owns the fingerprints by row number
+((capacity,) uint64) and the liveness mask by row (None while every row is live); a table reads
+them through :class:`RowArrays` and stores, per entry, a row number and a 16-bit filter -- 6
+bytes:
 
 * frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix with the
   (m,) uint16 filters of their fingerprints beside them (the 16 bits of the permuted value after
   the prefix: two fingerprints within k have filters within k, so a query compares filters,
-  read sequentially, and reads the fingerprints of the ~1% that pass), each with a directory
+  read sequentially, and reads the fingerprints of the few that pass), each with a directory
   ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits, 2^r <= m / 2), so
   the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
-  equals the prefix width the range is exact; otherwise it is a superset that the caller
-  narrows with the candidates' fingerprints (which it reads anyway to verify them). Runs are
+  equals the prefix width the range is exact; otherwise it is a superset that the verification
+  of the candidates (:mod:`permindex.index.verify`) narrows. Runs are
   listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
   there are at most log_4(n) + 1 of them
-  (between a write and the merges it triggers, which the index runs outside its lock with
-  :meth:`Table.pending_merge`, :meth:`Table.merged_runs` and :meth:`Table.replace_runs`, a few
-  more);
+  (between a write and the merges it triggers, which :mod:`permindex.index.runs` runs outside
+  the index's lock with :meth:`Table.pending_merge`, :meth:`Table.merged_runs` and
+  :meth:`Table.replace_runs`, a few more);
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
   ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
   run when it holds more than ``memtable_limit`` entries; a batch of at least
   :data:`DIRECT_RUN_MIN` rows (or ``memtable_limit``, if smaller) becomes a run directly.
 
-Within a prefix, order is unspecified: a query only needs the prefix range, and sorting by the
-prefix alone (a radix sort on 16-bit digits) is several times cheaper than sorting by the whole
-permuted value.
+Within a prefix, order is unspecified: a query only needs the prefix range, so a run is sorted
+by the prefix alone (a radix sort on 16-bit digits).
 
-Removal is by tombstone: the index clears the row's live flag and leaves the table alone; a
-merge drops dead rows it meets, and :meth:`Table.compact` (called by the index) renumbers rows
-and drops all of them. Rows are never reused before a compaction, and a row's fingerprint never
-changes, so an entry can be dead but never wrong.
+A table finds candidates; it does not verify them (:func:`permindex.index.verify.verify` does,
+for both query paths). Removal is by tombstone: the row store clears the row's live flag and
+leaves the table alone; a merge drops dead rows it meets, and :meth:`Table.compact` (called at
+a compaction of the row store) renumbers rows and drops all of them. Rows are never reused
+before a compaction, and a row's fingerprint never changes, so an entry can be dead but never
+wrong.
 
 Costs (n entries in the table, L the memtable bound): :meth:`Table.add` O(log L) amortized plus
 the share of freezes and merges, O(log n) per row amortized; :meth:`Table.lookup` O(runs + log L
-+ candidates); :meth:`Table.ranges_many` O(q * runs + q log L) numpy work; a merge O(m) numpy
++ bucket sizes); :meth:`Table.ranges_many` O(q * runs + q log L) numpy work; a merge O(m) numpy
 work (radix sort) for m rows.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,6 +58,8 @@ __all__ = [
     "MAX_ROWS",
     "MERGE_RATIO",
     "PYTHON_SCAN",
+    "RowArrays",
+    "RowSnapshot",
     "Run",
     "Table",
     "TableCheckError",
@@ -74,8 +79,7 @@ MERGE_RATIO = 4
 #: Row numbers are stored as uint32 (and the key store's slots hold row + 1).
 MAX_ROWS = (1 << 32) - 1
 #: A single query compares the filters of a bucket of at most this many entries in Python (as
-#: 16-bit lanes of one int), a larger bucket with numpy (the lanes are faster up to about 200
-#: entries here: 2.7 against 3.9 us at 150, the bucket size of (4, 1) at 10^7).
+#: 16-bit lanes of one int), a larger bucket with numpy (the crossover of the two).
 PYTHON_SCAN = 192
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -92,6 +96,32 @@ Fingerprints = NDArray[np.uint64]
 #: The index's liveness mask by row, or None when every row is live (nothing was removed or
 #: replaced since the last compaction).
 Live = NDArray[np.bool_] | None
+
+
+class RowArrays(Protocol):
+    """What a table reads of the index's rows (a
+    :class:`~permindex.index.rows.RowStore`, or a :class:`RowSnapshot` of one)."""
+
+    @property
+    def fps(self) -> Fingerprints:
+        """(capacity,) uint64, the fingerprint of each row."""
+
+    @property
+    def live(self) -> Live:
+        """(capacity,) bool, whether each row is live; None while every row is."""
+
+    @property
+    def n(self) -> int:
+        """Rows in use."""
+
+
+class RowSnapshot(NamedTuple):
+    """The row arrays as they were when taken under the index's lock: what a merge outside the
+    lock reads (rows below ``n`` never change; a compaction meanwhile voids the merge)."""
+
+    fps: Fingerprints
+    live: Live
+    n: int
 
 
 class TableCheckError(AssertionError):
@@ -324,8 +354,8 @@ def filtered_ranges(
     bits of their query's: ``filters`` ((m,) uint16, by position), ``query_filters`` ((q,)
     uint16, by query). The query's filter is repeated along its range (sequential) instead of
     gathered by query position, and the query positions are found only for the candidates that
-    pass (about 1 in 100 at k = 3) by a binary search of the ranges' ends: 2.8x faster than
-    gathering first (10,000 queries of 15 candidates each: 0.64 ms instead of 1.83 ms here).
+    pass, by a binary search of the ranges' ends. O(t + s log q) for t candidates of which s
+    pass.
 
     Returns (query positions (t,) intp, positions (t,) intp), grouped by query in order."""
     ends, positions = _range_positions(lo, counts)
@@ -341,10 +371,9 @@ def filtered_ranges(
 class Table:
     """One permuted table: the rows of the index under one :class:`Permutation`, by prefix.
 
-    Not thread-safe on its own; the index serializes access. The mutating methods take the
-    index's fingerprint array ``fps`` ((capacity,) uint64 by row) and liveness mask ``live``
-    (None when every row is live)
-    ((capacity,) bool) because freezing and merging read them.
+    Not thread-safe on its own; the index serializes access. The methods that freeze, merge,
+    renumber or read the memtable as arrays are given the index's rows (:class:`RowArrays`:
+    the fingerprint and liveness arrays by row), which they only read.
     """
 
     __slots__ = (
@@ -360,7 +389,8 @@ class Table:
     def __init__(self, permutation: Permutation, memtable_limit: int = DEFAULT_MEMTABLE_LIMIT):
         self.permutation = permutation
         self.memtable_limit = memtable_limit
-        #: When True, a pushed run is only appended; the owner merges (see :meth:`merged`).
+        #: When True, a pushed run is only appended; the owner merges (:meth:`pending_merge`,
+        #: :meth:`merged_runs`, :meth:`replace_runs`).
         self.defer_merges = False
         self._memtable = SortedList()
         # The memtable's rows in insertion order, so that batch queries and freezing build its
@@ -387,23 +417,24 @@ class Table:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def add(self, row: int, fingerprint: int, fps: Fingerprints, live: Live) -> None:
-        """Insert ``row`` (whose fingerprint ``fps[row]`` is ``fingerprint``) into the memtable;
-        freeze the memtable when it grows past the bound."""
+    def add(self, row: int, fingerprint: int, rows: RowArrays) -> None:
+        """Insert ``row`` (whose fingerprint ``rows.fps[row]`` is ``fingerprint``) into the
+        memtable; freeze the memtable when it grows past the bound. O(log L) amortized."""
         prefix = self.permutation.prefix(fingerprint)
         self._memtable.add((prefix << _PREFIX_SHIFT) | (fingerprint << _FP_SHIFT) | row)
         self._memtable_rows.append(row)
         self._view = None
         if len(self._memtable) > self.memtable_limit:
-            self.freeze(fps, live)
+            self.freeze(rows)
 
     def direct_run(self, count: int) -> bool:
         """Whether a batch of ``count`` rows becomes a run of its own (else the memtable)."""
         return count >= min(DIRECT_RUN_MIN, self.memtable_limit)
 
     def prepare_run(self, fingerprints: Fingerprints) -> Run:
-        """The run of a batch of fingerprints as rows 0..m-1 (a radix sort: no table state is
-        read, so the index builds it before it takes its lock); :meth:`add_many` shifts it."""
+        """The run of a batch of (m,) uint64 fingerprints as rows 0..m-1 (a radix sort, O(m): no
+        table state is read, so the index builds it before it takes its lock, possibly in
+        another thread); :meth:`add_many` shifts it."""
         perm = self.permutation
         bits = perm.prefix_bits
         prefixes = (
@@ -415,23 +446,22 @@ class Table:
         self,
         first_row: int,
         count: int,
-        fps: Fingerprints,
-        live: Live,
+        rows: RowArrays,
         prepared: Run | None = None,
     ) -> None:
         """Insert the ``count`` consecutive rows from ``first_row`` (fingerprints already in
-        ``fps``). A batch of at least min(:data:`DIRECT_RUN_MIN`, ``memtable_limit``) rows
+        ``rows.fps``). A batch of at least min(:data:`DIRECT_RUN_MIN`, ``memtable_limit``) rows
         becomes a run directly (radix sort by prefix, or ``prepared``, the
         :meth:`prepare_run` of exactly these fingerprints); a smaller one goes to the
         memtable."""
         if count == 0:
             return
-        fingerprints = fps[first_row : first_row + count]
+        fingerprints = rows.fps[first_row : first_row + count]
         perm = self.permutation
         if self.direct_run(count):
             if prepared is None:
                 prepared = self.prepare_run(fingerprints)
-            self._push(prepared.shifted(first_row), fps, live)
+            self._push(prepared.shifted(first_row), rows)
             return
         prefixes = perm.prefix_array(fingerprints)
         self._memtable.update(
@@ -448,11 +478,13 @@ class Table:
         self._memtable_rows.extend(range(first_row, first_row + count))
         self._view = None
         if len(self._memtable) > self.memtable_limit:
-            self.freeze(fps, live)
+            self.freeze(rows)
 
-    def freeze(self, fps: Fingerprints, live: Live) -> None:
-        """Turn the memtable into a run (dead rows dropped), then merge runs as needed."""
-        view_prefixes, view_rows = self._memtable_arrays(fps)
+    def freeze(self, rows: RowArrays) -> None:
+        """Turn the memtable into a run (dead rows dropped), then merge runs as needed (unless
+        :attr:`defer_merges`). O(L) numpy work."""
+        view_prefixes, view_rows = self._memtable_arrays(rows)
+        live = rows.live
         self._memtable.clear()
         self._memtable_rows = []
         self._view = None
@@ -461,17 +493,15 @@ class Table:
             view_rows, view_prefixes = view_rows[keep], view_prefixes[keep]
         if view_rows.size:
             perm = self.permutation
-            filters = perm.filter_array(fps[view_rows])
-            self._push(
-                Run.from_sorted(view_rows, filters, view_prefixes, perm.prefix_bits), fps, live
-            )
+            filters = perm.filter_array(rows.fps[view_rows])
+            self._push(Run.from_sorted(view_rows, filters, view_prefixes, perm.prefix_bits), rows)
 
-    def _push(self, run: Run, fps: Fingerprints, live: Live) -> None:
+    def _push(self, run: Run, rows: RowArrays) -> None:
         self._runs.append(run)
         if self.defer_merges:
             return
         while (pair := self.pending_merge()) is not None:
-            self.replace_runs(pair, self.merged_runs(pair, fps, live))
+            self.replace_runs(pair, self.merged_runs(pair, rows))
 
     def pending_merge(self) -> tuple[Run, Run] | None:
         """The newest adjacent (older, newer) runs that break the size ratio (the older one is
@@ -498,10 +528,12 @@ class Table:
         """The frozen runs, oldest first."""
         return tuple(self._runs)
 
-    def merged_runs(self, runs: tuple[Run, ...], fps: Fingerprints, live: Live) -> Run | None:
-        """The run holding the rows of ``runs`` that ``live`` says are live (None if none),
-        sorted by prefix. Reads only these immutable runs and the rows' fingerprints (which
-        never change), so it may run without the index's lock."""
+    def merged_runs(self, runs: tuple[Run, ...], row_arrays: RowArrays) -> Run | None:
+        """The run holding the rows of ``runs`` that ``row_arrays.live`` says are live (None if
+        none), sorted by prefix. Reads only these immutable runs and the rows' fingerprints
+        (which never change), so it may run without the index's lock, given a
+        :class:`RowSnapshot` taken under it. O(m) numpy work (radix sort) for m rows."""
+        fps, live = row_arrays.fps, row_arrays.live
         rows = np.concatenate([run.rows for run in runs])
         filters = np.concatenate([run.filters for run in runs])
         keep = np.ones(rows.size, dtype=bool) if live is None else live[rows]
@@ -519,10 +551,11 @@ class Table:
         del values
         return Run.from_unsorted(rows, prefixes, filters, perm.prefix_bits)
 
-    def compact(self, remap: NDArray[np.int64], fps: Fingerprints, live: Live) -> None:
-        """Renumber rows: entry ``row`` becomes ``remap[row]``, or is dropped where that is
-        negative. ``remap`` must be increasing on the rows it keeps; ``fps``/``live`` are the
-        index's arrays after renumbering."""
+    def compact(self, remap: NDArray[np.int64], rows: RowArrays) -> None:
+        """Renumber rows: entry ``row`` becomes ``remap[row]`` ((old n,) int64), or is dropped
+        where that is negative. ``remap`` must be increasing on the rows it keeps; ``rows``
+        holds the index's arrays after renumbering. O(n) numpy work."""
+        fps = rows.fps
         bits = self.permutation.prefix_bits
         old_runs, self._runs = self._runs, []
         for run in old_runs:
@@ -533,7 +566,7 @@ class Table:
                 # Renumbering keeps the order; the prefixes are those of the same fingerprints.
                 prefixes = self.permutation.prefix_array(fps[new_rows])
                 fresh = Run.from_sorted(new_rows, run.filters[kept], prefixes, bits)
-                self._push(fresh, fps, live)
+                self._push(fresh, rows)
         if self._memtable:
             entries = list(self._memtable)
             old_rows = np.fromiter((e & _ROW_MASK for e in entries), np.int64, len(entries))
@@ -549,17 +582,18 @@ class Table:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup(self, query: int, k: int, fps: memoryview, hits: dict[int, tuple[int, int]]) -> None:
-        """One query's candidates in this table, verified: ``hits[row] = (fingerprint,
-        distance)`` for every entry within Hamming distance ``k`` of ``query`` whose prefix
-        bucket is the query's (dead rows included: the caller drops them). ``fps`` is a
-        memoryview of the index's fingerprints by row.
+    def lookup(self, query: int, k: int, candidates: list[int]) -> None:
+        """Append to ``candidates`` the row of every entry of this table that may lie within
+        Hamming distance ``k`` of ``query`` (an int in [0, 2^64)): the entries of the query's
+        prefix bucket in each run whose 16-bit filter is within k of the query's, and the
+        memtable entries of the query's prefix. A row may be appended by several tables, and
+        dead rows are included: :func:`permindex.index.verify.verify` checks them.
 
-        Per run a directory lookup, then the filters of the bucket's entries compared in Python
-        with integer operations on all of them at once (or with numpy when the bucket holds
-        more than :data:`PYTHON_SCAN` entries); only entries whose filter is within k read
-        their fingerprint. In the memtable a bisection.
-        No numpy call for small buckets: this is the path of single queries."""
+        Per run a directory lookup, then the filters of the bucket compared in Python with
+        integer operations on all of them at once (16-bit lanes of one int), or with numpy
+        when the bucket holds more than :data:`PYTHON_SCAN` entries; in the memtable a
+        bisection. O(runs + log L + bucket sizes). No numpy call for small buckets: this is
+        the path of single queries."""
         perm = self.permutation
         if perm.simple is not None:  # one shift and mask each (every table of (4, 1))
             prefix_shift, prefix_mask, filter_shift, filter_mask = perm.simple
@@ -581,12 +615,12 @@ class Table:
             if m <= PYTHON_SCAN and _LITTLE_ENDIAN:
                 if m == 0:
                     continue
-                # The filter test of the whole bucket without a Python loop over its entries
-                # (about 0.9 instead of 1.2 us for 15 entries here): its bytes become one int,
-                # XORed with the query filter in every 16-bit lane; bytes.translate turns each
-                # byte into its popcount; adding the value shifted by 8 sums a lane's two bytes
-                # into its low byte (at most 16: no carry), and adding 127 - k sets bit 7 of
-                # that byte exactly when the sum exceeds k. Lanes with bit 7 clear pass.
+                # The filter test of the whole bucket without a Python loop over its entries:
+                # its bytes become one int, XORed with the query filter in every 16-bit lane;
+                # bytes.translate turns each byte into its popcount; adding the value shifted
+                # by 8 sums a lane's two bytes into its low byte (at most 16: no carry), and
+                # adding 127 - k sets bit 7 of that byte exactly when the sum exceeds k. Lanes
+                # with bit 7 clear pass.
                 lanes = _LANES[m] if m < _LANES_SIZE else ((1 << 16 * m) - 1) // 0xFFFF
                 x = int.from_bytes(filter_view[lo:hi], "little") ^ (qf * lanes)
                 counts = int.from_bytes(x.to_bytes(2 * m, "little").translate(_POPCOUNT), "little")
@@ -596,35 +630,25 @@ class Table:
                     bit = passed & -passed
                     passed ^= bit
                     i = lo + (bit.bit_length() >> 4)
-                    row = (high[i] << 16) | low[i]
-                    value = fps[row]
-                    distance = (value ^ query).bit_count()
-                    if distance <= k:
-                        hits[row] = (value, distance)
+                    candidates.append((high[i] << 16) | low[i])
             else:
                 near = np.bitwise_count(run.filters[lo:hi] ^ np.uint16(qf)) <= k
                 for i in (np.flatnonzero(near) + lo).tolist():
-                    row = (high[i] << 16) | low[i]
-                    value = fps[row]
-                    distance = (value ^ query).bit_count()
-                    if distance <= k:
-                        hits[row] = (value, distance)
+                    candidates.append((high[i] << 16) | low[i])
         if self._memtable_rows:  # a list: no Python-level __len__ call, as the SortedList has
             memtable = self._memtable
             lo = memtable.bisect_left(prefix << _PREFIX_SHIFT)
             hi = memtable.bisect_left((prefix + 1) << _PREFIX_SHIFT)
             for entry in memtable.islice(lo, hi):
-                value = (entry >> _FP_SHIFT) & _FP_MASK
-                distance = (value ^ query).bit_count()
-                if distance <= k:
-                    hits[entry & _ROW_MASK] = (value, distance)
+                candidates.append(entry & _ROW_MASK)
 
     def ranges_many(
-        self, prefixes: Fingerprints, fps: Fingerprints
+        self, prefixes: Fingerprints, rows: RowArrays
     ) -> list[tuple[Run | Rows, Filters | None, NDArray[np.int64], NDArray[np.int64]]]:
         """Candidate ranges of a batch of queries given their prefixes in this table ((q,)
-        uint64); ``fps`` is the index's fingerprint array. One (rows, filters, lo, counts) per
-        run (rows: the :class:`Run`, read with :meth:`Run.rows_at`) and for the memtable (rows
+        uint64), O(q * runs + q log L) numpy work; ``rows``: the index's rows. One (rows,
+        filters, lo, counts) per run (rows: the :class:`Run`, read with :meth:`Run.rows_at`)
+        and for the memtable (rows
         a uint32 array, filters None): query i's candidates are positions
         ``lo[i]:lo[i] + counts[i]`` (every entry of the query's prefix bucket; a superset
         of the prefix when the directory is coarser); expand with :func:`gather_ranges`."""
@@ -635,7 +659,7 @@ class Table:
             counts = run.offsets[buckets + 1].astype(np.int64) - lo
             out.append((run, run.filters, lo, counts))
         if self._memtable:
-            mem_prefixes, mem_rows = self._memtable_arrays(fps)
+            mem_prefixes, mem_rows = self._memtable_arrays(rows)
             lo = np.searchsorted(mem_prefixes, prefixes, side="left").astype(np.int64)
             hi = np.searchsorted(mem_prefixes, prefixes, side="right").astype(np.int64)
             out.append((mem_rows, None, lo, hi - lo))
@@ -647,12 +671,12 @@ class Table:
         parts.append(np.array(self._memtable_rows, dtype=np.int64))
         return np.concatenate(parts)
 
-    def _memtable_arrays(self, fps: Fingerprints) -> tuple[Fingerprints, Rows]:
+    def _memtable_arrays(self, row_arrays: RowArrays) -> tuple[Fingerprints, Rows]:
         """The memtable as (prefixes (m,) uint64 sorted, rows (m,) uint32 in that order),
         cached until the memtable changes. Built with numpy from the row list: O(m)."""
         if self._view is None:
             rows = np.array(self._memtable_rows, dtype=np.uint32)
-            prefixes = self.permutation.prefix_array(fps[rows])
+            prefixes = self.permutation.prefix_array(row_arrays.fps[rows])
             order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
             self._view = (prefixes[order], rows[order])
         return self._view
@@ -665,10 +689,10 @@ class Table:
 
     # -- invariants -------------------------------------------------------------------------
 
-    def _check(self, fps: Fingerprints, n_rows: int) -> NDArray[np.int64]:
-        """Verify every invariant of the table in O(n) (numpy) and return all entries' rows
-        ((n,) int64, tombstones included) for the index's own checks. Raises
-        :class:`TableCheckError` naming the first broken invariant.
+    def _check(self, row_arrays: RowArrays) -> NDArray[np.int64]:
+        """Verify every invariant of the table in O(n) (numpy) against the index's rows and
+        return all entries' rows ((n,) int64, tombstones included) for the index's own checks.
+        Raises :class:`TableCheckError` naming the first broken invariant.
 
         Checked: the memtable is a valid sorted list within its bound, each entry's fingerprint
         and prefix are those of its row, its row list and cached arrays hold the same rows;
@@ -676,6 +700,7 @@ class Table:
         rows' fingerprints, sorted by prefix, its
         directory has the expected width and counts exactly its buckets; each run is more than
         MERGE_RATIO times larger than the next."""
+        fps, n_rows = row_arrays.fps, row_arrays.n
         perm = self.permutation
         bits = perm.prefix_bits
         name = f"table {perm.table} {perm.leading_blocks}"

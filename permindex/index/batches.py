@@ -1,0 +1,201 @@
+"""The input batches of the index's bulk writes, validated before the lock is taken: a batch of
+str keys (:meth:`permindex.index.Index.add_many`), a compact key section
+(:meth:`permindex.index.Index.from_compact`: every key's UTF-8 bytes then a NUL), and a key
+repeated in one batch (the last occurrence wins).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+from permindex.index.hamming import as_fingerprint_array
+from permindex.index.keys import MAX_KEY_BYTES, validate_key
+from permindex.index.keystore import EncodedKeys, encode_keys, first_utf8_error, hash_many
+
+__all__ = [
+    "HASH_CHUNK",
+    "UTF8_SLICE",
+    "Section",
+    "byte_view",
+    "compact_inputs",
+    "distinct_keys",
+    "hash_section",
+    "section_ends",
+    "section_keys",
+    "validate_keys",
+]
+
+#: Keys of a compact key section hashed per step.
+HASH_CHUNK = 1 << 16
+#: Bytes of a compact key section checked as UTF-8 per step.
+UTF8_SLICE = 1 << 24
+
+_U64 = NDArray[np.uint64]
+_I64 = NDArray[np.int64]
+#: A compact key section: every key's UTF-8 bytes then a NUL, as bytes or (m,) uint8.
+Section = bytes | bytearray | NDArray[np.uint8]
+
+
+def validate_keys(keys: object) -> tuple[list[str], EncodedKeys]:
+    """The keys as a list and encoded for the key store, every key validated (as
+    :func:`~permindex.index.keys.validate_key`; the error names the first bad position).
+
+    Raises:
+        TypeError: ``keys`` is a str, bytes or not iterable, or a key is not a str.
+        InvalidArgumentError: a key is empty, above MAX_KEY_BYTES UTF-8 bytes or not
+            encodable.
+    """
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
+    out = keys if type(keys) is list else list(keys)
+    # Fast path, C loops only: one join and encode; sizes checked on the encoded lengths.
+    try:
+        batch: EncodedKeys | None = encode_keys(out)
+    except (TypeError, UnicodeEncodeError):
+        batch = None
+    if batch is not None:
+        lengths = batch.lengths
+        if not out or (int(lengths.min()) >= 1 and int(lengths.max()) <= MAX_KEY_BYTES):
+            return out, batch
+    out = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(out)]
+    return out, encode_keys(out)  # only reached if the fast path was too strict
+
+
+def distinct_keys(
+    key_list: list[str], batch: EncodedKeys, values: _U64
+) -> tuple[list[str], EncodedKeys, _U64, NDArray[np.intp] | None]:
+    """The validated keys ``key_list`` (and their encoded ``batch``, from
+    :func:`validate_keys`) with their (n,) uint64 ``values``, a repeated key kept once with its
+    last value: (keys, their encoded batch, their values, and which: None when no key repeats,
+    else the (n,) intp position of each input key's entry). O(n log n) numpy work on the
+    hashes; a dict over the keys only when two hashes are equal.
+
+    Raises:
+        InvalidArgumentError: ``len(key_list) != values.size``.
+    """
+    n = len(key_list)
+    if values.size != n:
+        raise InvalidArgumentError(
+            f"got {n} keys and {values.size} fingerprints; the lengths must match",
+            value=(n, int(values.size)),
+        )
+    which: NDArray[np.intp] | None = None
+    if n > 1:
+        ordered = np.sort(batch.hashes)
+        if bool((ordered[1:] == ordered[:-1]).any()):
+            # Equal hashes: maybe a repeated key. The last occurrence wins, in order of
+            # position (a dict over the keys is exact whatever the hashes).
+            last = dict(zip(key_list, range(n), strict=True))
+            if len(last) != n:
+                positions = np.fromiter(last.values(), dtype=np.int64, count=len(last))
+                positions.sort()
+                rank = {p: j for j, p in enumerate(positions.tolist())}
+                which = np.fromiter((rank[last[k]] for k in key_list), np.intp, n)
+                key_list = [key_list[i] for i in positions.tolist()]
+                batch = encode_keys(key_list)
+                values = values[positions]
+    return key_list, batch, values, which
+
+
+def compact_inputs(
+    lengths: NDArray[np.integer] | Iterable[int],
+    blob: NDArray[np.uint8] | bytes | bytearray,
+    fingerprints: Iterable[int] | _U64,
+) -> tuple[NDArray[np.integer], Section, _U64]:
+    """The arguments of :meth:`permindex.index.Index.from_compact` as (n,) integer lengths, the
+    section (a contiguous (m,) uint8 array or bytes, not copied when it already is one) and
+    (n,) uint64 fingerprints; the section itself is validated later (:func:`section_ends`).
+
+    Raises:
+        TypeError: ``lengths`` is not 1-dimensional integers; a bad fingerprint type.
+        InvalidArgumentError: a bad fingerprint, or n lengths and a different number of
+            fingerprints.
+    """
+    sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths))
+    if sizes.ndim != 1 or (sizes.size and sizes.dtype.kind not in "iu"):
+        raise TypeError("lengths must be a 1-dimensional array of integers")
+    if isinstance(blob, np.ndarray):
+        raw: Section = (
+            blob
+            if blob.dtype == np.uint8 and blob.ndim == 1 and blob.flags.c_contiguous
+            else np.frombuffer(blob.tobytes(), dtype=np.uint8)
+        )
+    else:
+        raw = blob if isinstance(blob, (bytes, bytearray)) else bytes(blob)
+    values = as_fingerprint_array(fingerprints)
+    n = int(sizes.size)
+    if values.size != n:
+        raise InvalidArgumentError(
+            f"got {n} key lengths and {values.size} fingerprints; the lengths must match",
+            value=(n, int(values.size)),
+        )
+    return sizes, raw, values
+
+
+def byte_view(raw: Section) -> memoryview:
+    """A memoryview of the bytes of ``raw`` (a 1-dimensional contiguous uint8 array or a bytes
+    object), no copy."""
+    return raw.data if isinstance(raw, np.ndarray) else memoryview(raw)
+
+
+def section_ends(sizes: NDArray[np.integer], raw: Section) -> tuple[NDArray[np.uint8], _I64]:
+    """Validate the compact key section ``raw`` of n >= 1 keys with (n,) UTF-8 byte lengths
+    ``sizes``: (the section as (m,) uint8, no copy; (n,) int64 one past each key's NUL).
+
+    Raises:
+        InvalidArgumentError: a length outside 1 to MAX_KEY_BYTES, the NULs not where the
+            lengths say, or a key not valid UTF-8 (the message gives the byte offset; checked
+            :data:`UTF8_SLICE` bytes at a time, so no str of the whole section is made).
+    """
+    sizes = sizes.astype(np.int64)
+    if int(sizes.min()) < 1 or int(sizes.max()) > MAX_KEY_BYTES:
+        raise InvalidArgumentError(
+            f"key lengths must be 1 to {MAX_KEY_BYTES} UTF-8 bytes", value=None
+        )
+    ends = np.cumsum(sizes + 1)
+    data = raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
+    if int(ends[-1]) != data.size or not bool((data[ends - 1] == 0).all()):
+        raise InvalidArgumentError("the key section does not match the key lengths")
+    if int(data.max()) >= 0x80:  # not ASCII
+        error = first_utf8_error(byte_view(raw), ends, UTF8_SLICE)
+        if error is not None:
+            raise InvalidArgumentError(f"a key is not valid UTF-8 ({error[1]} at byte {error[0]})")
+    return data, ends
+
+
+def hash_section(raw: Section, ends: _I64) -> _U64:
+    """XXH3-64 (:func:`~permindex.index.keystore.hash_key`) of each key of a compact key section
+    (``raw``: every key's UTF-8 bytes then a NUL; ``ends``: (n,) int64, one past each key's
+    NUL), as (n,) uint64. O(key bytes). A slice of :data:`HASH_CHUNK` keys at a time is split
+    at its NULs (one C call making the chunk's bytes objects, which stay in the CPU cache while
+    they are hashed); a chunk whose keys hold NUL themselves is cut by the lengths instead."""
+    n = int(ends.size)
+    out = np.empty(n, dtype=np.uint64)
+    view = byte_view(raw)
+    chunk_size = HASH_CHUNK
+    bounds = [0, *ends[chunk_size - 1 :: chunk_size].tolist()]
+    if bounds[-1] != int(ends[-1]):
+        bounds.append(int(ends[-1]))
+    for chunk, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        first = chunk * chunk_size
+        count = min(chunk_size, n - first)
+        parts: list[bytes] | list[memoryview] = bytes(view[lo : hi - 1]).split(b"\x00")
+        if len(parts) != count:  # a key holds NUL
+            cuts = ends[first : first + count].tolist()
+            parts = [view[a : b - 1] for a, b in zip([lo, *cuts[:-1]], cuts, strict=True)]
+        out[first : first + count] = hash_many(parts, count)
+    return out
+
+
+def section_keys(raw: Section, sizes: NDArray[np.integer], ends: _I64) -> list[str]:
+    """The keys of a validated compact key section as str, in order (O(n) Python objects: the
+    exact path for a section that may repeat a key)."""
+    view = byte_view(raw)
+    starts = ends - sizes.astype(np.int64) - 1
+    pieces = zip(starts.tolist(), sizes.tolist(), strict=True)
+    return [str(view[a : a + m], "utf-8") for a, m in pieces]

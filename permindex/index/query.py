@@ -1,0 +1,219 @@
+"""The batch queries of the index (:meth:`permindex.index.Index.query_many` and the self-join
+of :meth:`permindex.index.Index.pairs`) and the :class:`Match` they and the single query
+return.
+
+A batch runs with numpy over every query at once (Manku, Jain & Das Sarma 2007, section 3): per
+searched table the queries' prefixes, sorted so that the candidate ranges are read in increasing
+position; per run the ranges narrowed by the 16-bit filters; the candidates verified by
+:func:`permindex.index.verify.verify` (numpy strategy), a match reported only by the first table
+whose prefix it shares; only the matches become Python objects.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from operator import itemgetter
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.index import join
+from permindex.index.permutation import Design, argsort_prefixes
+from permindex.index.rows import RowStore
+from permindex.index.table import Run, Table, filtered_ranges, gather_ranges
+from permindex.index.verify import verify
+
+__all__ = [
+    "CANDIDATE_BUDGET",
+    "MATCH_ORDER",
+    "QUERY_CHUNK",
+    "Match",
+    "query_batch",
+    "self_join_pairs",
+]
+
+#: Queries per numpy pass of a batch.
+QUERY_CHUNK = 16384
+#: Candidates per numpy pass: a chunk whose ranges hold more is split in halves.
+CANDIDATE_BUDGET = 1 << 22
+#: Sort key of matches: (distance, key).
+MATCH_ORDER = itemgetter(2, 0)
+
+_U64 = NDArray[np.uint64]
+
+
+class Match(NamedTuple):
+    """One result of a query: a stored key, its fingerprint (int in [0, 2^64)) and its Hamming
+    distance to the query (int, bits)."""
+
+    key: str
+    fingerprint: int
+    distance: int
+
+
+#: ``Match`` from a (key, fingerprint, distance) tuple without a Python-level call (what
+#: ``Match._make`` does, minus its frame).
+new_match = partial(tuple.__new__, Match)
+
+
+def query_batch(
+    tables: list[Table],
+    searched: tuple[int, ...],
+    rows: RowStore,
+    queries: _U64,
+    k: int,
+    limit: int = 0,
+) -> list[list[Match]]:
+    """The matches of each of the (q,) uint64 ``queries`` within ``k`` bits, searching the
+    tables ``searched`` (indexes into ``tables``, in table order: ``Design.tables_for(k)``),
+    each list sorted by (distance, key). With a ``limit`` (0: none), only the first ``limit``
+    of each are made into :class:`Match` objects: the order, keys included, is found on arrays
+    first (one rank per distinct matched row), so a limit bounds the Python objects whatever
+    the number of matches. The caller holds the index's lock. Cost: O(q * T * runs) numpy work
+    plus the candidates, in passes of :data:`QUERY_CHUNK` queries and at most
+    :data:`CANDIDATE_BUDGET` candidates, plus O(matches) Python objects."""
+    found_q: list[NDArray[np.intp]] = []
+    found_rows: list[NDArray[np.uint32]] = []
+    found_d: list[NDArray[np.uint8]] = []
+    for start in range(0, queries.size, QUERY_CHUNK):
+        _query_chunk(
+            tables,
+            searched,
+            rows,
+            queries[start : start + QUERY_CHUNK],
+            start,
+            k,
+            (found_q, found_rows, found_d),
+        )
+    results: list[list[Match]] = [[] for _ in range(queries.size)]
+    if not found_q:
+        return results
+    q_all = np.concatenate(found_q)
+    rows_all = np.concatenate(found_rows)
+    d_all = np.concatenate(found_d)
+    if limit:
+        return _limited_results(rows, results, q_all, rows_all, d_all, limit)
+    # By query, then distance: most lists come out sorted; only ties of distance within one
+    # query need the key order (a stable sort of that list).
+    order = np.lexsort((d_all, q_all))
+    q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
+    matches = list(
+        map(
+            new_match,
+            zip(
+                rows.keys.keys(rows_all),
+                rows.fps[rows_all].tolist(),
+                d_all.tolist(),
+                strict=True,
+            ),
+        )
+    )
+    q_list = q_all.tolist()
+    for q, match in zip(q_list, matches, strict=True):
+        results[q].append(match)
+    if q_all.size > 1:
+        tie = (q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1])
+        for q in np.unique(q_all[1:][tie]).tolist():  # each query with a tie sorted once
+            results[q].sort(key=MATCH_ORDER)
+    return results
+
+
+def _limited_results(
+    rows: RowStore,
+    results: list[list[Match]],
+    q_all: NDArray[np.intp],
+    rows_all: NDArray[np.uint32],
+    d_all: NDArray[np.uint8],
+    limit: int,
+) -> list[list[Match]]:
+    """Fill ``results`` with the first ``limit`` matches of each query in (distance, key)
+    order, from every match's query position, row and distance: the distinct rows' keys are
+    ranked once (code point order), the matches sorted by (query, distance, key rank) with
+    numpy and cut per query before any Match is made."""
+    distinct, inverse = np.unique(rows_all, return_inverse=True)
+    keys = rows.keys.keys(distinct)
+    by_key = sorted(range(len(keys)), key=keys.__getitem__)
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[np.asarray(by_key, dtype=np.int64)] = np.arange(len(keys), dtype=np.int64)
+    order = np.lexsort((rank[inverse], d_all, q_all))
+    q_sorted = q_all[order]
+    first = np.searchsorted(q_sorted, q_sorted, side="left")
+    kept = order[np.arange(order.size) - first < limit]
+    fps = rows.fps[rows_all[kept]].tolist()
+    for q, j, value, d in zip(
+        q_all[kept].tolist(), inverse[kept].tolist(), fps, d_all[kept].tolist(), strict=True
+    ):
+        results[q].append(new_match((keys[j], value, d)))
+    return results
+
+
+def _query_chunk(
+    tables: list[Table],
+    searched: tuple[int, ...],
+    rows: RowStore,
+    chunk: _U64,
+    offset: int,
+    k: int,
+    found: tuple[list[NDArray[np.intp]], list[NDArray[np.uint32]], list[NDArray[np.uint8]]],
+) -> None:
+    """Append to ``found`` (query positions, offset by ``offset``; rows; distances) the matches
+    of the (c,) uint64 ``chunk``; split in halves above :data:`CANDIDATE_BUDGET` candidates."""
+    # Per table, the queries in the order of their prefixes: the candidate ranges are then read
+    # in increasing position (streaming reads of the filters instead of one cache miss per
+    # query). ``orders[i]`` maps a sorted position back to the chunk's.
+    orders: list[NDArray[np.intp]] = []
+    sorted_chunks: list[_U64] = []
+    ranges = []
+    for t in searched:
+        perm = tables[t].permutation
+        prefixes = perm.prefix_array(chunk)
+        order = argsort_prefixes(prefixes, perm.prefix_bits)
+        orders.append(order)
+        sorted_chunks.append(chunk[order])
+        ranges.append(tables[t].ranges_many(prefixes[order], rows))
+    total = sum(int(counts.sum()) for per_table in ranges for *_, counts in per_table)
+    if total > CANDIDATE_BUDGET and chunk.size > 1:
+        half = chunk.size // 2
+        _query_chunk(tables, searched, rows, chunk[:half], offset, k, found)
+        _query_chunk(tables, searched, rows, chunk[half:], offset + half, k, found)
+        return
+    found_q, found_rows, found_d = found
+    masks = [np.uint64(tables[t].permutation.leading_mask) for t in searched]
+    for i, per_table in enumerate(ranges):
+        order, queries = orders[i], sorted_chunks[i]
+        query_filters = tables[searched[i]].permutation.filter_array(queries)
+        for rows_of_run, filters, lo, counts in per_table:
+            if filters is not None:
+                # Filters first: sequential uint16 reads reject most candidates.
+                qpos, positions = filtered_ranges(lo, counts, filters, query_filters, k)
+            else:
+                qpos, positions = gather_ranges(lo, counts)
+            if positions.size == 0:
+                continue
+            if isinstance(rows_of_run, Run):
+                candidates = rows_of_run.rows_at(positions)
+            else:
+                candidates = rows_of_run[positions]
+            selected, distances = verify(queries[qpos], candidates, k, rows, masks[i], masks[:i])
+            if selected.size:
+                found_q.append(order[qpos[selected]] + offset)
+                found_rows.append(candidates[selected])
+                found_d.append(distances)
+
+
+def self_join_pairs(rows: RowStore, design: Design, k: int) -> list[tuple[str, str, int]]:
+    """Every unordered pair of live rows' keys within ``k`` bits, as sorted (key_a, key_b,
+    distance) with key_a < key_b: the self-join of :mod:`permindex.index.join` on the design
+    :func:`~permindex.index.join.join_design` picks for the number of live rows (the index's
+    ``design`` otherwise). The caller holds the index's lock."""
+    live = rows.live_rows()
+    chosen = join.join_design(design, k, int(live.size))
+    a, b, distances = join.self_join(rows.fps[live], k, chosen)
+    keys_a = rows.keys.keys(live[a])
+    keys_b = rows.keys.keys(live[b])
+    out: list[tuple[str, str, int]] = []
+    for key_a, key_b, d in zip(keys_a, keys_b, distances.tolist(), strict=True):
+        out.append((key_a, key_b, d) if key_a < key_b else (key_b, key_a, d))
+    out.sort()
+    return out

@@ -1,0 +1,397 @@
+"""The row store of the index: every stored fingerprint has a row number; this module owns the
+fingerprint and liveness arrays by row, the key of each row (a
+:class:`~permindex.index.keystore.KeyStore`), tombstones, compaction (renumbering the live rows)
+and growing the arrays ahead of need in a background thread.
+
+Rows are appended and never change; replacing a key's fingerprint kills its row (a tombstone)
+and appends a new one. Rows are never reused before a compaction, so an entry of a table
+(:mod:`permindex.index.table`) can be dead but never wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import LimitExceededError
+from permindex.index.keystore import (
+    EncodedKeys,
+    KeyStore,
+    ahead_capacity,
+    nearly_full,
+    next_capacity,
+)
+from permindex.index.table import MAX_ROWS, TableCheckError
+
+__all__ = ["DEFAULT_COMPACTION_MIN", "GROW_AHEAD_ROWS", "RowStore", "export_slices"]
+
+#: Dead rows are compacted away once there are more of them than live rows and than this.
+DEFAULT_COMPACTION_MIN = 1 << 16
+#: From this capacity (rows) on, the arrays grow ahead in a background thread; below it a
+#: growth is done inline, under the lock (it costs less than starting a thread).
+GROW_AHEAD_ROWS = 1 << 16
+
+_U64 = NDArray[np.uint64]
+_I64 = NDArray[np.int64]
+_U8 = NDArray[np.uint8]
+
+
+def _require(condition: bool | np.bool_, message: str) -> None:
+    if not condition:
+        raise TableCheckError(message)
+
+
+class RowStore:
+    """The rows of one index: fingerprint, liveness and key by row number.
+
+    Not thread-safe on its own: the caller holds ``lock`` (the index's re-entrant lock) for
+    every method but :meth:`grow_ahead`, :meth:`await_growth` and :meth:`wait_for_growth`,
+    which take it themselves (never call those holding it: the growth thread needs it).
+
+    Attributes (read by the index and its tables under the lock; written only here):
+        fps: (capacity,) uint64, the fingerprint of each row (0 beyond ``n``). The array object
+            is replaced on growth and compaction; the rows below ``n`` never change.
+        live: (capacity,) bool, whether each row is current; None (and no memory) while every
+            row is live: until the first removal or replacement after a compaction.
+        fps_view, live_view: memoryviews of ``fps`` and ``live`` (indexing gives Python ints and
+            bools: the single-query path).
+        n: rows in use.
+        keys: the :class:`~permindex.index.keystore.KeyStore` (each row's key, the current row
+            of each key).
+        compactions: compactions so far (row numbers change at each).
+        compaction_min: see :meth:`compaction_due`.
+        on_compact: called under the lock with the (old n,) int64 remap of each compaction
+            (new row, or -1 for a dropped row) after the arrays were renumbered: the tables
+            renumber their entries there.
+    """
+
+    __slots__ = (
+        "_grower",
+        "compaction_min",
+        "compactions",
+        "fps",
+        "fps_view",
+        "keys",
+        "live",
+        "live_view",
+        "lock",
+        "n",
+        "on_compact",
+    )
+
+    def __init__(self, lock: threading.RLock, compaction_min: int = DEFAULT_COMPACTION_MIN):
+        self.lock = lock
+        self.compaction_min = compaction_min
+        self.fps: _U64 = np.zeros(0, dtype=np.uint64)
+        self.live: NDArray[np.bool_] | None = None
+        self.fps_view: memoryview = self.fps.data
+        self.live_view: memoryview | None = None
+        self.n = 0
+        self.keys = KeyStore()
+        self.compactions = 0
+        self.on_compact: Callable[[_I64], None] | None = None
+        self._grower: threading.Thread | None = None  # a growth ahead in progress
+
+    @classmethod
+    def of_fingerprints(cls, fingerprints: _U64) -> RowStore:
+        """A store whose rows 0..n-1 hold the (n,) uint64 ``fingerprints``, all live, without
+        keys: for building tables alone (benchmarks), never for an index."""
+        rows = cls(threading.RLock())
+        rows.fps = np.ascontiguousarray(fingerprints, dtype=np.uint64)
+        rows.n = int(rows.fps.size)
+        rows._views()
+        return rows
+
+    @property
+    def capacity(self) -> int:
+        """Rows the arrays hold before they must grow."""
+        return int(self.fps.size)
+
+    @property
+    def grower(self) -> threading.Thread | None:
+        """The thread growing the arrays ahead, or None."""
+        return self._grower
+
+    def _views(self) -> None:
+        self.fps_view = self.fps.data
+        self.live_view = None if self.live is None else self.live.data
+
+    def nbytes(self) -> int:
+        """Bytes of the fingerprint and liveness arrays (by capacity), keys excluded."""
+        total = int(self.fps.nbytes)
+        return total if self.live is None else total + int(self.live.nbytes)
+
+    # -- liveness -------------------------------------------------------------------------------
+
+    def kill(self, rows: _I64) -> None:
+        """Mark ``rows`` ((m,) int64, below n) dead (tombstones), allocating the liveness mask
+        on the first death (O(capacity) once)."""
+        if self.live is None:
+            self.live = np.zeros(self.fps.size, dtype=bool)
+            self.live[: self.n] = True
+            self.live_view = self.live.data
+        self.live[rows] = False
+
+    def live_mask(self, start: int = 0, stop: int | None = None) -> NDArray[np.bool_]:
+        """The liveness of rows [start, stop) (stop None: n), as a bool array (a view of
+        ``live``, or a new all-True array while every row is live)."""
+        end = self.n if stop is None else stop
+        if self.live is None:
+            return np.ones(max(0, end - start), dtype=bool)
+        return self.live[start:end]
+
+    def live_rows(self) -> _I64:
+        """Every live row, ascending, (m,) int64. O(n)."""
+        if self.live is None:
+            return np.arange(self.n, dtype=np.int64)
+        return np.flatnonzero(self.live[: self.n]).astype(np.int64)
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more rows: compact first if row numbers would pass
+        :data:`~permindex.index.table.MAX_ROWS`, then grow the arrays inline if needed
+        (amortized O(1) per row).
+
+        Raises:
+            LimitExceededError: more than MAX_ROWS rows would be live.
+        """
+        if self.n + extra > MAX_ROWS:
+            self.compact()
+            if self.n + extra > MAX_ROWS:
+                raise LimitExceededError(
+                    f"an index holds at most {MAX_ROWS} fingerprints",
+                    limit=MAX_ROWS,
+                    actual=self.n + extra,
+                )
+        need = self.n + extra
+        capacity = self.fps.size
+        if need > capacity:
+            capacity = min(max(next_capacity(need, capacity), 1024), MAX_ROWS)
+            fps = np.zeros(capacity, dtype=np.uint64)
+            fps[: self.n] = self.fps[: self.n]
+            self.fps = fps
+            if self.live is not None:
+                live = np.zeros(capacity, dtype=bool)
+                live[: self.n] = self.live[: self.n]
+                self.live = live
+            self._views()
+
+    def append(self, data: bytes, h: int, value: int, moved_from: int = -1) -> int:
+        """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value`` as a new row
+        (the key was not stored, or was on the row ``moved_from``, already dead); returns the
+        row. The caller reserved the room."""
+        row = self.keys.append(data, h, moved_from=moved_from)
+        assert row == self.n
+        self.fps[row] = value
+        if self.live is not None:
+            self.live[row] = True
+        self.n = row + 1
+        return row
+
+    def append_many(self, batch: EncodedKeys, values: _U64, moved_from: _I64 | None) -> int:
+        """Store the m distinct keys of ``batch`` (each not stored, or stored on the row
+        ``moved_from[i]``, already dead) with the (m,) uint64 ``values`` as new consecutive
+        rows; returns the first. Reserves the room itself."""
+        m = int(values.size)
+        self.reserve(m)
+        start = self.n
+        first = self.keys.append_many(batch, moved_from)
+        assert first == start
+        self.fps[start : start + m] = values
+        if self.live is not None:
+            self.live[start : start + m] = True
+        self.n = start + m
+        return start
+
+    # -- compaction -----------------------------------------------------------------------------
+
+    def compaction_due(self) -> bool:
+        """Whether the dead rows outnumber both the live rows and ``compaction_min``."""
+        live = len(self.keys)
+        return self.n - live > max(self.compaction_min, live)
+
+    def compact(self) -> None:
+        """Renumber the live rows 0..m-1 in order (fingerprints and keys), drop the dead ones,
+        then call :attr:`on_compact` with the remap. O(n) numpy work."""
+        n = self.n
+        live_rows = self.live_rows()
+        m = int(live_rows.size)
+        remap = np.full(n, -1, dtype=np.int64)
+        remap[live_rows] = np.arange(m, dtype=np.int64)
+        capacity = max(1024, m + m // 4)
+        fps = np.zeros(capacity, dtype=np.uint64)
+        fps[:m] = self.fps[live_rows]
+        self.keys.compact(live_rows)
+        self.fps, self.live, self.n = fps, None, m  # every row is live again
+        self._views()
+        self.compactions += 1
+        if self.on_compact is not None:
+            self.on_compact(remap)
+
+    # -- growth ahead ---------------------------------------------------------------------------
+
+    def fits(self, rows: int, data_bytes: int) -> bool:
+        """Whether ``rows`` more rows with ``data_bytes`` more key bytes fit in the arrays and
+        the key store without growing them (caller holds the lock)."""
+        return self.n + rows <= self.fps.size and self.keys.fits(rows, data_bytes)
+
+    def growth_wanted(self) -> bool:
+        """Whether the arrays or the key store are close to an inline growth (caller holds the
+        lock): rows above 7/8 of the capacity, or
+        :meth:`~permindex.index.keystore.KeyStore.growth_wanted`; False below
+        :data:`GROW_AHEAD_ROWS` rows of capacity."""
+        if self.fps.size < GROW_AHEAD_ROWS:
+            return False
+        return nearly_full(self.n, self.fps.size) or self.keys.growth_wanted()
+
+    def after_write(self, rows: int) -> None:
+        """Upkeep after a write of ``rows`` rows, outside the lock: grow ahead unless the write
+        was large (an eighth of the capacity or more: a bulk load leaves an eighth of room,
+        :func:`~permindex.index.keystore.next_capacity`, and may be all there is)."""
+        if 8 * rows < self.fps.size:
+            self.grow_ahead()
+
+    def grow_ahead(self, rows: int = 0, data_bytes: int = 0) -> threading.Thread | None:
+        """Start growing the arrays in a background thread when they are close to full, or when
+        ``rows`` more rows with ``data_bytes`` key bytes would not fit; returns the thread
+        growing them (None: no growth). Takes the lock."""
+        grower = self._grower
+        if grower is not None:
+            return grower
+        with self.lock:
+            if self._grower is not None:
+                return self._grower
+            if self.fits(rows, data_bytes) and not self.growth_wanted():
+                return None
+            grower = threading.Thread(
+                target=self._grow, args=(rows, data_bytes), name="permindex-grow", daemon=True
+            )
+            self._grower = grower
+            grower.start()  # under the lock, so that no one joins it before it started
+        return grower
+
+    def _grow(self, rows: int, data_bytes: int) -> None:
+        """Grow the arrays (by half when above 7/8 full, and so that ``rows`` more fit) and the
+        key store (:class:`~permindex.index.keystore.Growth`) mostly without the lock: the lock
+        is taken to note the state (and copy the liveness mask), released while the rows noted
+        are copied and the key store's hash table is rebuilt (rows never change once appended),
+        and taken again to copy what was appended meanwhile, replay the key store's changes and
+        swap the arrays in. A compaction meanwhile abandons it. O(n + key bytes) off the lock,
+        O(rows appended meanwhile + journal) under it."""
+        try:
+            with self.lock:
+                growth = self.keys.begin_growth(rows, data_bytes)
+                start = self.n
+                fps = self.fps
+                capacity = min(ahead_capacity(start, rows, fps.size), MAX_ROWS)
+                live = None if self.live is None else self.live[:start].copy()
+                compactions = self.compactions
+            if live is None:
+                linked = np.arange(start, dtype=np.int64)
+            else:
+                linked = np.flatnonzero(live).astype(np.int64)
+            KeyStore.prepare_growth(growth, linked)
+            new_fps = None
+            if capacity > fps.size:
+                new_fps = np.zeros(capacity, dtype=np.uint64)
+                new_fps[:start] = fps[:start]
+            with self.lock:
+                if self.compactions != compactions:
+                    return  # the compaction abandoned the key store's growth too
+                self.keys.finish_growth(growth)
+                if new_fps is not None and capacity > self.fps.size:
+                    n = self.n
+                    new_fps[start:n] = self.fps[start:n]
+                    if self.live is not None:
+                        grown_live = np.zeros(capacity, dtype=bool)
+                        grown_live[:n] = self.live[:n]
+                        self.live = grown_live
+                    self.fps = new_fps
+                    self._views()
+        finally:
+            with self.lock:
+                self._grower = None
+
+    def await_growth(self, rows: int, data_bytes: int) -> None:
+        """Before a write of ``rows`` rows with ``data_bytes`` key bytes, outside the lock: when
+        the write would not fit in large arrays, have them grown by :meth:`grow_ahead`'s thread
+        and wait for it (only this writer waits; queries go on). A write that still does not
+        fit (another writer came first) grows the arrays under the lock (:meth:`reserve`)."""
+        if self.fps.size < GROW_AHEAD_ROWS:
+            return
+        grower = self.grow_ahead(rows, data_bytes)
+        if grower is not None:
+            with self.lock:
+                fits = self.fits(rows, data_bytes)
+            if not fits:
+                grower.join()
+
+    def wait_for_growth(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout`` seconds) for a growth ahead in progress, if any."""
+        grower = self._grower
+        if grower is not None:
+            grower.join(timeout)
+
+    # -- invariants -----------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        """Verify the row store's invariants in O(n) (numpy); raise
+        :class:`~permindex.index.table.TableCheckError` at the first broken one. Caller holds
+        the lock.
+
+        Checked: array sizes, no live flag beyond n, no liveness mask only while every row is
+        live, the key store's own invariants, its rows are n and the rows it links are exactly
+        the live rows, and the dead rows do not exceed the compaction bound."""
+        n = self.n
+        _require(self.fps.size >= n, "row arrays shorter than rows")
+        keys = self.keys
+        if self.live is not None:
+            _require(self.live.size == self.fps.size, "liveness and fingerprints differ")
+            _require(not self.live[n:].any(), "live flag set beyond the last row")
+        else:
+            _require(len(keys) == n, "no liveness mask, yet some rows are dead")
+        _require(keys.rows == n, f"{keys.rows} keys by row, {n} rows")
+        for problem in keys._check():
+            _require(False, f"key store: {problem}")
+        _require(
+            np.array_equal(keys.linked_rows(), np.flatnonzero(self.live_mask())),
+            "live rows are not exactly the rows the key store finds",
+        )
+        dead = n - len(keys)
+        _require(
+            dead <= max(self.compaction_min, len(keys)), f"{dead} dead rows were not compacted"
+        )
+
+
+def export_slices(
+    rows: RowStore, keys: KeyStore, rows_per_slice: int
+) -> list[tuple[_I64, _U8, _U64]] | None:
+    """The live rows in slices of ``rows_per_slice`` rows, each (lengths (m,) int64, key bytes
+    each followed by a NUL (b,) uint8, fingerprints (m,) uint64), read from ``keys`` (the key
+    store of ``rows``) taking ``rows.lock`` once per slice: the fuzzy export of
+    :meth:`permindex.index.Index.export_slices`, which documents the contract. Only the rows
+    below ``rows.n`` at the start are read; a compaction meanwhile starts over; after three,
+    None is returned (the caller then exports under one acquisition of the lock)."""
+    for _attempt in range(3):
+        with rows.lock:
+            stop = rows.n
+            compactions = rows.compactions
+        parts: list[tuple[_I64, _U8, _U64]] = []
+        for start in range(0, stop, rows_per_slice):
+            end = min(start + rows_per_slice, stop)
+            with rows.lock:
+                if rows.compactions != compactions:
+                    break
+                live = np.flatnonzero(rows.live_mask(start, end)).astype(np.int64)
+                live += start
+                lengths, blob = keys.export(live)
+                parts.append((lengths, blob, rows.fps[live]))
+            time.sleep(0)  # locks are not fair: let the threads waiting for it take it
+        else:
+            return parts
+    return None

@@ -1,0 +1,189 @@
+"""The writes of the index: a key's row appended, killed or replaced in the row store
+(:mod:`permindex.index.rows`) and in every table (:mod:`permindex.index.runs`) together, and the
+upkeep around a write (growth ahead, merges) done outside the lock.
+
+The functions named ``*_locked`` run with the index's lock held (``rows.lock``); the others
+take it themselves and must be called without it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+from permindex.index.batches import (
+    Section,
+    distinct_keys,
+    hash_section,
+    section_ends,
+    section_keys,
+    validate_keys,
+)
+from permindex.index.hamming import as_fingerprint_array
+from permindex.index.keystore import EncodedKeys, batch_subset, hash_key
+from permindex.index.rows import RowStore
+from permindex.index.runs import Runs
+from permindex.index.table import Run
+
+__all__ = [
+    "add_batch",
+    "add_locked",
+    "add_many_locked",
+    "add_section",
+    "after_write",
+    "discard_locked",
+    "store_batch",
+]
+
+_U64 = NDArray[np.uint64]
+
+
+def add_locked(rows: RowStore, runs: Runs, data: bytes, h: int, value: int) -> bool:
+    """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value``: a new row in the
+    row store and every table, the key's old row (if any) a tombstone; nothing when the key
+    already holds ``value``. Returns whether the key was new. O(T log L) plus amortized
+    freezing and compaction."""
+    rows.reserve(1)
+    old = rows.keys.find(data, h)
+    if old >= 0:
+        if int(rows.fps[old]) == value:
+            return False
+        rows.kill(np.array([old], dtype=np.int64))
+        rows.keys.unlink(old)
+    row = rows.append(data, h, value, old)
+    runs.add(row, value)
+    if rows.compaction_due():
+        rows.compact()
+    return old < 0
+
+
+def add_many_locked(
+    rows: RowStore, runs: Runs, batch: EncodedKeys, values: _U64, prepared: list[Run] | None
+) -> NDArray[np.bool_]:
+    """Store the n distinct keys of ``batch`` with the (n,) uint64 ``values`` (``prepared``:
+    the tables' runs of exactly ``values``, or None); returns (n,) bool, whether each key was
+    new. Keys that already hold their value are left alone. O(n) numpy work per table."""
+    rows.reserve(int(values.size))  # may compact (renumber rows): look rows up after it
+    old = rows.keys.find_many(batch)
+    new = old < 0
+    replaced = np.flatnonzero(old >= 0)
+    if replaced.size:
+        same = rows.fps[old[replaced]] == values[replaced]
+        if same.any():  # unchanged fingerprints: nothing to do for those keys
+            apply = np.ones(old.size, dtype=bool)
+            apply[replaced[same]] = False
+            keep = np.flatnonzero(apply)
+            if keep.size == 0:
+                return new
+            batch = batch_subset(batch, keep)
+            values = values[keep]
+            old = old[keep]
+            prepared = None
+        rows.kill(old[old >= 0])
+    start = rows.append_many(batch, values, old if replaced.size else None)
+    runs.add_many(start, int(values.size), prepared)
+    if rows.compaction_due():
+        rows.compact()
+    return new
+
+
+def discard_locked(rows: RowStore, data: bytes) -> bool:
+    """Kill the row of the key ``data`` (UTF-8) if it is stored (a tombstone, O(1), plus an
+    amortized compaction); returns whether it was."""
+    row = rows.keys.find(data, hash_key(data))
+    if row < 0:
+        return False
+    rows.kill(np.array([row], dtype=np.int64))
+    rows.keys.unlink(row)
+    if rows.compaction_due():
+        rows.compact()
+    return True
+
+
+def after_write(rows: RowStore, runs: Runs, count: int = 1) -> None:
+    """Upkeep after a write of ``count`` rows, outside the lock: note the time (the idle test
+    of :meth:`~permindex.index.runs.Runs.merge_all`), grow the arrays ahead
+    (:meth:`~permindex.index.rows.RowStore.after_write`) and merge the tables' runs
+    (:meth:`~permindex.index.runs.Runs.merge_pending`)."""
+    runs.last_write = time.monotonic()
+    rows.after_write(count)
+    runs.merge_pending()
+
+
+def store_batch(
+    rows: RowStore,
+    runs: Runs,
+    batch: EncodedKeys,
+    values: _U64,
+    prepared: list[Run] | None = None,
+) -> NDArray[np.bool_]:
+    """Store the distinct, validated keys of ``batch`` with ``values`` (called without the
+    lock): the tables' runs of a large batch sorted before the lock (unless ``prepared``, the
+    tables' runs of exactly ``values``, is given), the arrays grown if needed, the rows stored
+    under the lock (:func:`add_many_locked`), runs merged after. Returns (n,) bool, whether
+    each key was new."""
+    n = int(values.size)
+    if prepared is None and runs.tables[0].direct_run(n):
+        prepared = runs.prepare(values)
+    rows.await_growth(n, int(batch.blob.size))
+    with rows.lock:
+        new = add_many_locked(rows, runs, batch, values, prepared)
+    after_write(rows, runs, n)
+    return new
+
+
+def add_section(
+    rows: RowStore, runs: Runs, sizes: NDArray[np.integer], raw: Section, values: _U64
+) -> list[str] | None:
+    """Store the n keys of a compact key section (``sizes``: (n,) UTF-8 byte lengths;
+    ``raw``: every key's bytes then a NUL, only read) with the (n,) uint64 ``values``, after
+    validating it (InvalidArgumentError, see :func:`~permindex.index.batches.section_ends`);
+    called without the lock. The tables' runs (numpy sorts, which release the GIL) are built
+    in other threads while this one hashes the keys. When two keys hash alike (maybe a repeated
+    key) nothing is stored and the keys are returned as str, for the exact path
+    (:meth:`permindex.index.Index.add_many`); else None. O(n + key bytes)."""
+    if int(sizes.size) == 0:
+        if len(raw):
+            raise InvalidArgumentError("no key lengths but a non-empty key section")
+        return None
+    data, ends = section_ends(sizes, raw)
+    with runs.building(values) as building:
+        batch = EncodedKeys(data, ends, hash_section(raw, ends))
+        ordered = np.sort(batch.hashes)
+        repeated = bool((ordered[1:] == ordered[:-1]).any())
+        del ordered
+        prepared = None if building is None or repeated else building()
+    if repeated:
+        del prepared
+        return section_keys(raw, sizes, ends)
+    store_batch(rows, runs, batch, values, prepared)
+    return None
+
+
+def add_batch(
+    rows: RowStore, runs: Runs, keys: Iterable[str], fingerprints: Iterable[int] | _U64
+) -> NDArray[np.bool_]:
+    """:meth:`permindex.index.Index.add_many` (its contract and errors), called without the
+    lock: the keys and fingerprints validated, a repeated key kept once with its last value,
+    then :func:`store_batch`. Given a numpy array, the fingerprints are checked first so that
+    a large batch's runs are built in other threads while this one checks and hashes the keys;
+    a bad key is still reported the same."""
+    if isinstance(fingerprints, np.ndarray):
+        values = as_fingerprint_array(fingerprints)
+        with runs.building(values) as building:
+            key_list, batch = validate_keys(keys)
+            key_list, batch, values, which = distinct_keys(key_list, batch, values)
+            prepared = None if building is None or which is not None else building()
+    else:
+        key_list, batch = validate_keys(keys)
+        values = as_fingerprint_array(fingerprints)
+        key_list, batch, values, which = distinct_keys(key_list, batch, values)
+        prepared = None
+    if not key_list:
+        return np.ones(0, dtype=bool)
+    new = store_batch(rows, runs, batch, values, prepared)
+    return new if which is None else new[which]
