@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import IndexParts
 
 import permindex.index.keystore as keystore_module
 from permindex import Index, InvalidArgumentError
@@ -173,7 +174,7 @@ def test_from_compact_round_trip_and_errors() -> None:
 
 
 def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
-    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
+    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str], index_parts: IndexParts
 ) -> None:
     """The key section is hashed a chunk of keys at a time (keys holding NUL cut by their
     lengths, the others split at the NULs) and checked as UTF-8 a slice at a time, while a
@@ -202,7 +203,8 @@ def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
     assert threads and all(name.startswith("permindex-build") for name in threads)
     index._check()  # includes: every stored hash is hash_key of the row's bytes
     assert index.export()[0] == names and np.array_equal(index.export()[1], values)
-    assert all(index._store.hash_of(row) == hash_key(e) for row, e in enumerate(encoded))
+    keys = index_parts.rows[-1].keys  # the index's key store
+    assert all(keys.hash_of(row) == hash_key(e) for row, e in enumerate(encoded))
     for q in values[::37].tolist():
         expected = {names[i] for i in np.flatnonzero(np.bitwise_count(values ^ np.uint64(q)) <= 3)}
         assert {m.key for m in index.query(q)} == expected

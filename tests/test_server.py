@@ -498,8 +498,7 @@ def test_idle_server_merges_its_runs(
         for batch in batches:
             add(stub, {name: entries[name] for name in batch})
             time.sleep(0.05)  # adds keep coming: no merge yet
-        assert all(table.run_sizes == (2000, 400) for table in index._tables)
-        assert all(table.memtable_size == 600 for table in index._tables)
+        assert all(runs == ((2000, 400), 600) for runs in index.table_runs())
         queries = [entries[name] ^ 0b101 for name in names[::150]]
 
         def answers() -> list[list[tuple[str, int]]]:
@@ -508,7 +507,7 @@ def test_idle_server_merges_its_runs(
 
         before = answers()
         deadline = time.monotonic() + 10
-        while any(len(table.runs) > 1 or table.memtable_size for table in index._tables):
+        while any(len(runs) > 1 or memtable for runs, memtable in index.table_runs()):
             assert time.monotonic() < deadline, "the runs were not merged within 10 s"
             time.sleep(0.05)
         assert answers() == before

@@ -15,6 +15,7 @@ import pytest
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageFullError
 from permindex.index import Index
+from permindex.index.keystore import KeyStore
 from permindex.storage.snapshot import DataDir
 from permindex.storage.store import Store
 from permindex.storage.wal import ADD, REMOVE, REPLACE, list_segments, read_log
@@ -52,40 +53,35 @@ def test_export_slices_equals_export_when_nothing_changes() -> None:
     assert Index().export_slices() == []
 
 
-def test_export_slices_restarts_after_a_compaction_mid_way() -> None:
+def test_export_slices_restarts_after_a_compaction_mid_way(monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction renumbers the rows; the slices read before it are thrown away."""
     index = Index(compaction_min=0)
     index.add_many([f"k/{i}" for i in range(100)], list(range(100)))
-    real = index._store
+    real = KeyStore.export
     calls = 0
 
-    class Hook:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
+    def export(self: KeyStore, rows: Any) -> Any:  # the key store's export of one slice
+        nonlocal calls
+        calls += 1
+        result = real(self, rows)
+        if calls == 3:  # in the middle of the first pass: remove most keys (compaction)
+            for i in range(10, 100):
+                index.discard(f"k/{i}")
+            index.add("late", 7)
+        return result
 
-        def __len__(self) -> int:
-            return len(real)
-
-        def export(self, rows: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            result = real.export(rows)
-            if calls == 3:  # in the middle of the first pass: remove most keys (compaction)
-                for i in range(10, 100):
-                    index.discard(f"k/{i}")
-                index.add("late", 7)
-            return result
-
-    index._store = Hook()  # type: ignore[assignment]
-    before = index._compactions
+    monkeypatch.setattr(KeyStore, "export", export)
+    before = index.compactions
     parts = index.export_slices(rows_per_slice=10)
-    assert index._compactions > before
-    index._store = real
+    assert index.compactions > before
+    monkeypatch.undo()
     exported = _decoded(parts)
     assert exported == _contents(index)  # the second pass saw the state after the changes
 
 
-def test_export_slices_under_concurrent_writes_is_fuzzy_but_unique() -> None:
+def test_export_slices_under_concurrent_writes_is_fuzzy_but_unique(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Keys untouched during the export appear with their value; touched keys appear at most
     once, with a value they held during the export, or not at all; keys first added during it
     do not appear."""
@@ -96,20 +92,13 @@ def test_export_slices_under_concurrent_writes_is_fuzzy_but_unique() -> None:
     started = threading.Event()
     stop = threading.Event()
     touched: set[str] = set()
-    real = index._store
+    real = KeyStore.export
 
-    class Hook:  # the writer starts once the export has begun (its first slice)
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
+    def export(self: KeyStore, rows: Any) -> Any:  # the writer starts with the first slice
+        started.set()
+        return real(self, rows)
 
-        def __len__(self) -> int:
-            return len(real)
-
-        def export(self, rows: Any) -> Any:
-            started.set()
-            return real.export(rows)
-
-    index._store = Hook()  # type: ignore[assignment]
+    monkeypatch.setattr(KeyStore, "export", export)
 
     def write() -> None:
         rng = random.Random(5)
@@ -133,7 +122,7 @@ def test_export_slices_under_concurrent_writes_is_fuzzy_but_unique() -> None:
     finally:
         stop.set()
         writer.join()
-    index._store = real
+    monkeypatch.undo()
     exported = _decoded(parts)
     assert not any(key.startswith("new/") for key in exported)
     for key, values in history.items():

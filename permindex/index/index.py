@@ -23,15 +23,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, NotFoundError
-from permindex.index.batches import compact_inputs, validate_keys
+from permindex.index.batches import Section, compact_inputs, validate_keys
 from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.keystore import hash_key
-from permindex.index.permutation import DEFAULT_DESIGN, Design, choose_design
+from permindex.index.permutation import DEFAULT_DESIGN, Design, choose_design, query_k
 from permindex.index.query import MATCH_ORDER, Match, new_match, query_batch, self_join_pairs
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.runs import MERGE_ALL_MIN_SHARE, Runs
-from permindex.index.table import DEFAULT_MEMTABLE_LIMIT, Run, Table
+from permindex.index.table import DEFAULT_MEMTABLE_LIMIT, Table
 from permindex.index.verify import verify
 from permindex.index.writes import add_batch, add_locked, add_section, after_write, discard_locked
 
@@ -106,20 +106,6 @@ def _options(
     if minimum < 0:
         raise InvalidArgumentError(f"compaction_min must be >= 0, got {minimum}", value=minimum)
     return kk, chosen, limit, minimum
-
-
-def _resolve_k(k: object, largest: int, design: Design) -> int:
-    """``k`` (not None) as an int in [0, largest]; TypeError / InvalidArgumentError."""
-    value = check_int(k, "k")
-    if value < 0:
-        raise InvalidArgumentError(f"k must be >= 0, got {value}", value=value)
-    if value > largest:
-        raise InvalidArgumentError(
-            f"k={value} is above the index's k={largest} ({design} guarantees "
-            f"k <= {design.max_k}; the index was built for k <= {largest})",
-            value=value,
-        )
-    return value
 
 
 def _resolve_limit(limit: object) -> int:
@@ -257,15 +243,29 @@ class Index:
             expected_size=n,
             memory_budget=memory_budget,
         )
-        index._add_compact(sizes, raw, values)
+        index._add_section(sizes, raw, values)
         return index
 
-    def _add_compact(
-        self, sizes: NDArray[np.integer], raw: bytes | bytearray | NDArray[np.uint8], values: _U64
+    def add_compact(
+        self,
+        lengths: NDArray[np.integer] | Iterable[int],
+        blob: NDArray[np.uint8] | bytes | bytearray,
+        fingerprints: Iterable[int] | _U64,
     ) -> None:
-        """Store a compact key section with (n,) uint64 ``values``, as :meth:`add_many` would
-        (:func:`~permindex.index.writes.add_section`; also the loader of
-        :mod:`permindex.storage.store`)."""
+        """Store keys in the compact form of :meth:`export_compact` with their (n,)
+        ``fingerprints``, as :meth:`add_many` would, into this index (the loader of
+        :mod:`permindex.storage.store`, which builds the index with the server's options first;
+        :meth:`from_compact` is the same into a new index). A contiguous uint8 ``blob`` is
+        copied into the key store once, no Python str is made per key. O(n + key bytes).
+
+        Raises:
+            InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored.
+        """
+        self._add_section(*compact_inputs(lengths, blob, fingerprints))
+
+    def _add_section(self, sizes: NDArray[np.integer], raw: Section, values: _U64) -> None:
+        """:meth:`add_compact` of arguments :func:`~permindex.index.batches.compact_inputs`
+        has checked."""
         keys = add_section(self._rows, self._runs, sizes, raw, values)
         if keys is not None:  # maybe a repeated key: the exact path
             self.add_many(keys, values)
@@ -287,9 +287,17 @@ class Index:
         return self._design
 
     @property
-    def _compactions(self) -> int:
-        """Compactions so far (row numbers change at each)."""
+    def compactions(self) -> int:
+        """Compactions so far: each drops the dead rows and renumbers the live ones."""
         return self._rows.compactions
+
+    def table_runs(self) -> list[tuple[tuple[int, ...], int]]:
+        """Per table, in the design's order: the entries of each frozen run (oldest, largest
+        first) and the entries of the memtable, tombstones of dead rows included. After
+        :meth:`merge_all_runs` has merged a table it holds one run and an empty memtable; a
+        single lookup probes one directory per run. O(tables + runs), under the lock."""
+        with self._lock:
+            return [(table.run_sizes, table.memtable_size) for table in self._tables]
 
     def __len__(self) -> int:
         """Number of keys stored."""
@@ -383,11 +391,6 @@ class Index:
         """
         return add_batch(self._rows, self._runs, keys, fingerprints)
 
-    def _prepare_runs(self, values: _U64) -> list[Run]:
-        """Each table's run of the (n,) uint64 ``values`` (:meth:`Runs.prepare
-        <permindex.index.runs.Runs.prepare>`; benchmarks time it)."""
-        return self._runs.prepare(values)
-
     def remove(self, key: str) -> None:
         """Remove ``key``. Raises :class:`~permindex.errors.NotFoundError` (a KeyError) when it
         is not stored, TypeError / InvalidArgumentError for a malformed key; nothing changes
@@ -430,9 +433,6 @@ class Index:
 
     # -- queries --------------------------------------------------------------------------------
 
-    def _resolve_k(self, k: object) -> int:
-        return self._k if k is None else _resolve_k(k, self._k, self._design)
-
     def query(
         self, fingerprint: int, k: int | None = None, limit: int | None = None
     ) -> list[Match]:
@@ -458,7 +458,7 @@ class Index:
             with self._lock:  # the common call: nothing else to check
                 return self._query_one(fingerprint, self._k)
         value = validate_fingerprint(fingerprint)
-        kk = self._resolve_k(k)
+        kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
         with self._lock:
             matches = self._query_one(value, kk)
@@ -496,7 +496,7 @@ class Index:
         nothing is queried then.
         """
         queries = as_fingerprint_array(fingerprints)
-        kk = self._resolve_k(k)
+        kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
         n = int(queries.size)
         with self._lock:
@@ -527,7 +527,7 @@ class Index:
         """
         key = validate_key(key)
         value = validate_fingerprint(fingerprint)
-        kk = self._resolve_k(k)
+        kk = query_k(k, self._k, self._design)
         data = key.encode("utf-8")
         h = hash_key(data)
         with self._lock:
@@ -552,7 +552,7 @@ class Index:
 
         Raises TypeError / InvalidArgumentError for a bad k (as :meth:`query`).
         """
-        kk = self._resolve_k(k)
+        kk = query_k(k, self._k, self._design)
         with self._lock:
             return self_join_pairs(self._rows, self._design, kk)
 

@@ -119,7 +119,7 @@ def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
         )
     try:
         # The key section as it is on disk: no Python str per key (Index.from_compact).
-        index._add_compact(snapshot.lengths, snapshot.section, snapshot.fingerprints)
+        index.add_compact(snapshot.lengths, snapshot.section, snapshot.fingerprints)
     except (ValueError, TypeError) as error:
         raise CorruptFileError(
             f"{info.path}: holds an invalid entry: {error}", str(info.path)
