@@ -14,8 +14,9 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.hamming import as_fingerprint_array
+from permindex.index.key_section import batch_repeats, check_section
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
-from permindex.index.keystore import EncodedKeys, encode_keys, first_utf8_error, hash_many
+from permindex.index.keystore import EncodedKeys, encode_keys, hash_many
 
 __all__ = [
     "HASH_CHUNK",
@@ -71,9 +72,10 @@ def distinct_keys(
 ) -> tuple[list[str], EncodedKeys, _U64, NDArray[np.intp] | None]:
     """The validated keys ``key_list`` (and their encoded ``batch``, from
     :func:`validate_keys`) with their (n,) uint64 ``values``, a repeated key kept once with its
-    last value: (keys, their encoded batch, their values, and which: None when no key repeats,
-    else the (n,) intp position of each input key's entry). O(n log n) numpy work on the
-    hashes; a dict over the keys only when two hashes are equal.
+    last value (:func:`~permindex.index.key_section.batch_repeats`, the one rule): (keys, their
+    encoded batch, their values, and which: None when no key repeats, else the (n,) intp
+    position of each input key's entry). O(n log n) numpy work on the hashes; a dict over the
+    keys only when two hashes are equal.
 
     Raises:
         InvalidArgumentError: ``len(key_list) != values.size``.
@@ -84,22 +86,11 @@ def distinct_keys(
             f"got {n} keys and {values.size} fingerprints; the lengths must match",
             value=(n, int(values.size)),
         )
-    which: NDArray[np.intp] | None = None
-    if n > 1:
-        ordered = np.sort(batch.hashes)
-        if bool((ordered[1:] == ordered[:-1]).any()):
-            # Equal hashes: maybe a repeated key. The last occurrence wins, in order of
-            # position (a dict over the keys is exact whatever the hashes).
-            last = dict(zip(key_list, range(n), strict=True))
-            if len(last) != n:
-                positions = np.fromiter(last.values(), dtype=np.int64, count=len(last))
-                positions.sort()
-                rank = {p: j for j, p in enumerate(positions.tolist())}
-                which = np.fromiter((rank[last[k]] for k in key_list), np.intp, n)
-                key_list = [key_list[i] for i in positions.tolist()]
-                batch = encode_keys(key_list)
-                values = values[positions]
-    return key_list, batch, values, which
+    repeats = batch_repeats(key_list, batch.hashes)  # None: no key repeats (the common case)
+    if repeats is None:
+        return key_list, batch, values, None
+    key_list = [key_list[i] for i in repeats.last.tolist()]  # the last occurrence wins
+    return key_list, encode_keys(key_list), values[repeats.last], repeats.which
 
 
 def compact_inputs(
@@ -148,23 +139,13 @@ def section_ends(sizes: NDArray[np.integer], raw: Section) -> tuple[NDArray[np.u
     ``sizes``: (the section as (m,) uint8, no copy; (n,) int64 one past each key's NUL).
 
     Raises:
-        InvalidArgumentError: a length outside 1 to MAX_KEY_BYTES, the NULs not where the
-            lengths say, or a key not valid UTF-8 (the message gives the byte offset; checked
-            :data:`UTF8_SLICE` bytes at a time, so no str of the whole section is made).
+        KeySectionError: (an InvalidArgumentError) a length outside 1 to MAX_KEY_BYTES, the
+            NULs not where the lengths say, or a key not valid UTF-8 (the message gives the
+            byte offset; :func:`~permindex.index.key_section.check_section`, the one codec,
+            checking :data:`UTF8_SLICE` bytes at a time, so no str of the whole section).
     """
-    sizes = sizes.astype(np.int64)
-    if int(sizes.min()) < 1 or int(sizes.max()) > MAX_KEY_BYTES:
-        raise InvalidArgumentError(
-            f"key lengths must be 1 to {MAX_KEY_BYTES} UTF-8 bytes", value=None
-        )
-    ends = np.cumsum(sizes + 1)
     data = raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
-    if int(ends[-1]) != data.size or not bool((data[ends - 1] == 0).all()):
-        raise InvalidArgumentError("the key section does not match the key lengths")
-    if int(data.max()) >= 0x80:  # not ASCII
-        error = first_utf8_error(byte_view(raw), ends, UTF8_SLICE)
-        if error is not None:
-            raise InvalidArgumentError(f"a key is not valid UTF-8 ({error[1]} at byte {error[0]})")
+    ends = check_section(data, sizes, utf8_slice=UTF8_SLICE)  # KeySectionError: the first fault
     return data, ends
 
 
