@@ -11,6 +11,16 @@ its parts:
 * :mod:`permindex.index.query` -- the batch query; :mod:`permindex.index.batches` -- input
   batches (str keys, compact key sections);
 * :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`.
+
+Thread safety: every public method (including ``len``, ``in`` and the start of iteration)
+reads and changes the index under one re-entrant lock (``threading.RLock``), so calls from
+several threads are serialized: each sees the index as a previous call left it and leaves it
+consistent; readers do not run in parallel with each other. :meth:`Index.check_and_add` queries
+and adds under one acquisition of the lock; iterating yields from a copy of the keys taken
+under it. A write does outside the lock what changes nothing a reader sees: before it,
+validating keys and sorting a large batch's runs; after it, merging runs (swapped in under
+the lock) and growing the row arrays ahead (:mod:`permindex.index.runs`,
+:mod:`permindex.index.rows`), so lookups go on while another thread ingests.
 """
 
 from __future__ import annotations
@@ -148,15 +158,7 @@ class Index:
     uint64 arrays. Every argument is validated before anything changes; a call that raises
     leaves the index as it was.
 
-    Thread safety: every public method (including ``len``, ``in`` and the start of iteration)
-    reads and changes the index under one re-entrant lock (``threading.RLock``), so calls from
-    several threads are serialized: each sees the index as a previous call left it and leaves it
-    consistent; readers do not run in parallel with each other. :meth:`check_and_add` queries
-    and adds under one acquisition of the lock; iterating yields from a copy of the keys taken
-    under it. A write does outside the lock what changes nothing a reader sees: before it,
-    validating keys and sorting a large batch's runs; after it, merging runs (swapped in under
-    the lock) and growing the row arrays ahead (:mod:`permindex.index.runs`,
-    :mod:`permindex.index.rows`), so lookups go on while another thread ingests.
+    Thread safety: see the module docstring.
     """
 
     def __init__(
