@@ -5,21 +5,23 @@
 
 Each tree needs its own virtual environment with permindex installed from it (``TREE/.venv``;
 ``python3 -m venv TREE/.venv && TREE/.venv/bin/pip install TREE``). For each of ``--rounds``
-rounds the worker runs once per tree, old then new, each in a fresh process started from that
-tree's interpreter, so the machine's load falls on both alike. A worker builds the same data as
+rounds the worker runs once per tree, old then new (new then old in every second round), each
+in a fresh process started from that tree's interpreter, so the machine's load falls on both
+alike. A worker builds the same data as
 ``benchmarks/run.py`` (N random fingerprints, seed 7, 1 % planted near-duplicates, 10,000
 queries) and measures:
 
 - ``bulk_load_per_s``: ``Index.from_arrays`` of N string keys and fingerprints, design (4, 1);
-- ``batch_qps``: ``query_many`` of the 10,000 queries (median of 5), k = 3;
-- ``single_qps``: 2,000 single ``Index.query`` calls (median of 5);
+- ``batch_qps``: ``query_many`` of the 10,000 queries (median of 7), k = 3;
+- ``single_qps``: 4,000 single ``Index.query`` calls, half near a stored fingerprint (median
+  of 7);
 - ``add_many_per_s``: ``add_many`` of 500,000 in batches of 10,000 into an empty index;
 - ``restart_s``: ``Store.open`` of a data directory holding a snapshot of the N keys (40-byte
   keys), what the server does before it listens.
 
 Only the public API is used (``Index``, ``Store``, the snapshot writer), under the module path
 each tree has. The medians per tree and the ratios new / old are printed as a Markdown table and
-written to ``benchmarks/results/ab.json``. Not a test: nothing here runs under pytest.
+written to ``benchmarks/results/ab-N.json``. Not a test: nothing here runs under pytest.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 SEED = 7
 QUERIES = 10_000
-REPEATS = 5
+REPEATS = 7
 METRICS = ("bulk_load_per_s", "batch_qps", "single_qps", "add_many_per_s", "restart_s")
 
 
@@ -92,7 +94,7 @@ def _median_rate(count: int, run: Callable[[], object]) -> float:
 def _lookups(index: Any, queries: np.ndarray) -> dict[str, float]:
     """Batch and single lookup rates of ``index`` for ``queries`` ((10,000,) uint64)."""
     index.query_many(queries)  # the first batch after a load pays for the first touch
-    singles = queries[np.r_[0:1000, QUERIES // 2 : QUERIES // 2 + 1000]].tolist()
+    singles = queries[np.r_[0:2000, QUERIES // 2 : QUERIES // 2 + 2000]].tolist()
 
     def one_by_one() -> None:
         for q in singles:
@@ -104,7 +106,7 @@ def _lookups(index: Any, queries: np.ndarray) -> dict[str, float]:
     }
 
 
-def worker(n: int) -> dict[str, float]:
+def worker(n: int, lookups_only: bool = False) -> dict[str, float]:
     """One tree's figures (see the module docstring); runs in the tree's own interpreter."""
     from permindex import Index
 
@@ -123,6 +125,8 @@ def worker(n: int) -> dict[str, float]:
     del keys
     out.update(_lookups(index, queries))
     del index
+    if lookups_only:
+        return out
     rng = np.random.default_rng(11)
     total = 500_000
     values = rng.integers(0, 2**64 - 1, total, dtype=np.uint64, endpoint=True)
@@ -151,13 +155,14 @@ def worker(n: int) -> dict[str, float]:
     return out
 
 
-def run_worker(tree: Path, n: int) -> dict[str, float]:
+def run_worker(tree: Path, n: int, lookups_only: bool) -> dict[str, float]:
     """Run :func:`worker` in ``tree``'s interpreter, from a directory outside every tree (so the
     installed package is the one imported)."""
     python = tree / ".venv" / "bin" / "python"
     with tempfile.TemporaryDirectory() as cwd:
         done = subprocess.run(
-            [str(python), str(Path(__file__).resolve()), "--worker", "--n", str(n)],
+            [str(python), str(Path(__file__).resolve()), "--worker", "--n", str(n)]
+            + (["--lookups-only"] if lookups_only else []),
             cwd=cwd,
             capture_output=True,
             text=True,
@@ -177,33 +182,46 @@ def main() -> int:
     parser.add_argument("new", nargs="?", type=Path, help="the tree after the change")
     parser.add_argument("--n", type=float, default=1e6, help="fingerprints (default 1e6)")
     parser.add_argument("--rounds", type=int, default=4, help="A/B rounds (default 4)")
+    parser.add_argument(
+        "--lookups-only", action="store_true", help="only bulk load and lookups (shorter rounds)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     n = int(args.n)
     if args.worker:
-        print(json.dumps(worker(n)))
+        print(json.dumps(worker(n, args.lookups_only)))
         return 0
     if args.old is None or args.new is None:
         parser.error("OLD_TREE and NEW_TREE are required")
+    metrics = METRICS[:3] if args.lookups_only else METRICS
     rounds: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
-    for r in range(args.rounds):
-        for name, tree in (("old", args.old), ("new", args.new)):
-            result = run_worker(tree, n)
+    order = (("old", args.old), ("new", args.new))
+    for r in range(args.rounds):  # old, new, then new, old: a drift of the machine falls on both
+        for name, tree in order if r % 2 == 0 else order[::-1]:
+            result = run_worker(tree, n, args.lookups_only)
             rounds[name].append(result)
-            shown = ", ".join(f"{m} {result[m]:,.3g}" for m in METRICS)
+            shown = ", ".join(f"{m} {result[m]:,.3g}" for m in metrics)
             print(f"round {r + 1} {name}: {shown}", file=sys.stderr, flush=True)
     medians = {
-        name: {m: statistics.median(x[m] for x in results) for m in METRICS}
+        name: {m: statistics.median(x[m] for x in results) for m in metrics}
         for name, results in rounds.items()
     }
-    print(f"| N = {n:,}, {args.rounds} rounds A/B | old (median) | new (median) | new / old |")
-    print("| --- | ---: | ---: | ---: |")
-    for m in METRICS:
+    paired = {
+        m: statistics.median(b[m] / a[m] for a, b in zip(rounds["old"], rounds["new"], strict=True))
+        for m in metrics
+    }
+    print(
+        f"| N = {n:,}, {args.rounds} rounds A/B | old (median) | new (median) | new / old "
+        "| median of the rounds' new / old |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for m in metrics:
         old, new = medians["old"][m], medians["new"][m]
-        print(f"| {m} | {old:,.4g} | {new:,.4g} | {new / old:.3f} |")
-    out = HERE / "results" / "ab.json"
+        print(f"| {m} | {old:,.4g} | {new:,.4g} | {new / old:.3f} | {paired[m]:.3f} |")
+    out = HERE / "results" / f"ab-{n:.0e}.json".replace("+0", "")
     out.write_text(
-        json.dumps({"n": n, "rounds": rounds, "medians": medians}, indent=1) + "\n",
+        json.dumps({"n": n, "rounds": rounds, "medians": medians, "paired": paired}, indent=1)
+        + "\n",
         encoding="utf-8",
     )
     return 0
