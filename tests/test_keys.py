@@ -1,0 +1,222 @@
+"""The key rule (permindex.index.keys): validate_key at the 1,024-byte limit in every UTF-8 width,
+empty keys, lone surrogates, NUL inside a key, non-str input, the error's reason/size/limit and
+message; check_int with Python and numpy integers; short_repr's cut; and validate_key against a
+model written with str.encode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import SETTINGS
+
+from permindex.errors import InvalidArgumentError, InvalidKeyError
+from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
+
+
+def test_the_limit_is_1024_bytes() -> None:
+    assert MAX_KEY_BYTES == 1024
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "a",
+        "\x00",
+        "nul\x00inside",
+        "\x00" * 1024,
+        "x" * 1024,  # ASCII, exactly at the limit
+        "é" * 512,  # 2-byte characters, exactly at the limit
+        "€" * 341 + "a",  # 3-byte characters, 1,024 bytes
+        "\U0001f600" * 256,  # 4-byte characters, exactly at the limit
+        "\U0010ffff",  # the last code point
+        "\ufeff",  # a BOM is an ordinary character in a key
+    ],
+)
+def test_valid_keys_are_returned_unchanged(key: str) -> None:
+    assert len(key.encode("utf-8")) <= MAX_KEY_BYTES
+    result = validate_key(key)
+    assert result == key and type(result) is str
+
+
+@pytest.mark.parametrize(
+    ("key", "size"),
+    [
+        ("x" * 1025, 1025),  # the ASCII path measures characters
+        ("é" * 512 + "a", 1025),  # the non-ASCII path measures bytes, not characters
+        ("é" * 513, 1026),
+        ("€" * 342, 1026),
+        ("\U0001f600" * 256 + "a", 1025),
+        ("a" * 1023 + "é", 1025),  # 1,024 characters but 1,025 bytes
+        ("\x00" * 1025, 1025),
+    ],
+)
+def test_over_the_limit_is_a_size_error(key: str, size: int) -> None:
+    with pytest.raises(InvalidKeyError, match=f"is {size} UTF-8 bytes; at most 1024") as caught:
+        validate_key(key)
+    error = caught.value
+    assert (error.reason, error.size, error.limit, error.value) == ("size", size, 1024, key)
+    assert isinstance(error, InvalidArgumentError) and isinstance(error, ValueError)
+    assert len(str(error)) < 150  # the key is cut in the message (short_repr)
+
+
+def test_empty_key() -> None:
+    with pytest.raises(InvalidKeyError, match=r"^key must not be empty$") as caught:
+        validate_key("")
+    assert (caught.value.reason, caught.value.size, caught.value.limit) == ("empty", 0, 1024)
+
+
+@pytest.mark.parametrize("key", ["\ud800", "\udfff", "a\udc80b", "é\ud83d", "x" * 2000 + "\ud800"])
+def test_lone_surrogates_are_an_encoding_error(key: str) -> None:
+    with pytest.raises(InvalidKeyError, match="cannot be encoded as UTF-8: surrogates") as caught:
+        validate_key(key)
+    error = caught.value
+    assert (error.reason, error.size, error.limit, error.value) == ("encoding", None, 1024, key)
+    assert error.__cause__ is None and error.__suppress_context__  # raised "from None"
+
+
+def test_surrogate_pair_written_as_one_character_is_valid() -> None:
+    assert validate_key("\U0001f600") == "\U0001f600"
+    with pytest.raises(InvalidKeyError):  # the same pair as two lone surrogates is not
+        validate_key("\ud83d\ude00")
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (b"key", "bytes b'key'"),
+        (None, "NoneType None"),
+        (3, "int 3"),
+        (["a"], "list ['a']"),
+        (bytearray(b"k"), "bytearray bytearray(b'k')"),
+    ],
+)
+def test_what_is_not_a_str_is_a_type_error(value: object, shown: str) -> None:
+    with pytest.raises(TypeError) as caught:
+        validate_key(value)
+    assert str(caught.value) == f"key must be str, not {shown}"
+    assert not isinstance(caught.value, InvalidArgumentError)
+
+
+def test_name_and_max_bytes_options() -> None:
+    with pytest.raises(TypeError, match=r"^keys\[3\] must be str"):
+        validate_key(1, name="keys[3]")
+    with pytest.raises(InvalidKeyError, match=r"^keys\[3\] must not be empty") as empty:
+        validate_key("", name="keys[3]", max_bytes=10)
+    assert empty.value.limit == 10
+    with pytest.raises(InvalidKeyError, match=r"^id '\\ud800' cannot be encoded"):
+        validate_key("\ud800", name="id")
+    assert validate_key("é" * 5, max_bytes=10) == "é" * 5
+    with pytest.raises(InvalidKeyError, match="is 3 UTF-8 bytes; at most 2 are allowed") as big:
+        validate_key("é" + "a", max_bytes=2)
+    assert (big.value.size, big.value.limit) == (3, 2)
+    # A limit above the default is a server's choice; the rule follows it.
+    assert validate_key("x" * 2000, max_bytes=4096) == "x" * 2000
+
+
+def test_a_plain_str_subclass_is_returned_as_str() -> None:
+    class Name(str):
+        pass
+
+    result = validate_key(Name("doc-1"))
+    assert result == "doc-1" and type(result) is str
+
+
+def test_the_empty_check_comes_before_the_size_check() -> None:
+    with pytest.raises(InvalidKeyError) as caught:
+        validate_key("", max_bytes=0)
+    assert caught.value.reason == "empty"
+    with pytest.raises(InvalidKeyError) as surrogate:
+        validate_key("\ud800" * 600)  # too long too, but not measurable in bytes
+    assert surrogate.value.reason == "encoding"
+
+
+# A key's characters: any code point (surrogates included), NUL and multi-byte ones often.
+_chars = st.one_of(
+    st.characters(codec=None, exclude_categories=()),
+    st.sampled_from(["\x00", "a", "é", "€", "\U0001f600", "\ud800"]),
+)
+
+
+@SETTINGS
+@given(st.text(_chars, max_size=12), st.integers(min_value=0, max_value=40))
+def test_validate_key_against_a_model(key: str, limit: int) -> None:
+    try:
+        size: int | None = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        size = None
+    if not key:
+        expected = "empty"
+    elif size is None:
+        expected = "encoding"
+    elif size > limit:
+        expected = "size"
+    else:
+        assert validate_key(key, max_bytes=limit) == key
+        return
+    with pytest.raises(InvalidKeyError) as caught:
+        validate_key(key, max_bytes=limit)
+    error = caught.value
+    assert (error.reason, error.limit, error.value) == (expected, limit, key)
+    assert error.size == (0 if expected == "empty" else size)
+
+
+def test_check_int_accepts_python_and_numpy_integers() -> None:
+    top = (1 << 64) - 1
+    for value, expected in [
+        (0, 0),
+        (-5, -5),
+        (1 << 100, 1 << 100),
+        (np.uint64(top), top),
+        (np.int64(-(1 << 63)), -(1 << 63)),
+        (np.int8(-3), -3),
+        (np.uint8(255), 255),
+    ]:
+        result = check_int(value, "k")
+        assert result == expected and type(result) is int
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (True, "bool True"),
+        (False, "bool False"),
+        (np.bool_(True), "bool np.True_"),
+        (1.0, "float 1.0"),
+        (np.float64(2.0), "float64 np.float64(2.0)"),
+        ("3", "str '3'"),
+        (None, "NoneType None"),
+    ],
+)
+def test_check_int_refuses_bools_and_non_integers(value: object, shown: str) -> None:
+    with pytest.raises(TypeError) as caught:
+        check_int(value, "limit")
+    assert str(caught.value) == f"limit must be an int, not {shown}"
+
+
+@SETTINGS
+@given(st.integers())
+def test_check_int_is_the_identity_on_ints(value: int) -> None:
+    result = check_int(value, "n")
+    assert result == value and type(result) is int
+
+
+def test_short_repr_cuts_at_60_characters() -> None:
+    assert short_repr("abc") == "'abc'"
+    assert short_repr(None) == "None"
+    exact = "x" * 58  # repr: 60 characters, kept whole
+    assert short_repr(exact) == repr(exact)
+    cut = short_repr("x" * 59)  # repr: 61 characters
+    assert len(cut) == 60 and cut == "'" + "x" * 56 + "..."
+    assert short_repr(b"\xff" * 100).startswith("b'\\xff") and len(short_repr(b"\xff" * 100)) == 60
+
+
+@SETTINGS
+@given(st.one_of(st.text(), st.binary(), st.integers(), st.lists(st.integers())))
+def test_short_repr_is_a_prefix_of_repr(value: object) -> None:
+    text = repr(value)
+    shown = short_repr(value)
+    assert len(shown) <= 60
+    assert shown == text if len(text) <= 60 else shown == text[:57] + "..."
