@@ -285,3 +285,25 @@ def test_against_a_dict_with_colliding_hashes(
     assert found == [model.get(k, -1) for k in every]
     for key in every:
         assert store.find(key.encode(), hashes[key]) == model.get(key, -1)
+
+
+@pytest.mark.timeout(20)
+def test_append_many_moved_from_an_unlinked_row_is_refused_not_probed_forever() -> None:
+    """moved_from must name rows still linked (their slots are pointed at the new rows): a row
+    already unlinked ends its probe at an empty slot, a KeyError, where the probe used to loop
+    without end."""
+    store = KeyStore()
+    store.append_many(encode_keys(["a", "b"]))
+    old = store.find_many(encode_keys(["a"]))
+    store.unlink(int(old[0]))
+    with pytest.raises(KeyError, match="not linked"):
+        store.append_many(encode_keys(["a"]), old)
+
+
+def test_append_many_moved_from_linked_rows_keeps_the_keys_findable() -> None:
+    store = KeyStore()
+    store.append_many(encode_keys(["a", "b", "c"]))
+    batch = encode_keys(["b", "d"])
+    first = store.append_many(batch, store.find_many(batch))
+    assert store.find_many(encode_keys(["a", "b", "c", "d"])).tolist() == [0, first, 2, first + 1]
+    assert _problems(store) == []

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SETTINGS
 
+from permindex import Index
 from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
 
@@ -220,3 +221,34 @@ def test_short_repr_is_a_prefix_of_repr(value: object) -> None:
     shown = short_repr(value)
     assert len(shown) <= 60
     assert shown == text if len(text) <= 60 else shown == text[:57] + "..."
+
+
+class _ShortLen(str):
+    """A str subclass that lies about its length."""
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _OtherStr(str):
+    """A str subclass whose str() is another text."""
+
+    def __str__(self) -> str:
+        return "other"
+
+
+def test_a_str_subclass_is_checked_and_returned_by_its_characters() -> None:
+    long = _ShortLen("x" * 2000)
+    with pytest.raises(InvalidArgumentError, match="2000 UTF-8 bytes"):
+        validate_key(long)
+    key = validate_key(_OtherStr("abc"))
+    assert key == "abc" and type(key) is str
+
+
+def test_the_index_stores_a_str_subclass_key_by_its_characters() -> None:
+    index = Index()
+    index.add(_OtherStr("abc"), 7)
+    assert index.export()[0] == ["abc"]
+    with pytest.raises(InvalidArgumentError):
+        index.add(_ShortLen("y" * 2000), 5)
+    assert len(index) == 1

@@ -125,7 +125,8 @@ def check_section(
             raise KeySectionError("no key lengths but a non-empty key section", "size")
         return np.zeros(0, dtype=np.int64)
     if int(lengths.min()) < 1 or (max_bytes is not None and int(lengths.max()) > max_bytes):
-        raise KeySectionError(f"key lengths must be 1 to {MAX_KEY_BYTES} UTF-8 bytes", "length")
+        limit = MAX_KEY_BYTES if max_bytes is None else max_bytes
+        raise KeySectionError(f"key lengths must be 1 to {limit} UTF-8 bytes", "length")
     ends = section_ends(lengths)
     if int(ends[-1]) != section.size:
         raise KeySectionError("the key section does not match the key lengths", "size")

@@ -175,14 +175,21 @@ class KeyTable(KeyRows):
 
     def _relink_many(self, old_rows: _I64, new_rows: _I64) -> None:
         """Point the slots of linked ``old_rows`` at ``new_rows`` (the same keys on new rows);
-        the old rows become unfindable. Vectorized probing."""
+        the old rows become unfindable. Vectorized probing.
+
+        Raises:
+            KeyError: a row of ``old_rows`` is not linked (its probe reached an empty slot).
+        """
         mask = self._mask
         slots = self._slots
         pos = (self._hashes[old_rows] & np.uint64(mask)).astype(np.int64)
         old_tag = (old_rows + 1).astype(np.uint32)
         new_tag = (new_rows + 1).astype(np.uint32)
         while old_rows.size:
-            hit = slots[pos] == old_tag
+            found = slots[pos]
+            if not bool(found.all()):  # an empty slot ends a probe: that old row is not linked
+                raise KeyError(f"rows {old_rows[found == 0].tolist()[:5]} are not linked")
+            hit = found == old_tag
             slots[pos[hit]] = new_tag[hit]
             left = ~hit
             old_rows, old_tag, new_tag = old_rows[left], old_tag[left], new_tag[left]

@@ -36,6 +36,8 @@ def validate_key(key: object, *, name: str = "key", max_bytes: int = MAX_KEY_BYT
     """
     if not isinstance(key, str):
         raise TypeError(f"{name} must be str, not {type(key).__name__} {short_repr(key)}")
+    if type(key) is not str:  # a subclass: check and return its characters, whatever it overrides
+        key = str.__str__(key)
     if not key:
         raise InvalidKeyError(f"{name} must not be empty", key, "empty", 0, max_bytes)
     if key.isascii():
@@ -59,7 +61,7 @@ def validate_key(key: object, *, name: str = "key", max_bytes: int = MAX_KEY_BYT
             size,
             max_bytes,
         )
-    return key if type(key) is str else str(key)
+    return key
 
 
 def short_repr(value: object) -> str:

@@ -141,7 +141,13 @@ class KeyStore(KeyTable):
     def append_many(self, batch: EncodedKeys, moved_from: _I64 | None = None) -> int:
         """Store the keys of ``batch`` (distinct, none linked now) on consecutive new rows and link
         them; returns the first row. ``moved_from`` ((n,) int64, -1 for new keys): each key's
-        previous row, already unlinked (keeps its first-added rank)."""
+        previous row, still linked: its slot is pointed at the new row, which keeps its
+        first-added rank.
+
+        Raises:
+            KeyError: a row of ``moved_from`` is not linked (a caller's error, raised instead
+                of probing forever; the store is then left part-way, as ``_check`` reports).
+        """
         n = int(batch.hashes.size)
         first = self._rows
         if n == 0:
