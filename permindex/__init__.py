@@ -30,7 +30,14 @@ from permindex.index.clusters import (
     flags,
 )
 from permindex.index.hamming import hamming, validate_fingerprint
-from permindex.text.fingerprint import simhash, simhash_features, simhash_vectors, simhash_weighted
+from permindex.text.fingerprint import (
+    shingles,
+    simhash,
+    simhash_features,
+    simhash_vectors,
+    simhash_weighted,
+    tokens,
+)
 
 if TYPE_CHECKING:
     from permindex.client import Client
@@ -57,10 +64,12 @@ __all__ = [
     "exact_duplicates",
     "flags",
     "hamming",
+    "shingles",
     "simhash",
     "simhash_features",
     "simhash_vectors",
     "simhash_weighted",
+    "tokens",
     "validate_fingerprint",
 ]
 

@@ -55,3 +55,36 @@ def test_import_permindex_pulls_no_grpc() -> None:
     code = "import sys, permindex; print(any(m.split('.')[0] == 'grpc' for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _tree_paths() -> set[str]:
+    """The files the README's module tree (the ``permindex/`` block of its design section)
+    names, as paths relative to the repository (v1/, generated, as a folder only)."""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```\npermindex/\n(.*?)```", text, flags=re.S)
+    assert block is not None, "the README's design section has no permindex/ tree"
+    paths: set[str] = set()
+    folder = ""
+    for line in block.group(1).splitlines():
+        top = re.match(r"^[├└]── ([\w.]+)(/?)", line)
+        inner = re.match(r"^[│ ]   [├└]── ([\w.]+)", line)
+        if top:
+            folder = top.group(1) if top.group(2) else ""
+            if not top.group(2):
+                paths.add(f"permindex/{top.group(1)}")
+        elif inner and folder:
+            paths.add(f"permindex/{folder}/{inner.group(1)}")
+    return paths
+
+
+def test_readme_module_tree_matches_the_package() -> None:
+    root = README.parent / "permindex"
+    files = {
+        str(p.relative_to(README.parent))
+        for p in root.rglob("*")
+        if p.is_file()
+        and (p.suffix == ".py" or p.name == "py.typed")
+        and "v1" not in p.relative_to(root).parts
+        and "__pycache__" not in p.parts
+    }
+    assert _tree_paths() == files
