@@ -13,9 +13,8 @@ import pytest
 
 from permindex import InvalidArgumentError
 from permindex.errors import InvalidKeyError
-from permindex.index.keys import validate_key
+from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.text.documents import (
-    MAX_KEY_BYTES,
     Document,
     MalformedInputError,
     check_key,

@@ -26,7 +26,7 @@ from conftest import make_stub
 from serverproc import ServeProcess
 
 from permindex.storage.snapshot import SNAPSHOT_NAME
-from permindex.storage.wal import segment_name
+from permindex.storage.wal_records import segment_name
 from permindex.v1 import index_pb2 as pb
 
 

@@ -19,7 +19,8 @@ import pytest
 from permindex import simhash
 from permindex.cli import main
 from permindex.errors import EXIT_CODES
-from permindex.near.dedup import DedupOptions, run_dedup, write_outputs
+from permindex.near.dedup import run_dedup, write_outputs
+from permindex.near.result import DedupOptions
 from permindex.text.documents import read_file_text
 from permindex.v1 import index_pb2 as pb
 

@@ -18,7 +18,8 @@ from permindex.index import Index
 from permindex.index.keystore import KeyStore
 from permindex.storage.snapshot import DataDir
 from permindex.storage.store import Store
-from permindex.storage.wal import ADD, REMOVE, REPLACE, list_segments, read_log
+from permindex.storage.wal_records import ADD, REMOVE, REPLACE, list_segments
+from permindex.storage.wal_recovery import read_log
 
 
 def _decoded(parts: list[tuple[Any, Any, Any]]) -> dict[str, int]:

@@ -18,18 +18,18 @@ import numpy as np
 import pytest
 
 from permindex.errors import CorruptFileError, StorageError, StorageFullError
-from permindex.storage.wal import (
+from permindex.storage.wal import LogWriter
+from permindex.storage.wal_records import (
     ADD,
     HEADER_SIZE,
     MAGIC,
     REMOVE,
     REPLACE,
-    LogWriter,
     encode_record,
     list_segments,
-    read_log,
     segment_name,
 )
+from permindex.storage.wal_recovery import read_log
 
 
 def _write_log(directory: Path, batches: list[list[tuple[int, str, int]]]) -> list[int]:

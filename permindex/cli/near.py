@@ -78,12 +78,12 @@ def _cmd_flags(args: argparse.Namespace) -> int:
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
     from permindex.near.dedup import (
-        DedupOptions,
         default_jobs,
         run_dedup,
         summary_line,
         write_outputs,
     )
+    from permindex.near.result import DedupOptions
 
     started = time.monotonic()
     options = DedupOptions(
@@ -114,7 +114,7 @@ def add_commands(command: CommandFactory) -> None:
     """Register ``clusters``, ``flags`` and ``dedup`` with the subcommand factory of
     :func:`permindex.cli.build_parser`."""
     from permindex.index.clusters import KEEP_RULES
-    from permindex.near.dedup import MAX_K, WEIGHTS
+    from permindex.near.result import MAX_K, WEIGHTS
     from permindex.text.fingerprint import TOKENIZERS
 
     clusters = command(

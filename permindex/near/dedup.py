@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
 from permindex.near.report import ReportCluster, render_report, select_examples
-from permindex.near.result import MAX_K, WEIGHTS, DedupOptions, DedupResult
+from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import (
     Document,
     DocumentReader,
@@ -45,10 +45,6 @@ from permindex.text.fingerprint import (
 from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
 
 __all__ = [
-    "MAX_K",
-    "WEIGHTS",
-    "DedupOptions",
-    "DedupResult",
     "run_dedup",
     "write_outputs",
 ]

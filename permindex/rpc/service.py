@@ -17,7 +17,6 @@ import permindex
 from permindex.errors import (
     NotFoundError,
     PermindexError,
-    SnapshotWriteError,
     status_name_for,
 )
 from permindex.index.clusters import NearDuplicates
@@ -28,7 +27,7 @@ from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
 
-__all__ = ["SERVICE_NAME", "PermIndexService", "ServerState", "SnapshotWriteError"]
+__all__ = ["SERVICE_NAME", "PermIndexService"]
 
 log = logging.getLogger(__name__)
 

@@ -59,16 +59,9 @@ from permindex.index.key_section import batch_repeats
 from permindex.index.keys import validate_key
 from permindex.index.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.snapshot import DataDir, Snapshot, SnapshotInfo
-from permindex.storage.wal import (
-    ADD,
-    REMOVE,
-    REPLACE,
-    FsyncPolicy,
-    LogWriter,
-    Record,
-    encode_record,
-    read_log,
-)
+from permindex.storage.wal import FsyncPolicy, LogWriter
+from permindex.storage.wal_records import ADD, REMOVE, REPLACE, Record, encode_record
+from permindex.storage.wal_recovery import read_log
 
 __all__ = ["Recovery", "Store"]
 

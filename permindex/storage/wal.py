@@ -1,7 +1,7 @@
 """The write-ahead log: every change to a server's index, appended and (by default) fsynced
 before the change is applied and acknowledged -- the writer (:class:`LogWriter`) and its fsync
 policies. The file format is :mod:`permindex.storage.wal_records`'s, recovery
-:mod:`permindex.storage.wal_recovery`'s; their names are re-exported by this module.
+:mod:`permindex.storage.wal_recovery`'s.
 
 A log is a sequence of segment files in the data directory. Each change request becomes one
 record, written with one ``write`` (and, under the default policy, one fsync) and replayed
@@ -45,40 +45,14 @@ from typing import Final, Literal
 from permindex.errors import InvalidArgumentError, StorageError, StorageFullError
 from permindex.storage.datadir import fsync_directory
 from permindex.storage.wal_records import (
-    ADD,
-    FORMAT_VERSION,
     HEADER_SIZE,
-    MAGIC,
-    REMOVE,
-    REPLACE,
-    Record,
     Segment,
-    encode_record,
     list_segments,
     segment_header,
     segment_name,
 )
-from permindex.storage.wal_recovery import RecoveredLog, read_log
 
-__all__ = [
-    "ADD",
-    "FORMAT_VERSION",
-    "FSYNC_POLICIES",
-    "HEADER_SIZE",
-    "MAGIC",
-    "REMOVE",
-    "REPLACE",
-    "FsyncPolicy",
-    "LogWriter",
-    "Record",
-    "RecoveredLog",
-    "Segment",
-    "create_segment",
-    "encode_record",
-    "list_segments",
-    "read_log",
-    "segment_name",
-]
+__all__ = ["FSYNC_POLICIES", "FsyncPolicy", "LogWriter", "create_segment"]
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +174,9 @@ class LogWriter:
         return self._offset
 
     def append(self, record: bytes, sequence: int) -> None:
-        """Write ``record`` (from :func:`encode_record`, numbered ``sequence``, which must be
-        :attr:`last_sequence` + 1) at the end of the log with one write, then fdatasync it under
+        """Write ``record`` (from :func:`~permindex.storage.wal_records.encode_record`,
+        numbered ``sequence``, which must be :attr:`last_sequence` + 1) at the end of the log
+        (``os.pwrite`` until all is written), then fdatasync it under
         the ``always`` policy.
 
         Raises:

@@ -24,7 +24,6 @@ from permindex.index.hamming import MAX_FINGERPRINT
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
 __all__ = [
-    "MAX_KEY_BYTES",
     "Document",
     "DocumentReader",
     "MalformedInputError",
@@ -159,8 +158,8 @@ def format_fingerprint(fingerprint: int) -> str:
 
 def check_key(key: str) -> None:
     """Check ``key`` as the server would: the key rule of
-    :func:`permindex.index.keys.validate_key` (non-empty, at most :data:`MAX_KEY_BYTES` UTF-8
-    bytes), with this reader's wording.
+    :func:`permindex.index.keys.validate_key` (non-empty, at most
+    :data:`~permindex.index.keys.MAX_KEY_BYTES` UTF-8 bytes), with this reader's wording.
 
     Raises:
         InvalidKeyError: (an :class:`~permindex.errors.InvalidArgumentError`) an empty key, one
@@ -528,6 +527,6 @@ def read_documents(
         is a UTF-8 string) and relative paths longer than a key may be.
 
     Keys are checked on the client, as the server would check them: non-empty and at most
-    :data:`MAX_KEY_BYTES` UTF-8 bytes.
+    :data:`~permindex.index.keys.MAX_KEY_BYTES` UTF-8 bytes.
     """
     return DocumentReader(source, stdin=stdin, id_field=id_field, text_field=text_field)
