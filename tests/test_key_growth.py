@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from key_model import apply_op, with_hashes
 from numpy.typing import NDArray
 from strategies import SETTINGS
 
 from permindex.index.key_growth import LINK, RELINK, UNLINK, Growth, prepare_growth
-from permindex.index.key_table import EncodedKeys
 from permindex.index.keystore import KeyStore, encode_keys, hash_key
 
 _I64 = NDArray[np.int64]
@@ -210,29 +210,6 @@ _hash_values = st.sampled_from([0, 1, 15, (1 << 64) - 1, 1 << 63, 31])
 _op = st.tuples(st.sampled_from(["put", "remove", "batch"]), st.lists(_key, min_size=1, max_size=8))
 
 
-def _apply(
-    store: KeyStore, model: dict[str, int], hashes: dict[str, int], op: str, keys: list[str]
-) -> None:
-    if op == "put":
-        key = keys[0]
-        old = model.get(key, -1)
-        if old >= 0:
-            store.unlink(old)
-        model[key] = store.append(key.encode(), hashes[key], moved_from=old)
-    elif op == "remove":
-        for key in dict.fromkeys(keys):
-            if key in model:
-                store.unlink(model.pop(key))
-    else:
-        distinct = list(dict.fromkeys(keys))
-        encoded = encode_keys(distinct)
-        batch = EncodedKeys(
-            encoded.blob, encoded.ends, np.array([hashes[k] for k in distinct], dtype=np.uint64)
-        )
-        first = store.append_many(batch, store.find_many(batch))
-        model.update({k: first + i for i, k in enumerate(distinct)})
-
-
 @SETTINGS
 @given(
     st.fixed_dictionaries(
@@ -256,21 +233,18 @@ def test_changes_journalled_during_a_growth_against_a_dict(
     store = KeyStore()
     model: dict[str, int] = {}
     for op, keys in before:
-        _apply(store, model, hashes, op, keys)
+        apply_op(store, model, hashes, op, keys)
     growth = store.begin_growth(rows=extra_rows, data_bytes=extra_rows * 4)
     linked = store.linked_rows()
     for op, keys in during:
-        _apply(store, model, hashes, op, keys)
+        apply_op(store, model, hashes, op, keys)
     KeyStore.prepare_growth(growth, linked)
     assert store.finish_growth(growth)
     assert store._check_rows() == [] and store._check_table() == []
     every = list(hashes)
-    encoded = encode_keys(every)
-    batch = EncodedKeys(
-        encoded.blob, encoded.ends, np.array([hashes[k] for k in every], dtype=np.uint64)
-    )
+    batch = with_hashes(every, [hashes[k] for k in every])
     assert store.find_many(batch).tolist() == [model.get(k, -1) for k in every]
     assert store.linked_rows().tolist() == sorted(model.values())
     for op, keys in during[:5]:
-        _apply(store, model, hashes, op, keys)
+        apply_op(store, model, hashes, op, keys)
     assert store._check_table() == [] and len(store) == len(model)

@@ -16,19 +16,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from key_model import apply_op, with_hashes
 from numpy.typing import NDArray
 from strategies import SETTINGS
 
-from permindex.index.key_table import MIN_SLOTS, EncodedKeys, KeyTable, link_rows
+from permindex.index.key_table import MIN_SLOTS, KeyTable, link_rows
 from permindex.index.keystore import KeyStore, encode_keys, hash_key
 
 TOP = (1 << 64) - 1
-
-
-def _batch(keys: list[str], hashes: list[int]) -> EncodedKeys:
-    """encode_keys(keys) with chosen hashes instead of XXH3."""
-    encoded = encode_keys(keys)
-    return EncodedKeys(encoded.blob, encoded.ends, np.array(hashes, dtype=np.uint64))
 
 
 def _problems(store: KeyTable) -> list[str]:
@@ -65,12 +60,12 @@ def test_colliding_keys_are_told_apart_by_their_bytes(hash_of: Callable[[int], i
     assert len(store) == len(keys) and _problems(store) == []
     for key, h, row in zip(keys, hashes, rows, strict=True):
         assert store.find(key.encode(), h) == row
-    assert store.find_many(_batch(keys, hashes)).tolist() == rows
+    assert store.find_many(with_hashes(keys, hashes)).tolist() == rows
     # Absent keys with a stored hash: a probe each, never a wrong row.
     absent = ["a\x00\x00", "b", "k", "k1\x00", "\x00\x00\x00", "aa"]
     for key in absent:
         assert store.find(key.encode(), hashes[0]) == -1
-    assert store.find_many(_batch(absent, [hashes[0]] * len(absent))).tolist() == [-1] * 6
+    assert store.find_many(with_hashes(absent, [hashes[0]] * len(absent))).tolist() == [-1] * 6
     assert store.linked_rows().tolist() == rows
 
 
@@ -80,7 +75,7 @@ def test_a_stored_key_asked_with_another_hash_is_not_found() -> None:
     assert store.find(b"key", 5) == row
     assert store.find(b"key", 5 + MIN_SLOTS) == -1  # same home slot, other hash
     assert store.find(b"key", 6) == -1
-    assert store.find_many(_batch(["key", "key"], [5, 5 + MIN_SLOTS])).tolist() == [row, -1]
+    assert store.find_many(with_hashes(["key", "key"], [5, 5 + MIN_SLOTS])).tolist() == [row, -1]
 
 
 def test_find_many_with_a_key_twice_in_the_batch() -> None:
@@ -136,13 +131,13 @@ def test_replacements_in_a_batch_point_the_slots_at_the_new_rows() -> None:
     store = KeyStore()
     keys = ["a", "b", "c", "d"]
     hashes = [7, 7, 7 + MIN_SLOTS, 8]
-    store.append_many(_batch(keys, hashes))
+    store.append_many(with_hashes(keys, hashes))
     first = store.append_many(
-        _batch(["c", "a", "z"], [hashes[2], hashes[0], 7]), np.array([2, 0, -1])
+        with_hashes(["c", "a", "z"], [hashes[2], hashes[0], 7]), np.array([2, 0, -1])
     )
     assert first == 4 and len(store) == 5 and _problems(store) == []
     expect = {"a": 5, "b": 1, "c": 4, "d": 3, "z": 6}
-    assert store.find_many(_batch(list(expect), [7, 7, 7 + MIN_SLOTS, 8, 7])).tolist() == list(
+    assert store.find_many(with_hashes(list(expect), [7, 7, 7 + MIN_SLOTS, 8, 7])).tolist() == list(
         expect.values()
     )
     assert store.linked_rows().tolist() == [1, 3, 4, 5, 6]
@@ -156,7 +151,7 @@ def test_the_table_grows_to_keep_the_load_at_most_half() -> None:
     assert _problems(store) == []
     store.append(b"ninth", 3)  # the 9th doubles the table (load <= 1/2)
     assert _problems(store) == [] and store.nbytes() > before
-    store.append_many(_batch([f"b{i}" for i in range(1000)], [0] * 1000))  # one big cluster
+    store.append_many(with_hashes([f"b{i}" for i in range(1000)], [0] * 1000))  # one big cluster
     assert len(store) == 1009 and _problems(store) == []
     assert store.find(b"b999", 0) == 1008 and store.find(b"ninth", 3) == 8
 
@@ -260,28 +255,12 @@ def test_against_a_dict_with_colliding_hashes(
     store = KeyStore()
     model: dict[str, int] = {}
     for op, keys in ops:
-        if op == "put":
-            key = keys[0]
-            old = model.get(key, -1)
-            if old >= 0:
-                store.unlink(old)
-            model[key] = store.append(key.encode(), hashes[key], moved_from=old)
-        elif op == "remove":
-            for key in dict.fromkeys(keys):
-                if key in model:
-                    store.unlink(model.pop(key))
-        else:
-            distinct = list(dict.fromkeys(keys))
-            batch = _batch(distinct, [hashes[k] for k in distinct])
-            old_rows = store.find_many(batch)
-            assert old_rows.tolist() == [model.get(k, -1) for k in distinct]
-            first = store.append_many(batch, old_rows)
-            model.update({k: first + i for i, k in enumerate(distinct)})
+        apply_op(store, model, hashes, op, keys)
         assert len(store) == len(model)
     assert _problems(store) == []
     assert store.linked_rows().tolist() == sorted(model.values())
     every = list(hashes)
-    found = store.find_many(_batch(every, [hashes[k] for k in every])).tolist()
+    found = store.find_many(with_hashes(every, [hashes[k] for k in every])).tolist()
     assert found == [model.get(k, -1) for k in every]
     for key in every:
         assert store.find(key.encode(), hashes[key]) == model.get(key, -1)
