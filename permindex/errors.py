@@ -15,6 +15,7 @@ from typing import Final
 __all__ = [
     "ERROR_TABLE",
     "EXIT_CODES",
+    "CallCancelledError",
     "CollectionExistsError",
     "CorruptFileError",
     "DataDirLockedError",
@@ -27,6 +28,7 @@ __all__ = [
     "SnapshotWriteError",
     "StorageError",
     "StorageFullError",
+    "WorkBudgetExceededError",
     "exit_code_for",
     "server_error",
     "status_name_for",
@@ -68,6 +70,24 @@ class LimitExceededError(PermindexError, ValueError):
         super().__init__(message)
         self.limit = limit
         self.actual = actual
+
+
+class WorkBudgetExceededError(LimitExceededError):
+    """A call's estimated work (candidate pairs to verify, pairs to send) is above the budget it
+    was given; nothing was done. ``estimate`` and ``budget`` are counts of the same unit, which
+    ``what`` names (e.g. ``"candidate pairs"``)."""
+
+    def __init__(self, message: str, estimate: int, budget: int, what: str) -> None:
+        super().__init__(message, limit=budget, actual=estimate)
+        self.estimate = estimate
+        self.budget = budget
+        self.what = what
+
+
+class CallCancelledError(PermindexError):
+    """Long work (a join, a batch lookup) was stopped because its caller cancelled it or its
+    deadline passed (the ``should_stop`` callable it was given returned True). Nothing was
+    changed."""
 
 
 class NotFoundError(PermindexError, KeyError):
@@ -219,6 +239,7 @@ EXIT_CODES: Final[dict[str, int]] = {
 #: error class -> (gRPC status code name, exit code name). The first matching class wins.
 ERROR_TABLE: Final[list[tuple[type[BaseException], str, str]]] = [
     (LimitExceededError, "RESOURCE_EXHAUSTED", "invalid"),
+    (CallCancelledError, "CANCELLED", "error"),
     (InvalidArgumentError, "INVALID_ARGUMENT", "invalid"),
     (NotFoundError, "NOT_FOUND", "not_found"),
     (CollectionExistsError, "ALREADY_EXISTS", "invalid"),
