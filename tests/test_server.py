@@ -613,10 +613,10 @@ def test_unexpected_error_is_internal_without_traceback(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def broken(k: int | None = None) -> list[tuple[str, str, int]]:
+    def broken() -> tuple[list[str], Any]:
         raise RuntimeError("secret internal state")
 
-    monkeypatch.setattr(server.state.index, "pairs", broken)
+    monkeypatch.setattr(server.state.index, "export", broken)  # what the join reads
     with caplog.at_level(logging.ERROR, logger="permindex"):
         error = expect_status(grpc.StatusCode.INTERNAL, stub.Pairs, pb.PairsRequest())
     details = str(error.details())
