@@ -298,3 +298,25 @@ def test_cancel_stops_the_stream() -> None:
             if got >= 50_000:
                 event.set()
     assert got == 50_000  # the next chunk was not made
+
+
+@SETTINGS
+@given(data=clumped(), per_distance=st.integers(0, 4), seed=st.integers(0, 2**32 - 1))
+def test_sample_pairs_equal_the_listed_choice(
+    data: tuple[list[str], np.ndarray], per_distance: int, seed: int
+) -> None:
+    """sample_pairs (streamed) picks what a choice over all listed pairs picks: per distance
+    the pairs whose later document comes first, ties in pair order."""
+    keys, fps = data
+    order = np.random.default_rng(seed).permutation(len(keys)).astype(np.int64)
+    near = NearDuplicates(keys, fps, 3)
+    a, b, d = near.pairs
+    later = np.maximum(order[a], order[b])
+    chosen: list[int] = []
+    for distance in range(4):
+        at = np.flatnonzero(d == distance)
+        chosen.extend(at[np.argsort(later[at], kind="stable")[:per_distance]].tolist())
+    got = near.sample_pairs(per_distance, order)
+    assert got.a.tolist() == a[chosen].tolist()
+    assert got.b.tolist() == b[chosen].tolist()
+    assert got.distance.tolist() == d[chosen].tolist()
