@@ -6,9 +6,10 @@ of ``--help``. No grpc.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Iterable
-from typing import Final
+from typing import BinaryIO, Final
 
 from permindex.errors import ERROR_TABLE, EXIT_CODES, ServerError
 
@@ -16,6 +17,7 @@ __all__ = [
     "EXIT_CODE_HELP",
     "CommandError",
     "command_error",
+    "counted",
     "err",
     "exit_code_for_status",
     "exit_codes_epilog",
@@ -109,10 +111,29 @@ def out(text: str | Iterable[str]) -> None:
         chunk.append(part)
         size += len(part)
         if size >= _MIB:
-            buffer.write("".join(chunk).encode("utf-8"))
+            _write_all(buffer, "".join(chunk).encode("utf-8"))
             chunk, size = [], 0
-    buffer.write("".join(chunk).encode("utf-8"))
+    _write_all(buffer, "".join(chunk).encode("utf-8"))
     buffer.flush()
+
+
+def _write_all(buffer: BinaryIO, data: bytes) -> None:
+    """Write every byte of ``data`` to ``buffer``. A buffered write larger than the buffer that
+    a pipe takes only in part (its reader stopped: ``| head``) returns the count written instead
+    of raising; writing the rest then raises the BrokenPipeError that
+    :func:`permindex.cli.main` reports, instead of output cut short with exit 0."""
+    view = memoryview(data)
+    while view:
+        written = buffer.write(view)
+        if not written:  # a blocking stream that took nothing will take nothing more
+            raise BrokenPipeError(errno.EPIPE, "standard output took no more bytes")
+        view = view[written:]
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun`` in agreement: ``1 key``, ``2 keys``, ``0 keys`` (``plural``:
+    when not ``noun + "s"``)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def err(text: str) -> None:
