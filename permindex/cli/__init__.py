@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="A near-duplicate index server of 64-bit SimHash fingerprints, and its "
         "client.\nStart a server with `permindex serve`; the other commands talk to it\n"
         f"(--address HOST:PORT after the command, default {DEFAULT_ADDRESS}), except\n"
-        "`fingerprint`, which needs no server.",
+        "`fingerprint`, which needs no server.\n\n"
+        "Fingerprints on input (query --fingerprint, JSONL for ingest and import): a string\n"
+        "is hex, exactly 16 hex digits or 0x and 1 to 16 hex digits; a JSON number is its\n"
+        "value (0 <= v < 2^64); anything else is refused (exit 4). Keys are strings.",
         epilog=_exit_codes_epilog(),
         formatter_class=formatter,
     )

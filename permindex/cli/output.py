@@ -30,7 +30,8 @@ _MIB: Final = 1024 * 1024
 EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
-    "usage": "bad command line",
+    "usage": "bad command line: an unknown or malformed option or --address, options before\n"
+    "     the command; for serve also a --k, token file or config value refused before start",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on)",
     "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
@@ -38,8 +39,8 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "     or for lack of disk space",
     "not_found": "a key that is not stored",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
-    "data": "a corrupt snapshot or log, or a data directory owned by another process\n"
-    "     or not writable",
+    "data": "a corrupt snapshot or log, or a data directory owned by another process,\n"
+    "     not a directory, or that cannot be opened or written",
 }
 
 #: Words of grpc's own status details when no connection could be made (as opposed to an
