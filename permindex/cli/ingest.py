@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 from permindex.cli.args import CommandFactory, non_negative, positive
 from permindex.cli.connection import ClientOptions, connect
@@ -182,16 +182,33 @@ class _HtmlFileReader(DocumentReader):
         yield Document(self._file.name, text=text)
 
 
-def open_input(path: str) -> DocumentReader:
-    """The reader of an ingest's PATH: a single HTML file (by its name: ``.html``, ``.htm``,
-    either ``.gz``) is one HTML document as in a folder; anything else is
+def _standard_input() -> IO[bytes]:
+    """A buffered reader of our own over descriptor 0 when ``sys.stdin`` is it, else
+    ``sys.stdin.buffer`` (a replaced ``sys.stdin``, as in tests)."""
+    try:
+        if sys.stdin.fileno() == 0:
+            return open(0, "rb", closefd=False)
+    except (AttributeError, OSError, ValueError):  # no descriptor (io.UnsupportedOperation)
+        pass
+    return sys.stdin.buffer
+
+
+def open_input(path: str, *, html: bool = True) -> DocumentReader:
+    """The reader of an ingest's PATH: with ``html``, a single HTML file (by its name:
+    ``.html``, ``.htm``, either ``.gz``) is one HTML document as in a folder; anything else is
     :func:`~permindex.text.documents.read_documents` (JSONL, a folder, ``-``).
 
     Raises:
         InvalidArgumentError: no such file or folder.
     """
+    if path == "-":
+        # Standard input through a buffer of our own over descriptor 0, not sys.stdin.buffer:
+        # grpc reads it on a daemon thread, and an ingest stopped early (Ctrl-C, the server
+        # gone) would otherwise abort at exit ("could not acquire lock for <stdin> at
+        # interpreter shutdown") while that thread waits in a read.
+        return read_documents(path, stdin=_standard_input())
     file = Path(path)
-    if path != "-" and file.name.lower().endswith(_HTML_NAMES) and file.is_file():
+    if html and file.name.lower().endswith(_HTML_NAMES) and file.is_file():
         return _HtmlFileReader(file)
     return read_documents(path)
 
@@ -298,7 +315,7 @@ def ingest(
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    reader = open_input(args.path) if args.command == "ingest" else read_documents(args.path)
+    reader = open_input(args.path, html=args.command == "ingest")
     progress = not args.no_progress and sys.stderr.isatty()
     summary = ingest(
         reader,
