@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, TypeVar
 
@@ -257,7 +257,7 @@ class StreamingClient(ClientBase):
 
     def iter_export(
         self, *, collection: str | None = None, timeout: float | None = None
-    ) -> Iterator[tuple[str, int]]:
+    ) -> Generator[tuple[str, int], None, None]:
         """Every stored ``(key, fingerprint)`` (one consistent copy, in the order stored),
         yielded as the server's messages arrive (see :meth:`_stream` for deadlines, retries,
         cancellation and flow control)."""
@@ -272,7 +272,7 @@ class StreamingClient(ClientBase):
         *,
         collection: str | None = None,
         timeout: float | None = None,
-    ) -> Iterator[tuple[str, str, int]]:
+    ) -> Generator[tuple[str, str, int], None, None]:
         """Every pair of stored keys within ``k`` bits (None: the collection's k) as
         ``(key_a, key_b, distance)``, key_a < key_b, in the server's order (sorted by key_a,
         then key_b), yielded as the messages arrive; nothing is sorted or held by the client.
@@ -295,7 +295,7 @@ class StreamingClient(ClientBase):
         *,
         collection: str | None = None,
         timeout: float | None = None,
-    ) -> Iterator[list[str]]:
+    ) -> Generator[list[str], None, None]:
         """The clusters within ``k`` (connected components of the pairs; each a list of its
         keys, sorted), largest first, each yielded once all its parts have arrived. Errors as
         :meth:`iter_pairs`."""
@@ -312,7 +312,7 @@ class StreamingClient(ClientBase):
         *,
         collection: str | None = None,
         timeout: float | None = None,
-    ) -> Iterator[Flag]:
+    ) -> Generator[Flag, None, None]:
         """Every key with another key within ``k``, with its nearest one, sorted by key, yielded
         as the messages arrive. Errors as :meth:`iter_pairs`."""
         check_counts(k=k)
@@ -326,7 +326,7 @@ class StreamingClient(ClientBase):
 
     def iter_exact_duplicates(
         self, *, collection: str | None = None, timeout: float | None = None
-    ) -> Iterator[ExactGroup]:
+    ) -> Generator[ExactGroup, None, None]:
         """The groups of keys sharing one fingerprint, largest first, each yielded once all its
         parts have arrived. Errors as :meth:`iter_pairs`."""
         request = pb.ExactDuplicatesRequest(collection=self._collection_of(collection))
@@ -344,7 +344,7 @@ class StreamingClient(ClientBase):
         request: Any,
         items: Callable[[Any], Iterable[_T]],
         timeout: float | None,
-    ) -> Iterator[_T]:
+    ) -> Generator[_T, None, None]:
         """The items of the server-streaming call ``rpc``, ``items(reply)`` of each reply, as
         the replies arrive.
 
@@ -379,22 +379,27 @@ class StreamingClient(ClientBase):
             wait = min(wait * 2, self.max_backoff)
 
 
-def _whole_groups(parts: Iterator[Any], make: Callable[[list[str], Any], _G]) -> Iterator[_G]:
+def _whole_groups(
+    parts: Generator[Any, None, None], make: Callable[[list[str], Any], _G]
+) -> Generator[_G, None, None]:
     """Whole groups from the streamed parts of Clusters or ExactDuplicates messages (a group's
     parts share its ``id`` and come in order; ``size`` is the whole group's key count): each
     group as ``make(keys, first_part)``, yielded when its last part arrives (or the next group
     starts). Holds one group's keys at a time."""
     keys: list[str] = []
     first: Any = None
-    for part in parts:
-        if first is not None and part.id != first.id:
+    try:
+        for part in parts:
+            if first is not None and part.id != first.id:
+                yield make(keys, first)
+                keys, first = [], None
+            if first is None:
+                first = part
+            keys.extend(part.keys)
+            if len(keys) >= first.size:
+                yield make(keys, first)
+                keys, first = [], None
+        if first is not None:
             yield make(keys, first)
-            keys, first = [], None
-        if first is None:
-            first = part
-        keys.extend(part.keys)
-        if len(keys) >= first.size:
-            yield make(keys, first)
-            keys, first = [], None
-    if first is not None:
-        yield make(keys, first)
+    finally:
+        parts.close()  # closing the groups cancels the call
