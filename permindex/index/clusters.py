@@ -7,6 +7,7 @@ document of each cluster to keep (:func:`keep_per_cluster`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 import numpy as np
@@ -511,8 +512,10 @@ class NearDuplicates:
         """The pairs as (key_a, key_b, distance), key_a < key_b, sorted; streamed from
         :meth:`pair_chunks`."""
         key = self.keys.__getitem__
-        for a, b, d in self.pair_chunks():
-            yield from zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
+        return chain.from_iterable(
+            zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
+            for a, b, d in self.pair_chunks()
+        )
 
     def sort_by_key(self, positions: _I64) -> _I64:
         """``positions`` (each with a near-duplicate) ordered by their keys."""
