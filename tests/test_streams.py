@@ -5,6 +5,7 @@ the Prometheus counters of each refusal, and SIGTERM finishing in-flight work. R
 
 from __future__ import annotations
 
+import os
 import queue
 import random
 import signal
@@ -194,13 +195,22 @@ def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
         with permindex.Client(address, batch_size=4000) as client:
             result.append(client.add(batch))
 
+    def cpu_seconds() -> float:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    baseline = cpu_seconds()
     thread = threading.Thread(target=add)
     began = time.monotonic()
     thread.start()
-    time.sleep(1.0)  # sent by now (40 MB on loopback); the server is fingerprinting
+    # the server has received the Add and is fingerprinting it (seconds of CPU in all)
+    while cpu_seconds() - baseline < 0.5 and time.monotonic() - began < 60:
+        time.sleep(0.02)
+    in_flight = thread.is_alive()
     proc.process.send_signal(signal.SIGTERM)
     thread.join(60)
     assert proc.wait() == 0, proc.text
+    assert in_flight, "the Add was answered before the signal: nothing was in flight"
     assert result and result[0].added == 4000, proc.text
     assert time.monotonic() - began < 30
     assert "snapshot of 4000 keys" in proc.text
