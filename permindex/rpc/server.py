@@ -410,6 +410,9 @@ def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         # frees its streams
         ("grpc.keepalive_time_ms", int(config.keepalive_seconds * 1000)),
         ("grpc.keepalive_timeout_ms", int(config.keepalive_timeout_seconds * 1000)),
+        # without it the server sends the pings but never gives up on an unanswered one
+        # (grpcio 1.85: a SIGSTOPped client held its streams for good)
+        ("grpc.http2.ping_timeout_ms", int(config.keepalive_timeout_seconds * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         # clients may ping every 10 s (gRPC's default refuses pings more often than 5 min)
