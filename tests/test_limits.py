@@ -74,8 +74,11 @@ def test_message_size_at_and_past_the_bound(start_server: StartServer) -> None:
         assert client.get("large") is None and client.get("small") is not None
 
 
-def test_calls_beyond_the_bound_are_refused_not_queued(start_server: StartServer) -> None:
-    server = start_server(max_concurrent_rpcs=2, workers=4)
+def test_unary_calls_beyond_the_bound_are_refused_not_queued(start_server: StartServer) -> None:
+    """--max-concurrent-rpcs counts unary calls only: two held Ingest streams do not keep a
+    Stats call out, and 8 clients sending large Query batches at a bound of 2 see some calls
+    refused at once (RESOURCE_EXHAUSTED naming the option) and every other one answered."""
+    server = start_server(max_concurrent_rpcs=2, workers=2)
     release = threading.Event()
 
     def held_open() -> Iterator[pb.AddRequest]:
@@ -83,21 +86,40 @@ def test_calls_beyond_the_bound_are_refused_not_queued(start_server: StartServer
         release.wait(30)
 
     channel, stub = make_stub(server.address)
+    rng = random.Random(5)
     try:
         streams = [stub.Ingest(held_open()) for _ in range(2)]
         for stream in streams:
-            next(stream)  # both calls are being served
+            next(stream)  # both streams are open
         with permindex.Client(server.address, retries=0) as client:
-            began = time.monotonic()
-            with pytest.raises(LimitExceededError) as refused:
-                client.stats()
-            assert isinstance(refused.value, ServerError)
-            assert refused.value.code == "RESOURCE_EXHAUSTED"
-            assert time.monotonic() - began < 5  # refused at once, not queued
-            release.set()
-            for stream in streams:
-                assert list(stream) == []
-            assert client.stats().count == 1
+            assert client.stats().count == 1  # streams do not count against the bound
+            client.ingest((f"k{i}", rng.getrandbits(64)) for i in range(100_000))
+            batch = [rng.getrandbits(64) for _ in range(50_000)]
+            refused: list[str] = []
+            answered: list[int] = []
+
+            def caller() -> None:
+                with permindex.Client(server.address, retries=0) as own:
+                    for _ in range(6):
+                        began = time.monotonic()
+                        try:
+                            answered.append(len(own.query_many(batch)))
+                        except LimitExceededError as error:
+                            assert time.monotonic() - began < 5  # at once, not queued
+                            refused.append(str(error))
+
+            threads = [threading.Thread(target=caller) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+            assert refused, "8 concurrent callers never met a bound of 2"
+            assert all("--max-concurrent-rpcs" in message for message in refused)
+            assert answered and set(answered) == {len(batch)}
+            assert len(refused) + len(answered) == 48
+        release.set()
+        for stream in streams:
+            assert list(stream) == []
     finally:
         release.set()
         channel.close()

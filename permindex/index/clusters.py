@@ -6,15 +6,25 @@ document of each cluster to keep (:func:`keep_per_cluster`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.errors import InvalidArgumentError
+from permindex.errors import InvalidArgumentError, WorkBudgetExceededError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
+from permindex.index.pair_stream import (
+    DEFAULT_CHUNK,
+    PairArrays,
+    PairStream,
+    Values,
+    distinct_values,
+    flagged_positions,
+    identical_pairs,
+    join_distinct,
+)
 from permindex.index.permutation import DEFAULT_DESIGN, Design, query_k
 
 if TYPE_CHECKING:
@@ -26,7 +36,6 @@ __all__ = [
     "Flag",
     "KeepRule",
     "NearDuplicates",
-    "PairArrays",
     "clusters",
     "components",
     "design_for",
@@ -44,15 +53,6 @@ _HOOK_ROUNDS: Final = 64  # vectorized union-find rounds before finishing in Pyt
 KeepRule = Literal["first", "longest", "smallest-key"]
 #: The rules of :func:`keep_per_cluster`.
 KEEP_RULES: Final = ("first", "longest", "smallest-key")
-
-
-class PairArrays(NamedTuple):
-    """Pairs as three (m,) int64 arrays: positions ``a`` and ``b`` (a != b) into the keys and
-    fingerprints they were computed from, and their Hamming ``distance`` in bits."""
-
-    a: _I64
-    b: _I64
-    distance: _I64
 
 
 class Flag(NamedTuple):
@@ -107,31 +107,11 @@ def _check_design(k: int, design: Design | tuple[int, int] | None) -> Design:
     return chosen
 
 
-class _Values(NamedTuple):
-    """The distinct fingerprints of n positions."""
-
-    by_value: _I64  # positions sorted by fingerprint (stable: ascending position within a value)
-    first: _I64  # where each distinct value's run starts in by_value
-    counts: _I64  # positions per distinct value
-    distinct: _U64  # the distinct values, ascending
-    value_of: _I64  # (n,) the distinct value of each position
-
-
-def _distinct(fps: _U64) -> _Values:
-    by_value = np.argsort(fps, kind="stable").astype(np.int64)
-    values = fps[by_value]
-    if values.size:
-        first = np.flatnonzero(np.append(True, values[1:] != values[:-1])).astype(np.int64)
-    else:
-        first = np.zeros(0, dtype=np.int64)
-    counts = np.diff(np.append(first, values.size)).astype(np.int64)
-    value_of = np.empty(fps.size, dtype=np.int64)
-    value_of[by_value] = np.repeat(np.arange(first.size, dtype=np.int64), counts)
-    return _Values(by_value, first, counts, values[first], value_of)
-
-
 def value_pairs(
-    distinct: _U64, k: int, design: Design | tuple[int, int] | None = None
+    distinct: _U64,
+    k: int,
+    design: Design | tuple[int, int] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> PairArrays:
     """Every pair (u, v) of positions of ``distinct`` (an (n,) uint64 array of *distinct*
     fingerprints) within ``k`` bits, each once, in no particular order: the block-keyed
@@ -140,19 +120,28 @@ def value_pairs(
     cheapest for n among :func:`design_for` ``(k)`` and a few others that answer k. Exact: no
     pair is missed (pigeonhole, k <= blocks - leading) and none is reported twice.
 
+    ``should_stop`` is checked between chunks of the join.
+
     Raises:
         InvalidArgumentError: k < 0, or k above what ``design`` guarantees.
+        CallCancelledError: ``should_stop`` returned True.
     """
+    return join_distinct(distinct, k, _plan(k, design, int(distinct.size)), should_stop)
+
+
+def _plan(
+    k: int, design: Design | tuple[int, int] | None, n: int, cheapest: bool = False
+) -> join.JoinDesign:
+    """What to join n distinct fingerprints on: ``design`` as given, or (None, or with
+    ``cheapest``) what :func:`~permindex.index.join.join_design` finds cheapest among it (default
+    :func:`design_for` ``(k)``) and a few others that answer k."""
     chosen = _check_design(k, design)
-    if k == 0 or distinct.size < 2:
-        return _empty_pairs()
-    plan: join.JoinDesign = chosen
-    if design is None:
-        plan = join.join_design(chosen, k, int(distinct.size))
-    return PairArrays(*join.self_join(distinct, k, plan))
+    if design is None or cheapest:
+        return join.join_design(chosen, k, n)
+    return chosen
 
 
-def _expand(values: _Values, pairs: PairArrays) -> PairArrays:
+def _expand(values: Values, pairs: PairArrays) -> PairArrays:
     """Pairs of distinct values as every pair of their positions, plus every pair of positions
     that share a value (distance 0); a < b."""
     by_value, first, counts = values.by_value, values.first, values.counts
@@ -196,7 +185,7 @@ def pairs_within(
     """
     fps = as_fingerprint_array(fingerprints)
     _check_design(k, design)
-    values = _distinct(fps)
+    values = distinct_values(fps)
     return _expand(values, value_pairs(values.distinct, k, design))
 
 
@@ -275,23 +264,36 @@ class NearDuplicates:
     docstring), computed from one consistent view.
 
     The join runs on the *distinct* fingerprints (:func:`value_pairs`); keys that share a
-    fingerprint are expanded only where the answer lists pairs of keys (:attr:`pairs`). So
-    clusters, flags and exact groups of 10,000 copies of one page cost O(10,000), not the 5 x
-    10^7 pairs between them.
+    fingerprint are expanded only where the answer lists pairs of keys, and then lazily, in key
+    order (:meth:`pair_chunks`). So clusters, flags and exact groups of 10,000 copies of one
+    page cost O(10,000), not the 5 x 10^7 pairs between them, and streaming those pairs holds
+    one chunk at a time.
 
     Args:
         keys: n distinct keys.
         fingerprints: their (n,) uint64 fingerprints (key i has fingerprint i).
         k: the largest distance of a near-duplicate, bits.
         design: the table design of the self-join (default :func:`design_for` ``(k)``).
+        cheapest: join on what :func:`~permindex.index.join.join_design` finds cheapest
+            among ``design`` and a few others that answer k (the same pairs, often faster).
+        max_work: refuse, before joining, when :attr:`work_estimate` is above it (None: no
+            limit).
+        should_stop: checked between chunks of the join (each at most about
+            :data:`~permindex.index.join.PAIR_BUDGET` candidates) and before ordering the keys.
 
     Attributes:
         keys, fingerprints, k: as given.
         key_rank: ((n,) int64) for each key with a near-duplicate, its rank among those keys
             in code point order; -1 for the others.
+        work_estimate: (int) the candidate pairs the join verifies
+            (:func:`~permindex.index.join.estimate_join_work` on the distinct fingerprints:
+            identical fingerprints cost none) plus the pairs of keys with identical
+            fingerprints (pairs to send); computed on first use unless ``max_work`` is given.
 
     Raises:
         InvalidArgumentError: repeated keys, lengths that differ, a bad k or fingerprint.
+        WorkBudgetExceededError: ``work_estimate`` > ``max_work``; nothing was joined.
+        CallCancelledError: ``should_stop`` returned True.
 
     Definitions (k is the largest Hamming distance that counts as a near-duplicate):
 
@@ -334,6 +336,9 @@ class NearDuplicates:
         k: int,
         *,
         design: Design | tuple[int, int] | None = None,
+        cheapest: bool = False,
+        max_work: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         fps = as_fingerprint_array(fingerprints)
         if len(keys) != fps.size:
@@ -343,40 +348,79 @@ class NearDuplicates:
             )
         if len(set(keys)) != len(keys):
             raise InvalidArgumentError("keys must be distinct", value=len(keys))
-        _check_design(k, design)
         self.keys = keys
         self.fingerprints = fps
         self.k = k
-        self._values = values = _distinct(fps)
-        self._value_pairs = value_pairs(values.distinct, k, design)
-        u, v, _ = self._value_pairs
-        involved = values.counts > 1
-        involved[u] = True
-        involved[v] = True
-        self._involved_values = involved
-        members = values.by_value[np.repeat(involved, values.counts)]
+        self._values = values = distinct_values(fps)
+        self._plan = _plan(k, design, int(values.distinct.size), cheapest)
+        self._estimate: int | None = None
+        if max_work is not None and self.work_estimate > max_work:
+            raise WorkBudgetExceededError(
+                f"the estimated work, {self.work_estimate:,} (candidate pairs to verify plus "
+                f"pairs of identical fingerprints), is above the budget of {max_work:,}",
+                estimate=self.work_estimate,
+                budget=max_work,
+                what="candidate pairs to verify plus pairs of identical fingerprints",
+            )
+        self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)
+        members = flagged_positions(values, self._value_pairs)
+        join.check_stop(should_stop)
         # rank: position of the key among the keys with a near-duplicate, code point order
         self.key_rank = np.full(fps.size, -1, dtype=np.int64)
         by_key = sorted(members.tolist(), key=keys.__getitem__)
         self.key_rank[np.array(by_key, dtype=np.int64)] = np.arange(len(by_key), dtype=np.int64)
         self._flagged = np.array(by_key, dtype=np.int64)  # positions, sorted by key
+        self._stream: PairStream | None = None
         self._pairs: PairArrays | None = None
         self._clusters: list[_I64] | None = None
 
     @classmethod
-    def of_index(cls, index: Index, k: int | None = None) -> NearDuplicates:
+    def of_index(
+        cls,
+        index: Index,
+        k: int | None = None,
+        *,
+        max_work: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> NearDuplicates:
         """From the contents of ``index`` at one instant (:meth:`Index.export`, one acquisition
-        of its lock); ``k`` defaults to the index's k and may not exceed it (the k rule of a
-        query, :func:`permindex.index.permutation.query_k`, as for :meth:`Index.pairs`).
-        O(n) memory for n keys, plus the join's.
+        of its lock; the join runs after it, without the lock); ``k`` defaults to the index's k
+        and may not exceed it (the k rule of a query,
+        :func:`permindex.index.permutation.query_k`, as for :meth:`Index.pairs`). The join
+        runs on the cheapest of the index's design and a few others that answer k
+        (``cheapest=True``). ``max_work`` and ``should_stop`` as for the constructor: the work
+        is estimated before the join. O(n) memory for n keys, plus the join's.
 
         Raises:
             TypeError: ``k`` is not an int.
             InvalidArgumentError: ``k < 0`` or above the index's k.
+            WorkBudgetExceededError: the estimate is above ``max_work``.
+            CallCancelledError: ``should_stop`` returned True.
         """
         kk = query_k(k, index.k, index.design)
         keys, fingerprints = index.export()
-        return cls(keys, fingerprints, kk, design=index.design)
+        join.check_stop(should_stop)
+        return cls(
+            keys,
+            fingerprints,
+            kk,
+            design=index.design,
+            cheapest=True,
+            max_work=max_work,
+            should_stop=should_stop,
+        )
+
+    @property
+    def work_estimate(self) -> int:
+        """Candidate pairs the join verifies plus pairs of identical fingerprints (see the
+        class docstring); O(T * n log n) on first use."""
+        if self._estimate is None:
+            values = self._values
+            joined = 0
+            if self.k > 0 and values.distinct.size > 1:
+                joined = join.estimate_join_work(values.distinct, self.k, self._plan)
+            self._estimate = joined + identical_pairs(values.counts)
+        return self._estimate
 
     def __len__(self) -> int:
         """Number of pairs of keys (counted, not listed)."""
@@ -395,24 +439,50 @@ class NearDuplicates:
 
     @property
     def pairs(self) -> PairArrays:
-        """Every pair of keys within k as positions into ``keys`` (listed on first use):
+        """Every pair of keys within k as positions into ``keys``, all in memory (listed on
+        first use and kept: O(pairs); :meth:`pair_chunks` streams them instead):
         ``keys[a] < keys[b]``, sorted by (keys[a], keys[b])."""
         if self._pairs is None:
-            raw = _expand(self._values, self._value_pairs)
-            rank = self.key_rank
-            swap = rank[raw.a] > rank[raw.b]
-            a = np.where(swap, raw.b, raw.a)
-            b = np.where(swap, raw.a, raw.b)
-            order = np.lexsort((rank[b], rank[a]))
-            self._pairs = PairArrays(a[order], b[order], raw.distance[order])
+            parts = list(self.pair_chunks(max(len(self), 1)))
+            if not parts:
+                self._pairs = _empty_pairs()
+            else:
+                self._pairs = PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
         return self._pairs
 
+    def pair_chunks(
+        self, max_pairs: int = DEFAULT_CHUNK, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[PairArrays]:
+        """Every pair of keys within k as positions (a, b) into ``keys``, ``keys[a] <
+        keys[b]``, sorted by (keys[a], keys[b]) in code point order, in chunks of at most
+        ``max_pairs`` (all full but the last; a chunk may end inside one key's pairs).
+
+        Lazy (:meth:`permindex.index.pair_stream.PairStream.chunks`): the keys sharing a
+        fingerprint are expanded from their one group as they are reached, never all at once,
+        so memory is O(max_pairs + the largest neighbourhood of one key), not O(pairs), and the
+        work is proportional to the pairs read.
+
+        Raises:
+            ValueError: ``max_pairs`` < 1.
+            CallCancelledError: ``should_stop`` returned True (checked between batches).
+        """
+        if self._stream is None:
+            values = self._values
+            flagged = self._flagged
+            self._stream = PairStream(
+                flagged,
+                values.value_of[flagged],
+                self._value_pairs,
+                int(values.distinct.size),
+            )
+        return self._stream.chunks(max_pairs, should_stop)
+
     def iter_pairs(self) -> Iterator[tuple[str, str, int]]:
-        """The pairs as (key_a, key_b, distance), key_a < key_b, sorted."""
-        keys = self.keys
-        a, b, d = self.pairs
-        for x, y, z in zip(a.tolist(), b.tolist(), d.tolist(), strict=True):
-            yield keys[x], keys[y], z
+        """The pairs as (key_a, key_b, distance), key_a < key_b, sorted; streamed from
+        :meth:`pair_chunks`."""
+        key = self.keys.__getitem__
+        for a, b, d in self.pair_chunks():
+            yield from zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
 
     def sort_by_key(self, positions: _I64) -> _I64:
         """``positions`` (each with a near-duplicate) ordered by their keys."""

@@ -26,7 +26,7 @@ the lock) and growing the row arrays ahead (:mod:`permindex.index.runs`,
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -542,21 +542,20 @@ class Index:
         return CheckAndAddResult(True, [], replaced)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
-        """Every unordered pair of stored keys within Hamming distance ``k`` bits (inclusive;
-        equal fingerprints under different keys give distance 0), each once, as (key_a, key_b,
-        distance) with key_a < key_b in code point order; the list is sorted.
+        """Every unordered pair of stored keys within ``k`` bits (inclusive; equal fingerprints
+        under different keys: distance 0), each once, as (key_a, key_b, distance), key_a < key_b
+        in code point order; sorted. :meth:`iter_pairs` as a list. Bad k: as :meth:`query`."""
+        return list(self.iter_pairs(k))
 
-        A self-join over each table's prefix groups (Manku et al. 2007, section 3;
-        :func:`permindex.index.join.self_join`): every pair within a group verified with
-        ``np.bitwise_count``, kept only in the first table whose prefix it shares. Cost:
-        O(T * (n + sum over groups of size^2)) numpy work for T searched tables, plus
-        O(output) Python objects.
-
-        Raises TypeError / InvalidArgumentError for a bad k (as :meth:`query`).
-        """
-        kk = query_k(k, self._k, self._design)
+    def iter_pairs(
+        self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[tuple[str, str, int]]:
+        """:meth:`pairs`, lazily: the join runs now under the lock, pairs are listed as read
+        (:func:`~permindex.index.query.self_join_pairs`, whose docstring gives the cost)."""
         with self._lock:
-            return self_join_pairs(self._rows, self._design, kk)
+            return self_join_pairs(
+                self._rows, self._design, query_k(k, self._k, self._design), should_stop
+            )
 
     # -- export, memory, invariants --------------------------------------------------------------
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import combinations
 from typing import Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.errors import InvalidArgumentError
+from permindex.errors import CallCancelledError, InvalidArgumentError
 from permindex.index.permutation import Design, Permutation, argsort_prefixes
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "PAIR_BUDGET",
     "JoinDesign",
     "byte_pair_candidates",
+    "check_stop",
+    "estimate_join_work",
     "group_pairs",
     "join_design",
     "join_tables",
@@ -340,7 +342,56 @@ def table_pairs_sorted(values: _U64, perm: Permutation, k: int) -> Iterator[tupl
     yield from _sorted_group_pairs(sorted_prefixes, positions)
 
 
-def self_join(values: _U64, k: int, design: JoinDesign) -> tuple[_I64, _I64, _I64]:
+def check_stop(should_stop: Callable[[], bool] | None) -> None:
+    """Raise :class:`~permindex.errors.CallCancelledError` when ``should_stop`` (None: never)
+    returns True: the check long work makes between its chunks."""
+    if should_stop is not None and should_stop():
+        raise CallCancelledError("the call was cancelled or its deadline passed; work stopped")
+
+
+def _table_masks(design: JoinDesign, k: int) -> list[int]:
+    """The key bits of each table a self-join on ``design`` within ``k`` searches, in order:
+    two fingerprints share table t's key iff ``(a ^ b) & mask[t] == 0``."""
+    if isinstance(design, Design):
+        return [design.permutations[t].leading_mask for t in join_tables(design, k)]
+    if design == BYTE_PAIRS:
+        if not 0 <= k <= 3:
+            raise InvalidArgumentError(f"the byte-pair join finds k <= 3; got k={k}", value=k)
+        return list(BYTE_PAIR_MASKS)
+    raise TypeError(f"design must be a Design or {BYTE_PAIRS!r}, not {design!r}")
+
+
+def estimate_join_work(fingerprints: _U64, k: int, design: JoinDesign) -> int:
+    """The candidate pairs :func:`self_join` ``(fingerprints, k, design)`` enumerates: over the
+    tables it searches, the sum of size * (size - 1) / 2 over the groups of positions that
+    share the table's key (prefix). Exact for the tables joined by sorting (prefixes over 16
+    bits, the byte-pair join); an upper bound of the candidates verified for prefixes of at
+    most 16 bits, whose 16-bit filters drop most pairs before the exact check. No candidate is
+    listed: per table one sort of the (n,) masked values, O(T * n log n) time, O(n) memory.
+
+    Raises:
+        InvalidArgumentError: k < 0 or k > the design's largest k.
+        TypeError: ``design`` is not a :data:`JoinDesign`.
+    """
+    values = np.asarray(fingerprints, dtype=np.uint64)
+    masks = _table_masks(design, k)
+    if values.size < 2:
+        return 0
+    total = 0
+    for mask in masks:
+        keys = np.sort(values & np.uint64(mask))
+        ends = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        sizes = np.diff(ends, prepend=0, append=keys.size).astype(np.int64)
+        total += int((sizes * (sizes - 1) // 2).sum())
+    return total
+
+
+def self_join(
+    values: _U64,
+    k: int,
+    design: JoinDesign,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[_I64, _I64, _I64]:
     """Every unordered pair of positions of ``values`` within Hamming distance ``k`` bits,
     each once (Manku et al. 2007, section 3).
 
@@ -351,6 +402,8 @@ def self_join(values: _U64, k: int, design: JoinDesign) -> tuple[_I64, _I64, _I6
         design: what to join on, used as given (see :func:`join_design` for a choice by
             cost): a :class:`Design`, whose :func:`join_tables` ``(k)`` tables are searched, or
             :data:`BYTE_PAIRS` (:func:`byte_pair_candidates`).
+        should_stop: called before each table and between chunks of candidates (each at most
+            about :data:`PAIR_BUDGET` pairs); when it returns True the join stops.
 
     Returns:
         (a, b, distance): three (m,) int64 arrays, positions a != b into ``values`` (in either
@@ -358,6 +411,7 @@ def self_join(values: _U64, k: int, design: JoinDesign) -> tuple[_I64, _I64, _I6
 
     Raises:
         InvalidArgumentError: k < 0 or k > the design's largest k.
+        CallCancelledError: ``should_stop`` returned True.
 
     Two fingerprints within k bits differ in at most k of a design's blocks, so they share the
     prefix (leading blocks) of at least one table when k <= blocks - leading (pigeonhole). For each
@@ -385,23 +439,19 @@ def self_join(values: _U64, k: int, design: JoinDesign) -> tuple[_I64, _I64, _I6
     """
     empty = np.empty(0, dtype=np.int64)
     chunks: Iterator[tuple[int, _IntP, _IntP]]
+    masks = [np.uint64(m) for m in _table_masks(design, k)]
     if isinstance(design, Design):
-        searched = join_tables(design, k)
-        masks = [np.uint64(design.permutations[t].leading_mask) for t in searched]
-        chunks = _design_candidates(values, k, design, searched)
-    elif design == BYTE_PAIRS:
-        if not 0 <= k <= 3:
-            raise InvalidArgumentError(f"the byte-pair join finds k <= 3; got k={k}", value=k)
-        masks = [np.uint64(m) for m in BYTE_PAIR_MASKS]
-        chunks = byte_pair_candidates(values)
+        chunks = _design_candidates(values, k, design, join_tables(design, k), should_stop)
     else:
-        raise TypeError(f"design must be a Design or {BYTE_PAIRS!r}, not {design!r}")
+        chunks = byte_pair_candidates(values)
     if values.size < 2:
         return empty, empty.copy(), empty.copy()
     parts_a: list[_I64] = []
     parts_b: list[_I64] = []
     parts_d: list[_I64] = []
+    check_stop(should_stop)
     for n_t, i, j in chunks:
+        check_stop(should_stop)
         x = values[i] ^ values[j]
         distance = np.bitwise_count(x)
         selected = distance <= k
@@ -418,12 +468,18 @@ def self_join(values: _U64, k: int, design: JoinDesign) -> tuple[_I64, _I64, _I6
 
 
 def _design_candidates(
-    values: _U64, k: int, design: Design, searched: tuple[int, ...]
+    values: _U64,
+    k: int,
+    design: Design,
+    searched: tuple[int, ...],
+    should_stop: Callable[[], bool] | None,
 ) -> Iterator[tuple[int, _IntP, _IntP]]:
     """(n_t, i, j) candidate chunks of the searched tables of ``design``, n_t the table's rank
-    in ``searched``: each table by the method its prefix length suits."""
+    in ``searched``: each table by the method its prefix length suits (``should_stop``
+    checked before each table's sort)."""
     perms = design.permutations
     for n_t, t in enumerate(searched):
+        check_stop(should_stop)
         bits = perms[t].prefix_bits
         if bits <= 16:
             pairs = table_pairs_grouped(values, perms[t], k)

@@ -11,7 +11,9 @@ whose prefix it shares; only the matches become Python objects.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from functools import partial
+from itertools import chain
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -19,6 +21,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.index import join
+from permindex.index.pair_stream import (
+    PairArrays,
+    PairStream,
+    distinct_values,
+    flagged_positions,
+    join_distinct,
+)
 from permindex.index.permutation import Design, argsort_prefixes
 from permindex.index.rows import RowStore
 from permindex.index.table import Run, Table, filtered_ranges, gather_ranges
@@ -202,18 +211,42 @@ def _query_chunk(
                 found_d.append(distances)
 
 
-def self_join_pairs(rows: RowStore, design: Design, k: int) -> list[tuple[str, str, int]]:
-    """Every unordered pair of live rows' keys within ``k`` bits, as sorted (key_a, key_b,
-    distance) with key_a < key_b: the self-join of :mod:`permindex.index.join` on the design
-    :func:`~permindex.index.join.join_design` picks for the number of live rows (the index's
-    ``design`` otherwise). The caller holds the index's lock."""
+def self_join_pairs(
+    rows: RowStore,
+    design: Design,
+    k: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[tuple[str, str, int]]:
+    """Every unordered pair of live rows' keys within ``k`` bits, as (key_a, key_b, distance)
+    with key_a < key_b in code point order, sorted by (key_a, key_b).
+
+    Now (the caller holds the index's lock): the self-join of :mod:`permindex.index.join` on the
+    *distinct* live fingerprints (keys sharing a fingerprint cost one value, no candidate), on the
+    design :func:`~permindex.index.join.join_design` picks for their number (the index's
+    ``design`` otherwise), and the keys of the rows that have a near-duplicate. The returned
+    iterator then lists the pairs lazily, in order, without the lock
+    (:class:`~permindex.index.pair_stream.PairStream`): O(n) numpy work and memory plus the
+    join's, O(f log f) to order the f keys with a near-duplicate, then O(1) per pair read.
+    ``should_stop`` is checked between chunks of the join and of the listing.
+
+    Raises:
+        CallCancelledError: ``should_stop`` returned True.
+    """
     live = rows.live_rows()
-    chosen = join.join_design(design, k, int(live.size))
-    a, b, distances = join.self_join(rows.fps[live], k, chosen)
-    keys_a = rows.keys.keys(live[a])
-    keys_b = rows.keys.keys(live[b])
-    out: list[tuple[str, str, int]] = []
-    for key_a, key_b, d in zip(keys_a, keys_b, distances.tolist(), strict=True):
-        out.append((key_a, key_b, d) if key_a < key_b else (key_b, key_a, d))
-    out.sort()
-    return out
+    values = distinct_values(rows.fps[live])
+    n_values = int(values.distinct.size)
+    pairs = join_distinct(values.distinct, k, join.join_design(design, k, n_values), should_stop)
+    flagged = flagged_positions(values, pairs)
+    keys = rows.keys.keys(live[flagged])
+    join.check_stop(should_stop)
+    ranked = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+    stream = PairStream(ranked, values.value_of[flagged[ranked]], pairs, n_values)
+    return _key_pairs(keys, stream.chunks(should_stop=should_stop))
+
+
+def _key_pairs(keys: list[str], chunks: Iterator[PairArrays]) -> Iterator[tuple[str, str, int]]:
+    key = keys.__getitem__
+    return chain.from_iterable(
+        zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
+        for a, b, d in chunks
+    )

@@ -8,14 +8,15 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
 from permindex.errors import InvalidArgumentError
+from permindex.rpc.behaviors import refusal
 from permindex.rpc.config import ServerConfig
 
 __all__ = [
@@ -53,9 +54,9 @@ _OPEN_PREFIXES: Final = ("/grpc.health.v1.Health/",)
 
 if TYPE_CHECKING:
     _Handler = grpc.RpcMethodHandler[Any, Any]
-    _Interceptor = grpc.ServerInterceptor[Any, Any]
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
-    _Interceptor = grpc.ServerInterceptor
+    _Interceptor = grpc.aio.ServerInterceptor
 
 
 @dataclass(frozen=True)
@@ -126,23 +127,6 @@ def _bearer(metadata: Any) -> bytes | None:
     return None
 
 
-def _refusal(handler: _Handler, code: grpc.StatusCode, message: str) -> _Handler:
-    """A handler of the same shape as ``handler`` that only aborts with ``code``."""
-
-    def abort(request: object, context: grpc.ServicerContext) -> Any:
-        context.abort(code, message)
-
-    if handler.request_streaming and handler.response_streaming:
-        refusal: Any = grpc.stream_stream_rpc_method_handler(abort)
-    elif handler.request_streaming:
-        refusal = grpc.stream_unary_rpc_method_handler(abort)
-    elif handler.response_streaming:
-        refusal = grpc.unary_stream_rpc_method_handler(abort)
-    else:
-        refusal = grpc.unary_unary_rpc_method_handler(abort)
-    return cast("_Handler", refusal)
-
-
 class TokenAuthInterceptor(_Interceptor):
     """Checks the bearer token of every call except health checks (the rules:
     :func:`load_tokens`). Nothing here logs a token; refusals are logged at DEBUG without it."""
@@ -150,22 +134,22 @@ class TokenAuthInterceptor(_Interceptor):
     def __init__(self, tokens: list[_Token]) -> None:
         self._tokens = list(tokens)
 
-    def intercept_service(
+    async def intercept_service(  # type: ignore[override]  # None: an unknown method
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], _Handler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> _Handler | None:
         method: str = handler_call_details.method
         if method.startswith(_OPEN_PREFIXES):
-            return continuation(handler_call_details)
-        handler = continuation(handler_call_details)
+            return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None:  # an unknown method: gRPC answers UNIMPLEMENTED
             return handler
         presented = _bearer(handler_call_details.invocation_metadata)
         role = None if presented is None else _role_of(self._tokens, presented)
         if role is None:
             log.debug("%s refused: %s token", method, "no" if presented is None else "unknown")
-            return _refusal(
+            return refusal(
                 handler,
                 grpc.StatusCode.UNAUTHENTICATED,
                 "missing or unknown token: send `authorization: Bearer TOKEN` "
@@ -173,7 +157,7 @@ class TokenAuthInterceptor(_Interceptor):
             )
         if role == READ_ONLY and method in WRITE_METHODS:
             log.debug("%s refused: read-only token", method)
-            return _refusal(
+            return refusal(
                 handler,
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"{method.rsplit('/', 1)[-1]} changes the index; this token is read-only",

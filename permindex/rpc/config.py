@@ -292,14 +292,21 @@ class ServerConfig:
     grace_seconds: float = field(
         default=30.0,
         metadata=declare(
-            "on SIGTERM/SIGINT, how long in-flight calls may take to finish (default {default:g})",
+            "on SIGTERM/SIGINT/SIGHUP, how long in-flight calls may take to finish; idle\n"
+            "streams and health watches are closed at once (default {default:g})",
             parse=non_negative_float,
             metavar="SECONDS",
         ),
     )
     workers: int = field(
-        default=8,
-        metadata=declare("threads serving RPCs (default {default})", parse=positive, metavar="N"),
+        default=4,
+        metadata=declare(
+            "threads of the executor that runs index work (lookups, writes, joins); calls\n"
+            "and open streams are served on one asyncio event loop and hold no thread\n"
+            "(default {default})",
+            parse=positive,
+            metavar="N",
+        ),
     )
     fsync: FsyncPolicy = field(
         default="always",
@@ -375,10 +382,66 @@ class ServerConfig:
         ),
     )
     max_concurrent_rpcs: int = field(
-        default=64,
+        default=256,
         metadata=declare(
-            "calls served or queued at once; more are refused with RESOURCE_EXHAUSTED\n"
+            "unary calls served at once; more are refused with RESOURCE_EXHAUSTED; streams\n"
+            "are not counted here (--max-streams) and health checks are always answered\n"
             "(default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    max_streams: int = field(
+        default=1024,
+        metadata=declare(
+            "streams open at once (Ingest, QueryColumns, Pairs, Clusters, Flags,\n"
+            "ExactDuplicates, Export, health Watch, reflection); one more is refused with\n"
+            "RESOURCE_EXHAUSTED (default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    max_streams_per_address: int = field(
+        default=256,
+        metadata=declare(
+            "streams open at once from one client IP address (any port) (default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
+    stream_idle_seconds: float = field(
+        default=300.0,
+        metadata=declare(
+            "a stream whose client sends no message (or reads none) for this long is closed\n"
+            "with DEADLINE_EXCEEDED; health watches are exempt; 0 turns it off\n"
+            "(default {default:g})",
+            parse=non_negative_float,
+            metavar="SECONDS",
+        ),
+    )
+    keepalive_seconds: float = field(
+        default=60.0,
+        metadata=declare(
+            "ping a connection idle this long; a peer that does not answer within\n"
+            "--keepalive-timeout-seconds is dropped with its calls (default {default:g})",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+    keepalive_timeout_seconds: float = field(
+        default=20.0,
+        metadata=declare(
+            "how long a keepalive ping may go unanswered (default {default:g})",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+    max_join_work: int = field(
+        default=1_000_000_000,
+        metadata=declare(
+            "largest work estimate of one Pairs, Clusters, Flags or ExactDuplicates call:\n"
+            "candidate pairs to verify plus pairs of identical fingerprints; a call above\n"
+            "it is refused with RESOURCE_EXHAUSTED before any work (default {default})",
             parse=positive,
             metavar="N",
         ),

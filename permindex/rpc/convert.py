@@ -9,7 +9,7 @@ place. Messages name the offending element by its position in the request, e.g.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Final
@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError, LimitExceededError
 from permindex.index import Match
+from permindex.index.clusters import NearDuplicates
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.index.permutation import Design, query_k
 from permindex.text.fingerprint import simhash
@@ -40,6 +41,7 @@ __all__ = [
     "design_to_proto",
     "documents_from_proto",
     "exact_groups_to_proto",
+    "export_to_proto",
     "fingerprints_from_bytes",
     "flags_to_proto",
     "items_per_message",
@@ -47,7 +49,7 @@ __all__ = [
     "limit_from",
     "matches_to_columns",
     "matches_to_proto",
-    "pairs_to_proto",
+    "pair_chunks_to_proto",
     "query_wire_bytes",
     "reply_room",
 ]
@@ -317,17 +319,46 @@ def matches_to_columns(found: Sequence[Sequence[Match]]) -> pb.QueryColumnsRespo
     )
 
 
-def pairs_to_proto(
-    pairs: Sequence[tuple[str, str, int]], chunk: int = PAIRS_PER_MESSAGE
+def pair_chunks_to_proto(
+    found: NearDuplicates, chunk: int, should_stop: Callable[[], bool] | None = None
 ) -> Iterator[pb.PairsResponse]:
-    """``(key_a, key_b, distance)`` triples as PairsResponse messages of at most ``chunk``
-    pairs each (none when there are no pairs)."""
-    for start in range(0, len(pairs), chunk):
+    """The pairs of ``found`` in their documented order (key_a, then key_b) as PairsResponse
+    messages of at most ``chunk`` pairs each, each produced only when asked for
+    (:meth:`NearDuplicates.pair_chunks`: memory bounded by one key's neighbourhood and one
+    chunk, not by the number of pairs)."""
+    keys = found.keys
+    for a, b, distance in found.pair_chunks(max_pairs=chunk, should_stop=should_stop):
         yield pb.PairsResponse(
             pairs=[
-                pb.Pair(key_a=a, key_b=b, distance=d) for a, b, d in pairs[start : start + chunk]
+                pb.Pair(key_a=keys[x], key_b=keys[y], distance=d)
+                for x, y, d in zip(a.tolist(), b.tolist(), distance.tolist(), strict=True)
             ]
         )
+
+
+def export_to_proto(
+    lengths: NDArray[np.int64],
+    blob: NDArray[np.uint8],
+    fingerprints: NDArray[np.uint64],
+    *,
+    chunk: int = 10_000,
+) -> Iterator[pb.ExportResponse]:
+    """An export in the compact form of :meth:`Index.export_compact` as ExportResponse messages
+    of at most ``chunk`` entries, each built only when asked for."""
+    ends = np.cumsum(lengths + 1)  # each key is followed by a NUL in blob
+    for start in range(0, len(fingerprints), chunk):
+        stop = min(start + chunk, len(fingerprints))
+        first = int(ends[start - 1]) if start else 0
+        data = blob[first : int(ends[stop - 1])].tobytes()
+        response = pb.ExportResponse()
+        offset = 0
+        for length, fingerprint in zip(
+            lengths[start:stop].tolist(), fingerprints[start:stop].tolist(), strict=True
+        ):
+            key = data[offset : offset + length].decode("utf-8", "surrogatepass")
+            response.entries.add(key=key, fingerprint=fingerprint)
+            offset += length + 1
+        yield response
 
 
 #: Bytes of a reply message left for gRPC's framing: a reply is kept under the message limit

@@ -7,7 +7,7 @@ on (:func:`method_handlers` gives the rules) instead of grpcio's INTERNAL.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -20,7 +20,7 @@ from permindex.v1 import index_pb2
 
 if TYPE_CHECKING:
     _Handler = grpc.RpcMethodHandler[Any, Any]
-    _Behavior = Callable[[Any, grpc.ServicerContext], Any]
+    _Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 
 __all__ = [
     "MalformedRequest",
@@ -175,22 +175,24 @@ def tolerant_deserializer(descriptor: Descriptor) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def _refuse(context: grpc.ServicerContext, method: str, malformed: MalformedRequest) -> NoReturn:
+async def _refuse(
+    context: grpc.aio.ServicerContext[Any, Any], method: str, malformed: MalformedRequest
+) -> NoReturn:
     log.debug("%s refused: INVALID_ARGUMENT: %s", method, malformed.message)
-    context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed.message)
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed.message)
 
 
-class _CheckedRequests(Iterator[Any]):
+class _CheckedRequests(AsyncIterator[Any]):
     """A request iterator that passes valid messages through and, at the first
     :class:`MalformedRequest`, records it and raises InvalidArgumentError (the servicer turns it
     into INVALID_ARGUMENT like any other invalid request)."""
 
-    def __init__(self, requests: Iterator[Any]) -> None:
-        self._requests = requests
+    def __init__(self, requests: AsyncIterator[Any]) -> None:
+        self._requests = requests.__aiter__()
         self.malformed: MalformedRequest | None = None
 
-    def __next__(self) -> Any:
-        request = next(self._requests)
+    async def __anext__(self) -> Any:
+        request = await self._requests.__anext__()
         if isinstance(request, MalformedRequest):
             self.malformed = request
             raise InvalidArgumentError(request.message, request.type_name)
@@ -198,49 +200,48 @@ class _CheckedRequests(Iterator[Any]):
 
 
 def _checking_unary_request(method: str, behavior: _Behavior) -> _Behavior:
-    """Wrap a unary-request behaviour: a malformed request is refused before it runs."""
+    """Wrap a unary-request, unary-response behaviour: a malformed request is refused before it
+    runs."""
 
-    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+    async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if isinstance(request, MalformedRequest):
-            _refuse(context, method, request)
-        return behavior(request, context)
+            await _refuse(context, method, request)
+        return await behavior(request, context)
 
     return handle
 
 
-def _checking_stream_unary(method: str, behavior: _Behavior) -> _Behavior:
-    """Wrap a request-streaming, unary-response behaviour (see :class:`_CheckedRequests`); the
-    status is INVALID_ARGUMENT whatever the servicer made of the exception."""
+def _checking_unary_stream(method: str, behavior: _Behavior) -> _Behavior:
+    """Wrap a unary-request, response-streaming behaviour (an async generator) the same way."""
 
-    def handle(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
-        requests = _CheckedRequests(request_iterator)
-        try:
-            response = behavior(requests, context)
-        except Exception:
-            if requests.malformed is not None:
-                _refuse(context, method, requests.malformed)
-            raise
-        if requests.malformed is not None:
-            _refuse(context, method, requests.malformed)
-        return response
+    async def handle(
+        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        if isinstance(request, MalformedRequest):
+            await _refuse(context, method, request)
+        async for response in behavior(request, context):
+            yield response
 
     return handle
 
 
 def _checking_stream_stream(method: str, behavior: _Behavior) -> _Behavior:
-    """Wrap a bidirectional behaviour (a generator): the responses to the messages before a
-    malformed one are sent, then the stream ends with INVALID_ARGUMENT."""
+    """Wrap a bidirectional behaviour (an async generator): the responses to the messages
+    before a malformed one are sent, then the stream ends with INVALID_ARGUMENT."""
 
-    def handle(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+    async def handle(
+        request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
         requests = _CheckedRequests(request_iterator)
         try:
-            yield from behavior(requests, context)
+            async for response in behavior(requests, context):
+                yield response
         except Exception:
             if requests.malformed is not None:
-                _refuse(context, method, requests.malformed)
+                await _refuse(context, method, requests.malformed)
             raise
         if requests.malformed is not None:
-            _refuse(context, method, requests.malformed)
+            await _refuse(context, method, requests.malformed)
 
     return handle
 
@@ -289,24 +290,23 @@ def method_handlers(
                 method.output_type
             ).SerializeToString,
         }
-        if not method.client_streaming:
-            checked = _checking_unary_request(method.name, behavior)
-            if method.server_streaming:
-                handler: Any = grpc.unary_stream_rpc_method_handler(checked, **options)
-            else:
-                handler = grpc.unary_unary_rpc_method_handler(checked, **options)
-        elif method.server_streaming:
+        if method.client_streaming and not method.server_streaming:
+            raise TypeError(f"{method.name}: request-streaming, unary-response RPCs are not used")
+        if method.client_streaming:
             checked = _checking_stream_stream(method.name, behavior)
-            handler = grpc.stream_stream_rpc_method_handler(checked, **options)
+            handler: Any = grpc.stream_stream_rpc_method_handler(checked, **options)
+        elif method.server_streaming:
+            checked = _checking_unary_stream(method.name, behavior)
+            handler = grpc.unary_stream_rpc_method_handler(checked, **options)
         else:
-            checked = _checking_stream_unary(method.name, behavior)
-            handler = grpc.stream_unary_rpc_method_handler(checked, **options)
+            checked = _checking_unary_request(method.name, behavior)
+            handler = grpc.unary_unary_rpc_method_handler(checked, **options)
         handlers[method.name] = cast("_Handler", handler)
     return handlers
 
 
 def add_servicer(
-    servicer: object, server: grpc.Server, service: ServiceDescriptor = PERMINDEX_SERVICE
+    servicer: object, server: grpc.aio.Server, service: ServiceDescriptor = PERMINDEX_SERVICE
 ) -> None:
     """Register ``servicer`` for ``service`` on ``server`` with :func:`method_handlers`: as a
     generic handler and as registered method handlers, as the generated

@@ -6,9 +6,10 @@ RPC counters and latency histogram (:class:`MetricsInterceptor`), and the HTTP e
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from permindex.rpc.behaviors import Behavior, Send, rewrap
 from permindex.rpc.state import ServerState, resident_memory_bytes
 
 __all__ = ["MetricsInterceptor", "MetricsServer", "StateCollector"]
@@ -26,9 +28,9 @@ if TYPE_CHECKING:
     from permindex.rpc.catalog import Catalog
 
     _Handler = grpc.RpcMethodHandler[Any, Any]
-    _Interceptor = grpc.ServerInterceptor[Any, Any]
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
-    _Interceptor = grpc.ServerInterceptor
+    _Interceptor = grpc.aio.ServerInterceptor
 
 #: Latency buckets, seconds: 100 µs to 60 s.
 _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -102,8 +104,8 @@ class StateCollector(Collector):
         yield started
 
 
-def _code_name(context: grpc.ServicerContext, default: str) -> str:
-    code = context.code()  # type: ignore[attr-defined]
+def _code_name(context: Any, default: str) -> str:
+    code = context.code()
     if isinstance(code, grpc.StatusCode):
         return code.name
     return default
@@ -126,6 +128,23 @@ class MetricsInterceptor(_Interceptor):
             ["method", "code"],
             registry=registry,
         )
+        self.streams_refused = Counter(
+            "permindex_streams_refused",
+            "Calls refused at once for a limit: streams in all (--max-streams), from one address\n"
+            "(--max-streams-per-address), unary calls at once (--max-concurrent-rpcs).",
+            ["limit"],
+            registry=registry,
+        )
+        self.idle_closed = Counter(
+            "permindex_streams_idle_closed",
+            "Streams closed because their client sent or read nothing for --stream-idle-seconds.",
+            registry=registry,
+        )
+        self.budget_refusals = Counter(
+            "permindex_budget_refusals",
+            "Pairs, Clusters, Flags and ExactDuplicates calls refused by --max-join-work.",
+            registry=registry,
+        )
         self.duration = Histogram(
             "permindex_rpc_duration_seconds",
             "Call latency, seconds, by method.",
@@ -134,46 +153,34 @@ class MetricsInterceptor(_Interceptor):
             registry=registry,
         )
 
+    def streams_refused_by(self, limit: str) -> None:
+        """Count one call refused by ``limit`` (see :class:`permindex.rpc.limits.CallLimits`)."""
+        self.streams_refused.labels(limit).inc()
+
     def _observe(self, method: str, code: str, began: float) -> None:
         self.requests.labels(method, code).inc()
         if code != "OK":
             self.errors.labels(method, code).inc()
         self.duration.labels(method).observe(time.perf_counter() - began)
 
-    def intercept_service(
+    async def intercept_service(  # type: ignore[override]  # None: an unknown method
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], _Handler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> _Handler | None:
-        handler = continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method.rsplit("/", 1)[-1]
         observe = self._observe
 
-        def unary(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
-            def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+        def wrap(inner: Behavior) -> Behavior:
+            async def observed(request: Any, context: Any, send: Send) -> Any:
                 began = time.perf_counter()
                 code = "OK"
                 try:
-                    return behavior(request, context)
-                except BaseException:
-                    code = _code_name(context, "UNKNOWN")
-                    raise
-                finally:
-                    if code == "OK":
-                        code = _code_name(context, "OK")
-                    observe(method, code, began)
-
-            return wrapped
-
-        def streaming(behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
-            def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                began = time.perf_counter()
-                code = "OK"
-                try:
-                    yield from behavior(request, context)
-                except GeneratorExit:
+                    return await inner(request, context, send)
+                except asyncio.CancelledError:
                     code = "CANCELLED"
                     raise
                 except BaseException:
@@ -184,21 +191,9 @@ class MetricsInterceptor(_Interceptor):
                         code = _code_name(context, "OK")
                     observe(method, code, began)
 
-            return wrapped
+            return observed
 
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kwargs)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **kwargs)
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **kwargs)
-        return handler  # pragma: no cover - every handler has one behaviour
+        return rewrap(handler, wrap)
 
 
 class MetricsServer:
@@ -211,6 +206,10 @@ class MetricsServer:
     - ``permindex_rpc_requests_total``: calls finished, by ``method`` and status ``code``
       (``OK``, ``INVALID_ARGUMENT``, ``UNAUTHENTICATED``...), refused calls included;
     - ``permindex_rpc_errors_total``: the same, only for codes other than ``OK``;
+    - ``permindex_streams_refused_total``: calls refused at once by a limit, by ``limit``
+      (``streams``, ``streams_per_address``, ``unary``);
+    - ``permindex_streams_idle_closed_total``: streams closed as idle (``--stream-idle-seconds``);
+    - ``permindex_budget_refusals_total``: join calls refused by ``--max-join-work``;
     - ``permindex_rpc_duration_seconds``: latency histogram by ``method`` (a streaming call:
       from its start to its last message);
     - ``permindex_fingerprints``: keys stored, by ``collection``;

@@ -5,6 +5,7 @@ shutdown order is in :class:`RunningServer`'s docstring.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import signal
@@ -12,12 +13,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
+from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from permindex.addresses import parse_address
@@ -31,8 +34,10 @@ from permindex.rpc.auth import (
 from permindex.rpc.catalog import Catalog
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.handlers import add_servicer
+from permindex.rpc.health import NOT_SERVING, SERVING, HealthService
+from permindex.rpc.limits import CallLimits
 from permindex.rpc.metrics import MetricsServer
-from permindex.rpc.service import SERVICE_NAME, PermIndexService
+from permindex.rpc.service import SERVICE_NAME, PermIndexService, Work
 from permindex.rpc.state import ServerState
 from permindex.storage.snapshot import SnapshotInfo
 from permindex.storage.store import Store
@@ -41,8 +46,36 @@ __all__ = ["RunningServer", "create_server", "run_server"]
 
 log = logging.getLogger(__name__)
 
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_T = TypeVar("_T")
+#: The health service's name (grpc.health.v1).
+_HEALTH_SERVICE = "grpc.health.v1.Health"
+_REFLECTION_SERVICE = "grpc.reflection.v1alpha.ServerReflection"
+
+
+class _EventLoop:
+    """An asyncio event loop running in its own thread (``permindex-loop``), where the gRPC
+    server and every call live; :meth:`call` runs a coroutine there from any other thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="permindex-loop", daemon=True
+        )
+        self._thread.start()
+
+    def call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` on the loop; block until it is done; its result or exception."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def close(self) -> None:
+        """Stop the loop (after the tasks it was given are done) and end its thread."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
 #: Seconds without an add after which the server merges an index's runs into one per table
 #: (checked this often).
 MERGE_IDLE_SECONDS = 1.0
@@ -78,9 +111,11 @@ class RunningServer:
         self,
         *,
         config: ServerConfig,
-        server: grpc.Server,
+        server: grpc.aio.Server,
+        loop: _EventLoop,
+        limits: CallLimits,
         executor: ThreadPoolExecutor,
-        health_servicer: health.HealthServicer,
+        health_servicer: HealthService,
         state: ServerState,
         host: str,
         port: int,
@@ -97,6 +132,9 @@ class RunningServer:
         #: Every collection (the default one is :attr:`state`).
         self.catalog = catalog
         self._server = server
+        self._loop = loop
+        #: The stream and call limits (open streams: ``limits.streams``).
+        self.limits = limits
         self._executor = executor
         self._health = health_servicer
         #: The Prometheus endpoint (``config.metrics_address``), or None.
@@ -188,10 +226,13 @@ class RunningServer:
         """Stop gracefully, then write the final snapshot; idempotent (a second call returns
         None at once).
 
-        Health goes NOT_SERVING, new calls are refused (UNAVAILABLE), in-flight calls get
-        ``grace`` seconds (default: ``config.grace_seconds``) to finish and are cancelled after
-        that, then a snapshot is written if the log holds changes the last one does not, the log
-        is fsynced (whatever the fsync policy) and closed, and the data directory is released.
+        Health goes NOT_SERVING; every stream waiting for its client (an idle Ingest or
+        QueryColumns, a response stream the client does not read) and every health watch is
+        closed with UNAVAILABLE at once; new calls are refused (UNAVAILABLE); in-flight unary
+        calls and the batches already received on streams get ``grace`` seconds (default:
+        ``config.grace_seconds``) to finish and are cancelled after that; then a snapshot is
+        written if the log holds changes the last one does not, the log is fsynced (whatever the
+        fsync policy) and closed, and the data directory is released.
 
         Returns:
             The final snapshot's info, or None when nothing had changed (or already stopped).
@@ -207,11 +248,11 @@ class RunningServer:
         grace = self.config.grace_seconds if grace is None else grace
         log.info("stopping: in-flight calls have %s s to finish", grace)
         try:
-            self._health.enter_graceful_shutdown()
+            self._loop.call(self._stop_serving(grace))
             self._periodic_wakeup.set()
             self._periodic.join()
-            self._server.stop(grace).wait()
-            self._executor.shutdown(wait=True)  # handlers still running after the grace end
+            self._executor.shutdown(wait=True)  # index work still running after the grace end
+            self._loop.close()
             info, self.final_snapshots = self._snapshot_all()
             log.info("stopped (%s)", "final snapshot written" if info else "nothing to snapshot")
             return info
@@ -225,6 +266,11 @@ class RunningServer:
             if self.metrics is not None:
                 self.metrics.close()
             self._stopped.set()
+
+    async def _stop_serving(self, grace: float) -> None:
+        self._health.set_all(NOT_SERVING)
+        self.limits.close()
+        await self._server.stop(grace)
 
     def __enter__(self) -> RunningServer:
         return self
@@ -297,77 +343,43 @@ def create_server(config: ServerConfig) -> RunningServer:
         truncate_corrupt_log=config.truncate_corrupt_log,
     )
     index = store.index
-    server: grpc.Server | None = None
     metrics = MetricsServer() if config.metrics_address is not None else None
     catalog: Catalog | None = None
     executor: ThreadPoolExecutor | None = None
+    loop: _EventLoop | None = None
     try:
         state = ServerState(store, config)
         executor = ThreadPoolExecutor(
-            max_workers=config.workers, thread_name_prefix="permindex-rpc"
+            max_workers=config.workers, thread_name_prefix="permindex-work"
         )
-        server = grpc.server(
-            executor,
-            options=[
-                ("grpc.max_receive_message_length", config.max_message_bytes),
-                ("grpc.max_send_message_length", config.max_message_bytes),
-                ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
-            ],
-            # calls beyond this are refused at once (RESOURCE_EXHAUSTED), never queued unbounded
-            maximum_concurrent_rpcs=config.max_concurrent_rpcs,
-            # metrics outermost, so that calls refused by the token check are counted too
-            interceptors=[
-                *([metrics.interceptor] if metrics is not None else []),
-                *([TokenAuthInterceptor(tokens)] if tokens is not None else []),
-            ],
-        )
-        health_servicer = health.HealthServicer()
-        for service in ("", SERVICE_NAME):
-            health_servicer.set(service, _NOT_SERVING)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         catalog = Catalog(config, state)
         catalog.load()  # every other collection, recovered before anything listens
-        # our handlers, not the generated add_PermIndexServicer_to_server: a malformed request
-        # gets INVALID_ARGUMENT instead of INTERNAL (see permindex.rpc.handlers)
-        add_servicer(PermIndexService(state, catalog), server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        loop = _EventLoop()
+        server, limits, health_service, port = loop.call(
+            _start(config, state, catalog, executor, metrics, tokens, credentials)
         )
-        try:
-            if credentials is None:
-                port = server.add_insecure_port(config.address)
-            else:
-                port = server.add_secure_port(config.address, credentials)
-        except RuntimeError as error:
-            port = 0
-            log.debug("binding %s failed: %s", config.address, error)
-        if port == 0:
-            raise OSError(
-                errno.EADDRINUSE,
-                f"cannot listen on {config.address}: the address is in use or not local",
-            )
         if metrics is not None and config.metrics_address is not None:
             metrics.watch(catalog)
             metrics.serve(config.metrics_address)
-        server.start()
     except BaseException:
         if catalog is not None:
             catalog.close(skip_default=True)
         if metrics is not None:
             metrics.close()
-        if server is not None:
-            server.stop(None)
+        if loop is not None:
+            loop.close()
         if executor is not None:
             executor.shutdown(wait=False)
         store.close()
         raise
-    for service in ("", SERVICE_NAME):
-        health_servicer.set(service, _SERVING)
+    loop.loop.call_soon_threadsafe(health_service.set_all, SERVING)
     running = RunningServer(
         config=config,
         server=server,
+        loop=loop,
+        limits=limits,
         executor=executor,
-        health_servicer=health_servicer,
+        health_servicer=health_service,
         state=state,
         host=host,
         port=port,
@@ -377,6 +389,83 @@ def create_server(config: ServerConfig) -> RunningServer:
     running.metrics = metrics
     log.info("serving on %s (%d keys)", running.address, len(index))
     return running
+
+
+def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    """The gRPC channel arguments of the server: message sizes, keepalive, no shared port."""
+    return [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+        ("grpc.so_reuseport", 0),  # a port in use is an error, not silently shared
+        # ping a connection idle for keepalive_seconds; drop it (and its calls) when the peer
+        # does not answer within keepalive_timeout_seconds: a client gone without a goodbye
+        # frees its streams
+        ("grpc.keepalive_time_ms", int(config.keepalive_seconds * 1000)),
+        ("grpc.keepalive_timeout_ms", int(config.keepalive_timeout_seconds * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        # clients may ping every 10 s (gRPC's default refuses pings more often than 5 min)
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ]
+
+
+async def _start(
+    config: ServerConfig,
+    state: ServerState,
+    catalog: Catalog,
+    executor: ThreadPoolExecutor,
+    metrics: MetricsServer | None,
+    tokens: list[Any] | None,
+    credentials: grpc.ServerCredentials | None,
+) -> tuple[grpc.aio.Server, CallLimits, HealthService, int]:
+    """Build, bind and start the asyncio server (on the event loop); health NOT_SERVING."""
+    limits = CallLimits(
+        max_streams=config.max_streams,
+        max_streams_per_address=config.max_streams_per_address,
+        max_unary=config.max_concurrent_rpcs,
+        idle_seconds=config.stream_idle_seconds,
+        on_refused=(None if metrics is None else metrics.interceptor.streams_refused_by),
+        on_idle_closed=None if metrics is None else metrics.interceptor.idle_closed.inc,
+    )
+    # metrics outermost, so that calls refused by the token check or a limit are counted too;
+    # the token check before the limits, so that a caller without a token holds no stream
+    interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] = [
+        *([metrics.interceptor] if metrics is not None else []),
+        *([TokenAuthInterceptor(tokens)] if tokens is not None else []),
+        limits,
+    ]
+    server = grpc.aio.server(options=_server_options(config), interceptors=interceptors)
+    health_service = HealthService(limits, ("", SERVICE_NAME))
+    health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
+    # our handlers, not the generated add_PermIndexServicer_to_server: a malformed request
+    # gets INVALID_ARGUMENT instead of INTERNAL (see permindex.rpc.handlers)
+    servicer = PermIndexService(
+        state,
+        catalog,
+        work=Work(executor),
+        on_budget_refused=None if metrics is None else metrics.interceptor.budget_refusals.inc,
+    )
+    add_servicer(servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, _HEALTH_SERVICE, _REFLECTION_SERVICE), server
+    )
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(config.address)
+        else:
+            port = server.add_secure_port(config.address, credentials)
+    except RuntimeError as error:
+        port = 0
+        log.debug("binding %s failed: %s", config.address, error)
+    if port == 0:
+        await server.stop(None)
+        raise OSError(
+            errno.EADDRINUSE,
+            f"cannot listen on {config.address}: the address is in use or not local",
+        )
+    await server.start()
+    return server, limits, health_service, port
 
 
 def _one_line(error: BaseException) -> str:

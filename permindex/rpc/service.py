@@ -5,24 +5,30 @@ domain error becomes a gRPC status (:func:`_abort`).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn, TypeVar
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 import numpy as np
 
 import permindex
 from permindex.errors import (
+    CallCancelledError,
     NotFoundError,
     PermindexError,
+    WorkBudgetExceededError,
     status_name_for,
 )
 from permindex.index.clusters import NearDuplicates
 from permindex.index.key_section import batch_repeats
 from permindex.rpc import convert
 from permindex.rpc.catalog import Catalog, CollectionOptions
+from permindex.rpc.limits import StreamClosed
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory_bytes
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
@@ -47,9 +53,13 @@ _NEAR_DUPLICATE = pb.DOCUMENT_STATUS_NEAR_DUPLICATE
 
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
+_T = TypeVar("_T")
+_Context = grpc.aio.ServicerContext[Any, Any]
+#: Exceptions that end a call by themselves and must not be translated.
+_PASS_THROUGH = (StreamClosed, grpc.aio.AbortError, asyncio.CancelledError)
 
 
-def _abort(context: grpc.ServicerContext, method: str, error: Exception) -> NoReturn:
+async def _abort(context: _Context, method: str, error: Exception) -> NoReturn:
     """The one place where an exception becomes a gRPC status."""
     status = status_name_for(error)
     if isinstance(error, PermindexError) or status != "INTERNAL":
@@ -58,45 +68,95 @@ def _abort(context: grpc.ServicerContext, method: str, error: Exception) -> NoRe
     else:
         log.error("%s failed", method, exc_info=error)
         message = f"internal error in {method} ({type(error).__name__}); see the server log"
-    context.abort(grpc.StatusCode[status], message)
+    await context.abort(grpc.StatusCode[status], message)
+
+
+class Work:
+    """Runs index work in the server's executor, never on the event loop.
+
+    ``stop`` events let long work end early: when the awaiting call is cancelled (the client
+    went away, its deadline passed, the server stops past its grace), the event is set, and the
+    join and the batch lookups, which check it between chunks, raise CallCancelledError soon
+    after; the thread is then free for the next call."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+
+    async def run(
+        self, function: Callable[..., _T], *args: Any, stop: threading.Event | None = None
+    ) -> _T:
+        """``function(*args)`` in the executor; its result or exception."""
+        future = asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if stop is not None:
+                stop.set()
+            raise
 
 
 def _unary(
-    method: Callable[[PermIndexService, _Req, grpc.ServicerContext], _Resp],
-) -> Callable[[PermIndexService, _Req, grpc.ServicerContext], _Resp]:
-    """Wrap a unary-response handler: domain errors become status codes via :func:`_abort`."""
-    name = method.__name__
+    method: Callable[[PermIndexService, _Req, threading.Event], _Resp],
+) -> Callable[[PermIndexService, _Req, _Context], Coroutine[Any, Any, _Resp]]:
+    """A unary handler from a blocking body ``(self, request, stop) -> response``: the body runs
+    in the executor (:class:`Work`); domain errors become status codes via :func:`_abort`."""
+    return _unary_inline_when(None)(method)
 
-    @functools.wraps(method)
-    def handler(self: PermIndexService, request: _Req, context: grpc.ServicerContext) -> _Resp:
-        try:
-            return method(self, request, context)
-        except Exception as error:
-            if not context.is_active():  # the client went away; nobody to answer
-                log.debug("%s: call ended by the client (%s)", name, type(error).__name__)
+
+def _unary_inline_when(
+    small: Callable[[Any], bool] | None,
+) -> Callable[
+    [Callable[[PermIndexService, _Req, threading.Event], _Resp]],
+    Callable[[PermIndexService, _Req, _Context], Coroutine[Any, Any, _Resp]],
+]:
+    """As :func:`_unary`, except that a request for which ``small(request)`` is true runs on the
+    event loop itself: a call bounded to a few microseconds of index work (one lookup, a few
+    keys, the counts), for which the hop to the executor and back would cost more than the
+    work."""
+
+    def decorate(
+        method: Callable[[PermIndexService, _Req, threading.Event], _Resp],
+    ) -> Callable[[PermIndexService, _Req, _Context], Coroutine[Any, Any, _Resp]]:
+        name = method.__name__
+
+        @functools.wraps(method)
+        async def handler(self: PermIndexService, request: _Req, context: _Context) -> _Resp:
+            stop = threading.Event()
+            try:
+                if small is not None and small(request):
+                    return method(self, request, stop)
+                return await self.work.run(method, self, request, stop, stop=stop)
+            except _PASS_THROUGH:
                 raise
-            _abort(context, name, error)
+            except Exception as error:
+                await _abort(context, name, error)
 
-    return handler
+        return handler
+
+    return decorate
+
+
+#: Keys or fingerprints of a request small enough to be served on the event loop.
+_INLINE_ITEMS = 16
 
 
 def _streaming(
-    method: Callable[[PermIndexService, _Req, grpc.ServicerContext], Iterator[_Resp]],
-) -> Callable[[PermIndexService, _Req, grpc.ServicerContext], Iterator[_Resp]]:
-    """Wrap a response-streaming handler (a generator) the same way as :func:`_unary`."""
+    method: Callable[[PermIndexService, _Req, _Context], AsyncIterator[_Resp]],
+) -> Callable[[PermIndexService, _Req, _Context], AsyncIterator[_Resp]]:
+    """Wrap a response-streaming handler (an async generator) the same way as :func:`_unary`."""
     name = method.__name__
 
     @functools.wraps(method)
-    def handler(
-        self: PermIndexService, request: _Req, context: grpc.ServicerContext
-    ) -> Iterator[_Resp]:
+    async def handler(
+        self: PermIndexService, request: _Req, context: _Context
+    ) -> AsyncIterator[_Resp]:
         try:
-            yield from method(self, request, context)
+            async for response in method(self, request, context):
+                yield response
+        except _PASS_THROUGH:
+            raise
         except Exception as error:
-            if not context.is_active():
-                log.debug("%s: call ended by the client (%s)", name, type(error).__name__)
-                return
-            _abort(context, name, error)
+            await _abort(context, name, error)
 
     return handler
 
@@ -124,6 +184,12 @@ def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
     return convert.check_keys(keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes)
 
 
+def _check_stop(stop: threading.Event) -> None:
+    """Raise CallCancelledError once the call that owns ``stop`` has ended."""
+    if stop.is_set():
+        raise CallCancelledError("the call was cancelled or its deadline passed")
+
+
 # ---------------------------------------------------------------------------------- servicer
 
 
@@ -146,7 +212,18 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     carry keys or texts at INFO or above.
     """
 
-    def __init__(self, state: ServerState, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        state: ServerState,
+        catalog: Catalog | None = None,
+        *,
+        work: Work | None = None,
+        on_budget_refused: Callable[[], None] | None = None,
+    ) -> None:
+        #: Where index work runs (default: an executor of ``config.workers`` threads).
+        self.work = work or Work(ThreadPoolExecutor(state.config.workers, "permindex-work"))
+        #: Called for each call refused by ``--max-join-work`` (the metrics' counter).
+        self.on_budget_refused = on_budget_refused or (lambda: None)
         #: The default collection's state, and the catalog of every collection.
         self.state = state
         self.index = state.index
@@ -189,21 +266,22 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return response
 
     @_unary
-    def Add(self, request: pb.AddRequest, context: grpc.ServicerContext) -> pb.AddResponse:
+    def Add(self, request: pb.AddRequest, stop: threading.Event) -> pb.AddResponse:
         """One batch, applied as one step (see the .proto)."""
         return self._add_batch(request)
 
     @_streaming
-    def Ingest(
-        self, request_iterator: Iterator[pb.AddRequest], context: grpc.ServicerContext
-    ) -> Iterator[pb.AddResponse]:
-        """Each batch applied and acknowledged in order; a refused batch ends the stream."""
-        for request in request_iterator:
-            yield self._add_batch(request)
+    async def Ingest(
+        self, request_iterator: AsyncIterator[pb.AddRequest], context: _Context
+    ) -> AsyncIterator[pb.AddResponse]:
+        """Each batch applied (in the executor) and acknowledged in order; a refused batch ends
+        the stream. A batch received is applied whole even when the call ends meanwhile."""
+        async for request in request_iterator:
+            yield await asyncio.shield(self.work.run(self._add_batch, request))
 
     @_unary
     def CheckAndAdd(
-        self, request: pb.CheckAndAddRequest, context: grpc.ServicerContext
+        self, request: pb.CheckAndAddRequest, stop: threading.Event
     ) -> pb.CheckAndAddResponse:
         """For each document in order, query-then-add, the whole batch as one logged step."""
         state = self._collection(request.collection)
@@ -243,7 +321,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return response
 
     @_unary
-    def Remove(self, request: pb.RemoveRequest, context: grpc.ServicerContext) -> pb.RemoveResponse:
+    def Remove(self, request: pb.RemoveRequest, stop: threading.Event) -> pb.RemoveResponse:
         """Removes the keys; the ones not stored are listed, not an error."""
         state = self._collection(request.collection)
         keys = _keys(state, request.keys)
@@ -258,8 +336,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     # ---- reads
 
-    @_unary
-    def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
+    @_unary_inline_when(lambda request: len(request.fingerprints) <= _INLINE_ITEMS)
+    def Query(self, request: pb.QueryRequest, stop: threading.Event) -> pb.QueryResponse:
         """Every stored key within k of each fingerprint."""
         state = self._collection(request.collection)
         convert.check_batch_length(
@@ -282,6 +360,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         # Slices, so that the index lock is let go between them (writers are not held up by one
         # large batch), and so that an answer too large for one message is refused early.
         for start in range(0, n, _QUERY_SLICE):
+            _check_stop(stop)
             found = state.index.query_many(
                 fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
             )
@@ -294,7 +373,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             self._check_query_size(state, response, size, min(start + _QUERY_SLICE, n), n)
         return response
 
-    def _query_columns(self, request: pb.QueryColumnsRequest) -> pb.QueryColumnsResponse:
+    def _query_columns(
+        self, request: pb.QueryColumnsRequest, stop: threading.Event
+    ) -> pb.QueryColumnsResponse:
         """One QueryColumns request: validated as Query validates, looked up in slices of
         :data:`_QUERY_SLICE` (the index lock is let go between them), answered in columns."""
         state = self._collection(request.collection)
@@ -313,6 +394,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         found = []
         size = 0
         for start in range(0, n, _QUERY_SLICE):
+            _check_stop(stop)
             part = state.index.query_many(
                 fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
             )
@@ -339,16 +421,17 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             convert.check_reply_size(response.ByteSize(), limit, done, n)
 
     @_streaming
-    def QueryColumns(
-        self, request_iterator: Iterator[pb.QueryColumnsRequest], context: grpc.ServicerContext
-    ) -> Iterator[pb.QueryColumnsResponse]:
+    async def QueryColumns(
+        self, request_iterator: AsyncIterator[pb.QueryColumnsRequest], context: _Context
+    ) -> AsyncIterator[pb.QueryColumnsResponse]:
         """Each request answered in order by one columnar response; a refused request ends
         the stream with its status (see the .proto)."""
-        for request in request_iterator:
-            yield self._query_columns(request)
+        stop = threading.Event()
+        async for request in request_iterator:
+            yield await self.work.run(self._query_columns, request, stop, stop=stop)
 
-    @_unary
-    def Get(self, request: pb.GetRequest, context: grpc.ServicerContext) -> pb.GetResponse:
+    @_unary_inline_when(lambda request: len(request.keys) <= _INLINE_ITEMS)
+    def Get(self, request: pb.GetRequest, stop: threading.Event) -> pb.GetResponse:
         """The stored fingerprint of each key."""
         state = self._collection(request.collection)
         keys = _keys(state, request.keys)
@@ -362,19 +445,23 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return response
 
     @_streaming
-    def Pairs(
-        self, request: pb.PairsRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.PairsResponse]:
-        """All pairs within k, in chunks of at most :data:`convert.PAIRS_PER_MESSAGE` (fewer
-        when the message limit needs it: a chunk of the longest keys must fit)."""
+    async def Pairs(
+        self, request: pb.PairsRequest, context: _Context
+    ) -> AsyncIterator[pb.PairsResponse]:
+        """All pairs within k, in the documented order, in chunks of at most
+        :data:`convert.PAIRS_PER_MESSAGE` (fewer when the message limit needs it: a chunk of the
+        longest keys must fit). The join is estimated first (``--max-join-work``), then pairs are
+        produced one message at a time as the client takes them (flow control)."""
         state = self._collection(request.collection)
-        k = convert.check_k(
-            request.k if request.HasField("k") else None, state.index.k, state.index.design
-        )
+        k = request.k if request.HasField("k") else None
         chunk = convert.items_per_message(
             state.config.max_message_bytes, convert.PAIR_WIRE_BYTES, convert.PAIRS_PER_MESSAGE
         )
-        yield from convert.pairs_to_proto(state.index.pairs(k=k), chunk)
+        stop = threading.Event()
+        found = await self.work.run(self._near_duplicates, state, k, stop, stop=stop)
+        messages = convert.pair_chunks_to_proto(found, chunk, stop.is_set)
+        while (message := await self.work.run(next, messages, None, stop=stop)) is not None:
+            yield message
 
     def _keys_per_message(self) -> int:
         """Keys per Clusters/Flags/ExactDuplicates message that fit the message limit."""
@@ -382,40 +469,80 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             self.config.max_message_bytes, convert.KEY_WIRE_BYTES, convert.KEYS_PER_MESSAGE
         )
 
-    def _near_duplicates(self, state: ServerState, k: int | None) -> NearDuplicates:
-        """Pairs, clusters, flags and exact groups of one consistent export of the index."""
+    def _near_duplicates(
+        self, state: ServerState, k: int | None, stop: threading.Event
+    ) -> NearDuplicates:
+        """Pairs, clusters, flags and exact groups of one consistent export of the index, its
+        work estimate checked against ``--max-join-work`` first (runs in the executor)."""
         k = convert.check_k(k, state.index.k, state.index.design)
-        return NearDuplicates.of_index(state.index, k)
+        budget = state.config.max_join_work
+        try:
+            return NearDuplicates.of_index(state.index, k, max_work=budget, should_stop=stop.is_set)
+        except WorkBudgetExceededError as error:
+            self.on_budget_refused()
+            raise WorkBudgetExceededError(
+                f"this call needs about {error.estimate:,} {error.what}, more than the "
+                f"server's budget of {budget:,} per call (serve --max-join-work); lower k, or "
+                "raise the budget",
+                estimate=error.estimate,
+                budget=budget,
+                what=error.what,
+            ) from None
+
+    async def _stream_groups(
+        self,
+        request: Any,
+        k: int | None,
+        to_proto: Callable[[NearDuplicates], Iterator[_Resp]],
+    ) -> AsyncIterator[_Resp]:
+        """Join (in the executor, estimated first), then send ``to_proto``'s messages, each
+        built in the executor as the client takes the previous one."""
+        state = self._collection(request.collection)
+        stop = threading.Event()
+        found = await self.work.run(self._near_duplicates, state, k, stop, stop=stop)
+        messages = to_proto(found)
+        while (message := await self.work.run(next, messages, None, stop=stop)) is not None:
+            yield message
 
     @_streaming
-    def Clusters(
-        self, request: pb.ClustersRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ClustersResponse]:
+    async def Clusters(
+        self, request: pb.ClustersRequest, context: _Context
+    ) -> AsyncIterator[pb.ClustersResponse]:
         """Connected components of the pairs within k, chunked (see the .proto)."""
-        state = self._collection(request.collection)
-        found = self._near_duplicates(state, request.k if request.HasField("k") else None)
-        yield from convert.clusters_to_proto(found.clusters(), self._keys_per_message())
+        chunk = self._keys_per_message()
+        k = request.k if request.HasField("k") else None
+        async for message in self._stream_groups(
+            request, k, lambda found: convert.clusters_to_proto(found.clusters(), chunk)
+        ):
+            yield message
 
     @_streaming
-    def Flags(
-        self, request: pb.FlagsRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.FlagsResponse]:
+    async def Flags(
+        self, request: pb.FlagsRequest, context: _Context
+    ) -> AsyncIterator[pb.FlagsResponse]:
         """Every key with another key within k, sorted by key, chunked."""
-        state = self._collection(request.collection)
-        found = self._near_duplicates(state, request.k if request.HasField("k") else None)
-        yield from convert.flags_to_proto(found.flags(), self._keys_per_message())
+        chunk = self._keys_per_message()
+        k = request.k if request.HasField("k") else None
+        async for message in self._stream_groups(
+            request, k, lambda found: convert.flags_to_proto(found.flags(), chunk)
+        ):
+            yield message
 
     @_streaming
-    def ExactDuplicates(
-        self, request: pb.ExactDuplicatesRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ExactDuplicatesResponse]:
+    async def ExactDuplicates(
+        self, request: pb.ExactDuplicatesRequest, context: _Context
+    ) -> AsyncIterator[pb.ExactDuplicatesResponse]:
         """Groups of keys sharing one fingerprint, chunked."""
-        state = self._collection(request.collection)
-        found = self._near_duplicates(state, 0)
-        yield from convert.exact_groups_to_proto(found.exact_duplicates(), self._keys_per_message())
+        chunk = self._keys_per_message()
+        async for message in self._stream_groups(
+            request,
+            0,
+            lambda found: convert.exact_groups_to_proto(found.exact_duplicates(), chunk),
+        ):
+            yield message
 
-    @_unary
-    def Stats(self, request: pb.StatsRequest, context: grpc.ServicerContext) -> pb.StatsResponse:
+    @_unary_inline_when(lambda request: True)
+    def Stats(self, request: pb.StatsRequest, stop: threading.Event) -> pb.StatsResponse:
         """Counts, memory, design, uptime, last snapshot, version."""
         state = self._collection(request.collection)
         response = pb.StatsResponse(
@@ -435,9 +562,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return response
 
     @_unary
-    def Snapshot(
-        self, request: pb.SnapshotRequest, context: grpc.ServicerContext
-    ) -> pb.SnapshotResponse:
+    def Snapshot(self, request: pb.SnapshotRequest, stop: threading.Event) -> pb.SnapshotResponse:
         """Writes a snapshot now and answers once it is durable."""
         state = self._collection(request.collection)
         info = state.snapshot()
@@ -448,28 +573,16 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         )
 
     @_streaming
-    def Export(
-        self, request: pb.ExportRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ExportResponse]:
-        """Every (key, fingerprint) of one consistent copy, in chunks of 10,000."""
+    async def Export(
+        self, request: pb.ExportRequest, context: _Context
+    ) -> AsyncIterator[pb.ExportResponse]:
+        """Every (key, fingerprint) of one consistent copy, in chunks of
+        :data:`convert.KEYS_PER_MESSAGE`, each message built as the client takes the last."""
         state = self._collection(request.collection)
-        lengths, blob, fingerprints = state.index.export_compact()
-        ends = np.cumsum(lengths + 1)  # each key is followed by a NUL in blob
-        values = fingerprints.tolist()
-        chunk = convert.KEYS_PER_MESSAGE
-        for start in range(0, len(values), chunk):
-            stop = min(start + chunk, len(values))
-            first = int(ends[start - 1]) if start else 0
-            data = blob[first : int(ends[stop - 1])].tobytes()
-            response = pb.ExportResponse()
-            offset = 0
-            for length, fingerprint in zip(
-                lengths[start:stop].tolist(), values[start:stop], strict=True
-            ):
-                key = data[offset : offset + length].decode("utf-8", "surrogatepass")
-                response.entries.add(key=key, fingerprint=fingerprint)
-                offset += length + 1
-            yield response
+        copy = await self.work.run(state.index.export_compact)
+        messages = convert.export_to_proto(*copy, chunk=convert.KEYS_PER_MESSAGE)
+        while (message := await self.work.run(next, messages, None)) is not None:
+            yield message
 
     # ---- collections
 
@@ -486,7 +599,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     @_unary
     def CreateCollection(
-        self, request: pb.CreateCollectionRequest, context: grpc.ServicerContext
+        self, request: pb.CreateCollectionRequest, stop: threading.Event
     ) -> pb.CollectionInfo:
         """An empty collection; absent options take the server's own."""
         given = request.options
@@ -505,7 +618,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     @_unary
     def ListCollections(
-        self, request: pb.ListCollectionsRequest, context: grpc.ServicerContext
+        self, request: pb.ListCollectionsRequest, stop: threading.Event
     ) -> pb.ListCollectionsResponse:
         """Every collection, by name."""
         response = pb.ListCollectionsResponse()
@@ -518,7 +631,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     @_unary
     def DescribeCollection(
-        self, request: pb.DescribeCollectionRequest, context: grpc.ServicerContext
+        self, request: pb.DescribeCollectionRequest, stop: threading.Event
     ) -> pb.CollectionInfo:
         """One collection's options and counts."""
         name = request.name or DEFAULT_COLLECTION
@@ -526,7 +639,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     @_unary
     def DropCollection(
-        self, request: pb.DropCollectionRequest, context: grpc.ServicerContext
+        self, request: pb.DropCollectionRequest, stop: threading.Event
     ) -> pb.DropCollectionResponse:
         """Drops a collection: keys, memory, files."""
         return pb.DropCollectionResponse(count=self.catalog.drop(request.name))

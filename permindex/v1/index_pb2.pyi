@@ -26,13 +26,23 @@ Status codes (every RPC):
   k above the index's k. The whole request is refused and nothing is changed.
 - RESOURCE_EXHAUSTED: a batch longer than the server's limit (default 100,000 documents or
   fingerprints per message), a message over the size limit (default 64 MiB) or a text over the
-  text limit (default 32 MiB, --max-text-bytes). Nothing is changed; split the batch. Also:
-  more calls at once than --max-concurrent-rpcs (default 64): retry later.
+  text limit (default 32 MiB, --max-text-bytes). Nothing is changed; split the batch. Also,
+  refused at once (never queued): a unary call when --max-concurrent-rpcs (default 256) unary
+  calls are being served (streams are not counted; health checks are always answered); a
+  stream (an RPC with `stream` on either side, health Watch and reflection included) when
+  --max-streams (default 1,024) streams are open, or --max-streams-per-address (default 256)
+  from the caller's IP address; a Pairs, Clusters, Flags or ExactDuplicates call whose work
+  estimate is above --max-join-work (the message gives the estimate). Retry later.
+- DEADLINE_EXCEEDED: the client's deadline passed (the server stops the call's work), or a
+  stream sent no message, or took none the server had for it, for --stream-idle-seconds
+  (default 300; health watches exempt).
 - INVALID_ARGUMENT also for a key longer than --max-key-bytes (default and maximum 1,024).
 - UNAUTHENTICATED: the server requires a token (--token-file) and the call carries none
   (metadata `authorization: Bearer TOKEN`) or an unknown one. PERMISSION_DENIED: a read-only
   token on a write (Add, Ingest, CheckAndAdd, Remove, Snapshot). Health checks need no token.
-- UNAVAILABLE: the server is starting (data still loading) or shutting down.
+- UNAVAILABLE: the server is starting (data still loading) or shutting down. At shutdown every
+  stream waiting for its client and every health watch (after a NOT_SERVING) is closed with
+  UNAVAILABLE at once; unary calls in flight and batches already received finish.
 - Writes (Add, Ingest, CheckAndAdd, Remove) are acknowledged only once they are in the server's
   write-ahead log (fsynced first by default; see `permindex serve --help`). A write the server's
   disk cannot take is refused and nothing of it is applied: RESOURCE_EXHAUSTED when the disk is

@@ -194,7 +194,9 @@ class PermIndexServicer:
 
     def Pairs(self, request, context):
         """Every unordered pair of stored keys within Hamming distance k (distance 0 included), each pair
-        once with key_a < key_b, streamed in chunks so that any number of pairs fits.
+        once with key_a < key_b, sorted by key_a then key_b (code point order), streamed in chunks so
+        that any number of pairs fits. Each chunk is produced when the client has taken the previous
+        one: the server's memory is bounded by one key's neighbourhood, not by the number of pairs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -246,7 +248,8 @@ class PermIndexServicer:
     def Export(self, request, context):
         """Every stored (key, fingerprint), for backups and migrations: one consistent copy of the index
         (taken under its lock at once, so writes wait for the copy, about 0.05 s per 10^6 keys), in
-        the order the fingerprints were stored, streamed in chunks of at most 10,000 entries.
+        the order the fingerprints were stored, streamed in chunks of at most 10,000 entries, each
+        built when the client has taken the previous one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

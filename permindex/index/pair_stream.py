@@ -1,0 +1,295 @@
+"""Pairs of keys within k streamed in key order from a join on distinct fingerprints
+(:class:`PairStream`), with the pieces it is built from: the distinct fingerprints of n positions
+(:func:`distinct_values`), the join on them (:func:`join_distinct`) and the positions that have a
+near-duplicate (:func:`flagged_positions`).
+
+Keys that share a fingerprint are joined once (one distinct value) and expanded into pairs only
+as the stream is read: for the key of rank r, its later partners are the later keys of its own
+group (a slice of the group, distance 0) and the keys of rank above r of each value within k (a
+slice of that value's group). So 5,000 keys of one fingerprint cost O(5,000) memory before the
+first pair, not the 12,497,500 pairs between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Final, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.index import join
+
+__all__ = [
+    "DEFAULT_CHUNK",
+    "SEGMENT_BUDGET",
+    "PairArrays",
+    "PairStream",
+    "Values",
+    "distinct_values",
+    "flagged_positions",
+    "identical_pairs",
+    "join_distinct",
+]
+
+_I64 = NDArray[np.int64]
+_U64 = NDArray[np.uint64]
+
+#: Pairs per chunk of :meth:`PairStream.chunks` by default.
+DEFAULT_CHUNK: Final = 65_536
+#: Slices (one key's pairs with one fingerprint) per window of keys in :meth:`PairStream.chunks`
+#: (read at call time, so tests can lower it).
+SEGMENT_BUDGET = 1 << 16
+
+
+class PairArrays(NamedTuple):
+    """Pairs as three (m,) int64 arrays: positions ``a`` and ``b`` (a != b) into the keys and
+    fingerprints they were computed from, and their Hamming ``distance`` in bits."""
+
+    a: _I64
+    b: _I64
+    distance: _I64
+
+
+class Values(NamedTuple):
+    """The distinct fingerprints of n positions (values in no particular order)."""
+
+    by_value: _I64  # positions grouped by fingerprint (ascending within a value)
+    first: _I64  # where each distinct value's run starts in by_value
+    counts: _I64  # positions per distinct value
+    distinct: _U64  # the distinct values
+    value_of: _I64  # (n,) the distinct value of each position
+
+
+def distinct_values(fps: _U64) -> Values:
+    """The distinct values of the (n,) uint64 ``fps`` and which positions hold each: the
+    values that occur once first, in position order, then the repeated ones. One fast sort
+    finds the repeated values; only their positions are grouped (argsort). O(n log n) time,
+    O(n) memory."""
+    n = int(fps.size)
+    ordered = np.sort(fps)
+    same = ordered[1:] == ordered[:-1]
+    if not same.any():
+        every = np.arange(n, dtype=np.int64)
+        return Values(every, every.copy(), np.ones(n, dtype=np.int64), fps.copy(), every.copy())
+    repeated = np.unique(ordered[1:][same])
+    del ordered, same
+    at = np.minimum(np.searchsorted(repeated, fps), repeated.size - 1)
+    shared = repeated[at] == fps
+    singles = np.flatnonzero(~shared).astype(np.int64)
+    members = np.flatnonzero(shared).astype(np.int64)
+    members = members[np.argsort(at[members], kind="stable")]
+    group = at[members].astype(np.int64)
+    starts = np.flatnonzero(np.append(True, group[1:] != group[:-1])).astype(np.int64)
+    group_counts = np.diff(np.append(starts, members.size)).astype(np.int64)
+    ones = singles.size
+    value_of = np.empty(n, dtype=np.int64)
+    value_of[singles] = np.arange(ones, dtype=np.int64)
+    value_of[members] = ones + np.repeat(np.arange(starts.size, dtype=np.int64), group_counts)
+    return Values(
+        np.concatenate((singles, members)),
+        np.concatenate((np.arange(ones, dtype=np.int64), ones + starts)),
+        np.concatenate((np.ones(ones, dtype=np.int64), group_counts)),
+        np.concatenate((fps[singles], fps[members[starts]])),
+        value_of,
+    )
+
+
+def identical_pairs(counts: _I64) -> int:
+    """The pairs of positions that share a value, for (m,) int64 group ``counts``."""
+    return int((counts * (counts - 1) // 2).sum())
+
+
+def join_distinct(
+    distinct: _U64,
+    k: int,
+    plan: join.JoinDesign,
+    should_stop: Callable[[], bool] | None = None,
+) -> PairArrays:
+    """Every pair of positions of the (n,) uint64 *distinct* values within ``k`` bits, each
+    once, in no particular order: :func:`permindex.index.join.self_join` on ``plan`` (none for
+    k = 0 or fewer than 2 values: distinct values are at least 1 bit apart).
+
+    Raises:
+        InvalidArgumentError: k above what ``plan`` finds.
+        CallCancelledError: ``should_stop`` returned True (checked between chunks).
+    """
+    if k == 0 or distinct.size < 2:
+        empty = np.zeros(0, dtype=np.int64)
+        return PairArrays(empty, empty.copy(), empty.copy())
+    return PairArrays(*join.self_join(distinct, k, plan, should_stop))
+
+
+def flagged_positions(values: Values, pairs: PairArrays) -> _I64:
+    """The positions with a near-duplicate (their value repeats or has a pair), grouped by
+    value: (f,) int64."""
+    involved = values.counts > 1
+    involved[pairs.a] = True
+    involved[pairs.b] = True
+    return values.by_value[np.repeat(involved, values.counts)]
+
+
+def _ranges(starts: _I64, lengths: _I64) -> _I64:
+    """The concatenation of ``arange(s, s + l)`` for each start s and length l."""
+    total = int(lengths.sum())
+    out = np.arange(total, dtype=np.int64)
+    out -= np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
+    return out
+
+
+class PairStream:
+    """Every pair of keys within k, in key order, from the distinct-value pairs of a join.
+
+    Args:
+        ranked: (f,) int64 positions of the keys with a near-duplicate, sorted by key: the key
+            of rank r is at ``ranked[r]`` (a pair's positions are these).
+        value_of: (f,) int64 the distinct value (0 <= v < n_values) of each ranked key.
+        pairs: the pairs of distinct values within k (:func:`join_distinct`), each once.
+        n_values: the number of distinct values.
+
+    Memory O(f + n_values + value pairs) once built (a CSR adjacency of the values and each
+    value's keys in rank order); :meth:`chunks` adds the pairs of one window of keys.
+    """
+
+    def __init__(self, ranked: _I64, value_of: _I64, pairs: PairArrays, n_values: int) -> None:
+        f = int(ranked.size)
+        self.ranked = ranked
+        self._f = f
+        self._value_of = value_of
+        order = np.argsort(value_of, kind="stable").astype(np.int64)
+        self._member_rank = order  # ranks grouped by value, ascending within a value
+        self._member_at = np.empty(f, dtype=np.int64)  # rank -> its index in _member_rank
+        self._member_at[order] = np.arange(f, dtype=np.int64)
+        self._value_end = np.cumsum(np.bincount(value_of, minlength=n_values)).astype(np.int64)
+        # (value, rank) as one sorted int64 key, to find a value's keys above a rank
+        self._member_key = value_of[order] * max(f, 1) + order
+        node = np.concatenate((pairs.a, pairs.b))
+        by_node = np.argsort(node, kind="stable")
+        self._adj_other = np.concatenate((pairs.b, pairs.a))[by_node]
+        self._adj_distance = np.concatenate((pairs.distance, pairs.distance))[by_node]
+        self._adj_start = np.zeros(n_values + 1, dtype=np.int64)
+        np.cumsum(np.bincount(node, minlength=n_values), out=self._adj_start[1:])
+        degree = np.diff(self._adj_start)
+        self._segments_before = np.cumsum(1 + degree[value_of])  # per rank, inclusive
+
+    def __len__(self) -> int:
+        """The number of pairs (counted from the groups, nothing listed)."""
+        counts = np.diff(np.append(0, self._value_end))
+        others = counts[self._adj_other]
+        node = np.repeat(np.arange(counts.size, dtype=np.int64), np.diff(self._adj_start))
+        return identical_pairs(counts) + int((counts[node] * others).sum()) // 2
+
+    def _segments(self, lo: int, hi: int) -> tuple[_I64, _I64, _I64, _I64]:
+        """The slices of the keys of ranks lo..hi-1 (key rank, start, length, distance; start
+        into the members in rank order of a value), sorted by key rank, empty ones dropped."""
+        ranks = np.arange(lo, hi, dtype=np.int64)
+        own = self._value_of[ranks]
+        own_start = self._member_at[ranks] + 1
+        starts = self._adj_start[own]
+        degree = self._adj_start[own + 1] - starts
+        at = _ranges(starts, degree)
+        key = np.repeat(ranks, degree)
+        other = self._adj_other[at]
+        other_start = np.searchsorted(self._member_key, other * max(self._f, 1) + key, "right")
+        seg_key = np.concatenate((ranks, key))
+        seg_start = np.concatenate((own_start, other_start))
+        seg_end = np.concatenate((self._value_end[own], self._value_end[other]))
+        zero = np.zeros(ranks.size, dtype=np.int64)
+        seg_distance = np.concatenate((zero, self._adj_distance[at]))
+        keep = np.flatnonzero(seg_end > seg_start)
+        by_key = keep[np.argsort(seg_key[keep], kind="stable")]
+        seg_start = seg_start[by_key]
+        return (
+            seg_key[by_key],
+            seg_start,
+            seg_end[by_key] - seg_start,
+            seg_distance[by_key].astype(np.int64),
+        )
+
+    def _expand(self, key: _I64, start: _I64, length: _I64, distance: _I64) -> PairArrays:
+        """The pairs of the slices (sorted by key rank), sorted by (key rank, partner rank)."""
+        at = _ranges(start, length)
+        rank_b = self._member_rank[at]
+        rank_a = np.repeat(key, length)
+        if key.size > 1 and bool((key[1:] == key[:-1]).any()):  # two slices of one key: merge
+            order = np.argsort((rank_a - rank_a[0]) * self._f + rank_b, kind="stable")
+            rank_a, rank_b = rank_a[order], rank_b[order]
+            dist = np.repeat(distance, length)[order]
+        else:  # one slice per key, each ascending: already in order
+            dist = np.repeat(distance, length)
+        return PairArrays(self.ranked[rank_a], self.ranked[rank_b], dist)
+
+    def chunks(
+        self,
+        max_pairs: int = DEFAULT_CHUNK,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Iterator[PairArrays]:
+        """Every pair (a, b) of positions (from ``ranked``) within k, rank of a < rank of b,
+        sorted by (rank of a, rank of b), in chunks of at most ``max_pairs`` (each full but the
+        last; a chunk may end inside one key's pairs).
+
+        Lazy: keys are taken in rank order, in windows of at most :data:`SEGMENT_BUDGET` slices
+        (or one key), and a window's pairs are listed in batches of keys of at most
+        ``max_pairs`` pairs (or one key), so memory is O(max_pairs + the largest neighbourhood
+        of one key + one window of slices) and the work is proportional to the pairs read.
+
+        Raises:
+            ValueError: ``max_pairs`` < 1.
+            CallCancelledError: ``should_stop`` returned True (checked before each batch).
+        """
+        if max_pairs < 1:
+            raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
+        pending: list[PairArrays] = []
+        held = 0
+        for part in self._batches(max_pairs, should_stop):
+            pending.append(part)
+            held += int(part.a.size)
+            if held < max_pairs:
+                continue
+            merged = _concat(pending)
+            cut = held - held % max_pairs
+            for s in range(0, cut, max_pairs):
+                yield PairArrays(*(x[s : s + max_pairs] for x in merged))
+            pending = [PairArrays(*(x[cut:] for x in merged))] if cut < held else []
+            held -= cut
+        if held:
+            yield _concat(pending)
+
+    def _batches(
+        self, max_pairs: int, should_stop: Callable[[], bool] | None
+    ) -> Iterator[PairArrays]:
+        """The pairs in order, in batches of whole keys (at most ``max_pairs``, or one key)."""
+        f = self._f
+        lo = 0
+        while lo < f:
+            join.check_stop(should_stop)
+            before = int(self._segments_before[lo - 1]) if lo else 0
+            hi = int(np.searchsorted(self._segments_before, before + SEGMENT_BUDGET, "right"))
+            hi = min(max(hi, lo + 1), f)
+            key, start, length, distance = self._segments(lo, hi)
+            lo = hi
+            if key.size == 0:
+                continue
+            # batches of whole keys: cut where the running count passes a multiple of max_pairs
+            ends = np.flatnonzero(np.append(key[1:] != key[:-1], True)) + 1
+            per_key = np.add.reduceat(length, np.append(0, ends[:-1]))
+            running = np.cumsum(per_key)
+            s_key = 0
+            while s_key < ends.size:
+                base = int(running[s_key - 1]) if s_key else 0
+                e_key = int(np.searchsorted(running, base + max_pairs, "right"))
+                e_key = min(max(e_key, s_key + 1), ends.size)
+                s_seg = int(ends[s_key - 1]) if s_key else 0
+                e_seg = int(ends[e_key - 1])
+                if s_key:
+                    join.check_stop(should_stop)
+                yield self._expand(
+                    key[s_seg:e_seg], start[s_seg:e_seg], length[s_seg:e_seg], distance[s_seg:e_seg]
+                )
+                s_key = e_key
+
+
+def _concat(parts: list[PairArrays]) -> PairArrays:
+    if len(parts) == 1:
+        return parts[0]
+    return PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))

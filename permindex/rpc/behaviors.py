@@ -1,0 +1,117 @@
+"""Rewrapping the behaviour of a ``grpc.aio`` method handler, for the server's interceptors
+(:mod:`permindex.rpc.limits`, :mod:`permindex.rpc.auth`, :mod:`permindex.rpc.metrics`).
+
+A grpc.aio behaviour is a coroutine function (unary response) or, for a response stream, either
+an async generator function (it yields messages) or a coroutine function that writes them with
+``context.write``. :func:`rewrap` gives every interceptor one shape to wrap: a coroutine function
+``(request_or_iterator, context, send) -> response | None`` where ``send(message)`` is awaited
+for each message of a response stream, so a wrapper sees each message go out (and how long the
+client takes to take it).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+
+__all__ = ["Behavior", "Send", "kind_of", "refusal", "rewrap"]
+
+if TYPE_CHECKING:
+    _Handler = grpc.RpcMethodHandler[Any, Any]
+else:
+    _Handler = Any
+
+#: Sends one message of a response stream.
+Send = Callable[[Any], Awaitable[None]]
+#: The one shape :func:`rewrap` hands to a wrapper: (request or request iterator, context, send).
+Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any], Send], Awaitable[Any]]
+
+
+def kind_of(handler: _Handler) -> str:
+    """``unary_unary``, ``unary_stream``, ``stream_unary`` or ``stream_stream``."""
+    request = "stream" if handler.request_streaming else "unary"
+    response = "stream" if handler.response_streaming else "unary"
+    return f"{request}_{response}"
+
+
+def _inner(handler: _Handler) -> Behavior:
+    """The handler's behaviour in the one shape of :data:`Behavior`."""
+    kind = kind_of(handler)
+    behavior = getattr(handler, kind)
+    if not handler.response_streaming:
+
+        async def unary(request: Any, context: Any, send: Send) -> Any:
+            return await behavior(request, context)
+
+        return unary
+    if inspect.isasyncgenfunction(behavior):
+
+        async def generated(request: Any, context: Any, send: Send) -> None:
+            messages = cast("AsyncIterator[Any]", behavior(request, context))
+            try:
+                async for message in messages:
+                    await send(message)
+            finally:
+                await cast("Any", messages).aclose()
+
+        return generated
+
+    async def writing(request: Any, context: Any, send: Send) -> None:
+        # a coroutine that writes with context.write: it sends through `send` only if it was
+        # written for this module (permindex's own streams take `send` from context)
+        await behavior(request, context)
+
+    return writing
+
+
+def rewrap(handler: _Handler, wrap: Callable[[Behavior], Behavior]) -> _Handler:
+    """A handler like ``handler`` (same kind, serializers) whose behaviour is ``wrap`` applied to
+    the original in the :data:`Behavior` shape. A response stream is sent with
+    ``context.write`` (each message through the wrapped ``send``)."""
+    wrapped = wrap(_inner(handler))
+    options = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    kind = kind_of(handler)
+    if not handler.response_streaming:
+
+        async def unary(request: Any, context: Any) -> Any:
+            return await wrapped(request, context, _no_send)
+
+        factory = (
+            grpc.unary_unary_rpc_method_handler
+            if kind == "unary_unary"
+            else grpc.stream_unary_rpc_method_handler
+        )
+        return factory(unary, **options)
+
+    async def streaming(request: Any, context: Any) -> None:
+        await wrapped(request, context, context.write)
+
+    factory = (
+        grpc.unary_stream_rpc_method_handler
+        if kind == "unary_stream"
+        else grpc.stream_stream_rpc_method_handler
+    )
+    return factory(streaming, **options)
+
+
+async def _no_send(message: Any) -> None:  # pragma: no cover - unary calls send nothing
+    raise RuntimeError("a unary call has no response stream")
+
+
+def refusal(handler: _Handler, code: grpc.StatusCode, message: str) -> _Handler:
+    """A handler of the same kind as ``handler`` that only aborts with ``code`` and
+    ``message`` (its behaviour never runs)."""
+
+    def wrap(inner: Behavior) -> Behavior:
+        async def refuse(request: Any, context: Any, send: Send) -> Any:
+            await context.abort(code, message)
+
+        return refuse
+
+    return rewrap(handler, wrap)

@@ -1,0 +1,271 @@
+"""What clients may hold: the streams open at once (in all and per client IP address), the
+unary calls served at once, and how long a stream may sit idle (:class:`CallLimits`, a grpc.aio
+server interceptor); and the closing of idle streams at shutdown (:meth:`CallLimits.close`).
+
+The rules (the README's "Running in production" section says what a client sees):
+
+- A *stream* is a call with a request or a response stream (Ingest, QueryColumns, Pairs,
+  Clusters, Flags, ExactDuplicates, Export, ``grpc.health.v1.Health/Watch``, reflection). Past
+  ``max_streams`` open streams in all, or ``max_streams_per_address`` from one client IP address
+  (whatever its port), a new stream is refused at once with RESOURCE_EXHAUSTED; nothing queues.
+- A *unary call* (one request, one response) is never counted with the streams: with any number
+  of streams open, unary calls are admitted. Past ``max_unary`` unary calls served at once a new
+  one is refused with RESOURCE_EXHAUSTED; health checks (``Health/Check``) are always admitted.
+- A stream is *idle* while the server waits for its client: for its next request message, or
+  for it to take the next response message (flow control). Idle for ``idle_seconds`` (0: no
+  limit), it is closed with DEADLINE_EXCEEDED. A health watch waiting for a status change is not
+  idle in this sense (watches are long by design) but is closed at shutdown.
+- At shutdown (:meth:`CallLimits.close`) every stream idle at that moment or later is closed with
+  UNAVAILABLE at once; work already received (a batch being applied, a join running) finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+
+from permindex.rpc.behaviors import Behavior, Send, rewrap
+
+__all__ = ["HEALTH_CHECK", "HEALTH_WATCH", "CallLimits", "StreamClosed", "client_address"]
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    _Handler = grpc.RpcMethodHandler[Any, Any]
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Handler = Any
+    _Interceptor = grpc.aio.ServerInterceptor
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+_T = TypeVar("_T")
+
+
+def client_address(peer: str) -> str:
+    """The client's IP address (no port) of a gRPC peer string: ``ipv4:127.0.0.1:5000`` ->
+    ``127.0.0.1``, ``ipv6:[::1]:5000`` -> ``::1``; other forms (``unix:...``) whole."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or rest
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0] if rest.startswith("[") else rest
+        return host.strip("[]") or rest
+    return peer
+
+
+class StreamClosed(Exception):
+    """Raised inside a stream the server closes (idle, or shutting down): the status to end it
+    with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class CallLimits(_Interceptor):
+    """Admission of calls and the idle rule of streams (the module docstring gives the rules).
+
+    Args:
+        max_streams: streams open at once in all, >= 1.
+        max_streams_per_address: streams open at once from one client IP address, >= 1.
+        max_unary: unary calls served at once (health checks not counted), >= 1.
+        idle_seconds: how long a stream may wait for its client; 0: no limit.
+        on_refused: called with ``"streams"``, ``"streams_per_address"`` or ``"unary"`` for each
+            refusal (the metrics' counter).
+        on_idle_closed: called for each stream closed as idle.
+
+    Counts are changed only on the event loop (no lock). Memory: one entry per open stream and
+    per client address with open streams.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_streams: int,
+        max_streams_per_address: int,
+        max_unary: int,
+        idle_seconds: float,
+        on_refused: Callable[[str], None] | None = None,
+        on_idle_closed: Callable[[], None] | None = None,
+    ) -> None:
+        self.max_streams = max_streams
+        self.max_streams_per_address = max_streams_per_address
+        self.max_unary = max_unary
+        self.idle_seconds = idle_seconds
+        self._on_refused = on_refused or (lambda what: None)
+        self._on_idle_closed = on_idle_closed or (lambda: None)
+        self.streams = 0
+        self.unary = 0
+        self._per_address: dict[str, int] = {}
+        self._closing: asyncio.Future[None] | None = None
+
+    # -- shutdown
+
+    def _closing_future(self) -> asyncio.Future[None]:
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_future()
+        return self._closing
+
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closing is not None and self._closing.done()
+
+    def close(self) -> None:
+        """Close every idle stream with UNAVAILABLE, now and whenever a stream next waits for its
+        client. Call on the event loop."""
+        future = self._closing_future()
+        if not future.done():
+            future.set_result(None)
+
+    async def wait_closing(self) -> None:
+        """Return once :meth:`close` is called (health watches wait on this)."""
+        await asyncio.shield(self._closing_future())
+
+    async def wait_for_client(self, step: Awaitable[_T], what: str) -> _T:
+        """Await ``step`` (a read of the next request, a send of the next response), bounded by
+        the idle limit and cut short by :meth:`close`.
+
+        Raises:
+            StreamClosed: DEADLINE_EXCEEDED after ``idle_seconds``; UNAVAILABLE at shutdown.
+        """
+        closing = self._closing_future()
+        if closing.done():
+            _discard(step)
+            raise _shutting_down()
+        task = asyncio.ensure_future(step)
+        timeout = self.idle_seconds if self.idle_seconds > 0 else None
+        try:
+            done, _ = await asyncio.wait(
+                (task, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        if closing.done():
+            raise _shutting_down()
+        self._on_idle_closed()
+        raise StreamClosed(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"the stream was idle for {self.idle_seconds:g} s (no message {what}); "
+            "the server closed it (serve --stream-idle-seconds)",
+        )
+
+    # -- admission
+
+    def _admit_stream(self, address: str) -> str | None:
+        """None when a stream from ``address`` may open (and count it); else the refusal."""
+        if self.streams >= self.max_streams:
+            self._on_refused("streams")
+            return (
+                f"too many streams open: {self.streams} of at most {self.max_streams} "
+                "(serve --max-streams); close idle streams or retry later"
+            )
+        held = self._per_address.get(address, 0)
+        if held >= self.max_streams_per_address:
+            self._on_refused("streams_per_address")
+            return (
+                f"too many streams open from {address}: {held} of at most "
+                f"{self.max_streams_per_address} (serve --max-streams-per-address); close idle "
+                "streams or retry later"
+            )
+        self.streams += 1
+        self._per_address[address] = held + 1
+        return None
+
+    def _release_stream(self, address: str) -> None:
+        self.streams -= 1
+        left = self._per_address[address] - 1
+        if left:
+            self._per_address[address] = left
+        else:
+            del self._per_address[address]
+
+    def _stream(self, inner: Behavior, *, request_streaming: bool, watch: bool) -> Behavior:
+        async def stream(request: Any, context: Any, send: Send) -> Any:
+            address = client_address(context.peer())
+            refused = self._admit_stream(address)
+            if refused is not None:
+                log.debug("stream refused: %s", refused)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            try:
+                if request_streaming:
+                    request = self._requests(request)
+
+                async def send_bounded(message: Any) -> None:
+                    await self.wait_for_client(send(message), "taken by the client")
+
+                return await inner(request, context, send if watch else send_bounded)
+            except StreamClosed as closed:
+                await context.abort(closed.code, closed.message)
+            finally:
+                self._release_stream(address)
+
+        return stream
+
+    async def _requests(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        iterator = requests.__aiter__()
+        while True:
+            try:
+                request = await self.wait_for_client(iterator.__anext__(), "from the client")
+            except StopAsyncIteration:
+                return
+            yield request
+
+    def _unary(self, inner: Behavior, *, counted: bool) -> Behavior:
+        async def unary(request: Any, context: Any, send: Send) -> Any:
+            if counted and self.unary >= self.max_unary:
+                self._on_refused("unary")
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"too many calls at once: {self.unary} of at most {self.max_unary} "
+                    "(serve --max-concurrent-rpcs); retry with backoff",
+                )
+            self.unary += counted
+            try:
+                return await inner(request, context, send)
+            finally:
+                self.unary -= counted
+
+        return unary
+
+    async def intercept_service(  # type: ignore[override]  # None: an unknown method
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method
+        if handler.request_streaming or handler.response_streaming:
+            request_streaming = bool(handler.request_streaming)
+            watch = method == HEALTH_WATCH
+            return rewrap(
+                handler,
+                lambda inner: self._stream(inner, request_streaming=request_streaming, watch=watch),
+            )
+        counted = method != HEALTH_CHECK
+        return rewrap(handler, lambda inner: self._unary(inner, counted=counted))
+
+
+def _shutting_down() -> StreamClosed:
+    return StreamClosed(
+        grpc.StatusCode.UNAVAILABLE,
+        "the server is shutting down; reconnect to it (or another) and resend what was not "
+        "acknowledged",
+    )
+
+
+def _discard(step: Awaitable[Any]) -> None:
+    if asyncio.iscoroutine(step):
+        step.close()

@@ -1,0 +1,207 @@
+"""The asyncio server's limits on what clients hold (permindex.rpc.limits): streams per client
+address and in all, unary calls admitted whatever the streams, the idle timeout, the join budget,
+the Prometheus counters of each refusal, and SIGTERM finishing in-flight work. Real servers on
+127.0.0.1 (port 0), each test with at most 12 streams and 60 s of wall time."""
+
+from __future__ import annotations
+
+import queue
+import random
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from conftest import StartServer, make_stub
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from serverproc import ServeProcess
+
+import permindex
+from permindex.errors import LimitExceededError
+from permindex.v1 import index_pb2 as pb
+
+
+class _Silent:
+    """A request stream that sends nothing until :meth:`close` (then ends)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.queue.get, None)
+
+    def close(self) -> None:
+        self.queue.put(None)
+
+
+def _open_stream(address: str, kind: str) -> tuple[Any, Any, _Silent]:
+    """(channel, call, request feed) of one silent stream on its own channel; the call is
+    started (a response-less silent stream is only started once its metadata arrived)."""
+    channel, stub = make_stub(address)
+    feed = _Silent()
+    if kind == "watch":
+        call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+        next(call)
+    elif kind == "ingest":
+        call = stub.Ingest(iter(feed), timeout=60)
+    else:
+        call = stub.QueryColumns(iter(feed), timeout=60)
+    return channel, call, feed
+
+
+def _refusal(call: Any) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as refused:
+        next(call)
+    return refused.value
+
+
+def _wait_until_open(server: Any, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while server.limits.streams < count:
+        assert time.monotonic() < deadline, f"{server.limits.streams} of {count} streams open"
+        time.sleep(0.01)
+
+
+def _metrics(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def test_streams_per_address_are_bounded_and_unary_calls_still_admitted(
+    start_server: StartServer,
+) -> None:
+    """3 streams per address: a 4th (each on its own channel, so its own port) is refused at
+    once with RESOURCE_EXHAUSTED naming the option; Stats and health checks still answer; once
+    a stream closes, a new one is admitted."""
+    server = start_server(max_streams_per_address=3, metrics_address="127.0.0.1:0")
+    opened = [_open_stream(server.address, kind) for kind in ("watch", "ingest", "columns")]
+    try:
+        _wait_until_open(server, 3)
+        channel, call, feed = _open_stream(server.address, "columns")
+        began = time.monotonic()
+        refused = _refusal(call)
+        assert time.monotonic() - began < 2
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-streams-per-address" in (refused.details() or "")
+        assert "127.0.0.1" in (refused.details() or "")
+        channel.close()
+        with permindex.Client(server.address) as client:
+            assert client.stats().count == 0
+        health = health_pb2_grpc.HealthStub(opened[0][0])
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == 1
+        ch, call, feed = opened.pop(1)  # the Ingest stream ends
+        feed.close()
+        assert list(call) == []
+        ch.close()
+        channel, call, feed = _open_stream(server.address, "columns")
+        opened.append((channel, call, feed))
+        _wait_until_open(server, 3)
+        assert server.metrics is not None and server.metrics.address is not None
+        text = _metrics(server.metrics.address)
+        assert 'permindex_streams_refused_total{limit="streams_per_address"} 1.0' in text
+    finally:
+        for channel, _, feed in opened:
+            feed.close()
+            channel.close()
+
+
+def test_streams_in_all_are_bounded(start_server: StartServer) -> None:
+    server = start_server(max_streams=2)
+    opened = [_open_stream(server.address, "ingest") for _ in range(2)]
+    try:
+        _wait_until_open(server, 2)
+        channel, call, _ = _open_stream(server.address, "ingest")
+        refused = _refusal(call)
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-streams)" in (refused.details() or "")
+        channel.close()
+        with permindex.Client(server.address) as client:
+            client.add([("a", 1)])
+            assert client.stats().count == 1
+    finally:
+        for channel, _, feed in opened:
+            feed.close()
+            channel.close()
+
+
+def test_an_idle_stream_is_closed_and_a_busy_one_is_not(start_server: StartServer) -> None:
+    """--stream-idle-seconds 0.5: a silent Ingest is closed with DEADLINE_EXCEEDED naming the
+    option within about that time; one that sends a batch every 0.1 s for 1.5 s stays open and
+    has every batch applied; the idle closure is counted."""
+    server = start_server(stream_idle_seconds=0.5, metrics_address="127.0.0.1:0")
+    channel, stub = make_stub(server.address)
+    with channel:
+        feed = _Silent()
+        began = time.monotonic()
+        silent = stub.Ingest(iter(feed), timeout=30)
+        closed = _refusal(silent)
+        assert 0.4 < time.monotonic() - began < 5
+        assert closed.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "--stream-idle-seconds" in (closed.details() or "")
+
+        def steady() -> Iterator[pb.AddRequest]:
+            for i in range(15):
+                yield pb.AddRequest(documents=[pb.Document(key=f"k{i}", fingerprint=i)])
+                time.sleep(0.1)
+
+        assert sum(r.added for r in stub.Ingest(steady(), timeout=30)) == 15
+        feed.close()
+    with permindex.Client(server.address) as client:
+        assert client.stats().count == 15
+    assert server.metrics is not None and server.metrics.address is not None
+    assert "permindex_streams_idle_closed_total 1.0" in _metrics(server.metrics.address)
+
+
+def test_a_join_over_its_budget_is_refused_before_any_work(start_server: StartServer) -> None:
+    """--max-join-work 1000 with 200 fingerprints that all share one prefix of the join: Pairs,
+    Clusters and Flags are refused with RESOURCE_EXHAUSTED naming the estimate and the option,
+    while 5,000 keys of one fingerprint (no candidate to verify; their 12,497,500 pairs are
+    above the budget too) are refused likewise and a small collection is answered."""
+    server = start_server(max_join_work=1000, metrics_address="127.0.0.1:0")
+    rng = random.Random(9)
+    with permindex.Client(server.address, retries=0) as client:
+        client.add([(f"near/{i}", (0xABCD << 48) | rng.getrandbits(20)) for i in range(200)])
+        for call in (client.pairs, client.clusters, client.flags):
+            with pytest.raises(LimitExceededError) as refused:
+                call()
+            message = str(refused.value)
+            assert "--max-join-work" in message and "1,000" in message
+        client.remove([f"near/{i}" for i in range(200)])
+        client.add([("a", 1), ("b", 1), ("c", 3)])
+        assert client.pairs() == [("a", "b", 0), ("a", "c", 1), ("b", "c", 1)]
+    assert server.metrics is not None and server.metrics.address is not None
+    assert "permindex_budget_refusals_total 3.0" in _metrics(server.metrics.address)
+
+
+def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
+    """An Add of 4,000 texts of 2,000 words (seconds of fingerprinting on the server) in flight
+    when SIGTERM arrives is applied and answered; the final snapshot holds it."""
+    proc = ServeProcess(tmp_path / "data")
+    address = proc.address()
+    assert address is not None, proc.text
+    rng = random.Random(2)
+    words = [f"w{i}" for i in range(5000)]
+    batch = [(f"k{i}", " ".join(rng.choices(words, k=2000))) for i in range(4000)]
+    result: list[Any] = []
+
+    def add() -> None:
+        with permindex.Client(address, batch_size=4000) as client:
+            result.append(client.add(batch))
+
+    thread = threading.Thread(target=add)
+    began = time.monotonic()
+    thread.start()
+    time.sleep(1.0)  # sent by now (40 MB on loopback); the server is fingerprinting
+    proc.process.send_signal(signal.SIGTERM)
+    thread.join(60)
+    assert proc.wait() == 0, proc.text
+    assert result and result[0].added == 4000, proc.text
+    assert time.monotonic() - began < 30
+    assert "snapshot of 4000 keys" in proc.text
+    assert "Traceback" not in proc.text
