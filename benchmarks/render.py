@@ -240,6 +240,15 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"| {_median_ratio(grpc, 'aio_echo_1', 'p50_ms', 'echo_1')}; "
                 f"{_median_ratio(grpc, 'aio_echo_4', 'calls_per_s', 'echo_4')} | (reference) |"
             )
+    if grpc and "machine" in grpc:  # measured apart: python benchmarks/run.py --only grpc
+        gm = grpc["machine"]
+        lines.append("")
+        lines.append(
+            f"The gRPC rows were measured apart (`python benchmarks/run.py --only grpc`) on "
+            f"{gm['date']}, {grpc.get('server', '')} server, load average at the start "
+            f"{gm['load_average_at_start']} on {gm['cores']} cores: other work on the machine "
+            "moves these figures; the ratios come from alternating rounds of the same run."
+        )
     if scale:
         lines.append("")
         size = f"{scale['n']:.0e}".replace("e+0", "e").replace("e+", "e")

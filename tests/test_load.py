@@ -167,12 +167,13 @@ def test_unary_latency_under_400_idle_streams(serve: Serve, holders: Any) -> Non
     stats = unary_latencies(address, "stats", calls=20, timeout=UNARY_DEADLINE)
     query = unary_latencies(address, "query", calls=20, timeout=UNARY_DEADLINE)
     print(f"stats: {stats.summary()}; query: {query.summary()}")
+    closed = list(holder.closed)
+    seconds, code = stop_seconds(server)
+    print(f"SIGTERM with 400 streams open: exit {code} after {seconds:.2f} s")
     for calls in (stats, query):
         assert calls.answered == 20 and calls.p99() <= UNARY_P99, calls.summary()
     assert ready["not_started"] == 0
-    assert holder.closed == [], holder.closed[:5]
-    seconds, code = stop_seconds(server)
-    print(f"SIGTERM with 400 streams open: exit {code} after {seconds:.2f} s")
+    assert closed == [], closed[:5]
     assert seconds <= EXIT_SECONDS and code == 0
 
 
