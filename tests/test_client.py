@@ -247,3 +247,167 @@ def test_batching_rule_is_the_documents_size() -> None:
         assert document_size(key, text) == document.size_bytes()
     sizes = [5, 5, 20, 1, 1, 1]
     assert list(batches(sizes, 2, 12, lambda s: s)) == [[5, 5], [20], [1, 1], [1]]
+
+
+def _brute_pairs(stored: dict[str, int], k: int) -> list[tuple[str, str, int]]:
+    items = sorted(stored.items())
+    return [
+        (a, b, hamming(fa, fb))
+        for i, (a, fa) in enumerate(items)
+        for b, fb in items[i + 1 :]
+        if hamming(fa, fb) <= k
+    ]
+
+
+def _components(keys: list[str], pairs: list[tuple[str, str, int]]) -> set[frozenset[str]]:
+    parent = {key: key for key in keys}
+
+    def root(key: str) -> str:
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    for a, b, _ in pairs:
+        parent[root(a)] = root(b)
+    groups: dict[str, set[str]] = {}
+    for key in keys:
+        groups.setdefault(root(key), set()).add(key)
+    return {frozenset(group) for group in groups.values() if len(group) > 1}
+
+
+def test_iterator_forms_against_brute_force(start_server: StartServer) -> None:
+    """iter_pairs / iter_clusters / iter_flags / iter_exact_duplicates / iter_export against a
+    brute force over every pair, with a 1 MiB message limit so that the answers span many
+    messages and a group of 700 keys of one fingerprint comes in parts."""
+    server = start_server(max_message_bytes=1 << 20)
+    rng = random.Random(12)
+    stored: dict[str, int] = {f"same{i:03d}": 0xABCDEF for i in range(700)}
+    for i in range(150):
+        base = rng.getrandbits(64)
+        stored[f"r{i:03d}"] = base
+        stored[f"r{i:03d}-near"] = base ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64))
+    with permindex.Client(server.address, timeout=1e-4) as client:  # not used by streamed reads
+        client.timeout = 30
+        client.ingest(list(stored.items()))
+        client.timeout = 1e-4
+        for k in (0, 2, 3):
+            expected = _brute_pairs(stored, k)
+            assert list(client.iter_pairs(k)) == expected  # the server's order: no sorting
+            assert client.pairs(k=k) == expected
+            clusters = list(client.iter_clusters(k))
+            assert {frozenset(c) for c in clusters} == _components(list(stored), expected)
+            assert all(c == sorted(c) for c in clusters)
+            assert [len(c) for c in clusters] == sorted((len(c) for c in clusters), reverse=True)
+            assert clusters == client.clusters(k=k)
+            near = {a for a, _, _ in expected} | {b for _, b, _ in expected}
+            flags = list(client.iter_flags(k))
+            assert [f.key for f in flags] == sorted(near)
+            for flag in flags:
+                others = [(hamming(stored[flag.key], fp), key) for key, fp in stored.items()]
+                others = [(d, key) for d, key in others if key != flag.key]
+                assert (flag.distance, flag.nearest) == min(others)
+                assert flag.neighbors == sum(1 for d, _ in others if d <= k)
+            assert flags == client.flags(k=k)
+        groups = list(client.iter_exact_duplicates())
+        by_fingerprint: dict[int, list[str]] = {}
+        for key, fp in sorted(stored.items()):
+            by_fingerprint.setdefault(fp, []).append(key)
+        assert sorted((g.fingerprint, g.keys) for g in groups) == sorted(
+            (fp, keys) for fp, keys in by_fingerprint.items() if len(keys) > 1
+        )
+        assert len(groups[0].keys) == 700  # largest first, in parts of about 500 keys
+        assert groups == client.exact_duplicates()
+        assert dict(client.iter_export()) == stored
+        assert client.use("other").collection == "other"
+        with pytest.raises(KeyError):
+            list(client.iter_pairs(collection="no-such-collection"))
+
+
+def test_breaking_out_of_iter_pairs_cancels_the_call(start_server: StartServer) -> None:
+    """A consumer that stops early (break, close) ends the call; the server goes on serving,
+    and the same stream read to its end is whole."""
+    server = start_server(max_message_bytes=1 << 20)
+    with permindex.Client(server.address, timeout=30) as client:
+        client.ingest((f"k{i:04d}", 7) for i in range(1000))  # 499,500 pairs, ~1,000 messages
+        taken = []
+        for pair in client.iter_pairs():
+            taken.append(pair)
+            if len(taken) == 11:
+                break
+        assert taken[-1] == ("k0000", "k0011", 0)
+        pairs = client.iter_pairs(0)
+        assert next(pairs) == ("k0000", "k0001", 0)
+        began = time.monotonic()
+        pairs.close()  # cancels the call
+        assert time.monotonic() - began < 1
+        with pytest.raises(StopIteration):
+            next(pairs)
+        assert client.stats().count == 1000
+        assert sum(1 for _ in client.iter_pairs(0)) == 1000 * 999 // 2
+
+
+def test_an_interrupted_ingest_leaves_its_counts_on_the_error(start_server: StartServer) -> None:
+    """ingest_result_of: acknowledged and in-flight counts on every exception an ingest
+    raises; 0 in flight after an input error (the stream ended cleanly)."""
+    from permindex.client import ingest_result_of
+
+    server = start_server(max_batch=5)
+    with permindex.Client(server.address, batch_size=5) as client:
+
+        def documents() -> Iterator[tuple[str, int]]:
+            yield from ((f"e{i}", i) for i in range(7))
+            raise OSError("the input broke off")
+
+        with pytest.raises(OSError) as broke:
+            client.ingest(documents())
+        counts = ingest_result_of(broke.value)
+        assert counts is not None
+        assert (counts.documents, counts.batches, counts.in_flight) == (7, 2, 0)
+        client.batch_size = 6  # over the server's max_batch: the first batch is refused
+        with pytest.raises(LimitExceededError) as refused:
+            client.ingest((f"x{i}", i) for i in range(12))
+        counts = ingest_result_of(refused.value)
+        assert counts is not None and counts.documents == 0
+        assert 6 <= counts.in_flight <= 12 and counts.in_flight_batches in (1, 2)
+        assert client.stats().count == 7
+        assert ingest_result_of(ValueError()) is None
+        result = client.ingest_batches([[("y", 1)]])
+        assert (result.in_flight, result.in_flight_batches) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "expected_code", "words"),
+    [
+        (
+            "RESOURCE_EXHAUSTED",
+            "Received message larger than max (75280177 vs. 67108864)",
+            "RESOURCE_EXHAUSTED",
+            ["75,280,177 bytes", "67,108,864 bytes (64 MiB)", "--batch-bytes", "--max-message-mb"],
+        ),
+        ("UNAVAILABLE", "Cancelling all calls", "UNAVAILABLE", ["shutting down"]),
+        ("UNAVAILABLE", "Stream removed (Socket closed)", "UNAVAILABLE", ["connection", "lost"]),
+        ("UNKNOWN", "Stream removed", "UNAVAILABLE", ["connection", "lost"]),
+        (
+            "UNAVAILABLE",
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:9: "
+            "Failed to connect to remote host: Connection refused",
+            "UNAVAILABLE",
+            ["failed to connect", "refused", "server running"],
+        ),
+        ("DEADLINE_EXCEEDED", "Deadline Exceeded", "DEADLINE_EXCEEDED", ["deadline"]),
+        # the server's own words are kept
+        ("INVALID_ARGUMENT", "k=9 is above the design", "INVALID_ARGUMENT", ["k=9 is above"]),
+    ],
+)
+def test_grpc_wording_is_translated(
+    code: str, details: str, expected_code: str, words: list[str]
+) -> None:
+    from permindex.client.channel import translate
+
+    new_code, message = translate(code, details)
+    assert new_code == expected_code
+    for word in words:
+        assert word in message
+    for raw in ("Cancelling all calls", "Stream removed", "Socket closed", "larger than max"):
+        assert raw not in message

@@ -158,6 +158,13 @@ SAMPLES = {
 }
 
 
+def toml_value(option: Option, text: str) -> str:
+    """``text`` as the value of ``option`` in TOML: a number unquoted for a numeric option (a
+    quoted one is refused), any other value as a string."""
+    numeric = isinstance(option.default, int | float) and not isinstance(option.default, bool)
+    return text if numeric else json.dumps(text)
+
+
 def expected(option: Option) -> Any:
     text = SAMPLES[option.key]
     if option.is_switch:
@@ -187,7 +194,7 @@ def test_every_option_by_flag_environment_and_file(tmp_path: Path, option: Optio
     assert getattr(serve_args([], None, environ), option.dest) == value
     for key in (option.key, option.name):  # `max_batch` or `max-batch`
         config = tmp_path / "permindex.toml"
-        config.write_text(f"{key} = {'true' if option.is_switch else json.dumps(text)}\n")
+        config.write_text(f"{key} = {'true' if option.is_switch else toml_value(option, text)}\n")
         assert getattr(serve_args([], config, {}), option.dest) == value
     assert getattr(serve_args([], None, {}), option.dest) == option.default
 
@@ -198,7 +205,7 @@ def test_the_server_config_holds_every_declared_value(
     config = tmp_path / "permindex.toml"
     config.write_text(
         "".join(
-            f"{option.key} = {json.dumps(SAMPLES[option.key])}\n"
+            f"{option.key} = {toml_value(option, SAMPLES[option.key])}\n"
             for option in declared_options(ServerConfig)
         )
     )
@@ -209,6 +216,8 @@ def test_the_server_config_holds_every_declared_value(
         return 0
 
     monkeypatch.setattr(server_module, "run_server", run_server)
+    monkeypatch.chdir(tmp_path)  # serve reads the token file before it starts
+    (tmp_path / SAMPLES["token_file"]).write_text("0123456789abcdef0123 read-write\n")
     monkeypatch.delenv("PERMINDEX_CONFIG", raising=False)
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # leave this process's malloc as it is
     assert main(["serve", "--config", str(config)]) == 0

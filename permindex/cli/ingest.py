@@ -6,25 +6,32 @@ Where the documents are batched: :meth:`_IngestFeed.batches` drops the texts und
 then cuts the stream with :func:`permindex.client.batching.batches` (``--batch-size`` documents,
 about ``--batch-bytes`` bytes, :meth:`~permindex.text.documents.Document.size_bytes` each); the
 Client sends one Ingest message per batch, and :func:`ingest` counts each acknowledgement.
+
+An ingest that stops early (Ctrl-C, the server stopping, the connection lost) reports two
+counts: the documents the server acknowledged (stored), and those handed to the Client and not
+acknowledged (in flight: each of their batches may or may not be stored). Delivery is
+at-least-once; running the same ingest again is safe, as adding a key again replaces it.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import IO, Final
 
 from permindex.cli.args import CommandFactory, non_negative, positive
 from permindex.cli.connection import ClientOptions, connect
-from permindex.cli.output import CommandError, err
+from permindex.cli.output import CommandError, command_error, err
 from permindex.client.batching import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, batches
 from permindex.client.results import DocumentLike, IngestResult
-from permindex.errors import EXIT_CODES, exit_code_for
-from permindex.text.documents import Document, DocumentReader, read_documents
+from permindex.errors import EXIT_CODES, ServerError, exit_code_for
+from permindex.text.documents import Document, DocumentReader, read_documents, read_file_text
 
 __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
@@ -35,9 +42,17 @@ __all__ = [
 ]
 
 _MIB: Final = 1024 * 1024
-#: Larger documents are skipped by ingest: a request must stay under the server's message limit
-#: (64 MiB by default).
-DEFAULT_MAX_DOCUMENT_BYTES: Final = 60 * _MIB
+#: Larger documents are skipped by ingest (named on stderr, counted as "too large"): the
+#: server's default --max-text-bytes (32 MiB), so that one large document is a skip, not a
+#: refused batch that ends the ingest; also well under its default message limit (64 MiB).
+DEFAULT_MAX_DOCUMENT_BYTES: Final = 32 * _MIB
+#: Exit code after Ctrl-C (SIGINT), as shells report it.
+EXIT_INTERRUPTED: Final = 128 + signal.SIGINT
+#: Status codes after which the server may hold batches it did not acknowledge (a refusal
+#: ends the stream after the batches before it, all acknowledged).
+_UNCERTAIN: Final = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN", "INTERNAL")
+#: Names of a single file that ``ingest`` reads as HTML (as inside a folder), not as JSONL.
+_HTML_NAMES: Final = (".html", ".htm", ".html.gz", ".htm.gz")
 
 
 @dataclass
@@ -90,6 +105,8 @@ class _IngestFeed:
         self.sent: deque[int] = deque()
         self.too_short = 0
         self.too_large = 0
+        #: Documents handed to the Client to send (every batch yielded), in all.
+        self.handed = 0
 
     def documents(self) -> Iterator[Document]:
         """The reader's documents less the too short and the too large ones."""
@@ -119,6 +136,7 @@ class _IngestFeed:
                     for d in batch
                 ]
                 self.sent.append(self._reader.position_bytes())
+                self.handed += len(documents)
                 yield documents
         except Exception as error:  # raised again by ingest() in the calling thread
             self.error = error
@@ -131,6 +149,70 @@ def _stored_before(count: int) -> str:
     return f"{count} documents before it were stored"
 
 
+def accounting(acknowledged: int, in_flight: int) -> str:
+    """The line of an ingest that stopped early: documents acknowledged (stored) and in flight
+    (sent, not acknowledged: may or may not be stored), and that re-running is safe."""
+    return (
+        f"{acknowledged} documents acknowledged by the server (stored); {in_flight} in flight "
+        "(sent, not acknowledged: they may or may not be stored; delivery is at-least-once). "
+        "Running the same ingest again is safe: adding a key again replaces it"
+    )
+
+
+class _HtmlFileReader(DocumentReader):
+    """One ``.html`` / ``.htm`` file (``.gz`` or not) given as the ingest's PATH: one document
+    keyed by the file's name, its text read exactly as a folder's file is
+    (:func:`~permindex.text.documents.read_file_text`: decompressed, reduced to visible text).
+
+    Raises (when iterated) InvalidArgumentError: the file is not text or cannot be read."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.kind = "html"
+        self._file = path
+        self._read = False
+
+    def position_bytes(self) -> int:
+        return (self.size_bytes or 0) if self._read else 0
+
+    def __iter__(self) -> Iterator[Document]:
+        text = read_file_text(self._file)
+        self._read = True
+        self.stats.documents += 1
+        yield Document(self._file.name, text=text)
+
+
+def _standard_input() -> IO[bytes]:
+    """A buffered reader of our own over descriptor 0 when ``sys.stdin`` is it, else
+    ``sys.stdin.buffer`` (a replaced ``sys.stdin``, as in tests)."""
+    try:
+        if sys.stdin.fileno() == 0:
+            return open(0, "rb", closefd=False)
+    except (AttributeError, OSError, ValueError):  # no descriptor (io.UnsupportedOperation)
+        pass
+    return sys.stdin.buffer
+
+
+def open_input(path: str, *, html: bool = True) -> DocumentReader:
+    """The reader of an ingest's PATH: with ``html``, a single HTML file (by its name:
+    ``.html``, ``.htm``, either ``.gz``) is one HTML document as in a folder; anything else is
+    :func:`~permindex.text.documents.read_documents` (JSONL, a folder, ``-``).
+
+    Raises:
+        InvalidArgumentError: no such file or folder.
+    """
+    if path == "-":
+        # Standard input through a buffer of our own over descriptor 0, not sys.stdin.buffer:
+        # grpc reads it on a daemon thread, and an ingest stopped early (Ctrl-C, the server
+        # gone) would otherwise abort at exit ("could not acquire lock for <stdin> at
+        # interpreter shutdown") while that thread waits in a read.
+        return read_documents(path, stdin=_standard_input())
+    file = Path(path)
+    if html and file.name.lower().endswith(_HTML_NAMES) and file.is_file():
+        return _HtmlFileReader(file)
+    return read_documents(path)
+
+
 def ingest(
     reader: DocumentReader,
     address: str,
@@ -141,6 +223,7 @@ def ingest(
     min_words: int = 0,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     connection: ClientOptions | None = None,
+    command: str = "ingest",
 ) -> IngestSummary:
     """Stream the documents of ``reader`` to the server at ``address`` (with the TLS, token and
     collection of ``connection``; default plain) over the Ingest RPC, in batches bounded by
@@ -150,9 +233,11 @@ def ingest(
     stderr and counted as "too large".
 
     Raises:
-        CommandError: an RPC failure (its message says how many documents were stored), or the
-            reader's error (a malformed input line, with its exit code) after the batches before
-            it are acknowledged.
+        CommandError: an RPC failure, or the reader's error (a malformed input line, with its
+            exit code) after the batches before it are acknowledged, or Ctrl-C (exit code 130).
+            Its message says how many documents were stored; when the server stopped, the
+            connection was lost or Ctrl-C came (the ingest's ``command`` names the lines), the
+            acknowledged and the in-flight counts apart (:func:`accounting`).
     """
     from tqdm import tqdm
 
@@ -180,15 +265,39 @@ def ingest(
         summary.too_short = counts.too_short
         bar.update(position - bar.n if by_bytes else done)
 
+    def stopped(cause: str, exit_code: int) -> CommandError:
+        # read once the channel is closed: nothing handed after this was sent
+        in_flight = max(0, feed.handed - summary.documents)
+        failure = CommandError(
+            f"{cause}\npermindex {command}: {accounting(summary.documents, in_flight)}", "error"
+        )
+        failure.exit_code = exit_code
+        return failure
+
+    refused: ServerError | None = None
     try:
         with connect(address, connection) as client:
-            client.ingest_batches(feed.batches(), progress=acknowledged)
-    except CommandError as error:
-        if feed.error is None:
-            error.args = (f"{error} ({_stored_before(summary.documents)})",)
-            raise
+            try:
+                client.ingest_batches(feed.batches(), progress=acknowledged)
+            except ServerError as error:  # handled once the channel is closed
+                refused = error
+    except KeyboardInterrupt:
+        raise stopped("interrupted (Ctrl-C)", EXIT_INTERRUPTED) from None
     finally:
         bar.close()
+    if refused is not None and feed.error is None:
+        failure = command_error(refused, address)
+        if refused.code in _UNCERTAIN:  # the server may hold batches it did not acknowledge
+            raise stopped(str(failure), failure.exit_code) from None
+        # refused by the server: the batches before the refused one were acknowledged
+        message = f"{failure} ({_stored_before(summary.documents)})"
+        if "max_text_bytes" in refused.details:
+            message += (
+                "; an ingest --max-document-bytes at or under the server's --max-text-bytes "
+                "skips such documents instead"
+            )
+        failure.args = (message,)
+        raise failure from None
     if feed.error is not None:
         # The input broke off (a malformed line): the batches before it were acknowledged.
         failure = CommandError(f"{feed.error} ({_stored_before(summary.documents)})", "error")
@@ -206,7 +315,7 @@ def ingest(
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    reader = read_documents(args.path)
+    reader = open_input(args.path, html=args.command == "ingest")
     progress = not args.no_progress and sys.stderr.isatty()
     summary = ingest(
         reader,
@@ -217,6 +326,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         min_words=args.min_words,
         max_document_bytes=args.max_document_bytes,
         connection=args.connection,
+        command=args.command,
     )
     err(f"permindex {args.command}: {summary.line()}")
     return EXIT_CODES["ok"]
@@ -243,9 +353,15 @@ def add_ingest_command(command: CommandFactory) -> None:
         "    the folder (as on disk); .gz files are read decompressed, .html/.htm reduced to\n"
         "    their visible text; symlinks and files that are not UTF-8 text are skipped and\n"
         "    counted.\n"
+        "  a single .html or .htm file (.gz or not): one document keyed by the file's name,\n"
+        "    reduced to its visible text as in a folder.\n"
         "  -: JSONL on standard input.\n"
         "Documents are streamed to the server in batches; a progress bar goes to stderr when it\n"
-        "is a terminal, and a summary (added, replaced, too short, skipped, seconds) to stderr.",
+        "is a terminal, and a summary (added, replaced, too short, skipped, seconds) to stderr.\n"
+        "Stopped early (Ctrl-C: exit 130; the server stopping or the connection lost: exit 3),\n"
+        "it prints the documents the server acknowledged (stored) and those in flight (sent,\n"
+        "not acknowledged: they may or may not be stored). Delivery is at-least-once: running\n"
+        "the same ingest again is safe, as adding a key again replaces it.",
     )
     ingest_.add_argument("path", metavar="PATH", help="JSONL file (.gz or not), folder, or -")
     ingest_.add_argument(
@@ -261,8 +377,9 @@ def add_ingest_command(command: CommandFactory) -> None:
         default=DEFAULT_MAX_DOCUMENT_BYTES,
         metavar="N",
         help="skip (name on stderr and count as too large) a document whose key and UTF-8 text\n"
-        f"are more than N bytes; keep it under the server's --max-message-mb "
-        f"(default {DEFAULT_MAX_DOCUMENT_BYTES}, 60 MiB)",
+        "are more than N bytes; keep it at or under the server's --max-text-bytes (a longer\n"
+        "text is refused with its whole batch, which ends the ingest) and its --max-message-mb\n"
+        f"(default {DEFAULT_MAX_DOCUMENT_BYTES}, 32 MiB: the server's default --max-text-bytes)",
     )
     ingest_.add_argument(
         "--batch-bytes",

@@ -29,6 +29,7 @@ from permindex.client.results import (
     RemoveResult,
     ServerStats,
     SnapshotResult,
+    ingest_result_of,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ __all__ = [
     "ServerStats",
     "SnapshotResult",
     "batches",
+    "ingest_result_of",
 ]
 
 

@@ -9,6 +9,7 @@ call names travels in each request message (the ``collection`` field), set by th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -18,7 +19,7 @@ import grpc
 from permindex.errors import InvalidArgumentError, ServerError, server_error
 from permindex.v1 import index_pb2_grpc
 
-__all__ = ["CHANNEL_OPTIONS", "Channel", "Security"]
+__all__ = ["CHANNEL_OPTIONS", "Channel", "Security", "translate"]
 
 #: Client channel options: the server enforces its own message limit; the client takes any size.
 CHANNEL_OPTIONS: Final[tuple[tuple[str, Any], ...]] = (
@@ -27,6 +28,40 @@ CHANNEL_OPTIONS: Final[tuple[tuple[str, Any], ...]] = (
 )
 
 Pem = bytes | str | Path | None
+
+_MIB: Final = 1024 * 1024
+#: grpc's words for a message over a size limit: "Received message larger than max (A vs. B)".
+_TOO_LARGE: Final = re.compile(r"(Received|Sent) message larger than max \((\d+) vs\. (\d+)\)")
+#: grpc's words for a server that stopped the call while shutting down.
+_SHUTDOWN_WORDS: Final = ("Cancelling all calls", "Server is shutting down", "server shutdown")
+#: grpc's words for a connection that broke during a call.
+_LOST_WORDS: Final = (
+    "Socket closed",
+    "Stream removed",
+    "Connection reset",
+    "Broken pipe",
+    "GOAWAY",
+    "RST_STREAM",
+    "keepalive",
+    "Connection aborted",
+    "Transport closed",
+    "End of TCP stream",
+)
+#: grpc's words for a connection that could not be made, and what to say about each cause.
+_CONNECT_CAUSES: Final = (
+    ("Connection refused", "connection refused: is a server running at that address?"),
+    ("DNS resolution failed", "the host name does not resolve"),
+    ("Timeout occurred", "no answer: a firewall, or the wrong host?"),
+    ("Deadline Exceeded", "no answer: a firewall, or the wrong host?"),
+    ("No route to host", "no route to the host"),
+    ("Network is unreachable", "the network is unreachable"),
+    (
+        "handshake",
+        "the TLS handshake failed: check --tls-ca / --tls-server-name (root_certificates"
+        " / server_name) and that the server serves TLS",
+    ),
+)
+_CONNECT_WORDS: Final = ("failed to connect", "connections to all backends failing")
 
 
 def _pem(value: Pem) -> bytes | None:
@@ -89,10 +124,12 @@ class Channel:
         self.stub: Any = index_pb2_grpc.PermIndexStub(self.channel)  # type: ignore[no-untyped-call]
 
     def error(self, error: grpc.RpcError) -> ServerError:
-        """The :class:`ServerError` of a failed call: its status code name and details."""
+        """The :class:`ServerError` of a failed call: its status code name and details, grpc's
+        own wording translated by :func:`translate` (the server's own messages unchanged)."""
         code = error.code() if isinstance(error, grpc.Call) else None
         details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
-        return server_error(code.name if code is not None else "UNKNOWN", details, self.address)
+        name, message = translate(code.name if code is not None else "UNKNOWN", details)
+        return server_error(name, message, self.address)
 
     def wait_ready(self, timeout: float) -> None:
         """Block until the channel is connected, at most ``timeout`` seconds.
@@ -110,3 +147,56 @@ class Channel:
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
         self.channel.close()
+
+
+def translate(code: str, details: str) -> tuple[str, str]:
+    """``(code, details)`` of a failed call with grpc's own wording (transport failures, size
+    limits, shutdown) replaced by a message a user can act on; the permindex server's own messages
+    come back unchanged. The one place where the client reads grpc's status details.
+
+    - a request over the server's message limit (``Received message larger than max (A vs.
+      B)``): RESOURCE_EXHAUSTED naming both sizes and ``--batch-bytes`` (``batch_bytes``) and
+      the server's ``--max-message-mb``; a reply over it likewise;
+    - the server ending the call as it shuts down (``Cancelling all calls``): UNAVAILABLE,
+      "the server is shutting down";
+    - a connection broken during the call (``Stream removed (Socket closed)``, a reset):
+      UNAVAILABLE, "the connection to the server was lost";
+    - no connection at all (``failed to connect to all addresses; ...``): UNAVAILABLE, "failed
+      to connect" and the cause (refused, no such host, TLS handshake...);
+    - grpc's own deadline and cancellation texts: "no answer within the call's deadline",
+      "the call was cancelled".
+    """
+    too_large = _TOO_LARGE.search(details)
+    if too_large is not None:
+        actual, limit = int(too_large.group(2)), int(too_large.group(3))
+        sizes = f"{actual:,} bytes is over the server's message limit of {limit:,} bytes"
+        sizes += f" ({limit / _MIB:g} MiB)"
+        if too_large.group(1) == "Received":  # the server received our request
+            return "RESOURCE_EXHAUSTED", (
+                f"a request of {sizes}: send smaller batches (ingest --batch-bytes, the "
+                "Client's batch_bytes; ingest --max-document-bytes for one large document) or "
+                "raise the server's --max-message-mb"
+            )
+        return "RESOURCE_EXHAUSTED", (
+            f"a reply of {sizes}: ask for less at a time (a smaller batch, a limit) or raise "
+            "the server's --max-message-mb"
+        )
+    if any(words in details for words in _SHUTDOWN_WORDS):
+        return "UNAVAILABLE", "the server is shutting down: it ended the call"
+    if code in ("UNAVAILABLE", "UNKNOWN", "INTERNAL", "CANCELLED") and any(
+        words in details for words in _CONNECT_WORDS
+    ):
+        cause = next((said for words, said in _CONNECT_CAUSES if words in details), None)
+        return "UNAVAILABLE", f"failed to connect ({cause})" if cause else "failed to connect"
+    if code in ("UNAVAILABLE", "UNKNOWN", "INTERNAL", "CANCELLED") and any(
+        words in details for words in _LOST_WORDS
+    ):
+        return "UNAVAILABLE", (
+            "the connection to the server was lost during the call (the server stopped or "
+            "the network failed)"
+        )
+    if code == "DEADLINE_EXCEEDED" and details in ("Deadline Exceeded", ""):
+        return code, "no answer within the call's deadline"
+    if code == "CANCELLED" and ("Locally cancelled" in details or not details):
+        return code, "the call was cancelled"
+    return code, details

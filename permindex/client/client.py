@@ -29,7 +29,9 @@ Thread-safe: one Client (one channel) can serve many threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from permindex.client.messages import (
     STATUS_NAMES,
@@ -52,11 +54,14 @@ from permindex.client.results import (
     SnapshotResult,
 )
 from permindex.client.streams import StreamingClient
+from permindex.errors import ServerError
 from permindex.index import Match
 from permindex.index.clusters import ExactGroup, Flag
 from permindex.v1 import index_pb2 as pb
 
 __all__ = ["Client"]
+
+_T = TypeVar("_T")
 
 
 class Client(StreamingClient):
@@ -64,8 +69,10 @@ class Client(StreamingClient):
 
     Args:
         address: ``HOST:PORT`` of the server.
-        timeout: deadline of each call, seconds (None: none); a call past it raises a
-            ``TimeoutError`` (DEADLINE_EXCEEDED). Streaming calls get it per call, not per message.
+        timeout: deadline of each one-request call and of :meth:`query_columns`, seconds (None:
+            none); a call past it raises a ``TimeoutError`` (DEADLINE_EXCEEDED). The streamed
+            reads (pairs, clusters, flags, exact duplicates, export, and their ``iter_`` forms)
+            and :meth:`ingest` have no deadline unless their own ``timeout`` is given.
         retries: extra attempts of a read-only call answered UNAVAILABLE.
         backoff: the first wait before a retry, seconds; doubled each time up to ``max_backoff``.
         root_certificates: PEM (bytes, or a path) of the CA that signed the server's certificate;
@@ -196,64 +203,54 @@ class Client(StreamingClient):
             found.extend(r.fingerprint if r.found else None for r in reply.results)
         return found
 
-    def pairs(self, *, k: int | None = None) -> list[tuple[str, str, int]]:
+    def pairs(
+        self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
+    ) -> list[tuple[str, str, int]]:
         """Every pair of stored keys within ``k``: ``(key_a, key_b, distance)``, key_a < key_b,
-        sorted."""
-        check_counts(k=k)
+        sorted (by key_a, then key_b: the server's order). The list of :meth:`iter_pairs`, whose
+        arguments and errors it takes; retried as a whole on UNAVAILABLE."""
+        return self._collect(lambda: self.iter_pairs(k, collection=collection, timeout=timeout))
 
-        def run() -> list[tuple[str, str, int]]:
-            replies = self._stub.Pairs(
-                pb.PairsRequest(collection=self.collection, k=k), **self._kwargs()
-            )
-            return sorted((p.key_a, p.key_b, p.distance) for r in replies for p in r.pairs)
+    def clusters(
+        self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
+    ) -> list[list[str]]:
+        """The clusters within ``k`` (connected components of the pairs), largest first: the
+        list of :meth:`iter_clusters`."""
+        return self._collect(lambda: self.iter_clusters(k, collection=collection, timeout=timeout))
 
-        return self._call(run, idempotent=True)
+    def flags(
+        self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
+    ) -> list[Flag]:
+        """Every key with another key within ``k``, with its nearest one, sorted by key: the
+        list of :meth:`iter_flags`."""
+        return self._collect(lambda: self.iter_flags(k, collection=collection, timeout=timeout))
 
-    def clusters(self, *, k: int | None = None) -> list[list[str]]:
-        """The clusters within ``k`` (connected components of the pairs), largest first."""
-        check_counts(k=k)
+    def exact_duplicates(
+        self, *, collection: str | None = None, timeout: float | None = None
+    ) -> list[ExactGroup]:
+        """The groups of keys sharing one fingerprint, largest first: the list of
+        :meth:`iter_exact_duplicates`."""
+        return self._collect(
+            lambda: self.iter_exact_duplicates(collection=collection, timeout=timeout)
+        )
 
-        def run() -> list[list[str]]:
-            found: dict[int, list[str]] = {}
-            for reply in self._stub.Clusters(
-                pb.ClustersRequest(collection=self.collection, k=k), **self._kwargs()
-            ):
-                for cluster in reply.clusters:
-                    found.setdefault(cluster.id, []).extend(cluster.keys)
-            return [found[i] for i in sorted(found)]
-
-        return self._call(run, idempotent=True)
-
-    def flags(self, *, k: int | None = None) -> list[Flag]:
-        """Every key with another key within ``k``, with its nearest one, sorted by key."""
-        check_counts(k=k)
-
-        def run() -> list[Flag]:
-            replies = self._stub.Flags(
-                pb.FlagsRequest(collection=self.collection, k=k), **self._kwargs()
-            )
-            return [
-                Flag(f.key, f.nearest_key, f.distance, f.neighbors)
-                for reply in replies
-                for f in reply.flags
-            ]
-
-        return self._call(run, idempotent=True)
-
-    def exact_duplicates(self) -> list[ExactGroup]:
-        """The groups of keys sharing one fingerprint, largest first."""
-
-        def run() -> list[ExactGroup]:
-            found: dict[int, ExactGroup] = {}
-            request = pb.ExactDuplicatesRequest(collection=self.collection)
-            for reply in self._stub.ExactDuplicates(request, **self._kwargs()):
-                for group in reply.groups:
-                    found.setdefault(group.id, ExactGroup(group.fingerprint, [])).keys.extend(
-                        group.keys
-                    )
-            return [found[i] for i in sorted(found)]
-
-        return self._call(run, idempotent=True)
+    def _collect(self, stream: Callable[[], Iterator[_T]]) -> list[_T]:
+        """``list(stream())``; a stream broken off by UNAVAILABLE after some items is read again
+        from the start (the iterator itself retries a failure before its first reply), as the
+        one-request reads are retried."""
+        wait = self.backoff
+        attempt = 0
+        while True:
+            items: list[_T] = []
+            try:
+                items.extend(stream())
+                return items
+            except ServerError as error:
+                if not items or error.code != "UNAVAILABLE" or attempt >= self.retries:
+                    raise
+            attempt += 1
+            time.sleep(wait)
+            wait = min(wait * 2, self.max_backoff)
 
     # ---- collections
 

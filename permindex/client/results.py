@@ -27,6 +27,7 @@ __all__ = [
     "RemoveResult",
     "ServerStats",
     "SnapshotResult",
+    "ingest_result_of",
 ]
 
 #: A document's content: its fingerprint (int in [0, 2^64)) or its text (str).
@@ -57,13 +58,22 @@ class AddResult:
 
 @dataclass(frozen=True)
 class IngestResult:
-    """The counts of :meth:`Client.ingest` over every acknowledged batch."""
+    """The counts of :meth:`Client.ingest` over every acknowledged batch, and what was in flight.
+
+    ``documents``, ``added``, ``replaced``, ``too_short`` and ``batches`` count what the server
+    acknowledged: stored for sure. ``in_flight`` documents (in ``in_flight_batches`` batches)
+    were sent, or handed to grpc to send, and not acknowledged when the stream ended: each of
+    those batches may or may not be stored (delivery is at-least-once; re-sending them is safe,
+    as adding a key again replaces it). Both are 0 after an ingest that completed.
+    """
 
     documents: int
     added: int
     replaced: int
     too_short: int
     batches: int
+    in_flight: int = 0
+    in_flight_batches: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,3 +190,25 @@ class SnapshotResult:
     count: int
     bytes: int
     seconds: float
+
+
+#: The attribute under which an interrupted ingest leaves its counts on the exception it raised.
+_INGEST_RESULT_ATTRIBUTE = "permindex_ingest_result"
+
+
+def attach_ingest_result(error: BaseException, result: IngestResult) -> None:
+    """Leave ``result`` on ``error`` for :func:`ingest_result_of` (used by the Client)."""
+    setattr(error, _INGEST_RESULT_ATTRIBUTE, result)
+
+
+def ingest_result_of(error: BaseException) -> IngestResult | None:
+    """The counts of the ingest that ``error`` interrupted (acknowledged and in flight), or None
+    when ``error`` was not raised by :meth:`Client.ingest` / :meth:`Client.ingest_batches`.
+
+    Every exception those methods raise carries them: a :class:`~permindex.errors.ServerError`
+    (the server refused a batch, stopped, or the connection was lost), the input's own error,
+    and ``KeyboardInterrupt``. The server stored every acknowledged batch, and of the
+    ``in_flight`` documents some leading batches, all or none of each.
+    """
+    found = getattr(error, _INGEST_RESULT_ATTRIBUTE, None)
+    return found if isinstance(found, IngestResult) else None

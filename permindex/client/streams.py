@@ -7,10 +7,11 @@ QueryColumns stream with a window of messages in flight) and :meth:`~StreamingCl
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -19,12 +20,21 @@ from numpy.typing import NDArray
 from permindex.client.base import ClientBase
 from permindex.client.batching import batches
 from permindex.client.messages import check_counts, document_messages
-from permindex.client.results import ColumnMatches, DocumentLike, IngestResult
+from permindex.client.results import (
+    ColumnMatches,
+    DocumentLike,
+    IngestResult,
+    attach_ingest_result,
+)
 from permindex.errors import InvalidArgumentError, ServerError
+from permindex.index.clusters import ExactGroup, Flag
 from permindex.index.hamming import as_fingerprint_array
 from permindex.v1 import index_pb2 as pb
 
 __all__ = ["StreamingClient"]
+
+_T = TypeVar("_T")
+_G = TypeVar("_G")
 
 
 class StreamingClient(ClientBase):
@@ -84,40 +94,74 @@ class StreamingClient(ClientBase):
     ) -> IngestResult:
         """The Ingest stream of the message batches: the request iterator (run by grpc on its
         own thread) ends the stream cleanly when reading the input raises, and that exception
-        is raised here once the batches before it are acknowledged."""
-        counts = [0, 0, 0, 0, 0]  # documents, added, replaced, too short, batches
-        sent: deque[int] = deque()  # documents per batch sent and not yet acknowledged
+        is raised here once the batches before it are acknowledged.
+
+        Accounting: ``handed`` counts what the request iterator gave grpc (documents, batches),
+        ``acknowledged`` what the replies confirmed; each is replaced in one assignment, so an
+        interrupt (KeyboardInterrupt) between two statements leaves a batch in flight, never
+        lost from both. On any exception the call is cancelled first (nothing more is sent),
+        then the counts are left on the exception (:func:`ingest_result_of`)."""
+        acknowledged = [(0, 0, 0, 0, 0)]  # documents, added, replaced, too short, batches
+        handed = [(0, 0)]  # documents, batches given to grpc to send
+        sent: deque[int] = deque()  # documents per batch handed and not yet acknowledged
         failures: list[Exception] = []
+        calls: list[Any] = []
 
         def requests() -> Iterator[pb.AddRequest]:
             try:
                 for batch in messages:
                     sent.append(len(batch))
+                    documents, count = handed[0]
+                    handed[0] = (documents + len(batch), count + 1)
                     yield pb.AddRequest(collection=self.collection, documents=batch)
             except Exception as error:  # raised again below, in the calling thread
                 failures.append(error)
 
+        def result() -> IngestResult:
+            documents, added, replaced, too_short, batches = acknowledged[0]
+            handed_documents, handed_batches = handed[0]
+            return IngestResult(
+                documents,
+                added,
+                replaced,
+                too_short,
+                batches,
+                max(0, handed_documents - documents),
+                max(0, handed_batches - batches),
+            )
+
         def run() -> None:
             replies = self._stub.Ingest(requests(), metadata=self._metadata)
+            calls.append(replies)
             for reply in replies:
-                documents = sent.popleft() if sent else 0
-                counts[0] += len(reply.results) or documents
-                counts[1] += reply.added
-                counts[2] += reply.replaced
-                counts[3] += reply.too_short
-                counts[4] += 1
+                size = sent.popleft() if sent else len(reply.results)
+                documents, added, replaced, too_short, batches = acknowledged[0]
+                acknowledged[0] = (
+                    documents + size,
+                    added + reply.added,
+                    replaced + reply.replaced,
+                    too_short + reply.too_short,
+                    batches + 1,
+                )
                 if progress is not None:
-                    progress(IngestResult(*counts))
+                    progress(result())
 
         try:
             self._call(run, idempotent=False)
-        except ServerError:
-            if failures:  # the input broke off first: that is the cause to report
+        except BaseException as error:
+            for call in calls:
+                call.cancel()  # nothing more is sent once cancelled
+            counts = result()
+            if isinstance(error, ServerError) and failures:
+                # the input broke off first: that is the cause to report
+                attach_ingest_result(failures[0], counts)
                 raise failures[0] from None
+            attach_ingest_result(error, counts)
             raise
         if failures:
+            attach_ingest_result(failures[0], result())
             raise failures[0]
-        return IngestResult(*counts)
+        return result()
 
     def query_columns(
         self,
@@ -205,14 +249,157 @@ class StreamingClient(ClientBase):
             )
         return self._call(run, idempotent=True)
 
-    def export(self) -> Iterator[tuple[str, int]]:
+    def export(self, *, timeout: float | None = None) -> Iterator[tuple[str, int]]:
+        """:meth:`iter_export` (kept under its first name)."""
+        return self.iter_export(timeout=timeout)
+
+    # ---- streamed reads: iterators, no deadline unless given, retried before the first reply
+
+    def iter_export(
+        self, *, collection: str | None = None, timeout: float | None = None
+    ) -> Generator[tuple[str, int], None, None]:
         """Every stored ``(key, fingerprint)`` (one consistent copy, in the order stored),
-        streamed: iterate to the end (or close the client) to finish the call. Not retried."""
-        try:
-            for reply in self._stub.Export(
-                pb.ExportRequest(collection=self.collection), metadata=self._metadata
-            ):
-                for entry in reply.entries:
-                    yield entry.key, entry.fingerprint
-        except grpc.RpcError as error:
-            raise self._error(error) from None
+        yielded as the server's messages arrive (see :meth:`_stream` for deadlines, retries,
+        cancellation and flow control)."""
+        request = pb.ExportRequest(collection=self._collection_of(collection))
+        return self._stream(
+            "Export", request, lambda r: ((e.key, e.fingerprint) for e in r.entries), timeout
+        )
+
+    def iter_pairs(
+        self,
+        k: int | None = None,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+    ) -> Generator[tuple[str, str, int], None, None]:
+        """Every pair of stored keys within ``k`` bits (None: the collection's k) as
+        ``(key_a, key_b, distance)``, key_a < key_b, in the server's order (sorted by key_a,
+        then key_b), yielded as the messages arrive; nothing is sorted or held by the client.
+
+        Raises:
+            InvalidArgumentError: ``k`` outside [0, 2^32) (before anything is sent), or the
+                server's INVALID_ARGUMENT (k above the design).
+            ServerError: any other failure (e.g. RESOURCE_EXHAUSTED: the call's work is over
+                the server's budget), raised where the iteration stands.
+        """
+        check_counts(k=k)
+        request = pb.PairsRequest(collection=self._collection_of(collection), k=k)
+        return self._stream(
+            "Pairs", request, lambda r: ((p.key_a, p.key_b, p.distance) for p in r.pairs), timeout
+        )
+
+    def iter_clusters(
+        self,
+        k: int | None = None,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+    ) -> Generator[list[str], None, None]:
+        """The clusters within ``k`` (connected components of the pairs; each a list of its
+        keys, sorted), largest first, each yielded once all its parts have arrived. Errors as
+        :meth:`iter_pairs`."""
+        check_counts(k=k)
+        request = pb.ClustersRequest(collection=self._collection_of(collection), k=k)
+        return _whole_groups(
+            self._stream("Clusters", request, lambda r: r.clusters, timeout),
+            lambda keys, _first: keys,
+        )
+
+    def iter_flags(
+        self,
+        k: int | None = None,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+    ) -> Generator[Flag, None, None]:
+        """Every key with another key within ``k``, with its nearest one, sorted by key, yielded
+        as the messages arrive. Errors as :meth:`iter_pairs`."""
+        check_counts(k=k)
+        request = pb.FlagsRequest(collection=self._collection_of(collection), k=k)
+        return self._stream(
+            "Flags",
+            request,
+            lambda r: (Flag(f.key, f.nearest_key, f.distance, f.neighbors) for f in r.flags),
+            timeout,
+        )
+
+    def iter_exact_duplicates(
+        self, *, collection: str | None = None, timeout: float | None = None
+    ) -> Generator[ExactGroup, None, None]:
+        """The groups of keys sharing one fingerprint, largest first, each yielded once all its
+        parts have arrived. Errors as :meth:`iter_pairs`."""
+        request = pb.ExactDuplicatesRequest(collection=self._collection_of(collection))
+        return _whole_groups(
+            self._stream("ExactDuplicates", request, lambda r: r.groups, timeout),
+            lambda keys, first: ExactGroup(first.fingerprint, keys),
+        )
+
+    def _collection_of(self, collection: str | None) -> str:
+        return self.collection if collection is None else collection
+
+    def _stream(
+        self,
+        rpc: str,
+        request: Any,
+        items: Callable[[Any], Iterable[_T]],
+        timeout: float | None,
+    ) -> Generator[_T, None, None]:
+        """The items of the server-streaming call ``rpc``, ``items(reply)`` of each reply, as
+        the replies arrive.
+
+        Nothing is sent until the first ``next()``. ``timeout`` is the deadline of the whole
+        call, seconds (None: none; the Client's ``timeout`` does not apply). Flow control: the
+        client holds a few messages at most, so a consumer that stops reading stops the
+        server's work for the call. Closing the iterator (``break`` out of a ``for``, ``close()``,
+        garbage collection) cancels the call on the server. An UNAVAILABLE answer before the
+        first reply is retried as the one-request reads are; after it, it is raised.
+
+        Raises:
+            ServerError: the call failed (DEADLINE_EXCEEDED: a ``TimeoutError``).
+        """
+        wait = self.backoff
+        attempt = 0
+        while True:
+            call = getattr(self._stub, rpc)(request, timeout=timeout, metadata=self._metadata)
+            started = False
+            try:
+                for reply in call:
+                    started = True
+                    yield from items(reply)
+                return
+            except grpc.RpcError as error:
+                failure = self._error(error)
+            finally:
+                call.cancel()  # a no-op once the call has ended; else it stops the server's work
+            if started or failure.code != "UNAVAILABLE" or attempt >= self.retries:
+                raise failure
+            attempt += 1
+            time.sleep(wait)
+            wait = min(wait * 2, self.max_backoff)
+
+
+def _whole_groups(
+    parts: Generator[Any, None, None], make: Callable[[list[str], Any], _G]
+) -> Generator[_G, None, None]:
+    """Whole groups from the streamed parts of Clusters or ExactDuplicates messages (a group's
+    parts share its ``id`` and come in order; ``size`` is the whole group's key count): each
+    group as ``make(keys, first_part)``, yielded when its last part arrives (or the next group
+    starts). Holds one group's keys at a time."""
+    keys: list[str] = []
+    first: Any = None
+    try:
+        for part in parts:
+            if first is not None and part.id != first.id:
+                yield make(keys, first)
+                keys, first = [], None
+            if first is None:
+                first = part
+            keys.extend(part.keys)
+            if len(keys) >= first.size:
+                yield make(keys, first)
+                keys, first = [], None
+        if first is not None:
+            yield make(keys, first)
+    finally:
+        parts.close()  # closing the groups cancels the call

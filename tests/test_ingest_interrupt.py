@@ -1,0 +1,239 @@
+"""``permindex ingest`` stopped early, each way it can be, against a real server process on
+127.0.0.1 and a real ``permindex ingest`` process (issue 12, item 5): Ctrl-C (SIGINT to the
+ingest), a server stop (SIGTERM), a lost connection (SIGKILL of the server), and a message over
+the server's limit.
+
+The ingest reads JSONL from a pipe that a thread of the test keeps filling (unique keys, at most
+:data:`MOST_LINES` lines), so the stream is still open when the signal comes. After the signal the
+printed counts are checked against the server's own: restarted on the same data directory (its
+snapshot, or its write-ahead log after SIGKILL), it holds at least the acknowledged documents and
+at most those plus the ones in flight. No gRPC wording reaches the user.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from serverproc import REPO, ServeProcess
+
+import permindex
+from permindex.errors import EXIT_CODES
+
+#: Most JSONL lines one test writes into the ingest's stdin.
+MOST_LINES = 1_000_000
+#: Documents the server must hold before the signal is sent (some batches acknowledged).
+BEFORE_SIGNAL = 20_000
+#: grpc's own texts, none of which may reach the user.
+GRPC_WORDS = (
+    "Cancelling all calls",
+    "Stream removed",
+    "Socket closed",
+    "RST_STREAM",
+    "larger than max",
+    "StatusCode",
+    "Traceback",
+)
+_COUNTS = re.compile(r"(\d+) documents acknowledged by the server \(stored\); (\d+) in flight")
+
+
+def _ingest_process(address: str, *extra: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "permindex", "ingest", "-", "--address", address]
+    return subprocess.Popen(
+        [*argv, "--no-progress", "--batch-size", "500", *extra],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _feed(process: subprocess.Popen[bytes], done: threading.Event) -> threading.Thread:
+    """A thread writing unique-key fingerprint lines into the ingest's stdin until the pipe
+    breaks, ``done`` is set or :data:`MOST_LINES` are written."""
+
+    def write() -> None:
+        assert process.stdin is not None
+        try:
+            for start in range(0, MOST_LINES, 1000):
+                if done.is_set():
+                    break
+                lines = "".join(
+                    json.dumps({"id": f"k{i:08d}", "fingerprint": i * 0x9E3779B97F4A7C15 % 2**64})
+                    + "\n"
+                    for i in range(start, start + 1000)
+                )
+                process.stdin.write(lines.encode())
+                process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def _count(address: str) -> int:
+    with permindex.Client(address, timeout=10) as client:
+        return client.stats().count
+
+
+def _wait_for(address: str, at_least: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while _count(address) < at_least:
+        assert time.monotonic() < deadline, f"the server never held {at_least} documents"
+        time.sleep(0.02)
+
+
+def _interrupted(tmp_path: Path, stop: str, *serve_options: str) -> tuple[int, str, int, int, int]:
+    """Start a server, an ingest fed from a pipe, wait for BEFORE_SIGNAL documents, then
+    ``stop`` ("sigint": the ingest; "sigterm" / "sigkill": the server). Returns the ingest's
+    exit code and stderr, its acknowledged and in-flight counts, and the restarted server's
+    count."""
+    data = tmp_path / "data"
+    server = ServeProcess(data, *serve_options)
+    address = server.address()
+    assert address is not None, server.text
+    done = threading.Event()
+    ingest = _ingest_process(address)
+    writer = _feed(ingest, done)
+    try:
+        _wait_for(address, BEFORE_SIGNAL)
+        if stop == "sigint":
+            ingest.send_signal(signal.SIGINT)
+        elif stop == "sigterm":
+            server.process.send_signal(signal.SIGTERM)
+        else:
+            server.process.send_signal(signal.SIGKILL)
+        ingest.wait(timeout=60)  # not communicate(): it would close the ingest's stdin
+        assert ingest.stderr is not None
+        stderr = ingest.stderr.read()
+    finally:
+        done.set()
+        if ingest.poll() is None:
+            ingest.kill()
+            ingest.wait()
+        writer.join(timeout=10)
+        for pipe in (ingest.stdin, ingest.stderr):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:  # BrokenPipeError flushing what the ended ingest did not read
+                pass
+        server.stop() if stop == "sigint" else server.wait()
+    text = stderr.decode()
+    found = _COUNTS.search(text)
+    assert found is not None, text
+    restarted = ServeProcess(data)
+    try:
+        again = restarted.address()
+        assert again is not None, restarted.text
+        stored = _count(again)
+    finally:
+        restarted.stop()
+    return ingest.returncode, text, int(found.group(1)), int(found.group(2)), stored
+
+
+def _check_wording(text: str) -> None:
+    for words in GRPC_WORDS:
+        assert words not in text, text
+    assert "may or may not be stored" in text
+    assert "at-least-once" in text
+    assert "again is safe" in text
+
+
+def test_ctrl_c_prints_acknowledged_and_in_flight(tmp_path: Path) -> None:
+    code, text, acknowledged, in_flight, stored = _interrupted(tmp_path, "sigint")
+    assert code == 130, text
+    assert text.startswith("permindex ingest: interrupted (Ctrl-C)\n"), text
+    assert acknowledged <= stored <= acknowledged + in_flight, text
+    assert stored >= BEFORE_SIGNAL, text
+    _check_wording(text)
+
+
+def test_server_stop_prints_acknowledged_and_in_flight(tmp_path: Path) -> None:
+    # a short grace: a sync server waits that long for the open stream, an asyncio one not at all
+    code, text, acknowledged, in_flight, stored = _interrupted(
+        tmp_path, "sigterm", "--grace-seconds", "1"
+    )
+    assert code == EXIT_CODES["unavailable"], text
+    assert "is unavailable" in text or "cannot reach" in text, text
+    assert acknowledged <= stored <= acknowledged + in_flight, text
+    assert stored >= BEFORE_SIGNAL, text
+    _check_wording(text)
+
+
+def test_lost_connection_prints_acknowledged_and_in_flight(tmp_path: Path) -> None:
+    code, text, acknowledged, in_flight, stored = _interrupted(tmp_path, "sigkill")
+    assert code == EXIT_CODES["unavailable"], text
+    assert "connection to the server was lost" in text or "failed to connect" in text, text
+    # after SIGKILL the restarted server's count comes from its write-ahead log
+    assert acknowledged <= stored <= acknowledged + in_flight, text
+    assert stored >= BEFORE_SIGNAL, text
+    _check_wording(text)
+
+
+def test_message_over_the_limit_names_the_options(tmp_path: Path) -> None:
+    server = ServeProcess(tmp_path / "data", "--max-message-mb", "1")
+    address = server.address()
+    assert address is not None, server.text
+    try:
+        path = tmp_path / "big.jsonl"
+        rows = [{"id": f"d{i}", "text": "word " * 60_000} for i in range(8)]  # 300 kB each
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        argv = [sys.executable, "-m", "permindex", "ingest", str(path), "--address", address]
+        done = subprocess.run(
+            [*argv, "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == EXIT_CODES["invalid"], done.stderr
+        assert "--batch-bytes" in done.stderr and "--max-message-mb" in done.stderr
+        assert "over the server's message limit of 1,048,576 bytes (1 MiB)" in done.stderr
+        assert "0 documents before it were stored" in done.stderr
+        for words in GRPC_WORDS:
+            assert words not in done.stderr, done.stderr
+        # within the limit it goes through
+        small = subprocess.run(
+            [*argv, "--no-progress", "--batch-bytes", "500000"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert small.returncode == EXIT_CODES["ok"], small.stderr
+        assert _count(address) == len(rows)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("name", ["page.html", "page.htm", "page.html.gz"])
+def test_a_single_html_file_is_read_as_html(tmp_path: Path, name: str) -> None:
+    import gzip
+
+    from permindex.text.documents import html_to_text
+
+    html = "<html><head><title>T</title><script>var x;</script></head><body><p>one two three "
+    html += "four five six</p></body></html>"
+    path = tmp_path / name
+    data = html.encode()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    server = ServeProcess(tmp_path / "data")
+    address = server.address()
+    assert address is not None, server.text
+    try:
+        argv = [sys.executable, "-m", "permindex", "ingest", str(path), "--address", address]
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert done.returncode == EXIT_CODES["ok"], done.stderr
+        assert "1 documents in" in done.stderr and "1 added" in done.stderr, done.stderr
+        with permindex.Client(address) as client:
+            stored = client.get(name)
+        assert stored is not None
+        assert stored == permindex.simhash(html_to_text(html))
+    finally:
+        server.stop()
