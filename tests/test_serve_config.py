@@ -43,7 +43,7 @@ def test_precedence_flags_environment_file_defaults(tmp_path: Path) -> None:
     assert (defaults.address, defaults.max_batch, defaults.workers) == (
         "127.0.0.1:50051",
         100_000,
-        8,
+        4,
     )
     from_file = serve_args([], config, {})
     assert (from_file.address, from_file.max_batch, from_file.workers) == ("127.0.0.1:7000", 500, 3)
@@ -96,7 +96,9 @@ def test_help_lists_every_option_with_its_variable_and_default(
     out = capsys.readouterr().out
     for name, default in (
         ("PERMINDEX_DATA_DIR", "permindex-data"),
-        ("PERMINDEX_MAX_CONCURRENT_RPCS", "64"),
+        ("PERMINDEX_MAX_CONCURRENT_RPCS", "256"),
+        ("PERMINDEX_MAX_STREAMS_PER_ADDRESS", "256"),
+        ("PERMINDEX_KEEPALIVE_TIMEOUT_SECONDS", "20.0"),
         ("PERMINDEX_METRICS_ADDRESS", "off"),
         ("PERMINDEX_MIN_WORDS", "0"),
     ):
@@ -152,6 +154,12 @@ SAMPLES = {
     "max_key_bytes": "100",
     "max_text_bytes": "77",
     "max_concurrent_rpcs": "5",
+    "max_streams": "7",
+    "max_streams_per_address": "6",
+    "stream_idle_seconds": "2.5",
+    "keepalive_seconds": "30",
+    "keepalive_timeout_seconds": "5",
+    "max_join_work": "1000",
     "metrics_address": "127.0.0.1:9464",
     "log_format": "json",
     "log_level": "info",

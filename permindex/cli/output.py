@@ -31,7 +31,8 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
     "usage": "bad command line: an unknown or malformed option or --address, options before\n"
-    "     the command; for serve also a --k, token file or config value refused before start",
+    "     the command; for serve also a --k, token file or config value refused before start,\n"
+    "     or an --address that is in use",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on)",
     "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"

@@ -141,10 +141,12 @@ def _describe() -> str:
         "(`option_name = value`, at the top or under [serve]) and from the environment",
         f"({ENV_PREFIX}OPTION_NAME); flags > environment > file > defaults.",
     ]
+    flag_width = max(len(declared.flag) for declared in SERVE_OPTIONS)
+    env_width = max(len(declared.env) for declared in SERVE_OPTIONS)
     for declared in SERVE_OPTIONS:
         default = declared.default
         shown = "off" if default is None or default is False else declared.shown
-        lines.append(f"  {declared.flag:<24} {declared.env:<36} {shown}")
+        lines.append(f"  {declared.flag:<{flag_width}}  {declared.env:<{env_width}}  {shown}")
     return "\n".join(lines)
 
 
