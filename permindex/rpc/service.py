@@ -483,8 +483,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         except WorkBudgetExceededError as error:
             self.on_budget_refused()
             raise WorkBudgetExceededError(
-                f"this call needs about {error.estimate:,} {error.what}, more than the "
-                f"server's budget of {budget:,} per call (serve --max-join-work); lower k, or "
+                f"this call's work estimate is {error.estimate:,} ({error.what}), above the "
+                f"server's budget of {budget:,} per call (serve --max-join-work): lower k, or "
                 "raise the budget",
                 estimate=error.estimate,
                 budget=budget,
