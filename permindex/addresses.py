@@ -10,27 +10,70 @@ from typing import Final
 
 from permindex.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_ADDRESS", "parse_address"]
+__all__ = ["DEFAULT_ADDRESS", "address_argument", "parse_address"]
 
 #: Where ``permindex serve`` listens and where clients connect unless told otherwise (loopback).
 DEFAULT_ADDRESS: Final = "127.0.0.1:50051"
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (IPv6 hosts in brackets: ``[::1]:50051``) as ``(host, port)``.
+    """``HOST:PORT`` (IPv6 hosts in brackets: ``[::1]:50051``) as ``(host, port)``. The one
+    address rule of the server (``serve --address``, ``--metrics-address``) and of every client
+    command (``--address``). O(len(address)).
 
     Raises:
-        InvalidArgumentError: no port, a port that is not an ASCII integer in [0, 65535], no host.
+        InvalidArgumentError: no port (gRPC would pick 443 in silence), a port that is not an
+            ASCII integer in [0, 65535], no host, an IPv6 host without brackets; the message
+            names the address and what is wrong with it.
     """
-    host, sep, port_text = address.rpartition(":")
-    if (
-        not sep
-        or not host
-        or not (port_text.isascii() and port_text.isdigit())
-        or int(port_text) > 65535
-    ):
+    if address.startswith("["):  # [IPv6]:PORT
+        close = address.find("]")
+        host, rest = (address[: close + 1], address[close + 1 :]) if close > 0 else (address, "")
+        sep, port_text = rest[:1] == ":", rest[1:]
+        if close < 0:
+            problem: str | None = "has no closing bracket"
+        elif host == "[]":
+            problem = "has no host"
+        elif rest and not sep:
+            problem = f"has {rest!r} after the host, not :PORT"
+        else:
+            problem = _port_problem(port_text) if sep else "has no port"
+    else:
+        host, colon, port_text = address.rpartition(":")
+        if not colon:
+            problem = "has no port"
+        elif ":" in host:
+            problem = "has an IPv6 host without brackets (write [::1]:50051)"
+        elif not host:
+            problem = "has no host"
+        else:
+            problem = _port_problem(port_text)
+    if problem is not None:
         raise InvalidArgumentError(
-            f"address {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051; port 0 picks one)",
+            f"address {address!r} {problem}: write HOST:PORT (e.g. 127.0.0.1:50051; "
+            "port 0 picks a free port when serving)",
             address,
         )
     return host, int(port_text)
+
+
+def _port_problem(text: str) -> str | None:
+    """What is wrong with the PORT of ``HOST:PORT``, or None: an ASCII integer in [0, 65535]."""
+    if not text:
+        return "has no port"
+    if not (text.isascii() and text.isdigit()):
+        return f"has port {text!r}, not a number"
+    if int(text) > 65535:
+        return f"has port {int(text)}, above 65535"
+    return None
+
+
+def address_argument(text: str) -> str:
+    """``text`` unchanged once :func:`parse_address` accepts it: the value type of every
+    ``--address`` option.
+
+    Raises:
+        InvalidArgumentError: (a ValueError) what :func:`parse_address` refuses.
+    """
+    parse_address(text)
+    return text

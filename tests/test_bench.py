@@ -33,6 +33,10 @@ def test_mixed_load_bounded_by_requests(server: RunningServer, tmp_path: Path) -
         if op["requests"]:
             assert 0 < op["p50_ms"] <= op["p90_ms"] <= op["p99_ms"] <= op["max_ms"]
     assert report["server"]["count"] >= 500
+    # the rate is over the time the 15 requests took, not over --duration's 20 s
+    total = report["total"]
+    assert total["requests_per_second"] > 30 / 20.0 * 2
+    assert report["seconds"] < 20.0
     text = format_report(report)
     assert "p50 ms" in text and "total" in text
 

@@ -13,13 +13,13 @@ import pytest
 
 from permindex import InvalidArgumentError
 from permindex.errors import InvalidKeyError
+from permindex.index.hamming import parse_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.text.documents import (
     Document,
     MalformedInputError,
     check_key,
     html_to_text,
-    parse_fingerprint,
     read_documents,
     read_file_text,
 )
@@ -87,7 +87,7 @@ def test_jsonl_texts_and_fingerprints(tmp_path: Path) -> None:
                 {"id": "b", "fingerprint": 12345, "other": "ignored"},
                 {"id": "c", "fingerprint": "000000000000abcd"},
                 {"id": "d", "fingerprint": "0xABCD"},
-                {"id": 7, "text": "an integer id"},
+                {"id": "7", "text": "a numeric key, as a string"},
                 {"id": "e", "text": ""},
             ]
         ),
@@ -101,7 +101,7 @@ def test_jsonl_texts_and_fingerprints(tmp_path: Path) -> None:
         Document("b", fingerprint=12345),
         Document("c", fingerprint=0xABCD),
         Document("d", fingerprint=0xABCD),
-        Document("7", text="an integer id"),
+        Document("7", text="a numeric key, as a string"),
         Document("e", text=""),
     ]
     assert reader.stats.documents == 6
@@ -139,8 +139,12 @@ def test_jsonl_from_stdin_stream() -> None:
         ('{"id": "a", "fingerprint": 1.0}', "1.0"),
         ('{"id": "a", "fingerprint": null}', "null"),
         ('{"id": "a", "text": 5}', '"text" must be a string'),
-        ('{"id": true, "text": "t"}', '"id" must be a string or an integer'),
-        ('{"id": null, "text": "t"}', '"id" must be a string or an integer'),
+        ('{"id": true, "text": "t"}', '"id" must be a string (a key), not true'),
+        ('{"id": null, "text": "t"}', '"id" must be a string (a key), not null'),
+        ('{"id": 17, "text": "t"}', '"id" must be a string (a key), not 17 (write "17")'),
+        ('{"id": 1.5, "text": "t"}', '"id" must be a string (a key), not 1.5'),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"id": "a", "text": ' + "[" * 50_000 + "]" * 50_000 + "}", "nested too deeply"),
         ('{"id": "", "text": "t"}', "key is empty"),
         (json.dumps({"id": "k" * (MAX_KEY_BYTES + 1), "text": "t"}), "1025 UTF-8 bytes"),
         ('{"id": "a", "text": "lone \\ud800 surrogate here"}', "lone surrogate \\ud800"),

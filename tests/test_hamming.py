@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from strategies import SETTINGS, fingerprints
 
 from permindex import hamming
@@ -14,6 +15,7 @@ from permindex.index.hamming import (
     brute_force_pairs,
     brute_force_query,
     hamming_array,
+    parse_fingerprint,
 )
 
 TOP = (1 << 64) - 1
@@ -124,3 +126,51 @@ def test_as_fingerprint_array_accepts_integer_inputs() -> None:
 def test_as_fingerprint_array_refuses(values: object, error: type[Exception], pattern: str) -> None:
     with pytest.raises(error, match=pattern):
         as_fingerprint_array(values)
+
+
+# --- the one input rule of fingerprints ----------------------------------------------------
+
+
+@SETTINGS
+@given(fingerprints, st.integers(min_value=1, max_value=16), st.booleans())
+def test_parse_fingerprint_strings_are_hex_and_numbers_their_value(
+    value: int, width: int, upper: bool
+) -> None:
+    sixteen = f"{value:016X}" if upper else f"{value:016x}"
+    assert parse_fingerprint(sixteen) == value
+    assert parse_fingerprint(f"0x{value:x}") == value
+    assert parse_fingerprint(f"0X{value:0{width}X}") == value
+    assert parse_fingerprint(value) == value
+    assert parse_fingerprint(np.uint64(value)) == value
+    decimal = str(value)
+    if len(decimal) != 16:  # a decimal string is never read as decimal
+        with pytest.raises(InvalidArgumentError, match=repr(decimal)):
+            parse_fingerprint(decimal)
+    else:  # 16 decimal digits are 16 hex digits
+        assert parse_fingerprint(decimal) == int(decimal, 16)
+
+
+@SETTINGS
+@given(st.text(max_size=20))
+def test_parse_fingerprint_accepts_a_string_only_by_the_rule(text: str) -> None:
+    digits = text[2:] if text[:2] in ("0x", "0X") else None
+    hex_chars = set("0123456789abcdefABCDEF")
+    by_rule = (len(text) == 16 and set(text) <= hex_chars) or (
+        digits is not None and 1 <= len(digits) <= 16 and set(digits) <= hex_chars
+    )
+    if by_rule:
+        assert parse_fingerprint(text) == int(digits if digits is not None else text, 16)
+    else:
+        with pytest.raises(InvalidArgumentError) as refused:
+            parse_fingerprint(text)
+        assert repr(text) in str(refused.value)
+        assert "16 hex digits or 0x and 1 to 16" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [(-1, "-1"), (2**64, str(2**64)), (True, "true"), (1.0, "1.0"), (None, "null"), ({}, "{}")],
+)
+def test_parse_fingerprint_refuses_other_values_naming_them(value: object, named: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"fingerprint {named} "):
+        parse_fingerprint(value)

@@ -67,7 +67,7 @@ def test_k_above_the_design_guarantee_is_refused(pair: tuple[int, int], max_k: i
     with pytest.raises(InvalidArgumentError, match=rf"guarantees k <= {max_k}") as refused:
         Index(max_k + 1, pair)
     # The design the message suggests does find that k.
-    suggested = re.search(r"e\.g\. design \((\d+), (\d+)\)", str(refused.value))
+    suggested = re.search(r"such as \((\d+) blocks, (\d+) leading\)", str(refused.value))
     assert suggested is not None
     Index(max_k + 1, (int(suggested.group(1)), int(suggested.group(2))))
 

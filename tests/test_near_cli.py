@@ -330,6 +330,34 @@ def test_dedup_other_schema_and_fingerprints(
     assert 'line 1: no "id"' in stderr
 
 
+def test_dedup_streams_the_pairs_of_many_copies_in_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """500 documents of one fingerprint and 20 one bit away (keys interleaved): pairs.tsv and
+    stdout carry every pair (streamed from the join, not listed first), in (key_a, key_b)
+    order."""
+    base = 0x1234_5678_9ABC_DEF0
+    rows: list[dict[str, Any]] = [{"id": f"copy/{i:04d}", "fingerprint": base} for i in range(500)]
+    rows += [{"id": f"copy/{i:04d}x", "fingerprint": base ^ (1 << i)} for i in range(20)]
+    path = write_jsonl(tmp_path / "docs.jsonl", rows)
+    out = tmp_path / "r"
+    code, stdout, stderr = dedup(capsys, str(path), "--out", str(out), "--k", "3")
+    assert code == OK, stderr
+    lines = [tuple(line.split("\t")) for line in stdout.splitlines()]
+    fps = {r["id"]: r["fingerprint"] for r in rows}
+    names = sorted(fps)
+    expected = [
+        (a, b, str((fps[a] ^ fps[b]).bit_count()))
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if (fps[a] ^ fps[b]).bit_count() <= 3
+    ]
+    assert lines == expected  # 500 * 499 / 2 + 500 * 20 + 190 pairs, sorted
+    assert len(lines) == 500 * 499 // 2 + 500 * 20 + 190
+    assert (out / "pairs.tsv").read_text(encoding="utf-8") == stdout
+    assert report(out, "summary.json")["pairs"] == len(lines)
+
+
 def test_dedup_repeated_keys_count_once(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rows = small_collection()
     rows.insert(0, {"id": "x/copy2", "text": " ".join(words(9, 300))})  # replaced later

@@ -43,7 +43,7 @@ def test_precedence_flags_environment_file_defaults(tmp_path: Path) -> None:
     assert (defaults.address, defaults.max_batch, defaults.workers) == (
         "127.0.0.1:50051",
         100_000,
-        8,
+        4,
     )
     from_file = serve_args([], config, {})
     assert (from_file.address, from_file.max_batch, from_file.workers) == ("127.0.0.1:7000", 500, 3)
@@ -96,7 +96,9 @@ def test_help_lists_every_option_with_its_variable_and_default(
     out = capsys.readouterr().out
     for name, default in (
         ("PERMINDEX_DATA_DIR", "permindex-data"),
-        ("PERMINDEX_MAX_CONCURRENT_RPCS", "64"),
+        ("PERMINDEX_MAX_CONCURRENT_RPCS", "256"),
+        ("PERMINDEX_MAX_STREAMS_PER_ADDRESS", "256"),
+        ("PERMINDEX_KEEPALIVE_TIMEOUT_SECONDS", "20.0"),
         ("PERMINDEX_METRICS_ADDRESS", "off"),
         ("PERMINDEX_MIN_WORDS", "0"),
     ):
@@ -152,10 +154,23 @@ SAMPLES = {
     "max_key_bytes": "100",
     "max_text_bytes": "77",
     "max_concurrent_rpcs": "5",
+    "max_streams": "7",
+    "max_streams_per_address": "6",
+    "stream_idle_seconds": "2.5",
+    "keepalive_seconds": "30",
+    "keepalive_timeout_seconds": "5",
+    "max_join_work": "1000",
     "metrics_address": "127.0.0.1:9464",
     "log_format": "json",
     "log_level": "info",
 }
+
+
+def toml_value(option: Option, text: str) -> str:
+    """``text`` as the value of ``option`` in TOML: a number unquoted for a numeric option (a
+    quoted one is refused), any other value as a string."""
+    numeric = isinstance(option.default, int | float) and not isinstance(option.default, bool)
+    return text if numeric else json.dumps(text)
 
 
 def expected(option: Option) -> Any:
@@ -187,7 +202,7 @@ def test_every_option_by_flag_environment_and_file(tmp_path: Path, option: Optio
     assert getattr(serve_args([], None, environ), option.dest) == value
     for key in (option.key, option.name):  # `max_batch` or `max-batch`
         config = tmp_path / "permindex.toml"
-        config.write_text(f"{key} = {'true' if option.is_switch else json.dumps(text)}\n")
+        config.write_text(f"{key} = {'true' if option.is_switch else toml_value(option, text)}\n")
         assert getattr(serve_args([], config, {}), option.dest) == value
     assert getattr(serve_args([], None, {}), option.dest) == option.default
 
@@ -198,7 +213,7 @@ def test_the_server_config_holds_every_declared_value(
     config = tmp_path / "permindex.toml"
     config.write_text(
         "".join(
-            f"{option.key} = {json.dumps(SAMPLES[option.key])}\n"
+            f"{option.key} = {toml_value(option, SAMPLES[option.key])}\n"
             for option in declared_options(ServerConfig)
         )
     )
@@ -209,6 +224,8 @@ def test_the_server_config_holds_every_declared_value(
         return 0
 
     monkeypatch.setattr(server_module, "run_server", run_server)
+    monkeypatch.chdir(tmp_path)  # serve reads the token file before it starts
+    (tmp_path / SAMPLES["token_file"]).write_text("0123456789abcdef0123 read-write\n")
     monkeypatch.delenv("PERMINDEX_CONFIG", raising=False)
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # leave this process's malloc as it is
     assert main(["serve", "--config", str(config)]) == 0

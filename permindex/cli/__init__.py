@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +38,8 @@ from permindex.errors import EXIT_CODES, exit_code_for
 
 __all__ = ["CommandError", "IngestSummary", "build_parser", "ingest", "main"]
 
+_TOP_OPTIONS = ("-h", "--help", "--version")
+
 # --------------------------------------------------------------------------------------------
 # Parser
 
@@ -51,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="A near-duplicate index server of 64-bit SimHash fingerprints, and its "
         "client.\nStart a server with `permindex serve`; the other commands talk to it\n"
         f"(--address HOST:PORT after the command, default {DEFAULT_ADDRESS}), except\n"
-        "`fingerprint`, which needs no server.",
+        "`fingerprint`, which needs no server.\n\n"
+        "Fingerprints on input (query --fingerprint, JSONL for ingest and import): a string\n"
+        "is hex, exactly 16 hex digits or 0x and 1 to 16 hex digits; a JSON number is its\n"
+        "value (0 <= v < 2^64); anything else is refused (exit 4). Keys are strings.",
         epilog=_exit_codes_epilog(),
         formatter_class=formatter,
     )
@@ -84,7 +90,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_command(command)
     near.add_commands(command)  # clusters, flags, dedup
     bench.add_command(command)  # load generator
+    parser.set_defaults(command_names=tuple(commands.choices))
     return parser
+
+
+def _options_before_command(parser: argparse.ArgumentParser, arguments: list[str]) -> str | None:
+    """The message for options written before the command (``permindex --address X stats``),
+    which argparse would report as an invalid command; None when ``arguments`` do not start
+    with an option (other than ``--help`` and ``--version``)."""
+    if not arguments or not arguments[0].startswith("-") or arguments[0] in _TOP_OPTIONS:
+        return None
+    names: tuple[str, ...] = parser.get_default("command_names")
+    where = next((i for i, arg in enumerate(arguments) if arg in names), None)
+    if where is None:
+        return (
+            f"{arguments[0]}: options go after the command, as in `permindex stats "
+            f"{shlex.join(arguments)}` (commands: {', '.join(names)})"
+        )
+    before, command, rest = arguments[:where], arguments[where], arguments[where + 1 :]
+    options = ", ".join(arg for arg in before if arg.startswith("-"))
+    fixed = shlex.join([command, *rest, *before])
+    return (
+        f"options go after the command: write `permindex {fixed}` ({options} came before {command})"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,12 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     Never raises (except SystemExit for --help/--version/usage errors being turned into their
     code) and never prints a traceback unless PERMINDEX_DEBUG is set."""
     parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    misplaced = _options_before_command(parser, arguments)
+    if misplaced is not None:
+        _err(f"{parser.format_usage().rstrip()}\npermindex: error: {misplaced}")
+        return EXIT_CODES["usage"]
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
         if args.command == "serve":  # options also from --config FILE and PERMINDEX_* variables
             from permindex.cli.serve import ConfigError, apply_defaults, config_path
 
-            arguments = list(sys.argv[1:] if argv is None else argv)
             try:
                 apply_defaults(args.parser, config_path(arguments), os.environ)
             except ConfigError as error:

@@ -9,10 +9,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from permindex.addresses import DEFAULT_ADDRESS
-from permindex.errors import InvalidArgumentError
+from permindex.addresses import DEFAULT_ADDRESS, address_argument
 from permindex.rpc import config
-from permindex.text.documents import parse_fingerprint
 
 __all__ = [
     "CommandFactory",
@@ -20,7 +18,6 @@ __all__ = [
     "client_options_parser",
     "flag_type",
     "non_negative",
-    "parse_cli_fingerprint",
     "positive",
 ]
 
@@ -66,24 +63,6 @@ def bounded(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def parse_cli_fingerprint(value: str) -> int:
-    """A fingerprint given on the command line: 16 hex digits or ``0x`` hex (as in JSON), or a
-    decimal number of any other length.
-
-    Raises:
-        InvalidArgumentError: none of these, or outside [0, 2^64).
-    """
-    if value.isascii() and value.isdigit() and len(value) != 16:
-        return parse_fingerprint(int(value))
-    try:
-        return parse_fingerprint(value)
-    except InvalidArgumentError:
-        raise InvalidArgumentError(
-            f"fingerprint {value!r} is not 16 hex digits, 0x-prefixed hex, or a decimal number",
-            value=value,
-        ) from None
-
-
 def client_options_parser() -> argparse.ArgumentParser:
     """The parent parser of every client command: ``--address``, ``--tls-ca``, ``--tls-cert``,
     ``--tls-key``, ``--tls-server-name``, ``--collection``, ``--token-file``."""
@@ -91,8 +70,9 @@ def client_options_parser() -> argparse.ArgumentParser:
     client.add_argument(
         "--address",
         default=DEFAULT_ADDRESS,
+        type=flag_type(address_argument),
         metavar="HOST:PORT",
-        help=f"the server (default {DEFAULT_ADDRESS})",
+        help=f"the server (default {DEFAULT_ADDRESS}; IPv6 as [::1]:50051)",
     )
     client.add_argument(
         "--tls-ca",

@@ -37,8 +37,9 @@ import numpy as np
 
 from permindex.cli.args import CommandFactory, non_negative, positive
 from permindex.cli.connection import ClientOptions
-from permindex.cli.output import CommandError
+from permindex.cli.output import CommandError, counted
 from permindex.errors import ServerError
+from permindex.index.hamming import parse_fingerprint
 
 if TYPE_CHECKING:
     from permindex.client import Client
@@ -106,7 +107,7 @@ def _load_corpus(path: str) -> tuple[list[str], list[int]]:
                 key = str(record["id"])
                 if "fingerprint" in record:
                     value = record["fingerprint"]
-                    fp = int(value, 16) if isinstance(value, str) else int(value)
+                    fp = parse_fingerprint(value)
                 else:
                     fp_or_none = simhash(str(record["text"]))
                     if fp_or_none is None:
@@ -181,10 +182,12 @@ def _client(
         "add": client.add,
         "check": lambda documents: client.check_and_add_many(documents, k=config.k),
     }
+    elapsed = 0.0
     try:
         client.wait_ready(config.timeout)
         time.sleep(max(0.0, start_at - time.time()))
-        deadline = time.perf_counter() + config.duration
+        began_load = time.perf_counter()
+        deadline = began_load + config.duration
         sent = 0
         while time.perf_counter() < deadline and not (config.requests and sent >= config.requests):
             op = rng.choices(names, weights)[0] if len(names) > 1 else names[0]
@@ -207,6 +210,7 @@ def _client(
                 latencies[op].append(time.perf_counter_ns() - began)
                 items[op] += config.batch
             sent += 1
+        elapsed = time.perf_counter() - began_load
     except ConnectionError:  # not connected within the timeout
         first_error = f"cannot reach {config.address} within {config.timeout:g} s"
     finally:
@@ -218,6 +222,7 @@ def _client(
             "items": items,
             "errors": errors,
             "first_error": first_error,
+            "seconds": elapsed,
         }
     )
 
@@ -269,7 +274,7 @@ def run_bench(
     ]
     for process in processes:
         process.start()
-    say(f"{config.clients} clients for {config.duration:g} s")
+    say(f"{counted(config.clients, 'client')} for {config.duration:g} s")
     reports: list[dict[str, Any]] = []
     deadline = start_at + config.duration + config.timeout
     while len(reports) < len(processes) and time.time() < deadline:
@@ -282,7 +287,8 @@ def run_bench(
         if process.is_alive():
             process.terminate()  # our own child, past its deadline
             process.join(timeout=5)
-    seconds = config.duration
+    # rates over the time the load really took: --requests may end it before --duration
+    seconds = max((r["seconds"] for r in reports), default=config.duration) or config.duration
     ops: dict[str, Any] = {}
     all_latencies: list[int] = []
     all_items = all_errors = 0
@@ -303,6 +309,7 @@ def run_bench(
         "first_errors": [r["first_error"] for r in reports if r["first_error"]],
         "operations": ops,
         "total": _summary(all_latencies, all_items, all_errors, seconds),
+        "seconds": seconds,
     }
 
 
@@ -311,7 +318,7 @@ def format_report(report: dict[str, Any]) -> str:
     config = report["config"]
     mix = ",".join(f"{name}={weight:g}" for name, weight in config["mix"].items())
     lines = [
-        f"permindex bench: {config['address']}, {config['clients']} clients, "
+        f"permindex bench: {config['address']}, {counted(config['clients'], 'client')}, "
         f"{config['duration']:g} s, batch {config['batch']}, mix {mix}; "
         f"server holds {report['server']['count']:,} keys",
         f"{'op':<7}{'requests':>10}{'req/s':>11}{'items/s':>12}"

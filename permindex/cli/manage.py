@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from permindex.cli.args import CommandFactory, non_negative
 from permindex.cli.connection import connect
-from permindex.cli.output import err, out
+from permindex.cli.output import CommandError, counted, err, out
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import format_fingerprint
 
@@ -34,16 +34,31 @@ def _cmd_export(args: argparse.Namespace) -> int:
             record = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
             yield json.dumps(record, ensure_ascii=False) + "\n"
 
-    with connect(args.address, args.connection) as client:
-        if args.out == "-":
+    if args.out == "-":
+        with connect(args.address, args.connection) as client:
             out(lines(client))
-        else:  # written beside, then renamed: an interrupted export leaves no half file
-            target = Path(args.out)
-            partial = target.with_name(target.name + ".partial")
-            with open(partial, "w", encoding="utf-8", newline="\n") as file:
-                file.writelines(lines(client))
-            partial.replace(target)
-    err(f"permindex export: {count} keys written to {args.out if args.out != '-' else 'stdout'}")
+        err(f"permindex export: {counted(count, 'key')} written to stdout")
+        return EXIT_CODES["ok"]
+    # Written beside, then renamed: an interrupted export leaves no half file. The file is
+    # opened before the server is asked, so that a bad --out costs no export.
+    target = Path(args.out)
+    partial = target.with_name(target.name + ".partial")
+    if target.is_dir():
+        raise CommandError(f"--out {args.out} is a folder: name a file in it", "invalid")
+    try:
+        file = open(partial, "w", encoding="utf-8", newline="\n")  # closed by the with below
+    except OSError as error:
+        raise CommandError(
+            f"--out {args.out}: cannot write {partial}: {error.strerror or error}", "invalid"
+        ) from None
+    try:
+        with file, connect(args.address, args.connection) as client:
+            file.writelines(lines(client))
+        partial.replace(target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    err(f"permindex export: {counted(count, 'key')} written to {args.out}")
     return EXIT_CODES["ok"]
 
 
@@ -78,7 +93,7 @@ def _cmd_collections(args: argparse.Namespace) -> int:
             return EXIT_CODES["ok"]
         if args.action == "drop":
             count = client.drop_collection(args.name)
-            err(f"permindex collections: dropped {args.name} ({count} keys)")
+            err(f"permindex collections: dropped {args.name} ({counted(count, 'key')})")
             return EXIT_CODES["ok"]
         if args.action == "create":
             info = _fields(

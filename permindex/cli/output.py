@@ -6,9 +6,10 @@ of ``--help``. No grpc.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Iterable
-from typing import Final
+from typing import BinaryIO, Final
 
 from permindex.errors import ERROR_TABLE, EXIT_CODES, ServerError
 
@@ -16,6 +17,7 @@ __all__ = [
     "EXIT_CODE_HELP",
     "CommandError",
     "command_error",
+    "counted",
     "err",
     "exit_code_for_status",
     "exit_codes_epilog",
@@ -28,7 +30,9 @@ _MIB: Final = 1024 * 1024
 EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
-    "usage": "bad command line",
+    "usage": "bad command line: an unknown or malformed option or --address, options before\n"
+    "     the command; for serve also a --k, token file or config value refused before start,\n"
+    "     or an --address that is in use",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on)",
     "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
@@ -36,8 +40,8 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "     or for lack of disk space",
     "not_found": "a key that is not stored",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
-    "data": "a corrupt snapshot or log, or a data directory owned by another process\n"
-    "     or not writable",
+    "data": "a corrupt snapshot or log, or a data directory owned by another process,\n"
+    "     not a directory, or that cannot be opened or written",
 }
 
 #: Words of grpc's own status details when no connection could be made (as opposed to an
@@ -109,10 +113,29 @@ def out(text: str | Iterable[str]) -> None:
         chunk.append(part)
         size += len(part)
         if size >= _MIB:
-            buffer.write("".join(chunk).encode("utf-8"))
+            _write_all(buffer, "".join(chunk).encode("utf-8"))
             chunk, size = [], 0
-    buffer.write("".join(chunk).encode("utf-8"))
+    _write_all(buffer, "".join(chunk).encode("utf-8"))
     buffer.flush()
+
+
+def _write_all(buffer: BinaryIO, data: bytes) -> None:
+    """Write every byte of ``data`` to ``buffer``. A buffered write larger than the buffer that
+    a pipe takes only in part (its reader stopped: ``| head``) returns the count written instead
+    of raising; writing the rest then raises the BrokenPipeError that
+    :func:`permindex.cli.main` reports, instead of output cut short with exit 0."""
+    view = memoryview(data)
+    while view:
+        written = buffer.write(view)
+        if not written:  # a blocking stream that took nothing will take nothing more
+            raise BrokenPipeError(errno.EPIPE, "standard output took no more bytes")
+        view = view[written:]
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun`` in agreement: ``1 key``, ``2 keys``, ``0 keys`` (``plural``:
+    when not ``noun + "s"``)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def err(text: str) -> None:

@@ -17,10 +17,11 @@ import json
 import sys
 import time
 
-from permindex.cli.args import CommandFactory, bounded, parse_cli_fingerprint, positive
+from permindex.cli.args import CommandFactory, bounded, positive
 from permindex.cli.connection import connect
-from permindex.cli.output import CommandError, err, out
+from permindex.cli.output import CommandError, counted, err, out
 from permindex.errors import EXIT_CODES, NotFoundError
+from permindex.index.hamming import parse_fingerprint
 from permindex.text.documents import format_fingerprint, read_file_text, tsv_field
 
 __all__ = ["add_commands"]
@@ -39,7 +40,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 "too_short",
             )
     elif args.fingerprint is not None:
-        fingerprint = parse_cli_fingerprint(args.fingerprint)
+        fingerprint = parse_fingerprint(args.fingerprint)
     else:
         fingerprint = None
         own_key = args.key
@@ -98,10 +99,11 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
 
 
 def _cmd_pairs(args: argparse.Namespace) -> int:
+    # printed as the server streams them, already in order (key_a, then key_b): nothing is
+    # held or sorted here, so any number of pairs prints in bounded memory
     with connect(args.address, args.connection) as client:
-        pairs = [(a, b, d) if a < b else (b, a, d) for a, b, d in client.pairs(k=args.k)]
-    pairs.sort()
-    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in pairs)
+        pairs = client.iter_pairs(k=args.k)
+        out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in pairs)
     return EXIT_CODES["ok"]
 
 
@@ -125,7 +127,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 def _cmd_remove(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
         result = client.remove(args.keys)
-    err(f"permindex remove: removed {result.removed} of {len(args.keys)} keys")
+    err(f"permindex remove: removed {result.removed} of {counted(len(args.keys), 'key')}")
     if result.not_found:
         missing = list(result.not_found)
         raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
@@ -174,7 +176,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_snapshot(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
         result = client.snapshot()
-    out(f"{result.path}\t{result.count} keys\t{result.bytes} bytes\t{result.seconds:.3f} s\n")
+    out(
+        f"{result.path}\t{counted(result.count, 'key')}\t{counted(result.bytes, 'byte')}\t"
+        f"{result.seconds:.3f} s\n"
+    )
     return EXIT_CODES["ok"]
 
 
@@ -188,7 +193,8 @@ def add_commands(command: CommandFactory) -> None:
         "`key<TAB>fingerprint<TAB>distance` line each (fingerprint: 16 hex digits). --text is\n"
         "fingerprinted here, with the default SimHash; --key looks up the key's fingerprint and\n"
         "leaves the key itself out of the answer.\n"
-        "A fingerprint F is hex when it is 16 hex digits or starts with 0x; otherwise decimal.",
+        "A fingerprint F is hex, as everywhere: exactly 16 hex digits, or 0x and 1 to 16 hex\n"
+        "digits (decimal 123 is 0x7b); anything else is refused (exit 4).",
     )
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", metavar="T", help="a text (at least --shingle-size words)")

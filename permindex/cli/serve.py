@@ -14,16 +14,18 @@ TOML and ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off`` in the 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Final
 
 from permindex.cli.args import CommandFactory, flag_type
 from permindex.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
-from permindex.errors import EXIT_CODES
+from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.rpc.config import ENV_PREFIX, Option, ServerConfig, declare, declared_options
 
 __all__ = [
@@ -75,6 +77,9 @@ SERVE_OPTIONS: Final = declared_options(ServerConfig) + declared_options(ServeLo
 _SERVER_FIELDS: Final = tuple(item.name for item in fields(ServerConfig))
 #: ``--config FILE``: a flag or its environment variable, never a key of the file itself.
 CONFIG_OPTION: Final = declared_options(_ConfigFile)[0]
+#: PERMINDEX_* variables that are not serve options: --config's, the client commands' token,
+#: and the switch that lets tracebacks through (permindex.cli.main).
+_OTHER_VARIABLES: Final = frozenset({CONFIG_OPTION.env, "PERMINDEX_TOKEN", "PERMINDEX_DEBUG"})
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
@@ -136,10 +141,12 @@ def _describe() -> str:
         "(`option_name = value`, at the top or under [serve]) and from the environment",
         f"({ENV_PREFIX}OPTION_NAME); flags > environment > file > defaults.",
     ]
+    flag_width = max(len(declared.flag) for declared in SERVE_OPTIONS)
+    env_width = max(len(declared.env) for declared in SERVE_OPTIONS)
     for declared in SERVE_OPTIONS:
         default = declared.default
         shown = "off" if default is None or default is False else declared.shown
-        lines.append(f"  {declared.flag:<24} {declared.env:<36} {shown}")
+        lines.append(f"  {declared.flag:<{flag_width}}  {declared.env:<{env_width}}  {shown}")
     return "\n".join(lines)
 
 
@@ -211,8 +218,34 @@ def _file_values(config_file: str) -> dict[str, Any]:
         if declared is None:
             known = ", ".join(sorted(by_key))
             raise ConfigError(f"{config_file}: unknown option {key!r} (known: {known})")
-        values[declared.dest] = _convert(declared, value, f"{config_file}: {key}")
+        source = f"{config_file}: {key}"
+        _check_toml_type(declared, value, source)
+        values[declared.dest] = _convert(declared, value, source)
     return values
+
+
+def _check_toml_type(declared: Option, value: object, source: str) -> None:
+    """Refuse a TOML value of the wrong kind: a string for a numeric option (``k = "3"``), a
+    number for a text option (``data_dir = 5``), so that a quoting slip is not read as something
+    else. Switches and values of the right kind pass (their content is checked by
+    :func:`_convert`).
+
+    Raises:
+        ConfigError: the value's kind does not match the option's; the message names the source.
+    """
+    default = declared.default
+    if declared.is_switch or isinstance(default, bool):
+        return
+    if isinstance(default, int | float) and isinstance(value, str):
+        raise ConfigError(
+            f"{source}: {declared.flag} takes a number, not the string {value!r} "
+            f"(write {declared.key} = {value} without quotes)"
+        )
+    if isinstance(default, str | Path) and isinstance(value, int | float):
+        raise ConfigError(
+            f"{source}: {declared.flag} takes a string, not the number {value!r} "
+            f'(write {declared.key} = "{value}")'
+        )
 
 
 def apply_defaults(
@@ -225,11 +258,32 @@ def apply_defaults(
         ConfigError: an unknown key, a bad value, an unreadable or malformed file.
     """
     values = {} if config_file is None else _file_values(config_file)
+    _refuse_unknown_variables(environ)
     for declared in SERVE_OPTIONS:
         if declared.env in environ:
             source = f"environment {declared.env}"
             values[declared.dest] = _convert(declared, environ[declared.env], source)
     parser.set_defaults(**values)
+
+
+def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
+    """Refuse a ``PERMINDEX_*`` variable that names no option (a misspelling such as
+    ``PERMINDEX_MAX_BATCHES`` would otherwise be ignored in silence), as the file refuses an
+    unknown key. The client's ``PERMINDEX_TOKEN`` and ``PERMINDEX_DEBUG`` are allowed.
+
+    Raises:
+        ConfigError: the first unknown variable, with the closest known name if there is one.
+    """
+    known = {declared.env for declared in SERVE_OPTIONS} | _OTHER_VARIABLES
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            suffixes = sorted(known_name[len(ENV_PREFIX) :] for known_name in known)
+            close = difflib.get_close_matches(name[len(ENV_PREFIX) :], suffixes, n=1)
+            hint = f"did you mean {ENV_PREFIX}{close[0]}? " if close else ""
+            raise ConfigError(
+                f"environment {name}: unknown variable ({hint}`permindex serve --help` lists "
+                "every option's variable); unset it or fix its name"
+            )
 
 
 def config_path(argv: list[str]) -> str | None:
@@ -269,12 +323,46 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def _start_problem(config: ServerConfig) -> str | None:
+    """What in ``config`` would stop the server's start for a bad command line, found before
+    anything is loaded, by the same checks the server makes: a k above the default
+    collection's design (:func:`permindex.index.permutation.check_design_k`), a token file
+    that :func:`permindex.rpc.auth.load_tokens` refuses or cannot read. None when neither."""
+    from permindex.index.permutation import DEFAULT_DESIGN, check_design_k, design_for_k
+    from permindex.rpc.auth import load_tokens
+
+    try:
+        check_design_k(config.k, DEFAULT_DESIGN)
+    except InvalidArgumentError:
+        most = DEFAULT_DESIGN.max_k
+        other = design_for_k(config.k)
+        collection = (
+            f"no design answers k={config.k}"
+            if other is None
+            else f"a collection of another design answers k={config.k}: `permindex collections "
+            f"create NAME --k {config.k} --blocks {other.blocks} --leading {other.leading}`"
+        )
+        return (
+            f"--k {config.k} is above {most}, the largest k the server's {DEFAULT_DESIGN} "
+            f"guarantees: serve with --k {most} or less ({collection})"
+        )
+    if config.token_file is not None:
+        try:
+            load_tokens(config.token_file)
+        except InvalidArgumentError as error:
+            return f"--token-file: {error}"
+        except OSError as error:
+            return f"--token-file {config.token_file}: cannot read it: {error.strerror or error}"
+    return None
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     """Run the server with the options in ``args`` (flags over the layers of
     :func:`apply_defaults`) until it stops; its exit code.
 
-    Exits 2 (``parser.error``) on ``--max-key-bytes`` above the index's limit; returns 2 on a
-    non-loopback address without TLS and tokens unless ``--insecure``.
+    Exits 2 (``parser.error``) on ``--max-key-bytes`` above the index's limit, a ``--k`` above
+    the design, a token file that is refused or unreadable (:func:`_start_problem`); returns 2
+    on a non-loopback address without TLS and tokens unless ``--insecure``.
     """
     from permindex.index.keys import MAX_KEY_BYTES
     from permindex.rpc.auth import exposure_problem
@@ -283,6 +371,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.max_key_bytes > MAX_KEY_BYTES:
         args.parser.error(f"--max-key-bytes: at most {MAX_KEY_BYTES} (the index's limit)")
     config = ServerConfig(**{dest: getattr(args, dest) for dest in _SERVER_FIELDS})
+    problem = _start_problem(config)
+    if problem is not None:
+        args.parser.error(problem)
     exposed = exposure_problem(config)
     if exposed is not None and not config.insecure:
         _err(

@@ -477,6 +477,36 @@ class NearDuplicates:
             )
         return self._stream.chunks(max_pairs, should_stop)
 
+    def sample_pairs(self, per_distance: int, order: _I64) -> PairArrays:
+        """Up to ``per_distance`` pairs at each distance 0..k: those whose later key (the
+        larger of ``order[a]`` and ``order[b]``, ``order`` an (n,) int64 array such as input
+        ordinals) is smallest, ties in pair order; sorted by (distance, that later order, pair
+        order). Streamed from :meth:`pair_chunks`: O(chunk + (k + 1) * per_distance) memory,
+        O(pairs log chunk) time.
+
+        Raises:
+            ValueError: ``per_distance`` < 0.
+        """
+        if per_distance < 0:
+            raise ValueError(f"per_distance must be >= 0, got {per_distance}")
+        empty = np.zeros(0, dtype=np.int64)
+        kept = [empty] * 5  # a, b, distance, later order, pair number
+        if per_distance == 0:
+            return PairArrays(*kept[:3])
+        seen = 0
+        for a, b, d in self.pair_chunks():
+            number = np.arange(seen, seen + a.size, dtype=np.int64)
+            seen += int(a.size)
+            later = np.maximum(order[a], order[b]).astype(np.int64)
+            parts = [np.concatenate(x) for x in zip(kept, (a, b, d, later, number), strict=True)]
+            pick = np.lexsort((parts[4], parts[3], parts[2]))
+            dist = parts[2][pick]
+            starts = np.flatnonzero(np.append(True, dist[1:] != dist[:-1]))
+            within = np.arange(dist.size) - np.repeat(starts, np.diff(np.append(starts, dist.size)))
+            pick = pick[within < per_distance]
+            kept = [x[pick] for x in parts]
+        return PairArrays(*kept[:3])
+
     def iter_pairs(self) -> Iterator[tuple[str, str, int]]:
         """The pairs as (key_a, key_b, distance), key_a < key_b, sorted; streamed from
         :meth:`pair_chunks`."""

@@ -8,6 +8,7 @@ Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling", sect
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 import numpy as np
@@ -23,6 +24,7 @@ __all__ = [
     "brute_force_query",
     "hamming",
     "hamming_array",
+    "parse_fingerprint",
     "validate_fingerprint",
 ]
 
@@ -30,6 +32,12 @@ FINGERPRINT_BITS = 64
 MAX_FINGERPRINT = (1 << FINGERPRINT_BITS) - 1
 
 _PAIR_BLOCK = 1024  # rows of the distance matrix computed at once by brute_force_pairs
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+#: How a fingerprint is written, for the messages that refuse one.
+FINGERPRINT_RULE = (
+    "a fingerprint string is hex, exactly 16 hex digits or 0x and 1 to 16 of them "
+    "(e.g. 000000000000007b or 0x7b); a JSON number is its value"
+)
 
 
 def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
@@ -56,6 +64,56 @@ def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
             value=number,
         )
     return number
+
+
+def parse_fingerprint(value: object) -> int:
+    """A fingerprint as an input writes it: the one rule of the command line (``query
+    --fingerprint``), JSONL (``"fingerprint"``) and every later input format.
+
+    - a string is hex: exactly 16 hex digits (either case), or ``0x``/``0X`` and 1 to 16 hex
+      digits; never decimal, no sign, no spaces;
+    - an integer (Python ``int`` or numpy integer, not ``bool``: a JSON number, an integer
+      column) is its value, in [0, 2^64).
+
+    O(len(value)).
+
+    Raises:
+        InvalidArgumentError: anything else (another string, a negative or too large integer,
+            a float, ``None``, a bool, a list...); the message names the value and states the rule.
+    """
+    if isinstance(value, str):
+        prefixed = value[:2] in ("0x", "0X")
+        digits = value[2:] if prefixed else value
+        is_hex = digits != "" and all(c in _HEX_DIGITS for c in digits)
+        if is_hex and (len(digits) == 16 or (prefixed and len(digits) < 16)):
+            return int(digits, 16)
+        if is_hex and len(digits) > 16:
+            problem = f"has {len(digits)} hex digits, more than 64 bits"
+        elif is_hex:
+            problem = f"has {len(digits)} digits, not 16, and no 0x"
+            if digits.isdigit() and int(digits) <= MAX_FINGERPRINT:
+                problem += f" (if it is decimal, write {int(digits):#x})"
+        else:
+            problem = "is not hex"
+        raise InvalidArgumentError(
+            f"fingerprint {value!r} {problem}: {FINGERPRINT_RULE}", value=value
+        )
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        number = int(value)
+        if 0 <= number <= MAX_FINGERPRINT:
+            return number
+        raise InvalidArgumentError(
+            f"fingerprint {number} is outside [0, 2**64): a fingerprint is an unsigned 64-bit "
+            "integer",
+            value=number,
+        )
+    try:
+        shown = json.dumps(value)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    raise InvalidArgumentError(
+        f"fingerprint {shown} is not an integer or a hex string: {FINGERPRINT_RULE}", value=value
+    )
 
 
 def hamming(a: object, b: object) -> int:

@@ -37,7 +37,13 @@ from permindex.index.batches import Section, compact_inputs, validate_keys
 from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.keystore import hash_key
-from permindex.index.permutation import DEFAULT_DESIGN, Design, choose_design, query_k
+from permindex.index.permutation import (
+    DEFAULT_DESIGN,
+    Design,
+    check_design_k,
+    choose_design,
+    query_k,
+)
 from permindex.index.query import MATCH_ORDER, Match, new_match, query_batch, self_join_pairs
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.runs import MERGE_ALL_MIN_SHARE, Runs
@@ -98,17 +104,7 @@ def _options(
         budget = None if memory_budget is None else check_int(memory_budget, "budget")
         design = choose_design(max(size, 1), check_int(k, "k"), budget)
     chosen = Design.of(design)
-    kk = check_int(k, "k")
-    if kk < 0:
-        raise InvalidArgumentError(f"k must be >= 0, got {kk}", value=kk)
-    if kk > chosen.max_k:
-        raise InvalidArgumentError(
-            f"{chosen} guarantees k <= {chosen.max_k}; got k={kk} (a design of "
-            f"b blocks with t leading finds k <= b - t: e.g. design ({kk + 2}, 2), or "
-            f"`permindex collections create NAME --k {kk} --blocks {kk + 2} --leading 2` "
-            f"on a server)",
-            value=kk,
-        )
+    kk = check_design_k(check_int(k, "k"), chosen)
     limit = check_int(memtable_limit, "memtable_limit")
     if limit < 1:
         raise InvalidArgumentError(f"memtable_limit must be >= 1, got {limit}", value=limit)

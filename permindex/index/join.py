@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 #: Candidate pairs per numpy pass of a join (read at call time, so tests can lower it).
-PAIR_BUDGET = 1 << 21
+PAIR_BUDGET = 1 << 18
 #: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
 COUNT_BITS = 22
 

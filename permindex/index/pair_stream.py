@@ -249,6 +249,7 @@ class PairStream:
             merged = _concat(pending)
             cut = held - held % max_pairs
             for s in range(0, cut, max_pairs):
+                join.check_stop(should_stop)
                 yield PairArrays(*(x[s : s + max_pairs] for x in merged))
             pending = [PairArrays(*(x[cut:] for x in merged))] if cut < held else []
             held -= cut

@@ -28,8 +28,10 @@ __all__ = [
     "Design",
     "Permutation",
     "argsort_prefixes",
+    "check_design_k",
     "choose_design",
     "design_bytes_per_fingerprint",
+    "design_for_k",
     "design_query_cost",
     "query_k",
 ]
@@ -416,6 +418,41 @@ def query_k(k: object, index_k: int, design: Design) -> int:
             value=value,
         )
     return value
+
+
+def design_for_k(k: int) -> Design | None:
+    """A design that finds ``k`` exactly, to suggest in messages: ``(k + 2, 2)`` where it is
+    valid (more leading bits than ``(k + 1, 1)``), else ``(k + 1, 1)``; None for k > 63 (no
+    design). O(1)."""
+    if k + 2 <= _BITS and math.comb(k + 2, 2) <= MAX_TABLES:
+        return Design(k + 2, 2)
+    return Design(k + 1, 1) if 0 <= k < _BITS else None
+
+
+def check_design_k(k: int, design: Design) -> int:
+    """``k`` when ``design`` finds it exactly (``0 <= k <= design.max_k``); the one message of a
+    k above a design, for the index, the server and ``permindex serve``. O(1).
+
+    Raises:
+        InvalidArgumentError: ``k < 0``, or ``k > design.max_k``: one sentence that names k,
+            the design and its largest k, and a design that would find k.
+    """
+    if k < 0:
+        raise InvalidArgumentError(f"k must be >= 0, got {k}", value=k)
+    if k <= design.max_k:
+        return k
+    other = design_for_k(k)
+    if other is None:
+        instead = f"use k <= {design.max_k} (no design answers more than k={_BITS - 1})"
+    else:
+        instead = (
+            f"use k <= {design.max_k}, or a design with blocks - leading >= {k} such as "
+            f"({other.blocks} blocks, {other.leading} leading)"
+        )
+    raise InvalidArgumentError(
+        f"{design} guarantees k <= {design.max_k} (blocks - leading), not k={k}: {instead}",
+        value=k,
+    )
 
 
 _COVER_LIMIT = 200_000  # most k-sets of blocks enumerated by Design.tables_for

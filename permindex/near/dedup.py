@@ -344,9 +344,14 @@ def run_dedup(
        visible text (the costly part). With ``weights="idf"`` a first pass counts the document
        frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted
        SimHash.
-    3. **Join**: every pair within k (:func:`permindex.index.clusters.pairs_within`, exact),
-       clusters, flags, exact-duplicate groups, and the keep/drop decision per cluster.
+    3. **Join**: every pair within k (:class:`permindex.index.clusters.NearDuplicates`, exact:
+       the self-join on the distinct fingerprints, so documents that share a fingerprint cost no
+       candidate), clusters, flags, exact-duplicate groups, and the keep/drop decision per
+       cluster.
     4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
+       Pairs are written as they are streamed in key order from the join
+       (:meth:`~permindex.index.clusters.NearDuplicates.pair_chunks`), one chunk in memory at a
+       time, however many documents share a fingerprint.
 
     A key that occurs more than once counts once, with its last occurrence that has a fingerprint
     (as ``ingest`` would leave it in a server); the repeats are counted. A text with fewer words

@@ -22,6 +22,7 @@ from permindex.index import Match
 from permindex.index.clusters import NearDuplicates
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.index.permutation import Design, query_k
+from permindex.rpc.wire import PairEncoder
 from permindex.text.fingerprint import simhash
 from permindex.v1 import index_pb2 as pb
 
@@ -321,19 +322,16 @@ def matches_to_columns(found: Sequence[Sequence[Match]]) -> pb.QueryColumnsRespo
 
 def pair_chunks_to_proto(
     found: NearDuplicates, chunk: int, should_stop: Callable[[], bool] | None = None
-) -> Iterator[pb.PairsResponse]:
-    """The pairs of ``found`` in their documented order (key_a, then key_b) as PairsResponse
-    messages of at most ``chunk`` pairs each, each produced only when asked for
-    (:meth:`NearDuplicates.pair_chunks`: memory bounded by one key's neighbourhood and one
-    chunk, not by the number of pairs)."""
-    keys = found.keys
+) -> Iterator[bytes]:
+    """The pairs of ``found`` in their documented order (key_a, then key_b) as serialized
+    PairsResponse messages (wire bytes, :class:`permindex.rpc.wire.PairEncoder`) of at most
+    ``chunk`` pairs each, each produced only when asked for (:meth:`NearDuplicates.pair_chunks`:
+    memory bounded by one key's neighbourhood and one chunk, not by the number of pairs)."""
+    encoder: PairEncoder | None = None
     for a, b, distance in found.pair_chunks(max_pairs=chunk, should_stop=should_stop):
-        yield pb.PairsResponse(
-            pairs=[
-                pb.Pair(key_a=keys[x], key_b=keys[y], distance=d)
-                for x, y, d in zip(a.tolist(), b.tolist(), distance.tolist(), strict=True)
-            ]
-        )
+        if encoder is None:
+            encoder = PairEncoder(found.keys, chunk)
+        yield encoder.encode(a, b, distance)
 
 
 def export_to_proto(

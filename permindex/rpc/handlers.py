@@ -246,6 +246,20 @@ def _checking_stream_stream(method: str, behavior: _Behavior) -> _Behavior:
     return handle
 
 
+def _serializer(descriptor: Descriptor) -> Callable[[Any], bytes]:
+    """Serializes a response message; a response already encoded (bytes, as the bulk answers of
+    :mod:`permindex.rpc.wire` are) is sent as it is."""
+    serialize = message_factory.GetMessageClass(descriptor).SerializeToString
+
+    def serializer(message: Any) -> bytes:
+        if isinstance(message, bytes):
+            return message
+        result: bytes = serialize(message)
+        return result
+
+    return serializer
+
+
 def method_handlers(
     servicer: object, service: ServiceDescriptor = PERMINDEX_SERVICE
 ) -> dict[str, _Handler]:
@@ -286,9 +300,7 @@ def method_handlers(
         behavior = getattr(servicer, method.name)
         options: dict[str, Any] = {
             "request_deserializer": tolerant_deserializer(method.input_type),
-            "response_serializer": message_factory.GetMessageClass(
-                method.output_type
-            ).SerializeToString,
+            "response_serializer": _serializer(method.output_type),
         }
         if method.client_streaming and not method.server_streaming:
             raise TypeError(f"{method.name}: request-streaming, unary-response RPCs are not used")

@@ -24,7 +24,13 @@ from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from permindex.addresses import parse_address
-from permindex.errors import InvalidArgumentError, StorageError, exit_code_for
+from permindex.errors import (
+    EXIT_CODES,
+    InvalidArgumentError,
+    PermindexError,
+    StorageError,
+    exit_code_for,
+)
 from permindex.rpc.auth import (
     TokenAuthInterceptor,
     exposure_problem,
@@ -468,6 +474,20 @@ async def _start(
     return server, limits, health_service, port
 
 
+def _loaded(running: RunningServer) -> str:
+    """``N keys`` (the default collection), with the other collections' when there are any."""
+    text = f"{running.loaded_count} key{'' if running.loaded_count == 1 else 's'}"
+    others = [] if running.catalog is None else list(running.catalog.items())
+    others = [(name, state) for name, state in others if state is not running.state]
+    if others:
+        count = sum(len(state.index) for _, state in others)
+        text += (
+            f", and {count} key{'' if count == 1 else 's'} in {len(others)} other "
+            f"collection{'' if len(others) == 1 else 's'}"
+        )
+    return text
+
+
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text
@@ -480,6 +500,8 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
 
         permindex: serving on HOST:PORT (N keys loaded from DIR)
 
+    (with ", and M keys in C other collections" after N keys when there are others).
+
     Signal handlers (SIGTERM, SIGINT, SIGHUP) are installed when called from the main thread
     (they are restored on return); a second signal while stopping is ignored (the final
     snapshot is never cut short).
@@ -487,7 +509,8 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
     Returns:
         0 after a clean stop; otherwise the exit code of :func:`permindex.errors.exit_code_for`
         for the error, which is reported on stderr in one line (never a traceback): a corrupt
-        snapshot, a locked data directory, an address in use, a failed final snapshot; 130
+        snapshot, a locked data directory, a failed final snapshot; 2 for an address that is in
+        use (``--address`` cannot be used, as with a bad port); 130
         when SIGINT (Ctrl-C) arrives while the data is still loading.
 
     Logging is left to the caller: configure the ``permindex`` loggers (e.g.
@@ -499,6 +522,19 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
     except KeyboardInterrupt:
         print("permindex: interrupted while starting; nothing served", file=sys.stderr, flush=True)
         return _INTERRUPTED
+    except OSError as error:
+        log.debug("start failed", exc_info=error)
+        if error.errno != errno.EADDRINUSE or isinstance(error, PermindexError):
+            print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
+            return exit_code_for(error)
+        # the --address given cannot be used: a bad command line, as a bad port is
+        print(
+            f"permindex: error: {error.strerror} (another server? stop it, or choose another "
+            "port; port 0 picks a free one)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_CODES["usage"]
     except Exception as error:
         log.debug("start failed", exc_info=error)
         print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
@@ -519,7 +555,7 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
             previous[signum] = signal.signal(signum, on_signal)
     try:
         print(
-            f"permindex: serving on {running.address} ({running.loaded_count} keys loaded "
+            f"permindex: serving on {running.address} ({_loaded(running)} loaded "
             f"from {Path(config.data_dir).resolve()})",
             file=sys.stderr,
             flush=True,

@@ -445,9 +445,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return response
 
     @_streaming
-    async def Pairs(
-        self, request: pb.PairsRequest, context: _Context
-    ) -> AsyncIterator[pb.PairsResponse]:
+    async def Pairs(self, request: pb.PairsRequest, context: _Context) -> AsyncIterator[bytes]:
         """All pairs within k, in the documented order, in chunks of at most
         :data:`convert.PAIRS_PER_MESSAGE` (fewer when the message limit needs it: a chunk of the
         longest keys must fit). The join is estimated first (``--max-join-work``), then pairs are

@@ -33,13 +33,14 @@ from typing import Final
 
 import psutil
 
-from permindex.errors import DataDirLockedError
+from permindex.errors import DataDirLockedError, StorageError
 
 __all__ = [
     "LOCK_NAME",
     "PREVIOUS_SUFFIX",
     "SNAPSHOT_NAME",
     "DirectoryLock",
+    "NotADataDirectoryError",
     "delete_gradually",
     "fsync_directory",
     "idle_io_priority",
@@ -74,23 +75,43 @@ def temporary_name(path: Path, purpose: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{next(_tmp_counter)}.{purpose}.tmp")
 
 
+class NotADataDirectoryError(StorageError, NotADirectoryError):
+    """The data directory's path names something other than a directory (a file): a
+    :class:`~permindex.errors.StorageError` (``permindex serve`` exits 7) that is also the
+    ``NotADirectoryError`` the operating system would raise."""
+
+
 class DirectoryLock:
     """An exclusive ``flock`` on ``DIR/LOCK``, which holds the owner's pid; the directory is
     created if missing. Released by :meth:`close` (and by process exit).
 
     Raises (from the constructor):
-        NotADirectoryError: ``path`` exists and is not a directory.
+        NotADataDirectoryError: (a StorageError and a NotADirectoryError) ``path`` exists and
+            is not a directory.
         DataDirLockedError: another process (or another lock in this one) holds it; the
             message names the holder's pid when the lock file gives it.
-        OSError: the directory cannot be created or the lock file opened.
+        StorageError: the directory cannot be created, or the lock file cannot be opened
+            (permissions, a read-only file system, a file where a folder is needed); the
+            message names the path and the system's reason.
     """
 
     def __init__(self, path: Path) -> None:
         if path.exists() and not path.is_dir():
-            raise NotADirectoryError(f"data directory {path} exists and is not a directory")
-        path.mkdir(parents=True, exist_ok=True)
+            raise NotADataDirectoryError(
+                f"data directory {path} exists and is not a directory (give a folder, new or "
+                "made by permindex serve)",
+                errno.ENOTDIR,
+            )
         lock_path = path / LOCK_NAME
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise StorageError(
+                f"data directory {path} cannot be used: {error.filename or lock_path}: "
+                f"{error.strerror or error}",
+                error.errno,
+            ) from error
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:

@@ -1,6 +1,6 @@
 """Reading inputs into documents, ``(key, text)`` or ``(key, fingerprint)``: JSONL (gzip or not,
 or standard input) and folders (:func:`read_documents`, whose docstring gives the formats), the
-visible text of HTML (:func:`html_to_text`), fingerprints in their JSON and hex forms, the TSV
+visible text of HTML (:func:`html_to_text`), fingerprints as the outputs write them, the TSV
 field escape, and the readers' wording of the key rule (:func:`check_key`). Importing it does
 not import grpc; lxml is imported on the first HTML file.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
-from permindex.index.hamming import MAX_FINGERPRINT
+from permindex.index.hamming import parse_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
 __all__ = [
@@ -31,14 +31,12 @@ __all__ = [
     "check_key",
     "folder_file_text",
     "html_to_text",
-    "parse_fingerprint",
     "read_documents",
     "read_file_text",
 ]
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _HTML_SUFFIXES: Final = (".html", ".htm")
-_HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
 
 #: Elements whose end (and start) ends a line of visible text.
 _BLOCK_ELEMENTS: Final = frozenset(
@@ -94,48 +92,6 @@ class ReadStats:
 
     def skip(self, reason: str) -> None:
         self.skipped_by_reason[reason] += 1
-
-
-def parse_fingerprint(value: object) -> int:
-    """A fingerprint from its JSON or command-line form.
-
-    - a JSON integer (Python ``int``, not ``bool``): decimal;
-    - a string of exactly 16 hex digits (either case): hex;
-    - a string ``0x``/``0X`` followed by 1 to 16 hex digits: hex.
-
-    Raises :class:`~permindex.errors.InvalidArgumentError` naming the value for anything else: a
-    negative or too large integer, a float, ``null``, any other string.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise InvalidArgumentError(
-            f"fingerprint {json.dumps(value)} is not an integer or a hex string: write a JSON "
-            'integer (decimal) or a string of 16 hex digits or "0x..." (hex)',
-            value=value,
-        )
-    if isinstance(value, int):
-        if value < 0 or value > MAX_FINGERPRINT:
-            raise InvalidArgumentError(
-                f"fingerprint {value} is outside [0, 2**64): a fingerprint is an unsigned 64-bit "
-                "integer",
-                value=value,
-            )
-        return value
-    prefixed = value[:2] in ("0x", "0X")
-    digits = value[2:] if prefixed else value
-    is_hex = digits != "" and all(c in _HEX_DIGITS for c in digits)
-    if is_hex and prefixed and len(digits) > 16:
-        raise InvalidArgumentError(
-            f"fingerprint {value!r} has more than 16 hex digits: a fingerprint is an unsigned "
-            "64-bit integer",
-            value=value,
-        )
-    if not is_hex or (not prefixed and len(digits) != 16):
-        raise InvalidArgumentError(
-            f"fingerprint {value!r} is not 16 hex digits or 0x-prefixed hex (a decimal value "
-            "must be a JSON integer, not a string)",
-            value=value,
-        )
-    return int(digits, 16)
 
 
 #: A UTF-16 surrogate code point: a JSON \\ud800-style escape can produce one alone, and no
@@ -386,16 +342,18 @@ class DocumentReader:
             obj = json.loads(text_line)
         except ValueError as error:
             raise bad(f"bad JSON: {error}") from None
+        except RecursionError:  # arrays or objects nested thousands deep
+            raise bad("bad JSON: nested too deeply (no document nests that far)") from None
         if not isinstance(obj, dict):
             raise bad(f"expected a JSON object, got {type(obj).__name__}")
         id_field, text_field = self._id_field, self._text_field
         if id_field not in obj:
             raise bad(f'no "{id_field}"')
         key = obj[id_field]
-        if isinstance(key, int) and not isinstance(key, bool):
-            key = str(key)
         if not isinstance(key, str):
-            raise bad(f'"{id_field}" must be a string or an integer, not {json.dumps(key)}', key)
+            shown = json.dumps(key)[:40]
+            hint = f' (write "{key}")' if isinstance(key, int) and not isinstance(key, bool) else ""
+            raise bad(f'"{id_field}" must be a string (a key), not {shown}{hint}', key)
         try:
             check_key(key)
         except InvalidArgumentError as error:
@@ -505,11 +463,12 @@ def read_documents(
 
     JSONL (a file, gzip-compressed or not, or ``-`` for standard input)
         One JSON object a line: ``{"id": KEY, "text": TEXT}`` or ``{"id": KEY, "fingerprint": FP}``.
-        ``id`` is a string, or a JSON integer, which is converted to its decimal string (``7`` and
-        ``"7"`` name the same document). Exactly one of ``text`` and ``fingerprint`` is present
+        ``id`` is a string (a JSON number is refused: ``{"id": 17}`` would hide whether the key
+        is ``"17"`` or ``"017"``). Exactly one of ``text`` and ``fingerprint`` is present
         (``null`` counts as present, and is refused). Other fields are ignored; blank lines are
-        skipped. A fingerprint (:func:`parse_fingerprint`) is a JSON integer, read as decimal, or a
-        string of exactly 16 hex digits, or ``0x`` followed by 1 to 16 hex digits, read as hex.
+        skipped. A fingerprint follows the one rule of
+        :func:`permindex.index.hamming.parse_fingerprint`: a JSON number is its value (0 <= v <
+        2^64), a string is hex (exactly 16 hex digits, or ``0x`` and 1 to 16 hex digits).
         Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
         the reading with :class:`MalformedInputError`, which names the file and the line number.
         Other schemas: ``id_field`` and ``text_field`` name the fields that hold the key and the

@@ -1,0 +1,335 @@
+"""The command line's rough edges of issue 12, each run as a new user would: the installed
+``permindex`` command in a subprocess, its exit code and the message on stderr checked. The
+server, where one is needed, is a real one on 127.0.0.1 (port 0) in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from permindex.errors import EXIT_CODES
+
+if TYPE_CHECKING:
+    from permindex.rpc.server import RunningServer
+
+REPO = Path(__file__).resolve().parent.parent
+OK, ERROR, USAGE = EXIT_CODES["ok"], EXIT_CODES["error"], EXIT_CODES["usage"]
+INVALID, DATA = EXIT_CODES["invalid"], EXIT_CODES["data"]
+_SCRIPT = Path(sys.executable).parent / "permindex"
+#: The installed console script, as a user runs it (``python -m permindex`` where there is none).
+PERMINDEX = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "permindex"]
+TOKEN = "0123456789abcdef0123"
+
+
+def permindex(
+    *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[int, str, str]:
+    """Run ``permindex ARGV...`` to its end (at most 60 s): (exit code, stdout, stderr)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PERMINDEX_")}
+    done = subprocess.run(
+        [*PERMINDEX, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=cwd or REPO,
+        stdin=subprocess.DEVNULL,
+        env={**environ, **(env or {})},
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def one_line(err: str) -> str:
+    """The error line of stderr (after argparse's usage lines, if any)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines, "nothing on stderr"
+    return lines[-1]
+
+
+# --- --address ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        ("127.0.0.1:70000", "has port 70000, above 65535"),
+        ("127.0.0.1", "'127.0.0.1' has no port"),
+        ("localhost", "'localhost' has no port"),
+        ("localhost:", "'localhost:' has no port"),
+        ("127.0.0.1:http", "has port 'http', not a number"),
+        (":50051", "has no host"),
+        ("::1:50051", "IPv6 host without brackets"),
+        ("[::1]", "'[::1]' has no port"),
+    ],
+)
+def test_a_bad_address_exits_2_naming_it(address: str, words: str) -> None:
+    code, out, err = permindex("stats", "--address", address)
+    assert (code, out) == (USAGE, "")
+    line = one_line(err)
+    assert line.startswith("permindex stats: error: argument --address: address ")
+    assert words in line
+    assert "443" not in err  # never the silent default port of gRPC
+
+
+@pytest.mark.parametrize("command", [["pairs"], ["get", "k"], ["bench"], ["serve"]])
+def test_every_command_checks_its_address(command: list[str]) -> None:
+    address, words = "localhost:65536", "has port 65536, above 65535"
+    extra = ["--data-dir", "/nonexistent/x"] if command == ["serve"] else []
+    code, out, err = permindex(*command, "--address", address, *extra)
+    assert (code, out) == (USAGE, "")
+    line = one_line(err)
+    assert line.startswith(f"permindex {command[0]}: error: argument --address: address ")
+    assert words in line
+    assert "443" not in err  # never the silent default port of gRPC
+
+
+def test_options_before_the_command_are_told_to_go_after_it() -> None:
+    code, out, err = permindex("--address", "127.0.0.1:1", "stats", "--json")
+    assert (code, out) == (USAGE, "")
+    assert one_line(err) == (
+        "permindex: error: options go after the command: write "
+        "`permindex stats --json --address 127.0.0.1:1` (--address came before stats)"
+    )
+    code, out, err = permindex("--address", "127.0.0.1:1")
+    assert (code, out) == (USAGE, "")
+    assert "--address: options go after the command" in one_line(err)
+    # --help and --version still work before any command
+    assert permindex("--version")[0] == OK
+
+
+# --- serve: checked before it starts ---------------------------------------------------------
+
+
+def test_serve_k_above_the_design_exits_2_in_one_sentence(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    code, out, err = permindex(
+        "serve", "--address", "127.0.0.1:0", "--data-dir", str(data), "--k", "10"
+    )
+    assert (code, out) == (USAGE, "")
+    line = one_line(err)
+    assert line == (
+        "permindex serve: error: --k 10 is above 3, the largest k the server's design "
+        "(4 blocks, 1 leading) guarantees: serve with --k 3 or less (a collection of another "
+        "design answers k=10: `permindex collections create NAME --k 10 --blocks 12 "
+        "--leading 2`)"
+    )
+    assert "serving on" not in err
+    assert not data.exists()  # refused before anything was opened
+    code, _out, err = permindex("serve", "--data-dir", str(data), "--k", "64")
+    assert code == USAGE and "no design answers k=64" in one_line(err)
+    assert not data.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("short read-write\n", "line 1: a token needs at least 16 characters"),
+        (f"{TOKEN} admin\n", "line 1: expected `TOKEN ROLE`"),
+        ("# only a comment\n", "no token"),
+        (None, "cannot read it: No such file or directory"),
+    ],
+)
+def test_serve_bad_token_file_exits_2(tmp_path: Path, content: str | None, words: str) -> None:
+    tokens = tmp_path / "tokens"
+    if content is not None:
+        tokens.write_text(content)
+    data = tmp_path / "data"
+    code, out, err = permindex(
+        "serve", "--address", "127.0.0.1:0", "--data-dir", str(data), "--token-file", str(tokens)
+    )
+    assert (code, out) == (USAGE, "")
+    line = one_line(err)
+    assert line.startswith("permindex serve: error: --token-file")
+    assert str(tokens) in line and words in line
+    assert "short" not in line  # the token itself is never quoted
+    assert not data.exists()
+
+
+def test_serve_data_dir_that_is_a_file_exits_7(tmp_path: Path) -> None:
+    a_file = tmp_path / "hostname"
+    a_file.write_text("not a folder\n")
+    for data_dir, words in (
+        (a_file, f"data directory {a_file} exists and is not a directory"),
+        (a_file / "below", f"data directory {a_file / 'below'} cannot be used"),
+    ):
+        code, out, err = permindex("serve", "--address", "127.0.0.1:0", "--data-dir", str(data_dir))
+        assert (code, out) == (DATA, ""), err
+        assert words in one_line(err)
+        assert "Traceback" not in err and "serving on" not in err
+
+
+def test_serve_data_dir_that_cannot_be_opened_exits_7(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "LOCK").mkdir(parents=True)  # the lock file cannot be opened (even by root)
+    code, out, err = permindex("serve", "--address", "127.0.0.1:0", "--data-dir", str(data))
+    assert (code, out) == (DATA, "")
+    assert f"data directory {data} cannot be used: {data / 'LOCK'}: Is a directory" in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root opens files whatever their mode")
+def test_serve_unreadable_data_dir_exits_7(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0)
+    try:
+        code, out, err = permindex("serve", "--address", "127.0.0.1:0", "--data-dir", str(data))
+    finally:
+        data.chmod(0o700)
+    assert (code, out) == (DATA, "")
+    assert f"data directory {data} cannot be used" in err and "Permission denied" in err
+
+
+def test_serve_config_values_of_the_wrong_kind_and_unknown_variables_exit_2(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "permindex.toml"
+    data = str(tmp_path / "data")
+    config.write_text('k = "3"\n')
+    code, _out, err = permindex("serve", "--config", str(config), "--data-dir", data)
+    assert code == USAGE
+    assert one_line(err) == (
+        f"permindex serve: {config}: k: --k takes a number, not the string '3' "
+        "(write k = 3 without quotes)"
+    )
+    config.write_text("data_dir = 5\n")
+    code, _out, err = permindex("serve", "--config", str(config))
+    assert code == USAGE and "--data-dir takes a string, not the number 5" in one_line(err)
+    code, _out, err = permindex("serve", "--data-dir", data, env={"PERMINDEX_BOGUS": "1"})
+    assert code == USAGE
+    assert one_line(err).startswith("permindex serve: environment PERMINDEX_BOGUS: unknown")
+    code, _out, err = permindex("serve", "--data-dir", data, env={"PERMINDEX_WORKER": "2"})
+    assert code == USAGE and "did you mean PERMINDEX_WORKERS?" in one_line(err)
+    assert not Path(data).exists()
+
+
+# --- one fingerprint rule ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("123", "fingerprint '123' has 3 digits, not 16, and no 0x (if it is decimal, write 0x7b)"),
+        ("18446744073709551615", "has 20 hex digits, more than 64 bits"),
+        ("0x", "fingerprint '0x' is not hex"),
+        ("0x" + "f" * 17, "has 17 hex digits"),
+        ("-1", "fingerprint '-1' is not hex"),
+        ("12345678901234zz", "is not hex"),
+    ],
+)
+def test_query_fingerprint_not_hex_exits_4_naming_it(value: str, words: str) -> None:
+    code, out, err = permindex("query", "--fingerprint", value, "--address", "127.0.0.1:1")
+    assert (code, out) == (INVALID, "")  # refused before any connection
+    line = one_line(err)
+    assert line.startswith("permindex query: ") and words in line
+    assert "16 hex digits or 0x and 1 to 16" in line
+
+
+def test_query_help_states_the_rule() -> None:
+    code, out, _err = permindex("query", "--help")
+    assert code == OK
+    assert "exactly 16 hex digits, or 0x and 1 to 16 hex" in out
+
+
+def test_one_rule_for_the_command_line_and_jsonl(tmp_path: Path, server: RunningServer) -> None:
+    addr = ("--address", server.address)
+    rows = [
+        {"id": "number", "fingerprint": 1234567890123456},  # a JSON number: its value
+        {"id": "hex16", "fingerprint": "1234567890123456"},  # a string: hex
+        {"id": "0x", "fingerprint": "0x7b"},
+    ]
+    path = tmp_path / "fp.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert permindex("ingest", str(path), "--no-progress", *addr)[0] == OK
+    code, out, _err = permindex("get", "number", "hex16", "0x", *addr)
+    assert code == OK
+    assert out == (
+        f"number\t{1234567890123456:016x}\nhex16\t1234567890123456\n0x\t000000000000007b\n"
+    )
+    # the same string on the command line is the same hex value
+    code, out, _err = permindex("query", "--fingerprint", "1234567890123456", "--k", "0", *addr)
+    assert (code, out) == (OK, "hex16\t1234567890123456\t0\n")
+    code, out, _err = permindex("query", "--fingerprint", "0x7B", "--k", "0", *addr)
+    assert (code, out) == (OK, "0x\t000000000000007b\t0\n")
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ('{"id": "b", "fingerprint": "123"}', "fingerprint '123' has 3 digits, not 16, and no 0x"),
+        ('{"id": "b", "fingerprint": 1.5}', "fingerprint 1.5 is not an integer or a hex string"),
+        ('{"id": "b", "fingerprint": -1}', "fingerprint -1 is outside [0, 2**64)"),
+        ('{"id": 17, "fingerprint": 5}', '"id" must be a string (a key), not 17 (write "17")'),
+        ('{"id": 17, "text": "one two three"}', '"id" must be a string (a key), not 17'),
+        ('{"id": "b", "text": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ],
+)
+def test_a_bad_jsonl_line_exits_4_naming_the_value_and_the_line(
+    tmp_path: Path, server: RunningServer, line: str, words: str
+) -> None:
+    # ingest for every line; import (the same reader) for the key and the fingerprint rule
+    command = "import" if line.startswith('{"id": 17, "f') or "1.5" in line else "ingest"
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"id": "a", "fingerprint": 5}\n' + line + "\n")
+    code, out, err = permindex(command, str(path), "--address", server.address)
+    assert (code, out) == (INVALID, ""), err
+    message = one_line(err)
+    assert message.startswith(f"permindex {command}: {path}, line 2: ")
+    assert words in message
+    assert "Traceback" not in err and "RecursionError" not in err
+
+
+# --- export, pipes, counts -----------------------------------------------------------------
+
+
+def test_export_into_a_missing_folder_exits_4(tmp_path: Path) -> None:
+    target = tmp_path / "missing" / "backup.jsonl"
+    code, out, err = permindex("export", "--out", str(target), "--address", "127.0.0.1:1")
+    assert (code, out) == (INVALID, "")  # refused before the server is asked
+    assert one_line(err) == (
+        f"permindex export: --out {target}: cannot write {target}.partial: "
+        "No such file or directory"
+    )
+    code, _out, err = permindex("export", "--out", str(tmp_path), "--address", "127.0.0.1:1")
+    assert code == INVALID and f"--out {tmp_path} is a folder" in one_line(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_into_a_pipe_closed_early_exits_1(tmp_path: Path, server: RunningServer) -> None:
+    rows = [{"id": f"document-{i:06d}", "fingerprint": i} for i in range(5000)]
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert permindex("ingest", str(path), "--address", server.address)[0] == OK
+    # export writes ~270 kB; the reader takes 100 bytes and goes (as `| head -c 100`)
+    proc = subprocess.Popen(
+        [*PERMINDEX, "export", "--address", server.address],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100).startswith(b'{"id": "document-000000"')
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == ERROR  # was 0, with the output cut short
+    assert b"written to stdout" not in proc.stderr.read()
+    proc.stderr.close()
+    # read to the end, the same export is complete and exits 0
+    code, out, err = permindex("export", "--address", server.address)
+    assert code == OK and out.count("\n") == 5000
+    assert one_line(err) == "permindex export: 5000 keys written to stdout"
+
+
+def test_counts_of_one_are_singular(tmp_path: Path, server: RunningServer) -> None:
+    addr = ("--address", server.address)
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"id": "only", "fingerprint": 1}\n')
+    assert permindex("ingest", str(path), *addr)[0] == OK
+    code, _out, err = permindex("export", "--out", str(tmp_path / "out.jsonl"), *addr)
+    assert (code, one_line(err)) == (OK, f"permindex export: 1 key written to {tmp_path}/out.jsonl")
+    code, _out, err = permindex("remove", "only", *addr)
+    assert (code, one_line(err)) == (OK, "permindex remove: removed 1 of 1 key")
