@@ -6,6 +6,7 @@ section of README.md.
     python benchmarks/run.py                       # N = 10^6 and 10^7: designs, peers, gRPC
     python benchmarks/run.py --sizes 1e5 --quick   # a smoke run of every part (a minute)
     python benchmarks/run.py --scale 1e8           # 10^8 fingerprints, permindex only (memory)
+    python benchmarks/run.py --only grpc [--quick] # the gRPC part alone (about 5 minutes)
 
 Setup (peers are optional; a missing one is reported as skipped):
 
@@ -538,6 +539,29 @@ def echo_server(port: int) -> None:
     server.wait_for_termination()
 
 
+def echo_aio_server(port: int) -> None:
+    """The echo server of :func:`echo_server` on grpc.aio: the handler runs on the event loop."""
+    import asyncio
+
+    import grpc
+
+    async def echo(request: bytes, _context: object) -> bytes:
+        return request
+
+    async def serve() -> None:
+        handler = grpc.method_handlers_generic_handler(
+            "bench.Echo",
+            {"Echo": grpc.unary_unary_rpc_method_handler(echo, lambda b: b, lambda b: b)},
+        )
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
 def grpc_client(target: str, kind: str, seconds: float, start_at: float) -> dict[str, Any]:
     """Sequential calls for ``seconds`` from ``start_at``: ``echo`` sends 12 bytes to the echo
     server; ``query`` one fingerprint, ``batch`` 1,000 fingerprints to permindex Query."""
@@ -651,6 +675,27 @@ def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[st
     }
 
 
+def server_kind() -> str:
+    """``asyncio`` when ``permindex serve`` has the stream limits of the grpc.aio server, else
+    ``sync`` (the thread-pool server), with the commit of the measured tree when known."""
+    usage = subprocess.run(
+        [sys.executable, "-m", "permindex", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    ).stdout
+    kind = "asyncio" if "--max-streams" in usage else "sync"
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    ).stdout.strip()
+    return f"{kind} {commit}".strip()
+
+
 def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
     import grpc
 
@@ -660,7 +705,7 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
     from permindex.v1 import index_pb2_grpc
 
     fps, _ = make_data(n)
-    out: dict[str, Any] = {"system": "gRPC", "n": n}
+    out: dict[str, Any] = {"system": "gRPC", "n": n, "server": server_kind()}
     processes: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         try:
@@ -682,13 +727,15 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
                 )
             )
             echo_port = free_port()
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, __file__, "--worker", "echo-server", "--n", str(echo_port)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
+            aio_port = free_port()
+            for worker, echo_at in (("echo-server", echo_port), ("echo-aio-server", aio_port)):
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, __file__, "--worker", worker, "--n", str(echo_at)],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                 )
-            )
             target = f"127.0.0.1:{port}"
             channel = grpc.insecure_channel(target)
             grpc.channel_ready_future(channel).result(timeout=60)
@@ -705,28 +752,32 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
             time.sleep(4.0)
             channel.close()
             echo = f"127.0.0.1:{echo_port}"
-            # echo and permindex alternate, GRPC_ROUNDS times, so that a burst of load from
-            # elsewhere on the machine falls on both alike; medians over the rounds are kept,
-            # and each round's ratio beside them
+            aio_echo = f"127.0.0.1:{aio_port}"
+            # the sync echo, the asyncio echo and permindex alternate, GRPC_ROUNDS times, so
+            # that a burst of load from elsewhere on the machine falls on all alike; medians
+            # over the rounds are kept, and each round's ratio (to the sync echo) beside them
             rounds: dict[str, list[dict[str, Any]]] = {}
             for _ in range(GRPC_ROUNDS):
                 for name, kind, address, clients in (
                     ("echo_1", "echo", echo, 1),
+                    ("aio_echo_1", "echo", aio_echo, 1),
                     ("query_1", "query", target, 1),
                     ("echo_4", "echo", echo, 4),
+                    ("aio_echo_4", "echo", aio_echo, 4),
                     ("query_4", "query", target, 4),
                 ):
                     rounds.setdefault(name, []).append(run_clients(address, kind, clients, seconds))
             for name, runs in rounds.items():
                 out[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-            out["query_1"]["p50_ratios"] = [
-                q["p50_ms"] / e["p50_ms"]
-                for q, e in zip(rounds["query_1"], rounds["echo_1"], strict=True)
-            ]
-            out["query_4"]["calls_ratios"] = [
-                q["calls_per_s"] / e["calls_per_s"]
-                for q, e in zip(rounds["query_4"], rounds["echo_4"], strict=True)
-            ]
+            for ours in ("query", "aio_echo"):
+                out[f"{ours}_1"]["p50_ratios"] = [
+                    q["p50_ms"] / e["p50_ms"]
+                    for q, e in zip(rounds[f"{ours}_1"], rounds["echo_1"], strict=True)
+                ]
+                out[f"{ours}_4"]["calls_ratios"] = [
+                    q["calls_per_s"] / e["calls_per_s"]
+                    for q, e in zip(rounds[f"{ours}_4"], rounds["echo_4"], strict=True)
+                ]
             for name, kind, address, clients in (
                 ("batch_1", "batch", target, 1),
                 ("batch_2", "batch", target, 2),
@@ -801,6 +852,13 @@ def main() -> int:
         "--skip", default="", help="comma list: faiss,simhash,pybind,brute,grpc,restart"
     )
     parser.add_argument("--scale", type=float, default=None, help="only the 10^8-class run")
+    parser.add_argument(
+        "--only",
+        choices=["grpc"],
+        help="only this part (grpc: the server against the sync and asyncio echo servers, "
+        "N = 10^6 unless --sizes is smaller); its result replaces the part's entry in "
+        "results/results.json, the rest is kept",
+    )
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=float, default=0, help=argparse.SUPPRESS)
@@ -823,6 +881,7 @@ def main() -> int:
             "scale": lambda: worker_scale(n, args.repeats),
             "grpc": lambda: worker_grpc(n, 2.0 if args.quick else 5.0),
             "echo-server": lambda: echo_server(n),
+            "echo-aio-server": lambda: echo_aio_server(n),
         }
         print(json.dumps(workers[args.worker]()))
         return 0
@@ -838,6 +897,20 @@ def main() -> int:
         return 0
     skip = set(filter(None, args.skip.split(",")))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if args.only == "grpc":
+        quick = ["--quick"] if args.quick else []
+        result = run_worker(["grpc", "--n", str(min(max(sizes), 1_000_000)), *quick])
+        if result is None:
+            return 1
+        result["machine"] = machine()
+        path = RESULTS / "results.json"
+        kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        if kept is None:
+            kept = {"machine": result["machine"], "results": []}
+        kept["results"] = [r for r in kept["results"] if r.get("system") != "gRPC"] + [result]
+        path.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
+        write_outputs(args.no_readme)
+        return 0
     designs = args.designs.split()
     results: list[dict[str, Any]] = []
     info = machine()

@@ -96,3 +96,64 @@ class ServeProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         return self.wait()
+
+
+# -- readings of a process's /proc files (the load suite) ------------------------------------------
+
+
+def status_bytes(pid: int, name: str) -> int:
+    """A ``kB`` line of /proc/PID/status in bytes: ``VmRSS`` (resident now), ``VmHWM`` (the
+    resident peak since the start or since :func:`reset_peak_rss`)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+        if line.startswith(name + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(name)
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Resets the process's VmHWM to its VmRSS (``5`` into /proc/PID/clear_refs); False when
+    the kernel refuses it (then VmHWM is the peak since the start)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5", encoding="ascii")
+    except OSError:
+        return False
+    return True
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of the process (all its threads) so far, seconds."""
+    text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    fields = text.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RssSampler:
+    """VmRSS of ``pid`` read every ``interval`` s in a thread while in the ``with`` block:
+    ``peak`` (bytes, the largest reading) and ``samples`` ((monotonic time, bytes) pairs)."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def peak(self) -> int:
+        return max((rss for _, rss in self.samples), default=0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), status_bytes(self.pid, "VmRSS")))
+            except (OSError, KeyError):
+                return  # the process ended
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

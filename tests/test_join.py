@@ -4,6 +4,7 @@ byte-pair join's pigeonhole over every placement of up to 3 differing bits."""
 
 from __future__ import annotations
 
+import time
 from itertools import combinations
 
 import numpy as np
@@ -220,3 +221,12 @@ def test_bad_arguments() -> None:
         self_join(values, 1, "pairs")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="17 to 24"):
         list(table_pairs_radix(values, Design(4, 1).permutations[0]))
+
+
+def test_join_tables_of_a_wide_design_are_found_without_listing_k_sets() -> None:
+    """(64, 1) at k = 10 has 1.5 * 10^11 k-sets of blocks: join_tables falls back to
+    Design.tables_for at once (listing them took the memory of the machine)."""
+    started = time.monotonic()
+    design = Design(64, 1)
+    assert join_tables(design, 10) == design.tables_for(10)
+    assert time.monotonic() - started < 5

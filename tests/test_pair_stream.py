@@ -320,3 +320,18 @@ def test_sample_pairs_equal_the_listed_choice(
     assert got.a.tolist() == a[chosen].tolist()
     assert got.b.tolist() == b[chosen].tolist()
     assert got.distance.tolist() == d[chosen].tolist()
+
+
+def test_groups_without_pairs_to_send_cost_nothing() -> None:
+    """Clusters, flags and exact groups list no pairs: with send_pairs=False the 12,497,500
+    pairs of 5,000 identical keys are not counted, and the refusal names the smaller unit."""
+    index = identical(5000)
+    near = NearDuplicates.of_index(index, max_work=0, send_pairs=False)
+    assert near.work_estimate == 0
+    assert near.exact_duplicates()[0].keys[:2] == [
+        "https://example.com/page/00000",
+        "https://example.com/page/00001",
+    ]
+    with pytest.raises(WorkBudgetExceededError) as caught:
+        NearDuplicates.of_index(exploding(), max_work=1000, send_pairs=False)
+    assert caught.value.what == "candidate pairs to verify"

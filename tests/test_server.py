@@ -835,15 +835,15 @@ def test_sigterm_closes_idle_streams_at_once_then_snapshots(tmp_path: Path) -> N
         assert next(watch).status == NOT_SERVING
         with pytest.raises(grpc.RpcError) as closed:
             next(watch)
-        assert closed.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert "shutting down" in (closed.value.details() or "")
+        said = (closed.value.code(), closed.value.details())
+        assert said[0] == grpc.StatusCode.UNAVAILABLE and "shutting down" in (said[1] or ""), said
         with pytest.raises(grpc.RpcError) as ended:
             next(call)
-        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert "shutting down" in (ended.value.details() or "")
+        said = (ended.value.code(), ended.value.details())
+        assert said[0] == grpc.StatusCode.UNAVAILABLE and "shutting down" in (said[1] or ""), said
         requests.put(None)
         assert proc.wait() == 0, "".join(proc.stderr)
-        assert time.monotonic() - began < 5
+        assert time.monotonic() - began < 10, "".join(proc.stderr)
     assert "Traceback" not in "".join(proc.stderr)
     assert proc.stderr[-1].startswith("permindex: stopped; snapshot of 101 keys written to ")
     snapshot = read_snapshot(data_dir / SNAPSHOT_NAME)

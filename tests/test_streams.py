@@ -5,6 +5,7 @@ the Prometheus counters of each refusal, and SIGTERM finishing in-flight work. R
 
 from __future__ import annotations
 
+import os
 import queue
 import random
 import signal
@@ -160,9 +161,10 @@ def test_an_idle_stream_is_closed_and_a_busy_one_is_not(start_server: StartServe
 
 def test_a_join_over_its_budget_is_refused_before_any_work(start_server: StartServer) -> None:
     """--max-join-work 1000 with 200 fingerprints that all share one prefix of the join: Pairs,
-    Clusters and Flags are refused with RESOURCE_EXHAUSTED naming the estimate and the option,
-    while 5,000 keys of one fingerprint (no candidate to verify; their 12,497,500 pairs are
-    above the budget too) are refused likewise and a small collection is answered."""
+    Clusters and Flags are refused with RESOURCE_EXHAUSTED naming the estimate and the option.
+    5,000 keys of one fingerprint need no candidate verified: their Clusters and
+    ExactDuplicates are answered, their Pairs (12,497,500 to send) refused; a small collection
+    is answered."""
     server = start_server(max_join_work=1000, metrics_address="127.0.0.1:0")
     rng = random.Random(9)
     with permindex.Client(server.address, retries=0) as client:
@@ -173,10 +175,17 @@ def test_a_join_over_its_budget_is_refused_before_any_work(start_server: StartSe
             message = str(refused.value)
             assert "--max-join-work" in message and "1,000" in message
         client.remove([f"near/{i}" for i in range(200)])
+        client.add([(f"copy/{i:04d}", 7) for i in range(5000)])
+        assert [len(cluster) for cluster in client.clusters()] == [5000]
+        assert [len(group.keys) for group in client.exact_duplicates()] == [5000]
+        with pytest.raises(LimitExceededError) as refused:
+            client.pairs()
+        assert "12,497,500" in str(refused.value)
+        client.remove([f"copy/{i:04d}" for i in range(5000)])
         client.add([("a", 1), ("b", 1), ("c", 3)])
         assert client.pairs() == [("a", "b", 0), ("a", "c", 1), ("b", "c", 1)]
     assert server.metrics is not None and server.metrics.address is not None
-    assert "permindex_budget_refusals_total 3.0" in _metrics(server.metrics.address)
+    assert "permindex_budget_refusals_total 4.0" in _metrics(server.metrics.address)
 
 
 def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
@@ -194,13 +203,22 @@ def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
         with permindex.Client(address, batch_size=4000) as client:
             result.append(client.add(batch))
 
+    def cpu_seconds() -> float:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    baseline = cpu_seconds()
     thread = threading.Thread(target=add)
     began = time.monotonic()
     thread.start()
-    time.sleep(1.0)  # sent by now (40 MB on loopback); the server is fingerprinting
+    # the server has received the Add and is fingerprinting it (seconds of CPU in all)
+    while cpu_seconds() - baseline < 0.5 and time.monotonic() - began < 60:
+        time.sleep(0.02)
+    in_flight = thread.is_alive()
     proc.process.send_signal(signal.SIGTERM)
     thread.join(60)
     assert proc.wait() == 0, proc.text
+    assert in_flight, "the Add was answered before the signal: nothing was in flight"
     assert result and result[0].added == 4000, proc.text
     assert time.monotonic() - began < 30
     assert "snapshot of 4000 keys" in proc.text

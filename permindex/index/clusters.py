@@ -7,6 +7,7 @@ document of each cluster to keep (:func:`keep_per_cluster`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 import numpy as np
@@ -278,6 +279,9 @@ class NearDuplicates:
             among ``design`` and a few others that answer k (the same pairs, often faster).
         max_work: refuse, before joining, when :attr:`work_estimate` is above it (None: no
             limit).
+        send_pairs: whether the pairs of identical fingerprints count as work (True: a caller
+            that lists the pairs; False: one that wants only clusters, flags or exact groups,
+            which cost O(n) whatever the groups).
         should_stop: checked between chunks of the join (each at most about
             :data:`~permindex.index.join.PAIR_BUDGET` candidates) and before ordering the keys.
 
@@ -287,8 +291,9 @@ class NearDuplicates:
             in code point order; -1 for the others.
         work_estimate: (int) the candidate pairs the join verifies
             (:func:`~permindex.index.join.estimate_join_work` on the distinct fingerprints:
-            identical fingerprints cost none) plus the pairs of keys with identical
-            fingerprints (pairs to send); computed on first use unless ``max_work`` is given.
+            identical fingerprints cost none) plus, with ``send_pairs``, the pairs of keys with
+            identical fingerprints (pairs to send); computed on first use unless ``max_work``
+            is given. ``work_what`` names that unit.
 
     Raises:
         InvalidArgumentError: repeated keys, lengths that differ, a bad k or fingerprint.
@@ -339,6 +344,7 @@ class NearDuplicates:
         cheapest: bool = False,
         max_work: int | None = None,
         should_stop: Callable[[], bool] | None = None,
+        send_pairs: bool = True,
     ) -> None:
         fps = as_fingerprint_array(fingerprints)
         if len(keys) != fps.size:
@@ -354,13 +360,17 @@ class NearDuplicates:
         self._values = values = distinct_values(fps)
         self._plan = _plan(k, design, int(values.distinct.size), cheapest)
         self._estimate: int | None = None
+        self._send_pairs = send_pairs
+        self.work_what = "candidate pairs to verify" + (
+            " plus pairs of identical fingerprints" if send_pairs else ""
+        )
         if max_work is not None and self.work_estimate > max_work:
             raise WorkBudgetExceededError(
-                f"the estimated work, {self.work_estimate:,} (candidate pairs to verify plus "
-                f"pairs of identical fingerprints), is above the budget of {max_work:,}",
+                f"the estimated work, {self.work_estimate:,} ({self.work_what}), is above the "
+                f"budget of {max_work:,}",
                 estimate=self.work_estimate,
                 budget=max_work,
-                what="candidate pairs to verify plus pairs of identical fingerprints",
+                what=self.work_what,
             )
         self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)
         members = flagged_positions(values, self._value_pairs)
@@ -382,14 +392,15 @@ class NearDuplicates:
         *,
         max_work: int | None = None,
         should_stop: Callable[[], bool] | None = None,
+        send_pairs: bool = True,
     ) -> NearDuplicates:
         """From the contents of ``index`` at one instant (:meth:`Index.export`, one acquisition
         of its lock; the join runs after it, without the lock); ``k`` defaults to the index's k
         and may not exceed it (the k rule of a query,
         :func:`permindex.index.permutation.query_k`, as for :meth:`Index.pairs`). The join
         runs on the cheapest of the index's design and a few others that answer k
-        (``cheapest=True``). ``max_work`` and ``should_stop`` as for the constructor: the work
-        is estimated before the join. O(n) memory for n keys, plus the join's.
+        (``cheapest=True``). ``max_work``, ``should_stop`` and ``send_pairs`` as for the
+        constructor: the work is estimated before the join. O(n) memory for n keys, plus the join's.
 
         Raises:
             TypeError: ``k`` is not an int.
@@ -408,18 +419,20 @@ class NearDuplicates:
             cheapest=True,
             max_work=max_work,
             should_stop=should_stop,
+            send_pairs=send_pairs,
         )
 
     @property
     def work_estimate(self) -> int:
-        """Candidate pairs the join verifies plus pairs of identical fingerprints (see the
-        class docstring); O(T * n log n) on first use."""
+        """Candidate pairs the join verifies plus (``send_pairs``) pairs of identical
+        fingerprints (see the class docstring); O(T * n log n) on first use."""
         if self._estimate is None:
             values = self._values
             joined = 0
             if self.k > 0 and values.distinct.size > 1:
                 joined = join.estimate_join_work(values.distinct, self.k, self._plan)
-            self._estimate = joined + identical_pairs(values.counts)
+            same = identical_pairs(values.counts) if self._send_pairs else 0
+            self._estimate = joined + same
         return self._estimate
 
     def __len__(self) -> int:
@@ -511,8 +524,10 @@ class NearDuplicates:
         """The pairs as (key_a, key_b, distance), key_a < key_b, sorted; streamed from
         :meth:`pair_chunks`."""
         key = self.keys.__getitem__
-        for a, b, d in self.pair_chunks():
-            yield from zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
+        return chain.from_iterable(
+            zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
+            for a, b, d in self.pair_chunks()
+        )
 
     def sort_by_key(self, positions: _I64) -> _I64:
         """``positions`` (each with a near-duplicate) ordered by their keys."""

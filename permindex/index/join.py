@@ -44,6 +44,7 @@ PAIR_BUDGET = 1 << 18
 COUNT_BITS = 22
 
 _COVER_SEARCH = 20_000  # most sets of tables join_tables tries
+_COVER_KSETS = 200_000  # most k-sets of blocks join_tables enumerates
 
 #: The byte-pair join (:func:`byte_pair_candidates`), for k <= 3: a :data:`JoinDesign` that is
 #: not a :class:`Design`.
@@ -106,14 +107,17 @@ def join_tables(design: Design, k: int) -> tuple[int, ...]:
     sets, the one with the fewest expected candidate pairs (sum of 2^-prefix bits).
 
     The sets are tried exhaustively by increasing size while there are at most 20,000 of them
-    in all, each checked against every k-set of blocks (exact by construction); otherwise, and
-    when nothing smaller is found, :meth:`Design.tables_for` is used. E.g. (6, 2), k = 3: the
+    in all, each checked against every k-set of blocks (exact by construction); otherwise (also
+    when there are over 200,000 k-sets), and when nothing smaller is found,
+    :meth:`Design.tables_for` is used. E.g. (6, 2), k = 3: the
     6 tables of two triangles of blocks, where the greedy cover of ``tables_for`` takes 7.
 
     Raises InvalidArgumentError (from :meth:`Design.tables_for`) when not 0 <= k <= max_k.
     """
     default = design.tables_for(k)
     if k == design.max_k:  # every table: each k-set leaves exactly one table's blocks intact
+        return default
+    if math.comb(design.blocks, k) > _COVER_KSETS:  # e.g. (64, 1), k = 10: 1.5 * 10^11 k-sets
         return default
     perms = design.permutations
     ksets = [frozenset(d) for d in combinations(range(design.blocks), k)]

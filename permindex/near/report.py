@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import numpy as np
-
 from permindex.near.result import DedupResult
 
 __all__ = ["Example", "ReportCluster", "render_report", "select_examples", "word_diff"]
@@ -98,19 +96,19 @@ def select_examples(
     read_texts: Callable[[Sequence[int]], dict[int, str]],
 ) -> list[Example]:
     """Up to ``per_distance`` example pairs at each distance 0..k: the pairs whose later
-    document comes first in the input; their texts read with ``read_texts`` (input ordinals to
-    texts) in one call, and diffed."""
+    document comes first in the input (chosen while the pairs stream, in O(chunk + examples)
+    memory); their texts read with ``read_texts`` (input ordinals to texts) in one call, and
+    diffed."""
     near = result.near
-    a, b, d = near.pairs
-    if per_distance == 0 or a.size == 0:
+    if per_distance == 0:
+        return []
+    # chosen while the pairs stream by (NearDuplicates.sample_pairs), never all held at once
+    a, b, d = near.sample_pairs(per_distance, result.ordinals)
+    if a.size == 0:
         return []
     ordinal_a = result.ordinals[a]
     ordinal_b = result.ordinals[b]
-    later = np.maximum(ordinal_a, ordinal_b)
-    chosen: list[int] = []
-    for distance in range(result.options.k + 1):
-        at = np.flatnonzero(d == distance)
-        chosen.extend(at[np.argsort(later[at], kind="stable")[:per_distance]].tolist())
+    chosen = list(range(a.size))
     needed = sorted({int(ordinal_a[i]) for i in chosen} | {int(ordinal_b[i]) for i in chosen})
     texts = read_texts(needed)
     examples: list[Example] = []

@@ -7,7 +7,7 @@ proto <-> domain conversions. This is the only package besides the client that i
 - :mod:`permindex.rpc.catalog`: the collections of a server, on disk and in memory.
 - :mod:`permindex.rpc.service`: the servicer; domain errors become status codes in one place.
 - :mod:`permindex.rpc.auth`: TLS, bearer tokens, the exposure rule.
-- :mod:`permindex.rpc.metrics`: the Prometheus endpoint and the RPC metrics interceptor.
+- :mod:`permindex.rpc.metrics`: the Prometheus endpoint and the RPC metrics layer.
 - :mod:`permindex.rpc.handlers`: the servicer's method handlers, from the service descriptor,
   with a request parser that answers malformed bytes INVALID_ARGUMENT instead of INTERNAL.
 - :mod:`permindex.rpc.server`: :func:`create_server` (in-process) and :func:`run_server` (the

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -16,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 
 from permindex.errors import InvalidArgumentError
-from permindex.rpc.behaviors import refusal
+from permindex.rpc.behaviors import Behavior, Send, rewrap
 from permindex.rpc.config import ServerConfig
 
 __all__ = [
     "READ_ONLY",
     "READ_WRITE",
     "WRITE_METHODS",
-    "TokenAuthInterceptor",
+    "TokenCheck",
     "exposure_problem",
     "is_loopback",
     "load_tokens",
@@ -54,9 +53,8 @@ _OPEN_PREFIXES: Final = ("/grpc.health.v1.Health/",)
 
 if TYPE_CHECKING:
     _Handler = grpc.RpcMethodHandler[Any, Any]
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
-    _Interceptor = grpc.aio.ServerInterceptor
+    _Handler = Any
 
 
 @dataclass(frozen=True)
@@ -127,42 +125,47 @@ def _bearer(metadata: Any) -> bytes | None:
     return None
 
 
-class TokenAuthInterceptor(_Interceptor):
+class TokenCheck:
     """Checks the bearer token of every call except health checks (the rules:
-    :func:`load_tokens`). Nothing here logs a token; refusals are logged at DEBUG without it."""
+    :func:`load_tokens`), as a call layer (:meth:`wrap`). Nothing here logs a token; refusals are
+    logged at DEBUG without it."""
 
     def __init__(self, tokens: list[_Token]) -> None:
         self._tokens = list(tokens)
 
-    async def intercept_service(  # type: ignore[override]  # None: an unknown method
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> _Handler | None:
-        method: str = handler_call_details.method
-        if method.startswith(_OPEN_PREFIXES):
-            return await continuation(handler_call_details)
-        handler = await continuation(handler_call_details)
-        if handler is None:  # an unknown method: gRPC answers UNIMPLEMENTED
-            return handler
-        presented = _bearer(handler_call_details.invocation_metadata)
+    def _refusal(self, method: str, metadata: Any) -> tuple[grpc.StatusCode, str] | None:
+        presented = _bearer(metadata)
         role = None if presented is None else _role_of(self._tokens, presented)
         if role is None:
             log.debug("%s refused: %s token", method, "no" if presented is None else "unknown")
-            return refusal(
-                handler,
+            return (
                 grpc.StatusCode.UNAUTHENTICATED,
                 "missing or unknown token: send `authorization: Bearer TOKEN` "
                 "(permindex --token-file FILE, or PERMINDEX_TOKEN)",
             )
         if role == READ_ONLY and method in WRITE_METHODS:
             log.debug("%s refused: read-only token", method)
-            return refusal(
-                handler,
+            return (
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"{method.rsplit('/', 1)[-1]} changes the index; this token is read-only",
             )
-        return handler
+        return None
+
+    def wrap(self, method: str, handler: _Handler) -> _Handler:
+        """``handler`` of ``method`` behind the token check (a call layer)."""
+        if method.startswith(_OPEN_PREFIXES):
+            return handler
+
+        def layer(inner: Behavior) -> Behavior:
+            async def checked(request: Any, context: Any, send: Send) -> Any:
+                refused = self._refusal(method, context.invocation_metadata())
+                if refused is not None:
+                    await context.abort(*refused)
+                return await inner(request, context, send)
+
+            return checked
+
+        return rewrap(handler, layer)
 
 
 def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:

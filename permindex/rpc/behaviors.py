@@ -1,9 +1,15 @@
-"""Rewrapping the behaviour of a ``grpc.aio`` method handler, for the server's interceptors
-(:mod:`permindex.rpc.limits`, :mod:`permindex.rpc.auth`, :mod:`permindex.rpc.metrics`).
+"""Rewrapping the behaviour of a ``grpc.aio`` method handler, for the server's call layers
+(:mod:`permindex.rpc.limits`, :mod:`permindex.rpc.auth`, :mod:`permindex.rpc.metrics`), and
+:class:`ServiceHandlers`, which collects every service's handlers so that the layers are applied
+once, when the server is built.
+
+The layers are not grpc.aio interceptors: an interceptor runs for every call and builds the
+handler anew each time, which cost about 0.1 ms a unary call here (a quarter of its latency);
+wrapped once at registration, a call pays only the layers' coroutine frames.
 
 A grpc.aio behaviour is a coroutine function (unary response) or, for a response stream, either
 an async generator function (it yields messages) or a coroutine function that writes them with
-``context.write``. :func:`rewrap` gives every interceptor one shape to wrap: a coroutine function
+``context.write``. :func:`rewrap` gives every layer one shape to wrap: a coroutine function
 ``(request_or_iterator, context, send) -> response | None`` where ``send(message)`` is awaited
 for each message of a response stream, so a wrapper sees each message go out (and how long the
 client takes to take it).
@@ -17,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
-__all__ = ["Behavior", "Send", "kind_of", "refusal", "rewrap"]
+__all__ = ["Behavior", "Layer", "Send", "ServiceHandlers", "kind_of", "refusal", "rewrap"]
 
 if TYPE_CHECKING:
     _Handler = grpc.RpcMethodHandler[Any, Any]
@@ -28,6 +34,8 @@ else:
 Send = Callable[[Any], Awaitable[None]]
 #: The one shape :func:`rewrap` hands to a wrapper: (request or request iterator, context, send).
 Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any], Send], Awaitable[Any]]
+#: A call layer: (full method name ``/package.Service/Method``, handler) -> the wrapped handler.
+Layer = Callable[[str, "_Handler"], "_Handler"]
 
 
 def kind_of(handler: _Handler) -> str:
@@ -115,3 +123,40 @@ def refusal(handler: _Handler, code: grpc.StatusCode, message: str) -> _Handler:
         return refuse
 
     return rewrap(handler, wrap)
+
+
+class ServiceHandlers:
+    """Every method handler of the services registered on it, by full method name.
+
+    It stands in for the server in the generated ``add_*Servicer_to_server`` functions (health,
+    reflection) and in :func:`permindex.rpc.handlers.add_servicer`, which call
+    :meth:`add_generic_rpc_handlers` and :meth:`add_registered_method_handlers`; then
+    :meth:`register` puts them on the real server, each wrapped by the layers.
+    """
+
+    def __init__(self) -> None:
+        self.services: dict[str, dict[str, _Handler]] = {}
+
+    def add_generic_rpc_handlers(self, generic_handlers: Any) -> None:
+        """Ignored: the same handlers arrive through :meth:`add_registered_method_handlers`."""
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: dict[str, _Handler]
+    ) -> None:
+        """Record the handlers of ``service_name``."""
+        self.services[service_name] = dict(method_handlers)
+
+    def register(self, server: grpc.aio.Server, layers: list[Layer]) -> None:
+        """Add every recorded service to ``server``, each handler wrapped by ``layers`` (the
+        first one outermost), as a generic handler and as registered method handlers."""
+        for service, handlers in self.services.items():
+            wrapped: dict[str, _Handler] = {}
+            for name, handler in handlers.items():
+                method = f"/{service}/{name}"
+                for layer in reversed(layers):
+                    handler = layer(method, handler)
+                wrapped[name] = handler
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(service, wrapped),)
+            )
+            cast("Any", server).add_registered_method_handlers(service, wrapped)

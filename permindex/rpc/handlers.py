@@ -289,7 +289,7 @@ def method_handlers(
     The status message names the message type and the first problem found in the bytes, e.g.
     ``the request is not a valid permindex.v1.AddRequest message: documents[0].key is not valid
     UTF-8 (byte 5)``. Everything else is as with the generated registration: the same method
-    names, both a generic handler and registered method handlers, and the server's interceptors
+    names, both a generic handler and registered method handlers, and the server's call layers
     (metrics, token check) wrap these handlers, so a malformed request is counted by the metrics
     with its status, and the token check, which runs before any deserialization, still refuses a
     call without a valid token (UNAUTHENTICATED) whatever its bytes. Messages over the server's size
@@ -318,7 +318,7 @@ def method_handlers(
 
 
 def add_servicer(
-    servicer: object, server: grpc.aio.Server, service: ServiceDescriptor = PERMINDEX_SERVICE
+    servicer: object, server: Any, service: ServiceDescriptor = PERMINDEX_SERVICE
 ) -> None:
     """Register ``servicer`` for ``service`` on ``server`` with :func:`method_handlers`: as a
     generic handler and as registered method handlers, as the generated

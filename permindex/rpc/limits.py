@@ -1,6 +1,7 @@
 """What clients may hold: the streams open at once (in all and per client IP address), the
-unary calls served at once, and how long a stream may sit idle (:class:`CallLimits`, a grpc.aio
-server interceptor); and the closing of idle streams at shutdown (:meth:`CallLimits.close`).
+unary calls served at once, and how long a stream may sit idle (:class:`CallLimits`, a call
+layer of :mod:`permindex.rpc.behaviors`); and the closing of idle streams at shutdown
+(:meth:`CallLimits.close`).
 
 The rules (the README's "Running in production" section says what a client sees):
 
@@ -36,10 +37,8 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     _Handler = grpc.RpcMethodHandler[Any, Any]
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
     _Handler = Any
-    _Interceptor = grpc.aio.ServerInterceptor
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
@@ -68,7 +67,7 @@ class StreamClosed(Exception):
         self.message = message
 
 
-class CallLimits(_Interceptor):
+class CallLimits:
     """Admission of calls and the idle rule of streams (the module docstring gives the rules).
 
     Args:
@@ -238,15 +237,9 @@ class CallLimits(_Interceptor):
 
         return unary
 
-    async def intercept_service(  # type: ignore[override]  # None: an unknown method
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> _Handler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method: str = handler_call_details.method
+    def wrap(self, method: str, handler: _Handler) -> _Handler:
+        """``handler`` of ``method`` (``/package.Service/Method``) under these limits (a
+        :data:`~permindex.rpc.behaviors.Layer`)."""
         if handler.request_streaming or handler.response_streaming:
             request_streaming = bool(handler.request_streaming)
             watch = method == HEALTH_WATCH

@@ -1,6 +1,6 @@
 """Prometheus metrics of a server over HTTP (``serve --metrics-address HOST:PORT``, off by
 default): the per-server registry, the gauges read at scrape time (:class:`StateCollector`), the
-RPC counters and latency histogram (:class:`MetricsInterceptor`), and the HTTP endpoint
+RPC counters and latency histogram (:class:`CallMetrics`), and the HTTP endpoint
 (:class:`MetricsServer`, whose docstring lists what is exported).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from permindex.rpc.behaviors import Behavior, Send, rewrap
 from permindex.rpc.state import ServerState, resident_memory_bytes
 
-__all__ = ["MetricsInterceptor", "MetricsServer", "StateCollector"]
+__all__ = ["CallMetrics", "MetricsServer", "StateCollector"]
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,8 @@ if TYPE_CHECKING:
     from permindex.rpc.catalog import Catalog
 
     _Handler = grpc.RpcMethodHandler[Any, Any]
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
-    _Interceptor = grpc.aio.ServerInterceptor
+    _Handler = Any
 
 #: Latency buckets, seconds: 100 µs to 60 s.
 _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -111,9 +110,9 @@ def _code_name(context: Any, default: str) -> str:
     return default
 
 
-class MetricsInterceptor(_Interceptor):
-    """Counts every call by method and status code and times it; put it first (outermost), so
-    that calls refused by the token check are counted too."""
+class CallMetrics:
+    """Counts every call by method and status code and times it (a call layer, :meth:`wrap`),
+    and counts the refusals of the limits."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
@@ -163,18 +162,13 @@ class MetricsInterceptor(_Interceptor):
             self.errors.labels(method, code).inc()
         self.duration.labels(method).observe(time.perf_counter() - began)
 
-    async def intercept_service(  # type: ignore[override]  # None: an unknown method
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> _Handler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method.rsplit("/", 1)[-1]
+    def wrap(self, method_path: str, handler: _Handler) -> _Handler:
+        """``handler`` of ``method_path`` counted and timed (a call layer; put it outermost, so
+        that calls refused by the token check or a limit are counted too)."""
+        method = method_path.rsplit("/", 1)[-1]
         observe = self._observe
 
-        def wrap(inner: Behavior) -> Behavior:
+        def layer(inner: Behavior) -> Behavior:
             async def observed(request: Any, context: Any, send: Send) -> Any:
                 began = time.perf_counter()
                 code = "OK"
@@ -193,7 +187,7 @@ class MetricsInterceptor(_Interceptor):
 
             return observed
 
-        return rewrap(handler, wrap)
+        return rewrap(handler, layer)
 
 
 class MetricsServer:
@@ -228,13 +222,13 @@ class MetricsServer:
     - ``permindex_uptime_seconds``: seconds since the server started.
 
     The gauges are read when Prometheus scrapes (a custom collector), so they cost nothing
-    between scrapes; RPC counters and histograms are updated by a server interceptor at the end
+    between scrapes; RPC counters and histograms are updated by a call layer at the end
     of each call.
     """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.interceptor = MetricsInterceptor(self.registry)
+        self.calls = CallMetrics(self.registry)
         self._httpd: Any = None
         self.address: str | None = None
 

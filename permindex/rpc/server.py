@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import _async as reflection_aio
+from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 from permindex.addresses import parse_address
 from permindex.errors import (
@@ -32,11 +33,12 @@ from permindex.errors import (
     exit_code_for,
 )
 from permindex.rpc.auth import (
-    TokenAuthInterceptor,
+    TokenCheck,
     exposure_problem,
     load_tokens,
     server_credentials,
 )
+from permindex.rpc.behaviors import Layer, ServiceHandlers
 from permindex.rpc.catalog import Catalog
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.handlers import add_servicer
@@ -408,6 +410,9 @@ def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         # frees its streams
         ("grpc.keepalive_time_ms", int(config.keepalive_seconds * 1000)),
         ("grpc.keepalive_timeout_ms", int(config.keepalive_timeout_seconds * 1000)),
+        # without it the server sends the pings but never gives up on an unanswered one
+        # (grpcio 1.85: a SIGSTOPped client held its streams for good)
+        ("grpc.http2.ping_timeout_ms", int(config.keepalive_timeout_seconds * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         # clients may ping every 10 s (gRPC's default refuses pings more often than 5 min)
@@ -426,36 +431,40 @@ async def _start(
     credentials: grpc.ServerCredentials | None,
 ) -> tuple[grpc.aio.Server, CallLimits, HealthService, int]:
     """Build, bind and start the asyncio server (on the event loop); health NOT_SERVING."""
+    calls = None if metrics is None else metrics.calls
     limits = CallLimits(
         max_streams=config.max_streams,
         max_streams_per_address=config.max_streams_per_address,
         max_unary=config.max_concurrent_rpcs,
         idle_seconds=config.stream_idle_seconds,
-        on_refused=(None if metrics is None else metrics.interceptor.streams_refused_by),
-        on_idle_closed=None if metrics is None else metrics.interceptor.idle_closed.inc,
+        on_refused=None if calls is None else calls.streams_refused_by,
+        on_idle_closed=None if calls is None else calls.idle_closed.inc,
     )
     # metrics outermost, so that calls refused by the token check or a limit are counted too;
     # the token check before the limits, so that a caller without a token holds no stream
-    interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] = [
-        *([metrics.interceptor] if metrics is not None else []),
-        *([TokenAuthInterceptor(tokens)] if tokens is not None else []),
-        limits,
+    layers: list[Layer] = [
+        *([calls.wrap] if calls is not None else []),
+        *([TokenCheck(tokens).wrap] if tokens is not None else []),
+        limits.wrap,
     ]
-    server = grpc.aio.server(options=_server_options(config), interceptors=interceptors)
+    server = grpc.aio.server(options=_server_options(config))
+    services = ServiceHandlers()  # every service's handlers, wrapped by the layers once
     health_service = HealthService(limits, ("", SERVICE_NAME))
-    health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_service, services)
     # our handlers, not the generated add_PermIndexServicer_to_server: a malformed request
     # gets INVALID_ARGUMENT instead of INTERNAL (see permindex.rpc.handlers)
     servicer = PermIndexService(
         state,
         catalog,
         work=Work(executor),
-        on_budget_refused=None if metrics is None else metrics.interceptor.budget_refusals.inc,
+        on_budget_refused=None if calls is None else calls.budget_refusals.inc,
     )
-    add_servicer(servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, _HEALTH_SERVICE, _REFLECTION_SERVICE), server
+    add_servicer(servicer, services)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection_aio.ReflectionServicer((SERVICE_NAME, _HEALTH_SERVICE, _REFLECTION_SERVICE)),
+        services,
     )
+    services.register(server, layers)
     try:
         if credentials is None:
             port = server.add_insecure_port(config.address)

@@ -468,19 +468,23 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         )
 
     def _near_duplicates(
-        self, state: ServerState, k: int | None, stop: threading.Event
+        self, state: ServerState, k: int | None, stop: threading.Event, send_pairs: bool = True
     ) -> NearDuplicates:
         """Pairs, clusters, flags and exact groups of one consistent export of the index, its
-        work estimate checked against ``--max-join-work`` first (runs in the executor)."""
+        work estimate checked against ``--max-join-work`` first (runs in the executor); with
+        ``send_pairs`` False (Clusters, Flags, ExactDuplicates) the pairs of identical
+        fingerprints, which those calls never list, are not counted."""
         k = convert.check_k(k, state.index.k, state.index.design)
         budget = state.config.max_join_work
         try:
-            return NearDuplicates.of_index(state.index, k, max_work=budget, should_stop=stop.is_set)
+            return NearDuplicates.of_index(
+                state.index, k, max_work=budget, should_stop=stop.is_set, send_pairs=send_pairs
+            )
         except WorkBudgetExceededError as error:
             self.on_budget_refused()
             raise WorkBudgetExceededError(
-                f"this call needs about {error.estimate:,} {error.what}, more than the "
-                f"server's budget of {budget:,} per call (serve --max-join-work); lower k, or "
+                f"this call's work estimate is {error.estimate:,} ({error.what}), above the "
+                f"server's budget of {budget:,} per call (serve --max-join-work): lower k, or "
                 "raise the budget",
                 estimate=error.estimate,
                 budget=budget,
@@ -497,7 +501,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         built in the executor as the client takes the previous one."""
         state = self._collection(request.collection)
         stop = threading.Event()
-        found = await self.work.run(self._near_duplicates, state, k, stop, stop=stop)
+        # no pair is sent: the pairs of identical fingerprints are no work here
+        found = await self.work.run(self._near_duplicates, state, k, stop, False, stop=stop)
         messages = to_proto(found)
         while (message := await self.work.run(next, messages, None, stop=stop)) is not None:
             yield message
