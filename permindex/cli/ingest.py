@@ -345,10 +345,10 @@ def add_ingest_command(command: CommandFactory) -> None:
         "add documents from a JSONL file or a folder",
         "Add (or replace) documents. PATH is one of:\n"
         '  a JSONL file, gzip-compressed or not: {"id": KEY, "text": TEXT} or\n'
-        '    {"id": KEY, "fingerprint": FP} a line. An integer id is taken as its decimal\n'
-        "    string. FP is a JSON integer (decimal), or a string of 16 hex digits or 0x...\n"
-        "    (hex). A malformed line stops the ingest with an error naming its line number;\n"
-        "    the batches before it stay stored.\n"
+        '    {"id": KEY, "fingerprint": FP} a line. KEY is a JSON string (a number is\n'
+        "    refused). FP is a JSON integer (its value), or a string in hex: exactly 16 hex\n"
+        "    digits, or 0x and 1 to 16 hex digits. A malformed line stops the ingest with an\n"
+        "    error naming its line number; the batches before it stay stored.\n"
         "  a folder: every regular file below it is a document keyed by its path relative to\n"
         "    the folder (as on disk); .gz files are read decompressed, .html/.htm reduced to\n"
         "    their visible text; symlinks and files that are not UTF-8 text are skipped and\n"

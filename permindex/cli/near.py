@@ -32,47 +32,51 @@ __all__ = ["add_commands"]
 
 
 def _cmd_clusters(args: argparse.Namespace) -> int:
-    ordered: list[tuple[int, list[str]]]  # (fingerprint or 0, keys), cluster 1 first
+    # TSV lines are written as the server's messages arrive (no deadline, nothing held but one
+    # group); --json needs the whole answer first.
     with connect(args.address, args.connection) as client:
-        if args.exact:
-            ordered = [(group.fingerprint, group.keys) for group in client.exact_duplicates()]
+        if args.json:
+            if args.exact:
+                rows: list[dict[str, object]] = [
+                    {
+                        "group": n,
+                        "fingerprint": format_fingerprint(group.fingerprint),
+                        "size": len(group.keys),
+                        "keys": group.keys,
+                    }
+                    for n, group in enumerate(client.iter_exact_duplicates(), start=1)
+                ]
+            else:
+                rows = [
+                    {"cluster": n, "size": len(keys), "keys": keys}
+                    for n, keys in enumerate(client.iter_clusters(args.k), start=1)
+                ]
+            out(json.dumps(rows, ensure_ascii=False) + "\n")
+        elif args.exact:
+            out(
+                f"{n}\t{format_fingerprint(group.fingerprint)}\t{tsv_field(key)}\n"
+                for n, group in enumerate(client.iter_exact_duplicates(), start=1)
+                for key in group.keys
+            )
         else:
-            ordered = [(0, keys) for keys in client.clusters(k=args.k)]
-    if args.json:
-        if args.exact:
-            rows: list[dict[str, object]] = [
-                {"group": n, "fingerprint": format_fingerprint(fp), "size": len(keys), "keys": keys}
-                for n, (fp, keys) in enumerate(ordered, start=1)
-            ]
-        else:
-            rows = [
-                {"cluster": n, "size": len(keys), "keys": keys}
-                for n, (_, keys) in enumerate(ordered, start=1)
-            ]
-        out(json.dumps(rows, ensure_ascii=False) + "\n")
-    elif args.exact:
-        out(
-            f"{n}\t{format_fingerprint(fp)}\t{tsv_field(key)}\n"
-            for n, (fp, keys) in enumerate(ordered, start=1)
-            for key in keys
-        )
-    else:
-        out(
-            f"{n}\t{tsv_field(key)}\n"
-            for n, (_, keys) in enumerate(ordered, start=1)
-            for key in keys
-        )
+            out(
+                f"{n}\t{tsv_field(key)}\n"
+                for n, keys in enumerate(client.iter_clusters(args.k), start=1)
+                for key in keys
+            )
     return EXIT_CODES["ok"]
 
 
 def _cmd_flags(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
-        flags = client.flags(k=args.k)  # (key, nearest, distance, neighbors), by key
-    if args.json:
-        rows = [{"key": k, "nearest_key": n, "distance": d, "neighbors": c} for k, n, d, c in flags]
-        out(json.dumps(rows, ensure_ascii=False) + "\n")
-    else:
-        out(f"{tsv_field(k)}\t{tsv_field(n)}\t{d}\t{c}\n" for k, n, d, c in flags)
+        flags = client.iter_flags(args.k)  # (key, nearest, distance, neighbors), by key
+        if args.json:
+            rows = [
+                {"key": k, "nearest_key": n, "distance": d, "neighbors": c} for k, n, d, c in flags
+            ]
+            out(json.dumps(rows, ensure_ascii=False) + "\n")
+        else:  # written as the server's messages arrive
+            out(f"{tsv_field(k)}\t{tsv_field(n)}\t{d}\t{c}\n" for k, n, d, c in flags)
     return EXIT_CODES["ok"]
 
 
