@@ -121,10 +121,10 @@ def _unary_inline_when(
 
         @functools.wraps(method)
         async def handler(self: PermIndexService, request: _Req, context: _Context) -> _Resp:
-            stop = threading.Event()
             try:
                 if small is not None and small(request):
-                    return method(self, request, stop)
+                    return method(self, request, _NEVER)  # nothing to stop: it runs at once
+                stop = threading.Event()
                 return await self.work.run(method, self, request, stop, stop=stop)
             except _PASS_THROUGH:
                 raise
@@ -136,6 +136,8 @@ def _unary_inline_when(
     return decorate
 
 
+#: The stop event of a call served on the event loop (never set: such a call is not cut short).
+_NEVER = threading.Event()
 #: Keys or fingerprints of a request small enough to be served on the event loop.
 _INLINE_ITEMS = 16
 
