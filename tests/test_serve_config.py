@@ -156,6 +156,7 @@ SAMPLES = {
     "max_concurrent_rpcs": "5",
     "max_streams": "7",
     "max_streams_per_address": "6",
+    "max_connections": "50",
     "stream_idle_seconds": "2.5",
     "keepalive_seconds": "30",
     "keepalive_timeout_seconds": "5",

@@ -223,3 +223,111 @@ def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
     assert time.monotonic() - began < 30
     assert "snapshot of 4000 keys" in proc.text
     assert "Traceback" not in proc.text
+
+
+def test_a_batch_lookup_past_its_deadline_stops_and_keeps_its_place_until_then(
+    tmp_path: Path,
+) -> None:
+    """5,000 keys of one fingerprint; Query and QueryColumns of 1,024 copies of it (5.1 million
+    matches) with a 0.5 s deadline: the server's CPU goes idle within 1 s of the deadline (the
+    lookup is sliced by matches and checks the call between slices). With
+    --max-concurrent-rpcs 2, 6 rounds of 2 such calls keep the executor's queue bounded: after
+    them the server is idle within 2 s (the abandoned lookups held their places until they
+    stopped, so they could not queue up) and a Stats call is answered at once."""
+    proc = ServeProcess(tmp_path / "data", "--max-concurrent-rpcs", "2")
+    address = proc.address()
+    assert address is not None, proc.text
+
+    def cpu_seconds() -> float:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def idle_after(began: float) -> float:
+        """Seconds from ``began`` until the server used under 20 ms of CPU in 100 ms."""
+        while True:
+            before = cpu_seconds()
+            time.sleep(0.1)
+            if cpu_seconds() - before < 0.02:
+                return time.monotonic() - began
+            assert time.monotonic() - began < 30, "the server kept working"
+
+    template = 0x0123456789ABCDEF
+    try:
+        with permindex.Client(address) as client:
+            client.add([(f"https://example.com/{i:05d}", template) for i in range(5000)])
+        channel, stub = make_stub(address)
+        with channel:
+            import numpy as np
+
+            copies = np.full(1024, template, dtype=np.uint64)
+            for kind in ("query", "columns"):
+                with pytest.raises(grpc.RpcError) as late:
+                    if kind == "query":
+                        stub.Query(pb.QueryRequest(fingerprints=copies.tolist()), timeout=0.5)
+                    else:
+                        columns = pb.QueryColumnsRequest(fingerprints=copies.tobytes())
+                        list(stub.QueryColumns(iter([columns]), timeout=0.5))
+                assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                assert idle_after(time.monotonic()) < 1.0, kind
+            request = pb.QueryRequest(fingerprints=copies.tolist())
+            for _ in range(6):
+                calls = [stub.Query.future(request, timeout=0.3) for _ in range(2)]
+                for call in calls:
+                    with pytest.raises(grpc.RpcError) as refused:
+                        call.result()
+                    assert refused.value.code() in (
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    )
+            # the abandoned work held its places until it stopped, and stops soon: no queue
+            assert idle_after(time.monotonic()) < 2.0
+            began = time.monotonic()
+            assert stub.Stats(pb.StatsRequest(), timeout=5).count == 5000
+            assert time.monotonic() - began < 1
+    finally:
+        proc.process.terminate()
+        proc.wait()
+
+
+def test_connections_are_bounded_and_silent_sockets_closed(tmp_path: Path) -> None:
+    """--max-connections 20: 30 raw TCP sockets that never speak HTTP/2 keep at most 20 open
+    (the rest are closed at once); once they are gone the server answers again; a socket that
+    stays silent is closed by the server's 10 s handshake timeout."""
+    import socket
+
+    proc = ServeProcess(tmp_path / "data", "--max-connections", "20")
+    address = proc.address()
+    assert address is not None, proc.text
+    host, port = address.rsplit(":", 1)
+
+    def is_open(sock: socket.socket) -> bool:
+        """False once the server closed it (what it sent before, its SETTINGS, is read)."""
+        try:
+            while sock.recv(4096, socket.MSG_DONTWAIT):
+                continue
+            return False
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(30)]
+    for sock in sockets:
+        sock.setblocking(False)
+    try:
+        time.sleep(1.0)
+        assert sum(is_open(sock) for sock in sockets) == 20
+        for sock in sockets[1:]:
+            sock.close()
+        time.sleep(0.5)
+        with permindex.Client(address, timeout=5) as client:
+            assert client.stats().count == 0
+        began = time.monotonic()
+        while is_open(sockets[0]):
+            assert time.monotonic() - began < 15, "a silent socket was held past 15 s"
+            time.sleep(0.2)
+    finally:
+        for sock in sockets:
+            sock.close()
+        proc.process.terminate()
+        proc.wait()

@@ -409,6 +409,16 @@ class ServerConfig:
             metavar="N",
         ),
     )
+    max_connections: int = field(
+        default=2048,
+        metadata=declare(
+            "TCP connections open at once; one more is closed at once (the server also\n"
+            "raises its open-file limit to the system's hard limit at the start)\n"
+            "(default {default})",
+            parse=positive,
+            metavar="N",
+        ),
+    )
     stream_idle_seconds: float = field(
         default=300.0,
         metadata=declare(

@@ -312,6 +312,30 @@ def _refuse_port_in_use(host: str, port: int, address: str) -> None:
                     ) from error
 
 
+def _raise_file_limit(connections: int) -> None:
+    """Raise this process's soft limit of open files to its hard limit (each connection is a
+    file descriptor; systemd's default soft limit is 1,024), and warn when the hard limit is
+    below ``connections`` plus room for the data files."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as error:  # pragma: no cover - refused by the system
+            log.debug("could not raise the open-file limit: %s", error)
+    if soft != resource.RLIM_INFINITY and soft < connections + 64:
+        log.warning(
+            "the open-file limit is %d, below --max-connections %d plus room for data files: "
+            "raise it (ulimit -n, systemd LimitNOFILE) or lower --max-connections",
+            soft,
+            connections,
+        )
+
+
 def create_server(config: ServerConfig) -> RunningServer:
     """Load ``config.data_dir``, then start serving ``permindex.v1.PermIndex`` (plus standard
     health checking and server reflection) on ``config.address``.
@@ -343,6 +367,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     if exposed is not None:
         log.warning("insecure: %s", exposed)
     _refuse_port_in_use(host, port, config.address)
+    _raise_file_limit(config.max_connections)
     store = Store.open(
         config.data_dir,
         k=config.k,
@@ -418,6 +443,10 @@ def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         # clients may ping every 10 s (gRPC's default refuses pings more often than 5 min)
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        # connections beyond this are closed at once; one that has not finished its HTTP/2 (or
+        # TLS) handshake within 10 s is closed: silent sockets cannot hold file descriptors
+        ("grpc.max_allowed_incoming_connections", config.max_connections),
+        ("grpc.server_handshake_timeout_ms", 10_000),
     ]
 
 

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 import numpy as np
+from numpy.typing import NDArray
 
 import permindex
 from permindex.errors import (
@@ -24,6 +25,7 @@ from permindex.errors import (
     WorkBudgetExceededError,
     status_name_for,
 )
+from permindex.index import Match
 from permindex.index.clusters import NearDuplicates
 from permindex.index.key_section import batch_repeats
 from permindex.rpc import convert
@@ -40,8 +42,10 @@ log = logging.getLogger(__name__)
 #: Full name of the service, as health checking and reflection know it.
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PermIndex"].full_name
 
-#: Fingerprints looked up per acquisition of the index lock in a Query.
+#: The most fingerprints looked up per acquisition of the index lock in a Query (:func:`_slices`).
 _QUERY_SLICE = 1024
+#: Matches per slice of a batch lookup that :func:`_slices` aims below (about 50 ms of work).
+_SLICE_MATCHES = 50_000
 
 _ADDED = pb.DOCUMENT_STATUS_ADDED
 _REPLACED = pb.DOCUMENT_STATUS_REPLACED
@@ -77,7 +81,8 @@ class Work:
     ``stop`` events let long work end early: when the awaiting call is cancelled (the client
     went away, its deadline passed, the server stops past its grace), the event is set, and the
     join and the batch lookups, which check it between chunks, raise CallCancelledError soon
-    after; the thread is then free for the next call."""
+    after; the call ends (and frees its place under the limits) only then, so the work queued in
+    the executor stays bounded by the limits."""
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
@@ -88,10 +93,13 @@ class Work:
         """``function(*args)`` in the executor; its result or exception."""
         future = asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
         try:
-            return await future
+            return await asyncio.shield(future)
         except asyncio.CancelledError:
             if stop is not None:
                 stop.set()
+            # the call keeps its place under the limits until its work has stopped: work the
+            # client gave up on cannot pile up in the executor behind the limits' backs
+            await asyncio.wait((future,))
             raise
 
 
@@ -184,6 +192,37 @@ def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
     """The keys of a Get or Remove request checked against the collection's limits."""
     config = state.config
     return convert.check_keys(keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes)
+
+
+def _slices(
+    state: ServerState,
+    fingerprints: NDArray[np.uint64],
+    k: int | None,
+    limit: int | None,
+    stop: threading.Event,
+) -> Iterator[tuple[list[list[Match]], int]]:
+    """The matches of ``fingerprints`` ((n,) uint64) looked up slice by slice with
+    ``Index.query_many``, each with the number of fingerprints done so far.
+
+    A slice holds at most :data:`_QUERY_SLICE` fingerprints and is sized by the matches the last
+    one returned (halved above :data:`_SLICE_MATCHES`, doubled below a tenth of it), so that a
+    slice of fingerprints with thousands of matches each (5,000 copies of a template page) takes
+    about as long as one of ordinary fingerprints; before each slice ``stop`` is checked
+    (CallCancelledError) and the index lock is let go.
+    """
+    n = len(fingerprints)
+    start, size = 0, 64
+    while start < n:
+        _check_stop(stop)
+        end = min(n, start + size)
+        part = state.index.query_many(fingerprints[start:end], k=k, limit=limit)
+        yield part, end
+        matches = sum(map(len, part))
+        if matches > _SLICE_MATCHES:
+            size = max(1, size // 2)
+        elif matches < _SLICE_MATCHES // 10:
+            size = min(_QUERY_SLICE, size * 2)
+        start = end
 
 
 def _check_stop(stop: threading.Event) -> None:
@@ -338,7 +377,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     # ---- reads
 
-    @_unary_inline_when(lambda request: len(request.fingerprints) <= _INLINE_ITEMS)
+    @_unary_inline_when(lambda request: len(request.fingerprints) == 1)
     def Query(self, request: pb.QueryRequest, stop: threading.Event) -> pb.QueryResponse:
         """Every stored key within k of each fingerprint."""
         state = self._collection(request.collection)
@@ -359,20 +398,16 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         fingerprints = np.array(request.fingerprints, dtype=np.uint64)
         n = len(fingerprints)
         size = 0
-        # Slices, so that the index lock is let go between them (writers are not held up by one
-        # large batch), and so that an answer too large for one message is refused early.
-        for start in range(0, n, _QUERY_SLICE):
-            _check_stop(stop)
-            found = state.index.query_many(
-                fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
-            )
+        # Slices (_slices), so that the index lock is let go between them, a cancelled call stops
+        # within one, and an answer too large for one message is refused early.
+        for found, done in _slices(state, fingerprints, k, limit, stop):
             for matches in found:
                 if matches:
                     add(matches=convert.matches_to_proto(matches))
                 else:
                     add()
             size += convert.query_wire_bytes(found)
-            self._check_query_size(state, response, size, min(start + _QUERY_SLICE, n), n)
+            self._check_query_size(state, response, size, done, n)
         return response
 
     def _query_columns(
@@ -387,23 +422,11 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         )
         limit = convert.limit_from(request.limit if request.HasField("limit") else None)
         n = len(fingerprints)
-        if n <= _QUERY_SLICE:
-            found = state.index.query_many(fingerprints, k=k, limit=limit)
-            convert.check_reply_size(
-                convert.columns_wire_bytes(found), state.config.max_message_bytes, n, n
-            )
-            return convert.matches_to_columns(found)
-        found = []
+        found: list[list[Match]] = []
         size = 0
-        for start in range(0, n, _QUERY_SLICE):
-            _check_stop(stop)
-            part = state.index.query_many(
-                fingerprints[start : start + _QUERY_SLICE], k=k, limit=limit
-            )
+        for part, done in _slices(state, fingerprints, k, limit, stop):
             size += convert.columns_wire_bytes(part)
-            convert.check_reply_size(
-                size, state.config.max_message_bytes, min(start + _QUERY_SLICE, n), n
-            )
+            convert.check_reply_size(size, state.config.max_message_bytes, done, n)
             found.extend(part)
         return convert.matches_to_columns(found)
 
