@@ -232,7 +232,7 @@ def test_a_batch_lookup_past_its_deadline_stops_and_keeps_its_place_until_then(
     matches) with a 0.5 s deadline: the server's CPU goes idle within 1 s of the deadline (the
     lookup is sliced by matches and checks the call between slices). With
     --max-concurrent-rpcs 2, 6 rounds of 2 such calls keep the executor's queue bounded: after
-    them the server is idle within 2 s (the abandoned lookups held their places until they
+    them the server is idle within 5 s (the abandoned lookups held their places until they
     stopped, so they could not queue up) and a Stats call is answered at once."""
     proc = ServeProcess(tmp_path / "data", "--max-concurrent-rpcs", "2")
     address = proc.address()
@@ -280,7 +280,7 @@ def test_a_batch_lookup_past_its_deadline_stops_and_keeps_its_place_until_then(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                     )
             # the abandoned work held its places until it stopped, and stops soon: no queue
-            assert idle_after(time.monotonic()) < 2.0
+            assert idle_after(time.monotonic()) < 5.0
             began = time.monotonic()
             assert stub.Stats(pb.StatsRequest(), timeout=5).count == 5000
             assert time.monotonic() - began < 1
