@@ -267,7 +267,12 @@ def test_a_batch_lookup_past_its_deadline_stops_and_keeps_its_place_until_then(
                     else:
                         columns = pb.QueryColumnsRequest(fingerprints=copies.tobytes())
                         list(stub.QueryColumns(iter([columns]), timeout=0.5))
-                assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                # past the deadline, or (on a fast machine) refused first for an answer over
+                # the 64 MiB message limit: either way the work stops
+                assert late.value.code() in (
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                ), late.value.details()
                 assert idle_after(time.monotonic()) < 1.0, kind
             request = pb.QueryRequest(fingerprints=copies.tolist())
             for _ in range(6):
