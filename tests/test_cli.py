@@ -920,6 +920,13 @@ class _FailedCall(grpc.RpcError, grpc.Call):
             "no space left on the device (RESOURCE_EXHAUSTED)",
             "invalid",
         ),
+        (
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "the stream was idle for 300 s (no message from the client); the server closed it "
+            "(serve --stream-idle-seconds)",
+            "permindex server at 127.0.0.1:9 closed the stream: the stream was idle",
+            "unavailable",
+        ),
     ],
 )
 def test_rpc_errors_say_whether_the_server_answered(

@@ -336,3 +336,41 @@ def test_connections_are_bounded_and_silent_sockets_closed(tmp_path: Path) -> No
             sock.close()
         proc.process.terminate()
         proc.wait()
+
+
+def test_a_slow_pipe_into_ingest_is_sent_as_it_comes(start_server: StartServer) -> None:
+    """`permindex ingest -` fed one document a second through a pipe kept open: each document is
+    stored within about a second of being written (a batch is cut once its first document has
+    waited 1 s), so with --stream-idle-seconds 3 the stream is never idle and all 5 are stored;
+    the summary counts them."""
+    import subprocess
+    import sys
+
+    server = start_server(stream_idle_seconds=3)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "permindex", "ingest", "-", "--address", server.address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None
+    try:
+        with permindex.Client(server.address) as client:
+            for i in range(5):
+                process.stdin.write(
+                    f'{{"id": "line/{i}", "text": "one two three four number {i}"}}\n'
+                )
+                process.stdin.flush()
+                began = time.monotonic()
+                while client.get(f"line/{i}") is None:
+                    assert time.monotonic() - began < 4, f"line/{i} not sent while the pipe is open"
+                    time.sleep(0.05)
+                time.sleep(1.0)
+        _, stderr = process.communicate(timeout=30)  # closes the pipe: the ingest ends
+        assert process.returncode == 0, stderr
+        assert "5 documents" in stderr and "5 added" in stderr
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

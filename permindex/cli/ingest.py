@@ -3,9 +3,11 @@ streamed to the server through :meth:`permindex.Client.ingest_batches`.
 
 Where the documents are batched: :meth:`_IngestFeed.batches` drops the texts under
 ``--min-words`` and the documents over ``--max-document-bytes`` (:meth:`_IngestFeed.documents`),
-then cuts the stream with :func:`permindex.client.batching.batches` (``--batch-size`` documents,
-about ``--batch-bytes`` bytes, :meth:`~permindex.text.documents.Document.size_bytes` each); the
-Client sends one Ingest message per batch, and :func:`ingest` counts each acknowledgement.
+then cuts the stream with :func:`permindex.client.batching.timed_batches` (``--batch-size``
+documents, about ``--batch-bytes`` bytes, :meth:`~permindex.text.documents.Document.size_bytes`
+each, or whatever was read when the first document of a batch has waited 1 s: a slow pipe's
+documents are sent within a second and its stream never sits idle); the Client sends one Ingest
+message per batch, and :func:`ingest` counts each acknowledgement.
 
 An ingest that stops early (Ctrl-C, the server stopping, the connection lost) reports two
 counts: the documents the server acknowledged (stored), and those handed to the Client and not
@@ -28,7 +30,12 @@ from typing import IO, Final
 from permindex.cli.args import CommandFactory, non_negative, positive
 from permindex.cli.connection import ClientOptions, connect
 from permindex.cli.output import CommandError, command_error, err
-from permindex.client.batching import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, batches
+from permindex.client.batching import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_FLUSH_SECONDS,
+    timed_batches,
+)
 from permindex.client.results import DocumentLike, IngestResult
 from permindex.errors import EXIT_CODES, ServerError, exit_code_for
 from permindex.text.documents import Document, DocumentReader, read_documents, read_file_text
@@ -95,8 +102,10 @@ class _IngestFeed:
         max_bytes: int,
         min_words: int = 0,
         max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+        flush_seconds: float = DEFAULT_FLUSH_SECONDS,
     ) -> None:
         self._reader = reader
+        self._flush_seconds = flush_seconds
         self._max_docs = max_docs
         self._max_bytes = max_bytes
         self._min_words = min_words
@@ -128,14 +137,20 @@ class _IngestFeed:
     def batches(self) -> Iterator[list[DocumentLike]]:
         """The batches to send, as ``(key, text or fingerprint)`` documents."""
         try:
-            for batch in batches(
-                self.documents(), self._max_docs, self._max_bytes, Document.size_bytes
+            # each document travels with the input position after it, as the reading runs ahead
+            positioned = ((d, self._reader.position_bytes()) for d in self.documents())
+            for batch in timed_batches(
+                positioned,
+                self._max_docs,
+                self._max_bytes,
+                lambda item: item[0].size_bytes(),
+                self._flush_seconds,
             ):
                 documents: list[DocumentLike] = [
                     (d.key, d.text) if d.text is not None else (d.key, d.fingerprint or 0)
-                    for d in batch
+                    for d, _ in batch
                 ]
-                self.sent.append(self._reader.position_bytes())
+                self.sent.append(batch[-1][1])
                 self.handed += len(documents)
                 yield documents
         except Exception as error:  # raised again by ingest() in the calling thread

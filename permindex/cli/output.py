@@ -86,7 +86,9 @@ def command_error(error: ServerError, address: str) -> CommandError:
     name, details = error.code, error.details
     exit_code = exit_code_for_status(name)
     if exit_code == EXIT_CODES["unavailable"]:
-        if any(sign in details for sign in _TRANSPORT_FAILURES) or name == "DEADLINE_EXCEEDED":
+        if "--stream-idle-seconds" in details:  # the server closed a stream that sat idle
+            message = f"permindex server at {address} closed the stream: {details}"
+        elif any(sign in details for sign in _TRANSPORT_FAILURES) or name == "DEADLINE_EXCEEDED":
             message = f"cannot reach permindex server at {address}: {details}"
         else:  # the server answered: shutting down, or its data directory cannot be written
             message = f"permindex server at {address} is unavailable: {details}"
