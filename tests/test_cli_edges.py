@@ -333,3 +333,72 @@ def test_counts_of_one_are_singular(tmp_path: Path, server: RunningServer) -> No
     assert (code, one_line(err)) == (OK, f"permindex export: 1 key written to {tmp_path}/out.jsonl")
     code, _out, err = permindex("remove", "only", *addr)
     assert (code, one_line(err)) == (OK, "permindex remove: removed 1 of 1 key")
+
+
+# --- files named by options, and what the adversarial and fresh-user runs found --------------
+
+
+def test_serve_refuses_tls_files_that_are_missing_or_not_pem(tmp_path: Path) -> None:
+    """A certificate that is not PEM was reported as "the address is in use", a missing one as
+    a raw FileNotFoundError with exit 1: both are a bad command line (2), named, found before
+    the data directory is created."""
+    text = tmp_path / "not-a-cert.txt"
+    text.write_text("hello\n")
+    data = tmp_path / "data"
+    base = ["serve", "--address", "127.0.0.1:0", "--data-dir", str(data)]
+    code, _, err = permindex(*base, "--tls-cert", str(text), "--tls-key", str(text))
+    assert code == EXIT_CODES["usage"]
+    assert f"--tls-cert {text}: not a PEM file with a certificate in it" in one_line(err)
+    missing = tmp_path / "missing.pem"
+    code, _, err = permindex(*base, "--tls-cert", str(missing), "--tls-key", str(missing))
+    assert code == EXIT_CODES["usage"]
+    assert f"--tls-cert {missing}: cannot read it" in one_line(err)
+    assert "Traceback" not in err and "Errno" not in err
+    assert not data.exists()
+
+
+def test_client_options_name_a_file_they_cannot_read(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    for option in ("--tls-ca", "--token-file"):
+        code, _, err = permindex("stats", "--address", "127.0.0.1:9", option, str(missing))
+        assert code == EXIT_CODES["invalid"], err
+        assert one_line(err) == f"permindex stats: {option} {missing}: cannot read it: " + (
+            "No such file or directory"
+        )
+
+
+def test_ingest_with_no_server_says_nothing_was_stored(tmp_path: Path) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_text('{"id": "a", "text": "one two three four"}\n')
+    code, _, err = permindex("ingest", str(source), "--address", "127.0.0.1:9")
+    assert code == EXIT_CODES["unavailable"]
+    assert "failed to connect" in err and "nothing was stored" in err
+    assert "in flight" not in err
+
+
+def test_dedup_refuses_an_out_it_cannot_write_before_any_work(tmp_path: Path) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_text('{"id": "a", "text": "one two three four"}\n')
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for out in (blocker, blocker / "below"):
+        code, stdout, err = permindex("dedup", str(source), "--out", str(out))
+        assert code == EXIT_CODES["invalid"], err
+        assert one_line(err).startswith(f"permindex dedup: --out {out}: cannot write the report")
+        assert stdout == "" and "Traceback" not in err
+
+
+def test_serve_names_a_metrics_address_in_use(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = permindex(
+            "serve", "--address", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"),
+            "--metrics-address", f"127.0.0.1:{port}",
+        )  # fmt: skip
+    assert code == EXIT_CODES["usage"], err
+    assert f"--metrics-address 127.0.0.1:{port}: cannot listen there" in err
+    assert err.count("\n") == 1 and "Traceback" not in err and "never awaited" not in err

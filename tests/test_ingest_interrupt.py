@@ -230,7 +230,7 @@ def test_a_single_html_file_is_read_as_html(tmp_path: Path, name: str) -> None:
         argv = [sys.executable, "-m", "permindex", "ingest", str(path), "--address", address]
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
         assert done.returncode == EXIT_CODES["ok"], done.stderr
-        assert "1 documents in" in done.stderr and "1 added" in done.stderr, done.stderr
+        assert "1 document in" in done.stderr and "1 added" in done.stderr, done.stderr
         with permindex.Client(address) as client:
             stored = client.get(name)
         assert stored is not None

@@ -43,26 +43,34 @@ class ClientOptions:
         """Read the TLS files and the token named on the command line (or PERMINDEX_TOKEN).
 
         Raises:
-            InvalidArgumentError: a token file without a token, or ``--tls-cert`` /
-                ``--tls-key`` without ``--tls-ca``.
-            OSError: a file that cannot be read.
+            InvalidArgumentError: a token file without a token, ``--tls-cert`` /
+                ``--tls-key`` without ``--tls-ca``, or a file that cannot be read (named with
+                its option).
         """
 
-        def read(path: str | None) -> bytes | None:
-            return None if path is None else Path(path).read_bytes()
+        def read(option: str, path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            try:
+                return Path(path).read_bytes()
+            except OSError as error:  # named, not a traceback
+                raise InvalidArgumentError(
+                    f"{option} {path}: cannot read it: {error.strerror or error}"
+                ) from None
 
         token = os.environ.get("PERMINDEX_TOKEN") or None
         if args.token_file is not None:
-            lines = Path(args.token_file).read_text(encoding="utf-8").split()
+            data = read("--token-file", args.token_file) or b""
+            lines = data.decode("utf-8", "replace").split()
             token = lines[0] if lines else None
             if token is None:
                 raise InvalidArgumentError(f"{args.token_file}: no token in the file")
         if args.tls_ca is None and (args.tls_cert or args.tls_key):
             raise InvalidArgumentError("--tls-cert and --tls-key need --tls-ca")
         return cls(
-            read(args.tls_ca),
-            read(args.tls_cert),
-            read(args.tls_key),
+            read("--tls-ca", args.tls_ca),
+            read("--tls-cert", args.tls_cert),
+            read("--tls-key", args.tls_key),
             args.tls_server_name,
             token,
             args.collection or "",

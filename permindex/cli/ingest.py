@@ -29,7 +29,7 @@ from typing import IO, Final
 
 from permindex.cli.args import CommandFactory, non_negative, positive
 from permindex.cli.connection import ClientOptions, connect
-from permindex.cli.output import CommandError, command_error, err
+from permindex.cli.output import CommandError, command_error, counted, err
 from permindex.client.batching import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_SIZE,
@@ -81,7 +81,7 @@ class IngestSummary:
         if self.skipped_by_reason:
             reasons = " (" + ", ".join(f"{n} {r}" for r, n in self.skipped_by_reason.items()) + ")"
         return (
-            f"{self.documents} documents in {self.seconds:.1f} s: {self.added} added, "
+            f"{counted(self.documents, 'document')} in {self.seconds:.1f} s: {self.added} added, "
             f"{self.replaced} replaced, {self.too_short} too short, {self.skipped} skipped"
             f"{reasons}"
         )
@@ -302,6 +302,10 @@ def ingest(
         bar.close()
     if refused is not None and feed.error is None:
         failure = command_error(refused, address)
+        never_connected = "failed to connect" in refused.details and not summary.documents
+        if refused.code in _UNCERTAIN and never_connected:  # nothing reached any server
+            failure.args = (f"{failure}\npermindex {command}: nothing was stored",)
+            raise failure from None
         if refused.code in _UNCERTAIN:  # the server may hold batches it did not acknowledge
             raise stopped(str(failure), failure.exit_code) from None
         # refused by the server: the batches before the refused one were acknowledged

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from permindex.cli.args import CommandFactory, non_negative, positive
 from permindex.cli.connection import connect
-from permindex.cli.output import err, out
+from permindex.cli.output import CommandError, err, out
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import format_fingerprint, tsv_field
 
@@ -80,6 +80,25 @@ def _cmd_flags(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``--out`` that cannot become a folder of the report (a file, a path under a
+    file, a place that cannot be written), before any work is done.
+
+    Raises:
+        CommandError: exit 4, naming the folder and the reason.
+    """
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".permindex-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise CommandError(
+            f"--out {out_dir}: cannot write the report there: {error.strerror or error}",
+            "invalid",
+        ) from None
+
+
 def _cmd_dedup(args: argparse.Namespace) -> int:
     from permindex.near.dedup import (
         default_jobs,
@@ -104,10 +123,17 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         examples=args.examples,
     )
+    _check_out_dir(options.out_dir)  # before any work: exit 4 naming it, not a traceback
     progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
         result = run_dedup(options, progress=progress, workdir=Path(work))
-        summary = write_outputs(result)
+        try:
+            summary = write_outputs(result)
+        except OSError as error:
+            raise CommandError(
+                f"--out {options.out_dir}: cannot write the report: {error.strerror or error}",
+                "invalid",
+            ) from None
     out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in result.near.iter_pairs())
     seconds = time.monotonic() - started
     err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")

@@ -323,11 +323,40 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def _tls_problem(config: ServerConfig) -> str | None:
+    """What is wrong with the TLS options, checked before the start: a certificate without its
+    key (or the reverse, or a client CA without both), a file that cannot be read, or one that
+    holds no PEM block of the kind its option takes. None when they are fine or off."""
+    from permindex.rpc.auth import server_credentials
+
+    try:
+        server_credentials(config)
+    except InvalidArgumentError as error:
+        return str(error)
+    except OSError:  # a file that cannot be read: named below
+        pass
+    for option, path, kind in (
+        ("--tls-cert", config.tls_cert, "CERTIFICATE"),
+        ("--tls-key", config.tls_key, "PRIVATE KEY"),
+        ("--tls-client-ca", config.tls_client_ca, "CERTIFICATE"),
+    ):
+        if path is None:
+            continue
+        try:
+            text = Path(path).read_bytes()
+        except OSError as error:
+            return f"{option} {path}: cannot read it: {error.strerror or error}"
+        if b"-----BEGIN " not in text or kind.encode() not in text:
+            return f"{option} {path}: not a PEM file with a {kind.lower()} in it"
+    return None
+
+
 def _start_problem(config: ServerConfig) -> str | None:
     """What in ``config`` would stop the server's start for a bad command line, found before
     anything is loaded, by the same checks the server makes: a k above the default
-    collection's design (:func:`permindex.index.permutation.check_design_k`), a token file
-    that :func:`permindex.rpc.auth.load_tokens` refuses or cannot read. None when neither."""
+    collection's design (:func:`permindex.index.permutation.check_design_k`), TLS options that
+    do not go together or files that are not PEM (:func:`_tls_problem`), a token file that
+    :func:`permindex.rpc.auth.load_tokens` refuses or cannot read. None when none of these."""
     from permindex.index.permutation import DEFAULT_DESIGN, check_design_k, design_for_k
     from permindex.rpc.auth import load_tokens
 
@@ -346,6 +375,9 @@ def _start_problem(config: ServerConfig) -> str | None:
             f"--k {config.k} is above {most}, the largest k the server's {DEFAULT_DESIGN} "
             f"guarantees: serve with --k {most} or less ({collection})"
         )
+    tls = _tls_problem(config)
+    if tls is not None:
+        return tls
     if config.token_file is not None:
         try:
             load_tokens(config.token_file)

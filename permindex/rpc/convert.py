@@ -30,6 +30,7 @@ __all__ = [
     "KEYS_PER_MESSAGE",
     "MAX_KEY_BYTES",
     "PAIRS_PER_MESSAGE",
+    "PAIR_MESSAGE_BYTES",
     "DocumentBatch",
     "check_batch_length",
     "check_k",
@@ -57,6 +58,8 @@ __all__ = [
 
 #: Most pairs in one PairsResponse message.
 PAIRS_PER_MESSAGE: Final = 10_000
+#: About how many bytes a PairsResponse message holds (:func:`pair_chunks_to_proto`).
+PAIR_MESSAGE_BYTES: Final = 1 << 20
 _SHOWN_KEY_CHARS: Final = 60  # a key quoted in an error message is cut to this many characters
 
 
@@ -325,12 +328,15 @@ def pair_chunks_to_proto(
 ) -> Iterator[bytes]:
     """The pairs of ``found`` in their documented order (key_a, then key_b) as serialized
     PairsResponse messages (wire bytes, :class:`permindex.rpc.wire.PairEncoder`) of at most
-    ``chunk`` pairs each, each produced only when asked for (:meth:`NearDuplicates.pair_chunks`:
-    memory bounded by one key's neighbourhood and one chunk, not by the number of pairs)."""
-    encoder: PairEncoder | None = None
-    for a, b, distance in found.pair_chunks(max_pairs=chunk, should_stop=should_stop):
-        if encoder is None:
-            encoder = PairEncoder(found.keys, chunk)
+    ``chunk`` pairs and about :data:`PAIR_MESSAGE_BYTES` each (fewer pairs when keys are long:
+    what a client that stops reading leaves buffered is a few such messages), each produced
+    only when asked for (:meth:`NearDuplicates.pair_chunks`: memory bounded by one key's
+    neighbourhood and one chunk, not by the number of pairs)."""
+    if len(found) == 0:
+        return
+    encoder = PairEncoder(found.keys, chunk)
+    per_message = encoder.pairs_per_message(PAIR_MESSAGE_BYTES)
+    for a, b, distance in found.pair_chunks(max_pairs=per_message, should_stop=should_stop):
         yield encoder.encode(a, b, distance)
 
 

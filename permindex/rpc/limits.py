@@ -17,7 +17,8 @@ The rules (the README's "Running in production" section says what a client sees)
   limit), it is closed with DEADLINE_EXCEEDED. A health watch waiting for a status change is not
   idle in this sense (watches are long by design) but is closed at shutdown.
 - At shutdown (:meth:`CallLimits.close`) every stream idle at that moment or later is closed with
-  UNAVAILABLE at once; work already received (a batch being applied, a join running) finishes.
+  UNAVAILABLE at once; work already received (a batch being applied, a join running) finishes,
+  and the answer to it is still sent (within a second) before the stream is closed.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ else:
     _Handler = Any
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+#: At shutdown, how long an answer to work already done may take to go out, seconds.
+_LAST_SEND_SECONDS = 1.0
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 _T = TypeVar("_T")
 
@@ -201,6 +204,11 @@ class CallLimits:
                     request = self._requests(request)
 
                 async def send_bounded(message: Any) -> None:
+                    if self.closing:
+                        # an answer to work already done (a batch applied) still goes out
+                        # at shutdown, within a second, so that its client can count it
+                        await asyncio.wait_for(send(message), _LAST_SEND_SECONDS)
+                        return
                     await self.wait_for_client(send(message), "taken by the client")
 
                 return await inner(request, context, send if watch else send_bounded)

@@ -380,6 +380,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     catalog: Catalog | None = None
     executor: ThreadPoolExecutor | None = None
     loop: _EventLoop | None = None
+    started: grpc.aio.Server | None = None
     try:
         state = ServerState(store, config)
         executor = ThreadPoolExecutor(
@@ -391,15 +392,25 @@ def create_server(config: ServerConfig) -> RunningServer:
         server, limits, health_service, port = loop.call(
             _start(config, state, catalog, executor, metrics, tokens, credentials)
         )
+        started = server
         if metrics is not None and config.metrics_address is not None:
             metrics.watch(catalog)
-            metrics.serve(config.metrics_address)
+            try:
+                metrics.serve(config.metrics_address)
+            except OSError as error:
+                raise OSError(
+                    error.errno,
+                    f"--metrics-address {config.metrics_address}: cannot listen there: "
+                    f"{error.strerror or error}",
+                ) from None
     except BaseException:
         if catalog is not None:
             catalog.close(skip_default=True)
         if metrics is not None:
             metrics.close()
         if loop is not None:
+            if started is not None:
+                loop.call(started.stop(None))
             loop.close()
         if executor is not None:
             executor.shutdown(wait=False)

@@ -94,6 +94,13 @@ class PairEncoder:
         self._source = np.concatenate([blob_a, blob, np.zeros(6 * max_pairs, dtype=np.uint8)])
         self._starts = starts
 
+    def pairs_per_message(self, target_bytes: int) -> int:
+        """How many pairs of average keys make a message of about ``target_bytes``: at least
+        100, at most the encoder's ``max_pairs``."""
+        n = self._field_lengths.size
+        mean = float(self._field_lengths.sum()) / n if n else 1.0
+        return max(1, min(self._max_pairs, max(100, int(target_bytes // (2 * mean + 6)))))
+
     def encode(self, a: _I64, b: _I64, distance: _I64) -> bytes:
         """One PairsResponse of the pairs ``(keys[a[i]], keys[b[i]], distance[i])``, in order,
         as wire bytes: (m,) int64 positions and distances in [0, 64]. O(bytes) numpy work."""
