@@ -63,8 +63,8 @@ def _refusal(call: Any) -> grpc.RpcError:
 
 def _wait_until_open(server: Any, count: int) -> None:
     deadline = time.monotonic() + 10
-    while server.limits.streams < count:
-        assert time.monotonic() < deadline, f"{server.limits.streams} of {count} streams open"
+    while (held := server.limits.streams + server.limits.watches) < count:
+        assert time.monotonic() < deadline, f"{held} of {count} streams open"
         time.sleep(0.01)
 
 
@@ -374,3 +374,46 @@ def test_a_slow_pipe_into_ingest_is_sent_as_it_comes(start_server: StartServer) 
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_health_watches_cannot_take_the_data_streams_places(start_server: StartServer) -> None:
+    """--max-streams 2: two health watches (which need no token) fill their own pool: a third
+    is refused, while two Ingest streams are still admitted."""
+    server = start_server(max_streams=2)
+    opened = [_open_stream(server.address, "watch") for _ in range(2)]
+    try:
+        _wait_until_open(server, 2)
+        channel, call, _ = _open_stream_unstarted_watch(server.address)
+        refused = _refusal(call)
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many health watches open" in (refused.details() or "")
+        channel.close()
+        opened += [_open_stream(server.address, "ingest") for _ in range(2)]
+        _wait_until_open(server, 4)
+    finally:
+        for channel, _, feed in opened:
+            feed.close()
+            channel.close()
+
+
+def _open_stream_unstarted_watch(address: str) -> tuple[Any, Any, _Silent]:
+    channel, _ = make_stub(address)
+    call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+    return channel, call, _Silent()
+
+
+@pytest.mark.parametrize(
+    ("peer", "counted_as"),
+    [
+        ("ipv4:127.0.0.1:5000", "127.0.0.1"),
+        ("ipv6:[::1]:5000", "::1"),
+        ("ipv6:[2001:db8::1]:5000", "2001:db8::/64"),
+        ("ipv6:[2001:db8::ffff:2]:6000", "2001:db8::/64"),
+        ("ipv6:[::ffff:10.0.0.1]:5000", "10.0.0.1"),
+        ("unix:/tmp/socket", "unix:/tmp/socket"),
+    ],
+)
+def test_the_per_address_limit_counts_ipv6_by_its_64(peer: str, counted_as: str) -> None:
+    from permindex.rpc.limits import client_address
+
+    assert client_address(peer) == counted_as

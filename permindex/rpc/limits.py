@@ -7,8 +7,10 @@ The rules (the README's "Running in production" section says what a client sees)
 
 - A *stream* is a call with a request or a response stream (Ingest, QueryColumns, Pairs,
   Clusters, Flags, ExactDuplicates, Export, ``grpc.health.v1.Health/Watch``, reflection). Past
-  ``max_streams`` open streams in all, or ``max_streams_per_address`` from one client IP address
-  (whatever its port), a new stream is refused at once with RESOURCE_EXHAUSTED; nothing queues.
+  ``max_streams`` open streams in all, or ``max_streams_per_address`` from one client address
+  (whatever its port; an IPv6 address counted by its /64), a new stream is refused at once with
+  RESOURCE_EXHAUSTED; nothing queues. Health watches, open to callers without a token, are
+  counted in a pool of ``max_streams`` of their own, so they cannot take the data streams'.
 - A *unary call* (one request, one response) is never counted with the streams: with any number
   of streams open, unary calls are admitted. Past ``max_unary`` unary calls served at once a new
   one is refused with RESOURCE_EXHAUSTED; health checks (``Health/Check``) are always admitted.
@@ -24,6 +26,7 @@ The rules (the README's "Running in production" section says what a client sees)
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -49,14 +52,23 @@ _T = TypeVar("_T")
 
 
 def client_address(peer: str) -> str:
-    """The client's IP address (no port) of a gRPC peer string: ``ipv4:127.0.0.1:5000`` ->
-    ``127.0.0.1``, ``ipv6:[::1]:5000`` -> ``::1``; other forms (``unix:...``) whole."""
+    """The client's address (no port) of a gRPC peer string, as the per-address limit counts
+    it: ``ipv4:127.0.0.1:5000`` -> ``127.0.0.1``; an IPv6 address by its /64 network (one host
+    commonly has a whole /64): ``ipv6:[2001:db8::1]:5000`` -> ``2001:db8::/64``, ``::1`` as
+    itself; other forms (``unix:...``) whole."""
     kind, _, rest = peer.partition(":")
     if kind == "ipv4":
         return rest.rpartition(":")[0] or rest
     if kind == "ipv6":
-        host = rest.rpartition(":")[0] if rest.startswith("[") else rest
-        return host.strip("[]") or rest
+        host = (rest.rpartition(":")[0] if rest.startswith("[") else rest).strip("[]")
+        host = host.partition("%")[0]  # a zone index
+        try:
+            address = ipaddress.IPv6Address(host)
+        except ValueError:
+            return host or rest
+        if address.is_loopback or address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped or address)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
     return peer
 
 
@@ -103,6 +115,8 @@ class CallLimits:
         self._on_refused = on_refused or (lambda what: None)
         self._on_idle_closed = on_idle_closed or (lambda: None)
         self.streams = 0
+        #: Health watches open (a pool of their own, also of ``max_streams``).
+        self.watches = 0
         self.unary = 0
         self._per_address: dict[str, int] = {}
         self._closing: asyncio.Future[None] | None = None
@@ -164,12 +178,16 @@ class CallLimits:
 
     # -- admission
 
-    def _admit_stream(self, address: str) -> str | None:
-        """None when a stream from ``address`` may open (and count it); else the refusal."""
-        if self.streams >= self.max_streams:
+    def _admit_stream(self, address: str, watch: bool) -> str | None:
+        """None when a stream from ``address`` may open (and count it); else the refusal.
+        Health watches, which need no token, have a pool of their own, so that they cannot
+        take the places of the data streams."""
+        held_in_pool = self.watches if watch else self.streams
+        if held_in_pool >= self.max_streams:
             self._on_refused("streams")
+            what = "health watches" if watch else "streams"
             return (
-                f"too many streams open: {self.streams} of at most {self.max_streams} "
+                f"too many {what} open: {held_in_pool} of at most {self.max_streams} "
                 "(serve --max-streams); close idle streams or retry later"
             )
         held = self._per_address.get(address, 0)
@@ -180,12 +198,18 @@ class CallLimits:
                 f"{self.max_streams_per_address} (serve --max-streams-per-address); close idle "
                 "streams or retry later"
             )
-        self.streams += 1
+        if watch:
+            self.watches += 1
+        else:
+            self.streams += 1
         self._per_address[address] = held + 1
         return None
 
-    def _release_stream(self, address: str) -> None:
-        self.streams -= 1
+    def _release_stream(self, address: str, watch: bool) -> None:
+        if watch:
+            self.watches -= 1
+        else:
+            self.streams -= 1
         left = self._per_address[address] - 1
         if left:
             self._per_address[address] = left
@@ -195,7 +219,7 @@ class CallLimits:
     def _stream(self, inner: Behavior, *, request_streaming: bool, watch: bool) -> Behavior:
         async def stream(request: Any, context: Any, send: Send) -> Any:
             address = client_address(context.peer())
-            refused = self._admit_stream(address)
+            refused = self._admit_stream(address, watch)
             if refused is not None:
                 log.debug("stream refused: %s", refused)
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
@@ -204,10 +228,14 @@ class CallLimits:
                     request = self._requests(request)
 
                 async def send_bounded(message: Any) -> None:
-                    if self.closing:
-                        # an answer to work already done (a batch applied) still goes out
-                        # at shutdown, within a second, so that its client can count it
-                        await asyncio.wait_for(send(message), _LAST_SEND_SECONDS)
+                    if self.closing and request_streaming:
+                        # the answer to a request already received (a batch applied) still
+                        # goes out at shutdown, within a second, so that its client can count
+                        # it; the next read of the stream then ends it
+                        try:
+                            await asyncio.wait_for(send(message), _LAST_SEND_SECONDS)
+                        except TimeoutError:
+                            raise _shutting_down() from None
                         return
                     await self.wait_for_client(send(message), "taken by the client")
 
@@ -215,7 +243,7 @@ class CallLimits:
             except StreamClosed as closed:
                 await context.abort(closed.code, closed.message)
             finally:
-                self._release_stream(address)
+                self._release_stream(address, watch)
 
         return stream
 
