@@ -194,12 +194,22 @@ def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
     return convert.check_keys(keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes)
 
 
+class _SliceSize:
+    """The size of the next slice of a batch lookup (:func:`_slices`), kept for a whole stream
+    so that a QueryColumns stream of ordinary fingerprints soon looks up whole messages at once;
+    a new one (a unary Query) starts small."""
+
+    def __init__(self) -> None:
+        self.size = 64
+
+
 def _slices(
     state: ServerState,
     fingerprints: NDArray[np.uint64],
     k: int | None,
     limit: int | None,
     stop: threading.Event,
+    sizing: _SliceSize | None = None,
 ) -> Iterator[tuple[list[list[Match]], int]]:
     """The matches of ``fingerprints`` ((n,) uint64) looked up slice by slice with
     ``Index.query_many``, each with the number of fingerprints done so far.
@@ -211,17 +221,18 @@ def _slices(
     (CallCancelledError) and the index lock is let go.
     """
     n = len(fingerprints)
-    start, size = 0, 64
+    sizing = sizing or _SliceSize()
+    start = 0
     while start < n:
         _check_stop(stop)
-        end = min(n, start + size)
+        end = min(n, start + sizing.size)
         part = state.index.query_many(fingerprints[start:end], k=k, limit=limit)
         yield part, end
         matches = sum(map(len, part))
         if matches > _SLICE_MATCHES:
-            size = max(1, size // 2)
+            sizing.size = max(1, sizing.size // 2)
         elif matches < _SLICE_MATCHES // 10:
-            size = min(_QUERY_SLICE, size * 2)
+            sizing.size = min(_QUERY_SLICE, sizing.size * 2)
         start = end
 
 
@@ -411,7 +422,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return response
 
     def _query_columns(
-        self, request: pb.QueryColumnsRequest, stop: threading.Event
+        self,
+        request: pb.QueryColumnsRequest,
+        stop: threading.Event,
+        sizing: _SliceSize | None = None,
     ) -> pb.QueryColumnsResponse:
         """One QueryColumns request: validated as Query validates, looked up in slices of
         :data:`_QUERY_SLICE` (the index lock is let go between them), answered in columns."""
@@ -424,7 +438,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         n = len(fingerprints)
         found: list[list[Match]] = []
         size = 0
-        for part, done in _slices(state, fingerprints, k, limit, stop):
+        for part, done in _slices(state, fingerprints, k, limit, stop, sizing):
             size += convert.columns_wire_bytes(part)
             convert.check_reply_size(size, state.config.max_message_bytes, done, n)
             found.extend(part)
@@ -452,8 +466,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         """Each request answered in order by one columnar response; a refused request ends
         the stream with its status (see the .proto)."""
         stop = threading.Event()
+        sizing = _SliceSize()  # learnt over the stream's messages
         async for request in request_iterator:
-            yield await self.work.run(self._query_columns, request, stop, stop=stop)
+            yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
 
     @_unary_inline_when(lambda request: len(request.keys) <= _INLINE_ITEMS)
     def Get(self, request: pb.GetRequest, stop: threading.Event) -> pb.GetResponse:
