@@ -38,7 +38,7 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
     "     or a request the server refused as invalid, too large, not permitted (token),\n"
     "     or for lack of disk space",
-    "not_found": "a key that is not stored",
+    "not_found": "a key that is not stored, or a collection that does not exist",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
     "data": "a corrupt snapshot or log, or a data directory owned by another process,\n"
     "     not a directory, or that cannot be opened or written",

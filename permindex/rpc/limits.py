@@ -290,8 +290,8 @@ class CallLimits:
 def _shutting_down() -> StreamClosed:
     return StreamClosed(
         grpc.StatusCode.UNAVAILABLE,
-        "the server is shutting down; reconnect to it (or another) and resend what was not "
-        "acknowledged",
+        "the server is shutting down; retry on another server or once it is back (an Ingest: "
+        "resend what was not acknowledged)",
     )
 
 

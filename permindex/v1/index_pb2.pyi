@@ -688,7 +688,9 @@ class PairsResponse(_message.Message):
     PAIRS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Pair]:
-        """A chunk of pairs (at most 10,000 per message), in no particular order."""
+        """A chunk of pairs (at most 10,000, and about 1 MiB, per message), continuing the stream's
+        order: by key_a, then key_b.
+        """
 
     def __init__(
         self,
