@@ -227,6 +227,11 @@ def test_the_server_config_holds_every_declared_value(
     monkeypatch.setattr(server_module, "run_server", run_server)
     monkeypatch.chdir(tmp_path)  # serve reads the token file before it starts
     (tmp_path / SAMPLES["token_file"]).write_text("0123456789abcdef0123 read-write\n")
+    # serve checks its TLS files before it starts: PEM-shaped stand-ins
+    pem = "-----BEGIN {0}-----\nAAAA\n-----END {0}-----\n"
+    (tmp_path / SAMPLES["tls_cert"]).write_text(pem.format("CERTIFICATE"))
+    (tmp_path / SAMPLES["tls_key"]).write_text(pem.format("PRIVATE KEY"))
+    (tmp_path / SAMPLES["tls_client_ca"]).write_text(pem.format("CERTIFICATE"))
     monkeypatch.delenv("PERMINDEX_CONFIG", raising=False)
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # leave this process's malloc as it is
     assert main(["serve", "--config", str(config)]) == 0
