@@ -5,7 +5,6 @@ the Prometheus counters of each refusal, and SIGTERM finishing in-flight work. R
 
 from __future__ import annotations
 
-import os
 import queue
 import random
 import signal
@@ -20,7 +19,7 @@ import grpc
 import pytest
 from conftest import StartServer, make_stub
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from serverproc import ServeProcess
+from serverproc import ServeProcess, cpu_seconds
 
 import permindex
 from permindex.errors import LimitExceededError
@@ -203,16 +202,12 @@ def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
         with permindex.Client(address, batch_size=4000) as client:
             result.append(client.add(batch))
 
-    def cpu_seconds() -> float:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    baseline = cpu_seconds()
+    baseline = cpu_seconds(proc.pid)
     thread = threading.Thread(target=add)
     began = time.monotonic()
     thread.start()
     # the server has received the Add and is fingerprinting it (seconds of CPU in all)
-    while cpu_seconds() - baseline < 0.5 and time.monotonic() - began < 60:
+    while cpu_seconds(proc.pid) - baseline < 0.5 and time.monotonic() - began < 60:
         time.sleep(0.02)
     in_flight = thread.is_alive()
     proc.process.send_signal(signal.SIGTERM)
@@ -238,16 +233,12 @@ def test_a_batch_lookup_past_its_deadline_stops_and_keeps_its_place_until_then(
     address = proc.address()
     assert address is not None, proc.text
 
-    def cpu_seconds() -> float:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def idle_after(began: float) -> float:
         """Seconds from ``began`` until the server used under 20 ms of CPU in 100 ms."""
         while True:
-            before = cpu_seconds()
+            before = cpu_seconds(proc.pid)
             time.sleep(0.1)
-            if cpu_seconds() - before < 0.02:
+            if cpu_seconds(proc.pid) - before < 0.02:
                 return time.monotonic() - began
             assert time.monotonic() - began < 30, "the server kept working"
 

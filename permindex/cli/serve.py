@@ -329,12 +329,6 @@ def _tls_problem(config: ServerConfig) -> str | None:
     holds no PEM block of the kind its option takes. None when they are fine or off."""
     from permindex.rpc.auth import server_credentials
 
-    try:
-        server_credentials(config)
-    except InvalidArgumentError as error:
-        return str(error)
-    except OSError:  # a file that cannot be read: named below
-        pass
     for option, path, kind in (
         ("--tls-cert", config.tls_cert, "CERTIFICATE"),
         ("--tls-key", config.tls_key, "PRIVATE KEY"),
@@ -348,6 +342,10 @@ def _tls_problem(config: ServerConfig) -> str | None:
             return f"{option} {path}: cannot read it: {error.strerror or error}"
         if b"-----BEGIN " not in text or kind.encode() not in text:
             return f"{option} {path}: not a PEM file with a {kind.lower()} in it"
+    try:
+        server_credentials(config)  # the options that go together (the files read above)
+    except InvalidArgumentError as error:
+        return str(error)
     return None
 
 

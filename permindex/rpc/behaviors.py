@@ -68,8 +68,9 @@ def _inner(handler: _Handler) -> Behavior:
         return generated
 
     async def writing(request: Any, context: Any, send: Send) -> None:
-        # a coroutine that writes with context.write: it sends through `send` only if it was
-        # written for this module (permindex's own streams take `send` from context)
+        # a coroutine that writes with context.write itself: its messages bypass `send` (and so
+        # the idle bound of each write); every stream the server registers is an async
+        # generator, so none takes this path
         await behavior(request, context)
 
     return writing

@@ -102,6 +102,14 @@ class Work:
             await asyncio.wait((future,))
             raise
 
+    async def each(
+        self, messages: Iterator[_T], stop: threading.Event | None = None
+    ) -> AsyncIterator[_T]:
+        """The items of ``messages``, each made in the executor only when the one before has
+        been taken (a streamed answer follows its client), ``stop`` as for :meth:`run`."""
+        while (message := await self.run(next, messages, None, stop=stop)) is not None:
+            yield message
+
 
 def _unary(
     method: Callable[[PermIndexService, _Req, threading.Event], _Resp],
@@ -497,8 +505,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         )
         stop = threading.Event()
         found = await self.work.run(self._near_duplicates, state, k, stop, stop=stop)
-        messages = convert.pair_chunks_to_proto(found, chunk, stop.is_set)
-        while (message := await self.work.run(next, messages, None, stop=stop)) is not None:
+        async for message in self.work.each(
+            convert.pair_chunks_to_proto(found, chunk, stop.is_set), stop
+        ):
             yield message
 
     def _keys_per_message(self) -> int:
@@ -543,8 +552,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         stop = threading.Event()
         # no pair is sent: the pairs of identical fingerprints are no work here
         found = await self.work.run(self._near_duplicates, state, k, stop, False, stop=stop)
-        messages = to_proto(found)
-        while (message := await self.work.run(next, messages, None, stop=stop)) is not None:
+        async for message in self.work.each(to_proto(found), stop):
             yield message
 
     @_streaming
@@ -623,8 +631,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         :data:`convert.KEYS_PER_MESSAGE`, each message built as the client takes the last."""
         state = self._collection(request.collection)
         copy = await self.work.run(state.index.export_compact)
-        messages = convert.export_to_proto(*copy, chunk=convert.KEYS_PER_MESSAGE)
-        while (message := await self.work.run(next, messages, None)) is not None:
+        async for message in self.work.each(
+            convert.export_to_proto(*copy, chunk=convert.KEYS_PER_MESSAGE)
+        ):
             yield message
 
     # ---- collections
