@@ -74,7 +74,7 @@ def test_run_row_parts_and_shift(dtype: type, top: int) -> None:
         assert high.dtype == (np.uint8 if int(source.max()) < 1 << 24 else np.uint16)
         joined = (high.astype(np.int64) << 16) | low
         assert joined.tolist() == source.astype(np.int64).tolist()
-    filters = rng.integers(0, 1 << 16, rows.size, dtype=np.uint16)
+    filters = rng.integers(0, 1 << 32, rows.size, dtype=np.uint32)
     run = Run(rows, filters, np.zeros(2, np.uint32), 0)
     assert run.rows.tolist() == rows.astype(np.int64).tolist()
     assert run.shifted(0) is run
@@ -113,12 +113,12 @@ def test_filtered_ranges_equals_gathering_then_filtering(k: int) -> None:
     as expanding every range and comparing each candidate's filter with its query's; empty
     ranges, a query without candidates, and all queries empty included."""
     rng = np.random.default_rng(k)
-    filters = rng.integers(0, 1 << 16, 5000, dtype=np.uint16)
+    filters = rng.integers(0, 1 << 32, 5000, dtype=np.uint32)
     for queries in (0, 1, 300):
         counts = rng.integers(0, 40, queries).astype(np.int64)
         counts[::7] = 0
         lo = rng.integers(0, 5000 - 40, queries).astype(np.int64)
-        query_filters = rng.integers(0, 1 << 16, queries, dtype=np.uint16)
+        query_filters = rng.integers(0, 1 << 32, queries, dtype=np.uint32)
         query_filters[::3] = filters[lo[::3]]  # some exact filter matches
         qpos, positions = gather_ranges(lo, counts)
         near = np.bitwise_count(filters[positions] ^ query_filters[qpos]) <= k

@@ -41,8 +41,10 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 _ALL = (1 << _BITS) - 1
 #: Most tables a design may have (C(blocks, leading)); beyond this the memory is unreasonable.
 MAX_TABLES = 1024
-#: Width of a table's filter (bits of the permuted value after the prefix kept per entry).
-FILTER_BITS = 16
+#: Width of a table's filter (bits of the permuted value after the prefix kept per entry): 32
+#: bits, so that a random candidate passes with probability sum_{i<=k} C(32, i) / 2^32 (1.3e-6
+#: at k = 3) and almost only true matches read their fingerprint by row (a random read).
+FILTER_BITS = 32
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class Permutation:
         self._unsegments = _segments(sorted(((t, w, s) for s, w, t in moves), key=lambda m: -m[0]))
         low = _BITS - self.prefix_bits
         self._prefix_segments = _window(moves, low, _BITS)
-        # The filter: the (up to) 16 bits of the permuted value right after the prefix.
+        # The filter: the (up to) 32 bits of the permuted value right after the prefix.
         self.filter_bits = min(FILTER_BITS, low)
         filter_segments = _window(moves, low - self.filter_bits, low)
         # (shift, mask, target) as plain ints, for the per-query Python path.
@@ -219,7 +221,7 @@ class Permutation:
         return self._apply_array(np.asarray(fingerprints, dtype=np.uint64), self._np_prefix)
 
     def filter(self, fingerprint: int) -> int:
-        """The table's filter of ``fingerprint``: the :attr:`filter_bits` (16, or fewer when the
+        """The table's filter of ``fingerprint``: the :attr:`filter_bits` (32, or fewer when the
         prefix leaves fewer) bits of the permuted value right after the prefix, as an int. Two
         fingerprints within Hamming distance k have filters within k (a subset of the bits), so a
         table keeps each entry's filter beside its row and rejects most candidates without
@@ -229,13 +231,20 @@ class Permutation:
             out |= ((fingerprint >> source) & mask) << target
         return out
 
-    def filter_array(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
-        """:meth:`filter` of each element of a (n,) uint64 array, as a new (n,) uint16."""
+    def filter_array(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint32]:
+        """:meth:`filter` of each element of a (n,) uint64 array, as a new (n,) uint32."""
         values = np.asarray(fingerprints, dtype=np.uint64)
-        column = _column16(values, self._np_filter)
+        column = _column32(values, self._np_filter)
         if column is not None:
             return column.copy()
-        return self._apply_array(values, self._np_filter).astype(np.uint16)
+        return self._apply_array(values, self._np_filter).astype(np.uint32)
+
+    @functools.cached_property
+    def kernel_ops(self) -> tuple[tuple[int, int, int], ...]:
+        """The prefix's and the filter's moves as ``(shift, mask, target)`` int triples for the
+        compiled kernels (:mod:`permindex.index.lookup_kernels`), prefix moves first; the
+        count of prefix moves is ``len(self.prefix_ops)``."""
+        return self.prefix_ops + self.filter_ops
 
     def prefix_array16(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
         """:meth:`prefix` of each element of a (n,) uint64 array as (n,) uint16, for a prefix of
@@ -253,6 +262,20 @@ class Permutation:
         if column is not None:
             return column
         return self._apply_array(values, self._np_prefix).astype(np.uint16)
+
+
+def _column32(
+    values: NDArray[np.uint64], segments: tuple[tuple[np.uint64, np.uint64, np.uint64], ...]
+) -> NDArray[np.uint32] | None:
+    """:func:`_column16` for one aligned 32-bit move to bit 0: a strided (n,) uint32 view."""
+    if len(segments) != 1 or not values.flags.c_contiguous or not _LITTLE_ENDIAN:
+        return None
+    source, mask, target = (int(x) for x in segments[0])
+    if mask != 0xFFFFFFFF or target != 0 or source % 32:
+        return None
+    if values.dtype.byteorder not in "=<|":
+        return None
+    return values.view(np.uint32)[source // 32 :: 2]
 
 
 def _column16(
@@ -488,7 +511,7 @@ AUTO_DESIGNS: tuple[tuple[int, int], ...] = (
 def design_bytes_per_fingerprint(design: Design, n: int) -> float:
     """Estimated bytes per stored fingerprint of an index of ``n`` fingerprints with ``design``,
     keys excluded: the fingerprint (8) by row, and per table a row number (3 bytes below 2^24
-    rows, else 4), a filter (2) and the run directory (about 1 byte per row for long prefixes,
+    rows, else 4), a filter (4) and the run directory (about 1 byte per row for long prefixes,
     2^prefix_bits * 4 bytes in all for short ones). A liveness byte per row is added only while
     removed or replaced rows await a compaction."""
     n = max(n, 1)
@@ -496,7 +519,7 @@ def design_bytes_per_fingerprint(design: Design, n: int) -> float:
     row_bytes = 3.0 if n < 1 << 24 else 4.0
     for perm in design.permutations:
         directory = 4.0 * (1 << min(perm.prefix_bits, max(1, n.bit_length() - 2))) / n
-        total += row_bytes + 2.0 + directory
+        total += row_bytes + 4.0 + directory
     return total
 
 

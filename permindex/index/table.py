@@ -4,11 +4,11 @@ section 3), kept as a small log-structured merge tree.
 
 Layout. The index's row store (:mod:`permindex.index.rows`) owns the fingerprints by row number
 ((capacity,) uint64) and the liveness mask by row (None while every row is live); a table reads
-them through :class:`RowArrays` and stores, per entry, a row number and a 16-bit filter -- 6
-bytes:
+them through :class:`RowArrays` and stores, per entry, a row number and a 32-bit filter -- 7
+bytes (8 from 2^24 rows on):
 
 * frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix with the
-  (m,) uint16 filters of their fingerprints beside them (the 16 bits of the permuted value after
+  (m,) uint32 filters of their fingerprints beside them (the 32 bits of the permuted value after
   the prefix: two fingerprints within k have filters within k, so a query compares filters,
   read sequentially, and reads the fingerprints of the few that pass), each with a directory
   ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits, 2^r <= m / 2), so
@@ -79,7 +79,7 @@ MERGE_RATIO = 4
 #: Row numbers are stored as uint32 (and the key store's slots hold row + 1).
 MAX_ROWS = (1 << 32) - 1
 #: A single query compares the filters of a bucket of at most this many entries in Python (as
-#: 16-bit lanes of one int), a larger bucket with numpy (the crossover of the two).
+#: 32-bit lanes of one int), a larger bucket with numpy (the crossover of the two).
 PYTHON_SCAN = 192
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -91,7 +91,7 @@ _PREFIX_SHIFT = 96
 _MEMTABLE_ENTRY_BYTES = 52 + 8
 
 Rows = NDArray[np.uint32]
-Filters = NDArray[np.uint16]
+Filters = NDArray[np.uint32]
 Fingerprints = NDArray[np.uint64]
 #: The index's liveness mask by row, or None when every row is live (nothing was removed or
 #: replaced since the last compaction).
@@ -150,7 +150,7 @@ class Run:
     Attributes:
         rows: (m,) uint32, sorted by the prefix of their fingerprints (ties in any order); a new
             array on each access (O(m)): :meth:`rows_at` and :meth:`row_at` read a few.
-        filters: (m,) uint16, the filter (:meth:`Permutation.filter`) of each row's fingerprint,
+        filters: (m,) uint32, the filter (:meth:`Permutation.filter`) of each row's fingerprint,
             in the same order: a query rejects most candidates by the popcount of the filters'
             XOR, reading this array sequentially, before it reads any fingerprint.
         offsets: (2^r + 1,) uint32; rows with bucket b (the top r prefix bits) are
@@ -230,7 +230,7 @@ class Run:
     def from_sorted(
         cls, rows: Rows, filters: Filters, sorted_prefixes: Fingerprints, prefix_bits: int
     ) -> Run:
-        """A run of (m,) uint32 ``rows`` and their (m,) uint16 ``filters`` already in the order
+        """A run of (m,) uint32 ``rows`` and their (m,) uint32 ``filters`` already in the order
         of their (m,) uint64 prefixes ``sorted_prefixes`` (non-decreasing, below
         2^prefix_bits), m >= 1. O(2^r log m)."""
         bits = directory_bits(int(rows.size), prefix_bits)
@@ -239,7 +239,7 @@ class Run:
         offsets = np.searchsorted(sorted_prefixes, starts).astype(np.uint32)
         return cls(
             np.ascontiguousarray(rows, dtype=np.uint32),
-            np.ascontiguousarray(filters, dtype=np.uint16),
+            np.ascontiguousarray(filters, dtype=np.uint32),
             offsets,
             shift,
         )
@@ -255,7 +255,7 @@ class Run:
         first_row: int = 0,
     ) -> Run:
         """A run of (m,) uint32 ``rows`` in any order with their (m,) uint64 ``prefixes`` ((m,)
-        uint16 ones, possibly a strided view, when prefix_bits <= 16) and (m,) uint16
+        uint16 ones, possibly a strided view, when prefix_bits <= 16) and (m,) uint32
         ``filters``, m >= 1 (``rows`` None: the consecutive rows from ``first_row``, which
         saves a gather): a stable radix sort by prefix, the directory counted from the
         buckets. O(m); the sort's (m,) intp order is the only temporary of 8 bytes per row
@@ -286,9 +286,9 @@ class Run:
         return int(self.low.nbytes + self.high.nbytes + self.filters.nbytes + self.offsets.nbytes)
 
 
-#: _LANES[m]: m 16-bit lanes each holding 1, as one int (lane j at bits 16j..16j+15).
+#: _LANES[m]: m 32-bit lanes each holding 1, as one int (lane j at bits 32j..32j+31).
 _LANES_SIZE = PYTHON_SCAN + 1
-_LANES = tuple(((1 << 16 * m) - 1) // 0xFFFF for m in range(_LANES_SIZE))
+_LANES = tuple(((1 << 32 * m) - 1) // 0xFFFFFFFF for m in range(_LANES_SIZE))
 #: Byte -> its popcount, for ``bytes.translate``.
 _POPCOUNT = bytes(i.bit_count() for i in range(256))
 
@@ -346,13 +346,13 @@ def _range_positions(
 def filtered_ranges(
     lo: NDArray[np.int64],
     counts: NDArray[np.int64],
-    filters: NDArray[np.uint16],
-    query_filters: NDArray[np.uint16],
+    filters: NDArray[np.uint32],
+    query_filters: NDArray[np.uint32],
     k: int,
 ) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
-    """:func:`gather_ranges`, keeping only the candidates whose 16-bit filter is within ``k``
-    bits of their query's: ``filters`` ((m,) uint16, by position), ``query_filters`` ((q,)
-    uint16, by query). The query's filter is repeated along its range (sequential) instead of
+    """:func:`gather_ranges`, keeping only the candidates whose 32-bit filter is within ``k``
+    bits of their query's: ``filters`` ((m,) uint32, by position), ``query_filters`` ((q,)
+    uint32, by query). The query's filter is repeated along its range (sequential) instead of
     gathered by query position, and the query positions are found only for the candidates that
     pass, by a binary search of the ranges' ends. O(t + s log q) for t candidates of which s
     pass.
@@ -585,12 +585,12 @@ class Table:
     def lookup(self, query: int, k: int, candidates: list[int]) -> None:
         """Append to ``candidates`` the row of every entry of this table that may lie within
         Hamming distance ``k`` of ``query`` (an int in [0, 2^64)): the entries of the query's
-        prefix bucket in each run whose 16-bit filter is within k of the query's, and the
+        prefix bucket in each run whose 32-bit filter is within k of the query's, and the
         memtable entries of the query's prefix. A row may be appended by several tables, and
         dead rows are included: :func:`permindex.index.verify.verify` checks them.
 
         Per run a directory lookup, then the filters of the bucket compared in Python with
-        integer operations on all of them at once (16-bit lanes of one int), or with numpy
+        integer operations on all of them at once (32-bit lanes of one int), or with numpy
         when the bucket holds more than :data:`PYTHON_SCAN` entries; in the memtable a
         bisection. O(runs + log L + bucket sizes). No numpy call for small buckets: this is
         the path of single queries."""
@@ -616,23 +616,25 @@ class Table:
                 if m == 0:
                     continue
                 # The filter test of the whole bucket without a Python loop over its entries:
-                # its bytes become one int, XORed with the query filter in every 16-bit lane;
+                # its bytes become one int, XORed with the query filter in every 32-bit lane;
                 # bytes.translate turns each byte into its popcount; adding the value shifted
-                # by 8 sums a lane's two bytes into its low byte (at most 16: no carry), and
-                # adding 127 - k sets bit 7 of that byte exactly when the sum exceeds k. Lanes
-                # with bit 7 clear pass.
-                lanes = _LANES[m] if m < _LANES_SIZE else ((1 << 16 * m) - 1) // 0xFFFF
+                # by 8, 16 and 24 sums a lane's four bytes into its low byte (at most 32), and
+                # adding 127 - k sets bit 7 of that byte exactly when the sum exceeds k (no
+                # byte exceeds 159: no carry between bytes or lanes). Lanes with bit 7 clear
+                # pass.
+                lanes = _LANES[m] if m < _LANES_SIZE else ((1 << 32 * m) - 1) // 0xFFFFFFFF
                 x = int.from_bytes(filter_view[lo:hi], "little") ^ (qf * lanes)
-                counts = int.from_bytes(x.to_bytes(2 * m, "little").translate(_POPCOUNT), "little")
+                counts = int.from_bytes(x.to_bytes(4 * m, "little").translate(_POPCOUNT), "little")
                 flags = lanes << 7
-                passed = ((counts + (counts >> 8) + (127 - k) * lanes) & flags) ^ flags
+                total = counts + (counts >> 8) + (counts >> 16) + (counts >> 24)
+                passed = ((total + (127 - k) * lanes) & flags) ^ flags
                 while passed:
                     bit = passed & -passed
                     passed ^= bit
-                    i = lo + (bit.bit_length() >> 4)
+                    i = lo + (bit.bit_length() >> 5)
                     candidates.append((high[i] << 16) | low[i])
             else:
-                near = np.bitwise_count(run.filters[lo:hi] ^ np.uint16(qf)) <= k
+                near = np.bitwise_count(run.filters[lo:hi] ^ np.uint32(qf)) <= k
                 for i in (np.flatnonzero(near) + lo).tolist():
                     candidates.append((high[i] << 16) | low[i])
         if self._memtable_rows:  # a list: no Python-level __len__ call, as the SortedList has
@@ -748,7 +750,7 @@ class Table:
                 f"{where}: row parts are {run.low.dtype}, {run.high.dtype}",
             )
             _require(
-                run.filters.dtype == np.uint16
+                run.filters.dtype == np.uint32
                 and np.array_equal(run.filters, perm.filter_array(fps[run.rows])),
                 f"{where}: filters are not those of the rows' fingerprints",
             )

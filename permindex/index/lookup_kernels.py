@@ -1,0 +1,167 @@
+"""Compiled kernels of the index's lookups (numba, :mod:`permindex.jit`): the prefix-range search
+of every searched table's runs and the exact check of each candidate, for a batch of queries and
+for one query (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling",
+section 3). Imported on first use (``import permindex`` does not load numba); the reference they
+are tested against is the numpy batch path (:func:`permindex.index.query.query_batch` with
+``PERMINDEX_JIT=0``) and brute force.
+
+What a kernel reads: a *plan* (:class:`permindex.index.lookup.LookupPlan`) of two int64 arrays
+that describe, without Python objects, the tables a query within k searches and their runs:
+
+* ``tables`` (S, 3 + 3 * W): per searched table, in search order, the leading-block mask (as
+  int64 bits), the number of prefix moves p and of filter moves f, then p + f moves ``(shift,
+  mask, target)``: ``prefix = OR ((q >> shift) & mask) << target`` over the prefix moves, the
+  32-bit filter likewise over the filter moves (:attr:`Permutation.kernel_ops`).
+* ``runs`` (R, 9): per run, the position s of its table in ``tables``, the directory shift,
+  the directory's length (2^r + 1), the addresses of its arrays (directory (2^r + 1,) uint32,
+  filters (m,) uint32, low row parts (m,) uint16, high row parts (m,) uint8 or uint16), whether
+  the high parts are uint16, and m. The plan's owner keeps the arrays alive while a kernel runs
+  (runs are immutable).
+
+For each query and run: the bucket ``prefix >> shift`` gives the range ``directory[b] :
+directory[b + 1]``; each entry whose filter is within k bits of the query's is a candidate; its
+row's fingerprint ``fps[row]`` is within k of the query, the row is live (``live[row]`` != 0, or
+``live`` empty: every row is), it shares the table's prefix (XOR zero under the leading mask: a
+coarse directory bucket holds other prefixes too) and shares no earlier searched table's prefix
+(so each match is reported once, by the first table whose prefix it shares). Queries are taken
+in groups of :data:`GROUP`: their directory entries are read in one pass, then their buckets,
+so the cache misses of a group overlap.
+
+Output: ``out`` (cap, 3) int64 rows (query position, row, distance) in table order, run order,
+then query order within a group; the kernels return the number of matches, which may exceed
+``cap`` (then only the first ``cap`` are written and the caller calls again with room for all).
+Cost: O(q * (S * runs + candidates)); memory: the output only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from permindex.jit import address_pointer as _pointer
+from permindex.jit import njit, numba
+from permindex.jit import popcount64 as _popcount
+
+__all__ = ["GROUP", "lookup_batch", "lookup_one"]
+
+#: Queries whose directory entries are read together (memory-level parallelism).
+GROUP = 16
+
+
+@njit()
+def _moves(value, tables, s, first, count):  # type: ignore[no-untyped-def]
+    out = np.uint64(0)
+    for i in range(count):
+        c = 3 + 3 * (first + i)
+        shift = np.uint64(tables[s, c])
+        mask = np.uint64(tables[s, c + 1])
+        target = np.uint64(tables[s, c + 2])
+        out |= ((value >> shift) & mask) << target
+    return out
+
+
+@njit()
+def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-def]
+    """The distance of a candidate, or -1 when it is not a match reported by table s."""
+    x = value ^ query
+    d = _popcount(x)
+    if d > k:
+        return -1
+    if (x & np.uint64(tables[s, 0])) != 0:
+        return -1
+    for e in range(s):
+        if (x & np.uint64(tables[e, 0])) == 0:
+            return -1
+    if live.size and live[row] == 0:
+        return -1
+    return np.int64(d)
+
+
+@njit()
+def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[no-untyped-def]
+    """Every match of every query in run r; returns the new count."""
+    s = runs[r, 0]
+    shift = np.uint64(runs[r, 1])
+    directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
+    m = runs[r, 8]
+    filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
+    low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
+    wide = runs[r, 7] != 0
+    high8 = numba.carray(_pointer(runs[r, 6]), m if not wide else 0, np.uint8)
+    high16 = numba.carray(_pointer(runs[r, 6]), m if wide else 0, np.uint16)
+    n_prefix = tables[s, 1]
+    n_filter = tables[s, 2]
+    cap = out.shape[0]
+    q = queries.size
+    lo = np.empty(GROUP, dtype=np.int64)
+    hi = np.empty(GROUP, dtype=np.int64)
+    qf = np.empty(GROUP, dtype=np.uint64)
+    for g0 in range(0, q, GROUP):
+        g1 = min(q, g0 + GROUP)
+        for j in range(g1 - g0):
+            value = queries[g0 + j]
+            b = _moves(value, tables, s, 0, n_prefix) >> shift
+            lo[j] = directory[b]
+            hi[j] = directory[b + 1]
+            qf[j] = _moves(value, tables, s, n_prefix, n_filter)
+        for j in range(g1 - g0):
+            f = qf[j]
+            for i in range(lo[j], hi[j]):
+                if _popcount(np.uint64(filters[i]) ^ f) <= k:
+                    if wide:
+                        row = (np.int64(high16[i]) << 16) | np.int64(low[i])
+                    else:
+                        row = (np.int64(high8[i]) << 16) | np.int64(low[i])
+                    d = _accept(queries[g0 + j], fps[row], k, tables, s, row, live)
+                    if d >= 0:
+                        if count < cap:
+                            out[count, 0] = g0 + j
+                            out[count, 1] = row
+                            out[count, 2] = d
+                        count += 1
+    return count
+
+
+@njit()
+def lookup_batch(queries, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
+    """The matches of each of the (q,) uint64 ``queries`` within ``k`` (see the module
+    docstring for the plan ``tables``/``runs``, ``fps`` (capacity,) uint64, ``live``
+    (capacity,) uint8 or (0,) and ``out`` (cap, 3) int64); returns the number of matches."""
+    count = 0
+    for r in range(runs.shape[0]):
+        count = _scan(queries, k, tables, runs, r, fps, live, out, count)
+    return count
+
+
+@njit()
+def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
+    """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
+    int64 gets (0, row, distance) per match; returns the number of matches."""
+    count = 0
+    cap = out.shape[0]
+    for r in range(runs.shape[0]):
+        s = runs[r, 0]
+        shift = np.uint64(runs[r, 1])
+        directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
+        m = runs[r, 8]
+        filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
+        low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
+        wide = runs[r, 7] != 0
+        n_prefix = tables[s, 1]
+        b = _moves(query, tables, s, 0, n_prefix) >> shift
+        f = _moves(query, tables, s, n_prefix, tables[s, 2])
+        for i in range(directory[b], directory[b + 1]):
+            if _popcount(np.uint64(filters[i]) ^ f) <= k:
+                if wide:
+                    high16 = numba.carray(_pointer(runs[r, 6]), m, np.uint16)
+                    row = (np.int64(high16[i]) << 16) | np.int64(low[i])
+                else:
+                    high8 = numba.carray(_pointer(runs[r, 6]), m, np.uint8)
+                    row = (np.int64(high8[i]) << 16) | np.int64(low[i])
+                d = _accept(query, fps[row], k, tables, s, row, live)
+                if d >= 0:
+                    if count < cap:
+                        out[count, 0] = 0
+                        out[count, 1] = row
+                        out[count, 2] = d
+                    count += 1
+    return count
