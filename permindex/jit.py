@@ -21,19 +21,20 @@ numpy and Python paths).
 
 ``PERMINDEX_JIT=0`` in the environment makes :func:`enabled` False: callers then take their
 numpy or Python path (the reference the kernels are tested against).
+
+This module imports no numba itself: :func:`enabled` and :func:`cache_dir` are cheap, and the
+kernel tools (``njit``, ``numba``, ``popcount64``, ``address_pointer``) are loaded from
+:mod:`permindex.jit_numba` on first access (``from permindex.jit import njit``).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-__all__ = ["address_pointer", "cache_dir", "enabled", "njit", "numba", "popcount64"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["cache_dir", "configure_cache", "enabled"]
 
 
 def enabled() -> bool:
@@ -71,53 +72,16 @@ def cache_dir() -> Path:
     return fallback
 
 
-os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
-
-# NUMBA_CACHE_DIR must be set before numba reads its configuration: kernel modules get numba
-# from here (``from permindex.jit import numba``), never by importing it first themselves.
-import numba  # noqa: E402
-from numba import types  # noqa: E402
-from numba.core import cgutils  # noqa: E402
-from numba.extending import intrinsic  # noqa: E402
+def configure_cache() -> None:
+    """Set ``NUMBA_CACHE_DIR`` (unless set) to :func:`cache_dir`; called before numba is
+    imported."""
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
 
 
-def njit(signature: Any = None) -> Callable[[F], F]:
-    """``numba.njit`` with permindex's options: ``cache=True, nogil=True``, no fastmath, no
-    bounds checks. ``signature``: an explicit numba signature (or a list of them), compiled when
-    the kernel's module is imported; None compiles on the first call for the argument types seen.
-    """
+def __getattr__(name: str) -> Any:
+    """The kernel tools of :mod:`permindex.jit_numba`, imported on first access."""
+    if name in {"address_pointer", "njit", "numba", "popcount64"}:
+        from permindex import jit_numba
 
-    def decorate(function: F) -> F:
-        options: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
-        if signature is None:
-            compiled = numba.njit(**options)(function)
-        else:
-            compiled = numba.njit(signature, **options)(function)
-        return compiled  # type: ignore[no-any-return]
-
-    return decorate
-
-
-@intrinsic
-def popcount64(typingctx: Any, value: Any) -> Any:
-    """In a kernel: the number of set bits of a uint64 (LLVM ``ctpop``, one instruction on
-    x86-64 with POPCNT), as uint64."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.ctpop(args[0])
-
-    return sig, codegen
-
-
-@intrinsic
-def address_pointer(typingctx: Any, address: Any) -> Any:
-    """In a kernel: an int64 memory address as a void pointer, for ``numba.carray(pointer,
-    size, dtype)`` (views of arrays the caller keeps alive, passed as addresses in an int64
-    plan instead of one argument each: each array argument costs about 0.1 us of dispatch)."""
-    sig = types.voidptr(types.int64)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
-
-    return sig, codegen
+        return getattr(jit_numba, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

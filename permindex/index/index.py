@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex import jit
 from permindex.errors import InvalidArgumentError, NotFoundError
 from permindex.index.batches import Section, compact_inputs, validate_keys
 from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.keystore import hash_key
+from permindex.index.lookup import Lookups
+from permindex.index.match import MATCH_ORDER, Match, new_match
 from permindex.index.permutation import (
     DEFAULT_DESIGN,
     Design,
@@ -44,7 +47,15 @@ from permindex.index.permutation import (
     choose_design,
     query_k,
 )
-from permindex.index.query import MATCH_ORDER, Match, new_match, query_batch, self_join_pairs
+from permindex.index.query import (
+    QueryColumns,
+    columns_from_matches,
+    columns_of,
+    matches_of,
+    query_batch,
+    query_view,
+    self_join_pairs,
+)
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.runs import MERGE_ALL_MIN_SHARE, Runs
 from permindex.index.table import DEFAULT_MEMTABLE_LIMIT, Table
@@ -173,10 +184,15 @@ class Index:
         self._k, self._lock = k, threading.RLock()
         self._rows = RowStore(self._lock, compaction_min)
         self._store = self._rows.keys  # the key store (the single query reads keys here)
-        self._tables = [Table(p, memtable_limit) for p in self._design.permutations]
+        changes = [0, 0]  # shared by the tables: what the lookup caches are checked against
+        self._rows.changes = changes
+        self._tables = [Table(p, memtable_limit, changes) for p in self._design.permutations]
         self._runs = Runs(self._tables, self._rows)
         # The tables a query within each k <= self._k searches (Design.tables_for).
         self._searched = {kk: self._design.tables_for(kk) for kk in range(k + 1)}
+        self._lookups = Lookups(self._tables, self._rows, self._searched, changes)
+        self._jit = jit.enabled()  # Lookups loads the kernels now, not at the first lookup
+        self._one = self._lookups.one if self._jit else None
 
     @classmethod
     def from_arrays(
@@ -454,6 +470,8 @@ class Index:
         """
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
+                if self._one is not None:
+                    return self._one(fingerprint, self._k)
                 return self._query_one(fingerprint, self._k)
         value = validate_fingerprint(fingerprint)
         kk = query_k(k, self._k, self._design)
@@ -463,51 +481,82 @@ class Index:
         return matches[:lim] if lim else matches
 
     def _query_one(self, query: int, k: int) -> list[Match]:
-        """The matches of one query (caller holds the lock): the searched tables' candidates,
-        verified once (a row found in several tables is kept once), sorted."""
-        candidates: list[int] = []
-        tables = self._tables
+        """The matches of one query (caller holds the lock), sorted."""
+        if self._jit:
+            return self._lookups.one(query, k)
+        candidates: list[int] = []  # the reference path: tables in Python
         for t in self._searched[k]:
-            tables[t].lookup(query, k, candidates)
-        if not candidates:
-            return []
-        hits = verify(query, candidates, k, self._rows)
+            self._tables[t].lookup(query, k, candidates)
+        hits = verify(query, candidates, k, self._rows) if candidates else {}
         key_of = self._store.key
         out = [_new_match((key_of(row), value, d)) for row, (value, d) in hits.items()]
-        if len(out) > 1:
-            out.sort(key=_MATCH_ORDER)
+        out.sort(key=_MATCH_ORDER)
         return out
+
+    @overload
+    def query_many(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = ...,
+        limit: int | None = ...,
+        *,
+        threads: int = ...,
+        columns: Literal[False] = ...,
+    ) -> list[list[Match]]: ...
+
+    @overload
+    def query_many(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = ...,
+        limit: int | None = ...,
+        *,
+        threads: int = ...,
+        columns: Literal[True],
+    ) -> QueryColumns: ...
 
     def query_many(
         self,
         fingerprints: Iterable[int] | _U64,
         k: int | None = None,
         limit: int | None = None,
-    ) -> list[list[Match]]:
+        *,
+        threads: int = 1,
+        columns: bool = False,
+    ) -> list[list[Match]] | QueryColumns:
         """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in
-        order, each sorted by (distance, key).
+        order, each sorted by (distance, key); with ``columns=True`` the same matches as one
+        :class:`~permindex.index.query.QueryColumns` (offsets (n + 1,) int64, keys,
+        fingerprints (m,) uint64, distances (m,) uint8), with no Python object per match but
+        its key.
 
         ``fingerprints`` is an iterable of ints or a (n,) uint64 array (signed arrays without
-        negative values are accepted). Vectorized over the batch with numpy
-        (:func:`permindex.index.query.query_batch`); only the matches become Python objects.
-        Same errors as :meth:`query` (the message names the position of a bad fingerprint);
+        negative values are accepted). The lookup runs in compiled kernels
+        (:mod:`permindex.index.lookup`) on a consistent read view of the index, without its
+        lock: lookups from several threads run in parallel, and a lookup racing a write sees the
+        index as it was before or after each write, never a mix. It uses the calling thread
+        only, unless ``threads`` > 1 (that many threads, each on a slice of the batch).
+        Same errors as :meth:`query` (the message names the position of a bad fingerprint),
+        and TypeError / InvalidArgumentError for a ``threads`` that is not an int >= 1;
         nothing is queried then.
         """
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
+        if check_int(threads, "threads") < 1:
+            raise InvalidArgumentError(f"threads must be >= 1, not {threads}")
         n = int(queries.size)
-        with self._lock:
+        if self._jit and n > SMALL_BATCH:
+            found = query_view(self._lock, self._lookups, queries, kk, lim, threads)
+            if found is not None:
+                return columns_of(n, found) if columns else matches_of(n, found)
+        with self._lock:  # small batches, the reference path, or a compaction meanwhile
             if n <= SMALL_BATCH:
-                results = [self._query_one(q, kk) for q in queries.tolist()]
-                if lim:
-                    for matches in results:
-                        del matches[lim:]
+                results = [self._query_one(q, kk)[: lim or None] for q in queries.tolist()]
             else:
-                results = query_batch(
-                    self._tables, self._searched[kk], self._rows, queries, kk, lim
-                )
-        return results
+                tables, searched = self._tables, self._searched[kk]
+                results = query_batch(tables, searched, self._rows, queries, kk, lim)
+        return columns_from_matches(results) if columns else results
 
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:
         """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,

@@ -23,9 +23,9 @@ directory[b + 1]``; each entry whose filter is within k bits of the query's is a
 row's fingerprint ``fps[row]`` is within k of the query, the row is live (``live[row]`` != 0, or
 ``live`` empty: every row is), it shares the table's prefix (XOR zero under the leading mask: a
 coarse directory bucket holds other prefixes too) and shares no earlier searched table's prefix
-(so each match is reported once, by the first table whose prefix it shares). Queries are taken
-in groups of :data:`GROUP`: their directory entries are read in one pass, then their buckets,
-so the cache misses of a group overlap.
+(so each match is reported once, by the first table whose prefix it shares). The batch kernel
+prefetches the directory entries and buckets of the queries :data:`DISTANCE` and twice that
+ahead of the one it scans, so the cache misses of several queries overlap.
 
 Output: ``out`` (cap, 3) int64 rows (query position, row, distance) in table order, run order,
 then query order within a group; the kernels return the number of matches, which may exceed
@@ -37,14 +37,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from permindex.jit import address_pointer as _pointer
-from permindex.jit import njit, numba
-from permindex.jit import popcount64 as _popcount
+from permindex.jit_numba import address_pointer as _pointer
+from permindex.jit_numba import njit, numba
+from permindex.jit_numba import popcount64 as _popcount
+from permindex.jit_numba import prefetch as _prefetch
 
-__all__ = ["GROUP", "lookup_batch", "lookup_one"]
+__all__ = [
+    "BATCH_SIGNATURE",
+    "DISTANCE",
+    "ONE_SIGNATURE",
+    "PACKED_HEADER",
+    "PACKED_SIGNATURE",
+    "RING",
+    "lookup_batch",
+    "lookup_one",
+    "lookup_packed",
+]
 
-#: Queries whose directory entries are read together (memory-level parallelism).
-GROUP = 16
+#: How many queries ahead the batch kernel prefetches: the directory entry of query i + 2D
+#: and the bucket of query i + D while it scans query i (memory-level parallelism).
+DISTANCE = 8
+#: Ring buffer of the pipeline's per-query state (a power of two > 2 * DISTANCE).
+RING = 32
+
+_PLAN = "int64[:, ::1]"
+#: lookup_batch(queries, k, tables, runs, fps, live, out) -> matches.
+BATCH_SIGNATURE = f"int64(uint64[::1], int64, {_PLAN}, {_PLAN}, uint64[::1], uint8[::1], {_PLAN})"
+#: lookup_one(query, k, tables, runs, fps, live, out) -> matches.
+ONE_SIGNATURE = f"int64(uint64, int64, {_PLAN}, {_PLAN}, uint64[::1], uint8[::1], {_PLAN})"
+#: lookup_packed(query, packed) -> matches, or the one match encoded.
+PACKED_SIGNATURE = "int64(uint64, int64[::1])"
+#: Header of a packed plan: S, R, C (columns of ``tables``), address of ``fps``, address of
+#: ``live`` (0: every row live), rows of ``fps``, k, address and rows of the (cap, 3) int64
+#: output; ``tables`` and ``runs`` follow from here.
+PACKED_HEADER = 10
 
 
 @njit()
@@ -78,7 +104,9 @@ def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-d
 
 @njit()
 def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[no-untyped-def]
-    """Every match of every query in run r; returns the new count."""
+    """Every match of every query in run r; returns the new count. A software pipeline over
+    the queries: the directory entry of query i + 2D and the bucket of query i + D are
+    prefetched while query i is scanned (D = :data:`DISTANCE`)."""
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
     directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
@@ -92,36 +120,43 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
     n_filter = tables[s, 2]
     cap = out.shape[0]
     q = queries.size
-    lo = np.empty(GROUP, dtype=np.int64)
-    hi = np.empty(GROUP, dtype=np.int64)
-    qf = np.empty(GROUP, dtype=np.uint64)
-    for g0 in range(0, q, GROUP):
-        g1 = min(q, g0 + GROUP)
-        for j in range(g1 - g0):
-            value = queries[g0 + j]
-            b = _moves(value, tables, s, 0, n_prefix) >> shift
-            lo[j] = directory[b]
-            hi[j] = directory[b + 1]
-            qf[j] = _moves(value, tables, s, n_prefix, n_filter)
-        for j in range(g1 - g0):
-            f = qf[j]
-            for i in range(lo[j], hi[j]):
-                if _popcount(np.uint64(filters[i]) ^ f) <= k:
+    ring = RING - 1
+    bucket = np.empty(RING, dtype=np.int64)
+    lo = np.empty(RING, dtype=np.int64)
+    hi = np.empty(RING, dtype=np.int64)
+    for i in range(q + 2 * DISTANCE):
+        if i < q:
+            b = np.int64(_moves(queries[i], tables, s, 0, n_prefix) >> shift)
+            bucket[i & ring] = b
+            _prefetch(directory, b)
+        j = i - DISTANCE
+        if 0 <= j < q:
+            b = bucket[j & ring]
+            start = np.int64(directory[b])
+            lo[j & ring] = start
+            hi[j & ring] = np.int64(directory[b + 1])
+            _prefetch(filters, start)
+        j = i - 2 * DISTANCE
+        if 0 <= j < q:
+            value = queries[j]
+            f = _moves(value, tables, s, n_prefix, n_filter)
+            for e in range(lo[j & ring], hi[j & ring]):
+                if _popcount(np.uint64(filters[e]) ^ f) <= k:
                     if wide:
-                        row = (np.int64(high16[i]) << 16) | np.int64(low[i])
+                        row = (np.int64(high16[e]) << 16) | np.int64(low[e])
                     else:
-                        row = (np.int64(high8[i]) << 16) | np.int64(low[i])
-                    d = _accept(queries[g0 + j], fps[row], k, tables, s, row, live)
+                        row = (np.int64(high8[e]) << 16) | np.int64(low[e])
+                    d = _accept(value, fps[row], k, tables, s, row, live)
                     if d >= 0:
                         if count < cap:
-                            out[count, 0] = g0 + j
+                            out[count, 0] = j
                             out[count, 1] = row
                             out[count, 2] = d
                         count += 1
     return count
 
 
-@njit()
+@njit(BATCH_SIGNATURE)
 def lookup_batch(queries, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
     """The matches of each of the (q,) uint64 ``queries`` within ``k`` (see the module
     docstring for the plan ``tables``/``runs``, ``fps`` (capacity,) uint64, ``live``
@@ -132,7 +167,7 @@ def lookup_batch(queries, k, tables, runs, fps, live, out):  # type: ignore[no-u
     return count
 
 
-@njit()
+@njit(ONE_SIGNATURE)
 def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
     """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
     int64 gets (0, row, distance) per match; returns the number of matches."""
@@ -164,4 +199,27 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
                         out[count, 1] = row
                         out[count, 2] = d
                     count += 1
+    return count
+
+
+@njit(PACKED_SIGNATURE)
+def lookup_packed(query, packed):  # type: ignore[no-untyped-def]
+    """:func:`lookup_one` with everything but the query in one int64 array (a packed plan:
+    :data:`PACKED_HEADER` entries, then ``tables`` and ``runs`` row by row), so that a single
+    query passes two arguments (each argument costs ~0.1 us of dispatch). Returns the number
+    of matches written to the output, except for exactly one match: then ``-(row * 64 +
+    distance) - 1`` (nothing to read back from the output)."""
+    n_tables = packed[0]
+    n_runs = packed[1]
+    columns = packed[2]
+    start = PACKED_HEADER
+    tables = packed[start : start + n_tables * columns].reshape((n_tables, columns))
+    start += n_tables * columns
+    runs = packed[start : start + n_runs * 9].reshape((n_runs, 9))
+    fps = numba.carray(_pointer(packed[3]), packed[5], np.uint64)
+    live = numba.carray(_pointer(packed[4]), packed[5] if packed[4] else 0, np.uint8)
+    out = numba.carray(_pointer(packed[7]), (packed[8], 3), np.int64)
+    count = lookup_one(query, packed[6], tables, runs, fps, live, out)
+    if count == 1:
+        return -(out[0, 1] * 64 + out[0, 2]) - 1
     return count

@@ -239,7 +239,7 @@ class Permutation:
             return column.copy()
         return self._apply_array(values, self._np_filter).astype(np.uint32)
 
-    @functools.cached_property
+    @property
     def kernel_ops(self) -> tuple[tuple[int, int, int], ...]:
         """The prefix's and the filter's moves as ``(shift, mask, target)`` int triples for the
         compiled kernels (:mod:`permindex.index.lookup_kernels`), prefix moves first; the

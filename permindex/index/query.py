@@ -12,15 +12,16 @@ whose prefix it shares; only the matches become Python objects.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from functools import partial
 from itertools import chain
-from operator import itemgetter
+from threading import RLock
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from permindex.index import join
+from permindex.index.lookup import Lookups, batch_arrays
+from permindex.index.match import MATCH_ORDER, Match, new_match
 from permindex.index.pair_stream import (
     PairArrays,
     PairStream,
@@ -38,7 +39,12 @@ __all__ = [
     "MATCH_ORDER",
     "QUERY_CHUNK",
     "Match",
+    "QueryColumns",
+    "columns_from_matches",
+    "columns_of",
+    "matches_of",
     "query_batch",
+    "query_view",
     "self_join_pairs",
 ]
 
@@ -46,24 +52,26 @@ __all__ = [
 QUERY_CHUNK = 16384
 #: Candidates per numpy pass: a chunk whose ranges hold more is split in halves.
 CANDIDATE_BUDGET = 1 << 22
-#: Sort key of matches: (distance, key).
-MATCH_ORDER = itemgetter(2, 0)
 
 _U64 = NDArray[np.uint64]
 
 
-class Match(NamedTuple):
-    """One result of a query: a stored key, its fingerprint (int in [0, 2^64)) and its Hamming
-    distance to the query (int, bits)."""
+class QueryColumns(NamedTuple):
+    """The matches of n queries as columns (``Index.query_many(..., columns=True)``): the
+    matches of query i are positions ``offsets[i]:offsets[i + 1]`` of the other three, in
+    (distance, key) order.
 
-    key: str
-    fingerprint: int
-    distance: int
+    Attributes:
+        offsets: (n + 1,) int64, non-decreasing, ``offsets[0] == 0``, ``offsets[n] == m``.
+        keys: the m keys (list of str).
+        fingerprints: (m,) uint64, each key's stored fingerprint.
+        distances: (m,) uint8, the Hamming distance of each to its query.
+    """
 
-
-#: ``Match`` from a (key, fingerprint, distance) tuple without a Python-level call (what
-#: ``Match._make`` does, minus its frame).
-new_match = partial(tuple.__new__, Match)
+    offsets: NDArray[np.int64]
+    keys: list[str]
+    fingerprints: NDArray[np.uint64]
+    distances: NDArray[np.uint8]
 
 
 def query_batch(
@@ -249,4 +257,92 @@ def _key_pairs(keys: list[str], chunks: Iterator[PairArrays]) -> Iterator[tuple[
     return chain.from_iterable(
         zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
         for a, b, d in chunks
+    )
+
+
+def query_view(
+    lock: RLock,
+    lookups: Lookups,
+    queries: _U64,
+    k: int,
+    limit: int,
+    threads: int,
+) -> tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]] | None:
+    """A batch lookup on compiled kernels outside the index's lock: a read view taken under
+    ``lock`` (O(tables)), the kernels run without it on ``threads`` threads, then the lock taken
+    again only to read the matched rows' keys. Returns the matches as (query positions (m,)
+    int64, keys, fingerprints (m,) uint64, distances (m,) uint8) sorted by (query, distance,
+    key), at most ``limit`` per query (0: all); None when a compaction renumbered the rows
+    meanwhile (the caller looks up again under the lock). O(q * (tables * runs + candidates))
+    in the kernels, O(m log m) to order the m matches."""
+    rows = lookups.rows
+    with lock:
+        view = lookups.view(k)
+    q_all, rows_all, d_all = batch_arrays(view, queries, k, threads)
+    order = np.lexsort((d_all, q_all))
+    q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
+    distinct, inverse = np.unique(rows_all, return_inverse=True)
+    with lock:
+        if rows.compactions != view.compactions:
+            return None
+        distinct_keys = rows.keys.keys(distinct)
+    keys: list[str] = np.array(distinct_keys, dtype=object)[inverse].tolist()
+    if q_all.size > 1:
+        tie = np.flatnonzero((q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1]))
+        if tie.size:
+            _order_ties(tie, keys, rows_all)
+    if limit and q_all.size:
+        first = np.searchsorted(q_all, q_all, side="left")
+        kept = np.flatnonzero(np.arange(q_all.size) - first < limit)
+        if kept.size < q_all.size:
+            q_all, rows_all, d_all = q_all[kept], rows_all[kept], d_all[kept]
+            keys = [keys[i] for i in kept.tolist()]
+    return q_all, keys, view.fps[rows_all], d_all
+
+
+def _order_ties(tie: NDArray[np.intp], keys: list[str], rows_all: NDArray[np.int64]) -> None:
+    """Sort by key, in place, each run of matches of one query at one distance (``tie``: the
+    positions i where match i + 1 ties with match i); ``rows_all`` is permuted alike."""
+    starts = tie[np.r_[True, tie[1:] != tie[:-1] + 1]]
+    ends = tie[np.r_[tie[1:] != tie[:-1] + 1, True]] + 2
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        block = sorted(range(start, end), key=keys.__getitem__)
+        rows_all[start:end] = rows_all[block]
+        keys[start:end] = [keys[i] for i in block]
+
+
+def matches_of(
+    n: int, found: tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]]
+) -> list[list[Match]]:
+    """The (query positions, keys, fingerprints, distances) of :func:`query_view` as one list
+    of :class:`Match` per query. O(n + m)."""
+    q_all, keys, fps, d_all = found
+    results: list[list[Match]] = [[] for _ in range(n)]
+    matches = map(new_match, zip(keys, fps.tolist(), d_all.tolist(), strict=True))
+    for q, match in zip(q_all.tolist(), matches, strict=True):
+        results[q].append(match)
+    return results
+
+
+def columns_of(
+    n: int, found: tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]]
+) -> QueryColumns:
+    """The matches of :func:`query_view` as :class:`QueryColumns`. O(n + m) numpy work."""
+    q_all, keys, fps, d_all = found
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(q_all, minlength=n), out=offsets[1:])
+    return QueryColumns(offsets, keys, fps.astype(np.uint64, copy=False), d_all)
+
+
+def columns_from_matches(results: list[list[Match]]) -> QueryColumns:
+    """:class:`QueryColumns` of per-query Match lists (the reference path). O(n + m)."""
+    counts = np.array([len(r) for r in results], dtype=np.int64)
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    flat = list(chain.from_iterable(results))
+    return QueryColumns(
+        offsets,
+        [m.key for m in flat],
+        np.array([m.fingerprint for m in flat], dtype=np.uint64),
+        np.array([m.distance for m in flat], dtype=np.uint8),
     )

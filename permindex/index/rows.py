@@ -63,6 +63,9 @@ class RowStore:
         keys: the :class:`~permindex.index.keystore.KeyStore` (each row's key, the current row
             of each key).
         compactions: compactions so far (row numbers change at each).
+        live_shared: whether a read view (:mod:`permindex.index.lookup`) holds ``live``: the
+            next :meth:`kill` then copies the mask before it clears a flag (copy on write), so
+            the view keeps the liveness it was taken with.
         compaction_min: see :meth:`compaction_due`.
         on_compact: called under the lock with the (old n,) int64 remap of each compaction
             (new row, or -1 for a dropped row) after the arrays were renumbered: the tables
@@ -71,12 +74,14 @@ class RowStore:
 
     __slots__ = (
         "_grower",
+        "changes",
         "compaction_min",
         "compactions",
         "fps",
         "fps_view",
         "keys",
         "live",
+        "live_shared",
         "live_view",
         "lock",
         "n",
@@ -90,6 +95,10 @@ class RowStore:
         self.live: NDArray[np.bool_] | None = None
         self.fps_view: memoryview = self.fps.data
         self.live_view: memoryview | None = None
+        self.live_shared = False
+        #: Change counters shared with the index's tables (:attr:`Table.changes`): a new
+        #: ``fps`` or ``live`` array counts as a change of the runs for the lookup caches.
+        self.changes = [0, 0]
         self.n = 0
         self.keys = KeyStore()
         self.compactions = 0
@@ -117,6 +126,8 @@ class RowStore:
         return self._grower
 
     def _views(self) -> None:
+        self.live_shared = False  # a new array (or none): no view holds it
+        self.changes[0] += 1  # cached lookup plans hold the old arrays' addresses
         self.fps_view = self.fps.data
         self.live_view = None if self.live is None else self.live.data
 
@@ -133,7 +144,10 @@ class RowStore:
         if self.live is None:
             self.live = np.zeros(self.fps.size, dtype=bool)
             self.live[: self.n] = True
-            self.live_view = self.live.data
+            self._views()
+        elif self.live_shared:
+            self.live = self.live.copy()
+            self._views()
         self.live[rows] = False
 
     def live_mask(self, start: int = 0, stop: int | None = None) -> NDArray[np.bool_]:

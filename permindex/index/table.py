@@ -379,16 +379,29 @@ class Table:
     __slots__ = (
         "_memtable",
         "_memtable_rows",
+        "_memtable_run",
         "_runs",
         "_view",
+        "changes",
         "defer_merges",
         "memtable_limit",
         "permutation",
     )
 
-    def __init__(self, permutation: Permutation, memtable_limit: int = DEFAULT_MEMTABLE_LIMIT):
+    def __init__(
+        self,
+        permutation: Permutation,
+        memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
+        changes: list[int] | None = None,
+    ):
         self.permutation = permutation
         self.memtable_limit = memtable_limit
+        #: Change counters, possibly shared by the tables of one index: ``changes[0]`` counts
+        #: changes of the runs, ``changes[1]`` of the memtable (what cached lookup plans and
+        #: read views of :mod:`permindex.index.lookup` are checked against).
+        self.changes = [0, 0] if changes is None else changes
+        # The memtable as a run of its own (batch lookups on a read view), or None when stale.
+        self._memtable_run: Run | None = None
         #: When True, a pushed run is only appended; the owner merges (:meth:`pending_merge`,
         #: :meth:`merged_runs`, :meth:`replace_runs`).
         self.defer_merges = False
@@ -424,6 +437,7 @@ class Table:
         self._memtable.add((prefix << _PREFIX_SHIFT) | (fingerprint << _FP_SHIFT) | row)
         self._memtable_rows.append(row)
         self._view = None
+        self._memtable_changed()
         if len(self._memtable) > self.memtable_limit:
             self.freeze(rows)
 
@@ -477,6 +491,7 @@ class Table:
         )
         self._memtable_rows.extend(range(first_row, first_row + count))
         self._view = None
+        self._memtable_changed()
         if len(self._memtable) > self.memtable_limit:
             self.freeze(rows)
 
@@ -488,6 +503,7 @@ class Table:
         self._memtable.clear()
         self._memtable_rows = []
         self._view = None
+        self._memtable_changed()
         keep = np.ones(view_rows.size, dtype=bool) if live is None else live[view_rows]
         if not keep.all():
             view_rows, view_prefixes = view_rows[keep], view_prefixes[keep]
@@ -498,6 +514,7 @@ class Table:
 
     def _push(self, run: Run, rows: RowArrays) -> None:
         self._runs.append(run)
+        self.changes[0] += 1
         if self.defer_merges:
             return
         while (pair := self.pending_merge()) is not None:
@@ -520,6 +537,7 @@ class Table:
         for i in range(len(current) - width + 1):
             if all(current[i + j] is run for j, run in enumerate(runs)):
                 current[i : i + width] = [] if merged is None else [merged]
+                self.changes[0] += 1
                 return True
         return False
 
@@ -558,6 +576,7 @@ class Table:
         fps = rows.fps
         bits = self.permutation.prefix_bits
         old_runs, self._runs = self._runs, []
+        self.changes[0] += 1
         for run in old_runs:
             remapped = remap[run.rows]
             kept = remapped >= 0
@@ -579,6 +598,7 @@ class Table:
             remapped_rows = remap[np.array(self._memtable_rows, dtype=np.int64)]
             self._memtable_rows = remapped_rows[remapped_rows >= 0].tolist()
         self._view = None
+        self._memtable_changed()
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -682,6 +702,32 @@ class Table:
             order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
             self._view = (prefixes[order], rows[order])
         return self._view
+
+    def _memtable_changed(self) -> None:
+        self._memtable_run = None
+        self.changes[1] += 1
+
+    def memtable_run(self, row_arrays: RowArrays) -> Run | None:
+        """The memtable's entries as an immutable :class:`Run` (None when the memtable is
+        empty), cached until the memtable changes: what a batch lookup on a read view searches
+        (:mod:`permindex.index.lookup`). O(L) to build."""
+        if self._memtable_run is None and self._memtable_rows:
+            prefixes, rows = self._memtable_arrays(row_arrays)
+            filters = self.permutation.filter_array(row_arrays.fps[rows])
+            bits = self.permutation.prefix_bits
+            self._memtable_run = Run.from_sorted(rows, filters, prefixes, bits)
+        return self._memtable_run
+
+    def memtable_lookup(self, query: int, candidates: list[int]) -> None:
+        """Append to ``candidates`` the row of every memtable entry with the prefix of
+        ``query`` (an int in [0, 2^64)): a bisection, O(log L + entries)."""
+        if self._memtable_rows:
+            prefix = self.permutation.prefix(query)
+            memtable = self._memtable
+            lo = memtable.bisect_left(prefix << _PREFIX_SHIFT)
+            hi = memtable.bisect_left((prefix + 1) << _PREFIX_SHIFT)
+            for entry in memtable.islice(lo, hi):
+                candidates.append(entry & _ROW_MASK)
 
     def memory_bytes(self) -> int:
         """Estimated bytes: run arrays plus memtable entries."""

@@ -1,0 +1,322 @@
+"""The index's lookups on compiled kernels, and the consistent view that lets them run outside
+the index's lock (Manku, Jain & Das Sarma 2007, section 3: the tables searched by prefix, the
+candidates verified exactly).
+
+* :class:`LookupPlan` -- what the kernels of :mod:`permindex.index.lookup_kernels` read: the
+  searched tables' permutations and the addresses of their runs' arrays, as two int64 arrays
+  (one kernel argument each instead of one per array), with the runs it points into.
+* :class:`ReadView` -- a consistent view of the index for a batch lookup: the plan (frozen runs
+  and the memtables frozen as runs of their own), the fingerprints by row, the liveness mask and
+  the row count, taken under the lock in O(tables) (the memtables' runs are built once per
+  change of a memtable, O(L)). Runs are immutable, rows below ``n`` never change, and a removal
+  copies the liveness mask before it clears a flag while a view holds the mask
+  (:attr:`permindex.index.rows.RowStore.live_shared`), so a lookup on a view sees the index as
+  it was when the view was taken: before or after each write, never a mix.
+* :class:`Lookups` -- the per-index caches (plans by k, the last view) and the two entry points
+  used by :class:`permindex.index.Index`: :meth:`Lookups.one` (a single query, under the lock)
+  and :meth:`Lookups.view` with :func:`batch_arrays` (a batch, its kernels run without the
+  lock, on ``threads`` threads).
+
+Thread safety: :meth:`Lookups.one` and :meth:`Lookups.view` are called with the index's lock
+held; :func:`batch_arrays` runs on a view without it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex import jit
+from permindex.index.match import MATCH_ORDER, Match, new_match
+from permindex.index.rows import RowStore
+from permindex.index.table import Run, Table
+from permindex.index.verify import verify
+
+__all__ = ["LookupPlan", "Lookups", "ReadView", "batch_arrays", "kernels", "make_plan"]
+
+_I64 = NDArray[np.int64]
+_U64 = NDArray[np.uint64]
+_EMPTY_LIVE = np.zeros(0, dtype=np.uint8)
+PACKED_HEADER = 10  # lookup_kernels.PACKED_HEADER (that module loads numba)
+#: Rows of a single query's output buffer (grown when a query has more matches).
+_ONE_CAP = 256
+
+_kernels: ModuleType | None = None
+_kernels_lock = threading.Lock()
+
+
+def kernels() -> ModuleType:
+    """The compiled lookup kernels (:mod:`permindex.index.lookup_kernels`), imported, loaded
+    from numba's cache (or compiled, the first time on a machine) and run once on a tiny input
+    on the first call in a process, so that no lookup pays for it later."""
+    global _kernels
+    if _kernels is None:
+        with _kernels_lock:
+            if _kernels is None:
+                from permindex.index import lookup_kernels as module
+
+                _warm(module)
+                _kernels = module
+    return _kernels
+
+
+def _warm(module: ModuleType) -> None:
+    """Run both kernels once on a one-entry table (their code is then loaded and linked)."""
+    tables = np.zeros((1, 6), dtype=np.int64)
+    tables[0, 1] = 1
+    tables[0, 4] = 1  # the prefix: the low bit
+    run = Run(np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.zeros(3, np.uint32), 0)
+    plan = make_plan_from([(0, run)], tables)
+    out = np.zeros((1, 3), dtype=np.int64)
+    fps = np.zeros(1, dtype=np.uint64)
+    module.lookup_one(0, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
+    module.lookup_batch(fps, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
+
+
+def _signed(value: int) -> int:
+    """A 64-bit mask as the int64 with the same bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class LookupPlan(NamedTuple):
+    """The kernels' description of the searched tables and their runs (the layout is in the
+    docstring of :mod:`permindex.index.lookup_kernels`): ``tables`` (S, 3 + 3W) int64,
+    ``runs`` (R, 9) int64, and ``keep``, the runs whose arrays ``runs`` points into (held so
+    that they outlive every kernel call on the plan)."""
+
+    tables: _I64
+    runs: _I64
+    keep: tuple[Run, ...]
+
+
+def _tables_array(tables: Sequence[Table], searched: tuple[int, ...]) -> _I64:
+    perms = [tables[t].permutation for t in searched]
+    width = max((len(p.kernel_ops) for p in perms), default=0)
+    out = np.zeros((len(perms), 3 + 3 * width), dtype=np.int64)
+    for s, perm in enumerate(perms):
+        out[s, 0] = _signed(perm.leading_mask)
+        out[s, 1] = len(perm.prefix_ops)
+        out[s, 2] = len(perm.filter_ops)
+        for i, (shift, mask, target) in enumerate(perm.kernel_ops):
+            out[s, 3 + 3 * i : 6 + 3 * i] = (shift, _signed(mask), target)
+    return out
+
+
+def make_plan_from(runs: Sequence[tuple[int, Run]], tables: _I64) -> LookupPlan:
+    """The plan of ``runs`` ((position in ``tables``, run) pairs) over the ``tables`` array."""
+    rows = np.zeros((len(runs), 9), dtype=np.int64)
+    for i, (s, run) in enumerate(runs):
+        rows[i] = (
+            s,
+            run.shift,
+            run.offsets.size,
+            run.offsets.ctypes.data,
+            run.filters.ctypes.data,
+            run.low.ctypes.data,
+            run.high.ctypes.data,
+            int(run.high.dtype == np.uint16),
+            len(run),
+        )
+    return LookupPlan(tables, rows, tuple(run for _, run in runs))
+
+
+def make_plan(
+    tables: Sequence[Table],
+    searched: tuple[int, ...],
+    runs_of: Callable[[Table], Sequence[Run]],
+) -> LookupPlan:
+    """The plan of the tables ``searched`` (indexes into ``tables``, in search order), each
+    table's runs given by ``runs_of``. O(tables + runs)."""
+    pairs = [(s, run) for s, t in enumerate(searched) for run in runs_of(tables[t])]
+    return make_plan_from(pairs, _tables_array(tables, searched))
+
+
+class ReadView(NamedTuple):
+    """A consistent view of the index for a batch lookup (see the module docstring)."""
+
+    plans: dict[int, LookupPlan]
+    fps: _U64
+    live: NDArray[np.uint8]
+    n: int
+    compactions: int
+    memtable_runs: tuple[Run | None, ...]
+    stamp: tuple[int, int, int, int]
+
+
+class Lookups:
+    """The lookup caches of one index: the plans of single queries by k (frozen runs only: a
+    single query searches the memtables itself) and the last :class:`ReadView` with its plans
+    by k. They are checked against the tables' shared change counters (``changes``, see
+    :attr:`permindex.index.table.Table.changes`): the single-query plans are rebuilt after a
+    change of the runs, the view after a change of the runs, a memtable, or the row arrays."""
+
+    __slots__ = (
+        "_changes",
+        "_memtables",
+        "_memtables_seen",
+        "_one_kernel",
+        "_one_out",
+        "_one_plans",
+        "_one_seen",
+        "_searched",
+        "_tables",
+        "_view",
+        "rows",
+    )
+
+    def __init__(
+        self,
+        tables: list[Table],
+        rows: RowStore,
+        searched: dict[int, tuple[int, ...]],
+        changes: list[int],
+    ) -> None:
+        self._tables = tables
+        self.rows = rows
+        self._searched = searched
+        self._changes = changes
+        # Single queries (under the lock): packed plans by k (LookupPlan.tables holds the
+        # packed array), valid for these runs and row arrays; the tables with a memtable.
+        self._one_plans: dict[int, LookupPlan] = {}
+        self._one_seen = -1
+        self._one_out = np.zeros((_ONE_CAP, 3), dtype=np.int64)
+        self._one_kernel: Any = kernels().lookup_packed if jit.enabled() else None
+        self._memtables_seen = -1
+        self._memtables: list[int] = []
+        self._view: ReadView | None = None
+
+    def _refresh_one(self) -> None:
+        self._one_plans.clear()
+        self._one_seen = self._changes[0]
+
+    def _packed(self, k: int) -> _I64:
+        """The packed plan of single queries at ``k`` (``lookup_kernels.lookup_packed``)."""
+        plan = make_plan(self._tables, self._searched[k], lambda table: table.runs)
+        rows = self.rows
+        out = self._one_out
+        header = np.zeros(PACKED_HEADER, dtype=np.int64)
+        header[:3] = (plan.tables.shape[0], plan.runs.shape[0], plan.tables.shape[1])
+        header[3] = rows.fps.ctypes.data
+        header[4] = 0 if rows.live is None else rows.live.ctypes.data
+        header[5] = rows.fps.size
+        header[6:9] = (k, out.ctypes.data, out.shape[0])
+        packed = np.concatenate([header, plan.tables.ravel(), plan.runs.ravel()])
+        self._one_plans[k] = LookupPlan(packed, plan.runs, plan.keep)
+        return packed
+
+    def one(self, query: int, k: int) -> list[Match]:
+        """The matches of one query within ``k``, sorted by (distance, key), the caller holding
+        the index's lock: the frozen runs searched by the compiled kernel, the memtables in
+        Python (a bisection each) and their candidates verified by
+        :func:`~permindex.index.verify.verify`; each row once. O(tables * runs + log L +
+        candidates)."""
+        rows = self.rows
+        if self._one_seen != self._changes[0]:  # the runs or the row arrays changed
+            self._refresh_one()
+        plan = self._one_plans.get(k)
+        packed = self._packed(k) if plan is None else plan.tables
+        found = self._one_kernel(query, packed)
+        if self._memtables_seen != self._changes[1]:
+            self._memtables_seen = self._changes[1]
+            self._memtables = [t for t, table in enumerate(self._tables) if table.memtable_size]
+        if found < 0 and not self._memtables:  # the common answer: one match
+            row = (-found - 1) >> 6
+            return [new_match((rows.keys.key(row), rows.fps_view[row], (-found - 1) & 63))]
+        if found < 0:
+            hits = [((-found - 1) >> 6, (-found - 1) & 63)]
+        elif found == 0:
+            hits = []
+        else:
+            if found > self._one_out.shape[0]:
+                self._one_out = np.zeros((found, 3), dtype=np.int64)
+                self._refresh_one()  # the packed plans point to the old output
+                packed = self._packed(k)
+                found = self._one_kernel(query, packed)
+            hits = [(row, d) for _, row, d in self._one_out[:found].tolist()]
+        if self._memtables:
+            hits = self._memtable_hits(query, k, hits)
+        if not hits:
+            return []
+        key_of = rows.keys.key
+        fps = rows.fps_view
+        matches = [new_match((key_of(row), fps[row], d)) for row, d in hits]
+        if len(matches) > 1:
+            matches.sort(key=MATCH_ORDER)
+        return matches
+
+    def _memtable_hits(
+        self, query: int, k: int, hits: list[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        candidates: list[int] = []
+        searched = self._searched[k]
+        for t in self._memtables:
+            if t in searched:
+                self._tables[t].memtable_lookup(query, candidates)
+        if not candidates:
+            return hits
+        found = dict(hits)
+        for row, (_value, d) in verify(query, candidates, k, self.rows).items():
+            found[row] = d
+        return list(found.items())
+
+    def view(self, k: int) -> ReadView:
+        """The current :class:`ReadView` with its plan for ``k`` (caller holds the lock); marks
+        the liveness mask as shared, so the next removal copies it first."""
+        view = self._view
+        rows = self.rows
+        stamp = (self._changes[0], self._changes[1], rows.n, rows.compactions)
+        if view is None or view.stamp != stamp or view.fps is not rows.fps:
+            memtable_runs = tuple(table.memtable_run(rows) for table in self._tables)
+            view = ReadView(
+                {}, rows.fps, _EMPTY_LIVE, rows.n, rows.compactions, memtable_runs, stamp
+            )
+        if rows.live is not None:
+            rows.live_shared = True
+            view = view._replace(live=rows.live.view(np.uint8))
+        if k not in view.plans:
+            memtable_runs = view.memtable_runs
+
+            def runs_of(table: Table) -> Sequence[Run]:
+                extra = memtable_runs[self._tables.index(table)]
+                return table.runs if extra is None else (*table.runs, extra)
+
+            view.plans[k] = make_plan(self._tables, self._searched[k], runs_of)
+        self._view = view
+        return view
+
+
+def batch_arrays(
+    view: ReadView, queries: _U64, k: int, threads: int = 1
+) -> tuple[_I64, NDArray[np.int64], NDArray[np.uint8]]:
+    """The matches of the (q,) uint64 ``queries`` within ``k`` on ``view``, without the index's
+    lock: (query positions (m,) int64, rows (m,) int64, distances (m,) uint8), grouped by table
+    then run (not sorted). ``threads`` > 1 splits the queries into that many slices, looked up
+    in parallel (the kernels release the GIL). O(q * (tables * runs + candidates))."""
+    plan = view.plans[k]
+    module = kernels()
+
+    def run(part: _U64) -> _I64:
+        out = np.zeros((max(64, 2 * part.size), 3), dtype=np.int64)
+        count = module.lookup_batch(part, k, plan.tables, plan.runs, view.fps, view.live, out)
+        if count > out.shape[0]:
+            out = np.zeros((count, 3), dtype=np.int64)
+            count = module.lookup_batch(part, k, plan.tables, plan.runs, view.fps, view.live, out)
+        return out[:count]
+
+    if threads <= 1 or queries.size < 2 * threads:
+        found = run(queries)
+    else:
+        bounds = np.linspace(0, queries.size, threads + 1).astype(np.int64)
+        parts = [queries[bounds[i] : bounds[i + 1]] for i in range(threads)]
+        with ThreadPoolExecutor(threads, thread_name_prefix="permindex-lookup") as pool:
+            outs = list(pool.map(run, parts))
+        for i, out in enumerate(outs):
+            out[:, 0] += bounds[i]
+        found = np.concatenate(outs)
+    return found[:, 0], found[:, 1], found[:, 2].astype(np.uint8)
