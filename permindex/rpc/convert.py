@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Final
 
 import numpy as np
@@ -22,6 +21,7 @@ from permindex.index import Match
 from permindex.index.clusters import NearDuplicates
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.index.permutation import Design, query_k
+from permindex.index.query import QueryColumns
 from permindex.rpc.wire import PairEncoder
 from permindex.text.fingerprint import simhash
 from permindex.v1 import index_pb2 as pb
@@ -39,7 +39,8 @@ __all__ = [
     "check_reply_size",
     "check_text",
     "clusters_to_proto",
-    "columns_wire_bytes",
+    "columns_part_wire_bytes",
+    "columns_to_proto",
     "design_to_proto",
     "documents_from_proto",
     "exact_groups_to_proto",
@@ -49,7 +50,6 @@ __all__ = [
     "items_per_message",
     "key_refusal",
     "limit_from",
-    "matches_to_columns",
     "matches_to_proto",
     "pair_chunks_to_proto",
     "query_wire_bytes",
@@ -278,11 +278,7 @@ RESULT_WIRE_BYTES: Final = 6
 def _key_bytes(found: Sequence[Sequence[Match]]) -> tuple[int, int]:
     """(matches, UTF-8 bytes of their keys with each key's tag and length) over ``found``."""
     keys = [match.key for matches in found for match in matches]
-    size = 0
-    for key in keys:
-        length = len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
-        size += length + (2 if length < 128 else 3)  # keys are at most MAX_KEY_BYTES (< 2^14)
-    return len(keys), size
+    return len(keys), _keys_wire_bytes(keys)
 
 
 def query_wire_bytes(found: Sequence[Sequence[Match]]) -> int:
@@ -293,32 +289,48 @@ def query_wire_bytes(found: Sequence[Sequence[Match]]) -> int:
     return len(found) * RESULT_WIRE_BYTES + matches * MATCH_WIRE_BYTES + key_bytes
 
 
-def columns_wire_bytes(found: Sequence[Sequence[Match]]) -> int:
-    """The wire size, bytes, of the QueryColumnsResponse of ``found`` (see
-    :func:`matches_to_columns`), exact but for the framing of its three packed columns
-    (counted as :data:`COLUMNS_WIRE_BYTES`): :data:`COLUMN_MATCH_WIRE_BYTES` per match plus each
-    key with its tag and length."""
-    matches, key_bytes = _key_bytes(found)
-    return COLUMNS_WIRE_BYTES + matches * COLUMN_MATCH_WIRE_BYTES + key_bytes
+def _keys_wire_bytes(keys: Sequence[str]) -> int:
+    """UTF-8 bytes of ``keys`` with each key's tag and length."""
+    size = 0
+    for key in keys:
+        length = len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
+        size += length + (2 if length < 128 else 3)  # keys are at most MAX_KEY_BYTES (< 2^14)
+    return size
 
 
-def matches_to_columns(found: Sequence[Sequence[Match]]) -> pb.QueryColumnsResponse:
-    """The matches of n queries (``found[i]``: the matches of query i, in answer order) as one
-    columnar ``QueryColumnsResponse`` (wire format in the .proto): query positions as (m,)
-    little-endian uint32 bytes, fingerprints as (m,) little-endian uint64 bytes, distances as
-    (m,) uint8 bytes, and the m keys, all grouped by query position in ascending order.
+def columns_part_wire_bytes(part: QueryColumns) -> int:
+    """The wire size, bytes, of one slice's part of a QueryColumnsResponse (its answer in
+    columns, ``Index.query_many(..., columns=True)``), exact but for the framing of the three
+    packed columns (counted as :data:`COLUMNS_WIRE_BYTES` per part):
+    :data:`COLUMN_MATCH_WIRE_BYTES` per match plus each key with its tag and length."""
+    return (
+        COLUMNS_WIRE_BYTES + len(part.keys) * COLUMN_MATCH_WIRE_BYTES + _keys_wire_bytes(part.keys)
+    )
 
-    numpy builds the three packed columns; no message is made per match or per query.
-    """
-    flat: list[Match] = list(chain.from_iterable(found))
-    if not flat:
+
+def columns_to_proto(parts: Sequence[tuple[int, QueryColumns]]) -> pb.QueryColumnsResponse:
+    """The answers of consecutive slices of a request's fingerprints, each ``(position of its
+    first fingerprint, its QueryColumns)``, as one ``QueryColumnsResponse`` (wire format in the
+    .proto): query positions as (m,) little-endian uint32 bytes, fingerprints as (m,)
+    little-endian uint64 bytes, distances as (m,) uint8 bytes, and the m keys, all grouped by
+    query position in ascending order. numpy builds the three packed columns; no object is
+    made per match but its key. O(n + m)."""
+    positions: list[NDArray[np.uint32]] = []
+    fingerprints: list[NDArray[np.uint64]] = []
+    distances: list[NDArray[np.uint8]] = []
+    keys: list[str] = []
+    for start, part in parts:
+        counts = np.diff(part.offsets)
+        positions.append(np.repeat(np.arange(start, start + counts.size, dtype="<u4"), counts))
+        fingerprints.append(part.fingerprints)
+        distances.append(part.distances)
+        keys.extend(part.keys)
+    if not keys:
         return pb.QueryColumnsResponse()
-    keys, fingerprints, distances = zip(*flat, strict=True)
-    counts = [len(matches) for matches in found]
     return pb.QueryColumnsResponse(
-        query_positions=np.repeat(np.arange(len(found), dtype="<u4"), counts).tobytes(),
-        fingerprints=np.array(fingerprints, dtype="<u8").tobytes(),
-        distances=np.array(distances, dtype=np.uint8).tobytes(),
+        query_positions=np.concatenate(positions).astype("<u4", copy=False).tobytes(),
+        fingerprints=np.concatenate(fingerprints).astype("<u8", copy=False).tobytes(),
+        distances=np.concatenate(distances).astype(np.uint8, copy=False).tobytes(),
         keys=keys,
     )
 

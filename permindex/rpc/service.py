@@ -28,6 +28,7 @@ from permindex.errors import (
 from permindex.index import Match
 from permindex.index.clusters import NearDuplicates
 from permindex.index.key_section import batch_repeats
+from permindex.index.query import QueryColumns
 from permindex.rpc import convert
 from permindex.rpc.catalog import Catalog, CollectionOptions
 from permindex.rpc.limits import StreamClosed
@@ -220,13 +221,50 @@ def _slices(
     sizing: _SliceSize | None = None,
 ) -> Iterator[tuple[list[list[Match]], int]]:
     """The matches of ``fingerprints`` ((n,) uint64) looked up slice by slice with
-    ``Index.query_many``, each with the number of fingerprints done so far.
+    ``Index.query_many``, each with the number of fingerprints done so far (see
+    :func:`_sliced`)."""
+    return _sliced(
+        lambda part: state.index.query_many(part, k=k, limit=limit),
+        lambda found: sum(map(len, found)),
+        fingerprints,
+        stop,
+        sizing,
+    )
+
+
+def _column_slices(
+    state: ServerState,
+    fingerprints: NDArray[np.uint64],
+    k: int | None,
+    limit: int | None,
+    stop: threading.Event,
+    sizing: _SliceSize | None = None,
+) -> Iterator[tuple[QueryColumns, int]]:
+    """:func:`_slices` in the columnar form (``Index.query_many(..., columns=True)``)."""
+    return _sliced(
+        lambda part: state.index.query_many(part, k=k, limit=limit, columns=True),
+        lambda found: len(found.keys),
+        fingerprints,
+        stop,
+        sizing,
+    )
+
+
+def _sliced(
+    lookup: Callable[[NDArray[np.uint64]], _T],
+    matches_of: Callable[[_T], int],
+    fingerprints: NDArray[np.uint64],
+    stop: threading.Event,
+    sizing: _SliceSize | None,
+) -> Iterator[tuple[_T, int]]:
+    """``lookup`` of ``fingerprints`` slice by slice, each answer with the number of
+    fingerprints done so far.
 
     A slice holds at most :data:`_QUERY_SLICE` fingerprints and is sized by the matches the last
-    one returned (halved above :data:`_SLICE_MATCHES`, doubled below a tenth of it), so that a
-    slice of fingerprints with thousands of matches each (5,000 copies of a template page) takes
-    about as long as one of ordinary fingerprints; before each slice ``stop`` is checked
-    (CallCancelledError) and the index lock is let go.
+    one returned (``matches_of``; halved above :data:`_SLICE_MATCHES`, doubled below a tenth of
+    it), so that a slice of fingerprints with thousands of matches each (5,000 copies of a
+    template page) takes about as long as one of ordinary fingerprints; before each slice
+    ``stop`` is checked (CallCancelledError) and the index lock is let go.
     """
     n = len(fingerprints)
     sizing = sizing or _SliceSize()
@@ -234,9 +272,9 @@ def _slices(
     while start < n:
         _check_stop(stop)
         end = min(n, start + sizing.size)
-        part = state.index.query_many(fingerprints[start:end], k=k, limit=limit)
+        part = lookup(fingerprints[start:end])
         yield part, end
-        matches = sum(map(len, part))
+        matches = matches_of(part)
         if matches > _SLICE_MATCHES:
             sizing.size = max(1, sizing.size // 2)
         elif matches < _SLICE_MATCHES // 10:
@@ -444,13 +482,15 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         )
         limit = convert.limit_from(request.limit if request.HasField("limit") else None)
         n = len(fingerprints)
-        found: list[list[Match]] = []
+        found: list[tuple[int, QueryColumns]] = []
         size = 0
-        for part, done in _slices(state, fingerprints, k, limit, stop, sizing):
-            size += convert.columns_wire_bytes(part)
+        start = 0
+        for part, done in _column_slices(state, fingerprints, k, limit, stop, sizing):
+            size += convert.columns_part_wire_bytes(part)
             convert.check_reply_size(size, state.config.max_message_bytes, done, n)
-            found.extend(part)
-        return convert.matches_to_columns(found)
+            found.append((start, part))
+            start = done
+        return convert.columns_to_proto(found)
 
     @staticmethod
     def _check_query_size(
