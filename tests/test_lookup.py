@@ -1,0 +1,183 @@
+"""The compiled lookups (permindex.index.lookup, lookup_kernels): the same answers as the
+reference paths (``PERMINDEX_JIT=0``: tables in Python and the numpy batch) and as brute force,
+on every design and state of the tables (memtables, several runs, tombstones, compactions);
+the columnar form; ``threads``; and the read view: a lookup racing writes sees each write
+entirely or not at all."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from permindex import Index, InvalidArgumentError
+from permindex.index.query import QueryColumns
+from tests.index_checks import expected_query
+
+DESIGNS = [((4, 1), 3), ((5, 2), 3), ((6, 3), 3), ((3, 1), 2), ((8, 2), 6), ((6, 2), 4)]
+
+
+def reference(monkeypatch: pytest.MonkeyPatch, **options: object) -> Index:
+    """An index on the reference paths (no kernels)."""
+    monkeypatch.setenv("PERMINDEX_JIT", "0")
+    try:
+        return Index(**options)  # type: ignore[arg-type]
+    finally:
+        monkeypatch.delenv("PERMINDEX_JIT")
+
+
+def near(rng: np.random.Generator, base: np.ndarray, k: int) -> np.ndarray:
+    """Copies of ``base`` with 0..k random bits flipped each."""
+    out = base.copy()
+    for i in range(out.size):
+        for bit in rng.choice(64, int(rng.integers(0, k + 1)), replace=False).tolist():
+            out[i] ^= np.uint64(1 << bit)
+    return out
+
+
+def columns_as_lists(columns: QueryColumns) -> list[list[tuple[str, int, int]]]:
+    offsets = columns.offsets.tolist()
+    fps = columns.fingerprints.tolist()
+    d = columns.distances.tolist()
+    return [
+        list(zip(columns.keys[a:b], fps[a:b], d[a:b], strict=True))
+        for a, b in itertools.pairwise(offsets)
+    ]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    design_k=st.sampled_from(DESIGNS),
+    seed=st.integers(0, 2**32 - 1),
+    memtable_limit=st.sampled_from([4, 64, 8192]),
+    removals=st.integers(0, 60),
+)
+def test_kernels_equal_reference_and_brute_force(
+    monkeypatch: pytest.MonkeyPatch,
+    design_k: tuple[tuple[int, int], int],
+    seed: int,
+    memtable_limit: int,
+    removals: int,
+) -> None:
+    """Single and batch lookups, lists and columns, one thread and two, at every k up to the
+    index's: equal to the reference index holding the same writes and to brute force."""
+    design, k = design_k
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 2**64 - 1, 40, dtype=np.uint64, endpoint=True)
+    fps = np.concatenate([near(rng, np.repeat(base, 6), k), base, base])  # exact copies too
+    keys = [f"key-{i}" for i in range(fps.size)]
+    options = {"k": k, "design": design, "memtable_limit": memtable_limit, "compaction_min": 8}
+    fast = Index(**options)  # type: ignore[arg-type]
+    slow = reference(monkeypatch, **options)
+    cut = int(rng.integers(0, fps.size))
+    removed = rng.choice(fps.size, removals, replace=False).tolist()
+    for index in (fast, slow):
+        index.add_many(keys[:cut], fps[:cut])
+        for key, value in zip(keys[cut:], fps[cut:].tolist(), strict=True):
+            index.add(key, value)  # single adds: memtables, freezes, merges
+        for i in removed:
+            index.remove(keys[i])  # tombstones, and a compaction past compaction_min
+        index.add(keys[0], int(fps[-1]))  # a replacement
+    fast._check()
+    stored_keys, stored = fast.export()
+    queries = np.concatenate([near(rng, base, k), rng.integers(0, 2**63, 20, dtype=np.uint64)])
+    for kk in range(k + 1):
+        expected = [expected_query(stored_keys, stored, q, kk) for q in queries.tolist()]
+        assert fast.query_many(queries, k=kk) == expected == slow.query_many(queries, k=kk)
+        assert [fast.query(q, kk) for q in queries.tolist()] == expected
+        assert fast.query_many(queries, k=kk, threads=2) == expected
+        columns = fast.query_many(queries, k=kk, columns=True)
+        assert columns.offsets.dtype == np.int64 and columns.distances.dtype == np.uint8
+        assert columns.fingerprints.dtype == np.uint64
+        assert columns_as_lists(columns) == [[tuple(m) for m in e] for e in expected]
+        assert columns_as_lists(slow.query_many(queries, k=kk, columns=True)) == (
+            columns_as_lists(columns)
+        )
+        assert fast.query_many(queries, k=kk, limit=2) == [e[:2] for e in expected]
+
+
+def test_large_index_several_runs_and_wide_rows() -> None:
+    """A bulk load, a second batch (two runs per table) and single adds (a memtable): every
+    query equal to brute force, in batches larger than the kernels' pipeline and output."""
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64 - 1, 200_000, dtype=np.uint64, endpoint=True)
+    keys = [f"k{i}" for i in range(fps.size)]
+    index = Index.from_arrays(keys[:150_000], fps[:150_000])
+    index.add_many(keys[150_000:180_000], fps[150_000:180_000])
+    for key, value in zip(keys[180_000:], fps[180_000:].tolist(), strict=True):
+        index.add(key, value)
+    assert any(len(runs) > 1 for runs, _ in index.table_runs())
+    queries = np.concatenate([near(rng, fps[::400], 3), np.repeat(fps[7], 600)])
+    got = index.query_many(queries)
+    for q, matches in zip(queries.tolist()[::7], got[::7], strict=True):
+        assert matches == expected_query(keys, fps, q, 3)
+    assert all(m == got[-1] for m in got[-600:]) and got[-1][0].key == "k7"
+
+
+def test_threads_argument_is_checked() -> None:
+    index = Index.from_arrays(["a", "b"], [1, 2])
+    with pytest.raises(InvalidArgumentError, match="threads must be >= 1"):
+        index.query_many([1] * 20, threads=0)
+    with pytest.raises(TypeError, match="threads"):
+        index.query_many([1] * 20, threads=1.5)  # type: ignore[arg-type]
+    assert index.query_many([1] * 20, threads=8) == [index.query(1)] * 20
+
+
+def test_lookups_racing_writes_see_each_write_whole() -> None:
+    """A key moved back and forth between two far-apart fingerprints, and one added and
+    removed, while other threads look both up in batches and one at a time: every answer has
+    the moving key at exactly one of its two places (a replacement is one write: never both,
+    never neither), and the added-and-removed key with its fingerprint or not at all."""
+    rng = np.random.default_rng(9)
+    fps = rng.integers(0, 2**64 - 1, 50_000, dtype=np.uint64, endpoint=True)
+    index = Index.from_arrays([f"k{i}" for i in range(fps.size)], fps, memtable_limit=64)
+    a, b = 0x0123_4567_89AB_CDEF, 0xFEDC_BA98_7654_3210
+    index.add("moving", a)
+    queries = np.array([a, b] * 10, dtype=np.uint64)
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            index.add("moving", b if i % 2 == 0 else a)
+            index.add(f"extra{i}", int(fps[i % fps.size]) ^ 1)
+            if i % 3 == 0:
+                index.discard(f"extra{i - 3}")
+            i += 1
+
+    def reader(batch: bool) -> None:
+        while not stop.is_set():
+            if not batch:  # one call per place: each answer has the key once or not at all
+                for place in (a, b):
+                    if [(m.fingerprint, m.distance) for m in index.query(place)] not in (
+                        [],
+                        [(place, 0)],
+                    ):
+                        errors.append(f"single lookup of {place:#x}: {index.query(place)}")
+                continue
+            found = index.query_many(queries)
+            for first, second in zip(found[0::2], found[1::2], strict=True):
+                at_a = [m for m in first if m.key == "moving"]
+                at_b = [m for m in second if m.key == "moving"]
+                if len(at_a) + len(at_b) != 1:
+                    errors.append(f"moving key at a {len(at_a)} and b {len(at_b)} times")
+                    return
+
+    threads = [threading.Thread(target=writer)]
+    threads += [threading.Thread(target=reader, args=(batch,)) for batch in (True, True, False)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors, errors[:3]
+    index._check()
