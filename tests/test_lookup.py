@@ -126,7 +126,7 @@ def test_threads_argument_is_checked() -> None:
     with pytest.raises(InvalidArgumentError, match="threads must be >= 1"):
         index.query_many([1] * 20, threads=0)
     with pytest.raises(TypeError, match="threads"):
-        index.query_many([1] * 20, threads=1.5)  # type: ignore[arg-type]
+        index.query_many([1] * 20, threads=1.5)  # type: ignore[call-overload]
     assert index.query_many([1] * 20, threads=8) == [index.query(1)] * 20
 
 
