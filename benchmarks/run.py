@@ -344,6 +344,13 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
 
     fps, queries = make_data(n)
     index = Index.from_arrays([f"doc-{i:08d}" for i in range(n)], fps, k=K, design=(4, 1))
+    # The first batch after the build, then the next (no cold first query).
+    began = time.perf_counter()
+    index.query_many(queries)
+    first_qps = queries.size / (time.perf_counter() - began)
+    began = time.perf_counter()
+    index.query_many(queries)
+    second_qps = queries.size / (time.perf_counter() - began)
     gc.collect()
     faiss.omp_set_num_threads(1)
     xq = queries.view(np.uint8).reshape(-1, 8)
@@ -360,10 +367,23 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
         for i in singles.tolist():
             multihash.range_search(xq[i : i + 1], K + 1)
 
+    halves = np.array_split(queries, 2)
+
+    def permindex_two_threads() -> None:
+        threads = [threading.Thread(target=index.query_many, args=(h,)) for h in halves]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
     measured: dict[str, Callable[[], float]] = {
         "permindex_batch_qps": lambda: median_rate(
             queries.size, lambda: index.query_many(queries), 3
         ),
+        "permindex_columns_qps": lambda: median_rate(
+            queries.size, lambda: index.query_many(queries, columns=True), 3
+        ),
+        "permindex_two_threads_qps": lambda: median_rate(queries.size, permindex_two_threads, 3),
         "faiss_batch_qps": lambda: median_rate(
             queries.size, lambda: multihash.range_search(xq, K + 1), 3
         ),
@@ -377,15 +397,17 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
         for name, run in measured.items():
             per_round[name].append(run())
     out: dict[str, Any] = {"system": "head to head", "n": n, "rounds": per_round}
+    out["first_batch_qps"], out["second_batch_qps"] = first_qps, second_qps
     for name, values in per_round.items():
         out[name] = statistics.median(values)
-    for kind in ("batch", "single"):
-        ratios = [
-            p / f
-            for p, f in zip(
-                per_round[f"permindex_{kind}_qps"], per_round[f"faiss_{kind}_qps"], strict=True
-            )
-        ]
+    pairs = (
+        ("batch", "permindex_batch_qps", "faiss_batch_qps"),
+        ("columns", "permindex_columns_qps", "faiss_batch_qps"),
+        ("single", "permindex_single_qps", "faiss_single_qps"),
+        ("two_threads", "permindex_two_threads_qps", "permindex_batch_qps"),
+    )
+    for kind, ours, theirs in pairs:
+        ratios = [p / f for p, f in zip(per_round[ours], per_round[theirs], strict=True)]
         out[f"{kind}_ratios"] = ratios
         out[f"{kind}_ratio"] = statistics.median(ratios)
     return out
@@ -696,6 +718,43 @@ def server_kind() -> str:
     return f"{kind} {commit}".strip()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def serve_process(port: int, data_dir: Path, env: dict[str, str] | None = None) -> Any:
+    """``permindex serve`` on 127.0.0.1:``port`` (a subprocess; ``env``: extra variables)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "permindex",
+            "serve",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def stream_cpu(process: Any, target: str, clients: int, seconds: float) -> dict[str, Any]:
+    """:func:`run_clients` of QueryColumns streams, with the server's CPU seconds per 10^6
+    lookups over the run."""
+    before = process_cpu_seconds(process.pid)
+    result = run_clients(target, "stream", clients, seconds)
+    cpu = process_cpu_seconds(process.pid) - before
+    lookups = result["calls_per_s"] * 1000 * seconds
+    result["lookups_per_s"] = result["calls_per_s"] * 1000
+    result["server_cpu_s_per_million"] = cpu / lookups * 1e6 if lookups else None
+    return result
+
+
 def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
     import grpc
 
@@ -710,22 +769,8 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         try:
             port = free_port()
-            processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "permindex",
-                        "serve",
-                        "--address",
-                        f"127.0.0.1:{port}",
-                        "--data-dir",
-                        str(Path(tmp) / "data"),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            server = serve_process(port, Path(tmp) / "data")
+            processes.append(server)
             echo_port = free_port()
             aio_port = free_port()
             for worker, echo_at in (("echo-server", echo_port), ("echo-aio-server", aio_port)):
@@ -787,6 +832,27 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
                 out[name] = run_clients(address, kind, clients, seconds)
             for name in ("batch_1", "batch_2", "stream_1", "stream_2"):
                 out[name]["lookups_per_s"] = out[name]["calls_per_s"] * 1000
+            # The server's CPU per QueryColumns lookup on the compiled kernels and, on the same
+            # data in a second server, on the reference paths (PERMINDEX_JIT=0: the lookups as
+            # they were before the kernels), alternating.
+            reference_port = free_port()
+            reference = serve_process(
+                reference_port, Path(tmp) / "reference", {"PERMINDEX_JIT": "0"}
+            )
+            processes.append(reference)
+            reference_target = f"127.0.0.1:{reference_port}"
+            with Client(reference_target, timeout=120) as client:
+                client.wait_ready(60)
+                preload(client, [f"doc-{i:08d}" for i in range(n)], fps.tolist())
+            time.sleep(4.0)
+            cpu_rounds: dict[str, list[dict[str, Any]]] = {"kernels": [], "reference": []}
+            for _ in range(GRPC_ROUNDS):
+                cpu_rounds["kernels"].append(stream_cpu(server, target, 1, seconds))
+                cpu_rounds["reference"].append(stream_cpu(reference, reference_target, 1, seconds))
+            for name, runs in cpu_rounds.items():
+                out[f"stream_cpu_{name}"] = {
+                    key: statistics.median(run[key] for run in runs) for key in runs[0]
+                }
         finally:
             for process in processes:
                 process.terminate()

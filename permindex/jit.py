@@ -22,9 +22,10 @@ numpy and Python paths).
 ``PERMINDEX_JIT=0`` in the environment makes :func:`enabled` False: callers then take their
 numpy or Python path (the reference the kernels are tested against).
 
-This module imports no numba itself: :func:`enabled` and :func:`cache_dir` are cheap, and the
-kernel tools (``njit``, ``numba``, ``popcount64``, ``address_pointer``) are loaded from
-:mod:`permindex.jit_numba` on first access (``from permindex.jit import njit``).
+This module imports no numba itself (:func:`enabled` and :func:`cache_dir` are cheap): the
+kernel tools -- ``njit``, ``numba``, ``popcount64``, ``address_pointer``, ``prefetch`` -- are in
+:mod:`permindex.jit_numba`, which kernel modules import (``from permindex.jit_numba import
+njit``) and which sets the cache directory before it imports numba.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 __all__ = ["cache_dir", "configure_cache", "enabled"]
 
@@ -76,12 +76,3 @@ def configure_cache() -> None:
     """Set ``NUMBA_CACHE_DIR`` (unless set) to :func:`cache_dir`; called before numba is
     imported."""
     os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
-
-
-def __getattr__(name: str) -> Any:
-    """The kernel tools of :mod:`permindex.jit_numba`, imported on first access."""
-    if name in {"address_pointer", "njit", "numba", "popcount64"}:
-        from permindex import jit_numba
-
-        return getattr(jit_numba, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from index_checks import expected_query
 
 from permindex import Index, InvalidArgumentError
 from permindex.index.query import QueryColumns
-from tests.index_checks import expected_query
 
 DESIGNS = [((4, 1), 3), ((5, 2), 3), ((6, 3), 3), ((3, 1), 2), ((8, 2), 6), ((6, 2), 4)]
 

@@ -13,14 +13,8 @@ from strategies import SETTINGS
 
 from permindex.index.hamming import brute_force_query
 from permindex.index.permutation import Design
-from permindex.index.table import (
-    RowSnapshot,
-    Run,
-    Table,
-    _split_rows,
-    filtered_ranges,
-    gather_ranges,
-)
+from permindex.index.ranges import filtered_ranges, gather_ranges
+from permindex.index.table import RowSnapshot, Run, Table, _split_rows
 
 
 def test_runs_with_rows_above_2_to_the_24() -> None:

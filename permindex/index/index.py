@@ -7,27 +7,36 @@ its parts:
   tombstones, compaction, growth ahead);
 * :mod:`permindex.index.runs` -- the tables (:mod:`permindex.index.table`, one per
   permutation): building, writing and merging their runs;
-* :mod:`permindex.index.verify` -- the exact check of a candidate, for both query paths;
+* :mod:`permindex.index.verify` -- the exact check of a candidate, for the reference paths;
+* :mod:`permindex.index.lookup` and :mod:`permindex.index.lookup_kernels` -- the lookups on
+  compiled kernels and the read view (``PERMINDEX_JIT=0``: the reference paths instead);
 * :mod:`permindex.index.query` -- the batch query; :mod:`permindex.index.batches` -- input
   batches (str keys, compact key sections);
 * :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`.
 
-Thread safety: every public method (including ``len``, ``in`` and the start of iteration)
-reads and changes the index under one re-entrant lock (``threading.RLock``), so calls from
-several threads are serialized: each sees the index as a previous call left it and leaves it
-consistent; readers do not run in parallel with each other. :meth:`Index.check_and_add` queries
-and adds under one acquisition of the lock; iterating yields from a copy of the keys taken
-under it. A write does outside the lock what changes nothing a reader sees: before it,
-validating keys and sorting a large batch's runs; after it, merging runs (swapped in under
-the lock) and growing the row arrays ahead (:mod:`permindex.index.runs`,
-:mod:`permindex.index.rows`), so lookups go on while another thread ingests.
+Thread safety: every public method reads and changes the index under one re-entrant lock
+(``threading.RLock``), held for microseconds by single lookups and writes. A batch lookup
+(:meth:`Index.query_many` of more than :data:`~permindex.index.query.SMALL_BATCH`
+fingerprints) holds it only to take a consistent read view (:mod:`permindex.index.lookup`: the
+frozen runs, which are immutable, the memtables frozen as runs, the row arrays, whose rows below
+the view's count never change, and the liveness mask, copied by the next removal while a view
+holds it) and, after the search, to read the matched rows' keys; the search itself runs without
+the lock in a compiled kernel that releases the GIL, so lookups from several threads run in
+parallel and a lookup racing a write sees the index as it was before or after each write, never
+a mix. :meth:`Index.check_and_add` queries and adds under one acquisition of the lock;
+iterating yields from a copy of the keys taken under it. A write does outside the lock what
+changes nothing a reader sees: before it, validating keys and sorting a large batch's runs;
+after it, merging runs (swapped in under the lock) and growing the row arrays ahead
+(:mod:`permindex.index.runs`, :mod:`permindex.index.rows`), so lookups go on while another
+thread ingests.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal, NamedTuple, overload
+from functools import partial
+from typing import Literal, NamedTuple, TypedDict, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,18 +57,15 @@ from permindex.index.permutation import (
     query_k,
 )
 from permindex.index.query import (
+    LookupOptions,
     QueryColumns,
-    columns_from_matches,
-    columns_of,
-    matches_of,
-    query_batch,
-    query_view,
+    lookup_many,
+    reference_one,
     self_join_pairs,
 )
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.runs import MERGE_ALL_MIN_SHARE, Runs
 from permindex.index.table import DEFAULT_MEMTABLE_LIMIT, Table
-from permindex.index.verify import verify
 from permindex.index.writes import add_batch, add_locked, add_section, after_write, discard_locked
 
 __all__ = [
@@ -71,8 +77,6 @@ __all__ = [
     "validate_key",
 ]
 
-#: query_many of at most this many fingerprints uses the single-query path.
-SMALL_BATCH = 8
 #: Fingerprints design="auto" assumes without expected_size.
 AUTO_SIZE = 1_000_000
 
@@ -81,6 +85,23 @@ _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
 _new_match = new_match
 _MATCH_ORDER = MATCH_ORDER
+
+
+class _Sized(TypedDict):
+    memtable_limit: int
+    compaction_min: int
+    expected_size: int
+    memory_budget: int | None
+
+
+def _sized(memtable_limit: int, compaction_min: int, n: int, memory_budget: int | None) -> _Sized:
+    """The keyword arguments of an :class:`Index` built for ``n`` fingerprints."""
+    return {
+        "memtable_limit": memtable_limit,
+        "compaction_min": compaction_min,
+        "expected_size": n,
+        "memory_budget": memory_budget,
+    }
 
 
 class CheckAndAddResult(NamedTuple):
@@ -192,7 +213,8 @@ class Index:
         self._searched = {kk: self._design.tables_for(kk) for kk in range(k + 1)}
         self._lookups = Lookups(self._tables, self._rows, self._searched, changes)
         self._jit = jit.enabled()  # Lookups loads the kernels now, not at the first lookup
-        self._one = self._lookups.one if self._jit else None
+        # The matches of one query (the caller holds the lock), sorted.
+        self._query_one = self._lookups.one if self._jit else partial(reference_one, self._lookups)
 
     @classmethod
     def from_arrays(
@@ -213,12 +235,7 @@ class Index:
             raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
         key_list = keys if type(keys) is list else list(keys)
         index = cls(
-            k,
-            design,
-            memtable_limit=memtable_limit,
-            compaction_min=compaction_min,
-            expected_size=len(key_list),
-            memory_budget=memory_budget,
+            k, design, **_sized(memtable_limit, compaction_min, len(key_list), memory_budget)
         )
         index.add_many(key_list, fingerprints)
         return index
@@ -249,14 +266,7 @@ class Index:
         """
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         n = int(sizes.size)
-        index = cls(
-            k,
-            design,
-            memtable_limit=memtable_limit,
-            compaction_min=compaction_min,
-            expected_size=n,
-            memory_budget=memory_budget,
-        )
+        index = cls(k, design, **_sized(memtable_limit, compaction_min, n, memory_budget))
         index._add_section(sizes, raw, values)
         return index
 
@@ -470,8 +480,6 @@ class Index:
         """
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
-                if self._one is not None:
-                    return self._one(fingerprint, self._k)
                 return self._query_one(fingerprint, self._k)
         value = validate_fingerprint(fingerprint)
         kk = query_k(k, self._k, self._design)
@@ -479,19 +487,6 @@ class Index:
         with self._lock:
             matches = self._query_one(value, kk)
         return matches[:lim] if lim else matches
-
-    def _query_one(self, query: int, k: int) -> list[Match]:
-        """The matches of one query (caller holds the lock), sorted."""
-        if self._jit:
-            return self._lookups.one(query, k)
-        candidates: list[int] = []  # the reference path: tables in Python
-        for t in self._searched[k]:
-            self._tables[t].lookup(query, k, candidates)
-        hits = verify(query, candidates, k, self._rows) if candidates else {}
-        key_of = self._store.key
-        out = [_new_match((key_of(row), value, d)) for row, (value, d) in hits.items()]
-        out.sort(key=_MATCH_ORDER)
-        return out
 
     @overload
     def query_many(
@@ -545,18 +540,8 @@ class Index:
         lim = _resolve_limit(limit)
         if check_int(threads, "threads") < 1:
             raise InvalidArgumentError(f"threads must be >= 1, not {threads}")
-        n = int(queries.size)
-        if self._jit and n > SMALL_BATCH:
-            found = query_view(self._lock, self._lookups, queries, kk, lim, threads)
-            if found is not None:
-                return columns_of(n, found) if columns else matches_of(n, found)
-        with self._lock:  # small batches, the reference path, or a compaction meanwhile
-            if n <= SMALL_BATCH:
-                results = [self._query_one(q, kk)[: lim or None] for q in queries.tolist()]
-            else:
-                tables, searched = self._tables, self._searched[kk]
-                results = query_batch(tables, searched, self._rows, queries, kk, lim)
-        return columns_from_matches(results) if columns else results
+        options = LookupOptions(kk, lim, threads, columns, self._jit)
+        return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:
         """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,

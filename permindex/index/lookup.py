@@ -164,10 +164,10 @@ class Lookups:
         "_one_out",
         "_one_plans",
         "_one_seen",
-        "_searched",
-        "_tables",
         "_view",
         "rows",
+        "searched",
+        "tables",
     )
 
     def __init__(
@@ -177,9 +177,9 @@ class Lookups:
         searched: dict[int, tuple[int, ...]],
         changes: list[int],
     ) -> None:
-        self._tables = tables
+        self.tables = tables
         self.rows = rows
-        self._searched = searched
+        self.searched = searched
         self._changes = changes
         # Single queries (under the lock): packed plans by k (LookupPlan.tables holds the
         # packed array), valid for these runs and row arrays; the tables with a memtable.
@@ -197,7 +197,7 @@ class Lookups:
 
     def _packed(self, k: int) -> _I64:
         """The packed plan of single queries at ``k`` (``lookup_kernels.lookup_packed``)."""
-        plan = make_plan(self._tables, self._searched[k], lambda table: table.runs)
+        plan = make_plan(self.tables, self.searched[k], lambda table: table.runs)
         rows = self.rows
         out = self._one_out
         header = np.zeros(PACKED_HEADER, dtype=np.int64)
@@ -224,7 +224,7 @@ class Lookups:
         found = self._one_kernel(query, packed)
         if self._memtables_seen != self._changes[1]:
             self._memtables_seen = self._changes[1]
-            self._memtables = [t for t, table in enumerate(self._tables) if table.memtable_size]
+            self._memtables = [t for t, table in enumerate(self.tables) if table.memtable_size]
         if found < 0 and not self._memtables:  # the common answer: one match
             row = (-found - 1) >> 6
             return [new_match((rows.keys.key(row), rows.fps_view[row], (-found - 1) & 63))]
@@ -254,10 +254,10 @@ class Lookups:
         self, query: int, k: int, hits: list[tuple[int, int]]
     ) -> list[tuple[int, int]]:
         candidates: list[int] = []
-        searched = self._searched[k]
+        searched = self.searched[k]
         for t in self._memtables:
             if t in searched:
-                self._tables[t].memtable_lookup(query, candidates)
+                self.tables[t].memtable_lookup(query, candidates)
         if not candidates:
             return hits
         found = dict(hits)
@@ -272,7 +272,7 @@ class Lookups:
         rows = self.rows
         stamp = (self._changes[0], self._changes[1], rows.n, rows.compactions)
         if view is None or view.stamp != stamp or view.fps is not rows.fps:
-            memtable_runs = tuple(table.memtable_run(rows) for table in self._tables)
+            memtable_runs = tuple(table.memtable_run(rows) for table in self.tables)
             view = ReadView(
                 {}, rows.fps, _EMPTY_LIVE, rows.n, rows.compactions, memtable_runs, stamp
             )
@@ -283,10 +283,10 @@ class Lookups:
             memtable_runs = view.memtable_runs
 
             def runs_of(table: Table) -> Sequence[Run]:
-                extra = memtable_runs[self._tables.index(table)]
+                extra = memtable_runs[self.tables.index(table)]
                 return table.runs if extra is None else (*table.runs, extra)
 
-            view.plans[k] = make_plan(self._tables, self._searched[k], runs_of)
+            view.plans[k] = make_plan(self.tables, self.searched[k], runs_of)
         self._view = view
         return view
 

@@ -30,21 +30,26 @@ from permindex.index.pair_stream import (
     join_distinct,
 )
 from permindex.index.permutation import Design, argsort_prefixes
+from permindex.index.ranges import filtered_ranges, gather_ranges
 from permindex.index.rows import RowStore
-from permindex.index.table import Run, Table, filtered_ranges, gather_ranges
+from permindex.index.table import Run, Table
 from permindex.index.verify import verify
 
 __all__ = [
     "CANDIDATE_BUDGET",
     "MATCH_ORDER",
     "QUERY_CHUNK",
+    "SMALL_BATCH",
+    "LookupOptions",
     "Match",
     "QueryColumns",
     "columns_from_matches",
     "columns_of",
+    "lookup_many",
     "matches_of",
     "query_batch",
     "query_view",
+    "reference_one",
     "self_join_pairs",
 ]
 
@@ -54,6 +59,21 @@ QUERY_CHUNK = 16384
 CANDIDATE_BUDGET = 1 << 22
 
 _U64 = NDArray[np.uint64]
+
+
+#: query_many of at most this many fingerprints uses the single-query path.
+SMALL_BATCH = 8
+
+
+class LookupOptions(NamedTuple):
+    """What :func:`lookup_many` was asked: k (checked), limit (0: none), threads, whether
+    the answer is columns, and whether the compiled kernels are used."""
+
+    k: int
+    limit: int
+    threads: int
+    columns: bool
+    jit: bool
 
 
 class QueryColumns(NamedTuple):
@@ -258,6 +278,44 @@ def _key_pairs(keys: list[str], chunks: Iterator[PairArrays]) -> Iterator[tuple[
         zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
         for a, b, d in chunks
     )
+
+
+def lookup_many(
+    lock: RLock,
+    lookups: Lookups,
+    queries: _U64,
+    options: LookupOptions,
+    query_one: Callable[[int, int], list[Match]],
+) -> list[list[Match]] | QueryColumns:
+    """``Index.query_many`` of the checked (q,) uint64 ``queries``: on the compiled kernels
+    outside the lock (:func:`query_view`), or under ``lock`` for at most :data:`SMALL_BATCH`
+    queries (``query_one`` each), on the reference paths (:func:`query_batch`) and after a
+    compaction that renumbered the rows meanwhile."""
+    k, limit, n = options.k, options.limit, int(queries.size)
+    if options.jit and n > SMALL_BATCH:
+        found = query_view(lock, lookups, queries, k, limit, options.threads)
+        if found is not None:
+            return columns_of(n, found) if options.columns else matches_of(n, found)
+    with lock:
+        if n <= SMALL_BATCH:
+            results = [query_one(q, k)[: limit or None] for q in queries.tolist()]
+        else:
+            tables, searched = lookups.tables, lookups.searched[k]
+            results = query_batch(tables, searched, lookups.rows, queries, k, limit)
+    return columns_from_matches(results) if options.columns else results
+
+
+def reference_one(lookups: Lookups, query: int, k: int) -> list[Match]:
+    """The matches of one query on the reference path (tables in Python,
+    :func:`~permindex.index.verify.verify`), sorted; the caller holds the lock."""
+    candidates: list[int] = []
+    for t in lookups.searched[k]:
+        lookups.tables[t].lookup(query, k, candidates)
+    hits = verify(query, candidates, k, lookups.rows) if candidates else {}
+    key_of = lookups.rows.keys.key
+    out = [new_match((key_of(row), value, d)) for row, (value, d) in hits.items()]
+    out.sort(key=MATCH_ORDER)
+    return out
 
 
 def query_view(
