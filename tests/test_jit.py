@@ -1,0 +1,72 @@
+"""permindex.jit: whether the kernels are used, and where numba's cache goes (never into
+site-packages; a directory that cannot be written falls back to the temporary folder)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from permindex import jit
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("0", False), ("false", False), (" No ", False), ("1", True), ("yes", True), ("", True)],
+)
+def test_enabled(monkeypatch: pytest.MonkeyPatch, value: str, expected: bool) -> None:
+    monkeypatch.setenv("PERMINDEX_JIT", value)
+    assert jit.enabled() is expected
+
+
+def test_enabled_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PERMINDEX_JIT", raising=False)
+    assert jit.enabled()
+
+
+def test_cache_dir_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv("PERMINDEX_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert jit.cache_dir() == tmp_path / "xdg" / "permindex" / "numba"
+    assert (tmp_path / "xdg" / "permindex" / "numba").is_dir()
+    monkeypatch.setenv("PERMINDEX_CACHE_DIR", str(tmp_path / "own"))
+    assert jit.cache_dir() == tmp_path / "own"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    assert jit.cache_dir() == tmp_path / "numba"
+
+
+def test_unwritable_cache_dir_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A cache directory that cannot be created (here: below a regular file, which fails even
+    for root) gives way to one under the temporary folder."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("PERMINDEX_CACHE_DIR", str(blocker / "cache"))
+    chosen = jit.cache_dir()
+    assert chosen.parent == Path(tempfile.gettempdir()) and chosen.is_dir()
+    assert os.access(chosen, os.W_OK)
+
+
+def test_index_kernels_compile_into_the_chosen_cache(tmp_path: Path) -> None:
+    """A process with an empty cache directory compiles the lookup kernels into it (nothing
+    into the package's folders), and answers lookups exactly."""
+    env = {**os.environ, "PERMINDEX_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    code = (
+        "import permindex; i = permindex.Index.from_arrays(['a', 'b'], [0, 7]);"
+        "print(i.query(1), i.query_many([1] * 20)[19])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Match(key='a', fingerprint=0, distance=1)" in done.stdout
+    cached = list((tmp_path / "cache").rglob("*.nbi"))
+    assert any("lookup_kernels" in path.name for path in cached), cached
+    package = Path(jit.__file__).parent
+    assert not list(package.rglob("*.nbi")), "numba wrote its cache into the package"
