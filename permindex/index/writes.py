@@ -8,6 +8,7 @@ take it themselves and must be called without it.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterable
 
@@ -30,6 +31,7 @@ from permindex.index.runs import Runs
 from permindex.index.table import Run
 
 __all__ = [
+    "COLLECT_AFTER_ROWS",
     "add_batch",
     "add_locked",
     "add_many_locked",
@@ -108,10 +110,19 @@ def after_write(rows: RowStore, runs: Runs, count: int = 1) -> None:
     """Upkeep after a write of ``count`` rows, outside the lock: note the time (the idle test
     of :meth:`~permindex.index.runs.Runs.merge_all`), grow the arrays ahead
     (:meth:`~permindex.index.rows.RowStore.after_write`) and merge the tables' runs
-    (:meth:`~permindex.index.runs.Runs.merge_pending`)."""
+    (:meth:`~permindex.index.runs.Runs.merge_pending`). After a bulk load of at least
+    :data:`COLLECT_AFTER_ROWS` rows, a full garbage collection: the caller's inputs (a list of
+    10^6 key strings, say) have just become old objects, and the collector's next full pass --
+    tens of milliseconds at 10^6 keys -- would otherwise fall into the first lookup."""
     runs.last_write = time.monotonic()
     rows.after_write(count)
     runs.merge_pending()
+    if count >= COLLECT_AFTER_ROWS:
+        gc.collect()
+
+
+#: Rows of a bulk load after which :func:`after_write` runs a full garbage collection.
+COLLECT_AFTER_ROWS = 1 << 17
 
 
 def store_batch(
