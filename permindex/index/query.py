@@ -339,12 +339,10 @@ def query_view(
     q_all, rows_all, d_all = batch_arrays(view, queries, k, threads)
     order = np.lexsort((d_all, q_all))
     q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
-    distinct, inverse = np.unique(rows_all, return_inverse=True)
     with lock:
         if rows.compactions != view.compactions:
             return None
-        distinct_keys = rows.keys.keys(distinct)
-    keys: list[str] = np.array(distinct_keys, dtype=object)[inverse].tolist()
+        keys = rows.keys.keys(rows_all)  # a row matched by several queries decoded once
     if q_all.size > 1:
         tie = np.flatnonzero((q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1]))
         if tie.size:
