@@ -9,8 +9,8 @@ candidates verified exactly).
   and the memtables frozen as runs of their own), the fingerprints by row, the liveness mask and
   the row count, taken under the lock in O(tables) (the memtables' runs are built once per
   change of a memtable, O(L)). Runs are immutable, rows below ``n`` never change, and a removal
-  copies the liveness mask before it clears a flag while a view holds the mask
-  (:attr:`permindex.index.rows.RowStore.live_shared`), so a lookup on a view sees the index as
+  copies the liveness mask before it clears a flag while a lookup reads the mask
+  (:meth:`permindex.index.rows.RowStore.read_live`), so a lookup on a view sees the index as
   it was when the view was taken: before or after each write, never a mix.
 * :class:`Lookups` -- the per-index caches (plans by k, the last view) and the two entry points
   used by :class:`permindex.index.Index`: :meth:`Lookups.one` (a single query, under the lock)
@@ -147,6 +147,8 @@ class ReadView(NamedTuple):
     compactions: int
     memtable_runs: tuple[Run | None, ...]
     stamp: tuple[int, int, int, int]
+    #: The liveness mask's epoch, for RowStore.release_live; -1: no mask, nothing to release.
+    epoch: int = -1
 
 
 class Lookups:
@@ -266,8 +268,9 @@ class Lookups:
         return list(found.items())
 
     def view(self, k: int) -> ReadView:
-        """The current :class:`ReadView` with its plan for ``k`` (caller holds the lock); marks
-        the liveness mask as shared, so the next removal copies it first."""
+        """The current :class:`ReadView` with its plan for ``k`` (caller holds the lock). A view
+        with a liveness mask counts as its reader until ``rows.release_live(view.epoch)``
+        (meanwhile a removal copies the mask first)."""
         view = self._view
         rows = self.rows
         stamp = (self._changes[0], self._changes[1], rows.n, rows.compactions)
@@ -276,9 +279,9 @@ class Lookups:
             view = ReadView(
                 {}, rows.fps, _EMPTY_LIVE, rows.n, rows.compactions, memtable_runs, stamp
             )
-        if rows.live is not None:
-            rows.live_shared = True
-            view = view._replace(live=rows.live.view(np.uint8))
+        live, epoch = rows.read_live()
+        if live is not None:
+            view = view._replace(live=live.view(np.uint8), epoch=epoch)
         if k not in view.plans:
             memtable_runs = view.memtable_runs
 

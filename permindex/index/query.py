@@ -336,10 +336,16 @@ def query_view(
     rows = lookups.rows
     with lock:
         view = lookups.view(k)
-    q_all, rows_all, d_all = batch_arrays(view, queries, k, threads)
+    try:
+        q_all, rows_all, d_all = batch_arrays(view, queries, k, threads)
+    except BaseException:
+        with lock:
+            rows.release_live(view.epoch)
+        raise
     order = np.lexsort((d_all, q_all))
     q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
     with lock:
+        rows.release_live(view.epoch)
         if rows.compactions != view.compactions:
             return None
         keys = rows.keys.keys(rows_all)  # a row matched by several queries decoded once

@@ -63,9 +63,11 @@ class RowStore:
         keys: the :class:`~permindex.index.keystore.KeyStore` (each row's key, the current row
             of each key).
         compactions: compactions so far (row numbers change at each).
-        live_shared: whether a read view (:mod:`permindex.index.lookup`) holds ``live``: the
-            next :meth:`kill` then copies the mask before it clears a flag (copy on write), so
-            the view keeps the liveness it was taken with.
+        live_readers, live_epoch: how many batch lookups are searching the current ``live``
+            array without the lock (:mod:`permindex.index.lookup`), and which array that is
+            (``live_epoch`` counts the arrays): while a lookup reads it, :meth:`kill` copies the
+            mask before it clears a flag (copy on write), so the lookup keeps the liveness it
+            started with; with no reader it clears the flag in place.
         compaction_min: see :meth:`compaction_due`.
         on_compact: called under the lock with the (old n,) int64 remap of each compaction
             (new row, or -1 for a dropped row) after the arrays were renumbered: the tables
@@ -81,7 +83,8 @@ class RowStore:
         "fps_view",
         "keys",
         "live",
-        "live_shared",
+        "live_epoch",
+        "live_readers",
         "live_view",
         "lock",
         "n",
@@ -95,7 +98,8 @@ class RowStore:
         self.live: NDArray[np.bool_] | None = None
         self.fps_view: memoryview = self.fps.data
         self.live_view: memoryview | None = None
-        self.live_shared = False
+        self.live_readers = 0
+        self.live_epoch = 0
         #: Change counters shared with the index's tables (:attr:`Table.changes`): a new
         #: ``fps`` or ``live`` array counts as a change of the runs for the lookup caches.
         self.changes = [0, 0]
@@ -126,7 +130,8 @@ class RowStore:
         return self._grower
 
     def _views(self) -> None:
-        self.live_shared = False  # a new array (or none): no view holds it
+        self.live_readers = 0  # a new array (or none): no lookup reads it yet
+        self.live_epoch += 1
         self.changes[0] += 1  # cached lookup plans hold the old arrays' addresses
         self.fps_view = self.fps.data
         self.live_view = None if self.live is None else self.live.data
@@ -138,6 +143,19 @@ class RowStore:
 
     # -- liveness -------------------------------------------------------------------------------
 
+    def read_live(self) -> tuple[NDArray[np.bool_] | None, int]:
+        """The liveness mask for a lookup that will read it without the lock, and the epoch to
+        give back to :meth:`release_live` (caller holds the lock)."""
+        if self.live is not None:
+            self.live_readers += 1
+        return self.live, self.live_epoch
+
+    def release_live(self, epoch: int) -> None:
+        """The end of a :meth:`read_live` reader (caller holds the lock); an epoch of a mask
+        since replaced (or -1) releases nothing."""
+        if epoch == self.live_epoch and self.live_readers:
+            self.live_readers -= 1
+
     def kill(self, rows: _I64) -> None:
         """Mark ``rows`` ((m,) int64, below n) dead (tombstones), allocating the liveness mask
         on the first death (O(capacity) once)."""
@@ -145,7 +163,7 @@ class RowStore:
             self.live = np.zeros(self.fps.size, dtype=bool)
             self.live[: self.n] = True
             self._views()
-        elif self.live_shared:
+        elif self.live_readers:
             self.live = self.live.copy()
             self._views()
         self.live[rows] = False
