@@ -19,8 +19,8 @@ Thread safety: every public method reads and changes the index under one re-entr
 (:meth:`Index.query_many` of more than :data:`~permindex.index.query.SMALL_BATCH`
 fingerprints) holds it only to take a consistent read view (:mod:`permindex.index.lookup`: the
 frozen runs, which are immutable, the memtables frozen as runs, the row arrays, whose rows below
-the view's count never change, and the liveness mask, copied by the next removal while a view
-holds it) and, after the search, to read the matched rows' keys; the search itself runs without
+the view's count never change, and the liveness mask, copied by a removal while a lookup
+searches it) and, after the search, to read the matched rows' keys; the search itself runs without
 the lock in a compiled kernel that releases the GIL, so lookups from several threads run in
 parallel and a lookup racing a write sees the index as it was before or after each write, never
 a mix. :meth:`Index.check_and_add` queries and adds under one acquisition of the lock;
