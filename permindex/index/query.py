@@ -39,6 +39,7 @@ __all__ = [
     "CANDIDATE_BUDGET",
     "MATCH_ORDER",
     "QUERY_CHUNK",
+    "RANK_TIES",
     "SMALL_BATCH",
     "LookupOptions",
     "Match",
@@ -63,6 +64,9 @@ _U64 = NDArray[np.uint64]
 
 #: query_many of at most this many fingerprints uses the single-query path.
 SMALL_BATCH = 8
+#: Above this many ties (matches of one query at one distance after the previous one), a batch
+#: orders them by ranking the distinct matched keys once, instead of a Python sort per run.
+RANK_TIES = 256
 
 
 class LookupOptions(NamedTuple):
@@ -344,15 +348,32 @@ def query_view(
         raise
     order = np.lexsort((d_all, q_all))
     q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
+    # Matches of one query at one distance: ordered by key below, in Python per run of them
+    # when they are few, else by ranking the distinct rows' keys once.
+    tie = np.flatnonzero((q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1]))
     with lock:
         rows.release_live(view.epoch)
         if rows.compactions != view.compactions:
             return None
-        keys = rows.keys.keys(rows_all)  # a row matched by several queries decoded once
-    if q_all.size > 1:
-        tie = np.flatnonzero((q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1]))
-        if tie.size:
-            _order_ties(tie, keys, rows_all)
+        if tie.size > RANK_TIES:
+            distinct, inverse = np.unique(rows_all, return_inverse=True)
+            distinct_keys = rows.keys.keys(distinct)
+        else:
+            keys = rows.keys.keys(rows_all)  # a row matched by several queries decoded once
+    if tie.size > RANK_TIES:
+        ranked = sorted(range(len(distinct_keys)), key=distinct_keys.__getitem__)
+        rank = np.empty(len(distinct_keys), dtype=np.int64)
+        rank[np.asarray(ranked, dtype=np.int64)] = np.arange(rank.size, dtype=np.int64)
+        order = np.lexsort((rank[inverse], d_all, q_all))
+        q_all, rows_all, d_all, inverse = (
+            q_all[order],
+            rows_all[order],
+            d_all[order],
+            inverse[order],
+        )
+        keys = np.array(distinct_keys, dtype=object)[inverse].tolist()
+    elif tie.size:
+        _order_ties(tie, keys, rows_all)
     if limit and q_all.size:
         first = np.searchsorted(q_all, q_all, side="left")
         kept = np.flatnonzero(np.arange(q_all.size) - first < limit)

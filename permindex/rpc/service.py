@@ -209,7 +209,7 @@ class _SliceSize:
     a new one (a unary Query) starts small."""
 
     def __init__(self) -> None:
-        self.size = 64
+        self.size = 16
 
 
 def _slices(
