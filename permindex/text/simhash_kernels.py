@@ -148,22 +148,13 @@ def _spill(
 
 
 @njit()
-def _batch(
-    buf: NDArray[np.uint8],
-    char_lengths: NDArray[np.int64],
-    kinds: NDArray[np.uint8],
-    shingle_size: int,
-    min_words: int,
-    secret: NDArray[np.uint8],
-) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
+def _offsets(buf: NDArray[np.uint8], char_lengths: NDArray[np.int64]) -> NDArray[np.int64]:
+    """(n + 1,) byte offsets of the texts in ``buf``, from their lengths in code points."""
     n = char_lengths.size
-    # Byte offsets of the texts, from their lengths in code points.
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     pos = 0
-    longest = 0
     for t in range(n):
-        start = pos
         remaining = char_lengths[t]
         while remaining > 0:
             pos += 1
@@ -171,8 +162,23 @@ def _batch(
                 pos += 1
             remaining -= 1
         offsets[t + 1] = pos
-        longest = max(longest, pos - start)
-    scratch = np.empty(longest + 1, dtype=np.uint8)
+    return offsets
+
+
+@njit()
+def _batch(
+    buf: NDArray[np.uint8],
+    offsets: NDArray[np.int64],
+    kinds: NDArray[np.uint8],
+    shingle_size: int,
+    min_words: int,
+    scratch: NDArray[np.uint8],
+    secret: NDArray[np.uint8],
+) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
+    """The kernel: fingerprints and validity of the texts ``buf[offsets[t] : offsets[t + 1]]``.
+    ``scratch`` holds at least the longest text's bytes plus one. Every array read or written
+    through its address is an argument, so that the caller keeps it alive for the whole call."""
+    n = offsets.size - 1
     ring = np.zeros(shingle_size, dtype=np.int64)
     ones = np.zeros(64, dtype=np.int64)
     fingerprints = np.zeros(n, dtype=np.uint64)
@@ -245,4 +251,7 @@ def simhash_lowered(
     data = "".join(lowered).encode("utf-8")
     buf = np.frombuffer(data, dtype=np.uint8)
     lengths = np.fromiter(map(len, lowered), dtype=np.int64, count=len(lowered))
-    return _batch(buf, lengths, kinds, shingle_size, min_words, SECRET)
+    offsets = _offsets(buf, lengths)
+    longest = int(np.diff(offsets).max()) if lengths.size else 0
+    scratch = np.empty(longest + 1, dtype=np.uint8)
+    return _batch(buf, offsets, kinds, shingle_size, min_words, scratch, SECRET)

@@ -7,7 +7,10 @@ Source: the XXH3 specification, Yann Collet, ``doc/xxhash_spec.md`` and ``xxhash
 github.com/Cyan4973/xxHash: the constants and the 192-byte default secret below are that
 specification's. The code is a scalar transcription written for this project: every value is a
 ``uint64`` with wrap-around arithmetic, and the 64 x 64 -> 128-bit product is computed from
-32-bit halves.
+32-bit halves. Bytes are read through their addresses (numba intrinsics: one unaligned
+little-endian load, byte-swapped on a big-endian machine), so that the helpers take scalars only
+and a call costs no reference counting; every array read that way is an argument of the entry
+kernel, kept alive by its caller for the whole call.
 
 Import this module only where a kernel is needed: it imports numba (see :mod:`permindex.jit`).
 """
