@@ -76,14 +76,18 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir()))
 import numba  # noqa: E402  (NUMBA_CACHE_DIR must be set before numba reads its configuration)
 
 
-def njit(signature: Any = None) -> Callable[[F], F]:
+def njit(signature: Any = None, *, inline: bool = False) -> Callable[[F], F]:
     """``numba.njit`` with permindex's options: ``cache=True, nogil=True``, no fastmath, no
     bounds checks. ``signature``: an explicit numba signature (or a list of them), compiled when
     the kernel's module is imported; None compiles on the first call for the argument types seen.
+    ``inline=True``: a small helper that numba inlines into the kernels that call it
+    (``inline="always"``), where a call would cost more than its body.
     """
 
     def decorate(function: F) -> F:
         options: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
+        if inline:
+            options["inline"] = "always"
         if signature is None:
             compiled = numba.njit(**options)(function)
         else:

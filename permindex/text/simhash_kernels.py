@@ -3,9 +3,8 @@
 of lower-cased texts in one numba call, bit-exact with the reference algorithm of
 :func:`~permindex.text.fingerprint.simhash`.
 
-The batch travels as one UTF-8 buffer: the lower-cased texts are joined with nothing between
-them and encoded once, and the kernel finds each text's bytes from its length in code points
-(UTF-8 lead bytes are counted). Per text, in one pass over its bytes:
+The batch travels as one UTF-8 buffer: each lower-cased text is encoded, the encodings joined
+(and padded by 8 zero bytes), with (n + 1,) byte offsets. Per text, in one pass over its bytes:
 
 1. whitespace is recognised on the UTF-8 bytes exactly as ``str.split()`` has it: U+0009-U+000D,
    U+001C-U+0020, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000
@@ -31,7 +30,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.jit import njit
-from permindex.text.xxh3_kernels import SECRET, _hash, _load8, _store8, address
+from permindex.text.xxh3_kernels import (
+    SECRET,
+    _hash,
+    _load8,
+    _load64,
+    _store8,
+    _store64,
+    address,
+    trailing_zeros,
+)
 
 __all__ = ["KIND_CHARS", "KIND_WORDS", "simhash_lowered"]
 
@@ -40,11 +48,16 @@ KIND_WORDS: Final = 0
 KIND_CHARS: Final = 1
 
 _ONES = np.uint64(0x0101010101010101)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_ADD5F = np.uint64(0x5F5F5F5F5F5F5F5F)  # (b & 0x7F) + 0x5F has bit 7 set iff b & 0x7F >= 0x21
+_HIGH = np.uint64(0x8080808080808080)
 _BYTE = np.uint64(0xFF)
 _SPILL: Final = 255  # hashes per spill of the 8-bit counters
+_PAD: Final = bytes(8)  # after the batch's bytes
+_SLACK: Final = 16  # scratch bytes beyond the longest text
 
 
-@njit()
+@njit(inline=True)
 def _space(p: int, i: int, end: int) -> int:
     """Bytes of the whitespace character starting at byte ``i`` of the buffer at address ``p``
     (``str.isspace``), 0 if it is not one (or byte ``i`` is not a lead byte); ``end``: the end
@@ -77,7 +90,7 @@ def _space(p: int, i: int, end: int) -> int:
     return 0
 
 
-@njit()
+@njit(inline=True)
 def _next_token(bp: int, i: int, end: int, sp: int, w: int, chars: bool) -> tuple[int, int, int]:
     """The next token of the text bytes ``[i, end)`` at address ``bp``, copied to the scratch
     buffer at address ``sp`` from offset ``w`` (words: after one space when ``w > 0``).
@@ -88,6 +101,9 @@ def _next_token(bp: int, i: int, end: int, sp: int, w: int, chars: bool) -> tupl
         c = _load8(bp + i)
         if c > 0x20 and c < 0x80:
             break
+        if c == 0x20 or c == 0x0A:
+            i += 1
+            continue
         step = _space(bp, i, end)
         if step == 0:
             break
@@ -110,15 +126,31 @@ def _next_token(bp: int, i: int, end: int, sp: int, w: int, chars: bool) -> tupl
     if w > 0:
         _store8(sp + w, 32)
         w += 1
-    start = w
+    first = i
+    i += 1
+    # The end of the word, 8 bytes at a time: a byte below 0x21 or above 0x7F is "special"
+    # (may be whitespace; checked one by one), the others are word bytes for sure.
     while i < end:
-        c = _load8(bp + i)
-        if (c <= 0x20 or c >= 0x80) and _space(bp, i, end) > 0:
+        x = _load64(bp + i)  # may read past the text: the next text or the padding
+        special = (~((x & _LOW7) + _ADD5F) | x) & _HIGH
+        if special == 0:
+            i += 8
+            continue
+        j = i + (trailing_zeros(special) >> 3)
+        if j >= end:
+            i = end
             break
-        _store8(sp + w, c)
-        w += 1
-        i += 1
-    return i, start, w
+        if _space(bp, j, end) > 0:
+            i = j
+            break
+        i = j + 1
+    if i > end:
+        i = end
+    # Copy the word 8 bytes at a time: up to 7 bytes are read past it (the buffer is padded)
+    # and written past it (the scratch buffer has room; the next token overwrites them).
+    for q in range(0, i - first, 8):
+        _store64(sp + w + q, _load64(bp + first + q))
+    return i, w, w + i - first
 
 
 @njit()
@@ -145,24 +177,6 @@ def _spill(
         ones[8 * k + 5] += np.int64((p5 >> shift) & _BYTE)
         ones[8 * k + 6] += np.int64((p6 >> shift) & _BYTE)
         ones[8 * k + 7] += np.int64((p7 >> shift) & _BYTE)
-
-
-@njit()
-def _offsets(buf: NDArray[np.uint8], char_lengths: NDArray[np.int64]) -> NDArray[np.int64]:
-    """(n + 1,) byte offsets of the texts in ``buf``, from their lengths in code points."""
-    n = char_lengths.size
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 0
-    pos = 0
-    for t in range(n):
-        remaining = char_lengths[t]
-        while remaining > 0:
-            pos += 1
-            while pos < buf.size and (buf[pos] & 0xC0) == 0x80:
-                pos += 1
-            remaining -= 1
-        offsets[t + 1] = pos
-    return offsets
 
 
 @njit()
@@ -248,10 +262,12 @@ def simhash_lowered(
         UnicodeEncodeError: a text holds a lone surrogate (the caller falls back to the
             reference path, which raises only where a shingle holds it).
     """
-    data = "".join(lowered).encode("utf-8")
-    buf = np.frombuffer(data, dtype=np.uint8)
-    lengths = np.fromiter(map(len, lowered), dtype=np.int64, count=len(lowered))
-    offsets = _offsets(buf, lengths)
-    longest = int(np.diff(offsets).max()) if lengths.size else 0
-    scratch = np.empty(longest + 1, dtype=np.uint8)
+    encoded = [text.encode("utf-8") for text in lowered]
+    n = len(encoded)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=n), out=offsets[1:])
+    encoded.append(_PAD)  # words are copied 8 bytes at a time: reads may pass the last text
+    buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    longest = int(np.diff(offsets).max()) if n else 0
+    scratch = np.empty(longest + _SLACK, dtype=np.uint8)
     return _batch(buf, offsets, kinds, shingle_size, min_words, scratch, SECRET)

@@ -126,38 +126,65 @@ def _store8_ir(typingctx: Any, address: Any, value: Any) -> Any:
     return types.void(address, value), codegen
 
 
+@intrinsic
+def _store64_ir(typingctx: Any, address: Any, value: Any) -> Any:
+    """Store the 64-bit word ``value`` at the (unaligned) ``address``, in the machine's order
+    (a copy of what :func:`_load64` read from there, whatever the byte order)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        value = args[1]
+        if _BIG_ENDIAN:
+            value = builder.bswap(value)
+        builder.store(value, pointer, align=1)
+        return context.get_dummy_value()
+
+    return types.void(address, types.uint64), codegen
+
+
+@intrinsic
+def _fold_ir(typingctx: Any, a: Any, b: Any) -> Any:
+    """Low 64 bits XOR high 64 bits of the 128-bit product ``a * b`` (one 64 x 64 -> 128-bit
+    multiply instruction where the machine has one)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        wide = ir.IntType(128)
+        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
+        low = builder.trunc(product, ir.IntType(64))
+        high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+        return builder.xor(low, high)
+
+    return types.uint64(types.uint64, types.uint64), codegen
+
+
+@intrinsic
+def _trailing_zeros_ir(typingctx: Any, value: Any) -> Any:
+    """The number of trailing zero bits of a uint64 (64 for 0), as an int64."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.int64(types.uint64), codegen
+
+
 # The intrinsics as mypy sees them (numba compiles the same objects). Addresses are int64.
 _load64 = cast("Callable[[int], np.uint64]", _load64_ir)
 _load32 = cast("Callable[[int], np.uint64]", _load32_ir)
 _load8 = cast("Callable[[int], int]", _load8_ir)
 _store8 = cast("Callable[[int, int], None]", _store8_ir)
+_store64 = cast("Callable[[int, np.uint64], None]", _store64_ir)
+_fold = cast("Callable[[np.uint64, np.uint64], np.uint64]", _fold_ir)
+trailing_zeros = cast("Callable[[np.uint64], int]", _trailing_zeros_ir)
 
 
-@njit()
-def _fold(a: np.uint64, b: np.uint64) -> np.uint64:
-    """Low 64 bits XOR high 64 bits of the 128-bit product a * b."""
-    a_lo = a & _LO32
-    a_hi = a >> _U32
-    b_lo = b & _LO32
-    b_hi = b >> _U32
-    lo_lo = a_lo * b_lo
-    hi_lo = a_hi * b_lo
-    lo_hi = a_lo * b_hi
-    hi_hi = a_hi * b_hi
-    cross = (lo_lo >> _U32) + (hi_lo & _LO32) + lo_hi
-    upper = (hi_lo >> _U32) + (cross >> _U32) + hi_hi
-    lower = (cross << _U32) | (lo_lo & _LO32)
-    return lower ^ upper
-
-
-@njit()
+@njit(inline=True)
 def _avalanche(h: np.uint64) -> np.uint64:
     h ^= h >> _U37
     h *= _MX1
     return h ^ (h >> _U32)
 
 
-@njit()
+@njit(inline=True)
 def _avalanche64(h: np.uint64) -> np.uint64:
     """The final mix of XXH64, used by XXH3 for inputs of 0 to 3 bytes."""
     h ^= h >> _U33
@@ -167,12 +194,12 @@ def _avalanche64(h: np.uint64) -> np.uint64:
     return h ^ (h >> _U32)
 
 
-@njit()
+@njit(inline=True)
 def _rotl(x: np.uint64, r: np.uint64) -> np.uint64:
     return (x << r) | (x >> (np.uint64(64) - r))
 
 
-@njit()
+@njit(inline=True)
 def _swap64(x: np.uint64) -> np.uint64:
     out = np.uint64(0)
     for _ in range(8):
@@ -181,7 +208,7 @@ def _swap64(x: np.uint64) -> np.uint64:
     return out
 
 
-@njit()
+@njit(inline=True)
 def _mix16(p: int, k: int) -> np.uint64:
     """mix16B: 16 input bytes at address ``p`` with 16 secret bytes at ``k``."""
     return _fold(_load64(p) ^ _load64(k), _load64(p + 8) ^ _load64(k + 8))
@@ -237,7 +264,7 @@ def _long(p: int, n: int, k: int) -> np.uint64:
     return _avalanche(result)
 
 
-@njit()
+@njit(inline=True)
 def _hash(p: int, n: int, k: int) -> np.uint64:
     """XXH3-64 (seed 0) of the ``n`` bytes at address ``p``, with the secret at address ``k``
     (the default one: :data:`SECRET`). Addresses are int64; the caller keeps the arrays alive.
