@@ -15,11 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import permindex
-from permindex import InvalidArgumentError, simhash, simhash_many
+from permindex import InvalidArgumentError, shingles, simhash, simhash_many
+from permindex.text.fingerprint import shingle_hashes
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO.parent / "shared" / "vectors" / "simhash_reference.jsonl"
@@ -171,6 +173,24 @@ def test_batches_larger_than_one_kernel_call() -> None:
     assert [int(f) if v else None for f, v in zip(fps, valid, strict=True)] == want
 
 
+@pytest.mark.parametrize("tokenizer", ["words", "chars", "auto"])
+@pytest.mark.parametrize("shingle_size", [1, 3])
+def test_shingle_hashes_match_the_reference(tokenizer: str, shingle_size: int) -> None:
+    texts = [*_random_texts(50 + shingle_size, 150, ALPHABET, 100), "", "a", "İİ x\u3000y z"]
+    for text in texts:
+        got = shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer)  # type: ignore[arg-type]
+        assert got.dtype == np.uint64
+        want = [
+            xxhash.xxh3_64_intdigest(part.encode("utf-8"))
+            for part in shingles(text, shingle_size, tokenizer)  # type: ignore[arg-type]
+        ]
+        assert got.tolist() == want
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PERMINDEX_JIT", "0")
+            reference = shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer)  # type: ignore[arg-type]
+        assert reference.tolist() == want
+
+
 def test_empty_input() -> None:
     fps, valid = simhash_many([])
     assert fps.shape == (0,) and fps.dtype == np.uint64
@@ -187,6 +207,12 @@ def test_str_subclass_is_a_text() -> None:
 def test_lone_surrogates_behave_as_in_simhash() -> None:
     short = "a \ud800"  # two words: no shingle to hash, no fingerprint
     assert _kernel([short, "x y z"]) == [None, simhash("x y z")]
+    assert _kernel(["one two three", short, "a b c d", "\udfff"]) == [
+        simhash("one two three"),
+        None,
+        simhash("a b c d"),
+        None,
+    ]
     with pytest.raises(UnicodeEncodeError):
         simhash_many(["one two \ud800 three"])
     with pytest.raises(UnicodeEncodeError):

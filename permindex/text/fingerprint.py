@@ -384,11 +384,22 @@ def _simhash_kernel(
     except UnicodeEncodeError:  # a lone surrogate: the reference raises only if it is hashed
         fingerprints = np.zeros(len(texts), dtype=np.uint64)
         valid = np.zeros(len(texts), dtype=bool)
+        clean: list[int] = []
         for i, text in enumerate(texts):
-            fp = _simhash_reference(text, shingle_size, 64, tokenizer, min_words)
-            if fp is not None:
-                fingerprints[i] = fp
-                valid[i] = True
+            try:
+                lowered[i].encode("utf-8")
+            except UnicodeEncodeError:
+                fp = _simhash_reference(text, shingle_size, 64, tokenizer, min_words)
+                if fp is not None:
+                    fingerprints[i] = fp
+                    valid[i] = True
+            else:
+                clean.append(i)
+        if clean:
+            rows = np.array(clean, dtype=np.intp)
+            fingerprints[rows], valid[rows] = kernels.simhash_lowered(
+                [lowered[i] for i in clean], kinds[rows], shingle_size, min_words
+            )
     if bits == 63:
         fingerprints &= np.uint64(MAX_FINGERPRINT >> 1)
     return fingerprints, valid
@@ -467,8 +478,20 @@ def shingle_hashes(
 ) -> NDArray[np.uint64]:
     """XXH3-64 (seed 0) of the UTF-8 bytes of each shingle of ``text`` (:func:`shingles`), in
     order, repeats included, as a (m,) uint64 array: the votes of :func:`simhash`. Empty when
-    the text is shorter than a shingle."""
+    the text is shorter than a shingle. Computed by the kernel of :func:`simhash_many`
+    (``PERMINDEX_JIT=0``: in Python). O(len(text)); the array has room for one hash per UTF-8
+    byte while it is filled."""
     check_shingle_options(shingle_size, tokenizer)
+    from permindex import jit
+
+    if jit.enabled():
+        from permindex.text import simhash_kernels as kernels
+
+        kind = kernels.KIND_CHARS if _resolve_tokenizer(text, tokenizer) == "chars" else 0
+        try:
+            return kernels.shingle_hashes_lowered(text.lower(), kind, shingle_size)
+        except UnicodeEncodeError:  # a lone surrogate: as the reference (raises if hashed)
+            pass
     hash_ = xxhash.xxh3_64_intdigest
     parts = _shingles(text, shingle_size, tokenizer)
     return np.fromiter((hash_(s.encode("utf-8")) for s in parts), dtype=np.uint64, count=len(parts))

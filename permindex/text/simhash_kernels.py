@@ -41,7 +41,7 @@ from permindex.text.xxh3_kernels import (
     trailing_zeros,
 )
 
-__all__ = ["KIND_CHARS", "KIND_WORDS", "simhash_lowered"]
+__all__ = ["KIND_CHARS", "KIND_WORDS", "shingle_hashes_lowered", "simhash_lowered"]
 
 #: Per-text tokenizer codes of :func:`simhash_lowered`.
 KIND_WORDS: Final = 0
@@ -55,6 +55,7 @@ _BYTE = np.uint64(0xFF)
 _SPILL: Final = 255  # hashes per spill of the 8-bit counters
 _PAD: Final = bytes(8)  # after the batch's bytes
 _SLACK: Final = 16  # scratch bytes beyond the longest text
+_NO_OUTPUT = np.empty(0, dtype=np.uint64)  # _batch votes
 
 
 @njit(inline=True)
@@ -188,10 +189,13 @@ def _batch(
     min_words: int,
     scratch: NDArray[np.uint8],
     secret: NDArray[np.uint8],
-) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
+    out: NDArray[np.uint64],
+) -> tuple[NDArray[np.uint64], NDArray[np.bool_], int]:
     """The kernel: fingerprints and validity of the texts ``buf[offsets[t] : offsets[t + 1]]``.
-    ``scratch`` holds at least the longest text's bytes plus one. Every array read or written
-    through its address is an argument, so that the caller keeps it alive for the whole call."""
+    ``scratch`` holds at least the longest text's bytes plus :data:`_SLACK`. With a non-empty
+    ``out`` the shingle hashes are written there in order instead of voting (room for all of
+    them: at most one per byte) and their number is returned third. Every array read or
+    written through its address is an argument, so that the caller keeps it alive."""
     n = offsets.size - 1
     ring = np.zeros(shingle_size, dtype=np.int64)
     ones = np.zeros(64, dtype=np.int64)
@@ -201,6 +205,8 @@ def _batch(
     sp = address(scratch)
     k = address(secret)
     s = shingle_size
+    emit = out.size > 0
+    emitted = 0
     for t in range(n):
         end = offsets[t + 1]
         chars = kinds[t] == KIND_CHARS
@@ -225,6 +231,10 @@ def _batch(
                 continue
             first = ring[head]  # the start of the token shingle_size - 1 tokens back
             h = _hash(sp + first, w - first, k)
+            if emit:
+                out[emitted] = h
+                emitted += 1
+                continue
             p0 += h & _ONES
             p1 += (h >> np.uint64(1)) & _ONES
             p2 += (h >> np.uint64(2)) & _ONES
@@ -247,7 +257,7 @@ def _batch(
                     fp |= np.uint64(1) << np.uint64(b)
             fingerprints[t] = fp
             valid[t] = True
-    return fingerprints, valid
+    return fingerprints, valid, emitted
 
 
 def simhash_lowered(
@@ -262,6 +272,26 @@ def simhash_lowered(
         UnicodeEncodeError: a text holds a lone surrogate (the caller falls back to the
             reference path, which raises only where a shingle holds it).
     """
+    buf, offsets, scratch = _encode(lowered)
+    fingerprints, valid, _ = _batch(
+        buf, offsets, kinds, shingle_size, min_words, scratch, SECRET, _NO_OUTPUT
+    )
+    return fingerprints, valid
+
+
+def shingle_hashes_lowered(lowered: str, kind: int, shingle_size: int) -> NDArray[np.uint64]:
+    """(m,) uint64: XXH3-64 of each shingle of one lower-cased text, in order (``kind``:
+    :data:`KIND_WORDS` or :data:`KIND_CHARS`). Raises UnicodeEncodeError on a lone surrogate."""
+    buf, offsets, scratch = _encode([lowered])
+    out = np.empty(max(1, int(offsets[1])), dtype=np.uint64)  # at most one shingle per byte
+    kinds = np.full(1, kind, dtype=np.uint8)
+    _, _, count = _batch(buf, offsets, kinds, shingle_size, 0, scratch, SECRET, out)
+    return out[:count].copy() if count < out.size // 2 else out[:count]
+
+
+def _encode(lowered: list[str]) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.uint8]]:
+    """The kernel's inputs for ``lowered``: the joined UTF-8 bytes (padded), the (n + 1,) byte
+    offsets, and a scratch buffer for the longest text."""
     encoded = [text.encode("utf-8") for text in lowered]
     n = len(encoded)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -269,5 +299,4 @@ def simhash_lowered(
     encoded.append(_PAD)  # words are copied 8 bytes at a time: reads may pass the last text
     buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     longest = int(np.diff(offsets).max()) if n else 0
-    scratch = np.empty(longest + _SLACK, dtype=np.uint8)
-    return _batch(buf, offsets, kinds, shingle_size, min_words, scratch, SECRET)
+    return buf, offsets, np.empty(longest + _SLACK, dtype=np.uint8)
