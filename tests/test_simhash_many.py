@@ -127,6 +127,34 @@ def test_lower_changes_lengths_and_context() -> None:
             _same(texts, shingle_size=size, tokenizer=tokenizer)
 
 
+def _changed_by_lower() -> list[str]:
+    """Every character that str.lower() changes (all scripts, the astral planes too)."""
+    return [chr(c) for c in range(sys.maxunicode + 1) if chr(c).lower() != chr(c)]
+
+
+@pytest.mark.parametrize("tokenizer", ["words", "chars"])
+def test_every_character_that_lower_changes(tokenizer: str) -> None:
+    changed = _changed_by_lower()
+    assert "\u023a" in changed and "\U00010400" in changed  # 2 -> 3 bytes; astral
+    rng = np.random.default_rng(len(changed))
+    order = rng.permutation(len(changed))
+    words = ["".join(changed[j] for j in order[i : i + 5]) for i in range(0, len(order), 5)]
+    mixed = [w + "Ab" + w[:1] for w in words[:200]]
+    texts = [" ".join(words[i : i + 40]) for i in range(0, len(words), 40)]
+    texts += [" ".join(mixed), "\u03a3\u0130 " + texts[0], texts[1] + " ΟΔΟΣ"]
+    for size in (1, 3):
+        _same(texts, shingle_size=size, tokenizer=tokenizer)
+
+
+def test_ascii_upper_case_at_every_position_of_a_word() -> None:
+    letters = "@AZ[`az{09"  # the bytes around "A"-"Z" and "a"-"z"
+    rng = np.random.default_rng(12)
+    words = ["".join(rng.choice(list(letters), size=n)) for n in range(1, 25) for _ in range(6)]
+    texts = [" ".join(words), "\n".join(words), " ".join(words) + " é", "\t".join(words) + "Σ"]
+    for tokenizer in ("words", "chars"):
+        _same(texts, tokenizer=tokenizer)
+
+
 @pytest.mark.parametrize("min_words", [0, 1, 3, 4, 20])
 @pytest.mark.parametrize("bits", [63, 64])
 def test_min_words_and_bits(min_words: int, bits: int) -> None:

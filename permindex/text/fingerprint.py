@@ -324,8 +324,9 @@ def simhash_many(
         InvalidArgumentError: a bad option (the errors of :func:`simhash`).
         UnicodeEncodeError: a shingle holds a lone surrogate (as :func:`simhash`).
 
-    O(total length) time. Memory: the lower-cased copy and the UTF-8 encoding of one batch of
-    up to 4,096 texts (or about 8 M characters), plus a scratch buffer of its longest text.
+    O(total length) time. Memory: the UTF-8 encoding of one batch of up to 4,096 texts (or about
+    8 M characters), a scratch buffer of twice its longest text, and once a non-ASCII text is
+    seen a 4.4 MB table of ``str.lower`` (the kernel lower-cases as ``str.lower`` does).
     ``PERMINDEX_JIT=0`` computes each text with the Python reference instead. The weighted
     variants (:func:`simhash_features`, :func:`simhash_weighted`) do not go through this
     kernel: their input is features and weights, not texts, and their vote is already one
@@ -378,16 +379,15 @@ def _simhash_kernel(
     else:
         code = kernels.KIND_CHARS if tokenizer == "chars" else kernels.KIND_WORDS
         kinds = np.full(len(texts), code, dtype=np.uint8)
-    lowered = [text.lower() for text in texts]
     try:
-        fingerprints, valid = kernels.simhash_lowered(lowered, kinds, shingle_size, min_words)
+        fingerprints, valid = kernels.simhash_of(texts, kinds, shingle_size, min_words)
     except UnicodeEncodeError:  # a lone surrogate: the reference raises only if it is hashed
         fingerprints = np.zeros(len(texts), dtype=np.uint64)
         valid = np.zeros(len(texts), dtype=bool)
         clean: list[int] = []
         for i, text in enumerate(texts):
             try:
-                lowered[i].encode("utf-8")
+                text.encode("utf-8")
             except UnicodeEncodeError:
                 fp = _simhash_reference(text, shingle_size, 64, tokenizer, min_words)
                 if fp is not None:
@@ -397,8 +397,8 @@ def _simhash_kernel(
                 clean.append(i)
         if clean:
             rows = np.array(clean, dtype=np.intp)
-            fingerprints[rows], valid[rows] = kernels.simhash_lowered(
-                [lowered[i] for i in clean], kinds[rows], shingle_size, min_words
+            fingerprints[rows], valid[rows] = kernels.simhash_of(
+                [texts[i] for i in clean], kinds[rows], shingle_size, min_words
             )
     if bits == 63:
         fingerprints &= np.uint64(MAX_FINGERPRINT >> 1)
@@ -489,7 +489,7 @@ def shingle_hashes(
 
         kind = kernels.KIND_CHARS if _resolve_tokenizer(text, tokenizer) == "chars" else 0
         try:
-            return kernels.shingle_hashes_lowered(text.lower(), kind, shingle_size)
+            return kernels.shingle_hashes_of(text, kind, shingle_size)
         except UnicodeEncodeError:  # a lone surrogate: as the reference (raises if hashed)
             pass
     hash_ = xxhash.xxh3_64_intdigest

@@ -104,6 +104,20 @@ def _load32_ir(typingctx: Any, address: Any) -> Any:
 
 
 @intrinsic
+def _load32i_ir(typingctx: Any, address: Any) -> Any:
+    """The little-endian 32-bit word at the (unaligned) byte ``address``, as an int64."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        pointer = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
+        value = builder.load(pointer, align=1)
+        if _BIG_ENDIAN:
+            value = builder.bswap(value)
+        return builder.zext(value, ir.IntType(64))
+
+    return types.int64(address), codegen
+
+
+@intrinsic
 def _load8_ir(typingctx: Any, address: Any) -> Any:
     """The byte at ``address``, as an int64."""
 
@@ -170,6 +184,7 @@ def _trailing_zeros_ir(typingctx: Any, value: Any) -> Any:
 # The intrinsics as mypy sees them (numba compiles the same objects). Addresses are int64.
 _load64 = cast("Callable[[int], np.uint64]", _load64_ir)
 _load32 = cast("Callable[[int], np.uint64]", _load32_ir)
+_load32i = cast("Callable[[int], int]", _load32i_ir)
 _load8 = cast("Callable[[int], int]", _load8_ir)
 _store8 = cast("Callable[[int, int], None]", _store8_ir)
 _store64 = cast("Callable[[int, np.uint64], None]", _store64_ir)
@@ -319,7 +334,7 @@ def _hash(p: int, n: int, k: int) -> np.uint64:
 
 
 @njit()
-def address(array: NDArray[np.uint8]) -> int:
+def address(array: NDArray[Any]) -> int:
     """The address of ``array``'s first byte, as an int64 (for :func:`_hash`)."""
     return int(array.ctypes.data)
 
