@@ -32,6 +32,7 @@ needed: it imports numba.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Final
 
 import numpy as np
@@ -389,6 +390,7 @@ _WHITESPACE: Final = (
     + "\u2028\u2029\u202f\u205f\u3000"
 )
 _NO_TABLE = np.zeros(1, dtype=np.uint32)  # the kernel's table argument when no text needs it
+_NO_TABLE.setflags(write=False)  # read-only as lower_table(): one compiled signature
 
 
 def _prepare(
@@ -450,10 +452,8 @@ def _encode(texts: list[str]) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDA
     """The kernel's inputs for ``texts``: the joined UTF-8 bytes (padded), the (n + 1,) byte
     offsets, and a scratch buffer for the longest text."""
     encoded = [text.encode("utf-8") for text in texts]
-    n = len(encoded)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=n), out=offsets[1:])
+    lengths = list(map(len, encoded))
+    offsets = np.array([0, *itertools.accumulate(lengths)], dtype=np.int64)
     encoded.append(_PAD)  # words are copied 8 bytes at a time: reads may pass the last text
     buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    longest = int(np.diff(offsets).max()) if n else 0
-    return buf, offsets, np.empty(2 * longest + _SLACK, dtype=np.uint8)
+    return buf, offsets, np.empty(2 * max(lengths, default=0) + _SLACK, dtype=np.uint8)
