@@ -1,10 +1,11 @@
 """permindex: an in-memory near-duplicate index of 64-bit SimHash fingerprints.
 
-Fingerprints (Charikar 2002) are computed by :func:`simhash`; :class:`Index` stores (key,
-fingerprint) pairs in the table-permutation index of Manku, Jain & Das Sarma 2007 (section 3) and
-answers, exactly, which keys lie within Hamming distance k of a fingerprint. The gRPC server and
-the command line live in :mod:`permindex.rpc` and :mod:`permindex.cli`; importing this package
-alone does not import grpc.
+Fingerprints (Charikar 2002) are computed by :func:`simhash` (many texts at once:
+:func:`simhash_many`); :class:`Index` stores (key, fingerprint) pairs in the table-permutation
+index of Manku, Jain & Das Sarma 2007 (section 3) and answers, exactly, which keys lie within
+Hamming distance k of a fingerprint. The gRPC server and the command line live in
+:mod:`permindex.rpc` and :mod:`permindex.cli`; importing this package alone does not import grpc
+(nor numba: the compiled kernels are loaded on first use).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from permindex.text.fingerprint import (
     shingles,
     simhash,
     simhash_features,
+    simhash_many,
     simhash_vectors,
     simhash_weighted,
     tokens,
@@ -67,6 +69,7 @@ __all__ = [
     "shingles",
     "simhash",
     "simhash_features",
+    "simhash_many",
     "simhash_vectors",
     "simhash_weighted",
     "tokens",

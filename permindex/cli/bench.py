@@ -89,15 +89,16 @@ def parse_mix(text: str) -> dict[str, float]:
 
 def _load_corpus(path: str) -> tuple[list[str], list[int]]:
     """(ids, fingerprints) of a JSONL corpus; texts are fingerprinted, too-short ones skipped."""
-    from permindex.text.fingerprint import simhash
+    from permindex.text.fingerprint import simhash_many
 
     opener: Callable[..., Any] = open
     if path.endswith(".gz"):
         import gzip
 
         opener = gzip.open
-    ids: list[str] = []
-    fps: list[int] = []
+    keys: list[str] = []
+    given: list[int | None] = []  # None: fingerprinted from texts[...] below
+    texts: list[str] = []
     with opener(path, "rt", encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -107,16 +108,26 @@ def _load_corpus(path: str) -> tuple[list[str], list[int]]:
                 key = str(record["id"])
                 if "fingerprint" in record:
                     value = record["fingerprint"]
-                    fp = parse_fingerprint(value)
+                    fp: int | None = parse_fingerprint(value)
                 else:
-                    fp_or_none = simhash(str(record["text"]))
-                    if fp_or_none is None:
-                        continue
-                    fp = fp_or_none
+                    texts.append(str(record["text"]))
+                    fp = None
             except (ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"{path}:{number}: not a corpus line ({error})") from None
-            ids.append(key)
-            fps.append(fp)
+            keys.append(key)
+            given.append(fp)
+    found, valid = simhash_many(texts)  # too-short texts are skipped
+    computed = iter(zip(found.tolist(), valid.tolist(), strict=True))
+    ids: list[str] = []
+    fps: list[int] = []
+    for key, fp in zip(keys, given, strict=True):
+        if fp is None:
+            value, ok = next(computed)
+            if not ok:
+                continue
+            fp = value
+        ids.append(key)
+        fps.append(fp)
     if not fps:
         raise ValueError(f"{path}: no document with a fingerprint")
     return ids, fps

@@ -38,7 +38,7 @@ from permindex.text.documents import (
 from permindex.text.fingerprint import (
     Tokenizer,
     shingle_hashes,
-    simhash,
+    simhash_many,
     simhash_weighted,
     tokens,
 )
@@ -103,6 +103,8 @@ def _work(
     lengths = np.zeros(n, dtype=np.int64)
     skipped: list[str | None] = [None] * n
     per_document: list[NDArray[np.uint64]] = []
+    plain: list[str] = []  # task "plain": the texts, fingerprinted in one simhash_many call
+    plain_rows: list[int] = []
     for i, item in enumerate(items):
         if item is None:
             continue
@@ -115,17 +117,13 @@ def _work(
         else:
             text = item
         lengths[i] = len(text)
+        if task == "plain":
+            plain.append(text)
+            plain_rows.append(i)
+            continue
         count = len(tokens(text, tokenizer)) if min_words else -1
         if 0 <= count < min_words:
             short[i] = count
-            continue
-        if task == "plain":
-            fp = simhash(text, shingle_size=shingle_size, tokenizer=tokenizer)
-            if fp is None:
-                short[i] = len(tokens(text, tokenizer))
-                continue
-            fps[i] = fp
-            has[i] = True
             continue
         hashes = shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer)
         if hashes.size == 0:
@@ -140,6 +138,15 @@ def _work(
         if weighted is not None:  # IDF weights are >= 1: never None with a shingle
             fps[i] = weighted
             has[i] = True
+    if plain:
+        rows = np.array(plain_rows, dtype=np.intp)
+        found, valid = simhash_many(
+            plain, shingle_size=shingle_size, tokenizer=tokenizer, min_words=min_words
+        )
+        fps[rows] = found
+        has[rows] = valid
+        for j in np.flatnonzero(~valid).tolist():  # too short: its number of tokens
+            short[plain_rows[j]] = len(tokens(plain[j], tokenizer))
     chunk = _Chunk(fps, has, short, lengths, skipped)
     if task == "df":
         chunk.buckets, chunk.bucket_counts = chunk_bucket_counts(per_document, bucket_bits)

@@ -23,7 +23,7 @@ from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.index.permutation import Design, query_k
 from permindex.index.query import QueryColumns
 from permindex.rpc.wire import PairEncoder
-from permindex.text.fingerprint import simhash
+from permindex.text.fingerprint import simhash_many
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -227,14 +227,18 @@ def documents_from_proto(
             check_text(document.text, f"documents[{i}] (key {_shown(key)})", max_text_bytes)
         keys.append(key)
         kinds.append(content)
-    fingerprints: list[int | None] = []
-    for document, kind in zip(documents, kinds, strict=True):
-        if kind == "fingerprint":
-            fingerprints.append(document.fingerprint)
-        else:
-            fingerprints.append(
-                simhash(document.text, shingle_size=shingle_size, min_words=min_words)
-            )
+    fingerprints: list[int | None] = [
+        document.fingerprint if kind == "fingerprint" else None
+        for document, kind in zip(documents, kinds, strict=True)
+    ]
+    rows = [i for i, kind in enumerate(kinds) if kind == "text"]
+    if rows:  # every text of the request in one kernel call
+        found, valid = simhash_many(
+            [documents[i].text for i in rows], shingle_size=shingle_size, min_words=min_words
+        )
+        for i, fp, ok in zip(rows, found.tolist(), valid.tolist(), strict=True):
+            if ok:
+                fingerprints[i] = fp
     return DocumentBatch(keys=keys, fingerprints=fingerprints)
 
 

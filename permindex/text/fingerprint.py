@@ -34,6 +34,7 @@ __all__ = [
     "shingles",
     "simhash",
     "simhash_features",
+    "simhash_many",
     "simhash_vectors",
     "simhash_weighted",
     "tokens",
@@ -252,10 +253,27 @@ def simhash(
     * :func:`simhash_features` / :func:`simhash_weighted`: weighted SimHash, each feature voting
       with its weight (Charikar 2002, section 3; Manku et al. 2007, section 2, weight e.g. IDF);
     * :func:`simhash_vectors`: dense vectors by random hyperplanes (Charikar 2002, section 3).
+
+    Computed by the compiled kernel of :func:`simhash_many` (the first call in a process loads
+    it, from numba's cache after the first run on a machine); ``PERMINDEX_JIT=0`` takes the
+    Python reference path instead, with the same result.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
     check_shingle_options(shingle_size, tokenizer, min_words, bits)
+    from permindex import jit
+
+    if not jit.enabled():
+        return _simhash_reference(text, shingle_size, bits, tokenizer, min_words)
+    fingerprints, valid = _simhash_kernel([text], shingle_size, bits, tokenizer, min_words)
+    return int(fingerprints[0]) if valid[0] else None
+
+
+def _simhash_reference(
+    text: str, shingle_size: int, bits: int, tokenizer: Tokenizer, min_words: int
+) -> int | None:
+    """:func:`simhash` in Python (options checked): the reference the kernel is tested against,
+    taken under ``PERMINDEX_JIT=0``."""
     kind = _resolve_tokenizer(text, tokenizer)
     if kind == "words" and len(text) > _LARGE_TEXT:
         large = _simhash_large(text, shingle_size, min_words)
@@ -272,6 +290,119 @@ def simhash(
     if bits == 63:
         fingerprint &= ~_BIT63
     return fingerprint
+
+
+_BATCH_TEXTS: Final = 4096  # texts per kernel call of simhash_many
+_BATCH_CHARS: Final = 1 << 23  # ... or about this many characters (bounds the encoded copy)
+
+
+def simhash_many(
+    texts: Iterable[str],
+    *,
+    shingle_size: int = 3,
+    bits: int = 64,
+    tokenizer: Tokenizer = "words",
+    min_words: int = 0,
+) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
+    """The SimHash fingerprints of many texts at once: for each text, exactly
+    ``simhash(text, shingle_size=..., bits=..., tokenizer=..., min_words=...)`` (every option
+    means what it means there), computed by one compiled kernel per batch of texts instead of
+    a Python loop over shingles (see :mod:`permindex.text.simhash_kernels`).
+
+    Args:
+        texts: an iterable of ``str`` (consumed once).
+        shingle_size, bits, tokenizer, min_words: as :func:`simhash`. All three tokenizers go
+            through the kernel (``"auto"`` is resolved per text in Python first).
+
+    Returns:
+        ``(fingerprints, valid)``: ``(n,) uint64`` and ``(n,) bool``, in the order of
+        ``texts``; ``valid[i]`` is False where :func:`simhash` returns None (fewer than
+        ``shingle_size`` or ``min_words`` tokens), and ``fingerprints[i]`` is then 0.
+
+    Raises:
+        TypeError: an element of ``texts`` is not a ``str`` (named ``texts[i]``).
+        InvalidArgumentError: a bad option (the errors of :func:`simhash`).
+        UnicodeEncodeError: a shingle holds a lone surrogate (as :func:`simhash`).
+
+    O(total length) time. Memory: the UTF-8 encoding of one batch of up to 4,096 texts (or about
+    8 M characters), a scratch buffer of twice its longest text, and once a non-ASCII text is
+    seen a 4.4 MB table of ``str.lower`` (the kernel lower-cases as ``str.lower`` does).
+    ``PERMINDEX_JIT=0`` computes each text with the Python reference instead. The weighted
+    variants (:func:`simhash_features`, :func:`simhash_weighted`) do not go through this
+    kernel: their input is features and weights, not texts, and their vote is already one
+    numpy pass.
+    """
+    items = texts if isinstance(texts, list) else list(texts)
+    for i, text in enumerate(items):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be str, not {type(text).__name__}")
+    check_shingle_options(shingle_size, tokenizer, min_words, bits)
+    n = len(items)
+    fingerprints = np.zeros(n, dtype=np.uint64)
+    valid = np.zeros(n, dtype=bool)
+    if n == 0:
+        return fingerprints, valid
+    from permindex import jit
+
+    if not jit.enabled():
+        for i, text in enumerate(items):
+            fp = _simhash_reference(text, shingle_size, bits, tokenizer, min_words)
+            if fp is not None:
+                fingerprints[i] = fp
+                valid[i] = True
+        return fingerprints, valid
+    start = 0
+    while start < n:
+        stop, chars = start, 0
+        while stop < n and stop - start < _BATCH_TEXTS and (chars < _BATCH_CHARS or stop == start):
+            chars += len(items[stop])
+            stop += 1
+        fps, ok = _simhash_kernel(items[start:stop], shingle_size, bits, tokenizer, min_words)
+        fingerprints[start:stop] = fps
+        valid[start:stop] = ok
+        start = stop
+    return fingerprints, valid
+
+
+def _simhash_kernel(
+    texts: list[str], shingle_size: int, bits: int, tokenizer: Tokenizer, min_words: int
+) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
+    """One kernel call for ``texts`` (checked str, options checked)."""
+    from permindex.text import simhash_kernels as kernels
+
+    if tokenizer == "auto":
+        kinds = np.fromiter(
+            (kernels.KIND_CHARS if _resolve_tokenizer(t, "auto") == "chars" else 0 for t in texts),
+            dtype=np.uint8,
+            count=len(texts),
+        )
+    else:
+        code = kernels.KIND_CHARS if tokenizer == "chars" else kernels.KIND_WORDS
+        kinds = np.full(len(texts), code, dtype=np.uint8)
+    try:
+        fingerprints, valid = kernels.simhash_of(texts, kinds, shingle_size, min_words)
+    except UnicodeEncodeError:  # a lone surrogate: the reference raises only if it is hashed
+        fingerprints = np.zeros(len(texts), dtype=np.uint64)
+        valid = np.zeros(len(texts), dtype=bool)
+        clean: list[int] = []
+        for i, text in enumerate(texts):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                fp = _simhash_reference(text, shingle_size, 64, tokenizer, min_words)
+                if fp is not None:
+                    fingerprints[i] = fp
+                    valid[i] = True
+            else:
+                clean.append(i)
+        if clean:
+            rows = np.array(clean, dtype=np.intp)
+            fingerprints[rows], valid[rows] = kernels.simhash_of(
+                [texts[i] for i in clean], kinds[rows], shingle_size, min_words
+            )
+    if bits == 63:
+        fingerprints &= np.uint64(MAX_FINGERPRINT >> 1)
+    return fingerprints, valid
 
 
 # ------------------------------------------------------------------------------ tokenizers
@@ -347,8 +478,20 @@ def shingle_hashes(
 ) -> NDArray[np.uint64]:
     """XXH3-64 (seed 0) of the UTF-8 bytes of each shingle of ``text`` (:func:`shingles`), in
     order, repeats included, as a (m,) uint64 array: the votes of :func:`simhash`. Empty when
-    the text is shorter than a shingle."""
+    the text is shorter than a shingle. Computed by the kernel of :func:`simhash_many`
+    (``PERMINDEX_JIT=0``: in Python). O(len(text)); the array has room for one hash per UTF-8
+    byte while it is filled."""
     check_shingle_options(shingle_size, tokenizer)
+    from permindex import jit
+
+    if jit.enabled():
+        from permindex.text import simhash_kernels as kernels
+
+        kind = kernels.KIND_CHARS if _resolve_tokenizer(text, tokenizer) == "chars" else 0
+        try:
+            return kernels.shingle_hashes_of(text, kind, shingle_size)
+        except UnicodeEncodeError:  # a lone surrogate: as the reference (raises if hashed)
+            pass
     hash_ = xxhash.xxh3_64_intdigest
     parts = _shingles(text, shingle_size, tokenizer)
     return np.fromiter((hash_(s.encode("utf-8")) for s in parts), dtype=np.uint64, count=len(parts))
