@@ -26,6 +26,7 @@ class ServeProcess:
         data_dir: Path,
         *extra: str,
         preexec_fn: Callable[[], None] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
         argv: Sequence[str] = [
@@ -38,7 +39,7 @@ class ServeProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
             preexec_fn=preexec_fn,
         )
         self.pid = self.process.pid

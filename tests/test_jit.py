@@ -70,3 +70,26 @@ def test_index_kernels_compile_into_the_chosen_cache(tmp_path: Path) -> None:
     assert any("lookup_kernels" in path.name for path in cached), cached
     package = Path(jit.__file__).parent
     assert not list(package.rglob("*.nbi")), "numba wrote its cache into the package"
+
+
+def test_serve_accepts_the_kernel_variables_and_answers_on_the_reference_paths(
+    tmp_path: Path,
+) -> None:
+    """``permindex serve`` refuses unknown PERMINDEX_* variables, but PERMINDEX_JIT and
+    PERMINDEX_CACHE_DIR are permindex's own: a server started with both answers lookups (on the
+    reference paths) exactly as one on the kernels."""
+    import permindex
+    from serverproc import ServeProcess
+
+    env = {"PERMINDEX_JIT": "0", "PERMINDEX_CACHE_DIR": str(tmp_path / "cache")}
+    proc = ServeProcess(tmp_path / "data", env=env)
+    try:
+        address = proc.address()
+        assert address is not None, proc.text
+        with permindex.Client(address) as client:
+            client.add([("a", 0), ("b", 7), ("c", 2**64 - 1)])
+            assert [m.key for m in client.query(1)] == ["a", "b"]
+            assert [[m.key for m in ms] for ms in client.query_many([1] * 20)] == [["a", "b"]] * 20
+    finally:
+        proc.stop()
+    assert "unknown variable" not in proc.text

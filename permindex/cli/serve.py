@@ -79,7 +79,17 @@ _SERVER_FIELDS: Final = tuple(item.name for item in fields(ServerConfig))
 CONFIG_OPTION: Final = declared_options(_ConfigFile)[0]
 #: PERMINDEX_* variables that are not serve options: --config's, the client commands' token,
 #: and the switch that lets tracebacks through (permindex.cli.main).
-_OTHER_VARIABLES: Final = frozenset({CONFIG_OPTION.env, "PERMINDEX_TOKEN", "PERMINDEX_DEBUG"})
+#: permindex's variables that are no serve option: the client's token, the debug switch, and
+#: the compiled kernels' switch and cache directory (permindex.jit).
+_OTHER_VARIABLES: Final = frozenset(
+    {
+        CONFIG_OPTION.env,
+        "PERMINDEX_TOKEN",
+        "PERMINDEX_DEBUG",
+        "PERMINDEX_JIT",
+        "PERMINDEX_CACHE_DIR",
+    }
+)
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
@@ -269,7 +279,8 @@ def apply_defaults(
 def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
     """Refuse a ``PERMINDEX_*`` variable that names no option (a misspelling such as
     ``PERMINDEX_MAX_BATCHES`` would otherwise be ignored in silence), as the file refuses an
-    unknown key. The client's ``PERMINDEX_TOKEN`` and ``PERMINDEX_DEBUG`` are allowed.
+    unknown key. The client's ``PERMINDEX_TOKEN``, ``PERMINDEX_DEBUG`` and the kernels'
+    ``PERMINDEX_JIT`` and ``PERMINDEX_CACHE_DIR`` are allowed.
 
     Raises:
         ConfigError: the first unknown variable, with the closest known name if there is one.
