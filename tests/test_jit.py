@@ -78,8 +78,9 @@ def test_serve_accepts_the_kernel_variables_and_answers_on_the_reference_paths(
     """``permindex serve`` refuses unknown PERMINDEX_* variables, but PERMINDEX_JIT and
     PERMINDEX_CACHE_DIR are permindex's own: a server started with both answers lookups (on the
     reference paths) exactly as one on the kernels."""
-    import permindex
     from serverproc import ServeProcess
+
+    import permindex
 
     env = {"PERMINDEX_JIT": "0", "PERMINDEX_CACHE_DIR": str(tmp_path / "cache")}
     proc = ServeProcess(tmp_path / "data", env=env)
