@@ -73,7 +73,7 @@ PACKED_SIGNATURE = "int64(uint64, int64[::1])"
 PACKED_HEADER = 10
 
 
-@njit()
+@njit(inline=True)
 def _moves(value, tables, s, first, count):  # type: ignore[no-untyped-def]
     out = np.uint64(0)
     for i in range(count):
@@ -85,7 +85,7 @@ def _moves(value, tables, s, first, count):  # type: ignore[no-untyped-def]
     return out
 
 
-@njit()
+@njit(inline=True)
 def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-def]
     """The distance of a candidate, or -1 when it is not a match reported by table s."""
     x = value ^ query
