@@ -79,6 +79,17 @@ def _warm(module: ModuleType) -> None:
     module.lookup_batch(fps, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
 
 
+def entry_point(dispatcher: Any) -> Any:
+    """The compiled function of a kernel with exactly one explicit signature, called without
+    the dispatcher's type resolution (about 0.2 us of a call): the caller must pass exactly
+    the signature's types. The dispatcher itself when numba does not expose it."""
+    try:
+        (signature,) = dispatcher.signatures
+        return dispatcher.overloads[signature].entry_point
+    except (AttributeError, KeyError, ValueError):
+        return dispatcher
+
+
 def _signed(value: int) -> int:
     """A 64-bit mask as the int64 with the same bits."""
     return value - (1 << 64) if value >= 1 << 63 else value
@@ -160,8 +171,8 @@ class Lookups:
 
     __slots__ = (
         "_changes",
-        "_memtables",
-        "_memtables_seen",
+        "_fast",
+        "_fast_seen",
         "_one_kernel",
         "_one_out",
         "_one_plans",
@@ -188,9 +199,10 @@ class Lookups:
         self._one_plans: dict[int, LookupPlan] = {}
         self._one_seen = -1
         self._one_out = np.zeros((_ONE_CAP, 3), dtype=np.int64)
-        self._one_kernel: Any = kernels().lookup_packed if jit.enabled() else None
-        self._memtables_seen = -1
-        self._memtables: list[int] = []
+        self._one_kernel: Any = entry_point(kernels().lookup_packed) if jit.enabled() else None
+        # One query's state by k, valid while changes[2] is _fast_seen (Lookups.one).
+        self._fast: dict[int, tuple[_I64, Any, bool, Callable[[int], str], memoryview]] = {}
+        self._fast_seen = -1
         self._view: ReadView | None = None
 
     def _refresh_one(self) -> None:
@@ -218,18 +230,39 @@ class Lookups:
         Python (a bisection each) and their candidates verified by
         :func:`~permindex.index.verify.verify`; each row once. O(tables * runs + log L +
         candidates)."""
-        rows = self.rows
+        fast = self._fast.get(k) if self._fast_seen == self._changes[2] else None
+        if fast is None:
+            fast = self._refresh_fast(k)
+        packed, kernel, no_memtables, key_of, fps = fast
+        found = kernel(query, packed)
+        if found < 0 and no_memtables:  # the common answer: one match
+            found = -found - 1
+            row = found >> 6
+            return [new_match((key_of(row), fps[row], found & 63))]
+        if found == 0 and no_memtables:
+            return []
+        return self._one_general(query, k, found)
+
+    def _refresh_fast(self, k: int) -> tuple[_I64, Any, bool, Callable[[int], str], memoryview]:
+        """The state :meth:`one` reads for ``k``, rebuilt after any change of the tables or the
+        row arrays: (packed plan, kernel, no memtable to search, key of a row, fingerprints)."""
+        if self._fast_seen != self._changes[2]:
+            self._fast.clear()
+            self._fast_seen = self._changes[2]
         if self._one_seen != self._changes[0]:  # the runs or the row arrays changed
             self._refresh_one()
         plan = self._one_plans.get(k)
         packed = self._packed(k) if plan is None else plan.tables
-        found = self._one_kernel(query, packed)
-        if self._memtables_seen != self._changes[1]:
-            self._memtables_seen = self._changes[1]
-            self._memtables = [t for t, table in enumerate(self.tables) if table.memtable_size]
-        if found < 0 and not self._memtables:  # the common answer: one match
-            row = (-found - 1) >> 6
-            return [new_match((rows.keys.key(row), rows.fps_view[row], (-found - 1) & 63))]
+        memtables = any(self.tables[t].memtable_size for t in self.searched[k])
+        rows = self.rows
+        fast = (packed, self._one_kernel, not memtables, rows.keys.key, rows.fps_view)
+        self._fast[k] = fast
+        return fast
+
+    def _one_general(self, query: int, k: int, found: int) -> list[Match]:
+        """:meth:`one` past the kernel call when the answer is not one match without
+        memtables: several matches read back from the output, the memtables searched."""
+        rows = self.rows
         if found < 0:
             hits = [((-found - 1) >> 6, (-found - 1) & 63)]
         elif found == 0:
@@ -238,10 +271,11 @@ class Lookups:
             if found > self._one_out.shape[0]:
                 self._one_out = np.zeros((found, 3), dtype=np.int64)
                 self._refresh_one()  # the packed plans point to the old output
+                self._fast.clear()
                 packed = self._packed(k)
                 found = self._one_kernel(query, packed)
             hits = [(row, d) for _, row, d in self._one_out[:found].tolist()]
-        if self._memtables:
+        if any(self.tables[t].memtable_size for t in self.searched[k]):
             hits = self._memtable_hits(query, k, hits)
         if not hits:
             return []
@@ -257,9 +291,8 @@ class Lookups:
     ) -> list[tuple[int, int]]:
         candidates: list[int] = []
         searched = self.searched[k]
-        for t in self._memtables:
-            if t in searched:
-                self.tables[t].memtable_lookup(query, candidates)
+        for t in searched:
+            self.tables[t].memtable_lookup(query, candidates)
         if not candidates:
             return hits
         found = dict(hits)

@@ -102,7 +102,7 @@ class RowStore:
         self.live_epoch = 0
         #: Change counters shared with the index's tables (:attr:`Table.changes`): a new
         #: ``fps`` or ``live`` array counts as a change of the runs for the lookup caches.
-        self.changes = [0, 0]
+        self.changes = [0, 0, 0]
         self.n = 0
         self.keys = KeyStore()
         self.compactions = 0
@@ -133,6 +133,7 @@ class RowStore:
         self.live_readers = 0  # a new array (or none): no lookup reads it yet
         self.live_epoch += 1
         self.changes[0] += 1  # cached lookup plans hold the old arrays' addresses
+        self.changes[2] += 1
         self.fps_view = self.fps.data
         self.live_view = None if self.live is None else self.live.data
 

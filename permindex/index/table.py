@@ -343,9 +343,10 @@ class Table:
         self.permutation = permutation
         self.memtable_limit = memtable_limit
         #: Change counters, possibly shared by the tables of one index: ``changes[0]`` counts
-        #: changes of the runs, ``changes[1]`` of the memtable (what cached lookup plans and
-        #: read views of :mod:`permindex.index.lookup` are checked against).
-        self.changes = [0, 0] if changes is None else changes
+        #: changes of the runs, ``changes[1]`` of the memtable, ``changes[2]`` of either (what
+        #: cached lookup plans and read views of :mod:`permindex.index.lookup` are checked
+        #: against).
+        self.changes = [0, 0, 0] if changes is None else changes
         # The memtable as a run of its own (batch lookups on a read view), or None when stale.
         self._memtable_run: Run | None = None
         #: When True, a pushed run is only appended; the owner merges (:meth:`pending_merge`,
@@ -461,6 +462,7 @@ class Table:
     def _push(self, run: Run, rows: RowArrays) -> None:
         self._runs.append(run)
         self.changes[0] += 1
+        self.changes[2] += 1
         if self.defer_merges:
             return
         while (pair := self.pending_merge()) is not None:
@@ -484,6 +486,7 @@ class Table:
             if all(current[i + j] is run for j, run in enumerate(runs)):
                 current[i : i + width] = [] if merged is None else [merged]
                 self.changes[0] += 1
+                self.changes[2] += 1
                 return True
         return False
 
@@ -523,6 +526,7 @@ class Table:
         bits = self.permutation.prefix_bits
         old_runs, self._runs = self._runs, []
         self.changes[0] += 1
+        self.changes[2] += 1
         for run in old_runs:
             remapped = remap[run.rows]
             kept = remapped >= 0
@@ -652,6 +656,7 @@ class Table:
     def _memtable_changed(self) -> None:
         self._memtable_run = None
         self.changes[1] += 1
+        self.changes[2] += 1
 
     def memtable_run(self, row_arrays: RowArrays) -> Run | None:
         """The memtable's entries as an immutable :class:`Run` (None when the memtable is
