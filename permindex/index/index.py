@@ -474,9 +474,11 @@ class Index:
             InvalidArgumentError: fingerprint outside [0, 2^64), k < 0 or above the index's k,
                 limit < 0.
 
-        Cost: per searched table a directory lookup per run, a bisection of the memtable and
-        the bucket's filters compared (:meth:`~permindex.index.table.Table.lookup`); the
-        candidates that pass verified in Python (:func:`~permindex.index.verify.verify`).
+        Cost: one call of a compiled kernel over the searched tables' frozen runs (a directory
+        lookup per run, the bucket's filters compared, the candidates that pass verified:
+        :meth:`~permindex.index.lookup.Lookups.one`) and a bisection of each non-empty
+        memtable; O(tables * runs + candidates). Under ``PERMINDEX_JIT=0`` the same in Python
+        (:meth:`~permindex.index.table.Table.lookup`, :func:`~permindex.index.verify.verify`).
         """
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
