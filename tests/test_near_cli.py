@@ -415,6 +415,78 @@ def test_dedup_malformed_line_names_it(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == INVALID and "line 2: neither" in stderr
 
 
+def many_rows(n: int) -> list[dict[str, Any]]:
+    """n short documents (10 words each), every tenth a copy of the one before it."""
+    rng = np.random.default_rng(8)
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        if i % 10 == 9:
+            text = rows[-1]["text"]
+        else:
+            text = " ".join(f"w{int(x)}" for x in rng.integers(0, 5000, 10))
+        rows.append({"id": f"doc/{i:05d}", "text": text})
+    return rows
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_dedup_malformed_line_in_a_worker_names_it_in_input_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, jobs: str
+) -> None:
+    """Lines are parsed by the workers, past the first chunks done in this process: a
+    malformed line there is reported as reading would (its line number, the first one in
+    input order), and a plain line and its fallback give the same documents."""
+    rows = many_rows(9000)
+    lines = [json.dumps(r) for r in rows]
+    lines[7000] = '{"id": "broken", "text": '
+    lines[8500] = '{"id": "no text"}'
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
+    code, stdout, stderr = dedup(capsys, str(path), "--out", str(tmp_path / "r"), "--jobs", jobs)
+    assert code == INVALID and stdout == ""
+    assert f"{path}, line 7001: bad JSON" in stderr and "8501" not in stderr
+
+
+def test_dedup_reads_odd_lines_as_the_reader_does(tmp_path: Path) -> None:
+    """Lines off the plain path (blank lines, CRLF, other spacing and key order, escapes,
+    non-ASCII, a given fingerprint, no final newline) give the documents the reader gives."""
+    rows = many_rows(6000)
+    lines = [json.dumps(r) for r in rows]
+    lines[4500] = ""
+    lines[4501] = "   "
+    lines[5000] = json.dumps({"text": rows[5000]["text"], "id": "é/unicode"}, ensure_ascii=False)
+    lines[5001] = json.dumps({"id": "esc\tape", "text": rows[5001]["text"] + " \u00e9"})
+    lines[5002] = '{"id":"tight","text":"' + rows[5002]["text"] + '"}\r'
+    lines[5003] = json.dumps({"id": "given", "fingerprint": "00000000000000ff"})
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes("\n".join(lines).encode("utf-8"))  # no final newline
+    result = run_dedup(DedupOptions(source=str(path), out_dir=tmp_path / "r", jobs=2))
+    from permindex.text.documents import read_documents
+
+    documents = [d for d in read_documents(path) if d.key not in {"given"}]
+    assert result.documents == len(documents) + 1
+    expected = {d.key: simhash(d.text or "") for d in documents}
+    expected["given"] = 0xFF
+    got = dict(zip(result.near.keys, result.near.fingerprints.tolist(), strict=True))
+    assert got == expected
+
+
+def test_dedup_summary_times_every_stage(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "docs.jsonl", many_rows(5000), compress=True)
+    result = run_dedup(DedupOptions(source=str(path), out_dir=tmp_path / "r", jobs=2))
+    summary = write_outputs(result)
+    assert summary == report(tmp_path / "r", "summary.json")
+    stages = summary["seconds"]
+    assert set(stages) == {"read", "fingerprint", "join", "cluster", "write"} | {
+        "read and fingerprint"  # the name of read + fingerprint before they were split
+    }
+    assert all(v >= 0 for v in stages.values())
+    assert stages["read and fingerprint"] == pytest.approx(stages["read"] + stages["fingerprint"])
+    assert set(summary["cpu_seconds"]) == {"parse", "fingerprint"}
+    assert summary["cpu_seconds"]["fingerprint"] > 0 and summary["cpu_seconds"]["parse"] > 0
+    html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    assert "read " in html and "cluster " in html
+
+
 def test_dedup_empty_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl"
     path.write_bytes(b"")

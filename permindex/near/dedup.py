@@ -24,12 +24,13 @@ from typing import IO, Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
 from permindex.near.report import ReportCluster, render_report, select_examples
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import (
-    Document,
     DocumentReader,
+    JsonlParser,
     folder_file_text,
     format_fingerprint,
     read_documents,
@@ -49,8 +50,8 @@ __all__ = [
     "write_outputs",
 ]
 
-_CHUNK_DOCS: Final = 256  # documents per worker task
-_CHUNK_BYTES: Final = 4 << 20  # ... or about this many bytes of text
+_CHUNK_DOCS: Final = 1024  # JSONL lines per worker task
+_CHUNK_BYTES: Final = 4 << 20  # ... or about this many bytes of them
 _CHUNK_FILES: Final = 32  # folder files per worker task (each is read and parsed there)
 _IN_FLIGHT: Final = 3  # tasks per worker submitted ahead of the one being collected
 _INLINE_CHUNKS: Final = 4  # chunks fingerprinted in this process before starting the pool
@@ -147,6 +148,64 @@ def _work(
     return chunk
 
 
+@dataclass
+class _Failure:
+    """An input error raised in a worker (a malformed line), re-raised by the parent when it
+    reaches that task, so in input order: the exception's class, args and attributes."""
+
+    kind: type[BaseException]
+    args: tuple[Any, ...]
+    state: dict[str, Any]
+
+    def exception(self) -> BaseException:
+        error = self.kind.__new__(self.kind)
+        error.args = self.args
+        error.__dict__.update(self.state)
+        return error
+
+
+@dataclass
+class _Done:
+    """What a worker returns for one task: the documents' keys and given fingerprints (None
+    where a text was fingerprinted), the chunk, and the worker's CPU seconds (parse,
+    fingerprint)."""
+
+    keys: list[str] | None  # None: the parent knows them (folder files)
+    given: list[int | None] | None
+    chunk: _Chunk
+    parse_seconds: float
+    fingerprint_seconds: float
+
+
+def _work_lines(
+    parser: JsonlParser, first: int, lines: list[bytes], *args: Any
+) -> _Done | _Failure:
+    """Parse a block of JSONL lines (the first being line ``first``), then :func:`_work` on
+    their texts (``args`` as for :func:`_work`)."""
+    started = time.process_time()
+    try:
+        documents = parser.documents(lines, first)
+    except InvalidArgumentError as error:
+        return _Failure(type(error), error.args, dict(error.__dict__))
+    parsed = time.process_time()
+    items: list[str | Path | None] = [d.text for d in documents]
+    chunk = _work(items, *args)
+    return _Done(
+        [d.key for d in documents],
+        [d.fingerprint for d in documents],
+        chunk,
+        parsed - started,
+        time.process_time() - parsed,
+    )
+
+
+def _work_items(items: Sequence[str | Path | None], *args: Any) -> _Done:
+    """:func:`_work` on a chunk whose keys the parent holds (folder files), timed."""
+    started = time.process_time()
+    chunk = _work(items, *args)
+    return _Done(None, None, chunk, 0.0, time.process_time() - started)
+
+
 # ------------------------------------------------------------------------- parent side
 
 
@@ -179,6 +238,11 @@ class _Collected:
     tokens: list[NDArray[np.int64]] = field(default_factory=list)
     lengths: list[NDArray[np.int64]] = field(default_factory=list)
     df: DocumentFrequency | None = None
+    seconds: float = 0.0  # wall time of the pass
+    read_seconds: float = 0.0  # of which reading the input here (decompressing, splitting)
+    cpu_seconds: dict[str, float] = field(
+        default_factory=lambda: {"parse": 0.0, "fingerprint": 0.0}
+    )  # CPU time of the workers (and of this process for its inline chunks)
 
 
 def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> Any:
@@ -191,34 +255,32 @@ def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[An
     )
 
 
-def _chunks(
-    reader: DocumentReader, kind: str
-) -> Iterator[tuple[list[str], list[str | Path | None], list[int | None]]]:
-    """Chunks of (keys, items for the workers, fingerprints given in the input)."""
-    keys: list[str] = []
-    items: list[str | Path | None] = []
-    given: list[int | None] = []
-    size = 0
-    if kind == "folder":
+_Known = tuple[list[str], list[int | None]] | None  # a task's keys and given fingerprints
+
+
+def _tasks(
+    reader: DocumentReader, args: tuple[Any, ...]
+) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
+    """The tasks of one pass, in input order: (the keys and given fingerprints when this
+    process has them, else None; the worker function; its arguments). A JSONL input is read
+    here in blocks of lines (:meth:`DocumentReader.line_blocks`: decompressing and splitting
+    only), parsed and fingerprinted by the workers; a folder's files are listed here, read and
+    parsed by the workers."""
+    if reader.kind == "folder":
+        keys: list[str] = []
+        items: list[str | Path | None] = []
         for key, path in reader.folder_files():
             keys.append(key)
             items.append(path)
-            given.append(None)
             if len(keys) >= _CHUNK_FILES:
-                yield keys, items, given
-                keys, items, given = [], [], []
-    else:
-        document: Document
-        for document in reader:
-            keys.append(document.key)
-            items.append(document.text)
-            given.append(document.fingerprint)
-            size += len(document.text) if document.text is not None else 0
-            if len(keys) >= _CHUNK_DOCS or size >= _CHUNK_BYTES:
-                yield keys, items, given
-                keys, items, given, size = [], [], [], 0
-    if keys:
-        yield keys, items, given
+                yield (keys, [None] * len(keys)), _work_items, (items, *args)
+                keys, items = [], []
+        if keys:
+            yield (keys, [None] * len(keys)), _work_items, (items, *args)
+        return
+    parser = reader.parser()
+    for first, lines in reader.line_blocks(_CHUNK_DOCS, _CHUNK_BYTES):
+        yield None, _work_lines, (parser, first, lines, *args)
 
 
 def _run_pass(
@@ -257,9 +319,19 @@ def _run_pass(
         np.save(spool, df.counts)
         initializer, initargs = _init_idf_worker, (str(spool), df.documents, df.bucket_bits)
     pool: Any = None
-    waiting: deque[tuple[list[str], list[int | None], Future[_Chunk]]] = deque()
+    waiting: deque[tuple[_Known, Future[Any]]] = deque()
 
-    def collect(keys: list[str], given: list[int | None], result: _Chunk) -> None:
+    def collect(known: _Known, done: _Done | _Failure) -> None:
+        if isinstance(done, _Failure):
+            raise done.exception()
+        if known is None:
+            assert done.keys is not None and done.given is not None
+            keys, given = done.keys, done.given
+        else:
+            keys, given = known
+        result = done.chunk
+        collected.cpu_seconds["parse"] += done.parse_seconds
+        collected.cpu_seconds["fingerprint"] += done.fingerprint_seconds
         for i, fingerprint in enumerate(given):
             if fingerprint is not None:  # given in the input: no text to fingerprint
                 result.fingerprints[i] = fingerprint
@@ -271,8 +343,7 @@ def _run_pass(
                 read[i] = False
         if not read.all():
             keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
-        if reader.kind == "folder":
-            reader.stats.documents += len(keys)
+        reader.stats.documents += len(keys)
         collected.keys.extend(keys)
         collected.fingerprints.append(result.fingerprints[read])
         collected.has_fingerprint.append(result.has_fingerprint[read])
@@ -285,28 +356,37 @@ def _run_pass(
 
     global _DF
     inline = _INLINE_CHUNKS  # a small input is done before a pool would have started
+    started = time.monotonic()
     try:
         if initializer is not None:
             initializer(*initargs)  # chunks done here: set this process up as a worker
-        for keys, items, given in _chunks(reader, reader.kind):
+        tasks = _tasks(reader, args)
+        while True:
+            reading = time.monotonic()
+            next_task = next(tasks, None)
+            collected.read_seconds += time.monotonic() - reading
+            if next_task is None:
+                break
+            known, function, arguments = next_task
             if pool is None and (options.jobs == 1 or inline > 0):
                 inline -= 1
-                collect(keys, given, _work(items, *args))
+                collect(known, function(*arguments))
                 continue
             if pool is None:
                 pool = _pool(options.jobs, initializer, initargs)
-            waiting.append((keys, given, pool.submit(_work, items, *args)))
+            waiting.append((known, pool.submit(function, *arguments)))
             while len(waiting) > _IN_FLIGHT * options.jobs:
-                done_keys, done_given, future = waiting.popleft()
-                collect(done_keys, done_given, future.result())
+                done_known, future = waiting.popleft()
+                collect(done_known, future.result())
         while waiting:
-            done_keys, done_given, future = waiting.popleft()
-            collect(done_keys, done_given, future.result())
+            done_known, future = waiting.popleft()
+            collect(done_known, future.result())
     finally:
         bar.close()
         _DF = None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+    collected.seconds = time.monotonic() - started
     return collected
 
 
@@ -394,8 +474,17 @@ def run_dedup(
             stats = reader.stats
         if spool is not None:
             copy.close()
-        read_seconds = time.monotonic() - started
+        passes = [collected] if options.weights != "idf" else [counted, collected]
+        read_seconds = sum(p.read_seconds for p in passes)
+        seconds = {
+            "read": read_seconds,
+            "fingerprint": time.monotonic() - started - read_seconds,
+        }
+        cpu_seconds = {
+            what: sum(p.cpu_seconds[what] for p in passes) for what in ("parse", "fingerprint")
+        }
 
+        joined_started = time.monotonic()
         keys = collected.keys
         fps = _concat(collected.fingerprints, np.uint64)
         has = _concat(collected.has_fingerprint, np.bool_)
@@ -403,17 +492,16 @@ def run_dedup(
         lengths = _concat(collected.lengths, np.int64)
         too_short = [(keys[i], int(token_counts[i])) for i in np.flatnonzero(~has).tolist()]
         valid = np.flatnonzero(has).tolist()
-        last: dict[str, int] = {}
-        for position in valid:
-            last[keys[position]] = position
+        last = dict(zip(map(keys.__getitem__, valid), valid, strict=True))  # last position per key
         ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
         repeated = len(valid) - len(last)
         del last
-        joined_started = time.monotonic()
         design = design_for(options.k)
         near = NearDuplicates(
             [keys[i] for i in ordinals.tolist()], fps[ordinals], options.k, design=design
         )
+        clustered_started = time.monotonic()
+        seconds["join"] = clustered_started - joined_started
         kept = keep_per_cluster(
             near.cluster_positions(),
             options.keep,
@@ -421,7 +509,7 @@ def run_dedup(
             lengths=lengths[ordinals],
             rank=near.key_rank,
         )
-        join_seconds = time.monotonic() - joined_started
+        seconds["cluster"] = time.monotonic() - clustered_started
     return DedupResult(
         options=options,
         near=near,
@@ -432,11 +520,12 @@ def run_dedup(
         too_short=too_short,
         skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
         repeated_keys=repeated,
-        seconds={"read and fingerprint": read_seconds, "join": join_seconds},
+        seconds=seconds,
         source_kind=reader.kind,
         reread_source=None if options.source == "-" else options.source,
         design=design.as_tuple(),
         spool=spool,
+        cpu_seconds=cpu_seconds,
     )
 
 
@@ -455,11 +544,13 @@ def _write_lines(path: Path, lines: Iterable[str]) -> None:
 
 
 def _write_json_array(path: Path, items: Iterable[object]) -> None:
+    encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(item, ensure_ascii=False)
+
     def lines() -> Iterator[str]:
         first = True
         yield "["
         for item in items:
-            yield ("\n" if first else ",\n") + json.dumps(item, ensure_ascii=False)
+            yield ("\n" if first else ",\n") + encode(item)
             first = False
         yield "\n]\n"
 
@@ -640,6 +731,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         "dropped": dropped,
         "jobs": options.jobs,
         "seconds": {name: round(value, 3) for name, value in result.seconds.items()},
+        "cpu_seconds": {name: round(value, 3) for name, value in result.cpu_seconds.items()},
     }
 
     read_texts = texts_reader(result)
@@ -656,7 +748,10 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
             zip(clusters[:10], spans[:10], result.kept[:10], strict=True), start=1
         )
     ]
-    summary["seconds"]["write"] = round(time.monotonic() - started, 3)
+    stages = summary["seconds"]
+    stages["write"] = round(time.monotonic() - started, 3)
+    if "read" in stages and "fingerprint" in stages:  # the step's name before it was split
+        stages["read and fingerprint"] = round(stages["read"] + stages["fingerprint"], 3)
     (folder / "report.html").write_text(
         render_report(summary, histogram, top, examples), encoding="utf-8"
     )

@@ -26,6 +26,7 @@ from permindex.index.keys import MAX_KEY_BYTES, validate_key
 __all__ = [
     "Document",
     "DocumentReader",
+    "JsonlParser",
     "MalformedInputError",
     "ReadStats",
     "check_key",
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+_READ_BYTES: Final = 1 << 20  # bytes per read of DocumentReader.line_blocks
 _HTML_SUFFIXES: Final = (".html", ".htm")
 
 #: Elements whose end (and start) ends a line of visible text.
@@ -250,6 +252,110 @@ def read_file_text(path: str | Path) -> str:
         raise InvalidArgumentError(f"{path}: {skipped}", value=str(path)) from None
 
 
+@dataclass(frozen=True)
+class JsonlParser:
+    """The parser of one JSONL input's lines (picklable, so that worker processes parse):
+    ``name`` (the input's name in messages), ``id_field`` and ``text_field``."""
+
+    name: str
+    id_field: str = "id"
+    text_field: str = "text"
+
+    def documents(self, lines: Iterable[bytes], first: int) -> list[Document]:
+        """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
+        blank lines skipped: those of :meth:`parse_line`, one line at a time, with a shortcut
+        for a plain line (an object with a string key that is ASCII and within the key rule, a
+        string text that is ASCII or holds no lone surrogate, and no ``fingerprint``), the
+        same document by fewer checks.
+
+        Raises:
+            MalformedInputError: the first malformed line (see :meth:`parse_line`).
+        """
+        found: list[Document] = []
+        id_field, text_field = self.id_field, self.text_field
+        loads = json.loads
+        for number, line in enumerate(lines, start=first):
+            try:
+                obj = loads(line.decode("utf-8"))
+            except (ValueError, RecursionError):
+                obj = None
+            if type(obj) is dict and "fingerprint" not in obj:
+                key = obj.get(id_field)
+                text = obj.get(text_field)
+                if (
+                    type(key) is str
+                    and type(text) is str
+                    and key.isascii()
+                    and 0 < len(key) <= MAX_KEY_BYTES
+                    and (text.isascii() or _SURROGATE.search(text) is None)
+                ):
+                    found.append(Document(key, text=text))
+                    continue
+            document = self.parse_line(line, number)
+            if document is not None:
+                found.append(document)
+        return found
+
+    def parse_line(self, line: bytes, number: int) -> Document | None:
+        """The document of one line (line ``number``, 1-based), or None for a blank line.
+
+        Raises:
+            MalformedInputError: the line is not UTF-8, not a JSON object, has no key or a bad
+                one, neither or both of the text and ``fingerprint``, a text that is not a
+                string or holds a lone surrogate, or a bad fingerprint.
+        """
+
+        def bad(message: str, value: object = None) -> MalformedInputError:
+            return MalformedInputError(message, self.name, number, value)
+
+        try:
+            text_line = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise bad(f"not valid UTF-8 ({error.reason} at byte {error.start})") from None
+        if not text_line.strip():
+            return None
+        try:
+            obj = json.loads(text_line)
+        except ValueError as error:
+            raise bad(f"bad JSON: {error}") from None
+        except RecursionError:  # arrays or objects nested thousands deep
+            raise bad("bad JSON: nested too deeply (no document nests that far)") from None
+        if not isinstance(obj, dict):
+            raise bad(f"expected a JSON object, got {type(obj).__name__}")
+        id_field, text_field = self.id_field, self.text_field
+        if id_field not in obj:
+            raise bad(f'no "{id_field}"')
+        key = obj[id_field]
+        if not isinstance(key, str):
+            shown = json.dumps(key)[:40]
+            hint = f' (write "{key}")' if isinstance(key, int) and not isinstance(key, bool) else ""
+            raise bad(f'"{id_field}" must be a string (a key), not {shown}{hint}', key)
+        try:
+            check_key(key)
+        except InvalidArgumentError as error:
+            raise bad(f'"{id_field}": {error}', key) from None
+        has_text, has_fp = text_field in obj, "fingerprint" in obj
+        if has_text == has_fp:
+            which = f'both "{text_field}" and' if has_text else f'neither "{text_field}" nor'
+            raise bad(f'{which} "fingerprint": give exactly one')
+        if has_text:
+            text = obj[text_field]
+            if not isinstance(text, str):
+                raise bad(f'"{text_field}" must be a string, not {json.dumps(text)[:40]}')
+            surrogate = _SURROGATE.search(text)
+            if surrogate is not None:
+                raise bad(
+                    f'"{text_field}" holds a lone surrogate \\u{ord(surrogate.group()):04x} at '
+                    f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
+                )
+            return Document(key, text=text)
+        try:
+            fingerprint = parse_fingerprint(obj["fingerprint"])
+        except InvalidArgumentError as error:
+            raise bad(str(error), obj["fingerprint"]) from None
+        return Document(key, fingerprint=fingerprint)
+
+
 class DocumentReader:
     """An iterable of :class:`Document` from one input, with running :class:`ReadStats`.
 
@@ -274,6 +380,7 @@ class DocumentReader:
         self._raw: IO[bytes] | None = None
         self._end: int | None = None
         self._stdin = stdin
+        self._parser: JsonlParser | None = None
         if self.name == "-":
             self.kind = "jsonl"
             self.name = "<stdin>"
@@ -329,55 +436,75 @@ class DocumentReader:
             raise InvalidArgumentError(f"{self.name}: cannot read: {error}") from None
 
     def _parse_line(self, line: bytes, number: int) -> Document | None:
-        def bad(message: str, value: object = None) -> MalformedInputError:
-            return MalformedInputError(message, self.name, number, value)
+        if self._parser is None:
+            self._parser = self.parser()
+        return self._parser.parse_line(line, number)
 
-        try:
-            text_line = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise bad(f"not valid UTF-8 ({error.reason} at byte {error.start})") from None
-        if not text_line.strip():
-            return None
-        try:
-            obj = json.loads(text_line)
-        except ValueError as error:
-            raise bad(f"bad JSON: {error}") from None
-        except RecursionError:  # arrays or objects nested thousands deep
-            raise bad("bad JSON: nested too deeply (no document nests that far)") from None
-        if not isinstance(obj, dict):
-            raise bad(f"expected a JSON object, got {type(obj).__name__}")
-        id_field, text_field = self._id_field, self._text_field
-        if id_field not in obj:
-            raise bad(f'no "{id_field}"')
-        key = obj[id_field]
-        if not isinstance(key, str):
-            shown = json.dumps(key)[:40]
-            hint = f' (write "{key}")' if isinstance(key, int) and not isinstance(key, bool) else ""
-            raise bad(f'"{id_field}" must be a string (a key), not {shown}{hint}', key)
-        try:
-            check_key(key)
-        except InvalidArgumentError as error:
-            raise bad(f'"{id_field}": {error}', key) from None
-        has_text, has_fp = text_field in obj, "fingerprint" in obj
-        if has_text == has_fp:
-            which = f'both "{text_field}" and' if has_text else f'neither "{text_field}" nor'
-            raise bad(f'{which} "fingerprint": give exactly one')
-        if has_text:
-            text = obj[text_field]
-            if not isinstance(text, str):
-                raise bad(f'"{text_field}" must be a string, not {json.dumps(text)[:40]}')
-            surrogate = _SURROGATE.search(text)
-            if surrogate is not None:
-                raise bad(
-                    f'"{text_field}" holds a lone surrogate \\u{ord(surrogate.group()):04x} at '
-                    f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
-                )
-            return Document(key, text=text)
-        try:
-            fingerprint = parse_fingerprint(obj["fingerprint"])
-        except InvalidArgumentError as error:
-            raise bad(str(error), obj["fingerprint"]) from None
-        return Document(key, fingerprint=fingerprint)
+    # -- blocks of lines: JSONL read here, parsed elsewhere (permindex dedup's workers) ---------
+
+    def parser(self) -> JsonlParser:
+        """What parses this input's lines (:class:`JsonlParser`: picklable, for a worker)."""
+        return JsonlParser(self.name, self._id_field, self._text_field)
+
+    def line_blocks(self, max_lines: int, max_bytes: int) -> Iterator[tuple[int, list[bytes]]]:
+        """The lines of a JSONL input, not parsed, in blocks of at most ``max_lines`` (>= 1) or
+        as soon as they reach ``max_bytes``: (number of the block's first line, 1-based; its
+        lines without their newline). Parsing each block with :meth:`JsonlParser.documents`
+        gives the documents and errors of iterating the reader, in order; :attr:`stats` is not
+        updated (the caller counts the documents). The input is taken in blocks of 1 MiB,
+        decompressed by the same :class:`gzip.GzipFile`, and split at once, so one difference:
+        a truncated or corrupt gzip stream is reported (``cannot read``) before the malformed
+        lines of the last MiB read before it.
+
+        Iterate it once, instead of iterating the reader. O(1 MiB + one block) memory.
+
+        Raises:
+            ValueError: the input is a folder (see :meth:`folder_files`).
+            InvalidArgumentError: the input cannot be read (a truncated or corrupt gzip stream).
+        """
+        if self.kind == "folder":
+            raise ValueError("line_blocks reads a JSONL input; a folder is read by folder_files")
+        if self.name == "<stdin>":
+            stream = self._stdin if self._stdin is not None else sys.stdin.buffer
+            yield from self._line_blocks(stream, max_lines, max_bytes)
+            return
+        with open(self._path, "rb") as raw:
+            self._raw = raw
+            yield from self._line_blocks(raw, max_lines, max_bytes)
+            self._end = self.size_bytes or 0
+
+    def _line_blocks(
+        self, raw: IO[bytes], max_lines: int, max_bytes: int
+    ) -> Iterator[tuple[int, list[bytes]]]:
+        head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+        stream: IO[bytes] | gzip.GzipFile = raw
+        if head == _GZIP_MAGIC:
+            stream = gzip.GzipFile(fileobj=raw, mode="rb")
+        block: list[bytes] = []
+        size = 0
+        first = 1
+        rest = b""
+        while True:
+            try:
+                data = stream.read(_READ_BYTES)
+            except (OSError, EOFError, zlib.error) as error:  # a truncated or corrupt stream
+                raise InvalidArgumentError(f"{self.name}: cannot read: {error}") from None
+            if data:
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()
+            else:  # the end: the last line, if it has no newline
+                lines = [rest] if rest else []
+            for line in lines:
+                block.append(line)
+                size += len(line)
+                if len(block) >= max_lines or size >= max_bytes:
+                    yield first, block
+                    first += len(block)
+                    block, size = [], 0
+            if not data:
+                break
+        if block:
+            yield first, block
 
     def _read_folder(self) -> Iterator[Document]:
         for key, path in self.folder_files():
