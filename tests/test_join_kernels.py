@@ -36,6 +36,12 @@ JOINS: list[tuple[JoinDesign, int]] = [
 IDS = [str(d) for d, _ in JOINS]
 
 
+@pytest.fixture(autouse=True)
+def compiled_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels for every input size (by default only from COMPILED_MIN_ROWS values)."""
+    monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 0)
+
+
 def as_pairs(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[int, int, int]]:
     return sorted(
         zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist(), d.tolist(), strict=True)

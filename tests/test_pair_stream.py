@@ -230,8 +230,9 @@ def exploding() -> Index:
     tables of 4-bit prefixes, groups of about 3,750 rows: about 10^9 candidates (seconds for
     the compiled join, minutes for the numpy one). The join's code is loaded first (a first
     join in a process loads the compiled kernels before its first check of should_stop)."""
-    NearDuplicates(["a", "b"], np.array([0, 1], dtype=np.uint64), 1)
     rng = np.random.default_rng(11)
+    warm = rng.integers(0, 2**64, join.COMPILED_MIN_ROWS + 2, np.uint64)
+    join.self_join(warm, 3, Design(4, 1))
     index = Index(k=10, design=(16, 1))
     index.add_many([f"doc-{i}" for i in range(60_000)], rng.integers(0, 2**64, 60_000, np.uint64))
     return index

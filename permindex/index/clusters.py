@@ -202,11 +202,12 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     :data:`_HOOK_ROUNDS` rounds (a few suffice on real graphs) the remaining edges are finished
     by a plain union-find in Python, which bounds the worst case.
 
-    With the compiled kernels (:func:`permindex.jit.enabled`), a union-find by smaller root
+    With the compiled kernels (:func:`permindex.jit.enabled`) and at least
+    :data:`~permindex.index.join.COMPILED_MIN_ROWS` positions, a union-find by smaller root
     with path halving (:func:`permindex.index.join_kernels.union_find_labels`) gives the same
     labels in O((n + edges) alpha(n)); the vectorized one is the reference under
     ``PERMINDEX_JIT=0``."""
-    if a.size and _compiled():
+    if a.size and n >= join.COMPILED_MIN_ROWS and _compiled():
         from permindex.index import join_kernels
 
         return join_kernels.union_find_labels(
@@ -649,6 +650,28 @@ class NearDuplicates:
             ExactGroup(int(self.fingerprints[g[0]]), [keys[p] for p in g.tolist()])
             for g in self.exact_positions()
         ]
+
+    def spans(self, groups: Sequence[_I64], limit: int = 4096) -> list[int | None]:
+        """:meth:`span` of each group of positions: the groups of at most 64 positions (and
+        ``limit``) together, every pair of positions within each compared in one pass of
+        numpy (O(sum of size^2)), the larger ones one by one."""
+        out: list[int | None] = [0] * len(groups)
+        small_size = min(64, limit)
+        small = [i for i, g in enumerate(groups) if g.size <= small_size]
+        if small:
+            members = np.concatenate([groups[i] for i in small]).astype(np.int64, copy=False)
+            sizes = np.fromiter((groups[i].size for i in small), dtype=np.int64, count=len(small))
+            group_of = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+            best = np.zeros(sizes.size, dtype=np.int64)
+            fps = self.fingerprints[members]
+            for i, j in join.group_pairs(np.repeat(np.cumsum(sizes), sizes), join.PAIR_BUDGET):
+                np.maximum.at(best, group_of[i], np.bitwise_count(fps[i] ^ fps[j]))
+            for at, value in zip(small, best.tolist(), strict=True):
+                out[at] = value
+        for at, group in enumerate(groups):
+            if group.size > small_size:
+                out[at] = self.span(group, limit)
+        return out
 
     def span(self, positions: _I64, limit: int = 4096) -> int | None:
         """The largest Hamming distance between two of ``positions`` (a cluster's span: above k

@@ -23,6 +23,7 @@ __all__ = [
     "BYTE_PAIRS",
     "BYTE_PAIR_MASKS",
     "BYTE_PAIR_TABLES",
+    "COMPILED_MIN_ROWS",
     "COUNT_BITS",
     "PAIR_BUDGET",
     "JoinDesign",
@@ -40,6 +41,10 @@ __all__ = [
 
 #: Candidate pairs per numpy pass of a join (read at call time, so tests can lower it).
 PAIR_BUDGET = 1 << 18
+#: Fewest values for which :func:`self_join` (and
+#: :func:`permindex.index.clusters.components`, in nodes) uses the compiled kernels: below, the
+#: numpy path takes milliseconds, less than loading the kernels (read at call time).
+COMPILED_MIN_ROWS = 50_000
 #: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
 COUNT_BITS = 22
 
@@ -438,13 +443,19 @@ def self_join(
     * :func:`byte_pair_candidates`, for k <= 3 (:data:`BYTE_PAIRS`): 8 tables keyed by a 16-bit
       column and one byte of the next column, each column's radix sort shared by its two tables.
 
+    With the compiled kernels (:func:`permindex.jit.enabled`, from :data:`COMPILED_MIN_ROWS`
+    values), every table whatever its prefix is joined by one sort of its keys and a kernel
+    that verifies the pairs of each run of equal keys (:func:`_compiled_join`): the same
+    pairs, in another order. The first such join in a process loads the kernels (about half a
+    second without numba imported) before its first check of ``should_stop``.
+
     :func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
     :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
     """
     empty = np.empty(0, dtype=np.int64)
     chunks: Iterator[tuple[int, _IntP, _IntP]]
     masks = [np.uint64(m) for m in _table_masks(design, k)]
-    if values.size >= 2 and _compiled():
+    if values.size >= max(2, COMPILED_MIN_ROWS) and _compiled():
         return _compiled_join(np.ascontiguousarray(values, dtype=np.uint64), k, design, should_stop)
     if isinstance(design, Design):
         chunks = _design_candidates(values, k, design, join_tables(design, k), should_stop)

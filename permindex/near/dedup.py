@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -543,14 +544,17 @@ def _write_lines(path: Path, lines: Iterable[str]) -> None:
         out.write("".join(batch))
 
 
-def _write_json_array(path: Path, items: Iterable[object]) -> None:
-    encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(item, ensure_ascii=False)
+def _write_json_array(path: Path, items: Iterable[object], *, encoded: bool = False) -> None:
+    """A JSON array of ``items`` (or of items already encoded, ``encoded``), one a line, as
+    ``json.dumps(item, ensure_ascii=False)`` writes each."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
 
     def lines() -> Iterator[str]:
         first = True
         yield "["
         for item in items:
-            yield ("\n" if first else ",\n") + encode(item)
+            text = item if encoded and isinstance(item, str) else encode(item)
+            yield ("\n" if first else ",\n") + text
             first = False
         yield "\n]\n"
 
@@ -617,13 +621,15 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     t = tsv_field  # keys in TSV and text lines: backslash, TAB, LF, CR escaped
 
     _write_lines(folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{z}\n" for x, y, z in near.iter_pairs()))
+    j = encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
     _write_json_array(
         folder / "pairs.json",
-        ({"key_a": x, "key_b": y, "distance": z} for x, y, z in near.iter_pairs()),
+        (f'{{"key_a": {j(x)}, "key_b": {j(y)}, "distance": {z}}}' for x, y, z in near.iter_pairs()),
+        encoded=True,
     )
 
     clusters = near.cluster_positions()
-    spans = [near.span(members) for members in clusters]
+    spans = near.spans(clusters)
     _write_lines(
         folder / "clusters.tsv",
         (
@@ -659,9 +665,11 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     _write_json_array(
         folder / "flags.json",
         (
-            {"key": keys[p], "nearest_key": keys[q], "distance": dd, "neighbors": c}
+            f'{{"key": {j(keys[p])}, "nearest_key": {j(keys[q])}, "distance": {dd}, '
+            f'"neighbors": {c}}}'
             for p, q, dd, c in flag_rows
         ),
+        encoded=True,
     )
 
     exact = near.exact_positions()
@@ -697,7 +705,11 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     _write_lines(folder / "drop.txt", (f"{t(k)}\n" for _, x, k, _ in decisions if x == "drop"))
     _write_json_array(
         folder / "keep_drop.json",
-        ({"cluster": c, "action": x, "key": k, "kept_key": kk} for c, x, k, kk in decisions),
+        (
+            f'{{"cluster": {c}, "action": "{x}", "key": {j(k)}, "kept_key": {j(kk)}}}'
+            for c, x, k, kk in decisions
+        ),
+        encoded=True,
     )
     _write_lines(folder / "too_short.tsv", (f"{t(k)}\t{n}\n" for k, n in result.too_short))
 

@@ -106,7 +106,9 @@ def tsv_field(text: str) -> str:
     r"""``text`` as one field of our tab-separated outputs: backslash, TAB, LF and CR written as
     ``\\``, ``\t``, ``\n`` and ``\r`` (PostgreSQL's COPY text rule), so a key holding them
     cannot split a line or a column. Keys without them (URLs, paths) are printed unchanged."""
-    return text.translate(_TSV_ESCAPES) if any(c in text for c in "\\\t\n\r") else text
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.translate(_TSV_ESCAPES)
+    return text
 
 
 def format_fingerprint(fingerprint: int) -> str:
