@@ -493,10 +493,15 @@ def run_dedup(
         lengths = _concat(collected.lengths, np.int64)
         too_short = [(keys[i], int(token_counts[i])) for i in np.flatnonzero(~has).tolist()]
         valid = np.flatnonzero(has).tolist()
-        last = dict(zip(map(keys.__getitem__, valid), valid, strict=True))  # last position per key
-        ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
-        repeated = len(valid) - len(last)
-        del last
+        valid_keys = keys if len(valid) == len(keys) else [keys[i] for i in valid]
+        if len(set(valid_keys)) == len(valid_keys):  # no repeated key (a set is 3x a dict)
+            ordinals = np.array(valid, dtype=np.int64)
+        else:
+            last = dict(zip(valid_keys, valid, strict=True))  # each key's last position
+            ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+            del last
+        repeated = len(valid) - int(ordinals.size)
+        del valid_keys
         design = design_for(options.k)
         near = NearDuplicates(
             [keys[i] for i in ordinals.tolist()], fps[ordinals], options.k, design=design
