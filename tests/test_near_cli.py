@@ -415,15 +415,17 @@ def test_dedup_malformed_line_names_it(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == INVALID and "line 2: neither" in stderr
 
 
-def many_rows(n: int) -> list[dict[str, Any]]:
-    """n short documents (10 words each), every tenth a copy of the one before it."""
+def many_rows(n: int, words: int = 150) -> list[dict[str, Any]]:
+    """n documents of ``words`` words (about 6 bytes each), every tenth a copy of the one before
+    it. 8,000 of 150 words are 7 MB: more than the chunks dedup does in its own process (4 of
+    1 MiB), so the last blocks go to the workers."""
     rng = np.random.default_rng(8)
     rows: list[dict[str, Any]] = []
     for i in range(n):
         if i % 10 == 9:
             text = rows[-1]["text"]
         else:
-            text = " ".join(f"w{int(x)}" for x in rng.integers(0, 5000, 10))
+            text = " ".join(f"w{int(x)}" for x in rng.integers(0, 5000, words))
         rows.append({"id": f"doc/{i:05d}", "text": text})
     return rows
 
@@ -435,28 +437,28 @@ def test_dedup_malformed_line_in_a_worker_names_it_in_input_order(
     """Lines are parsed by the workers, past the first chunks done in this process: a
     malformed line there is reported as reading would (its line number, the first one in
     input order), and a plain line and its fallback give the same documents."""
-    rows = many_rows(9000)
+    rows = many_rows(8000)
     lines = [json.dumps(r) for r in rows]
     lines[7000] = '{"id": "broken", "text": '
-    lines[8500] = '{"id": "no text"}'
+    lines[7500] = '{"id": "no text"}'
     path = tmp_path / "bad.jsonl.gz"
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
     code, stdout, stderr = dedup(capsys, str(path), "--out", str(tmp_path / "r"), "--jobs", jobs)
     assert code == INVALID and stdout == ""
-    assert f"{path}, line 7001: bad JSON" in stderr and "8501" not in stderr
+    assert f"{path}, line 7001: bad JSON" in stderr and "7501" not in stderr
 
 
 def test_dedup_reads_odd_lines_as_the_reader_does(tmp_path: Path) -> None:
     """Lines off the plain path (blank lines, CRLF, other spacing and key order, escapes,
     non-ASCII, a given fingerprint, no final newline) give the documents the reader gives."""
-    rows = many_rows(6000)
+    rows = many_rows(8000)
     lines = [json.dumps(r) for r in rows]
-    lines[4500] = ""
-    lines[4501] = "   "
-    lines[5000] = json.dumps({"text": rows[5000]["text"], "id": "é/unicode"}, ensure_ascii=False)
-    lines[5001] = json.dumps({"id": "esc\tape", "text": rows[5001]["text"] + " \u00e9"})
-    lines[5002] = '{"id":"tight","text":"' + rows[5002]["text"] + '"}\r'
-    lines[5003] = json.dumps({"id": "given", "fingerprint": "00000000000000ff"})
+    lines[6500] = ""
+    lines[6501] = "   "
+    lines[7000] = json.dumps({"text": rows[7000]["text"], "id": "é/unicode"}, ensure_ascii=False)
+    lines[7001] = json.dumps({"id": "esc\tape", "text": rows[7001]["text"] + " \u00e9"})
+    lines[7002] = '{"id":"tight","text":"' + rows[7002]["text"] + '"}\r'
+    lines[7003] = json.dumps({"id": "given", "fingerprint": "00000000000000ff"})
     path = tmp_path / "odd.jsonl"
     path.write_bytes("\n".join(lines).encode("utf-8"))  # no final newline
     result = run_dedup(DedupOptions(source=str(path), out_dir=tmp_path / "r", jobs=2))
@@ -468,6 +470,51 @@ def test_dedup_reads_odd_lines_as_the_reader_does(tmp_path: Path) -> None:
     expected["given"] = 0xFF
     got = dict(zip(result.near.keys, result.near.fingerprints.tolist(), strict=True))
     assert got == expected
+
+
+@pytest.mark.parametrize("block", [1, 7, 100, 1 << 20])
+@pytest.mark.parametrize("ending", ["\n", ""])
+def test_text_blocks_parse_to_the_documents_of_reading(
+    tmp_path: Path, block: int, ending: str
+) -> None:
+    """Blocks of whole lines (smaller than a line, a few lines, all), parsed, give the
+    documents of reading line by line, with or without a final newline, gzip or not."""
+    from permindex.text.documents import read_documents
+
+    rows = many_rows(40, words=5)
+    lines = [json.dumps(r) for r in rows]
+    lines[3] = ""
+    lines[4] = json.dumps({"id": "given", "fingerprint": "00000000000000ff"})
+    data = ("\n".join(lines) + ending).encode("utf-8")
+    for name, content in (("a.jsonl", data), ("a.jsonl.gz", gzip.compress(data))):
+        path = tmp_path / name
+        path.write_bytes(content)
+        reader = read_documents(path)
+        parser = reader.parser()
+        got = [
+            d for first, b in reader.text_blocks(block) for d in parser.block_documents(b, first)
+        ]
+        assert got == list(read_documents(path))
+        assert reader.position_bytes() == len(content)
+
+
+@pytest.mark.parametrize("block", [1, 50, 1 << 20])
+def test_text_blocks_name_the_malformed_line(tmp_path: Path, block: int) -> None:
+    from permindex.text.documents import MalformedInputError, read_documents
+
+    lines = [json.dumps(r) for r in many_rows(30, words=5)]
+    lines[2] = ""
+    lines[21] = '{"id": "x", "text": 5}'
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    reader = read_documents(path)
+    parser = reader.parser()
+    with pytest.raises(MalformedInputError) as caught:
+        for first, b in reader.text_blocks(block):
+            parser.block_documents(b, first)
+    with pytest.raises(MalformedInputError) as expected:
+        list(read_documents(path))
+    assert (caught.value.line, str(caught.value)) == (22, str(expected.value))
 
 
 def test_dedup_summary_times_every_stage(tmp_path: Path) -> None:

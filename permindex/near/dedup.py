@@ -51,8 +51,7 @@ __all__ = [
     "write_outputs",
 ]
 
-_CHUNK_DOCS: Final = 1024  # JSONL lines per worker task
-_CHUNK_BYTES: Final = 4 << 20  # ... or about this many bytes of them
+_CHUNK_BYTES: Final = 1 << 20  # bytes of JSONL lines per worker task (whole lines)
 _CHUNK_FILES: Final = 32  # folder files per worker task (each is read and parsed there)
 _IN_FLIGHT: Final = 3  # tasks per worker submitted ahead of the one being collected
 _INLINE_CHUNKS: Final = 4  # chunks fingerprinted in this process before starting the pool
@@ -178,14 +177,12 @@ class _Done:
     fingerprint_seconds: float
 
 
-def _work_lines(
-    parser: JsonlParser, first: int, lines: list[bytes], *args: Any
-) -> _Done | _Failure:
-    """Parse a block of JSONL lines (the first being line ``first``), then :func:`_work` on
-    their texts (``args`` as for :func:`_work`)."""
+def _work_lines(parser: JsonlParser, first: int, block: bytes, *args: Any) -> _Done | _Failure:
+    """Parse a block of whole JSONL lines (the first being line ``first``), then :func:`_work`
+    on their texts (``args`` as for :func:`_work`)."""
     started = time.process_time()
     try:
-        documents = parser.documents(lines, first)
+        documents = parser.block_documents(block, first)
     except InvalidArgumentError as error:
         return _Failure(type(error), error.args, dict(error.__dict__))
     parsed = time.process_time()
@@ -264,8 +261,8 @@ def _tasks(
 ) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
     """The tasks of one pass, in input order: (the keys and given fingerprints when this
     process has them, else None; the worker function; its arguments). A JSONL input is read
-    here in blocks of lines (:meth:`DocumentReader.line_blocks`: decompressing and splitting
-    only), parsed and fingerprinted by the workers; a folder's files are listed here, read and
+    here in blocks of whole lines (:meth:`DocumentReader.text_blocks`: decompressing only),
+    parsed and fingerprinted by the workers; a folder's files are listed here, read and
     parsed by the workers."""
     if reader.kind == "folder":
         keys: list[str] = []
@@ -280,8 +277,8 @@ def _tasks(
             yield (keys, [None] * len(keys)), _work_items, (items, *args)
         return
     parser = reader.parser()
-    for first, lines in reader.line_blocks(_CHUNK_DOCS, _CHUNK_BYTES):
-        yield None, _work_lines, (parser, first, lines, *args)
+    for first, block in reader.text_blocks(_CHUNK_BYTES):
+        yield None, _work_lines, (parser, first, block, *args)
 
 
 def _run_pass(

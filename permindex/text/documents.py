@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
-_READ_BYTES: Final = 1 << 20  # bytes per read of DocumentReader.line_blocks
 _HTML_SUFFIXES: Final = (".html", ".htm")
 
 #: Elements whose end (and start) ends a line of visible text.
@@ -298,6 +297,19 @@ class JsonlParser:
                 found.append(document)
         return found
 
+    def block_documents(self, block: bytes, first: int) -> list[Document]:
+        """:meth:`documents` of the lines of ``block`` (as
+        :meth:`DocumentReader.text_blocks` gives them: whole lines, the first being line
+        ``first``).
+
+        Raises:
+            MalformedInputError: the first malformed line.
+        """
+        lines = block.split(b"\n")
+        if block.endswith(b"\n"):
+            lines.pop()  # what follows the last newline is not a line
+        return self.documents(lines, first)
+
     def parse_line(self, line: bytes, number: int) -> Document | None:
         """The document of one line (line ``number``, 1-based), or None for a blank line.
 
@@ -448,65 +460,59 @@ class DocumentReader:
         """What parses this input's lines (:class:`JsonlParser`: picklable, for a worker)."""
         return JsonlParser(self.name, self._id_field, self._text_field)
 
-    def line_blocks(self, max_lines: int, max_bytes: int) -> Iterator[tuple[int, list[bytes]]]:
-        """The lines of a JSONL input, not parsed, in blocks of at most ``max_lines`` (>= 1) or
-        as soon as they reach ``max_bytes``: (number of the block's first line, 1-based; its
-        lines without their newline). Parsing each block with :meth:`JsonlParser.documents`
-        gives the documents and errors of iterating the reader, in order; :attr:`stats` is not
-        updated (the caller counts the documents). The input is taken in blocks of 1 MiB,
-        decompressed by the same :class:`gzip.GzipFile`, and split at once, so one difference:
+    def text_blocks(self, max_bytes: int) -> Iterator[tuple[int, bytes]]:
+        """The lines of a JSONL input, not parsed, in blocks of whole lines of about
+        ``max_bytes`` (>= 1; a longer line is a block of its own): (number of the block's first
+        line, 1-based; the block's bytes, each line ending with a newline but perhaps the last
+        of the input). Parsing each block with :meth:`JsonlParser.block_documents` gives the
+        documents and errors of iterating the reader, in order; :attr:`stats` is not updated
+        (the caller counts the documents). Each block is one read of the same
+        :class:`gzip.GzipFile` (or of the file), cut after its last newline; so one difference:
         a truncated or corrupt gzip stream is reported (``cannot read``) before the malformed
-        lines of the last MiB read before it.
+        lines of the last block read before it.
 
-        Iterate it once, instead of iterating the reader. O(1 MiB + one block) memory.
+        Iterate it once, instead of iterating the reader. O(max_bytes + longest line) memory.
 
         Raises:
             ValueError: the input is a folder (see :meth:`folder_files`).
             InvalidArgumentError: the input cannot be read (a truncated or corrupt gzip stream).
         """
         if self.kind == "folder":
-            raise ValueError("line_blocks reads a JSONL input; a folder is read by folder_files")
+            raise ValueError("text_blocks reads a JSONL input; a folder is read by folder_files")
         if self.name == "<stdin>":
             stream = self._stdin if self._stdin is not None else sys.stdin.buffer
-            yield from self._line_blocks(stream, max_lines, max_bytes)
+            yield from self._text_blocks(stream, max_bytes)
             return
         with open(self._path, "rb") as raw:
             self._raw = raw
-            yield from self._line_blocks(raw, max_lines, max_bytes)
+            yield from self._text_blocks(raw, max_bytes)
             self._end = self.size_bytes or 0
 
-    def _line_blocks(
-        self, raw: IO[bytes], max_lines: int, max_bytes: int
-    ) -> Iterator[tuple[int, list[bytes]]]:
+    def _text_blocks(self, raw: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes]]:
         head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
         stream: IO[bytes] | gzip.GzipFile = raw
         if head == _GZIP_MAGIC:
             stream = gzip.GzipFile(fileobj=raw, mode="rb")
-        block: list[bytes] = []
-        size = 0
         first = 1
         rest = b""
         while True:
             try:
-                data = stream.read(_READ_BYTES)
+                data = stream.read(max(1, max_bytes))
             except (OSError, EOFError, zlib.error) as error:  # a truncated or corrupt stream
                 raise InvalidArgumentError(f"{self.name}: cannot read: {error}") from None
-            if data:
-                lines = (rest + data).split(b"\n")
-                rest = lines.pop()
-            else:  # the end: the last line, if it has no newline
-                lines = [rest] if rest else []
-            for line in lines:
-                block.append(line)
-                size += len(line)
-                if len(block) >= max_lines or size >= max_bytes:
-                    yield first, block
-                    first += len(block)
-                    block, size = [], 0
-            if not data:
-                break
-        if block:
+            if not data:  # the end: the last line, if it has no newline
+                if rest:
+                    yield first, rest
+                return
+            if rest:
+                data = rest + data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # no newline yet: a line longer than a block
+                rest = data
+                continue
+            block, rest = data[:cut], data[cut:]
             yield first, block
+            first += block.count(b"\n")
 
     def _read_folder(self) -> Iterator[Document]:
         for key, path in self.folder_files():
