@@ -472,10 +472,11 @@ def test_dedup_reads_odd_lines_as_the_reader_does(tmp_path: Path) -> None:
     assert got == expected
 
 
+@pytest.mark.parametrize("elsewhere", [False, True])
 @pytest.mark.parametrize("block", [1, 7, 100, 1 << 20])
 @pytest.mark.parametrize("ending", ["\n", ""])
 def test_text_blocks_parse_to_the_documents_of_reading(
-    tmp_path: Path, block: int, ending: str
+    tmp_path: Path, block: int, ending: str, elsewhere: bool
 ) -> None:
     """Blocks of whole lines (smaller than a line, a few lines, all), parsed, give the
     documents of reading line by line, with or without a final newline, gzip or not."""
@@ -515,6 +516,24 @@ def test_text_blocks_name_the_malformed_line(tmp_path: Path, block: int) -> None
     with pytest.raises(MalformedInputError) as expected:
         list(read_documents(path))
     assert (caught.value.line, str(caught.value)) == (22, str(expected.value))
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_text_blocks_of_a_truncated_or_corrupt_gzip_stream(tmp_path: Path, elsewhere: bool) -> None:
+    """The error of reading line by line, decompressed here or by a child process."""
+    from permindex.errors import InvalidArgumentError
+    from permindex.text.documents import read_documents
+
+    data = gzip.compress(("\n".join(json.dumps(r) for r in many_rows(300)) + "\n").encode())
+    for name, content in (("cut.gz", data[: len(data) // 2]), ("bad.gz", data[:50] + b"x" * 99)):
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(InvalidArgumentError) as expected:
+            list(read_documents(path))
+        with pytest.raises(InvalidArgumentError) as caught:
+            list(read_documents(path).text_blocks(1000, inflate_elsewhere=elsewhere))
+        assert str(caught.value) == str(expected.value)
+        assert "cannot read" in str(caught.value)
 
 
 def test_dedup_summary_times_every_stage(tmp_path: Path) -> None:

@@ -257,13 +257,13 @@ _Known = tuple[list[str], list[int | None]] | None  # a task's keys and given fi
 
 
 def _tasks(
-    reader: DocumentReader, args: tuple[Any, ...]
+    reader: DocumentReader, args: tuple[Any, ...], jobs: int
 ) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
     """The tasks of one pass, in input order: (the keys and given fingerprints when this
     process has them, else None; the worker function; its arguments). A JSONL input is read
-    here in blocks of whole lines (:meth:`DocumentReader.text_blocks`: decompressing only),
-    parsed and fingerprinted by the workers; a folder's files are listed here, read and
-    parsed by the workers."""
+    in blocks of whole lines (:meth:`DocumentReader.text_blocks`: here only cut, decompressed
+    by a child process when there is a pool), parsed and fingerprinted by the workers; a
+    folder's files are listed here, read and parsed by the workers."""
     if reader.kind == "folder":
         keys: list[str] = []
         items: list[str | Path | None] = []
@@ -277,7 +277,8 @@ def _tasks(
             yield (keys, [None] * len(keys)), _work_items, (items, *args)
         return
     parser = reader.parser()
-    for first, block in reader.text_blocks(_CHUNK_BYTES):
+    # a pool shares the work: decompressing elsewhere lets this process keep the pool fed
+    for first, block in reader.text_blocks(_CHUNK_BYTES, inflate_elsewhere=jobs > 1):
         yield None, _work_lines, (parser, first, block, *args)
 
 
@@ -358,7 +359,7 @@ def _run_pass(
     try:
         if initializer is not None:
             initializer(*initargs)  # chunks done here: set this process up as a worker
-        tasks = _tasks(reader, args)
+        tasks = _tasks(reader, args, options.jobs)
         while True:
             reading = time.monotonic()
             next_task = next(tasks, None)

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.hamming import parse_fingerprint
@@ -253,6 +253,53 @@ def read_file_text(path: str | Path) -> str:
         raise InvalidArgumentError(f"{path}: {skipped}", value=str(path)) from None
 
 
+def _reads(stream: IO[bytes] | gzip.GzipFile, size: int, name: str) -> Iterator[bytes]:
+    """Reads of ``size`` bytes of ``stream`` until its end; a truncated or corrupt stream is an
+    :class:`InvalidArgumentError` naming ``name`` (``cannot read``)."""
+    while True:
+        try:
+            data = stream.read(size)
+        except (OSError, EOFError, zlib.error) as error:
+            raise InvalidArgumentError(f"{name}: cannot read: {error}") from None
+        if not data:
+            return
+        yield data
+
+
+def _whole_lines(reads: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """``reads`` cut after their last newline (see :meth:`DocumentReader.text_blocks`)."""
+    first = 1
+    rest = b""
+    for data in reads:
+        if rest:
+            data = rest + data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # no newline yet: a line longer than a block
+            rest = data
+            continue
+        block, rest = data[:cut], data[cut:]
+        yield first, block
+        first += block.count(b"\n")
+    if rest:  # the last line, without a newline
+        yield first, rest
+
+
+def _inflate(path: str, name: str, size: int, sender: Any) -> None:
+    """In a child process: send the reads of the gzip file ``path`` (each with the compressed
+    bytes consumed so far), then None; or the message of the error that stopped it."""
+    try:
+        with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            for data in _reads(stream, size, name):
+                sender.send((data, raw.tell()))
+        sender.send(None)
+    except InvalidArgumentError as error:
+        sender.send(str(error))
+    except OSError as error:  # the file itself
+        sender.send(f"{name}: cannot read: {error}")
+    finally:
+        sender.close()
+
+
 @dataclass(frozen=True)
 class JsonlParser:
     """The parser of one JSONL input's lines (picklable, so that worker processes parse):
@@ -395,6 +442,8 @@ class DocumentReader:
         self._end: int | None = None
         self._stdin = stdin
         self._parser: JsonlParser | None = None
+        self._inflate_elsewhere = False
+        self._position: int | None = None  # set while a child process decompresses
         if self.name == "-":
             self.kind = "jsonl"
             self.name = "<stdin>"
@@ -415,6 +464,8 @@ class DocumentReader:
         """Bytes of the input file consumed so far (0 when unknown)."""
         if self._end is not None:
             return self._end
+        if self._position is not None:
+            return self._position
         if self._raw is None:
             return 0
         try:
@@ -460,7 +511,9 @@ class DocumentReader:
         """What parses this input's lines (:class:`JsonlParser`: picklable, for a worker)."""
         return JsonlParser(self.name, self._id_field, self._text_field)
 
-    def text_blocks(self, max_bytes: int) -> Iterator[tuple[int, bytes]]:
+    def text_blocks(
+        self, max_bytes: int, *, inflate_elsewhere: bool = False
+    ) -> Iterator[tuple[int, bytes]]:
         """The lines of a JSONL input, not parsed, in blocks of whole lines of about
         ``max_bytes`` (>= 1; a longer line is a block of its own): (number of the block's first
         line, 1-based; the block's bytes, each line ending with a newline but perhaps the last
@@ -471,6 +524,10 @@ class DocumentReader:
         a truncated or corrupt gzip stream is reported (``cannot read``) before the malformed
         lines of the last block read before it.
 
+        ``inflate_elsewhere``: a gzip file is decompressed by a child process (multiprocessing,
+        forkserver where there is one), which sends its reads through a pipe, so that this
+        process only cuts them: the same blocks and errors, for a caller that has other work.
+
         Iterate it once, instead of iterating the reader. O(max_bytes + longest line) memory.
 
         Raises:
@@ -479,6 +536,7 @@ class DocumentReader:
         """
         if self.kind == "folder":
             raise ValueError("text_blocks reads a JSONL input; a folder is read by folder_files")
+        self._inflate_elsewhere = inflate_elsewhere
         if self.name == "<stdin>":
             stream = self._stdin if self._stdin is not None else sys.stdin.buffer
             yield from self._text_blocks(stream, max_bytes)
@@ -490,29 +548,47 @@ class DocumentReader:
 
     def _text_blocks(self, raw: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes]]:
         head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+        if head == _GZIP_MAGIC and self._inflate_elsewhere and raw is self._raw:
+            return _whole_lines(self._inflated_elsewhere(max_bytes))
         stream: IO[bytes] | gzip.GzipFile = raw
         if head == _GZIP_MAGIC:
             stream = gzip.GzipFile(fileobj=raw, mode="rb")
-        first = 1
-        rest = b""
-        while True:
-            try:
-                data = stream.read(max(1, max_bytes))
-            except (OSError, EOFError, zlib.error) as error:  # a truncated or corrupt stream
-                raise InvalidArgumentError(f"{self.name}: cannot read: {error}") from None
-            if not data:  # the end: the last line, if it has no newline
-                if rest:
-                    yield first, rest
-                return
-            if rest:
-                data = rest + data
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:  # no newline yet: a line longer than a block
-                rest = data
-                continue
-            block, rest = data[:cut], data[cut:]
-            yield first, block
-            first += block.count(b"\n")
+        return _whole_lines(_reads(stream, max(1, max_bytes), self.name))
+
+    def _inflated_elsewhere(self, max_bytes: int) -> Iterator[bytes]:
+        """The reads of :func:`_inflate` in a child process, received here (one block ahead:
+        the pipe holds the next); :meth:`position_bytes` follows the child's position."""
+        import multiprocessing
+
+        methods = multiprocessing.get_all_start_methods()
+        context: Any = multiprocessing.get_context(
+            "forkserver" if "forkserver" in methods else "spawn"
+        )
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(
+            target=_inflate, args=(str(self._path), self.name, max(1, max_bytes), sender)
+        )
+        child.daemon = True
+        child.start()
+        sender.close()
+        try:
+            while True:
+                message = receiver.recv()
+                if message is None:
+                    return
+                if isinstance(message, str):
+                    raise InvalidArgumentError(message)
+                data, self._position = message
+                yield data
+        except EOFError:  # the child died without a word
+            raise InvalidArgumentError(
+                f"{self.name}: cannot read: the process decompressing it died"
+            ) from None
+        finally:
+            receiver.close()
+            if child.is_alive():
+                child.terminate()
+            child.join()
 
     def _read_folder(self) -> Iterator[Document]:
         for key, path in self.folder_files():
