@@ -237,7 +237,7 @@ class _Collected:
     lengths: list[NDArray[np.int64]] = field(default_factory=list)
     df: DocumentFrequency | None = None
     seconds: float = 0.0  # wall time of the pass
-    read_seconds: float = 0.0  # of which reading the input here (decompressing, splitting)
+    read_seconds: float = 0.0  # of which waiting for the input (decompressing it, or the child)
     cpu_seconds: dict[str, float] = field(
         default_factory=lambda: {"parse": 0.0, "fingerprint": 0.0}
     )  # CPU time of the workers (and of this process for its inline chunks)
@@ -411,15 +411,21 @@ def run_dedup(
     Steps, each bounded in memory so that 10^6 documents fit:
 
     1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`:
-       JSONL, gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each
-       document's key, text length and fingerprint are kept (O(1) memory per document); texts are
-       dropped as soon as they are fingerprinted. Standard input is copied to a temporary file as it
-       is read, because a second pass (IDF weights, the report's examples) reads it again.
-    2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a
-       folder) go to a pool of worker processes (:class:`concurrent.futures.ProcessPoolExecutor`,
-       ``jobs`` of them, started by forkserver; three chunks per worker in flight, results taken in
-       input order). The first 4 chunks are done in this process, so that a small input does not pay
-       for starting the pool. For a folder the workers also read the files and reduce HTML to its
+       JSONL, gzip or not, a folder, or ``-`` for JSONL on standard input), streaming, in blocks
+       of whole lines of about 1 MiB (:meth:`~permindex.text.documents.DocumentReader.text_blocks`;
+       with a pool, a gzip file is decompressed by a child process, so this process only cuts
+       blocks and feeds the workers). Only each document's key, text length and fingerprint are
+       kept (O(1) memory per document); texts are dropped as soon as they are fingerprinted.
+       Standard input is copied to a temporary file as it is read, because a second pass (IDF
+       weights, the report's examples) reads it again.
+    2. **Parse and fingerprint** in parallel: the blocks (32 files of a folder) go to a pool of
+       worker processes (:class:`concurrent.futures.ProcessPoolExecutor`, ``jobs`` of them,
+       started by forkserver; three blocks per worker in flight, results taken in input order),
+       which parse the lines (:meth:`~permindex.text.documents.JsonlParser.block_documents`: the
+       documents and errors of reading line by line; a malformed line's error is raised here
+       when its block's turn comes, so the first one in input order) and fingerprint the texts.
+       The first 4 blocks are done in this process, so that a small input does not pay for
+       starting the pool. For a folder the workers also read the files and reduce HTML to its
        visible text (the costly part). With ``weights="idf"`` a first pass counts the document
        frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted
        SimHash.

@@ -93,12 +93,13 @@ class DedupResult:
         too_short: (key, tokens) of the texts too short to fingerprint, in input order.
         skipped_by_reason: folder entries skipped, by reason.
         repeated_keys: documents whose key occurred again later in the input.
-        seconds: wall time of each stage in this process, seconds: "read" (reading the input
-            here: decompressing, splitting into lines, listing a folder), "fingerprint" (the
-            rest of the passes over the input: waiting for the workers that parse and
-            fingerprint, collecting their results), "join" (the pairs), "cluster" (components
-            and the keep rule), and later "write" (:func:`~permindex.near.dedup.write_outputs`).
-            Reading and the workers overlap, so "fingerprint" is what reading did not hide.
+        seconds: wall time of each stage in this process, seconds: "read" (waiting for the
+            input's next block: decompressing it here or waiting for the child process that
+            does, listing a folder), "fingerprint" (the rest of the passes over the input:
+            waiting for the workers that parse and fingerprint, collecting their results),
+            "join" (the pairs), "cluster" (components and the keep rule), and later "write"
+            (:func:`~permindex.near.dedup.write_outputs`). Reading and the workers overlap, so
+            "fingerprint" is the part of their work that reading did not hide.
         cpu_seconds: CPU time of the workers (and of this process for the chunks it did
             itself), seconds, summed: "parse" (JSONL lines to documents) and "fingerprint".
     """
