@@ -253,6 +253,15 @@ def read_file_text(path: str | Path) -> str:
         raise InvalidArgumentError(f"{path}: {skipped}", value=str(path)) from None
 
 
+def _valid_key(key: str) -> bool:
+    """Whether ``key`` passes the key rule (:func:`validate_key`; O(1) for an ASCII key)."""
+    try:
+        validate_key(key)
+    except InvalidKeyError:
+        return False
+    return True
+
+
 def _reads(stream: IO[bytes] | gzip.GzipFile, size: int, name: str) -> Iterator[bytes]:
     """Reads of ``size`` bytes of ``stream`` until its end; a truncated or corrupt stream is an
     :class:`InvalidArgumentError` naming ``name`` (``cannot read``)."""
@@ -312,9 +321,9 @@ class JsonlParser:
     def documents(self, lines: Iterable[bytes], first: int) -> list[Document]:
         """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
         blank lines skipped: those of :meth:`parse_line`, one line at a time, with a shortcut
-        for a plain line (an object with a string key that is ASCII and within the key rule, a
-        string text that is ASCII or holds no lone surrogate, and no ``fingerprint``), the
-        same document by fewer checks.
+        for a plain line (an object with a string key within the key rule, a string text that
+        is ASCII or holds no lone surrogate, and no ``fingerprint``): the same document by
+        fewer checks.
 
         Raises:
             MalformedInputError: the first malformed line (see :meth:`parse_line`).
@@ -333,8 +342,7 @@ class JsonlParser:
                 if (
                     type(key) is str
                     and type(text) is str
-                    and key.isascii()
-                    and 0 < len(key) <= MAX_KEY_BYTES
+                    and _valid_key(key)
                     and (text.isascii() or _SURROGATE.search(text) is None)
                 ):
                     found.append(Document(key, text=text))
