@@ -492,9 +492,8 @@ def test_text_blocks_parse_to_the_documents_of_reading(
         path.write_bytes(content)
         reader = read_documents(path)
         parser = reader.parser()
-        got = [
-            d for first, b in reader.text_blocks(block) for d in parser.block_documents(b, first)
-        ]
+        blocks = reader.text_blocks(block, inflate_elsewhere=elsewhere)
+        got = [d for first, b in blocks for d in parser.block_columns(b, first).documents()]
         assert got == list(read_documents(path))
         assert reader.position_bytes() == len(content)
 
@@ -512,7 +511,7 @@ def test_text_blocks_name_the_malformed_line(tmp_path: Path, block: int) -> None
     parser = reader.parser()
     with pytest.raises(MalformedInputError) as caught:
         for first, b in reader.text_blocks(block):
-            parser.block_documents(b, first)
+            parser.block_columns(b, first)
     with pytest.raises(MalformedInputError) as expected:
         list(read_documents(path))
     assert (caught.value.line, str(caught.value)) == (22, str(expected.value))

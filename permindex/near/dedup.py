@@ -182,15 +182,15 @@ def _work_lines(parser: JsonlParser, first: int, block: bytes, *args: Any) -> _D
     on their texts (``args`` as for :func:`_work`)."""
     started = time.process_time()
     try:
-        documents = parser.block_documents(block, first)
+        keys, texts, given = parser.block_columns(block, first)
     except InvalidArgumentError as error:
         return _Failure(type(error), error.args, dict(error.__dict__))
     parsed = time.process_time()
-    items: list[str | Path | None] = [d.text for d in documents]
+    items: list[str | Path | None] = list(texts)
     chunk = _work(items, *args)
     return _Done(
-        [d.key for d in documents],
-        [d.fingerprint for d in documents],
+        keys,
+        given,
         chunk,
         parsed - started,
         time.process_time() - parsed,
@@ -421,7 +421,7 @@ def run_dedup(
     2. **Parse and fingerprint** in parallel: the blocks (32 files of a folder) go to a pool of
        worker processes (:class:`concurrent.futures.ProcessPoolExecutor`, ``jobs`` of them,
        started by forkserver; three blocks per worker in flight, results taken in input order),
-       which parse the lines (:meth:`~permindex.text.documents.JsonlParser.block_documents`: the
+       which parse the lines (:meth:`~permindex.text.documents.JsonlParser.block_columns`: the
        documents and errors of reading line by line; a malformed line's error is raised here
        when its block's turn comes, so the first one in input order) and fingerprint the texts.
        The first 4 blocks are done in this process, so that a small input does not pay for

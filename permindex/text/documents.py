@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, NamedTuple
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.hamming import parse_fingerprint
@@ -25,6 +25,7 @@ from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
 __all__ = [
     "Document",
+    "DocumentColumns",
     "DocumentReader",
     "JsonlParser",
     "MalformedInputError",
@@ -309,6 +310,22 @@ def _inflate(path: str, name: str, size: int, sender: Any) -> None:
         sender.close()
 
 
+class DocumentColumns(NamedTuple):
+    """Documents as three lists of one length: ``keys``, ``texts`` (None where the input gave
+    a fingerprint) and ``fingerprints`` (None where it gave a text)."""
+
+    keys: list[str]
+    texts: list[str | None]
+    fingerprints: list[int | None]
+
+    def documents(self) -> list[Document]:
+        """The same as :class:`Document` objects."""
+        return [
+            Document(k, text=t, fingerprint=f)
+            for k, t, f in zip(self.keys, self.texts, self.fingerprints, strict=True)
+        ]
+
+
 @dataclass(frozen=True)
 class JsonlParser:
     """The parser of one JSONL input's lines (picklable, so that worker processes parse):
@@ -318,17 +335,19 @@ class JsonlParser:
     id_field: str = "id"
     text_field: str = "text"
 
-    def documents(self, lines: Iterable[bytes], first: int) -> list[Document]:
+    def columns(self, lines: Iterable[bytes], first: int) -> DocumentColumns:
         """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
-        blank lines skipped: those of :meth:`parse_line`, one line at a time, with a shortcut
-        for a plain line (an object with a string key within the key rule, a string text that
-        is ASCII or holds no lone surrogate, and no ``fingerprint``): the same document by
-        fewer checks.
+        blank lines skipped, as columns: those of :meth:`parse_line`, one line at a time, with
+        a shortcut for a plain line (an object with a string key within the key rule, a string
+        text that is ASCII or holds no lone surrogate, and no ``fingerprint``): the same
+        document by fewer checks, and no :class:`Document` object made.
 
         Raises:
             MalformedInputError: the first malformed line (see :meth:`parse_line`).
         """
-        found: list[Document] = []
+        keys: list[str] = []
+        texts: list[str | None] = []
+        fingerprints: list[int | None] = []
         id_field, text_field = self.id_field, self.text_field
         loads = json.loads
         for number, line in enumerate(lines, start=first):
@@ -345,17 +364,20 @@ class JsonlParser:
                     and _valid_key(key)
                     and (text.isascii() or _SURROGATE.search(text) is None)
                 ):
-                    found.append(Document(key, text=text))
+                    keys.append(key)
+                    texts.append(text)
+                    fingerprints.append(None)
                     continue
             document = self.parse_line(line, number)
             if document is not None:
-                found.append(document)
-        return found
+                keys.append(document.key)
+                texts.append(document.text)
+                fingerprints.append(document.fingerprint)
+        return DocumentColumns(keys, texts, fingerprints)
 
-    def block_documents(self, block: bytes, first: int) -> list[Document]:
-        """:meth:`documents` of the lines of ``block`` (as
-        :meth:`DocumentReader.text_blocks` gives them: whole lines, the first being line
-        ``first``).
+    def block_columns(self, block: bytes, first: int) -> DocumentColumns:
+        """:meth:`columns` of the lines of ``block`` (as :meth:`DocumentReader.text_blocks`
+        gives them: whole lines, the first being line ``first``).
 
         Raises:
             MalformedInputError: the first malformed line.
@@ -363,7 +385,7 @@ class JsonlParser:
         lines = block.split(b"\n")
         if block.endswith(b"\n"):
             lines.pop()  # what follows the last newline is not a line
-        return self.documents(lines, first)
+        return self.columns(lines, first)
 
     def parse_line(self, line: bytes, number: int) -> Document | None:
         """The document of one line (line ``number``, 1-based), or None for a blank line.
@@ -525,7 +547,7 @@ class DocumentReader:
         """The lines of a JSONL input, not parsed, in blocks of whole lines of about
         ``max_bytes`` (>= 1; a longer line is a block of its own): (number of the block's first
         line, 1-based; the block's bytes, each line ending with a newline but perhaps the last
-        of the input). Parsing each block with :meth:`JsonlParser.block_documents` gives the
+        of the input). Parsing each block with :meth:`JsonlParser.block_columns` gives the
         documents and errors of iterating the reader, in order; :attr:`stats` is not updated
         (the caller counts the documents). Each block is one read of the same
         :class:`gzip.GzipFile` (or of the file), cut after its last newline; so one difference:
