@@ -16,7 +16,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 configure_cache()
 
 # NUMBA_CACHE_DIR must be set before numba reads its configuration: kernel modules get numba
-# from here (``from permindex.jit import numba``), never by importing it first themselves.
+# from here (``from permindex.jit_numba import numba``), never by importing it first themselves.
 import numba  # noqa: E402
 from llvmlite import ir  # noqa: E402
 from numba import types  # noqa: E402

@@ -349,3 +349,16 @@ def test_value_pairs_on_every_explicit_design(
     near = NearDuplicates(names, fps, kmax, design=design)
     expected = brute_force(names, fps, kmax)[0]
     assert list(near.iter_pairs()) == expected
+
+
+def test_spans_of_many_groups_equal_span_of_each() -> None:
+    """spans (groups of up to 64 together, larger ones one by one) == span of each group,
+    including a limit below a group's distinct fingerprints (None)."""
+    keys, fps = planted(12, 3000, flips=6)
+    near = NearDuplicates(keys, fps, 6)
+    rng = np.random.default_rng(2)
+    groups = [rng.choice(3000, size=int(s), replace=False) for s in rng.integers(2, 100, 300)]
+    groups += near.cluster_positions()
+    assert near.spans(groups) == [near.span(g) for g in groups]
+    assert near.spans(groups, limit=50) == [near.span(g, limit=50) for g in groups]
+    assert None in near.spans(groups, limit=50)

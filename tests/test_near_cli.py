@@ -415,6 +415,143 @@ def test_dedup_malformed_line_names_it(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == INVALID and "line 2: neither" in stderr
 
 
+def many_rows(n: int, words: int = 150) -> list[dict[str, Any]]:
+    """n documents of ``words`` words (about 6 bytes each), every tenth a copy of the one before
+    it. 8,000 of 150 words are 7 MB: more than the chunks dedup does in its own process (4 of
+    1 MiB), so the last blocks go to the workers."""
+    rng = np.random.default_rng(8)
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        if i % 10 == 9:
+            text = rows[-1]["text"]
+        else:
+            text = " ".join(f"w{int(x)}" for x in rng.integers(0, 5000, words))
+        rows.append({"id": f"doc/{i:05d}", "text": text})
+    return rows
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_dedup_malformed_line_in_a_worker_names_it_in_input_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, jobs: str
+) -> None:
+    """Lines are parsed by the workers, past the first chunks done in this process: a
+    malformed line there is reported as reading would (its line number, the first one in
+    input order), and a plain line and its fallback give the same documents."""
+    rows = many_rows(8000)
+    lines = [json.dumps(r) for r in rows]
+    lines[7000] = '{"id": "broken", "text": '
+    lines[7500] = '{"id": "no text"}'
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
+    code, stdout, stderr = dedup(capsys, str(path), "--out", str(tmp_path / "r"), "--jobs", jobs)
+    assert code == INVALID and stdout == ""
+    assert f"{path}, line 7001: bad JSON" in stderr and "7501" not in stderr
+
+
+def test_dedup_reads_odd_lines_as_the_reader_does(tmp_path: Path) -> None:
+    """Lines off the plain path (blank lines, CRLF, other spacing and key order, escapes,
+    non-ASCII, a given fingerprint, no final newline) give the documents the reader gives."""
+    rows = many_rows(8000)
+    lines = [json.dumps(r) for r in rows]
+    lines[6500] = ""
+    lines[6501] = "   "
+    lines[7000] = json.dumps({"text": rows[7000]["text"], "id": "é/unicode"}, ensure_ascii=False)
+    lines[7001] = json.dumps({"id": "esc\tape", "text": rows[7001]["text"] + " \u00e9"})
+    lines[7002] = '{"id":"tight","text":"' + rows[7002]["text"] + '"}\r'
+    lines[7003] = json.dumps({"id": "given", "fingerprint": "00000000000000ff"})
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes("\n".join(lines).encode("utf-8"))  # no final newline
+    result = run_dedup(DedupOptions(source=str(path), out_dir=tmp_path / "r", jobs=2))
+    from permindex.text.documents import read_documents
+
+    documents = [d for d in read_documents(path) if d.key not in {"given"}]
+    assert result.documents == len(documents) + 1
+    expected = {d.key: simhash(d.text or "") for d in documents}
+    expected["given"] = 0xFF
+    got = dict(zip(result.near.keys, result.near.fingerprints.tolist(), strict=True))
+    assert got == expected
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+@pytest.mark.parametrize("block", [1, 7, 100, 1 << 20])
+@pytest.mark.parametrize("ending", ["\n", ""])
+def test_text_blocks_parse_to_the_documents_of_reading(
+    tmp_path: Path, block: int, ending: str, elsewhere: bool
+) -> None:
+    """Blocks of whole lines (smaller than a line, a few lines, all), parsed, give the
+    documents of reading line by line, with or without a final newline, gzip or not."""
+    from permindex.text.documents import read_documents
+
+    rows = many_rows(40, words=5)
+    lines = [json.dumps(r) for r in rows]
+    lines[3] = ""
+    lines[4] = json.dumps({"id": "given", "fingerprint": "00000000000000ff"})
+    data = ("\n".join(lines) + ending).encode("utf-8")
+    for name, content in (("a.jsonl", data), ("a.jsonl.gz", gzip.compress(data))):
+        path = tmp_path / name
+        path.write_bytes(content)
+        reader = read_documents(path)
+        parser = reader.parser()
+        blocks = reader.text_blocks(block, inflate_elsewhere=elsewhere)
+        got = [d for first, b in blocks for d in parser.block_columns(b, first).documents()]
+        assert got == list(read_documents(path))
+        assert reader.position_bytes() == len(content)
+
+
+@pytest.mark.parametrize("block", [1, 50, 1 << 20])
+def test_text_blocks_name_the_malformed_line(tmp_path: Path, block: int) -> None:
+    from permindex.text.documents import MalformedInputError, read_documents
+
+    lines = [json.dumps(r) for r in many_rows(30, words=5)]
+    lines[2] = ""
+    lines[21] = '{"id": "x", "text": 5}'
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    reader = read_documents(path)
+    parser = reader.parser()
+    with pytest.raises(MalformedInputError) as caught:
+        for first, b in reader.text_blocks(block):
+            parser.block_columns(b, first)
+    with pytest.raises(MalformedInputError) as expected:
+        list(read_documents(path))
+    assert (caught.value.line, str(caught.value)) == (22, str(expected.value))
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_text_blocks_of_a_truncated_or_corrupt_gzip_stream(tmp_path: Path, elsewhere: bool) -> None:
+    """The error of reading line by line, decompressed here or by a child process."""
+    from permindex.errors import InvalidArgumentError
+    from permindex.text.documents import read_documents
+
+    data = gzip.compress(("\n".join(json.dumps(r) for r in many_rows(300)) + "\n").encode())
+    for name, content in (("cut.gz", data[: len(data) // 2]), ("bad.gz", data[:50] + b"x" * 99)):
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(InvalidArgumentError) as expected:
+            list(read_documents(path))
+        with pytest.raises(InvalidArgumentError) as caught:
+            list(read_documents(path).text_blocks(1000, inflate_elsewhere=elsewhere))
+        assert str(caught.value) == str(expected.value)
+        assert "cannot read" in str(caught.value)
+
+
+def test_dedup_summary_times_every_stage(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "docs.jsonl", many_rows(5000), compress=True)
+    result = run_dedup(DedupOptions(source=str(path), out_dir=tmp_path / "r", jobs=2))
+    summary = write_outputs(result)
+    assert summary == report(tmp_path / "r", "summary.json")
+    stages = summary["seconds"]
+    assert set(stages) == {"read", "fingerprint", "join", "cluster", "write"} | {
+        "read and fingerprint"  # the name of read + fingerprint before they were split
+    }
+    assert all(v >= 0 for v in stages.values())
+    assert stages["read and fingerprint"] == pytest.approx(stages["read"] + stages["fingerprint"])
+    assert set(summary["cpu_seconds"]) == {"parse", "fingerprint"}
+    assert summary["cpu_seconds"]["fingerprint"] > 0 and summary["cpu_seconds"]["parse"] > 0
+    html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    assert "read " in html and "cluster " in html
+
+
 def test_dedup_empty_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl"
     path.write_bytes(b"")

@@ -200,7 +200,19 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     smaller (``np.minimum.at``, so a root offered several parents takes the smallest). Labels
     only decrease, so no cycle can form, and each round joins at least one pair of roots. After
     :data:`_HOOK_ROUNDS` rounds (a few suffice on real graphs) the remaining edges are finished
-    by a plain union-find in Python, which bounds the worst case."""
+    by a plain union-find in Python, which bounds the worst case.
+
+    With the compiled kernels (:func:`permindex.jit.enabled`) and at least
+    :data:`~permindex.index.join.COMPILED_MIN_ROWS` positions, a union-find by smaller root
+    with path halving (:func:`permindex.index.join_kernels.union_find_labels`) gives the same
+    labels in O((n + edges) alpha(n)); the vectorized one is the reference under
+    ``PERMINDEX_JIT=0``."""
+    if a.size and n >= join.COMPILED_MIN_ROWS and _compiled():
+        from permindex.index import join_kernels
+
+        return join_kernels.union_find_labels(
+            n, np.ascontiguousarray(a, dtype=np.int64), np.ascontiguousarray(b, dtype=np.int64)
+        )
     parent = np.arange(n, dtype=np.int64)
     a, b = _hook(parent, a, b, _HOOK_ROUNDS)
     if a.size == 0:
@@ -220,6 +232,14 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     parent = np.array(roots, dtype=np.int64)
     _jump(parent)
     return parent
+
+
+def _compiled() -> bool:
+    """Whether the compiled kernels are used (:func:`permindex.jit.enabled`, imported on first
+    use so that importing this module does not import numba)."""
+    from permindex import jit
+
+    return jit.enabled()
 
 
 def _hook(parent: _I64, a: _I64, b: _I64, rounds: int) -> tuple[_I64, _I64]:
@@ -249,15 +269,25 @@ def _jump(parent: _I64) -> None:
         parent[:] = grand
 
 
-def _split(labels: _I64, members: _I64) -> list[_I64]:
-    """``members`` split by ``labels`` (one label per member): one array per label with at
-    least two members."""
+def _groups(labels: _I64, members: _I64, rank: _I64) -> list[_I64]:
+    """``members`` grouped by ``labels`` (one label per member), the groups of at least two
+    members only, each sorted by ``rank`` (distinct per member), largest group first, then by
+    the smallest rank: one lexsort for all the groups, each returned as a view of one array."""
     if members.size == 0:
         return []
-    order = np.argsort(labels, kind="stable")
+    member_rank = rank[members]
+    order = np.lexsort((member_rank, labels))
     sorted_labels = labels[order]
-    cuts = np.flatnonzero(sorted_labels[1:] != sorted_labels[:-1]) + 1
-    return [g for g in np.split(members[order], cuts) if g.size > 1]
+    starts = np.flatnonzero(np.append(True, sorted_labels[1:] != sorted_labels[:-1]))
+    sizes = np.diff(np.append(starts, members.size))
+    several = sizes > 1
+    starts, sizes = starts[several], sizes[several]
+    by_size = np.lexsort((member_rank[order[starts]], -sizes))
+    grouped = members[order]
+    ends = starts + sizes
+    return [
+        grouped[s:e] for s, e in zip(starts[by_size].tolist(), ends[by_size].tolist(), strict=True)
+    ]
 
 
 class NearDuplicates:
@@ -533,11 +563,6 @@ class NearDuplicates:
         """``positions`` (each with a near-duplicate) ordered by their keys."""
         return positions[np.argsort(self.key_rank[positions], kind="stable")]
 
-    def _ordered(self, groups: list[_I64]) -> list[_I64]:
-        groups = [self.sort_by_key(g) for g in groups]
-        groups.sort(key=lambda g: (-g.size, int(self.key_rank[g[0]])))
-        return groups
-
     def cluster_positions(self) -> list[_I64]:
         """Clusters as arrays of positions, each sorted by key; largest first, then by first
         key."""
@@ -546,7 +571,7 @@ class NearDuplicates:
             u, v, _ = self._value_pairs
             labels = components(values.distinct.size, u, v)
             members = self._flagged
-            self._clusters = self._ordered(_split(labels[values.value_of[members]], members))
+            self._clusters = _groups(labels[values.value_of[members]], members, self.key_rank)
         return self._clusters
 
     def clusters(self) -> list[list[str]]:
@@ -616,7 +641,7 @@ class NearDuplicates:
         values = self._values
         members = self._flagged
         shared = values.counts[values.value_of[members]] > 1
-        return self._ordered(_split(values.value_of[members[shared]], members[shared]))
+        return _groups(values.value_of[members[shared]], members[shared], self.key_rank)
 
     def exact_duplicates(self) -> list[ExactGroup]:
         """Groups of equal fingerprints (see :class:`ExactGroup`), largest first."""
@@ -625,6 +650,28 @@ class NearDuplicates:
             ExactGroup(int(self.fingerprints[g[0]]), [keys[p] for p in g.tolist()])
             for g in self.exact_positions()
         ]
+
+    def spans(self, groups: Sequence[_I64], limit: int = 4096) -> list[int | None]:
+        """:meth:`span` of each group of positions: the groups of at most 64 positions (and
+        ``limit``) together, every pair of positions within each compared in one pass of
+        numpy (O(sum of size^2)), the larger ones one by one."""
+        out: list[int | None] = [0] * len(groups)
+        small_size = min(64, limit)
+        small = [i for i, g in enumerate(groups) if g.size <= small_size]
+        if small:
+            members = np.concatenate([groups[i] for i in small]).astype(np.int64, copy=False)
+            sizes = np.fromiter((groups[i].size for i in small), dtype=np.int64, count=len(small))
+            group_of = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+            best = np.zeros(sizes.size, dtype=np.int64)
+            fps = self.fingerprints[members]
+            for i, j in join.group_pairs(np.repeat(np.cumsum(sizes), sizes), join.PAIR_BUDGET):
+                np.maximum.at(best, group_of[i], np.bitwise_count(fps[i] ^ fps[j]))
+            for at, value in zip(small, best.tolist(), strict=True):
+                out[at] = value
+        for at, group in enumerate(groups):
+            if group.size > small_size:
+                out[at] = self.span(group, limit)
+        return out
 
     def span(self, positions: _I64, limit: int = 4096) -> int | None:
         """The largest Hamming distance between two of ``positions`` (a cluster's span: above k
@@ -670,22 +717,28 @@ def keep_per_cluster(
         raise InvalidArgumentError(
             f"keep rule must be one of {', '.join(KEEP_RULES)}, got {rule!r}", value=rule
         )
-    kept: list[int] = []
-    for members in clusters:
-        if rule == "first":
-            best = members[np.argmin(order[members])]
-        elif rule == "longest":
-            if lengths is None:
-                raise InvalidArgumentError("the longest rule needs the texts' lengths")
-            size = lengths[members]
-            longest = members[size == size.max()]
-            best = longest[np.argmin(order[longest])]
-        else:
-            if rank is None:
-                raise InvalidArgumentError("the smallest-key rule needs the keys' order")
-            best = members[np.argmin(rank[members])]
-        kept.append(int(best))
-    return kept
+    if not clusters:
+        return []
+    if rule == "longest" and lengths is None:
+        raise InvalidArgumentError("the longest rule needs the texts' lengths")
+    if rule == "smallest-key" and rank is None:
+        raise InvalidArgumentError("the smallest-key rule needs the keys' order")
+    members = np.concatenate(clusters).astype(np.int64, copy=False)
+    sizes = np.fromiter((c.size for c in clusters), dtype=np.int64, count=len(clusters))
+    cluster = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+    within = np.arange(members.size, dtype=np.int64)  # ties: the first in the cluster's order
+    if rule == "first":
+        sort_keys: tuple[_I64, ...] = (within, order[members], cluster)
+    elif rule == "longest":
+        assert lengths is not None
+        sort_keys = (within, order[members], -lengths[members], cluster)
+    else:
+        assert rank is not None
+        sort_keys = (within, rank[members], cluster)
+    by_rule = np.lexsort(sort_keys)  # clusters in turn, each one's best member first
+    starts = np.cumsum(sizes) - sizes
+    best: list[int] = members[by_rule[starts]].tolist()
+    return best
 
 
 # -- functions over an Index ------------------------------------------------------------------

@@ -23,6 +23,7 @@ __all__ = [
     "BYTE_PAIRS",
     "BYTE_PAIR_MASKS",
     "BYTE_PAIR_TABLES",
+    "COMPILED_MIN_ROWS",
     "COUNT_BITS",
     "PAIR_BUDGET",
     "JoinDesign",
@@ -40,6 +41,10 @@ __all__ = [
 
 #: Candidate pairs per numpy pass of a join (read at call time, so tests can lower it).
 PAIR_BUDGET = 1 << 18
+#: Fewest values for which :func:`self_join` (and
+#: :func:`permindex.index.clusters.components`, in nodes) uses the compiled kernels: below, the
+#: numpy path takes milliseconds, less than loading the kernels (read at call time).
+COMPILED_MIN_ROWS = 50_000
 #: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
 COUNT_BITS = 22
 
@@ -438,12 +443,20 @@ def self_join(
     * :func:`byte_pair_candidates`, for k <= 3 (:data:`BYTE_PAIRS`): 8 tables keyed by a 16-bit
       column and one byte of the next column, each column's radix sort shared by its two tables.
 
+    With the compiled kernels (:func:`permindex.jit.enabled`, from :data:`COMPILED_MIN_ROWS`
+    values), every table whatever its prefix is joined by one sort of its keys and a kernel
+    that verifies the pairs of each run of equal keys (:func:`_compiled_join`): the same
+    pairs, in another order. The first such join in a process loads the kernels (about half a
+    second without numba imported) before its first check of ``should_stop``.
+
     :func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
     :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
     """
     empty = np.empty(0, dtype=np.int64)
     chunks: Iterator[tuple[int, _IntP, _IntP]]
     masks = [np.uint64(m) for m in _table_masks(design, k)]
+    if values.size >= max(2, COMPILED_MIN_ROWS) and _compiled():
+        return _compiled_join(np.ascontiguousarray(values, dtype=np.uint64), k, design, should_stop)
     if isinstance(design, Design):
         chunks = _design_candidates(values, k, design, join_tables(design, k), should_stop)
     else:
@@ -493,3 +506,93 @@ def _design_candidates(
             pairs = table_pairs_sorted(values, perms[t], k)
         for i, j in pairs:
             yield n_t, i, j
+
+
+def _compiled() -> bool:
+    """Whether the compiled kernels are used (:func:`permindex.jit.enabled`; imported here, on
+    first use, so that importing this module does not import numba)."""
+    from permindex import jit
+
+    return jit.enabled()
+
+
+def _table_keys(values: _U64, k: int, design: JoinDesign) -> Iterator[tuple[_U64, int]]:
+    """The key of every value in each table a self-join on ``design`` within ``k`` searches,
+    in order: ((n,) uint64 keys below 2^bits, bits). Two values share table t's key iff they
+    share its masked bits (:func:`_table_masks`)."""
+    if isinstance(design, Design):
+        for t in join_tables(design, k):
+            perm = design.permutations[t]
+            yield perm.prefix_array(values), perm.prefix_bits
+        return
+    for c, b in BYTE_PAIR_TABLES:
+        key = (values >> np.uint64(16 * c)) & np.uint64(0xFFFF)
+        key <<= np.uint64(8)
+        key |= (values >> np.uint64(8 * b)) & np.uint64(0xFF)
+        yield key, 24
+
+
+def _sort_keys(keys: _U64, bits: int) -> tuple[_U64, _I64]:
+    """(sorted keys, positions): the (n,) uint64 ``keys`` (below 2^bits) sorted ascending, ties
+    in position order, and the (n,) int64 position of each. One sort of (key, position) packed
+    into uint64 when both fit in 64 bits, else a stable radix argsort."""
+    n = int(keys.size)
+    index_bits = max(1, (n - 1).bit_length())
+    if bits + index_bits <= 64:
+        packed = keys << np.uint64(index_bits)
+        packed |= np.arange(n, dtype=np.uint64)
+        packed.sort()
+        positions = (packed & np.uint64((1 << index_bits) - 1)).astype(np.int64)
+        packed >>= np.uint64(index_bits)
+        return packed, positions
+    order = argsort_prefixes(keys, bits)
+    return keys[order], order.astype(np.int64)
+
+
+def _compiled_join(
+    values: _U64, k: int, design: JoinDesign, should_stop: Callable[[], bool] | None
+) -> tuple[_I64, _I64, _I64]:
+    """:func:`self_join` by the compiled kernel
+    (:func:`permindex.index.join_kernels.group_pairs_verified`): per searched table, the keys
+    sorted once, then every pair of a run of equal keys verified (popcount of the XOR <= k, and
+    not hidden by an earlier table's mask) in calls of at most 16 * :data:`PAIR_BUDGET`
+    candidates and :data:`PAIR_BUDGET` pairs, ``should_stop`` checked between calls. The same
+    pairs as the numpy path, in another order."""
+    from permindex.index import join_kernels
+
+    masks = np.array(_table_masks(design, k), dtype=np.uint64)
+    budget = max(1, int(PAIR_BUDGET))
+    out_a = np.empty(budget, dtype=np.int64)
+    out_b = np.empty(budget, dtype=np.int64)
+    out_d = np.empty(budget, dtype=np.int64)
+    parts: list[tuple[_I64, _I64, _I64]] = []
+    check_stop(should_stop)
+    for t, (keys, bits) in enumerate(_table_keys(values, k, design)):
+        check_stop(should_stop)
+        sorted_keys, positions = _sort_keys(keys, bits)
+        del keys
+        sorted_values = values[positions]
+        earlier = masks[:t]
+        i, j, m = 0, 1, int(sorted_keys.size)
+        while i < m:
+            check_stop(should_stop)
+            count, i, j = join_kernels.group_pairs_verified(
+                sorted_keys,
+                sorted_values,
+                positions,
+                k,
+                earlier,
+                i,
+                j,
+                16 * budget,
+                out_a,
+                out_b,
+                out_d,
+            )
+            if count:
+                parts.append((out_a[:count].copy(), out_b[:count].copy(), out_d[:count].copy()))
+    if not parts:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty.copy(), empty.copy()
+    a, b, d = (np.concatenate(x) for x in zip(*parts, strict=True))
+    return a, b, d

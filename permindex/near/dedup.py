@@ -1,20 +1,20 @@
 """Offline near-duplicate detection over a whole collection, no server (``permindex dedup``):
 read, fingerprint in worker processes, join, cluster (:func:`run_dedup`, whose docstring gives
-the steps and their memory bounds), and write the report folder (:func:`write_outputs`).
+the steps and their memory bounds); the report folder is written by
+:func:`permindex.near.outputs.write_outputs` (re-exported here).
 Importing it does not import grpc.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import multiprocessing
 import os
 import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -24,16 +24,15 @@ from typing import IO, Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
-from permindex.near.report import ReportCluster, render_report, select_examples
+from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import (
-    Document,
     DocumentReader,
+    JsonlParser,
     folder_file_text,
-    format_fingerprint,
     read_documents,
-    tsv_field,
 )
 from permindex.text.fingerprint import (
     Tokenizer,
@@ -49,8 +48,7 @@ __all__ = [
     "write_outputs",
 ]
 
-_CHUNK_DOCS: Final = 256  # documents per worker task
-_CHUNK_BYTES: Final = 4 << 20  # ... or about this many bytes of text
+_CHUNK_BYTES: Final = 1 << 20  # bytes of JSONL lines per worker task (whole lines)
 _CHUNK_FILES: Final = 32  # folder files per worker task (each is read and parsed there)
 _IN_FLIGHT: Final = 3  # tasks per worker submitted ahead of the one being collected
 _INLINE_CHUNKS: Final = 4  # chunks fingerprinted in this process before starting the pool
@@ -154,6 +152,62 @@ def _work(
     return chunk
 
 
+@dataclass
+class _Failure:
+    """An input error raised in a worker (a malformed line), re-raised by the parent when it
+    reaches that task, so in input order: the exception's class, args and attributes."""
+
+    kind: type[BaseException]
+    args: tuple[Any, ...]
+    state: dict[str, Any]
+
+    def exception(self) -> BaseException:
+        error = self.kind.__new__(self.kind)
+        error.args = self.args
+        error.__dict__.update(self.state)
+        return error
+
+
+@dataclass
+class _Done:
+    """What a worker returns for one task: the documents' keys and given fingerprints (None
+    where a text was fingerprinted), the chunk, and the worker's CPU seconds (parse,
+    fingerprint)."""
+
+    keys: list[str] | None  # None: the parent knows them (folder files)
+    given: list[int | None] | None
+    chunk: _Chunk
+    parse_seconds: float
+    fingerprint_seconds: float
+
+
+def _work_lines(parser: JsonlParser, first: int, block: bytes, *args: Any) -> _Done | _Failure:
+    """Parse a block of whole JSONL lines (the first being line ``first``), then :func:`_work`
+    on their texts (``args`` as for :func:`_work`)."""
+    started = time.process_time()
+    try:
+        keys, texts, given = parser.block_columns(block, first)
+    except InvalidArgumentError as error:
+        return _Failure(type(error), error.args, dict(error.__dict__))
+    parsed = time.process_time()
+    items: list[str | Path | None] = list(texts)
+    chunk = _work(items, *args)
+    return _Done(
+        keys,
+        given,
+        chunk,
+        parsed - started,
+        time.process_time() - parsed,
+    )
+
+
+def _work_items(items: Sequence[str | Path | None], *args: Any) -> _Done:
+    """:func:`_work` on a chunk whose keys the parent holds (folder files), timed."""
+    started = time.process_time()
+    chunk = _work(items, *args)
+    return _Done(None, None, chunk, 0.0, time.process_time() - started)
+
+
 # ------------------------------------------------------------------------- parent side
 
 
@@ -186,6 +240,11 @@ class _Collected:
     tokens: list[NDArray[np.int64]] = field(default_factory=list)
     lengths: list[NDArray[np.int64]] = field(default_factory=list)
     df: DocumentFrequency | None = None
+    seconds: float = 0.0  # wall time of the pass
+    read_seconds: float = 0.0  # of which waiting for the input (decompressing it, or the child)
+    cpu_seconds: dict[str, float] = field(
+        default_factory=lambda: {"parse": 0.0, "fingerprint": 0.0}
+    )  # CPU time of the workers (and of this process for its inline chunks)
 
 
 def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> Any:
@@ -198,34 +257,33 @@ def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[An
     )
 
 
-def _chunks(
-    reader: DocumentReader, kind: str
-) -> Iterator[tuple[list[str], list[str | Path | None], list[int | None]]]:
-    """Chunks of (keys, items for the workers, fingerprints given in the input)."""
-    keys: list[str] = []
-    items: list[str | Path | None] = []
-    given: list[int | None] = []
-    size = 0
-    if kind == "folder":
+_Known = tuple[list[str], list[int | None]] | None  # a task's keys and given fingerprints
+
+
+def _tasks(
+    reader: DocumentReader, args: tuple[Any, ...], jobs: int
+) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
+    """The tasks of one pass, in input order: (the keys and given fingerprints when this
+    process has them, else None; the worker function; its arguments). A JSONL input is read
+    in blocks of whole lines (:meth:`DocumentReader.text_blocks`: here only cut, decompressed
+    by a child process when there is a pool), parsed and fingerprinted by the workers; a
+    folder's files are listed here, read and parsed by the workers."""
+    if reader.kind == "folder":
+        keys: list[str] = []
+        items: list[str | Path | None] = []
         for key, path in reader.folder_files():
             keys.append(key)
             items.append(path)
-            given.append(None)
             if len(keys) >= _CHUNK_FILES:
-                yield keys, items, given
-                keys, items, given = [], [], []
-    else:
-        document: Document
-        for document in reader:
-            keys.append(document.key)
-            items.append(document.text)
-            given.append(document.fingerprint)
-            size += len(document.text) if document.text is not None else 0
-            if len(keys) >= _CHUNK_DOCS or size >= _CHUNK_BYTES:
-                yield keys, items, given
-                keys, items, given, size = [], [], [], 0
-    if keys:
-        yield keys, items, given
+                yield (keys, [None] * len(keys)), _work_items, (items, *args)
+                keys, items = [], []
+        if keys:
+            yield (keys, [None] * len(keys)), _work_items, (items, *args)
+        return
+    parser = reader.parser()
+    # a pool shares the work: decompressing elsewhere lets this process keep the pool fed
+    for first, block in reader.text_blocks(_CHUNK_BYTES, inflate_elsewhere=jobs > 1):
+        yield None, _work_lines, (parser, first, block, *args)
 
 
 def _run_pass(
@@ -264,9 +322,19 @@ def _run_pass(
         np.save(spool, df.counts)
         initializer, initargs = _init_idf_worker, (str(spool), df.documents, df.bucket_bits)
     pool: Any = None
-    waiting: deque[tuple[list[str], list[int | None], Future[_Chunk]]] = deque()
+    waiting: deque[tuple[_Known, Future[Any]]] = deque()
 
-    def collect(keys: list[str], given: list[int | None], result: _Chunk) -> None:
+    def collect(known: _Known, done: _Done | _Failure) -> None:
+        if isinstance(done, _Failure):
+            raise done.exception()
+        if known is None:
+            assert done.keys is not None and done.given is not None
+            keys, given = done.keys, done.given
+        else:
+            keys, given = known
+        result = done.chunk
+        collected.cpu_seconds["parse"] += done.parse_seconds
+        collected.cpu_seconds["fingerprint"] += done.fingerprint_seconds
         for i, fingerprint in enumerate(given):
             if fingerprint is not None:  # given in the input: no text to fingerprint
                 result.fingerprints[i] = fingerprint
@@ -278,8 +346,7 @@ def _run_pass(
                 read[i] = False
         if not read.all():
             keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
-        if reader.kind == "folder":
-            reader.stats.documents += len(keys)
+        reader.stats.documents += len(keys)
         collected.keys.extend(keys)
         collected.fingerprints.append(result.fingerprints[read])
         collected.has_fingerprint.append(result.has_fingerprint[read])
@@ -292,28 +359,37 @@ def _run_pass(
 
     global _DF
     inline = _INLINE_CHUNKS  # a small input is done before a pool would have started
+    started = time.monotonic()
     try:
         if initializer is not None:
             initializer(*initargs)  # chunks done here: set this process up as a worker
-        for keys, items, given in _chunks(reader, reader.kind):
+        tasks = _tasks(reader, args, options.jobs)
+        while True:
+            reading = time.monotonic()
+            next_task = next(tasks, None)
+            collected.read_seconds += time.monotonic() - reading
+            if next_task is None:
+                break
+            known, function, arguments = next_task
             if pool is None and (options.jobs == 1 or inline > 0):
                 inline -= 1
-                collect(keys, given, _work(items, *args))
+                collect(known, function(*arguments))
                 continue
             if pool is None:
                 pool = _pool(options.jobs, initializer, initargs)
-            waiting.append((keys, given, pool.submit(_work, items, *args)))
+            waiting.append((known, pool.submit(function, *arguments)))
             while len(waiting) > _IN_FLIGHT * options.jobs:
-                done_keys, done_given, future = waiting.popleft()
-                collect(done_keys, done_given, future.result())
+                done_known, future = waiting.popleft()
+                collect(done_known, future.result())
         while waiting:
-            done_keys, done_given, future = waiting.popleft()
-            collect(done_keys, done_given, future.result())
+            done_known, future = waiting.popleft()
+            collect(done_known, future.result())
     finally:
         bar.close()
         _DF = None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+    collected.seconds = time.monotonic() - started
     return collected
 
 
@@ -339,15 +415,21 @@ def run_dedup(
     Steps, each bounded in memory so that 10^6 documents fit:
 
     1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`:
-       JSONL, gzip or not, a folder, or ``-`` for JSONL on standard input), streaming. Only each
-       document's key, text length and fingerprint are kept (O(1) memory per document); texts are
-       dropped as soon as they are fingerprinted. Standard input is copied to a temporary file as it
-       is read, because a second pass (IDF weights, the report's examples) reads it again.
-    2. **Fingerprint** in parallel: chunks of documents (256, or 4 MiB of text; 32 files of a
-       folder) go to a pool of worker processes (:class:`concurrent.futures.ProcessPoolExecutor`,
-       ``jobs`` of them, started by forkserver; three chunks per worker in flight, results taken in
-       input order). The first 4 chunks are done in this process, so that a small input does not pay
-       for starting the pool. For a folder the workers also read the files and reduce HTML to its
+       JSONL, gzip or not, a folder, or ``-`` for JSONL on standard input), streaming, in blocks
+       of whole lines of about 1 MiB (:meth:`~permindex.text.documents.DocumentReader.text_blocks`;
+       with a pool, a gzip file is decompressed by a child process, so this process only cuts
+       blocks and feeds the workers). Only each document's key, text length and fingerprint are
+       kept (O(1) memory per document); texts are dropped as soon as they are fingerprinted.
+       Standard input is copied to a temporary file as it is read, because a second pass (IDF
+       weights, the report's examples) reads it again.
+    2. **Parse and fingerprint** in parallel: the blocks (32 files of a folder) go to a pool of
+       worker processes (:class:`concurrent.futures.ProcessPoolExecutor`, ``jobs`` of them,
+       started by forkserver; three blocks per worker in flight, results taken in input order),
+       which parse the lines (:meth:`~permindex.text.documents.JsonlParser.block_columns`: the
+       documents and errors of reading line by line; a malformed line's error is raised here
+       when its block's turn comes, so the first one in input order) and fingerprint the texts.
+       The first 4 blocks are done in this process, so that a small input does not pay for
+       starting the pool. For a folder the workers also read the files and reduce HTML to its
        visible text (the costly part). With ``weights="idf"`` a first pass counts the document
        frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted
        SimHash.
@@ -401,8 +483,17 @@ def run_dedup(
             stats = reader.stats
         if spool is not None:
             copy.close()
-        read_seconds = time.monotonic() - started
+        passes = [collected] if options.weights != "idf" else [counted, collected]
+        read_seconds = sum(p.read_seconds for p in passes)
+        seconds = {
+            "read": read_seconds,
+            "fingerprint": time.monotonic() - started - read_seconds,
+        }
+        cpu_seconds = {
+            what: sum(p.cpu_seconds[what] for p in passes) for what in ("parse", "fingerprint")
+        }
 
+        joined_started = time.monotonic()
         keys = collected.keys
         fps = _concat(collected.fingerprints, np.uint64)
         has = _concat(collected.has_fingerprint, np.bool_)
@@ -410,17 +501,21 @@ def run_dedup(
         lengths = _concat(collected.lengths, np.int64)
         too_short = [(keys[i], int(token_counts[i])) for i in np.flatnonzero(~has).tolist()]
         valid = np.flatnonzero(has).tolist()
-        last: dict[str, int] = {}
-        for position in valid:
-            last[keys[position]] = position
-        ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
-        repeated = len(valid) - len(last)
-        del last
-        joined_started = time.monotonic()
+        valid_keys = keys if len(valid) == len(keys) else [keys[i] for i in valid]
+        if len(set(valid_keys)) == len(valid_keys):  # no repeated key (a set is 3x a dict)
+            ordinals = np.array(valid, dtype=np.int64)
+        else:
+            last = dict(zip(valid_keys, valid, strict=True))  # each key's last position
+            ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+            del last
+        repeated = len(valid) - int(ordinals.size)
+        del valid_keys
         design = design_for(options.k)
         near = NearDuplicates(
             [keys[i] for i in ordinals.tolist()], fps[ordinals], options.k, design=design
         )
+        clustered_started = time.monotonic()
+        seconds["join"] = clustered_started - joined_started
         kept = keep_per_cluster(
             near.cluster_positions(),
             options.keep,
@@ -428,7 +523,7 @@ def run_dedup(
             lengths=lengths[ordinals],
             rank=near.key_rank,
         )
-        join_seconds = time.monotonic() - joined_started
+        seconds["cluster"] = time.monotonic() - clustered_started
     return DedupResult(
         options=options,
         near=near,
@@ -439,238 +534,13 @@ def run_dedup(
         too_short=too_short,
         skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
         repeated_keys=repeated,
-        seconds={"read and fingerprint": read_seconds, "join": join_seconds},
+        seconds=seconds,
         source_kind=reader.kind,
         reread_source=None if options.source == "-" else options.source,
         design=design.as_tuple(),
         spool=spool,
+        cpu_seconds=cpu_seconds,
     )
-
-
-# ------------------------------------------------------------------------------- outputs
-
-
-def _write_lines(path: Path, lines: Iterable[str]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as out:
-        batch: list[str] = []
-        for line in lines:
-            batch.append(line)
-            if len(batch) >= 10_000:
-                out.write("".join(batch))
-                batch.clear()
-        out.write("".join(batch))
-
-
-def _write_json_array(path: Path, items: Iterable[object]) -> None:
-    def lines() -> Iterator[str]:
-        first = True
-        yield "["
-        for item in items:
-            yield ("\n" if first else ",\n") + json.dumps(item, ensure_ascii=False)
-            first = False
-        yield "\n]\n"
-
-    _write_lines(path, lines())
-
-
-def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str]]:
-    """A function from input ordinals to the texts of those documents, read again from the
-    input (a folder's files directly; a JSONL file, or the copy of standard input, up to the
-    largest ordinal asked for). Documents that came as fingerprints have no text."""
-    options = result.options
-
-    def read(ordinals: Sequence[int]) -> dict[int, str]:
-        wanted = set(ordinals)
-        found: dict[int, str] = {}
-        if not wanted:
-            return found
-        source: str | Path | None = (
-            result.spool if result.reread_source is None else result.reread_source
-        )
-        if source is None or not Path(source).exists():
-            return found
-        reader = read_documents(source, id_field=options.id_field, text_field=options.text_field)
-        if reader.kind == "folder":
-            by_ordinal = {int(o): p for p, o in enumerate(result.ordinals.tolist()) if o in wanted}
-            for ordinal, position in by_ordinal.items():
-                text, _ = folder_file_text(Path(source) / result.near.keys[position])
-                if text is not None:
-                    found[ordinal] = text
-            return found
-        last = max(wanted)
-        for ordinal, document in enumerate(reader):
-            if ordinal in wanted and document.text is not None:
-                found[ordinal] = document.text
-            if ordinal >= last:
-                break
-        return found
-
-    return read
-
-
-def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str, Any]:
-    """Write the report folder (default ``result.options.out_dir``) and return the summary
-    (also written as ``summary.json``). Files (TSV: tab-separated, no header, one record a line;
-    fingerprints as 16 hex digits):
-
-    - ``pairs.tsv`` (``key_a, key_b, distance``: what stdout carries) and ``pairs.json``;
-    - ``clusters.tsv`` (``cluster, key``; cluster 1 is the largest) and ``clusters.json``
-      (``cluster, size, span, kept, keys``; span: the largest distance inside the cluster);
-    - ``flags.tsv`` (``key, nearest_key, distance, neighbors``) and ``flags.json``;
-    - ``exact_duplicates.tsv`` (``group, fingerprint, key``) and ``exact_duplicates.json``;
-    - ``keep_drop.tsv`` (``cluster, keep|drop, key, kept_key``) for every key in a cluster,
-      ``drop.txt`` (the keys to drop, one a line) and ``keep_drop.json``;
-    - ``too_short.tsv`` (``key, tokens``);
-    - ``summary.json`` and ``report.html`` (self-contained).
-    """
-    started = time.monotonic()
-    options = result.options
-    folder = Path(out_dir if out_dir is not None else options.out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    near = result.near
-    keys = near.keys
-    fps = near.fingerprints
-    t = tsv_field  # keys in TSV and text lines: backslash, TAB, LF, CR escaped
-
-    _write_lines(folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{z}\n" for x, y, z in near.iter_pairs()))
-    _write_json_array(
-        folder / "pairs.json",
-        ({"key_a": x, "key_b": y, "distance": z} for x, y, z in near.iter_pairs()),
-    )
-
-    clusters = near.cluster_positions()
-    spans = [near.span(members) for members in clusters]
-    _write_lines(
-        folder / "clusters.tsv",
-        (
-            f"{number}\t{t(keys[p])}\n"
-            for number, members in enumerate(clusters, start=1)
-            for p in members.tolist()
-        ),
-    )
-    _write_json_array(
-        folder / "clusters.json",
-        (
-            {
-                "cluster": number,
-                "size": int(members.size),
-                "span": span,
-                "kept": keys[kept],
-                "keys": [keys[p] for p in members.tolist()],
-            }
-            for number, (members, span, kept) in enumerate(
-                zip(clusters, spans, result.kept, strict=True), start=1
-            )
-        ),
-    )
-
-    node, other, distance, neighbors = near.flag_arrays()
-    flag_rows = list(
-        zip(node.tolist(), other.tolist(), distance.tolist(), neighbors.tolist(), strict=True)
-    )
-    _write_lines(
-        folder / "flags.tsv",
-        (f"{t(keys[p])}\t{t(keys[q])}\t{dd}\t{c}\n" for p, q, dd, c in flag_rows),
-    )
-    _write_json_array(
-        folder / "flags.json",
-        (
-            {"key": keys[p], "nearest_key": keys[q], "distance": dd, "neighbors": c}
-            for p, q, dd, c in flag_rows
-        ),
-    )
-
-    exact = near.exact_positions()
-    _write_lines(
-        folder / "exact_duplicates.tsv",
-        (
-            f"{number}\t{format_fingerprint(int(fps[members[0]]))}\t{t(keys[p])}\n"
-            for number, members in enumerate(exact, start=1)
-            for p in members.tolist()
-        ),
-    )
-    _write_json_array(
-        folder / "exact_duplicates.json",
-        (
-            {
-                "group": number,
-                "fingerprint": format_fingerprint(int(fps[members[0]])),
-                "size": int(members.size),
-                "keys": [keys[p] for p in members.tolist()],
-            }
-            for number, members in enumerate(exact, start=1)
-        ),
-    )
-
-    decisions = [
-        (number, "keep" if p == kept else "drop", keys[p], keys[kept])
-        for number, (members, kept) in enumerate(zip(clusters, result.kept, strict=True), start=1)
-        for p in members.tolist()
-    ]
-    _write_lines(
-        folder / "keep_drop.tsv", (f"{c}\t{x}\t{t(k)}\t{t(kk)}\n" for c, x, k, kk in decisions)
-    )
-    _write_lines(folder / "drop.txt", (f"{t(k)}\n" for _, x, k, _ in decisions if x == "drop"))
-    _write_json_array(
-        folder / "keep_drop.json",
-        ({"cluster": c, "action": x, "key": k, "kept_key": kk} for c, x, k, kk in decisions),
-    )
-    _write_lines(folder / "too_short.tsv", (f"{t(k)}\t{n}\n" for k, n in result.too_short))
-
-    histogram = near.distance_counts().tolist()
-    dropped = sum(1 for _, x, _, _ in decisions if x == "drop")
-    summary: dict[str, Any] = {
-        "input": options.source,
-        "documents": result.documents,
-        "fingerprinted": len(keys) + result.repeated_keys,
-        "distinct_keys": len(keys),
-        "repeated_keys": result.repeated_keys,
-        "too_short": len(result.too_short),
-        "skipped": sum(result.skipped_by_reason.values()),
-        "skipped_by_reason": result.skipped_by_reason,
-        "k": options.k,
-        "design": {"blocks": result.design[0], "leading": result.design[1]},
-        "weights": options.weights,
-        "tokenizer": options.tokenizer,
-        "shingle_size": options.shingle_size,
-        "min_words": options.min_words,
-        "keep": options.keep,
-        "pairs": len(near),
-        "pairs_by_distance": {str(i): int(c) for i, c in enumerate(histogram)},
-        "clusters": len(clusters),
-        "largest_cluster": int(clusters[0].size) if clusters else 0,
-        "keys_in_clusters": int(sum(int(m.size) for m in clusters)),
-        "flagged": len(flag_rows),
-        "exact_duplicate_groups": len(exact),
-        "keys_in_exact_groups": int(sum(int(m.size) for m in exact)),
-        "kept": len(clusters),
-        "dropped": dropped,
-        "jobs": options.jobs,
-        "seconds": {name: round(value, 3) for name, value in result.seconds.items()},
-    }
-
-    read_texts = texts_reader(result)
-    examples = select_examples(result, options.examples, read_texts)
-    top = [
-        ReportCluster(
-            number=number,
-            size=int(members.size),
-            span=span,
-            kept=keys[kept],
-            keys=[keys[p] for p in members[:20].tolist()],
-        )
-        for number, (members, span, kept) in enumerate(
-            zip(clusters[:10], spans[:10], result.kept[:10], strict=True), start=1
-        )
-    ]
-    summary["seconds"]["write"] = round(time.monotonic() - started, 3)
-    (folder / "report.html").write_text(
-        render_report(summary, histogram, top, examples), encoding="utf-8"
-    )
-    (folder / "summary.json").write_text(
-        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    return summary
 
 
 def default_jobs() -> int:

@@ -5,7 +5,7 @@ the report folder writer and the HTML report). Data only: no I/O, no worker proc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
@@ -93,7 +93,15 @@ class DedupResult:
         too_short: (key, tokens) of the texts too short to fingerprint, in input order.
         skipped_by_reason: folder entries skipped, by reason.
         repeated_keys: documents whose key occurred again later in the input.
-        seconds: wall time by step: "read and fingerprint", "join", and later "write".
+        seconds: wall time of each stage in this process, seconds: "read" (waiting for the
+            input's next block: decompressing it here or waiting for the child process that
+            does, listing a folder), "fingerprint" (the rest of the passes over the input:
+            waiting for the workers that parse and fingerprint, collecting their results),
+            "join" (the pairs), "cluster" (components and the keep rule), and later "write"
+            (:func:`~permindex.near.dedup.write_outputs`). Reading and the workers overlap, so
+            "fingerprint" is the part of their work that reading did not hide.
+        cpu_seconds: CPU time of the workers (and of this process for the chunks it did
+            itself), seconds, summed: "parse" (JSONL lines to documents) and "fingerprint".
     """
 
     options: DedupOptions
@@ -110,6 +118,7 @@ class DedupResult:
     reread_source: str | None = None  # where the texts can be read again (a file or folder)
     design: tuple[int, int] = (4, 1)
     spool: Path | None = None
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     def dropped(self) -> list[tuple[int, int]]:
         """(position dropped, position kept instead) for every document to drop, by cluster."""

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final, NamedTuple
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.hamming import parse_fingerprint
@@ -25,7 +25,9 @@ from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
 __all__ = [
     "Document",
+    "DocumentColumns",
     "DocumentReader",
+    "JsonlParser",
     "MalformedInputError",
     "ReadStats",
     "check_key",
@@ -104,7 +106,9 @@ def tsv_field(text: str) -> str:
     r"""``text`` as one field of our tab-separated outputs: backslash, TAB, LF and CR written as
     ``\\``, ``\t``, ``\n`` and ``\r`` (PostgreSQL's COPY text rule), so a key holding them
     cannot split a line or a column. Keys without them (URLs, paths) are printed unchanged."""
-    return text.translate(_TSV_ESCAPES) if any(c in text for c in "\\\t\n\r") else text
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.translate(_TSV_ESCAPES)
+    return text
 
 
 def format_fingerprint(fingerprint: int) -> str:
@@ -250,6 +254,199 @@ def read_file_text(path: str | Path) -> str:
         raise InvalidArgumentError(f"{path}: {skipped}", value=str(path)) from None
 
 
+def _valid_key(key: str) -> bool:
+    """Whether ``key`` passes the key rule (:func:`validate_key`; O(1) for an ASCII key)."""
+    try:
+        validate_key(key)
+    except InvalidKeyError:
+        return False
+    return True
+
+
+def _reads(stream: IO[bytes] | gzip.GzipFile, size: int, name: str) -> Iterator[bytes]:
+    """Reads of ``size`` bytes of ``stream`` until its end; a truncated or corrupt stream is an
+    :class:`InvalidArgumentError` naming ``name`` (``cannot read``)."""
+    while True:
+        try:
+            data = stream.read(size)
+        except (OSError, EOFError, zlib.error) as error:
+            raise InvalidArgumentError(f"{name}: cannot read: {error}") from None
+        if not data:
+            return
+        yield data
+
+
+def _whole_lines(reads: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """``reads`` cut after their last newline (see :meth:`DocumentReader.text_blocks`)."""
+    first = 1
+    rest = b""
+    for data in reads:
+        if rest:
+            data = rest + data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # no newline yet: a line longer than a block
+            rest = data
+            continue
+        block, rest = data[:cut], data[cut:]
+        yield first, block
+        first += block.count(b"\n")
+    if rest:  # the last line, without a newline
+        yield first, rest
+
+
+def _inflate(path: str, name: str, size: int, sender: Any) -> None:
+    """In a child process: send the reads of the gzip file ``path`` (each with the compressed
+    bytes consumed so far), then None; or the message of the error that stopped it."""
+    try:
+        with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            for data in _reads(stream, size, name):
+                sender.send((data, raw.tell()))
+        sender.send(None)
+    except InvalidArgumentError as error:
+        sender.send(str(error))
+    except OSError as error:  # the file itself
+        sender.send(f"{name}: cannot read: {error}")
+    finally:
+        sender.close()
+
+
+class DocumentColumns(NamedTuple):
+    """Documents as three lists of one length: ``keys``, ``texts`` (None where the input gave
+    a fingerprint) and ``fingerprints`` (None where it gave a text)."""
+
+    keys: list[str]
+    texts: list[str | None]
+    fingerprints: list[int | None]
+
+    def documents(self) -> list[Document]:
+        """The same as :class:`Document` objects."""
+        return [
+            Document(k, text=t, fingerprint=f)
+            for k, t, f in zip(self.keys, self.texts, self.fingerprints, strict=True)
+        ]
+
+
+@dataclass(frozen=True)
+class JsonlParser:
+    """The parser of one JSONL input's lines (picklable, so that worker processes parse):
+    ``name`` (the input's name in messages), ``id_field`` and ``text_field``."""
+
+    name: str
+    id_field: str = "id"
+    text_field: str = "text"
+
+    def columns(self, lines: Iterable[bytes], first: int) -> DocumentColumns:
+        """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
+        blank lines skipped, as columns: those of :meth:`parse_line`, one line at a time, with
+        a shortcut for a plain line (an object with a string key within the key rule, a string
+        text that is ASCII or holds no lone surrogate, and no ``fingerprint``): the same
+        document by fewer checks, and no :class:`Document` object made.
+
+        Raises:
+            MalformedInputError: the first malformed line (see :meth:`parse_line`).
+        """
+        keys: list[str] = []
+        texts: list[str | None] = []
+        fingerprints: list[int | None] = []
+        id_field, text_field = self.id_field, self.text_field
+        loads = json.loads
+        for number, line in enumerate(lines, start=first):
+            try:
+                obj = loads(line.decode("utf-8"))
+            except (ValueError, RecursionError):
+                obj = None
+            if type(obj) is dict and "fingerprint" not in obj:
+                key = obj.get(id_field)
+                text = obj.get(text_field)
+                if (
+                    type(key) is str
+                    and type(text) is str
+                    and _valid_key(key)
+                    and (text.isascii() or _SURROGATE.search(text) is None)
+                ):
+                    keys.append(key)
+                    texts.append(text)
+                    fingerprints.append(None)
+                    continue
+            document = self.parse_line(line, number)
+            if document is not None:
+                keys.append(document.key)
+                texts.append(document.text)
+                fingerprints.append(document.fingerprint)
+        return DocumentColumns(keys, texts, fingerprints)
+
+    def block_columns(self, block: bytes, first: int) -> DocumentColumns:
+        """:meth:`columns` of the lines of ``block`` (as :meth:`DocumentReader.text_blocks`
+        gives them: whole lines, the first being line ``first``).
+
+        Raises:
+            MalformedInputError: the first malformed line.
+        """
+        lines = block.split(b"\n")
+        if block.endswith(b"\n"):
+            lines.pop()  # what follows the last newline is not a line
+        return self.columns(lines, first)
+
+    def parse_line(self, line: bytes, number: int) -> Document | None:
+        """The document of one line (line ``number``, 1-based), or None for a blank line.
+
+        Raises:
+            MalformedInputError: the line is not UTF-8, not a JSON object, has no key or a bad
+                one, neither or both of the text and ``fingerprint``, a text that is not a
+                string or holds a lone surrogate, or a bad fingerprint.
+        """
+
+        def bad(message: str, value: object = None) -> MalformedInputError:
+            return MalformedInputError(message, self.name, number, value)
+
+        try:
+            text_line = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise bad(f"not valid UTF-8 ({error.reason} at byte {error.start})") from None
+        if not text_line.strip():
+            return None
+        try:
+            obj = json.loads(text_line)
+        except ValueError as error:
+            raise bad(f"bad JSON: {error}") from None
+        except RecursionError:  # arrays or objects nested thousands deep
+            raise bad("bad JSON: nested too deeply (no document nests that far)") from None
+        if not isinstance(obj, dict):
+            raise bad(f"expected a JSON object, got {type(obj).__name__}")
+        id_field, text_field = self.id_field, self.text_field
+        if id_field not in obj:
+            raise bad(f'no "{id_field}"')
+        key = obj[id_field]
+        if not isinstance(key, str):
+            shown = json.dumps(key)[:40]
+            hint = f' (write "{key}")' if isinstance(key, int) and not isinstance(key, bool) else ""
+            raise bad(f'"{id_field}" must be a string (a key), not {shown}{hint}', key)
+        try:
+            check_key(key)
+        except InvalidArgumentError as error:
+            raise bad(f'"{id_field}": {error}', key) from None
+        has_text, has_fp = text_field in obj, "fingerprint" in obj
+        if has_text == has_fp:
+            which = f'both "{text_field}" and' if has_text else f'neither "{text_field}" nor'
+            raise bad(f'{which} "fingerprint": give exactly one')
+        if has_text:
+            text = obj[text_field]
+            if not isinstance(text, str):
+                raise bad(f'"{text_field}" must be a string, not {json.dumps(text)[:40]}')
+            surrogate = _SURROGATE.search(text)
+            if surrogate is not None:
+                raise bad(
+                    f'"{text_field}" holds a lone surrogate \\u{ord(surrogate.group()):04x} at '
+                    f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
+                )
+            return Document(key, text=text)
+        try:
+            fingerprint = parse_fingerprint(obj["fingerprint"])
+        except InvalidArgumentError as error:
+            raise bad(str(error), obj["fingerprint"]) from None
+        return Document(key, fingerprint=fingerprint)
+
+
 class DocumentReader:
     """An iterable of :class:`Document` from one input, with running :class:`ReadStats`.
 
@@ -274,6 +471,9 @@ class DocumentReader:
         self._raw: IO[bytes] | None = None
         self._end: int | None = None
         self._stdin = stdin
+        self._parser: JsonlParser | None = None
+        self._inflate_elsewhere = False
+        self._position: int | None = None  # set while a child process decompresses
         if self.name == "-":
             self.kind = "jsonl"
             self.name = "<stdin>"
@@ -294,6 +494,8 @@ class DocumentReader:
         """Bytes of the input file consumed so far (0 when unknown)."""
         if self._end is not None:
             return self._end
+        if self._position is not None:
+            return self._position
         if self._raw is None:
             return 0
         try:
@@ -329,55 +531,94 @@ class DocumentReader:
             raise InvalidArgumentError(f"{self.name}: cannot read: {error}") from None
 
     def _parse_line(self, line: bytes, number: int) -> Document | None:
-        def bad(message: str, value: object = None) -> MalformedInputError:
-            return MalformedInputError(message, self.name, number, value)
+        if self._parser is None:
+            self._parser = self.parser()
+        return self._parser.parse_line(line, number)
 
+    # -- blocks of lines: JSONL read here, parsed elsewhere (permindex dedup's workers) ---------
+
+    def parser(self) -> JsonlParser:
+        """What parses this input's lines (:class:`JsonlParser`: picklable, for a worker)."""
+        return JsonlParser(self.name, self._id_field, self._text_field)
+
+    def text_blocks(
+        self, max_bytes: int, *, inflate_elsewhere: bool = False
+    ) -> Iterator[tuple[int, bytes]]:
+        """The lines of a JSONL input, not parsed, in blocks of whole lines of about
+        ``max_bytes`` (>= 1; a longer line is a block of its own): (number of the block's first
+        line, 1-based; the block's bytes, each line ending with a newline but perhaps the last
+        of the input). Parsing each block with :meth:`JsonlParser.block_columns` gives the
+        documents and errors of iterating the reader, in order; :attr:`stats` is not updated
+        (the caller counts the documents). Each block is one read of the same
+        :class:`gzip.GzipFile` (or of the file), cut after its last newline; so one difference:
+        a truncated or corrupt gzip stream is reported (``cannot read``) before the malformed
+        lines of the last block read before it.
+
+        ``inflate_elsewhere``: a gzip file is decompressed by a child process (multiprocessing,
+        forkserver where there is one), which sends its reads through a pipe, so that this
+        process only cuts them: the same blocks and errors, for a caller that has other work.
+
+        Iterate it once, instead of iterating the reader. O(max_bytes + longest line) memory.
+
+        Raises:
+            ValueError: the input is a folder (see :meth:`folder_files`).
+            InvalidArgumentError: the input cannot be read (a truncated or corrupt gzip stream).
+        """
+        if self.kind == "folder":
+            raise ValueError("text_blocks reads a JSONL input; a folder is read by folder_files")
+        self._inflate_elsewhere = inflate_elsewhere
+        if self.name == "<stdin>":
+            stream = self._stdin if self._stdin is not None else sys.stdin.buffer
+            yield from self._text_blocks(stream, max_bytes)
+            return
+        with open(self._path, "rb") as raw:
+            self._raw = raw
+            yield from self._text_blocks(raw, max_bytes)
+            self._end = self.size_bytes or 0
+
+    def _text_blocks(self, raw: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes]]:
+        head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+        if head == _GZIP_MAGIC and self._inflate_elsewhere and raw is self._raw:
+            return _whole_lines(self._inflated_elsewhere(max_bytes))
+        stream: IO[bytes] | gzip.GzipFile = raw
+        if head == _GZIP_MAGIC:
+            stream = gzip.GzipFile(fileobj=raw, mode="rb")
+        return _whole_lines(_reads(stream, max(1, max_bytes), self.name))
+
+    def _inflated_elsewhere(self, max_bytes: int) -> Iterator[bytes]:
+        """The reads of :func:`_inflate` in a child process, received here (one block ahead:
+        the pipe holds the next); :meth:`position_bytes` follows the child's position."""
+        import multiprocessing
+
+        methods = multiprocessing.get_all_start_methods()
+        context: Any = multiprocessing.get_context(
+            "forkserver" if "forkserver" in methods else "spawn"
+        )
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(
+            target=_inflate, args=(str(self._path), self.name, max(1, max_bytes), sender)
+        )
+        child.daemon = True
+        child.start()
+        sender.close()
         try:
-            text_line = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise bad(f"not valid UTF-8 ({error.reason} at byte {error.start})") from None
-        if not text_line.strip():
-            return None
-        try:
-            obj = json.loads(text_line)
-        except ValueError as error:
-            raise bad(f"bad JSON: {error}") from None
-        except RecursionError:  # arrays or objects nested thousands deep
-            raise bad("bad JSON: nested too deeply (no document nests that far)") from None
-        if not isinstance(obj, dict):
-            raise bad(f"expected a JSON object, got {type(obj).__name__}")
-        id_field, text_field = self._id_field, self._text_field
-        if id_field not in obj:
-            raise bad(f'no "{id_field}"')
-        key = obj[id_field]
-        if not isinstance(key, str):
-            shown = json.dumps(key)[:40]
-            hint = f' (write "{key}")' if isinstance(key, int) and not isinstance(key, bool) else ""
-            raise bad(f'"{id_field}" must be a string (a key), not {shown}{hint}', key)
-        try:
-            check_key(key)
-        except InvalidArgumentError as error:
-            raise bad(f'"{id_field}": {error}', key) from None
-        has_text, has_fp = text_field in obj, "fingerprint" in obj
-        if has_text == has_fp:
-            which = f'both "{text_field}" and' if has_text else f'neither "{text_field}" nor'
-            raise bad(f'{which} "fingerprint": give exactly one')
-        if has_text:
-            text = obj[text_field]
-            if not isinstance(text, str):
-                raise bad(f'"{text_field}" must be a string, not {json.dumps(text)[:40]}')
-            surrogate = _SURROGATE.search(text)
-            if surrogate is not None:
-                raise bad(
-                    f'"{text_field}" holds a lone surrogate \\u{ord(surrogate.group()):04x} at '
-                    f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
-                )
-            return Document(key, text=text)
-        try:
-            fingerprint = parse_fingerprint(obj["fingerprint"])
-        except InvalidArgumentError as error:
-            raise bad(str(error), obj["fingerprint"]) from None
-        return Document(key, fingerprint=fingerprint)
+            while True:
+                message = receiver.recv()
+                if message is None:
+                    return
+                if isinstance(message, str):
+                    raise InvalidArgumentError(message)
+                data, self._position = message
+                yield data
+        except EOFError:  # the child died without a word
+            raise InvalidArgumentError(
+                f"{self.name}: cannot read: the process decompressing it died"
+            ) from None
+        finally:
+            receiver.close()
+            if child.is_alive():
+                child.terminate()
+            child.join()
 
     def _read_folder(self) -> Iterator[Document]:
         for key, path in self.folder_files():

@@ -1,0 +1,136 @@
+"""Compiled kernels of the self-join (:func:`permindex.index.join.self_join`) and of the
+connected components of its pairs (:func:`permindex.index.clusters.components`).
+
+Imported only by the code that calls them (importing it compiles nothing until a kernel is first
+called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). Each kernel is bit-exact
+with the numpy path it replaces, which stays the reference under ``PERMINDEX_JIT=0``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.jit_numba import njit
+
+__all__ = ["group_pairs_verified", "hamming_weight", "union_find_labels"]
+
+_M1 = np.uint64(0x5555555555555555)
+_M2 = np.uint64(0x3333333333333333)
+_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = np.uint64(0x0101010101010101)
+_ONE = np.uint64(1)
+_TWO = np.uint64(2)
+_FOUR = np.uint64(4)
+_TOP = np.uint64(56)
+_ZERO = np.uint64(0)
+
+
+@njit()
+def hamming_weight(x: np.uint64) -> int:
+    """popcount of a uint64 (the SWAR count, which LLVM turns into one ``popcnt``)."""
+    x = x - ((x >> _ONE) & _M1)
+    x = (x & _M2) + ((x >> _TWO) & _M2)
+    x = (x + (x >> _FOUR)) & _M4
+    return int((x * _H01) >> _TOP)
+
+
+@njit()
+def group_pairs_verified(
+    keys: NDArray[np.uint64],
+    values: NDArray[np.uint64],
+    positions: NDArray[np.int64],
+    k: int,
+    earlier_masks: NDArray[np.uint64],
+    start_i: int,
+    start_j: int,
+    work_budget: int,
+    out_a: NDArray[np.int64],
+    out_b: NDArray[np.int64],
+    out_d: NDArray[np.int64],
+) -> tuple[int, int, int]:
+    """The pairs of one table of a self-join, from where the previous call stopped.
+
+    Args:
+        keys: (m,) uint64, a table's keys (prefixes) sorted ascending, so that a group of
+            equal keys is a run.
+        values: (m,) uint64, the fingerprint of each entry, in ``keys``' order.
+        positions: (m,) int64, the position of each entry in the joined array.
+        k: largest Hamming distance kept, bits.
+        earlier_masks: (e,) uint64, the key masks of the tables searched before this one: a
+            pair whose XOR is 0 under one of them was already reported there and is skipped.
+        start_i, start_j: the candidate (i, j), i < j, to start at (0, 1 at first).
+        work_budget: candidates to verify in this call, at most (>= 1).
+        out_a, out_b, out_d: (c,) int64 output buffers, c >= 1: the positions and distance
+            of each pair kept.
+
+    Returns:
+        (count, i, j): the pairs written to the buffers' first ``count`` slots, and the
+        candidate to resume at; ``i == m`` when the table is done. Every candidate pair
+        (i, j), i < j, with ``keys[i] == keys[j]`` is verified exactly once over the calls,
+        in order of (i, j); it is kept when popcount(values[i] ^ values[j]) <= k and no
+        earlier mask hides it. A call stops when the buffers are full or after
+        ``work_budget`` candidates.
+
+    O(m + candidates) time over the calls; no memory besides the buffers.
+    """
+    m = keys.size
+    capacity = out_a.size
+    n_masks = earlier_masks.size
+    count = 0
+    work = 0
+    i = start_i
+    j = start_j
+    while i < m:
+        if j <= i:
+            j = i + 1
+        key = keys[i]
+        value = values[i]
+        while j < m and keys[j] == key:
+            if count >= capacity or work >= work_budget:
+                return count, i, j
+            work += 1
+            x = value ^ values[j]
+            d = hamming_weight(x)
+            if d <= k:
+                first = True
+                for t in range(n_masks):
+                    if (x & earlier_masks[t]) == _ZERO:
+                        first = False
+                        break
+                if first:
+                    out_a[count] = positions[i]
+                    out_b[count] = positions[j]
+                    out_d[count] = d
+                    count += 1
+            j += 1
+        i += 1
+        j = i + 1
+        work += 1  # a row without candidates still costs a step
+        if work >= work_budget and i < m:
+            return count, i, j
+    return count, m, m
+
+
+@njit()
+def union_find_labels(n: int, a: NDArray[np.int64], b: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Connected components of the graph on 0..n-1 with edges (a[e], b[e]): (n,) int64, each
+    position labelled with the smallest position of its component. Union by smaller root with
+    path halving; O((n + e) alpha(n)) time, O(n) memory."""
+    parent = np.arange(n, dtype=np.int64)
+    for e in range(a.size):
+        x = a[e]
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        y = b[e]
+        while parent[y] != y:
+            parent[y] = parent[parent[y]]
+            y = parent[y]
+        if x < y:
+            parent[y] = x
+        elif y < x:
+            parent[x] = y
+    for p in range(n):  # ascending: a parent is smaller than its child, already final
+        parent[p] = parent[parent[p]]
+    return parent

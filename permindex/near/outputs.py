@@ -1,0 +1,260 @@
+"""The report folder of ``permindex dedup`` (:func:`write_outputs`, whose docstring lists the
+files): pairs, clusters, flags, exact duplicates and keep/drop lists as TSV and JSON, the summary
+and the HTML report, streamed from a :class:`~permindex.near.result.DedupResult`; and the example
+texts read again from the input (:func:`texts_reader`). Importing it does not import grpc.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from json.encoder import encode_basestring
+from pathlib import Path
+from typing import Any
+
+from permindex.near.report import ReportCluster, render_report, select_examples
+from permindex.near.result import DedupResult
+from permindex.text.documents import folder_file_text, format_fingerprint, read_documents, tsv_field
+
+__all__ = ["texts_reader", "write_outputs"]
+
+
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as out:
+        batch: list[str] = []
+        for line in lines:
+            batch.append(line)
+            if len(batch) >= 10_000:
+                out.write("".join(batch))
+                batch.clear()
+        out.write("".join(batch))
+
+
+def _write_json_array(path: Path, items: Iterable[object], *, encoded: bool = False) -> None:
+    """A JSON array of ``items`` (or of items already encoded, ``encoded``), one a line, as
+    ``json.dumps(item, ensure_ascii=False)`` writes each."""
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+
+    def lines() -> Iterator[str]:
+        first = True
+        yield "["
+        for item in items:
+            text = item if encoded and isinstance(item, str) else encode(item)
+            yield ("\n" if first else ",\n") + text
+            first = False
+        yield "\n]\n"
+
+    _write_lines(path, lines())
+
+
+def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str]]:
+    """A function from input ordinals to the texts of those documents, read again from the
+    input (a folder's files directly; a JSONL file, or the copy of standard input, up to the
+    largest ordinal asked for). Documents that came as fingerprints have no text."""
+    options = result.options
+
+    def read(ordinals: Sequence[int]) -> dict[int, str]:
+        wanted = set(ordinals)
+        found: dict[int, str] = {}
+        if not wanted:
+            return found
+        source: str | Path | None = (
+            result.spool if result.reread_source is None else result.reread_source
+        )
+        if source is None or not Path(source).exists():
+            return found
+        reader = read_documents(source, id_field=options.id_field, text_field=options.text_field)
+        if reader.kind == "folder":
+            by_ordinal = {int(o): p for p, o in enumerate(result.ordinals.tolist()) if o in wanted}
+            for ordinal, position in by_ordinal.items():
+                text, _ = folder_file_text(Path(source) / result.near.keys[position])
+                if text is not None:
+                    found[ordinal] = text
+            return found
+        last = max(wanted)
+        for ordinal, document in enumerate(reader):
+            if ordinal in wanted and document.text is not None:
+                found[ordinal] = document.text
+            if ordinal >= last:
+                break
+        return found
+
+    return read
+
+
+def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str, Any]:
+    """Write the report folder (default ``result.options.out_dir``) and return the summary
+    (also written as ``summary.json``). Files (TSV: tab-separated, no header, one record a line;
+    fingerprints as 16 hex digits):
+
+    - ``pairs.tsv`` (``key_a, key_b, distance``: what stdout carries) and ``pairs.json``;
+    - ``clusters.tsv`` (``cluster, key``; cluster 1 is the largest) and ``clusters.json``
+      (``cluster, size, span, kept, keys``; span: the largest distance inside the cluster);
+    - ``flags.tsv`` (``key, nearest_key, distance, neighbors``) and ``flags.json``;
+    - ``exact_duplicates.tsv`` (``group, fingerprint, key``) and ``exact_duplicates.json``;
+    - ``keep_drop.tsv`` (``cluster, keep|drop, key, kept_key``) for every key in a cluster,
+      ``drop.txt`` (the keys to drop, one a line) and ``keep_drop.json``;
+    - ``too_short.tsv`` (``key, tokens``);
+    - ``summary.json`` and ``report.html`` (self-contained).
+    """
+    started = time.monotonic()
+    options = result.options
+    folder = Path(out_dir if out_dir is not None else options.out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    near = result.near
+    keys = near.keys
+    fps = near.fingerprints
+    t = tsv_field  # keys in TSV and text lines: backslash, TAB, LF, CR escaped
+
+    _write_lines(folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{z}\n" for x, y, z in near.iter_pairs()))
+    j = encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
+    _write_json_array(
+        folder / "pairs.json",
+        (f'{{"key_a": {j(x)}, "key_b": {j(y)}, "distance": {z}}}' for x, y, z in near.iter_pairs()),
+        encoded=True,
+    )
+
+    clusters = near.cluster_positions()
+    spans = near.spans(clusters)
+    _write_lines(
+        folder / "clusters.tsv",
+        (
+            f"{number}\t{t(keys[p])}\n"
+            for number, members in enumerate(clusters, start=1)
+            for p in members.tolist()
+        ),
+    )
+    _write_json_array(
+        folder / "clusters.json",
+        (
+            {
+                "cluster": number,
+                "size": int(members.size),
+                "span": span,
+                "kept": keys[kept],
+                "keys": [keys[p] for p in members.tolist()],
+            }
+            for number, (members, span, kept) in enumerate(
+                zip(clusters, spans, result.kept, strict=True), start=1
+            )
+        ),
+    )
+
+    node, other, distance, neighbors = near.flag_arrays()
+    flag_rows = list(
+        zip(node.tolist(), other.tolist(), distance.tolist(), neighbors.tolist(), strict=True)
+    )
+    _write_lines(
+        folder / "flags.tsv",
+        (f"{t(keys[p])}\t{t(keys[q])}\t{dd}\t{c}\n" for p, q, dd, c in flag_rows),
+    )
+    _write_json_array(
+        folder / "flags.json",
+        (
+            f'{{"key": {j(keys[p])}, "nearest_key": {j(keys[q])}, "distance": {dd}, '
+            f'"neighbors": {c}}}'
+            for p, q, dd, c in flag_rows
+        ),
+        encoded=True,
+    )
+
+    exact = near.exact_positions()
+    _write_lines(
+        folder / "exact_duplicates.tsv",
+        (
+            f"{number}\t{format_fingerprint(int(fps[members[0]]))}\t{t(keys[p])}\n"
+            for number, members in enumerate(exact, start=1)
+            for p in members.tolist()
+        ),
+    )
+    _write_json_array(
+        folder / "exact_duplicates.json",
+        (
+            {
+                "group": number,
+                "fingerprint": format_fingerprint(int(fps[members[0]])),
+                "size": int(members.size),
+                "keys": [keys[p] for p in members.tolist()],
+            }
+            for number, members in enumerate(exact, start=1)
+        ),
+    )
+
+    decisions = [
+        (number, "keep" if p == kept else "drop", keys[p], keys[kept])
+        for number, (members, kept) in enumerate(zip(clusters, result.kept, strict=True), start=1)
+        for p in members.tolist()
+    ]
+    _write_lines(
+        folder / "keep_drop.tsv", (f"{c}\t{x}\t{t(k)}\t{t(kk)}\n" for c, x, k, kk in decisions)
+    )
+    _write_lines(folder / "drop.txt", (f"{t(k)}\n" for _, x, k, _ in decisions if x == "drop"))
+    _write_json_array(
+        folder / "keep_drop.json",
+        (
+            f'{{"cluster": {c}, "action": "{x}", "key": {j(k)}, "kept_key": {j(kk)}}}'
+            for c, x, k, kk in decisions
+        ),
+        encoded=True,
+    )
+    _write_lines(folder / "too_short.tsv", (f"{t(k)}\t{n}\n" for k, n in result.too_short))
+
+    histogram = near.distance_counts().tolist()
+    dropped = sum(1 for _, x, _, _ in decisions if x == "drop")
+    summary: dict[str, Any] = {
+        "input": options.source,
+        "documents": result.documents,
+        "fingerprinted": len(keys) + result.repeated_keys,
+        "distinct_keys": len(keys),
+        "repeated_keys": result.repeated_keys,
+        "too_short": len(result.too_short),
+        "skipped": sum(result.skipped_by_reason.values()),
+        "skipped_by_reason": result.skipped_by_reason,
+        "k": options.k,
+        "design": {"blocks": result.design[0], "leading": result.design[1]},
+        "weights": options.weights,
+        "tokenizer": options.tokenizer,
+        "shingle_size": options.shingle_size,
+        "min_words": options.min_words,
+        "keep": options.keep,
+        "pairs": len(near),
+        "pairs_by_distance": {str(i): int(c) for i, c in enumerate(histogram)},
+        "clusters": len(clusters),
+        "largest_cluster": int(clusters[0].size) if clusters else 0,
+        "keys_in_clusters": int(sum(int(m.size) for m in clusters)),
+        "flagged": len(flag_rows),
+        "exact_duplicate_groups": len(exact),
+        "keys_in_exact_groups": int(sum(int(m.size) for m in exact)),
+        "kept": len(clusters),
+        "dropped": dropped,
+        "jobs": options.jobs,
+        "seconds": {name: round(value, 3) for name, value in result.seconds.items()},
+        "cpu_seconds": {name: round(value, 3) for name, value in result.cpu_seconds.items()},
+    }
+
+    read_texts = texts_reader(result)
+    examples = select_examples(result, options.examples, read_texts)
+    top = [
+        ReportCluster(
+            number=number,
+            size=int(members.size),
+            span=span,
+            kept=keys[kept],
+            keys=[keys[p] for p in members[:20].tolist()],
+        )
+        for number, (members, span, kept) in enumerate(
+            zip(clusters[:10], spans[:10], result.kept[:10], strict=True), start=1
+        )
+    ]
+    stages = summary["seconds"]
+    stages["write"] = round(time.monotonic() - started, 3)
+    if "read" in stages and "fingerprint" in stages:  # the step's name before it was split
+        stages["read and fingerprint"] = round(stages["read"] + stages["fingerprint"], 3)
+    (folder / "report.html").write_text(
+        render_report(summary, histogram, top, examples), encoding="utf-8"
+    )
+    (folder / "summary.json").write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    return summary

@@ -1,0 +1,237 @@
+"""The compiled self-join and union-find (permindex.index.join_kernels, used by self_join and
+components unless PERMINDEX_JIT=0) against the numpy reference (PERMINDEX_JIT=0) and brute force:
+random and hypothesis inputs, planted near-duplicates at every distance 0..k, groups of equal
+values, hot prefixes, wide designs (long prefixes, prefix + row bits over 64), output chunks of
+1 to 3 pairs, cancellation between kernel calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import SETTINGS
+
+import permindex.index.join as join_module
+from permindex.errors import CallCancelledError
+from permindex.index.clusters import NearDuplicates, components
+from permindex.index.hamming import brute_force_pairs
+from permindex.index.join import BYTE_PAIRS, JoinDesign, self_join
+from permindex.index.permutation import Design
+
+#: Ways to join with the largest k each answers: 16-bit prefixes, 26-bit ones (5, 2), 32-bit
+#: ones (6, 3), 4-bit ones (16, 1) at k = 10, 56-bit ones (8, 7) whose key and row number do not
+#: fit in 64 bits past 256 rows, and the byte-pair join.
+JOINS: list[tuple[JoinDesign, int]] = [
+    (Design(4, 1), 3),
+    (Design(5, 2), 3),
+    (Design(6, 3), 3),
+    (Design(16, 1), 10),
+    (Design(8, 7), 1),
+    (Design(7, 2), 5),
+    (BYTE_PAIRS, 3),
+]
+IDS = [str(d) for d, _ in JOINS]
+
+
+@pytest.fixture(autouse=True)
+def compiled_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels for every input size (by default only from COMPILED_MIN_ROWS values)."""
+    monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 0)
+
+
+def as_pairs(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[int, int, int]]:
+    return sorted(
+        zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist(), d.tolist(), strict=True)
+    )
+
+
+def joined(
+    values: np.ndarray,
+    k: int,
+    design: JoinDesign,
+    compiled: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """self_join by the kernel (compiled) or by numpy (PERMINDEX_JIT=0)."""
+    with monkeypatch.context() as patch:
+        patch.setenv("PERMINDEX_JIT", "1" if compiled else "0")
+        return self_join(values, k, design, should_stop)
+
+
+def check_all_three(
+    values: np.ndarray, k: int, design: JoinDesign, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[int, int, int]]:
+    """Kernel == numpy == brute force, each pair once (positions a != b); returns the pairs."""
+    a, b, d = joined(values, k, design, True, monkeypatch)
+    assert a.dtype == b.dtype == d.dtype == np.int64
+    assert not (a == b).any()
+    got = as_pairs(a, b, d)
+    assert len(set(got)) == len(got)
+    i, j, dd = brute_force_pairs(values, k)
+    truth = as_pairs(i, j, dd)
+    assert got == truth
+    assert as_pairs(*joined(values, k, design, False, monkeypatch)) == truth
+    return got
+
+
+def planted(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    """n values: a quarter random bases, the rest copies of them with 0..k random bits flipped
+    (so equal values and pairs at every distance 0..k), shuffled."""
+    bases = rng.integers(0, 2**64, size=max(1, n // 4), dtype=np.uint64)
+    values = bases[rng.integers(0, bases.size, size=n)]
+    for i in range(n):
+        flips = rng.choice(64, size=int(rng.integers(0, k + 1)), replace=False)
+        for bit in flips.tolist():
+            values[i] ^= np.uint64(1 << bit)
+    return values[rng.permutation(n)]
+
+
+@pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
+def test_planted_near_duplicates_at_every_distance(
+    design: JoinDesign, kmax: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(5)
+    values = planted(rng, 600, kmax)
+    for k in range(kmax + 1):
+        pairs = check_all_three(values, k, design, monkeypatch)
+        assert {d for _, _, d in pairs} == set(range(k + 1))  # every distance is there
+
+
+@pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
+def test_exact_duplicate_groups_and_hot_prefixes(
+    design: JoinDesign, kmax: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """400 copies of one value, 300 values sharing every table's prefix bits (only the low
+    bits differ: one hot group per table), random values around them."""
+    rng = np.random.default_rng(9)
+    hot = np.uint64(0xDEADBEEF00000000) | rng.integers(0, 1 << 6, 300, dtype=np.uint64)
+    values = np.concatenate(
+        [
+            np.full(400, 0x0123456789ABCDEF, dtype=np.uint64),
+            hot,
+            rng.integers(0, 2**64, 300, dtype=np.uint64),
+        ]
+    )
+    check_all_three(values[rng.permutation(values.size)], kmax, design, monkeypatch)
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3, 50])
+@pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
+def test_kernel_resumes_between_small_chunks(
+    design: JoinDesign, kmax: int, budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PAIR_BUDGET pairs per kernel call (and 16x as many candidates): calls stop at every
+    point of a group and resume there, nothing lost or repeated."""
+    monkeypatch.setattr(join_module, "PAIR_BUDGET", budget)
+    rng = np.random.default_rng(budget)
+    check_all_three(planted(rng, 300, kmax), kmax, design, monkeypatch)
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=60),
+    st.lists(st.tuples(st.integers(0, 59), st.integers(0, 63)), max_size=60),
+    st.sampled_from(JOINS),
+)
+def test_kernel_equals_reference_and_brute_force(
+    base: list[int], flips: list[tuple[int, int]], join: tuple[JoinDesign, int]
+) -> None:
+    """Any values (with near copies: a bit of value i flipped, appended), every k the join
+    answers."""
+    design, kmax = join
+    values = list(base)
+    for i, bit in flips:
+        if base:
+            values.append(base[i % len(base)] ^ (1 << bit))
+    array = np.array(values, dtype=np.uint64)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for k in range(kmax + 1):
+            check_all_three(array, k, design, monkeypatch)
+
+
+def test_should_stop_is_checked_between_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A should_stop that turns True after a few checks stops a join of many kernel calls."""
+    monkeypatch.setattr(join_module, "PAIR_BUDGET", 4)
+    values = planted(np.random.default_rng(3), 2000, 3)
+    calls = 0
+
+    def stop() -> bool:
+        nonlocal calls
+        calls += 1
+        return calls > 10
+
+    with pytest.raises(CallCancelledError):
+        joined(values, 3, Design(4, 1), True, monkeypatch, stop)
+    assert calls == 11
+
+
+def dfs_labels(n: int, a: np.ndarray, b: np.ndarray) -> list[int]:
+    """Each node's smallest node of its component, by depth-first search."""
+    neighbours: list[list[int]] = [[] for _ in range(n)]
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        neighbours[x].append(y)
+        neighbours[y].append(x)
+    label = [-1] * n
+    for start in range(n):
+        if label[start] >= 0:
+            continue
+        stack, seen = [start], [start]
+        label[start] = start
+        while stack:
+            for other in neighbours[stack.pop()]:
+                if label[other] < 0:
+                    label[other] = start
+                    stack.append(other)
+                    seen.append(other)
+    return label
+
+
+@SETTINGS
+@given(st.integers(1, 80), st.lists(st.tuples(st.integers(0, 79), st.integers(0, 79))))
+def test_union_find_equals_reference_and_search(n: int, edges: list[tuple[int, int]]) -> None:
+    a = np.array([x % n for x, _ in edges], dtype=np.int64)
+    b = np.array([y % n for _, y in edges], dtype=np.int64)
+    truth = dfs_labels(n, a, b)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("PERMINDEX_JIT", "1")
+        assert components(n, a, b).tolist() == truth
+        monkeypatch.setenv("PERMINDEX_JIT", "0")
+        assert components(n, a, b).tolist() == truth
+
+
+def test_long_chains_and_stars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path over 20,000 nodes in a shuffled order (deep trees for a naive union-find) and a
+    star: one component each, labelled by its smallest node."""
+    rng = np.random.default_rng(1)
+    n = 20_000
+    path = rng.permutation(n).astype(np.int64)
+    order = rng.permutation(n - 1)
+    a, b = path[:-1][order], path[1:][order]
+    star_a = np.full(999, n, dtype=np.int64)
+    star_b = np.arange(n + 1, n + 1000, dtype=np.int64)
+    a, b = np.concatenate([a, star_b]), np.concatenate([b, star_a])
+    for flag in ("1", "0"):
+        monkeypatch.setenv("PERMINDEX_JIT", flag)
+        labels = components(n + 1000, a, b)
+        assert (labels[:n] == 0).all() and (labels[n:] == n).all()
+
+
+def test_near_duplicates_identical_under_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole answer (pairs in key order, clusters, flags, exact groups) is the same with and
+    without the kernels."""
+    rng = np.random.default_rng(4)
+    values = planted(rng, 3000, 3)
+    keys = [f"k{int(x):05d}" for x in rng.permutation(values.size)]
+    answers = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("PERMINDEX_JIT", flag)
+        near = NearDuplicates(keys, values, 3)
+        answers.append(
+            (list(near.iter_pairs()), near.clusters(), near.flags(), near.exact_duplicates())
+        )
+    assert answers[0] == answers[1]
+    assert answers[0][0]  # not empty
