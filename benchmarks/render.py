@@ -209,6 +209,37 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"| {_power(n)} | {_fmt(default['pairs_s'], 2)} s | {_fmt(reference, 2)} s "
                 f"| {_ratio(reference, default['pairs_s'])} | {goal} |"
             )
+    many = next((r for r in results if r["system"] == "simhash_many"), None)
+    if many:
+        rate = many["docs_per_s"]
+        lines.append(
+            f"| simhash_many on {many['docs']:,} texts of {many['words_per_text']} words "
+            f"({many['texts']}) vs the per-shingle Python hashing floor (lower, split, join, "
+            f"xxh3_64 each), same run; simhash one text per call beside "
+            f"| | {_fmt(rate['simhash_many'])} docs/s | floor {_fmt(rate['floor'])} docs/s; "
+            f"simhash {_fmt(rate['simhash'])} docs/s | {many['many_over_floor']:.2f}x | ≥ 8x |"
+        )
+        first = many.get("first_call")
+        if first:
+            lines.append(
+                "| simhash_many's first call in a fresh process: compiling (empty cache), then "
+                "loading from numba's cache (numba's import beside) | "
+                f"| {first['compile']['first_call_s']:.2f} s "
+                f"| {first['cached']['first_call_s']:.2f} s "
+                f"(import numba {first['cached']['import_numba_s']:.2f} s) | | measured |"
+            )
+    dedup = next((r for r in results if r["system"] == "dedup"), None)
+    if dedup:
+        fast, slow = dedup["kernels"], dedup["reference"]
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in fast["stage_shares"].items())
+        lines.append(
+            f"| permindex dedup of {_power(dedup['n'])} synthetic documents "
+            f"({fast['corpus_mb']} MB gz, {fast['pairs']:,} pairs), kernels vs the reference "
+            f"paths (PERMINDEX_JIT=0), wall (peak RSS); stages: {shares} "
+            f"| {_power(dedup['n'])} | {fast['wall_seconds']:.1f} s ({fast['peak_rss_mb']:.0f} MB) "
+            f"| {slow['wall_seconds']:.1f} s ({slow['peak_rss_mb']:.0f} MB) "
+            f"| {_ratio(slow['wall_seconds'], fast['wall_seconds'])} | ≥ 5x |"
+        )
     restart = next((r for r in results if r["system"] == "restart"), None)
     if restart:
         lines.append(

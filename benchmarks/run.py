@@ -860,6 +860,39 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
     return out
 
 
+# -- fingerprints and dedup: benchmarks/bench_simhash.py, benchmarks/bench_dedup.py -------------
+
+
+def worker_simhash_many(quick: bool) -> dict[str, Any]:
+    """simhash_many against the per-shingle Python hashing floor and simhash per text, on
+    300-word windows of a shared corpus, in one run (bench_simhash.run), with the first call's
+    cost in fresh processes (compiling, then from the cache)."""
+    import bench_simhash
+
+    return {"system": "simhash_many", **bench_simhash.run(docs=2000, rounds=3 if quick else 5)}
+
+
+def worker_dedup(n: int) -> dict[str, Any]:
+    """``permindex dedup`` of n documents of benchmarks/synthetic.py on the compiled kernels and
+    on the reference paths (PERMINDEX_JIT=0: fingerprints, join and components as before the
+    kernels), one after the other (bench_dedup.run)."""
+    import bench_dedup
+
+    kernels = bench_dedup.run(n)
+    reference = bench_dedup.run(n, sample=0, jit=False)
+    return {"system": "dedup", "n": n, "kernels": kernels, "reference": reference}
+
+
+def replace_part(result: dict[str, Any], system: str) -> None:
+    """Put ``result`` in results/results.json in place of the entry of ``system``."""
+    path = RESULTS / "results.json"
+    kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    if kept is None:
+        kept = {"machine": result["machine"], "results": []}
+    kept["results"] = [r for r in kept["results"] if r.get("system") != system] + [result]
+    path.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
+
+
 # -- driver ----------------------------------------------------------------------------------------
 
 
@@ -915,15 +948,19 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter gRPC runs")
     parser.add_argument(
-        "--skip", default="", help="comma list: faiss,simhash,pybind,brute,grpc,restart"
+        "--skip",
+        default="",
+        help="comma list: faiss,simhash,pybind,brute,grpc,restart,simhash-many,dedup",
     )
     parser.add_argument("--scale", type=float, default=None, help="only the 10^8-class run")
     parser.add_argument(
         "--only",
-        choices=["grpc"],
+        choices=["grpc", "simhash-many", "dedup"],
         help="only this part (grpc: the server against the sync and asyncio echo servers, "
-        "N = 10^6 unless --sizes is smaller); its result replaces the part's entry in "
-        "results/results.json, the rest is kept",
+        "N = 10^6 unless --sizes is smaller; simhash-many: simhash_many against the Python "
+        "hashing floor; dedup: permindex dedup of 10^6 synthetic documents, kernels and "
+        "reference paths); its result replaces the part's entry in results/results.json, the "
+        "rest is kept",
     )
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -946,6 +983,8 @@ def main() -> int:
             "restart": lambda: worker_restart(n),
             "scale": lambda: worker_scale(n, args.repeats),
             "grpc": lambda: worker_grpc(n, 2.0 if args.quick else 5.0),
+            "simhash-many": lambda: worker_simhash_many(args.quick),
+            "dedup": lambda: worker_dedup(n),
             "echo-server": lambda: echo_server(n),
             "echo-aio-server": lambda: echo_aio_server(n),
         }
@@ -963,18 +1002,14 @@ def main() -> int:
         return 0
     skip = set(filter(None, args.skip.split(",")))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
-    if args.only == "grpc":
+    if args.only:
         quick = ["--quick"] if args.quick else []
-        result = run_worker(["grpc", "--n", str(min(max(sizes), 1_000_000)), *quick])
+        n_part = min(max(sizes), 1_000_000)
+        result = run_worker([args.only, "--n", str(n_part), *quick], timeout=7200)
         if result is None:
             return 1
         result["machine"] = machine()
-        path = RESULTS / "results.json"
-        kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-        if kept is None:
-            kept = {"machine": result["machine"], "results": []}
-        kept["results"] = [r for r in kept["results"] if r.get("system") != "gRPC"] + [result]
-        path.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
+        replace_part(result, result["system"])
         write_outputs(args.no_readme)
         return 0
     designs = args.designs.split()
@@ -1000,6 +1035,12 @@ def main() -> int:
     if "grpc" not in skip:
         quick = ["--quick"] if args.quick else []
         results.append(run_worker(["grpc", "--n", str(min(max(sizes), 1_000_000)), *quick]) or {})
+    if "simhash-many" not in skip:
+        quick = ["--quick"] if args.quick else []
+        results.append(run_worker(["simhash-many", *quick]) or {})
+    if "dedup" not in skip:
+        dedup_n = min(max(sizes), 1_000_000)
+        results.append(run_worker(["dedup", "--n", str(dedup_n)], timeout=7200) or {})
     payload = {"machine": info, "results": [r for r in results if r]}
     (RESULTS / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     write_outputs(args.no_readme)
