@@ -9,10 +9,13 @@ The cache. numba writes compiled kernels next to their source (``__pycache__``) 
 fails or pollutes a read-only or shared site-packages. Before numba is imported, this module
 points ``NUMBA_CACHE_DIR`` at a per-user directory, unless the user set it:
 ``$PERMINDEX_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/permindex/numba`` (``~/.cache`` when
-XDG_CACHE_HOME is unset). If that directory cannot be created or written, a directory under the
-system's temporary folder is used instead. numba writes each cache file to a temporary name and
-renames it into place, so two processes compiling the same kernel at once both succeed and one
-of the two identical files wins.
+XDG_CACHE_HOME is unset). If the chosen directory cannot be created or written, the kernels are
+cached in ``<tmp>/permindex-numba-<uid>`` instead (a directory of this user's, mode 0700: one
+that another user could write is not used), or, failing that, in a new private temporary
+directory: they then compile again in every process. numba writes each cache file to a
+temporary name and renames it into place, so two processes compiling the same kernel at once
+both succeed and one of the two identical files wins. numba keys its cache by the kernels'
+source files, so each installation (a clone, a virtual environment) compiles once.
 
 Every kernel is compiled with ``cache=True`` (compiled once per machine and numba version, then
 loaded), ``nogil=True`` (threads run kernels in parallel: the server's executor, ``threads=N``
@@ -31,6 +34,7 @@ njit``) and which sets the cache directory before it imports numba.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -67,9 +71,27 @@ def cache_dir() -> Path:
         chosen = Path(base) / "permindex" / "numba"
     if _writable(chosen):
         return chosen
-    fallback = Path(tempfile.gettempdir()) / f"permindex-numba-{os.getuid()}"
-    fallback.mkdir(parents=True, exist_ok=True)
-    return fallback
+    return _private_temporary()
+
+
+def _private_temporary() -> Path:
+    """``<tmp>/permindex-numba-<uid>``, created with mode 0700, if it is a directory owned by
+    this user that nobody else can write (numba's cache files are pickles: a directory another
+    user could write would let them plant code); else a new private directory (no cache kept
+    across processes)."""
+    path = Path(tempfile.gettempdir()) / f"permindex-numba-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        status = path.lstat()
+        if (
+            stat.S_ISDIR(status.st_mode)
+            and status.st_uid == os.getuid()
+            and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            return path
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="permindex-numba-"))
 
 
 def configure_cache() -> None:

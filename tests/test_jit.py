@@ -52,6 +52,26 @@ def test_unwritable_cache_dir_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert os.access(chosen, os.W_OK)
 
 
+def test_fallback_refuses_a_directory_others_can_write(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The temporary fallback is used only when it is this user's and nobody else can write it
+    (numba's cache files are pickles); otherwise a new private directory is made."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("PERMINDEX_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    shared = tmp_path / f"permindex-numba-{os.getuid()}"
+    shared.mkdir()
+    shared.chmod(0o777)
+    chosen = jit.cache_dir()
+    assert chosen != shared and chosen.parent == tmp_path
+    assert chosen.stat().st_mode & 0o077 == 0  # private
+    shared.chmod(0o700)
+    assert jit.cache_dir() == shared
+
+
 def test_index_kernels_compile_into_the_chosen_cache(tmp_path: Path) -> None:
     """A process with an empty cache directory compiles the lookup kernels into it (nothing
     into the package's folders), and answers lookups exactly."""

@@ -128,6 +128,7 @@ def test_threads_argument_is_checked() -> None:
     with pytest.raises(TypeError, match="threads"):
         index.query_many([1] * 20, threads=1.5)  # type: ignore[call-overload]
     assert index.query_many([1] * 20, threads=8) == [index.query(1)] * 20
+    assert index.query_many([1] * 20, threads=None) == [index.query(1)] * 20
 
 
 def test_lookups_racing_writes_see_each_write_whole() -> None:

@@ -381,3 +381,10 @@ def test_import_permindex_does_not_import_numba() -> None:
 def test_simhash_many_is_exported() -> None:
     assert "simhash_many" in permindex.__all__
     assert permindex.simhash_many is simhash_many
+
+
+def test_one_string_is_refused_not_split_into_characters() -> None:
+    """A bare str (or bytes) is not a batch: iterating it would fingerprint each character."""
+    for value in ("a text of several words", b"a text of several words"):
+        with pytest.raises(TypeError, match="texts must be an iterable of str, not one"):
+            permindex.simhash_many(value)  # type: ignore[arg-type]

@@ -497,7 +497,7 @@ class Index:
         k: int | None = ...,
         limit: int | None = ...,
         *,
-        threads: int = ...,
+        threads: int | None = ...,
         columns: Literal[False] = ...,
     ) -> list[list[Match]]: ...
 
@@ -508,7 +508,7 @@ class Index:
         k: int | None = ...,
         limit: int | None = ...,
         *,
-        threads: int = ...,
+        threads: int | None = ...,
         columns: Literal[True],
     ) -> QueryColumns: ...
 
@@ -518,7 +518,7 @@ class Index:
         k: int | None = None,
         limit: int | None = None,
         *,
-        threads: int = 1,
+        threads: int | None = None,
         columns: bool = False,
     ) -> list[list[Match]] | QueryColumns:
         """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in
@@ -532,7 +532,7 @@ class Index:
         (:mod:`permindex.index.lookup`) on a consistent read view of the index, without its
         lock: lookups from several threads run in parallel, and a lookup racing a write sees the
         index as it was before or after each write, never a mix. It uses the calling thread
-        only, unless ``threads`` > 1 (that many threads, each on a slice of the batch).
+        only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1).
         Same errors as :meth:`query` (the message names the position of a bad fingerprint),
         and TypeError / InvalidArgumentError for a ``threads`` that is not an int >= 1;
         nothing is queried then.
@@ -540,9 +540,9 @@ class Index:
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
-        if check_int(threads, "threads") < 1:
+        if threads is not None and check_int(threads, "threads") < 1:
             raise InvalidArgumentError(f"threads must be >= 1, not {threads}")
-        options = LookupOptions(kk, lim, threads, columns, self._jit)
+        options = LookupOptions(kk, lim, threads or 1, columns, self._jit)
         return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:

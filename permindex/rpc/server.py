@@ -49,6 +49,7 @@ from permindex.rpc.service import SERVICE_NAME, PermIndexService, Work
 from permindex.rpc.state import ServerState
 from permindex.storage.snapshot import SnapshotInfo
 from permindex.storage.store import Store
+from permindex.text.fingerprint import simhash_many
 
 __all__ = ["RunningServer", "create_server", "run_server"]
 
@@ -340,7 +341,8 @@ def create_server(config: ServerConfig) -> RunningServer:
     """Load ``config.data_dir``, then start serving ``permindex.v1.PermIndex`` (plus standard
     health checking and server reflection) on ``config.address``.
 
-    Nothing listens until the data is loaded; health reports SERVING from then on. Messages up to
+    Nothing listens until the data is loaded and the compiled kernels (lookups, fingerprints)
+    are loaded; health reports SERVING from then on. Messages up to
     ``config.max_message_bytes`` are accepted and sent; request bytes that are not a valid message
     for their RPC get INVALID_ARGUMENT (the handlers of :mod:`permindex.rpc.handlers`). With
     ``config.snapshot_interval`` > 0, a thread snapshots every that many seconds when anything
@@ -376,6 +378,9 @@ def create_server(config: ServerConfig) -> RunningServer:
         truncate_corrupt_log=config.truncate_corrupt_log,
     )
     index = store.index
+    # The text path's compiled kernel loaded (or compiled, once per install) before anything
+    # listens, as the index's are by the Index: no request pays for it.
+    simhash_many(["load the fingerprint kernel now"])
     metrics = MetricsServer() if config.metrics_address is not None else None
     catalog: Catalog | None = None
     executor: ThreadPoolExecutor | None = None

@@ -320,7 +320,8 @@ def simhash_many(
         ``shingle_size`` or ``min_words`` tokens), and ``fingerprints[i]`` is then 0.
 
     Raises:
-        TypeError: an element of ``texts`` is not a ``str`` (named ``texts[i]``).
+        TypeError: ``texts`` is a ``str`` or ``bytes`` itself (not a batch), or an element of
+            ``texts`` is not a ``str`` (named ``texts[i]``).
         InvalidArgumentError: a bad option (the errors of :func:`simhash`).
         UnicodeEncodeError: a shingle holds a lone surrogate (as :func:`simhash`).
 
@@ -332,6 +333,11 @@ def simhash_many(
     kernel: their input is features and weights, not texts, and their vote is already one
     numpy pass.
     """
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(
+            f"texts must be an iterable of str, not one {type(texts).__name__} "
+            "(for one text: simhash(text), or simhash_many([text]))"
+        )
     items = texts if isinstance(texts, list) else list(texts)
     for i, text in enumerate(items):
         if not isinstance(text, str):
