@@ -123,8 +123,12 @@ def test_large_index_several_runs_and_wide_rows() -> None:
 
 def test_threads_argument_is_checked() -> None:
     index = Index.from_arrays(["a", "b"], [1, 2])
-    with pytest.raises(InvalidArgumentError, match="threads must be >= 1"):
+    with pytest.raises(InvalidArgumentError, match=r"threads must be in \[1, 256\], not 0"):
         index.query_many([1] * 20, threads=0)
+    with pytest.raises(InvalidArgumentError, match="not 20000"):
+        index.query_many([1] * 40_000, threads=20_000)  # one OS thread each: refused
+    with pytest.raises(TypeError, match="columns must be True or False"):
+        index.query_many([1] * 20, columns=1)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="threads"):
         index.query_many([1] * 20, threads=1.5)  # type: ignore[call-overload]
     assert index.query_many([1] * 20, threads=8) == [index.query(1)] * 20

@@ -534,15 +534,13 @@ class Index:
         index as it was before or after each write, never a mix. It uses the calling thread
         only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1).
         Same errors as :meth:`query` (the message names the position of a bad fingerprint),
-        and TypeError / InvalidArgumentError for a ``threads`` that is not an int >= 1;
-        nothing is queried then.
+        TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
+        InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
         """
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
-        if threads is not None and check_int(threads, "threads") < 1:
-            raise InvalidArgumentError(f"threads must be >= 1, not {threads}")
-        options = LookupOptions(kk, lim, threads or 1, columns, self._jit)
+        options = LookupOptions.checked(kk, lim, threads, columns, self._jit)
         return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:

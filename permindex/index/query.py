@@ -19,7 +19,9 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex.errors import InvalidArgumentError
 from permindex.index import join
+from permindex.index.keys import check_int
 from permindex.index.lookup import Lookups, batch_arrays
 from permindex.index.match import MATCH_ORDER, Match, new_match
 from permindex.index.pair_stream import (
@@ -38,6 +40,7 @@ from permindex.index.verify import verify
 __all__ = [
     "CANDIDATE_BUDGET",
     "MATCH_ORDER",
+    "MAX_THREADS",
     "QUERY_CHUNK",
     "RANK_TIES",
     "SMALL_BATCH",
@@ -62,6 +65,8 @@ CANDIDATE_BUDGET = 1 << 22
 _U64 = NDArray[np.uint64]
 
 
+#: Most threads one query_many may use (each is an OS thread for the call's duration).
+MAX_THREADS = 256
 #: query_many of at most this many fingerprints uses the single-query path.
 SMALL_BATCH = 8
 #: Above this many ties (matches of one query at one distance after the previous one), a batch
@@ -78,6 +83,23 @@ class LookupOptions(NamedTuple):
     threads: int
     columns: bool
     jit: bool
+
+    @classmethod
+    def checked(
+        cls, k: int, limit: int, threads: object, columns: object, jit: bool
+    ) -> LookupOptions:
+        """The options of one call, ``threads`` (None: 1) and ``columns`` checked.
+
+        Raises:
+            TypeError: ``threads`` is not an int (or None), ``columns`` not a bool.
+            InvalidArgumentError: ``threads`` outside [1, :data:`MAX_THREADS`].
+        """
+        count = 1 if threads is None else check_int(threads, "threads")
+        if not 1 <= count <= MAX_THREADS:
+            raise InvalidArgumentError(f"threads must be in [1, {MAX_THREADS}], not {threads}")
+        if type(columns) is not bool:
+            raise TypeError(f"columns must be True or False, not {columns!r}")
+        return cls(k, limit, count, columns, jit)
 
 
 class QueryColumns(NamedTuple):
