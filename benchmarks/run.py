@@ -884,12 +884,17 @@ def worker_dedup(n: int) -> dict[str, Any]:
 
 
 def replace_part(result: dict[str, Any], system: str) -> None:
-    """Put ``result`` in results/results.json in place of the entry of ``system``."""
+    """Put ``result`` in results/results.json in place of the entry of ``system`` (of the same
+    N, for a part measured per N)."""
     path = RESULTS / "results.json"
     kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
     if kept is None:
         kept = {"machine": result["machine"], "results": []}
-    kept["results"] = [r for r in kept["results"] if r.get("system") != system] + [result]
+    kept["results"] = [
+        r
+        for r in kept["results"]
+        if not (r.get("system") == system and r.get("n", result.get("n")) == result.get("n"))
+    ] + [result]
     path.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
 
 
@@ -955,12 +960,13 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=None, help="only the 10^8-class run")
     parser.add_argument(
         "--only",
-        choices=["grpc", "simhash-many", "dedup"],
+        choices=["grpc", "simhash-many", "dedup", "head-to-head"],
         help="only this part (grpc: the server against the sync and asyncio echo servers, "
         "N = 10^6 unless --sizes is smaller; simhash-many: simhash_many against the Python "
         "hashing floor; dedup: permindex dedup of 10^6 synthetic documents, kernels and "
-        "reference paths); its result replaces the part's entry in results/results.json, the "
-        "rest is kept",
+        "reference paths; head-to-head: permindex (4, 1) and faiss in one process at each of "
+        "--sizes); its result replaces the part's entry in results/results.json, the rest is "
+        "kept",
     )
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1004,12 +1010,13 @@ def main() -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     if args.only:
         quick = ["--quick"] if args.quick else []
-        n_part = min(max(sizes), 1_000_000)
-        result = run_worker([args.only, "--n", str(n_part), *quick], timeout=7200)
-        if result is None:
-            return 1
-        result["machine"] = machine()
-        replace_part(result, result["system"])
+        part_sizes = sizes if args.only == "head-to-head" else [min(max(sizes), 1_000_000)]
+        for n_part in part_sizes:
+            result = run_worker([args.only, "--n", str(n_part), *quick, *repeats], timeout=7200)
+            if result is None:
+                return 1
+            result["machine"] = machine()
+            replace_part(result, result["system"])
         write_outputs(args.no_readme)
         return 0
     designs = args.designs.split()
