@@ -447,8 +447,8 @@ def self_join(
     values), every table whatever its prefix is joined by one sort of its keys and a kernel
     that verifies the pairs of each run of equal keys (:func:`_compiled_join`): the same
     pairs, in another order; :data:`BYTE_PAIRS` (k <= 3) is joined on (4, 1) there, whose 4
-    tables take less time than its 8 (0.26 against 0.37 s at 10^6). The first such join in a process loads the kernels (about half a
-    second without numba imported) before its first check of ``should_stop``.
+    tables cost less than its 8 (benchmarks/README.md). The first such join in a process loads
+    the kernels before its first check of ``should_stop``.
 
     :func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
     :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
