@@ -192,8 +192,8 @@ def join_design(design: Design, k: int, n: int) -> JoinDesign:
 def table_pairs_grouped(values: _U64, perm: Permutation, k: int) -> Iterator[tuple[_IntP, _IntP]]:
     """Candidate pairs of positions in (n,) uint64 ``values`` that share ``perm``'s prefix, for
     short prefixes (large groups): a radix sort by prefix, every pair of each group enumerated
-    in chunks of about :data:`PAIR_BUDGET`, and only those whose 16-bit filters are within k
-    kept (about 1 in 100 for random fingerprints and k = 3).
+    in chunks of about :data:`PAIR_BUDGET`, and only those whose filters (the 32 bits after the
+    prefix) are within k kept (about 1 in 760,000 for random fingerprints and k = 3).
 
     Yields (i, j), two (m,) intp arrays of positions, i != j; every pair sharing the prefix
     with filters within k appears exactly once over all chunks (in one of its two orders).
@@ -375,7 +375,7 @@ def estimate_join_work(fingerprints: _U64, k: int, design: JoinDesign) -> int:
     tables it searches, the sum of size * (size - 1) / 2 over the groups of positions that
     share the table's key (prefix). Exact for the tables joined by sorting (prefixes over 16
     bits, the byte-pair join); an upper bound of the candidates verified for prefixes of at
-    most 16 bits, whose 16-bit filters drop most pairs before the exact check. No candidate is
+    most 16 bits, whose 32-bit filters drop most pairs before the exact check. No candidate is
     listed: per table one sort of the (n,) masked values, O(T * n log n) time, O(n) memory.
 
     Raises:
@@ -434,7 +434,7 @@ def self_join(
 
     * :func:`table_pairs_grouped`, prefixes of at most 16 bits (large groups): a radix sort by
       prefix and every pair of each group enumerated in chunks (:func:`group_pairs`), only those
-      whose 16-bit filters are within k kept;
+      whose 32-bit filters are within k kept;
     * :func:`table_pairs_radix`, prefixes of 17 to 24 bits: two stable radix passes (8- and
       16-bit keys) and the pairs within runs of equal prefixes;
     * :func:`table_pairs_sorted`, longer prefixes (mostly unique): the positions that can have a

@@ -2,11 +2,14 @@
 of :meth:`permindex.index.Index.pairs`) and the :class:`Match` they and the single query
 return.
 
-A batch runs with numpy over every query at once (Manku, Jain & Das Sarma 2007, section 3): per
-searched table the queries' prefixes, sorted so that the candidate ranges are read in increasing
-position; per run the ranges narrowed by the 16-bit filters; the candidates verified by
-:func:`permindex.index.verify.verify` (numpy strategy), a match reported only by the first table
-whose prefix it shares; only the matches become Python objects.
+A batch runs in the compiled kernels of :mod:`permindex.index.lookup_kernels` on a read view
+taken under the index's lock and searched without it (:func:`query_view`; Manku, Jain & Das Sarma
+2007, section 3). The reference path (``PERMINDEX_JIT=0``, :func:`query_batch`) runs with numpy
+over every query at once: per searched table the queries' prefixes, sorted so that the
+candidate ranges are read in increasing position; per run the ranges narrowed by the 32-bit
+filters; the candidates verified by :func:`permindex.index.verify.verify` (numpy strategy), a
+match reported only by the first table whose prefix it shares. Either way only the matches
+become Python objects.
 """
 
 from __future__ import annotations
