@@ -193,7 +193,7 @@ def table_pairs_grouped(values: _U64, perm: Permutation, k: int) -> Iterator[tup
     """Candidate pairs of positions in (n,) uint64 ``values`` that share ``perm``'s prefix, for
     short prefixes (large groups): a radix sort by prefix, every pair of each group enumerated
     in chunks of about :data:`PAIR_BUDGET`, and only those whose filters (the 32 bits after the
-    prefix) are within k kept (about 1 in 760,000 for random fingerprints and k = 3).
+    prefix) are within k kept (about 1 in 780,000 for random fingerprints and k = 3).
 
     Yields (i, j), two (m,) intp arrays of positions, i != j; every pair sharing the prefix
     with filters within k appears exactly once over all chunks (in one of its two orders).
