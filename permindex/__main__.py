@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from permindex.cli import main
+from permindex.cli import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

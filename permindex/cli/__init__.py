@@ -24,7 +24,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from permindex.addresses import DEFAULT_ADDRESS
 from permindex.cli.args import client_options_parser
@@ -36,7 +36,7 @@ from permindex.cli.output import exit_codes_epilog as _exit_codes_epilog
 from permindex.cli.serve import add_serve_command
 from permindex.errors import EXIT_CODES, exit_code_for
 
-__all__ = ["CommandError", "IngestSummary", "build_parser", "ingest", "main"]
+__all__ = ["CommandError", "IngestSummary", "build_parser", "entry", "ingest", "main"]
 
 _TOP_OPTIONS = ("-h", "--help", "--version")
 
@@ -117,6 +117,23 @@ def _options_before_command(parser: argparse.ArgumentParser, arguments: list[str
 
 # --------------------------------------------------------------------------------------------
 # Entry point
+
+
+def entry() -> NoReturn:
+    """The ``permindex`` process: :func:`main`, then exit with its code. After ``serve`` (whose
+    data is written, synced and closed when :func:`main` returns) the process ends at once
+    (``os._exit``, the output streams flushed first), without the interpreter's finalization:
+    joining leftover threads and unloading numba's compiled code can otherwise outlast the
+    promised exit within a second of the last in-flight call."""
+    code = main()
+    if sys.argv[1:2] == ["serve"]:
+        import logging
+
+        logging.shutdown()  # a --log-file's last lines written
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
