@@ -102,6 +102,34 @@ def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-d
     return np.int64(d)
 
 
+@njit(inline=True)
+def _bucket(value, j, start, end, f, k, tables, runs, r, fps, live, out, count):  # type: ignore[no-untyped-def]
+    """The matches of query ``value`` (position ``j``) among entries ``start:end`` of run r,
+    whose filters are tested against the query's ``f``; returns the new count. A candidate
+    that passes the filter reads its row's two parts, then its fingerprint by row."""
+    s = runs[r, 0]
+    m = runs[r, 8]
+    filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
+    low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
+    cap = out.shape[0]
+    for e in range(start, end):
+        if _popcount(np.uint64(filters[e]) ^ f) <= k:
+            if runs[r, 7] != 0:
+                high16 = numba.carray(_pointer(runs[r, 6]), m, np.uint16)
+                row = (np.int64(high16[e]) << 16) | np.int64(low[e])
+            else:
+                high8 = numba.carray(_pointer(runs[r, 6]), m, np.uint8)
+                row = (np.int64(high8[e]) << 16) | np.int64(low[e])
+            d = _accept(value, fps[row], k, tables, s, row, live)
+            if d >= 0:
+                if count < cap:
+                    out[count, 0] = j
+                    out[count, 1] = row
+                    out[count, 2] = d
+                count += 1
+    return count
+
+
 @njit()
 def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[no-untyped-def]
     """Every match of every query in run r; returns the new count. A software pipeline over
@@ -110,15 +138,9 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
     directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
-    m = runs[r, 8]
-    filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
-    low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
-    wide = runs[r, 7] != 0
-    high8 = numba.carray(_pointer(runs[r, 6]), m if not wide else 0, np.uint8)
-    high16 = numba.carray(_pointer(runs[r, 6]), m if wide else 0, np.uint16)
+    filters = numba.carray(_pointer(runs[r, 4]), runs[r, 8], np.uint32)
     n_prefix = tables[s, 1]
     n_filter = tables[s, 2]
-    cap = out.shape[0]
     q = queries.size
     ring = RING - 1
     bucket = np.empty(RING, dtype=np.int64)
@@ -140,19 +162,9 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
         if 0 <= j < q:
             value = queries[j]
             f = _moves(value, tables, s, n_prefix, n_filter)
-            for e in range(lo[j & ring], hi[j & ring]):
-                if _popcount(np.uint64(filters[e]) ^ f) <= k:
-                    if wide:
-                        row = (np.int64(high16[e]) << 16) | np.int64(low[e])
-                    else:
-                        row = (np.int64(high8[e]) << 16) | np.int64(low[e])
-                    d = _accept(value, fps[row], k, tables, s, row, live)
-                    if d >= 0:
-                        if count < cap:
-                            out[count, 0] = j
-                            out[count, 1] = row
-                            out[count, 2] = d
-                        count += 1
+            count = _bucket(
+                value, j, lo[j & ring], hi[j & ring], f, k, tables, runs, r, fps, live, out, count
+            )
     return count
 
 
@@ -172,33 +184,14 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
     """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
     int64 gets (0, row, distance) per match; returns the number of matches."""
     count = 0
-    cap = out.shape[0]
     for r in range(runs.shape[0]):
         s = runs[r, 0]
-        shift = np.uint64(runs[r, 1])
         directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
-        m = runs[r, 8]
-        filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
-        low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
-        wide = runs[r, 7] != 0
         n_prefix = tables[s, 1]
-        b = _moves(query, tables, s, 0, n_prefix) >> shift
+        b = _moves(query, tables, s, 0, n_prefix) >> np.uint64(runs[r, 1])
         f = _moves(query, tables, s, n_prefix, tables[s, 2])
-        for i in range(directory[b], directory[b + 1]):
-            if _popcount(np.uint64(filters[i]) ^ f) <= k:
-                if wide:
-                    high16 = numba.carray(_pointer(runs[r, 6]), m, np.uint16)
-                    row = (np.int64(high16[i]) << 16) | np.int64(low[i])
-                else:
-                    high8 = numba.carray(_pointer(runs[r, 6]), m, np.uint8)
-                    row = (np.int64(high8[i]) << 16) | np.int64(low[i])
-                d = _accept(query, fps[row], k, tables, s, row, live)
-                if d >= 0:
-                    if count < cap:
-                        out[count, 0] = 0
-                        out[count, 1] = row
-                        out[count, 2] = d
-                    count += 1
+        start, end = np.int64(directory[b]), np.int64(directory[b + 1])
+        count = _bucket(query, 0, start, end, f, k, tables, runs, r, fps, live, out, count)
     return count
 
 
