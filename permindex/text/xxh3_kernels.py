@@ -89,32 +89,26 @@ def _load64_ir(typingctx: Any, address: Any) -> Any:
     return types.uint64(address), codegen
 
 
+def _load32_codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+    """IR of a little-endian 32-bit load at an (unaligned) byte address, zero-extended to 64
+    bits (the two intrinsics below differ only in the signedness of their result type)."""
+    pointer = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
+    value = builder.load(pointer, align=1)
+    if _BIG_ENDIAN:
+        value = builder.bswap(value)
+    return builder.zext(value, ir.IntType(64))
+
+
 @intrinsic
 def _load32_ir(typingctx: Any, address: Any) -> Any:
     """The little-endian 32-bit word at the (unaligned) byte ``address``, as a uint64."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        pointer = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
-        value = builder.load(pointer, align=1)
-        if _BIG_ENDIAN:
-            value = builder.bswap(value)
-        return builder.zext(value, ir.IntType(64))
-
-    return types.uint64(address), codegen
+    return types.uint64(address), _load32_codegen
 
 
 @intrinsic
 def _load32i_ir(typingctx: Any, address: Any) -> Any:
     """The little-endian 32-bit word at the (unaligned) byte ``address``, as an int64."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        pointer = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
-        value = builder.load(pointer, align=1)
-        if _BIG_ENDIAN:
-            value = builder.bswap(value)
-        return builder.zext(value, ir.IntType(64))
-
-    return types.int64(address), codegen
+    return types.int64(address), _load32_codegen
 
 
 @intrinsic
