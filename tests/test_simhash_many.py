@@ -18,13 +18,11 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_fingerprint import _reference_lines
 
 import permindex
 from permindex import InvalidArgumentError, shingles, simhash, simhash_many
 from permindex.text.fingerprint import shingle_hashes
-
-REPO = Path(__file__).resolve().parent.parent
-REFERENCE = REPO.parent / "shared" / "vectors" / "simhash_reference.jsonl"
 
 #: Every character str.split() splits on (str.isspace).
 WHITESPACE = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
@@ -62,12 +60,6 @@ def _same(texts: list[str], **options: object) -> None:
     want, _ = _reference(texts, **options)
     assert _kernel(texts, **options) == want
     assert [simhash(t, **options) for t in texts] == want  # type: ignore[arg-type]
-
-
-def _reference_lines() -> list[dict[str, object]]:
-    if not REFERENCE.exists():
-        pytest.skip(f"shared reference vectors not found at {REFERENCE}")
-    return [json.loads(line) for line in REFERENCE.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.mark.parametrize("bits", [63, 64])
