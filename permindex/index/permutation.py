@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -234,7 +235,7 @@ class Permutation:
     def filter_array(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint32]:
         """:meth:`filter` of each element of a (n,) uint64 array, as a new (n,) uint32."""
         values = np.asarray(fingerprints, dtype=np.uint64)
-        column = _column32(values, self._np_filter)
+        column = _column(values, self._np_filter, np.uint32)
         if column is not None:
             return column.copy()
         return self._apply_array(values, self._np_filter).astype(np.uint32)
@@ -258,40 +259,34 @@ class Permutation:
         if self.prefix_bits > 16:
             raise ValueError(f"a {self.prefix_bits}-bit prefix does not fit 16 bits")
         values = np.asarray(fingerprints, dtype=np.uint64)
-        column = _column16(values, self._np_prefix)
+        column = _column(values, self._np_prefix, np.uint16)
         if column is not None:
             return column
         return self._apply_array(values, self._np_prefix).astype(np.uint16)
 
 
-def _column32(
-    values: NDArray[np.uint64], segments: tuple[tuple[np.uint64, np.uint64, np.uint64], ...]
-) -> NDArray[np.uint32] | None:
-    """:func:`_column16` for one aligned 32-bit move to bit 0: a strided (n,) uint32 view."""
+_Word = TypeVar("_Word", np.uint16, np.uint32)
+
+
+def _column(
+    values: NDArray[np.uint64],
+    segments: tuple[tuple[np.uint64, np.uint64, np.uint64], ...],
+    word: type[_Word],
+) -> NDArray[_Word] | None:
+    """When ``segments`` is one move of a whole ``word`` (16 or 32 bits) from a bit position
+    multiple of its width to bit 0, the moved bits of each of the (n,) uint64 ``values`` as a
+    strided (n,) view of them (the word that holds them; little-endian machines, contiguous
+    arrays); else None."""
     if len(segments) != 1 or not values.flags.c_contiguous or not _LITTLE_ENDIAN:
         return None
+    width = 8 * np.dtype(word).itemsize
     source, mask, target = (int(x) for x in segments[0])
-    if mask != 0xFFFFFFFF or target != 0 or source % 32:
+    if mask != (1 << width) - 1 or target != 0 or source % width:
         return None
     if values.dtype.byteorder not in "=<|":
         return None
-    return values.view(np.uint32)[source // 32 :: 2]
-
-
-def _column16(
-    values: NDArray[np.uint64], segments: tuple[tuple[np.uint64, np.uint64, np.uint64], ...]
-) -> NDArray[np.uint16] | None:
-    """When ``segments`` is one 16-bit move from a bit position multiple of 16 to bit 0, the
-    moved bits of each of the (n,) uint64 ``values`` as a strided (n,) uint16 view of them (the
-    16-bit word that holds them; little-endian machines, contiguous arrays); else None."""
-    if len(segments) != 1 or not values.flags.c_contiguous or not _LITTLE_ENDIAN:
-        return None
-    source, mask, target = (int(x) for x in segments[0])
-    if mask != 0xFFFF or target != 0 or source % 16:
-        return None
-    if values.dtype.byteorder not in "=<|":
-        return None
-    return values.view(np.uint16)[source // 16 :: 4]
+    column: NDArray[_Word] = values.view(word)[source // width :: 64 // width]
+    return column
 
 
 @dataclass(frozen=True)
