@@ -118,6 +118,20 @@ def rss_bytes() -> int:
 # -- workers (each runs in its own process and prints one JSON line) ------------------------------
 
 
+def halves_in_threads(index: Any, queries: np.ndarray) -> Callable[[], None]:
+    """A run of ``index.query_many`` on each half of ``queries``, in two threads at once."""
+    halves = np.array_split(queries, 2)
+
+    def run() -> None:
+        threads = [threading.Thread(target=index.query_many, args=(h,)) for h in halves]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    return run
+
+
 def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool) -> dict[str, Any]:
     from permindex import Index
     from permindex.index.permutation import Design
@@ -167,16 +181,9 @@ def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool
             index.query(q)
 
     out["single_qps"] = median_rate(len(singles), one_by_one, repeats)
-    halves = np.array_split(queries, 2)
-
-    def two_threads() -> None:
-        threads = [threading.Thread(target=index.query_many, args=(h,)) for h in halves]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-
-    out["batch_qps_2threads"] = median_rate(queries.size, two_threads, repeats)
+    out["batch_qps_2threads"] = median_rate(
+        queries.size, halves_in_threads(index, queries), repeats
+    )
     wrong = 0
     for position in sample_positions(queries.size).tolist():
         q = int(queries[position])
@@ -367,14 +374,7 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
         for i in singles.tolist():
             multihash.range_search(xq[i : i + 1], K + 1)
 
-    halves = np.array_split(queries, 2)
-
-    def permindex_two_threads() -> None:
-        threads = [threading.Thread(target=index.query_many, args=(h,)) for h in halves]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    permindex_two_threads = halves_in_threads(index, queries)
 
     measured: dict[str, Callable[[], float]] = {
         "permindex_batch_qps": lambda: median_rate(
