@@ -434,12 +434,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     # ---- reads
 
-    @_unary_inline_when(lambda request: len(request.fingerprints) == 1)
+    @_unary_inline_when(
+        lambda request: len(request.fingerprints) + len(request.fingerprints_hex) == 1
+    )
     def Query(self, request: pb.QueryRequest, stop: threading.Event) -> pb.QueryResponse:
-        """Every stored key within k of each fingerprint."""
+        """Every stored key within k of each fingerprint (sent as integers or in hex)."""
         state = self._collection(request.collection)
-        convert.check_batch_length(
-            len(request.fingerprints), state.config.max_batch, "fingerprints"
+        queries = convert.query_fingerprints(
+            request.fingerprints, request.fingerprints_hex, state.config.max_batch
         )
         k = convert.check_k(
             request.k if request.HasField("k") else None, state.index.k, state.index.design
@@ -447,12 +449,12 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         limit = convert.limit_from(request.limit if request.HasField("limit") else None)
         response = pb.QueryResponse()
         add = response.results.add
-        if len(request.fingerprints) == 1:  # the common small call: no array, no batch path
-            matches = state.index.query(request.fingerprints[0], k=k, limit=limit)
+        if len(queries) == 1:  # the common small call: no array, no batch path
+            matches = state.index.query(queries[0], k=k, limit=limit)
             add(matches=convert.matches_to_proto(matches))
             self._check_query_size(state, response, convert.query_wire_bytes([matches]), 1, 1)
             return response
-        fingerprints = np.array(request.fingerprints, dtype=np.uint64)
+        fingerprints = np.array(queries, dtype=np.uint64)
         n = len(fingerprints)
         size = 0
         # Slices (_slices), so that the index lock is let go between them, a cancelled call stops
