@@ -29,6 +29,10 @@ BAD_HEX = [
     ("-5", "is not hex"),
     ("18446744073709551616", "20 hex digits, more than 64 bits"),
     ("", "is empty"),
+    (
+        "8924765359055242433",
+        "19 hex digits, more than 64 bits (if it is decimal, its hex is 7bdb22cf023304c1)",
+    ),
     ("7bdb22cf023304c", "15 hex digits, not 16; zero-padded: 07bdb22cf023304c"),
     ("7bdb22cf023304c10", "17 hex digits, more than 64 bits"),
     (" 7bdb22cf023304c1", "is not hex"),

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError, InvalidKeyError, LimitExceededError
 from permindex.index import Match
 from permindex.index.clusters import NearDuplicates
+from permindex.index.hamming import MAX_FINGERPRINT
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.index.permutation import Design, query_k
 from permindex.index.query import QueryColumns
@@ -97,6 +98,8 @@ def fingerprint_from_hex(value: str, where: str) -> int:
     is_hex = digits != "" and all(c in _HEX_DIGITS for c in digits)
     if is_hex and len(digits) > 16:
         problem = f"has {len(digits)} hex digits, more than 64 bits"
+        if digits.isdigit() and int(digits) <= MAX_FINGERPRINT:
+            problem += f" (if it is decimal, its hex is {int(digits):016x})"
     elif is_hex and prefixed:
         problem = f"has a 0x prefix; write it as {int(digits, 16):016x}"
     elif is_hex:
