@@ -36,8 +36,10 @@ Units and conventions used throughout:
   status TOO_SHORT and is not indexed; the rest of its batch is applied.
 
 Status codes (every RPC):
-- INVALID_ARGUMENT: a missing or over-long key, a document with neither fingerprint nor text,
-  k above the index's k. The whole request is refused and nothing is changed.
+- INVALID_ARGUMENT: a missing or over-long key, a document with no content (or with two
+  members of its oneof on the wire), a fingerprint_hex / fingerprints_hex value that is not
+  16 hex digits, a query with both fingerprints and fingerprints_hex, k above the index's k.
+  The whole request is refused and nothing is changed.
 - RESOURCE_EXHAUSTED: a batch longer than the server's limit (default 100,000 documents or
   fingerprints per message), a message over the size limit (default 64 MiB) or a text over the
   text limit (default 32 MiB, --max-text-bytes). Nothing is changed; split the batch. Also,
