@@ -228,3 +228,38 @@ def test_explicit_defaults_on_the_wire_are_still_accepted(
     # the same member twice is protobuf's ordinary "last one wins", not two members
     reply = pb.AddResponse.FromString(raw_call("Add", _document("defaults/b", FIXED, FIXED)))
     assert reply.results[0].fingerprint == 5
+
+
+def test_ingest_applies_the_batches_before_a_malformed_hex(stub: PermIndexStub) -> None:
+    batches = [
+        pb.AddRequest(documents=[pb.Document(key="ingest/a", fingerprint_hex="00000000000000aa")]),
+        pb.AddRequest(documents=[pb.Document(key="ingest/b", fingerprint_hex="0xab")]),
+        pb.AddRequest(documents=[pb.Document(key="ingest/c", fingerprint_hex="00000000000000ac")]),
+    ]
+    replies: list[pb.AddResponse] = []
+
+    def ingest() -> None:
+        replies.extend(stub.Ingest(iter(batches), timeout=30))
+
+    details = _refusal(ingest)
+    assert details.startswith("documents[0].fingerprint_hex (key 'ingest/b'): '0xab' "), details
+    assert [r.results[0].fingerprint for r in replies] == [0xAA]
+    got = stub.Get(pb.GetRequest(keys=["ingest/a", "ingest/b", "ingest/c"]), timeout=30)
+    assert [r.found for r in got.results] == [True, False, False]
+
+
+def test_ingest_refuses_two_oneof_members_on_the_wire(
+    channel_stub: tuple[Any, PermIndexStub],
+) -> None:
+    channel, stub = channel_stub
+    ingest = channel.stream_stream(
+        "/permindex.v1.PermIndex/Ingest",
+        request_serializer=lambda b: b,
+        response_deserializer=pb.AddResponse.FromString,
+    )
+    messages = [_document("stream/a", HEX), _document("stream/b", HEX, FIXED)]
+    replies: list[pb.AddResponse] = []
+    details = _refusal(lambda: replies.extend(ingest(iter(messages), timeout=30)))
+    assert "documents[0] sets both fingerprint_hex and fingerprint" in details, details
+    assert [r.added for r in replies] == [1]
+    _not_stored(stub, "stream/b")
