@@ -185,6 +185,22 @@ def test_ingest_each_fingerprint_column_type(
     with permindex.Client(server.address) as client:
         assert dict(client.export()) == expected
 
+    # texts: fingerprinted by the server as the same texts from JSONL are
+    documents = _texts(6, 40)
+    texts = tmp_path / "texts.parquet"
+    pq.write_table(
+        pa.table({"id": [k for k, _ in documents], "text": [t for _, t in documents]}), texts
+    )
+    jsonl = tmp_path / "texts.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in documents))
+    other = start_server(data_dir=tmp_path / "other")
+    for source, address in ((texts, server.address), (jsonl, other.address)):
+        code, _, err = _run(["ingest", str(source), "--address", address, "--no-progress"], capsys)
+        assert code == 0, err
+    with permindex.Client(server.address) as a, permindex.Client(other.address) as b:
+        from_parquet = dict(a.export())
+        assert {k: from_parquet[k] for k, _ in documents} == dict(b.export())
+
 
 def test_dedup_of_parquet_texts_and_fingerprints_matches_jsonl(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -196,15 +212,21 @@ def test_dedup_of_parquet_texts_and_fingerprints_matches_jsonl(
     table = pa.table({"id": [k for k, _ in documents], "text": [t for _, t in documents]})
     pq.write_table(table, parquet, row_group_size=100)  # several row groups
     runs = {}
-    for name, source in (("jsonl", jsonl), ("parquet", parquet)):
-        code, out, err = _run(
-            ["dedup", str(source), "--out", str(tmp_path / name), "--jobs", "1", "--no-progress"],
-            capsys,
+    for options in (["--jobs", "1"], ["--jobs", "2", "--weights", "idf"]):
+        for name, source in (("jsonl", jsonl), ("parquet", parquet)):
+            out_dir = str(tmp_path / name)
+            code, out, err = _run(["dedup", str(source), "--out", out_dir, *options], capsys)
+            assert code == 0, err
+            runs[name] = out
+        assert runs["parquet"] == runs["jsonl"] and runs["parquet"].count("\n") >= 25
+        assert "-near\t1\n" in runs["parquet"] or "-near\t2\n" in runs["parquet"]
+        # the report's example pairs are read again from the input: the same texts
+        report = (tmp_path / "parquet" / "report.html").read_text()
+        assert (
+            report.count("changed")
+            == ((tmp_path / "jsonl" / "report.html").read_text().count("changed"))
+            > 0
         )
-        assert code == 0, err
-        runs[name] = out
-    assert runs["parquet"] == runs["jsonl"] and runs["parquet"].count("\n") >= 40
-    assert "-near\t1\n" in runs["parquet"] or "-near\t2\n" in runs["parquet"]
 
     # fingerprints: int64 with the high bit set, against brute force
     rng = random.Random(4)
@@ -222,6 +244,29 @@ def test_dedup_of_parquet_texts_and_fingerprints_matches_jsonl(
     )
     got = [tuple(line.split("\t")) for line in out.splitlines()]
     assert [(a, b, int(c)) for a, b, c in got] == want and len(want) >= 60
+
+
+def test_dedup_of_a_parquet_file_of_many_batches_in_worker_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(12)  # 6000 rows: 6 batches of texts, the last two sent to the workers
+    words = [f"w{i}" for i in range(50)]
+    keys = [f"r{i}" for i in range(6000)]
+    texts = [" ".join(rng.choice(words) for _ in range(6)) for _ in keys]
+    texts[5999] = texts[0]
+    parquet = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"id": keys, "text": texts}), parquet)
+    jsonl = tmp_path / "many.jsonl"
+    jsonl.write_text(
+        "".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in zip(keys, texts, strict=True))
+    )
+    outs = []
+    for source in (parquet, jsonl):
+        argv = ["dedup", str(source), "--out", str(tmp_path / source.suffix), "--jobs", "2"]
+        code, out, err = _run(argv, capsys)
+        assert code == 0 and "6000 documents" in err, err
+        outs.append(out)
+    assert outs[0] == outs[1] and "r0\tr5999\t0\n" in outs[0]
 
 
 def test_dedup_writes_the_report_tables_as_parquet(
@@ -438,6 +483,9 @@ def test_bad_parquet_file_stops_an_ingest_naming_it(
     code, _, err = _run(["ingest", str(path), "--address", server.address, "--no-progress"], capsys)
     assert code == EXIT_CODES["invalid"]
     assert f"{path}, column 'fingerprint', row 100001: null value" in err
+    with permindex.Client(server.address) as client:  # the batches before it stay stored
+        stored = len(list(client.export()))
+    assert 0 < stored <= 100_000 and f"({stored} documents before it were stored)" in err
 
 
 def _without_pyarrow(*argv: str) -> subprocess.CompletedProcess[str]:
