@@ -228,12 +228,16 @@ class ParquetReader(DocumentReader):
         errors = _arrow_errors(self._pa)
         try:
             parquet = self._pq.ParquetFile(path)
-            schema = parquet.schema_arrow
         except errors as error:
             raise InvalidArgumentError(
                 f"{name}: not a readable Parquet file: {_one_line(error)}", value=name
             ) from None
-        key_column, value_column, is_text = self._columns(name, schema)
+        with parquet:  # closed when the file is read, or the reading stopped
+            yield from self._read_file(parquet, name, size)
+
+    def _read_file(self, parquet: Any, name: str, size: int) -> Iterator[DocumentColumns]:
+        errors = _arrow_errors(self._pa)
+        key_column, value_column, is_text = self._columns(name, parquet.schema_arrow)
         rows = int(parquet.metadata.num_rows)
         self._current = (size, rows, 0)
         batches = parquet.iter_batches(
