@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import StartServer
+from hypothesis import given
+from hypothesis import strategies as st
 from serverproc import REPO
 
 import permindex
@@ -55,6 +57,38 @@ def test_fingerprint_column_types_agree() -> None:
     mixed = [f"0x{v:x}" if v % 2 else f"{v:016x}" for v in values]
     got = fingerprint_array(pa.array(mixed), source="f", column="c")
     assert got.tolist() == [parse_fingerprint(s) for s in mixed]
+
+
+_fingerprint_values = st.integers(min_value=0, max_value=(1 << 64) - 1)
+_hex_like = st.one_of(
+    st.text(alphabet="0123456789abcdefABCDEFxX -g", max_size=19),
+    _fingerprint_values.map(lambda v: f"{v:#x}"),
+    _fingerprint_values.map(lambda v: f"{v:016X}"),
+    _fingerprint_values.map(lambda v: f"0X{v:x}"),
+)
+
+
+@given(st.lists(_hex_like, max_size=8))
+def test_hex_strings_read_exactly_as_parse_fingerprint(strings: list[str]) -> None:
+    """The vectorised hex rule against the one rule, value by value: the same fingerprints, or
+    a refusal of the first string parse_fingerprint refuses, with its message."""
+    expected: list[int] = []
+    refused: tuple[int, str] | None = None
+    for row, value in enumerate(strings, start=1):
+        try:
+            expected.append(parse_fingerprint(value))
+        except InvalidArgumentError as error:
+            refused = (row, str(error))
+            break
+    column = pa.array(strings, pa.string())
+    if refused is None:
+        got = fingerprint_array(column, source="f", column="c")
+        assert got.dtype == np.uint64 and got.tolist() == expected
+    else:
+        with pytest.raises(ColumnError) as caught:
+            fingerprint_array(column, source="f", column="c")
+        assert caught.value.row == refused[0]
+        assert str(caught.value) == f"f, column 'c', row {refused[0]}: {refused[1]}"
 
 
 def test_narrow_integer_columns() -> None:
