@@ -547,6 +547,18 @@ def test_without_pyarrow(tmp_path: Path) -> None:
         "permindex dedup: reading or writing Parquet needs pyarrow: "
         "pip install 'permindex[parquet]'\n"
     )
+    # ingest and export say so before they connect (no server at this address)
+    for argv in (
+        ["ingest", str(path), "--address", "127.0.0.1:9"],
+        ["export", "--out", str(tmp_path / "x.parquet"), "--address", "127.0.0.1:9"],
+    ):
+        done = _without_pyarrow(*argv)
+        assert done.returncode == EXIT_CODES["invalid"], done.stderr
+        assert done.stderr == (
+            f"permindex {argv[0]}: reading or writing Parquet needs pyarrow: "
+            "pip install 'permindex[parquet]'\n"
+        )
+    assert not list(tmp_path.glob("x.parquet*"))
     # JSONL still works, and the report has its TSV and JSON files but no Parquet
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in _texts(2, 10)))
