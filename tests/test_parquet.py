@@ -359,9 +359,10 @@ def test_fingerprint_type_is_for_parquet_only(
     start_server: StartServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server = start_server()
-    argv = ["export", "--address", server.address, "--out", str(tmp_path / "x.jsonl")]
-    code, _, err = _run([*argv, "--fingerprint-type", "int64"], capsys)
-    assert code == EXIT_CODES["usage"] and "--fingerprint-type is for a Parquet --out" in err
+    for out in (str(tmp_path / "x.jsonl"), "-"):
+        argv = ["export", "--address", server.address, "--out", out, "--fingerprint-type", "int64"]
+        code, _, err = _run(argv, capsys)
+        assert code == EXIT_CODES["usage"] and "--fingerprint-type is for a Parquet --out" in err
 
 
 def test_a_dataset_folder_and_renamed_columns(

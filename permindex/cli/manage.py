@@ -54,6 +54,11 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
 
 def _cmd_export(args: argparse.Namespace) -> int:
     count = 0
+    parquet = args.out.lower().endswith(".parquet")
+    if args.fingerprint_type != "uint64" and not parquet:
+        raise CommandError(
+            "--fingerprint-type is for a Parquet --out (FILE.parquet); JSONL writes hex", "usage"
+        )
 
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
@@ -73,12 +78,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     partial = target.with_name(target.name + ".partial")
     if target.is_dir():
         raise CommandError(f"--out {args.out} is a folder: name a file in it", "invalid")
-    if target.name.lower().endswith(".parquet"):
+    if parquet:
         return _export_parquet(args, target, partial)
-    if args.fingerprint_type != "uint64":
-        raise CommandError(
-            "--fingerprint-type is for a Parquet --out (FILE.parquet); JSONL writes hex", "usage"
-        )
     try:
         file = open(partial, "w", encoding="utf-8", newline="\n")  # closed by the with below
     except OSError as error:
