@@ -61,10 +61,13 @@ def _write_parquet_tables(
 ) -> None:
     """``pairs``, ``clusters``, ``exact_duplicates`` and ``keep_drop`` as Parquet, the columns
     of the TSV files (fingerprints as uint64, counts as int64), when pyarrow is installed;
-    nothing otherwise."""
+    otherwise those of an earlier run are removed (they would be out of date)."""
+    names = ("pairs", "clusters", "exact_duplicates", "keep_drop")
     try:
         require_pyarrow()
     except InvalidArgumentError:
+        for name in names:
+            (folder / f"{name}.parquet").unlink(missing_ok=True)
         return
     keys, fps = near.keys, near.fingerprints
     tables: dict[str, tuple[list[tuple[str, str]], Iterable[tuple[Any, ...]]]] = {
@@ -93,6 +96,7 @@ def _write_parquet_tables(
             decisions,
         ),
     }
+    assert tuple(tables) == names
     for name, (columns, rows) in tables.items():
         with ParquetTableWriter(folder / f"{name}.parquet", columns) as writer:
             writer.write(rows)
@@ -154,7 +158,8 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     - ``summary.json`` and ``report.html`` (self-contained);
     - when pyarrow is installed (the ``parquet`` extra), ``pairs.parquet``,
       ``clusters.parquet``, ``exact_duplicates.parquet`` and ``keep_drop.parquet``: the columns
-      of the TSV files of those names (fingerprints as uint64); without it, the rest only.
+      of the TSV files of those names (fingerprints as uint64); without it, the rest only (and
+      those of an earlier run in the folder are removed).
     """
     started = time.monotonic()
     options = result.options
