@@ -23,7 +23,7 @@ from typing import Final
 import numpy as np
 from xxhash import xxh3_64_intdigest
 
-from permindex.addresses import parse_address
+from permindex.addresses import parse_addresses
 from permindex.client.results import CollectionInfo, ColumnMatches, ServerStats, SnapshotResult
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
@@ -49,31 +49,10 @@ _INSTEAD: Final = (
 
 
 def shard_addresses(address: str | Sequence[str]) -> list[str]:
-    """The server addresses of a client: ``"HOST:PORT"``, ``"HOST:PORT,HOST:PORT,..."`` (the
-    command line's ``--address``) or a sequence of ``HOST:PORT``; their order is the shard order
-    (shard i is the i-th address), so every client of one set of shards must list them in the same
-    order.
-
-    Raises:
-        InvalidArgumentError: no address, a malformed one
-            (:func:`permindex.addresses.parse_address`), or the same address twice.
-    """
-    parts = address.split(",") if isinstance(address, str) else list(address)
-    addresses = [part.strip() for part in parts]
-    if not addresses or not all(addresses):
-        raise InvalidArgumentError(
-            f"address {address!r} names no server (or an empty one between commas): write "
-            "HOST:PORT or HOST:PORT,HOST:PORT,...",
-            address,
-        )
-    for one in addresses:
-        parse_address(one)
-    seen: set[str] = set()
-    for one in addresses:
-        if one in seen:
-            raise InvalidArgumentError(f"address {one} is given twice: each shard once", address)
-        seen.add(one)
-    return addresses
+    """The shard addresses of a client, in shard order (shard i is the i-th address, so every
+    client of one set of shards must list them in the same order):
+    :func:`permindex.addresses.parse_addresses`, whose errors it raises."""
+    return parse_addresses(address)
 
 
 def shard_of(key: str, shards: int) -> int:
