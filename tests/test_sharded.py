@@ -95,8 +95,8 @@ def test_every_read_and_write_equals_one_server(
     assert sharded.query(queries[0], limit=2) == one.query(queries[0], limit=2)
     columns = sharded.query_columns(queries, batch=7, limit=2)
     assert columns.to_lists(len(queries)) == one.query_many(queries, limit=2)
-    keys = [*list(stored)[::7], "absent"]
-    assert sharded.get_many(keys) == one.get_many(keys)
+    names = [*list(stored)[::7], "absent"]
+    assert sharded.get_many(names) == one.get_many(names)
     assert sharded.get("absent") is None
     assert sorted(sharded.export()) == sorted(one.export())
     assert sharded.stats().count == one.stats().count == len(stored)
@@ -114,10 +114,14 @@ def test_check_and_add_many_equals_one_server(
     old = list(stored.items())[::2]  # the bases
     assert sharded.add(old).added == one.add(old).added
     rng = random.Random(4)
-    batch = [(key.replace("base", "new"), fp ^ (1 << rng.randrange(64))) for key, fp in old[:10]]
+    batch: list[tuple[str, int | str]] = [
+        (key.replace("base", "new"), fp ^ (1 << rng.randrange(64))) for key, fp in old[:10]
+    ]
     batch += list(stored.items())[1::2][:10]  # near copies of stored keys
     batch += [(f"fresh/{i}", rng.getrandbits(64)) for i in range(10)]
-    twin = batch[-3][1] ^ 1  # fresh/7
+    stored_fresh = batch[-3][1]  # fresh/7
+    assert isinstance(stored_fresh, int)
+    twin = stored_fresh ^ 1
     batch += [("twin", twin), ("twin2", twin ^ 2)]  # near a batch-mate that is added
     # the three near each other on different shards: only the first is added
     assert len({shard_of(key, 3) for key in ("twin", "twin2", "fresh/7")}) == 3
@@ -145,7 +149,7 @@ def test_all_pairs_calls_are_refused_over_shards(
         sharded.iter_pairs,
         sharded.iter_clusters,
     ):
-        with pytest.raises(InvalidArgumentError, match="export.*dedup"):
+        with pytest.raises(InvalidArgumentError, match=r"export.*dedup"):
             call()
 
 
@@ -183,7 +187,9 @@ def test_merge_columns_orders_by_position_distance_key_and_limits() -> None:
     merged = merge_columns(
         [part([(0, "b", 1), (2, "x", 0)]), part([(0, "a", 1), (0, "c", 0), (1, "z", 3)])], 2
     )
-    rows = list(zip(merged.query_positions.tolist(), merged.keys, merged.distances.tolist()))
+    rows = list(
+        zip(merged.query_positions.tolist(), merged.keys, merged.distances.tolist(), strict=True)
+    )
     assert rows == [(0, "c", 0), (0, "a", 1), (1, "z", 3), (2, "x", 0)]
 
 

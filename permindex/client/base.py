@@ -76,6 +76,7 @@ class ClientCore:
         self._shards = [Channel(one, security, aio=self._aio) for one in self.addresses]
         self._stub: Any = self._shards[0].stub  # the single-server streaming paths
         self._metadata = security.metadata()
+        self._closed = [False]  # shared with the clients of use()
 
     @property
     def shards(self) -> int:
@@ -101,7 +102,17 @@ class ClientCore:
         return float(min(self.backoff * 2**attempt, self.max_backoff))
 
     def _kwargs(self) -> dict[str, Any]:
+        self._check_open()
         return {"timeout": self.timeout, "metadata": self._metadata}
+
+    def _check_open(self) -> None:
+        """Raises:
+        InvalidArgumentError: the client was closed (grpc would raise its own ValueError or
+            UsageError)."""
+        if self._closed[0]:
+            raise InvalidArgumentError(
+                f"this client of {self.address} is closed: open a new one", self.address
+            )
 
     def _error(self, error: grpc.RpcError, shard: int = 0) -> ServerError:
         return self._shards[shard].error(error)
@@ -120,7 +131,9 @@ class ClientBase(ClientCore):
             channel.wait_ready(timeout)
 
     def close(self) -> None:
-        """Close the channels; calls in flight are cancelled."""
+        """Close the channels; calls in flight are cancelled; a later call raises
+        :class:`~permindex.errors.InvalidArgumentError`."""
+        self._closed[0] = True
         for channel in self._shards:
             channel.close()
 

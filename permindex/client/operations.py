@@ -232,24 +232,26 @@ def _check_and_add_sharded(
     texts = [i for i, m in enumerate(messages) if m.WhichOneof("content") == "text"]
     largest = k
     if texts or k is None:  # the collection's shingle options and k
-        request = pb.DescribeCollectionRequest(name=target.collection)
-        (reply,) = yield [Call(0, "DescribeCollection", request, True)]
+        describe = pb.DescribeCollectionRequest(name=target.collection)
+        (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
         info = collection_info(reply)
         largest = info.k if k is None else k
         if texts:
-            found, valid = simhash_many(
+            values, valid = simhash_many(
                 [messages[i].text for i in texts],
                 shingle_size=info.shingle_size,
                 min_words=info.min_words,
             )
-            for i, fp, ok in zip(texts, found.tolist(), valid.tolist(), strict=True):
+            for i, fp, ok in zip(texts, values.tolist(), valid.tolist(), strict=True):
                 fingerprints[i] = fp if ok else None
     assert largest is not None
     asked = [i for i, fp in enumerate(fingerprints) if fp is not None]
     stored: list[list[Match]] = [[] for _ in messages]
     if asked:
         request = pb.QueryRequest(
-            collection=target.collection, fingerprints=[fingerprints[i] for i in asked], k=k
+            collection=target.collection,
+            fingerprints=[fp for fp in fingerprints if fp is not None],
+            k=k,
         )
         replies = yield _everywhere(target, "Query", request, True)
         for j, i in enumerate(asked):

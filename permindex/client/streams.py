@@ -147,6 +147,7 @@ class StreamingClient(ClientBase):
             )
 
         def run() -> None:
+            self._check_open()
             replies = self._stub.Ingest(requests(), metadata=self._metadata)
             calls.append(replies)
             for reply in replies:
@@ -350,6 +351,7 @@ class StreamingClient(ClientBase):
         attempt = 0
         stub = self._shards[shard].stub
         while True:
+            self._check_open()
             call = getattr(stub, read.rpc)(read.request, timeout=timeout, metadata=self._metadata)
             groups = Groups(read.group) if read.group is not None else None
             started = False
