@@ -11,6 +11,7 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from conftest import StartServer
 
 import permindex
 from permindex import Index
+from permindex.client import ingest_result_of
 from permindex.rpc.server import RunningServer
 
 TEXT = "the quick brown fox jumps over the lazy dog near the river bank at dawn"
@@ -291,5 +293,27 @@ def test_several_shards_equal_one_server(start_server: StartServer, tmp_path: Pa
                 await sharded.pairs()
             with pytest.raises(permindex.InvalidArgumentError, match="dedup"):
                 sharded.iter_clusters()
+
+    asyncio.run(run())
+
+
+def test_an_interrupted_ingest_leaves_its_counts_on_the_error(server: RunningServer) -> None:
+    def documents() -> Iterator[tuple[str, int]]:
+        for i in range(12):
+            yield f"k{i}", i
+        raise OSError("the input broke")
+
+    async def run() -> None:
+        async with permindex.AsyncClient(server.address, batch_size=5) as client:
+            with pytest.raises(OSError, match="broke") as broken:
+                await client.ingest(documents())
+            counts = ingest_result_of(broken.value)
+            assert counts is not None and (counts.documents, counts.batches) == (12, 3)
+            with pytest.raises(permindex.ServerInvalidArgumentError) as refused:
+                await client.ingest_batches([[("a", 1), ("b", 2)], [("", 3)], [("c", 4)]])
+            counts = ingest_result_of(refused.value)
+            assert counts is not None
+            assert (counts.documents, counts.in_flight, counts.in_flight_batches) == (2, 1, 1)
+            assert await client.get_many(["a", "c"]) == [1, None]
 
     asyncio.run(run())

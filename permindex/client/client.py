@@ -24,7 +24,11 @@ first use.
   ``private_key`` add a client certificate. ``token`` is sent as ``authorization: Bearer TOKEN``
   (:mod:`permindex.client.channel`).
 
-Thread-safe: one Client (one channel) can serve many threads.
+- Shards: given several addresses, the Client spreads the keys over them (see ``address``
+  below and the README's "Several servers"); the answers equal one server's, except that
+  CheckAndAdd is not atomic across shards.
+
+Thread-safe: one Client (one channel per server) can serve many threads.
 """
 
 from __future__ import annotations
@@ -58,7 +62,10 @@ class Client(StreamingClient):
     """A connection to a permindex server (see the module docstring for errors, retries, TLS).
 
     Args:
-        address: ``HOST:PORT`` of the server.
+        address: ``HOST:PORT`` of the server; or several, as a sequence or comma-separated
+            (``"h1:50051,h2:50051"``): the shards of one index, each key on shard
+            ``XXH3-64(key) mod n`` (:mod:`permindex.client.sharding`: lookups go to every shard
+            and are merged, ``pairs``/``clusters``/``flags``/``exact_duplicates`` are refused).
         timeout: deadline of each one-request call and of :meth:`query_columns`, seconds (None:
             none); a call past it raises a ``TimeoutError`` (DEADLINE_EXCEEDED). The streamed
             reads (pairs, clusters, flags, exact duplicates, export, and their ``iter_`` forms)

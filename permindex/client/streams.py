@@ -202,6 +202,9 @@ class StreamingClient(ClientBase):
                 default).
             window: requests sent ahead of their replies (at least 1).
 
+        Over several shards: one such stream per shard, in turn, and the columns merged in one
+        server's order (:func:`~permindex.client.sharding.merge_columns`).
+
         Returns:
             :class:`ColumnMatches` over all n fingerprints (positions count from 0 over the
             whole input); :meth:`ColumnMatches.to_lists` gives :meth:`query_many`'s lists.
