@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import StartServer
 from serverproc import ServeProcess
 from xxhash import xxh3_64_intdigest
 
@@ -17,6 +18,7 @@ import permindex
 from permindex.cli import main
 from permindex.client.sharding import merge_columns, shard_of
 from permindex.errors import InvalidArgumentError
+from permindex.rpc.server import RunningServer
 
 TEXT = "the quick brown fox jumps over the lazy dog near the river bank at dawn"
 
@@ -234,3 +236,30 @@ def test_command_line_with_comma_separated_addresses(
     assert "permindex dedup" in capsys.readouterr().err
     assert main(["collections", "drop", "cli", "--address", joined]) == 0
     assert main(["collections", "drop", "cli", "--address", single]) == 0
+
+
+def test_a_fan_out_read_is_retried_while_a_shard_is_down(start_server: StartServer) -> None:
+    import socket
+    import threading
+    import time
+
+    up = start_server()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        down = f"127.0.0.1:{probe.getsockname()[1]}"
+    later: list[RunningServer] = []
+
+    def start_later() -> None:
+        time.sleep(0.8)
+        later.append(start_server(address=down, data_dir=up.data_dir.parent / "later"))
+
+    with permindex.Client([up.address, down], retries=8, backoff=0.1, max_backoff=0.5) as client:
+        key = next(f"k{i}" for i in range(100) if shard_of(f"k{i}", 2) == 1)
+        with pytest.raises(permindex.ServerUnavailableError, match=down):
+            client.add([(key, 1)])  # a write: never retried
+        thread = threading.Thread(target=start_later)
+        thread.start()
+        assert client.stats().count == 0  # retried until the second shard came up
+        thread.join()
+        assert client.query_many([1, 2]) == [[], []]
+    assert later

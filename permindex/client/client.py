@@ -187,7 +187,6 @@ class Client(StreamingClient):
         """``list(stream())``; a stream broken off by UNAVAILABLE after some items is read again
         from the start (the iterator itself retries a failure before its first reply), as the
         one-request reads are retried."""
-        wait = self.backoff
         attempt = 0
         while True:
             items: list[_T] = []
@@ -195,11 +194,11 @@ class Client(StreamingClient):
                 items.extend(stream())
                 return items
             except ServerError as error:
-                if not items or error.code != "UNAVAILABLE" or attempt >= self.retries:
+                wait = self._retry_wait(error, True, attempt) if items else None
+                if wait is None:
                     raise
             attempt += 1
             time.sleep(wait)
-            wait = min(wait * 2, self.max_backoff)
 
     # ---- collections (on every shard)
 
