@@ -317,3 +317,23 @@ def test_an_interrupted_ingest_leaves_its_counts_on_the_error(server: RunningSer
             assert await client.get_many(["a", "c"]) == [1, None]
 
     asyncio.run(run())
+
+
+def test_every_exception_class_is_public_and_exported() -> None:
+    import permindex.errors as errors
+
+    classes = [
+        value
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, BaseException)
+        and value.__module__ == errors.__name__
+    ]
+    assert len(classes) >= 20
+    for cls in classes:
+        assert not cls.__name__.startswith("_"), cls
+        assert cls.__name__ in errors.__all__ and cls.__name__ in permindex.__all__, cls
+        assert getattr(permindex, cls.__name__) is cls
+    for code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "NOT_FOUND", "UNAVAILABLE", "OTHER"):
+        error = errors.server_error(code, "details", "127.0.0.1:1")
+        assert type(error) in classes and error.code == code
