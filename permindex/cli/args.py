@@ -90,7 +90,8 @@ def client_options_parser() -> argparse.ArgumentParser:
         default=DEFAULT_ADDRESS,
         type=flag_type(address_argument),
         metavar="HOST:PORT",
-        help=f"the server (default {DEFAULT_ADDRESS}; IPv6 as [::1]:50051)",
+        help=f"the server (default {DEFAULT_ADDRESS}; IPv6 as [::1]:50051); several,\n"
+        "comma-separated: the shards of one index, keys spread by a hash (README)",
     )
     client.add_argument(
         "--tls-ca",

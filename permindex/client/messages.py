@@ -10,7 +10,14 @@ from typing import Any, Final
 import numpy as np
 
 from permindex.client.batching import document_size
-from permindex.client.results import CollectionInfo, Content, DocumentLike, ServerStats
+from permindex.client.results import (
+    CheckResult,
+    CollectionInfo,
+    Content,
+    DocumentLike,
+    DocumentResult,
+    ServerStats,
+)
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
 from permindex.v1 import index_pb2 as pb
@@ -19,9 +26,11 @@ __all__ = [
     "STATUS_NAMES",
     "check_counts",
     "check_fingerprints",
+    "check_result",
     "collection_info",
     "document_message",
     "document_messages",
+    "document_result",
     "matches",
     "server_stats",
 ]
@@ -102,6 +111,20 @@ def check_fingerprints(fingerprints: Iterable[int]) -> list[int]:
 def matches(message: Any) -> list[Match]:
     """The :class:`~permindex.index.Match` list of a repeated ``Match`` field."""
     return [Match(m.key, m.fingerprint, m.distance) for m in message]
+
+
+def document_result(message: Any) -> DocumentResult:
+    """The :class:`DocumentResult` of an ``AddResult`` message."""
+    fingerprint = message.fingerprint if message.HasField("fingerprint") else None
+    return DocumentResult(message.key, STATUS_NAMES[message.status], fingerprint)
+
+
+def check_result(message: Any) -> CheckResult:
+    """The :class:`CheckResult` of a ``CheckAndAddResult`` message."""
+    fingerprint = message.fingerprint if message.HasField("fingerprint") else None
+    return CheckResult(
+        message.key, STATUS_NAMES[message.status], fingerprint, matches(message.matches)
+    )
 
 
 def collection_info(message: Any) -> CollectionInfo:
