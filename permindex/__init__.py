@@ -21,7 +21,7 @@ from permindex.errors import (
     PermindexError,
     ServerError,
 )
-from permindex.index import CheckAndAddResult, Index, Match
+from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.clusters import (
     ExactGroup,
     Flag,
@@ -52,6 +52,7 @@ __all__ = [
     "CorruptFileError",
     "DataDirLockedError",
     "ExactGroup",
+    "ExpiringIndex",
     "Flag",
     "Index",
     "InvalidArgumentError",

@@ -66,7 +66,14 @@ from permindex.index.query import (
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.runs import MERGE_ALL_MIN_SHARE, Runs
 from permindex.index.table import DEFAULT_MEMTABLE_LIMIT, Table
-from permindex.index.writes import add_batch, add_locked, add_section, after_write, discard_locked
+from permindex.index.writes import (
+    add_batch,
+    add_locked,
+    add_one,
+    add_section,
+    after_write,
+    discard_locked,
+)
 
 __all__ = [
     "DEFAULT_COMPACTION_MIN",
@@ -378,14 +385,7 @@ class Index:
             InvalidArgumentError: a malformed key, or a fingerprint outside [0, 2^64).
             LimitExceededError: 2^32 rows would be needed.
         """
-        data = validate_key(key).encode("utf-8")
-        value = validate_fingerprint(fingerprint)
-        h = hash_key(data)
-        self._rows.await_growth(1, len(data) + 1)
-        with self._lock:
-            added = add_locked(self._rows, self._runs, data, h, value)
-        after_write(self._rows, self._runs)
-        return added
+        return add_one(self._rows, self._runs, key, fingerprint)
 
     def add_many(
         self, keys: Iterable[str], fingerprints: Iterable[int] | _U64
@@ -557,19 +557,7 @@ class Index:
 
         Raises: as :meth:`add` and :meth:`query`; nothing changes then.
         """
-        key = validate_key(key)
-        value = validate_fingerprint(fingerprint)
-        kk = query_k(k, self._k, self._design)
-        data = key.encode("utf-8")
-        h = hash_key(data)
-        with self._lock:
-            matches = [m for m in self._query_one(value, kk) if m.key != key]
-            if matches:
-                return CheckAndAddResult(False, matches, False)
-            replaced = self._store.find(data, h) >= 0
-            add_locked(self._rows, self._runs, data, h, value)
-        after_write(self._rows, self._runs)
-        return CheckAndAddResult(True, [], replaced)
+        return check_and_add(self, key, fingerprint, k)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
         """Every unordered pair of stored keys within ``k`` bits (inclusive; equal fingerprints
@@ -629,7 +617,7 @@ class Index:
         """
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
         if parts is not None:
-            return parts
+            return [part[:3] for part in parts]
         with self._lock:
             return [self.export_compact()]
 
@@ -653,3 +641,23 @@ class Index:
         with self._lock:
             self._rows._check()
             self._runs._check()
+
+
+def check_and_add(
+    index: Index, key: str, fingerprint: int, k: int | None, when: int = 0
+) -> CheckAndAddResult:
+    """:meth:`Index.check_and_add` (its contract and errors), storing the key at time ``when``
+    (kept by an index with expiry, :mod:`permindex.index.expiry`)."""
+    key = validate_key(key)
+    value = validate_fingerprint(fingerprint)
+    kk = query_k(k, index._k, index._design)
+    data = key.encode("utf-8")
+    h = hash_key(data)
+    with index._lock:
+        matches = [m for m in index._query_one(value, kk) if m.key != key]
+        if matches:
+            return CheckAndAddResult(False, matches, False)
+        replaced = index._store.find(data, h) >= 0
+        add_locked(index._rows, index._runs, data, h, value, when)
+    after_write(index._rows, index._runs)
+    return CheckAndAddResult(True, [], replaced)
