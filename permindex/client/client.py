@@ -263,11 +263,18 @@ class Client(StreamingClient):
         leading: int | None = None,
         shingle_size: int | None = None,
         min_words: int | None = None,
+        expire_after: int | None = None,
     ) -> CollectionInfo:
-        """Create an empty collection (absent options: the server's own). Raises
+        """Create an empty collection (absent options: the server's own; ``expire_after``,
+        seconds after which an entry not added again expires: None, never). Raises
         :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken."""
         options = pb.CollectionOptions(
-            k=k, blocks=blocks, leading=leading, shingle_size=shingle_size, min_words=min_words
+            k=k,
+            blocks=blocks,
+            leading=leading,
+            shingle_size=shingle_size,
+            min_words=min_words,
+            expire_after=expire_after or 0,
         )
         request = pb.CreateCollectionRequest(name=name, options=options)
         reply = self._call(
