@@ -531,3 +531,37 @@ def test_times_survive_a_restart(tmp_path: Path, stop: str) -> None:
     finally:
         channel.close()
         assert server.stop() == 0
+
+
+def test_times_follow_the_rows_through_growth_ahead_and_compaction() -> None:
+    """Past GROW_AHEAD_ROWS the row arrays grow in a background thread: the times grow with
+    them (a renewed row's time included), and a compaction renumbers them with the rows."""
+    clock = Clock()
+    index = _index(clock, expire_after=10 * DAY, compaction_min=1000)
+    rng = np.random.default_rng(5)
+    model: dict[str, int] = {}
+    for batch in range(90):
+        keys = [f"k{batch}-{i}" for i in range(1000)]
+        when = T0 - int(rng.integers(0, DAY))
+        index.add_many(keys, rng.integers(0, 2**63, 1000, dtype=np.uint64), added_at=when)
+        model.update(dict.fromkeys(keys, when))
+        renewed = f"k{batch // 2}-7"
+        index.add(renewed, index.get(renewed) or 0, added_at=T0 - batch)  # same fingerprint
+        model[renewed] = T0 - batch
+    for batch in (b for b in range(90) if b % 3):  # two thirds removed: a compaction
+        for i in range(1000):
+            index.discard(f"k{batch}-{i}")
+            model.pop(f"k{batch}-{i}")
+    assert index.compactions >= 1
+    keys = list(model)
+    assert index.times(keys) == [model[key] for key in keys]
+    index._check()
+
+
+def test_a_log_record_refuses_times_out_of_range() -> None:
+    from permindex.storage.wal_records import ADD, encode_record
+
+    with pytest.raises(InvalidArgumentError, match="times"):
+        encode_record(1, [ADD], ["a"], [1], [2**32])
+    with pytest.raises(InvalidArgumentError, match="time each"):
+        encode_record(1, [ADD, ADD], ["a", "b"], [1, 2], [5])
