@@ -119,8 +119,9 @@ class Document(_message.Message):
     added_at: _builtins.int
     """When the document was crawled, Unix seconds, for a collection with expire_after (an import
     of an earlier crawl); 0 or absent: the server's clock at the write. A time in the future
-    counts as the server's clock; a negative one is INVALID_ARGUMENT. Kept (and logged) by every
-    collection; only one with expire_after acts on it. JSON carries int64 as a decimal string.
+    counts as the server's clock; a negative one is INVALID_ARGUMENT. Logged by every collection,
+    kept by one with expire_after (an entry expires expire_after seconds after it). JSON carries
+    int64 as a decimal string.
     """
     def __init__(
         self,
