@@ -12,7 +12,9 @@ its parts:
   compiled kernels and the read view (``PERMINDEX_JIT=0``: the reference paths instead);
 * :mod:`permindex.index.query` -- the batch query; :mod:`permindex.index.batches` -- input
   batches (str keys, compact key sections);
-* :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`.
+* :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`;
+* :mod:`permindex.index.expiry` -- :class:`~permindex.index.expiry.ExpiringIndex`, this class
+  with entries that expire when not added again within a duration.
 
 Thread safety: every public method reads and changes the index under one re-entrant lock
 (``threading.RLock``), held for microseconds by single lookups and writes. A batch lookup
