@@ -143,6 +143,8 @@ def test_added_at_rules() -> None:
     ]:
         with pytest.raises(error):
             index.add("refused", 11, added_at=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="iterable of str, not str"):
+        index.add_many("ab", [1, 2])
     with pytest.raises(InvalidArgumentError, match="2 entries but 1 added_at"):
         index.add_many(["r1", "r2"], [1, 2], added_at=[T0])
     with pytest.raises(InvalidArgumentError, match=">= 0"):

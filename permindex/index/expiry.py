@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.batches import compact_inputs, validate_keys
+from permindex.index.batches import compact_inputs, key_list, validate_keys
 from permindex.index.index import CheckAndAddResult, Index, check_and_add
 from permindex.index.match import Match
 from permindex.index.permutation import DEFAULT_DESIGN, Design
@@ -278,9 +278,9 @@ class ExpiringIndex(Index):
         one time for all, or one per key (a repeated key takes its last). Also
         InvalidArgumentError / TypeError for bad times."""
         self.expire()
-        key_list = keys if isinstance(keys, list) else list(keys)
-        times = self._stamp(added_at, len(key_list))
-        return add_batch(self._rows, self._runs, key_list, fingerprints, times)
+        keys = key_list(keys)
+        times = self._stamp(added_at, len(keys))
+        return add_batch(self._rows, self._runs, keys, fingerprints, times)
 
     def add_compact(
         self,

@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 from permindex import jit
 from permindex.errors import InvalidArgumentError, NotFoundError
 from permindex.index.batches import Section, compact_inputs, validate_keys
+from permindex.index.batches import key_list as as_key_list
 from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.keystore import hash_key
@@ -240,9 +241,7 @@ class Index:
         """A new index holding ``keys`` with (n,) ``fingerprints`` (bulk load: each table is
         built by one radix sort, O(n) per table). Same arguments and errors as :class:`Index`
         and :meth:`add_many`; ``design="auto"`` chooses for n fingerprints."""
-        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-            raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
-        key_list = keys if type(keys) is list else list(keys)
+        key_list = as_key_list(keys)
         index = cls(
             k, design, **_sized(memtable_limit, compaction_min, len(key_list), memory_budget)
         )
