@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import struct
 import time
 import zlib
@@ -395,6 +396,44 @@ def test_a_data_directory_of_the_older_formats_loads(
     expected = {"a", "c"} if expire_after else {"a", "c", "d"}
     assert set(store.index) == expected and store.sequence == 5
     assert store.snapshot().version == 3
+    store.close()
+
+
+#: The data directory the release before expiry wrote (its README says how).
+PRE_EXPIRY = Path(__file__).resolve().parent / "data" / "pre-expiry"
+PRE_EXPIRY_CONTENTS = {
+    "page-0": 0xABCDEF,
+    "page-1": 0x2222,
+    "page-2": 0x3333,
+    "page-4": 0x5555,
+    "page-5": 0x6666,
+    "page-new": 0x7BDB22CF023304C1,
+    "ключ": 2**64 - 1,
+}
+
+
+@pytest.mark.parametrize("expire_after", [None, DAY])
+def test_the_committed_pre_expiry_data_directory_loads(
+    tmp_path: Path, expire_after: int | None
+) -> None:
+    root = tmp_path / "data"
+    shutil.copytree(PRE_EXPIRY, root, ignore=shutil.ignore_patterns("README.md"))
+    assert read_snapshot(root / SNAPSHOT_NAME).info.version == 2
+    clock = Clock()
+    store = _store(root, clock, expire_after)
+    assert {key: store.index.get(key) for key in store.index} == PRE_EXPIRY_CONTENTS
+    assert store.sequence == 3
+    if isinstance(store.index, ExpiringIndex):
+        assert store.index.times(list(PRE_EXPIRY_CONTENTS)) == [T0] * 7
+    # With expiry the open recorded those times in a snapshot (which retired segment 1).
+    assert read_snapshot(root / SNAPSHOT_NAME).info.version == (3 if expire_after else 2)
+    store.add_many(["later"], [1])
+    store.close()
+    segments = [s.first_sequence for s in list_segments(root)]
+    assert segments == ([2, 4] if expire_after else [1, 2, 4])  # version 1: not appended to
+    clock.now = T0 + DAY  # a day after the start: all expired in the collection with expiry
+    store = _store(root, clock, expire_after)
+    assert len(store.index) == (0 if expire_after else 8)
     store.close()
 
 

@@ -42,8 +42,9 @@ the caller gives, else the clock's time at the write; :func:`~permindex.index.ex
 and snapshots hold each key's time, so that a collection with ``expire_after``
 (:class:`~permindex.index.ExpiringIndex`) recovers the times its entries had. Expiry itself is
 not logged: it follows from the times, and recovery expires again what is due. A data directory
-of an older format (no times) loads into a collection with expiry as if every entry had been
-added at the start.
+of an older format (no times), or of a collection without expiry (times 0 in its snapshots),
+loads into a collection with expiry as if every entry without a time had been added at the
+start, and :meth:`Store.open` then writes a snapshot at once to record that time.
 """
 
 from __future__ import annotations
@@ -138,6 +139,15 @@ def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
             f"{info.path}: holds {info.count} entries but only {len(index)} distinct keys",
             str(info.path),
         )
+
+
+def _untimed(snapshot: Snapshot | None, records: Sequence[Record]) -> bool:
+    """Whether ``snapshot`` or ``records`` hold an entry without a time (an older format, or
+    a collection without expiry: time 0)."""
+    if snapshot is not None and snapshot.info.count:
+        if snapshot.times is None or not bool(snapshot.times.all()):
+            return True
+    return any(bool((record.times[record.ops != REMOVE] == 0).any()) for record in records)
 
 
 def _replay(index: Index, records: Sequence[Record]) -> None:
@@ -298,7 +308,17 @@ class Store:
                 recovery.records,
                 recovery.last_sequence,
             )
-        return cls(index, data_dir, writer, recovery, export_slice_rows=export_slice_rows)
+        store = cls(index, data_dir, writer, recovery, export_slice_rows=export_slice_rows)
+        if isinstance(index, ExpiringIndex) and _untimed(snapshot, recovered.records):
+            # Entries without a time on disk count as added now: a snapshot records that time,
+            # or every start until the next change would count them as added again.
+            log.info("recording the times of entries loaded without one: snapshot")
+            try:
+                store.snapshot()
+            except BaseException:
+                store.close()
+                raise
+        return store
 
     # ---------------------------------------------------------------------------------- state
 
