@@ -21,6 +21,10 @@ time in the future counts as the clock's time (clock skew between machines must 
 outlive its duration); a negative, non-finite or non-number time is refused. An entry added with a
 time already past its duration is added and expired at once (as the same row inserted into the SQL
 table and deleted by the next ``DELETE``).
+
+Threads: the check of the clock is made when a call starts, without the lock; a call that starts
+while another thread is writing an entry already expired on arrival may see that entry (the
+write's own answers and every later call do not).
 """
 
 from __future__ import annotations
