@@ -36,7 +36,7 @@ from permindex.errors import (
     StorageFullError,
     WorkBudgetExceededError,
 )
-from permindex.index import CheckAndAddResult, Index, Match
+from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.clusters import (
     ExactGroup,
     Flag,
@@ -70,6 +70,7 @@ __all__ = [
     "CorruptFileError",
     "DataDirLockedError",
     "ExactGroup",
+    "ExpiringIndex",
     "Flag",
     "Index",
     "InvalidArgumentError",

@@ -17,6 +17,7 @@ __all__ = [
     "add_field_arguments",
     "bounded",
     "client_options_parser",
+    "duration",
     "flag_type",
     "non_negative",
     "positive",
@@ -50,6 +51,8 @@ def flag_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
 non_negative = flag_type(config.non_negative)
 #: An argparse type: an integer, 1 or more.
 positive = flag_type(config.positive)
+#: An argparse type: a duration (``30d``, ``12h``, ``90m``, ``45s``), in seconds.
+duration = flag_type(config.expire_duration)
 
 
 def bounded(low: int, high: int) -> Callable[[str], int]:

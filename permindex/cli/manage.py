@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from permindex.cli.args import CommandFactory, non_negative
+from permindex.cli.args import CommandFactory, duration, non_negative
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, counted, err, out
 from permindex.errors import EXIT_CODES
@@ -109,6 +109,7 @@ def _fields(info: CollectionInfo) -> dict[str, Any]:
         "tables": info.tables,
         "shingle_size": info.shingle_size,
         "min_words": info.min_words,
+        "expire_after": info.expire_after,
     }
 
 
@@ -139,6 +140,7 @@ def _cmd_collections(args: argparse.Namespace) -> int:
                     leading=args.leading,
                     shingle_size=args.shingle_size,
                     min_words=args.min_words,
+                    expire_after=args.expire_after,
                 )
             )
         else:
@@ -170,6 +172,13 @@ def add_collections_command(command: CommandFactory) -> None:
         ("--min-words", "texts of fewer words are too short"),
     ):
         collections.add_argument(option, type=non_negative, metavar="N", help=what)
+    collections.add_argument(
+        "--expire-after",
+        type=duration,
+        metavar="DURATION",
+        help="entries not added again within this duration expire: digits and s, m, h or d\n"
+        "(30d, 12h, 90m, 45s; default: never); expire_after is printed in seconds (0: never)",
+    )
     collections.add_argument("--json", action="store_true", help="print JSON")
     collections.set_defaults(func=_cmd_collections)
 

@@ -454,16 +454,20 @@ class AsyncClient(AsyncTransport):
         leading: int | None = None,
         shingle_size: int | None = None,
         min_words: int | None = None,
+        expire_after: int | None = None,
     ) -> CollectionInfo:
         """:meth:`Client.create_collection <permindex.client.Client.create_collection>`."""
-        options = {
-            "k": k,
-            "blocks": blocks,
-            "leading": leading,
-            "shingle_size": shingle_size,
-            "min_words": min_words,
-        }
-        return await self._run(operations.create_collection(self._target(), name, options))
+        plan = operations.create_collection(
+            self._target(),
+            name,
+            k=k,
+            blocks=blocks,
+            leading=leading,
+            shingle_size=shingle_size,
+            min_words=min_words,
+            expire_after=expire_after,
+        )
+        return await self._run(plan)
 
     async def list_collections(self) -> list[CollectionInfo]:
         """:meth:`Client.list_collections <permindex.client.Client.list_collections>`."""

@@ -211,17 +211,22 @@ class Client(StreamingClient):
         leading: int | None = None,
         shingle_size: int | None = None,
         min_words: int | None = None,
+        expire_after: int | None = None,
     ) -> CollectionInfo:
-        """Create an empty collection (absent options: the server's own). Raises
+        """Create an empty collection (absent options: the server's own; ``expire_after``,
+        seconds after which an entry not added again expires: None, never). Raises
         :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken."""
-        options = {
-            "k": k,
-            "blocks": blocks,
-            "leading": leading,
-            "shingle_size": shingle_size,
-            "min_words": min_words,
-        }
-        return self._run(operations.create_collection(self._target(), name, options))
+        plan = operations.create_collection(
+            self._target(),
+            name,
+            k=k,
+            blocks=blocks,
+            leading=leading,
+            shingle_size=shingle_size,
+            min_words=min_words,
+            expire_after=expire_after,
+        )
+        return self._run(plan)
 
     def list_collections(self) -> list[CollectionInfo]:
         """Every collection of the server, by name."""

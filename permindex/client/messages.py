@@ -140,6 +140,7 @@ def collection_info(message: Any) -> CollectionInfo:
         design.k,
         message.shingle_size,
         message.min_words,
+        message.expire_after,
     )
 
 
@@ -163,4 +164,6 @@ def server_stats(reply: Any) -> ServerStats:
         last_snapshot_bytes=reply.last_snapshot_bytes,
         version=reply.version,
         collection=reply.collection or "default",
+        expire_after=reply.expire_after,
+        expired_pending=reply.expired_pending,
     )

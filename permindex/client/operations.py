@@ -355,11 +355,12 @@ def stats(target: Target) -> Plan[ServerStats]:
     return merge_stats([server_stats(r) for r in replies])
 
 
-def create_collection(
-    target: Target, name: str, options: dict[str, int | None]
-) -> Plan[CollectionInfo]:
-    """:meth:`Client.create_collection` on every shard."""
-    request = pb.CreateCollectionRequest(name=name, options=pb.CollectionOptions(**options))
+def create_collection(target: Target, name: str, **options: int | None) -> Plan[CollectionInfo]:
+    """:meth:`Client.create_collection` on every shard; ``options`` are the fields of
+    ``CollectionOptions`` (k, blocks, leading, shingle_size, min_words, expire_after), None for
+    the server's own."""
+    given = {field: value for field, value in options.items() if value is not None}
+    request = pb.CreateCollectionRequest(name=name, options=pb.CollectionOptions(**given))
     replies = yield _everywhere(target, "CreateCollection", request, False)
     return merge_collection_infos([collection_info(r) for r in replies])
 

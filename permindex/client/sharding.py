@@ -130,9 +130,9 @@ def merge_columns(parts: Sequence[ColumnMatches], limit: int | None) -> ColumnMa
 
 
 def merge_stats(parts: Sequence[ServerStats]) -> ServerStats:
-    """The Stats of every shard as one: counts, memory and the last snapshot's keys and bytes
-    summed; the design, version and collection of the first shard; the shortest uptime; the
-    oldest last snapshot (None when a shard has none)."""
+    """The Stats of every shard as one: counts, memory, expired entries awaiting compaction and
+    the last snapshot's keys and bytes summed; the design, version and collection of the first
+    shard; the shortest uptime; the oldest last snapshot (None when a shard has none)."""
     first = parts[0]
     times = [p.last_snapshot_unix_seconds for p in parts]
     oldest = None if None in times else min(t for t in times if t is not None)
@@ -145,6 +145,7 @@ def merge_stats(parts: Sequence[ServerStats]) -> ServerStats:
         last_snapshot_unix_seconds=oldest,
         last_snapshot_count=sum(p.last_snapshot_count for p in parts),
         last_snapshot_bytes=sum(p.last_snapshot_bytes for p in parts),
+        expired_pending=sum(p.expired_pending for p in parts),
     )
 
 

@@ -251,10 +251,19 @@ class DocumentBatch:
         keys: the documents' keys, in request order.
         fingerprints: the fingerprint of each document (sent or computed from its text), or
             None for a text that is too short.
+        added_at: each document's ``added_at``, Unix seconds (0: the server's clock), >= 0.
     """
 
     keys: list[str]
     fingerprints: list[int | None]
+    added_at: list[int]
+
+    def stored_added_at(self) -> NDArray[np.int64]:
+        """The (m,) ``added_at`` of the documents that have a fingerprint, in order."""
+        return np.array(
+            [t for t, fp in zip(self.added_at, self.fingerprints, strict=True) if fp is not None],
+            dtype=np.int64,
+        )
 
     @property
     def too_short(self) -> int:
@@ -282,8 +291,9 @@ def documents_from_proto(
 
     Raises:
         LimitExceededError: more than ``max_batch`` documents.
-        InvalidArgumentError: a document with an empty or over-long key, with no content, or
-            with a fingerprint_hex that is not 16 hex digits (named ``documents[i]``).
+        InvalidArgumentError: a document with an empty or over-long key, with no content,
+            with a fingerprint_hex that is not 16 hex digits, or with a negative
+            ``added_at`` (named ``documents[i]``).
         LimitExceededError: a text of more than ``max_text_bytes`` UTF-8 bytes.
     """
     check_batch_length(len(documents), max_batch, "documents")
@@ -302,6 +312,12 @@ def documents_from_proto(
                 f"documents[{i}] (key {_shown(key)}): no content; set its fingerprint, its "
                 "fingerprint_hex or its text",
                 key,
+            )
+        if document.added_at < 0:
+            raise InvalidArgumentError(
+                f"documents[{i}] (key {_shown(key)}): added_at {document.added_at} is negative; "
+                "it is Unix seconds (0: the server's clock)",
+                document.added_at,
             )
         if content == "fingerprint":
             fingerprints.append(document.fingerprint)
@@ -322,7 +338,8 @@ def documents_from_proto(
         for i, fp, ok in zip(rows, found.tolist(), valid.tolist(), strict=True):
             if ok:
                 fingerprints[i] = fp
-    return DocumentBatch(keys=keys, fingerprints=fingerprints)
+    added_at = [document.added_at for document in documents]
+    return DocumentBatch(keys=keys, fingerprints=fingerprints, added_at=added_at)
 
 
 def matches_to_proto(matches: Iterable[Match]) -> list[pb.Match]:

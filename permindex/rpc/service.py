@@ -25,7 +25,7 @@ from permindex.errors import (
     WorkBudgetExceededError,
     status_name_for,
 )
-from permindex.index import Match
+from permindex.index import ExpiringIndex, Match
 from permindex.index.clusters import NearDuplicates
 from permindex.index.key_section import batch_repeats
 from permindex.index.query import QueryColumns
@@ -343,7 +343,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         fingerprints = np.fromiter(
             (batch.fingerprints[i] for i in stored), dtype=np.uint64, count=len(stored)
         )
-        was_new = state.store.add_many(keys, fingerprints)  # logged, then applied
+        # Logged, then applied.
+        was_new = state.store.add_many(keys, fingerprints, added_at=batch.stored_added_at())
         state.note_changes(len(keys))
         response = pb.AddResponse()
         status: dict[int, pb.DocumentStatus.ValueType] = {}
@@ -395,7 +396,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         ]
         outcomes = iter(
             state.store.check_and_add_many(
-                [key for key, _ in stored], [fp for _, fp in stored], k=k
+                [key for key, _ in stored],
+                [fp for _, fp in stored],
+                k=k,
+                added_at=batch.stored_added_at(),
             )
         )
         changes = 0
@@ -647,6 +651,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             resident_memory_bytes=resident_memory_bytes(),
             collection=request.collection or DEFAULT_COLLECTION,
         )
+        index = state.index
+        if isinstance(index, ExpiringIndex):
+            response.expire_after = index.expire_after
+            response.expired_pending = index.expired_pending
         last = state.last_snapshot
         if last is not None:
             response.last_snapshot_unix_seconds = last.created_unix_seconds
@@ -689,13 +697,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             design=convert.design_to_proto(state.index.design, state.index.k),
             shingle_size=options.shingle_size,
             min_words=options.min_words,
+            expire_after=options.expire_after,
         )
 
     @_unary
     def CreateCollection(
         self, request: pb.CreateCollectionRequest, stop: threading.Event
     ) -> pb.CollectionInfo:
-        """An empty collection; absent options take the server's own."""
+        """An empty collection; absent options take the server's own (expire_after: never)."""
         given = request.options
         design = self.index.design
         options = CollectionOptions(
@@ -706,6 +715,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 given.shingle_size if given.HasField("shingle_size") else self.config.shingle_size
             ),
             min_words=given.min_words if given.HasField("min_words") else self.config.min_words,
+            expire_after=given.expire_after,
         )
         state = self.catalog.create(request.name, options)
         return self._info(request.name, state)

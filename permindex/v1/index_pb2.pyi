@@ -126,6 +126,7 @@ class Document(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     FINGERPRINT_HEX_FIELD_NUMBER: _builtins.int
+    ADDED_AT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Required: non-empty, at most 1,024 UTF-8 bytes."""
     fingerprint: _builtins.int
@@ -142,6 +143,13 @@ class Document(_message.Message):
     a 0x prefix, a sign, spaces) is refused: INVALID_ARGUMENT naming documents[i] and the
     value, and nothing of the request is applied.
     """
+    added_at: _builtins.int
+    """When the document was crawled, Unix seconds, for a collection with expire_after (an import
+    of an earlier crawl); 0 or absent: the server's clock at the write. A time in the future
+    counts as the server's clock; a negative one is INVALID_ARGUMENT. Logged by every collection,
+    kept by one with expire_after (an entry expires expire_after seconds after it). JSON carries
+    int64 as a decimal string.
+    """
     def __init__(
         self,
         *,
@@ -149,10 +157,11 @@ class Document(_message.Message):
         fingerprint: _builtins.int = ...,
         text: _builtins.str = ...,
         fingerprint_hex: _builtins.str = ...,
+        added_at: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "key", b"key", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "key", b"key", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["fingerprint", "text", "fingerprint_hex"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
@@ -1060,6 +1069,8 @@ class StatsResponse(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     COLLECTION_FIELD_NUMBER: _builtins.int
+    EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
+    EXPIRED_PENDING_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """Stored keys."""
     memory_bytes: _builtins.int
@@ -1078,6 +1089,10 @@ class StatsResponse(_message.Message):
     """Resident memory of the server process (VmRSS), bytes; 0 where unknown."""
     collection: _builtins.str
     """The collection these numbers are of."""
+    expire_after: _builtins.int
+    """The collection's expire_after, seconds (see CollectionOptions); 0: entries never expire."""
+    expired_pending: _builtins.int
+    """Entries expired (they match nothing any more) whose memory awaits the next compaction."""
     @_builtins.property
     def design(self) -> Global___Design: ...
     def __init__(
@@ -1093,10 +1108,12 @@ class StatsResponse(_message.Message):
         version: _builtins.str = ...,
         resident_memory_bytes: _builtins.int = ...,
         collection: _builtins.str = ...,
+        expire_after: _builtins.int = ...,
+        expired_pending: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "design", b"design", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "collection", b"collection", "count", b"count", "design", b"design", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "collection", b"collection", "count", b"count", "design", b"design", "expire_after", b"expire_after", "expired_pending", b"expired_pending", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["last_snapshot_unix_seconds"]  # noqa: Y015
     _WhichOneofArgType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds"]  # noqa: Y015
@@ -1232,6 +1249,7 @@ class CollectionOptions(_message.Message):
     LEADING_FIELD_NUMBER: _builtins.int
     SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
     MIN_WORDS_FIELD_NUMBER: _builtins.int
+    EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits the collection answers."""
     blocks: _builtins.int
@@ -1240,6 +1258,11 @@ class CollectionOptions(_message.Message):
     shingle_size: _builtins.int
     """Words per shingle, and the fewest words of a text, when the server fingerprints texts."""
     min_words: _builtins.int
+    expire_after: _builtins.int
+    """Seconds after which an entry not added again expires: it stops matching at once and is
+    reclaimed by compaction (re-adding or replacing a key renews it). 0 or absent: never (the
+    server's --expire-after applies to the default collection only). At most 2^32 - 1.
+    """
     def __init__(
         self,
         *,
@@ -1248,10 +1271,11 @@ class CollectionOptions(_message.Message):
         leading: _builtins.int | None = ...,
         shingle_size: _builtins.int | None = ...,
         min_words: _builtins.int | None = ...,
+        expire_after: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "expire_after", b"expire_after", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__blocks: _TypeAlias = _typing.Literal["blocks"]  # noqa: Y015
     _WhichOneofArgType__blocks: _TypeAlias = _typing.Literal["_blocks", b"_blocks"]  # noqa: Y015
@@ -1309,6 +1333,7 @@ class CollectionInfo(_message.Message):
     DESIGN_FIELD_NUMBER: _builtins.int
     SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
     MIN_WORDS_FIELD_NUMBER: _builtins.int
+    EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     """Stored keys."""
@@ -1316,6 +1341,8 @@ class CollectionInfo(_message.Message):
     """Estimated memory of its index, bytes."""
     shingle_size: _builtins.int
     min_words: _builtins.int
+    expire_after: _builtins.int
+    """Seconds after which an entry not added again expires; 0: never."""
     @_builtins.property
     def design(self) -> Global___Design: ...
     def __init__(
@@ -1327,10 +1354,11 @@ class CollectionInfo(_message.Message):
         design: Global___Design | None = ...,
         shingle_size: _builtins.int = ...,
         min_words: _builtins.int = ...,
+        expire_after: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["design", b"design"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
