@@ -16,9 +16,12 @@ from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import KEEP_RULES, KeepRule, NearDuplicates
 from permindex.text.fingerprint import Tokenizer, check_shingle_options
 
-__all__ = ["MAX_K", "WEIGHTS", "DedupOptions", "DedupResult", "Weights"]
+__all__ = ["MAX_K", "METHODS", "WEIGHTS", "DedupOptions", "DedupResult", "Method", "Weights"]
 
 Weights = Literal["none", "idf"]
+Method = Literal["simhash", "minhash"]
+#: The methods of ``--method``: SimHash within k bits, or Jaccard by MinHash-LSH, verified.
+METHODS: Final = ("simhash", "minhash")
 #: The weightings of ``--weights``.
 WEIGHTS: Final = ("none", "idf")
 #: The largest k of ``dedup`` (design (10 blocks, 2 leading), 45 tables, 12-bit prefixes).
@@ -42,6 +45,11 @@ class DedupOptions:
         tokenizer, shingle_size, min_words: as :func:`permindex.text.fingerprint.simhash`.
         id_field, text_field: the JSONL fields of the key and the text.
         examples: example pairs per distance in the HTML report.
+        method: ``"simhash"`` (pairs within k bits) or ``"minhash"`` (pairs of Jaccard
+            similarity >= ``threshold`` of their shingle sets: :mod:`permindex.near.jaccard`;
+            ``k`` and ``weights`` are then unused).
+        threshold: the least Jaccard similarity of a pair (minhash), in (0, 1].
+        permutations: MinHash signature values per document (minhash), 1..4096.
     """
 
     source: str
@@ -56,10 +64,14 @@ class DedupOptions:
     id_field: str = "id"
     text_field: str = "text"
     examples: int = 3
+    method: Method = "simhash"
+    threshold: float = 0.8
+    permutations: int = 128
 
     def check(self) -> None:
         """Check every option, in the order k, keep, weights, the shingle options
-        (:func:`permindex.text.fingerprint.check_shingle_options`), jobs and examples.
+        (:func:`permindex.text.fingerprint.check_shingle_options`), jobs and examples, then
+        method, threshold and permutations.
 
         Raises:
             InvalidArgumentError: naming the first bad option.
@@ -76,6 +88,12 @@ class DedupOptions:
                 f"jobs must be >= 1 and examples >= 0, got jobs={self.jobs}, "
                 f"examples={self.examples}"
             )
+        if self.method not in METHODS:
+            raise InvalidArgumentError(f"unknown method {self.method!r}", value=self.method)
+        from permindex.near.minhash import check_permutations, check_threshold
+
+        check_threshold(self.threshold)
+        check_permutations(self.permutations)
 
 
 @dataclass
