@@ -283,9 +283,15 @@ def test_bad_options_exit_2(
 
 
 def test_options_checked_in_the_library() -> None:
-    for bad in ({"threshold": 0.0}, {"threshold": 1.5}, {"permutations": 0}, {"method": "x"}):
+    bad: list[dict[str, Any]] = [
+        {"threshold": 0.0},
+        {"threshold": 1.5},
+        {"permutations": 0},
+        {"method": "x"},
+    ]
+    for fields in bad:
         with pytest.raises(InvalidArgumentError):
-            DedupOptions(source="-", **bad).check()  # type: ignore[arg-type]
+            DedupOptions(source="-", **fields).check()
 
 
 # --- the shared corpora ----------------------------------------------------------------------
