@@ -286,9 +286,11 @@ def add_commands(command: CommandFactory) -> None:
 
 
 def _add_jaccard_arguments(dedup: argparse.ArgumentParser) -> None:
-    """The options of the Jaccard mode of ``dedup`` (``--method minhash``), in one group."""
+    """The options of the Jaccard mode of ``dedup`` (``--method minhash``), in one group, and
+    ``--vote``."""
     from permindex.near.minhash import DEFAULT_PERMUTATIONS, MAX_PERMUTATIONS
     from permindex.near.result import METHODS
+    from permindex.text.fingerprint import VOTES
 
     def threshold(text: str) -> float:
         try:
@@ -331,6 +333,14 @@ def _add_jaccard_arguments(dedup: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"MinHash values per document (default {DEFAULT_PERMUTATIONS}; minhash only)",
     )
+    dedup.add_argument(
+        "--vote",
+        choices=VOTES,
+        default="multiset",
+        help="how shingles vote in the SimHash fingerprint: multiset (default: each time it\n"
+        "occurs) or set (each distinct shingle once: a repeated word no longer drowns the\n"
+        "shared text; see the README's quality table)",
+    )
 
 
 def _jaccard_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -343,9 +353,11 @@ def _jaccard_options(args: argparse.Namespace) -> dict[str, Any]:
             )
         if args.weights != "none":
             raise CommandError("--weights is a SimHash option, not for --method minhash", "usage")
+        if args.vote != "multiset":
+            raise CommandError("--vote is a SimHash option, not for --method minhash", "usage")
     elif args.threshold is not None or args.permutations is not None:
         raise CommandError("--threshold and --permutations need --method minhash", "usage")
-    fields: dict[str, Any] = {"method": args.method}
+    fields: dict[str, Any] = {"method": args.method, "vote": args.vote}
     if args.threshold is not None:
         fields["threshold"] = args.threshold
     if args.permutations is not None:

@@ -38,6 +38,7 @@ from permindex.text.documents import (
 )
 from permindex.text.fingerprint import (
     Tokenizer,
+    Vote,
     shingle_hashes,
     simhash_many,
     simhash_weighted,
@@ -95,6 +96,7 @@ def _work(
     min_words: int,
     bucket_bits: int,
     permutations: int = 0,
+    vote: Vote = "multiset",
 ) -> _Chunk:
     """Fingerprint (``task="plain"`` or ``"idf"``), count shingles (``"df"``) or make shingle
     sets and their MinHash signatures of ``permutations`` values (``"minhash"``) for a chunk:
@@ -138,6 +140,8 @@ def _work(
             has[i] = True
             continue
         assert _DF is not None, "the IDF pass runs in workers started by _init_idf_worker"
+        if vote == "set":
+            hashes = np.unique(hashes)
         weighted = simhash_weighted(hashes, _DF.idf(hashes))
         if weighted is not None:  # IDF weights are >= 1: never None with a shingle
             fps[i] = weighted
@@ -145,7 +149,7 @@ def _work(
     if plain:
         rows = np.array(plain_rows, dtype=np.intp)
         found, valid = simhash_many(
-            plain, shingle_size=shingle_size, tokenizer=tokenizer, min_words=min_words
+            plain, shingle_size=shingle_size, tokenizer=tokenizer, min_words=min_words, vote=vote
         )
         fps[rows] = found
         has[rows] = valid
@@ -332,6 +336,7 @@ def _run_pass(
         options.min_words,
         DEFAULT_BUCKET_BITS,
         options.permutations,
+        options.vote,
     )
     initializer: Callable[..., None] | None = None
     initargs: tuple[Any, ...] = ()

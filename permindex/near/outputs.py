@@ -253,6 +253,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         "seconds": {name: round(value, 3) for name, value in result.seconds.items()},
         "cpu_seconds": {name: round(value, 3) for name, value in result.cpu_seconds.items()},
         "method": options.method,
+        "vote": options.vote,
         "within": f"within {options.k} bits",
     }
     if isinstance(near, JaccardDuplicates):

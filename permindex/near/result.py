@@ -14,7 +14,8 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import KEEP_RULES, KeepRule, NearDuplicates
-from permindex.text.fingerprint import Tokenizer, check_shingle_options
+from permindex.near.minhash import check_permutations, check_threshold
+from permindex.text.fingerprint import VOTES, Tokenizer, Vote, check_shingle_options
 
 __all__ = ["MAX_K", "METHODS", "WEIGHTS", "DedupOptions", "DedupResult", "Method", "Weights"]
 
@@ -50,6 +51,8 @@ class DedupOptions:
             ``k`` and ``weights`` are then unused).
         threshold: the least Jaccard similarity of a pair (minhash), in (0, 1].
         permutations: MinHash signature values per document (minhash), 1..4096.
+        vote: how shingles vote in the SimHash fingerprint (simhash):
+            ``"multiset"`` (default) or ``"set"`` (:func:`permindex.text.fingerprint.simhash`).
     """
 
     source: str
@@ -67,6 +70,7 @@ class DedupOptions:
     method: Method = "simhash"
     threshold: float = 0.8
     permutations: int = 128
+    vote: Vote = "multiset"
 
     def check(self) -> None:
         """Check every option, in the order k, keep, weights, the shingle options
@@ -90,10 +94,10 @@ class DedupOptions:
             )
         if self.method not in METHODS:
             raise InvalidArgumentError(f"unknown method {self.method!r}", value=self.method)
-        from permindex.near.minhash import check_permutations, check_threshold
-
         check_threshold(self.threshold)
         check_permutations(self.permutations)
+        if self.vote not in VOTES:
+            raise InvalidArgumentError(f"unknown vote {self.vote!r}", value=self.vote)
 
 
 @dataclass
