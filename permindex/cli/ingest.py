@@ -37,8 +37,9 @@ from permindex.client.batching import (
     timed_batches,
 )
 from permindex.client.results import DocumentLike, IngestResult
-from permindex.errors import EXIT_CODES, ServerError, exit_code_for
+from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
 from permindex.text.documents import Document, DocumentReader, read_documents, read_file_text
+from permindex.text.extract import EXTRACTS, MIN_MAIN_WORDS, Extract, check_extract
 
 __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
@@ -181,8 +182,8 @@ class _HtmlFileReader(DocumentReader):
 
     Raises (when iterated) InvalidArgumentError: the file is not text or cannot be read."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, extract: Extract = "visible") -> None:
+        super().__init__(path, extract=extract)
         self.kind = "html"
         self._file = path
         self._read = False
@@ -191,7 +192,7 @@ class _HtmlFileReader(DocumentReader):
         return (self.size_bytes or 0) if self._read else 0
 
     def __iter__(self) -> Iterator[Document]:
-        text = read_file_text(self._file)
+        text = read_file_text(self._file, self.extract)
         self._read = True
         self.stats.documents += 1
         yield Document(self._file.name, text=text)
@@ -208,10 +209,11 @@ def _standard_input() -> IO[bytes]:
     return sys.stdin.buffer
 
 
-def open_input(path: str, *, html: bool = True) -> DocumentReader:
+def open_input(path: str, *, html: bool = True, extract: Extract = "visible") -> DocumentReader:
     """The reader of an ingest's PATH: with ``html``, a single HTML file (by its name:
     ``.html``, ``.htm``, either ``.gz``) is one HTML document as in a folder; anything else is
-    :func:`~permindex.text.documents.read_documents` (JSONL, a folder, ``-``).
+    :func:`~permindex.text.documents.read_documents` (JSONL, a folder, ``-``). ``extract``: the
+    text of HTML files, as :func:`~permindex.text.documents.read_documents` has it.
 
     Raises:
         InvalidArgumentError: no such file or folder.
@@ -224,8 +226,8 @@ def open_input(path: str, *, html: bool = True) -> DocumentReader:
         return read_documents(path, stdin=_standard_input())
     file = Path(path)
     if html and file.name.lower().endswith(_HTML_NAMES) and file.is_file():
-        return _HtmlFileReader(file)
-    return read_documents(path)
+        return _HtmlFileReader(file, extract)
+    return read_documents(path, extract=extract)
 
 
 def ingest(
@@ -334,7 +336,11 @@ def ingest(
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    reader = open_input(args.path, html=args.command == "ingest")
+    try:  # import has no --extract
+        extract = check_extract(getattr(args, "extract", "visible"))
+    except InvalidArgumentError as error:
+        raise CommandError(f"--extract main: {error}", "usage") from None
+    reader = open_input(args.path, html=args.command == "ingest", extract=extract)
     progress = not args.no_progress and sys.stderr.isatty()
     summary = ingest(
         reader,
@@ -415,6 +421,14 @@ def add_ingest_command(command: CommandFactory) -> None:
         metavar="N",
         help="texts of fewer words are too short: not sent, counted in the summary (default 0:\n"
         "the server decides; the article behind SimHash deduplication uses 20)",
+    )
+    ingest_.add_argument(
+        "--extract",
+        choices=EXTRACTS,
+        default="visible",
+        help="the text of an HTML file: visible (default: all its visible text) or main\n"
+        "(boilerplate removed by trafilatura, pip install 'permindex[extract]'; the visible\n"
+        f"text when the main text has fewer than {MIN_MAIN_WORDS} words)",
     )
     ingest_.add_argument("--no-progress", action="store_true", help="no progress bar")
     ingest_.set_defaults(func=_cmd_ingest)

@@ -26,7 +26,7 @@ from typing import Any
 from permindex.cli.args import CommandFactory, non_negative, positive
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, err, out
-from permindex.errors import EXIT_CODES
+from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.text.documents import format_fingerprint, tsv_field
 
 __all__ = ["add_commands"]
@@ -290,6 +290,7 @@ def _add_jaccard_arguments(dedup: argparse.ArgumentParser) -> None:
     ``--vote``."""
     from permindex.near.minhash import DEFAULT_PERMUTATIONS, MAX_PERMUTATIONS
     from permindex.near.result import METHODS
+    from permindex.text.extract import EXTRACTS, MIN_MAIN_WORDS
     from permindex.text.fingerprint import VOTES
 
     def threshold(text: str) -> float:
@@ -341,6 +342,14 @@ def _add_jaccard_arguments(dedup: argparse.ArgumentParser) -> None:
         "occurs) or set (each distinct shingle once: a repeated word no longer drowns the\n"
         "shared text; see the README's quality table)",
     )
+    dedup.add_argument(
+        "--extract",
+        choices=EXTRACTS,
+        default="visible",
+        help="the text of an HTML file of a folder: visible (default: all its visible text) or\n"
+        "main (boilerplate removed by trafilatura, pip install 'permindex[extract]'; the\n"
+        f"visible text when the main text has fewer than {MIN_MAIN_WORDS} words)",
+    )
 
 
 def _jaccard_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -357,7 +366,14 @@ def _jaccard_options(args: argparse.Namespace) -> dict[str, Any]:
             raise CommandError("--vote is a SimHash option, not for --method minhash", "usage")
     elif args.threshold is not None or args.permutations is not None:
         raise CommandError("--threshold and --permutations need --method minhash", "usage")
-    fields: dict[str, Any] = {"method": args.method, "vote": args.vote}
+    fields: dict[str, Any] = {"method": args.method, "vote": args.vote, "extract": args.extract}
+    if args.extract == "main":
+        from permindex.text.extract import check_extract
+
+        try:
+            check_extract("main")
+        except InvalidArgumentError as error:
+            raise CommandError(f"--extract main: {error}", "usage") from None
     if args.threshold is not None:
         fields["threshold"] = args.threshold
     if args.permutations is not None:

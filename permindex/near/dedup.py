@@ -36,6 +36,7 @@ from permindex.text.documents import (
     folder_file_text,
     read_documents,
 )
+from permindex.text.extract import Extract
 from permindex.text.fingerprint import (
     Tokenizer,
     Vote,
@@ -97,6 +98,7 @@ def _work(
     bucket_bits: int,
     permutations: int = 0,
     vote: Vote = "multiset",
+    extract: Extract = "visible",
 ) -> _Chunk:
     """Fingerprint (``task="plain"`` or ``"idf"``), count shingles (``"df"``) or make shingle
     sets and their MinHash signatures of ``permutations`` values (``"minhash"``) for a chunk:
@@ -115,7 +117,7 @@ def _work(
         if item is None:
             continue
         if isinstance(item, Path):
-            text, reason = folder_file_text(item)
+            text, reason = folder_file_text(item, extract)
             if text is None:
                 skipped[i] = reason or "not text"
                 lengths[i] = -1
@@ -337,6 +339,7 @@ def _run_pass(
         DEFAULT_BUCKET_BITS,
         options.permutations,
         options.vote,
+        options.extract,
     )
     initializer: Callable[..., None] | None = None
     initargs: tuple[Any, ...] = ()

@@ -77,7 +77,8 @@ def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str
         if reader.kind == "folder":
             by_ordinal = {int(o): p for p, o in enumerate(result.ordinals.tolist()) if o in wanted}
             for ordinal, position in by_ordinal.items():
-                text, _ = folder_file_text(Path(source) / result.near.keys[position])
+                path = Path(source) / result.near.keys[position]
+                text, _ = folder_file_text(path, options.extract)
                 if text is not None:
                     found[ordinal] = text
             return found
@@ -254,6 +255,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         "cpu_seconds": {name: round(value, 3) for name, value in result.cpu_seconds.items()},
         "method": options.method,
         "vote": options.vote,
+        "extract": options.extract,
         "within": f"within {options.k} bits",
     }
     if isinstance(near, JaccardDuplicates):

@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import KEEP_RULES, KeepRule, NearDuplicates
 from permindex.near.minhash import check_permutations, check_threshold
+from permindex.text.extract import Extract, check_extract
 from permindex.text.fingerprint import VOTES, Tokenizer, Vote, check_shingle_options
 
 __all__ = ["MAX_K", "METHODS", "WEIGHTS", "DedupOptions", "DedupResult", "Method", "Weights"]
@@ -51,6 +52,8 @@ class DedupOptions:
             ``k`` and ``weights`` are then unused).
         threshold: the least Jaccard similarity of a pair (minhash), in (0, 1].
         permutations: MinHash signature values per document (minhash), 1..4096.
+        extract: the text of an HTML file of a folder: ``"visible"`` (default) or ``"main"``
+            (:mod:`permindex.text.extract`; needs the ``extract`` extra).
         vote: how shingles vote in the SimHash fingerprint (simhash):
             ``"multiset"`` (default) or ``"set"`` (:func:`permindex.text.fingerprint.simhash`).
     """
@@ -71,11 +74,12 @@ class DedupOptions:
     threshold: float = 0.8
     permutations: int = 128
     vote: Vote = "multiset"
+    extract: Extract = "visible"
 
     def check(self) -> None:
         """Check every option, in the order k, keep, weights, the shingle options
         (:func:`permindex.text.fingerprint.check_shingle_options`), jobs and examples, then
-        method, threshold and permutations.
+        method, threshold, permutations, vote and extract.
 
         Raises:
             InvalidArgumentError: naming the first bad option.
@@ -98,6 +102,7 @@ class DedupOptions:
         check_permutations(self.permutations)
         if self.vote not in VOTES:
             raise InvalidArgumentError(f"unknown vote {self.vote!r}", value=self.vote)
+        check_extract(self.extract)
 
 
 @dataclass
