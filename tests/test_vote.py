@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from itertools import combinations
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -15,6 +16,9 @@ from permindex import simhash, simhash_many
 from permindex.cli import main
 from permindex.errors import InvalidArgumentError
 from permindex.text.fingerprint import Tokenizer, shingles
+
+if TYPE_CHECKING:
+    from permindex.rpc.server import RunningServer
 
 
 def reference(
@@ -94,3 +98,26 @@ def test_dedup_vote_set_against_brute_force(
     )
     assert want and out.splitlines() == want
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["vote"] == "set"
+
+
+def test_ingest_vote_set(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    repeated = "numeric limits " * 200 + "of a type and the rest of its page"
+    plain = "one two three four five six"
+    rows: list[dict[str, object]] = [
+        {"id": "repeated", "text": repeated},
+        {"id": "plain", "text": plain},
+        {"id": "short", "text": "two words"},
+        {"id": "given", "fingerprint": 42},
+    ]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    address = ("--address", server.address)
+    assert main(["ingest", str(path), "--vote", "set", "--no-progress", *address]) == 0
+    err = capsys.readouterr().err
+    assert "3 added" in err and "1 too short" in err
+    for key, want in (("repeated", reference(repeated)), ("plain", reference(plain))):
+        assert main(["get", key, *address]) == 0
+        assert capsys.readouterr().out.split()[-1] == f"{want:016x}"
+    assert reference(repeated) != simhash(repeated)  # the server's own vote would differ
