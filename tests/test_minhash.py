@@ -282,6 +282,16 @@ def test_bad_options_exit_2(
     assert not (tmp_path / "o" / "summary.json").exists()
 
 
+def test_fingerprints_without_texts_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rows: list[dict[str, Any]] = [*edited_collection(1)[:3], {"id": "fp", "fingerprint": 7}]
+    path = write_jsonl(tmp_path / "docs.jsonl", rows)
+    code, out, err = run_cli(capsys, str(path), "--method", "minhash", "--out", str(tmp_path))
+    assert (code, out) == (4, "")
+    assert "'fp' comes as a fingerprint" in err and "Traceback" not in err
+
+
 def test_options_checked_in_the_library() -> None:
     bad: list[dict[str, Any]] = [
         {"threshold": 0.0},

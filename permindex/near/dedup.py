@@ -362,6 +362,12 @@ def _run_pass(
         collected.cpu_seconds["parse"] += done.parse_seconds
         collected.cpu_seconds["fingerprint"] += done.fingerprint_seconds
         for i, fingerprint in enumerate(given):
+            if fingerprint is not None and task == "minhash":
+                raise InvalidArgumentError(
+                    f"{keys[i]!r} comes as a fingerprint: the Jaccard mode (--method minhash) "
+                    "needs the texts",
+                    value=keys[i],
+                )
             if fingerprint is not None:  # given in the input: no text to fingerprint
                 result.fingerprints[i] = fingerprint
                 result.has_fingerprint[i] = True
