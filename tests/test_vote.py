@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -121,3 +121,28 @@ def test_ingest_vote_set(
         assert main(["get", key, *address]) == 0
         assert capsys.readouterr().out.split()[-1] == f"{want:016x}"
     assert reference(repeated) != simhash(repeated)  # the server's own vote would differ
+
+
+def test_server_vote_set(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, start_server: Any
+) -> None:
+    # serve --vote set: the server fingerprints texts with the set vote, in the default
+    # collection and in the collections created on it (kept in their collection.json)
+    server = start_server(vote="set")
+    repeated = "numeric limits " * 200 + "of a type and the rest of its page"
+    path = tmp_path / "docs.jsonl"
+    path.write_text(json.dumps({"id": "repeated", "text": repeated}) + "\n")
+    address = ("--address", server.address)
+    assert main(["collections", "create", "pages", *address]) == 0
+    for collection in ("default", "pages"):
+        where = (*address, "--collection", collection)
+        assert main(["ingest", str(path), "--no-progress", *where]) == 0
+        capsys.readouterr()
+        assert main(["get", "repeated", *where]) == 0
+        assert capsys.readouterr().out.split()[-1] == f"{reference(repeated):016x}"
+        assert main(["query", "--text", repeated, "--vote", "set", "--k", "0", *where]) == 0
+        assert capsys.readouterr().out.split("\t")[0] == "repeated"
+        assert main(["query", "--text", repeated, "--k", "0", *where]) == 0
+        assert capsys.readouterr().out == ""  # the multiset fingerprint is another one
+    stored = server.data_dir / "collections" / "pages" / "collection.json"
+    assert json.loads(stored.read_text())["vote"] == "set"

@@ -24,7 +24,7 @@ from permindex.index.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
 from permindex.storage.store import Store
-from permindex.text.fingerprint import check_shingle_options
+from permindex.text.fingerprint import VOTES, Vote, check_shingle_options
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -66,6 +66,7 @@ class CollectionOptions:
     leading: int = DEFAULT_DESIGN.leading
     shingle_size: int = 3
     min_words: int = 0
+    vote: Vote = "multiset"  # absent from a collection.json written before it: multiset
 
     def check(self) -> CollectionOptions:
         """Self, after checking that the design answers k exactly.
@@ -76,6 +77,8 @@ class CollectionOptions:
                 guarantee, a bad design.
         """
         check_shingle_options(self.shingle_size, min_words=self.min_words)
+        if self.vote not in VOTES:
+            raise InvalidArgumentError(f"unknown vote {self.vote!r}", self.vote)
         try:
             Index(k=self.k, design=(self.blocks, self.leading))
         except (ValueError, TypeError) as error:
@@ -154,6 +157,7 @@ class Catalog:
             k=options.k,
             shingle_size=options.shingle_size,
             min_words=options.min_words,
+            vote=options.vote,
         )
         return ServerState(store, config)
 
@@ -212,7 +216,7 @@ class Catalog:
         design = state.index.design
         return CollectionOptions(
             state.index.k, design.blocks, design.leading, state.config.shingle_size,
-            state.config.min_words,
+            state.config.min_words, state.config.vote,
         )  # fmt: skip
 
     def items(self) -> list[tuple[str, ServerState]]:
