@@ -6,6 +6,7 @@ report folder, bad options, and the figures on the shared corpora."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import subprocess
@@ -342,3 +343,26 @@ def test_postgresql_has_no_pair(tmp_path: Path) -> None:
     path = corpus("postgresql-doc-15.jsonl.gz")
     result = run_dedup(DedupOptions(source=str(path), out_dir=tmp_path, method="minhash", jobs=2))
     assert len(result.near) == 0
+
+
+def test_inputs_and_workers_give_the_same_pairs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = edited_collection(3)
+    path = write_jsonl(tmp_path / "docs.jsonl", rows)
+    folder = tmp_path / "folder"
+    for row in rows:
+        file = folder / f"{row['id']}.txt"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(row["text"], encoding="utf-8")
+    jaccard = ("--method", "minhash", "--threshold", "0.85")
+    _, one, _ = run_cli(capsys, str(path), *jaccard, "--jobs", "1", "--out", str(tmp_path / "1"))
+    _, two, _ = run_cli(capsys, str(path), *jaccard, "--jobs", "2", "--out", str(tmp_path / "2"))
+    _, files, _ = run_cli(capsys, str(folder), *jaccard, "--out", str(tmp_path / "3"))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
+    _, piped, _ = run_cli(capsys, "-", *jaccard, "--out", str(tmp_path / "4"))
+    assert one and one == two == piped
+    named = [line.split("\t") for line in files.splitlines()]
+    plain = [line.split("\t") for line in one.splitlines()]
+    stripped = sorted((a.removesuffix(".txt"), b.removesuffix(".txt"), j) for a, b, j in named)
+    assert stripped == sorted((a, b, j) for a, b, j in plain)
