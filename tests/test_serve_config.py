@@ -142,6 +142,7 @@ SAMPLES = {
     "max_batch": "9",
     "shingle_size": "4",
     "min_words": "20",
+    "vote": "set",
     "grace_seconds": "1.5",
     "workers": "3",
     "fsync": "never",

@@ -18,14 +18,18 @@ at-least-once; running the same ingest again is safe, as adding a key again repl
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
 
 from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
 from permindex.cli.connection import ClientOptions, connect
@@ -37,9 +41,11 @@ from permindex.client.batching import (
     timed_batches,
 )
 from permindex.client.results import DocumentLike, IngestResult
-from permindex.errors import EXIT_CODES, ServerError, exit_code_for
+from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
 from permindex.io.parquet import open_documents
 from permindex.text.documents import Document, DocumentReader, read_file_text
+from permindex.text.extract import EXTRACTS, MIN_MAIN_WORDS, Extract, check_extract
+from permindex.text.fingerprint import VOTES, Vote, simhash_many
 
 __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
@@ -117,6 +123,9 @@ class _IngestFeed:
         self.too_large = 0
         #: Documents handed to the Client to send (every batch yielded), in all.
         self.handed = 0
+        #: ``--vote set``: fingerprints texts here (simhash_many), sent instead of the texts.
+        self.fingerprint: Callable[[list[str]], tuple[NDArray[np.uint64], NDArray[np.bool_]]]
+        self.fingerprint = _no_fingerprint
 
     def documents(self) -> Iterator[Document]:
         """The reader's documents less the too short and the too large ones."""
@@ -151,11 +160,33 @@ class _IngestFeed:
                     (d.key, d.text) if d.text is not None else (d.key, d.fingerprint or 0)
                     for d, _ in batch
                 ]
+                documents = self._fingerprinted(documents)
                 self.sent.append(batch[-1][1])
                 self.handed += len(documents)
                 yield documents
         except Exception as error:  # raised again by ingest() in the calling thread
             self.error = error
+
+    def _fingerprinted(self, documents: list[DocumentLike]) -> list[DocumentLike]:
+        """``documents`` with their texts fingerprinted here when :attr:`fingerprint` is set
+        (``--vote set``); a text too short for a fingerprint is counted and not sent."""
+        if self.fingerprint is _no_fingerprint:
+            return documents
+        texts = [(i, d[1]) for i, d in enumerate(documents) if isinstance(d[1], str)]
+        fps, valid = self.fingerprint([t for _, t in texts])
+        out = list(documents)
+        dropped: set[int] = set()
+        for (i, _), fp, ok in zip(texts, fps.tolist(), valid.tolist(), strict=True):
+            if ok:
+                out[i] = (documents[i][0], int(fp))
+            else:
+                dropped.add(i)
+        self.too_short += len(dropped)
+        return [d for i, d in enumerate(out) if i not in dropped]
+
+
+def _no_fingerprint(texts: list[str]) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
+    raise AssertionError("texts are fingerprinted by the server")  # never called
 
 
 def _stored_before(count: int) -> str:
@@ -182,8 +213,8 @@ class _HtmlFileReader(DocumentReader):
 
     Raises (when iterated) InvalidArgumentError: the file is not text or cannot be read."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, extract: Extract = "visible") -> None:
+        super().__init__(path, extract=extract)
         self.kind = "html"
         self._file = path
         self._read = False
@@ -192,7 +223,7 @@ class _HtmlFileReader(DocumentReader):
         return (self.size_bytes or 0) if self._read else 0
 
     def __iter__(self) -> Iterator[Document]:
-        text = read_file_text(self._file)
+        text = read_file_text(self._file, self.extract)
         self._read = True
         self.stats.documents += 1
         yield Document(self._file.name, text=text)
@@ -216,11 +247,13 @@ def open_input(
     id_field: str = "id",
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
+    extract: Extract = "visible",
 ) -> DocumentReader:
     """The reader of an ingest's PATH: with ``html``, a single HTML file (by its name:
     ``.html``, ``.htm``, either ``.gz``) is one HTML document as in a folder; anything else is
     :func:`~permindex.io.parquet.open_documents` (Parquet, JSONL, a folder, ``-``), with the
-    JSONL fields (Parquet columns) of the key, the text and the fingerprint.
+    JSONL fields (Parquet columns) of the key, the text and the fingerprint; ``extract``: the
+    text of HTML files, as :func:`~permindex.text.documents.read_documents` has it.
 
     Raises:
         InvalidArgumentError: no such file or folder; Parquet without pyarrow installed.
@@ -238,8 +271,8 @@ def open_input(
         return open_documents(path, stdin=_standard_input(), **fields)
     file = Path(path)
     if html and file.name.lower().endswith(_HTML_NAMES) and file.is_file():
-        return _HtmlFileReader(file)
-    return open_documents(path, **fields)
+        return _HtmlFileReader(file, extract)
+    return open_documents(path, extract=extract, **fields)
 
 
 def ingest(
@@ -253,13 +286,16 @@ def ingest(
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     connection: ClientOptions | None = None,
     command: str = "ingest",
+    vote: Vote = "multiset",
 ) -> IngestSummary:
     """Stream the documents of ``reader`` to the server at ``address`` (with the TLS, token and
     collection of ``connection``; default plain) over the Ingest RPC, in batches bounded by
     ``batch_size`` documents and ``batch_bytes`` bytes; a tqdm progress bar on stderr when
     ``progress``. Texts of fewer than ``min_words`` words are counted as too short and not sent;
     documents over ``max_document_bytes`` (key and UTF-8 text, bytes) are skipped, named on
-    stderr and counted as "too large".
+    stderr and counted as "too large". ``vote="set"``: texts are fingerprinted here with each
+    distinct shingle voting once (:func:`permindex.text.fingerprint.simhash_many`), with the
+    collection's shingle size and min words (DescribeCollection), and the fingerprints sent.
 
     Raises:
         CommandError: an RPC failure, or the reader's error (a malformed input line, with its
@@ -306,6 +342,14 @@ def ingest(
     refused: ServerError | None = None
     try:
         with connect(address, connection) as client:
+            if vote == "set":
+                info = client.describe_collection(connection.collection if connection else "")
+                feed.fingerprint = functools.partial(
+                    simhash_many,
+                    shingle_size=info.shingle_size,
+                    min_words=info.min_words,
+                    vote="set",
+                )
             try:
                 client.ingest_batches(feed.batches(), progress=acknowledged)
             except ServerError as error:  # handled once the channel is closed
@@ -348,12 +392,17 @@ def ingest(
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
+    try:  # import has no --extract
+        extract = check_extract(getattr(args, "extract", "visible"))
+    except InvalidArgumentError as error:
+        raise CommandError(f"--extract main: {error}", "usage") from None
     reader = open_input(
         args.path,
         html=args.command == "ingest",
         id_field=args.id_field,
         text_field=args.text_field,
         fingerprint_field=args.fingerprint_field,
+        extract=extract,
     )
     progress = not args.no_progress and sys.stderr.isatty()
     summary = ingest(
@@ -366,6 +415,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         max_document_bytes=args.max_document_bytes,
         connection=args.connection,
         command=args.command,
+        vote=getattr(args, "vote", "multiset"),  # import has no --vote
     )
     err(f"permindex {args.command}: {summary.line()}")
     return EXIT_CODES["ok"]
@@ -447,6 +497,22 @@ def add_ingest_command(command: CommandFactory) -> None:
         metavar="N",
         help="texts of fewer words are too short: not sent, counted in the summary (default 0:\n"
         "the server decides; the article behind SimHash deduplication uses 20)",
+    )
+    ingest_.add_argument(
+        "--extract",
+        choices=EXTRACTS,
+        default="visible",
+        help="the text of an HTML file: visible (default: all its visible text) or main\n"
+        "(boilerplate removed by trafilatura, pip install 'permindex[extract]'; the visible\n"
+        f"text when the main text has fewer than {MIN_MAIN_WORDS} words)",
+    )
+    ingest_.add_argument(
+        "--vote",
+        choices=VOTES,
+        default="multiset",
+        help="multiset (default): texts are sent and the server fingerprints them; set: each\n"
+        "distinct shingle votes once, texts fingerprinted here with the collection's shingle\n"
+        "size and min words, fingerprints sent",
     )
     ingest_.add_argument("--no-progress", action="store_true", help="no progress bar")
     ingest_.set_defaults(func=_cmd_ingest)

@@ -21,11 +21,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, err, out
-from permindex.errors import EXIT_CODES
+from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.text.documents import format_fingerprint, tsv_field
 
 __all__ = ["add_commands"]
@@ -112,7 +113,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     options = DedupOptions(
         source=args.input,
         out_dir=Path(args.out),
-        k=args.k,
+        k=3 if args.k is None else args.k,
         keep=args.keep,
         jobs=args.jobs or default_jobs(),
         weights=args.weights,
@@ -123,6 +124,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         fingerprint_field=args.fingerprint_field,
         examples=args.examples,
+        **_jaccard_options(args),
     )
     _check_out_dir(options.out_dir)  # before any work: exit 4 naming it, not a traceback
     progress = not args.no_progress and sys.stderr.isatty()
@@ -135,7 +137,10 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
                 f"--out {options.out_dir}: cannot write the report: {error.strerror or error}",
                 "invalid",
             ) from None
-    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in result.near.iter_pairs())
+    from permindex.near.outputs import measure_of
+
+    _, m = measure_of(result)
+    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{m(d)}\n" for a, b, d in result.near.iter_pairs())
     seconds = time.monotonic() - started
     err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
     return EXIT_CODES["ok"]
@@ -230,9 +235,9 @@ def add_commands(command: CommandFactory) -> None:
     dedup.add_argument(
         "--k",
         type=k_value,
-        default=3,
         metavar="N",
-        help=f"largest Hamming distance of a near-duplicate, bits (default 3, at most {MAX_K})",
+        help=f"largest Hamming distance of a near-duplicate, bits (default 3, at most {MAX_K};\n"
+        "simhash only)",
     )
     dedup.add_argument(
         "--keep", choices=KEEP_RULES, default="first", help="which document of a cluster to keep"
@@ -278,4 +283,101 @@ def add_commands(command: CommandFactory) -> None:
         help="example pairs per distance in report.html (default 3)",
     )
     dedup.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_jaccard_arguments(dedup)
     dedup.set_defaults(func=_cmd_dedup)
+
+
+def _add_jaccard_arguments(dedup: argparse.ArgumentParser) -> None:
+    """The options of the Jaccard mode of ``dedup`` (``--method minhash``), in one group, and
+    ``--vote``."""
+    from permindex.near.minhash import DEFAULT_PERMUTATIONS, MAX_PERMUTATIONS
+    from permindex.near.result import METHODS
+    from permindex.text.extract import EXTRACTS, MIN_MAIN_WORDS
+    from permindex.text.fingerprint import VOTES
+
+    def threshold(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0.0 < value <= 1.0:
+            raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+        return value
+
+    def permutations(text: str) -> int:
+        value = positive(text)
+        if value > MAX_PERMUTATIONS:
+            raise argparse.ArgumentTypeError(f"must be at most {MAX_PERMUTATIONS}, got {value}")
+        return value
+
+    group = dedup.add_argument_group(
+        "Jaccard mode",
+        "--method minhash: pairs whose word-shingle sets (the fingerprint's tokenization,\n"
+        "--tokenizer and --shingle-size apply) have Jaccard similarity >= --threshold.\n"
+        "Candidates come from MinHash-LSH bands chosen from the threshold; each is verified by\n"
+        "the exact Jaccard of the two sets, so every pair printed has J >= the threshold.\n"
+        "Standard output: `key_a<TAB>key_b<TAB>jaccard` (4 decimals), sorted.",
+    )
+    group.add_argument(
+        "--method",
+        choices=METHODS,
+        default="simhash",
+        help="simhash: pairs within --k bits (default); minhash: Jaccard >= --threshold",
+    )
+    group.add_argument(
+        "--threshold",
+        type=threshold,
+        metavar="J",
+        help="least Jaccard similarity of a pair, in (0, 1] (default 0.8; minhash only)",
+    )
+    group.add_argument(
+        "--permutations",
+        type=permutations,
+        metavar="N",
+        help=f"MinHash values per document (default {DEFAULT_PERMUTATIONS}; minhash only)",
+    )
+    dedup.add_argument(
+        "--vote",
+        choices=VOTES,
+        default="multiset",
+        help="how shingles vote in the SimHash fingerprint: multiset (default: each time it\n"
+        "occurs) or set (each distinct shingle once: a repeated word no longer drowns the\n"
+        "shared text; see the README's quality table)",
+    )
+    dedup.add_argument(
+        "--extract",
+        choices=EXTRACTS,
+        default="visible",
+        help="the text of an HTML file of a folder: visible (default: all its visible text) or\n"
+        "main (boilerplate removed by trafilatura, pip install 'permindex[extract]'; the\n"
+        f"visible text when the main text has fewer than {MIN_MAIN_WORDS} words)",
+    )
+
+
+def _jaccard_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The DedupOptions fields of the Jaccard mode from ``args``; options of one method
+    given with the other are refused (exit 2)."""
+    if args.method == "minhash":
+        if args.k is not None:
+            raise CommandError(
+                "--k is a SimHash option: --method minhash takes --threshold", "usage"
+            )
+        if args.weights != "none":
+            raise CommandError("--weights is a SimHash option, not for --method minhash", "usage")
+        if args.vote != "multiset":
+            raise CommandError("--vote is a SimHash option, not for --method minhash", "usage")
+    elif args.threshold is not None or args.permutations is not None:
+        raise CommandError("--threshold and --permutations need --method minhash", "usage")
+    fields: dict[str, Any] = {"method": args.method, "vote": args.vote, "extract": args.extract}
+    if args.extract == "main":
+        from permindex.text.extract import check_extract
+
+        try:
+            check_extract("main")
+        except InvalidArgumentError as error:
+            raise CommandError(f"--extract main: {error}", "usage") from None
+    if args.threshold is not None:
+        fields["threshold"] = args.threshold
+    if args.permutations is not None:
+        fields["permutations"] = args.permutations
+    return fields

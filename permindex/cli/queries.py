@@ -33,7 +33,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     own_key: str | None = None
     fingerprint: int | None
     if args.text is not None:
-        fingerprint = simhash(args.text, shingle_size=args.shingle_size)
+        fingerprint = simhash(args.text, shingle_size=args.shingle_size, vote=args.vote)
         if fingerprint is None:
             raise CommandError(
                 f"the text has fewer than {args.shingle_size} words: it has no fingerprint",
@@ -88,7 +88,7 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
     else:
         text = args.text
         source = "the text"
-    fingerprint = simhash(text, shingle_size=args.shingle_size, bits=args.bits)
+    fingerprint = simhash(text, shingle_size=args.shingle_size, bits=args.bits, vote=args.vote)
     if fingerprint is None:
         raise CommandError(
             f"{source} has fewer than {args.shingle_size} words: it has no fingerprint",
@@ -200,6 +200,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
 def add_commands(command: CommandFactory) -> None:
     """Register ``query``, ``fingerprint``, ``pairs``, ``get``, ``remove``, ``stats`` and
     ``snapshot``, in that order."""
+    from permindex.text.fingerprint import VOTES
+
     query = command(
         "query",
         "find the stored keys near a text, fingerprint or key",
@@ -231,6 +233,13 @@ def add_commands(command: CommandFactory) -> None:
         help="words per shingle for --text (default 3; use the server's)",
     )
     query.add_argument(
+        "--vote",
+        choices=VOTES,
+        default="multiset",
+        help="how shingles vote for --text (default multiset; use the server's, or set for\n"
+        "keys ingested with --vote set)",
+    )
+    query.add_argument(
         "--json",
         action="store_true",
         help='print a JSON array of {"key", "fingerprint" (16 hex digits), "distance"}',
@@ -250,6 +259,12 @@ def add_commands(command: CommandFactory) -> None:
     fingerprint.add_argument("--file", metavar="PATH", help="read the text from a file")
     fingerprint.add_argument(
         "--shingle-size", type=positive, default=3, metavar="N", help="words per shingle (3)"
+    )
+    fingerprint.add_argument(
+        "--vote",
+        choices=VOTES,
+        default="multiset",
+        help="multiset (default: a shingle votes each time it occurs) or set (once)",
     )
     fingerprint.add_argument(
         "--bits",

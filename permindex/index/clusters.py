@@ -314,6 +314,12 @@ class NearDuplicates:
             which cost O(n) whatever the groups).
         should_stop: checked between chunks of the join (each at most about
             :data:`~permindex.index.join.PAIR_BUDGET` candidates) and before ordering the keys.
+        join_values: the join done elsewhere (the Jaccard mode of ``dedup``,
+            :mod:`permindex.near.jaccard`): a function from the distinct fingerprints
+            (:class:`~permindex.index.pair_stream.Values`) to their pairs (u, v, distance),
+            positions into ``Values.distinct``, each pair once, distance an int64 in 0..k;
+            ``design`` and ``cheapest`` are then unused and :attr:`work_estimate` counts only
+            the pairs of identical fingerprints.
 
     Attributes:
         keys, fingerprints, k: as given.
@@ -375,6 +381,7 @@ class NearDuplicates:
         max_work: int | None = None,
         should_stop: Callable[[], bool] | None = None,
         send_pairs: bool = True,
+        join_values: Callable[[Values], PairArrays] | None = None,
     ) -> None:
         fps = as_fingerprint_array(fingerprints)
         if len(keys) != fps.size:
@@ -388,7 +395,8 @@ class NearDuplicates:
         self.fingerprints = fps
         self.k = k
         self._values = values = distinct_values(fps)
-        self._plan = _plan(k, design, int(values.distinct.size), cheapest)
+        given = join_values is not None
+        self._plan = None if given else _plan(k, design, int(values.distinct.size), cheapest)
         self._estimate: int | None = None
         self._send_pairs = send_pairs
         self.work_what = "candidate pairs to verify" + (
@@ -402,7 +410,11 @@ class NearDuplicates:
                 budget=max_work,
                 what=self.work_what,
             )
-        self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)
+        if join_values is not None:
+            self._value_pairs = join_values(values)
+        else:
+            assert self._plan is not None
+            self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)
         members = flagged_positions(values, self._value_pairs)
         join.check_stop(should_stop)
         # rank: position of the key among the keys with a near-duplicate, code point order
@@ -459,7 +471,7 @@ class NearDuplicates:
         if self._estimate is None:
             values = self._values
             joined = 0
-            if self.k > 0 and values.distinct.size > 1:
+            if self.k > 0 and values.distinct.size > 1 and self._plan is not None:
                 joined = join.estimate_join_work(values.distinct, self.k, self._plan)
             same = identical_pairs(values.counts) if self._send_pairs else 0
             self._estimate = joined + same

@@ -28,6 +28,7 @@ from permindex.io.arrow import (
     text_array,
 )
 from permindex.text.documents import Document, DocumentColumns, DocumentReader, read_documents
+from permindex.text.extract import Extract
 
 __all__ = [
     "FINGERPRINT_TYPES",
@@ -314,11 +315,13 @@ def open_documents(
     id_field: str = "id",
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
+    extract: Extract = "visible",
 ) -> DocumentReader:
     """The reader of ``source``: a :class:`ParquetReader` when :func:`is_parquet_source` says
     so (a ``.parquet`` file, or a folder whose first file is one), else
     :func:`permindex.text.documents.read_documents` (JSONL, a folder of documents, ``-``). The
-    field names are the key, text and fingerprint columns (JSONL fields) of either.
+    field names are the key, text and fingerprint columns (JSONL fields) of either; ``extract``
+    is how the HTML files of a folder become text (Parquet and JSONL texts are taken as they are).
 
     Raises:
         InvalidArgumentError: as the chosen reader's constructor (no such source; for Parquet,
@@ -334,6 +337,7 @@ def open_documents(
         id_field=id_field,
         text_field=text_field,
         fingerprint_field=fingerprint_field,
+        extract=extract,
     )
 
 

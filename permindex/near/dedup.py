@@ -27,6 +27,8 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
 from permindex.io.parquet import ParquetReader, open_documents
+from permindex.near.jaccard import JaccardDuplicates, ShingleSets
+from permindex.near.minhash import choose_bands, signatures
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import (
@@ -34,8 +36,10 @@ from permindex.text.documents import (
     JsonlParser,
     folder_file_text,
 )
+from permindex.text.extract import Extract
 from permindex.text.fingerprint import (
     Tokenizer,
+    Vote,
     shingle_hashes,
     simhash_many,
     simhash_weighted,
@@ -81,6 +85,8 @@ class _Chunk:
     buckets: NDArray[np.uint32] | None = None  # DF pass: bucket counts of the chunk
     bucket_counts: NDArray[np.uint32] | None = None
     counted: int = 0  # DF pass: documents counted
+    sets: ShingleSets | None = None  # minhash: the shingle sets of the rows that have one
+    signatures: NDArray[np.uint32] | None = None  # ... and their MinHash signatures
 
 
 def _work(
@@ -90,8 +96,12 @@ def _work(
     tokenizer: Tokenizer,
     min_words: int,
     bucket_bits: int,
+    permutations: int = 0,
+    vote: Vote = "multiset",
+    extract: Extract = "visible",
 ) -> _Chunk:
-    """Fingerprint (``task="plain"`` or ``"idf"``) or count shingles (``"df"``) for a chunk:
+    """Fingerprint (``task="plain"`` or ``"idf"``), count shingles (``"df"``) or make shingle
+    sets and their MinHash signatures of ``permutations`` values (``"minhash"``) for a chunk:
     each item is a text, a folder file's path (read here), or None (a document that came with
     its fingerprint: nothing to do)."""
     n = len(items)
@@ -107,7 +117,7 @@ def _work(
         if item is None:
             continue
         if isinstance(item, Path):
-            text, reason = folder_file_text(item)
+            text, reason = folder_file_text(item, extract)
             if text is None:
                 skipped[i] = reason or "not text"
                 lengths[i] = -1
@@ -127,11 +137,13 @@ def _work(
         if hashes.size == 0:
             short[i] = len(tokens(text, tokenizer))
             continue
-        if task == "df":
+        if task in ("df", "minhash"):
             per_document.append(hashes)
             has[i] = True
             continue
         assert _DF is not None, "the IDF pass runs in workers started by _init_idf_worker"
+        if vote == "set":
+            hashes = np.unique(hashes)
         weighted = simhash_weighted(hashes, _DF.idf(hashes))
         if weighted is not None:  # IDF weights are >= 1: never None with a shingle
             fps[i] = weighted
@@ -139,13 +151,16 @@ def _work(
     if plain:
         rows = np.array(plain_rows, dtype=np.intp)
         found, valid = simhash_many(
-            plain, shingle_size=shingle_size, tokenizer=tokenizer, min_words=min_words
+            plain, shingle_size=shingle_size, tokenizer=tokenizer, min_words=min_words, vote=vote
         )
         fps[rows] = found
         has[rows] = valid
         for j in np.flatnonzero(~valid).tolist():  # too short: its number of tokens
             short[plain_rows[j]] = len(tokens(plain[j], tokenizer))
     chunk = _Chunk(fps, has, short, lengths, skipped)
+    if task == "minhash":
+        chunk.sets = ShingleSets.of(per_document)
+        chunk.signatures = signatures(chunk.sets.values, chunk.sets.offsets, permutations)
     if task == "df":
         chunk.buckets, chunk.bucket_counts = chunk_bucket_counts(per_document, bucket_bits)
         chunk.counted = len(per_document)
@@ -245,6 +260,8 @@ class _Collected:
     cpu_seconds: dict[str, float] = field(
         default_factory=lambda: {"parse": 0.0, "fingerprint": 0.0}
     )  # CPU time of the workers (and of this process for its inline chunks)
+    sets: list[ShingleSets] = field(default_factory=list)  # minhash: of the documents with one
+    signatures: list[NDArray[np.uint32]] = field(default_factory=list)
 
 
 def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> Any:
@@ -320,7 +337,16 @@ def _run_pass(
         disable=not progress,
         leave=False,
     )
-    args = (task, options.shingle_size, options.tokenizer, options.min_words, DEFAULT_BUCKET_BITS)
+    args = (
+        task,
+        options.shingle_size,
+        options.tokenizer,
+        options.min_words,
+        DEFAULT_BUCKET_BITS,
+        options.permutations,
+        options.vote,
+        options.extract,
+    )
     initializer: Callable[..., None] | None = None
     initargs: tuple[Any, ...] = ()
     if task == "idf":
@@ -342,6 +368,12 @@ def _run_pass(
         collected.cpu_seconds["parse"] += done.parse_seconds
         collected.cpu_seconds["fingerprint"] += done.fingerprint_seconds
         for i, fingerprint in enumerate(given):
+            if fingerprint is not None and task == "minhash":
+                raise InvalidArgumentError(
+                    f"{keys[i]!r} comes as a fingerprint: the Jaccard mode (--method minhash) "
+                    "needs the texts",
+                    value=keys[i],
+                )
             if fingerprint is not None:  # given in the input: no text to fingerprint
                 result.fingerprints[i] = fingerprint
                 result.has_fingerprint[i] = True
@@ -358,6 +390,9 @@ def _run_pass(
         collected.has_fingerprint.append(result.has_fingerprint[read])
         collected.tokens.append(result.tokens[read])
         collected.lengths.append(result.lengths[read])
+        if result.sets is not None and result.signatures is not None:
+            collected.sets.append(result.sets)  # rows with has_fingerprint, in order
+            collected.signatures.append(result.signatures)
         if collected.df is not None and result.buckets is not None:
             assert result.bucket_counts is not None
             collected.df.add_counts(result.buckets, result.bucket_counts, documents=result.counted)
@@ -490,7 +525,9 @@ def run_dedup(
             )
             stats = again.stats
         else:
-            collected = _run_pass(reader, "plain", options, progress=progress, label="fingerprint")
+            task = "minhash" if options.method == "minhash" else "plain"
+            label = "shingle sets" if task == "minhash" else "fingerprint"
+            collected = _run_pass(reader, task, options, progress=progress, label=label)
             stats = reader.stats
         if spool is not None:
             copy.close()
@@ -522,9 +559,11 @@ def run_dedup(
         repeated = len(valid) - int(ordinals.size)
         del valid_keys
         design = design_for(options.k)
-        near = NearDuplicates(
-            [keys[i] for i in ordinals.tolist()], fps[ordinals], options.k, design=design
-        )
+        kept_keys = [keys[i] for i in ordinals.tolist()]
+        if options.method == "minhash":
+            near: NearDuplicates = _jaccard(kept_keys, has, ordinals, collected, options)
+        else:
+            near = NearDuplicates(kept_keys, fps[ordinals], options.k, design=design)
         clustered_started = time.monotonic()
         seconds["join"] = clustered_started - joined_started
         kept = keep_per_cluster(
@@ -554,6 +593,31 @@ def run_dedup(
     )
 
 
+def _jaccard(
+    keys: list[str],
+    has: NDArray[np.bool_],
+    ordinals: NDArray[np.int64],
+    collected: _Collected,
+    options: DedupOptions,
+) -> JaccardDuplicates:
+    """The Jaccard mode's join (:class:`permindex.near.jaccard.JaccardDuplicates`) of the
+    documents at ``ordinals``, from the shingle sets and signatures of a "minhash" pass (held
+    for the documents with ``has``, in input order)."""
+    row = np.cumsum(has) - 1  # input position -> row among the documents with a set
+    chosen = row[ordinals].astype(np.int64)
+    sets = ShingleSets.concat(collected.sets)
+    permutations = options.permutations
+    parts = collected.signatures or [np.zeros((0, permutations), dtype=np.uint32)]
+    signature = np.concatenate(parts)
+    collected.sets.clear()
+    collected.signatures.clear()
+    if chosen.size != len(sets):  # repeated keys: only the last occurrence
+        sets = sets.take(chosen)
+        signature = signature[chosen]
+    shape = choose_bands(options.threshold, permutations)
+    return JaccardDuplicates(keys, sets, signature, options.threshold, shape)
+
+
 def default_jobs() -> int:
     """Worker processes by default: the CPUs this process may run on."""
     try:
@@ -571,10 +635,13 @@ def summary_line(summary: dict[str, Any], seconds: float) -> str:
             " (" + ", ".join(f"{n} {r}" for r, n in summary["skipped_by_reason"].items()) + ")"
         )
     repeated = f", {summary['repeated_keys']} repeated keys" if summary["repeated_keys"] else ""
+    verified = ""
+    if "candidates_verified" in summary:
+        verified = f" ({summary['candidates_verified']} candidates verified)"
     return (
         f"{summary['documents']} documents in {seconds:.1f} s: {summary['too_short']} too short, "
-        f"{skipped} skipped{reasons}{repeated}; {summary['pairs']} pairs within "
-        f"{summary['k']} bits, {summary['clusters']} clusters (largest "
+        f"{skipped} skipped{reasons}{repeated}; {summary['pairs']} pairs {summary['within']}"
+        f"{verified}, {summary['clusters']} clusters (largest "
         f"{summary['largest_cluster']}), {summary['flagged']} flagged, "
         f"{summary['exact_duplicate_groups']} exact-duplicate groups; keep "
         f"{summary['kept']}, drop {summary['dropped']} (--keep {summary['keep']})"

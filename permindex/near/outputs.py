@@ -17,11 +17,20 @@ from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates
 from permindex.io.arrow import require_pyarrow
 from permindex.io.parquet import ParquetTableWriter, open_documents
+from permindex.near.jaccard import JaccardDuplicates, jaccard_text
 from permindex.near.report import ReportCluster, render_report, select_examples
 from permindex.near.result import DedupResult
 from permindex.text.documents import folder_file_text, format_fingerprint, tsv_field
 
-__all__ = ["texts_reader", "write_outputs"]
+__all__ = ["measure_of", "texts_reader", "write_outputs"]
+
+
+def measure_of(result: DedupResult) -> tuple[str, Callable[[int], str]]:
+    """What the third column of a pair is called and how its value is written: ``("distance",
+    str)`` (bits), or ``("jaccard", jaccard_text)`` in the Jaccard mode."""
+    if isinstance(result.near, JaccardDuplicates):
+        return "jaccard", jaccard_text
+    return "distance", str
 
 
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
@@ -127,7 +136,8 @@ def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str
         if reader.kind == "folder":
             by_ordinal = {int(o): p for p, o in enumerate(result.ordinals.tolist()) if o in wanted}
             for ordinal, position in by_ordinal.items():
-                text, _ = folder_file_text(Path(source) / result.near.keys[position])
+                path = Path(source) / result.near.keys[position]
+                text, _ = folder_file_text(path, options.extract)
                 if text is not None:
                     found[ordinal] = text
             return found
@@ -148,6 +158,9 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     fingerprints as 16 hex digits):
 
     - ``pairs.tsv`` (``key_a, key_b, distance``: what stdout carries) and ``pairs.json``;
+      in the Jaccard mode (``method="minhash"``) ``jaccard`` (4 decimals) in place of
+      ``distance`` here and in flags, and the set digest in place of the fingerprint in the
+      exact-duplicate groups (sets of identical shingles);
     - ``clusters.tsv`` (``cluster, key``; cluster 1 is the largest) and ``clusters.json``
       (``cluster, size, span, kept, keys``; span: the largest distance inside the cluster);
     - ``flags.tsv`` (``key, nearest_key, distance, neighbors``) and ``flags.json``;
@@ -169,12 +182,18 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     keys = near.keys
     fps = near.fingerprints
     t = tsv_field  # keys in TSV and text lines: backslash, TAB, LF, CR escaped
+    measure, m = measure_of(result)
 
-    _write_lines(folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{z}\n" for x, y, z in near.iter_pairs()))
+    _write_lines(
+        folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{m(z)}\n" for x, y, z in near.iter_pairs())
+    )
     j = encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
     _write_json_array(
         folder / "pairs.json",
-        (f'{{"key_a": {j(x)}, "key_b": {j(y)}, "distance": {z}}}' for x, y, z in near.iter_pairs()),
+        (
+            f'{{"key_a": {j(x)}, "key_b": {j(y)}, "{measure}": {m(z)}}}'
+            for x, y, z in near.iter_pairs()
+        ),
         encoded=True,
     )
 
@@ -210,12 +229,12 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     )
     _write_lines(
         folder / "flags.tsv",
-        (f"{t(keys[p])}\t{t(keys[q])}\t{dd}\t{c}\n" for p, q, dd, c in flag_rows),
+        (f"{t(keys[p])}\t{t(keys[q])}\t{m(dd)}\t{c}\n" for p, q, dd, c in flag_rows),
     )
     _write_json_array(
         folder / "flags.json",
         (
-            f'{{"key": {j(keys[p])}, "nearest_key": {j(keys[q])}, "distance": {dd}, '
+            f'{{"key": {j(keys[p])}, "nearest_key": {j(keys[q])}, "{measure}": {m(dd)}, '
             f'"neighbors": {c}}}'
             for p, q, dd, c in flag_rows
         ),
@@ -264,7 +283,10 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     _write_lines(folder / "too_short.tsv", (f"{t(k)}\t{n}\n" for k, n in result.too_short))
     _write_parquet_tables(folder, near, clusters, exact, decisions)
 
-    histogram = near.distance_counts().tolist()
+    if isinstance(near, JaccardDuplicates):
+        labelled = near.jaccard_counts()
+    else:
+        labelled = [(str(d), c) for d, c in enumerate(near.distance_counts().tolist())]
     dropped = sum(1 for _, x, _, _ in decisions if x == "drop")
     summary: dict[str, Any] = {
         "input": options.source,
@@ -283,7 +305,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         "min_words": options.min_words,
         "keep": options.keep,
         "pairs": len(near),
-        "pairs_by_distance": {str(i): int(c) for i, c in enumerate(histogram)},
+        "pairs_by_distance": dict(labelled),
         "clusters": len(clusters),
         "largest_cluster": int(clusters[0].size) if clusters else 0,
         "keys_in_clusters": int(sum(int(m.size) for m in clusters)),
@@ -295,7 +317,23 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         "jobs": options.jobs,
         "seconds": {name: round(value, 3) for name, value in result.seconds.items()},
         "cpu_seconds": {name: round(value, 3) for name, value in result.cpu_seconds.items()},
+        "method": options.method,
+        "vote": options.vote,
+        "extract": options.extract,
+        "within": f"within {options.k} bits",
     }
+    if isinstance(near, JaccardDuplicates):
+        del summary["pairs_by_distance"], summary["k"], summary["design"], summary["weights"]
+        summary["pairs_by_jaccard"] = dict(labelled)  # bins of 0.01 by their lower end
+        summary["within"] = f"with Jaccard >= {options.threshold:g}"
+        summary.update(
+            threshold=options.threshold,
+            permutations=options.permutations,
+            bands=near.shape.bands,
+            rows=near.shape.rows,
+            candidates=near.candidates,
+            candidates_verified=near.candidates_verified,
+        )
 
     read_texts = texts_reader(result)
     examples = select_examples(result, options.examples, read_texts)
@@ -316,7 +354,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     if "read" in stages and "fingerprint" in stages:  # the step's name before it was split
         stages["read and fingerprint"] = round(stages["read"] + stages["fingerprint"], 3)
     (folder / "report.html").write_text(
-        render_report(summary, histogram, top, examples), encoding="utf-8"
+        render_report(summary, labelled, top, examples, measure=m), encoding="utf-8"
     )
     (folder / "summary.json").write_text(
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -135,21 +135,25 @@ svg text{font:12px system-ui,sans-serif}
 """
 
 
-def _histogram_svg(histogram: Sequence[int]) -> str:
-    """Bars of pairs per distance, inline SVG, with the counts written above the bars."""
-    width, height, bar, gap = 40 * len(histogram) + 40, 180, 28, 12
-    peak = max(max(histogram, default=0), 1)
+def _histogram_svg(histogram: Sequence[tuple[str, int]], what: str) -> str:
+    """Bars of pairs per (label, count), inline SVG, with the counts written above the bars."""
+    wide = max((len(label) for label, _ in histogram), default=1) > 2
+    bar, gap = (36, 12) if wide else (28, 12)
+    width, height = (bar + gap) * len(histogram) + 40, 180
+    peak = max(max((c for _, c in histogram), default=0), 1)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 40}" '
-        f'role="img" aria-label="pairs per distance">'
+        f'role="img" aria-label="pairs per {what}">'
     ]
-    for i, count in enumerate(histogram):
+    for i, (label, count) in enumerate(histogram):
         x = 20 + i * (bar + gap)
         h = round(height * count / peak)
         y = height - h + 16
         parts.append(f'<rect x="{x}" y="{y}" width="{bar}" height="{h}" fill="#4a7bd0"/>')
         parts.append(f'<text x="{x + bar / 2}" y="{y - 3}" text-anchor="middle">{count}</text>')
-        parts.append(f'<text x="{x + bar / 2}" y="{height + 32}" text-anchor="middle">{i}</text>')
+        parts.append(
+            f'<text x="{x + bar / 2}" y="{height + 32}" text-anchor="middle">{label}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -164,19 +168,24 @@ def _row(*cells: object, numeric: Sequence[int] = ()) -> str:
 
 def render_report(
     summary: dict[str, Any],
-    histogram: Sequence[int],
+    histogram: Sequence[tuple[str, int]],
     clusters: Sequence[ReportCluster],
     examples: Sequence[Example],
+    *,
+    measure: Callable[[int], str] | None = None,
 ) -> str:
-    """The report page (HTML5, UTF-8, self-contained). Every key and text is escaped."""
+    """The report page (HTML5, UTF-8, self-contained). Every key and text is escaped.
+    ``histogram``: pairs per (distance, or Jaccard bin in the Jaccard mode: ``summary`` has a
+    ``"threshold"``); ``measure``: how an example's distance is written (default: bits)."""
     e = html.escape
+    jaccard = "threshold" in summary
     counts = [
         ("documents read", summary["documents"]),
         ("with a fingerprint", summary["fingerprinted"]),
         ("too short (no fingerprint)", summary["too_short"]),
         ("skipped (not documents)", summary["skipped"]),
         ("repeated keys (last one counts)", summary["repeated_keys"]),
-        (f"pairs within {summary['k']} bits", summary["pairs"]),
+        (f"pairs {summary['within']}", summary["pairs"]),
         ("clusters", summary["clusters"]),
         ("keys in clusters", summary["keys_in_clusters"]),
         ("largest cluster", summary["largest_cluster"]),
@@ -186,12 +195,27 @@ def render_report(
         (f"to keep (one per cluster, --keep {summary['keep']})", summary["kept"]),
         ("to drop", summary["dropped"]),
     ]
-    options = (
-        f"k = {summary['k']}, weights = {summary['weights']}, tokenizer = "
-        f"{summary['tokenizer']}, shingle size = {summary['shingle_size']}, min words = "
-        f"{summary['min_words']}, design = ({summary['design']['blocks']} blocks, "
-        f"{summary['design']['leading']} leading)"
+    shingling = (
+        f"tokenizer = {summary['tokenizer']}, shingle size = {summary['shingle_size']}, "
+        f"min words = {summary['min_words']}"
     )
+    if jaccard:
+        counts.insert(
+            6, ("candidate pairs verified (exact Jaccard)", summary["candidates_verified"])
+        )
+        options = (
+            f"Jaccard >= {summary['threshold']:g} of shingle sets (MinHash-LSH, "
+            f"{summary['permutations']} permutations, {summary['bands']} bands of "
+            f"{summary['rows']} rows, every candidate verified), {shingling}"
+        )
+    else:
+        options = (
+            f"k = {summary['k']}, weights = {summary['weights']}, {shingling}, design = "
+            f"({summary['design']['blocks']} blocks, {summary['design']['leading']} leading)"
+        )
+    what = "Jaccard similarity" if jaccard else "Hamming distance"
+    column = "Jaccard (bin from)" if jaccard else "distance (bits)"
+    show = measure if measure is not None else str
     seconds = ", ".join(f"{e(k)} {v:.2f} s" for k, v in summary["seconds"].items())
     page = [
         "<!DOCTYPE html>",
@@ -203,10 +227,10 @@ def render_report(
         "<table>",
         *(_row(e(name), f"{value:,}", numeric=(1,)) for name, value in counts),
         "</table>",
-        "<h2>Pairs per Hamming distance</h2>",
-        _histogram_svg(histogram),
-        "<table><tr><th>distance (bits)</th><th>pairs</th></tr>",
-        *(_row(i, f"{c:,}", numeric=(0, 1)) for i, c in enumerate(histogram)),
+        f"<h2>Pairs per {what}</h2>",
+        _histogram_svg(histogram, what),
+        f"<table><tr><th>{column}</th><th>pairs</th></tr>",
+        *(_row(label, f"{c:,}", numeric=(0, 1)) for label, c in histogram),
         "</table>",
         "<h2>Largest clusters</h2>",
         "<p>A cluster is a connected component of the pairs: near-duplication is not "
@@ -245,8 +269,12 @@ def render_report(
         for example in examples:
             page.append(
                 f"<h3><code>{e(example.key_a)}</code> and <code>{e(example.key_b)}</code>: "
-                f"{example.distance} bit{'' if example.distance == 1 else 's'}</h3>"
-                f"{example.diff_html}"
+                + (
+                    f"Jaccard {show(example.distance)}</h3>"
+                    if jaccard
+                    else f"{example.distance} bit{'' if example.distance == 1 else 's'}</h3>"
+                )
+                + example.diff_html
             )
     else:
         page.append("<p>No pairs.</p>")

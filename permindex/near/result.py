@@ -14,11 +14,16 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import KEEP_RULES, KeepRule, NearDuplicates
-from permindex.text.fingerprint import Tokenizer, check_shingle_options
+from permindex.near.minhash import check_permutations, check_threshold
+from permindex.text.extract import Extract, check_extract
+from permindex.text.fingerprint import VOTES, Tokenizer, Vote, check_shingle_options
 
-__all__ = ["MAX_K", "WEIGHTS", "DedupOptions", "DedupResult", "Weights"]
+__all__ = ["MAX_K", "METHODS", "WEIGHTS", "DedupOptions", "DedupResult", "Method", "Weights"]
 
 Weights = Literal["none", "idf"]
+Method = Literal["simhash", "minhash"]
+#: The methods of ``--method``: SimHash within k bits, or Jaccard by MinHash-LSH, verified.
+METHODS: Final = ("simhash", "minhash")
 #: The weightings of ``--weights``.
 WEIGHTS: Final = ("none", "idf")
 #: The largest k of ``dedup`` (design (10 blocks, 2 leading), 45 tables, 12-bit prefixes).
@@ -44,6 +49,15 @@ class DedupOptions:
         id_field, text_field, fingerprint_field: the JSONL fields (Parquet columns) of the
             key, the text and the fingerprint.
         examples: example pairs per distance in the HTML report.
+        method: ``"simhash"`` (pairs within k bits) or ``"minhash"`` (pairs of Jaccard
+            similarity >= ``threshold`` of their shingle sets: :mod:`permindex.near.jaccard`;
+            ``k`` and ``weights`` are then unused).
+        threshold: the least Jaccard similarity of a pair (minhash), in (0, 1].
+        permutations: MinHash signature values per document (minhash), 1..4096.
+        extract: the text of an HTML file of a folder: ``"visible"`` (default) or ``"main"``
+            (:mod:`permindex.text.extract`; needs the ``extract`` extra).
+        vote: how shingles vote in the SimHash fingerprint (simhash):
+            ``"multiset"`` (default) or ``"set"`` (:func:`permindex.text.fingerprint.simhash`).
     """
 
     source: str
@@ -59,10 +73,16 @@ class DedupOptions:
     text_field: str = "text"
     fingerprint_field: str = "fingerprint"
     examples: int = 3
+    method: Method = "simhash"
+    threshold: float = 0.8
+    permutations: int = 128
+    vote: Vote = "multiset"
+    extract: Extract = "visible"
 
     def check(self) -> None:
         """Check every option, in the order k, keep, weights, the shingle options
-        (:func:`permindex.text.fingerprint.check_shingle_options`), jobs and examples.
+        (:func:`permindex.text.fingerprint.check_shingle_options`), jobs and examples, then
+        method, threshold, permutations, vote and extract.
 
         Raises:
             InvalidArgumentError: naming the first bad option.
@@ -79,6 +99,13 @@ class DedupOptions:
                 f"jobs must be >= 1 and examples >= 0, got jobs={self.jobs}, "
                 f"examples={self.examples}"
             )
+        if self.method not in METHODS:
+            raise InvalidArgumentError(f"unknown method {self.method!r}", value=self.method)
+        check_threshold(self.threshold)
+        check_permutations(self.permutations)
+        if self.vote not in VOTES:
+            raise InvalidArgumentError(f"unknown vote {self.vote!r}", value=self.vote)
+        check_extract(self.extract)
 
 
 @dataclass

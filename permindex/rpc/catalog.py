@@ -25,7 +25,7 @@ from permindex.index.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
 from permindex.storage.store import Store
-from permindex.text.fingerprint import check_shingle_options
+from permindex.text.fingerprint import VOTES, Vote, check_shingle_options
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -69,6 +69,7 @@ class CollectionOptions:
     shingle_size: int = 3
     min_words: int = 0
     expire_after: int = 0
+    vote: Vote = "multiset"  # absent from a collection.json written before it: multiset
 
     def check(self) -> CollectionOptions:
         """Self, after checking that the design answers k exactly.
@@ -85,6 +86,8 @@ class CollectionOptions:
                 check_expire_after(self.expire_after)
             except TypeError as error:
                 raise InvalidArgumentError(str(error), self.expire_after) from None
+        if self.vote not in VOTES:
+            raise InvalidArgumentError(f"unknown vote {self.vote!r}", self.vote)
         try:
             Index(k=self.k, design=(self.blocks, self.leading))
         except (ValueError, TypeError) as error:
@@ -165,6 +168,7 @@ class Catalog:
             k=options.k,
             shingle_size=options.shingle_size,
             min_words=options.min_words,
+            vote=options.vote,
         )
         return ServerState(store, config)
 
@@ -225,7 +229,7 @@ class Catalog:
         return CollectionOptions(
             index.k, design.blocks, design.leading, state.config.shingle_size,
             state.config.min_words,
-            index.expire_after if isinstance(index, ExpiringIndex) else 0,
+            index.expire_after if isinstance(index, ExpiringIndex) else 0, state.config.vote,
         )  # fmt: skip
 
     def items(self) -> list[tuple[str, ServerState]]:

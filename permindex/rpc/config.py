@@ -21,6 +21,7 @@ from permindex.errors import InvalidArgumentError
 from permindex.index.expiry import parse_duration
 from permindex.index.keys import MAX_KEY_BYTES
 from permindex.storage.wal import FSYNC_POLICIES, FsyncPolicy
+from permindex.text.fingerprint import VOTES, Vote
 
 __all__ = [
     "ENV_PREFIX",
@@ -306,6 +307,15 @@ class ServerConfig:
             "SimHash deduplication uses 20)",
             parse=non_negative,
             metavar="N",
+        ),
+    )
+    vote: Vote = field(
+        default="multiset",
+        metadata=declare(
+            "how shingles vote when the server fingerprints a text: multiset (default: each\n"
+            "time it occurs) or set (each distinct shingle once); for the default collection\n"
+            "and the collections created on this server (kept in their collection.json)",
+            choices=VOTES,
         ),
     )
     grace_seconds: float = field(

@@ -25,7 +25,7 @@ from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.index.permutation import Design, query_k
 from permindex.index.query import QueryColumns
 from permindex.rpc.wire import PairEncoder
-from permindex.text.fingerprint import simhash_many
+from permindex.text.fingerprint import Vote, simhash_many
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -279,9 +279,11 @@ def documents_from_proto(
     min_words: int = 0,
     max_key_bytes: int = MAX_KEY_BYTES,
     max_text_bytes: int | None = None,
+    vote: Vote = "multiset",
 ) -> DocumentBatch:
     """Validate every document of a request, then fingerprint the texts (server-side SimHash
-    with ``shingle_size``; a text of fewer than ``min_words`` words has no fingerprint).
+    with ``shingle_size`` and ``vote``; a text of fewer than ``min_words`` words has no
+    fingerprint).
 
     All documents are checked before any text is fingerprinted, so a malformed request costs
     little. Call this outside the index's lock: fingerprinting a large batch takes a while.
@@ -333,7 +335,10 @@ def documents_from_proto(
     rows = [i for i, kind in enumerate(kinds) if kind == "text"]
     if rows:  # every text of the request in one kernel call
         found, valid = simhash_many(
-            [documents[i].text for i in rows], shingle_size=shingle_size, min_words=min_words
+            [documents[i].text for i in rows],
+            shingle_size=shingle_size,
+            min_words=min_words,
+            vote=vote,
         )
         for i, fp, ok in zip(rows, found.tolist(), valid.tolist(), strict=True):
             if ok:

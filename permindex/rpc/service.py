@@ -194,6 +194,7 @@ def _documents(state: ServerState, documents: Sequence[pb.Document]) -> convert.
         min_words=config.min_words,
         max_key_bytes=config.max_key_bytes,
         max_text_bytes=config.max_text_bytes,
+        vote=config.vote,
     )
 
 
@@ -716,6 +717,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             ),
             min_words=given.min_words if given.HasField("min_words") else self.config.min_words,
             expire_after=given.expire_after,
+            vote=self.config.vote,  # no field of the request yet: the server's
         )
         state = self.catalog.create(request.name, options)
         return self._info(request.name, state)

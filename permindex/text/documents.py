@@ -22,6 +22,7 @@ from typing import IO, Any, Final, NamedTuple
 from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.hamming import parse_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
+from permindex.text.extract import Extract, main_text
 
 __all__ = [
     "Document",
@@ -211,8 +212,10 @@ class _SkippedFile(Exception):
         self.reason = reason
 
 
-def _file_text(path: Path) -> str:
-    """The text of one file as a folder document, or _SkippedFile."""
+def _file_text(path: Path, extract: Extract = "visible") -> str:
+    """The text of one file as a folder document, or _SkippedFile. HTML: its visible text, or
+    with ``extract="main"`` its main content (:func:`permindex.text.extract.main_text`; the
+    visible text when that is too short)."""
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -229,27 +232,29 @@ def _file_text(path: Path) -> str:
         raise _SkippedFile("not text", "not text (contains a NUL byte or is not valid UTF-8)")
     if name.lower().endswith(_HTML_SUFFIXES):
         try:
-            text = html_to_text(text)
+            main = main_text(text) if extract == "main" else None
+            text = main if main is not None else html_to_text(text)
         except InvalidArgumentError as error:
             raise _SkippedFile("unparseable HTML", str(error)) from None
     return text
 
 
-def folder_file_text(path: Path) -> tuple[str | None, str | None]:
+def folder_file_text(path: Path, extract: Extract = "visible") -> tuple[str | None, str | None]:
     """The text of one file as a folder document carries it, as ``(text, None)``, or ``(None,
-    reason)`` when it is skipped (the reason it is counted under in :class:`ReadStats`)."""
+    reason)`` when it is skipped (the reason it is counted under in :class:`ReadStats`).
+    ``extract``: as :func:`read_documents`."""
     try:
-        return _file_text(path), None
+        return _file_text(path, extract), None
     except _SkippedFile as skipped:
         return None, skipped.reason
 
 
-def read_file_text(path: str | Path) -> str:
+def read_file_text(path: str | Path, extract: Extract = "visible") -> str:
     """The text of one file exactly as a folder document carries it (``.gz`` decompressed, HTML
-    reduced to visible text). Raises :class:`~permindex.errors.InvalidArgumentError` when it is
-    not text or cannot be read."""
+    reduced to visible text, or its main content with ``extract="main"``). Raises
+    :class:`~permindex.errors.InvalidArgumentError` when it is not text or cannot be read."""
     try:
-        return _file_text(Path(path))
+        return _file_text(Path(path), extract)
     except _SkippedFile as skipped:
         raise InvalidArgumentError(f"{path}: {skipped}", value=str(path)) from None
 
@@ -465,8 +470,10 @@ class DocumentReader:
         id_field: str = "id",
         text_field: str = "text",
         fingerprint_field: str = "fingerprint",
+        extract: Extract = "visible",
     ) -> None:
         self.name = str(source)
+        self.extract = extract
         self._id_field = id_field
         self._text_field = text_field
         self._fingerprint_field = fingerprint_field
@@ -626,7 +633,7 @@ class DocumentReader:
 
     def _read_folder(self) -> Iterator[Document]:
         for key, path in self.folder_files():
-            text, reason = folder_file_text(path)
+            text, reason = folder_file_text(path, self.extract)
             if text is None:
                 self.stats.skip(reason or "not text")
                 continue
@@ -696,6 +703,7 @@ def read_documents(
     id_field: str = "id",
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
+    extract: Extract = "visible",
 ) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
     for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field``, ``text_field`` and
@@ -726,7 +734,9 @@ def read_documents(
         Every regular file below it, depth first in code point order of the names, is one document
         keyed by its path relative to the folder, ``/``-separated and exactly as on disk
         (``a/b.html.gz`` keeps its ``.gz``). A ``.gz`` file is read decompressed; an ``.html`` or
-        ``.htm`` file (also ``.html.gz``) is reduced to its visible text by :func:`html_to_text`.
+        ``.htm`` file (also ``.html.gz``) is reduced to its visible text by :func:`html_to_text`
+        (``extract="visible"``, the default) or to its main content (``extract="main"``:
+        :func:`permindex.text.extract.main_text`, the visible text when that is too short).
         Skipped, and counted in :class:`ReadStats` by reason: symbolic links (to files or folders:
         never followed), entries that are not regular files (sockets, FIFOs, devices), files that
         are not text (a NUL byte, or not valid UTF-8 after decompression, or a ``.gz`` that does not
@@ -742,4 +752,5 @@ def read_documents(
         id_field=id_field,
         text_field=text_field,
         fingerprint_field=fingerprint_field,
+        extract=extract,
     )

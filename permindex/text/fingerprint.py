@@ -25,8 +25,10 @@ __all__ = [
     "MAX_WEIGHT",
     "TOKENIZERS",
     "VECTOR_SEED",
+    "VOTES",
     "WEIGHT_SCALE",
     "Tokenizer",
+    "Vote",
     "check_shingle_options",
     "hyperplanes",
     "no_space_share",
@@ -49,6 +51,10 @@ _WHITESPACE = re.compile(r"\s")  # for str patterns, the characters str.split() 
 Tokenizer = Literal["words", "chars", "auto"]
 #: The tokenizers of :func:`tokens` (``"words"`` is the default and the reference algorithm).
 TOKENIZERS: Final = ("words", "chars", "auto")
+Vote = Literal["multiset", "set"]
+#: How shingles vote in :func:`simhash`: each occurrence (``"multiset"``, the default and the
+#: reference algorithm) or each distinct shingle once (``"set"``).
+VOTES: Final = ("multiset", "set")
 #: ``tokenizer="auto"`` tokenizes a text by characters when at least this share of its
 #: non-whitespace characters belong to scripts written without spaces between words.
 AUTO_CHARS_SHARE: Final = 0.3
@@ -125,6 +131,28 @@ def _check_bits(bits: object) -> None:
         raise InvalidArgumentError(
             f"bits must be 64 (the default) or 63 (bit 63 left clear), got {bits!r}", value=bits
         )
+
+
+def _check_vote(vote: object) -> Vote:
+    if vote not in VOTES:
+        raise InvalidArgumentError(
+            f"vote must be one of {', '.join(VOTES)}, got {vote!r}", value=vote
+        )
+    return "set" if vote == "set" else "multiset"
+
+
+def _simhash_set(
+    text: str, shingle_size: int, bits: int, tokenizer: Tokenizer, min_words: int
+) -> int | None:
+    """:func:`simhash` with ``vote="set"`` (options checked): the vote of the distinct hashes of
+    :func:`shingle_hashes` (the kernel; ``PERMINDEX_JIT=0``: Python)."""
+    if min_words and len(_tokens(text, tokenizer)) < min_words:
+        return None
+    hashes = np.unique(shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer))
+    if hashes.size == 0:
+        return None
+    fingerprint = _vote(hashes.tolist())
+    return fingerprint & ~_BIT63 if bits == 63 else fingerprint
 
 
 def _vote(hashes: list[int]) -> int:
@@ -206,6 +234,7 @@ def simhash(
     bits: int = 64,
     tokenizer: Tokenizer = "words",
     min_words: int = 0,
+    vote: Vote = "multiset",
 ) -> int | None:
     """The SimHash fingerprint of ``text`` (the algorithm is given at the end).
 
@@ -218,6 +247,10 @@ def simhash(
             tokenized by characters) have no fingerprint; 0 (default) keeps only the
             ``shingle_size`` rule. The article this project grew from refuses fewer than 20 words:
             below that, changing one word moves the fingerprint by more bits than the threshold.
+        vote: ``"multiset"`` (default: a shingle votes each time it occurs, step 2 below) or
+            ``"set"`` (each distinct shingle votes once: a word repeated all over a page, a
+            table of one template, no longer drowns the text the pages share; the fingerprint
+            then depends only on the page's shingle set, as its Jaccard similarity does).
 
     Returns:
         An int in [0, 2^64) (in [0, 2^63) with ``bits=63``), or ``None`` when the text has fewer
@@ -261,6 +294,8 @@ def simhash(
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
     check_shingle_options(shingle_size, tokenizer, min_words, bits)
+    if _check_vote(vote) == "set":
+        return _simhash_set(text, shingle_size, bits, tokenizer, min_words)
     from permindex import jit
 
     if not jit.enabled():
@@ -303,6 +338,7 @@ def simhash_many(
     bits: int = 64,
     tokenizer: Tokenizer = "words",
     min_words: int = 0,
+    vote: Vote = "multiset",
 ) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
     """The SimHash fingerprints of many texts at once: for each text, exactly
     ``simhash(text, shingle_size=..., bits=..., tokenizer=..., min_words=...)`` (every option
@@ -311,8 +347,10 @@ def simhash_many(
 
     Args:
         texts: an iterable of ``str`` (consumed once).
-        shingle_size, bits, tokenizer, min_words: as :func:`simhash`. All three tokenizers go
-            through the kernel (``"auto"`` is resolved per text in Python first).
+        shingle_size, bits, tokenizer, min_words, vote: as :func:`simhash`. All three
+            tokenizers go through the kernel (``"auto"`` is resolved per text in Python first);
+            ``vote="set"`` takes each text's shingle hashes from the kernel and votes with the
+            distinct ones.
 
     Returns:
         ``(fingerprints, valid)``: ``(n,) uint64`` and ``(n,) bool``, in the order of
@@ -350,6 +388,13 @@ def simhash_many(
         return fingerprints, valid
     from permindex import jit
 
+    if _check_vote(vote) == "set":
+        for i, text in enumerate(items):
+            fp = _simhash_set(text, shingle_size, bits, tokenizer, min_words)
+            if fp is not None:
+                fingerprints[i] = fp
+                valid[i] = True
+        return fingerprints, valid
     if not jit.enabled():
         for i, text in enumerate(items):
             fp = _simhash_reference(text, shingle_size, bits, tokenizer, min_words)

@@ -1,0 +1,342 @@
+"""The Jaccard mode of ``permindex dedup`` (``--method minhash``): candidates from MinHash-LSH
+bands (:mod:`permindex.near.minhash`), each verified by the exact Jaccard similarity of the two
+shingle sets, so that every pair reported has J >= the threshold (precision 1.0 by
+construction) and recall is the S-curve's (:func:`permindex.near.minhash.choose_bands`).
+
+:class:`JaccardDuplicates` is a :class:`~permindex.index.clusters.NearDuplicates` whose join is
+this one: pairs, clusters, flags, exact-duplicate groups and the keep rule are the SimHash
+mode's, with a *distance* of ``round((1 - J) * 10^4)`` (:data:`SCALE`): 0 for identical sets,
+so "nearest" means most similar, and the Jaccard to 4 decimals is ``1 - distance / 10^4``
+(:func:`jaccard_text`). Identical shingle sets share one *set digest* (XXH3-64 of the sorted
+set, in place of the fingerprint), so they are joined once and expanded only where pairs of
+keys are listed, lazily.
+
+Memory on templated corpora: a band bucket of m sets yields m(m-1)/2 candidate pairs, generated
+and verified in batches of at most :data:`BATCH` pairs (:func:`candidate_batches`); a pair met
+in an earlier band is not generated again (its band keys are compared), so no set of the pairs
+seen is kept. Held at once: the shingle sets (8 bytes a distinct shingle a document), the
+signatures (4 bytes a permutation a document), the band keys (8 bytes a band a document), one
+batch, and the verified pairs of distinct sets (24 bytes each).
+Importing it does not import numba.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import xxhash
+from numpy.typing import NDArray
+
+from permindex.index.clusters import NearDuplicates
+from permindex.index.pair_stream import PairArrays, Values, distinct_values
+from permindex.near.minhash import Bands, band_keys, check_threshold
+
+__all__ = [
+    "BATCH",
+    "SCALE",
+    "JaccardDuplicates",
+    "ShingleSets",
+    "candidate_batches",
+    "intersection_sizes",
+    "jaccard_text",
+]
+
+#: Distance units of the Jaccard mode: distance = round((1 - J) * SCALE).
+SCALE: Final = 10_000
+#: Candidate pairs generated and verified at once, at most.
+BATCH: Final = 1 << 17
+
+_I64 = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class ShingleSets:
+    """n shingle sets in one CSR array: set i is ``values[offsets[i]:offsets[i + 1]]``, its
+    distinct (m_i,) uint64 shingle hashes in ascending order; offsets is (n + 1,) int64."""
+
+    values: NDArray[np.uint64]
+    offsets: _I64
+
+    def __len__(self) -> int:
+        return int(self.offsets.size) - 1
+
+    @property
+    def sizes(self) -> _I64:
+        """((n,) int64) the size of each set."""
+        return np.diff(self.offsets)
+
+    @classmethod
+    def of(cls, sets: Sequence[NDArray[np.uint64]]) -> ShingleSets:
+        """From n arrays of shingle hashes (repeats and any order allowed)."""
+        distinct = [_distinct(s) for s in sets]
+        offsets = np.zeros(len(distinct) + 1, dtype=np.int64)
+        np.cumsum([s.size for s in distinct], out=offsets[1:])
+        values = np.concatenate(distinct) if distinct else np.zeros(0, dtype=np.uint64)
+        return cls(values.astype(np.uint64, copy=False), offsets)
+
+    @classmethod
+    def concat(cls, parts: Sequence[ShingleSets]) -> ShingleSets:
+        """The sets of ``parts``, one after the other."""
+        if not parts:
+            return cls(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64))
+        values = np.concatenate([p.values for p in parts])
+        sizes = np.concatenate([p.sizes for p in parts])
+        offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return cls(values, offsets)
+
+    def take(self, indices: _I64) -> ShingleSets:
+        """The sets at ``indices`` ((m,) int64), in that order."""
+        sizes = self.sizes[indices]
+        offsets = np.zeros(indices.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        starts = np.repeat(self.offsets[:-1][indices] - offsets[:-1], sizes)
+        return ShingleSets(self.values[starts + np.arange(int(offsets[-1]))], offsets)
+
+    def digests(self) -> NDArray[np.uint64]:
+        """((n,) uint64) the set digest of each set: XXH3-64 of its sorted hashes' bytes
+        (little-endian uint64), seed s, the smallest s >= 0 for which equal digests mean equal
+        sets (checked), so that the digest is a name of the set."""
+        raw = self.values.astype("<u8", copy=False)
+        offsets = self.offsets.tolist()
+        seed = 0
+        while True:
+            out = np.fromiter(
+                (
+                    xxhash.xxh3_64_intdigest(raw[offsets[i] : offsets[i + 1]].tobytes(), seed)
+                    for i in range(len(self))
+                ),
+                dtype=np.uint64,
+                count=len(self),
+            )
+            if self._digests_name_sets(out):
+                return out
+            seed += 1
+
+    def _digests_name_sets(self, digests: NDArray[np.uint64]) -> bool:
+        values = distinct_values(digests)
+        for w in np.flatnonzero(values.counts > 1).tolist():
+            members = values.by_value[values.first[w] : values.first[w] + values.counts[w]]
+            first = self.set(int(members[0]))
+            if any(not np.array_equal(first, self.set(int(m))) for m in members[1:].tolist()):
+                return False
+        return True
+
+    def set(self, i: int) -> NDArray[np.uint64]:
+        """Set i, (m_i,) uint64."""
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+
+def _distinct(hashes: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """The distinct values of ``hashes``, ascending (a sort and one comparison: cheaper than
+    :func:`numpy.unique` for the few hundred hashes of a page)."""
+    ordered = np.sort(hashes)
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def intersection_sizes(sets: ShingleSets, left: _I64, right: _I64) -> _I64:
+    """((k,) int64) |set left[i] & set right[i]| for each i: one merge of the two sorted sets
+    per pair in a compiled kernel (``PERMINDEX_JIT=0``: :func:`numpy.intersect1d`, the
+    reference). O(sum of the pairs' set sizes)."""
+    out = np.zeros(left.size, dtype=np.int64)
+    if left.size == 0:
+        return out
+    from permindex import jit
+
+    if jit.enabled():
+        from permindex.near import minhash_kernels
+
+        minhash_kernels.intersection_sizes(
+            sets.values, sets.offsets, left.astype(np.int64), right.astype(np.int64), out
+        )
+        return out
+    for i, (a, b) in enumerate(zip(left.tolist(), right.tolist(), strict=True)):
+        out[i] = np.intersect1d(sets.set(a), sets.set(b), assume_unique=True).size
+    return out
+
+
+def _bucket_pairs(order: _I64, starts: _I64, sizes: _I64, batch: int) -> Iterator[PairArrays]:
+    """Every pair of members of each bucket (bucket g is ``order[starts[g]:starts[g] +
+    sizes[g]]``), in batches of at most ``batch`` pairs (distance column unused: zeros)."""
+    for size in np.unique(sizes).tolist():
+        groups = starts[sizes == size]
+        per_group = size * (size - 1) // 2
+        if per_group <= batch:
+            i, j = np.triu_indices(size, k=1)
+            step = max(1, batch // per_group)
+            for at in range(0, groups.size, step):
+                members = order[groups[at : at + step, None] + np.arange(size)]
+                a = members[:, i].ravel()
+                b = members[:, j].ravel()
+                yield PairArrays(a, b, np.zeros(0, dtype=np.int64))
+            continue
+        for start in groups.tolist():  # a huge bucket: row by row, batches of whole rows
+            members = order[start : start + size]
+            parts_a: list[_I64] = []
+            parts_b: list[_I64] = []
+            held = 0
+            for row in range(size - 1):
+                parts_a.append(np.full(size - row - 1, members[row], dtype=np.int64))
+                parts_b.append(members[row + 1 :])
+                held += size - row - 1
+                if held >= batch:
+                    yield PairArrays(
+                        np.concatenate(parts_a), np.concatenate(parts_b), np.zeros(0, np.int64)
+                    )
+                    parts_a, parts_b, held = [], [], 0
+            if parts_a:
+                yield PairArrays(
+                    np.concatenate(parts_a), np.concatenate(parts_b), np.zeros(0, np.int64)
+                )
+
+
+def candidate_batches(keys: NDArray[np.uint64], batch: int = BATCH) -> Iterator[PairArrays]:
+    """The LSH candidates of n sets given their ``(n, bands) uint64`` band keys: every pair
+    (u, v), u < v, equal in at least one band, each exactly once (in the first band where they
+    agree: a pair equal in an earlier band is dropped by comparing those bands' keys), in
+    batches of at most ``batch`` pairs (distance column unused). Memory O(n + batch x bands),
+    however large a bucket."""
+    n, bands = keys.shape
+    for band in range(bands):
+        column = keys[:, band]
+        order = np.argsort(column, kind="stable").astype(np.int64)
+        ordered = column[order]
+        starts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1])).astype(np.int64)
+        sizes = np.diff(np.append(starts, n)).astype(np.int64)
+        shared = sizes >= 2
+        for a, b, _ in _bucket_pairs(order, starts[shared], sizes[shared], batch):
+            u = np.minimum(a, b)
+            v = np.maximum(a, b)
+            if band:
+                seen = (keys[u, :band] == keys[v, :band]).any(axis=1)
+                u, v = u[~seen], v[~seen]
+            if u.size:
+                yield PairArrays(u, v, np.zeros(0, dtype=np.int64))
+
+
+def jaccard_text(distance: int) -> str:
+    """The Jaccard similarity of a pair at ``distance`` (units of 1/:data:`SCALE`), 4
+    decimals: ``"0.8123"``."""
+    whole, part = divmod(SCALE - distance, SCALE)
+    return f"{whole}.{part:04d}"
+
+
+class JaccardDuplicates(NearDuplicates):
+    """Pairs of documents whose shingle sets have Jaccard similarity >= ``threshold``, found
+    by MinHash-LSH and verified exactly (see the module docstring), with everything
+    :class:`~permindex.index.clusters.NearDuplicates` offers on top (``k`` is the largest
+    distance, ``round((1 - threshold) * SCALE)``; ``fingerprints`` are the set digests).
+
+    Args:
+        keys: n distinct keys.
+        sets: their n shingle sets (:class:`ShingleSets`, none empty).
+        signature: their ``(n, permutations) uint32`` MinHash signatures
+            (:func:`permindex.near.minhash.signatures`).
+        threshold: the least Jaccard similarity of a pair, in (0, 1].
+        shape: the LSH bands (bands x rows <= permutations).
+
+    Attributes:
+        candidates: candidate pairs of distinct sets from the bands (each once).
+        candidates_verified: those checked by exact Jaccard: the candidates whose set sizes
+            allow the threshold (J <= min size / max size: a pair of sets of more unequal
+            sizes is refused by that bound alone).
+        threshold, shape: as given.
+
+    Raises:
+        InvalidArgumentError: a threshold outside (0, 1], keys and sets of different lengths.
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        sets: ShingleSets,
+        signature: NDArray[np.uint32],
+        threshold: float,
+        shape: Bands,
+        *,
+        batch: int = BATCH,
+    ) -> None:
+        self.threshold = check_threshold(threshold)
+        self.shape = shape
+        self.candidates = 0
+        self.candidates_verified = 0
+        self._sets = sets
+        self._signature = signature
+        self._batch = batch
+        k = round((1.0 - self.threshold) * SCALE)
+        super().__init__(keys, sets.digests(), k, join_values=self._join)
+
+    def _join(self, values: Values) -> PairArrays:
+        """The verified pairs of distinct sets (positions into ``values.distinct``)."""
+        representative = values.by_value[values.first]
+        keys = band_keys(self._signature[representative], self.shape)
+        sizes = self._sets.sizes
+        parts: list[PairArrays] = []
+        for all_u, all_v, _ in candidate_batches(keys, self._batch):
+            self.candidates += int(all_u.size)
+            size_u = sizes[representative[all_u]]
+            size_v = sizes[representative[all_v]]
+            possible = np.minimum(size_u, size_v) / np.maximum(size_u, size_v) >= self.threshold
+            u, v = all_u[possible], all_v[possible]
+            self.candidates_verified += int(u.size)
+            left, right = representative[u], representative[v]
+            inter = intersection_sizes(self._sets, left, right)
+            union = sizes[left] + sizes[right] - inter
+            good = inter / union >= self.threshold
+            inter, union = inter[good], union[good]
+            distance = ((union - inter) * 2 * SCALE + union) // (2 * union)
+            parts.append(PairArrays(u[good], v[good], distance.astype(np.int64)))
+        self._signature = self._signature[:0]  # no longer needed
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return PairArrays(empty, empty.copy(), empty.copy())
+        return PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
+
+    def sample_pairs(self, per_distance: int, order: _I64) -> PairArrays:
+        """Up to ``per_distance`` pairs in each Jaccard bin of 0.05 (0.80-0.85, ..., 0.95-1.0:
+        as many examples as the SimHash mode's 4 distances, whose diffs are the report's cost),
+        chosen as the SimHash mode chooses them per distance
+        (:meth:`NearDuplicates.sample_pairs`), most similar first within a bin."""
+        a, b, d = super().sample_pairs(per_distance, order)
+        if a.size == 0:
+            return PairArrays(a, b, d)
+        bins = np.minimum(SCALE - d, SCALE - 1) // (SCALE // 20)
+        pick = np.argsort(-bins, kind="stable")
+        ordered = bins[pick]
+        starts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1]))
+        within = np.arange(ordered.size) - np.repeat(
+            starts, np.diff(np.append(starts, ordered.size))
+        )
+        pick = pick[within < per_distance]
+        return PairArrays(a[pick], b[pick], d[pick])
+
+    def spans(self, groups: Sequence[_I64], limit: int = 4096) -> list[int | None]:
+        """Not computed in the Jaccard mode (None for every group)."""
+        return [None] * len(groups)
+
+    def span(self, positions: _I64, limit: int = 4096) -> int | None:
+        """Not computed in the Jaccard mode (None)."""
+        return None
+
+    def jaccard_counts(self, width: float = 0.01) -> list[tuple[str, int]]:
+        """Pairs of keys per Jaccard bin: ``[(label, count)]`` from the threshold's bin up to
+        ``"1.00"`` (pairs at J = 1.0000 exactly: identical sets, or distance 0), bins of
+        ``width`` labelled by their lower end."""
+        counts = self.distance_counts()
+        step = round(width * SCALE)
+        low = (SCALE - self.k) // step * step  # bin of the threshold, in SCALE units
+        bins: list[tuple[str, int]] = []
+        similarity = SCALE - np.arange(counts.size)
+        for start in range(low, SCALE, step):
+            inside = (similarity >= start) & (similarity < start + step)
+            bins.append((f"{start / SCALE:.2f}", int(counts[inside].sum())))
+        bins.append(("1.00", int(counts[0])))
+        return bins
