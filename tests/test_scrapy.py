@@ -1,0 +1,387 @@
+"""permindex.scrapy.NearDuplicateMiddleware in real crawls: the ``scrapy runspider`` command in a
+subprocess, against pages served by ``http.server`` on 127.0.0.1 (unique pages, and mirrors of
+some at other URLs with the same visible text in other markup), and a real permindex server
+(tests/serverproc.py), under Scrapy's default reactor (asyncio) and a non-asyncio one; then with
+no server listening. The fingerprints the server stores are checked against ``ingest``'s text of
+the same files.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("scrapy")
+
+from serverproc import ServeProcess
+
+from permindex import Client, hamming, simhash
+from permindex.scrapy.checker import BatchChecker, PageOutcome
+from permindex.text.documents import read_file_text
+
+UNIQUE = 6  # unique pages u0..u5
+MIRRORED = 3  # u0..u2 also served at mirror/u0.html..mirror/u2.html
+ASYNCIO = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"  # Scrapy's default
+EPOLL = "twisted.internet.epollreactor.EPollReactor"
+
+SPIDER = """
+import scrapy
+from twisted.internet import reactor
+
+
+class Pages(scrapy.Spider):
+    name = "pages"
+
+    def __init__(self, start, **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = [start]
+
+    def parse(self, response):
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, self.page)
+
+    def page(self, response):
+        yield {
+            "url": response.url,
+            "title": response.css("title::text").get(),
+            "permindex": response.meta.get("permindex"),
+            "reactor": type(reactor).__name__,
+        }
+"""
+
+
+def _words(rng: random.Random, n: int) -> str:
+    vocabulary = [f"w{i}" for i in range(5000)]
+    return " ".join(rng.choice(vocabulary) for _ in range(n))
+
+
+def _page(title: str, text: str, *, mirror: bool = False) -> str:
+    if mirror:  # other markup, scripts and comments, the same visible text
+        return (
+            f"<!doctype html><html><head><title>{title}</title><script>var x = 1;</script>"
+            f"</head><body><!-- a mirror --><div class='c'><p>{text}</p></div></body></html>"
+        )
+    return f"<html><head><title>{title}</title></head><body><p>{text}</p></body></html>"
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    """Files of the site; ``/gz/NAME`` is NAME sent with ``Content-Encoding: gzip``."""
+
+    def do_GET(self) -> None:
+        if not self.path.startswith("/gz/"):
+            super().do_GET()
+            return
+        body = gzip.compress((Path(self.directory) / self.path[4:]).read_bytes())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@dataclass
+class Site:
+    root: Path
+    base: str
+
+    def url(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    root = tmp_path_factory.mktemp("site")
+    (root / "mirror").mkdir()
+    rng = random.Random(15)
+    links = []
+    for i in range(UNIQUE):
+        text = _words(rng, 200)
+        (root / f"u{i}.html").write_text(_page(f"u{i}", text), encoding="utf-8")
+        links.append(f"u{i}.html")
+        if i < MIRRORED:
+            (root / "mirror" / f"u{i}.html").write_text(
+                _page(f"mirror u{i}", text, mirror=True), encoding="utf-8"
+            )
+            links.append(f"mirror/u{i}.html")
+    # a page sent gzip-compressed, and its mirror sent plain
+    text = _words(rng, 200)
+    (root / "g.html").write_text(_page("g", text), encoding="utf-8")
+    (root / "mirror" / "g.html").write_text(_page("mirror g", text, mirror=True), encoding="utf-8")
+    gz_links = ["gz/g.html", "mirror/g.html"]
+    index = "".join(f'<a href="{link}">{link}</a> ' for link in links)
+    (root / "index.html").write_text(f"<html><body>{index}</body></html>", encoding="utf-8")
+    gz_index = "".join(f'<a href="{link}">{link}</a> ' for link in gz_links)
+    (root / "gz.html").write_text(f"<html><body>{gz_index}</body></html>", encoding="utf-8")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Site(root, f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process = ServeProcess(tmp_path_factory.mktemp("data"))
+    address = process.address()
+    assert address is not None, process.text
+    try:
+        yield address
+    finally:
+        process.stop()
+
+
+_collections = iter(range(10**6))
+
+
+@pytest.fixture
+def collection(server: str) -> str:
+    """A new empty collection of the module's server for each test."""
+    name = f"crawl-{next(_collections)}"
+    with Client(server) as client:
+        client.create_collection(name)
+    return name
+
+
+@dataclass
+class Crawl:
+    items: list[dict[str, object]]
+    log: str
+    returncode: int
+
+    @property
+    def urls(self) -> set[str]:
+        return {str(item["url"]) for item in self.items}
+
+    def stat(self, name: str) -> int | None:
+        """A counter of the stats dump at the end of the log."""
+        found = re.search(rf"'{re.escape(name)}': (\d+)", self.log)
+        return None if found is None else int(found.group(1))
+
+    @property
+    def finish_reason(self) -> str | None:
+        found = re.search(r"'finish_reason': '([^']*)'", self.log)
+        return None if found is None else found.group(1)
+
+
+def _crawl(tmp_path: Path, start: str, *settings: str) -> Crawl:
+    """``scrapy runspider`` of the spider above from ``start``, with ``-s`` ``settings``."""
+    spider = tmp_path / "pages.py"
+    spider.write_text(SPIDER, encoding="utf-8")
+    items = tmp_path / "items.jsonl"
+    scrapy = Path(sys.executable).parent / "scrapy"
+    command = [str(scrapy)] if scrapy.exists() else [sys.executable, "-m", "scrapy"]
+    defaults = {
+        "DOWNLOADER_MIDDLEWARES": '{"permindex.scrapy.NearDuplicateMiddleware": 500}',
+        "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": "False",
+        "REMOTE_CONTROL_ENABLED": "False",
+        "ROBOTSTXT_OBEY": "False",
+        "PERMINDEX_TIMEOUT": "10",
+    }
+    given = dict(setting.split("=", 1) for setting in settings)
+    options = [f"-s{name}={value}" for name, value in {**defaults, **given}.items()]
+    argv = [*command, "runspider", str(spider), "-a", f"start={start}", "-O", str(items)]
+    done = subprocess.run(
+        [*argv, *options], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    (tmp_path / "crawl.log").write_text(done.stderr, encoding="utf-8")
+    assert "Warning:" not in done.stderr  # no deprecation of what the middleware does
+    lines = items.read_text(encoding="utf-8").splitlines() if items.exists() else []
+    return Crawl([json.loads(line) for line in lines], done.stderr, done.returncode)
+
+
+def _pairs(site: Site) -> list[tuple[str, str]]:
+    return [(site.url(f"u{i}.html"), site.url(f"mirror/u{i}.html")) for i in range(MIRRORED)]
+
+
+def _uniques(site: Site) -> list[str]:
+    return [site.url(f"u{i}.html") for i in range(MIRRORED, UNIQUE)]
+
+
+def _check_one_of_each(site: Site, crawl: Crawl) -> None:
+    assert crawl.returncode == 0, crawl.log
+    for page, mirror in _pairs(site):
+        assert (page in crawl.urls) != (mirror in crawl.urls), (page, crawl.urls)
+    assert set(_uniques(site)) <= crawl.urls
+    assert len(crawl.items) == UNIQUE  # the mirrors dropped, nothing else
+
+
+def test_the_pages_are_far_apart(site: Site) -> None:
+    """The premise of the crawls: unique pages are far apart, a mirror has its page's text."""
+    fps = {p.name: simhash(read_file_text(p)) for p in site.root.glob("u*.html")}
+    values = [fp for fp in fps.values() if fp is not None]
+    assert len(values) == UNIQUE
+    assert min(hamming(a, b) for i, a in enumerate(values) for b in values[i + 1 :]) > 3
+    for i in range(MIRRORED):
+        assert simhash(read_file_text(site.root / "mirror" / f"u{i}.html")) == fps[f"u{i}.html"]
+
+
+@pytest.mark.parametrize("reactor", [ASYNCIO, EPOLL], ids=["asyncio", "epoll"])
+def test_crawl_scrapes_one_of_each_mirror_pair(
+    tmp_path: Path, site: Site, server: str, collection: str, reactor: str
+) -> None:
+    settings = (
+        f"PERMINDEX_ADDRESS={server}",
+        f"PERMINDEX_COLLECTION={collection}",
+        f"TWISTED_REACTOR={reactor}",
+    )
+    crawl = _crawl(tmp_path, site.url("index.html"), *settings)
+    _check_one_of_each(site, crawl)
+    assert {item["reactor"] for item in crawl.items} == {reactor.rsplit(".", 1)[1]}
+    # the index page and the 6 unique pages stored; 3 mirrors found; one request at least
+    assert crawl.stat("permindex/added") == 1 + UNIQUE
+    assert crawl.stat("permindex/near_duplicate") == MIRRORED
+    assert crawl.stat("permindex/errors") is None
+    requests = crawl.stat("permindex/requests")
+    assert requests is not None and 1 <= requests <= 1 + UNIQUE + MIRRORED
+    dropped = re.findall(r"Dropped near-duplicate (\S+) of (\S+) \(distance (\d)\)", crawl.log)
+    assert len(dropped) == MIRRORED
+    for url, kept, distance in dropped:
+        assert distance == "0" and kept in crawl.urls and url not in crawl.urls
+    for item in crawl.items:
+        found = item["permindex"]
+        assert isinstance(found, dict) and found["status"] == "added"
+    # the server holds what `ingest` would store for the same files
+    with Client(server, collection=collection) as client:
+        for i in range(UNIQUE):
+            stored = client.get(site.url(f"u{i}.html")) or client.get(site.url(f"mirror/u{i}.html"))
+            assert stored == simhash(read_file_text(site.root / f"u{i}.html"))
+    if reactor != ASYNCIO:
+        return
+    # a re-crawl of the same URLs: each page replaces itself, the same mirrors are dropped
+    again = _crawl(tmp_path, site.url("index.html"), *settings)
+    _check_one_of_each(site, again)
+    assert again.urls == crawl.urls
+    assert again.stat("permindex/replaced") == 1 + UNIQUE
+    assert again.stat("permindex/added") is None
+    assert again.stat("permindex/near_duplicate") == MIRRORED
+
+
+def test_annotate_only(tmp_path: Path, site: Site, server: str, collection: str) -> None:
+    crawl = _crawl(
+        tmp_path,
+        site.url("index.html"),
+        f"PERMINDEX_ADDRESS={server}",
+        f"PERMINDEX_COLLECTION={collection}",
+        "PERMINDEX_DROP=False",
+    )
+    assert crawl.returncode == 0, crawl.log
+    assert len(crawl.items) == UNIQUE + MIRRORED  # every page scraped
+    near = [item for item in crawl.items if item["permindex"]["status"] == "near_duplicate"]  # type: ignore[index]
+    assert len(near) == MIRRORED
+    for item in near:
+        found = item["permindex"]
+        assert isinstance(found, dict)
+        assert found["distance"] == 0 and found["matches"] == [[found["duplicate_of"], 0]]
+        pair = {str(item["url"]), str(found["duplicate_of"])}
+        assert len(pair) == 2 and len({url.replace("/mirror/", "/") for url in pair}) == 1
+    assert crawl.stat("permindex/near_duplicate") == MIRRORED
+    assert "kept: PERMINDEX_DROP = False" in crawl.log
+
+
+@pytest.mark.parametrize("priority", [500, 800], ids=["after-decompression", "before"])
+def test_gzip_response(
+    tmp_path: Path, site: Site, server: str, collection: str, priority: int
+) -> None:
+    """A gzip-encoded page and its plain mirror: one of them scraped, the same fingerprint
+    whether the middleware runs after Scrapy's decompression (500) or before it (800), and the
+    response passed on still decodes (the spider reads its title)."""
+    crawl = _crawl(
+        tmp_path,
+        site.url("gz.html"),
+        f"PERMINDEX_ADDRESS={server}",
+        f"PERMINDEX_COLLECTION={collection}",
+        f'DOWNLOADER_MIDDLEWARES={{"permindex.scrapy.NearDuplicateMiddleware": {priority}}}',
+    )
+    assert crawl.returncode == 0, crawl.log
+    assert len(crawl.items) == 1, crawl.items
+    assert crawl.items[0]["title"] in ("g", "mirror g")
+    assert crawl.stat("permindex/near_duplicate") == 1
+    assert crawl.stat("permindex/errors") is None
+    with Client(server, collection=collection) as client:
+        stored = [client.get(site.url(name)) for name in ("gz/g.html", "mirror/g.html")]
+    expected = simhash(read_file_text(site.root / "g.html"))
+    assert [fp for fp in stored if fp is not None] == [expected]
+
+
+def _unused_address() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("reactor", [ASYNCIO, EPOLL], ids=["asyncio", "epoll"])
+def test_server_down_fail_open(tmp_path: Path, site: Site, reactor: str) -> None:
+    crawl = _crawl(
+        tmp_path,
+        site.url("index.html"),
+        f"PERMINDEX_ADDRESS={_unused_address()}",
+        f"TWISTED_REACTOR={reactor}",
+    )
+    assert crawl.returncode == 0, crawl.log
+    assert crawl.finish_reason == "finished"
+    assert len(crawl.items) == UNIQUE + MIRRORED  # every page scraped
+    assert crawl.stat("permindex/errors") == 1 + UNIQUE + MIRRORED
+    assert crawl.stat("permindex/added") is None
+    assert "pages pass unchecked until it answers (PERMINDEX_FAIL_OPEN = True)" in crawl.log
+    for item in crawl.items:
+        assert item["permindex"] == {"status": "error", "fingerprint": None, "matches": []}
+
+
+def test_server_down_fail_closed(tmp_path: Path, site: Site) -> None:
+    crawl = _crawl(
+        tmp_path,
+        site.url("index.html"),
+        f"PERMINDEX_ADDRESS={_unused_address()}",
+        "PERMINDEX_FAIL_OPEN=False",
+    )
+    assert crawl.finish_reason == "permindex_error", crawl.log
+    assert re.search(r"ERROR: permindex server \S+: .*failed to connect.*; stopping the crawl "
+                     r"\(PERMINDEX_FAIL_OPEN = False\)", crawl.log), crawl.log  # fmt: skip
+    assert crawl.items == []  # the index page was not checked: nothing followed, nothing scraped
+
+
+def test_batch_checker_sends_queued_pages_in_one_request(server: str, collection: str) -> None:
+    """Pages queued while no request can be sent (here: before the worker starts; in a crawl:
+    while the previous request is in flight) go in one CheckAndAdd, which the server applies in
+    order: of two near-duplicates in one request only the first is stored."""
+    rng = random.Random(7)
+    texts = [_words(rng, 100) for _ in range(40)]
+    outcomes: list[PageOutcome] = []
+    done = threading.Event()
+
+    def settle(outcome: PageOutcome) -> None:
+        outcomes.append(outcome)
+        if len(outcomes) == 41:
+            done.set()
+
+    checker = BatchChecker(Client(server, collection=collection))
+    for i, text in enumerate(texts):
+        checker.submit(f"page-{i}", lambda text=text: text, settle)  # type: ignore[misc]
+    checker.submit("copy-of-0", lambda: texts[0], settle)
+    checker.start()
+    assert done.wait(30)
+    checker.stop(timeout=10)
+    assert checker.requests == 1
+    assert [o.status for o in outcomes] == ["added"] * 40 + ["near_duplicate"]
+    assert outcomes[-1].matches[0].key == "page-0" and outcomes[-1].batch == 41
