@@ -190,12 +190,15 @@ def test_a_parquet_file_as_the_readme_reads_it(tmp_path: Path) -> None:
     pq.write_table(pa.table({"url": ids, "text": texts}), path)
     data = datasets.Dataset.from_parquet(str(path), cache_dir=str(tmp_path / "cache"))
     assert isinstance(data, datasets.Dataset)
-    result = permindex.dedup_dataset(data, id_column="url")
-    _check(result, ids, texts, 3, "first")
-    unique = data.filter(lambda _, i: bool(result.keep[i]), with_indices=True)
-    assert len(unique) == len(data) - result.dropped and result.dropped > 0
-    frame = pq.read_table(path).to_pandas()
-    assert frame[result.keep]["url"].tolist() == unique["url"]
+    found = permindex.dedup_dataset(data, text_column="text", id_column="url", k=3, keep="first")
+    _check(found, ids, texts, 3, "first")
+    unique = data.select(found.keep.nonzero()[0])
+    assert len(unique) == len(data) - found.dropped and found.dropped > 0
+    kept = [ids[i] for i in np.flatnonzero(found.keep).tolist()]
+    assert list(unique["url"]) == kept
+    table = pq.read_table(path)
+    assert table.filter(found.keep).column("url").to_pylist() == kept
+    assert table.to_pandas()[found.keep]["url"].tolist() == kept
 
 
 def test_bad_input_is_refused_clearly() -> None:

@@ -125,6 +125,23 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     (root / "g.html").write_text(_page("g", text), encoding="utf-8")
     (root / "mirror" / "g.html").write_text(_page("mirror g", text, mirror=True), encoding="utf-8")
     gz_links = ["gz/g.html", "mirror/g.html"]
+    # two pages 2 bits apart: near-duplicates for k >= 2 only
+    text = _words(rng, 200)
+    fp = simhash(text)
+    for _ in range(5000):
+        words = text.split()
+        words[rng.randrange(len(words))] = rng.choice(words)
+        other = " ".join(words)
+        if hamming(fp, simhash(other)) == 2:
+            break
+    else:
+        raise AssertionError("no text 2 bits from the first")
+    (root / "near-a.html").write_text(_page("near a", text), encoding="utf-8")
+    (root / "near-b.html").write_text(_page("near b", other), encoding="utf-8")
+    (root / "k.html").write_text(
+        '<html><body><a href="near-a.html">a</a> <a href="near-b.html">b</a></body></html>',
+        encoding="utf-8",
+    )
     index = "".join(f'<a href="{link}">{link}</a> ' for link in links)
     (root / "index.html").write_text(f"<html><body>{index}</body></html>", encoding="utf-8")
     gz_index = "".join(f'<a href="{link}">{link}</a> ' for link in gz_links)
@@ -385,3 +402,69 @@ def test_batch_checker_sends_queued_pages_in_one_request(server: str, collection
     assert checker.requests == 1
     assert [o.status for o in outcomes] == ["added"] * 40 + ["near_duplicate"]
     assert outcomes[-1].matches[0].key == "page-0" and outcomes[-1].batch == 41
+
+
+def test_token_file_and_configuration_errors(tmp_path: Path, site: Site) -> None:
+    """PERMINDEX_TOKEN_FILE: a read-write token crawls; a read-only one (PERMISSION_DENIED) and a
+    collection that does not exist stop the crawl even with PERMINDEX_FAIL_OPEN = True."""
+    tokens = tmp_path / "tokens"
+    read_write, read_only = "rw-" + "a" * 29, "ro-" + "b" * 29
+    tokens.write_text(f"{read_write} read-write\n{read_only} read-only\n", encoding="utf-8")
+    process = ServeProcess(tmp_path / "data", "--token-file", str(tokens))
+    address = process.address()
+    assert address is not None, process.text
+    try:
+        (tmp_path / "rw").write_text(f"{read_write}\n", encoding="utf-8")
+        (tmp_path / "ro").write_text(f"  {read_only} a comment\n", encoding="utf-8")
+        start = site.url("index.html")
+        runs = {}
+        for name, extra in [
+            ("rw", (f"PERMINDEX_TOKEN_FILE={tmp_path / 'rw'}",)),
+            ("ro", (f"PERMINDEX_TOKEN_FILE={tmp_path / 'ro'}",)),
+            ("missing", (f"PERMINDEX_TOKEN_FILE={tmp_path / 'rw'}", "PERMINDEX_COLLECTION=nope")),
+        ]:
+            workdir = tmp_path / f"crawl-{name}"
+            workdir.mkdir()
+            runs[name] = _crawl(workdir, start, f"PERMINDEX_ADDRESS={address}", *extra)
+    finally:
+        process.stop()
+    _check_one_of_each(site, runs["rw"])
+    for name in ("ro", "missing"):
+        crawl = runs[name]
+        assert crawl.finish_reason == "permindex_error", crawl.log
+        assert crawl.items == []
+        assert re.search(r"ERROR: permindex server \S+: .*; stopping the crawl\n", crawl.log)
+    assert "PERMISSION_DENIED" in runs["ro"].log or "read-only" in runs["ro"].log
+    assert "nope" in runs["missing"].log
+
+
+def test_a_missing_token_file_is_refused_at_start(tmp_path: Path, site: Site) -> None:
+    crawl = _crawl(
+        tmp_path,
+        site.url("index.html"),
+        f"PERMINDEX_ADDRESS={_unused_address()}",
+        f"PERMINDEX_TOKEN_FILE={tmp_path / 'absent'}",
+    )
+    assert crawl.returncode != 0 and crawl.items == []
+    assert f"PERMINDEX_TOKEN_FILE {tmp_path / 'absent'}: cannot read it" in crawl.log
+
+
+def test_k(tmp_path: Path, site: Site, server: str, collection: str) -> None:
+    """Two pages 2 bits apart: one is dropped with the collection's k (3), both are scraped with
+    PERMINDEX_K = 1."""
+    with Client(server) as client:
+        client.create_collection(collection + "-k1")
+    runs = {}
+    for name, extra in [("k3", (collection, ())), ("k1", (collection + "-k1", ("PERMINDEX_K=1",)))]:
+        workdir = tmp_path / name
+        workdir.mkdir()
+        runs[name] = _crawl(
+            workdir,
+            site.url("k.html"),
+            f"PERMINDEX_ADDRESS={server}",
+            f"PERMINDEX_COLLECTION={extra[0]}",
+            *extra[1],
+        )
+    assert len(runs["k3"].items) == 1 and runs["k3"].stat("permindex/near_duplicate") == 1
+    assert "(distance 2)" in runs["k3"].log
+    assert len(runs["k1"].items) == 2 and runs["k1"].stat("permindex/near_duplicate") is None

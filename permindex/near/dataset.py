@@ -35,8 +35,8 @@ class DatasetDedup:
 
     Attributes:
         keep: (n,) bool: True for the rows to keep (every row in no cluster, and one row per
-            cluster), False for the rows to drop. ``data.filter(...)``, ``df[result.keep]``,
-            ``table.filter(result.keep)`` keep them.
+            cluster), False for the rows to drop: ``dataset.select(result.keep.nonzero()[0])``,
+            ``df[result.keep]``, ``table.filter(result.keep)`` keep them.
         cluster: (n,) int64: the row's cluster, 0 to ``clusters - 1``, numbered as
             ``permindex dedup``'s ``clusters.tsv`` numbers them from 1 (largest first, then by
             the smallest id); -1 for a row in no cluster (no near-duplicate, or too short).

@@ -146,6 +146,8 @@ class NearDuplicateMiddleware:
     - ``PERMINDEX_COLLECTION``: the collection (default: the server's ``default``).
     - ``PERMINDEX_TOKEN_FILE``: a file whose first word is the bearer token (as
       ``--token-file``); without it, the ``PERMINDEX_TOKEN`` variable if set.
+    - ``PERMINDEX_TLS_CA``: the PEM file of the CA that signed the server's certificate; turns
+      TLS on (as ``--tls-ca``).
     - ``PERMINDEX_K``: the largest distance of a near-duplicate, bits (default: the
       collection's k; above it the server refuses every request).
     - ``PERMINDEX_DROP``: drop near-duplicates (default True) or only annotate them.
@@ -166,7 +168,7 @@ class NearDuplicateMiddleware:
 
     Raises (when the crawler builds it):
         InvalidArgumentError: a token file that cannot be read or holds no token, a bad
-            ``PERMINDEX_K`` or ``PERMINDEX_ADDRESS``.
+            ``PERMINDEX_K`` or ``PERMINDEX_ADDRESS``, a ``PERMINDEX_TLS_CA`` that cannot be read.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -186,6 +188,7 @@ class NearDuplicateMiddleware:
             timeout=settings.getfloat("PERMINDEX_TIMEOUT", 30.0),
             retries=0,
             token=_token(settings.get("PERMINDEX_TOKEN_FILE")),
+            root_certificates=settings.get("PERMINDEX_TLS_CA") or None,
             collection=settings.get("PERMINDEX_COLLECTION") or "",
         )
         self._checker = BatchChecker(client, k=_optional_k(settings.get("PERMINDEX_K")))
