@@ -29,6 +29,8 @@ pytest.importorskip("scrapy")
 from serverproc import ServeProcess
 
 from permindex import Client, hamming, simhash
+from permindex.errors import InvalidKeyError, LimitExceededError
+from permindex.scrapy.bodies import UndecodableBodyError
 from permindex.scrapy.checker import BatchChecker, PageOutcome
 from permindex.text.documents import read_file_text
 
@@ -468,3 +470,34 @@ def test_k(tmp_path: Path, site: Site, server: str, collection: str) -> None:
     assert len(runs["k3"].items) == 1 and runs["k3"].stat("permindex/near_duplicate") == 1
     assert "(distance 2)" in runs["k3"].log
     assert len(runs["k1"].items) == 2 and runs["k1"].stat("permindex/near_duplicate") is None
+
+
+def test_a_page_that_cannot_be_sent_does_not_fail_the_others(server: str, collection: str) -> None:
+    """A text over the limit, a key over 1,024 bytes and a body that cannot be decoded are that
+    page's errors; the pages sent with them are checked."""
+    rng = random.Random(8)
+    outcomes: dict[str, PageOutcome] = {}
+    done = threading.Event()
+
+    def settle(outcome: PageOutcome) -> None:
+        outcomes[outcome.key] = outcome
+        if len(outcomes) == 4:
+            done.set()
+
+    def undecodable() -> str:
+        raise UndecodableBodyError("the gzip body is corrupt")
+
+    checker = BatchChecker(Client(server, collection=collection), max_text_bytes=2000)
+    checker.submit("long", lambda: _words(rng, 1000), settle)
+    checker.submit("x" * 1025, lambda: _words(rng, 50), settle)
+    checker.submit("corrupt", undecodable, settle)
+    checker.submit("fine", lambda: _words(rng, 50), settle)
+    checker.start()
+    assert done.wait(30)
+    checker.stop(timeout=10)
+    assert outcomes["fine"].status == "added" and checker.requests == 1
+    assert isinstance(outcomes["long"].error, LimitExceededError)
+    assert "PERMINDEX_MAX_TEXT_BYTES" in str(outcomes["long"].error)
+    assert isinstance(outcomes["x" * 1025].error, InvalidKeyError)
+    assert isinstance(outcomes["corrupt"].error, UndecodableBodyError)
+    assert {o.status for k, o in outcomes.items() if k != "fine"} == {"error"}

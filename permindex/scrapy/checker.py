@@ -18,13 +18,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
 from permindex.client.batching import DEFAULT_BATCH_BYTES, batches, document_size
+from permindex.errors import LimitExceededError
 from permindex.index import Match
 from permindex.index.keys import validate_key
 
 if TYPE_CHECKING:
     from permindex.client import Client
 
-__all__ = ["DEFAULT_LINGER", "DEFAULT_MAX_PAGES", "BatchChecker", "PageOutcome", "Status"]
+__all__ = [
+    "DEFAULT_LINGER",
+    "DEFAULT_MAX_PAGES",
+    "DEFAULT_MAX_TEXT_BYTES",
+    "BatchChecker",
+    "PageOutcome",
+    "Status",
+]
 
 Status = Literal["added", "replaced", "near_duplicate", "too_short", "error"]
 
@@ -32,6 +40,9 @@ Status = Literal["added", "replaced", "near_duplicate", "too_short", "error"]
 DEFAULT_MAX_PAGES: Final = 256
 #: Longest wait for more pages once one is queued and no request is in flight, seconds.
 DEFAULT_LINGER: Final = 0.005
+#: Longest text sent, UTF-8 bytes: the server's default ``--max-text-bytes`` (a longer text
+#: would make the server refuse the whole request).
+DEFAULT_MAX_TEXT_BYTES: Final = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,8 @@ class BatchChecker:
         max_pages: most pages per request.
         max_bytes: about most bytes (keys and texts) per request.
         linger: longest wait for more pages after the first of a batch, seconds.
+        max_text_bytes: longest text sent, UTF-8 bytes; a longer page is not checked (its
+            outcome an error), so that it cannot make the server refuse the pages sent with it.
 
     :meth:`submit` never blocks (the queue is unbounded: Scrapy bounds the pages in flight by its
     concurrency settings). Each page's ``settle`` is called exactly once, on the worker thread.
@@ -101,12 +114,14 @@ class BatchChecker:
         max_pages: int = DEFAULT_MAX_PAGES,
         max_bytes: int = DEFAULT_BATCH_BYTES,
         linger: float = DEFAULT_LINGER,
+        max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
     ) -> None:
         self._client = client
         self._k = k
         self._max_pages = max_pages
         self._max_bytes = max_bytes
         self._linger = linger
+        self._max_text_bytes = max_text_bytes
         self._queue: queue.SimpleQueue[_Page | object] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="permindex-checker", daemon=True)
         self._started = False
@@ -162,8 +177,11 @@ class BatchChecker:
             stop = False
             while not stop:
                 pages, stop = self._next_pages()
-                if pages:
+                try:
                     self._check(pages)
+                except Exception as error:  # a defect: answer every page rather than hang it
+                    for page in pages:  # (a page settled already ignores a second outcome)
+                        _settle(page, PageOutcome(page.key, "error", error=error))
         finally:
             self._client.close()
 
@@ -172,7 +190,15 @@ class BatchChecker:
         for page in pages:
             try:
                 validate_key(page.key)
-                ready.append((page, page.text()))
+                text = page.text()
+                length = len(text.encode("utf-8", "surrogatepass"))
+                if length > self._max_text_bytes:
+                    raise LimitExceededError(
+                        f"its text of {length:,} UTF-8 bytes is over the limit of "
+                        f"{self._max_text_bytes:,} (PERMINDEX_MAX_TEXT_BYTES, the server's "
+                        "--max-text-bytes)"
+                    )
+                ready.append((page, text))
             except Exception as error:  # the page's own problem: reported with it
                 _settle(page, PageOutcome(page.key, "error", error=error))
 

@@ -32,7 +32,7 @@ from twisted.internet.defer import Deferred
 from permindex.addresses import DEFAULT_ADDRESS
 from permindex.errors import InvalidArgumentError, NotFoundError, ServerError
 from permindex.scrapy.bodies import response_text
-from permindex.scrapy.checker import BatchChecker, PageOutcome
+from permindex.scrapy.checker import DEFAULT_MAX_TEXT_BYTES, BatchChecker, PageOutcome
 from permindex.text.documents import format_fingerprint, html_to_text
 
 if TYPE_CHECKING:
@@ -160,6 +160,8 @@ class NearDuplicateMiddleware:
       Either way, a refused token or a collection that does not exist stops the crawl: no page
       could ever be checked.
     - ``PERMINDEX_TIMEOUT``: the deadline of each request, seconds (default 30).
+    - ``PERMINDEX_MAX_TEXT_BYTES``: the longest text sent, UTF-8 bytes (default 32 MiB, the
+      server's default ``--max-text-bytes``); a longer page is not checked (as above).
 
     Scrapy stats: ``permindex/added``, ``permindex/replaced``, ``permindex/near_duplicate``,
     ``permindex/too_short`` (a page of fewer than 3 words: stored nowhere, passed on),
@@ -191,7 +193,11 @@ class NearDuplicateMiddleware:
             root_certificates=settings.get("PERMINDEX_TLS_CA") or None,
             collection=settings.get("PERMINDEX_COLLECTION") or "",
         )
-        self._checker = BatchChecker(client, k=_optional_k(settings.get("PERMINDEX_K")))
+        self._checker = BatchChecker(
+            client,
+            k=_optional_k(settings.get("PERMINDEX_K")),
+            max_text_bytes=settings.getint("PERMINDEX_MAX_TEXT_BYTES", DEFAULT_MAX_TEXT_BYTES),
+        )
         self._failing = False  # the last request failed: the next success is logged
         self._unchecked = 0  # pages passed unchecked since the failure was logged
         self._stopping = False
