@@ -36,6 +36,7 @@ from permindex.text.documents import read_file_text
 
 UNIQUE = 6  # unique pages u0..u5
 MIRRORED = 3  # u0..u2 also served at mirror/u0.html..mirror/u2.html
+TEXTS = 2  # notes.txt and mirror/notes.txt: the same text, not HTML, so never checked
 ASYNCIO = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"  # Scrapy's default
 EPOLL = "twisted.internet.epollreactor.EPollReactor"
 
@@ -53,7 +54,7 @@ class Pages(scrapy.Spider):
 
     def parse(self, response):
         for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, self.page)
+            yield response.follow(href, self.page, errback=self.dropped)
 
     def page(self, response):
         yield {
@@ -62,6 +63,9 @@ class Pages(scrapy.Spider):
             "permindex": response.meta.get("permindex"),
             "reactor": type(reactor).__name__,
         }
+
+    def dropped(self, failure):
+        yield {"dropped": failure.request.url, "permindex": failure.request.meta.get("permindex")}
 """
 
 
@@ -144,6 +148,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         '<html><body><a href="near-a.html">a</a> <a href="near-b.html">b</a></body></html>',
         encoding="utf-8",
     )
+    notes = _words(rng, 100)
+    for name in ("notes.txt", "mirror/notes.txt"):
+        (root / name).write_text(notes, encoding="utf-8")
+        links.append(name)
     index = "".join(f'<a href="{link}">{link}</a> ' for link in links)
     (root / "index.html").write_text(f"<html><body>{index}</body></html>", encoding="utf-8")
     gz_index = "".join(f'<a href="{link}">{link}</a> ' for link in gz_links)
@@ -183,7 +191,8 @@ def collection(server: str) -> str:
 
 @dataclass
 class Crawl:
-    items: list[dict[str, object]]
+    items: list[dict[str, object]]  # the pages scraped
+    dropped: list[dict[str, object]]  # the errbacks' IgnoreRequest failures
     log: str
     returncode: int
 
@@ -226,7 +235,13 @@ def _crawl(tmp_path: Path, start: str, *settings: str) -> Crawl:
     (tmp_path / "crawl.log").write_text(done.stderr, encoding="utf-8")
     assert "Warning:" not in done.stderr  # no deprecation of what the middleware does
     lines = items.read_text(encoding="utf-8").splitlines() if items.exists() else []
-    return Crawl([json.loads(line) for line in lines], done.stderr, done.returncode)
+    found = [json.loads(line) for line in lines]
+    return Crawl(
+        [item for item in found if "url" in item],
+        [item for item in found if "dropped" in item],
+        done.stderr,
+        done.returncode,
+    )
 
 
 def _pairs(site: Site) -> list[tuple[str, str]]:
@@ -242,7 +257,10 @@ def _check_one_of_each(site: Site, crawl: Crawl) -> None:
     for page, mirror in _pairs(site):
         assert (page in crawl.urls) != (mirror in crawl.urls), (page, crawl.urls)
     assert set(_uniques(site)) <= crawl.urls
-    assert len(crawl.items) == UNIQUE  # the mirrors dropped, nothing else
+    assert len(crawl.items) == UNIQUE + TEXTS  # the mirrors dropped, nothing else
+    for name in ("notes.txt", "mirror/notes.txt"):  # passed untouched
+        (item,) = [item for item in crawl.items if item["url"] == site.url(name)]
+        assert item["permindex"] is None
 
 
 def test_the_pages_are_far_apart(site: Site) -> None:
@@ -279,7 +297,12 @@ def test_crawl_scrapes_one_of_each_mirror_pair(
         assert distance == "0" and kept in crawl.urls and url not in crawl.urls
     for item in crawl.items:
         found = item["permindex"]
-        assert isinstance(found, dict) and found["status"] == "added"
+        assert found is None or (isinstance(found, dict) and found["status"] == "added")
+    assert len(crawl.dropped) == MIRRORED  # the errback sees what was found
+    for item in crawl.dropped:
+        found = item["permindex"]
+        assert isinstance(found, dict) and found["status"] == "near_duplicate"
+        assert found["distance"] == 0 and found["duplicate_of"] in crawl.urls
     # the server holds what `ingest` would store for the same files
     with Client(server, collection=collection) as client:
         for i in range(UNIQUE):
@@ -305,8 +328,12 @@ def test_annotate_only(tmp_path: Path, site: Site, server: str, collection: str)
         "PERMINDEX_DROP=False",
     )
     assert crawl.returncode == 0, crawl.log
-    assert len(crawl.items) == UNIQUE + MIRRORED  # every page scraped
-    near = [item for item in crawl.items if item["permindex"]["status"] == "near_duplicate"]  # type: ignore[index]
+    assert len(crawl.items) == UNIQUE + MIRRORED + TEXTS  # every page scraped
+    near = [
+        item
+        for item in crawl.items
+        if isinstance(item["permindex"], dict) and item["permindex"]["status"] == "near_duplicate"
+    ]
     assert len(near) == MIRRORED
     for item in near:
         found = item["permindex"]
@@ -359,12 +386,13 @@ def test_server_down_fail_open(tmp_path: Path, site: Site, reactor: str) -> None
     )
     assert crawl.returncode == 0, crawl.log
     assert crawl.finish_reason == "finished"
-    assert len(crawl.items) == UNIQUE + MIRRORED  # every page scraped
+    assert len(crawl.items) == UNIQUE + MIRRORED + TEXTS  # every page scraped
     assert crawl.stat("permindex/errors") == 1 + UNIQUE + MIRRORED
     assert crawl.stat("permindex/added") is None
     assert "pages pass unchecked until it answers (PERMINDEX_FAIL_OPEN = True)" in crawl.log
     for item in crawl.items:
-        assert item["permindex"] == {"status": "error", "fingerprint": None, "matches": []}
+        if not str(item["url"]).endswith(".txt"):
+            assert item["permindex"] == {"status": "error", "fingerprint": None, "matches": []}
 
 
 def test_server_down_fail_closed(tmp_path: Path, site: Site) -> None:
