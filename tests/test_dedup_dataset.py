@@ -227,3 +227,35 @@ def test_bad_input_is_refused_clearly() -> None:
 def test_an_empty_table() -> None:
     result = dedup_dataset({"text": []})
     assert result.keep.shape == (0,) and result.clusters == 0 and result.dropped == 0
+
+
+def test_the_libstdcxx_corpus() -> None:
+    """The shared corpus as a DataFrame: the README's figures of ``permindex dedup`` (30
+    clusters, 85 documents in them, keep 30, drop 55), and its exact pairs within 3 bits."""
+    corpora = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
+    path = corpora / "libstdc++-12-doc.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"shared corpus not found at {path} (expected <repo>/../shared/corpora)")
+    frame = pd.read_json(path, lines=True, dtype={"id": str, "text": str})
+    found = dedup_dataset(frame, id_column="id")
+    assert (found.clusters, int((found.cluster >= 0).sum()), found.dropped) == (30, 85, 55)
+    ids = frame["id"].tolist()
+    expected = (corpora / "libstdc++-12-doc.pairs_le3.tsv").read_text(encoding="utf-8")
+    for line in expected.splitlines():  # every expected pair lies in one cluster
+        a, b, _ = line.split("\t")
+        assert found.cluster[ids.index(a)] == found.cluster[ids.index(b)] >= 0
+
+
+def test_the_pipeline_helpers_are_public() -> None:
+    helpers = "html_to_text format_fingerprint parse_fingerprint read_file_text simhash"
+    for name in (*helpers.split(), "simhash_many", "hamming", "dedup_dataset", "DatasetDedup"):
+        assert name in permindex.__all__ and getattr(permindex, name).__doc__
+    assert permindex.html_to_text("<p>one <b>two</b></p><script>x</script><p>three</p>") == (
+        "one two\nthree"
+    )
+    fp = permindex.simhash("the quick brown fox jumps")
+    assert fp is not None
+    assert permindex.parse_fingerprint(permindex.format_fingerprint(fp)) == fp
+    assert permindex.format_fingerprint(0x7B) == "000000000000007b"
+    with pytest.raises(InvalidArgumentError):
+        permindex.format_fingerprint(-1)
