@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -26,13 +27,14 @@ import pytest
 
 pytest.importorskip("scrapy")
 
+from scrapy.http import HtmlResponse
 from serverproc import ServeProcess
 
 from permindex import Client, hamming, simhash
 from permindex.errors import InvalidKeyError, LimitExceededError
-from permindex.scrapy.bodies import UndecodableBodyError
+from permindex.scrapy.bodies import UndecodableBodyError, decoded_body, response_text
 from permindex.scrapy.checker import BatchChecker, PageOutcome
-from permindex.text.documents import read_file_text
+from permindex.text.documents import html_to_text, read_file_text
 
 UNIQUE = 6  # unique pages u0..u5
 MIRRORED = 3  # u0..u2 also served at mirror/u0.html..mirror/u2.html
@@ -529,3 +531,47 @@ def test_a_page_that_cannot_be_sent_does_not_fail_the_others(server: str, collec
     assert isinstance(outcomes["x" * 1025].error, InvalidKeyError)
     assert isinstance(outcomes["corrupt"].error, UndecodableBodyError)
     assert {o.status for k, o in outcomes.items() if k != "fine"} == {"error"}
+
+
+@pytest.mark.parametrize(
+    "codings",
+    [["gzip"], ["x-gzip"], ["deflate"], ["raw-deflate"], ["gzip", "deflate"], ["identity"], []],
+)
+def test_response_text_undoes_the_content_encodings(codings: list[str]) -> None:
+    """What the middleware fingerprints when it runs before Scrapy's decompression: the text
+    ``ingest`` takes from the same HTML, whatever Content-Encoding still applies."""
+    html = _page("t", "café " + _words(random.Random(1), 50)).encode("utf-8")
+    body = html
+    for coding in codings:  # applied in order, the header lists them in that order
+        if coding in ("gzip", "x-gzip"):
+            body = gzip.compress(body)
+        elif coding == "deflate":
+            body = zlib.compress(body)
+        elif coding == "raw-deflate":
+            squeeze = zlib.compressobj(wbits=-15)
+            body = squeeze.compress(body) + squeeze.flush()
+    header = ", ".join("deflate" if c == "raw-deflate" else c for c in codings)
+    headers = {"Content-Type": "text/html; charset=utf-8"}
+    if header:
+        headers["Content-Encoding"] = header
+    response = HtmlResponse("http://127.0.0.1/p", body=body, headers=headers)
+    assert decoded_body(response) == (html if "identity" not in codings else body)
+    assert response_text(response, html_to_text) == html_to_text(html.decode("utf-8"))
+    assert response.body == body  # unchanged
+
+
+def test_a_body_that_cannot_be_decoded_is_refused() -> None:
+    def response(body: bytes, coding: str) -> HtmlResponse:
+        return HtmlResponse("http://127.0.0.1/p", body=body, headers={"Content-Encoding": coding})
+
+    with pytest.raises(UndecodableBodyError, match="corrupt"):
+        decoded_body(response(b"not gzip at all", "gzip"))
+    with pytest.raises(UndecodableBodyError, match="truncated"):
+        decoded_body(response(gzip.compress(b"x" * 1000)[:-12], "gzip"))
+    with pytest.raises(UndecodableBodyError, match="unknown Content-Encoding 'compress'"):
+        decoded_body(response(b"...", "compress"))
+    bomb = gzip.compress(b"\0" * (1 << 20))
+    with pytest.raises(UndecodableBodyError, match="more than 1,000 bytes once decoded"):
+        decoded_body(response(bomb, "gzip"), limit=1000)
+    two_members = gzip.compress(b"<p>one two") + gzip.compress(b" three</p>")
+    assert decoded_body(response(two_members, "gzip")) == b"<p>one two three</p>"
