@@ -120,12 +120,13 @@ def test_the_corpus_has_clusters_chains_and_short_texts() -> None:
 
 
 @pytest.mark.parametrize("keep", KEEP_RULES)
-@pytest.mark.parametrize("kind", ["dataset", "pandas", "arrow", "mapping"])
+@pytest.mark.parametrize("kind", ["dataset", "iterable", "pandas", "arrow", "mapping"])
 def test_against_brute_force(kind: str, keep: KeepRule) -> None:
     ids, texts = _corpus()
     columns = {"id": ids, "text": texts}
     data: object = {
         "dataset": lambda: datasets.Dataset.from_dict(columns),  # type: ignore[no-untyped-call]
+        "iterable": lambda: datasets.Dataset.from_dict(columns).to_iterable_dataset(),
         "pandas": lambda: pd.DataFrame(columns),
         "arrow": lambda: pa.table(columns),
         "mapping": lambda: columns,

@@ -97,10 +97,10 @@ def _column(data: Any, name: str, what: str) -> list[object]:
             f"{what} {name!r} is not a column of the data; its columns: {', '.join(names)}",
             value=name,
         )
-    if hasattr(data, "with_format"):  # datasets.Dataset: Arrow, in its row order (indices)
-        column = data.with_format("arrow")[name]
+    if hasattr(data, "with_format") and hasattr(data, "__len__"):
+        column = data.with_format("arrow")[name]  # datasets.Dataset: in its row order (indices)
     else:
-        column = data[name]
+        column = data[name]  # a DataFrame, Table, mapping; an IterableDataset: read as it streams
     if hasattr(column, "to_pylist"):  # pyarrow (Chunked)Array
         values: list[object] = column.to_pylist()
     elif hasattr(column, "tolist"):  # pandas Series, numpy array
@@ -165,9 +165,10 @@ def dedup_dataset(
     dedup`` decides for a JSONL file of the same ids and texts, row by row.
 
     Args:
-        data: a ``datasets.Dataset`` (in its row order, after any ``select``/``shuffle``), a
-            pandas ``DataFrame``, a ``pyarrow.Table``, or a mapping of column names to
-            sequences. None of these packages is needed by permindex itself.
+        data: a ``datasets.Dataset`` (in its row order, after any ``select``/``shuffle``), an
+            ``IterableDataset`` (streamed once per column read), a pandas ``DataFrame``, a
+            ``pyarrow.Table``, or a mapping of column names to sequences. None of these packages
+            is needed by permindex itself.
         text_column: the column of texts (``str``; the text is fingerprinted as it is, so reduce
             HTML to text first with :func:`permindex.html_to_text`).
         id_column: a column of distinct ids (strings, or any values that order among
