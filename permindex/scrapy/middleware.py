@@ -159,7 +159,8 @@ class NearDuplicateMiddleware:
       no decoder, HTML nested too deep, a URL over the 1,024-byte key limit) is dropped.
       Either way, a refused token or a collection that does not exist stops the crawl: no page
       could ever be checked.
-    - ``PERMINDEX_TIMEOUT``: the deadline of each request, seconds (default 30).
+    - ``PERMINDEX_TIMEOUT``: the deadline of each request, seconds (default 10): a server that
+      does not answer holds the pages of one request that long.
     - ``PERMINDEX_MAX_TEXT_BYTES``: the longest text sent, UTF-8 bytes (default 32 MiB, the
       server's default ``--max-text-bytes``); a longer page is not checked (as above).
 
@@ -187,7 +188,7 @@ class NearDuplicateMiddleware:
         self.extract: Callable[[str], str] = html_to_text
         client = Client(
             self.address,
-            timeout=settings.getfloat("PERMINDEX_TIMEOUT", 30.0),
+            timeout=settings.getfloat("PERMINDEX_TIMEOUT", 10.0),
             retries=0,
             token=_token(settings.get("PERMINDEX_TOKEN_FILE")),
             root_certificates=settings.get("PERMINDEX_TLS_CA") or None,
