@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,7 +44,10 @@ ASYNCIO = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"  # Scrapy's d
 EPOLL = "twisted.internet.epollreactor.EPollReactor"
 
 SPIDER = """
+import time
+
 import scrapy
+from scrapy.http import HtmlResponse
 from twisted.internet import reactor
 
 
@@ -52,9 +56,13 @@ class Pages(scrapy.Spider):
 
     def __init__(self, start, **kwargs):
         super().__init__(**kwargs)
-        self.start_urls = [start]
+        self.start_urls = start.split(",")
+        self.started = time.monotonic()
 
     def parse(self, response):
+        if not isinstance(response, HtmlResponse):
+            yield from self.page(response)
+            return
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, self.page, errback=self.dropped)
 
@@ -64,6 +72,7 @@ class Pages(scrapy.Spider):
             "title": response.css("title::text").get(),
             "permindex": response.meta.get("permindex"),
             "reactor": type(reactor).__name__,
+            "elapsed": time.monotonic() - self.started,
         }
 
     def dropped(self, failure):
@@ -86,9 +95,13 @@ def _page(title: str, text: str, *, mirror: bool = False) -> str:
 
 
 class _Handler(SimpleHTTPRequestHandler):
-    """Files of the site; ``/gz/NAME`` is NAME sent with ``Content-Encoding: gzip``."""
+    """Files of the site; ``/gz/NAME`` is NAME sent with ``Content-Encoding: gzip``,
+    ``/slow/NAME`` is NAME sent after a second."""
 
     def do_GET(self) -> None:
+        if self.path.startswith("/slow/"):
+            time.sleep(1)
+            self.path = self.path[5:]
         if not self.path.startswith("/gz/"):
             super().do_GET()
             return
@@ -575,3 +588,31 @@ def test_a_body_that_cannot_be_decoded_is_refused() -> None:
         decoded_body(response(bomb, "gzip"), limit=1000)
     two_members = gzip.compress(b"<p>one two") + gzip.compress(b" three</p>")
     assert decoded_body(response(two_members, "gzip")) == b"<p>one two three</p>"
+
+
+@pytest.mark.parametrize("reactor", [ASYNCIO, EPOLL], ids=["asyncio", "epoll"])
+def test_the_reactor_runs_while_a_check_hangs(tmp_path: Path, site: Site, reactor: str) -> None:
+    """A server that accepts the connection and never answers: the HTML page's check waits for
+    its deadline (4 s) on the worker thread, and meanwhile the crawl goes on: a text file that
+    arrives 1 s after the page is scraped at once, not once the check gives up."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshakes; nothing ever reads
+        crawl = _crawl(
+            tmp_path,
+            f"{site.url('u0.html')},{site.url('slow/notes.txt')}",
+            f"PERMINDEX_ADDRESS=127.0.0.1:{silent.getsockname()[1]}",
+            "PERMINDEX_TIMEOUT=4",
+            f"TWISTED_REACTOR={reactor}",
+        )
+    assert crawl.returncode == 0, crawl.log
+    (notes,) = crawl.items
+    assert notes["url"] == site.url("slow/notes.txt")
+    found = re.search(r"'elapsed_time_seconds': ([\d.]+)", crawl.log)
+    assert found is not None
+    crawl_seconds = float(found.group(1))  # from the spider's opening: after its __init__
+    assert crawl_seconds >= 4  # the check waited for its deadline
+    # scraped 1 s after the start, not after the deadline (the spider's clock starts first)
+    assert 1 <= float(notes["elapsed"]) < crawl_seconds - 1.5, crawl.log  # type: ignore[arg-type]
+    assert crawl.stat("permindex/errors") == 1
+    assert "no answer within the call's deadline" in crawl.log
