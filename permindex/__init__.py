@@ -17,15 +17,30 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from permindex.errors import (
+    CallCancelledError,
+    CollectionExistsError,
     CorruptFileError,
     DataDirLockedError,
     InvalidArgumentError,
+    InvalidKeyError,
     LimitExceededError,
     NotFoundError,
     PermindexError,
+    ServerCollectionExistsError,
+    ServerCorruptFileError,
     ServerError,
+    ServerInvalidArgumentError,
+    ServerLimitExceededError,
+    ServerNotFoundError,
+    ServerPermissionError,
+    ServerTimeoutError,
+    ServerUnavailableError,
+    SnapshotWriteError,
+    StorageError,
+    StorageFullError,
+    WorkBudgetExceededError,
 )
-from permindex.index import CheckAndAddResult, Index, Match
+from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.clusters import (
     ExactGroup,
     Flag,
@@ -48,26 +63,43 @@ from permindex.text.fingerprint import (
 )
 
 if TYPE_CHECKING:
-    from permindex.client import Client
+    from permindex.client import AsyncClient, Client
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncClient",
+    "CallCancelledError",
     "CheckAndAddResult",
     "Client",
+    "CollectionExistsError",
     "CorruptFileError",
     "DataDirLockedError",
     "DatasetDedup",
     "ExactGroup",
+    "ExpiringIndex",
     "Flag",
     "Index",
     "InvalidArgumentError",
+    "InvalidKeyError",
     "LimitExceededError",
     "Match",
     "NearDuplicates",
     "NotFoundError",
     "PermindexError",
+    "ServerCollectionExistsError",
+    "ServerCorruptFileError",
     "ServerError",
+    "ServerInvalidArgumentError",
+    "ServerLimitExceededError",
+    "ServerNotFoundError",
+    "ServerPermissionError",
+    "ServerTimeoutError",
+    "ServerUnavailableError",
+    "SnapshotWriteError",
+    "StorageError",
+    "StorageFullError",
+    "WorkBudgetExceededError",
     "__version__",
     "clusters",
     "dedup_dataset",
@@ -90,9 +122,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``permindex.Client`` is imported on first use: it pulls in grpc, the rest does not."""
-    if name == "Client":
-        from permindex.client import Client
+    """``permindex.Client`` and ``permindex.AsyncClient`` are imported on first use: they pull
+    in grpc, the rest does not."""
+    if name in ("Client", "AsyncClient"):
+        import permindex.client
 
-        return Client
+        return getattr(permindex.client, name)
     raise AttributeError(f"module 'permindex' has no attribute {name!r}")

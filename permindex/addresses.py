@@ -6,11 +6,12 @@ Importing this module does not import grpc.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from permindex.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_ADDRESS", "address_argument", "parse_address"]
+__all__ = ["DEFAULT_ADDRESS", "address_argument", "parse_address", "parse_addresses"]
 
 #: Where ``permindex serve`` listens and where clients connect unless told otherwise (loopback).
 DEFAULT_ADDRESS: Final = "127.0.0.1:50051"
@@ -68,12 +69,41 @@ def _port_problem(text: str) -> str | None:
     return None
 
 
-def address_argument(text: str) -> str:
-    """``text`` unchanged once :func:`parse_address` accepts it: the value type of every
-    ``--address`` option.
+def parse_addresses(address: str | Sequence[str]) -> list[str]:
+    """The server addresses of a client: ``"HOST:PORT"``, ``"HOST:PORT,HOST:PORT,..."`` (the
+    client commands' ``--address``: the shards of a sharded index) or a sequence of
+    ``HOST:PORT``, each checked by :func:`parse_address`, spaces around each stripped. Their order
+    is the shard order. O(len(address)).
 
     Raises:
-        InvalidArgumentError: (a ValueError) what :func:`parse_address` refuses.
+        InvalidArgumentError: no address (or an empty one between commas), a malformed one, or
+            the same address twice.
     """
-    parse_address(text)
+    parts = address.split(",") if isinstance(address, str) else list(address)
+    addresses = [part.strip() for part in parts]
+    if not addresses or not all(addresses):
+        raise InvalidArgumentError(
+            f"address {address!r} names no server (or an empty one between commas): write "
+            "HOST:PORT, or HOST:PORT,HOST:PORT,... for shards",
+            address,
+        )
+    seen: set[str] = set()
+    for one in addresses:
+        parse_address(one)
+        if one in seen:
+            raise InvalidArgumentError(
+                f"address {one} is given twice: name each shard once", address
+            )
+        seen.add(one)
+    return addresses
+
+
+def address_argument(text: str) -> str:
+    """``text`` unchanged once :func:`parse_addresses` accepts it: the value type of every
+    client command's ``--address`` option (one server, or shards separated by commas).
+
+    Raises:
+        InvalidArgumentError: (a ValueError) what :func:`parse_addresses` refuses.
+    """
+    parse_addresses(text)
     return text

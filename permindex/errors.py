@@ -24,7 +24,15 @@ __all__ = [
     "LimitExceededError",
     "NotFoundError",
     "PermindexError",
+    "ServerCollectionExistsError",
+    "ServerCorruptFileError",
     "ServerError",
+    "ServerInvalidArgumentError",
+    "ServerLimitExceededError",
+    "ServerNotFoundError",
+    "ServerPermissionError",
+    "ServerTimeoutError",
+    "ServerUnavailableError",
     "SnapshotWriteError",
     "StorageError",
     "StorageFullError",
@@ -153,7 +161,12 @@ class ServerError(PermindexError):
     INVALID_ARGUMENT is an :class:`InvalidArgumentError` (a ``ValueError``), RESOURCE_EXHAUSTED a
     :class:`LimitExceededError`, NOT_FOUND a :class:`NotFoundError` (a ``KeyError``), DATA_LOSS a
     :class:`CorruptFileError`, UNAVAILABLE a ``ConnectionError``, DEADLINE_EXCEEDED a
-    ``TimeoutError``, UNAUTHENTICATED and PERMISSION_DENIED a ``PermissionError``.
+    ``TimeoutError``, UNAUTHENTICATED and PERMISSION_DENIED a ``PermissionError``. Those
+    classes are public (:class:`ServerInvalidArgumentError`, :class:`ServerLimitExceededError`,
+    :class:`ServerNotFoundError`, :class:`ServerCorruptFileError`,
+    :class:`ServerCollectionExistsError`, :class:`ServerUnavailableError`,
+    :class:`ServerTimeoutError`, :class:`ServerPermissionError`); any other code is a plain
+    :class:`ServerError`.
     """
 
     def __init__(self, message: str, code: str = "UNKNOWN", details: str = "") -> None:
@@ -171,49 +184,55 @@ class ServerError(PermindexError):
         return str(self.args[0]) if self.args else ""
 
 
-class _RemoteInvalidArgument(ServerError, InvalidArgumentError):
-    pass
+class ServerInvalidArgumentError(ServerError, InvalidArgumentError):
+    """The server's INVALID_ARGUMENT (or OUT_OF_RANGE): a :class:`ServerError` and an
+    :class:`InvalidArgumentError` (a ``ValueError``)."""
 
 
-class _RemoteLimitExceeded(ServerError, LimitExceededError):
-    pass
+class ServerLimitExceededError(ServerError, LimitExceededError):
+    """The server's RESOURCE_EXHAUSTED (a batch, message or work budget over its limit): a
+    :class:`ServerError` and a :class:`LimitExceededError` (a ``ValueError``)."""
 
 
-class _RemoteNotFound(ServerError, NotFoundError):
-    pass
+class ServerNotFoundError(ServerError, NotFoundError):
+    """The server's NOT_FOUND (a collection that does not exist): a :class:`ServerError` and a
+    :class:`NotFoundError` (a ``KeyError``)."""
 
 
-class _RemoteCorrupt(ServerError, CorruptFileError):
-    pass
+class ServerCorruptFileError(ServerError, CorruptFileError):
+    """The server's DATA_LOSS: a :class:`ServerError` and a :class:`CorruptFileError`."""
 
 
-class _RemoteExists(ServerError, CollectionExistsError):
-    pass
+class ServerCollectionExistsError(ServerError, CollectionExistsError):
+    """The server's ALREADY_EXISTS: a :class:`ServerError` and a
+    :class:`CollectionExistsError` (a ``ValueError``)."""
 
 
-class _RemoteUnavailable(ServerError, ConnectionError):
-    pass
+class ServerUnavailableError(ServerError, ConnectionError):
+    """UNAVAILABLE: the server could not be reached, is shutting down, or the connection was lost
+    during the call (a ``ConnectionError``). A write answered so may or may not be applied."""
 
 
-class _RemoteTimeout(ServerError, TimeoutError):
-    pass
+class ServerTimeoutError(ServerError, TimeoutError):
+    """DEADLINE_EXCEEDED: no answer within the call's deadline (a ``TimeoutError``)."""
 
 
-class _RemotePermission(ServerError, PermissionError):
-    pass
+class ServerPermissionError(ServerError, PermissionError):
+    """UNAUTHENTICATED or PERMISSION_DENIED: a missing, wrong or read-only token (a
+    ``PermissionError``)."""
 
 
 _REMOTE_CLASSES: Final[dict[str, type[ServerError]]] = {
-    "INVALID_ARGUMENT": _RemoteInvalidArgument,
-    "OUT_OF_RANGE": _RemoteInvalidArgument,
-    "RESOURCE_EXHAUSTED": _RemoteLimitExceeded,
-    "NOT_FOUND": _RemoteNotFound,
-    "DATA_LOSS": _RemoteCorrupt,
-    "ALREADY_EXISTS": _RemoteExists,
-    "UNAVAILABLE": _RemoteUnavailable,
-    "DEADLINE_EXCEEDED": _RemoteTimeout,
-    "UNAUTHENTICATED": _RemotePermission,
-    "PERMISSION_DENIED": _RemotePermission,
+    "INVALID_ARGUMENT": ServerInvalidArgumentError,
+    "OUT_OF_RANGE": ServerInvalidArgumentError,
+    "RESOURCE_EXHAUSTED": ServerLimitExceededError,
+    "NOT_FOUND": ServerNotFoundError,
+    "DATA_LOSS": ServerCorruptFileError,
+    "ALREADY_EXISTS": ServerCollectionExistsError,
+    "UNAVAILABLE": ServerUnavailableError,
+    "DEADLINE_EXCEEDED": ServerTimeoutError,
+    "UNAUTHENTICATED": ServerPermissionError,
+    "PERMISSION_DENIED": ServerPermissionError,
 }
 
 

@@ -136,6 +136,7 @@ SAMPLES = {
     "address": "127.0.0.1:7001",
     "data_dir": "elsewhere",
     "k": "2",
+    "expire_after": "30d",
     "snapshot_interval": "5",
     "max_message_mb": "2",
     "max_batch": "9",

@@ -90,7 +90,7 @@ def test_roundtrip_one_million_keys(tmp_path: Path) -> None:
     read = time.perf_counter() - started
     assert snap.keys == keys
     assert np.array_equal(snap.fingerprints, fps)
-    assert info.bytes == 80 + 12 * n + sum(len(k.encode()) for k in keys) + n
+    assert info.bytes == 80 + 16 * n + sum(len(k.encode()) for k in keys) + n
     assert written < 20 and read < 20, (written, read)
 
 
@@ -105,15 +105,17 @@ def test_byte_layout_matches_the_docstring(tmp_path: Path) -> None:
         design=(4, 1),
         sequence=9,
         log_sequence=2**40 + 5,
+        times=np.array([1_700_000_000, 0], dtype=np.uint32),
     )
     data = path.read_bytes()
     created = struct.unpack_from("<d", data, 48)[0]
     assert abs(created - time.time()) < 60
     head = MAGIC + struct.pack(
-        "<IIQQIHHQdQI", 2, 72, 2, 2 + 2 + 2, 3, 4, 1, 9, created, 2**40 + 5, 0
+        "<IIQQIHHQdQI", 3, 72, 2, 2 + 2 + 2, 3, 4, 1, 9, created, 2**40 + 5, 0
     )
     body = (
         struct.pack("<QQ", 1, 2**64 - 2)
+        + struct.pack("<II", 1_700_000_000, 0)
         + struct.pack("<II", 2, 2)
         + b"ab\x00"
         + "é".encode()
@@ -122,7 +124,7 @@ def test_byte_layout_matches_the_docstring(tmp_path: Path) -> None:
     expected = head + struct.pack("<I", zlib.crc32(head)) + body
     expected += struct.pack("<I", zlib.crc32(body)) + b"PMXE"
     assert data == expected
-    assert len(data) == 80 + 12 * 2 + 6
+    assert len(data) == 80 + 16 * 2 + 6
     assert read_snapshot(path).info.log_sequence == 2**40 + 5
 
 
@@ -166,7 +168,7 @@ def test_version_1_snapshot_is_still_read(tmp_path: Path) -> None:
         assert data_dir.load() is not None and data_dir.log_sequence == 0
         info = data_dir.save(["b"], [2], k=3, design=(4, 1), log_sequence=7)
     assert (info.sequence, info.log_sequence) == (5, 7)
-    assert read_snapshot(root / SNAPSHOT_NAME).info.version == FORMAT_VERSION == 2
+    assert read_snapshot(root / SNAPSHOT_NAME).info.version == FORMAT_VERSION == 3
     assert read_snapshot(root / "snapshot.pmx.prev").info.version == 1  # the older generation
 
 
@@ -269,7 +271,7 @@ def _refused(path: Path, match: str) -> CorruptFileError:
         (58, "header checksum mismatch"),  # log sequence
         (72, "checksum mismatch"),  # first fingerprint
         (72 + 8 * 3, "checksum mismatch"),  # first key length
-        (72 + 12 * 3 + 1, "checksum mismatch"),  # a key byte
+        (72 + 16 * 3 + 1, "checksum mismatch"),  # a key byte
         (-6, "checksum mismatch"),  # the stored body CRC
         (-1, "end marker"),
     ],
@@ -303,7 +305,7 @@ def test_foreign_file_is_refused(tmp_path: Path, content: bytes) -> None:
     _refused(path, "not a permindex snapshot")
 
 
-@pytest.mark.parametrize("version", [0, 3, 255])
+@pytest.mark.parametrize("version", [0, 4, 255])
 def test_unknown_version_is_refused(good: Path, version: int) -> None:
     data = bytearray(good.read_bytes())
     struct.pack_into("<I", data, 8, version)
@@ -319,7 +321,7 @@ def test_consistent_but_malformed_body_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.pmx"
     _write(path, ["ab", "cd"], [1, 2])
     data = bytearray(path.read_bytes())
-    struct.pack_into("<II", data, 72 + 16, 1, 3)  # lengths 1 and 3 instead of 2 and 2
+    struct.pack_into("<II", data, 72 + 24, 1, 3)  # lengths 1 and 3 instead of 2 and 2
     end = len(data) - 8
     struct.pack_into("<I", data, end, zlib.crc32(bytes(data[72:end])))
     path.write_bytes(bytes(data))
@@ -427,7 +429,7 @@ def test_invalid_utf8_is_refused_at_its_offset_in_the_section(
     _write(path, keys, list(range(len(keys))))
     section = b"".join(key.encode("utf-8") + b"\x00" for key in keys)
     offset = section.index(b"key-17")
-    start = 72 + 12 * len(keys)
+    start = 72 + 16 * len(keys)
     _rewrite_body(path, lambda data: data.__setitem__(start + offset, 0xFF))
     _refused(path, f"not valid UTF-8 \\(invalid start byte at byte {offset}\\)")
 
@@ -437,7 +439,7 @@ def test_empty_key_with_a_valid_checksum_is_refused(tmp_path: Path) -> None:
     _write(path, ["a", "b"], [1, 2])
 
     def edit(data: bytearray) -> None:  # key "a" becomes "" and its byte a second NUL
-        struct.pack_into("<I", data, 72 + 16, 0)
+        struct.pack_into("<I", data, 72 + 24, 0)
         data[72 + 24] = 0
 
     _rewrite_body(path, edit)

@@ -320,7 +320,7 @@ def test_check_and_add_many_is_sequential_check_and_add(tmp_path: Path) -> None:
 
 def test_a_first_release_data_directory_is_upgraded(tmp_path: Path) -> None:
     """A version 1 snapshot (no log) loads; the log starts after it; the next snapshot is
-    version 2."""
+    the current version."""
     from test_snapshot import _version_1_bytes
 
     root = tmp_path / "data"
@@ -332,7 +332,7 @@ def test_a_first_release_data_directory_is_upgraded(tmp_path: Path) -> None:
     store.abandon()
     store = _open(root)
     assert _contents(store.index) == {"old": 42, "new": 1}
-    assert store.snapshot().version == 2
+    assert store.snapshot().version == 3
     store.close()
 
 

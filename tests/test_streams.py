@@ -200,7 +200,8 @@ def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
     result: list[Any] = []
 
     def add() -> None:
-        with permindex.Client(address, batch_size=4000) as client:
+        # one request: the Client splits an add by count and bytes (about 48 MB here)
+        with permindex.Client(address, batch_size=4000, batch_bytes=1 << 30) as client:
             result.append(client.add(batch))
 
     baseline = cpu_seconds(proc.pid)

@@ -73,12 +73,13 @@ def _as_tuples(records: Any) -> list[list[tuple[int, str, int]]]:
 def test_byte_layout_matches_the_docstring(tmp_path: Path) -> None:
     _write_log(tmp_path, [[(ADD, "ab", 3), (REMOVE, "é", 0)]])
     data = (tmp_path / segment_name(1)).read_bytes()
-    head = MAGIC + struct.pack("<IIQI", 1, 32, 1, 0)
+    head = MAGIC + struct.pack("<IIQI", 2, 32, 1, 0)
     assert data[:32] == head + struct.pack("<I", zlib.crc32(head))
     body = struct.pack("<QI", 1, 2) + bytes([1, 3]) + struct.pack("<QQ", 3, 0)
+    body += struct.pack("<II", 0, 0)  # the times (none given)
     body += struct.pack("<II", 2, 2) + b"ab\x00" + "é".encode() + b"\x00"
     length = struct.pack("<I", len(body))
-    assert len(body) == 12 + 14 * 2 + 4  # L = 12 + 14n + K
+    assert len(body) == 12 + 18 * 2 + 4  # L = 12 + 18n + K
     assert data[32:] == length + struct.pack("<I", zlib.crc32(body, zlib.crc32(length))) + body
 
 
@@ -297,7 +298,7 @@ def test_foreign_or_empty_file_named_like_a_segment_is_refused(
     assert read_log(tmp_path, 0).records == []
 
 
-@pytest.mark.parametrize("version", [0, 2, 255])
+@pytest.mark.parametrize("version", [0, 3, 255])
 def test_unknown_log_version_is_refused(logdir: tuple[Path, Path, list[int]], version: int) -> None:
     directory, segment, _ends = logdir
     data = bytearray(segment.read_bytes())

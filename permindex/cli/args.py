@@ -14,8 +14,10 @@ from permindex.rpc import config
 
 __all__ = [
     "CommandFactory",
+    "add_field_arguments",
     "bounded",
     "client_options_parser",
+    "duration",
     "flag_type",
     "non_negative",
     "positive",
@@ -49,6 +51,8 @@ def flag_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
 non_negative = flag_type(config.non_negative)
 #: An argparse type: an integer, 1 or more.
 positive = flag_type(config.positive)
+#: An argparse type: a duration (``30d``, ``12h``, ``90m``, ``45s``), in seconds.
+duration = flag_type(config.expire_duration)
 
 
 def bounded(low: int, high: int) -> Callable[[str], int]:
@@ -63,6 +67,23 @@ def bounded(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def add_field_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--id-field``, ``--text-field`` and ``--fingerprint-field``: the JSONL fields (Parquet
+    columns) of the key, the text and the fingerprint, as ``args.id_field``, ``args.text_field``
+    and ``args.fingerprint_field``."""
+    for flag, default, what in (
+        ("--id-field", "id", "key"),
+        ("--text-field", "text", "text"),
+        ("--fingerprint-field", "fingerprint", "fingerprint"),
+    ):
+        parser.add_argument(
+            flag,
+            default=default,
+            metavar="NAME",
+            help=f"JSONL field (Parquet column) of the {what} (default {default})",
+        )
+
+
 def client_options_parser() -> argparse.ArgumentParser:
     """The parent parser of every client command: ``--address``, ``--tls-ca``, ``--tls-cert``,
     ``--tls-key``, ``--tls-server-name``, ``--collection``, ``--token-file``."""
@@ -72,7 +93,8 @@ def client_options_parser() -> argparse.ArgumentParser:
         default=DEFAULT_ADDRESS,
         type=flag_type(address_argument),
         metavar="HOST:PORT",
-        help=f"the server (default {DEFAULT_ADDRESS}; IPv6 as [::1]:50051)",
+        help=f"the server (default {DEFAULT_ADDRESS}; IPv6 as [::1]:50051); several,\n"
+        "comma-separated: the shards of one index, keys spread by a hash (README)",
     )
     client.add_argument(
         "--tls-ca",

@@ -100,7 +100,8 @@ class ClientOptions:
 
 @contextmanager
 def connect(address: str, options: ClientOptions | None = None) -> Iterator[Client]:
-    """A :class:`permindex.Client` to ``address`` (``options``: plain, the default collection);
+    """A :class:`permindex.Client` to ``address`` (``HOST:PORT``, or the shards of one index
+    comma-separated: ``--address h1:50051,h2:50051``; ``options``: plain, the default collection);
     a :class:`~permindex.errors.ServerError` inside the block becomes a CommandError naming the
     address, and the client is closed at the end."""
     client = (options or ClientOptions()).client(address)

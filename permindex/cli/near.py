@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from permindex.cli.args import CommandFactory, non_negative, positive
+from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, err, out
 from permindex.errors import EXIT_CODES
@@ -121,6 +121,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
         min_words=args.min_words,
         id_field=args.id_field,
         text_field=args.text_field,
+        fingerprint_field=args.fingerprint_field,
         examples=args.examples,
     )
     _check_out_dir(options.out_dir)  # before any work: exit 4 naming it, not a traceback
@@ -193,19 +194,25 @@ def add_commands(command: CommandFactory) -> None:
         "find the near-duplicates of a collection, offline (no server)",
         "Fingerprint every document of INPUT in parallel and find every pair within k.\n"
         "INPUT is what `ingest` reads: a JSONL file (.gz or not), a folder (HTML reduced to its\n"
-        "visible text), or - for JSONL on standard input.\n"
+        "visible text), a Parquet file or dataset folder (columns id and text or fingerprint;\n"
+        "needs pip install 'permindex[parquet]'), or - for JSONL on standard input.\n"
         "Standard output: the pairs only, `key_a<TAB>key_b<TAB>distance`, key_a < key_b, sorted,\n"
         "no header (as `permindex pairs`). The report folder (--out) gets pairs, clusters, flags\n"
         "and exact-duplicate groups as TSV and JSON, keep_drop.tsv and drop.txt (one key kept\n"
         "per cluster by --keep, the others to drop), too_short.tsv, summary.json and a\n"
-        "self-contained report.html. A summary line goes to stderr, with a progress bar when\n"
-        "stderr is a terminal.\n"
+        "self-contained report.html; with pyarrow installed also pairs, clusters,\n"
+        "exact_duplicates and keep_drop as .parquet. A summary line goes to stderr, with a\n"
+        "progress bar when stderr is a terminal.\n"
         "--keep: first = the document read first (what a crawler checking each page against\n"
         "the earlier ones keeps); longest = the longest visible text, ties to the first;\n"
         "smallest-key = the smallest key in code point order.",
         parents=False,
     )
-    dedup.add_argument("input", metavar="INPUT", help="JSONL file (.gz or not), folder, or -")
+    dedup.add_argument(
+        "input",
+        metavar="INPUT",
+        help="JSONL file (.gz or not), folder, Parquet file or dataset, or -",
+    )
     dedup.add_argument(
         "--out",
         default="permindex-report",
@@ -262,12 +269,7 @@ def add_commands(command: CommandFactory) -> None:
         "(default 0: only texts shorter than a shingle; the article behind SimHash\n"
         "deduplication uses 20)",
     )
-    dedup.add_argument(
-        "--id-field", default="id", metavar="NAME", help="JSONL field of the key (default id)"
-    )
-    dedup.add_argument(
-        "--text-field", default="text", metavar="NAME", help="JSONL field of the text (text)"
-    )
+    add_field_arguments(dedup)
     dedup.add_argument(
         "--examples",
         type=non_negative,

@@ -134,6 +134,16 @@ def _cmd_remove(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _duration(seconds: int) -> str:
+    """``never`` for 0, else the seconds and, when whole, the largest unit (``2592000 s (30d)``)."""
+    if not seconds:
+        return "never"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds} s ({seconds // size}{unit})"
+    return f"{seconds} s"
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
         stats = client.stats()
@@ -153,6 +163,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         "last_snapshot_count": stats.last_snapshot_count,
         "last_snapshot_bytes": stats.last_snapshot_bytes,
         "version": stats.version,
+        "expire_after": stats.expire_after,
+        "expired_pending": stats.expired_pending,
     }
     if args.json:
         out(json.dumps(fields) + "\n")
@@ -168,6 +180,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         f"last_snapshot\t{when} ({stats.last_snapshot_count} keys, "
         f"{stats.last_snapshot_bytes} bytes)",
         f"version\t{stats.version}",
+        f"expire_after\t{_duration(stats.expire_after)}",
+        f"expired_pending\t{stats.expired_pending}",
     ]
     out("".join(line + "\n" for line in lines))
     return EXIT_CODES["ok"]

@@ -9,12 +9,14 @@ call names travels in each request message (the ``collection`` field), set by th
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import grpc
+import grpc.aio
 
 from permindex.errors import InvalidArgumentError, ServerError, server_error
 from permindex.v1 import index_pb2_grpc
@@ -93,14 +95,16 @@ class Security:
 
 
 class Channel:
-    """One gRPC channel to ``address`` with the TLS and token of ``security``, and its stub.
+    """One gRPC channel to ``address`` with the TLS and token of ``security``, and its stub: a
+    blocking channel, or with ``aio`` an asyncio one (``grpc.aio``; then :meth:`close` and
+    :meth:`wait_ready` are coroutines' work, see :meth:`aclose` and :meth:`await_ready`).
 
     Raises:
         InvalidArgumentError: a client certificate or key without ``root_certificates``.
         OSError: a PEM path that cannot be read.
     """
 
-    def __init__(self, address: str, security: Security) -> None:
+    def __init__(self, address: str, security: Security, *, aio: bool = False) -> None:
         self.address = address
         #: The metadata of every call (the bearer token).
         self.metadata = security.metadata()
@@ -111,28 +115,36 @@ class Channel:
             security.certificate_chain or security.private_key
         ):
             raise InvalidArgumentError("a client certificate needs root_certificates (TLS)")
+        kind: Any = grpc.aio if aio else grpc
         if security.root_certificates is not None:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=_pem(security.root_certificates),
                 private_key=_pem(security.private_key),
                 certificate_chain=_pem(security.certificate_chain),
             )
-            self.channel = grpc.secure_channel(address, credentials, options=options)
+            self.channel: Any = kind.secure_channel(address, credentials, options=options)
         else:
-            self.channel = grpc.insecure_channel(address, options=options)
+            self.channel = kind.insecure_channel(address, options=options)
         #: The generated PermIndex stub (typed Any: the generated module has no type stubs).
         self.stub: Any = index_pb2_grpc.PermIndexStub(self.channel)  # type: ignore[no-untyped-call]
 
     def error(self, error: grpc.RpcError) -> ServerError:
-        """The :class:`ServerError` of a failed call: its status code name and details, grpc's
-        own wording translated by :func:`translate` (the server's own messages unchanged)."""
-        code = error.code() if isinstance(error, grpc.Call) else None
-        details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+        """The :class:`ServerError` of a failed call (blocking or asyncio): its status code name
+        and details, grpc's own wording translated by :func:`translate` (the server's own
+        messages unchanged)."""
+        code_of = getattr(error, "code", None)
+        details_of = getattr(error, "details", None)
+        code = code_of() if callable(code_of) else None
+        details = (details_of() if callable(details_of) else None) or str(error)
         name, message = translate(code.name if code is not None else "UNKNOWN", details)
         return server_error(name, message, self.address)
 
+    def not_ready(self, timeout: float) -> ServerError:
+        """The UNAVAILABLE error of a channel not connected within ``timeout`` seconds."""
+        return server_error("UNAVAILABLE", f"not connected within {timeout:g} s", self.address)
+
     def wait_ready(self, timeout: float) -> None:
-        """Block until the channel is connected, at most ``timeout`` seconds.
+        """Block until the (blocking) channel is connected, at most ``timeout`` seconds.
 
         Raises:
             ServerError: UNAVAILABLE (a ``ConnectionError``) when it is not connected in time.
@@ -140,13 +152,22 @@ class Channel:
         try:
             grpc.channel_ready_future(self.channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            raise server_error(
-                "UNAVAILABLE", f"not connected within {timeout:g} s", self.address
-            ) from None
+            raise self.not_ready(timeout) from None
+
+    async def await_ready(self, timeout: float) -> None:
+        """:meth:`wait_ready` of an asyncio channel."""
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), timeout)
+        except TimeoutError:
+            raise self.not_ready(timeout) from None
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled."""
+        """Close the (blocking) channel; calls in flight are cancelled."""
         self.channel.close()
+
+    async def aclose(self) -> None:
+        """Close the asyncio channel; calls in flight are cancelled."""
+        await self.channel.close()
 
 
 def translate(code: str, details: str) -> tuple[str, str]:

@@ -24,7 +24,11 @@ first use.
   ``private_key`` add a client certificate. ``token`` is sent as ``authorization: Bearer TOKEN``
   (:mod:`permindex.client.channel`).
 
-Thread-safe: one Client (one channel) can serve many threads.
+- Shards: given several addresses, the Client spreads the keys over them (see ``address``
+  below and the README's "Several servers"); the answers equal one server's, except that
+  CheckAndAdd is not atomic across shards.
+
+Thread-safe: one Client (one channel per server) can serve many threads.
 """
 
 from __future__ import annotations
@@ -33,22 +37,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from permindex.client.messages import (
-    STATUS_NAMES,
-    check_counts,
-    check_fingerprints,
-    collection_info,
-    document_messages,
-    matches,
-    server_stats,
-)
+from permindex.client import operations
 from permindex.client.results import (
     AddResult,
     CheckResult,
     CollectionInfo,
     Content,
     DocumentLike,
-    DocumentResult,
     RemoveResult,
     ServerStats,
     SnapshotResult,
@@ -57,7 +52,6 @@ from permindex.client.streams import StreamingClient
 from permindex.errors import ServerError
 from permindex.index import Match
 from permindex.index.clusters import ExactGroup, Flag
-from permindex.v1 import index_pb2 as pb
 
 __all__ = ["Client"]
 
@@ -68,7 +62,10 @@ class Client(StreamingClient):
     """A connection to a permindex server (see the module docstring for errors, retries, TLS).
 
     Args:
-        address: ``HOST:PORT`` of the server.
+        address: ``HOST:PORT`` of the server; or several, as a sequence or comma-separated
+            (``"h1:50051,h2:50051"``): the shards of one index, each key on shard
+            ``XXH3-64(key) mod n`` (:mod:`permindex.client.sharding`: lookups go to every shard
+            and are merged, ``pairs``/``clusters``/``flags``/``exact_duplicates`` are refused).
         timeout: deadline of each one-request call and of :meth:`query_columns`, seconds (None:
             none); a call past it raises a ``TimeoutError`` (DEADLINE_EXCEEDED). The streamed
             reads (pairs, clusters, flags, exact duplicates, export, and their ``iter_`` forms)
@@ -91,73 +88,46 @@ class Client(StreamingClient):
     # ---- writes (never retried)
 
     def add(self, documents: Iterable[DocumentLike]) -> AddResult:
-        """Add (or replace) ``(key, fingerprint or text)`` documents in one request, applied as
-        one step. For more than the server's batch limit, use :meth:`ingest`."""
-        request = pb.AddRequest(
-            collection=self.collection,
-            documents=[message for message, _ in document_messages(documents)],
-        )
-        reply = self._call(lambda: self._stub.Add(request, **self._kwargs()), idempotent=False)
-        results = [
-            DocumentResult(
-                r.key, STATUS_NAMES[r.status], r.fingerprint if r.HasField("fingerprint") else None
-            )
-            for r in reply.results
-        ]
-        return AddResult(results, reply.added, reply.replaced, reply.too_short)
+        """Add (or replace) ``(key, fingerprint or text)`` documents: one request per
+        ``batch_size`` documents (and about ``batch_bytes`` bytes) per shard, each applied as one
+        step; every document is checked before anything is sent. One result per document, in
+        order. For a stream read lazily, use :meth:`ingest`.
+
+        Raises:
+            InvalidArgumentError: a content neither an int in [0, 2^64) nor a str (nothing sent),
+                or the server's INVALID_ARGUMENT (a bad key: the batches before it are stored).
+            ServerError: any other refusal; never retried.
+        """
+        return self._run(operations.add(self._target(), documents))
 
     def check_and_add(self, key: str, content: Content, *, k: int | None = None) -> CheckResult:
-        """Add the document only if no *other* key is within ``k`` (atomically on the server)."""
+        """Add the document only if no *other* key is within ``k`` (atomically on one server;
+        over shards see :meth:`check_and_add_many`)."""
         return self.check_and_add_many([(key, content)], k=k)[0]
 
     def check_and_add_many(
         self, documents: Iterable[DocumentLike], *, k: int | None = None
     ) -> list[CheckResult]:
-        """:meth:`check_and_add` for each document in order, in one request (so two
-        near-duplicates in it can never both be added)."""
-        check_counts(k=k)
-        request = pb.CheckAndAddRequest(
-            collection=self.collection,
-            documents=[message for message, _ in document_messages(documents)],
-            k=k,
-        )
-        reply = self._call(
-            lambda: self._stub.CheckAndAdd(request, **self._kwargs()), idempotent=False
-        )
-        return [
-            CheckResult(
-                r.key,
-                STATUS_NAMES[r.status],
-                r.fingerprint if r.HasField("fingerprint") else None,
-                matches(r.matches),
-            )
-            for r in reply.results
-        ]
+        """:meth:`check_and_add` for each document in order, one request per ``batch_size``
+        documents (so two near-duplicates among them can never both be added; a key already
+        stored never blocks itself: it is ``replaced``).
+
+        Over several shards every shard is queried first, then each document that has no
+        other key within ``k`` (on any shard, nor among the documents before it) is sent to its
+        key's shard, which checks again atomically. Not atomic across shards: two
+        near-duplicates sent at the same moment by two clients, whose keys live on different
+        shards, may both be added; a periodic ``permindex dedup`` of a ``permindex export``
+        finds them.
+        """
+        return self._run(operations.check_and_add(self._target(), documents, k))
 
     def remove(self, keys: str | Iterable[str]) -> RemoveResult:
         """Remove a key or keys; the ones not stored are listed, not an error."""
-        names = [keys] if isinstance(keys, str) else list(keys)
-        removed = 0
-        not_found: list[str] = []
-        for chunk in self._chunks(names):
-            request = pb.RemoveRequest(collection=self.collection, keys=chunk)
-            reply = self._call(
-                lambda r=request: self._stub.Remove(r, **self._kwargs()),  # type: ignore[misc]
-                idempotent=False,
-            )
-            removed += reply.removed
-            not_found.extend(reply.not_found)
-        return RemoveResult(removed, not_found)
+        return self._run(operations.remove(self._target(), keys))
 
     def snapshot(self) -> SnapshotResult:
-        """Ask the server to write a snapshot now; returns when it is durable."""
-        reply = self._call(
-            lambda: self._stub.Snapshot(
-                pb.SnapshotRequest(collection=self.collection), **self._kwargs()
-            ),
-            idempotent=False,
-        )
-        return SnapshotResult(reply.path, reply.count, reply.bytes, reply.seconds)
+        """Ask the server (every shard) to write a snapshot now; returns when it is durable."""
+        return self._run(operations.snapshot(self._target()))
 
     # ---- reads (retried on UNAVAILABLE)
 
@@ -171,20 +141,8 @@ class Client(StreamingClient):
         self, fingerprints: Iterable[int], *, k: int | None = None, limit: int | None = None
     ) -> list[list[Match]]:
         """:meth:`query` for each fingerprint (one list each, in order), ``batch_size`` a
-        request."""
-        check_counts(k=k, limit=limit)
-        values = check_fingerprints(fingerprints)
-        found: list[list[Match]] = []
-        for chunk in self._chunks(values):
-            request = pb.QueryRequest(
-                collection=self.collection, fingerprints=chunk, k=k, limit=limit
-            )
-            reply = self._call(
-                lambda r=request: self._stub.Query(r, **self._kwargs()),  # type: ignore[misc]
-                idempotent=True,
-            )
-            found.extend(matches(result.matches) for result in reply.results)
-        return found
+        request (to every shard, merged: by distance, then key, ``limit`` after the merge)."""
+        return self._run(operations.query_many(self._target(), fingerprints, k, limit))
 
     def get(self, key: str) -> int | None:
         """The stored fingerprint of ``key``, or None."""
@@ -192,16 +150,7 @@ class Client(StreamingClient):
 
     def get_many(self, keys: Iterable[str]) -> list[int | None]:
         """The stored fingerprint of each key (None where not stored), in order."""
-        names = list(keys)
-        found: list[int | None] = []
-        for chunk in self._chunks(names):
-            request = pb.GetRequest(collection=self.collection, keys=chunk)
-            reply = self._call(
-                lambda r=request: self._stub.Get(r, **self._kwargs()),  # type: ignore[misc]
-                idempotent=True,
-            )
-            found.extend(r.fingerprint if r.found else None for r in reply.results)
-        return found
+        return self._run(operations.get_many(self._target(), keys))
 
     def pairs(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
@@ -238,7 +187,6 @@ class Client(StreamingClient):
         """``list(stream())``; a stream broken off by UNAVAILABLE after some items is read again
         from the start (the iterator itself retries a failure before its first reply), as the
         one-request reads are retried."""
-        wait = self.backoff
         attempt = 0
         while True:
             items: list[_T] = []
@@ -246,13 +194,13 @@ class Client(StreamingClient):
                 items.extend(stream())
                 return items
             except ServerError as error:
-                if not items or error.code != "UNAVAILABLE" or attempt >= self.retries:
+                wait = self._retry_wait(error, True, attempt) if items else None
+                if wait is None:
                     raise
             attempt += 1
             time.sleep(wait)
-            wait = min(wait * 2, self.max_backoff)
 
-    # ---- collections
+    # ---- collections (on every shard)
 
     def create_collection(
         self,
@@ -263,46 +211,36 @@ class Client(StreamingClient):
         leading: int | None = None,
         shingle_size: int | None = None,
         min_words: int | None = None,
+        expire_after: int | None = None,
     ) -> CollectionInfo:
-        """Create an empty collection (absent options: the server's own). Raises
+        """Create an empty collection (absent options: the server's own; ``expire_after``,
+        seconds after which an entry not added again expires: None, never). Raises
         :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken."""
-        options = pb.CollectionOptions(
-            k=k, blocks=blocks, leading=leading, shingle_size=shingle_size, min_words=min_words
+        plan = operations.create_collection(
+            self._target(),
+            name,
+            k=k,
+            blocks=blocks,
+            leading=leading,
+            shingle_size=shingle_size,
+            min_words=min_words,
+            expire_after=expire_after,
         )
-        request = pb.CreateCollectionRequest(name=name, options=options)
-        reply = self._call(
-            lambda: self._stub.CreateCollection(request, **self._kwargs()), idempotent=False
-        )
-        return collection_info(reply)
+        return self._run(plan)
 
     def list_collections(self) -> list[CollectionInfo]:
         """Every collection of the server, by name."""
-        reply = self._call(
-            lambda: self._stub.ListCollections(pb.ListCollectionsRequest(), **self._kwargs()),
-            idempotent=True,
-        )
-        return [collection_info(info) for info in reply.collections]
+        return self._run(operations.list_collections(self._target()))
 
     def describe_collection(self, name: str) -> CollectionInfo:
         """One collection's options and counts (NOT_FOUND: a ``KeyError``)."""
-        request = pb.DescribeCollectionRequest(name=name)
-        reply = self._call(
-            lambda: self._stub.DescribeCollection(request, **self._kwargs()), idempotent=True
-        )
-        return collection_info(reply)
+        return self._run(operations.describe_collection(self._target(), name))
 
     def drop_collection(self, name: str) -> int:
         """Drop a collection (keys, memory, files); the keys it held."""
-        request = pb.DropCollectionRequest(name=name)
-        reply = self._call(
-            lambda: self._stub.DropCollection(request, **self._kwargs()), idempotent=False
-        )
-        return int(reply.count)
+        return self._run(operations.drop_collection(self._target(), name))
 
     def stats(self) -> ServerStats:
-        """The server's counts, memory, design, uptime and last snapshot."""
-        reply = self._call(
-            lambda: self._stub.Stats(pb.StatsRequest(collection=self.collection), **self._kwargs()),
-            idempotent=True,
-        )
-        return server_stats(reply)
+        """The server's counts, memory, design, uptime and last snapshot (over shards: counts,
+        memory and snapshot sizes summed, the oldest snapshot, the shortest uptime)."""
+        return self._run(operations.stats(self._target()))

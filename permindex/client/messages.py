@@ -10,7 +10,14 @@ from typing import Any, Final
 import numpy as np
 
 from permindex.client.batching import document_size
-from permindex.client.results import CollectionInfo, Content, DocumentLike, ServerStats
+from permindex.client.results import (
+    CheckResult,
+    CollectionInfo,
+    Content,
+    DocumentLike,
+    DocumentResult,
+    ServerStats,
+)
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
 from permindex.v1 import index_pb2 as pb
@@ -19,9 +26,11 @@ __all__ = [
     "STATUS_NAMES",
     "check_counts",
     "check_fingerprints",
+    "check_result",
     "collection_info",
     "document_message",
     "document_messages",
+    "document_result",
     "matches",
     "server_stats",
 ]
@@ -104,6 +113,20 @@ def matches(message: Any) -> list[Match]:
     return [Match(m.key, m.fingerprint, m.distance) for m in message]
 
 
+def document_result(message: Any) -> DocumentResult:
+    """The :class:`DocumentResult` of an ``AddResult`` message."""
+    fingerprint = message.fingerprint if message.HasField("fingerprint") else None
+    return DocumentResult(message.key, STATUS_NAMES[message.status], fingerprint)
+
+
+def check_result(message: Any) -> CheckResult:
+    """The :class:`CheckResult` of a ``CheckAndAddResult`` message."""
+    fingerprint = message.fingerprint if message.HasField("fingerprint") else None
+    return CheckResult(
+        message.key, STATUS_NAMES[message.status], fingerprint, matches(message.matches)
+    )
+
+
 def collection_info(message: Any) -> CollectionInfo:
     """The :class:`CollectionInfo` of a ``CollectionInfo`` message."""
     design = message.design
@@ -117,6 +140,7 @@ def collection_info(message: Any) -> CollectionInfo:
         design.k,
         message.shingle_size,
         message.min_words,
+        message.expire_after,
     )
 
 
@@ -140,4 +164,6 @@ def server_stats(reply: Any) -> ServerStats:
         last_snapshot_bytes=reply.last_snapshot_bytes,
         version=reply.version,
         collection=reply.collection or "default",
+        expire_after=reply.expire_after,
+        expired_pending=reply.expired_pending,
     )

@@ -165,11 +165,16 @@ class ServerStats:
     last_snapshot_bytes: int
     version: str
     collection: str = "default"
+    #: Seconds after which an entry not added again expires; 0: never.
+    expire_after: int = 0
+    #: Expired entries whose memory awaits the next compaction.
+    expired_pending: int = 0
 
 
 @dataclass(frozen=True)
 class CollectionInfo:
-    """A collection: its name, keys, index memory (bytes), design, k and text options."""
+    """A collection: its name, keys, index memory (bytes), design, k, text options and
+    ``expire_after`` (seconds; 0: never)."""
 
     name: str
     count: int
@@ -180,6 +185,7 @@ class CollectionInfo:
     k: int
     shingle_size: int
     min_words: int
+    expire_after: int = 0
 
 
 @dataclass(frozen=True)

@@ -19,22 +19,33 @@ from numpy.typing import NDArray
 
 from permindex.client.base import ClientBase
 from permindex.client.batching import batches
-from permindex.client.messages import check_counts, document_messages
+from permindex.client.messages import document_messages
+from permindex.client.operations import ingest_by_add
 from permindex.client.results import (
     ColumnMatches,
     DocumentLike,
     IngestResult,
     attach_ingest_result,
 )
-from permindex.errors import InvalidArgumentError, ServerError
+from permindex.client.sharding import merge_columns
+from permindex.client.stream_parts import (
+    ColumnParts,
+    ColumnRequests,
+    Groups,
+    StreamRead,
+    clusters_read,
+    exact_duplicates_read,
+    export_read,
+    flags_read,
+    pairs_read,
+)
+from permindex.errors import ServerError
 from permindex.index.clusters import ExactGroup, Flag
-from permindex.index.hamming import as_fingerprint_array
 from permindex.v1 import index_pb2 as pb
 
 __all__ = ["StreamingClient"]
 
 _T = TypeVar("_T")
-_G = TypeVar("_G")
 
 
 class StreamingClient(ClientBase):
@@ -100,7 +111,12 @@ class StreamingClient(ClientBase):
         ``acknowledged`` what the replies confirmed; each is replaced in one assignment, so an
         interrupt (KeyboardInterrupt) between two statements leaves a batch in flight, never
         lost from both. On any exception the call is cancelled first (nothing more is sent),
-        then the counts are left on the exception (:func:`ingest_result_of`)."""
+        then the counts are left on the exception (:func:`ingest_result_of`).
+
+        Over several shards, each batch is one Add step instead (one Add per shard holding some
+        of its keys: :func:`~permindex.client.operations.ingest_by_add`)."""
+        if self.shards > 1:
+            return self._run(ingest_by_add(self._target(), messages, progress))
         acknowledged = [(0, 0, 0, 0, 0)]  # documents, added, replaced, too short, batches
         handed = [(0, 0)]  # documents, batches given to grpc to send
         sent: deque[int] = deque()  # documents per batch handed and not yet acknowledged
@@ -131,6 +147,7 @@ class StreamingClient(ClientBase):
             )
 
         def run() -> None:
+            self._check_open()
             replies = self._stub.Ingest(requests(), metadata=self._metadata)
             calls.append(replies)
             for reply in replies:
@@ -185,6 +202,9 @@ class StreamingClient(ClientBase):
                 default).
             window: requests sent ahead of their replies (at least 1).
 
+        Over several shards: one such stream per shard, in turn, and the columns merged in one
+        server's order (:func:`~permindex.client.sharding.merge_columns`).
+
         Returns:
             :class:`ColumnMatches` over all n fingerprints (positions count from 0 over the
             whole input); :meth:`ColumnMatches.to_lists` gives :meth:`query_many`'s lists.
@@ -198,56 +218,39 @@ class StreamingClient(ClientBase):
                 server's limit or a reply over its message limit: use a limit or a smaller
                 batch); retried as a whole on UNAVAILABLE.
         """
-        check_counts(k=k, limit=limit)
-        if batch < 1 or window < 1:
-            raise InvalidArgumentError(f"batch and window must be at least 1 ({batch}, {window})")
-        values = as_fingerprint_array(fingerprints).astype("<u8", copy=False)
-        starts = range(0, len(values), batch)
+        asked = ColumnRequests(fingerprints, k, limit, batch, window, self.collection)
+        if not asked.starts:  # nothing to ask (as query_many, which sends no request either)
+            return ColumnParts().result()
+        parts = [
+            self._call(lambda s=shard: self._columns(asked, s), idempotent=True, shard=shard)  # type: ignore[misc]
+            for shard in range(self.shards)
+        ]
+        return merge_columns(parts, limit)
 
-        def run() -> ColumnMatches:
-            room = threading.Semaphore(window)
-            finished = threading.Event()
+    def _columns(self, asked: ColumnRequests, shard: int) -> ColumnMatches:
+        """The QueryColumns stream of ``asked`` to ``shard``, ``asked.window`` requests ahead of
+        their replies."""
+        room = threading.Semaphore(asked.window)
+        finished = threading.Event()
+        starts = asked.starts
 
-            def requests() -> Iterator[pb.QueryColumnsRequest]:
-                for start in starts:
-                    while not room.acquire(timeout=0.05):
-                        if finished.is_set():
-                            return
-                    yield pb.QueryColumnsRequest(
-                        fingerprints=values[start : start + batch].tobytes(),
-                        k=k,
-                        limit=limit,
-                        collection=self.collection,
-                    )
+        def requests() -> Iterator[pb.QueryColumnsRequest]:
+            for start in starts:
+                while not room.acquire(timeout=0.05):
+                    if finished.is_set():
+                        return
+                yield asked.request(start)
 
-            positions: list[NDArray[np.int64]] = []
-            found: list[NDArray[np.uint64]] = []
-            distances: list[NDArray[np.uint8]] = []
-            keys: list[str] = []
-            try:
-                replies = self._stub.QueryColumns(requests(), **self._kwargs())
-                for i, reply in enumerate(replies):  # to the end: the call's status too
-                    room.release()
-                    start = starts[i]
-                    at = np.frombuffer(reply.query_positions, dtype="<u4")
-                    positions.append(at.astype(np.int64) + start)
-                    found.append(np.frombuffer(reply.fingerprints, "<u8").astype(np.uint64))
-                    distances.append(np.frombuffer(reply.distances, dtype=np.uint8).copy())
-                    keys.extend(reply.keys)
-            finally:
-                finished.set()
-            return ColumnMatches(
-                np.concatenate(positions) if positions else np.zeros(0, np.int64),
-                np.concatenate(found) if found else np.zeros(0, np.uint64),
-                np.concatenate(distances) if distances else np.zeros(0, np.uint8),
-                keys,
-            )
-
-        if not starts:  # nothing to ask (as query_many, which sends no request either)
-            return ColumnMatches(
-                np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint8), []
-            )
-        return self._call(run, idempotent=True)
+        parts = ColumnParts()
+        try:
+            stub = self._shards[shard].stub
+            replies = stub.QueryColumns(requests(), **self._kwargs())
+            for i, reply in enumerate(replies):  # to the end: the call's status too
+                room.release()
+                parts.add(starts[i], reply)
+        finally:
+            finished.set()
+        return parts.result()
 
     def export(self, *, timeout: float | None = None) -> Iterator[tuple[str, int]]:
         """:meth:`iter_export` (kept under its first name)."""
@@ -258,13 +261,13 @@ class StreamingClient(ClientBase):
     def iter_export(
         self, *, collection: str | None = None, timeout: float | None = None
     ) -> Generator[tuple[str, int], None, None]:
-        """Every stored ``(key, fingerprint)`` (one consistent copy, in the order stored),
-        yielded as the server's messages arrive (see :meth:`_stream` for deadlines, retries,
-        cancellation and flow control)."""
-        request = pb.ExportRequest(collection=self._collection_of(collection))
-        return self._stream(
-            "Export", request, lambda r: ((e.key, e.fingerprint) for e in r.entries), timeout
-        )
+        """Every stored ``(key, fingerprint)`` (one consistent copy, in the order stored; over
+        shards, each shard's in turn), yielded as the server's messages arrive (see
+        :meth:`_stream` for deadlines, retries, cancellation and flow control)."""
+        read = export_read(self._collection_of(collection))
+        if self.shards == 1:
+            return self._stream(read, timeout)
+        return self._chain([self._stream(read, timeout, shard) for shard in range(self.shards)])
 
     def iter_pairs(
         self,
@@ -278,16 +281,14 @@ class StreamingClient(ClientBase):
         then key_b), yielded as the messages arrive; nothing is sorted or held by the client.
 
         Raises:
-            InvalidArgumentError: ``k`` outside [0, 2^32) (before anything is sent), or the
-                server's INVALID_ARGUMENT (k above the design).
+            InvalidArgumentError: ``k`` outside [0, 2^32), or several shards (a pair may cross
+                shards: ``permindex export`` + ``permindex dedup`` instead), before anything is
+                sent; or the server's INVALID_ARGUMENT (k above the design).
             ServerError: any other failure (e.g. RESOURCE_EXHAUSTED: the call's work is over
                 the server's budget), raised where the iteration stands.
         """
-        check_counts(k=k)
-        request = pb.PairsRequest(collection=self._collection_of(collection), k=k)
-        return self._stream(
-            "Pairs", request, lambda r: ((p.key_a, p.key_b, p.distance) for p in r.pairs), timeout
-        )
+        read = pairs_read(self._collection_of(collection), k, self.shards)
+        return self._stream(read, timeout)
 
     def iter_clusters(
         self,
@@ -299,12 +300,8 @@ class StreamingClient(ClientBase):
         """The clusters within ``k`` (connected components of the pairs; each a list of its
         keys, sorted), largest first, each yielded once all its parts have arrived. Errors as
         :meth:`iter_pairs`."""
-        check_counts(k=k)
-        request = pb.ClustersRequest(collection=self._collection_of(collection), k=k)
-        return _whole_groups(
-            self._stream("Clusters", request, lambda r: r.clusters, timeout),
-            lambda keys, _first: keys,
-        )
+        read = clusters_read(self._collection_of(collection), k, self.shards)
+        return self._stream(read, timeout)
 
     def iter_flags(
         self,
@@ -315,38 +312,34 @@ class StreamingClient(ClientBase):
     ) -> Generator[Flag, None, None]:
         """Every key with another key within ``k``, with its nearest one, sorted by key, yielded
         as the messages arrive. Errors as :meth:`iter_pairs`."""
-        check_counts(k=k)
-        request = pb.FlagsRequest(collection=self._collection_of(collection), k=k)
-        return self._stream(
-            "Flags",
-            request,
-            lambda r: (Flag(f.key, f.nearest_key, f.distance, f.neighbors) for f in r.flags),
-            timeout,
-        )
+        read = flags_read(self._collection_of(collection), k, self.shards)
+        return self._stream(read, timeout)
 
     def iter_exact_duplicates(
         self, *, collection: str | None = None, timeout: float | None = None
     ) -> Generator[ExactGroup, None, None]:
         """The groups of keys sharing one fingerprint, largest first, each yielded once all its
         parts have arrived. Errors as :meth:`iter_pairs`."""
-        request = pb.ExactDuplicatesRequest(collection=self._collection_of(collection))
-        return _whole_groups(
-            self._stream("ExactDuplicates", request, lambda r: r.groups, timeout),
-            lambda keys, first: ExactGroup(first.fingerprint, keys),
-        )
+        read = exact_duplicates_read(self._collection_of(collection), self.shards)
+        return self._stream(read, timeout)
 
     def _collection_of(self, collection: str | None) -> str:
         return self.collection if collection is None else collection
 
+    @staticmethod
+    def _chain(streams: list[Generator[_T, None, None]]) -> Generator[_T, None, None]:
+        try:
+            for stream in streams:
+                yield from stream
+        finally:
+            for stream in streams:
+                stream.close()
+
     def _stream(
-        self,
-        rpc: str,
-        request: Any,
-        items: Callable[[Any], Iterable[_T]],
-        timeout: float | None,
-    ) -> Generator[_T, None, None]:
-        """The items of the server-streaming call ``rpc``, ``items(reply)`` of each reply, as
-        the replies arrive.
+        self, read: StreamRead, timeout: float | None, shard: int = 0
+    ) -> Generator[Any, None, None]:
+        """The items of the server-streaming call ``read`` to ``shard``, as the replies arrive
+        (whole groups when ``read.group`` is set).
 
         Nothing is sent until the first ``next()``. ``timeout`` is the deadline of the whole
         call, seconds (None: none; the Client's ``timeout`` does not apply). Flow control: the
@@ -358,48 +351,30 @@ class StreamingClient(ClientBase):
         Raises:
             ServerError: the call failed (DEADLINE_EXCEEDED: a ``TimeoutError``).
         """
-        wait = self.backoff
         attempt = 0
+        stub = self._shards[shard].stub
         while True:
-            call = getattr(self._stub, rpc)(request, timeout=timeout, metadata=self._metadata)
+            self._check_open()
+            call = getattr(stub, read.rpc)(read.request, timeout=timeout, metadata=self._metadata)
+            groups = Groups(read.group) if read.group is not None else None
             started = False
             try:
                 for reply in call:
                     started = True
-                    yield from items(reply)
+                    if groups is None:
+                        yield from read.items(reply)
+                    else:
+                        for part in read.items(reply):
+                            yield from groups.feed(part)
+                if groups is not None:
+                    yield from groups.finish()
                 return
             except grpc.RpcError as error:
-                failure = self._error(error)
+                failure = self._error(error, shard)
             finally:
                 call.cancel()  # a no-op once the call has ended; else it stops the server's work
-            if started or failure.code != "UNAVAILABLE" or attempt >= self.retries:
+            wait = None if started else self._retry_wait(failure, True, attempt)
+            if wait is None:
                 raise failure
             attempt += 1
             time.sleep(wait)
-            wait = min(wait * 2, self.max_backoff)
-
-
-def _whole_groups(
-    parts: Generator[Any, None, None], make: Callable[[list[str], Any], _G]
-) -> Generator[_G, None, None]:
-    """Whole groups from the streamed parts of Clusters or ExactDuplicates messages (a group's
-    parts share its ``id`` and come in order; ``size`` is the whole group's key count): each
-    group as ``make(keys, first_part)``, yielded when its last part arrives (or the next group
-    starts). Holds one group's keys at a time."""
-    keys: list[str] = []
-    first: Any = None
-    try:
-        for part in parts:
-            if first is not None and part.id != first.id:
-                yield make(keys, first)
-                keys, first = [], None
-            if first is None:
-                first = part
-            keys.extend(part.keys)
-            if len(keys) >= first.size:
-                yield make(keys, first)
-                keys, first = [], None
-        if first is not None:
-            yield make(keys, first)
-    finally:
-        parts.close()  # closing the groups cancels the call

@@ -6,7 +6,15 @@ Manku, Jain & Das Sarma 2007, section 3. Nothing here does I/O or imports grpc; 
 
 from __future__ import annotations
 
+from permindex.index.expiry import ExpiringIndex
 from permindex.index.index import CheckAndAddResult, Index, Match
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
-__all__ = ["MAX_KEY_BYTES", "CheckAndAddResult", "Index", "Match", "validate_key"]
+__all__ = [
+    "MAX_KEY_BYTES",
+    "CheckAndAddResult",
+    "ExpiringIndex",
+    "Index",
+    "Match",
+    "validate_key",
+]

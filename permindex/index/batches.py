@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +27,7 @@ __all__ = [
     "compact_inputs",
     "distinct_keys",
     "hash_section",
+    "key_list",
     "section_ends",
     "section_keys",
     "validate_keys",
@@ -42,6 +44,17 @@ _I64 = NDArray[np.int64]
 Section = bytes | bytearray | NDArray[np.uint8]
 
 
+def key_list(keys: object) -> list[Any]:
+    """``keys`` as a list (itself when it is one), its elements not checked yet.
+
+    Raises:
+        TypeError: ``keys`` is a str, bytes or not iterable.
+    """
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
+    return keys if type(keys) is list else list(keys)
+
+
 def validate_keys(keys: object) -> tuple[list[str], EncodedKeys]:
     """The keys as a list and encoded for the key store, every key validated (as
     :func:`~permindex.index.keys.validate_key`; the error names the first bad position).
@@ -51,9 +64,7 @@ def validate_keys(keys: object) -> tuple[list[str], EncodedKeys]:
         InvalidArgumentError: a key is empty, above MAX_KEY_BYTES UTF-8 bytes or not
             encodable.
     """
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-        raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
-    out = keys if type(keys) is list else list(keys)
+    out = key_list(keys)
     # Fast path, C loops only: one join and encode; sizes checked on the encoded lengths.
     try:
         batch: EncodedKeys | None = encode_keys(out)

@@ -12,7 +12,9 @@ its parts:
   compiled kernels and the read view (``PERMINDEX_JIT=0``: the reference paths instead);
 * :mod:`permindex.index.query` -- the batch query; :mod:`permindex.index.batches` -- input
   batches (str keys, compact key sections);
-* :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`.
+* :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`;
+* :mod:`permindex.index.expiry` -- :class:`~permindex.index.expiry.ExpiringIndex`, this class
+  with entries that expire when not added again within a duration.
 
 Thread safety: every public method reads and changes the index under one re-entrant lock
 (``threading.RLock``), held for microseconds by single lookups and writes. A batch lookup
@@ -44,6 +46,7 @@ from numpy.typing import NDArray
 from permindex import jit
 from permindex.errors import InvalidArgumentError, NotFoundError
 from permindex.index.batches import Section, compact_inputs, validate_keys
+from permindex.index.batches import key_list as as_key_list
 from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.keystore import hash_key
@@ -66,7 +69,14 @@ from permindex.index.query import (
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.runs import MERGE_ALL_MIN_SHARE, Runs
 from permindex.index.table import DEFAULT_MEMTABLE_LIMIT, Table
-from permindex.index.writes import add_batch, add_locked, add_section, after_write, discard_locked
+from permindex.index.writes import (
+    add_batch,
+    add_locked,
+    add_one,
+    add_section,
+    after_write,
+    discard_locked,
+)
 
 __all__ = [
     "DEFAULT_COMPACTION_MIN",
@@ -231,9 +241,7 @@ class Index:
         """A new index holding ``keys`` with (n,) ``fingerprints`` (bulk load: each table is
         built by one radix sort, O(n) per table). Same arguments and errors as :class:`Index`
         and :meth:`add_many`; ``design="auto"`` chooses for n fingerprints."""
-        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-            raise TypeError(f"keys must be an iterable of str, not {type(keys).__name__}")
-        key_list = keys if type(keys) is list else list(keys)
+        key_list = as_key_list(keys)
         index = cls(
             k, design, **_sized(memtable_limit, compaction_min, len(key_list), memory_budget)
         )
@@ -378,14 +386,7 @@ class Index:
             InvalidArgumentError: a malformed key, or a fingerprint outside [0, 2^64).
             LimitExceededError: 2^32 rows would be needed.
         """
-        data = validate_key(key).encode("utf-8")
-        value = validate_fingerprint(fingerprint)
-        h = hash_key(data)
-        self._rows.await_growth(1, len(data) + 1)
-        with self._lock:
-            added = add_locked(self._rows, self._runs, data, h, value)
-        after_write(self._rows, self._runs)
-        return added
+        return add_one(self._rows, self._runs, key, fingerprint)
 
     def add_many(
         self, keys: Iterable[str], fingerprints: Iterable[int] | _U64
@@ -557,19 +558,7 @@ class Index:
 
         Raises: as :meth:`add` and :meth:`query`; nothing changes then.
         """
-        key = validate_key(key)
-        value = validate_fingerprint(fingerprint)
-        kk = query_k(k, self._k, self._design)
-        data = key.encode("utf-8")
-        h = hash_key(data)
-        with self._lock:
-            matches = [m for m in self._query_one(value, kk) if m.key != key]
-            if matches:
-                return CheckAndAddResult(False, matches, False)
-            replaced = self._store.find(data, h) >= 0
-            add_locked(self._rows, self._runs, data, h, value)
-        after_write(self._rows, self._runs)
-        return CheckAndAddResult(True, [], replaced)
+        return check_and_add(self, key, fingerprint, k)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
         """Every unordered pair of stored keys within ``k`` bits (inclusive; equal fingerprints
@@ -629,7 +618,7 @@ class Index:
         """
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
         if parts is not None:
-            return parts
+            return [part[:3] for part in parts]
         with self._lock:
             return [self.export_compact()]
 
@@ -653,3 +642,23 @@ class Index:
         with self._lock:
             self._rows._check()
             self._runs._check()
+
+
+def check_and_add(
+    index: Index, key: str, fingerprint: int, k: int | None, when: int = 0
+) -> CheckAndAddResult:
+    """:meth:`Index.check_and_add` (its contract and errors), storing the key at time ``when``
+    (kept by an index with expiry, :mod:`permindex.index.expiry`)."""
+    key = validate_key(key)
+    value = validate_fingerprint(fingerprint)
+    kk = query_k(k, index._k, index._design)
+    data = key.encode("utf-8")
+    h = hash_key(data)
+    with index._lock:
+        matches = [m for m in index._query_one(value, kk) if m.key != key]
+        if matches:
+            return CheckAndAddResult(False, matches, False)
+        replaced = index._store.find(data, h) >= 0
+        add_locked(index._rows, index._runs, data, h, value, when)
+    after_write(index._rows, index._runs)
+    return CheckAndAddResult(True, [], replaced)

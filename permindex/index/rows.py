@@ -57,6 +57,9 @@ class RowStore:
             is replaced on growth and compaction; the rows below ``n`` never change.
         live: (capacity,) bool, whether each row is current; None (and no memory) while every
             row is live: until the first removal or replacement after a compaction.
+        times: (capacity,) uint32, the time of each row (Unix seconds: when its key was last
+            added, :mod:`permindex.index.expiry`; 0 beyond ``n``), or None (no memory) for an
+            index without expiry (see :meth:`keep_times`). Grown and compacted with ``fps``.
         fps_view, live_view: memoryviews of ``fps`` and ``live`` (indexing gives Python ints and
             bools: the single-query path).
         n: rows in use.
@@ -89,6 +92,7 @@ class RowStore:
         "lock",
         "n",
         "on_compact",
+        "times",
     )
 
     def __init__(self, lock: threading.RLock, compaction_min: int = DEFAULT_COMPACTION_MIN):
@@ -108,6 +112,13 @@ class RowStore:
         self.compactions = 0
         self.on_compact: Callable[[_I64], None] | None = None
         self._grower: threading.Thread | None = None  # a growth ahead in progress
+        self.times: NDArray[np.uint32] | None = None
+
+    def keep_times(self) -> None:
+        """Keep a time per row from now on (:attr:`times`, the rows so far at 0); caller holds
+        the lock. O(capacity) once."""
+        if self.times is None:
+            self.times = np.zeros(self.fps.size, dtype=np.uint32)
 
     @classmethod
     def of_fingerprints(cls, fingerprints: _U64) -> RowStore:
@@ -140,6 +151,8 @@ class RowStore:
     def nbytes(self) -> int:
         """Bytes of the fingerprint and liveness arrays (by capacity), keys excluded."""
         total = int(self.fps.nbytes)
+        if self.times is not None:
+            total += int(self.times.nbytes)
         return total if self.live is None else total + int(self.live.nbytes)
 
     # -- liveness -------------------------------------------------------------------------------
@@ -212,24 +225,35 @@ class RowStore:
                 live = np.zeros(capacity, dtype=bool)
                 live[: self.n] = self.live[: self.n]
                 self.live = live
+            self.times = _grown(self.times, capacity, self.n)
             self._views()
 
-    def append(self, data: bytes, h: int, value: int, moved_from: int = -1) -> int:
+    def append(self, data: bytes, h: int, value: int, moved_from: int = -1, when: int = 0) -> int:
         """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value`` as a new row
-        (the key was not stored, or was on the row ``moved_from``, already dead); returns the
-        row. The caller reserved the room."""
+        (the key was not stored, or was on the row ``moved_from``, already dead) at time
+        ``when`` (kept only with :attr:`times`); returns the row. The caller reserved the
+        room."""
         row = self.keys.append(data, h, moved_from=moved_from)
         assert row == self.n
         self.fps[row] = value
+        if self.times is not None:
+            self.times[row] = when
         if self.live is not None:
             self.live[row] = True
         self.n = row + 1
         return row
 
-    def append_many(self, batch: EncodedKeys, values: _U64, moved_from: _I64 | None) -> int:
+    def append_many(
+        self,
+        batch: EncodedKeys,
+        values: _U64,
+        moved_from: _I64 | None,
+        times: NDArray[np.uint32] | None = None,
+    ) -> int:
         """Store the m distinct keys of ``batch`` (each not stored, or stored on the row
-        ``moved_from[i]``, already dead) with the (m,) uint64 ``values`` as new consecutive
-        rows; returns the first. Reserves the room itself."""
+        ``moved_from[i]``, already dead) with the (m,) uint64 ``values`` and (m,) uint32
+        ``times`` (kept only with :attr:`times`; None: 0) as new consecutive rows; returns the
+        first. Reserves the room itself."""
         m = int(values.size)
         self.reserve(m)
         start = self.n
@@ -238,6 +262,8 @@ class RowStore:
         self.fps[start : start + m] = values
         if self.live is not None:
             self.live[start : start + m] = True
+        if self.times is not None:
+            self.times[start : start + m] = 0 if times is None else times
         self.n = start + m
         return start
 
@@ -259,6 +285,10 @@ class RowStore:
         capacity = max(1024, m + m // 4)
         fps = np.zeros(capacity, dtype=np.uint64)
         fps[:m] = self.fps[live_rows]
+        if self.times is not None:
+            times = np.zeros(capacity, dtype=np.uint32)
+            times[:m] = self.times[live_rows]
+            self.times = times
         self.keys.compact(live_rows)
         self.fps, self.live, self.n = fps, None, m  # every row is live again
         self._views()
@@ -315,7 +345,8 @@ class RowStore:
         are copied and the key store's hash table is rebuilt (rows never change once appended),
         and taken again to copy what was appended meanwhile, replay the key store's changes and
         swap the arrays in. A compaction meanwhile abandons it. O(n + key bytes) off the lock,
-        O(rows appended meanwhile + journal) under it."""
+        O(rows appended meanwhile + journal) under it, plus O(n) for the rows' times (they change
+        when a key is renewed) when kept."""
         try:
             with self.lock:
                 growth = self.keys.begin_growth(rows, data_bytes)
@@ -344,6 +375,8 @@ class RowStore:
                         grown_live = np.zeros(capacity, dtype=bool)
                         grown_live[:n] = self.live[:n]
                         self.live = grown_live
+                    # A row's time changes when its key is renewed: copied under the lock.
+                    self.times = _grown(self.times, capacity, n)
                     self.fps = new_fps
                     self._views()
         finally:
@@ -388,6 +421,9 @@ class RowStore:
             _require(not self.live[n:].any(), "live flag set beyond the last row")
         else:
             _require(len(keys) == n, "no liveness mask, yet some rows are dead")
+        if self.times is not None:
+            _require(self.times.size == self.fps.size, "times and fingerprints differ")
+            _require(not self.times[n:].any(), "a time set beyond the last row")
         _require(keys.rows == n, f"{keys.rows} keys by row, {n} rows")
         for problem in keys._check():
             _require(False, f"key store: {problem}")
@@ -401,11 +437,23 @@ class RowStore:
         )
 
 
-def export_slices(
-    rows: RowStore, keys: KeyStore, rows_per_slice: int
-) -> list[tuple[_I64, _U8, _U64]] | None:
+def _grown(times: NDArray[np.uint32] | None, capacity: int, n: int) -> NDArray[np.uint32] | None:
+    """``times`` (None: None) with its first ``n`` rows copied into a new (capacity,) array."""
+    if times is None:
+        return None
+    grown = np.zeros(capacity, dtype=np.uint32)
+    grown[:n] = times[:n]
+    return grown
+
+
+#: One slice of :func:`export_slices`.
+Slice = tuple[_I64, _U8, _U64, NDArray[np.uint32] | None]
+
+
+def export_slices(rows: RowStore, keys: KeyStore, rows_per_slice: int) -> list[Slice] | None:
     """The live rows in slices of ``rows_per_slice`` rows, each (lengths (m,) int64, key bytes
-    each followed by a NUL (b,) uint8, fingerprints (m,) uint64), read from ``keys`` (the key
+    each followed by a NUL (b,) uint8, fingerprints (m,) uint64, times (m,) uint32 or None
+    without :attr:`RowStore.times`), read from ``keys`` (the key
     store of ``rows``) taking ``rows.lock`` once per slice: the fuzzy export of
     :meth:`permindex.index.Index.export_slices`, which documents the contract. Only the rows
     below ``rows.n`` at the start are read; a compaction meanwhile starts over; after three,
@@ -414,7 +462,7 @@ def export_slices(
         with rows.lock:
             stop = rows.n
             compactions = rows.compactions
-        parts: list[tuple[_I64, _U8, _U64]] = []
+        parts: list[Slice] = []
         for start in range(0, stop, rows_per_slice):
             end = min(start + rows_per_slice, stop)
             with rows.lock:
@@ -423,7 +471,8 @@ def export_slices(
                 live = np.flatnonzero(rows.live_mask(start, end)).astype(np.int64)
                 live += start
                 lengths, blob = keys.export(live)
-                parts.append((lengths, blob, rows.fps[live]))
+                times = None if rows.times is None else rows.times[live]
+                parts.append((lengths, blob, rows.fps[live], times))
             time.sleep(0)  # locks are not fair: let the threads waiting for it take it
         else:
             return parts

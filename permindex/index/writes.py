@@ -2,6 +2,12 @@
 (:mod:`permindex.index.rows`) and in every table (:mod:`permindex.index.runs`) together, and the
 upkeep around a write (growth ahead, merges) done outside the lock.
 
+A write may carry times (Unix seconds, uint32: ``when`` for one key, ``times`` for a batch, in
+the order of its keys): they are kept only by a row store with
+:attr:`~permindex.index.rows.RowStore.times` (an index with expiry,
+:mod:`permindex.index.expiry`), on the new rows and on the rows of keys re-added with the
+fingerprint they hold (renewed).
+
 The functions named ``*_locked`` run with the index's lock held (``rows.lock``); the others
 take it themselves and must be called without it.
 """
@@ -24,7 +30,8 @@ from permindex.index.batches import (
     section_keys,
     validate_keys,
 )
-from permindex.index.hamming import as_fingerprint_array
+from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
+from permindex.index.keys import validate_key
 from permindex.index.keystore import EncodedKeys, batch_subset, hash_key
 from permindex.index.rows import RowStore
 from permindex.index.runs import Runs
@@ -35,6 +42,7 @@ __all__ = [
     "add_batch",
     "add_locked",
     "add_many_locked",
+    "add_one",
     "add_section",
     "after_write",
     "discard_locked",
@@ -42,51 +50,77 @@ __all__ = [
 ]
 
 _U64 = NDArray[np.uint64]
+_U32 = NDArray[np.uint32]
 
 
-def add_locked(rows: RowStore, runs: Runs, data: bytes, h: int, value: int) -> bool:
-    """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value``: a new row in the
-    row store and every table, the key's old row (if any) a tombstone; nothing when the key
-    already holds ``value``. Returns whether the key was new. O(T log L) plus amortized
-    freezing and compaction."""
+def add_locked(rows: RowStore, runs: Runs, data: bytes, h: int, value: int, when: int = 0) -> bool:
+    """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value`` at time ``when``:
+    a new row in the row store and every table, the key's old row (if any) a tombstone; when the
+    key already holds ``value``, only its time is renewed. Returns whether the key was new.
+    O(T log L) plus amortized freezing and compaction."""
     rows.reserve(1)
     old = rows.keys.find(data, h)
     if old >= 0:
         if int(rows.fps[old]) == value:
+            if rows.times is not None:
+                rows.times[old] = when
             return False
         rows.kill(np.array([old], dtype=np.int64))
         rows.keys.unlink(old)
-    row = rows.append(data, h, value, old)
+    row = rows.append(data, h, value, old, when)
     runs.add(row, value)
     if rows.compaction_due():
         rows.compact()
     return old < 0
 
 
+def add_one(rows: RowStore, runs: Runs, key: str, fingerprint: int, when: int = 0) -> bool:
+    """:meth:`permindex.index.Index.add` (its contract and errors) at time ``when``, called
+    without the lock."""
+    data = validate_key(key).encode("utf-8")
+    value = validate_fingerprint(fingerprint)
+    h = hash_key(data)
+    rows.await_growth(1, len(data) + 1)
+    with rows.lock:
+        added = add_locked(rows, runs, data, h, value, when)
+    after_write(rows, runs)
+    return added
+
+
 def add_many_locked(
-    rows: RowStore, runs: Runs, batch: EncodedKeys, values: _U64, prepared: list[Run] | None
+    rows: RowStore,
+    runs: Runs,
+    batch: EncodedKeys,
+    values: _U64,
+    prepared: list[Run] | None,
+    times: _U32 | None = None,
 ) -> NDArray[np.bool_]:
-    """Store the n distinct keys of ``batch`` with the (n,) uint64 ``values`` (``prepared``:
-    the tables' runs of exactly ``values``, or None); returns (n,) bool, whether each key was
-    new. Keys that already hold their value are left alone. O(n) numpy work per table."""
+    """Store the n distinct keys of ``batch`` with the (n,) uint64 ``values`` and (n,) uint32
+    ``times`` (``prepared``: the tables' runs of exactly ``values``, or None); returns (n,)
+    bool, whether each key was new. Keys that already hold their value keep their row (their
+    time renewed). O(n) numpy work per table."""
     rows.reserve(int(values.size))  # may compact (renumber rows): look rows up after it
     old = rows.keys.find_many(batch)
     new = old < 0
     replaced = np.flatnonzero(old >= 0)
     if replaced.size:
         same = rows.fps[old[replaced]] == values[replaced]
-        if same.any():  # unchanged fingerprints: nothing to do for those keys
+        if same.any():  # unchanged fingerprints: only their times renewed
+            unchanged = replaced[same]
+            if rows.times is not None:
+                rows.times[old[unchanged]] = 0 if times is None else times[unchanged]
             apply = np.ones(old.size, dtype=bool)
-            apply[replaced[same]] = False
+            apply[unchanged] = False
             keep = np.flatnonzero(apply)
             if keep.size == 0:
                 return new
             batch = batch_subset(batch, keep)
             values = values[keep]
+            times = None if times is None else times[keep]
             old = old[keep]
             prepared = None
         rows.kill(old[old >= 0])
-    start = rows.append_many(batch, values, old if replaced.size else None)
+    start = rows.append_many(batch, values, old if replaced.size else None, times)
     runs.add_many(start, int(values.size), prepared)
     if rows.compaction_due():
         rows.compact()
@@ -131,10 +165,12 @@ def store_batch(
     batch: EncodedKeys,
     values: _U64,
     prepared: list[Run] | None = None,
+    times: _U32 | None = None,
 ) -> NDArray[np.bool_]:
-    """Store the distinct, validated keys of ``batch`` with ``values`` (called without the
-    lock): the tables' runs of a large batch sorted before the lock (unless ``prepared``, the
-    tables' runs of exactly ``values``, is given), the arrays grown if needed, the rows stored
+    """Store the distinct, validated keys of ``batch`` with ``values`` and ``times`` (called
+    without the lock): the tables' runs of a large batch sorted before the lock (unless
+    ``prepared``, the tables' runs of exactly ``values``, is given), the arrays grown if needed,
+    the rows stored
     under the lock (:func:`add_many_locked`), runs merged after. Returns (n,) bool, whether
     each key was new."""
     n = int(values.size)
@@ -142,13 +178,18 @@ def store_batch(
         prepared = runs.prepare(values)
     rows.await_growth(n, int(batch.blob.size))
     with rows.lock:
-        new = add_many_locked(rows, runs, batch, values, prepared)
+        new = add_many_locked(rows, runs, batch, values, prepared, times)
     after_write(rows, runs, n)
     return new
 
 
 def add_section(
-    rows: RowStore, runs: Runs, sizes: NDArray[np.integer], raw: Section, values: _U64
+    rows: RowStore,
+    runs: Runs,
+    sizes: NDArray[np.integer],
+    raw: Section,
+    values: _U64,
+    times: _U32 | None = None,
 ) -> list[str] | None:
     """Store the n keys of a compact key section (``sizes``: (n,) UTF-8 byte lengths;
     ``raw``: every key's bytes then a NUL, only read) with the (n,) uint64 ``values``, after
@@ -171,18 +212,23 @@ def add_section(
     if repeated:
         del prepared
         return section_keys(raw, sizes, ends)
-    store_batch(rows, runs, batch, values, prepared)
+    store_batch(rows, runs, batch, values, prepared, times)
     return None
 
 
 def add_batch(
-    rows: RowStore, runs: Runs, keys: Iterable[str], fingerprints: Iterable[int] | _U64
+    rows: RowStore,
+    runs: Runs,
+    keys: Iterable[str],
+    fingerprints: Iterable[int] | _U64,
+    times: _U32 | None = None,
 ) -> NDArray[np.bool_]:
     """:meth:`permindex.index.Index.add_many` (its contract and errors), called without the
     lock: the keys and fingerprints validated, a repeated key kept once with its last value,
     then :func:`store_batch`. Given a numpy array, the fingerprints are checked first so that
     a large batch's runs are built in other threads while this one checks and hashes the keys;
-    a bad key is still reported the same."""
+    a bad key is still reported the same. ``times``: (n,) uint32 in the order of ``keys``
+    (checked by the caller to be of their length)."""
     if isinstance(fingerprints, np.ndarray):
         values = as_fingerprint_array(fingerprints)
         with runs.building(values) as building:
@@ -196,5 +242,9 @@ def add_batch(
         prepared = None
     if not key_list:
         return np.ones(0, dtype=bool)
-    new = store_batch(rows, runs, batch, values, prepared)
+    if times is not None and which is not None:  # each key's time from its last occurrence
+        last = np.zeros(len(key_list), dtype=np.intp)
+        np.maximum.at(last, which, np.arange(which.size, dtype=np.intp))
+        times = times[last]
+    new = store_batch(rows, runs, batch, values, prepared, times)
     return new if which is None else new[which]

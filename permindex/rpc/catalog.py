@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Final
 
 from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFoundError
-from permindex.index import Index
+from permindex.index import ExpiringIndex, Index
+from permindex.index.expiry import check_expire_after
 from permindex.index.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
@@ -59,13 +60,15 @@ def check_name(name: str) -> str:
 @dataclass(frozen=True)
 class CollectionOptions:
     """What a collection is created with: its index's ``k`` and table design
-    (``blocks``, ``leading``), and how the server fingerprints its texts."""
+    (``blocks``, ``leading``), how the server fingerprints its texts, and ``expire_after``
+    (seconds after which an entry not added again expires; 0: never)."""
 
     k: int = 3
     blocks: int = DEFAULT_DESIGN.blocks
     leading: int = DEFAULT_DESIGN.leading
     shingle_size: int = 3
     min_words: int = 0
+    expire_after: int = 0
 
     def check(self) -> CollectionOptions:
         """Self, after checking that the design answers k exactly.
@@ -73,9 +76,15 @@ class CollectionOptions:
         Raises:
             InvalidArgumentError: a bad shingle size or min words (the check of
                 :func:`permindex.text.fingerprint.check_shingle_options`), a k the design cannot
-                guarantee, a bad design.
+                guarantee, a bad design, an ``expire_after`` above
+                :data:`~permindex.index.expiry.MAX_EXPIRE_AFTER`.
         """
         check_shingle_options(self.shingle_size, min_words=self.min_words)
+        if self.expire_after:
+            try:
+                check_expire_after(self.expire_after)
+            except TypeError as error:
+                raise InvalidArgumentError(str(error), self.expire_after) from None
         try:
             Index(k=self.k, design=(self.blocks, self.leading))
         except (ValueError, TypeError) as error:
@@ -117,9 +126,10 @@ class Catalog:
     The collection ``default`` is the data directory itself (its snapshot and log files, as before
     collections existed); it always exists and cannot be dropped. Every other collection ``NAME``
     lives in ``DATA_DIR/collections/NAME/``: ``collection.json`` (its options: k, design, shingle
-    size, min words; written atomically before anything else) beside its own snapshot and log, under
-    its own lock file. At the start every collection directory is opened and recovered before the
-    server listens. Dropping a collection removes it from the catalog (new calls naming it get
+    size, min words, expire_after -- absent in a file written before expiry: 0; written
+    atomically before anything else) beside its own snapshot and log, under its own lock file.
+    At the start every collection directory is opened and recovered before the server listens.
+    Dropping a collection removes it from the catalog (new calls naming it get
     NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>`` (one
     atomic step: a crash after it never brings the collection back) and deletes that; its memory is
     freed once the calls still running on it end.
@@ -143,6 +153,7 @@ class Catalog:
         store = Store.open(
             folder,
             k=options.k,
+            expire_after=options.expire_after or None,
             design=(options.blocks, options.leading),
             fsync=self._config.fsync,
             fsync_interval=self._config.fsync_interval,
@@ -209,10 +220,12 @@ class Catalog:
         found = self._options.get(name or DEFAULT_COLLECTION)
         if found is not None:
             return found
-        design = state.index.design
+        index = state.index
+        design = index.design
         return CollectionOptions(
-            state.index.k, design.blocks, design.leading, state.config.shingle_size,
+            index.k, design.blocks, design.leading, state.config.shingle_size,
             state.config.min_words,
+            index.expire_after if isinstance(index, ExpiringIndex) else 0,
         )  # fmt: skip
 
     def items(self) -> list[tuple[str, ServerState]]:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from permindex.addresses import DEFAULT_ADDRESS, parse_address
+from permindex.errors import InvalidArgumentError
+from permindex.index.expiry import parse_duration
 from permindex.index.keys import MAX_KEY_BYTES
 from permindex.storage.wal import FSYNC_POLICIES, FsyncPolicy
 
@@ -147,6 +149,14 @@ def declared_options(cls: type) -> tuple[Option, ...]:
 # Value parsers: text to value, ValueError with the message a user sees after the option's name
 
 
+def expire_duration(text: str) -> int:
+    """Seconds of a duration such as ``30d`` (:func:`permindex.index.expiry.parse_duration`)."""
+    try:
+        return parse_duration(text)
+    except InvalidArgumentError as error:
+        raise ValueError(str(error)) from None
+
+
 def non_negative(text: str) -> int:
     """An integer, 0 or more (ValueError otherwise)."""
     try:
@@ -243,6 +253,15 @@ class ServerConfig:
             "at most 3 for the 4-table design)",
             parse=non_negative,
             metavar="N",
+        ),
+    )
+    expire_after: int | None = field(
+        default=None,
+        metadata=declare(
+            "the default collection's entries expire when not added again within this\n"
+            "duration: digits and s, m, h or d (30d, 12h, 90m, 45s; default: never)",
+            parse=expire_duration,
+            metavar="DURATION",
         ),
     )
     snapshot_interval: float = field(

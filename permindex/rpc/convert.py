@@ -9,6 +9,7 @@ place. Messages name the offending element by its position in the request, e.g.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -19,6 +20,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError, InvalidKeyError, LimitExceededError
 from permindex.index import Match
 from permindex.index.clusters import NearDuplicates
+from permindex.index.hamming import MAX_FINGERPRINT
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.index.permutation import Design, query_k
 from permindex.index.query import QueryColumns
@@ -45,6 +47,7 @@ __all__ = [
     "documents_from_proto",
     "exact_groups_to_proto",
     "export_to_proto",
+    "fingerprint_from_hex",
     "fingerprints_from_bytes",
     "flags_to_proto",
     "items_per_message",
@@ -52,6 +55,7 @@ __all__ = [
     "limit_from",
     "matches_to_proto",
     "pair_chunks_to_proto",
+    "query_fingerprints",
     "query_wire_bytes",
     "reply_room",
 ]
@@ -68,6 +72,77 @@ def _shown(key: str) -> str:
     if len(key) <= _SHOWN_KEY_CHARS:
         return repr(key)
     return repr(key[:_SHOWN_KEY_CHARS]) + f"... ({len(key)} characters)"
+
+
+#: A fingerprint in hex as the requests' ``fingerprint_hex`` fields take it: exactly 16 hex
+#: digits, either case, nothing else (``int(value, 16)`` alone would also take a sign, a ``0x``
+#: prefix, ``_`` and spaces).
+_HEX_FINGERPRINT: Final = re.compile(r"[0-9a-fA-F]{16}")
+_HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
+
+
+def fingerprint_from_hex(value: str, where: str) -> int:
+    """A fingerprint sent in hex (``Document.fingerprint_hex``, ``QueryRequest.fingerprints_hex``)
+    as an int in [0, 2^64): ``value`` must be exactly 16 hex digits, either case, the form every
+    permindex output writes. O(len(value)).
+
+    Raises:
+        InvalidArgumentError: anything else (fewer or more digits, a ``0x`` prefix, a sign,
+            spaces, a decimal number); the message starts with ``where`` (e.g.
+            ``documents[3].fingerprint_hex``), quotes the value and says how to write it.
+    """
+    if _HEX_FINGERPRINT.fullmatch(value):
+        return int(value, 16)
+    prefixed = value[:2] in ("0x", "0X")
+    digits = value[2:] if prefixed else value
+    is_hex = digits != "" and all(c in _HEX_DIGITS for c in digits)
+    if is_hex and len(digits) > 16:
+        problem = f"has {len(digits)} hex digits, more than 64 bits"
+        if digits.isdigit() and int(digits) <= MAX_FINGERPRINT:
+            problem += f" (if it is decimal, its hex is {int(digits):016x})"
+    elif is_hex and prefixed:
+        problem = f"has a 0x prefix; write it as {int(digits, 16):016x}"
+    elif is_hex:
+        problem = f"has {len(digits)} hex digits, not 16; zero-padded: {int(digits, 16):016x}"
+    elif value == "":
+        problem = "is empty"
+    else:
+        problem = "is not hex"
+    raise InvalidArgumentError(
+        f"{where}: {_shown(value)} {problem}: a fingerprint in hex is exactly 16 hex digits "
+        "(e.g. 7bdb22cf023304c1)",
+        value,
+    )
+
+
+def query_fingerprints(
+    fingerprints: Sequence[int], fingerprints_hex: Sequence[str], max_batch: int
+) -> Sequence[int]:
+    """The fingerprints of a QueryRequest, from ``fingerprints`` (fixed64) or from
+    ``fingerprints_hex`` (each checked by :func:`fingerprint_from_hex`), in request order.
+
+    Returns:
+        ``fingerprints`` itself when the hex field is empty, else a new list of ints.
+
+    Raises:
+        InvalidArgumentError: both fields non-empty, or a malformed hex value (named
+            ``fingerprints_hex[i]``).
+        LimitExceededError: more than ``max_batch`` fingerprints.
+    """
+    if not fingerprints_hex:
+        check_batch_length(len(fingerprints), max_batch, "fingerprints")
+        return fingerprints
+    if fingerprints:
+        raise InvalidArgumentError(
+            f"both fingerprints ({len(fingerprints):,}) and fingerprints_hex "
+            f"({len(fingerprints_hex):,}) are set: send the query's fingerprints in one of them",
+            len(fingerprints),
+        )
+    check_batch_length(len(fingerprints_hex), max_batch, "fingerprints")
+    return [
+        fingerprint_from_hex(value, f"fingerprints_hex[{i}]")
+        for i, value in enumerate(fingerprints_hex)
+    ]
 
 
 def check_batch_length(n: int, limit: int, what: str) -> None:
@@ -176,10 +251,19 @@ class DocumentBatch:
         keys: the documents' keys, in request order.
         fingerprints: the fingerprint of each document (sent or computed from its text), or
             None for a text that is too short.
+        added_at: each document's ``added_at``, Unix seconds (0: the server's clock), >= 0.
     """
 
     keys: list[str]
     fingerprints: list[int | None]
+    added_at: list[int]
+
+    def stored_added_at(self) -> NDArray[np.int64]:
+        """The (m,) ``added_at`` of the documents that have a fingerprint, in order."""
+        return np.array(
+            [t for t, fp in zip(self.added_at, self.fingerprints, strict=True) if fp is not None],
+            dtype=np.int64,
+        )
 
     @property
     def too_short(self) -> int:
@@ -202,15 +286,20 @@ def documents_from_proto(
     All documents are checked before any text is fingerprinted, so a malformed request costs
     little. Call this outside the index's lock: fingerprinting a large batch takes a while.
 
+    A document's content is its ``fingerprint``, its ``fingerprint_hex`` (checked by
+    :func:`fingerprint_from_hex`) or its ``text``.
+
     Raises:
         LimitExceededError: more than ``max_batch`` documents.
-        InvalidArgumentError: a document with an empty or over-long key, or with neither a
-            fingerprint nor a text (named ``documents[i]``).
+        InvalidArgumentError: a document with an empty or over-long key, with no content,
+            with a fingerprint_hex that is not 16 hex digits, or with a negative
+            ``added_at`` (named ``documents[i]``).
         LimitExceededError: a text of more than ``max_text_bytes`` UTF-8 bytes.
     """
     check_batch_length(len(documents), max_batch, "documents")
     keys: list[str] = []
     kinds: list[str] = []
+    fingerprints: list[int | None] = []
     for i, document in enumerate(documents):
         key = document.key
         try:
@@ -220,17 +309,27 @@ def documents_from_proto(
         content = document.WhichOneof("content")
         if content is None:
             raise InvalidArgumentError(
-                f"documents[{i}] (key {_shown(key)}): no content; set its fingerprint or its text",
+                f"documents[{i}] (key {_shown(key)}): no content; set its fingerprint, its "
+                "fingerprint_hex or its text",
                 key,
             )
-        if content == "text" and max_text_bytes is not None:
-            check_text(document.text, f"documents[{i}] (key {_shown(key)})", max_text_bytes)
+        if document.added_at < 0:
+            raise InvalidArgumentError(
+                f"documents[{i}] (key {_shown(key)}): added_at {document.added_at} is negative; "
+                "it is Unix seconds (0: the server's clock)",
+                document.added_at,
+            )
+        if content == "fingerprint":
+            fingerprints.append(document.fingerprint)
+        elif content == "fingerprint_hex":
+            where = f"documents[{i}].fingerprint_hex (key {_shown(key)})"
+            fingerprints.append(fingerprint_from_hex(document.fingerprint_hex, where))
+        else:
+            if max_text_bytes is not None:
+                check_text(document.text, f"documents[{i}] (key {_shown(key)})", max_text_bytes)
+            fingerprints.append(None)
         keys.append(key)
         kinds.append(content)
-    fingerprints: list[int | None] = [
-        document.fingerprint if kind == "fingerprint" else None
-        for document, kind in zip(documents, kinds, strict=True)
-    ]
     rows = [i for i, kind in enumerate(kinds) if kind == "text"]
     if rows:  # every text of the request in one kernel call
         found, valid = simhash_many(
@@ -239,7 +338,8 @@ def documents_from_proto(
         for i, fp, ok in zip(rows, found.tolist(), valid.tolist(), strict=True):
             if ok:
                 fingerprints[i] = fp
-    return DocumentBatch(keys=keys, fingerprints=fingerprints)
+    added_at = [document.added_at for document in documents]
+    return DocumentBatch(keys=keys, fingerprints=fingerprints, added_at=added_at)
 
 
 def matches_to_proto(matches: Iterable[Match]) -> list[pb.Match]:

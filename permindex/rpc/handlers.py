@@ -133,6 +133,73 @@ def _check_message(
             raise _Malformed(f"invalid wire type {wire_type} in the tag at byte {tag_at}")
 
 
+def _has_oneof(descriptor: Descriptor, depth: int = 0) -> bool:
+    """Whether ``descriptor`` or a message type in its fields (to protobuf's nesting limit) has
+    a oneof of its own (proto3 ``optional`` fields' synthetic oneofs do not count: a field
+    cannot conflict with itself)."""
+    if depth > _MAX_DEPTH:
+        return False
+    if any(not _synthetic(oneof.fields) for oneof in descriptor.oneofs):
+        return True
+    return any(
+        field.message_type is not None and _has_oneof(field.message_type, depth + 1)
+        for field in descriptor.fields
+    )
+
+
+def _synthetic(fields: Any) -> bool:
+    """Whether a oneof of ``fields`` is a proto3 ``optional`` field's (one member only)."""
+    return len(fields) == 1
+
+
+def _oneof_conflict(
+    data: bytes, start: int, end: int, descriptor: Descriptor, path: str, depth: int
+) -> str | None:
+    """The first message in ``data[start:end]`` (bytes that parse as ``descriptor``'s type) that
+    carries two different members of one oneof, said as ``documents[2] sets both fingerprint
+    and fingerprint_hex, ...``; None when there is none. The parser keeps the last member and
+    drops the others without a word, so a client that set two (protobuf.js encodes every member
+    it is given) would get an answer to a request it did not mean. Walks the nested messages
+    that have oneofs; O(len(data))."""
+    if depth > _MAX_DEPTH:
+        return None
+    members: dict[str, str] = {}
+    elements: dict[int, int] = {}
+    pos = start
+    while pos < end:
+        tag, pos = _varint(data, pos, end, "a field tag")
+        number, wire_type = tag >> 3, tag & 7
+        field = descriptor.fields_by_number.get(number)
+        oneof = None if field is None else field.containing_oneof
+        if field is not None and oneof is not None and not _synthetic(oneof.fields):
+            first = members.setdefault(oneof.name, field.name)
+            if first != field.name:
+                return (
+                    f"{path.removesuffix('.') or 'the message'} sets both {first} and "
+                    f"{field.name}, two members of the oneof {oneof.name} (protobuf keeps only "
+                    "the last): set one"
+                )
+        if wire_type == 0:
+            _, pos = _varint(data, pos, end, "a varint")
+        elif wire_type in (1, 5):
+            pos += 8 if wire_type == 1 else 4
+        elif wire_type == 2:
+            length, pos = _varint(data, pos, end, "a length")
+            nested = None if field is None else field.message_type
+            if field is not None and nested is not None and _has_oneof(nested):
+                name = path + field.name
+                if field.is_repeated:
+                    elements[number] = elements.get(number, -1) + 1
+                    name += f"[{elements[number]}]"
+                found = _oneof_conflict(data, pos, pos + length, nested, name + ".", depth + 1)
+                if found is not None:
+                    return found
+            pos += length
+        else:
+            return None  # groups: not used by permindex
+    return None
+
+
 def describe_malformed(data: bytes, descriptor: Descriptor, error: BaseException) -> str:
     """Say what is wrong with ``data``, bytes that ``descriptor``'s message class refused.
 
@@ -158,19 +225,30 @@ def tolerant_deserializer(descriptor: Descriptor) -> Callable[[bytes], Any]:
 
     Returns:
         A function of the serialized bytes: the parsed message, or a :class:`MalformedRequest`
-        when the parser raises anything (``google.protobuf.message.DecodeError`` for truncated
-        or garbage bytes and for a string field that is not UTF-8, whichever protobuf backend
-        raises what for them: parsing is a pure function of the bytes, so any exception of it
-        is about the bytes).
+        when a message sets two members of one oneof (:func:`_oneof_conflict`; the parser
+        would keep the last without a word), or when the parser raises anything
+        (``google.protobuf.message.DecodeError`` for truncated or garbage bytes and for a
+        string field that is not UTF-8, whichever protobuf backend raises what for them:
+        parsing is a pure function of the bytes, so any exception of it is about the bytes).
     """
     parse = message_factory.GetMessageClass(descriptor).FromString
     type_name = descriptor.full_name
+    has_oneof = _has_oneof(descriptor)
 
     def deserialize(data: bytes) -> Any:
         try:
-            return parse(data)
+            message = parse(data)
         except Exception as error:
             return MalformedRequest(type_name, describe_malformed(data, descriptor, error))
+        # Two members of one oneof (a Document's fingerprint and fingerprint_hex): the parser
+        # kept the last, so the message re-encodes shorter than it came. Only then are the
+        # bytes walked (explicit default values, which protobuf.js sends when given them, are
+        # the other cause of a shorter re-encoding).
+        if has_oneof and message.ByteSize() != len(data):
+            conflict = _oneof_conflict(data, 0, len(data), descriptor, "", 0)
+            if conflict is not None:
+                return MalformedRequest(type_name, conflict)
+        return message
 
     return deserialize
 

@@ -32,6 +32,7 @@ from permindex.errors import (
     StorageError,
     exit_code_for,
 )
+from permindex.index import ExpiringIndex
 from permindex.rpc.auth import (
     TokenCheck,
     exposure_problem,
@@ -178,9 +179,12 @@ class RunningServer:
                     log.exception("periodic snapshot failed; retrying in %s s", interval)
 
     def _merge_idle(self) -> None:
-        """:meth:`Index.merge_all_runs` of every collection idle for MERGE_IDLE_SECONDS."""
+        """:meth:`Index.merge_all_runs` of every collection idle for MERGE_IDLE_SECONDS, after
+        expiring what is due (:meth:`ExpiringIndex.expire`) in collections with expiry."""
         states = [self.state] if self.catalog is None else [s for _, s in self.catalog.items()]
         for state in states:
+            if isinstance(state.index, ExpiringIndex):
+                state.index.expire()  # reclaimed even while no call comes
             began = time.monotonic()
             if state.index.merge_all_runs(idle=MERGE_IDLE_SECONDS):
                 log.debug(
@@ -373,6 +377,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     store = Store.open(
         config.data_dir,
         k=config.k,
+        expire_after=config.expire_after,
         fsync=config.fsync,
         fsync_interval=config.fsync_interval,
         truncate_corrupt_log=config.truncate_corrupt_log,

@@ -25,7 +25,7 @@ from permindex.errors import (
     WorkBudgetExceededError,
     status_name_for,
 )
-from permindex.index import Match
+from permindex.index import ExpiringIndex, Match
 from permindex.index.clusters import NearDuplicates
 from permindex.index.key_section import batch_repeats
 from permindex.index.query import QueryColumns
@@ -343,7 +343,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         fingerprints = np.fromiter(
             (batch.fingerprints[i] for i in stored), dtype=np.uint64, count=len(stored)
         )
-        was_new = state.store.add_many(keys, fingerprints)  # logged, then applied
+        # Logged, then applied.
+        was_new = state.store.add_many(keys, fingerprints, added_at=batch.stored_added_at())
         state.note_changes(len(keys))
         response = pb.AddResponse()
         status: dict[int, pb.DocumentStatus.ValueType] = {}
@@ -395,7 +396,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         ]
         outcomes = iter(
             state.store.check_and_add_many(
-                [key for key, _ in stored], [fp for _, fp in stored], k=k
+                [key for key, _ in stored],
+                [fp for _, fp in stored],
+                k=k,
+                added_at=batch.stored_added_at(),
             )
         )
         changes = 0
@@ -434,12 +438,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     # ---- reads
 
-    @_unary_inline_when(lambda request: len(request.fingerprints) == 1)
+    @_unary_inline_when(
+        lambda request: len(request.fingerprints) + len(request.fingerprints_hex) == 1
+    )
     def Query(self, request: pb.QueryRequest, stop: threading.Event) -> pb.QueryResponse:
-        """Every stored key within k of each fingerprint."""
+        """Every stored key within k of each fingerprint (sent as integers or in hex)."""
         state = self._collection(request.collection)
-        convert.check_batch_length(
-            len(request.fingerprints), state.config.max_batch, "fingerprints"
+        queries = convert.query_fingerprints(
+            request.fingerprints, request.fingerprints_hex, state.config.max_batch
         )
         k = convert.check_k(
             request.k if request.HasField("k") else None, state.index.k, state.index.design
@@ -447,12 +453,12 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         limit = convert.limit_from(request.limit if request.HasField("limit") else None)
         response = pb.QueryResponse()
         add = response.results.add
-        if len(request.fingerprints) == 1:  # the common small call: no array, no batch path
-            matches = state.index.query(request.fingerprints[0], k=k, limit=limit)
+        if len(queries) == 1:  # the common small call: no array, no batch path
+            matches = state.index.query(queries[0], k=k, limit=limit)
             add(matches=convert.matches_to_proto(matches))
             self._check_query_size(state, response, convert.query_wire_bytes([matches]), 1, 1)
             return response
-        fingerprints = np.array(request.fingerprints, dtype=np.uint64)
+        fingerprints = np.array(queries, dtype=np.uint64)
         n = len(fingerprints)
         size = 0
         # Slices (_slices), so that the index lock is let go between them, a cancelled call stops
@@ -645,6 +651,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             resident_memory_bytes=resident_memory_bytes(),
             collection=request.collection or DEFAULT_COLLECTION,
         )
+        index = state.index
+        if isinstance(index, ExpiringIndex):
+            response.expire_after = index.expire_after
+            response.expired_pending = index.expired_pending
         last = state.last_snapshot
         if last is not None:
             response.last_snapshot_unix_seconds = last.created_unix_seconds
@@ -687,13 +697,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             design=convert.design_to_proto(state.index.design, state.index.k),
             shingle_size=options.shingle_size,
             min_words=options.min_words,
+            expire_after=options.expire_after,
         )
 
     @_unary
     def CreateCollection(
         self, request: pb.CreateCollectionRequest, stop: threading.Event
     ) -> pb.CollectionInfo:
-        """An empty collection; absent options take the server's own."""
+        """An empty collection; absent options take the server's own (expire_after: never)."""
         given = request.options
         design = self.index.design
         options = CollectionOptions(
@@ -704,6 +715,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 given.shingle_size if given.HasField("shingle_size") else self.config.shingle_size
             ),
             min_words=given.min_words if given.HasField("min_words") else self.config.min_words,
+            expire_after=given.expire_after,
         )
         state = self.catalog.create(request.name, options)
         return self._info(request.name, state)

@@ -142,7 +142,9 @@ class NearDuplicateMiddleware:
 
     Settings:
 
-    - ``PERMINDEX_ADDRESS``: ``HOST:PORT`` of the server (default ``127.0.0.1:50051``).
+    - ``PERMINDEX_ADDRESS``: ``HOST:PORT`` of the server (default ``127.0.0.1:50051``), or
+      several (``"HOST:PORT,HOST:PORT"`` or a list): the shards of a sharded
+      :class:`permindex.Client`, whose check-and-add is atomic on each shard only.
     - ``PERMINDEX_COLLECTION``: the collection (default: the server's ``default``).
     - ``PERMINDEX_TOKEN_FILE``: a file whose first word is the bearer token (as
       ``--token-file``); without it, the ``PERMINDEX_TOKEN`` variable if set.
@@ -166,8 +168,9 @@ class NearDuplicateMiddleware:
 
     Scrapy stats: ``permindex/added``, ``permindex/replaced``, ``permindex/near_duplicate``,
     ``permindex/too_short`` (a page of fewer than 3 words: stored nowhere, passed on),
-    ``permindex/errors`` (pages not checked), and ``permindex/requests`` (CheckAndAdd requests
-    sent, each carrying every page that arrived while the previous one was in flight).
+    ``permindex/errors`` (pages not checked), and ``permindex/requests`` (``check_and_add_many``
+    calls — one CheckAndAdd request to one server — each carrying every page that arrived
+    while the previous one was in flight).
 
     Raises (when the crawler builds it):
         InvalidArgumentError: a token file that cannot be read or holds no token, a bad
@@ -179,21 +182,22 @@ class NearDuplicateMiddleware:
 
         settings = crawler.settings
         self.crawler = crawler
-        #: The server's address.
-        self.address: str = settings.get("PERMINDEX_ADDRESS") or DEFAULT_ADDRESS
+        address = settings.get("PERMINDEX_ADDRESS") or DEFAULT_ADDRESS
         self.drop = settings.getbool("PERMINDEX_DROP", True)
         self.fail_open = settings.getbool("PERMINDEX_FAIL_OPEN", True)
         #: The hook from a page's decoded HTML (str) to the text that is fingerprinted; called on
         #: the worker thread. Default :func:`permindex.html_to_text`, the text of ``ingest``.
         self.extract: Callable[[str], str] = html_to_text
         client = Client(
-            self.address,
+            address,
             timeout=settings.getfloat("PERMINDEX_TIMEOUT", 10.0),
             retries=0,
             token=_token(settings.get("PERMINDEX_TOKEN_FILE")),
             root_certificates=settings.get("PERMINDEX_TLS_CA") or None,
             collection=settings.get("PERMINDEX_COLLECTION") or "",
         )
+        #: The server's address (the shards', comma-separated).
+        self.address: str = client.address
         self._checker = BatchChecker(
             client,
             k=_optional_k(settings.get("PERMINDEX_K")),

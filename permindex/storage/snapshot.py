@@ -9,14 +9,14 @@ foreign, truncated, corrupt or unknown-version file raises
 :class:`~permindex.errors.CorruptFileError` naming the file and what is wrong; it never returns
 part of an index. No pickle, no native byte order.
 
-File format, version 2 (every integer little-endian; n = number of keys; B = bytes of the key
+File format, version 3 (every integer little-endian; n = number of keys; B = bytes of the key
 section = the keys' UTF-8 bytes + n; H = header size = 72)::
 
     offset        size  field
     ------------  ----  ---------------------------------------------------------------------
     0             8     magic  89 50 4D 58 0D 0A 1A 0A  (b"\\x89PMX\\r\\n\\x1a\\n", PNG-style: the
                         high byte catches 7-bit transfers, CR LF / LF / ^Z catch text-mode ones)
-    8             4     u32  format version = 2
+    8             4     u32  format version = 3
     12            4     u32  header size in bytes = 72
     16            8     u64  n, number of keys
     24            8     u64  B, bytes of the key section
@@ -28,23 +28,26 @@ section = the keys' UTF-8 bytes + n; H = header size = 72)::
     56            8     u64  log sequence: every record of the write-ahead log
                         (:mod:`permindex.storage.wal`) with a sequence number up to this one is in
                         the snapshot; recovery replays the records after it. 0: no log record.
-    64            4     u32  flags, 0 (reserved; a reader of version 2 refuses other values)
+    64            4     u32  flags, 0 (reserved; a reader refuses other values)
     68            4     u32  CRC-32 (zlib / ISO-HDLC) of bytes 0..67
     H             8n    u64[n]  fingerprints, in key order
-    H+8n          4n    u32[n]  byte length of each key's UTF-8 encoding (>= 1; the NUL excluded)
-    H+12n         B     key section: for each key in the same order, its UTF-8 bytes then one NUL
+    H+8n          4n    u32[n]  time of each key, Unix seconds: when it was last added, for a
+                        collection with expiry (:mod:`permindex.index.expiry`); 0: not kept
+    H+12n         4n    u32[n]  byte length of each key's UTF-8 encoding (>= 1; the NUL excluded)
+    H+16n         B     key section: for each key in the same order, its UTF-8 bytes then one NUL
                         (0x00). The lengths are authoritative (a key may contain U+0000); the
                         NULs let a reader decode the whole section once and split it.
-    H+12n+B       4     u32  CRC-32 of bytes H .. H+12n+B-1 (fingerprints, lengths, keys)
-    H+4+12n+B     4     end marker b"PMXE"
+    H+16n+B       4     u32  CRC-32 of bytes H .. H+16n+B-1 (fingerprints, times, lengths, keys)
+    H+4+16n+B     4     end marker b"PMXE"
 
-The file is exactly H + 8 + 12n + B bytes; anything shorter is reported as truncated, anything
+The file is exactly H + 8 + 16n + B bytes; anything shorter is reported as truncated, anything
 longer as trailing garbage. Keys are unique (the loader checks that the index it builds has n
 keys).
 
-Version 1 (the first release, written before the write-ahead log existed) is the same without
-the log sequence: the header is 64 bytes, flags at 56, its CRC at 60 over bytes 0..59. It is
-still read (as log sequence 0); only version 2 is written.
+Older versions are still read; only version 3 is written. Version 2 (before expiry) is the same
+without the times (H + 8 + 12n + B bytes; read with no times). Version 1 (the first release,
+written before the write-ahead log existed) is version 2 without the log sequence: the header
+is 64 bytes, flags at 56, its CRC at 60 over bytes 0..59 (read as log sequence 0).
 
 A snapshot the server writes is *fuzzy* (see :meth:`permindex.index.Index.export_slices`): it is
 read from the index in slices while writes go on, so a key changed during the write may appear
@@ -122,11 +125,12 @@ log = logging.getLogger(__name__)
 
 MAGIC: Final = b"\x89PMX\r\n\x1a\n"
 END_MARKER: Final = b"PMXE"
-FORMAT_VERSION: Final = 2
-#: Versions :func:`read_snapshot` reads (1: the first release, without a log sequence).
-READABLE_VERSIONS: Final = (1, 2)
+FORMAT_VERSION: Final = 3
+#: Versions :func:`read_snapshot` reads (1: the first release, without a log sequence; 2:
+#: without times).
+READABLE_VERSIONS: Final = (1, 2, 3)
 
-_HEADER = struct.Struct("<8sIIQQIHHQdQI")  # everything before the header CRC (version 2)
+_HEADER = struct.Struct("<8sIIQQIHHQdQI")  # everything before the header CRC (versions 2, 3)
 _HEADER_SIZE: Final = _HEADER.size + 4  # 72
 _HEADER_V1 = struct.Struct("<8sIIQQIHHQdI")  # version 1: no log sequence
 _HEADER_V1_SIZE: Final = _HEADER_V1.size + 4  # 64
@@ -176,6 +180,8 @@ class Snapshot:
     Attributes:
         fingerprints: (n,) uint64.
         info: what the file holds.
+        times: (n,) uint32, when each key was last added (Unix seconds; 0: not kept), or None
+            (a version 1 or 2 file).
         lengths: (n,) uint32, each key's UTF-8 byte length (the NUL excluded), each >= 1.
         section: (B,) uint8, the key section: each key's UTF-8 bytes then a NUL (valid UTF-8,
             the NULs where ``lengths`` say), the compact form
@@ -187,6 +193,7 @@ class Snapshot:
     info: SnapshotInfo
     lengths: npt.NDArray[np.uint32]
     section: npt.NDArray[np.uint8]
+    times: npt.NDArray[np.uint32] | None = None
 
     @functools.cached_property
     def keys(self) -> list[str]:
@@ -232,8 +239,17 @@ def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
 
 #: One slice of a snapshot's contents: (m,) UTF-8 key lengths (NUL excluded), the key section of
 #: those m keys (each key's bytes then a NUL), (m,) uint64 fingerprints -- the form of
-#: :meth:`permindex.index.Index.export_slices`.
-Part = tuple[npt.NDArray[np.integer], "npt.NDArray[np.uint8] | bytes", npt.NDArray[np.uint64]]
+#: :meth:`permindex.index.Index.export_slices` -- and optionally (m,) uint32 times (else 0),
+#: the form of :meth:`permindex.index.ExpiringIndex.export_timed_slices`.
+Part = (
+    tuple[npt.NDArray[np.integer], "npt.NDArray[np.uint8] | bytes", npt.NDArray[np.uint64]]
+    | tuple[
+        npt.NDArray[np.integer],
+        "npt.NDArray[np.uint8] | bytes",
+        npt.NDArray[np.uint64],
+        npt.NDArray[np.uint32],
+    ]
+)
 
 
 def write_snapshot(
@@ -246,9 +262,11 @@ def write_snapshot(
     sequence: int = 0,
     log_sequence: int = 0,
     keep_previous: bool = True,
+    times: npt.NDArray[np.uint32] | None = None,
 ) -> SnapshotInfo:
-    """Write ``keys`` and their ``fingerprints`` to ``path`` atomically (format in the module
-    docstring); :func:`write_snapshot_parts` does the writing.
+    """Write ``keys`` and their ``fingerprints`` (and (n,) uint32 ``times``; None: 0) to
+    ``path`` atomically (format in the module docstring); :func:`write_snapshot_parts` does the
+    writing.
 
     Args:
         path: the snapshot file.
@@ -273,10 +291,14 @@ def write_snapshot(
     started = time.perf_counter()
     n = len(keys)
     fps = _as_fingerprints(fingerprints, n)
+    all_times = np.zeros(n, dtype=np.uint32) if times is None else np.asarray(times, np.uint32)
+    if all_times.shape != (n,):
+        raise InvalidArgumentError(f"{n} keys but times of shape {all_times.shape}")
     parts: list[Part] = []
     for start in range(0, n, _KEYS_PER_CHUNK):
         lengths, blob = _encode_keys(keys[start : start + _KEYS_PER_CHUNK])
-        parts.append((lengths, blob, fps[start : start + _KEYS_PER_CHUNK]))
+        chunk = slice(start, start + _KEYS_PER_CHUNK)
+        parts.append((lengths, blob, fps[chunk], all_times[chunk]))
     info = write_snapshot_parts(
         path,
         parts,
@@ -317,20 +339,34 @@ def write_snapshot_parts(
     """
     started = time.perf_counter()
     path = Path(path)
-    checked: list[tuple[memoryview, memoryview, memoryview]] = []
+    checked: list[tuple[memoryview, memoryview, memoryview, memoryview]] = []
     n = 0
     section_bytes = 0
-    for lengths, blob, fps in parts:
+    for part in parts:
+        lengths, blob, fps = part[:3]
         m = len(lengths)
+        times = part[3] if len(part) == 4 else np.zeros(m, dtype=np.uint32)
         blob_view = (memoryview(blob) if isinstance(blob, bytes) else blob.data).cast("B")
-        if len(fps) != m or int(np.sum(lengths, dtype=np.int64)) + m != len(blob_view):
+        if (
+            len(fps) != m
+            or len(times) != m
+            or int(np.sum(lengths, dtype=np.int64)) + m != len(blob_view)
+        ):
             raise InvalidArgumentError(
-                f"a snapshot part of {m} key lengths, {len(fps)} fingerprints and "
-                f"{len(blob_view)} key bytes does not add up"
+                f"a snapshot part of {m} key lengths, {len(fps)} fingerprints, {len(times)} "
+                f"times and {len(blob_view)} key bytes does not add up"
             )
         fps_le = np.ascontiguousarray(fps, dtype="<u8")
+        times_le = np.ascontiguousarray(times, dtype="<u4")
         lengths_le = np.ascontiguousarray(lengths, dtype="<u4")
-        checked.append((fps_le.data.cast("B"), lengths_le.data.cast("B"), blob_view))
+        checked.append(
+            (
+                fps_le.data.cast("B"),
+                times_le.data.cast("B"),
+                lengths_le.data.cast("B"),
+                blob_view,
+            )
+        )
         n += m
         section_bytes += len(blob_view)
     blocks, leading = (int(x) for x in design)
@@ -347,11 +383,11 @@ def write_snapshot_parts(
             out.write(header)
             crc = 0
             unsynced = 0
-            for column in range(3):  # all fingerprints, then all lengths, then all keys
-                for part in checked:
-                    out.write(part[column])
-                    crc = zlib.crc32(part[column], crc)
-                    unsynced += len(part[column])
+            for column in range(4):  # all fingerprints, times, lengths, then all keys
+                for columns in checked:
+                    out.write(columns[column])
+                    crc = zlib.crc32(columns[column], crc)
+                    unsynced += len(columns[column])
                     if unsynced >= _SYNC_BYTES:
                         out.flush()
                         os.fdatasync(out.fileno())
@@ -371,7 +407,7 @@ def write_snapshot_parts(
     return SnapshotInfo(
         path=path,
         count=n,
-        bytes=len(header) + 12 * n + section_bytes + _TRAILER.size,
+        bytes=len(header) + 16 * n + section_bytes + _TRAILER.size,
         seconds=time.perf_counter() - started,
         created_unix_seconds=created,
         sequence=sequence,
@@ -491,16 +527,23 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
             raise corrupt("header checksum mismatch (the file is damaged)")
         if header_size != wanted or flags != 0:
             raise corrupt(f"unexpected header size {header_size} or flags {flags:#x}")
-        expected = wanted + 12 * n + section_bytes + _TRAILER.size
+        per_key = 16 if version >= 3 else 12  # version 3 has the times
+        expected = wanted + per_key * n + section_bytes + _TRAILER.size
         if size < expected:
             raise corrupt(f"truncated: {size} bytes, the header announces {expected} ({n} keys)")
         if size > expected:
             raise corrupt(f"{size - expected} unexpected bytes after the end ({expected} bytes)")
         fps = np.empty(n, dtype="<u8")
+        times = np.empty(n if version >= 3 else 0, dtype="<u4")
         lengths = np.empty(n, dtype="<u4")
         blob = np.empty(section_bytes, dtype=np.uint8)  # not zeroed: read into at once
         crc = 0
-        sections = ((fps, "fingerprints"), (lengths, "key lengths"), (blob, "keys"))
+        sections = (
+            (fps, "fingerprints"),
+            (times, "times"),
+            (lengths, "key lengths"),
+            (blob, "keys"),
+        )
         for section, what in sections:
             view = section.data.cast("B")
             _read_exactly(source, view, path, what)
@@ -535,6 +578,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         info=info,
         lengths=lengths.astype(np.uint32, copy=False),
         section=blob,
+        times=times.astype(np.uint32, copy=False) if version >= 3 else None,
     )
 
 

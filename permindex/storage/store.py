@@ -36,6 +36,15 @@ a warning; corruption before it stops the start unless ``truncate_corrupt_log``)
 then continue the log. The snapshot's key section goes into the index as it is on disk
 (:meth:`permindex.index.Index.from_compact`: no Python str per key; the keys are hashed while a
 second thread builds the tables).
+
+Times and expiry: every add or replace is logged with its time (Unix seconds: the ``added_at``
+the caller gives, else the clock's time at the write; :func:`~permindex.index.expiry.stamps`),
+and snapshots hold each key's time, so that a collection with ``expire_after``
+(:class:`~permindex.index.ExpiringIndex`) recovers the times its entries had. Expiry itself is
+not logged: it follows from the times, and recovery expires again what is due. A data directory
+of an older format (no times), or of a collection without expiry (times 0 in its snapshots),
+loads into a collection with expiry as if every entry without a time had been added at the
+start, and :meth:`Store.open` then writes a snapshot at once to record that time.
 """
 
 from __future__ import annotations
@@ -53,12 +62,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
-from permindex.index import CheckAndAddResult, Index, Match
+from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
+from permindex.index.expiry import AddedAt, stamps
 from permindex.index.hamming import as_fingerprint_array
 from permindex.index.key_section import batch_repeats
 from permindex.index.keys import validate_key
 from permindex.index.permutation import DEFAULT_DESIGN, Design
-from permindex.storage.snapshot import DataDir, Snapshot, SnapshotInfo
+from permindex.storage.snapshot import DataDir, Part, Snapshot, SnapshotInfo
 from permindex.storage.wal import FsyncPolicy, LogWriter
 from permindex.storage.wal_records import ADD, REMOVE, REPLACE, Record, encode_record
 from permindex.storage.wal_recovery import read_log
@@ -96,7 +106,8 @@ class Recovery:
 
 
 def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
-    """Fill ``index`` from ``snapshot``; CorruptFileError for invalid or repeated keys."""
+    """Fill ``index`` from ``snapshot`` (with each key's time when the index expires: 0 or none,
+    the time of the load); CorruptFileError for invalid or repeated keys."""
     info = snapshot.info
     design = index.design.as_tuple()
     if (info.k, (info.blocks, info.leading)) != (index.k, design):
@@ -112,45 +123,66 @@ def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
         )
     try:
         # The key section as it is on disk: no Python str per key (Index.from_compact).
-        index.add_compact(snapshot.lengths, snapshot.section, snapshot.fingerprints)
+        if isinstance(index, ExpiringIndex):
+            index.add_compact(
+                snapshot.lengths, snapshot.section, snapshot.fingerprints, added_at=snapshot.times
+            )
+        else:
+            index.add_compact(snapshot.lengths, snapshot.section, snapshot.fingerprints)
     except (ValueError, TypeError) as error:
         raise CorruptFileError(
             f"{info.path}: holds an invalid entry: {error}", str(info.path)
         ) from error
-    if len(index) != info.count:
+    # Counted without expiring first (len() would): entries already expired count as loaded.
+    if Index.__len__(index) != info.count:
         raise CorruptFileError(
             f"{info.path}: holds {info.count} entries but only {len(index)} distinct keys",
             str(info.path),
         )
 
 
+def _untimed(snapshot: Snapshot | None, records: Sequence[Record]) -> bool:
+    """Whether ``snapshot`` or ``records`` hold an entry without a time (an older format, or
+    a collection without expiry: time 0)."""
+    if snapshot is not None and snapshot.info.count:
+        if snapshot.times is None or not bool(snapshot.times.all()):
+            return True
+    return any(bool((record.times[record.ops != REMOVE] == 0).any()) for record in records)
+
+
 def _replay(index: Index, records: Sequence[Record]) -> None:
     """Apply ``records`` in order: runs of adds and replaces as one ``add_many`` each (the last
-    change of a key wins, as in order), removes one by one."""
+    change of a key wins, as in order; at the times logged when the index expires), removes one
+    by one."""
     keys: list[str] = []
     values: list[NDArray[np.uint64]] = []
+    times: list[NDArray[np.uint32]] = []
 
     def flush() -> None:
         if keys:
-            index.add_many(keys, np.concatenate(values))
+            if isinstance(index, ExpiringIndex):
+                index.add_many(keys, np.concatenate(values), added_at=np.concatenate(times))
+            else:
+                index.add_many(keys, np.concatenate(values))
             keys.clear()
             values.clear()
+            times.clear()
 
     for record in records:
         removes = record.ops == REMOVE
         if not removes.any():
             keys.extend(record.keys)
             values.append(record.fingerprints)
+            times.append(record.times)
             continue
-        for key, value, remove in zip(
-            record.keys, record.fingerprints.tolist(), removes.tolist(), strict=True
-        ):
+        for i, remove in enumerate(removes.tolist()):
             if remove:
                 flush()
-                index.discard(key)
+                index.discard(record.keys[i])
             else:
-                keys.append(key)
-                values.append(np.array([value], dtype=np.uint64))
+                keys.append(record.keys[i])
+                values.append(record.fingerprints[i : i + 1])
+                times.append(record.times[i : i + 1])
     flush()
 
 
@@ -184,6 +216,7 @@ class Store:
         self._snapshot_lock = threading.Lock()
         self._export_slice_rows = export_slice_rows
         self._closed = False
+        self._clock = index.now if isinstance(index, ExpiringIndex) else time.time
 
     @classmethod
     def open(
@@ -196,6 +229,8 @@ class Store:
         fsync_interval: float = 0.1,
         truncate_corrupt_log: bool = False,
         export_slice_rows: int = EXPORT_SLICE_ROWS,
+        expire_after: int | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> Store:
         """Lock the data directory ``path`` (created if missing), recover its contents and
         continue its log.
@@ -210,6 +245,9 @@ class Store:
             truncate_corrupt_log: cut the log at a corrupt record before its tail instead of
                 refusing to start (the changes from there on are lost; kept in .dropped files).
             export_slice_rows: rows per slice of a snapshot's export.
+            expire_after: seconds after which an entry not added again expires (an
+                :class:`~permindex.index.ExpiringIndex`); None: never.
+            clock: the wall clock of the writes' times and of expiry, Unix seconds.
 
         Raises:
             DataDirLockedError: another process owns the directory (the message names its pid).
@@ -220,7 +258,11 @@ class Store:
                 log cannot be continued).
         """
         started = time.perf_counter()
-        index = Index(k=k, design=design)  # options checked before the directory is touched
+        # Options checked before the directory is touched.
+        if expire_after is None:
+            index = Index(k=k, design=design)
+        else:
+            index = ExpiringIndex(k=k, design=design, expire_after=expire_after, clock=clock)
         data_dir = DataDir(path)
         try:
             snapshot = data_dir.load()
@@ -266,7 +308,17 @@ class Store:
                 recovery.records,
                 recovery.last_sequence,
             )
-        return cls(index, data_dir, writer, recovery, export_slice_rows=export_slice_rows)
+        store = cls(index, data_dir, writer, recovery, export_slice_rows=export_slice_rows)
+        if isinstance(index, ExpiringIndex) and _untimed(snapshot, recovered.records):
+            # Entries without a time on disk count as added now: a snapshot records that time,
+            # or every start until the next change would count them as added again.
+            log.info("recording the times of entries loaded without one: snapshot")
+            try:
+                store.snapshot()
+            except BaseException:
+                store.close()
+                raise
+        return store
 
     # ---------------------------------------------------------------------------------- state
 
@@ -289,7 +341,7 @@ class Store:
 
     def _log_then_apply(
         self, ops: NDArray[np.uint8], keys: list[str], values: NDArray[np.uint64],
-        apply: Callable[[], _T],
+        apply: Callable[[], _T], times: NDArray[np.uint32] | None = None,
     ) -> _T:  # fmt: skip
         """Append one record (holding the write lock), then ``apply`` it. Raises StorageError
         (nothing applied) when the append fails; if ``apply`` raises, the record is taken back
@@ -297,7 +349,7 @@ class Store:
         if self._closed:
             raise StorageError("the data directory is closed (the server is stopping)")
         sequence = self._sequence + 1
-        record = encode_record(sequence, ops, keys, values)
+        record = encode_record(sequence, ops, keys, values, times)
         self._writer.append(record, sequence)
         try:
             result = apply()
@@ -307,17 +359,32 @@ class Store:
         self._sequence = sequence
         return result
 
+    def _apply_add(
+        self, keys: list[str], values: NDArray[np.uint64], times: NDArray[np.uint32]
+    ) -> Callable[[], NDArray[np.bool_]]:
+        """The index's ``add_many`` of ``keys`` at ``times`` (kept when it expires)."""
+        index = self.index
+        if isinstance(index, ExpiringIndex):
+            return lambda: index.add_many(keys, values, added_at=times)
+        return lambda: index.add_many(keys, values)
+
     def add_many(
-        self, keys: Sequence[str], fingerprints: Sequence[int] | NDArray[np.uint64]
+        self,
+        keys: Sequence[str],
+        fingerprints: Sequence[int] | NDArray[np.uint64],
+        *,
+        added_at: AddedAt = None,
     ) -> NDArray[np.bool_]:
         """Log, then store, each (key, fingerprint) pair as :meth:`Index.add_many` (a key repeated
-        in the call takes its last fingerprint).
+        in the call takes its last fingerprint), at ``added_at`` (None: now; one time, or one per
+        key: :func:`~permindex.index.expiry.stamps`), logged with each.
 
         Returns:
             (n,) bool: True where the key was not stored before the call.
 
         Raises:
-            TypeError, InvalidArgumentError: a malformed key or fingerprint, lengths differ.
+            TypeError, InvalidArgumentError: a malformed key, fingerprint or time, lengths
+                differ.
             StorageError: the log could not be written (StorageFullError: no space).
             Nothing is logged or stored when any of these is raised.
         """
@@ -328,27 +395,33 @@ class Store:
             raise InvalidArgumentError(
                 f"got {n} keys and {values.size} fingerprints; the lengths must match"
             )
+        times = stamps(added_at, n, self._clock())
         if n == 0:
             return np.zeros(0, dtype=bool)
         with self._write_lock:
             ops = _set_ops(self.index, key_list)
-            return self._log_then_apply(
-                ops, key_list, values, lambda: self.index.add_many(key_list, values)
-            )
+            apply = self._apply_add(key_list, values, times)
+            return self._log_then_apply(ops, key_list, values, apply, times)
 
     def check_and_add_many(
-        self, keys: Sequence[str], fingerprints: Sequence[int], k: int | None = None
+        self,
+        keys: Sequence[str],
+        fingerprints: Sequence[int],
+        k: int | None = None,
+        *,
+        added_at: AddedAt = None,
     ) -> list[CheckAndAddResult]:
         """For each (key, fingerprint) in order, :meth:`Index.check_and_add`: add it only if no
-        *other* key is within ``k`` -- counting the documents added earlier in the same call --
-        as one logged record and one step (no other change comes between the checks and the
-        adds: the write lock is held throughout).
+        *other* key is within ``k`` -- counting the documents added earlier in the same call,
+        unless already expired at their ``added_at`` (as :meth:`add_many`) -- as one logged
+        record and one step (no other change comes between the checks and the adds: the write
+        lock is held throughout).
 
         Returns:
             One :class:`~permindex.index.CheckAndAddResult` per document, in order.
 
         Raises:
-            TypeError, InvalidArgumentError: a malformed key, fingerprint or k.
+            TypeError, InvalidArgumentError: a malformed key, fingerprint, time or k.
             StorageError: the log could not be written; nothing is added (every result would
                 have been as returned otherwise, but none is applied).
         """
@@ -358,14 +431,16 @@ class Store:
             raise InvalidArgumentError(
                 f"got {len(key_list)} keys and {values.size} fingerprints; the lengths must match"
             )
+        times = stamps(added_at, len(key_list), self._clock())
         index = self.index
+        expiring = index if isinstance(index, ExpiringIndex) else None
         results: list[CheckAndAddResult] = []
         with self._write_lock:
             # Documents added by this call so far: the key's new fingerprint, and a small index
             # of them, so later documents are checked against them as if they were applied.
             pending: dict[str, int] = {}
             batch: Index | None = None
-            for key, value in zip(key_list, values.tolist(), strict=True):
+            for key, value, when in zip(key_list, values.tolist(), times.tolist(), strict=True):
                 matches = [
                     m for m in index.query(value, k) if m.key != key and m.key not in pending
                 ]
@@ -377,17 +452,18 @@ class Store:
                     continue
                 results.append(CheckAndAddResult(True, [], key in pending or key in index))
                 pending[key] = value
+                if expiring is not None and expiring.is_expired(when):
+                    continue  # stored, and expired at once: matches nothing
                 if batch is None:
                     batch = Index(k=index.k, design=index.design)
                 batch.add(key, value)
             chosen = np.fromiter((r.added for r in results), dtype=bool, count=len(results))
             if chosen.any():
                 add_keys = [key for key, r in zip(key_list, results, strict=True) if r.added]
-                add_values = values[chosen]
+                add_values, add_times = values[chosen], times[chosen]
                 ops = _set_ops(index, add_keys)
-                self._log_then_apply(
-                    ops, add_keys, add_values, lambda: index.add_many(add_keys, add_values)
-                )
+                apply = self._apply_add(add_keys, add_values, add_times)
+                self._log_then_apply(ops, add_keys, add_values, apply, add_times)
         return results
 
     def remove_many(self, keys: Sequence[str]) -> list[bool]:
@@ -441,7 +517,11 @@ class Store:
                     raise StorageError("the data directory is closed (the server is stopping)")
                 sequence = self._sequence
                 self._writer.rotate()
-            parts = self.index.export_slices(self._export_slice_rows)
+            index = self.index
+            if isinstance(index, ExpiringIndex):
+                parts: Sequence[Part] = index.export_timed_slices(self._export_slice_rows)
+            else:
+                parts = index.export_slices(self._export_slice_rows)
             previous = self.data_dir.log_sequence
             info = self.data_dir.save_parts(
                 parts, k=self.index.k, design=self.index.design.as_tuple(), log_sequence=sequence

@@ -11,17 +11,18 @@ Segment file ``DIR/wal-<first sequence, 20 digits>.log``::
     offset  size  field
     ------  ----  ----------------------------------------------------------------------------
     0       8     magic  89 50 4D 4C 0D 0A 1A 0A  (b"\\x89PML\\r\\n\\x1a\\n", PNG-style)
-    8       4     u32  format version = 1
+    8       4     u32  format version = 2 (1: records without times, still read)
     12      4     u32  header size in bytes = 32
     16      8     u64  sequence number of the segment's first record (also in its name)
-    24      4     u32  flags, 0 (reserved; a reader of version 1 refuses other values)
+    24      4     u32  flags, 0 (reserved; a reader refuses other values)
     28      4     u32  CRC-32 (zlib / ISO-HDLC) of bytes 0..27
     32      ...   records, back to back, sequence numbers consecutive
 
 A segment is created complete with its header (temporary file, fsync, rename, directory fsync),
 so a segment file never has a torn header.
 
-Record (n changes, K = total UTF-8 bytes of the n keys; L = 12 + 14n + K)::
+Record of a version 2 segment (n changes, K = total UTF-8 bytes of the n keys;
+L = 12 + 18n + K)::
 
     offset       size  field
     -----------  ----  -----------------------------------------------------------------------
@@ -32,9 +33,17 @@ Record (n changes, K = total UTF-8 bytes of the n keys; L = 12 + 14n + K)::
     20           n     u8[n]   op of each change: 1 add (the key was not stored), 2 replace (it
                                was; its fingerprint is replaced), 3 remove
     20+n         8n    u64[n]  fingerprint of each change (0 for a remove)
-    20+9n        4n    u32[n]  UTF-8 byte length of each key (1..1,024; the NUL excluded)
-    20+13n       K+n   key section: each key's UTF-8 bytes followed by one NUL (the lengths are
+    20+9n        4n    u32[n]  time of each change, Unix seconds: when the key was added (the
+                               server's clock at the write, or the client's ``added_at``), the
+                               time an index with expiry keeps (:mod:`permindex.index.expiry`);
+                               0 for a remove
+    20+13n       4n    u32[n]  UTF-8 byte length of each key (1..1,024; the NUL excluded)
+    20+17n       K+n   key section: each key's UTF-8 bytes followed by one NUL (the lengths are
                        authoritative: a key may contain U+0000)
+
+A version 1 segment (before expiry) holds the same records without the times (L = 12 + 14n + K);
+it is read (its times as 0: unknown, the time of the start to an index with expiry) but never
+appended to: a server continuing a version 1 log starts a new segment.
 
 Replaying a record applies its changes in order: add and replace store the fingerprint under the
 key, remove removes the key if stored. Replay is idempotent over any state at least as new as the
@@ -72,6 +81,7 @@ __all__ = [
     "MAGIC",
     "MIN_BODY",
     "PREFIX",
+    "READABLE_VERSIONS",
     "REMOVE",
     "REPLACE",
     "BadRecord",
@@ -89,7 +99,9 @@ __all__ = [
 ]
 
 MAGIC: Final = b"\x89PML\r\n\x1a\n"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+#: Segment format versions read (1: records without times).
+READABLE_VERSIONS: Final = (1, 2)
 ADD: Final = 1
 REPLACE: Final = 2
 REMOVE: Final = 3
@@ -140,12 +152,14 @@ def list_segments(directory: Path) -> list[Segment]:
 @dataclass(frozen=True)
 class Record:
     """One decoded record: change i is ``ops[i]`` (:data:`ADD`, :data:`REPLACE`,
-    :data:`REMOVE`) of ``keys[i]`` to ``fingerprints[i]`` ((n,) uint64; 0 for a remove)."""
+    :data:`REMOVE`) of ``keys[i]`` to ``fingerprints[i]`` ((n,) uint64; 0 for a remove) at
+    ``times[i]`` ((n,) uint32 Unix seconds; 0 for a remove or a version 1 record)."""
 
     sequence: int
     ops: _U8
     fingerprints: _U64
     keys: list[str]
+    times: npt.NDArray[np.uint32]
 
 
 def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
@@ -163,13 +177,18 @@ def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
 
 
 def encode_record(
-    sequence: int, ops: npt.ArrayLike, keys: Sequence[str], fingerprints: npt.ArrayLike
+    sequence: int,
+    ops: npt.ArrayLike,
+    keys: Sequence[str],
+    fingerprints: npt.ArrayLike,
+    times: npt.ArrayLike | None = None,
 ) -> bytes:
-    """One record (layout in the module docstring) as bytes, ready for one write.
+    """One record of the current version (layout in the module docstring) as bytes, ready for
+    one write; ``times`` None: all 0.
 
     Everything is validated by this function, so that nothing invalid is ever logged: ops in
     {1, 2, 3}, keys non-empty str of at most 1,024 UTF-8 bytes, fingerprints in [0, 2^64), 0 for
-    removes.
+    removes, times in [0, 2^32).
 
     Raises:
         TypeError: a key is not a str.
@@ -184,10 +203,16 @@ def encode_record(
         raise InvalidArgumentError(
             f"fingerprints must be integers in [0, 2**64): {error}"
         ) from None
-    if n == 0 or op_array.size != n or fp_array.size != n:
+    try:
+        time_array = np.zeros(n, dtype="<u4") if times is None else np.asarray(times, dtype="<u4")
+    except (OverflowError, ValueError, TypeError) as error:
+        raise InvalidArgumentError(f"times must be integers in [0, 2**32): {error}") from None
+    time_array = time_array.reshape(-1)
+    if n == 0 or op_array.size != n or fp_array.size != n or time_array.size != n:
         raise InvalidArgumentError(
-            f"a record needs n >= 1 changes with one op, key and fingerprint each "
-            f"(got {op_array.size} ops, {n} keys, {fp_array.size} fingerprints)"
+            f"a record needs n >= 1 changes with one op, key, fingerprint and time each "
+            f"(got {op_array.size} ops, {n} keys, {fp_array.size} fingerprints, "
+            f"{time_array.size} times)"
         )
     if not bool(((op_array >= ADD) & (op_array <= REMOVE)).all()):
         raise InvalidArgumentError(f"ops must be 1 (add), 2 (replace) or 3 (remove): {op_array}")
@@ -201,7 +226,7 @@ def encode_record(
             f"keys[{bad}] is {int(lengths[bad])} UTF-8 bytes; keys are 1 to {MAX_KEY_BYTES}",
             keys[bad],
         )
-    body_length = _BODY_HEAD.size + 13 * n + len(section)
+    body_length = _BODY_HEAD.size + 17 * n + len(section)
     if body_length > _MAX_BODY:
         raise LimitExceededError(
             f"a record of {body_length:,} bytes is over the 4 GiB limit: split the batch",
@@ -212,6 +237,7 @@ def encode_record(
         _BODY_HEAD.pack(sequence, n),
         op_array.tobytes(),
         fp_array.tobytes(),
+        time_array.tobytes(),
         lengths.tobytes(),
         section,
     )
@@ -258,16 +284,23 @@ def record_at(data: bytes, offset: int) -> tuple[int, int]:
     return int(sequence), end
 
 
-def decode_body(data: bytes, start: int, end: int) -> Record:
-    """Decode a body whose CRC matched; BadRecord when it is malformed all the same."""
+def decode_body(data: bytes, start: int, end: int, version: int = FORMAT_VERSION) -> Record:
+    """Decode a body of a segment of format ``version`` whose CRC matched; BadRecord when it is
+    malformed all the same."""
     sequence, n = _BODY_HEAD.unpack_from(data, start)
-    if n < 1 or _BODY_HEAD.size + 14 * n > end - start:
+    timed = 4 * n if version >= 2 else 0  # bytes of the times
+    if n < 1 or _BODY_HEAD.size + 14 * n + timed > end - start:
         raise BadRecord(f"change count {n} does not fit the record")
     at = start + _BODY_HEAD.size
     ops = np.frombuffer(data, dtype=np.uint8, count=n, offset=at).copy()
     fps = np.frombuffer(data, dtype="<u8", count=n, offset=at + n).astype(np.uint64)
-    lengths = np.frombuffer(data, dtype="<u4", count=n, offset=at + 9 * n).astype(np.int64)
-    section_start = at + 13 * n
+    if timed:
+        times = np.frombuffer(data, dtype="<u4", count=n, offset=at + 9 * n).astype(np.uint32)
+    else:
+        times = np.zeros(n, dtype=np.uint32)
+    lengths = np.frombuffer(data, dtype="<u4", count=n, offset=at + 9 * n + timed)
+    lengths = lengths.astype(np.int64)
+    section_start = at + 13 * n + timed
     section = data[section_start:end]
     try:
         check_section(np.frombuffer(section, dtype=np.uint8), lengths, utf8=False)
@@ -279,7 +312,7 @@ def decode_body(data: bytes, start: int, end: int) -> Record:
         keys = decode_section(section, lengths)
     except KeySectionError as error:
         raise BadRecord(f"a key is not valid UTF-8 ({error.reason})") from None
-    return Record(sequence=int(sequence), ops=ops, fingerprints=fps, keys=keys)
+    return Record(sequence=int(sequence), ops=ops, fingerprints=fps, keys=keys, times=times)
 
 
 def valid_record_after(data: bytes, offset: int, first_sequence: int) -> int:
@@ -332,7 +365,9 @@ def segment_header(first_sequence: int) -> bytes:
     return head + struct.pack("<I", zlib.crc32(head))
 
 
-def check_header(data: bytes, segment: Segment) -> None:
+def check_header(data: bytes, segment: Segment) -> int:
+    """The format version of the segment whose bytes are ``data``; CorruptFileError (naming
+    the file) for a foreign, damaged or unknown-version header."""
     path = segment.path
 
     def corrupt(what: str) -> CorruptFileError:
@@ -345,10 +380,10 @@ def check_header(data: bytes, segment: Segment) -> None:
     if len(data) < HEADER_SIZE:
         raise corrupt(f"truncated: {len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
     _magic, version, header_size, first, flags = _HEADER.unpack_from(data)
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise corrupt(
-            f"log format version {version} is not supported (this permindex reads version "
-            f"{FORMAT_VERSION}); use the permindex that wrote it"
+            f"log format version {version} is not supported (this permindex reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); use the permindex that wrote it"
         )
     (crc,) = struct.unpack_from("<I", data, _HEADER.size)
     if zlib.crc32(data[: _HEADER.size]) != crc:
@@ -359,3 +394,4 @@ def check_header(data: bytes, segment: Segment) -> None:
         raise corrupt(
             f"its header says it starts at sequence {first}, its name {segment.first_sequence}"
         )
+    return int(version)

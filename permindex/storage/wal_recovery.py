@@ -25,6 +25,7 @@ from typing import Final
 from permindex.errors import CorruptFileError
 from permindex.storage.datadir import remove_stale
 from permindex.storage.wal_records import (
+    FORMAT_VERSION,
     HEADER_SIZE,
     PREFIX,
     BadRecord,
@@ -143,7 +144,7 @@ def read_log(directory: Path, after: int, *, truncate_corrupt: bool = False) -> 
             break
         data = segment.path.read_bytes()
         try:
-            check_header(data, segment)
+            version = check_header(data, segment)
         except CorruptFileError as error:
             _refuse_or_drop(result, str(error), segment.path, later=[segment, *later],
                             truncate=truncate_corrupt)  # fmt: skip
@@ -156,7 +157,7 @@ def read_log(directory: Path, after: int, *, truncate_corrupt: bool = False) -> 
                 sequence, end = record_at(data, offset)
                 if sequence != expected:
                     raise BadRecord(f"sequence number {sequence}, expected {expected}")
-                record = decode_body(data, offset + PREFIX.size, end)
+                record = decode_body(data, offset + PREFIX.size, end, version)
             except BadRecord as bad:
                 _damaged(result, segment, data, offset, expected, bad.reason, later,
                          truncate=truncate_corrupt)  # fmt: skip
@@ -166,7 +167,8 @@ def read_log(directory: Path, after: int, *, truncate_corrupt: bool = False) -> 
                 result.records.append(record)
             expected = sequence + 1
             offset = end
-        tail = (segment, offset)
+        # A segment of an older format is never appended to: the writer starts a new one.
+        tail = (segment, offset) if version == FORMAT_VERSION else None
         if damaged:
             break
     result.last_sequence = max(after, expected - 1)

@@ -12,6 +12,20 @@ positives.
 Units and conventions used throughout:
 - A fingerprint is an unsigned 64-bit integer (fixed64); every value in [0, 2^64) is valid, 0
   included, which is why a document carries its fingerprint or its text in a oneof.
+- Fingerprints from other languages (see "Clients in other languages" in the README). On the
+  binary wire a fixed64 is 8 bytes, exact. In the JSON mapping (grpcurl, grpc-gateway,
+  protobuf's JSON printers and parsers) a fixed64 is a decimal string, "8924765359055242433";
+  parsers also take a JSON number, which loses exactness above 2^53 in JavaScript and most
+  JSON libraries. A loader must be told to keep the 64 bits: @grpc/proto-loader
+  `longs: String` (or BigInt / Long), protobuf.js `toObject({longs: String})`; Python, Go,
+  Java and C++ use a native uint64 / long (Java: signed, read it with Long.toUnsignedString).
+  Loaders also *convert* what they are given for a fixed64 instead of refusing it (protobuf.js,
+  and so @grpc/proto-loader, sends "abc", "0x10", -5 and 2^64 as 0 or as another number): a
+  server cannot tell such a 0 from a real one. Every request field that takes a fingerprint
+  therefore has a hex alternative (`fingerprint_hex`, `fingerprints_hex`): exactly 16 hex
+  digits, either case, as every permindex output writes a fingerprint ("7bdb22cf023304c1"),
+  checked by the server: anything else is refused with INVALID_ARGUMENT naming the field and
+  the value. A client that does not control its loader's conversions should send hex.
 - A key is the client's name for a document (a URL, a path, an id): a non-empty UTF-8 string of
   at most 1,024 bytes.
 - A Hamming distance (k, distance) is a number of bits, popcount(a XOR b).
@@ -22,8 +36,10 @@ Units and conventions used throughout:
   status TOO_SHORT and is not indexed; the rest of its batch is applied.
 
 Status codes (every RPC):
-- INVALID_ARGUMENT: a missing or over-long key, a document with neither fingerprint nor text,
-  k above the index's k. The whole request is refused and nothing is changed.
+- INVALID_ARGUMENT: a missing or over-long key, a document with no content (or with two
+  members of its oneof on the wire), a fingerprint_hex / fingerprints_hex value that is not
+  16 hex digits, a query with both fingerprints and fingerprints_hex, k above the index's k.
+  The whole request is refused and nothing is changed.
 - RESOURCE_EXHAUSTED: a batch longer than the server's limit (default 100,000 documents or
   fingerprints per message), a message over the size limit (default 64 MiB) or a text over the
   text limit (default 32 MiB, --max-text-bytes). Nothing is changed; split the batch. Also,
@@ -102,31 +118,52 @@ Global___DocumentStatus: _TypeAlias = DocumentStatus  # noqa: Y015
 
 @_typing.final
 class Document(_message.Message):
-    """A document to store: its key and either its fingerprint or its text."""
+    """A document to store: its key and one of its fingerprint (as an integer or in hex) or its text."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_HEX_FIELD_NUMBER: _builtins.int
+    ADDED_AT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Required: non-empty, at most 1,024 UTF-8 bytes."""
     fingerprint: _builtins.int
-    """The 64-bit SimHash fingerprint, computed by the client."""
+    """The 64-bit SimHash fingerprint, computed by the client. JSON: a decimal string
+    ("8924765359055242433"); loaders: keep 64 bits (proto-loader `longs: String`), see the
+    file's header. From a language whose loader converts bad values to 0, prefer
+    fingerprint_hex.
+    """
     text: _builtins.str
     """The document's visible text; the server computes its fingerprint."""
+    fingerprint_hex: _builtins.str
+    """The fingerprint as exactly 16 hex digits, either case ("7bdb22cf023304c1", the form every
+    permindex output writes); stored as the same fixed64. Anything else (fewer or more digits,
+    a 0x prefix, a sign, spaces) is refused: INVALID_ARGUMENT naming documents[i] and the
+    value, and nothing of the request is applied.
+    """
+    added_at: _builtins.int
+    """When the document was crawled, Unix seconds, for a collection with expire_after (an import
+    of an earlier crawl); 0 or absent: the server's clock at the write. A time in the future
+    counts as the server's clock; a negative one is INVALID_ARGUMENT. Logged by every collection,
+    kept by one with expire_after (an entry expires expire_after seconds after it). JSON carries
+    int64 as a decimal string.
+    """
     def __init__(
         self,
         *,
         key: _builtins.str = ...,
         fingerprint: _builtins.int = ...,
         text: _builtins.str = ...,
+        fingerprint_hex: _builtins.str = ...,
+        added_at: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "text", b"text"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "key", b"key", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "key", b"key", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["fingerprint", "text"]  # noqa: Y015
+    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["fingerprint", "text", "fingerprint_hex"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 
@@ -142,7 +179,9 @@ class DocumentResult(_message.Message):
     key: _builtins.str
     status: Global___DocumentStatus.ValueType
     fingerprint: _builtins.int
-    """The document's fingerprint (sent or computed); absent when TOO_SHORT."""
+    """The document's fingerprint (sent or computed); absent when TOO_SHORT. JSON: a decimal
+    string; loaders: keep 64 bits (proto-loader `longs: String`).
+    """
     def __init__(
         self,
         *,
@@ -170,7 +209,9 @@ class AddRequest(_message.Message):
     """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
     def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Document]:
-        """At most the server's batch limit (default 100,000)."""
+        """At most the server's batch limit (default 100,000). Each with a fingerprint, a
+        fingerprint_hex or a text (see Document).
+        """
 
     def __init__(
         self,
@@ -229,6 +270,7 @@ class Match(_message.Message):
     DISTANCE_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     fingerprint: _builtins.int
+    """JSON: a decimal string; loaders: keep 64 bits (proto-loader `longs: String`)."""
     distance: _builtins.int
     """Hamming distance to the query, in bits (0..k)."""
     def __init__(
@@ -254,6 +296,7 @@ class QueryRequest(_message.Message):
     K_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     COLLECTION_FIELD_NUMBER: _builtins.int
+    FINGERPRINTS_HEX_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
     limit: _builtins.int
@@ -262,7 +305,17 @@ class QueryRequest(_message.Message):
     """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
     def fingerprints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """At most the server's batch limit."""
+        """The fingerprints to look up, as integers; at most the server's batch limit. JSON: decimal
+        strings; loaders: keep 64 bits (proto-loader `longs: String`); see fingerprints_hex.
+        """
+
+    @_builtins.property
+    def fingerprints_hex(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The fingerprints to look up, in hex: each exactly 16 hex digits, either case (as
+        Document.fingerprint_hex; anything else: INVALID_ARGUMENT naming fingerprints_hex[i] and the
+        value). Use either this or `fingerprints`: both non-empty is refused (INVALID_ARGUMENT).
+        The results follow this field's order. At most the server's batch limit.
+        """
 
     def __init__(
         self,
@@ -271,10 +324,11 @@ class QueryRequest(_message.Message):
         k: _builtins.int | None = ...,
         limit: _builtins.int | None = ...,
         collection: _builtins.str = ...,
+        fingerprints_hex: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "k", b"k", "limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "collection", b"collection", "fingerprints", b"fingerprints", "k", b"k", "limit", b"limit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "collection", b"collection", "fingerprints", b"fingerprints", "fingerprints_hex", b"fingerprints_hex", "k", b"k", "limit", b"limit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
     _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
@@ -343,7 +397,8 @@ class QueryColumnsRequest(_message.Message):
     """n fingerprints packed: n x 8 bytes, each an unsigned 64-bit integer in little-endian byte
     order (the bytes of a numpy (n,) array of dtype '<u8'). A length that is not a multiple of 8
     is refused (INVALID_ARGUMENT); n at most the server's batch limit (RESOURCE_EXHAUSTED); n = 0
-    gets an empty response.
+    gets an empty response. Exact in every language and in JSON (base64 of the bytes), so this
+    packed path has no hex alternative: a client without packed uint64 arrays uses Query.
     """
     k: _builtins.int
     """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
@@ -450,7 +505,9 @@ class GetResult(_message.Message):
     key: _builtins.str
     found: _builtins.bool
     fingerprint: _builtins.int
-    """Present when found."""
+    """Present when found. JSON: a decimal string; loaders: keep 64 bits (proto-loader
+    `longs: String`).
+    """
     def __init__(
         self,
         *,
@@ -502,7 +559,9 @@ class CheckAndAddRequest(_message.Message):
     collection: _builtins.str
     """The collection (see CreateCollection); empty: "default". NOT_FOUND when it does not exist."""
     @_builtins.property
-    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Document]: ...
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Document]:
+        """Each with a fingerprint, a fingerprint_hex or a text (see Document)."""
+
     def __init__(
         self,
         *,
@@ -532,6 +591,9 @@ class CheckAndAddResult(_message.Message):
     status: Global___DocumentStatus.ValueType
     """ADDED, REPLACED, NEAR_DUPLICATE or TOO_SHORT."""
     fingerprint: _builtins.int
+    """The document's fingerprint; absent when TOO_SHORT. JSON: a decimal string; loaders: keep
+    64 bits (proto-loader `longs: String`).
+    """
     @_builtins.property
     def matches(self) -> _containers.RepeatedCompositeFieldContainer[Global___Match]:
         """The other keys within k at the time of the check (sorted by distance, then key); the
@@ -893,7 +955,9 @@ class ExactDuplicateGroup(_message.Message):
     id: _builtins.int
     """The group's number in the answer, 0 for the largest; the parts of a split group share it."""
     fingerprint: _builtins.int
-    """The fingerprint the keys share."""
+    """The fingerprint the keys share. JSON: a decimal string; loaders: keep 64 bits
+    (proto-loader `longs: String`).
+    """
     size: _builtins.int
     """Keys in the whole group (all parts together)."""
     @_builtins.property
@@ -1005,6 +1069,8 @@ class StatsResponse(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     COLLECTION_FIELD_NUMBER: _builtins.int
+    EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
+    EXPIRED_PENDING_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """Stored keys."""
     memory_bytes: _builtins.int
@@ -1023,6 +1089,10 @@ class StatsResponse(_message.Message):
     """Resident memory of the server process (VmRSS), bytes; 0 where unknown."""
     collection: _builtins.str
     """The collection these numbers are of."""
+    expire_after: _builtins.int
+    """The collection's expire_after, seconds (see CollectionOptions); 0: entries never expire."""
+    expired_pending: _builtins.int
+    """Entries expired (they match nothing any more) whose memory awaits the next compaction."""
     @_builtins.property
     def design(self) -> Global___Design: ...
     def __init__(
@@ -1038,10 +1108,12 @@ class StatsResponse(_message.Message):
         version: _builtins.str = ...,
         resident_memory_bytes: _builtins.int = ...,
         collection: _builtins.str = ...,
+        expire_after: _builtins.int = ...,
+        expired_pending: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "design", b"design", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "collection", b"collection", "count", b"count", "design", b"design", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "collection", b"collection", "count", b"count", "design", b"design", "expire_after", b"expire_after", "expired_pending", b"expired_pending", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["last_snapshot_unix_seconds"]  # noqa: Y015
     _WhichOneofArgType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds"]  # noqa: Y015
@@ -1129,6 +1201,7 @@ class ExportEntry(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     fingerprint: _builtins.int
+    """JSON: a decimal string; loaders: keep 64 bits (proto-loader `longs: String`)."""
     def __init__(
         self,
         *,
@@ -1176,6 +1249,7 @@ class CollectionOptions(_message.Message):
     LEADING_FIELD_NUMBER: _builtins.int
     SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
     MIN_WORDS_FIELD_NUMBER: _builtins.int
+    EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits the collection answers."""
     blocks: _builtins.int
@@ -1184,6 +1258,11 @@ class CollectionOptions(_message.Message):
     shingle_size: _builtins.int
     """Words per shingle, and the fewest words of a text, when the server fingerprints texts."""
     min_words: _builtins.int
+    expire_after: _builtins.int
+    """Seconds after which an entry not added again expires: it stops matching at once and is
+    reclaimed by compaction (re-adding or replacing a key renews it). 0 or absent: never (the
+    server's --expire-after applies to the default collection only). At most 2^32 - 1.
+    """
     def __init__(
         self,
         *,
@@ -1192,10 +1271,11 @@ class CollectionOptions(_message.Message):
         leading: _builtins.int | None = ...,
         shingle_size: _builtins.int | None = ...,
         min_words: _builtins.int | None = ...,
+        expire_after: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "expire_after", b"expire_after", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__blocks: _TypeAlias = _typing.Literal["blocks"]  # noqa: Y015
     _WhichOneofArgType__blocks: _TypeAlias = _typing.Literal["_blocks", b"_blocks"]  # noqa: Y015
@@ -1253,6 +1333,7 @@ class CollectionInfo(_message.Message):
     DESIGN_FIELD_NUMBER: _builtins.int
     SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
     MIN_WORDS_FIELD_NUMBER: _builtins.int
+    EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     """Stored keys."""
@@ -1260,6 +1341,8 @@ class CollectionInfo(_message.Message):
     """Estimated memory of its index, bytes."""
     shingle_size: _builtins.int
     min_words: _builtins.int
+    expire_after: _builtins.int
+    """Seconds after which an entry not added again expires; 0: never."""
     @_builtins.property
     def design(self) -> Global___Design: ...
     def __init__(
@@ -1271,10 +1354,11 @@ class CollectionInfo(_message.Message):
         design: Global___Design | None = ...,
         shingle_size: _builtins.int = ...,
         min_words: _builtins.int = ...,
+        expire_after: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["design", b"design"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,425 @@
+"""Expiry for re-crawls: :class:`ExpiringIndex`, an :class:`~permindex.index.Index` whose entries
+expire when their key was not added again within ``expire_after`` seconds.
+
+Every row keeps the time its key was last added (:attr:`RowStore.times
+<permindex.index.rows.RowStore.times>`: uint32 Unix seconds, 4 bytes per row, only in an index
+with expiry): the clock's time at the write, or the ``added_at`` the caller gives (an import of an
+earlier crawl). Adding a key again -- with the same fingerprint or a new one -- renews it. An entry
+added at time t is expired from the moment ``now >= t + expire_after``: it is then as if removed,
+which is the SQL ``DELETE FROM page WHERE crawled_at <= now - expire_after`` run before every call.
+
+How: every public call first compares the clock with the oldest time stored (one comparison while
+nothing is due), and when something is due it kills the expired rows under the index lock (a
+tombstone each, O(n) numpy work over the times: at most once per second of the clock, as times are
+whole seconds) before it answers. So an expired entry never matches a query, never blocks
+:meth:`~permindex.index.Index.check_and_add`, and is in no pair, cluster, flag or export; its
+memory is reclaimed by the next compaction (at once when a sweep kills many rows).
+:attr:`ExpiringIndex.expired_pending` counts the expired rows still awaiting it.
+
+Times: ``added_at`` is Unix seconds (int or float, floored), 0 or None meaning the clock's time; a
+time in the future counts as the clock's time (clock skew between machines must not make an entry
+outlive its duration); a negative, non-finite or non-number time is refused. An entry added with a
+time already past its duration is added and expired at once (as the same row inserted into the SQL
+table and deleted by the next ``DELETE``).
+
+Threads: the check of the clock is made when a call starts, without the lock; a call that starts
+while another thread is writing an entry already expired on arrival may see that entry (the
+write's own answers and every later call do not).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Final, Literal, overload
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+from permindex.index.batches import compact_inputs, key_list, validate_keys
+from permindex.index.index import CheckAndAddResult, Index, check_and_add
+from permindex.index.match import Match
+from permindex.index.permutation import DEFAULT_DESIGN, Design
+from permindex.index.query import QueryColumns
+from permindex.index.rows import DEFAULT_COMPACTION_MIN, export_slices
+from permindex.index.table import DEFAULT_MEMTABLE_LIMIT
+from permindex.index.writes import add_batch, add_one, add_section
+
+__all__ = [
+    "MAX_EXPIRE_AFTER",
+    "AddedAt",
+    "ExpiringIndex",
+    "check_expire_after",
+    "parse_duration",
+    "stamps",
+]
+
+#: The longest ``expire_after``, seconds (times are uint32 seconds).
+MAX_EXPIRE_AFTER: Final = (1 << 32) - 1
+#: A sweep that kills at least this many rows compacts at once (no unlink per key).
+COMPACT_AFTER_EXPIRING: Final = 1 << 10
+_NEVER: Final = 1 << 62  # the oldest time of an index without rows
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION: Final = re.compile(r"([0-9]{1,12})([smhd]?)")
+
+_U32 = NDArray[np.uint32]
+_U64 = NDArray[np.uint64]
+
+
+def parse_duration(text: str) -> int:
+    """Seconds of a duration written as digits and a unit, ``s``, ``m``, ``h`` or ``d`` (``45s``,
+    ``90m``, ``12h``, ``30d``; digits alone are seconds).
+
+    Raises:
+        InvalidArgumentError: anything else, 0, or above :data:`MAX_EXPIRE_AFTER` seconds.
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise InvalidArgumentError(
+            f"duration {text[:40]!r} is not digits and a unit s, m, h or d (30d, 12h, 90m, 45s)",
+            text,
+        )
+    return check_expire_after(int(match.group(1)) * _UNITS[match.group(2) or "s"])
+
+
+def check_expire_after(value: object) -> int:
+    """``value`` if it is an int in [1, :data:`MAX_EXPIRE_AFTER`] (seconds).
+
+    Raises:
+        TypeError: not an int (bool refused).
+        InvalidArgumentError: out of range.
+    """
+    if type(value) is not int:
+        raise TypeError(f"expire_after must be an int (seconds), not {type(value).__name__}")
+    if not 1 <= value <= MAX_EXPIRE_AFTER:
+        raise InvalidArgumentError(
+            f"expire_after must be 1 to {MAX_EXPIRE_AFTER} seconds, got {value}", value
+        )
+    return value
+
+
+#: The ``added_at`` of a write: None (now), one time for all entries, or one per entry.
+AddedAt = float | Iterable[float] | NDArray[np.number] | None
+
+
+def stamps(added_at: AddedAt, n: int, now: float) -> _U32:
+    """The (n,) uint32 times of n entries written at ``now`` (Unix seconds): ``added_at`` None
+    (every entry at ``now``), one number for all, or n numbers; each floored, 0 meaning ``now``,
+    a time after ``now`` taken as ``now`` (see the module docstring).
+
+    Raises:
+        TypeError: a time that is not a number (bool refused).
+        InvalidArgumentError: a negative or non-finite time, or not n of them.
+    """
+    clock = min(max(int(now), 0), MAX_EXPIRE_AFTER)
+    if added_at is None:
+        return np.full(n, clock, dtype=np.uint32)
+    if isinstance(added_at, bool) or isinstance(added_at, (str, bytes)):
+        raise TypeError(f"added_at must be Unix seconds, not {type(added_at).__name__}")
+    if isinstance(added_at, (int, float, np.integer, np.floating)):
+        values = np.full(n, float(added_at))
+    else:
+        array = added_at if isinstance(added_at, np.ndarray) else np.array(list(added_at))
+        if array.dtype.kind not in "iuf" or array.ndim != 1:
+            raise TypeError(f"added_at must be Unix seconds, not an array of {array.dtype}")
+        if array.size != n:
+            raise InvalidArgumentError(f"{n} entries but {array.size} added_at times", array.size)
+        values = array.astype(np.float64)
+    if values.size and not (bool(np.isfinite(values).all()) and float(values.min()) >= 0):
+        bad = float(values[~(np.isfinite(values) & (values >= 0))][0])
+        raise InvalidArgumentError(f"added_at must be Unix seconds >= 0, got {bad}", bad)
+    floored = np.floor(values)
+    floored[(floored == 0) | (floored > clock)] = clock
+    result: _U32 = floored.astype(np.uint32)
+    return result
+
+
+class ExpiringIndex(Index):
+    """An :class:`~permindex.index.Index` whose entries expire ``expire_after`` seconds after
+    their key was last added (see the module docstring). The same methods, answers and errors,
+    over the entries not expired; the writes take an ``added_at`` (Unix seconds) too.
+
+    Args:
+        expire_after: seconds, 1 to :data:`MAX_EXPIRE_AFTER`.
+        clock: the wall clock, Unix seconds (``time.time``; tests pass their own).
+        the rest: as :class:`~permindex.index.Index` (``from_arrays`` and ``from_compact`` are
+            not available: build it, then :meth:`add_many`).
+
+    Raises:
+        TypeError, InvalidArgumentError: as :class:`~permindex.index.Index`, and for a bad
+            ``expire_after`` (:func:`check_expire_after`).
+    """
+
+    def __init__(
+        self,
+        k: int = 3,
+        design: Design | tuple[int, int] | str = DEFAULT_DESIGN,
+        *,
+        expire_after: int,
+        clock: Callable[[], float] = time.time,
+        memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
+        compaction_min: int = DEFAULT_COMPACTION_MIN,
+        expected_size: int | None = None,
+        memory_budget: int | None = None,
+    ) -> None:
+        self._expire_after = check_expire_after(expire_after)
+        super().__init__(
+            k,
+            design,
+            memtable_limit=memtable_limit,
+            compaction_min=compaction_min,
+            expected_size=expected_size,
+            memory_budget=memory_budget,
+        )
+        self._clock = clock
+        self._oldest = _NEVER  # no stored time is older (a lower bound, kept under the lock)
+        self._pending = (0, 0)  # (compactions, rows expired since the last compaction)
+        with self._lock:
+            self._rows.keep_times()
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, expire_after={self._expire_after})"
+
+    # -- expiry -------------------------------------------------------------------------------
+
+    @property
+    def expire_after(self) -> int:
+        """Seconds after its last addition at which an entry expires."""
+        return self._expire_after
+
+    @property
+    def expired_pending(self) -> int:
+        """Expired rows whose memory awaits the next compaction (they match nothing)."""
+        self.expire()
+        with self._lock:
+            compactions, count = self._pending
+            return count if compactions == self._rows.compactions else 0
+
+    def now(self) -> float:
+        """The clock's time, Unix seconds."""
+        return self._clock()
+
+    def is_expired(self, added_at: int) -> bool:
+        """Whether an entry added at ``added_at`` (Unix seconds) is expired now."""
+        return int(self._clock()) - self._expire_after >= added_at
+
+    def times(self, keys: Iterable[str]) -> list[int | None]:
+        """When each of ``keys`` was last added (Unix seconds), None where not stored. Errors
+        as :meth:`contains_many`."""
+        found = self._find(keys)
+        with self._lock:
+            times = self._rows.times
+            assert times is not None
+            return [None if row < 0 else int(times[row]) for row in found.tolist()]
+
+    def _find(self, keys: Iterable[str]) -> NDArray[np.int64]:
+        self.expire()
+        _keys, batch = validate_keys(keys)
+        with self._lock:
+            return self._store.find_many(batch)
+
+    def expire(self) -> int:
+        """Kill the rows expired now (every call does this first); returns how many. O(1) while
+        none is due, else O(n) numpy work under the lock."""
+        cutoff = int(self._clock()) - self._expire_after
+        if cutoff < self._oldest:
+            return 0
+        rows = self._rows
+        with self._lock:
+            times = rows.times
+            assert times is not None
+            n = rows.n
+            live = rows.live_mask()
+            expired = np.flatnonzero(live & (times[:n] <= cutoff)).astype(np.int64)
+            kept = times[:n][live & (times[:n] > cutoff)]
+            self._oldest = int(kept.min()) if kept.size else _NEVER
+            if expired.size:
+                rows.kill(expired)
+                if expired.size >= COMPACT_AFTER_EXPIRING:
+                    rows.compact()  # relinks the keys of the live rows: no unlink each
+                else:
+                    for row in expired.tolist():
+                        rows.keys.unlink(row)
+                    compactions, count = self._pending
+                    if compactions != rows.compactions:
+                        count = 0
+                    self._pending = (rows.compactions, count + int(expired.size))
+                    if rows.compaction_due():
+                        rows.compact()
+        if expired.size:
+            self._runs.merge_pending()
+        return int(expired.size)
+
+    def _stamp(self, added_at: AddedAt, n: int) -> _U32:
+        """The times of a write of n entries, noted as stored (before the write, so that a
+        call racing it sweeps)."""
+        times = stamps(added_at, n, self._clock())
+        if times.size:
+            with self._lock:
+                self._oldest = min(self._oldest, int(times.min()))
+        return times
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def add(self, key: str, fingerprint: int, *, added_at: float | None = None) -> bool:
+        """:meth:`Index.add <permindex.index.Index.add>` at ``added_at`` (see the module
+        docstring; None: now); the key's time is renewed even when its fingerprint is
+        unchanged. Also InvalidArgumentError / TypeError for a bad ``added_at``."""
+        self.expire()
+        when = int(self._stamp(added_at, 1)[0])
+        return add_one(self._rows, self._runs, key, fingerprint, when)
+
+    def add_many(
+        self,
+        keys: Iterable[str],
+        fingerprints: Iterable[int] | _U64,
+        *,
+        added_at: AddedAt = None,
+    ) -> NDArray[np.bool_]:
+        """:meth:`Index.add_many <permindex.index.Index.add_many>` at ``added_at``: None (now),
+        one time for all, or one per key (a repeated key takes its last). Also
+        InvalidArgumentError / TypeError for bad times."""
+        self.expire()
+        keys = key_list(keys)
+        times = self._stamp(added_at, len(keys))
+        return add_batch(self._rows, self._runs, keys, fingerprints, times)
+
+    def add_compact(
+        self,
+        lengths: NDArray[np.integer] | Iterable[int],
+        blob: NDArray[np.uint8] | bytes | bytearray,
+        fingerprints: Iterable[int] | _U64,
+        *,
+        added_at: AddedAt = None,
+    ) -> None:
+        """:meth:`Index.add_compact <permindex.index.Index.add_compact>` at ``added_at`` (as
+        :meth:`add_many`)."""
+        self.expire()
+        sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
+        times = self._stamp(added_at, int(sizes.size))
+        keys = add_section(self._rows, self._runs, sizes, raw, values, times)
+        if keys is not None:  # maybe a repeated key: the exact path
+            self.add_many(keys, values, added_at=times)
+
+    def check_and_add(
+        self, key: str, fingerprint: int, k: int | None = None, *, added_at: float | None = None
+    ) -> CheckAndAddResult:
+        """:meth:`Index.check_and_add <permindex.index.Index.check_and_add>` among the entries
+        not expired, storing the key at ``added_at`` (None: now)."""
+        self.expire()
+        when = int(self._stamp(added_at, 1)[0])
+        return check_and_add(self, key, fingerprint, k, when)
+
+    def remove(self, key: str) -> None:
+        self.expire()
+        super().remove(key)
+
+    def discard(self, key: str) -> bool:
+        self.expire()
+        return super().discard(key)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def query(
+        self, fingerprint: int, k: int | None = None, limit: int | None = None
+    ) -> list[Match]:
+        self.expire()
+        return super().query(fingerprint, k, limit)
+
+    @overload
+    def query_many(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = ...,
+        limit: int | None = ...,
+        *,
+        threads: int | None = ...,
+        columns: Literal[False] = ...,
+    ) -> list[list[Match]]: ...
+
+    @overload
+    def query_many(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = ...,
+        limit: int | None = ...,
+        *,
+        threads: int | None = ...,
+        columns: Literal[True],
+    ) -> QueryColumns: ...
+
+    def query_many(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = None,
+        limit: int | None = None,
+        *,
+        threads: int | None = None,
+        columns: bool = False,
+    ) -> list[list[Match]] | QueryColumns:
+        self.expire()
+        if columns:
+            return super().query_many(fingerprints, k, limit, threads=threads, columns=True)
+        return super().query_many(fingerprints, k, limit, threads=threads)
+
+    def iter_pairs(
+        self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[tuple[str, str, int]]:
+        self.expire()
+        return super().iter_pairs(k, should_stop=should_stop)
+
+    def export(self) -> tuple[list[str], _U64]:
+        self.expire()
+        return super().export()
+
+    def export_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64]:
+        self.expire()
+        return super().export_compact()
+
+    def export_slices(
+        self, rows_per_slice: int = 1 << 14
+    ) -> list[tuple[NDArray[np.int64], NDArray[np.uint8], _U64]]:
+        return [part[:3] for part in self.export_timed_slices(rows_per_slice)]
+
+    def export_timed_slices(
+        self, rows_per_slice: int = 1 << 14
+    ) -> list[tuple[NDArray[np.int64], NDArray[np.uint8], _U64, _U32]]:
+        """:meth:`Index.export_slices <permindex.index.Index.export_slices>` (its contract),
+        each slice with the (m,) uint32 times of its keys: what a snapshot writes."""
+        self.expire()
+        parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
+        if parts is None:
+            with self._lock:
+                live = self._rows.live_rows()
+                lengths, blob = self._store.export(live)
+                times = self._rows.times
+                assert times is not None
+                return [(lengths, blob, self._rows.fps[live], times[live])]
+        return [(a, b, c, _times_of(d)) for a, b, c, d in parts]
+
+    def get(self, key: str) -> int | None:
+        self.expire()
+        return super().get(key)
+
+    def __len__(self) -> int:
+        self.expire()
+        return super().__len__()
+
+    def __contains__(self, key: object) -> bool:
+        self.expire()
+        return super().__contains__(key)
+
+    def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
+        self.expire()
+        return super().contains_many(keys)
+
+    def __iter__(self) -> Iterator[str]:
+        self.expire()
+        return super().__iter__()
+
+
+def _times_of(times: _U32 | None) -> _U32:
+    assert times is not None  # an expiring index keeps times
+    return times
