@@ -500,11 +500,15 @@ def test_a_missing_token_file_is_refused_at_start(tmp_path: Path, site: Site) ->
 
 def test_k(tmp_path: Path, site: Site, server: str, collection: str) -> None:
     """Two pages 2 bits apart: one is dropped with the collection's k (3), both are scraped with
-    PERMINDEX_K = 1."""
+    PERMINDEX_K = 1; a k above the collection's stops the crawl (every request is refused)."""
     with Client(server) as client:
         client.create_collection(collection + "-k1")
     runs = {}
-    for name, extra in [("k3", (collection, ())), ("k1", (collection + "-k1", ("PERMINDEX_K=1",)))]:
+    for name, extra in [
+        ("k3", (collection, ())),
+        ("k1", (collection + "-k1", ("PERMINDEX_K=1",))),
+        ("k9", (collection + "-k1", ("PERMINDEX_K=9",))),
+    ]:
         workdir = tmp_path / name
         workdir.mkdir()
         runs[name] = _crawl(
@@ -517,6 +521,10 @@ def test_k(tmp_path: Path, site: Site, server: str, collection: str) -> None:
     assert len(runs["k3"].items) == 1 and runs["k3"].stat("permindex/near_duplicate") == 1
     assert "(distance 2)" in runs["k3"].log
     assert len(runs["k1"].items) == 2 and runs["k1"].stat("permindex/near_duplicate") is None
+    assert runs["k9"].finish_reason == "permindex_error" and runs["k9"].items == []
+    assert re.search(
+        r"ERROR: permindex server \S+: .*\b9\b.*; stopping the crawl\n", runs["k9"].log
+    )
 
 
 def test_a_page_that_cannot_be_sent_does_not_fail_the_others(server: str, collection: str) -> None:

@@ -151,7 +151,7 @@ class NearDuplicateMiddleware:
     - ``PERMINDEX_TLS_CA``: the PEM file of the CA that signed the server's certificate; turns
       TLS on (as ``--tls-ca``).
     - ``PERMINDEX_K``: the largest distance of a near-duplicate, bits (default: the
-      collection's k; above it the server refuses every request).
+      collection's k; above it the server refuses every request: the crawl stops).
     - ``PERMINDEX_DROP``: drop near-duplicates (default True) or only annotate them.
     - ``PERMINDEX_FAIL_OPEN``: what to do with a page that could not be checked. True (the
       default): it passes, ``permindex/errors`` counts it, and the first failure after a
@@ -159,8 +159,9 @@ class NearDuplicateMiddleware:
       failed request stops the crawl (``finish_reason`` ``permindex_error``, the cause logged as
       an error) and the page is dropped; a page whose own body cannot be read (an encoding with
       no decoder, HTML nested too deep, a URL over the 1,024-byte key limit) is dropped.
-      Either way, a refused token or a collection that does not exist stops the crawl: no page
-      could ever be checked.
+      Either way, a refused token, a collection that does not exist or a request the server
+      finds invalid (a ``PERMINDEX_K`` above the collection's k) stops the crawl: no page could
+      ever be checked.
     - ``PERMINDEX_TIMEOUT``: the deadline of each request, seconds (default 10): a server that
       does not answer holds the pages of one request that long.
     - ``PERMINDEX_MAX_TEXT_BYTES``: the longest text sent, UTF-8 bytes (default 32 MiB, the
@@ -294,7 +295,8 @@ class NearDuplicateMiddleware:
                 return response
             logger.warning("permindex: dropped %s, not checkable: %s", response.url, error)
             raise IgnoreRequest(f"cannot be checked: {error}: {response.url}")
-        configuration = isinstance(error, PermissionError | NotFoundError)
+        # Keys and texts are checked before they are sent: a refusal is the configuration's.
+        configuration = isinstance(error, PermissionError | NotFoundError | InvalidArgumentError)
         if self.fail_open and not configuration:
             self._unchecked += 1
             if not self._failing:
