@@ -3,7 +3,11 @@
 Fingerprints (Charikar 2002) are computed by :func:`simhash` (many texts at once:
 :func:`simhash_many`); :class:`Index` stores (key, fingerprint) pairs in the table-permutation
 index of Manku, Jain & Das Sarma 2007 (section 3) and answers, exactly, which keys lie within
-Hamming distance k of a fingerprint. The gRPC server and the command line live in
+Hamming distance k of a fingerprint. For pipelines: :func:`html_to_text` (the visible text of
+a page, as ``permindex ingest`` takes it), :func:`format_fingerprint` and
+:func:`parse_fingerprint` (the 16-hex-digit form of every output), :func:`dedup_dataset` (the
+near-duplicate rows of a ``datasets.Dataset``, a DataFrame or an Arrow table); for crawlers,
+:mod:`permindex.scrapy`. The gRPC server and the command line live in
 :mod:`permindex.rpc` and :mod:`permindex.cli`; importing this package alone does not import grpc
 (nor numba: the compiled kernels are loaded on first use).
 """
@@ -45,7 +49,9 @@ from permindex.index.clusters import (
     exact_duplicates,
     flags,
 )
-from permindex.index.hamming import hamming, validate_fingerprint
+from permindex.index.hamming import hamming, parse_fingerprint, validate_fingerprint
+from permindex.near.dataset import DatasetDedup, dedup_dataset
+from permindex.text.documents import format_fingerprint, html_to_text, read_file_text
 from permindex.text.fingerprint import (
     shingles,
     simhash,
@@ -69,6 +75,7 @@ __all__ = [
     "CollectionExistsError",
     "CorruptFileError",
     "DataDirLockedError",
+    "DatasetDedup",
     "ExactGroup",
     "ExpiringIndex",
     "Flag",
@@ -95,9 +102,14 @@ __all__ = [
     "WorkBudgetExceededError",
     "__version__",
     "clusters",
+    "dedup_dataset",
     "exact_duplicates",
     "flags",
+    "format_fingerprint",
     "hamming",
+    "html_to_text",
+    "parse_fingerprint",
+    "read_file_text",
     "shingles",
     "simhash",
     "simhash_features",

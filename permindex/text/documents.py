@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Final, NamedTuple
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
-from permindex.index.hamming import parse_fingerprint
+from permindex.index.hamming import parse_fingerprint, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.text.extract import Extract, main_text
 
@@ -33,6 +33,7 @@ __all__ = [
     "ReadStats",
     "check_key",
     "folder_file_text",
+    "format_fingerprint",
     "html_to_text",
     "read_documents",
     "read_file_text",
@@ -113,8 +114,15 @@ def tsv_field(text: str) -> str:
 
 
 def format_fingerprint(fingerprint: int) -> str:
-    """A fingerprint as our outputs write it: 16 lower-case hex digits, zero-padded."""
-    return f"{fingerprint:016x}"
+    """A fingerprint as every permindex output writes it: 16 lower-case hex digits,
+    zero-padded (``format_fingerprint(0x7b) == "000000000000007b"``), which
+    :func:`~permindex.index.hamming.parse_fingerprint` reads back.
+
+    Raises:
+        TypeError: not an integer (a bool, float, str...).
+        InvalidArgumentError: outside [0, 2^64).
+    """
+    return f"{validate_fingerprint(fingerprint):016x}"
 
 
 def check_key(key: str) -> None:
