@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Final, NamedTuple
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
+from permindex.index.expiry import added_at_seconds
 from permindex.index.hamming import parse_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 
@@ -64,11 +65,13 @@ class MalformedInputError(InvalidArgumentError):
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One input document: its key and either its text or its fingerprint (exactly one is set)."""
+    """One input document: its key and either its text or its fingerprint (exactly one is set),
+    and when it was crawled (``added_at``, Unix seconds; None: not given)."""
 
     key: str
     text: str | None = None
     fingerprint: int | None = None
+    added_at: int | None = None
 
     def size_bytes(self) -> int:
         """Approximate size of the document in a request message, bytes (UTF-8 key and text,
@@ -312,37 +315,42 @@ def _inflate(path: str, name: str, size: int, sender: Any) -> None:
 
 class DocumentColumns(NamedTuple):
     """Documents as three lists of one length: ``keys``, ``texts`` (None where the input gave
-    a fingerprint) and ``fingerprints`` (None where it gave a text)."""
+    a fingerprint) and ``fingerprints`` (None where it gave a text); no crawl times (what
+    ``dedup`` reads)."""
 
     keys: list[str]
     texts: list[str | None]
     fingerprints: list[int | None]
 
-    def documents(self) -> list[Document]:
-        """The same as :class:`Document` objects."""
+    def documents(self, added_at: list[int] | None = None) -> list[Document]:
+        """The same as :class:`Document` objects, with the crawl times ``added_at`` (Unix
+        seconds, one per document) when given."""
+        times: Iterable[int | None] = added_at if added_at is not None else [None] * len(self.keys)
         return [
-            Document(k, text=t, fingerprint=f)
-            for k, t, f in zip(self.keys, self.texts, self.fingerprints, strict=True)
+            Document(k, text=t, fingerprint=f, added_at=a)
+            for k, t, f, a in zip(self.keys, self.texts, self.fingerprints, times, strict=True)
         ]
 
 
 @dataclass(frozen=True)
 class JsonlParser:
     """The parser of one JSONL input's lines (picklable, so that worker processes parse):
-    ``name`` (the input's name in messages), ``id_field``, ``text_field`` and
-    ``fingerprint_field``."""
+    ``name`` (the input's name in messages), ``id_field``, ``text_field``,
+    ``fingerprint_field`` and ``added_at_field`` (optional: when the document was crawled)."""
 
     name: str
     id_field: str = "id"
     text_field: str = "text"
     fingerprint_field: str = "fingerprint"
+    added_at_field: str = "added_at"
 
     def columns(self, lines: Iterable[bytes], first: int) -> DocumentColumns:
         """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
         blank lines skipped, as columns: those of :meth:`parse_line`, one line at a time, with
         a shortcut for a plain line (an object with a string key within the key rule, a string
-        text that is ASCII or holds no lone surrogate, and no fingerprint field): the same
-        document by fewer checks, and no :class:`Document` object made.
+        text that is ASCII or holds no lone surrogate, and no fingerprint or added_at field): the
+        same document by fewer checks, and no :class:`Document` object made. The crawl times
+        are checked, not kept.
 
         Raises:
             MalformedInputError: the first malformed line (see :meth:`parse_line`).
@@ -357,7 +365,7 @@ class JsonlParser:
                 obj = loads(line.decode("utf-8"))
             except (ValueError, RecursionError):
                 obj = None
-            if type(obj) is dict and fp_field not in obj:
+            if type(obj) is dict and fp_field not in obj and self.added_at_field not in obj:
                 key = obj.get(id_field)
                 text = obj.get(text_field)
                 if (
@@ -395,7 +403,8 @@ class JsonlParser:
         Raises:
             MalformedInputError: the line is not UTF-8, not a JSON object, has no key or a bad
                 one, neither or both of the text and ``fingerprint``, a text that is not a
-                string or holds a lone surrogate, or a bad fingerprint.
+                string or holds a lone surrogate, a bad fingerprint, or an ``added_at`` that is
+                not a number >= 0 (:func:`~permindex.index.expiry.added_at_seconds`).
         """
 
         def bad(message: str, value: object = None) -> MalformedInputError:
@@ -441,12 +450,20 @@ class JsonlParser:
                     f'"{text_field}" holds a lone surrogate \\u{ord(surrogate.group()):04x} at '
                     f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
                 )
-            return Document(key, text=text)
+        added_at = None
+        if self.added_at_field in obj:
+            try:
+                added_at = added_at_seconds(obj[self.added_at_field])
+            except InvalidArgumentError as error:
+                message = str(error).replace("added_at", f'"{self.added_at_field}"', 1)
+                raise bad(message, obj[self.added_at_field]) from None
+        if has_text:
+            return Document(key, text=text, added_at=added_at)
         try:
             fingerprint = parse_fingerprint(obj[fp_field])
         except InvalidArgumentError as error:
             raise bad(str(error), obj[fp_field]) from None
-        return Document(key, fingerprint=fingerprint)
+        return Document(key, fingerprint=fingerprint, added_at=added_at)
 
 
 class DocumentReader:
@@ -465,11 +482,13 @@ class DocumentReader:
         id_field: str = "id",
         text_field: str = "text",
         fingerprint_field: str = "fingerprint",
+        added_at_field: str = "added_at",
     ) -> None:
         self.name = str(source)
         self._id_field = id_field
         self._text_field = text_field
         self._fingerprint_field = fingerprint_field
+        self._added_at_field = added_at_field
         self.stats = ReadStats()
         self.size_bytes: int | None = None
         self._raw: IO[bytes] | None = None
@@ -543,7 +562,13 @@ class DocumentReader:
 
     def parser(self) -> JsonlParser:
         """What parses this input's lines (:class:`JsonlParser`: picklable, for a worker)."""
-        return JsonlParser(self.name, self._id_field, self._text_field, self._fingerprint_field)
+        return JsonlParser(
+            self.name,
+            self._id_field,
+            self._text_field,
+            self._fingerprint_field,
+            self._added_at_field,
+        )
 
     def text_blocks(
         self, max_bytes: int, *, inflate_elsewhere: bool = False
@@ -696,12 +721,13 @@ def read_documents(
     id_field: str = "id",
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
+    added_at_field: str = "added_at",
 ) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
-    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field``, ``text_field`` and
-    ``fingerprint_field`` name the JSONL fields of the key, the text and the fingerprint (formats
-    below). Parquet is read by :func:`permindex.io.parquet.open_documents`, which calls this for
-    every other source.
+    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field``, ``text_field``,
+    ``fingerprint_field`` and ``added_at_field`` name the JSONL fields of the key, the text, the
+    fingerprint and the optional crawl time (formats below). Parquet is read by
+    :func:`permindex.io.parquet.open_documents`, which calls this for every other source.
 
     Raises :class:`~permindex.errors.InvalidArgumentError` when ``source`` does not exist or is
     neither a regular file nor a folder. Reading (iterating) raises :class:`MalformedInputError`
@@ -717,6 +743,9 @@ def read_documents(
         skipped. A fingerprint follows the one rule of
         :func:`permindex.index.hamming.parse_fingerprint`: a JSON number is its value (0 <= v <
         2^64), a string is hex (exactly 16 hex digits, or ``0x`` and 1 to 16 hex digits).
+        An optional ``added_at`` is when the document was crawled, Unix seconds (a JSON number
+        >= 0, a fraction floored; 0: the server's clock), for a collection with expiry; ``null``,
+        a string or a negative number is refused (:func:`~permindex.index.expiry.added_at_seconds`).
         Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
         the reading with :class:`MalformedInputError`, which names the file and the line number.
         Other schemas: ``id_field``, ``text_field`` and ``fingerprint_field`` name the fields that
@@ -742,4 +771,5 @@ def read_documents(
         id_field=id_field,
         text_field=text_field,
         fingerprint_field=fingerprint_field,
+        added_at_field=added_at_field,
     )
