@@ -12,6 +12,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -322,3 +323,54 @@ def test_parquet_export_then_import_keeps_the_times(
     code, _, err = _run([*argv, "--collection", shorter], capsys)
     assert code == EXIT_CODES["invalid"], err
     assert f"{bad}, column 't', row 2: added_at -5 is not Unix seconds" in err
+
+
+def test_sharded_client_routes_the_times(servers: tuple[str, str]) -> None:
+    name = f"c{next(_names)}"
+    now = int(time.time())
+    with permindex.Client(list(servers), collection=name) as client:
+        client.create_collection(name, expire_after=HOUR)
+        documents = [Document(f"k{i}", FPS[i], now - 60 * i) for i in range(6)]
+        client.add([*documents, ("old", FPS[6], now - 2 * HOUR)])
+        checked = client.check_and_add_many([("near-k1", FPS[1] ^ 1, now), ("x", FPS[7], now - 5)])
+        assert [c.status for c in checked] == ["near_duplicate", "added"]
+        found = {k: (fp, t) for k, fp, t in client.iter_export(with_times=True)}
+    assert found == {**{d.key: (d.content, d.added_at) for d in documents}, "x": (FPS[7], now - 5)}
+    on_each = [_times(address, name) for address in servers]
+    assert all(on_each) and sum(len(part) for part in on_each) == len(found)  # spread
+
+
+def test_parquet_times_column_rule() -> None:
+    pa = pytest.importorskip("pyarrow")
+    from permindex.io.arrow import ColumnError, added_at_array
+
+    def read(values: Any) -> list[int]:
+        return added_at_array(values, source="f.parquet", column="t")
+
+    assert read(pa.array([0, 1, 1700000000], pa.uint32())) == [0, 1, 1700000000]
+    assert read(pa.array([(1 << 63) - 1], pa.uint64())) == [(1 << 63) - 1]
+    assert read(pa.array([1.9, 0.0, 1700000000.5])) == [1, 0, 1700000000]
+    assert read(pa.chunked_array([[1, 2], [3]], pa.int16())) == [1, 2, 3]
+    for values, said in (
+        (pa.chunked_array([[1, 2], [3, -4]], pa.int8()), ", row 4: added_at -4 is not"),
+        (pa.array([1 << 63], pa.uint64()), ", row 1: added_at 9223372036854775808 is not"),
+        (pa.array([1.0, float("nan")]), ", row 2: added_at nan is not"),
+        (pa.array([1, None]), ", row 2: null value"),
+        (pa.array(["1"]), ": has type string"),
+        (pa.array([True]), ": has type bool"),
+    ):
+        with pytest.raises(ColumnError, match=re.escape(f"f.parquet, column 't'{said}")):
+            read(values)
+
+
+def test_dedup_parser_checks_the_times_it_does_not_keep() -> None:
+    from permindex.text.documents import JsonlParser, MalformedInputError
+
+    parser = JsonlParser("in.jsonl")
+    good = b'{"id": "a", "text": "x y z", "added_at": 5}\n{"id": "b", "text": "u v"}\n'
+    assert parser.block_columns(good, 1) == (["a", "b"], ["x y z", "u v"], [None, None])
+    bad = b'{"id": "a", "text": "x y z"}\n{"id": "b", "text": "u v", "added_at": -1}\n'
+    with pytest.raises(
+        MalformedInputError, match=re.escape('in.jsonl, line 2: "added_at" -1 is not')
+    ):
+        parser.block_columns(bad, 1)
