@@ -9,6 +9,7 @@ Collections expire after an hour (or 20 minutes); entries are sent 2 hours or 30
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import math
 import random
@@ -77,7 +78,7 @@ def test_client_writes_carry_their_times(servers: tuple[str, str]) -> None:
                 Document("old", FPS[0], added_at=now - 2 * HOUR),
                 ("recent", FPS[1], now - 60),
                 Document("fraction", FPS[2], added_at=now - 100.7),
-                ("now", FPS[3]),
+                ["now", FPS[3]],  # type: ignore[list-item]  # a list too (JSON arrays)
                 Document("zero", FPS[4], added_at=0),
             ]
         )
@@ -351,6 +352,10 @@ def test_parquet_times_column_rule() -> None:
     assert read(pa.array([(1 << 63) - 1], pa.uint64())) == [(1 << 63) - 1]
     assert read(pa.array([1.9, 0.0, 1700000000.5])) == [1, 0, 1700000000]
     assert read(pa.chunked_array([[1, 2], [3]], pa.int16())) == [1, 2, 3]
+    instant = datetime.datetime(2026, 1, 1, 0, 0, 1, 900000, tzinfo=datetime.UTC)
+    for unit in ("s", "ms", "us", "ns"):  # a timestamp: its instant, floored to seconds
+        stamps = pa.array([instant], pa.timestamp(unit, tz="Europe/Paris"))
+        assert read(stamps) == [1767225601]
     for values, said in (
         (pa.chunked_array([[1, 2], [3, -4]], pa.int8()), ", row 4: added_at -4 is not"),
         (pa.array([1 << 63], pa.uint64()), ", row 1: added_at 9223372036854775808 is not"),
@@ -358,19 +363,25 @@ def test_parquet_times_column_rule() -> None:
         (pa.array([1, None]), ", row 2: null value"),
         (pa.array(["1"]), ": has type string"),
         (pa.array([True]), ": has type bool"),
+        (pa.array([datetime.datetime(1969, 12, 31)], pa.timestamp("ms")), ", row 1: added_at"),
     ):
         with pytest.raises(ColumnError, match=re.escape(f"f.parquet, column 't'{said}")):
             read(values)
 
 
-def test_dedup_parser_checks_the_times_it_does_not_keep() -> None:
+def test_the_parser_reads_times_only_when_asked() -> None:
+    from permindex.text.documents import Document as Read
     from permindex.text.documents import JsonlParser, MalformedInputError
 
-    parser = JsonlParser("in.jsonl")
-    good = b'{"id": "a", "text": "x y z", "added_at": 5}\n{"id": "b", "text": "u v"}\n'
-    assert parser.block_columns(good, 1) == (["a", "b"], ["x y z", "u v"], [None, None])
-    bad = b'{"id": "a", "text": "x y z"}\n{"id": "b", "text": "u v", "added_at": -1}\n'
+    good = b'{"id": "a", "text": "x y z", "t": 5.5}\n{"id": "b", "fingerprint": 7, "t": 6}\n'
+    bad = b'{"id": "a", "text": "x y z", "t": "2026-01-01"}\n{"id": "b", "text": "u v", "t": -1}\n'
+    plain = JsonlParser("in.jsonl")  # as dedup reads: the field is any other field
+    assert plain.block_columns(good, 1) == (["a", "b"], ["x y z", None], [None, 7])
+    assert plain.block_columns(bad, 1) == (["a", "b"], ["x y z", "u v"], [None, None])
+    timed = JsonlParser("in.jsonl", added_at_field="t")
+    assert timed.block_columns(good, 1) == (["a", "b"], ["x y z", None], [None, 7])
+    assert timed.parse_line(good.split(b"\n")[0], 1) == Read("a", text="x y z", added_at=5)
     with pytest.raises(
-        MalformedInputError, match=re.escape('in.jsonl, line 2: "added_at" -1 is not')
+        MalformedInputError, match=re.escape("in.jsonl, line 1: \"t\" '2026-01-01'")
     ):
-        parser.block_columns(bad, 1)
+        timed.block_columns(bad, 1)

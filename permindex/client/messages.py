@@ -85,11 +85,11 @@ def document_messages(
 
     Raises:
         InvalidArgumentError: a document that is not a ``(key, content)`` or ``(key, content,
-            added_at)`` tuple, or as :func:`document_message`.
+            added_at)`` tuple (or list), or as :func:`document_message`.
     """
     for i, document in enumerate(documents, start):
         where = f"documents[{i}]"
-        if not isinstance(document, tuple) or len(document) not in (2, 3):
+        if not isinstance(document, tuple | list) or len(document) not in (2, 3):
             raise InvalidArgumentError(
                 f"{where} is {type(document).__name__} {str(document)[:40]}; give (key, "
                 "content) or (key, content, added_at)",

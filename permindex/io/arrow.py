@@ -49,6 +49,8 @@ def _nibble_table() -> NDArray[np.uint64]:
 
 
 _NIBBLE: Final = _nibble_table()
+#: A timestamp column's ticks per second, by its unit.
+_TICKS_PER_SECOND: Final = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}
 _FINGERPRINT_TYPES: Final = (
     "uint64, int64 (two's complement, as Spark and BigQuery store it), another integer type "
     "holding no negative value, or strings of hex"
@@ -274,7 +276,9 @@ def text_array(values: Any, *, source: str, column: str, first_row: int = 1) -> 
 def added_at_array(values: Any, *, source: str, column: str, first_row: int = 1) -> list[int]:
     """The crawl times of a column as Unix seconds (Python ints), by the rule of the JSONL
     field (:func:`~permindex.index.expiry.added_at_seconds`), checked vectorised: an integer
-    column (any width) of values >= 0, or a float column (floored); 0 means the server's clock.
+    column (any width) of values >= 0, a float column (floored), or a timestamp column (any
+    unit or time zone: the instant, floored to whole seconds, not before 1970); 0 means the
+    server's clock.
     ``values`` as for :func:`fingerprint_array`. O(n).
 
     Raises:
@@ -287,15 +291,21 @@ def added_at_array(values: Any, *, source: str, column: str, first_row: int = 1)
     row = first_row
     for chunk in _chunks(values):
         kind = chunk.type
-        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        if not (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_timestamp(kind)
+        ):
             raise ColumnError(
                 f"has type {kind}; an added_at column holds Unix seconds (an integer or float "
-                "type)",
+                "type) or is a timestamp",
                 source,
                 column,
             )
         _refuse_nulls(chunk, source, column, row)
-        array = np.asarray(chunk.to_numpy(zero_copy_only=False))
+        if pa.types.is_timestamp(kind):  # UTC instants in their unit: whole seconds, floored
+            ticks = np.asarray(chunk.cast(pa.int64()).to_numpy(zero_copy_only=False))
+            array = ticks // _TICKS_PER_SECOND[kind.unit]
+        else:
+            array = np.asarray(chunk.to_numpy(zero_copy_only=False))
         if array.dtype.kind == "f":
             good = np.isfinite(array) & (array >= 0) & (array < float(MAX_ADDED_AT))
             array = np.floor(np.where(good, array, 0))
@@ -307,9 +317,9 @@ def added_at_array(values: Any, *, source: str, column: str, first_row: int = 1)
         if bad.size:
             i = int(bad[0])
             value = chunk[i].as_py()
+            rule = "before 1970" if pa.types.is_timestamp(kind) else "not Unix seconds"
             raise ColumnError(
-                f"added_at {value!r} is not Unix seconds (a number 0 to 2**63 - 1; 0: the "
-                "server's clock)",
+                f"added_at {value!r} is {rule} (a number 0 to 2**63 - 1; 0: the server's clock)",
                 source,
                 column,
                 row + i,

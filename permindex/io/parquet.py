@@ -7,7 +7,8 @@ column (``text``) or a fingerprint column (``fingerprint``), each renamable; the
 by :func:`permindex.io.arrow.key_array`, :func:`~permindex.io.arrow.text_array` and
 :func:`~permindex.io.arrow.fingerprint_array`, so they follow the same rules (a string key, the
 one fingerprint rule; uint64, two's-complement int64 or hex strings), and optionally a crawl
-time column (``added_at``, :func:`~permindex.io.arrow.added_at_array`). Only those columns are
+time column (``added_at_field``, :func:`~permindex.io.arrow.added_at_array`; ``ingest`` and
+``import`` name ``added_at``, ``dedup`` none). Only those columns are
 read, in batches of rows, so memory is bounded by a batch (and a row group's pages).
 """
 
@@ -185,7 +186,7 @@ class ParquetReader(DocumentReader):
         id_field: str = "id",
         text_field: str = "text",
         fingerprint_field: str = "fingerprint",
-        added_at_field: str = "added_at",
+        added_at_field: str | None = None,
     ) -> None:
         super().__init__(
             source,
@@ -255,8 +256,9 @@ class ParquetReader(DocumentReader):
     ) -> Iterator[tuple[DocumentColumns, list[int] | None]]:
         errors = _arrow_errors(self._pa)
         key_column, value_column, is_text = self._columns(name, parquet.schema_arrow)
-        timed = self._added_at_field in parquet.schema_arrow.names
-        read = [key_column, value_column] + ([self._added_at_field] if timed else [])
+        times_column = self._added_at_field
+        timed = times_column is not None and times_column in parquet.schema_arrow.names
+        read = [key_column, value_column] + ([times_column] if times_column and timed else [])
         rows = int(parquet.metadata.num_rows)
         self._current = (size, rows, 0)
         batches = parquet.iter_batches(
@@ -290,9 +292,10 @@ class ParquetReader(DocumentReader):
                 texts = [None] * n
                 fingerprints = list(found.tolist())
             times = None
-            if timed:
-                column = self._added_at_field
-                times = added_at_array(batch.column(2), source=name, column=column, first_row=first)
+            if times_column is not None and timed:
+                times = added_at_array(
+                    batch.column(2), source=name, column=times_column, first_row=first
+                )
             first += n
             self._current = (size, rows, first - 1)
             yield DocumentColumns(keys, texts, fingerprints), times
@@ -327,7 +330,7 @@ class ParquetReader(DocumentReader):
             text_array(empty[value_field], source=name, column=value_field)
         else:
             fingerprint_array(empty[value_field], source=name, column=value_field)
-        if self._added_at_field in names:
+        if self._added_at_field is not None and self._added_at_field in names:
             column = self._added_at_field
             empty_times = pa.array([], type=schema.field(column).type)
             added_at_array(empty_times, source=name, column=column)
@@ -341,7 +344,7 @@ def open_documents(
     id_field: str = "id",
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
-    added_at_field: str = "added_at",
+    added_at_field: str | None = None,
 ) -> DocumentReader:
     """The reader of ``source``: a :class:`ParquetReader` when :func:`is_parquet_source` says
     so (a ``.parquet`` file, or a folder whose first file is one), else

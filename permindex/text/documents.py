@@ -336,13 +336,14 @@ class DocumentColumns(NamedTuple):
 class JsonlParser:
     """The parser of one JSONL input's lines (picklable, so that worker processes parse):
     ``name`` (the input's name in messages), ``id_field``, ``text_field``,
-    ``fingerprint_field`` and ``added_at_field`` (optional: when the document was crawled)."""
+    ``fingerprint_field`` and ``added_at_field`` (that of the crawl time, read when named: None,
+    the default, reads no time, as ``dedup``)."""
 
     name: str
     id_field: str = "id"
     text_field: str = "text"
     fingerprint_field: str = "fingerprint"
-    added_at_field: str = "added_at"
+    added_at_field: str | None = None
 
     def columns(self, lines: Iterable[bytes], first: int) -> DocumentColumns:
         """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
@@ -350,7 +351,7 @@ class JsonlParser:
         a shortcut for a plain line (an object with a string key within the key rule, a string
         text that is ASCII or holds no lone surrogate, and no fingerprint or added_at field): the
         same document by fewer checks, and no :class:`Document` object made. The crawl times
-        are checked, not kept.
+        (with an ``added_at_field``) are checked, not kept.
 
         Raises:
             MalformedInputError: the first malformed line (see :meth:`parse_line`).
@@ -359,13 +360,18 @@ class JsonlParser:
         texts: list[str | None] = []
         fingerprints: list[int | None] = []
         id_field, text_field, fp_field = self.id_field, self.text_field, self.fingerprint_field
+        at_field = self.added_at_field
         loads = json.loads
         for number, line in enumerate(lines, start=first):
             try:
                 obj = loads(line.decode("utf-8"))
             except (ValueError, RecursionError):
                 obj = None
-            if type(obj) is dict and fp_field not in obj and self.added_at_field not in obj:
+            if (
+                type(obj) is dict
+                and fp_field not in obj
+                and (at_field is None or at_field not in obj)
+            ):
                 key = obj.get(id_field)
                 text = obj.get(text_field)
                 if (
@@ -451,7 +457,7 @@ class JsonlParser:
                     f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
                 )
         added_at = None
-        if self.added_at_field in obj:
+        if self.added_at_field is not None and self.added_at_field in obj:
             try:
                 added_at = added_at_seconds(obj[self.added_at_field])
             except InvalidArgumentError as error:
@@ -482,7 +488,7 @@ class DocumentReader:
         id_field: str = "id",
         text_field: str = "text",
         fingerprint_field: str = "fingerprint",
-        added_at_field: str = "added_at",
+        added_at_field: str | None = None,
     ) -> None:
         self.name = str(source)
         self._id_field = id_field
@@ -721,13 +727,13 @@ def read_documents(
     id_field: str = "id",
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
-    added_at_field: str = "added_at",
+    added_at_field: str | None = None,
 ) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
     for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field``, ``text_field``,
     ``fingerprint_field`` and ``added_at_field`` name the JSONL fields of the key, the text, the
-    fingerprint and the optional crawl time (formats below). Parquet is read by
-    :func:`permindex.io.parquet.open_documents`, which calls this for every other source.
+    fingerprint and the optional crawl time (None: none read; formats below). Parquet is read
+    by :func:`permindex.io.parquet.open_documents`, which calls this for every other source.
 
     Raises :class:`~permindex.errors.InvalidArgumentError` when ``source`` does not exist or is
     neither a regular file nor a folder. Reading (iterating) raises :class:`MalformedInputError`
@@ -743,7 +749,8 @@ def read_documents(
         skipped. A fingerprint follows the one rule of
         :func:`permindex.index.hamming.parse_fingerprint`: a JSON number is its value (0 <= v <
         2^64), a string is hex (exactly 16 hex digits, or ``0x`` and 1 to 16 hex digits).
-        An optional ``added_at`` is when the document was crawled, Unix seconds (a JSON number
+        With an ``added_at_field`` (``ingest`` and ``import`` name ``added_at``), that optional
+        field is when the document was crawled, Unix seconds (a JSON number
         >= 0, a fraction floored; 0: the server's clock), for a collection with expiry; ``null``,
         a string or a negative number is refused (:func:`~permindex.index.expiry.added_at_seconds`).
         Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
