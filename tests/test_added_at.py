@@ -385,3 +385,25 @@ def test_the_parser_reads_times_only_when_asked() -> None:
         MalformedInputError, match=re.escape("in.jsonl, line 1: \"t\" '2026-01-01'")
     ):
         timed.block_columns(bad, 1)
+
+
+def test_an_expiring_index_exports_its_times_in_one_copy() -> None:
+    from permindex.rpc.convert import export_copy, export_to_proto
+
+    now = [1_700_000_000.0]
+    index = permindex.ExpiringIndex(expire_after=HOUR, clock=lambda: now[0])
+    index.add_many(["a", "b", "c"], FPS[:3], added_at=[now[0] - 10, now[0] - 3000, 0])
+    now[0] += 1000  # "b" (3000 s old) has expired
+    lengths, blob, fps, times = index.export_timed_compact()
+    assert lengths.tolist() == [1, 1] and blob.tobytes() == b"a\0c\0"
+    assert fps.tolist() == [FPS[0], FPS[2]] and times.dtype.name == "uint32"
+    assert times.tolist() == [1_700_000_000 - 10, 1_700_000_000] == index.times(["a", "c"])
+    entries = [e for m in export_to_proto(*export_copy(index), chunk=1) for e in m.entries]
+    assert [(e.key, e.fingerprint, e.added_at) for e in entries] == [
+        ("a", FPS[0], 1_700_000_000 - 10),
+        ("c", FPS[2], 1_700_000_000),
+    ]
+    plain = permindex.Index()
+    plain.add_many(["a"], FPS[:1])
+    (entry,) = next(export_to_proto(*export_copy(plain))).entries
+    assert (entry.key, entry.added_at) == ("a", 0)
