@@ -405,9 +405,10 @@ def add_ingest_command(command: CommandFactory) -> None:
         "    with an error naming the file, the column and the row.\n"
         "  -: JSONL on standard input.\n"
         'An optional "added_at" field (column) is when the document was crawled, Unix seconds\n'
-        "(a number >= 0, floored; 0: the server's clock): in a collection with --expire-after,\n"
-        "the entry expires that long after it (an import of an earlier crawl); null, a string\n"
-        "or a negative number stops the ingest with an error naming the line (row).\n"
+        "(a number >= 0, floored; 0: the server's clock; in Parquet also a timestamp column):\n"
+        "in a collection with --expire-after, the entry expires that long after it (an import\n"
+        "of an earlier crawl); null, a string or a negative number stops the ingest with an\n"
+        "error naming the line (row).\n"
         "--id-field, --text-field, --fingerprint-field and --added-at-field rename the fields\n"
         "(columns).\n"
         "Documents are streamed to the server in batches; a progress bar goes to stderr when it\n"
