@@ -67,15 +67,19 @@ def bounded(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def add_field_arguments(parser: argparse.ArgumentParser) -> None:
+def add_field_arguments(parser: argparse.ArgumentParser, *, added_at: bool = False) -> None:
     """``--id-field``, ``--text-field`` and ``--fingerprint-field``: the JSONL fields (Parquet
     columns) of the key, the text and the fingerprint, as ``args.id_field``, ``args.text_field``
-    and ``args.fingerprint_field``."""
-    for flag, default, what in (
+    and ``args.fingerprint_field``; with ``added_at``, also ``--added-at-field``
+    (``args.added_at_field``), that of the optional crawl time."""
+    fields = [
         ("--id-field", "id", "key"),
         ("--text-field", "text", "text"),
         ("--fingerprint-field", "fingerprint", "fingerprint"),
-    ):
+    ]
+    if added_at:
+        fields.append(("--added-at-field", "added_at", "optional crawl time, Unix seconds"))
+    for flag, default, what in fields:
         parser.add_argument(
             flag,
             default=default,

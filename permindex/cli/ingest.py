@@ -145,7 +145,7 @@ class _IngestFeed:
             yield document
 
     def batches(self) -> Iterator[list[DocumentLike]]:
-        """The batches to send, as ``(key, text or fingerprint)`` documents."""
+        """The batches to send, as ``(key, text or fingerprint, added_at)`` documents."""
         try:
             # each document travels with the input position after it, as the reading runs ahead
             positioned = ((d, self._reader.position_bytes()) for d in self.documents())
@@ -157,7 +157,7 @@ class _IngestFeed:
                 self._flush_seconds,
             ):
                 documents: list[DocumentLike] = [
-                    (d.key, d.text) if d.text is not None else (d.key, d.fingerprint or 0)
+                    (d.key, d.text if d.text is not None else d.fingerprint or 0, d.added_at)
                     for d, _ in batch
                 ]
                 documents = self._fingerprinted(documents)
@@ -248,12 +248,14 @@ def open_input(
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
     extract: Extract = "visible",
+    added_at_field: str = "added_at",
 ) -> DocumentReader:
     """The reader of an ingest's PATH: with ``html``, a single HTML file (by its name:
     ``.html``, ``.htm``, either ``.gz``) is one HTML document as in a folder; anything else is
     :func:`~permindex.io.parquet.open_documents` (Parquet, JSONL, a folder, ``-``), with the
-    JSONL fields (Parquet columns) of the key, the text and the fingerprint; ``extract``: the
-    text of HTML files, as :func:`~permindex.text.documents.read_documents` has it.
+    JSONL fields (Parquet columns) of the key, the text, the fingerprint and the crawl time;
+    ``extract``: the text of HTML files, as :func:`~permindex.text.documents.read_documents`
+    has it.
 
     Raises:
         InvalidArgumentError: no such file or folder; Parquet without pyarrow installed.
@@ -262,6 +264,7 @@ def open_input(
         "id_field": id_field,
         "text_field": text_field,
         "fingerprint_field": fingerprint_field,
+        "added_at_field": added_at_field,
     }
     if path == "-":
         # Standard input through a buffer of our own over descriptor 0, not sys.stdin.buffer:
@@ -403,6 +406,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         fingerprint_field=args.fingerprint_field,
         extract=extract,
+        added_at_field=args.added_at_field,
     )
     progress = not args.no_progress and sys.stderr.isatty()
     summary = ingest(
@@ -451,7 +455,13 @@ def add_ingest_command(command: CommandFactory) -> None:
         "    pip install 'permindex[parquet]'. A bad file, column or value stops the ingest\n"
         "    with an error naming the file, the column and the row.\n"
         "  -: JSONL on standard input.\n"
-        "--id-field, --text-field and --fingerprint-field rename the fields (columns).\n"
+        'An optional "added_at" field (column) is when the document was crawled, Unix seconds\n'
+        "(a number >= 0, floored; 0: the server's clock; in Parquet also a timestamp column):\n"
+        "in a collection with --expire-after, the entry expires that long after it (an import\n"
+        "of an earlier crawl); null, a string or a negative number stops the ingest with an\n"
+        "error naming the line (row).\n"
+        "--id-field, --text-field, --fingerprint-field and --added-at-field rename the fields\n"
+        "(columns).\n"
         "Documents are streamed to the server in batches; a progress bar goes to stderr when it\n"
         "is a terminal, and a summary (added, replaced, too short, skipped, seconds) to stderr.\n"
         "Stopped early (Ctrl-C: exit 130; the server stopping or the connection lost: exit 3),\n"
@@ -464,7 +474,7 @@ def add_ingest_command(command: CommandFactory) -> None:
         metavar="PATH",
         help="JSONL file (.gz or not), folder, Parquet file or dataset, or -",
     )
-    add_field_arguments(ingest_)
+    add_field_arguments(ingest_, added_at=True)
     ingest_.add_argument(
         "--batch-size",
         type=positive,
@@ -525,12 +535,13 @@ def add_import_command(command: CommandFactory) -> None:
         "load a JSONL or Parquet export (as ingest)",
         "Load a file written by `permindex export` (or any JSONL or Parquet that ingest reads:\n"
         "a .parquet file or dataset folder, columns id and fingerprint), streamed in batches; a\n"
-        "key already stored gets the file's fingerprint.",
+        "key already stored gets the file's fingerprint. The added_at an export writes (a\n"
+        "collection with expiry) is read back: each entry keeps its age and expires on time.",
     )
     import_.add_argument(
         "path", metavar="PATH", help="JSONL file (.gz or not), Parquet file or dataset, or -"
     )
-    add_field_arguments(import_)
+    add_field_arguments(import_, added_at=True)
     import_.add_argument(
         "--batch-size",
         type=positive,

@@ -26,24 +26,30 @@ __all__ = ["add_collections_command", "add_export_command"]
 
 def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> int:
     """``export --out FILE.parquet``: columns id (string) and fingerprint (uint64, or int64 by
-    two's complement with ``--fingerprint-type int64``), written to ``partial``, renamed."""
+    two's complement with ``--fingerprint-type int64``), and in a collection with expiry
+    added_at (int64 Unix seconds), written to ``partial``, renamed."""
+    from permindex.io.arrow import require_pyarrow
     from permindex.io.parquet import ParquetTableWriter
 
+    require_pyarrow()  # which extra to install, before anything else
     signed = args.fingerprint_type == "int64"
     try:
-        writer = ParquetTableWriter(
-            partial, [("id", "string"), ("fingerprint", args.fingerprint_type)]
-        )
+        partial.open("wb").close()  # a bad --out is refused before the server is asked
     except OSError as error:
         raise CommandError(
             f"--out {args.out}: cannot write {partial}: {error.strerror or error}", "invalid"
         ) from None
     try:
-        with writer, connect(args.address, args.connection) as client:
-            writer.write(
-                (key, fingerprint - (1 << 64) if signed and fingerprint >> 63 else fingerprint)
-                for key, fingerprint in client.export()
-            )
+        with connect(args.address, args.connection) as client:
+            columns = [("id", "string"), ("fingerprint", args.fingerprint_type)]
+            timed = client.stats().expire_after > 0
+            if timed:
+                columns.append(("added_at", "int64"))
+            with ParquetTableWriter(partial, columns) as writer:
+                for key, fingerprint, added_at in client.iter_export(with_times=True):
+                    if signed and fingerprint >> 63:
+                        fingerprint -= 1 << 64
+                    writer.write([(key, fingerprint, added_at) if timed else (key, fingerprint)])
         partial.replace(target)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -62,9 +68,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
-        for key, fingerprint in client.export():
+        for key, fingerprint, added_at in client.iter_export(with_times=True):
             count += 1
-            record = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
+            record: dict[str, object] = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
+            if added_at:
+                record["added_at"] = added_at
             yield json.dumps(record, ensure_ascii=False) + "\n"
 
     if args.out == "-":
@@ -190,11 +198,14 @@ def add_export_command(command: CommandFactory) -> None:
         "write every stored key and fingerprint as JSONL or Parquet",
         'Write every stored key as one JSON line, {"id": KEY, "fingerprint": "16 hex digits"},\n'
         "from one consistent copy of the index, in the order the keys were stored: a backup or\n"
-        "a migration that `permindex import` (or ingest) loads back.\n"
+        "a migration that `permindex import` (or ingest) loads back. In a collection with\n"
+        'expiry each line also has "added_at": when the key was last added, Unix seconds, so\n'
+        "that an import keeps each entry's age.\n"
         "An --out ending .parquet writes Parquet instead (needs pyarrow: pip install\n"
-        "'permindex[parquet]'): columns id (string) and fingerprint (uint64; for Spark or\n"
+        "'permindex[parquet]'): columns id (string), fingerprint (uint64; for Spark or\n"
         "BigQuery, which have no unsigned 64-bit type, --fingerprint-type int64 stores the same\n"
-        "64 bits as a signed integer, two's complement). import and ingest read both.",
+        "64 bits as a signed integer, two's complement) and, with expiry, added_at (int64).\n"
+        "import and ingest read both.",
     )
     export.add_argument(
         "--out",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from operator import itemgetter
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import grpc
 import grpc.aio
@@ -256,10 +256,10 @@ class AsyncClient(AsyncTransport):
         return await self._run(operations.add(self._target(), documents))
 
     async def check_and_add(
-        self, key: str, content: Content, *, k: int | None = None
+        self, key: str, content: Content, *, k: int | None = None, added_at: float | None = None
     ) -> CheckResult:
         """:meth:`Client.check_and_add <permindex.client.Client.check_and_add>`."""
-        return (await self.check_and_add_many([(key, content)], k=k))[0]
+        return (await self.check_and_add_many([(key, content, added_at)], k=k))[0]
 
     async def check_and_add_many(
         self, documents: Iterable[DocumentLike], *, k: int | None = None
@@ -365,15 +365,37 @@ class AsyncClient(AsyncTransport):
         """:meth:`iter_export`."""
         return self.iter_export(timeout=timeout)
 
+    @overload
     def iter_export(
-        self, *, collection: str | None = None, timeout: float | None = None
-    ) -> AsyncGenerator[tuple[str, int], None]:
-        """:meth:`Client.iter_export <permindex.client.Client.iter_export>`, as an async
-        iterator (over shards: each shard's in turn)."""
-        read = export_read(self._collection_of(collection))
+        self,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+        with_times: Literal[False] = False,
+    ) -> AsyncGenerator[tuple[str, int], None]: ...
+
+    @overload
+    def iter_export(
+        self,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+        with_times: Literal[True],
+    ) -> AsyncGenerator[tuple[str, int, int], None]: ...
+
+    def iter_export(
+        self,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+        with_times: bool = False,
+    ) -> AsyncGenerator[Any, None]:
+        """:meth:`Client.iter_export <permindex.client.Client.iter_export>` (``with_times``
+        too), as an async iterator (over shards: each shard's in turn)."""
+        read = export_read(self._collection_of(collection), with_times)
         streams = [self._stream(read, timeout, shard) for shard in range(self.shards)]
 
-        async def chained() -> AsyncGenerator[tuple[str, int], None]:
+        async def chained() -> AsyncGenerator[Any, None]:
             try:
                 for stream in streams:
                     async for item in stream:

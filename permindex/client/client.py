@@ -6,8 +6,10 @@ first use.
 - Results are the package's own types (:class:`~permindex.index.Match`, lists, small frozen
   dataclasses of :mod:`permindex.client.results`), never protobuf messages. Fingerprints are
   Python ints in [0, 2^64).
-- A document's content is an ``int`` (its fingerprint) or a ``str`` (its text, fingerprinted by
-  the server).
+- A document is ``(key, content)``, its content an ``int`` (its fingerprint) or a ``str`` (its
+  text, fingerprinted by the server); or ``(key, content, added_at)``, a
+  :class:`~permindex.client.Document`, with the time it was crawled (Unix seconds) for a
+  collection with ``expire_after``.
 - :meth:`Client.ingest` streams any iterable of documents in batches bounded by count
   (``batch_size``) and bytes (``batch_bytes``), one message each, and waits for every batch's
   acknowledgement; if the stream fails, the batches acknowledged before stay applied and nothing
@@ -88,22 +90,28 @@ class Client(StreamingClient):
     # ---- writes (never retried)
 
     def add(self, documents: Iterable[DocumentLike]) -> AddResult:
-        """Add (or replace) ``(key, fingerprint or text)`` documents: one request per
-        ``batch_size`` documents (and about ``batch_bytes`` bytes) per shard, each applied as one
-        step; every document is checked before anything is sent. One result per document, in
-        order. For a stream read lazily, use :meth:`ingest`.
+        """Add (or replace) ``(key, fingerprint or text)`` documents, or ``(key, content,
+        added_at)`` ones (:class:`~permindex.client.Document`: the time of a crawl, Unix
+        seconds, for a collection with expiry; so in every method that takes documents): one
+        request per ``batch_size`` documents (and about ``batch_bytes`` bytes) per shard, each
+        applied as one step; every document is checked before anything is sent. One result per
+        document, in order. For a stream read lazily, use :meth:`ingest`.
 
         Raises:
-            InvalidArgumentError: a content neither an int in [0, 2^64) nor a str (nothing sent),
-                or the server's INVALID_ARGUMENT (a bad key: the batches before it are stored).
+            InvalidArgumentError: a content neither an int in [0, 2^64) nor a str, or an
+                ``added_at`` that is not a number >= 0 (nothing sent), or the server's
+                INVALID_ARGUMENT (a bad key: the batches before it are stored).
             ServerError: any other refusal; never retried.
         """
         return self._run(operations.add(self._target(), documents))
 
-    def check_and_add(self, key: str, content: Content, *, k: int | None = None) -> CheckResult:
+    def check_and_add(
+        self, key: str, content: Content, *, k: int | None = None, added_at: float | None = None
+    ) -> CheckResult:
         """Add the document only if no *other* key is within ``k`` (atomically on one server;
-        over shards see :meth:`check_and_add_many`)."""
-        return self.check_and_add_many([(key, content)], k=k)[0]
+        over shards see :meth:`check_and_add_many`), at ``added_at`` (Unix seconds, as
+        :class:`~permindex.client.Document`'s; None: the server's clock)."""
+        return self.check_and_add_many([(key, content, added_at)], k=k)[0]
 
     def check_and_add_many(
         self, documents: Iterable[DocumentLike], *, k: int | None = None

@@ -20,6 +20,7 @@ from permindex.client.results import (
 )
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
+from permindex.index.expiry import added_at_seconds
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -44,12 +45,16 @@ STATUS_NAMES: Final = {
 }
 
 
-def document_message(key: str, content: Content, where: str) -> pb.Document:
-    """The message of one document (``where`` names it in an error).
+def document_message(
+    key: str, content: Content, where: str, added_at: float | None = None
+) -> pb.Document:
+    """The message of one document (``where`` names it in an error), with its ``added_at``
+    (Unix seconds, floored; None: unset, the server's clock).
 
     Raises:
-        InvalidArgumentError: content neither an int (bool excluded) nor a str, or a fingerprint
-            outside [0, 2^64).
+        InvalidArgumentError: content neither an int (bool excluded) nor a str, a fingerprint
+            outside [0, 2^64), or an ``added_at`` that is not a number >= 0
+            (:func:`~permindex.index.expiry.added_at_seconds`).
     """
     if isinstance(content, bool) or not isinstance(content, int | str):
         raise InvalidArgumentError(
@@ -57,22 +62,41 @@ def document_message(key: str, content: Content, where: str) -> pb.Document:
             "(fingerprint) or a str (text)",
             content,
         )
+    seconds = 0
+    if added_at is not None:
+        try:
+            seconds = added_at_seconds(added_at)
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(f"{where} (key {key!r}): {error}", added_at) from None
     if isinstance(content, str):
-        return pb.Document(key=key, text=content)
+        return pb.Document(key=key, text=content, added_at=seconds)
     if not 0 <= content < 1 << 64:
         raise InvalidArgumentError(
             f"{where}: fingerprint {content} of key {key!r} is not in [0, 2**64)", content
         )
-    return pb.Document(key=key, fingerprint=content)
+    return pb.Document(key=key, fingerprint=content, added_at=seconds)
 
 
 def document_messages(
     documents: Iterable[DocumentLike], start: int = 0
 ) -> Iterator[tuple[pb.Document, int]]:
     """(message, approximate size in bytes as :func:`~permindex.client.batching.document_size`)
-    per document, read lazily; errors name the document as ``documents[start + i]``."""
-    for i, (key, content) in enumerate(documents, start):
-        message = document_message(key, content, f"documents[{i}]")
+    per document, read lazily; errors name the document as ``documents[start + i]``.
+
+    Raises:
+        InvalidArgumentError: a document that is not a ``(key, content)`` or ``(key, content,
+            added_at)`` tuple (or list), or as :func:`document_message`.
+    """
+    for i, document in enumerate(documents, start):
+        where = f"documents[{i}]"
+        if not isinstance(document, tuple | list) or len(document) not in (2, 3):
+            raise InvalidArgumentError(
+                f"{where} is {type(document).__name__} {str(document)[:40]}; give (key, "
+                "content) or (key, content, added_at)",
+                document,
+            )
+        key, content = document[0], document[1]
+        message = document_message(key, content, where, document[2] if len(document) == 3 else None)
         yield message, document_size(key, content if isinstance(content, str) else None)
 
 

@@ -2,12 +2,14 @@
 documents' types (no grpc, no protobuf), in the package's own terms.
 
 Fingerprints are Python ints in [0, 2^64); a document's content is an ``int`` (its fingerprint)
-or a ``str`` (its text, fingerprinted by the server).
+or a ``str`` (its text, fingerprinted by the server), and it may carry the time it was crawled
+(:class:`Document`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,6 +23,7 @@ __all__ = [
     "CollectionInfo",
     "ColumnMatches",
     "Content",
+    "Document",
     "DocumentLike",
     "DocumentResult",
     "IngestResult",
@@ -32,8 +35,27 @@ __all__ = [
 
 #: A document's content: its fingerprint (int in [0, 2^64)) or its text (str).
 Content = int | str
-#: A document: ``(key, content)``.
-DocumentLike = tuple[str, Content]
+
+
+class Document(NamedTuple):
+    """A document with the time it was crawled: ``Document(key, content, added_at=None)``, a
+    3-tuple ``(key, content, added_at)``.
+
+    ``added_at`` is Unix seconds (an int, or a float, floored), for a collection with
+    ``expire_after``: the entry expires ``expire_after`` seconds after it (an import of an
+    earlier crawl). None or 0: the server's clock at the write; a time in the future counts as
+    the server's clock. A collection without expiry ignores it. Checked before anything is
+    sent (:func:`~permindex.index.expiry.added_at_seconds`): a negative, non-finite or
+    non-number time is an :class:`~permindex.errors.InvalidArgumentError`.
+    """
+
+    key: str
+    content: Content
+    added_at: float | None = None
+
+
+#: A document: ``(key, content)``, or ``(key, content, added_at)`` (a :class:`Document`).
+DocumentLike = tuple[str, Content] | tuple[str, Content, float | None]
 
 
 @dataclass(frozen=True)

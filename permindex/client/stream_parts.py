@@ -47,13 +47,16 @@ class StreamRead:
     group: Callable[[list[str], Any], Any] | None = None
 
 
-def export_read(collection: str) -> StreamRead:
-    """Export: ``(key, fingerprint)`` items."""
-    return StreamRead(
-        "Export",
-        pb.ExportRequest(collection=collection),
-        lambda r: ((e.key, e.fingerprint) for e in r.entries),
-    )
+def export_read(collection: str, with_times: bool = False) -> StreamRead:
+    """Export: ``(key, fingerprint)`` items, or ``(key, fingerprint, added_at)`` with
+    ``with_times`` (Unix seconds; 0 in a collection without expiry)."""
+
+    def items(reply: Any) -> Iterable[Any]:
+        if with_times:
+            return ((e.key, e.fingerprint, e.added_at) for e in reply.entries)
+        return ((e.key, e.fingerprint) for e in reply.entries)
+
+    return StreamRead("Export", pb.ExportRequest(collection=collection), items)
 
 
 def pairs_read(collection: str, k: int | None, shards: int) -> StreamRead:

@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import grpc
 import numpy as np
@@ -58,7 +58,8 @@ class StreamingClient(ClientBase):
         *,
         progress: Callable[[IngestResult], None] | None = None,
     ) -> IngestResult:
-        """Stream ``(key, fingerprint or text)`` documents (any iterable, read lazily) to the
+        """Stream ``(key, fingerprint or text)`` or ``(key, content, added_at)`` documents (any
+        iterable, read lazily; :class:`~permindex.client.Document`) to the
         server in batches of at most ``batch_size`` documents and about ``batch_bytes`` bytes
         (:func:`~permindex.client.batching.batches`).
 
@@ -67,8 +68,9 @@ class StreamingClient(ClientBase):
         applied; nothing after them is. No deadline applies to the whole stream.
 
         Raises:
-            InvalidArgumentError: a document's content is not an int in [0, 2^64) or a str (the
-                batches before it are sent and acknowledged first).
+            InvalidArgumentError: a document's content is not an int in [0, 2^64) or a str, or
+                its ``added_at`` not a number >= 0 (the batches before it are sent and
+                acknowledged first).
             ServerError: the server refused a batch or the call failed; never retried.
             Exception: whatever iterating ``documents`` raised, after the batches read before
                 it are acknowledged.
@@ -258,13 +260,40 @@ class StreamingClient(ClientBase):
 
     # ---- streamed reads: iterators, no deadline unless given, retried before the first reply
 
+    @overload
     def iter_export(
-        self, *, collection: str | None = None, timeout: float | None = None
-    ) -> Generator[tuple[str, int], None, None]:
+        self,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+        with_times: Literal[False] = False,
+    ) -> Generator[tuple[str, int], None, None]: ...
+
+    @overload
+    def iter_export(
+        self,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+        with_times: Literal[True],
+    ) -> Generator[tuple[str, int, int], None, None]: ...
+
+    def iter_export(
+        self,
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+        with_times: bool = False,
+    ) -> Generator[Any, None, None]:
         """Every stored ``(key, fingerprint)`` (one consistent copy, in the order stored; over
         shards, each shard's in turn), yielded as the server's messages arrive (see
-        :meth:`_stream` for deadlines, retries, cancellation and flow control)."""
-        read = export_read(self._collection_of(collection))
+        :meth:`_stream` for deadlines, retries, cancellation and flow control).
+
+        ``with_times``: ``(key, fingerprint, added_at)`` items, ``added_at`` when the key was
+        last added (Unix seconds; 0 in a collection without expiry), the form
+        :meth:`ingest` takes back: ``other.ingest(client.iter_export(with_times=True))`` copies
+        a collection with its entries' ages."""
+        read = export_read(self._collection_of(collection), with_times)
         if self.shards == 1:
             return self._stream(read, timeout)
         return self._chain([self._stream(read, timeout, shard) for shard in range(self.shards)])

@@ -48,9 +48,11 @@ from permindex.index.table import DEFAULT_MEMTABLE_LIMIT
 from permindex.index.writes import add_batch, add_one, add_section
 
 __all__ = [
+    "MAX_ADDED_AT",
     "MAX_EXPIRE_AFTER",
     "AddedAt",
     "ExpiringIndex",
+    "added_at_seconds",
     "check_expire_after",
     "parse_duration",
     "stamps",
@@ -58,6 +60,8 @@ __all__ = [
 
 #: The longest ``expire_after``, seconds (times are uint32 seconds).
 MAX_EXPIRE_AFTER: Final = (1 << 32) - 1
+#: The largest ``added_at`` a document can carry (the proto's int64), Unix seconds.
+MAX_ADDED_AT: Final = (1 << 63) - 1
 #: A sweep that kills at least this many rows compacts at once (no unlink per key).
 COMPACT_AFTER_EXPIRING: Final = 1 << 10
 _NEVER: Final = 1 << 62  # the oldest time of an index without rows
@@ -134,6 +138,34 @@ def stamps(added_at: AddedAt, n: int, now: float) -> _U32:
     floored[(floored == 0) | (floored > clock)] = clock
     result: _U32 = floored.astype(np.uint32)
     return result
+
+
+def added_at_seconds(value: object) -> int:
+    """The ``added_at`` a document carries to a server (``Document.added_at``, int64) for
+    ``value``, Unix seconds: an int, or a float floored (the rule of :func:`stamps`); 0 means
+    the server's clock at the write. The one rule of the clients, ``ingest`` and ``import``
+    (JSONL fields, Parquet columns).
+
+    Raises:
+        InvalidArgumentError: not a number (None, bool and str refused), negative, not finite,
+            or above :data:`MAX_ADDED_AT`; the message says the value and the rule.
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        seconds = int(value)
+    elif isinstance(value, (float, np.floating)) and bool(np.isfinite(value)):
+        seconds = int(np.floor(value))
+    else:
+        shown = "null" if value is None else repr(value)[:40]
+        raise InvalidArgumentError(
+            f"added_at {shown} is not Unix seconds (a number >= 0; 0: the server's clock)", value
+        )
+    if not 0 <= seconds <= MAX_ADDED_AT:
+        raise InvalidArgumentError(
+            f"added_at {value!r} is not Unix seconds: it must be 0 to 2**63 - 1 "
+            "(0: the server's clock)",
+            value,
+        )
+    return seconds
 
 
 class ExpiringIndex(Index):
@@ -391,13 +423,20 @@ class ExpiringIndex(Index):
         self.expire()
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
         if parts is None:
-            with self._lock:
-                live = self._rows.live_rows()
-                lengths, blob = self._store.export(live)
-                times = self._rows.times
-                assert times is not None
-                return [(lengths, blob, self._rows.fps[live], times[live])]
+            return [self._timed_copy()]
         return [(a, b, c, _times_of(d)) for a, b, c, d in parts]
+
+    def export_timed_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64, _U32]:
+        """:meth:`export_compact` (one consistent copy, under the lock) with the (n,) uint32
+        times of its keys, Unix seconds: what the server's Export sends. O(n + key bytes)."""
+        self.expire()
+        return self._timed_copy()
+
+    def _timed_copy(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64, _U32]:
+        with self._lock:
+            live = self._rows.live_rows()
+            lengths, blob = self._store.export(live)
+            return lengths, blob, self._rows.fps[live], _times_of(self._rows.times)[live]
 
     def get(self, key: str) -> int | None:
         self.expire()

@@ -1,7 +1,8 @@
 """Arrow columns as permindex values: a fingerprint column as ``(n,) uint64``
 (:func:`fingerprint_array`), a key or text column as Python strings (:func:`key_array`,
-:func:`text_array`), each refusing what the JSONL reader refuses, with an error that names the
-file, the column and the row. pyarrow is imported on first use (:func:`require_pyarrow`).
+:func:`text_array`), a crawl-time column as Unix seconds (:func:`added_at_array`), each
+refusing what the JSONL reader refuses, with an error that names the file, the column and the
+row. pyarrow is imported on first use (:func:`require_pyarrow`).
 
 Rows in messages are counted from 1, as JSONL lines are (``row 1`` is a file's first row);
 ``first_row`` is the file row of a batch's first value, for a file read in batches.
@@ -17,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
+from permindex.index.expiry import MAX_ADDED_AT
 from permindex.index.hamming import FINGERPRINT_RULE, parse_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES
 from permindex.text.documents import check_key
@@ -24,6 +26,7 @@ from permindex.text.documents import check_key
 __all__ = [
     "PARQUET_EXTRA",
     "ColumnError",
+    "added_at_array",
     "fingerprint_array",
     "key_array",
     "require_pyarrow",
@@ -46,6 +49,8 @@ def _nibble_table() -> NDArray[np.uint64]:
 
 
 _NIBBLE: Final = _nibble_table()
+#: A timestamp column's ticks per second, by its unit.
+_TICKS_PER_SECOND: Final = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}
 _FINGERPRINT_TYPES: Final = (
     "uint64, int64 (two's complement, as Spark and BigQuery store it), another integer type "
     "holding no negative value, or strings of hex"
@@ -266,3 +271,60 @@ def text_array(values: Any, *, source: str, column: str, first_row: int = 1) -> 
         InvalidArgumentError: pyarrow is not installed.
     """
     return _string_column(values, source, column, first_row, "text")[0]
+
+
+def added_at_array(values: Any, *, source: str, column: str, first_row: int = 1) -> list[int]:
+    """The crawl times of a column as Unix seconds (Python ints), by the rule of the JSONL
+    field (:func:`~permindex.index.expiry.added_at_seconds`), checked vectorised: an integer
+    column (any width) of values >= 0, a float column (floored), or a timestamp column (any
+    unit or time zone: the instant, floored to whole seconds, not before 1970); 0 means the
+    server's clock.
+    ``values`` as for :func:`fingerprint_array`. O(n).
+
+    Raises:
+        ColumnError: another type (strings, timestamps, bool...: the message names it), a
+            null, a negative, non-finite or too large value (the row named).
+        InvalidArgumentError: pyarrow is not installed.
+    """
+    pa = require_pyarrow()
+    times: list[int] = []
+    row = first_row
+    for chunk in _chunks(values):
+        kind = chunk.type
+        if not (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_timestamp(kind)
+        ):
+            raise ColumnError(
+                f"has type {kind}; an added_at column holds Unix seconds (an integer or float "
+                "type) or is a timestamp",
+                source,
+                column,
+            )
+        _refuse_nulls(chunk, source, column, row)
+        if pa.types.is_timestamp(kind):  # UTC instants in their unit: whole seconds, floored
+            ticks = np.asarray(chunk.cast(pa.int64()).to_numpy(zero_copy_only=False))
+            array = ticks // _TICKS_PER_SECOND[kind.unit]
+        else:
+            array = np.asarray(chunk.to_numpy(zero_copy_only=False))
+        if array.dtype.kind == "f":
+            good = np.isfinite(array) & (array >= 0) & (array < float(MAX_ADDED_AT))
+            array = np.floor(np.where(good, array, 0))
+        elif array.dtype == np.uint64:
+            good = array <= np.uint64(MAX_ADDED_AT)
+        else:
+            good = array >= 0
+        bad = np.flatnonzero(~good)
+        if bad.size:
+            i = int(bad[0])
+            value = chunk[i].as_py()
+            rule = "before 1970" if pa.types.is_timestamp(kind) else "not Unix seconds"
+            raise ColumnError(
+                f"added_at {value!r} is {rule} (a number 0 to 2**63 - 1; 0: the server's clock)",
+                source,
+                column,
+                row + i,
+                value,
+            )
+        times.extend(array.astype(np.int64).tolist())
+        row += len(chunk)
+    return times

@@ -6,8 +6,10 @@ A Parquet source holds the columns a JSONL line holds: a key column (``id``) and
 column (``text``) or a fingerprint column (``fingerprint``), each renamable; the values are read
 by :func:`permindex.io.arrow.key_array`, :func:`~permindex.io.arrow.text_array` and
 :func:`~permindex.io.arrow.fingerprint_array`, so they follow the same rules (a string key, the
-one fingerprint rule; uint64, two's-complement int64 or hex strings). Only those two columns
-are read, in batches of rows, so memory is bounded by a batch (and a row group's pages).
+one fingerprint rule; uint64, two's-complement int64 or hex strings), and optionally a crawl
+time column (``added_at_field``, :func:`~permindex.io.arrow.added_at_array`; ``ingest`` and
+``import`` name ``added_at``, ``dedup`` none). Only those columns are
+read, in batches of rows, so memory is bounded by a batch (and a row group's pages).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import IO, Any, Final
 from permindex.errors import InvalidArgumentError
 from permindex.io.arrow import (
     ColumnError,
+    added_at_array,
     fingerprint_array,
     key_array,
     require_pyarrow,
@@ -184,9 +187,14 @@ class ParquetReader(DocumentReader):
         id_field: str = "id",
         text_field: str = "text",
         fingerprint_field: str = "fingerprint",
+        added_at_field: str | None = None,
     ) -> None:
         super().__init__(
-            source, id_field=id_field, text_field=text_field, fingerprint_field=fingerprint_field
+            source,
+            id_field=id_field,
+            text_field=text_field,
+            fingerprint_field=fingerprint_field,
+            added_at_field=added_at_field,
         )
         self.kind = "parquet"
         self._pa = require_pyarrow()
@@ -206,25 +214,33 @@ class ParquetReader(DocumentReader):
         return self._done_bytes + (size * read // rows if rows else 0)
 
     def __iter__(self) -> Iterator[Document]:
-        for columns in self.column_batches():
-            documents = columns.documents()
+        for columns, times in self._timed_batches():
+            documents = columns.documents(times)
             self.stats.documents += len(documents)
             yield from documents
 
     def column_batches(self) -> Iterator[DocumentColumns]:
         """The documents as :class:`~permindex.text.documents.DocumentColumns`, a batch of rows
-        at a time (1024 rows of texts, 65536 of fingerprints); :attr:`stats` is not updated
-        (the caller counts). Iterate it once, instead of iterating the reader.
+        at a time (1024 rows of texts, 65536 of fingerprints), crawl times checked, not kept;
+        :attr:`stats` is not updated (the caller counts). Iterate it once, instead of iterating
+        the reader.
 
         Raises: as the class says, when the bad file's turn comes.
         """
+        for columns, _ in self._timed_batches():
+            yield columns
+
+    def _timed_batches(self) -> Iterator[tuple[DocumentColumns, list[int] | None]]:
+        """:meth:`column_batches` with each batch's crawl times (None: no such column)."""
         for path in self.files:
             size = _check_magic(path)
             yield from self._file_batches(path, size)
             self._done_bytes += size
             self._current = (0, 0, 0)
 
-    def _file_batches(self, path: Path, size: int) -> Iterator[DocumentColumns]:
+    def _file_batches(
+        self, path: Path, size: int
+    ) -> Iterator[tuple[DocumentColumns, list[int] | None]]:
         name = str(path)
         errors = _arrow_errors(self._pa)
         try:
@@ -236,14 +252,19 @@ class ParquetReader(DocumentReader):
         with parquet:  # closed when the file is read, or the reading stopped
             yield from self._read_file(parquet, name, size)
 
-    def _read_file(self, parquet: Any, name: str, size: int) -> Iterator[DocumentColumns]:
+    def _read_file(
+        self, parquet: Any, name: str, size: int
+    ) -> Iterator[tuple[DocumentColumns, list[int] | None]]:
         errors = _arrow_errors(self._pa)
         key_column, value_column, is_text = self._columns(name, parquet.schema_arrow)
+        times_column = self._added_at_field
+        timed = times_column is not None and times_column in parquet.schema_arrow.names
+        read = [key_column, value_column] + ([times_column] if times_column and timed else [])
         rows = int(parquet.metadata.num_rows)
         self._current = (size, rows, 0)
         batches = parquet.iter_batches(
             batch_size=_TEXT_BATCH_ROWS if is_text else _FINGERPRINT_BATCH_ROWS,
-            columns=[key_column, value_column],
+            columns=read,
             use_threads=False,
         )
         first = 1
@@ -271,9 +292,14 @@ class ParquetReader(DocumentReader):
                 )
                 texts = [None] * n
                 fingerprints = list(found.tolist())
+            times = None
+            if times_column is not None and timed:
+                times = added_at_array(
+                    batch.column(2), source=name, column=times_column, first_row=first
+                )
             first += n
             self._current = (size, rows, first - 1)
-            yield DocumentColumns(keys, texts, fingerprints)
+            yield DocumentColumns(keys, texts, fingerprints), times
 
     def _columns(self, name: str, schema: Any) -> tuple[str, str, bool]:
         """(key column, value column, whether it is the text column) of a file's schema, once
@@ -305,6 +331,10 @@ class ParquetReader(DocumentReader):
             text_array(empty[value_field], source=name, column=value_field)
         else:
             fingerprint_array(empty[value_field], source=name, column=value_field)
+        if self._added_at_field is not None and self._added_at_field in names:
+            column = self._added_at_field
+            empty_times = pa.array([], type=schema.field(column).type)
+            added_at_array(empty_times, source=name, column=column)
         return id_field, value_field, has_text
 
 
@@ -316,12 +346,14 @@ def open_documents(
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
     extract: Extract = "visible",
+    added_at_field: str | None = None,
 ) -> DocumentReader:
     """The reader of ``source``: a :class:`ParquetReader` when :func:`is_parquet_source` says
     so (a ``.parquet`` file, or a folder whose first file is one), else
     :func:`permindex.text.documents.read_documents` (JSONL, a folder of documents, ``-``). The
-    field names are the key, text and fingerprint columns (JSONL fields) of either; ``extract``
-    is how the HTML files of a folder become text (Parquet and JSONL texts are taken as they are).
+    field names are the key, text, fingerprint and (optional) crawl time columns (JSONL fields)
+    of either; ``extract`` is how the HTML files of a folder become text (Parquet and JSONL
+    texts are taken as they are).
 
     Raises:
         InvalidArgumentError: as the chosen reader's constructor (no such source; for Parquet,
@@ -329,7 +361,11 @@ def open_documents(
     """
     if is_parquet_source(source):
         return ParquetReader(
-            source, id_field=id_field, text_field=text_field, fingerprint_field=fingerprint_field
+            source,
+            id_field=id_field,
+            text_field=text_field,
+            fingerprint_field=fingerprint_field,
+            added_at_field=added_at_field,
         )
     return read_documents(
         source,
@@ -338,6 +374,7 @@ def open_documents(
         text_field=text_field,
         fingerprint_field=fingerprint_field,
         extract=extract,
+        added_at_field=added_at_field,
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError, LimitExceededError
-from permindex.index import Match
+from permindex.index import ExpiringIndex, Index, Match
 from permindex.index.clusters import NearDuplicates
 from permindex.index.hamming import MAX_FINGERPRINT
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
@@ -461,15 +461,32 @@ def pair_chunks_to_proto(
         yield encoder.encode(a, b, distance)
 
 
+#: One consistent export: the compact form of :meth:`Index.export_compact` and, for an
+#: index with expiry, the (n,) uint32 times of its keys (None without).
+ExportCopy = tuple[
+    NDArray[np.int64], NDArray[np.uint8], NDArray[np.uint64], NDArray[np.uint32] | None
+]
+
+
+def export_copy(index: Index) -> ExportCopy:
+    """One consistent copy of ``index`` for Export, with its times when it has expiry
+    (:meth:`ExpiringIndex.export_timed_compact`). O(n + key bytes), under the index's lock."""
+    if isinstance(index, ExpiringIndex):
+        return index.export_timed_compact()
+    return (*index.export_compact(), None)
+
+
 def export_to_proto(
     lengths: NDArray[np.int64],
     blob: NDArray[np.uint8],
     fingerprints: NDArray[np.uint64],
+    times: NDArray[np.uint32] | None = None,
     *,
     chunk: int = 10_000,
 ) -> Iterator[pb.ExportResponse]:
-    """An export in the compact form of :meth:`Index.export_compact` as ExportResponse messages
-    of at most ``chunk`` entries, each built only when asked for."""
+    """An export in the compact form of :meth:`Index.export_compact` (and the keys' ``times``,
+    Unix seconds, as each entry's ``added_at``; None: 0) as ExportResponse messages of at most
+    ``chunk`` entries, each built only when asked for."""
     ends = np.cumsum(lengths + 1)  # each key is followed by a NUL in blob
     for start in range(0, len(fingerprints), chunk):
         stop = min(start + chunk, len(fingerprints))
@@ -477,11 +494,12 @@ def export_to_proto(
         data = blob[first : int(ends[stop - 1])].tobytes()
         response = pb.ExportResponse()
         offset = 0
-        for length, fingerprint in zip(
-            lengths[start:stop].tolist(), fingerprints[start:stop].tolist(), strict=True
+        added = times[start:stop].tolist() if times is not None else [0] * (stop - start)
+        for length, fingerprint, added_at in zip(
+            lengths[start:stop].tolist(), fingerprints[start:stop].tolist(), added, strict=True
         ):
             key = data[offset : offset + length].decode("utf-8", "surrogatepass")
-            response.entries.add(key=key, fingerprint=fingerprint)
+            response.entries.add(key=key, fingerprint=fingerprint, added_at=added_at)
             offset += length + 1
         yield response
 

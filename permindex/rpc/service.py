@@ -678,10 +678,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     async def Export(
         self, request: pb.ExportRequest, context: _Context
     ) -> AsyncIterator[pb.ExportResponse]:
-        """Every (key, fingerprint) of one consistent copy, in chunks of
+        """Every (key, fingerprint, added_at) of one consistent copy, in chunks of
         :data:`convert.KEYS_PER_MESSAGE`, each message built as the client takes the last."""
         state = self._collection(request.collection)
-        copy = await self.work.run(state.index.export_compact)
+        copy = await self.work.run(convert.export_copy, state.index)
         async for message in self.work.each(
             convert.export_to_proto(*copy, chunk=convert.KEYS_PER_MESSAGE)
         ):

@@ -1,7 +1,8 @@
 """Reading inputs into documents, ``(key, text)`` or ``(key, fingerprint)``: JSONL (gzip or not,
 or standard input) and folders (:func:`read_documents`, whose docstring gives the formats), the
-visible text of HTML (:func:`html_to_text`), fingerprints as the outputs write them, the TSV
-field escape, and the readers' wording of the key rule (:func:`check_key`). Importing it does
+text of an HTML file (visible text: :func:`permindex.text.html.html_to_text`, re-exported here),
+fingerprints as the outputs write them, the TSV field escape, and the readers' wording of the
+key rule (:func:`check_key`). Importing it does
 not import grpc; lxml is imported on the first HTML file.
 """
 
@@ -20,9 +21,11 @@ from pathlib import Path
 from typing import IO, Any, Final, NamedTuple
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
+from permindex.index.expiry import added_at_seconds
 from permindex.index.hamming import parse_fingerprint, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.text.extract import Extract, main_text
+from permindex.text.html import html_to_text  # re-exported: the visible text of HTML
 
 __all__ = [
     "Document",
@@ -42,18 +45,6 @@ __all__ = [
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _HTML_SUFFIXES: Final = (".html", ".htm")
 
-#: Elements whose end (and start) ends a line of visible text.
-_BLOCK_ELEMENTS: Final = frozenset(
-    """address article aside blockquote body br caption center dd details dialog dir div dl dt
-    fieldset figcaption figure footer form frame frameset h1 h2 h3 h4 h5 h6 header hgroup hr html
-    iframe legend li main menu nav noframes ol optgroup option p pre section summary table tbody
-    td tfoot th thead title tr ul""".split()
-)
-#: Elements whose content is not visible text. An iframe's content is the fallback shown only by
-#: browsers without frames.
-_DROPPED_ELEMENTS: Final = frozenset(("head", "script", "style", "iframe"))
-
-
 class MalformedInputError(InvalidArgumentError):
     """A line of a JSONL input is malformed (bad JSON, no ``id``, neither or both of ``text`` and
     ``fingerprint``, a bad fingerprint or key). ``path`` and ``line`` (1-based) say where."""
@@ -66,11 +57,13 @@ class MalformedInputError(InvalidArgumentError):
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One input document: its key and either its text or its fingerprint (exactly one is set)."""
+    """One input document: its key and either its text or its fingerprint (exactly one is set),
+    and when it was crawled (``added_at``, Unix seconds; None: not given)."""
 
     key: str
     text: str | None = None
     fingerprint: int | None = None
+    added_at: int | None = None
 
     def size_bytes(self) -> int:
         """Approximate size of the document in a request message, bytes (UTF-8 key and text,
@@ -146,59 +139,6 @@ def check_key(key: str) -> None:
                 f"key {key[:40]!r}... is {error.size} UTF-8 bytes long; the limit is {error.limit}"
             )
         raise InvalidKeyError(message, key, error.reason, error.size, error.limit) from None
-
-
-def html_to_text(html: str) -> str:
-    """The visible text of an HTML page: ``head``, ``script``, ``style`` and ``iframe`` dropped
-    (comments, processing instructions and doctype too); block elements (``p``, ``div``, ``li``,
-    ``td``, ``h1``...) and ``br`` end a line; inline elements (``a``, ``b``, ``span``...) join their
-    text to their neighbours without a space. Each line stripped, blank lines removed. Parsed with
-    lxml's HTML parser (libxml2), which repairs malformed markup as browsers do; a page with no
-    markup at all gives its text, an empty page ``""``. O(len(html)) time and memory.
-
-    Raises:
-        InvalidArgumentError: the page cannot be parsed whole (elements nested more than 2,048
-            deep: libxml2's limit); no partial text is returned.
-    """
-    from lxml import etree
-    from lxml import html as lxml_html
-
-    # The text was decoded as UTF-8 already; say so, so that a <meta charset> or an XML
-    # declaration naming another encoding cannot make libxml2 decode it again. huge_tree lifts
-    # the nesting limit from 256 to 2,048. A parser per call: its error log is per parser.
-    parser = lxml_html.HTMLParser(
-        encoding="utf-8", remove_comments=True, remove_pis=True, huge_tree=True
-    )
-    try:
-        root = lxml_html.document_fromstring(html.encode("utf-8"), parser=parser)
-    except etree.ParserError:  # "Document is empty"
-        return ""
-    fatal = [entry for entry in parser.error_log if entry.level_name == "FATAL"]
-    if fatal:
-        raise InvalidArgumentError(f"HTML cannot be parsed: {fatal[0].message}")
-    parts: list[str] = []
-    walker = etree.iterwalk(root, events=("start", "end"))
-    for event, element in walker:
-        tag = element.tag
-        if not isinstance(tag, str):  # a comment or processing instruction: only its tail shows
-            if event == "end" and element.tail:
-                parts.append(element.tail)
-            continue
-        if tag in _DROPPED_ELEMENTS:
-            if event == "start":
-                walker.skip_subtree()
-            elif element.tail:
-                parts.append(element.tail)
-            continue
-        if tag in _BLOCK_ELEMENTS:
-            parts.append("\n")
-        if event == "start":
-            if element.text:
-                parts.append(element.text)
-        elif element.tail:
-            parts.append(element.tail)
-    lines = (line.strip() for line in "".join(parts).splitlines())
-    return "\n".join(line for line in lines if line)
 
 
 def _decode_text(data: bytes) -> str | None:
@@ -325,37 +265,43 @@ def _inflate(path: str, name: str, size: int, sender: Any) -> None:
 
 class DocumentColumns(NamedTuple):
     """Documents as three lists of one length: ``keys``, ``texts`` (None where the input gave
-    a fingerprint) and ``fingerprints`` (None where it gave a text)."""
+    a fingerprint) and ``fingerprints`` (None where it gave a text); no crawl times (what
+    ``dedup`` reads)."""
 
     keys: list[str]
     texts: list[str | None]
     fingerprints: list[int | None]
 
-    def documents(self) -> list[Document]:
-        """The same as :class:`Document` objects."""
+    def documents(self, added_at: list[int] | None = None) -> list[Document]:
+        """The same as :class:`Document` objects, with the crawl times ``added_at`` (Unix
+        seconds, one per document) when given."""
+        times: Iterable[int | None] = added_at if added_at is not None else [None] * len(self.keys)
         return [
-            Document(k, text=t, fingerprint=f)
-            for k, t, f in zip(self.keys, self.texts, self.fingerprints, strict=True)
+            Document(k, text=t, fingerprint=f, added_at=a)
+            for k, t, f, a in zip(self.keys, self.texts, self.fingerprints, times, strict=True)
         ]
 
 
 @dataclass(frozen=True)
 class JsonlParser:
     """The parser of one JSONL input's lines (picklable, so that worker processes parse):
-    ``name`` (the input's name in messages), ``id_field``, ``text_field`` and
-    ``fingerprint_field``."""
+    ``name`` (the input's name in messages), ``id_field``, ``text_field``,
+    ``fingerprint_field`` and ``added_at_field`` (that of the crawl time, read when named: None,
+    the default, reads no time, as ``dedup``)."""
 
     name: str
     id_field: str = "id"
     text_field: str = "text"
     fingerprint_field: str = "fingerprint"
+    added_at_field: str | None = None
 
     def columns(self, lines: Iterable[bytes], first: int) -> DocumentColumns:
         """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
         blank lines skipped, as columns: those of :meth:`parse_line`, one line at a time, with
         a shortcut for a plain line (an object with a string key within the key rule, a string
-        text that is ASCII or holds no lone surrogate, and no fingerprint field): the same
-        document by fewer checks, and no :class:`Document` object made.
+        text that is ASCII or holds no lone surrogate, and no fingerprint or added_at field): the
+        same document by fewer checks, and no :class:`Document` object made. The crawl times
+        (with an ``added_at_field``) are checked, not kept.
 
         Raises:
             MalformedInputError: the first malformed line (see :meth:`parse_line`).
@@ -364,13 +310,18 @@ class JsonlParser:
         texts: list[str | None] = []
         fingerprints: list[int | None] = []
         id_field, text_field, fp_field = self.id_field, self.text_field, self.fingerprint_field
+        at_field = self.added_at_field
         loads = json.loads
         for number, line in enumerate(lines, start=first):
             try:
                 obj = loads(line.decode("utf-8"))
             except (ValueError, RecursionError):
                 obj = None
-            if type(obj) is dict and fp_field not in obj:
+            if (
+                type(obj) is dict
+                and fp_field not in obj
+                and (at_field is None or at_field not in obj)
+            ):
                 key = obj.get(id_field)
                 text = obj.get(text_field)
                 if (
@@ -408,7 +359,8 @@ class JsonlParser:
         Raises:
             MalformedInputError: the line is not UTF-8, not a JSON object, has no key or a bad
                 one, neither or both of the text and ``fingerprint``, a text that is not a
-                string or holds a lone surrogate, or a bad fingerprint.
+                string or holds a lone surrogate, a bad fingerprint, or an ``added_at`` that is
+                not a number >= 0 (:func:`~permindex.index.expiry.added_at_seconds`).
         """
 
         def bad(message: str, value: object = None) -> MalformedInputError:
@@ -454,12 +406,20 @@ class JsonlParser:
                     f'"{text_field}" holds a lone surrogate \\u{ord(surrogate.group()):04x} at '
                     f"character {surrogate.start()}: not Unicode text (a bad \\u escape?)"
                 )
-            return Document(key, text=text)
+        added_at = None
+        if self.added_at_field is not None and self.added_at_field in obj:
+            try:
+                added_at = added_at_seconds(obj[self.added_at_field])
+            except InvalidArgumentError as error:
+                message = str(error).replace("added_at", f'"{self.added_at_field}"', 1)
+                raise bad(message, obj[self.added_at_field]) from None
+        if has_text:
+            return Document(key, text=text, added_at=added_at)
         try:
             fingerprint = parse_fingerprint(obj[fp_field])
         except InvalidArgumentError as error:
             raise bad(str(error), obj[fp_field]) from None
-        return Document(key, fingerprint=fingerprint)
+        return Document(key, fingerprint=fingerprint, added_at=added_at)
 
 
 class DocumentReader:
@@ -479,12 +439,14 @@ class DocumentReader:
         text_field: str = "text",
         fingerprint_field: str = "fingerprint",
         extract: Extract = "visible",
+        added_at_field: str | None = None,
     ) -> None:
         self.name = str(source)
         self.extract = extract
         self._id_field = id_field
         self._text_field = text_field
         self._fingerprint_field = fingerprint_field
+        self._added_at_field = added_at_field
         self.stats = ReadStats()
         self.size_bytes: int | None = None
         self._raw: IO[bytes] | None = None
@@ -558,7 +520,13 @@ class DocumentReader:
 
     def parser(self) -> JsonlParser:
         """What parses this input's lines (:class:`JsonlParser`: picklable, for a worker)."""
-        return JsonlParser(self.name, self._id_field, self._text_field, self._fingerprint_field)
+        return JsonlParser(
+            self.name,
+            self._id_field,
+            self._text_field,
+            self._fingerprint_field,
+            self._added_at_field,
+        )
 
     def text_blocks(
         self, max_bytes: int, *, inflate_elsewhere: bool = False
@@ -712,12 +680,13 @@ def read_documents(
     text_field: str = "text",
     fingerprint_field: str = "fingerprint",
     extract: Extract = "visible",
+    added_at_field: str | None = None,
 ) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
-    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field``, ``text_field`` and
-    ``fingerprint_field`` name the JSONL fields of the key, the text and the fingerprint (formats
-    below). Parquet is read by :func:`permindex.io.parquet.open_documents`, which calls this for
-    every other source.
+    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field``, ``text_field``,
+    ``fingerprint_field`` and ``added_at_field`` name the JSONL fields of the key, the text, the
+    fingerprint and the optional crawl time (None: none read; formats below). Parquet is read
+    by :func:`permindex.io.parquet.open_documents`, which calls this for every other source.
 
     Raises :class:`~permindex.errors.InvalidArgumentError` when ``source`` does not exist or is
     neither a regular file nor a folder. Reading (iterating) raises :class:`MalformedInputError`
@@ -733,6 +702,10 @@ def read_documents(
         skipped. A fingerprint follows the one rule of
         :func:`permindex.index.hamming.parse_fingerprint`: a JSON number is its value (0 <= v <
         2^64), a string is hex (exactly 16 hex digits, or ``0x`` and 1 to 16 hex digits).
+        With an ``added_at_field`` (``ingest`` and ``import`` name ``added_at``), that optional
+        field is when the document was crawled, Unix seconds (a JSON number
+        >= 0, a fraction floored; 0: the server's clock), for a collection with expiry; ``null``,
+        a string or a negative number is refused (:func:`~permindex.index.expiry.added_at_seconds`).
         Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
         the reading with :class:`MalformedInputError`, which names the file and the line number.
         Other schemas: ``id_field``, ``text_field`` and ``fingerprint_field`` name the fields that
@@ -761,4 +734,5 @@ def read_documents(
         text_field=text_field,
         fingerprint_field=fingerprint_field,
         extract=extract,
+        added_at_field=added_at_field,
     )

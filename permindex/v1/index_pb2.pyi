@@ -1199,18 +1199,26 @@ class ExportEntry(_message.Message):
 
     KEY_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
+    ADDED_AT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     fingerprint: _builtins.int
     """JSON: a decimal string; loaders: keep 64 bits (proto-loader `longs: String`)."""
+    added_at: _builtins.int
+    """When the key was last added, Unix seconds, in a collection with expire_after (its entry
+    expires expire_after seconds after this); 0 in a collection without expiry. Sent back as
+    Document.added_at, it keeps the entry's age through an export and an import. JSON carries
+    int64 as a decimal string.
+    """
     def __init__(
         self,
         *,
         key: _builtins.str = ...,
         fingerprint: _builtins.int = ...,
+        added_at: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint", "key", b"key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "fingerprint", b"fingerprint", "key", b"key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

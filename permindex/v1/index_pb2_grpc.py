@@ -246,10 +246,11 @@ class PermIndexServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Export(self, request, context):
-        """Every stored (key, fingerprint), for backups and migrations: one consistent copy of the index
-        (taken under its lock at once, so writes wait for the copy, about 0.05 s per 10^6 keys), in
-        the order the fingerprints were stored, streamed in chunks of at most 10,000 entries, each
-        built when the client has taken the previous one.
+        """Every stored (key, fingerprint, added_at: the entry's time in a collection with expiry), for
+        backups and migrations (added_at sent back keeps each entry's age): one consistent copy of
+        the index (taken under its lock at once, so writes wait for the copy, about 0.05 s per 10^6
+        keys), in the order the fingerprints were stored, streamed in chunks of at most 10,000
+        entries, each built when the client has taken the previous one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

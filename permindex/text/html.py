@@ -1,0 +1,75 @@
+"""The visible text of an HTML page (:func:`html_to_text`), as ``ingest`` and ``dedup`` read an
+HTML file and the Scrapy middleware a response. lxml is imported on the first call.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from permindex.errors import InvalidArgumentError
+
+__all__ = ["html_to_text"]
+
+#: Elements whose end (and start) ends a line of visible text.
+_BLOCK_ELEMENTS: Final = frozenset(
+    """address article aside blockquote body br caption center dd details dialog dir div dl dt
+    fieldset figcaption figure footer form frame frameset h1 h2 h3 h4 h5 h6 header hgroup hr html
+    iframe legend li main menu nav noframes ol optgroup option p pre section summary table tbody
+    td tfoot th thead title tr ul""".split()
+)
+#: Elements whose content is not visible text. An iframe's content is the fallback shown only by
+#: browsers without frames.
+_DROPPED_ELEMENTS: Final = frozenset(("head", "script", "style", "iframe"))
+
+
+def html_to_text(html: str) -> str:
+    """The visible text of an HTML page: ``head``, ``script``, ``style`` and ``iframe`` dropped
+    (comments, processing instructions and doctype too); block elements (``p``, ``div``, ``li``,
+    ``td``, ``h1``...) and ``br`` end a line; inline elements (``a``, ``b``, ``span``...) join their
+    text to their neighbours without a space. Each line stripped, blank lines removed. Parsed with
+    lxml's HTML parser (libxml2), which repairs malformed markup as browsers do; a page with no
+    markup at all gives its text, an empty page ``""``. O(len(html)) time and memory.
+
+    Raises:
+        InvalidArgumentError: the page cannot be parsed whole (elements nested more than 2,048
+            deep: libxml2's limit); no partial text is returned.
+    """
+    from lxml import etree
+    from lxml import html as lxml_html
+
+    # The text was decoded as UTF-8 already; say so, so that a <meta charset> or an XML
+    # declaration naming another encoding cannot make libxml2 decode it again. huge_tree lifts
+    # the nesting limit from 256 to 2,048. A parser per call: its error log is per parser.
+    parser = lxml_html.HTMLParser(
+        encoding="utf-8", remove_comments=True, remove_pis=True, huge_tree=True
+    )
+    try:
+        root = lxml_html.document_fromstring(html.encode("utf-8"), parser=parser)
+    except etree.ParserError:  # "Document is empty"
+        return ""
+    fatal = [entry for entry in parser.error_log if entry.level_name == "FATAL"]
+    if fatal:
+        raise InvalidArgumentError(f"HTML cannot be parsed: {fatal[0].message}")
+    parts: list[str] = []
+    walker = etree.iterwalk(root, events=("start", "end"))
+    for event, element in walker:
+        tag = element.tag
+        if not isinstance(tag, str):  # a comment or processing instruction: only its tail shows
+            if event == "end" and element.tail:
+                parts.append(element.tail)
+            continue
+        if tag in _DROPPED_ELEMENTS:
+            if event == "start":
+                walker.skip_subtree()
+            elif element.tail:
+                parts.append(element.tail)
+            continue
+        if tag in _BLOCK_ELEMENTS:
+            parts.append("\n")
+        if event == "start":
+            if element.text:
+                parts.append(element.text)
+        elif element.tail:
+            parts.append(element.tail)
+    lines = (line.strip() for line in "".join(parts).splitlines())
+    return "\n".join(line for line in lines if line)
