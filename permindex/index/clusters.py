@@ -314,6 +314,10 @@ class NearDuplicates:
             which cost O(n) whatever the groups).
         should_stop: checked between chunks of the join (each at most about
             :data:`~permindex.index.join.PAIR_BUDGET` candidates) and before ordering the keys.
+        joined: the join's result computed elsewhere (e.g. on a cluster,
+            :mod:`permindex.distributed`): every pair of positions with *distinct* fingerprints
+            within k, one position per fingerprint, each pair once; the join is then skipped
+            (and not checked).
 
     Attributes:
         keys, fingerprints, k: as given.
@@ -375,6 +379,7 @@ class NearDuplicates:
         max_work: int | None = None,
         should_stop: Callable[[], bool] | None = None,
         send_pairs: bool = True,
+        joined: PairArrays | None = None,
     ) -> None:
         fps = as_fingerprint_array(fingerprints)
         if len(keys) != fps.size:
@@ -402,7 +407,11 @@ class NearDuplicates:
                 budget=max_work,
                 what=self.work_what,
             )
-        self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)
+        if joined is None:
+            self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)
+        else:  # joined elsewhere: positions of distinct fingerprints to their values
+            of = values.value_of
+            self._value_pairs = PairArrays(of[joined.a], of[joined.b], joined.distance)
         members = flagged_positions(values, self._value_pairs)
         join.check_stop(should_stop)
         # rank: position of the key among the keys with a near-duplicate, code point order

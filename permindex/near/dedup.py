@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
+from permindex.index.pair_stream import PairArrays
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import (
@@ -44,6 +45,9 @@ from permindex.text.fingerprint import (
 from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
 
 __all__ = [
+    "Documents",
+    "assemble_result",
+    "last_occurrences",
     "run_dedup",
     "write_outputs",
 ]
@@ -493,53 +497,107 @@ def run_dedup(
             what: sum(p.cpu_seconds[what] for p in passes) for what in ("parse", "fingerprint")
         }
 
-        joined_started = time.monotonic()
         keys = collected.keys
         fps = _concat(collected.fingerprints, np.uint64)
         has = _concat(collected.has_fingerprint, np.bool_)
         token_counts = _concat(collected.tokens, np.int64)
         lengths = _concat(collected.lengths, np.int64)
-        too_short = [(keys[i], int(token_counts[i])) for i in np.flatnonzero(~has).tolist()]
-        valid = np.flatnonzero(has).tolist()
-        valid_keys = keys if len(valid) == len(keys) else [keys[i] for i in valid]
-        if len(set(valid_keys)) == len(valid_keys):  # no repeated key (a set is 3x a dict)
-            ordinals = np.array(valid, dtype=np.int64)
-        else:
-            last = dict(zip(valid_keys, valid, strict=True))  # each key's last position
-            ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
-            del last
-        repeated = len(valid) - int(ordinals.size)
-        del valid_keys
-        design = design_for(options.k)
-        near = NearDuplicates(
-            [keys[i] for i in ordinals.tolist()], fps[ordinals], options.k, design=design
-        )
-        clustered_started = time.monotonic()
-        seconds["join"] = clustered_started - joined_started
-        kept = keep_per_cluster(
-            near.cluster_positions(),
-            options.keep,
-            order=ordinals,
-            lengths=lengths[ordinals],
-            rank=near.key_rank,
-        )
-        seconds["cluster"] = time.monotonic() - clustered_started
+    return assemble_result(
+        options,
+        Documents(keys, fps, has, token_counts, lengths),
+        seconds=seconds,
+        cpu_seconds=cpu_seconds,
+        skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
+        source_kind=reader.kind,
+        spool=spool,
+    )
+
+
+@dataclass
+class Documents:
+    """Every document read, in input order: ``keys`` (n str), ``fingerprints`` ((n,) uint64, 0
+    where there is none), ``has_fingerprint`` ((n,) bool), ``tokens`` ((n,) int64, the tokens
+    of a too-short text, else 0) and ``lengths`` ((n,) int64, characters of each text)."""
+
+    keys: list[str]
+    fingerprints: NDArray[np.uint64]
+    has_fingerprint: NDArray[np.bool_]
+    tokens: NDArray[np.int64]
+    lengths: NDArray[np.int64]
+
+
+def last_occurrences(documents: Documents) -> NDArray[np.int64]:
+    """The input positions ((m,) int64, ascending) of the documents that take part in the join:
+    those with a fingerprint, each key once with its last such occurrence (as ``ingest`` would
+    leave it in a server)."""
+    keys = documents.keys
+    valid = np.flatnonzero(documents.has_fingerprint).tolist()
+    valid_keys = keys if len(valid) == len(keys) else [keys[i] for i in valid]
+    if len(set(valid_keys)) == len(valid_keys):  # no repeated key (a set is 3x a dict)
+        return np.array(valid, dtype=np.int64)
+    last = dict(zip(valid_keys, valid, strict=True))  # each key's last position
+    return np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+
+
+def assemble_result(
+    options: DedupOptions,
+    documents: Documents,
+    *,
+    seconds: dict[str, float],
+    joined: Callable[[NDArray[np.int64]], PairArrays] | None = None,
+    **fields: Any,
+) -> DedupResult:
+    """Step 3 of :func:`run_dedup` on the documents read: the join (by
+    :class:`~permindex.index.clusters.NearDuplicates`, or, given ``joined``, from the pairs it
+    returns for the input positions of :func:`last_occurrences`: pairs of those positions with
+    distinct fingerprints within k, each once, e.g. computed on a cluster), the clusters and
+    the keep rule. ``seconds`` gets "join" and "cluster"; ``fields`` are the other fields of
+    :class:`DedupResult`."""
+    joined_started = time.monotonic()
+    keys = documents.keys
+    fps, has = documents.fingerprints, documents.has_fingerprint
+    too_short = [(keys[i], int(documents.tokens[i])) for i in np.flatnonzero(~has).tolist()]
+    ordinals = last_occurrences(documents)
+    repeated = int(np.count_nonzero(has)) - int(ordinals.size)
+    design = design_for(options.k)
+    given = None
+    if joined is not None:
+        a, b, d = joined(ordinals)
+        given = PairArrays(np.searchsorted(ordinals, a), np.searchsorted(ordinals, b), d)
+    near = NearDuplicates(
+        [keys[i] for i in ordinals.tolist()],
+        fps[ordinals],
+        options.k,
+        design=design,
+        joined=given,
+    )
+    clustered_started = time.monotonic()
+    seconds["join"] = clustered_started - joined_started
+    lengths = documents.lengths[ordinals]
+    kept = keep_per_cluster(
+        near.cluster_positions(),
+        options.keep,
+        order=ordinals,
+        lengths=lengths,
+        rank=near.key_rank,
+    )
+    seconds["cluster"] = time.monotonic() - clustered_started
+    source = fields.pop("source_kind", "jsonl")
     return DedupResult(
         options=options,
         near=near,
         ordinals=ordinals,
-        lengths=lengths[ordinals],
+        lengths=lengths,
         kept=kept,
         documents=len(keys),
         too_short=too_short,
-        skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
+        skipped_by_reason=fields.pop("skipped_by_reason", {}),
         repeated_keys=repeated,
         seconds=seconds,
-        source_kind=reader.kind,
+        source_kind=source,
         reread_source=None if options.source == "-" else options.source,
         design=design.as_tuple(),
-        spool=spool,
-        cpu_seconds=cpu_seconds,
+        **fields,
     )
 
 
