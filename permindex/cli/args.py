@@ -14,6 +14,7 @@ from permindex.rpc import config
 
 __all__ = [
     "CommandFactory",
+    "add_field_arguments",
     "bounded",
     "client_options_parser",
     "flag_type",
@@ -61,6 +62,23 @@ def bounded(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def add_field_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--id-field``, ``--text-field`` and ``--fingerprint-field``: the JSONL fields (Parquet
+    columns) of the key, the text and the fingerprint, as ``args.id_field``, ``args.text_field``
+    and ``args.fingerprint_field``."""
+    for flag, default, what in (
+        ("--id-field", "id", "key"),
+        ("--text-field", "text", "text"),
+        ("--fingerprint-field", "fingerprint", "fingerprint"),
+    ):
+        parser.add_argument(
+            flag,
+            default=default,
+            metavar="NAME",
+            help=f"JSONL field (Parquet column) of the {what} (default {default})",
+        )
 
 
 def client_options_parser() -> argparse.ArgumentParser:

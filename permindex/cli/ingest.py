@@ -25,9 +25,9 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
-from permindex.cli.args import CommandFactory, non_negative, positive
+from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
 from permindex.cli.connection import ClientOptions, connect
 from permindex.cli.output import CommandError, command_error, counted, err
 from permindex.client.batching import (
@@ -38,7 +38,8 @@ from permindex.client.batching import (
 )
 from permindex.client.results import DocumentLike, IngestResult
 from permindex.errors import EXIT_CODES, ServerError, exit_code_for
-from permindex.text.documents import Document, DocumentReader, read_documents, read_file_text
+from permindex.io.parquet import open_documents
+from permindex.text.documents import Document, DocumentReader, read_file_text
 
 __all__ = [
     "DEFAULT_MAX_DOCUMENT_BYTES",
@@ -208,24 +209,37 @@ def _standard_input() -> IO[bytes]:
     return sys.stdin.buffer
 
 
-def open_input(path: str, *, html: bool = True) -> DocumentReader:
+def open_input(
+    path: str,
+    *,
+    html: bool = True,
+    id_field: str = "id",
+    text_field: str = "text",
+    fingerprint_field: str = "fingerprint",
+) -> DocumentReader:
     """The reader of an ingest's PATH: with ``html``, a single HTML file (by its name:
     ``.html``, ``.htm``, either ``.gz``) is one HTML document as in a folder; anything else is
-    :func:`~permindex.text.documents.read_documents` (JSONL, a folder, ``-``).
+    :func:`~permindex.io.parquet.open_documents` (Parquet, JSONL, a folder, ``-``), with the
+    JSONL fields (Parquet columns) of the key, the text and the fingerprint.
 
     Raises:
-        InvalidArgumentError: no such file or folder.
+        InvalidArgumentError: no such file or folder; Parquet without pyarrow installed.
     """
+    fields: dict[str, Any] = {
+        "id_field": id_field,
+        "text_field": text_field,
+        "fingerprint_field": fingerprint_field,
+    }
     if path == "-":
         # Standard input through a buffer of our own over descriptor 0, not sys.stdin.buffer:
         # grpc reads it on a daemon thread, and an ingest stopped early (Ctrl-C, the server
         # gone) would otherwise abort at exit ("could not acquire lock for <stdin> at
         # interpreter shutdown") while that thread waits in a read.
-        return read_documents(path, stdin=_standard_input())
+        return open_documents(path, stdin=_standard_input(), **fields)
     file = Path(path)
     if html and file.name.lower().endswith(_HTML_NAMES) and file.is_file():
         return _HtmlFileReader(file)
-    return read_documents(path)
+    return open_documents(path, **fields)
 
 
 def ingest(
@@ -334,7 +348,13 @@ def ingest(
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    reader = open_input(args.path, html=args.command == "ingest")
+    reader = open_input(
+        args.path,
+        html=args.command == "ingest",
+        id_field=args.id_field,
+        text_field=args.text_field,
+        fingerprint_field=args.fingerprint_field,
+    )
     progress = not args.no_progress and sys.stderr.isatty()
     summary = ingest(
         reader,
@@ -361,7 +381,7 @@ def add_ingest_command(command: CommandFactory) -> None:
     """Register ``permindex ingest``."""
     ingest_ = command(
         "ingest",
-        "add documents from a JSONL file or a folder",
+        "add documents from a JSONL file, a folder or Parquet",
         "Add (or replace) documents. PATH is one of:\n"
         '  a JSONL file, gzip-compressed or not: {"id": KEY, "text": TEXT} or\n'
         '    {"id": KEY, "fingerprint": FP} a line. KEY is a JSON string (a number is\n'
@@ -374,7 +394,14 @@ def add_ingest_command(command: CommandFactory) -> None:
         "    counted.\n"
         "  a single .html or .htm file (.gz or not): one document keyed by the file's name,\n"
         "    reduced to its visible text as in a folder.\n"
+        "  a .parquet file, or a folder whose first file is one (a dataset: every file below\n"
+        "    it .parquet, read in path order; names beginning with . or _ passed over): the\n"
+        "    columns id and text, or id and fingerprint (uint64; int64, two's complement, as\n"
+        "    Spark and BigQuery store it; or hex strings as in JSONL). Needs pyarrow:\n"
+        "    pip install 'permindex[parquet]'. A bad file, column or value stops the ingest\n"
+        "    with an error naming the file, the column and the row.\n"
         "  -: JSONL on standard input.\n"
+        "--id-field, --text-field and --fingerprint-field rename the fields (columns).\n"
         "Documents are streamed to the server in batches; a progress bar goes to stderr when it\n"
         "is a terminal, and a summary (added, replaced, too short, skipped, seconds) to stderr.\n"
         "Stopped early (Ctrl-C: exit 130; the server stopping or the connection lost: exit 3),\n"
@@ -382,7 +409,12 @@ def add_ingest_command(command: CommandFactory) -> None:
         "not acknowledged: they may or may not be stored). Delivery is at-least-once: running\n"
         "the same ingest again is safe, as adding a key again replaces it.",
     )
-    ingest_.add_argument("path", metavar="PATH", help="JSONL file (.gz or not), folder, or -")
+    ingest_.add_argument(
+        "path",
+        metavar="PATH",
+        help="JSONL file (.gz or not), folder, Parquet file or dataset, or -",
+    )
+    add_field_arguments(ingest_)
     ingest_.add_argument(
         "--batch-size",
         type=positive,
@@ -424,11 +456,15 @@ def add_import_command(command: CommandFactory) -> None:
     """Register ``permindex import``."""
     import_ = command(
         "import",
-        "load a JSONL export (as ingest)",
-        "Load a file written by `permindex export` (or any JSONL that ingest reads), streamed in\n"
-        "batches; a key already stored gets the file's fingerprint.",
+        "load a JSONL or Parquet export (as ingest)",
+        "Load a file written by `permindex export` (or any JSONL or Parquet that ingest reads:\n"
+        "a .parquet file or dataset folder, columns id and fingerprint), streamed in batches; a\n"
+        "key already stored gets the file's fingerprint.",
     )
-    import_.add_argument("path", metavar="PATH", help="JSONL file (.gz or not), or -")
+    import_.add_argument(
+        "path", metavar="PATH", help="JSONL file (.gz or not), Parquet file or dataset, or -"
+    )
+    add_field_arguments(import_)
     import_.add_argument(
         "--batch-size",
         type=positive,

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from permindex.cli.args import CommandFactory, non_negative, positive
+from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, err, out
 from permindex.errors import EXIT_CODES
@@ -121,6 +121,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
         min_words=args.min_words,
         id_field=args.id_field,
         text_field=args.text_field,
+        fingerprint_field=args.fingerprint_field,
         examples=args.examples,
     )
     _check_out_dir(options.out_dir)  # before any work: exit 4 naming it, not a traceback
@@ -262,12 +263,7 @@ def add_commands(command: CommandFactory) -> None:
         "(default 0: only texts shorter than a shingle; the article behind SimHash\n"
         "deduplication uses 20)",
     )
-    dedup.add_argument(
-        "--id-field", default="id", metavar="NAME", help="JSONL field of the key (default id)"
-    )
-    dedup.add_argument(
-        "--text-field", default="text", metavar="NAME", help="JSONL field of the text (text)"
-    )
+    add_field_arguments(dedup)
     dedup.add_argument(
         "--examples",
         type=non_negative,

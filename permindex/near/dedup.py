@@ -27,13 +27,13 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
 from permindex.index.pair_stream import PairArrays
+from permindex.io.parquet import ParquetReader, open_documents
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import (
     DocumentReader,
     JsonlParser,
     folder_file_text,
-    read_documents,
 )
 from permindex.text.fingerprint import (
     Tokenizer,
@@ -271,7 +271,13 @@ def _tasks(
     process has them, else None; the worker function; its arguments). A JSONL input is read
     in blocks of whole lines (:meth:`DocumentReader.text_blocks`: here only cut, decompressed
     by a child process when there is a pool), parsed and fingerprinted by the workers; a
-    folder's files are listed here, read and parsed by the workers."""
+    folder's files are listed here, read and parsed by the workers; a Parquet source is read
+    here in batches of rows (:meth:`ParquetReader.column_batches`), fingerprinted by the
+    workers."""
+    if isinstance(reader, ParquetReader):
+        for keys_, texts, given in reader.column_batches():
+            yield (keys_, given), _work_items, (texts, *args)
+        return
     if reader.kind == "folder":
         keys: list[str] = []
         items: list[str | Path | None] = []
@@ -418,8 +424,9 @@ def run_dedup(
 
     Steps, each bounded in memory so that 10^6 documents fit:
 
-    1. **Read** the input as ``ingest`` does (:func:`permindex.text.documents.read_documents`:
-       JSONL, gzip or not, a folder, or ``-`` for JSONL on standard input), streaming, in blocks
+    1. **Read** the input as ``ingest`` does (:func:`permindex.io.parquet.open_documents`:
+       JSONL, gzip or not, a folder, Parquet, or ``-`` for JSONL on standard input; Parquet in
+       batches of rows, only the two columns needed), streaming, in blocks
        of whole lines of about 1 MiB (:meth:`~permindex.text.documents.DocumentReader.text_blocks`;
        with a pool, a gzip file is decompressed by a child process, so this process only cuts
        blocks and feeds the workers). Only each document's key, text length and fingerprint are
@@ -456,22 +463,26 @@ def run_dedup(
     with ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="permindex-")))
-        fields: dict[str, Any] = {"id_field": options.id_field, "text_field": options.text_field}
+        fields: dict[str, Any] = {
+            "id_field": options.id_field,
+            "text_field": options.text_field,
+            "fingerprint_field": options.fingerprint_field,
+        }
         spool: Path | None = None
         if options.source == "-":
             spool = workdir / "stdin.jsonl"
             copy = stack.enter_context(open(spool, "wb"))
             tee = io.BufferedReader(_Tee(stdin if stdin is not None else sys.stdin.buffer, copy))
-            reader = read_documents("-", stdin=tee, **fields)
+            reader = open_documents("-", stdin=tee, **fields)
         else:
-            reader = read_documents(options.source, **fields)
+            reader = open_documents(options.source, **fields)
         if options.weights == "idf":
             counted = _run_pass(
                 reader, "df", options, progress=progress, label="document frequency"
             )
             if spool is not None:
                 copy.close()
-            again = read_documents(spool if spool is not None else options.source, **fields)
+            again = open_documents(spool if spool is not None else options.source, **fields)
             collected = _run_pass(
                 again,
                 "idf",

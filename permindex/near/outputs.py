@@ -13,9 +13,10 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
+from permindex.io.parquet import open_documents
 from permindex.near.report import ReportCluster, render_report, select_examples
 from permindex.near.result import DedupResult
-from permindex.text.documents import folder_file_text, format_fingerprint, read_documents, tsv_field
+from permindex.text.documents import folder_file_text, format_fingerprint, tsv_field
 
 __all__ = ["texts_reader", "write_outputs"]
 
@@ -64,7 +65,12 @@ def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str
         )
         if source is None or not Path(source).exists():
             return found
-        reader = read_documents(source, id_field=options.id_field, text_field=options.text_field)
+        reader = open_documents(
+            source,
+            id_field=options.id_field,
+            text_field=options.text_field,
+            fingerprint_field=options.fingerprint_field,
+        )
         if reader.kind == "folder":
             by_ordinal = {int(o): p for p, o in enumerate(result.ordinals.tolist()) if o in wanted}
             for ordinal, position in by_ordinal.items():

@@ -30,7 +30,8 @@ class DedupOptions:
     """What ``permindex dedup`` does (every option of the command).
 
     Attributes:
-        source: a JSONL file (gzip or not), a folder, or ``"-"`` (JSONL on standard input).
+        source: a JSONL file (gzip or not), a folder, a Parquet file or dataset folder
+            (:func:`permindex.io.parquet.open_documents`), or ``"-"`` (JSONL on standard input).
         out_dir: the report folder, created if missing; files in it are overwritten.
         k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
         keep: the keep rule of :func:`permindex.index.clusters.keep_per_cluster`.
@@ -40,7 +41,8 @@ class DedupOptions:
             ``if __name__ == "__main__":`` guard.
         weights: ``"none"`` (plain SimHash, the default fingerprint) or ``"idf"``.
         tokenizer, shingle_size, min_words: as :func:`permindex.text.fingerprint.simhash`.
-        id_field, text_field: the JSONL fields of the key and the text.
+        id_field, text_field, fingerprint_field: the JSONL fields (Parquet columns) of the
+            key, the text and the fingerprint.
         examples: example pairs per distance in the HTML report.
     """
 
@@ -55,6 +57,7 @@ class DedupOptions:
     min_words: int = 0
     id_field: str = "id"
     text_field: str = "text"
+    fingerprint_field: str = "fingerprint"
     examples: int = 3
 
     def check(self) -> None:

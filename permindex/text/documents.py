@@ -329,17 +329,19 @@ class DocumentColumns(NamedTuple):
 @dataclass(frozen=True)
 class JsonlParser:
     """The parser of one JSONL input's lines (picklable, so that worker processes parse):
-    ``name`` (the input's name in messages), ``id_field`` and ``text_field``."""
+    ``name`` (the input's name in messages), ``id_field``, ``text_field`` and
+    ``fingerprint_field``."""
 
     name: str
     id_field: str = "id"
     text_field: str = "text"
+    fingerprint_field: str = "fingerprint"
 
     def columns(self, lines: Iterable[bytes], first: int) -> DocumentColumns:
         """The documents of consecutive ``lines`` (the first being line ``first``, 1-based),
         blank lines skipped, as columns: those of :meth:`parse_line`, one line at a time, with
         a shortcut for a plain line (an object with a string key within the key rule, a string
-        text that is ASCII or holds no lone surrogate, and no ``fingerprint``): the same
+        text that is ASCII or holds no lone surrogate, and no fingerprint field): the same
         document by fewer checks, and no :class:`Document` object made.
 
         Raises:
@@ -348,14 +350,14 @@ class JsonlParser:
         keys: list[str] = []
         texts: list[str | None] = []
         fingerprints: list[int | None] = []
-        id_field, text_field = self.id_field, self.text_field
+        id_field, text_field, fp_field = self.id_field, self.text_field, self.fingerprint_field
         loads = json.loads
         for number, line in enumerate(lines, start=first):
             try:
                 obj = loads(line.decode("utf-8"))
             except (ValueError, RecursionError):
                 obj = None
-            if type(obj) is dict and "fingerprint" not in obj:
+            if type(obj) is dict and fp_field not in obj:
                 key = obj.get(id_field)
                 text = obj.get(text_field)
                 if (
@@ -413,7 +415,7 @@ class JsonlParser:
             raise bad("bad JSON: nested too deeply (no document nests that far)") from None
         if not isinstance(obj, dict):
             raise bad(f"expected a JSON object, got {type(obj).__name__}")
-        id_field, text_field = self.id_field, self.text_field
+        id_field, text_field, fp_field = self.id_field, self.text_field, self.fingerprint_field
         if id_field not in obj:
             raise bad(f'no "{id_field}"')
         key = obj[id_field]
@@ -425,10 +427,10 @@ class JsonlParser:
             check_key(key)
         except InvalidArgumentError as error:
             raise bad(f'"{id_field}": {error}', key) from None
-        has_text, has_fp = text_field in obj, "fingerprint" in obj
+        has_text, has_fp = text_field in obj, fp_field in obj
         if has_text == has_fp:
             which = f'both "{text_field}" and' if has_text else f'neither "{text_field}" nor'
-            raise bad(f'{which} "fingerprint": give exactly one')
+            raise bad(f'{which} "{fp_field}": give exactly one')
         if has_text:
             text = obj[text_field]
             if not isinstance(text, str):
@@ -441,9 +443,9 @@ class JsonlParser:
                 )
             return Document(key, text=text)
         try:
-            fingerprint = parse_fingerprint(obj["fingerprint"])
+            fingerprint = parse_fingerprint(obj[fp_field])
         except InvalidArgumentError as error:
-            raise bad(str(error), obj["fingerprint"]) from None
+            raise bad(str(error), obj[fp_field]) from None
         return Document(key, fingerprint=fingerprint)
 
 
@@ -462,10 +464,12 @@ class DocumentReader:
         stdin: IO[bytes] | None = None,
         id_field: str = "id",
         text_field: str = "text",
+        fingerprint_field: str = "fingerprint",
     ) -> None:
         self.name = str(source)
         self._id_field = id_field
         self._text_field = text_field
+        self._fingerprint_field = fingerprint_field
         self.stats = ReadStats()
         self.size_bytes: int | None = None
         self._raw: IO[bytes] | None = None
@@ -539,7 +543,7 @@ class DocumentReader:
 
     def parser(self) -> JsonlParser:
         """What parses this input's lines (:class:`JsonlParser`: picklable, for a worker)."""
-        return JsonlParser(self.name, self._id_field, self._text_field)
+        return JsonlParser(self.name, self._id_field, self._text_field, self._fingerprint_field)
 
     def text_blocks(
         self, max_bytes: int, *, inflate_elsewhere: bool = False
@@ -691,10 +695,13 @@ def read_documents(
     stdin: IO[bytes] | None = None,
     id_field: str = "id",
     text_field: str = "text",
+    fingerprint_field: str = "fingerprint",
 ) -> DocumentReader:
     """A reader of the documents in ``source``: a JSONL file (gzip or not), a folder, or ``"-"``
-    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field`` and ``text_field`` name
-    the JSONL fields of the key and the text (formats below).
+    for JSONL on ``stdin`` (default: ``sys.stdin.buffer``); ``id_field``, ``text_field`` and
+    ``fingerprint_field`` name the JSONL fields of the key, the text and the fingerprint (formats
+    below). Parquet is read by :func:`permindex.io.parquet.open_documents`, which calls this for
+    every other source.
 
     Raises :class:`~permindex.errors.InvalidArgumentError` when ``source`` does not exist or is
     neither a regular file nor a folder. Reading (iterating) raises :class:`MalformedInputError`
@@ -712,8 +719,8 @@ def read_documents(
         2^64), a string is hex (exactly 16 hex digits, or ``0x`` and 1 to 16 hex digits).
         Compression is recognised by the gzip magic bytes, not by the name. Any malformed line stops
         the reading with :class:`MalformedInputError`, which names the file and the line number.
-        Other schemas: ``id_field`` and ``text_field`` name the fields that hold the key and the
-        text (e.g. ``url`` and ``content``); ``fingerprint`` keeps its name.
+        Other schemas: ``id_field``, ``text_field`` and ``fingerprint_field`` name the fields that
+        hold the key, the text and the fingerprint (e.g. ``url`` and ``content``).
 
     A folder
         Every regular file below it, depth first in code point order of the names, is one document
@@ -729,4 +736,10 @@ def read_documents(
     Keys are checked on the client, as the server would check them: non-empty and at most
     :data:`~permindex.index.keys.MAX_KEY_BYTES` UTF-8 bytes.
     """
-    return DocumentReader(source, stdin=stdin, id_field=id_field, text_field=text_field)
+    return DocumentReader(
+        source,
+        stdin=stdin,
+        id_field=id_field,
+        text_field=text_field,
+        fingerprint_field=fingerprint_field,
+    )
