@@ -46,9 +46,14 @@ from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk
 
 __all__ = [
     "Documents",
+    "TaskDocuments",
     "assemble_result",
+    "fingerprint_tasks",
     "last_occurrences",
+    "raise_failure",
     "run_dedup",
+    "run_task",
+    "task_documents",
     "write_outputs",
 ]
 
@@ -296,6 +301,80 @@ def _tasks(
         yield None, _work_lines, (parser, first, block, *args)
 
 
+@dataclass
+class TaskDocuments:
+    """The documents of one task of a pass (:func:`task_documents`) and the reasons of the
+    folder files it skipped (one per file)."""
+
+    documents: Documents
+    skipped: list[str]
+
+
+def task_documents(known: _Known, done: _Done) -> TaskDocuments:
+    """The documents of a finished task, in input order: the given fingerprints applied, the
+    skipped folder files left out."""
+    if known is None:
+        assert done.keys is not None and done.given is not None
+        keys, given = done.keys, done.given
+    else:
+        keys, given = known
+    result = done.chunk
+    for i, fingerprint in enumerate(given):
+        if fingerprint is not None:  # given in the input: no text to fingerprint
+            result.fingerprints[i] = fingerprint
+            result.has_fingerprint[i] = True
+    read = np.ones(len(keys), dtype=bool)  # folder files: those that are documents
+    skipped: list[str] = []
+    for i, reason in enumerate(result.skipped):
+        if reason is not None:
+            skipped.append(reason)
+            read[i] = False
+    if not read.all():
+        keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
+    documents = Documents(
+        keys,
+        result.fingerprints[read],
+        result.has_fingerprint[read],
+        result.tokens[read],
+        result.lengths[read],
+    )
+    return TaskDocuments(documents, skipped)
+
+
+def run_task(known: _Known, function: Callable[..., Any], arguments: tuple[Any, ...]) -> Any:
+    """Run one task of :func:`fingerprint_tasks` (anywhere: a worker process, a Dask worker):
+    its :class:`TaskDocuments`, or the input error it met, picklable, to be raised by
+    :func:`raise_failure` in the caller."""
+    done = function(*arguments)
+    if isinstance(done, _Failure):
+        return done
+    return task_documents(known, done)
+
+
+def raise_failure(done: Any) -> TaskDocuments:
+    """``done`` (what :func:`run_task` returned) as documents, or its input error raised."""
+    if isinstance(done, _Failure):
+        raise done.exception()
+    assert isinstance(done, TaskDocuments)
+    return done
+
+
+def fingerprint_tasks(
+    reader: DocumentReader, options: DedupOptions
+) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
+    """The tasks of the plain fingerprint pass of ``reader`` (as :func:`run_dedup` runs them,
+    blocks of JSONL lines, Parquet row batches, folder files), each to be run by
+    :func:`run_task`, in input order."""
+    args = (
+        "plain",
+        options.shingle_size,
+        options.tokenizer,
+        options.min_words,
+        DEFAULT_BUCKET_BITS,
+    )
+    return _tasks(reader, args, 2)
+
+
 def _run_pass(
     reader: DocumentReader,
     task: str,
@@ -337,31 +416,19 @@ def _run_pass(
     def collect(known: _Known, done: _Done | _Failure) -> None:
         if isinstance(done, _Failure):
             raise done.exception()
-        if known is None:
-            assert done.keys is not None and done.given is not None
-            keys, given = done.keys, done.given
-        else:
-            keys, given = known
+        read = task_documents(known, done)
+        for reason in read.skipped:
+            reader.stats.skip(reason)
         result = done.chunk
         collected.cpu_seconds["parse"] += done.parse_seconds
         collected.cpu_seconds["fingerprint"] += done.fingerprint_seconds
-        for i, fingerprint in enumerate(given):
-            if fingerprint is not None:  # given in the input: no text to fingerprint
-                result.fingerprints[i] = fingerprint
-                result.has_fingerprint[i] = True
-        read = np.ones(len(keys), dtype=bool)  # folder files: those that are documents
-        for i, reason in enumerate(result.skipped):
-            if reason is not None:
-                reader.stats.skip(reason)
-                read[i] = False
-        if not read.all():
-            keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
+        keys = read.documents.keys
         reader.stats.documents += len(keys)
         collected.keys.extend(keys)
-        collected.fingerprints.append(result.fingerprints[read])
-        collected.has_fingerprint.append(result.has_fingerprint[read])
-        collected.tokens.append(result.tokens[read])
-        collected.lengths.append(result.lengths[read])
+        collected.fingerprints.append(read.documents.fingerprints)
+        collected.has_fingerprint.append(read.documents.has_fingerprint)
+        collected.tokens.append(read.documents.tokens)
+        collected.lengths.append(read.documents.lengths)
         if collected.df is not None and result.buckets is not None:
             assert result.bucket_counts is not None
             collected.df.add_counts(result.buckets, result.bucket_counts, documents=result.counted)
