@@ -10,6 +10,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from permindex.near.against import AgainstPair, block_pairs, corpus_options
 from permindex.near.dedup import fingerprint_tasks, raise_failure, run_task
 from permindex.near.result import DedupResult
@@ -40,7 +42,9 @@ def _query(done: Any, batch: tuple[str, list[str], Any, int]) -> Any:
         index = Index(k=k, design=design_for(k), expected_size=max(1, len(keys)))
         index.add_many(keys, fingerprints)
         _INDEXES[token] = index
-    return block_pairs(index, done.documents, k)
+    pairs = block_pairs(index, done.documents, k)
+    # one frame, not a list of tuples (which Dask would serialize element by element)
+    return pd.DataFrame(pairs, columns=["new", "corpus", "distance"])
 
 
 def against_pairs_dask(
@@ -70,8 +74,15 @@ def against_pairs_dask(
     found: set[AgainstPair] = set()
     for future in queried:  # in input order: the first malformed line is the one raised
         value = future.result()
-        if isinstance(value, list):
-            found.update(value)
-        else:
+        if not isinstance(value, pd.DataFrame):
             raise_failure(value)
+            continue
+        found.update(
+            zip(
+                value["new"].tolist(),
+                value["corpus"].tolist(),
+                value["distance"].tolist(),
+                strict=True,
+            )
+        )
     return sorted(found)
