@@ -78,6 +78,23 @@ def _group_pairs(star: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"a": a, "b": b, "distance": np.zeros(a.size, dtype=np.int64)})
 
 
+def _best_per_cluster(part: pd.DataFrame, column: str) -> pd.DataFrame:
+    """(cluster, kept) for each cluster of a partition holding whole clusters of (row,
+    cluster, ``column``): the smallest ``key`` or the largest ``length``, ties to the smallest
+    row."""
+    rows = part["row"].to_numpy(dtype=np.int64)
+    cluster = part["cluster"].to_numpy(dtype=np.int64)
+    if column == "key":
+        rank = np.unique(part["key"].to_numpy(dtype=object), return_inverse=True)[1]
+    else:
+        rank = -part["length"].to_numpy(dtype=np.int64)
+    order = np.lexsort((rows, rank, cluster))
+    first = np.flatnonzero(np.append(True, cluster[order][1:] != cluster[order][:-1]))
+    if not rows.size:
+        first = first[:0]
+    return pd.DataFrame({"cluster": cluster[order][first], "kept": rows[order][first]})
+
+
 @dataclass
 class DistributedNearDuplicates:
     """What :func:`near_duplicates` found, as Dask dataframes (row ids of the input frame's
@@ -160,22 +177,9 @@ class DistributedNearDuplicates:
         column = "key" if rule == "smallest-key" else "length"
         attrs = clustered.merge(self.frame[["row", column]], on="row").persist()
 
-        def best(group: pd.DataFrame) -> pd.DataFrame:
-            if rule == "smallest-key":
-                order = np.lexsort((group["row"].to_numpy(), group["key"].to_numpy()))
-            else:
-                order = np.lexsort((group["row"].to_numpy(), -group["length"].to_numpy()))
-            return pd.DataFrame(
-                {
-                    "cluster": [group["cluster"].iloc[0]],
-                    "kept": [int(group["row"].to_numpy()[order[0]])],
-                }
-            )
-
         chosen = (
-            attrs.groupby("cluster")
-            .apply(best, meta={"cluster": np.int64, "kept": np.int64})
-            .reset_index(drop=True)
+            attrs.shuffle(on="cluster")
+            .map_partitions(_best_per_cluster, column, meta={"cluster": np.int64, "kept": np.int64})
             .persist()
         )
         return clustered.merge(chosen, on="cluster")
