@@ -101,7 +101,7 @@ class DistributedNearDuplicates:
     ``row`` column; join them with the input for keys, :meth:`with_keys`).
 
     Attributes:
-        frame: the input (row, key, fingerprint[, length]), persisted.
+        frame: the input (row, fingerprint[, key, length]), as given.
         k: the largest distance of a near-duplicate, bits.
         collapsed: the exact-duplicate collapse (:class:`permindex.distributed.join.Collapsed`).
         representative_pairs: (a, b, distance) pairs of *distinct* fingerprints within k, as
@@ -217,7 +217,9 @@ def near_duplicates(
     Exact duplicates are collapsed first (:func:`permindex.distributed.join.collapse`: one
     representative per distinct fingerprint, its copies attached as a star), then the distinct
     fingerprints are self-joined (:func:`permindex.distributed.join.value_pairs`). The
-    representative pairs are computed and persisted here; everything else is lazy.
+    representative pairs are computed and persisted here, with the collapse; everything else is
+    lazy (``frame`` is read again by the methods that need keys or lengths: persist it first
+    when it is costly to compute).
 
     Raises:
         InvalidArgumentError: k < 0 or above what the design finds.
@@ -225,7 +227,6 @@ def near_duplicates(
     JoinPlan.of(k, design)  # the k check, before any work
     if "valid" in frame.columns:
         frame = frame[frame["valid"]]
-    frame = frame.persist()
     collapsed = collapse(frame)
     pairs = value_pairs(
         collapsed.distinct[["row", "fingerprint"]], k, design=design, hot_threshold=hot_threshold

@@ -176,6 +176,8 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
             return PairArrays(empty, empty.copy(), empty.copy())
         frame = dd.from_delayed(numbered, meta=_PART_META, verify_meta=False)
         near = near_duplicates(frame, options.k)
+        del frame, numbered  # the collapse holds what the join needs
+        parts.clear()
         if progress:
             dask_progress(near.representative_pairs)
         pairs = near.representative_pairs.compute()

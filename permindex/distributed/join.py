@@ -120,8 +120,8 @@ class Collapsed:
     """The exact-duplicate collapse of a frame (:func:`collapse`), persisted.
 
     Attributes:
-        distinct: (row, fingerprint, copies): one representative per distinct fingerprint,
-            the smallest row id holding it, and how many rows hold it.
+        distinct: (row, fingerprint): one representative per distinct fingerprint, the
+            smallest row id holding it.
         star: (row, representative): every row of a fingerprint held by two or more rows,
             representative included, with its representative's row id.
     """
@@ -164,9 +164,7 @@ def collapse(frame: dd.DataFrame) -> Collapsed:
             "copies": np.int64,
         },
     ).persist()
-    distinct = grouped[grouped["row"] == grouped["representative"]][
-        ["row", "fingerprint", "copies"]
-    ]
+    distinct = grouped[grouped["row"] == grouped["representative"]][["row", "fingerprint"]]
     shared = grouped[grouped["copies"] > 1][["row", "representative"]]
     return Collapsed(distinct.persist(), shared.persist())
 
