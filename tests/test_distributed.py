@@ -39,7 +39,11 @@ HOT = 1_000  # hot threshold in these tests: the 5,000-member prefix is split
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Any]:
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": ":0"},  # its HTTP routes: not on 8787
     ) as local:
         yield local
 

@@ -13,7 +13,14 @@ import numpy as np
 import pandas as pd
 
 from permindex.distributed.components import GATHER_EDGES, components
-from permindex.distributed.join import HOT_BUCKET, Collapsed, JoinPlan, collapse, value_pairs
+from permindex.distributed.join import (
+    HOT_BUCKET,
+    Collapsed,
+    JoinPlan,
+    collapse,
+    join_partitions,
+    value_pairs,
+)
 from permindex.index.permutation import Design
 
 if TYPE_CHECKING:
@@ -208,6 +215,7 @@ def near_duplicates(
     design: Design | tuple[int, int] | None = None,
     hot_threshold: int = HOT_BUCKET,
     gather_edges: int = GATHER_EDGES,
+    npartitions: int | None = None,
 ) -> DistributedNearDuplicates:
     """The near-duplicates within ``k`` bits of ``frame``, a Dask dataframe with columns
     ``fingerprint`` (uint64; a ``valid`` bool column, when present, drops the rows without
@@ -216,7 +224,9 @@ def near_duplicates(
 
     Exact duplicates are collapsed first (:func:`permindex.distributed.join.collapse`: one
     representative per distinct fingerprint, its copies attached as a star), then the distinct
-    fingerprints are self-joined (:func:`permindex.distributed.join.value_pairs`). The
+    fingerprints are self-joined (:func:`permindex.distributed.join.value_pairs`), both
+    shuffles into ``npartitions`` (default :func:`~permindex.distributed.join.join_partitions`
+    of the frame's rows, one count, and the cluster's workers). The
     representative pairs are computed and persisted here, with the collapse; everything else is
     lazy (``frame`` is read again by the methods that need keys or lengths: persist it first
     when it is costly to compute).
@@ -227,8 +237,17 @@ def near_duplicates(
     JoinPlan.of(k, design)  # the k check, before any work
     if "valid" in frame.columns:
         frame = frame[frame["valid"]]
-    collapsed = collapse(frame)
+    if npartitions is None:
+        from distributed import get_client
+
+        rows = int(frame.map_partitions(len).sum().compute())
+        npartitions = join_partitions(rows, len(get_client().nthreads()))
+    collapsed = collapse(frame, npartitions)
     pairs = value_pairs(
-        collapsed.distinct[["row", "fingerprint"]], k, design=design, hot_threshold=hot_threshold
+        collapsed.distinct[["row", "fingerprint"]],
+        k,
+        design=design,
+        hot_threshold=hot_threshold,
+        npartitions=npartitions,
     ).persist()
     return DistributedNearDuplicates(frame, k, collapsed, pairs, gather_edges)

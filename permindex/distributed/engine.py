@@ -29,6 +29,7 @@ from permindex.near.dedup import (
     Documents,
     assemble_result,
     fingerprint_tasks,
+    has_work,
     raise_failure,
     run_task,
 )
@@ -78,6 +79,8 @@ def dask_client(
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
+            # the scheduler's HTTP routes (health, metrics) on a free port, not 8787
+            scheduler_kwargs={"dashboard_address": ":0"},
             memory_limit=worker_memory or "auto",
         ) as cluster,
         Client(cluster) as client,
@@ -114,9 +117,11 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
             raised in input order), and for ``weights="idf"`` or standard input.
     """
     import dask.dataframe as dd
+    import distributed
     from distributed import progress as dask_progress
 
     from permindex.distributed.dedup import near_duplicates
+    from permindex.distributed.join import join_partitions
     from permindex.errors import InvalidArgumentError
     from permindex.io.parquet import open_documents
 
@@ -132,16 +137,27 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
         text_field=options.text_field,
         fingerprint_field=options.fingerprint_field,
     )
-    done = [
-        client.submit(run_task, *task, pure=False) for task in fingerprint_tasks(reader, options)
+    done: list[Any] = []  # per task: its future, or its documents when it had no work
+    for task in fingerprint_tasks(reader, options):
+        if has_work(task):
+            done.append(client.submit(run_task, *task, pure=False))
+        else:  # fingerprints given: nothing for a worker to do but receive them
+            done.append(run_task(*task))
+    futures = [d for d in done if isinstance(d, distributed.Future)]
+    if progress and futures:
+        dask_progress(futures)
+    given = [i for i, d in enumerate(done) if not isinstance(d, distributed.Future)]
+    sent = iter(client.scatter([_fingerprints(done[i]) for i in given]) if given else [])
+    parts = [
+        client.submit(_fingerprints, d, pure=False)
+        if isinstance(d, distributed.Future)
+        else next(sent)
+        for d in done
     ]
-    if progress and done:
-        dask_progress(done)
-    parts = client.map(_fingerprints, done, pure=False)
     pieces = []
     skipped: dict[str, int] = {}
-    for future in done:  # in input order: the first malformed line is the one raised
-        read = raise_failure(future.result())
+    for item in done:  # in input order: the first malformed line is the one raised
+        read = raise_failure(item.result() if isinstance(item, distributed.Future) else item)
         pieces.append(read.documents)
         for reason in read.skipped:
             skipped[reason] = skipped.get(reason, 0) + 1
@@ -175,7 +191,8 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
             empty = np.zeros(0, dtype=np.int64)
             return PairArrays(empty, empty.copy(), empty.copy())
         frame = dd.from_delayed(numbered, meta=_PART_META, verify_meta=False)
-        near = near_duplicates(frame, options.k)
+        partitions = join_partitions(int(ordinals.size), len(client.nthreads()))
+        near = near_duplicates(frame, options.k, npartitions=partitions)
         del frame, numbered  # the collapse holds what the join needs
         parts.clear()
         if progress:

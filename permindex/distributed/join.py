@@ -26,12 +26,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOT_BUCKET",
+    "ROWS_PER_PARTITION",
+    "TASK_SHUFFLE_PARTITIONS",
     "Collapsed",
     "JoinPlan",
     "collapse",
     "collapse_partition",
     "emit_partition",
     "join_partition",
+    "join_partitions",
+    "shuffle_method",
     "value_pairs",
 ]
 
@@ -44,6 +48,26 @@ _ALL: Final = (1 << 64) - 1
 HOT_BUCKET: Final = 20_000
 
 _PAIRS_META: Final = {"a": np.int64, "b": np.int64, "distance": np.int64}
+
+#: Rows of (row, fingerprint) per partition of the join's shuffles (32 MiB; each is emitted
+#: once per table, 4 times for k <= 3): few large partitions, since each task and each shuffle
+#: partition has a fixed cost.
+ROWS_PER_PARTITION: Final = 1 << 21
+#: Partitions up to which a shuffle is Dask's task-based one (n^2 small tasks); above, its
+#: peer-to-peer shuffle (spills to disk, for inputs larger than the workers' memory).
+TASK_SHUFFLE_PARTITIONS: Final = 32
+
+
+def join_partitions(rows: int, workers: int = 1) -> int:
+    """Partitions of the shuffles for ``rows`` rows on ``workers`` workers: at least one per
+    worker, at most :data:`ROWS_PER_PARTITION` rows each."""
+    return max(1, workers, -(-rows // ROWS_PER_PARTITION))
+
+
+def shuffle_method(partitions: int) -> str:
+    """The Dask shuffle for ``partitions`` output partitions (see
+    :data:`TASK_SHUFFLE_PARTITIONS`)."""
+    return "tasks" if partitions <= TASK_SHUFFLE_PARTITIONS else "p2p"
 
 
 def _mix(x: _U64) -> _U64:
@@ -150,11 +174,15 @@ def collapse_partition(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def collapse(frame: dd.DataFrame) -> Collapsed:
+def collapse(frame: dd.DataFrame, npartitions: int | None = None) -> Collapsed:
     """Collapse exact duplicates: one shuffle of ``frame`` (row int64, fingerprint uint64) by
-    fingerprint, then per partition :func:`collapse_partition`; both outputs are derived from
-    the one persisted shuffle (no merge of a frame with one derived from it)."""
-    shuffled = frame[["row", "fingerprint"]].shuffle(on="fingerprint")
+    fingerprint into ``npartitions`` (default: as many as ``frame``), then per partition
+    :func:`collapse_partition`; both outputs are derived from the one persisted shuffle (no
+    merge of a frame with one derived from it)."""
+    parts = npartitions or frame.npartitions
+    shuffled = frame[["row", "fingerprint"]].shuffle(
+        on="fingerprint", npartitions=parts, shuffle_method=shuffle_method(parts)
+    )
     grouped = shuffled.map_partitions(
         collapse_partition,
         meta={
@@ -290,5 +318,5 @@ def value_pairs(
     hot = hot_buckets(distinct, plan, hot_threshold)
     emitted = distinct.map_partitions(emit_partition, plan, hot, meta=_emitted_meta())
     parts = npartitions or max(distinct.npartitions, 1)
-    grouped = emitted.shuffle(on="bucket", npartitions=parts)
+    grouped = emitted.shuffle(on="bucket", npartitions=parts, shuffle_method=shuffle_method(parts))
     return grouped.map_partitions(join_partition, plan, meta=_PAIRS_META)

@@ -49,6 +49,7 @@ __all__ = [
     "TaskDocuments",
     "assemble_result",
     "fingerprint_tasks",
+    "has_work",
     "last_occurrences",
     "raise_failure",
     "run_dedup",
@@ -349,6 +350,14 @@ def run_task(known: _Known, function: Callable[..., Any], arguments: tuple[Any, 
     if isinstance(done, _Failure):
         return done
     return task_documents(known, done)
+
+
+def has_work(task: tuple[_Known, Callable[..., Any], tuple[Any, ...]]) -> bool:
+    """Whether a task of :func:`fingerprint_tasks` has anything to parse or fingerprint (False
+    for a batch whose documents all came with their fingerprint, e.g. a Parquet fingerprint
+    column: :func:`run_task` on it is a copy)."""
+    _, function, arguments = task
+    return function is not _work_items or any(item is not None for item in arguments[0])
 
 
 def raise_failure(done: Any) -> TaskDocuments:
