@@ -353,3 +353,15 @@ def test_cli_without_dask_says_what_to_install(tmp_path: Path) -> None:
     assert done.returncode == USAGE
     assert "pip install 'permindex[dask]'" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_peer_to_peer_shuffle_gives_the_same_pairs(
+    client: Any, planted_small: NDArray[np.uint64]
+) -> None:
+    """Above TASK_SHUFFLE_PARTITIONS the shuffles are Dask's p2p ones: the same pairs."""
+    from permindex.distributed.join import TASK_SHUFFLE_PARTITIONS
+
+    fps = planted_small[:8_000]
+    near = near_duplicates(frame_of(fps, 2), 3, npartitions=TASK_SHUFFLE_PARTITIONS + 1)
+    got = near.pairs().compute()
+    assert pair_set(got["a"], got["b"], got["distance"]) == brute_pairs(fps, 3)
