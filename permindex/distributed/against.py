@@ -52,8 +52,7 @@ def against_pairs_dask(
 ) -> list[AgainstPair]:
     """:func:`permindex.near.against.against_pairs` on the cluster of ``client``: the same
     pairs, sorted, each once."""
-    from distributed import progress as dask_progress
-
+    from permindex.distributed.engine import show_progress
     from permindex.io.parquet import open_documents
 
     options = corpus_options(result.options, corpus)
@@ -70,7 +69,7 @@ def against_pairs_dask(
     ]
     queried = [client.submit(_query, d, shared, pure=False) for d in done]
     if progress and queried:
-        dask_progress(queried)
+        show_progress(queried)
     found: set[AgainstPair] = set()
     for future in queried:  # in input order: the first malformed line is the one raised
         value = future.result()

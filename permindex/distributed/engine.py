@@ -16,6 +16,7 @@ the same code as the local engine's (:func:`permindex.near.dedup.assemble_result
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
@@ -38,7 +39,7 @@ from permindex.near.result import DedupOptions, DedupResult
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["DASK_EXTRA", "dask_client", "require_dask", "run_dedup_dask"]
+__all__ = ["DASK_EXTRA", "dask_client", "require_dask", "run_dedup_dask", "show_progress"]
 
 #: What to install for the Dask engine.
 DASK_EXTRA: Final = "pip install 'permindex[dask]'"
@@ -88,6 +89,17 @@ def dask_client(
         yield client
 
 
+def show_progress(work: Any) -> None:
+    """Dask's own progress bar (:func:`distributed.progress`) for ``work`` (futures or a
+    persisted collection), until it is done, on stderr (Dask writes it to stdout, which carries
+    the pairs)."""
+    from distributed import progress
+
+    with contextlib.redirect_stdout(sys.stderr):
+        progress(work, multi=False)
+        sys.stderr.write("\n")
+
+
 def _fingerprints(done: Any) -> pd.DataFrame:
     """The (row placeholder, fingerprint) partition of a task's documents (those without a
     fingerprint as 0: they are filtered out before the join)."""
@@ -118,7 +130,6 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
     """
     import dask.dataframe as dd
     import distributed
-    from distributed import progress as dask_progress
 
     from permindex.distributed.dedup import near_duplicates
     from permindex.distributed.join import join_partitions
@@ -145,7 +156,7 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
             done.append(run_task(*task))
     futures = [d for d in done if isinstance(d, distributed.Future)]
     if progress and futures:
-        dask_progress(futures)
+        show_progress(futures)
     given = [i for i, d in enumerate(done) if not isinstance(d, distributed.Future)]
     sent = iter(client.scatter([_fingerprints(done[i]) for i in given]) if given else [])
     parts = [
@@ -196,7 +207,7 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
         del frame, numbered  # the collapse holds what the join needs
         parts.clear()
         if progress:
-            dask_progress(near.representative_pairs)
+            show_progress(near.representative_pairs)
         pairs = near.representative_pairs.compute()
         return PairArrays(
             pairs["a"].to_numpy(dtype=np.int64),
