@@ -365,3 +365,41 @@ def test_peer_to_peer_shuffle_gives_the_same_pairs(
     near = near_duplicates(frame_of(fps, 2), 3, npartitions=TASK_SHUFFLE_PARTITIONS + 1)
     got = near.pairs().compute()
     assert pair_set(got["a"], got["b"], got["distance"]) == brute_pairs(fps, 3)
+
+
+def test_cli_dask_engine_texts_and_errors_as_local(
+    capsys: pytest.CaptureFixture[str], cluster: Any, tmp_path: Path
+) -> None:
+    """Texts are fingerprinted on the workers (JSONL blocks parsed there): the same stdout and
+    folder as the local engine, too-short texts and a repeated key included; a malformed line
+    is the same error (exit 4, naming the line) on both."""
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(400)]
+    lines = []
+    for i in range(300):
+        text = " ".join(rng.choice(words, 400).tolist())
+        lines.append({"id": f"d{i:03d}", "text": text})
+        if i % 10 == 0:  # a near copy: one word replaced
+            lines.append({"id": f"d{i:03d}-copy", "text": text.replace(text.split()[5], "zzz", 1)})
+    lines.append({"id": "short", "text": "two words"})
+    lines.append({"id": "d001", "text": lines[0]["text"]})  # a repeated key
+    source = tmp_path / "texts.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    dask = ["--engine", "dask", "--scheduler", cluster.scheduler_address]
+    outputs = []
+    for n, engine in enumerate([[], dask]):
+        folder = tmp_path / f"t{n}"
+        code, out, err = run(capsys, "dedup", str(source), "--out", str(folder), *engine)
+        assert code == 0, err
+        outputs.append(out)
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") >= 10
+    for name in ("pairs.tsv", "clusters.tsv", "keep_drop.tsv", "too_short.tsv", "flags.tsv"):
+        assert (tmp_path / "t0" / name).read_bytes() == (tmp_path / "t1" / name).read_bytes()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(source.read_text() + "{not json\n")
+    errors = []
+    for n, engine in enumerate([[], dask]):
+        code, out, err = run(capsys, "dedup", str(bad), "--out", str(tmp_path / f"b{n}"), *engine)
+        assert (code, out) == (EXIT_CODES["invalid"], "")
+        errors.append(err)
+    assert errors[0] == errors[1] and f"line {len(lines) + 1}" in errors[0]
