@@ -403,3 +403,31 @@ def test_cli_dask_engine_texts_and_errors_as_local(
         assert (code, out) == (EXIT_CODES["invalid"], "")
         errors.append(err)
     assert errors[0] == errors[1] and f"line {len(lines) + 1}" in errors[0]
+
+
+def test_fingerprint_columns_of_each_type(client: Any, tmp_path: Path) -> None:
+    """uint64, int64 (two's complement) and hex-string Parquet columns give the same
+    fingerprints and pairs; a bad hex string is a clear error naming the column."""
+    from permindex.distributed import fingerprint_column, with_row_ids
+    from permindex.io.arrow import ColumnError
+
+    fps = planted(20_000, seed=6)[:4_000]
+    columns = {
+        "uint64": pa.array(fps, type=pa.uint64()),
+        "int64": pa.array(fps.view(np.int64), type=pa.int64()),
+        "hex": pa.array([f"{x:016x}" for x in fps.tolist()]),
+    }
+    expected = brute_pairs(fps, 3)
+    for kind, values in columns.items():
+        path = tmp_path / f"{kind}.parquet"
+        pq.write_table(
+            pa.table({"key": keys(0, fps.size), "fp": values}), path, row_group_size=1000
+        )
+        frame = fingerprint_column(with_row_ids(dd.read_parquet(path)), "fp")
+        got = frame["fingerprint"].compute().to_numpy()
+        assert got.dtype == np.uint64 and np.array_equal(got, fps), kind
+        pairs = near_duplicates(frame, 3).pairs().compute()
+        assert pair_set(pairs["a"], pairs["b"], pairs["distance"]) == expected, kind
+    bad = pd.DataFrame({"fp": ["00000000000000zz"]})
+    with pytest.raises(ColumnError, match="fp"):
+        fingerprint_column(dd.from_pandas(bad, npartitions=1), "fp").compute()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from permindex.distributed.dedup import (
     DistributedNearDuplicates,
+    fingerprint_column,
     fingerprint_texts,
     near_duplicates,
     with_row_ids,
@@ -20,6 +21,7 @@ from permindex.distributed.dedup import (
 
 __all__ = [
     "DistributedNearDuplicates",
+    "fingerprint_column",
     "fingerprint_texts",
     "near_duplicates",
     "with_row_ids",

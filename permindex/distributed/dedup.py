@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DistributedNearDuplicates",
+    "fingerprint_column",
     "fingerprint_texts",
     "near_duplicates",
     "with_row_ids",
@@ -48,6 +49,23 @@ def with_row_ids(frame: dd.DataFrame) -> dd.DataFrame:
 
     meta = frame._meta.assign(row=np.zeros(0, dtype=np.int64))
     return frame.map_partitions(number, meta=meta)
+
+
+def fingerprint_column(frame: dd.DataFrame, column: str = "fingerprint") -> dd.DataFrame:
+    """``frame`` with its ``column`` replaced by ``fingerprint`` (uint64), converted per
+    partition by :func:`permindex.io.arrow.fingerprint_array`: uint64 as is, int64 as two's
+    complement (as Spark and BigQuery store them), hex strings by the one hex rule. A bad
+    value raises :class:`~permindex.io.arrow.ColumnError` naming the partition, the column and
+    the row (1-based within the partition) when the frame is computed."""
+    from permindex.io.arrow import fingerprint_array
+
+    def convert(part: pd.DataFrame, partition_info: dict[str, Any] | None = None) -> pd.DataFrame:
+        number = partition_info["number"] if partition_info else 0
+        fps = fingerprint_array(part[column], source=f"partition {number}", column=column)
+        return part.drop(columns=[column]).assign(fingerprint=fps)
+
+    meta = frame._meta.drop(columns=[column]).assign(fingerprint=np.zeros(0, dtype=np.uint64))
+    return frame.map_partitions(convert, meta=meta)
 
 
 def fingerprint_texts(frame: dd.DataFrame, text: str = "text", **options: Any) -> dd.DataFrame:
