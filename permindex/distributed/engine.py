@@ -4,9 +4,11 @@ it runs on (:func:`dask_client`).
 
 The input is read and cut into tasks in this process exactly as the local engine does
 (:func:`permindex.near.dedup.fingerprint_tasks`: JSONL blocks, Parquet row batches, folder
-files), each task parsed and fingerprinted by a Dask worker; the documents' keys and per-document
-columns come back here (as the local engine holds them), their fingerprints stay on the workers
-as a Dask dataframe, and the self-join runs there (:func:`permindex.distributed.near_duplicates`:
+files), each task parsed and fingerprinted by a Dask worker (a batch whose fingerprints are given,
+such as a Parquet fingerprint column, has no work: only its fingerprints are sent, scattered
+over the workers); the documents' keys and per-document columns come back here (as the local
+engine holds them), their fingerprints stay on the workers as a Dask dataframe, and the
+self-join runs there (:func:`permindex.distributed.near_duplicates`:
 exact duplicates collapsed, a shuffle by (table, prefix)). Only the pairs of distinct
 fingerprints come back; the report (pairs, clusters, keep/drop, the folder) is then built by
 the same code as the local engine's (:func:`permindex.near.dedup.assemble_result`,
@@ -109,14 +111,15 @@ def _fingerprints(done: Any) -> pd.DataFrame:
     return pd.DataFrame({"row": np.zeros(fps.size, dtype=np.int64), "fingerprint": fps})
 
 
-def _numbered(part: pd.DataFrame, start: int, keep: NDArray[np.int64]) -> pd.DataFrame:
+def _numbered(part: pd.DataFrame, start: int, keep: NDArray[np.int64] | None) -> pd.DataFrame:
     """A partition's rows numbered from ``start`` (input positions), only those in ``keep``
-    (sorted input positions)."""
+    (sorted input positions; None: every row)."""
     rows = np.arange(start, start + len(part), dtype=np.int64)
+    fps = part["fingerprint"].to_numpy()
+    if keep is None:
+        return pd.DataFrame({"row": rows, "fingerprint": fps})
     chosen = np.isin(rows, keep, assume_unique=True)
-    return pd.DataFrame(
-        {"row": rows[chosen], "fingerprint": part["fingerprint"].to_numpy()[chosen]}
-    )
+    return pd.DataFrame({"row": rows[chosen], "fingerprint": fps[chosen]})
 
 
 def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = False) -> DedupResult:
@@ -186,18 +189,13 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
     starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
     def join(ordinals: NDArray[np.int64]) -> PairArrays:
-        numbered = [
-            client.submit(
-                _numbered,
-                part,
-                int(starts[i]),
-                ordinals[
-                    np.searchsorted(ordinals, starts[i]) : np.searchsorted(ordinals, starts[i + 1])
-                ],
-                pure=False,
-            )
-            for i, part in enumerate(parts)
-        ]
+        bounds = np.searchsorted(ordinals, starts)
+        numbered = []
+        for i, part in enumerate(parts):
+            keep: NDArray[np.int64] | None = ordinals[bounds[i] : bounds[i + 1]]
+            if keep is not None and keep.size == starts[i + 1] - starts[i]:
+                keep = None  # every row of the part (the usual case: nothing sent)
+            numbered.append(client.submit(_numbered, part, int(starts[i]), keep, pure=False))
         if not numbered:
             empty = np.zeros(0, dtype=np.int64)
             return PairArrays(empty, empty.copy(), empty.copy())
