@@ -17,6 +17,7 @@ from permindex.index.hamming import parse_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.text.documents import (
     Document,
+    DocumentReader,
     MalformedInputError,
     check_key,
     html_to_text,
@@ -107,6 +108,25 @@ def test_jsonl_texts_and_fingerprints(tmp_path: Path) -> None:
     assert reader.stats.documents == 6
     assert reader.stats.skipped == 0
     assert reader.position_bytes() == path.stat().st_size
+
+
+def test_jsonl_fields_renamed(tmp_path: Path) -> None:
+    path = tmp_path / "docs.jsonl"
+    lines = [
+        {"url": "a", "body": "one two three", "fingerprint": "ignored: not the field"},
+        {"url": "b", "simhash": "0x7b", "text": 5},
+    ]
+    path.write_text(_jsonl(lines), encoding="utf-8")
+
+    def reader() -> DocumentReader:
+        return read_documents(path, id_field="url", text_field="body", fingerprint_field="simhash")
+
+    assert list(reader()) == [Document("a", text="one two three"), Document("b", fingerprint=0x7B)]
+    parser = reader().parser()  # the block parser of dedup's workers
+    assert parser.block_columns(path.read_bytes(), 1).documents() == list(reader())
+    path.write_text(_jsonl([{"url": "c", "body": "x y z", "simhash": 1}]), encoding="utf-8")
+    with pytest.raises(MalformedInputError, match='line 1: both "body" and "simhash"'):
+        list(reader())
 
 
 def test_jsonl_gzip_is_recognised_by_its_magic_bytes(tmp_path: Path) -> None:

@@ -24,8 +24,41 @@ if TYPE_CHECKING:
 __all__ = ["add_collections_command", "add_export_command"]
 
 
+def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> int:
+    """``export --out FILE.parquet``: columns id (string) and fingerprint (uint64, or int64 by
+    two's complement with ``--fingerprint-type int64``), written to ``partial``, renamed."""
+    from permindex.io.parquet import ParquetTableWriter
+
+    signed = args.fingerprint_type == "int64"
+    try:
+        writer = ParquetTableWriter(
+            partial, [("id", "string"), ("fingerprint", args.fingerprint_type)]
+        )
+    except OSError as error:
+        raise CommandError(
+            f"--out {args.out}: cannot write {partial}: {error.strerror or error}", "invalid"
+        ) from None
+    try:
+        with writer, connect(args.address, args.connection) as client:
+            writer.write(
+                (key, fingerprint - (1 << 64) if signed and fingerprint >> 63 else fingerprint)
+                for key, fingerprint in client.export()
+            )
+        partial.replace(target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    err(f"permindex export: {counted(writer.rows, 'key')} written to {args.out} (Parquet)")
+    return EXIT_CODES["ok"]
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     count = 0
+    parquet = args.out.lower().endswith(".parquet")
+    if args.fingerprint_type != "uint64" and not parquet:
+        raise CommandError(
+            "--fingerprint-type is for a Parquet --out (FILE.parquet); JSONL writes hex", "usage"
+        )
 
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
@@ -45,6 +78,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     partial = target.with_name(target.name + ".partial")
     if target.is_dir():
         raise CommandError(f"--out {args.out} is a folder: name a file in it", "invalid")
+    if parquet:
+        return _export_parquet(args, target, partial)
     try:
         file = open(partial, "w", encoding="utf-8", newline="\n")  # closed by the with below
     except OSError as error:
@@ -143,15 +178,27 @@ def add_export_command(command: CommandFactory) -> None:
     """Register ``permindex export``."""
     export = command(
         "export",
-        "write every stored key and fingerprint as JSONL",
+        "write every stored key and fingerprint as JSONL or Parquet",
         'Write every stored key as one JSON line, {"id": KEY, "fingerprint": "16 hex digits"},\n'
         "from one consistent copy of the index, in the order the keys were stored: a backup or\n"
-        "a migration that `permindex import` (or ingest) loads back.",
+        "a migration that `permindex import` (or ingest) loads back.\n"
+        "An --out ending .parquet writes Parquet instead (needs pyarrow: pip install\n"
+        "'permindex[parquet]'): columns id (string) and fingerprint (uint64; for Spark or\n"
+        "BigQuery, which have no unsigned 64-bit type, --fingerprint-type int64 stores the same\n"
+        "64 bits as a signed integer, two's complement). import and ingest read both.",
     )
     export.add_argument(
         "--out",
         default="-",
         metavar="FILE",
-        help="write here (through FILE.partial, renamed when complete); default - (stdout)",
+        help="write here (through FILE.partial, renamed when complete); default - (stdout);\n"
+        "FILE.parquet: Parquet",
+    )
+    export.add_argument(
+        "--fingerprint-type",
+        choices=("uint64", "int64"),
+        default="uint64",
+        help="Parquet fingerprint column: uint64 (default) or int64, the same bits in two's\n"
+        "complement (Spark, BigQuery)",
     )
     export.set_defaults(func=_cmd_export)

@@ -199,19 +199,25 @@ def add_commands(command: CommandFactory) -> None:
         "find the near-duplicates of a collection, offline (no server)",
         "Fingerprint every document of INPUT in parallel and find every pair within k.\n"
         "INPUT is what `ingest` reads: a JSONL file (.gz or not), a folder (HTML reduced to its\n"
-        "visible text), or - for JSONL on standard input.\n"
+        "visible text), a Parquet file or dataset folder (columns id and text or fingerprint;\n"
+        "needs pip install 'permindex[parquet]'), or - for JSONL on standard input.\n"
         "Standard output: the pairs only, `key_a<TAB>key_b<TAB>distance`, key_a < key_b, sorted,\n"
         "no header (as `permindex pairs`). The report folder (--out) gets pairs, clusters, flags\n"
         "and exact-duplicate groups as TSV and JSON, keep_drop.tsv and drop.txt (one key kept\n"
         "per cluster by --keep, the others to drop), too_short.tsv, summary.json and a\n"
-        "self-contained report.html. A summary line goes to stderr, with a progress bar when\n"
-        "stderr is a terminal.\n"
+        "self-contained report.html; with pyarrow installed also pairs, clusters,\n"
+        "exact_duplicates and keep_drop as .parquet. A summary line goes to stderr, with a\n"
+        "progress bar when stderr is a terminal.\n"
         "--keep: first = the document read first (what a crawler checking each page against\n"
         "the earlier ones keeps); longest = the longest visible text, ties to the first;\n"
         "smallest-key = the smallest key in code point order.",
         parents=False,
     )
-    dedup.add_argument("input", metavar="INPUT", help="JSONL file (.gz or not), folder, or -")
+    dedup.add_argument(
+        "input",
+        metavar="INPUT",
+        help="JSONL file (.gz or not), folder, Parquet file or dataset, or -",
+    )
     dedup.add_argument(
         "--out",
         default="permindex-report",

@@ -35,9 +35,9 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "     or an --address that is in use",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on)",
-    "invalid": "invalid input (a malformed JSONL line, fingerprint, key or path),\n"
-    "     or a request the server refused as invalid, too large, not permitted (token),\n"
-    "     or for lack of disk space",
+    "invalid": "invalid input (a malformed JSONL line or Parquet file, fingerprint, key or\n"
+    "     path; Parquet without pyarrow), or a request the server refused as invalid, too\n"
+    "     large, not permitted (token), or for lack of disk space",
     "not_found": "a key that is not stored, or a collection that does not exist",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
     "data": "a corrupt snapshot or log, or a data directory owned by another process,\n"

@@ -34,10 +34,18 @@ __all__ = [
 PARQUET_EXTRA: Final = "pip install 'permindex[parquet]'"
 #: The one hex rule of :func:`permindex.index.hamming.parse_fingerprint`, as a regular expression.
 _HEX_PATTERN: Final = "^(?:[0-9a-fA-F]{16}|0[xX][0-9a-fA-F]{1,16})$"
-#: Nibble value of each ASCII byte (hex digits only are looked up: the pattern checked them).
-_NIBBLE: Final = np.zeros(256, dtype=np.uint64)
-for _digit in "0123456789abcdefABCDEF":
-    _NIBBLE[ord(_digit)] = int(_digit, 16)
+
+
+def _nibble_table() -> NDArray[np.uint64]:
+    """The value of each ASCII byte as a hex digit (0 for the others, never looked up: the
+    pattern has checked the digits), ``(256,) uint64``."""
+    table = np.zeros(256, dtype=np.uint64)
+    for digit in "0123456789abcdefABCDEF":
+        table[ord(digit)] = int(digit, 16)
+    return table
+
+
+_NIBBLE: Final = _nibble_table()
 _FINGERPRINT_TYPES: Final = (
     "uint64, int64 (two's complement, as Spark and BigQuery store it), another integer type "
     "holding no negative value, or strings of hex"
@@ -175,8 +183,10 @@ def _hex_fingerprints(
     """Strings under the hex rule as uint64: checked by one regular expression, then padded to
     16 digits and read 16 bytes a row through a nibble table."""
     pc = importlib.import_module("pyarrow.compute")
+    if len(chunk) == 0:
+        return np.zeros(0, dtype=np.uint64)
     good = pc.match_substring_regex(chunk, _HEX_PATTERN)
-    if not pc.all(good).as_py() and len(chunk):
+    if not pc.all(good).as_py():
         i = int(pc.index(good, False).as_py())
         value = chunk[i].as_py()
         try:
@@ -185,8 +195,6 @@ def _hex_fingerprints(
         except InvalidArgumentError as error:
             problem = str(error)
         raise ColumnError(problem, source, column, first_row + i, value)
-    if len(chunk) == 0:
-        return np.zeros(0, dtype=np.uint64)
     digits = pc.replace_substring_regex(chunk, "^0[xX]", "")
     padded = pc.cast(pc.utf8_lpad(digits, 16, "0"), pa.binary(16))
     data = np.frombuffer(padded.buffers()[1], dtype=np.uint8)

@@ -148,6 +148,12 @@ def _check_magic(path: Path) -> int:
     return size
 
 
+def _one_line(error: BaseException) -> str:
+    """pyarrow's message of ``error`` on one line (its lines joined by "; ")."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    return "; ".join(line for line in lines if line) or type(error).__name__
+
+
 def _arrow_errors(pa: ModuleType) -> tuple[type[BaseException], ...]:
     """What pyarrow raises for a file it cannot decode."""
     return (pa.ArrowException, OSError, ValueError)
@@ -222,12 +228,16 @@ class ParquetReader(DocumentReader):
         errors = _arrow_errors(self._pa)
         try:
             parquet = self._pq.ParquetFile(path)
-            schema = parquet.schema_arrow
         except errors as error:
             raise InvalidArgumentError(
-                f"{name}: not a readable Parquet file: {error}", value=name
+                f"{name}: not a readable Parquet file: {_one_line(error)}", value=name
             ) from None
-        key_column, value_column, is_text = self._columns(name, schema)
+        with parquet:  # closed when the file is read, or the reading stopped
+            yield from self._read_file(parquet, name, size)
+
+    def _read_file(self, parquet: Any, name: str, size: int) -> Iterator[DocumentColumns]:
+        errors = _arrow_errors(self._pa)
+        key_column, value_column, is_text = self._columns(name, parquet.schema_arrow)
         rows = int(parquet.metadata.num_rows)
         self._current = (size, rows, 0)
         batches = parquet.iter_batches(
@@ -241,7 +251,9 @@ class ParquetReader(DocumentReader):
                 batch = next(batches, None)
             except errors as error:
                 raise InvalidArgumentError(
-                    f"{name}: cannot read (corrupt?) near row {first}: {error}", value=name
+                    f"{name}: cannot read (corrupt?) columns {key_column!r} and "
+                    f"{value_column!r} near row {first}: {_one_line(error)}",
+                    value=name,
                 ) from None
             if batch is None:
                 return

@@ -13,7 +13,10 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
-from permindex.io.parquet import open_documents
+from permindex.errors import InvalidArgumentError
+from permindex.index.clusters import NearDuplicates
+from permindex.io.arrow import require_pyarrow
+from permindex.io.parquet import ParquetTableWriter, open_documents
 from permindex.near.report import ReportCluster, render_report, select_examples
 from permindex.near.result import DedupResult
 from permindex.text.documents import folder_file_text, format_fingerprint, tsv_field
@@ -47,6 +50,56 @@ def _write_json_array(path: Path, items: Iterable[object], *, encoded: bool = Fa
         yield "\n]\n"
 
     _write_lines(path, lines())
+
+
+def _write_parquet_tables(
+    folder: Path,
+    near: NearDuplicates,
+    clusters: Sequence[Any],
+    exact: Sequence[Any],
+    decisions: Sequence[tuple[int, str, str, str]],
+) -> None:
+    """``pairs``, ``clusters``, ``exact_duplicates`` and ``keep_drop`` as Parquet, the columns
+    of the TSV files (fingerprints as uint64, counts as int64), when pyarrow is installed;
+    otherwise those of an earlier run are removed (they would be out of date)."""
+    names = ("pairs", "clusters", "exact_duplicates", "keep_drop")
+    try:
+        require_pyarrow()
+    except InvalidArgumentError:
+        for name in names:
+            (folder / f"{name}.parquet").unlink(missing_ok=True)
+        return
+    keys, fps = near.keys, near.fingerprints
+    tables: dict[str, tuple[list[tuple[str, str]], Iterable[tuple[Any, ...]]]] = {
+        "pairs": (
+            [("key_a", "string"), ("key_b", "string"), ("distance", "int64")],
+            near.iter_pairs(),
+        ),
+        "clusters": (
+            [("cluster", "int64"), ("key", "string")],
+            (
+                (number, keys[p])
+                for number, members in enumerate(clusters, start=1)
+                for p in members.tolist()
+            ),
+        ),
+        "exact_duplicates": (
+            [("group", "int64"), ("fingerprint", "uint64"), ("key", "string")],
+            (
+                (number, int(fps[members[0]]), keys[p])
+                for number, members in enumerate(exact, start=1)
+                for p in members.tolist()
+            ),
+        ),
+        "keep_drop": (
+            [("cluster", "int64"), ("action", "string"), ("key", "string"), ("kept_key", "string")],
+            decisions,
+        ),
+    }
+    assert tuple(tables) == names
+    for name, (columns, rows) in tables.items():
+        with ParquetTableWriter(folder / f"{name}.parquet", columns) as writer:
+            writer.write(rows)
 
 
 def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str]]:
@@ -102,7 +155,11 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     - ``keep_drop.tsv`` (``cluster, keep|drop, key, kept_key``) for every key in a cluster,
       ``drop.txt`` (the keys to drop, one a line) and ``keep_drop.json``;
     - ``too_short.tsv`` (``key, tokens``);
-    - ``summary.json`` and ``report.html`` (self-contained).
+    - ``summary.json`` and ``report.html`` (self-contained);
+    - when pyarrow is installed (the ``parquet`` extra), ``pairs.parquet``,
+      ``clusters.parquet``, ``exact_duplicates.parquet`` and ``keep_drop.parquet``: the columns
+      of the TSV files of those names (fingerprints as uint64); without it, the rest only (and
+      those of an earlier run in the folder are removed).
     """
     started = time.monotonic()
     options = result.options
@@ -205,6 +262,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         encoded=True,
     )
     _write_lines(folder / "too_short.tsv", (f"{t(k)}\t{n}\n" for k, n in result.too_short))
+    _write_parquet_tables(folder, near, clusters, exact, decisions)
 
     histogram = near.distance_counts().tolist()
     dropped = sum(1 for _, x, _, _ in decisions if x == "drop")
