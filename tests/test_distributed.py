@@ -111,7 +111,10 @@ def test_pairs_equal_brute_force_with_hot_prefix_split(
         pd.DataFrame({"row": np.arange(fps.size, dtype=np.int64), "fingerprint": fps}),
         npartitions=3,
     )
-    assert hot_buckets(distinct, plan, HOT).size >= 1  # the planted prefix is split
+    every = np.concatenate([plan.bucket(plan.table_code(t), fps) for t in range(plan.tables)])
+    ids, counts = np.unique(every, return_counts=True)
+    hot = hot_buckets(distinct, plan, HOT)
+    assert hot.tolist() == ids[counts > HOT].tolist() and hot.size >= 1  # the planted prefix
     near = near_duplicates(frame_of(fps), 3, hot_threshold=HOT)
     got = near.pairs().compute()
     expected = brute_pairs(fps, 3)

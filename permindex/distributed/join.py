@@ -271,21 +271,42 @@ def join_partition(frame: pd.DataFrame, plan: JoinPlan) -> pd.DataFrame:
     return pd.DataFrame({"a": a, "b": b, "distance": d})
 
 
+def _table_buckets(frame: pd.DataFrame, plan: JoinPlan) -> _U64:
+    """The table bucket id of every fingerprint of ``frame`` in every table (T * n, uint64)."""
+    fps = frame["fingerprint"].to_numpy(dtype=np.uint64)
+    ids = [plan.bucket(plan.table_code(t), fps) for t in range(plan.tables)]
+    return np.concatenate(ids) if ids else fps[:0]
+
+
 def hot_buckets(distinct: dd.DataFrame, plan: JoinPlan, threshold: int = HOT_BUCKET) -> _U64:
     """The table buckets (ids of :meth:`JoinPlan.bucket` under a table's code) holding more than
-    ``threshold`` of the ``distinct`` fingerprints: (h,) uint64, sorted. One count per table
-    bucket on the cluster (a reduction); only the hot ones come back."""
+    ``threshold`` of the ``distinct`` fingerprints: (h,) uint64, sorted.
 
-    def counts(frame: pd.DataFrame) -> pd.DataFrame:
-        fps = frame["fingerprint"].to_numpy(dtype=np.uint64)
-        ids = [plan.bucket(plan.table_code(t), fps) for t in range(plan.tables)]
-        found, n = np.unique(np.concatenate(ids) if ids else fps[:0], return_counts=True)
-        return pd.DataFrame({"bucket": found, "n": n.astype(np.int64)})
+    Two passes over ``distinct`` and nothing shuffled: a bucket above ``threshold`` over P
+    partitions holds more than threshold / P rows in at least one of them (pigeonhole), so each
+    partition sends only its buckets above that (the candidates: none for random
+    fingerprints), then, if there are candidates, each partition counts those exactly and the
+    counts are summed here."""
+    parts = max(1, distinct.npartitions)
 
-    per_bucket = distinct.map_partitions(counts, meta={"bucket": np.uint64, "n": np.int64})
-    total = per_bucket.groupby("bucket")["n"].sum()
-    hot = total[total > threshold].compute()
-    return np.sort(np.asarray(hot.index.to_numpy(), dtype=np.uint64))
+    def candidates(frame: pd.DataFrame) -> pd.DataFrame:
+        found, n = np.unique(_table_buckets(frame, plan), return_counts=True)
+        return pd.DataFrame({"bucket": found[n * parts > threshold]})
+
+    listed = distinct.map_partitions(candidates, meta={"bucket": np.uint64}).compute()
+    candidate = np.unique(listed["bucket"].to_numpy(dtype=np.uint64))
+    if candidate.size == 0:
+        return candidate
+
+    def exact(frame: pd.DataFrame) -> pd.DataFrame:
+        ids = _table_buckets(frame, plan)
+        ids = ids[_member(ids, candidate)]
+        counts = np.bincount(np.searchsorted(candidate, ids), minlength=candidate.size)
+        return pd.DataFrame({"n": counts.astype(np.int64)})
+
+    counted = distinct.map_partitions(exact, meta={"n": np.int64}).compute()
+    total = counted["n"].to_numpy().reshape(-1, candidate.size).sum(axis=0)
+    return candidate[total > threshold]
 
 
 def value_pairs(
