@@ -122,8 +122,8 @@ def test_pairs_equal_brute_force_with_hot_prefix_split(
     assert pair_set(got["a"], got["b"], got["distance"]) == expected
     exact = EXACT_COPIES * (EXACT_COPIES - 1) // 2
     assert sum(1 for _, _, d in expected if d == 0) >= exact
-    hot = range(EXACT_COPIES, EXACT_COPIES + HOT_MEMBERS)
-    assert sum(1 for a, b, _ in expected if a in hot and b in hot) >= 400
+    members = range(EXACT_COPIES, EXACT_COPIES + HOT_MEMBERS)
+    assert sum(1 for a, b, _ in expected if a in members and b in members) >= 400
 
 
 @pytest.mark.parametrize("k", [0, 1, 4])
