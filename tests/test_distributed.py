@@ -312,6 +312,8 @@ def test_cli_against_equals_brute_force_on_both_engines(
     [
         (["--engine", "dask", "--jobs", "2"], "--jobs"),
         (["--workers", "2"], "--engine dask"),
+        (["--engine", "dask", "--weights", "idf"], "--weights none"),
+        (["--against", "-"], "not -"),
         (["--worker-memory", "4GiB"], "--engine dask"),
         (["--engine", "dask", "--workers", "2", "--worker-memory", "lots"], "not a size"),
         (

@@ -69,9 +69,10 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     """Refuse what the engine flags cannot mean together, before any work.
 
     Raises:
-        CommandError: exit 2 (usage): ``--jobs`` with ``--engine dask``; a Dask flag with
-            ``--engine local``; ``--worker-memory`` with ``--scheduler`` or not a size; dask
-            not installed (the message says ``pip install 'permindex[dask]'``).
+        CommandError: exit 2 (usage): ``--against -``; ``--jobs``, ``-`` or ``--weights idf``
+            with ``--engine dask``; a Dask flag with ``--engine local``; ``--worker-memory``
+            with ``--scheduler`` or not a size; dask not installed (the message says
+            ``pip install 'permindex[dask]'``).
     """
     dask_flags = [
         name
@@ -82,6 +83,8 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
         )
         if value is not None
     ]
+    if args.against == "-":
+        raise _usage("--against reads a file or folder, not -")
     if args.engine == "local":
         if dask_flags:
             raise _usage(f"{dask_flags[0]} needs --engine dask")
@@ -91,6 +94,8 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
             "--jobs is the local engine's processes; with --engine dask use --workers N "
             "or --scheduler ADDRESS"
         )
+    if args.input == "-" or args.weights != "none":
+        raise _usage("--engine dask reads a file or folder (not -) with --weights none")
     if args.worker_memory is not None and args.scheduler is not None:
         raise _usage("--worker-memory applies to the cluster --workers starts, not to --scheduler")
     try:
