@@ -109,10 +109,17 @@ def _high_water(pid: int) -> int:
 
 
 def run_dedup_command(
-    path: Path, out_dir: Path, *, k: int = 3, jobs: int | None = None, jit: bool = True
+    path: Path,
+    out_dir: Path,
+    *,
+    k: int = 3,
+    jobs: int | None = None,
+    jit: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Run ``permindex dedup`` on ``path`` in a subprocess; its wall time, peak RSS (its own;
-    the tree's, sampled), the pairs file and its summary.json."""
+    """Run ``permindex dedup`` on ``path`` (with the ``extra`` arguments) in a subprocess; its
+    wall time, peak RSS (its own; the tree's, sampled: with ``--engine dask --workers N`` the
+    tree holds the cluster's processes too), the pairs file and its summary.json."""
     pairs = out_dir / "pairs-stdout.tsv"
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [
@@ -127,6 +134,7 @@ def run_dedup_command(
     ]
     if jobs is not None:
         command += ["--jobs", str(jobs)]
+    command += list(extra)
     env = dict(os.environ, PERMINDEX_JIT="1" if jit else "0")
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     peak_tree = 0

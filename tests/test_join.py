@@ -230,3 +230,23 @@ def test_join_tables_of_a_wide_design_are_found_without_listing_k_sets() -> None
     design = Design(64, 1)
     assert join_tables(design, 10) == design.tables_for(10)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "kernel"])
+def test_keyed_pairs_is_one_table_with_the_first_table_rule(
+    monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """keyed_pairs over each table of (4, 1) in turn, with the earlier tables' masks, gives
+    exactly self_join's pairs (each once), on the numpy path and on the kernel."""
+    monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 2 if compiled else 1 << 62)
+    values = mixed(3, 3)
+    design = Design(4, 1)
+    masks = [design.permutations[t].leading_mask for t in join_tables(design, 3)]
+    parts = [
+        join_module.keyed_pairs(values & np.uint64(mask), values, 3, masks[:t])
+        for t, mask in enumerate(masks)
+    ]
+    a, b, d = (np.concatenate(x) for x in zip(*parts, strict=True))
+    assert as_pairs(a, b, d) == expected(values, 3)
+    empty = join_module.keyed_pairs(values[:1], values[:1], 3)
+    assert all(x.size == 0 for x in empty)

@@ -101,14 +101,11 @@ def _check_out_dir(out_dir: Path) -> None:
 
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
-    from permindex.near.dedup import (
-        default_jobs,
-        run_dedup,
-        summary_line,
-        write_outputs,
-    )
+    from permindex.cli.near_engine import check_engine_arguments, run_engine
+    from permindex.near.dedup import default_jobs, summary_line, write_outputs
     from permindex.near.result import DedupOptions
 
+    check_engine_arguments(args)  # usage errors first (exit 2)
     started = time.monotonic()
     options = DedupOptions(
         source=args.input,
@@ -129,9 +126,13 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     _check_out_dir(options.out_dir)  # before any work: exit 4 naming it, not a traceback
     progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
-        result = run_dedup(options, progress=progress, workdir=Path(work))
+        result, against = run_engine(args, options, progress=progress, workdir=Path(work))
         try:
             summary = write_outputs(result)
+            if against is not None:
+                from permindex.near.against import unmatched, write_unmatched
+
+                write_unmatched(result, unmatched(result, against), options.out_dir)
         except OSError as error:
             raise CommandError(
                 f"--out {options.out_dir}: cannot write the report: {error.strerror or error}",
@@ -140,8 +141,11 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     from permindex.near.outputs import measure_of
 
     _, m = measure_of(result)
-    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{m(d)}\n" for a, b, d in result.near.iter_pairs())
+    pairs = result.near.iter_pairs() if against is None else iter(against)
+    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{m(d)}\n" for a, b, d in pairs)
     seconds = time.monotonic() - started
+    if against is not None:
+        err(f"permindex dedup: {len(against)} pairs with {args.against}")
     err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
     return EXIT_CODES["ok"]
 
@@ -149,6 +153,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
 def add_commands(command: CommandFactory) -> None:
     """Register ``clusters``, ``flags`` and ``dedup`` with the subcommand factory of
     :func:`permindex.cli.build_parser`."""
+    from permindex.cli.near_engine import add_engine_arguments
     from permindex.index.clusters import KEEP_RULES
     from permindex.near.result import MAX_K, WEIGHTS
     from permindex.text.fingerprint import TOKENIZERS
@@ -284,6 +289,7 @@ def add_commands(command: CommandFactory) -> None:
     )
     dedup.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_jaccard_arguments(dedup)
+    add_engine_arguments(dedup)
     dedup.set_defaults(func=_cmd_dedup)
 
 

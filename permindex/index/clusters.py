@@ -320,6 +320,10 @@ class NearDuplicates:
             positions into ``Values.distinct``, each pair once, distance an int64 in 0..k;
             ``design`` and ``cheapest`` are then unused and :attr:`work_estimate` counts only
             the pairs of identical fingerprints.
+        joined: the join's result computed elsewhere (e.g. on a cluster,
+            :mod:`permindex.distributed`): every pair of positions with *distinct* fingerprints
+            within k, one position per fingerprint, each pair once; the join is then skipped
+            (and not checked).
 
     Attributes:
         keys, fingerprints, k: as given.
@@ -382,6 +386,7 @@ class NearDuplicates:
         should_stop: Callable[[], bool] | None = None,
         send_pairs: bool = True,
         join_values: Callable[[Values], PairArrays] | None = None,
+        joined: PairArrays | None = None,
     ) -> None:
         fps = as_fingerprint_array(fingerprints)
         if len(keys) != fps.size:
@@ -412,6 +417,9 @@ class NearDuplicates:
             )
         if join_values is not None:
             self._value_pairs = join_values(values)
+        elif joined is not None:  # joined elsewhere: positions of distinct fingerprints to values
+            of = values.value_of
+            self._value_pairs = PairArrays(of[joined.a], of[joined.b], joined.distance)
         else:
             assert self._plan is not None
             self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)

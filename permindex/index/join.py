@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import combinations
 from typing import Final, Literal
 
@@ -33,6 +33,7 @@ __all__ = [
     "group_pairs",
     "join_design",
     "join_tables",
+    "keyed_pairs",
     "self_join",
     "table_pairs_grouped",
     "table_pairs_radix",
@@ -472,19 +473,137 @@ def self_join(
     check_stop(should_stop)
     for n_t, i, j in chunks:
         check_stop(should_stop)
-        x = values[i] ^ values[j]
-        distance = np.bitwise_count(x)
-        selected = distance <= k
-        for other in masks[:n_t]:  # each pair only from the first table it shares
-            selected &= (x & other) != 0
-        chosen = np.flatnonzero(selected)
-        if chosen.size:
-            parts_a.append(i[chosen].astype(np.int64, copy=False))
-            parts_b.append(j[chosen].astype(np.int64, copy=False))
-            parts_d.append(distance[chosen].astype(np.int64))
+        a, b, d = _verified(values, i, j, k, masks[:n_t])
+        if a.size:
+            parts_a.append(a)
+            parts_b.append(b)
+            parts_d.append(d)
     if not parts_a:
         return empty, empty.copy(), empty.copy()
     return np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d)
+
+
+def _verified(
+    values: _U64,
+    i: NDArray[np.integer],
+    j: NDArray[np.integer],
+    k: int,
+    earlier: Sequence[np.uint64],
+) -> tuple[_I64, _I64, _I64]:
+    """The candidates (i, j) (positions into ``values``) within ``k`` bits whose XOR is not 0
+    under any of the ``earlier`` masks (each pair only from the first table it shares): (a, b,
+    distance), three (m,) int64 arrays."""
+    x = values[i] ^ values[j]
+    distance = np.bitwise_count(x)
+    selected = distance <= k
+    for other in earlier:
+        selected &= (x & other) != 0
+    chosen = np.flatnonzero(selected)
+    return (
+        i[chosen].astype(np.int64, copy=False),
+        j[chosen].astype(np.int64, copy=False),
+        distance[chosen].astype(np.int64),
+    )
+
+
+def keyed_pairs(
+    keys: _U64,
+    values: _U64,
+    k: int,
+    earlier: Sequence[int] = (),
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[_I64, _I64, _I64]:
+    """One table of a self-join, on keys given by the caller: every unordered pair of positions
+    (i, j) with ``keys[i] == keys[j]`` whose ``values`` are within ``k`` bits and whose XOR is
+    not 0 under any of the ``earlier`` masks (the key masks of the tables searched before this
+    one, so that a pair is kept only in the first table whose key it shares).
+
+    Args:
+        keys: (n,) uint64 group keys of any width (a table's prefix, or a bucket number).
+        values: (n,) uint64 fingerprints.
+        k: largest Hamming distance kept, bits.
+        earlier: masks (uint64 ints) of the tables searched before this one.
+        should_stop: checked between chunks of at most about :data:`PAIR_BUDGET` pairs.
+
+    Returns:
+        (a, b, distance): three (m,) int64 arrays, positions a != b (either order), in no
+        particular order. Every candidate (a pair sharing a key) is verified once: the cost is
+        O(n log n + sum over groups of size^2), so callers split large groups first.
+
+    With the compiled kernels (:func:`permindex.jit.enabled`, from :data:`COMPILED_MIN_ROWS`
+    values) the kernel of :func:`self_join` (:func:`_compiled_join`) verifies the runs; else
+    numpy, every pair of each group in chunks (:func:`group_pairs`).
+
+    Raises:
+        CallCancelledError: ``should_stop`` returned True.
+    """
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    masks = np.array([int(m) for m in earlier], dtype=np.uint64)
+    if values.size < 2:
+        return _concat_pairs(())
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    sorted_keys = keys[order]
+    if values.size >= max(2, COMPILED_MIN_ROWS) and _compiled():
+        return _concat_pairs(
+            _kernel_table(sorted_keys, values[order], order, k, masks, should_stop)
+        )
+    parts: list[tuple[_I64, _I64, _I64]] = []
+    ends = np.flatnonzero(np.append(sorted_keys[1:] != sorted_keys[:-1], True)) + 1
+    group_end = np.repeat(ends, np.diff(np.append(0, ends))).astype(np.int64)
+    for i, j in group_pairs(group_end, PAIR_BUDGET):
+        check_stop(should_stop)
+        a, b, d = _verified(values, order[i], order[j], k, list(masks))
+        if a.size:
+            parts.append((a, b, d))
+    return _concat_pairs(parts)
+
+
+def _concat_pairs(parts: Iterable[tuple[_I64, _I64, _I64]]) -> tuple[_I64, _I64, _I64]:
+    listed = list(parts)
+    if not listed:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty.copy(), empty.copy()
+    a, b, d = (np.concatenate(x) for x in zip(*listed, strict=True))
+    return a, b, d
+
+
+def _kernel_table(
+    sorted_keys: _U64,
+    sorted_values: _U64,
+    positions: _I64,
+    k: int,
+    earlier: _U64,
+    should_stop: Callable[[], bool] | None,
+) -> Iterator[tuple[_I64, _I64, _I64]]:
+    """The pairs of one table by the compiled kernel
+    (:func:`permindex.index.join_kernels.group_pairs_verified`) on keys sorted ascending, in
+    calls of at most 16 * :data:`PAIR_BUDGET` candidates and :data:`PAIR_BUDGET` pairs,
+    ``should_stop`` checked between calls."""
+    from permindex.index import join_kernels
+
+    budget = max(1, int(PAIR_BUDGET))
+    out_a = np.empty(budget, dtype=np.int64)
+    out_b = np.empty(budget, dtype=np.int64)
+    out_d = np.empty(budget, dtype=np.int64)
+    i, j, m = 0, 1, int(sorted_keys.size)
+    while i < m:
+        check_stop(should_stop)
+        count, i, j = join_kernels.group_pairs_verified(
+            sorted_keys,
+            sorted_values,
+            positions,
+            k,
+            earlier,
+            i,
+            j,
+            16 * budget,
+            out_a,
+            out_b,
+            out_d,
+        )
+        if count:
+            yield out_a[:count].copy(), out_b[:count].copy(), out_d[:count].copy()
 
 
 def _design_candidates(
@@ -561,41 +680,14 @@ def _compiled_join(
     not hidden by an earlier table's mask) in calls of at most 16 * :data:`PAIR_BUDGET`
     candidates and :data:`PAIR_BUDGET` pairs, ``should_stop`` checked between calls. The same
     pairs as the numpy path, in another order."""
-    from permindex.index import join_kernels
-
     masks = np.array(_table_masks(design, k), dtype=np.uint64)
-    budget = max(1, int(PAIR_BUDGET))
-    out_a = np.empty(budget, dtype=np.int64)
-    out_b = np.empty(budget, dtype=np.int64)
-    out_d = np.empty(budget, dtype=np.int64)
     parts: list[tuple[_I64, _I64, _I64]] = []
     check_stop(should_stop)
     for t, (keys, bits) in enumerate(_table_keys(values, k, design)):
         check_stop(should_stop)
         sorted_keys, positions = _sort_keys(keys, bits)
         del keys
-        sorted_values = values[positions]
-        earlier = masks[:t]
-        i, j, m = 0, 1, int(sorted_keys.size)
-        while i < m:
-            check_stop(should_stop)
-            count, i, j = join_kernels.group_pairs_verified(
-                sorted_keys,
-                sorted_values,
-                positions,
-                k,
-                earlier,
-                i,
-                j,
-                16 * budget,
-                out_a,
-                out_b,
-                out_d,
-            )
-            if count:
-                parts.append((out_a[:count].copy(), out_b[:count].copy(), out_d[:count].copy()))
-    if not parts:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty.copy(), empty.copy()
-    a, b, d = (np.concatenate(x) for x in zip(*parts, strict=True))
-    return a, b, d
+        parts.extend(
+            _kernel_table(sorted_keys, values[positions], positions, k, masks[:t], should_stop)
+        )
+    return _concat_pairs(parts)

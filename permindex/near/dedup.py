@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
+from permindex.index.pair_stream import PairArrays
 from permindex.io.parquet import ParquetReader, open_documents
 from permindex.near.jaccard import JaccardDuplicates, ShingleSets
 from permindex.near.minhash import choose_bands, signatures
@@ -48,7 +49,16 @@ from permindex.text.fingerprint import (
 from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
 
 __all__ = [
+    "Documents",
+    "TaskDocuments",
+    "assemble_result",
+    "fingerprint_tasks",
+    "has_work",
+    "last_occurrences",
+    "raise_failure",
     "run_dedup",
+    "run_task",
+    "task_documents",
     "write_outputs",
 ]
 
@@ -309,6 +319,96 @@ def _tasks(
         yield None, _work_lines, (parser, first, block, *args)
 
 
+@dataclass
+class TaskDocuments:
+    """The documents of one task of a pass (:func:`task_documents`) and the reasons of the
+    folder files it skipped (one per file)."""
+
+    documents: Documents
+    skipped: list[str]
+    sets: ShingleSets | None = None  # the Jaccard mode: rows with a fingerprint, in order
+    signatures: NDArray[np.uint32] | None = None  # and their MinHash signatures
+
+
+def task_documents(known: _Known, done: _Done) -> TaskDocuments:
+    """The documents of a finished task, in input order: the given fingerprints applied, the
+    skipped folder files left out."""
+    if known is None:
+        assert done.keys is not None and done.given is not None
+        keys, given = done.keys, done.given
+    else:
+        keys, given = known
+    result = done.chunk
+    for i, fingerprint in enumerate(given):
+        if fingerprint is not None and result.sets is not None:
+            raise InvalidArgumentError(
+                f"{keys[i]!r} comes as a fingerprint: the Jaccard mode (--method minhash) "
+                "needs the texts",
+                value=keys[i],
+            )
+        if fingerprint is not None:  # given in the input: no text to fingerprint
+            result.fingerprints[i] = fingerprint
+            result.has_fingerprint[i] = True
+    read = np.ones(len(keys), dtype=bool)  # folder files: those that are documents
+    skipped: list[str] = []
+    for i, reason in enumerate(result.skipped):
+        if reason is not None:
+            skipped.append(reason)
+            read[i] = False
+    if not read.all():
+        keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
+    documents = Documents(
+        keys,
+        result.fingerprints[read],
+        result.has_fingerprint[read],
+        result.tokens[read],
+        result.lengths[read],
+    )
+    return TaskDocuments(documents, skipped, result.sets, result.signatures)
+
+
+def run_task(known: _Known, function: Callable[..., Any], arguments: tuple[Any, ...]) -> Any:
+    """Run one task of :func:`fingerprint_tasks` (anywhere: a worker process, a Dask worker):
+    its :class:`TaskDocuments`, or the input error it met, picklable, to be raised by
+    :func:`raise_failure` in the caller."""
+    done = function(*arguments)
+    if isinstance(done, _Failure):
+        return done
+    return task_documents(known, done)
+
+
+def has_work(task: tuple[_Known, Callable[..., Any], tuple[Any, ...]]) -> bool:
+    """Whether a task of :func:`fingerprint_tasks` has anything to parse or fingerprint (False
+    for a batch whose documents all came with their fingerprint, e.g. a Parquet fingerprint
+    column: :func:`run_task` on it is a copy)."""
+    _, function, arguments = task
+    return function is not _work_items or any(item is not None for item in arguments[0])
+
+
+def raise_failure(done: Any) -> TaskDocuments:
+    """``done`` (what :func:`run_task` returned) as documents, or its input error raised."""
+    if isinstance(done, _Failure):
+        raise done.exception()
+    assert isinstance(done, TaskDocuments)
+    return done
+
+
+def fingerprint_tasks(
+    reader: DocumentReader, options: DedupOptions
+) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
+    """The tasks of the plain fingerprint pass of ``reader`` (as :func:`run_dedup` runs them,
+    blocks of JSONL lines, Parquet row batches, folder files), each to be run by
+    :func:`run_task`, in input order."""
+    args = (
+        "plain",
+        options.shingle_size,
+        options.tokenizer,
+        options.min_words,
+        DEFAULT_BUCKET_BITS,
+    )
+    return _tasks(reader, args, 2)
+
+
 def _run_pass(
     reader: DocumentReader,
     task: str,
@@ -359,40 +459,22 @@ def _run_pass(
     def collect(known: _Known, done: _Done | _Failure) -> None:
         if isinstance(done, _Failure):
             raise done.exception()
-        if known is None:
-            assert done.keys is not None and done.given is not None
-            keys, given = done.keys, done.given
-        else:
-            keys, given = known
+        read = task_documents(known, done)
+        for reason in read.skipped:
+            reader.stats.skip(reason)
         result = done.chunk
         collected.cpu_seconds["parse"] += done.parse_seconds
         collected.cpu_seconds["fingerprint"] += done.fingerprint_seconds
-        for i, fingerprint in enumerate(given):
-            if fingerprint is not None and task == "minhash":
-                raise InvalidArgumentError(
-                    f"{keys[i]!r} comes as a fingerprint: the Jaccard mode (--method minhash) "
-                    "needs the texts",
-                    value=keys[i],
-                )
-            if fingerprint is not None:  # given in the input: no text to fingerprint
-                result.fingerprints[i] = fingerprint
-                result.has_fingerprint[i] = True
-        read = np.ones(len(keys), dtype=bool)  # folder files: those that are documents
-        for i, reason in enumerate(result.skipped):
-            if reason is not None:
-                reader.stats.skip(reason)
-                read[i] = False
-        if not read.all():
-            keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
+        keys = read.documents.keys
         reader.stats.documents += len(keys)
         collected.keys.extend(keys)
-        collected.fingerprints.append(result.fingerprints[read])
-        collected.has_fingerprint.append(result.has_fingerprint[read])
-        collected.tokens.append(result.tokens[read])
-        collected.lengths.append(result.lengths[read])
-        if result.sets is not None and result.signatures is not None:
-            collected.sets.append(result.sets)  # rows with has_fingerprint, in order
-            collected.signatures.append(result.signatures)
+        collected.fingerprints.append(read.documents.fingerprints)
+        collected.has_fingerprint.append(read.documents.has_fingerprint)
+        collected.tokens.append(read.documents.tokens)
+        collected.lengths.append(read.documents.lengths)
+        if read.sets is not None and read.signatures is not None:
+            collected.sets.append(read.sets)  # rows with has_fingerprint, in order
+            collected.signatures.append(read.signatures)
         if collected.df is not None and result.buckets is not None:
             assert result.bucket_counts is not None
             collected.df.add_counts(result.buckets, result.bucket_counts, documents=result.counted)
@@ -541,55 +623,113 @@ def run_dedup(
             what: sum(p.cpu_seconds[what] for p in passes) for what in ("parse", "fingerprint")
         }
 
-        joined_started = time.monotonic()
         keys = collected.keys
         fps = _concat(collected.fingerprints, np.uint64)
         has = _concat(collected.has_fingerprint, np.bool_)
         token_counts = _concat(collected.tokens, np.int64)
         lengths = _concat(collected.lengths, np.int64)
-        too_short = [(keys[i], int(token_counts[i])) for i in np.flatnonzero(~has).tolist()]
-        valid = np.flatnonzero(has).tolist()
-        valid_keys = keys if len(valid) == len(keys) else [keys[i] for i in valid]
-        if len(set(valid_keys)) == len(valid_keys):  # no repeated key (a set is 3x a dict)
-            ordinals = np.array(valid, dtype=np.int64)
-        else:
-            last = dict(zip(valid_keys, valid, strict=True))  # each key's last position
-            ordinals = np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
-            del last
-        repeated = len(valid) - int(ordinals.size)
-        del valid_keys
-        design = design_for(options.k)
-        kept_keys = [keys[i] for i in ordinals.tolist()]
-        if options.method == "minhash":
-            near: NearDuplicates = _jaccard(kept_keys, has, ordinals, collected, options)
-        else:
-            near = NearDuplicates(kept_keys, fps[ordinals], options.k, design=design)
-        clustered_started = time.monotonic()
-        seconds["join"] = clustered_started - joined_started
-        kept = keep_per_cluster(
-            near.cluster_positions(),
-            options.keep,
-            order=ordinals,
-            lengths=lengths[ordinals],
-            rank=near.key_rank,
-        )
-        seconds["cluster"] = time.monotonic() - clustered_started
+    return assemble_result(
+        options,
+        Documents(keys, fps, has, token_counts, lengths),
+        seconds=seconds,
+        cpu_seconds=cpu_seconds,
+        skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
+        source_kind=reader.kind,
+        spool=spool,
+        near_of=(
+            (lambda kept, ordinals: _jaccard(kept, has, ordinals, collected, options))
+            if options.method == "minhash"
+            else None
+        ),
+    )
+
+
+@dataclass
+class Documents:
+    """Every document read, in input order: ``keys`` (n str), ``fingerprints`` ((n,) uint64, 0
+    where there is none), ``has_fingerprint`` ((n,) bool), ``tokens`` ((n,) int64, the tokens
+    of a too-short text, else 0) and ``lengths`` ((n,) int64, characters of each text)."""
+
+    keys: list[str]
+    fingerprints: NDArray[np.uint64]
+    has_fingerprint: NDArray[np.bool_]
+    tokens: NDArray[np.int64]
+    lengths: NDArray[np.int64]
+
+
+def last_occurrences(documents: Documents) -> NDArray[np.int64]:
+    """The input positions ((m,) int64, ascending) of the documents that take part in the join:
+    those with a fingerprint, each key once with its last such occurrence (as ``ingest`` would
+    leave it in a server)."""
+    keys = documents.keys
+    valid = np.flatnonzero(documents.has_fingerprint).tolist()
+    valid_keys = keys if len(valid) == len(keys) else [keys[i] for i in valid]
+    if len(set(valid_keys)) == len(valid_keys):  # no repeated key (a set is 3x a dict)
+        return np.array(valid, dtype=np.int64)
+    last = dict(zip(valid_keys, valid, strict=True))  # each key's last position
+    return np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
+
+
+def assemble_result(
+    options: DedupOptions,
+    documents: Documents,
+    *,
+    seconds: dict[str, float],
+    joined: Callable[[NDArray[np.int64]], PairArrays] | None = None,
+    near_of: Callable[[list[str], NDArray[np.int64]], NearDuplicates] | None = None,
+    **fields: Any,
+) -> DedupResult:
+    """Step 3 of :func:`run_dedup` on the documents read: the join (by
+    :class:`~permindex.index.clusters.NearDuplicates`, or, given ``joined``, from the pairs it
+    returns for the input positions of :func:`last_occurrences`: pairs of those positions with
+    distinct fingerprints within k, each once, e.g. computed on a cluster; given ``near_of``,
+    the join it returns for the kept keys and their input positions: the Jaccard mode), the
+    clusters and the keep rule. ``seconds`` gets "join" and "cluster"; ``fields`` are the other
+    fields of :class:`DedupResult`."""
+    joined_started = time.monotonic()
+    keys = documents.keys
+    fps, has = documents.fingerprints, documents.has_fingerprint
+    too_short = [(keys[i], int(documents.tokens[i])) for i in np.flatnonzero(~has).tolist()]
+    ordinals = last_occurrences(documents)
+    repeated = int(np.count_nonzero(has)) - int(ordinals.size)
+    design = design_for(options.k)
+    kept_keys = [keys[i] for i in ordinals.tolist()]
+    near: NearDuplicates
+    if near_of is not None:
+        near = near_of(kept_keys, ordinals)
+    else:
+        given = None
+        if joined is not None:
+            a, b, d = joined(ordinals)
+            given = PairArrays(np.searchsorted(ordinals, a), np.searchsorted(ordinals, b), d)
+        near = NearDuplicates(kept_keys, fps[ordinals], options.k, design=design, joined=given)
+    clustered_started = time.monotonic()
+    seconds["join"] = clustered_started - joined_started
+    lengths = documents.lengths[ordinals]
+    kept = keep_per_cluster(
+        near.cluster_positions(),
+        options.keep,
+        order=ordinals,
+        lengths=lengths,
+        rank=near.key_rank,
+    )
+    seconds["cluster"] = time.monotonic() - clustered_started
+    source = fields.pop("source_kind", "jsonl")
     return DedupResult(
         options=options,
         near=near,
         ordinals=ordinals,
-        lengths=lengths[ordinals],
+        lengths=lengths,
         kept=kept,
         documents=len(keys),
         too_short=too_short,
-        skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
+        skipped_by_reason=fields.pop("skipped_by_reason", {}),
         repeated_keys=repeated,
         seconds=seconds,
-        source_kind=reader.kind,
+        source_kind=source,
         reread_source=None if options.source == "-" else options.source,
         design=design.as_tuple(),
-        spool=spool,
-        cpu_seconds=cpu_seconds,
+        **fields,
     )
 
 

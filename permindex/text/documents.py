@@ -45,6 +45,7 @@ __all__ = [
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _HTML_SUFFIXES: Final = (".html", ".htm")
 
+
 class MalformedInputError(InvalidArgumentError):
     """A line of a JSONL input is malformed (bad JSON, no ``id``, neither or both of ``text`` and
     ``fingerprint``, a bad fingerprint or key). ``path`` and ``line`` (1-based) say where."""

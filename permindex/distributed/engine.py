@@ -1,0 +1,228 @@
+"""``permindex dedup --engine dask``: the local ``dedup`` (:func:`permindex.near.dedup.run_dedup`)
+with its fingerprinting and its join on a Dask cluster (:func:`run_dedup_dask`), and the cluster
+it runs on (:func:`dask_client`).
+
+The input is read and cut into tasks in this process exactly as the local engine does
+(:func:`permindex.near.dedup.fingerprint_tasks`: JSONL blocks, Parquet row batches, folder
+files), each task parsed and fingerprinted by a Dask worker (a batch whose fingerprints are given,
+such as a Parquet fingerprint column, has no work: only its fingerprints are sent, scattered
+over the workers); the documents' keys and per-document columns come back here (as the local
+engine holds them), their fingerprints stay on the workers as a Dask dataframe, and the
+self-join runs there (:func:`permindex.distributed.near_duplicates`:
+exact duplicates collapsed, a shuffle by (table, prefix)). Only the pairs of distinct
+fingerprints come back; the report (pairs, clusters, keep/drop, the folder) is then built by
+the same code as the local engine's (:func:`permindex.near.dedup.assemble_result`,
+:func:`permindex.near.outputs.write_outputs`), so both engines print and write the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from permindex.index.pair_stream import PairArrays
+from permindex.near.dedup import (
+    Documents,
+    assemble_result,
+    fingerprint_tasks,
+    has_work,
+    raise_failure,
+    run_task,
+)
+from permindex.near.result import DedupOptions, DedupResult
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["DASK_EXTRA", "dask_client", "require_dask", "run_dedup_dask", "show_progress"]
+
+#: What to install for the Dask engine.
+DASK_EXTRA: Final = "pip install 'permindex[dask]'"
+
+_PART_META: Final = {"row": np.int64, "fingerprint": np.uint64}
+
+
+def require_dask() -> None:
+    """Import dask.dataframe and distributed, or raise ImportError whose message says what to
+    install (:data:`DASK_EXTRA`)."""
+    try:
+        import dask.dataframe  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as error:
+        raise ImportError(f"the Dask engine needs dask and distributed: {DASK_EXTRA}") from error
+
+
+@contextlib.contextmanager
+def dask_client(
+    workers: int | None = None,
+    scheduler: str | None = None,
+    worker_memory: str | None = None,
+) -> Iterator[Client]:
+    """A :class:`distributed.Client`: of the cluster at ``scheduler`` (an address such as
+    ``tcp://host:8786``), or of a :class:`distributed.LocalCluster` of ``workers`` worker
+    processes (default 2), one thread each, no dashboard, each limited to ``worker_memory``
+    (e.g. ``"4GiB"``; Dask spills to disk, then pauses, then restarts a worker above it),
+    closed on exit."""
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        with Client(scheduler) as client:
+            yield client
+        return
+    with (
+        LocalCluster(
+            n_workers=workers or 2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            # the scheduler's HTTP routes (health, metrics) on a free port, not 8787
+            scheduler_kwargs={"dashboard_address": ":0"},
+            memory_limit=worker_memory or "auto",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def show_progress(work: Any) -> None:
+    """Dask's own progress bar (:func:`distributed.progress`) for ``work`` (futures or a
+    persisted collection), until it is done, on stderr (Dask writes it to stdout, which carries
+    the pairs)."""
+    from distributed import progress
+
+    with contextlib.redirect_stdout(sys.stderr):
+        progress(work, multi=False)
+        sys.stderr.write("\n")
+
+
+def _fingerprints(done: Any) -> pd.DataFrame:
+    """The (row placeholder, fingerprint) partition of a task's documents (those without a
+    fingerprint as 0: they are filtered out before the join)."""
+    if not hasattr(done, "documents"):
+        return pd.DataFrame({n: np.zeros(0, t) for n, t in _PART_META.items()})
+    fps = done.documents.fingerprints
+    return pd.DataFrame({"row": np.zeros(fps.size, dtype=np.int64), "fingerprint": fps})
+
+
+def _numbered(part: pd.DataFrame, start: int, keep: NDArray[np.int64] | None) -> pd.DataFrame:
+    """A partition's rows numbered from ``start`` (input positions), only those in ``keep``
+    (sorted input positions; None: every row)."""
+    rows = np.arange(start, start + len(part), dtype=np.int64)
+    fps = part["fingerprint"].to_numpy()
+    if keep is None:
+        return pd.DataFrame({"row": rows, "fingerprint": fps})
+    chosen = np.isin(rows, keep, assume_unique=True)
+    return pd.DataFrame({"row": rows[chosen], "fingerprint": fps[chosen]})
+
+
+def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = False) -> DedupResult:
+    """:func:`permindex.near.dedup.run_dedup` (plain weights, a file or folder: not standard
+    input) with the fingerprinting and the join on the cluster of ``client``: the same
+    result.
+
+    Raises:
+        InvalidArgumentError: as :func:`~permindex.near.dedup.run_dedup` (a malformed line is
+            raised in input order), and for ``weights="idf"`` or standard input.
+    """
+    import dask.dataframe as dd
+    import distributed
+
+    from permindex.distributed.dedup import near_duplicates
+    from permindex.distributed.join import join_partitions
+    from permindex.errors import InvalidArgumentError
+    from permindex.io.parquet import open_documents
+
+    options.check()
+    if options.weights != "none" or options.source == "-":
+        raise InvalidArgumentError(
+            "--engine dask reads a file or folder (not -) with --weights none", value=options.source
+        )
+    started = time.monotonic()
+    reader = open_documents(
+        options.source,
+        id_field=options.id_field,
+        text_field=options.text_field,
+        fingerprint_field=options.fingerprint_field,
+    )
+    done: list[Any] = []  # per task: its future, or its documents when it had no work
+    for task in fingerprint_tasks(reader, options):
+        if has_work(task):
+            done.append(client.submit(run_task, *task, pure=False))
+        else:  # fingerprints given: nothing for a worker to do but receive them
+            done.append(run_task(*task))
+    futures = [d for d in done if isinstance(d, distributed.Future)]
+    if progress and futures:
+        show_progress(futures)
+    given = [i for i, d in enumerate(done) if not isinstance(d, distributed.Future)]
+    sent = iter(client.scatter([_fingerprints(done[i]) for i in given]) if given else [])
+    parts = [
+        client.submit(_fingerprints, d, pure=False)
+        if isinstance(d, distributed.Future)
+        else next(sent)
+        for d in done
+    ]
+    pieces = []
+    skipped: dict[str, int] = {}
+    for item in done:  # in input order: the first malformed line is the one raised
+        read = raise_failure(item.result() if isinstance(item, distributed.Future) else item)
+        pieces.append(read.documents)
+        for reason in read.skipped:
+            skipped[reason] = skipped.get(reason, 0) + 1
+    del done
+    sizes = [len(p.keys) for p in pieces]
+    documents = Documents(
+        [key for p in pieces for key in p.keys],
+        _concat([p.fingerprints for p in pieces], np.uint64),
+        _concat([p.has_fingerprint for p in pieces], np.bool_),
+        _concat([p.tokens for p in pieces], np.int64),
+        _concat([p.lengths for p in pieces], np.int64),
+    )
+    del pieces
+    seconds = {"read": 0.0, "fingerprint": time.monotonic() - started}
+    starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+
+    def join(ordinals: NDArray[np.int64]) -> PairArrays:
+        bounds = np.searchsorted(ordinals, starts)
+        numbered = []
+        for i, part in enumerate(parts):
+            keep: NDArray[np.int64] | None = ordinals[bounds[i] : bounds[i + 1]]
+            if keep is not None and keep.size == starts[i + 1] - starts[i]:
+                keep = None  # every row of the part (the usual case: nothing sent)
+            numbered.append(client.submit(_numbered, part, int(starts[i]), keep, pure=False))
+        if not numbered:
+            empty = np.zeros(0, dtype=np.int64)
+            return PairArrays(empty, empty.copy(), empty.copy())
+        frame = dd.from_delayed(numbered, meta=_PART_META, verify_meta=False)
+        partitions = join_partitions(int(ordinals.size), len(client.nthreads()))
+        near = near_duplicates(frame, options.k, npartitions=partitions)
+        del frame, numbered  # the collapse holds what the join needs
+        parts.clear()
+        if progress:
+            show_progress(near.representative_pairs)
+        pairs = near.representative_pairs.compute()
+        return PairArrays(
+            pairs["a"].to_numpy(dtype=np.int64),
+            pairs["b"].to_numpy(dtype=np.int64),
+            pairs["distance"].to_numpy(dtype=np.int64),
+        )
+
+    return assemble_result(
+        options,
+        documents,
+        seconds=seconds,
+        joined=join,
+        skipped_by_reason=dict(sorted(skipped.items())),
+        source_kind=reader.kind,
+        cpu_seconds={},
+    )
+
+
+def _concat(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
