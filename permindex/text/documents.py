@@ -34,6 +34,7 @@ __all__ = [
     "check_key",
     "folder_file_text",
     "format_fingerprint",
+    "html_page_text",
     "html_to_text",
     "read_documents",
     "read_file_text",
@@ -201,6 +202,15 @@ def html_to_text(html: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def html_page_text(html: str, extract: Extract = "visible") -> str:
+    """The text of an HTML page: :func:`html_to_text` (``extract="visible"``), or with
+    ``extract="main"`` its main content (:func:`permindex.text.extract.main_text`), the visible
+    text when that is too short. ``extract`` is not checked here (see
+    :func:`~permindex.text.extract.check_extract`). Raises as :func:`html_to_text`."""
+    main = main_text(html) if extract == "main" else None
+    return main if main is not None else html_to_text(html)
+
+
 def _decode_text(data: bytes) -> str | None:
     """``data`` as UTF-8 text (a leading byte-order mark dropped), or None when it is not text:
     it contains a NUL byte or is not valid UTF-8."""
@@ -240,8 +250,7 @@ def _file_text(path: Path, extract: Extract = "visible") -> str:
         raise _SkippedFile("not text", "not text (contains a NUL byte or is not valid UTF-8)")
     if name.lower().endswith(_HTML_SUFFIXES):
         try:
-            main = main_text(text) if extract == "main" else None
-            text = main if main is not None else html_to_text(text)
+            text = html_page_text(text, extract)
         except InvalidArgumentError as error:
             raise _SkippedFile("unparseable HTML", str(error)) from None
     return text
