@@ -98,6 +98,37 @@ def _page(title: str, text: str, *, mirror: bool = False) -> str:
     return f"<html><head><title>{title}</title></head><body><p>{text}</p></body></html>"
 
 
+def _templated(rng: random.Random, title: str, text: str, menu: str) -> str:
+    """A page of a site template: ``menu`` (a long navigation list) and a footer around an
+    article of ``text``."""
+    return (
+        f"<html><head><title>{title}</title></head><body><header><nav><ul>{menu}</ul></nav>"
+        f"</header><main><article><h1>{title}</h1><p>{text}</p></article></main>"
+        f"<footer><p>{_words(rng, 300)}</p></footer></body></html>"
+    )
+
+
+def _main_pages(root: Path) -> None:
+    """``main/``: the article of ``a1.html`` again under another template (``a2.html``),
+    another article under the first template (``b1.html``), and a page whose main content is
+    too short (``short.html``, 30 words: its visible text is used); ``main.html`` links them."""
+    rng = random.Random(16)
+    item = "<li><a href='/'>{}</a></li>"
+    menus = ["".join(item.format(_words(rng, 4)) for _ in range(100)) for _ in range(3)]
+    article, other = _words(rng, 80), _words(rng, 80)
+    (root / "main").mkdir()
+    for name, title, text, menu in [
+        ("a1", "article", article, menus[0]),
+        ("a2", "article", article, menus[1]),
+        ("b1", "other", other, menus[0]),
+        ("short", "short", _words(rng, 30), menus[2]),
+    ]:
+        page = _templated(rng, title, text, menu)
+        (root / "main" / f"{name}.html").write_text(page, encoding="utf-8")
+    links = "".join(f'<a href="main/{n}.html">{n}</a> ' for n in ("a1", "a2", "b1", "short"))
+    (root / "main.html").write_text(f"<html><body>{links}</body></html>", encoding="utf-8")
+
+
 class _Handler(SimpleHTTPRequestHandler):
     """Files of the site; ``/gz/NAME`` is NAME sent with ``Content-Encoding: gzip``,
     ``/slow/NAME`` is NAME sent after a second."""
@@ -175,6 +206,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     (root / "index.html").write_text(f"<html><body>{index}</body></html>", encoding="utf-8")
     gz_index = "".join(f'<a href="{link}">{link}</a> ' for link in gz_links)
     (root / "gz.html").write_text(f"<html><body>{gz_index}</body></html>", encoding="utf-8")
+    _main_pages(root)
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -496,6 +528,47 @@ def test_a_missing_token_file_is_refused_at_start(tmp_path: Path, site: Site) ->
     )
     assert crawl.returncode != 0 and crawl.items == []
     assert f"PERMINDEX_TOKEN_FILE {tmp_path / 'absent'}: cannot read it" in crawl.log
+
+
+def test_extract_main(tmp_path: Path, site: Site, server: str, collection: str) -> None:
+    """PERMINDEX_EXTRACT = main: the text of ``ingest --extract main`` (the main content, or
+    the visible text when that is too short). The same article under two templates is a
+    near-duplicate (one dropped) though its visible texts are far apart; two articles under one
+    template are not."""
+    folder = site.root / "main"
+    visible = {p.stem: simhash(read_file_text(p)) for p in folder.glob("*.html")}
+    main = {p.stem: simhash(read_file_text(p, extract="main")) for p in folder.glob("*.html")}
+    assert hamming(visible["a1"], visible["a2"]) > 3 and main["a1"] == main["a2"]
+    assert hamming(main["a1"], main["b1"]) > 3 and main["short"] == visible["short"]
+    assert all(main[n] != visible[n] for n in ("a1", "a2", "b1"))
+    crawl = _crawl(
+        tmp_path,
+        site.url("main.html"),
+        f"PERMINDEX_ADDRESS={server}",
+        f"PERMINDEX_COLLECTION={collection}",
+        "PERMINDEX_EXTRACT=main",
+    )
+    assert crawl.returncode == 0, crawl.log
+    pages = {site.url(f"main/{n}.html") for n in ("b1", "short")}
+    assert pages <= crawl.urls and len(crawl.urls) == 3  # a1 or a2, b1, short
+    assert crawl.stat("permindex/near_duplicate") == 1
+    assert crawl.stat("permindex/added") == 4  # main.html (its links' text) too
+    with Client(server, collection=collection) as client:
+        for name in ("b1", "short"):
+            assert client.get(site.url(f"main/{name}.html")) == main[name]
+        kept = [client.get(site.url(f"main/{n}.html")) for n in ("a1", "a2")]
+    assert [fp for fp in kept if fp is not None] == [main["a1"]]
+
+
+def test_a_bad_extract_is_refused_at_start(tmp_path: Path, site: Site) -> None:
+    crawl = _crawl(
+        tmp_path,
+        site.url("main.html"),
+        f"PERMINDEX_ADDRESS={_unused_address()}",
+        "PERMINDEX_EXTRACT=boilerplate",
+    )
+    assert crawl.returncode != 0 and crawl.items == []
+    assert "PERMINDEX_EXTRACT must be one of visible, main, got 'boilerplate'" in crawl.log
 
 
 def test_k(tmp_path: Path, site: Site, server: str, collection: str) -> None:

@@ -15,6 +15,7 @@ from serverproc import ServeProcess
 from xxhash import xxh3_64_intdigest
 
 import permindex
+from permindex import simhash
 from permindex.cli import main
 from permindex.client.sharding import merge_columns, shard_of
 from permindex.errors import InvalidArgumentError
@@ -137,6 +138,33 @@ def test_check_and_add_many_equals_one_server(
     assert sorted(sharded.export()) == sorted(one.export())
     again = sharded.check_and_add_many(batch[:3], k=0)
     assert again == one.check_and_add_many(batch[:3], k=0)
+
+
+def test_check_and_add_over_shards_uses_the_collections_vote(
+    addresses: tuple[list[str], str],
+) -> None:
+    """Over shards the client fingerprints the texts itself: with the collection's vote (set),
+    as the one server does, not the multiset default."""
+    shards, single = addresses
+    repeated = "numeric limits " * 200 + "of a type and the rest of its page"
+    copy = "numeric limits " * 300 + "of a type and the rest of its page"  # the same shingle set
+    texts = (repeated, copy, TEXT, repeated + " more")
+    batch: list[tuple[str, int | str]] = list(zip(("a", "b", "c", "d"), texts, strict=True))
+    assert len({shard_of(key, 3) for key, _ in batch[:2]}) == 2  # the copy on another shard
+    with permindex.Client(shards, timeout=30) as sharded, permindex.Client(single) as one:
+        for client in (sharded, one):
+            assert client.create_collection("set-vote", vote="set").vote == "set"
+        try:
+            found = sharded.use("set-vote").check_and_add_many(batch)
+            assert found == one.use("set-vote").check_and_add_many(batch)
+            assert [r.fingerprint for r in found] == [
+                simhash(str(text), vote="set") for _, text in batch
+            ]
+            assert found[1].status == "near_duplicate" and found[1].matches[0].key == "a"
+            assert simhash(repeated) != simhash(repeated, vote="set")
+        finally:
+            sharded.drop_collection("set-vote")
+            one.drop_collection("set-vote")
 
 
 def test_all_pairs_calls_are_refused_over_shards(

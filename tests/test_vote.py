@@ -1,8 +1,11 @@
 """Set voting of SimHash (``vote="set"``: each distinct shingle votes once) against a reference
-written from the definition, in :func:`simhash`, :func:`simhash_many` and ``dedup --vote``."""
+written from the definition, in :func:`simhash`, :func:`simhash_many`, ``dedup --vote``,
+``ingest --vote``, ``serve --vote`` and a collection's own vote (``collections create --vote``,
+``Client.create_collection(vote=)``) over a ``permindex serve`` process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from itertools import combinations
 from pathlib import Path
@@ -11,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 import xxhash
+from serverproc import ServeProcess
 
+import permindex
 from permindex import simhash, simhash_many
 from permindex.cli import main
 from permindex.errors import InvalidArgumentError
@@ -146,3 +151,83 @@ def test_server_vote_set(
         assert capsys.readouterr().out == ""  # the multiset fingerprint is another one
     stored = server.data_dir / "collections" / "pages" / "collection.json"
     assert json.loads(stored.read_text())["vote"] == "set"
+
+
+REPEATED = "numeric limits " * 200 + "of a type and the rest of its page"
+
+
+def test_collection_vote_over_a_server_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A collection's own vote (CreateCollection's CollectionOptions.vote) against the reference:
+    the server fingerprints a text with a repeated word as simhash(text, vote=...) does, the
+    collections without one take the server's --vote, describe and list show it, it survives a
+    restart under another --vote, and a bad vote is refused."""
+    data_dir = tmp_path / "data"
+    proc = ServeProcess(data_dir)  # the server's --vote: multiset (the default)
+    address = proc.address()
+    assert address is not None, proc.text
+    multiset, sets = simhash(REPEATED), simhash(REPEATED, vote="set")
+    assert sets == reference(REPEATED) != multiset
+    try:
+        with permindex.Client(address) as client:
+            assert client.create_collection("sets", vote="set").vote == "set"
+            assert client.create_collection("plain").vote == "multiset"  # the server's
+            assert client.create_collection("multi", vote="multiset").vote == "multiset"
+            for bad in ("sets", "Set", "multiset "):
+                with pytest.raises(InvalidArgumentError, match="vote must be one of"):
+                    client.create_collection("bad", vote=bad)  # type: ignore[arg-type]
+            for name in ("default", "sets", "plain", "multi"):
+                client.use(name).add([("page", REPEATED)])
+            stored = {n: client.use(n).get("page") for n in ("default", "sets", "plain", "multi")}
+            assert stored == {
+                "default": multiset,
+                "sets": sets,
+                "plain": multiset,
+                "multi": multiset,
+            }
+            assert client.describe_collection("sets").vote == "set"
+            votes = {c.name: c.vote for c in client.list_collections()}
+            assert votes == {"default": "multiset", "multi": "multiset", "plain": "multiset",
+                             "sets": "set"}  # fmt: skip
+            copy = "numeric limits " * 300 + "of a type and the rest of its page"
+            (found,) = client.use("sets").check_and_add_many([("copy", copy)])
+            assert found.fingerprint == simhash(copy, vote="set") == sets  # the same shingle set
+            assert found.status == "near_duplicate" and found.matches[0].distance == 0
+
+        async def create(at: str) -> tuple[str, str]:
+            async with permindex.AsyncClient(at) as aio:
+                made = await aio.create_collection("async-set", vote="set")
+                return made.vote, (await aio.describe_collection("async-set")).vote
+
+        assert asyncio.run(create(address)) == ("set", "set")
+    finally:
+        proc.stop()
+    proc = ServeProcess(data_dir, "--vote", "set")
+    address = proc.address()
+    assert address is not None, proc.text
+    try:
+        with permindex.Client(address) as client:
+            votes = {c.name: c.vote for c in client.list_collections()}
+            # the collections keep the vote they were created with; default is the server's
+            assert votes == {"async-set": "set", "default": "set", "multi": "multiset",
+                             "plain": "multiset", "sets": "set"}  # fmt: skip
+            for name, want in (("default", sets), ("sets", sets), ("plain", multiset)):
+                client.use(name).add([("again", REPEATED)])
+                assert client.use(name).get("again") == want
+            assert client.use("sets").get("page") == sets  # recovered from its log
+            assert client.create_collection("later").vote == "set"  # the server's now
+        at = ["--address", address]
+        assert main(["collections", "create", "cli", "--vote", "multiset", *at]) == 0
+        assert "vote\tmultiset\n" in capsys.readouterr().out
+        assert main(["collections", "describe", "sets", "--json", *at]) == 0
+        assert json.loads(capsys.readouterr().out)["vote"] == "set"
+        assert main(["collections", "list", "--json", *at]) == 0
+        listed = {c["name"]: c["vote"] for c in json.loads(capsys.readouterr().out)}
+        assert listed["cli"] == "multiset" and listed["later"] == "set"
+        assert main(["collections", "create", "x", "--vote", "sets", *at]) == 2
+        assert "invalid choice: 'sets'" in capsys.readouterr().err
+    finally:
+        proc.stop()
+    stored_options = json.loads((data_dir / "collections" / "sets" / "collection.json").read_text())
+    assert stored_options["vote"] == "set"

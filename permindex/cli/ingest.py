@@ -520,7 +520,8 @@ def add_ingest_command(command: CommandFactory) -> None:
         "--vote",
         choices=VOTES,
         default="multiset",
-        help="multiset (default): texts are sent and the server fingerprints them; set: each\n"
+        help="multiset (default): texts are sent and the server fingerprints them (with the\n"
+        "collection's vote: `collections create --vote`); set: each\n"
         "distinct shingle votes once, texts fingerprinted here with the collection's shingle\n"
         "size and min words, fingerprints sent",
     )

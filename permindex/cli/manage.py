@@ -16,6 +16,7 @@ from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, counted, err, out
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import format_fingerprint
+from permindex.text.fingerprint import VOTES
 
 if TYPE_CHECKING:
     from permindex.client import Client
@@ -118,6 +119,7 @@ def _fields(info: CollectionInfo) -> dict[str, Any]:
         "shingle_size": info.shingle_size,
         "min_words": info.min_words,
         "expire_after": info.expire_after,
+        "vote": info.vote,
     }
 
 
@@ -149,6 +151,7 @@ def _cmd_collections(args: argparse.Namespace) -> int:
                     shingle_size=args.shingle_size,
                     min_words=args.min_words,
                     expire_after=args.expire_after,
+                    vote=args.vote,
                 )
             )
         else:
@@ -186,6 +189,12 @@ def add_collections_command(command: CommandFactory) -> None:
         metavar="DURATION",
         help="entries not added again within this duration expire: digits and s, m, h or d\n"
         "(30d, 12h, 90m, 45s; default: never); expire_after is printed in seconds (0: never)",
+    )
+    collections.add_argument(
+        "--vote",
+        choices=VOTES,
+        help="how shingles vote when the server fingerprints a text: multiset (each time it\n"
+        "occurs) or set (each distinct shingle once; default: the server's --vote)",
     )
     collections.add_argument("--json", action="store_true", help="print JSON")
     collections.set_defaults(func=_cmd_collections)

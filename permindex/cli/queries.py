@@ -236,8 +236,8 @@ def add_commands(command: CommandFactory) -> None:
         "--vote",
         choices=VOTES,
         default="multiset",
-        help="how shingles vote for --text (default multiset; use the server's, or set for\n"
-        "keys ingested with --vote set)",
+        help="how shingles vote for --text (default multiset; use the collection's, which\n"
+        "`collections describe` shows, or set for keys ingested with --vote set)",
     )
     query.add_argument(
         "--json",

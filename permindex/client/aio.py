@@ -57,6 +57,7 @@ from permindex.client.stream_parts import (
 from permindex.errors import ServerError
 from permindex.index import Match
 from permindex.index.clusters import ExactGroup, Flag
+from permindex.text.fingerprint import Vote
 
 __all__ = ["AsyncClient"]
 
@@ -477,6 +478,7 @@ class AsyncClient(AsyncTransport):
         shingle_size: int | None = None,
         min_words: int | None = None,
         expire_after: int | None = None,
+        vote: Vote | None = None,
     ) -> CollectionInfo:
         """:meth:`Client.create_collection <permindex.client.Client.create_collection>`."""
         plan = operations.create_collection(
@@ -488,6 +490,7 @@ class AsyncClient(AsyncTransport):
             shingle_size=shingle_size,
             min_words=min_words,
             expire_after=expire_after,
+            vote=vote,
         )
         return await self._run(plan)
 

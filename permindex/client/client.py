@@ -54,6 +54,7 @@ from permindex.client.streams import StreamingClient
 from permindex.errors import ServerError
 from permindex.index import Match
 from permindex.index.clusters import ExactGroup, Flag
+from permindex.text.fingerprint import Vote
 
 __all__ = ["Client"]
 
@@ -220,10 +221,15 @@ class Client(StreamingClient):
         shingle_size: int | None = None,
         min_words: int | None = None,
         expire_after: int | None = None,
+        vote: Vote | None = None,
     ) -> CollectionInfo:
         """Create an empty collection (absent options: the server's own; ``expire_after``,
-        seconds after which an entry not added again expires: None, never). Raises
-        :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken."""
+        seconds after which an entry not added again expires: None, never; ``vote``, how
+        shingles vote when the server fingerprints a text: ``"multiset"`` or ``"set"``, as
+        :func:`permindex.simhash`, None: the server's ``--vote``). Raises
+        :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken,
+        :class:`~permindex.errors.InvalidArgumentError` for bad options (another vote, a k the
+        design cannot answer)."""
         plan = operations.create_collection(
             self._target(),
             name,
@@ -233,6 +239,7 @@ class Client(StreamingClient):
             shingle_size=shingle_size,
             min_words=min_words,
             expire_after=expire_after,
+            vote=vote,
         )
         return self._run(plan)
 

@@ -165,6 +165,8 @@ def collection_info(message: Any) -> CollectionInfo:
         message.shingle_size,
         message.min_words,
         message.expire_after,
+        # empty from a server older than the field: it voted multiset unless run with --vote set
+        "set" if message.vote == "set" else "multiset",
     )
 
 

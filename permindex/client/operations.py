@@ -200,11 +200,11 @@ def check_and_add(
     """:meth:`Client.check_and_add_many`, ``batch_size`` documents per step, in order.
 
     One shard: one CheckAndAdd per batch, atomic on the server. Several: per batch, the
-    fingerprints of the texts are computed here with the collection's shingle options (one
-    DescribeCollection), every shard is queried, and each document, in order, is a
-    near-duplicate when another key is within k on any shard or among the batch's documents
-    before it that are to be added (a key's own stored entry never blocks it: a re-add is
-    ``replaced``); the rest go in one CheckAndAdd per shard, which checks its own shard again,
+    fingerprints of the texts are computed here with the collection's shingle options and vote
+    (one DescribeCollection of the first shard), every shard is queried, and each document, in
+    order, is a near-duplicate when another key is within k on any shard or among the batch's
+    documents before it that are to be added (a key's own stored entry never blocks it: a re-add
+    is ``replaced``); the rest go in one CheckAndAdd per shard, which checks its own shard again,
     atomically. Not atomic across shards: two near-duplicates sent at the same moment by two
     clients, with keys on two shards, may both be added (a later ``dedup`` of an ``export`` finds
     them).
@@ -231,7 +231,7 @@ def _check_and_add_sharded(
     ]
     texts = [i for i, m in enumerate(messages) if m.WhichOneof("content") == "text"]
     largest = k
-    if texts or k is None:  # the collection's shingle options and k
+    if texts or k is None:  # the collection's shingle options, vote and k
         describe = pb.DescribeCollectionRequest(name=target.collection)
         (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
         info = collection_info(reply)
@@ -241,6 +241,7 @@ def _check_and_add_sharded(
                 [messages[i].text for i in texts],
                 shingle_size=info.shingle_size,
                 min_words=info.min_words,
+                vote=info.vote,
             )
             for i, fp, ok in zip(texts, values.tolist(), valid.tolist(), strict=True):
                 fingerprints[i] = fp if ok else None
@@ -355,11 +356,13 @@ def stats(target: Target) -> Plan[ServerStats]:
     return merge_stats([server_stats(r) for r in replies])
 
 
-def create_collection(target: Target, name: str, **options: int | None) -> Plan[CollectionInfo]:
+def create_collection(
+    target: Target, name: str, **options: int | str | None
+) -> Plan[CollectionInfo]:
     """:meth:`Client.create_collection` on every shard; ``options`` are the fields of
-    ``CollectionOptions`` (k, blocks, leading, shingle_size, min_words, expire_after), None for
-    the server's own."""
-    given = {field: value for field, value in options.items() if value is not None}
+    ``CollectionOptions`` (k, blocks, leading, shingle_size, min_words, expire_after, vote),
+    None for the server's own (the server checks them: INVALID_ARGUMENT)."""
+    given: dict[str, Any] = {field: value for field, value in options.items() if value is not None}
     request = pb.CreateCollectionRequest(name=name, options=pb.CollectionOptions(**given))
     replies = yield _everywhere(target, "CreateCollection", request, False)
     return merge_collection_infos([collection_info(r) for r in replies])

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
+from permindex.text.fingerprint import Vote
 
 __all__ = [
     "AddResult",
@@ -195,8 +196,9 @@ class ServerStats:
 
 @dataclass(frozen=True)
 class CollectionInfo:
-    """A collection: its name, keys, index memory (bytes), design, k, text options and
-    ``expire_after`` (seconds; 0: never)."""
+    """A collection: its name, keys, index memory (bytes), design, k, text options
+    (``shingle_size``, ``min_words``, ``vote``: how shingles vote when the server fingerprints
+    a text, ``"multiset"`` or ``"set"``) and ``expire_after`` (seconds; 0: never)."""
 
     name: str
     count: int
@@ -208,6 +210,7 @@ class CollectionInfo:
     shingle_size: int
     min_words: int
     expire_after: int = 0
+    vote: Vote = "multiset"
 
 
 @dataclass(frozen=True)

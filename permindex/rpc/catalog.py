@@ -60,8 +60,9 @@ def check_name(name: str) -> str:
 @dataclass(frozen=True)
 class CollectionOptions:
     """What a collection is created with: its index's ``k`` and table design
-    (``blocks``, ``leading``), how the server fingerprints its texts, and ``expire_after``
-    (seconds after which an entry not added again expires; 0: never)."""
+    (``blocks``, ``leading``), how the server fingerprints its texts (``shingle_size``,
+    ``min_words``, ``vote``), and ``expire_after`` (seconds after which an entry not added again
+    expires; 0: never)."""
 
     k: int = 3
     blocks: int = DEFAULT_DESIGN.blocks
@@ -78,7 +79,8 @@ class CollectionOptions:
             InvalidArgumentError: a bad shingle size or min words (the check of
                 :func:`permindex.text.fingerprint.check_shingle_options`), a k the design cannot
                 guarantee, a bad design, an ``expire_after`` above
-                :data:`~permindex.index.expiry.MAX_EXPIRE_AFTER`.
+                :data:`~permindex.index.expiry.MAX_EXPIRE_AFTER`, a vote not in
+                :data:`~permindex.text.fingerprint.VOTES`.
         """
         check_shingle_options(self.shingle_size, min_words=self.min_words)
         if self.expire_after:
@@ -87,7 +89,9 @@ class CollectionOptions:
             except TypeError as error:
                 raise InvalidArgumentError(str(error), self.expire_after) from None
         if self.vote not in VOTES:
-            raise InvalidArgumentError(f"unknown vote {self.vote!r}", self.vote)
+            raise InvalidArgumentError(
+                f"vote must be one of {', '.join(VOTES)}, got {str(self.vote)[:80]!r}", self.vote
+            )
         try:
             Index(k=self.k, design=(self.blocks, self.leading))
         except (ValueError, TypeError) as error:
@@ -129,7 +133,8 @@ class Catalog:
     The collection ``default`` is the data directory itself (its snapshot and log files, as before
     collections existed); it always exists and cannot be dropped. Every other collection ``NAME``
     lives in ``DATA_DIR/collections/NAME/``: ``collection.json`` (its options: k, design, shingle
-    size, min words, expire_after -- absent in a file written before expiry: 0; written
+    size, min words, expire_after -- absent in a file written before expiry: 0 --, vote --
+    absent in a file written before it: multiset; written
     atomically before anything else) beside its own snapshot and log, under its own lock file.
     At the start every collection directory is opened and recovered before the server listens.
     Dropping a collection removes it from the catalog (new calls naming it get

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 import numpy as np
@@ -33,6 +33,7 @@ from permindex.rpc import convert
 from permindex.rpc.catalog import Catalog, CollectionOptions
 from permindex.rpc.limits import StreamClosed
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory_bytes
+from permindex.text.fingerprint import Vote
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
 
@@ -699,13 +700,15 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             shingle_size=options.shingle_size,
             min_words=options.min_words,
             expire_after=options.expire_after,
+            vote=options.vote,
         )
 
     @_unary
     def CreateCollection(
         self, request: pb.CreateCollectionRequest, stop: threading.Event
     ) -> pb.CollectionInfo:
-        """An empty collection; absent options take the server's own (expire_after: never)."""
+        """An empty collection; absent options take the server's own (expire_after: never); an
+        unknown vote is INVALID_ARGUMENT (:meth:`CollectionOptions.check`)."""
         given = request.options
         design = self.index.design
         options = CollectionOptions(
@@ -717,7 +720,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             ),
             min_words=given.min_words if given.HasField("min_words") else self.config.min_words,
             expire_after=given.expire_after,
-            vote=self.config.vote,  # no field of the request yet: the server's
+            vote=cast(Vote, given.vote) if given.vote else self.config.vote,  # checked below
         )
         state = self.catalog.create(request.name, options)
         return self._info(request.name, state)

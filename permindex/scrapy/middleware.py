@@ -17,6 +17,7 @@ a Twisted ``Deferred`` under any other reactor.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -33,7 +34,8 @@ from permindex.addresses import DEFAULT_ADDRESS
 from permindex.errors import InvalidArgumentError, NotFoundError, ServerError
 from permindex.scrapy.bodies import response_text
 from permindex.scrapy.checker import DEFAULT_MAX_TEXT_BYTES, BatchChecker, PageOutcome
-from permindex.text.documents import format_fingerprint, html_to_text
+from permindex.text.documents import format_fingerprint, html_page_text, html_to_text
+from permindex.text.extract import EXTRACTS, check_extract
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -76,6 +78,22 @@ def _optional_k(value: object) -> int | None:
     if k < 0 or isinstance(value, bool | float):
         raise InvalidArgumentError(f"PERMINDEX_K must be an integer >= 0, got {value!r}", value)
     return k
+
+
+def _extractor(value: object) -> Callable[[str], str]:
+    """The text of a page for ``PERMINDEX_EXTRACT`` (``visible``, the default, or ``main``)."""
+    name = "visible" if value is None or value == "" else value
+    if name not in EXTRACTS:
+        raise InvalidArgumentError(
+            f"PERMINDEX_EXTRACT must be one of {', '.join(EXTRACTS)}, got {value!r}", value
+        )
+    try:
+        extract = check_extract(name)
+    except InvalidArgumentError as error:  # main without trafilatura
+        raise InvalidArgumentError(f"PERMINDEX_EXTRACT: {error}", value) from None
+    if extract == "visible":
+        return html_to_text
+    return functools.partial(html_page_text, extract="main")
 
 
 def _resolve(future: asyncio.Future[PageOutcome], outcome: PageOutcome) -> None:
@@ -125,10 +143,14 @@ class NearDuplicateMiddleware:
         DOWNLOADER_MIDDLEWARES = {"permindex.scrapy.NearDuplicateMiddleware": 500}
 
     For each response that is a 2xx :class:`~scrapy.http.HtmlResponse` (the others pass
-    untouched), the page — key: ``response.url``; text: the visible text that ``permindex
-    ingest`` takes from an HTML file (:func:`permindex.html_to_text` of the decoded body; the
-    hook :attr:`extract`) — is checked and added in one step on the server
+    untouched), the page — key: ``response.url``; text: the text that ``permindex ingest``
+    takes from an HTML file with the same ``--extract`` (``PERMINDEX_EXTRACT``: the visible
+    text, :func:`permindex.html_to_text` of the decoded body, or its main content; the hook
+    :attr:`extract`) — is checked and added in one step on the server
     (:meth:`permindex.Client.check_and_add_many`, the pages that arrive together in one request).
+    The middleware sends the text, never a fingerprint: the server fingerprints it with the
+    collection's shingle size, min words and vote (``collections create --vote set``; over
+    several shards the client does, with the same options), so there is no vote setting here.
     A page with another key within k is a *near-duplicate*: it is not stored, and the response
     is dropped (:class:`~scrapy.exceptions.IgnoreRequest`, logged with the matched key and
     distance) or, with ``PERMINDEX_DROP = False``, passed on. A URL crawled again is
@@ -152,6 +174,13 @@ class NearDuplicateMiddleware:
       TLS on (as ``--tls-ca``).
     - ``PERMINDEX_K``: the largest distance of a near-duplicate, bits (default: the
       collection's k; above it the server refuses every request: the crawl stops).
+    - ``PERMINDEX_EXTRACT``: the text of a page, as ``ingest --extract``: ``"visible"`` (the
+      default: every visible text node) or ``"main"`` (the main content, boilerplate removed by
+      trafilatura, the extra ``permindex[extract]``:
+      :func:`permindex.text.extract.main_text`; the visible text when the main content has
+      fewer than :data:`~permindex.text.extract.MIN_MAIN_WORDS` words). Two pages of one site
+      that share menus and footers are near-duplicates by their visible text when their own
+      content is short; by their main content they are not.
     - ``PERMINDEX_DROP``: drop near-duplicates (default True) or only annotate them.
     - ``PERMINDEX_FAIL_OPEN``: what to do with a page that could not be checked. True (the
       default): it passes, ``permindex/errors`` counts it, and the first failure after a
@@ -175,7 +204,9 @@ class NearDuplicateMiddleware:
 
     Raises (when the crawler builds it):
         InvalidArgumentError: a token file that cannot be read or holds no token, a bad
-            ``PERMINDEX_K`` or ``PERMINDEX_ADDRESS``, a ``PERMINDEX_TLS_CA`` that cannot be read.
+            ``PERMINDEX_K``, ``PERMINDEX_EXTRACT`` (or ``"main"`` without trafilatura) or
+            ``PERMINDEX_ADDRESS``, a ``PERMINDEX_TLS_CA`` that cannot be read. Scrapy then stops
+            before the first request, the message in its log.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -187,8 +218,9 @@ class NearDuplicateMiddleware:
         self.drop = settings.getbool("PERMINDEX_DROP", True)
         self.fail_open = settings.getbool("PERMINDEX_FAIL_OPEN", True)
         #: The hook from a page's decoded HTML (str) to the text that is fingerprinted; called on
-        #: the worker thread. Default :func:`permindex.html_to_text`, the text of ``ingest``.
-        self.extract: Callable[[str], str] = html_to_text
+        #: the worker thread. Default: the text of ``ingest`` with ``--extract`` as
+        #: ``PERMINDEX_EXTRACT`` (:func:`permindex.html_to_text` for ``"visible"``).
+        self.extract: Callable[[str], str] = _extractor(settings.get("PERMINDEX_EXTRACT"))
         client = Client(
             address,
             timeout=settings.getfloat("PERMINDEX_TIMEOUT", 10.0),

@@ -24,8 +24,8 @@ from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.expiry import added_at_seconds
 from permindex.index.hamming import parse_fingerprint, validate_fingerprint
 from permindex.index.keys import MAX_KEY_BYTES, validate_key
-from permindex.text.extract import Extract, main_text
-from permindex.text.html import html_to_text  # re-exported: the visible text of HTML
+from permindex.text.extract import Extract
+from permindex.text.html import html_page_text, html_to_text  # re-exported
 
 __all__ = [
     "Document",
@@ -37,6 +37,7 @@ __all__ = [
     "check_key",
     "folder_file_text",
     "format_fingerprint",
+    "html_page_text",
     "html_to_text",
     "read_documents",
     "read_file_text",
@@ -181,8 +182,7 @@ def _file_text(path: Path, extract: Extract = "visible") -> str:
         raise _SkippedFile("not text", "not text (contains a NUL byte or is not valid UTF-8)")
     if name.lower().endswith(_HTML_SUFFIXES):
         try:
-            main = main_text(text) if extract == "main" else None
-            text = main if main is not None else html_to_text(text)
+            text = html_page_text(text, extract)
         except InvalidArgumentError as error:
             raise _SkippedFile("unparseable HTML", str(error)) from None
     return text

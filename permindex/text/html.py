@@ -1,4 +1,5 @@
-"""The visible text of an HTML page (:func:`html_to_text`), as ``ingest`` and ``dedup`` read an
+"""The visible text of an HTML page (:func:`html_to_text`; or its main content,
+:func:`html_page_text`), as ``ingest`` and ``dedup`` read an
 HTML file and the Scrapy middleware a response. lxml is imported on the first call.
 """
 
@@ -7,8 +8,9 @@ from __future__ import annotations
 from typing import Final
 
 from permindex.errors import InvalidArgumentError
+from permindex.text.extract import Extract, main_text
 
-__all__ = ["html_to_text"]
+__all__ = ["html_page_text", "html_to_text"]
 
 #: Elements whose end (and start) ends a line of visible text.
 _BLOCK_ELEMENTS: Final = frozenset(
@@ -73,3 +75,12 @@ def html_to_text(html: str) -> str:
             parts.append(element.tail)
     lines = (line.strip() for line in "".join(parts).splitlines())
     return "\n".join(line for line in lines if line)
+
+
+def html_page_text(html: str, extract: Extract = "visible") -> str:
+    """The text of an HTML page: :func:`html_to_text` (``extract="visible"``), or with
+    ``extract="main"`` its main content (:func:`permindex.text.extract.main_text`), the visible
+    text when that is too short. ``extract`` is not checked here (see
+    :func:`~permindex.text.extract.check_extract`). Raises as :func:`html_to_text`."""
+    main = main_text(html) if extract == "main" else None
+    return main if main is not None else html_to_text(html)

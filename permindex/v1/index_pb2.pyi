@@ -1258,6 +1258,7 @@ class CollectionOptions(_message.Message):
     SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
     MIN_WORDS_FIELD_NUMBER: _builtins.int
     EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
+    VOTE_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits the collection answers."""
     blocks: _builtins.int
@@ -1271,6 +1272,12 @@ class CollectionOptions(_message.Message):
     reclaimed by compaction (re-adding or replacing a key renews it). 0 or absent: never (the
     server's --expire-after applies to the default collection only). At most 2^32 - 1.
     """
+    vote: _builtins.str
+    """How shingles vote when the server fingerprints a text of this collection: "multiset" (each
+    occurrence votes: permindex.simhash's default) or "set" (each distinct shingle votes once:
+    simhash(text, vote="set")). Empty or absent: the server's --vote. Any other value:
+    INVALID_ARGUMENT. Kept with the collection's options (collection.json), across restarts.
+    """
     def __init__(
         self,
         *,
@@ -1280,10 +1287,11 @@ class CollectionOptions(_message.Message):
         shingle_size: _builtins.int | None = ...,
         min_words: _builtins.int | None = ...,
         expire_after: _builtins.int = ...,
+        vote: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "expire_after", b"expire_after", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "expire_after", b"expire_after", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size", "vote", b"vote"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__blocks: _TypeAlias = _typing.Literal["blocks"]  # noqa: Y015
     _WhichOneofArgType__blocks: _TypeAlias = _typing.Literal["_blocks", b"_blocks"]  # noqa: Y015
@@ -1342,6 +1350,7 @@ class CollectionInfo(_message.Message):
     SHINGLE_SIZE_FIELD_NUMBER: _builtins.int
     MIN_WORDS_FIELD_NUMBER: _builtins.int
     EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
+    VOTE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     """Stored keys."""
@@ -1351,6 +1360,11 @@ class CollectionInfo(_message.Message):
     min_words: _builtins.int
     expire_after: _builtins.int
     """Seconds after which an entry not added again expires; 0: never."""
+    vote: _builtins.str
+    """How shingles vote when the server fingerprints its texts: "multiset" or "set" (see
+    CollectionOptions.vote). Empty only from a server older than the field (it votes multiset
+    unless started with --vote set).
+    """
     @_builtins.property
     def design(self) -> Global___Design: ...
     def __init__(
@@ -1363,10 +1377,11 @@ class CollectionInfo(_message.Message):
         shingle_size: _builtins.int = ...,
         min_words: _builtins.int = ...,
         expire_after: _builtins.int = ...,
+        vote: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["design", b"design"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size", "vote", b"vote"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
