@@ -337,3 +337,8 @@ def test_every_exception_class_is_public_and_exported() -> None:
     for code in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "NOT_FOUND", "UNAVAILABLE", "OTHER"):
         error = errors.server_error(code, "details", "127.0.0.1:1")
         assert type(error) in classes and error.code == code
+
+
+def test_an_async_client_made_outside_the_event_loop_is_refused_clearly() -> None:
+    with pytest.raises(permindex.InvalidArgumentError, match="inside the running event loop"):
+        permindex.AsyncClient("127.0.0.1:1")

@@ -260,3 +260,19 @@ def test_the_pipeline_helpers_are_public() -> None:
     assert permindex.format_fingerprint(0x7B) == "000000000000007b"
     with pytest.raises(InvalidArgumentError):
         permindex.format_fingerprint(-1)
+
+
+def test_a_column_name_shared_by_two_columns_is_refused() -> None:
+    pd = pytest.importorskip("pandas")
+    text = "the quick brown fox jumps over the lazy dog number one again and again"
+    frame = pd.DataFrame([[text, text]], columns=["text", "text"])
+    with pytest.raises(permindex.InvalidArgumentError, match="names 2 columns"):
+        permindex.dedup_dataset(frame, text_column="text")
+
+
+@pytest.mark.parametrize("ids", [["a", "b"], ["a"]])
+def test_columns_of_different_lengths_are_refused(ids: list[str]) -> None:
+    text = "the quick brown fox jumps over the lazy dog number one again and again"
+    texts = [text] * (3 if len(ids) == 2 else 2)
+    with pytest.raises(permindex.InvalidArgumentError, match="one length"):
+        permindex.dedup_dataset({"text": texts, "id": ids}, text_column="text", id_column="id")

@@ -366,3 +366,18 @@ def test_inputs_and_workers_give_the_same_pairs(
     plain = [line.split("\t") for line in one.splitlines()]
     stripped = sorted((a.removesuffix(".txt"), b.removesuffix(".txt"), j) for a, b, j in named)
     assert stripped == sorted((a, b, j) for a, b, j in plain)
+
+
+def test_too_few_permutations_are_warned_about(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "docs.jsonl", edited_collection(5))
+    out_dir = tmp_path / "out"
+    args = (str(path), "--method", "minhash", "--out", str(out_dir))
+    code, _, err = run_cli(capsys, *args, "--permutations", "2")
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert code == 0 and summary["recall_at_threshold"] < 0.98
+    assert "warning: 2 permutations find only" in err and "raise --permutations" in err
+    code, _, err = run_cli(capsys, *args)
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert code == 0 and summary["recall_at_threshold"] >= 0.98 and "warning" not in err

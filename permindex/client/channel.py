@@ -116,6 +116,15 @@ class Channel:
         ):
             raise InvalidArgumentError("a client certificate needs root_certificates (TLS)")
         kind: Any = grpc.aio if aio else grpc
+        if aio:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                raise InvalidArgumentError(
+                    "an AsyncClient is created inside the running event loop (in a coroutine, "
+                    "e.g. `async with permindex.AsyncClient(...)` under asyncio.run), not "
+                    "outside it"
+                ) from None
         if security.root_certificates is not None:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=_pem(security.root_certificates),

@@ -97,6 +97,12 @@ def _column(data: Any, name: str, what: str) -> list[object]:
             f"{what} {name!r} is not a column of the data; its columns: {', '.join(names)}",
             value=name,
         )
+    if names.count(name) > 1:
+        raise InvalidArgumentError(
+            f"{what} {name!r} names {names.count(name)} columns of the data; rename them so "
+            "that it names one",
+            value=name,
+        )
     if hasattr(data, "with_format") and hasattr(data, "__len__"):
         column = data.with_format("arrow")[name]  # datasets.Dataset: in its row order (indices)
     else:
@@ -192,7 +198,8 @@ def dedup_dataset(
     O(total text length) to fingerprint, then the join's work; memory O(n) beside the texts.
 
     Raises:
-        InvalidArgumentError: a column that is not there, a text that is missing (None, NaN) or
+        InvalidArgumentError: a column that is not there or whose name two columns share, an
+            id column whose length is not the text column's, a text that is missing (None, NaN) or
             not a ``str`` (naming its row), an id that is missing or repeated (naming both
             rows) or ids that do not order, a k outside 0..8, an unknown keep rule.
     """
@@ -208,6 +215,12 @@ def dedup_dataset(
         ranks = np.arange(n, dtype=np.int64)
     else:
         ids = _column(data, id_column, "id_column")
+        if len(ids) != n:
+            raise InvalidArgumentError(
+                f"id column {id_column!r} has {len(ids)} values and text column "
+                f"{text_column!r} {n}: the columns of one table have one length",
+                value=(len(ids), n),
+            )
         ranks = _id_ranks(ids, id_column)
     fingerprints, valid = simhash_many(texts)
     lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=n)

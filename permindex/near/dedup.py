@@ -29,7 +29,7 @@ from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluste
 from permindex.index.pair_stream import PairArrays
 from permindex.io.parquet import ParquetReader, open_documents
 from permindex.near.jaccard import JaccardDuplicates, ShingleSets
-from permindex.near.minhash import choose_bands, signatures
+from permindex.near.minhash import MISS_AT_THRESHOLD, choose_bands, signatures
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import (
@@ -778,6 +778,12 @@ def summary_line(summary: dict[str, Any], seconds: float) -> str:
     verified = ""
     if "candidates_verified" in summary:
         verified = f" ({summary['candidates_verified']} candidates verified)"
+        if summary["recall_at_threshold"] < 1.0 - MISS_AT_THRESHOLD:
+            verified += (
+                f" [warning: {summary['permutations']} permutations find only "
+                f"{summary['recall_at_threshold']:.0%} of the pairs at exactly the threshold "
+                f"({summary['bands']} bands x {summary['rows']} rows): raise --permutations]"
+            )
     return (
         f"{summary['documents']} documents in {seconds:.1f} s: {summary['too_short']} too short, "
         f"{skipped} skipped{reasons}{repeated}; {summary['pairs']} pairs {summary['within']}"

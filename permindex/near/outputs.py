@@ -331,6 +331,9 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
             permutations=options.permutations,
             bands=near.shape.bands,
             rows=near.shape.rows,
+            # the share of pairs at exactly the threshold that the bands find (the S-curve's
+            # P(threshold)); below 1 - MISS_AT_THRESHOLD when the permutations are too few
+            recall_at_threshold=round(near.shape.probability(options.threshold), 4),
             candidates=near.candidates,
             candidates_verified=near.candidates_verified,
         )
