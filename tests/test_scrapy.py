@@ -701,3 +701,28 @@ def test_the_reactor_runs_while_a_check_hangs(tmp_path: Path, site: Site, reacto
     assert 1 <= float(notes["elapsed"]) < crawl_seconds - 2, crawl.log  # type: ignore[arg-type]
     assert crawl.stat("permindex/errors") == 1
     assert "no answer within the call's deadline" in crawl.log
+
+
+def test_a_page_that_cannot_be_parsed_passes_whatever_fail_open(
+    tmp_path: Path, site: Site, server: str, collection: str
+) -> None:
+    """HTML nested deeper than libxml2 parses is the page's problem, not the server's: it
+    passes, counted in permindex/unchecked_pages, and the crawl is not stopped."""
+    (site.root / "deep.html").write_text(
+        "<html><body>" + "<div>" * 100_000 + "some words of text here" + "</body></html>",
+        encoding="utf-8",
+    )
+    crawl = _crawl(
+        tmp_path,
+        site.url("deep.html"),
+        f"PERMINDEX_ADDRESS={server}",
+        f"PERMINDEX_COLLECTION={collection}",
+        "PERMINDEX_FAIL_OPEN=False",
+    )
+    assert crawl.returncode == 0 and crawl.finish_reason == "finished", crawl.log
+    # not dropped (the spider's errback would record it); the spider itself gets the page
+    # (its own parse of so deep a page may fail: not the middleware's concern)
+    assert crawl.dropped == []
+    assert crawl.stat("permindex/unchecked_pages") == 1
+    assert crawl.stat("permindex/errors") is None
+    assert "passes unchecked" in crawl.log

@@ -182,25 +182,28 @@ class NearDuplicateMiddleware:
       that share menus and footers are near-duplicates by their visible text when their own
       content is short; by their main content they are not.
     - ``PERMINDEX_DROP``: drop near-duplicates (default True) or only annotate them.
-    - ``PERMINDEX_FAIL_OPEN``: what to do with a page that could not be checked. True (the
+    - ``PERMINDEX_FAIL_OPEN``: what to do with a page the server could not check. True (the
       default): it passes, ``permindex/errors`` counts it, and the first failure after a
       success is logged (a warning) — a crawl goes on while the server is unreachable. False: a
       failed request stops the crawl (``finish_reason`` ``permindex_error``, the cause logged as
-      an error) and the page is dropped; a page whose own body cannot be read (an encoding with
-      no decoder, HTML nested too deep, a URL over the 1,024-byte key limit) is dropped.
-      Either way, a refused token, a collection that does not exist or a request the server
+      an error) and the page is dropped. A page whose own body cannot be read (an encoding with
+      no decoder, HTML nested too deep, a URL over the 1,024-byte key limit, a text over
+      ``PERMINDEX_MAX_TEXT_BYTES``) passes whatever this setting, with a warning, counted in
+      ``permindex/unchecked_pages`` (as ``ingest`` and ``dedup`` skip such a file). Either way,
+      a refused token, a collection that does not exist or a request the server
       finds invalid (a ``PERMINDEX_K`` above the collection's k) stops the crawl: no page could
       ever be checked.
     - ``PERMINDEX_TIMEOUT``: the deadline of each request, seconds (default 10): a server that
       does not answer holds the pages of one request that long.
     - ``PERMINDEX_MAX_TEXT_BYTES``: the longest text sent, UTF-8 bytes (default 32 MiB, the
-      server's default ``--max-text-bytes``); a longer page is not checked (as above).
+      server's default ``--max-text-bytes``); a longer page passes unchecked (as above).
 
     Scrapy stats: ``permindex/added``, ``permindex/replaced``, ``permindex/near_duplicate``,
     ``permindex/too_short`` (a page of fewer than 3 words: stored nowhere, passed on),
-    ``permindex/errors`` (pages not checked), and ``permindex/requests`` (``check_and_add_many``
-    calls — one CheckAndAdd request to one server — each carrying every page that arrived
-    while the previous one was in flight).
+    ``permindex/errors`` (pages the server did not check), ``permindex/unchecked_pages`` (pages
+    whose own body could not be read or was too long), and ``permindex/requests``
+    (``check_and_add_many`` calls — one CheckAndAdd request to one server — each carrying
+    every page that arrived while the previous one was in flight).
 
     Raises (when the crawler builds it):
         InvalidArgumentError: a token file that cannot be read or holds no token, a bad
@@ -319,14 +322,14 @@ class NearDuplicateMiddleware:
 
     def _unchecked_page(self, response: Response, outcome: PageOutcome) -> Response:
         """A page the check did not reach (see ``PERMINDEX_FAIL_OPEN``)."""
-        self._stats.inc_value("permindex/errors")
         error = outcome.error
-        if not isinstance(error, ServerError):  # the page's own problem
-            if self.fail_open:
-                logger.warning("permindex: %s passes unchecked: %s", response.url, error)
-                return response
-            logger.warning("permindex: dropped %s, not checkable: %s", response.url, error)
-            raise IgnoreRequest(f"cannot be checked: {error}: {response.url}")
+        if not isinstance(error, ServerError):  # the page's own problem, not the server's
+            # As ingest and dedup skip such a file: the page passes whatever
+            # PERMINDEX_FAIL_OPEN (which is about the server), counted on its own.
+            self._stats.inc_value("permindex/unchecked_pages")
+            logger.warning("permindex: %s passes unchecked: %s", response.url, error)
+            return response
+        self._stats.inc_value("permindex/errors")
         # Keys and texts are checked before they are sent: a refusal is the configuration's.
         configuration = isinstance(error, PermissionError | NotFoundError | InvalidArgumentError)
         if self.fail_open and not configuration:
