@@ -169,7 +169,8 @@ def add_collections_command(command: CommandFactory) -> None:
         "text options, snapshots and log; every other command works on the one of --collection\n"
         "(default: `default`, which always exists).\n"
         "  list                 one `name<TAB>keys<TAB>k<TAB>blocks/leading` line each\n"
-        "  create NAME [opts]   an empty collection (options default to the server's own)\n"
+        "  create NAME [opts]   an empty collection (options default to the server's own,\n"
+        "                       except --expire-after: never unless given)\n"
         "  describe NAME        its options and counts, `name<TAB>value` lines\n"
         "  drop NAME            its keys, memory and files (`default` cannot be dropped)",
     )

@@ -324,6 +324,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     }
     if isinstance(near, JaccardDuplicates):
         del summary["pairs_by_distance"], summary["k"], summary["design"], summary["weights"]
+        del summary["vote"]  # a SimHash option (refused with --method minhash)
         summary["pairs_by_jaccard"] = dict(labelled)  # bins of 0.01 by their lower end
         summary["within"] = f"with Jaccard >= {options.threshold:g}"
         summary.update(

@@ -190,7 +190,12 @@ def render_report(
         ("keys in clusters", summary["keys_in_clusters"]),
         ("largest cluster", summary["largest_cluster"]),
         ("keys with a near-duplicate (flagged)", summary["flagged"]),
-        ("exact-duplicate groups (same fingerprint)", summary["exact_duplicate_groups"]),
+        (
+            "exact-duplicate groups ("
+            + ("same shingle set" if "candidates_verified" in summary else "same fingerprint")
+            + ")",
+            summary["exact_duplicate_groups"],
+        ),
         ("keys in exact-duplicate groups", summary["keys_in_exact_groups"]),
         (f"to keep (one per cluster, --keep {summary['keep']})", summary["kept"]),
         ("to drop", summary["dropped"]),
@@ -234,8 +239,13 @@ def render_report(
         "</table>",
         "<h2>Largest clusters</h2>",
         "<p>A cluster is a connected component of the pairs: near-duplication is not "
-        "transitive, so a cluster can chain, and its span (the largest distance between two of "
-        "its members) can exceed k. One key per cluster is kept.</p>",
+        "transitive, so a cluster can chain"
+        + (
+            ", and two of its members can be less similar than the threshold."
+            if "candidates_verified" in summary
+            else ", and its span (the largest distance between two of its members) can exceed k."
+        )
+        + " One key per cluster is kept.</p>",
     ]
     if clusters:
         page.append(
