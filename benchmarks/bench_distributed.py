@@ -6,7 +6,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_distributed.py --documents 1000000 [--json PATH]
     .venv/bin/python benchmarks/bench_distributed.py --documents 100000000 --engines dask \\
-        --worker-memory 4GiB --no-reference
+        --worker-memory 4GiB --reference join
 
 The file (``--workdir``, default /tmp/permindex-bench-distributed) is written once per size:
 Parquet, columns ``id`` (``doc/00000042``) and ``fingerprint`` (uint64), row groups of 10^6,
@@ -17,11 +17,19 @@ runs ``permindex dedup FILE --out DIR --no-progress`` in a subprocess
 whole process tree, sampled every 0.1 s — with Dask, the tree holds the scheduler and the
 workers).
 
-The reference (skipped with ``--no-reference``, as for 10^8), independent of the join: an
-:class:`permindex.Index` of every document queried with every fingerprint (the lookup tables,
-not the self-join) gives the pairs, and a plain union-find in Python over them the clusters.
-Both engines' stdout must equal the reference pairs, and their clusters.tsv its clusters;
-without the reference, the engines' outputs must equal each other.
+The reference (``--reference``):
+
+* ``index`` (the default), independent of the join: an :class:`permindex.Index` of every
+  document queried with every fingerprint (the lookup tables, not the self-join) gives the
+  pairs, and a plain union-find in Python over them the clusters;
+* ``join``, for sizes where the local engine does not fit in memory (it holds about 270 bytes
+  a document: 27 GB at 10^8): the single-process join, :func:`permindex.index.join.self_join`
+  over the (n,) uint64 fingerprints alone in this process (no keys: ``doc/%08d`` sorts as its
+  row number), and a union-find over an (n,) int64 parent array for the clusters;
+* ``none`` (or ``--no-reference``): no reference; with both engines run, their outputs must
+  equal each other.
+
+Each engine's stdout must equal the reference pairs, and its clusters.tsv the clusters.
 """
 
 from __future__ import annotations
@@ -111,6 +119,69 @@ def reference(documents: int, k: int = 3) -> tuple[list[str], list[list[str]]]:
     return lines, clusters
 
 
+def join_reference(documents: int, k: int = 3) -> tuple[str, list[list[str]], dict[str, float]]:
+    """(sha256 of the pair lines as dedup prints them, clusters as sorted key lists sorted,
+    seconds and peak-RSS figures) from the single-process self-join of the fingerprints alone.
+
+    The keys are ``doc/%08d`` (documents <= 10^8), so their order is the row order: a pair
+    (a, b) with a < b prints as ``doc/a<TAB>doc/b<TAB>d`` and the lines sort as (a, b)."""
+    import resource
+
+    from permindex.index.join import self_join
+    from permindex.index.permutation import DEFAULT_DESIGN
+
+    if documents > 100_000_000:
+        raise SystemExit("--reference join: at most 10^8 documents (8-digit keys)")
+    started = time.monotonic()
+    fps = planted(documents)
+    a, b, d = self_join(fps, k, DEFAULT_DESIGN)
+    joined = time.monotonic() - started
+    low, high = np.minimum(a, b), np.maximum(a, b)
+    order = np.lexsort((high, low))
+    low, high, d = low[order], high[order], d[order]
+    del a, b, order
+    sha = hashlib.sha256()
+    step = 1 << 20
+    for start in range(0, low.size, step):
+        sha.update(
+            "".join(
+                f"doc/{x:08d}\tdoc/{y:08d}\t{z}\n"
+                for x, y, z in zip(
+                    low[start : start + step].tolist(),
+                    high[start : start + step].tolist(),
+                    d[start : start + step].tolist(),
+                    strict=True,
+                )
+            ).encode()
+        )
+    parent = np.arange(documents, dtype=np.int64)
+
+    def find(x: int) -> int:
+        root = x
+        while parent[root] != root:
+            root = int(parent[root])
+        while parent[x] != root:
+            parent[x], x = root, int(parent[x])
+        return root
+
+    for x, y in zip(low.tolist(), high.tolist(), strict=True):
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            parent[max(rx, ry)] = min(rx, ry)
+    members = np.unique(np.concatenate([low, high]))
+    groups: dict[int, list[str]] = {}
+    for x in members.tolist():
+        groups.setdefault(find(x), []).append(f"doc/{x:08d}")
+    clusters = sorted(sorted(g) for g in groups.values())
+    figures = {
+        "join_seconds": round(joined, 1),
+        "seconds": round(time.monotonic() - started, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "pairs": int(low.size),
+    }
+    return sha.hexdigest(), clusters, figures
+
+
 def clusters_of(folder: Path) -> list[list[str]]:
     """The clusters of a report folder's clusters.tsv (cluster<TAB>key...), as sorted key
     lists, sorted."""
@@ -137,7 +208,14 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--worker-memory", default=None, metavar="SIZE")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/permindex-bench-distributed"))
-    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument(
+        "--reference",
+        choices=("index", "join", "none"),
+        default="index",
+        help="index: Index lookups of every fingerprint (default); join: the single-process "
+        "self-join of the fingerprints alone (for 10^8); none: no reference",
+    )
+    parser.add_argument("--no-reference", action="store_true", help="the same as --reference none")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -167,9 +245,20 @@ def main() -> int:
         )
         print(f"dask / local wall time: {results['dask_over_local']}")
     checks: dict[str, bool] = {}
-    if not args.no_reference:
-        lines, clusters = reference(args.documents)
-        ref = hashlib.sha256("".join(lines).encode()).hexdigest()
+    if args.no_reference:
+        args.reference = "none"
+    if args.reference != "none":
+        if args.reference == "index":
+            lines, clusters = reference(args.documents)
+            ref = hashlib.sha256("".join(lines).encode()).hexdigest()
+        else:
+            ref, clusters, figures = join_reference(args.documents)
+            results["reference"] = figures
+            print(
+                f"reference (single-process join): {figures['seconds']} s "
+                f"(join {figures['join_seconds']} s), peak RSS {figures['peak_rss_mb']} MiB; "
+                f"{figures['pairs']} pairs"
+            )
         for engine, run in runs.items():
             checks[f"{engine} pairs = reference"] = run["stdout_sha256"] == ref
             checks[f"{engine} clusters = reference"] = (

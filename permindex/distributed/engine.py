@@ -28,8 +28,8 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from permindex.index.pair_stream import PairArrays
+from permindex.near.columns import documents_of
 from permindex.near.dedup import (
-    Documents,
     assemble_result,
     fingerprint_tasks,
     has_work,
@@ -47,6 +47,10 @@ __all__ = ["DASK_EXTRA", "dask_client", "require_dask", "run_dedup_dask", "show_
 DASK_EXTRA: Final = "pip install 'permindex[dask]'"
 
 _PART_META: Final = {"row": np.int64, "fingerprint": np.uint64}
+
+#: Given fingerprints are scattered to the workers in lots of about this many rows as they are
+#: read, so that this process never holds a second copy of them all.
+_SCATTER_ROWS: Final = 1 << 20
 
 
 def require_dask() -> None:
@@ -152,22 +156,30 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
         fingerprint_field=options.fingerprint_field,
     )
     done: list[Any] = []  # per task: its future, or its documents when it had no work
+    parts: list[Any] = []  # per task: the future of its (row, fingerprint) partition
+    waiting: list[pd.DataFrame] = []  # given fingerprints not sent yet: at most _SCATTER_ROWS
+
+    def send() -> None:
+        parts.extend(client.scatter(waiting))
+        waiting.clear()
+
     for task in fingerprint_tasks(reader, options):
         if has_work(task):
-            done.append(client.submit(run_task, *task, pure=False))
-        else:  # fingerprints given: nothing for a worker to do but receive them
+            future = client.submit(run_task, *task, pure=False)
+            done.append(future)
+            if waiting:
+                send()
+            parts.append(client.submit(_fingerprints, future, pure=False))
+        else:  # fingerprints given: nothing for a worker to do but receive them, as they come
             done.append(run_task(*task))
+            waiting.append(_fingerprints(done[-1]))
+            if sum(len(w) for w in waiting) >= _SCATTER_ROWS:
+                send()
+    if waiting:
+        send()
     futures = [d for d in done if isinstance(d, distributed.Future)]
     if progress and futures:
         show_progress(futures)
-    given = [i for i, d in enumerate(done) if not isinstance(d, distributed.Future)]
-    sent = iter(client.scatter([_fingerprints(done[i]) for i in given]) if given else [])
-    parts = [
-        client.submit(_fingerprints, d, pure=False)
-        if isinstance(d, distributed.Future)
-        else next(sent)
-        for d in done
-    ]
     pieces = []
     skipped: dict[str, int] = {}
     for item in done:  # in input order: the first malformed line is the one raised
@@ -177,14 +189,7 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
             skipped[reason] = skipped.get(reason, 0) + 1
     del done
     sizes = [len(p.keys) for p in pieces]
-    documents = Documents(
-        [key for p in pieces for key in p.keys],
-        _concat([p.fingerprints for p in pieces], np.uint64),
-        _concat([p.has_fingerprint for p in pieces], np.bool_),
-        _concat([p.tokens for p in pieces], np.int64),
-        _concat([p.lengths for p in pieces], np.int64),
-    )
-    del pieces
+    documents = documents_of(pieces)
     seconds = {"read": 0.0, "fingerprint": time.monotonic() - started}
     starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
@@ -222,7 +227,3 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
         source_kind=reader.kind,
         cpu_seconds={},
     )
-
-
-def _concat(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError, WorkBudgetExceededError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
+from permindex.index.key_column import keys_distinct
 from permindex.index.pair_stream import (
     DEFAULT_CHUNK,
     PairArrays,
@@ -394,7 +395,7 @@ class NearDuplicates:
                 f"got {len(keys)} keys and {fps.size} fingerprints; the lengths must match",
                 value=(len(keys), int(fps.size)),
             )
-        if len(set(keys)) != len(keys):
+        if not keys_distinct(keys):
             raise InvalidArgumentError("keys must be distinct", value=len(keys))
         self.keys = keys
         self.fingerprints = fps

@@ -147,12 +147,24 @@ class PairStream:
         pairs: the pairs of distinct values within k (:func:`join_distinct`), each once.
         n_values: the number of distinct values.
 
-    Memory O(f + n_values + value pairs) once built (a CSR adjacency of the values and each
-    value's keys in rank order); :meth:`chunks` adds the pairs of one window of keys.
+    Memory O(f + value pairs) once built (a CSR adjacency of the values of the ranked keys,
+    renumbered 0.. in value order, and each value's keys in rank order): the values of keys
+    without a near-duplicate cost nothing; :meth:`chunks` adds the pairs of one window of keys.
     """
 
     def __init__(self, ranked: _I64, value_of: _I64, pairs: PairArrays, n_values: int) -> None:
         f = int(ranked.size)
+        # only the values of ranked keys take part: renumber them 0..m-1 (every pair's values
+        # are such values), so that no array here is as long as all n_values
+        involved = np.unique(value_of)
+        value_of = np.searchsorted(involved, value_of).astype(np.int64)
+        pairs = PairArrays(
+            np.searchsorted(involved, pairs.a).astype(np.int64),
+            np.searchsorted(involved, pairs.b).astype(np.int64),
+            pairs.distance,
+        )
+        n_values = int(involved.size)
+        del involved
         self.ranked = ranked
         self._f = f
         self._value_of = value_of

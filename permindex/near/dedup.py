@@ -26,8 +26,10 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
+from permindex.index.key_column import KeyColumn
 from permindex.index.pair_stream import PairArrays
 from permindex.io.parquet import ParquetReader, open_documents
+from permindex.near.columns import Documents, drain_parts, last_occurrences
 from permindex.near.jaccard import JaccardDuplicates, ShingleSets
 from permindex.near.minhash import MISS_AT_THRESHOLD, choose_bands, signatures
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
@@ -259,7 +261,7 @@ class _Tee(io.RawIOBase):
 class _Collected:
     """The per-document record of a pass, in input order."""
 
-    keys: list[str] = field(default_factory=list)
+    keys: list[KeyColumn] = field(default_factory=list)  # per task
     fingerprints: list[NDArray[np.uint64]] = field(default_factory=list)
     has_fingerprint: list[NDArray[np.bool_]] = field(default_factory=list)
     tokens: list[NDArray[np.int64]] = field(default_factory=list)
@@ -272,6 +274,19 @@ class _Collected:
     )  # CPU time of the workers (and of this process for its inline chunks)
     sets: list[ShingleSets] = field(default_factory=list)  # minhash: of the documents with one
     signatures: list[NDArray[np.uint32]] = field(default_factory=list)
+
+    def documents(self) -> Documents:
+        """The documents of the pass in one :class:`Documents`, the per-task parts let go as
+        each column is joined (:func:`~permindex.near.columns.drain_parts`)."""
+        keys = KeyColumn.concat(self.keys)
+        self.keys.clear()
+        return Documents(
+            keys,
+            drain_parts(self.fingerprints, np.uint64),
+            drain_parts(self.has_fingerprint, np.bool_),
+            drain_parts(self.tokens, np.int64),
+            drain_parts(self.lengths, np.int64),
+        )
 
 
 def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> Any:
@@ -358,7 +373,7 @@ def task_documents(known: _Known, done: _Done) -> TaskDocuments:
     if not read.all():
         keys = [key for key, ok in zip(keys, read.tolist(), strict=True) if ok]
     documents = Documents(
-        keys,
+        KeyColumn.of_strings(keys),
         result.fingerprints[read],
         result.has_fingerprint[read],
         result.tokens[read],
@@ -467,7 +482,7 @@ def _run_pass(
         collected.cpu_seconds["fingerprint"] += done.fingerprint_seconds
         keys = read.documents.keys
         reader.stats.documents += len(keys)
-        collected.keys.extend(keys)
+        collected.keys.append(keys if isinstance(keys, KeyColumn) else KeyColumn.of_strings(keys))
         collected.fingerprints.append(read.documents.fingerprints)
         collected.has_fingerprint.append(read.documents.has_fingerprint)
         collected.tokens.append(read.documents.tokens)
@@ -514,10 +529,6 @@ def _run_pass(
             pool.shutdown(wait=True, cancel_futures=True)
     collected.seconds = time.monotonic() - started
     return collected
-
-
-def _concat(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def run_dedup(
@@ -623,14 +634,11 @@ def run_dedup(
             what: sum(p.cpu_seconds[what] for p in passes) for what in ("parse", "fingerprint")
         }
 
-        keys = collected.keys
-        fps = _concat(collected.fingerprints, np.uint64)
-        has = _concat(collected.has_fingerprint, np.bool_)
-        token_counts = _concat(collected.tokens, np.int64)
-        lengths = _concat(collected.lengths, np.int64)
+        documents = collected.documents()
+        has = documents.has_fingerprint
     return assemble_result(
         options,
-        Documents(keys, fps, has, token_counts, lengths),
+        documents,
         seconds=seconds,
         cpu_seconds=cpu_seconds,
         skipped_by_reason=dict(sorted(stats.skipped_by_reason.items())),
@@ -644,39 +652,13 @@ def run_dedup(
     )
 
 
-@dataclass
-class Documents:
-    """Every document read, in input order: ``keys`` (n str), ``fingerprints`` ((n,) uint64, 0
-    where there is none), ``has_fingerprint`` ((n,) bool), ``tokens`` ((n,) int64, the tokens
-    of a too-short text, else 0) and ``lengths`` ((n,) int64, characters of each text)."""
-
-    keys: list[str]
-    fingerprints: NDArray[np.uint64]
-    has_fingerprint: NDArray[np.bool_]
-    tokens: NDArray[np.int64]
-    lengths: NDArray[np.int64]
-
-
-def last_occurrences(documents: Documents) -> NDArray[np.int64]:
-    """The input positions ((m,) int64, ascending) of the documents that take part in the join:
-    those with a fingerprint, each key once with its last such occurrence (as ``ingest`` would
-    leave it in a server)."""
-    keys = documents.keys
-    valid = np.flatnonzero(documents.has_fingerprint).tolist()
-    valid_keys = keys if len(valid) == len(keys) else [keys[i] for i in valid]
-    if len(set(valid_keys)) == len(valid_keys):  # no repeated key (a set is 3x a dict)
-        return np.array(valid, dtype=np.int64)
-    last = dict(zip(valid_keys, valid, strict=True))  # each key's last position
-    return np.fromiter(sorted(last.values()), dtype=np.int64, count=len(last))
-
-
 def assemble_result(
     options: DedupOptions,
     documents: Documents,
     *,
     seconds: dict[str, float],
     joined: Callable[[NDArray[np.int64]], PairArrays] | None = None,
-    near_of: Callable[[list[str], NDArray[np.int64]], NearDuplicates] | None = None,
+    near_of: Callable[[Sequence[str], NDArray[np.int64]], NearDuplicates] | None = None,
     **fields: Any,
 ) -> DedupResult:
     """Step 3 of :func:`run_dedup` on the documents read: the join (by
@@ -693,7 +675,9 @@ def assemble_result(
     ordinals = last_occurrences(documents)
     repeated = int(np.count_nonzero(has)) - int(ordinals.size)
     design = design_for(options.k)
-    kept_keys = [keys[i] for i in ordinals.tolist()]
+    kept_keys: Sequence[str] = (
+        keys.take(ordinals) if isinstance(keys, KeyColumn) else [keys[i] for i in ordinals.tolist()]
+    )
     near: NearDuplicates
     if near_of is not None:
         near = near_of(kept_keys, ordinals)
@@ -702,7 +686,8 @@ def assemble_result(
         if joined is not None:
             a, b, d = joined(ordinals)
             given = PairArrays(np.searchsorted(ordinals, a), np.searchsorted(ordinals, b), d)
-        near = NearDuplicates(kept_keys, fps[ordinals], options.k, design=design, joined=given)
+        kept_fps = fps if kept_keys is keys else fps[ordinals]  # every document: no copy
+        near = NearDuplicates(kept_keys, kept_fps, options.k, design=design, joined=given)
     clustered_started = time.monotonic()
     seconds["join"] = clustered_started - joined_started
     lengths = documents.lengths[ordinals]
@@ -734,7 +719,7 @@ def assemble_result(
 
 
 def _jaccard(
-    keys: list[str],
+    keys: Sequence[str],
     has: NDArray[np.bool_],
     ordinals: NDArray[np.int64],
     collected: _Collected,
