@@ -24,6 +24,7 @@ The reference (``--reference``):
   pairs, and a plain union-find in Python over them the clusters;
 * ``join``, for sizes where the local engine does not fit in memory (it holds about 270 bytes
   a document: 27 GB at 10^8): the single-process join, :func:`permindex.index.join.self_join`
+  on the design :func:`~permindex.index.join.join_design` picks (as the local engine does)
   over the (n,) uint64 fingerprints alone in this process (no keys: ``doc/%08d`` sorts as its
   row number), and a union-find over an (n,) int64 parent array for the clusters;
 * ``none`` (or ``--no-reference``): no reference; with both engines run, their outputs must
@@ -127,14 +128,17 @@ def join_reference(documents: int, k: int = 3) -> tuple[str, list[list[str]], di
     (a, b) with a < b prints as ``doc/a<TAB>doc/b<TAB>d`` and the lines sort as (a, b)."""
     import resource
 
-    from permindex.index.join import self_join
+    from permindex.index.join import join_design, self_join
     from permindex.index.permutation import DEFAULT_DESIGN
 
     if documents > 100_000_000:
         raise SystemExit("--reference join: at most 10^8 documents (8-digit keys)")
     started = time.monotonic()
     fps = planted(documents)
-    a, b, d = self_join(fps, k, DEFAULT_DESIGN)
+    # the design the local engine's join picks by cost (at 10^8 not (4, 1): its 16-bit prefixes
+    # hold 1,500 fingerprints each, 10^11 candidates)
+    design = join_design(DEFAULT_DESIGN, k, documents)
+    a, b, d = self_join(fps, k, design)
     joined = time.monotonic() - started
     low, high = np.minimum(a, b), np.maximum(a, b)
     order = np.lexsort((high, low))
@@ -178,6 +182,7 @@ def join_reference(documents: int, k: int = 3) -> tuple[str, list[list[str]], di
         "seconds": round(time.monotonic() - started, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "pairs": int(low.size),
+        "design": str(design),
     }
     return sha.hexdigest(), clusters, figures
 
@@ -217,6 +222,11 @@ def main() -> int:
     )
     parser.add_argument("--no-reference", action="store_true", help="the same as --reference none")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="do not run the engines: check the report folders an earlier run left in --workdir",
+    )
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -231,7 +241,17 @@ def main() -> int:
             extra = ("--engine", "dask", "--workers", str(args.workers))
             if args.worker_memory:
                 extra += ("--worker-memory", args.worker_memory)
-        run = run_dedup_command(path, args.workdir / f"report-{engine}", extra=extra)
+        folder = args.workdir / f"report-{engine}"
+        if args.reuse:
+            run = {
+                "pairs_path": str(folder / "pairs-stdout.tsv"),
+                "summary": json.loads((folder / "summary.json").read_text(encoding="utf-8")),
+                "wall_seconds": None,
+                "peak_rss_mb": None,
+                "peak_tree_rss_mb": None,
+            }
+        else:
+            run = run_dedup_command(path, folder, extra=extra)
         run["stdout_sha256"] = digest(Path(run["pairs_path"]))
         results["runs"][engine] = run
         print(
@@ -239,7 +259,7 @@ def main() -> int:
             f"{run['peak_tree_rss_mb']} MiB tree; {run['summary']['pairs']} pairs"
         )
     runs = results["runs"]
-    if "local" in runs and "dask" in runs:
+    if "local" in runs and "dask" in runs and not args.reuse:
         results["dask_over_local"] = round(
             runs["dask"]["wall_seconds"] / runs["local"]["wall_seconds"], 2
         )

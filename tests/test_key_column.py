@@ -46,6 +46,13 @@ def test_reads_back_as_the_strings(keys: list[str], data: st.DataObject) -> None
     if keys:
         taken = column.take(np.array(positions, dtype=np.int64))
         assert list(taken) == [keys[p] for p in positions]
+        at = np.array(positions, dtype=np.int64)
+        assert column.strings(at) == [keys[p] for p in positions]
+        remembered = KeyColumn.of_strings(keys)
+        remembered.remember(at)
+        assert list(remembered) == keys and [remembered[p] for p in positions] == [
+            keys[p] for p in positions
+        ]
     cut = data.draw(st.integers(0, len(keys)))
     joined = KeyColumn.concat([KeyColumn.of_strings(keys[:cut]), KeyColumn.of_strings(keys[cut:])])
     assert joined == column and list(joined) == keys

@@ -628,3 +628,21 @@ def test_serve_min_words_option() -> None:
     args = build_parser().parse_args(["serve", "--min-words", "20"])
     assert args.min_words == 20
     assert build_parser().parse_args(["serve"]).min_words == 0
+
+
+def test_dedup_summary_line_counts_one_in_the_singular(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One cluster of one pair: "1 pair", "1 cluster", "1 exact-duplicate group", "1 repeated
+    key" (not "1 clusters"); more than one in the plural."""
+    rows = [
+        {"id": "a", "fingerprint": "00000000000000ff"},
+        {"id": "b", "fingerprint": "00000000000000ff"},
+        {"id": "b", "fingerprint": "00000000000000ff"},
+        {"id": "c", "fingerprint": "ffffffff00000000"},
+    ]
+    code, _, stderr = dedup(capsys, str(write_jsonl(tmp_path / "one.jsonl", rows)))
+    assert code == OK, stderr
+    assert "4 documents in" in stderr and ", 1 repeated key;" in stderr
+    assert "; 1 pair within 3 bits, 1 cluster (largest 2)" in stderr
+    assert "1 exact-duplicate group;" in stderr

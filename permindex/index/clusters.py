@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError, WorkBudgetExceededError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.key_column import keys_distinct
+from permindex.index.key_column import KeyColumn, keys_distinct
 from permindex.index.pair_stream import (
     DEFAULT_CHUNK,
     PairArrays,
@@ -428,6 +428,8 @@ class NearDuplicates:
         join.check_stop(should_stop)
         # rank: position of the key among the keys with a near-duplicate, code point order
         self.key_rank = np.full(fps.size, -1, dtype=np.int64)
+        if isinstance(keys, KeyColumn):  # the keys a report reads, decoded once
+            keys.remember(members)
         by_key = sorted(members.tolist(), key=keys.__getitem__)
         self.key_rank[np.array(by_key, dtype=np.int64)] = np.arange(len(by_key), dtype=np.int64)
         self._flagged = np.array(by_key, dtype=np.int64)  # positions, sorted by key

@@ -36,7 +36,7 @@ class KeyColumn(Sequence[str]):
     order. Memory: the key bytes plus 8 bytes a key.
     """
 
-    __slots__ = ("data", "offsets")
+    __slots__ = ("_decoded", "data", "offsets")
 
     def __init__(self, data: _U8, offsets: _I64) -> None:
         """``data`` (uint8) and ``offsets`` ((n + 1,) int64) as in the module docstring; not
@@ -51,6 +51,7 @@ class KeyColumn(Sequence[str]):
             raise ValueError("offsets must start at 0 and end within the data")
         self.data = data
         self.offsets = offsets
+        self._decoded: dict[int, str] = {}  # see remember()
 
     @classmethod
     def of_strings(cls, keys: Iterable[str]) -> KeyColumn:
@@ -89,6 +90,10 @@ class KeyColumn(Sequence[str]):
     def __getitem__(self, index: slice) -> list[str]: ...
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
+        if type(index) is int:
+            found = self._decoded.get(index)
+            if found is not None:
+                return found
         if isinstance(index, slice):
             return [self._key(i) for i in range(*index.indices(len(self)))]
         i = int(index)
@@ -149,6 +154,27 @@ class KeyColumn(Sequence[str]):
             some = sizes > 0  # ragged_positions takes lengths >= 1
             data = self.data[ragged_positions(starts[some], sizes[some])]
         return KeyColumn(np.ascontiguousarray(data), offsets)
+
+    def strings(self, positions: _I64) -> list[str]:
+        """The keys at ``positions`` ((m,) int64 into this column) as Python strings, decoded
+        together (one decode when they are all ASCII). O(m + their bytes)."""
+        starts = self.offsets[positions]
+        sizes = self.offsets[positions + 1] - starts
+        some = sizes > 0  # ragged_positions takes lengths >= 1
+        blob = (
+            self.data[ragged_positions(starts[some], sizes[some])].tobytes() if some.any() else b""
+        )
+        bounds = [0, *np.cumsum(sizes).tolist()]
+        if blob.isascii():
+            text = blob.decode("ascii")
+            return [text[a:b] for a, b in itertools.pairwise(bounds)]
+        return [blob[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+
+    def remember(self, positions: _I64) -> None:
+        """Decode the keys at ``positions`` once (:meth:`strings`) and keep them, so that each
+        later ``column[i]`` of one of them is a dict lookup: for keys read many times, such as
+        those of a report's pairs and clusters. Memory: one str per position."""
+        self._decoded.update(zip(positions.tolist(), self.strings(positions), strict=True))
 
     def hashes(self) -> _U64:
         """(n,) uint64: XXH3-64 (seed 0) of each key's UTF-8 bytes, with the compiled kernel

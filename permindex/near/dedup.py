@@ -759,7 +759,8 @@ def summary_line(summary: dict[str, Any], seconds: float) -> str:
         reasons = (
             " (" + ", ".join(f"{n} {r}" for r, n in summary["skipped_by_reason"].items()) + ")"
         )
-    repeated = f", {summary['repeated_keys']} repeated keys" if summary["repeated_keys"] else ""
+    repeated = summary["repeated_keys"]
+    repeated = f", {repeated} repeated key{'' if repeated == 1 else 's'}" if repeated else ""
     verified = ""
     if "candidates_verified" in summary:
         verified = f" ({summary['candidates_verified']} candidates verified)"
@@ -769,11 +770,15 @@ def summary_line(summary: dict[str, Any], seconds: float) -> str:
                 f"{summary['recall_at_threshold']:.0%} of the pairs at exactly the threshold "
                 f"({summary['bands']} bands x {summary['rows']} rows): raise --permutations]"
             )
+
+    def n(name: str, noun: str) -> str:
+        return f"{summary[name]} {noun}{'' if summary[name] == 1 else 's'}"
+
     return (
-        f"{summary['documents']} documents in {seconds:.1f} s: {summary['too_short']} too short, "
-        f"{skipped} skipped{reasons}{repeated}; {summary['pairs']} pairs {summary['within']}"
-        f"{verified}, {summary['clusters']} clusters (largest "
+        f"{n('documents', 'document')} in {seconds:.1f} s: {summary['too_short']} too short, "
+        f"{skipped} skipped{reasons}{repeated}; {n('pairs', 'pair')} {summary['within']}"
+        f"{verified}, {n('clusters', 'cluster')} (largest "
         f"{summary['largest_cluster']}), {summary['flagged']} flagged, "
-        f"{summary['exact_duplicate_groups']} exact-duplicate groups; keep "
+        f"{n('exact_duplicate_groups', 'exact-duplicate group')}; keep "
         f"{summary['kept']}, drop {summary['dropped']} (--keep {summary['keep']})"
     )
