@@ -19,7 +19,7 @@ from permindex.near.dedup import run_dedup
 from permindex.near.result import DedupOptions
 
 KEYS = st.lists(
-    st.text(st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=12), max_size=60
+    st.text(st.characters(exclude_categories=["Cs"]), min_size=0, max_size=12), max_size=60
 )
 
 
@@ -85,7 +85,7 @@ def test_out_of_range_and_bad_arrays() -> None:
     with pytest.raises(IndexError):
         column[-3]
     with pytest.raises(ValueError, match="int64 offsets"):
-        KeyColumn(np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int32))  # type: ignore[arg-type]
+        KeyColumn(np.zeros(1, dtype=np.uint8), np.zeros(2, dtype=np.int32))
     with pytest.raises(ValueError, match="within the data"):
         KeyColumn(np.zeros(1, dtype=np.uint8), np.array([0, 5], dtype=np.int64))
     with pytest.raises(UnicodeEncodeError):
