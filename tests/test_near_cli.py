@@ -365,7 +365,7 @@ def test_dedup_repeated_keys_count_once(capsys: pytest.CaptureFixture[str], tmp_
     code, stdout, stderr = dedup(capsys, str(path), "--out", str(tmp_path / "r"))
     assert code == OK
     assert "x/copy1\tx/copy2\t0\n" in stdout
-    assert "1 repeated keys" in stderr
+    assert ", 1 repeated key;" in stderr
     assert report(tmp_path / "r", "summary.json")["repeated_keys"] == 1
 
 
