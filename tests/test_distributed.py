@@ -436,3 +436,55 @@ def test_fingerprint_columns_of_each_type(client: Any, tmp_path: Path) -> None:
     bad = pd.DataFrame({"fp": ["00000000000000zz"]})
     with pytest.raises(ColumnError, match="fp"):
         fingerprint_column(dd.from_pandas(bad, npartitions=1), "fp").compute()
+
+
+def test_cli_unreachable_scheduler_exits_3(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, planted_small: NDArray[np.uint64]
+) -> None:
+    """--scheduler where no scheduler listens: exit 3 (unavailable) with one line naming the
+    address, after Dask's connect timeout (1 s here), not an OSError's exit 1."""
+    import dask
+
+    source = write_parquet(tmp_path / "in.parquet", planted_small, keys(0, planted_small.size))
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        code, out, err = run(
+            capsys, "dedup", str(source), "--engine", "dask", "--scheduler", "tcp://127.0.0.1:1"
+        )
+    assert (code, out) == (EXIT_CODES["unavailable"], "")
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_parquet_texts_go_as_data_not_in_the_graph(
+    capsys: pytest.CaptureFixture[str], cluster: Any, tmp_path: Path
+) -> None:
+    """A Parquet text batch of 1,024 pages of 12 KB (12 MB) is scattered to the workers, not
+    put inside the task graph: no "Sending large graph" warning; the same pairs as local."""
+    import warnings
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    words = np.array([f"word{i}" for i in range(5_000)])
+    texts = [" ".join(rng.choice(words, 1_500).tolist()) for _ in range(1_100)]
+    texts[7] = texts[3]  # one exact copy
+    ids = [f"page/{i:05d}" for i in range(len(texts))]
+    source = tmp_path / "pages.parquet"
+    pq.write_table(pa.table({"id": ids, "text": texts}), source)
+    code, local_out, err = run(capsys, "dedup", str(source))
+    assert code == 0, err
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, dask_out, err = run(
+            capsys,
+            "dedup",
+            str(source),
+            "--engine",
+            "dask",
+            "--scheduler",
+            cluster.scheduler_address,
+        )
+    assert code == 0, err
+    assert dask_out == local_out == "page/00003\tpage/00007\t0\n"
+    assert not [w for w in caught if "large graph" in str(w.message)]

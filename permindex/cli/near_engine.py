@@ -126,7 +126,11 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
 @contextlib.contextmanager
 def _cluster(args: argparse.Namespace) -> Iterator[Any]:
     """The Dask client of ``--engine dask`` (None for the local engine), closed on exit; the
-    cluster's log lines below ERROR are not shown (stderr carries the summary)."""
+    cluster's log lines below ERROR are not shown (stderr carries the summary).
+
+    Raises:
+        CommandError: exit 3 (unavailable): ``--scheduler`` cannot be reached.
+    """
     if args.engine != "dask":
         yield None
         return
@@ -136,7 +140,15 @@ def _cluster(args: argparse.Namespace) -> Iterator[Any]:
 
     for name in ("distributed", "distributed.shuffle"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    with dask_client(args.workers, args.scheduler, args.worker_memory) as client:
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(
+                dask_client(args.workers, args.scheduler, args.worker_memory)
+            )
+        except OSError as error:  # no scheduler there, or it did not answer in time
+            raise CommandError(
+                f"cannot reach the Dask scheduler at {args.scheduler}: {error}", "unavailable"
+            ) from None
         yield client
 
 

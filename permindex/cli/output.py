@@ -34,7 +34,8 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "     the command; for serve also a --k, token file or config value refused before start,\n"
     "     or an --address that is in use",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
-    "     write its data directory (read-only or failing disk: writes refused, lookups go on)",
+    "     write its data directory (read-only or failing disk: writes refused, lookups go on);\n"
+    "     for dedup --engine dask, the --scheduler cannot be reached",
     "invalid": "invalid input (a malformed JSONL line or Parquet file, fingerprint, key or\n"
     "     path; Parquet without pyarrow), or a request the server refused as invalid, too\n"
     "     large, not permitted (token), or for lack of disk space",

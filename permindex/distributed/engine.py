@@ -18,6 +18,7 @@ the same code as the local engine's (:func:`permindex.near.dedup.assemble_result
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -89,6 +90,9 @@ def dask_client(
             # the scheduler's HTTP routes (health, metrics) on a free port, not 8787
             scheduler_kwargs={"dashboard_address": ":0"},
             memory_limit=worker_memory or "auto",
+            # the workers' log lines below ERROR (a cancelled task after a bad input line,
+            # spilling) are not shown: stderr carries permindex's own messages
+            silence_logs=logging.ERROR,
         ) as cluster,
         Client(cluster) as client,
     ):
@@ -113,6 +117,11 @@ def _fingerprints(done: Any) -> pd.DataFrame:
         return pd.DataFrame({n: np.zeros(0, t) for n, t in _PART_META.items()})
     fps = done.documents.fingerprints
     return pd.DataFrame({"row": np.zeros(fps.size, dtype=np.int64), "fingerprint": fps})
+
+
+def _run_sent(task: tuple[Any, ...]) -> Any:
+    """:func:`~permindex.near.dedup.run_task` of a task scattered to the workers."""
+    return run_task(*task)
 
 
 def _numbered(part: pd.DataFrame, start: int, keep: NDArray[np.int64] | None) -> pd.DataFrame:
@@ -165,7 +174,9 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
 
     for task in fingerprint_tasks(reader, options):
         if has_work(task):
-            future = client.submit(run_task, *task, pure=False)
+            # the task's data (texts, lines) goes as data, not inside the task graph
+            [sent] = client.scatter([task], hash=False)
+            future = client.submit(_run_sent, sent, pure=False)
             done.append(future)
             if waiting:
                 send()
