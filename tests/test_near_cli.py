@@ -646,3 +646,25 @@ def test_dedup_summary_line_counts_one_in_the_singular(
     assert "4 documents in" in stderr and ", 1 repeated key;" in stderr
     assert "; 1 pair within 3 bits, 1 cluster (largest 2)" in stderr
     assert "1 exact-duplicate group;" in stderr
+
+
+def test_dedup_without_against_removes_an_earlier_unmatched_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """new_unmatched.tsv belongs to a --against run: a later plain dedup into the same --out
+    removes it instead of leaving a stale one beside its own report."""
+    new = write_jsonl(
+        tmp_path / "new.jsonl",
+        [{"id": "n1", "fingerprint": "00000000000000ff"}, {"id": "n2", "fingerprint": "ff" * 8}],
+    )
+    corpus = write_jsonl(
+        tmp_path / "corpus.jsonl", [{"id": "c1", "fingerprint": "00000000000000fe"}]
+    )
+    out = tmp_path / "r"
+    code, stdout, stderr = dedup(capsys, str(new), "--against", str(corpus), "--out", str(out))
+    assert code == OK, stderr
+    assert stdout == "n1\tc1\t1\n"
+    assert (out / "new_unmatched.tsv").read_text(encoding="utf-8") == "n2\tffffffffffffffff\n"
+    code, _, stderr = dedup(capsys, str(new), "--out", str(out))
+    assert code == OK, stderr
+    assert not (out / "new_unmatched.tsv").exists() and (out / "pairs.tsv").exists()

@@ -129,10 +129,12 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
         result, against = run_engine(args, options, progress=progress, workdir=Path(work))
         try:
             summary = write_outputs(result)
-            if against is not None:
-                from permindex.near.against import unmatched, write_unmatched
+            from permindex.near.against import UNMATCHED_FILE, unmatched, write_unmatched
 
+            if against is not None:
                 write_unmatched(result, unmatched(result, against), options.out_dir)
+            else:  # not one of this run's files: an earlier --against run's is removed
+                (options.out_dir / UNMATCHED_FILE).unlink(missing_ok=True)
         except OSError as error:
             raise CommandError(
                 f"--out {options.out_dir}: cannot write the report: {error.strerror or error}",
