@@ -47,11 +47,24 @@ def propagate_labels(edges: dd.DataFrame, max_rounds: int = MAX_ROUNDS) -> dd.Da
     (hooking a root onto a smaller one), each node takes the smallest offer, then pointers jump
     (label = label of label) until stable. Labels only decrease and stay nodes of the
     component, so the fixed point is the smallest node of each component. Each round's frames
-    are persisted before they are merged with frames derived from them.
+    are persisted before they are merged with frames derived from them. Shuffles are by tasks
+    up to :data:`~permindex.distributed.join.TASK_SHUFFLE_PARTITIONS` partitions of ``edges``,
+    p2p above (:func:`~permindex.distributed.join.shuffle_method`).
 
     Raises:
         RuntimeError: no fixed point after ``max_rounds`` rounds.
     """
+    import dask
+
+    from permindex.distributed.join import shuffle_method
+
+    # the merges, set_index and groupby shuffle as the join does: by tasks for a few partitions,
+    # p2p above (a test of 3 partitions hung twice here in this loop with the default, p2p)
+    with dask.config.set({"dataframe.shuffle.method": shuffle_method(edges.npartitions)}):
+        return _propagate(edges, max_rounds)
+
+
+def _propagate(edges: dd.DataFrame, max_rounds: int) -> dd.DataFrame:
     import dask.dataframe as dd
 
     pairs = edges[["a", "b"]].persist()
