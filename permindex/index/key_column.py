@@ -36,7 +36,7 @@ class KeyColumn(Sequence[str]):
     order. Memory: the key bytes plus 8 bytes a key.
     """
 
-    __slots__ = ("_decoded", "data", "offsets")
+    __slots__ = ("_decoded", "_distinct", "data", "offsets")
 
     def __init__(self, data: _U8, offsets: _I64) -> None:
         """``data`` (uint8) and ``offsets`` ((n + 1,) int64) as in the module docstring; not
@@ -52,6 +52,7 @@ class KeyColumn(Sequence[str]):
         self.data = data
         self.offsets = offsets
         self._decoded: dict[int, str] = {}  # see remember()
+        self._distinct = False  # True once last_positions found no key repeated
 
     @classmethod
     def of_strings(cls, keys: Iterable[str]) -> KeyColumn:
@@ -221,8 +222,9 @@ def last_positions(keys: Sequence[str]) -> _I64:
     sorted; the keys of equal hashes compared), else with a dict. O(n log n)."""
     n = len(keys)
     if isinstance(keys, KeyColumn):
-        candidates = _collision_positions(keys)
+        candidates = None if keys._distinct else _collision_positions(keys)
         if candidates is None:
+            keys._distinct = True  # immutable: later checks of this column need no hashing
             return np.arange(n, dtype=np.int64)
         last = {keys[p]: p for p in candidates.tolist()}
         keep = np.ones(n, dtype=bool)
@@ -237,7 +239,7 @@ def last_positions(keys: Sequence[str]) -> _I64:
 
 def keys_distinct(keys: Sequence[str]) -> bool:
     """Whether no key of ``keys`` repeats (for a :class:`KeyColumn`, as
-    :func:`last_positions` decides it). O(n log n)."""
+    :func:`last_positions` decides it, once per column: the answer is kept). O(n log n)."""
     if isinstance(keys, KeyColumn):
-        return last_positions(keys).size == len(keys)
+        return keys._distinct or last_positions(keys).size == len(keys)
     return len(set(keys)) == len(keys)

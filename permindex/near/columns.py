@@ -12,7 +12,14 @@ from numpy.typing import NDArray
 
 from permindex.index.key_column import KeyColumn, last_positions
 
-__all__ = ["Documents", "concat_parts", "drain_parts", "last_occurrences"]
+__all__ = [
+    "Documents",
+    "concat_parts",
+    "documents_of",
+    "drain_parts",
+    "join_columns",
+    "last_occurrences",
+]
 
 
 @dataclass
@@ -56,23 +63,37 @@ def drain_parts(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
     return joined
 
 
-def documents_of(pieces: list[Documents]) -> Documents:
-    """The documents of ``pieces`` (in order) in one :class:`Documents`; ``pieces`` is emptied
-    first, each column joined in turn (see :func:`drain_parts`)."""
-    keys = [
-        p.keys if isinstance(p.keys, KeyColumn) else KeyColumn.of_strings(p.keys) for p in pieces
-    ]
-    fps: list[NDArray[Any]] = [p.fingerprints for p in pieces]
-    has: list[NDArray[Any]] = [p.has_fingerprint for p in pieces]
-    tokens: list[NDArray[Any]] = [p.tokens for p in pieces]
-    lengths: list[NDArray[Any]] = [p.lengths for p in pieces]
-    pieces.clear()
+def join_columns(
+    keys: list[KeyColumn],
+    fingerprints: list[NDArray[Any]],
+    has_fingerprint: list[NDArray[Any]],
+    tokens: list[NDArray[Any]],
+    lengths: list[NDArray[Any]],
+) -> Documents:
+    """One :class:`Documents` from the per-task parts of each column (in order); each list is
+    emptied as its column is joined (see :func:`drain_parts`)."""
     joined = KeyColumn.concat(keys)
     keys.clear()
     return Documents(
         joined,
-        drain_parts(fps, np.uint64),
-        drain_parts(has, np.bool_),
+        drain_parts(fingerprints, np.uint64),
+        drain_parts(has_fingerprint, np.bool_),
         drain_parts(tokens, np.int64),
         drain_parts(lengths, np.int64),
     )
+
+
+def documents_of(pieces: list[Documents]) -> Documents:
+    """The documents of ``pieces`` (in order) in one :class:`Documents`
+    (:func:`join_columns`); ``pieces`` is emptied first."""
+    keys = [
+        p.keys if isinstance(p.keys, KeyColumn) else KeyColumn.of_strings(p.keys) for p in pieces
+    ]
+    columns = (
+        [p.fingerprints for p in pieces],
+        [p.has_fingerprint for p in pieces],
+        [p.tokens for p in pieces],
+        [p.lengths for p in pieces],
+    )
+    pieces.clear()
+    return join_columns(keys, *columns)

@@ -29,7 +29,7 @@ from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluste
 from permindex.index.key_column import KeyColumn
 from permindex.index.pair_stream import PairArrays
 from permindex.io.parquet import ParquetReader, open_documents
-from permindex.near.columns import Documents, drain_parts, last_occurrences
+from permindex.near.columns import Documents, join_columns, last_occurrences
 from permindex.near.jaccard import JaccardDuplicates, ShingleSets
 from permindex.near.minhash import MISS_AT_THRESHOLD, choose_bands, signatures
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
@@ -277,15 +277,9 @@ class _Collected:
 
     def documents(self) -> Documents:
         """The documents of the pass in one :class:`Documents`, the per-task parts let go as
-        each column is joined (:func:`~permindex.near.columns.drain_parts`)."""
-        keys = KeyColumn.concat(self.keys)
-        self.keys.clear()
-        return Documents(
-            keys,
-            drain_parts(self.fingerprints, np.uint64),
-            drain_parts(self.has_fingerprint, np.bool_),
-            drain_parts(self.tokens, np.int64),
-            drain_parts(self.lengths, np.int64),
+        each column is joined (:func:`~permindex.near.columns.join_columns`)."""
+        return join_columns(
+            self.keys, self.fingerprints, self.has_fingerprint, self.tokens, self.lengths
         )
 
 
