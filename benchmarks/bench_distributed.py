@@ -79,6 +79,22 @@ def parquet_file(documents: int, workdir: Path) -> Path:
     return path
 
 
+def find(parent: Any, x: int) -> int:
+    """The root of ``x`` in the union-find forest ``parent`` (a list or an (n,) int64 array of
+    parents), halving the path on the way."""
+    while (up := int(parent[x])) != x:
+        parent[x] = parent[up]
+        x = int(parent[x])
+    return x
+
+
+def union(parent: Any, x: int, y: int) -> None:
+    """Join the trees of ``x`` and ``y``: the larger root points to the smaller."""
+    a, b = find(parent, x), find(parent, y)
+    if a != b:
+        parent[max(a, b)] = min(a, b)
+
+
 def reference(documents: int, k: int = 3) -> tuple[list[str], list[list[str]]]:
     """(pair lines as dedup prints them, clusters as sorted key lists sorted), from an Index
     lookup of every fingerprint and a Python union-find."""
@@ -91,13 +107,6 @@ def reference(documents: int, k: int = 3) -> tuple[list[str], list[list[str]]]:
     index.add_many(names, fps)
     lines: list[str] = []
     parent = list(range(documents))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
     position = {name: i for i, name in enumerate(names)}
     step = 100_000
     for start in range(0, documents, step):
@@ -109,13 +118,11 @@ def reference(documents: int, k: int = 3) -> tuple[list[str], list[list[str]]]:
             mine = names[owner]
             if mine < other:
                 lines.append(f"{mine}\t{other}\t{d}\n")
-                a, b = find(owner), find(position[other])
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
+                union(parent, owner, position[other])
     lines.sort()
     groups: dict[int, list[str]] = {}
     for i in range(documents):
-        groups.setdefault(find(i), []).append(names[i])
+        groups.setdefault(find(parent, i), []).append(names[i])
     clusters = sorted(sorted(g) for g in groups.values() if len(g) > 1)
     return lines, clusters
 
@@ -159,23 +166,12 @@ def join_reference(documents: int, k: int = 3) -> tuple[str, list[list[str]], di
             ).encode()
         )
     parent = np.arange(documents, dtype=np.int64)
-
-    def find(x: int) -> int:
-        root = x
-        while parent[root] != root:
-            root = int(parent[root])
-        while parent[x] != root:
-            parent[x], x = root, int(parent[x])
-        return root
-
     for x, y in zip(low.tolist(), high.tolist(), strict=True):
-        rx, ry = find(x), find(y)
-        if rx != ry:
-            parent[max(rx, ry)] = min(rx, ry)
+        union(parent, x, y)
     members = np.unique(np.concatenate([low, high]))
     groups: dict[int, list[str]] = {}
     for x in members.tolist():
-        groups.setdefault(find(x), []).append(f"doc/{x:08d}")
+        groups.setdefault(find(parent, x), []).append(f"doc/{x:08d}")
     clusters = sorted(sorted(g) for g in groups.values())
     figures = {
         "join_seconds": round(joined, 1),

@@ -219,6 +219,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def on_cluster(cluster: Any) -> list[str]:
+    """The dedup options that run it on the session's cluster."""
+    return ["--engine", "dask", "--scheduler", cluster.scheduler_address]
+
+
 def write_parquet(path: Path, fps: NDArray[np.uint64], names: list[str]) -> Path:
     pq.write_table(
         pa.table({"id": names, "fingerprint": pa.array(fps, type=pa.uint64())}),
@@ -238,15 +243,7 @@ def test_cli_dask_engine_equals_local(
     code, local_out, _ = run(capsys, "dedup", str(source), "--out", str(tmp_path / "l"))
     assert code == 0
     code, dask_out, err = run(
-        capsys,
-        "dedup",
-        str(source),
-        "--engine",
-        "dask",
-        "--scheduler",
-        cluster.scheduler_address,
-        "--out",
-        str(tmp_path / "d"),
+        capsys, "dedup", str(source), *on_cluster(cluster), "--out", str(tmp_path / "d")
     )
     assert code == 0, err
     assert dask_out == local_out and local_out.count("\n") == len(brute_pairs(planted_small, 3))
@@ -286,7 +283,7 @@ def test_cli_against_equals_brute_force_on_both_engines(
         )
     )
     unmatched = sorted(set(new_keys) - {new_keys[p] for p in i.tolist()})
-    engines = [[], ["--engine", "dask", "--scheduler", cluster.scheduler_address]]
+    engines = [[], on_cluster(cluster)]
     for n, engine in enumerate(engines):
         folder = tmp_path / f"r{n}"
         code, out, err = run(
@@ -390,7 +387,7 @@ def test_cli_dask_engine_texts_and_errors_as_local(
     lines.append({"id": "d001", "text": lines[0]["text"]})  # a repeated key
     source = tmp_path / "texts.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    dask = ["--engine", "dask", "--scheduler", cluster.scheduler_address]
+    dask = on_cluster(cluster)
     outputs = []
     for n, engine in enumerate([[], dask]):
         folder = tmp_path / f"t{n}"
@@ -476,15 +473,7 @@ def test_cli_parquet_texts_go_as_data_not_in_the_graph(
     assert code == 0, err
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        code, dask_out, err = run(
-            capsys,
-            "dedup",
-            str(source),
-            "--engine",
-            "dask",
-            "--scheduler",
-            cluster.scheduler_address,
-        )
+        code, dask_out, err = run(capsys, "dedup", str(source), *on_cluster(cluster))
     assert code == 0, err
     assert dask_out == local_out == "page/00003\tpage/00007\t0\n"
     assert not [w for w in caught if "large graph" in str(w.message)]
