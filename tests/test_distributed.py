@@ -177,6 +177,27 @@ def test_label_propagation_equals_union_find(client: Any) -> None:
     assert propagated["label"].tolist() == gathered["label"].tolist()
 
 
+@pytest.mark.parametrize("shape", ["reversed chain", "stars", "disjoint pairs"])
+def test_label_propagation_shapes_equal_union_find(client: Any, shape: str) -> None:
+    """Label propagation (each round's frames persisted and waited for, hash merges) on graphs
+    whose labels travel far, meet in hubs, or never move."""
+    if shape == "reversed chain":  # the smallest node at the far end: one hop per round
+        a = np.arange(200, 0, -1, dtype=np.int64)
+        b = a - 1
+    elif shape == "stars":  # two hubs of 300 leaves, joined through their largest leaves
+        leaves = np.arange(1, 601, dtype=np.int64)
+        a = np.concatenate((np.where(leaves <= 300, 0, 10_000), [300]))
+        b = np.concatenate((leaves, [600]))
+    else:
+        a = np.arange(0, 2000, 2, dtype=np.int64)
+        b = a + 1
+    edges = dd.from_pandas(pd.DataFrame({"a": a, "b": b}), npartitions=4)
+    propagated = components(edges, gather_edges=0).compute().sort_values("node")
+    gathered = gathered_labels(a, b).sort_values("node")
+    assert propagated["node"].tolist() == gathered["node"].tolist()
+    assert propagated["label"].tolist() == gathered["label"].tolist()
+
+
 def test_merge_with_a_derived_frame_keeps_every_row(client: Any) -> None:
     """The prototype's failure: merging a frame with one derived from it (here the groups'
     smallest rows, from a shuffle of the same frame) lost rows silently until the derived frame

@@ -47,9 +47,10 @@ def propagate_labels(edges: dd.DataFrame, max_rounds: int = MAX_ROUNDS) -> dd.Da
     (hooking a root onto a smaller one), each node takes the smallest offer, then pointers jump
     (label = label of label) until stable. Labels only decrease and stay nodes of the
     component, so the fixed point is the smallest node of each component. Each round's frames
-    are persisted before they are merged with frames derived from them. Shuffles are by tasks
-    up to :data:`~permindex.distributed.join.TASK_SHUFFLE_PARTITIONS` partitions of ``edges``,
-    p2p above (:func:`~permindex.distributed.join.shuffle_method`).
+    are persisted, and in the cluster's memory (:func:`~permindex.distributed.join.persisted`),
+    before they are merged with frames derived from them; merges are hash merges on columns.
+    Shuffles are by tasks up to :data:`~permindex.distributed.join.TASK_SHUFFLE_PARTITIONS`
+    partitions of ``edges``, p2p above (:func:`~permindex.distributed.join.shuffle_method`).
 
     Raises:
         RuntimeError: no fixed point after ``max_rounds`` rounds.
@@ -58,8 +59,7 @@ def propagate_labels(edges: dd.DataFrame, max_rounds: int = MAX_ROUNDS) -> dd.Da
 
     from permindex.distributed.join import shuffle_method
 
-    # the merges, set_index and groupby shuffle as the join does: by tasks for a few partitions,
-    # p2p above (a test of 3 partitions hung twice here in this loop with the default, p2p)
+    # the merges and groupby shuffle as the join does: by tasks for a few partitions, p2p above
     with dask.config.set({"dataframe.shuffle.method": shuffle_method(edges.npartitions)}):
         return _propagate(edges, max_rounds)
 
@@ -67,13 +67,16 @@ def propagate_labels(edges: dd.DataFrame, max_rounds: int = MAX_ROUNDS) -> dd.Da
 def _propagate(edges: dd.DataFrame, max_rounds: int) -> dd.DataFrame:
     import dask.dataframe as dd
 
-    pairs = edges[["a", "b"]].persist()
+    from permindex.distributed.join import persisted
+
+    pairs = persisted(edges[["a", "b"]])
     nodes = dd.concat([pairs["a"], pairs["b"]]).drop_duplicates().to_frame("node")
-    labels = nodes.assign(label=nodes["node"]).persist()
+    labels = persisted(nodes.assign(label=nodes["node"]))
     for _ in range(max_rounds):
-        by_node = labels.set_index("node")["label"]
-        la = pairs.merge(by_node.rename("la").to_frame(), left_on="a", right_index=True)
-        both = la.merge(by_node.rename("lb").to_frame(), left_on="b", right_index=True)
+        # hash merges on columns (no set_index: its divisions would be computed while Dask
+        # optimizes the expression)
+        la = pairs.merge(labels.rename(columns={"node": "a", "label": "la"}), on="a")
+        both = la.merge(labels.rename(columns={"node": "b", "label": "lb"}), on="b")
         low = both[["la", "lb"]].min(axis=1)
         offers = dd.concat(
             [
@@ -84,15 +87,12 @@ def _propagate(edges: dd.DataFrame, max_rounds: int) -> dd.DataFrame:
                 labels,
             ]
         )
-        taken = offers.groupby("node")["label"].min().to_frame().persist()
+        taken = persisted(offers.groupby("node")["label"].min().reset_index())
         jumped = taken.merge(
-            taken.rename(columns={"label": "jump"}),
-            left_on="label",
-            right_index=True,
-            how="left",
+            taken.rename(columns={"node": "label", "label": "jump"}), on="label", how="left"
         )
         jumped["jump"] = jumped["jump"].fillna(jumped["label"]).astype(np.int64)
-        new = jumped[["jump"]].rename(columns={"jump": "label"}).reset_index().persist()
+        new = persisted(jumped[["node", "jump"]].rename(columns={"jump": "label"}))
         compare = new.merge(labels, on="node", suffixes=("", "_old"))
         changed = int((compare["label"] != compare["label_old"]).sum().compute())
         labels = new

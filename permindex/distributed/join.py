@@ -70,6 +70,26 @@ def shuffle_method(partitions: int) -> str:
     return "tasks" if partitions <= TASK_SHUFFLE_PARTITIONS else "p2p"
 
 
+def persisted(frame: dd.DataFrame) -> dd.DataFrame:
+    """``frame.persist()``, returned only once its partitions are in the cluster's memory (an
+    exception of a task is raised here).
+
+    Why wait: with dask and distributed 2026.8 on a local cluster, label propagation
+    (:mod:`permindex.distributed.components`), which built each round's graphs on frames whose
+    persist had not finished, hung about once in 15 runs on a loaded machine -- a compute that
+    Dask issued while optimizing an expression (the divisions of a ``set_index``) waited
+    forever, and the scheduler no longer held the persisted frame's keys -- or failed with
+    "lost dependencies". Waiting here orders each graph after the frames it uses."""
+    from distributed import futures_of, wait
+
+    held = frame.persist()
+    wait(futures_of(held))
+    for future in futures_of(held):
+        if future.status == "error":
+            future.result()  # raises the task's exception
+    return held
+
+
 def _mix(x: _U64) -> _U64:
     """splitmix64's finalizer, (n,) uint64 to (n,) uint64: spreads bucket keys over the shuffle's
     partitions (equal inputs, equal outputs)."""
