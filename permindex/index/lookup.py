@@ -68,7 +68,7 @@ def kernels() -> ModuleType:
 
 def _warm(module: ModuleType) -> None:
     """Run both kernels once on a one-entry table (their code is then loaded and linked)."""
-    tables = np.zeros((1, 6), dtype=np.int64)
+    tables = np.zeros((1, 7), dtype=np.int64)
     tables[0, 1] = 1
     tables[0, 4] = 1  # the prefix: the low bit
     run = Run(np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.zeros(3, np.uint32), 0)
@@ -109,13 +109,18 @@ class LookupPlan(NamedTuple):
 def _tables_array(tables: Sequence[Table], searched: tuple[int, ...]) -> _I64:
     perms = [tables[t].permutation for t in searched]
     width = max((len(p.kernel_ops) for p in perms), default=0)
-    out = np.zeros((len(perms), 3 + 3 * width), dtype=np.int64)
+    earlier = 3 + 3 * width
+    out = np.zeros((len(perms), earlier + len(perms)), dtype=np.int64)
     for s, perm in enumerate(perms):
         out[s, 0] = _signed(perm.leading_mask)
         out[s, 1] = len(perm.prefix_ops)
         out[s, 2] = len(perm.filter_ops)
         for i, (shift, mask, target) in enumerate(perm.kernel_ops):
             out[s, 3 + 3 * i : 6 + 3 * i] = (shift, _signed(mask), target)
+        for e, before in enumerate(perms[:s]):
+            image = perm.filter(before.leading_mask)
+            if image.bit_count() == before.leading_mask.bit_count():  # wholly in the filter
+                out[s, earlier + e] = _signed(image)
     return out
 
 

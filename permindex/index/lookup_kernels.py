@@ -8,10 +8,12 @@ are tested against is the numpy batch path (:func:`permindex.index.query.query_b
 What a kernel reads: a *plan* (:class:`permindex.index.lookup.LookupPlan`) of two int64 arrays
 that describe, without Python objects, the tables a query within k searches and their runs:
 
-* ``tables`` (S, 3 + 3 * W): per searched table, in search order, the leading-block mask (as
-  int64 bits), the number of prefix moves p and of filter moves f, then p + f moves ``(shift,
-  mask, target)``: ``prefix = OR ((q >> shift) & mask) << target`` over the prefix moves, the
-  32-bit filter likewise over the filter moves (:attr:`Permutation.kernel_ops`).
+* ``tables`` (S, 3 + 3 * W + S): per searched table, in search order, the leading-block mask
+  (as int64 bits), the number of prefix moves p and of filter moves f, then p + f moves
+  ``(shift, mask, target)``: ``prefix = OR ((q >> shift) & mask) << target`` over the prefix
+  moves, the 32-bit filter likewise over the filter moves (:attr:`Permutation.kernel_ops`);
+  the last S columns hold, for each earlier searched table e, the image of e's leading mask
+  in this table's filter when it lies wholly in the filter (else 0).
 * ``runs`` (R, 9): per run, the position s of its table in ``tables``, the directory shift,
   the directory's length (2^r + 1), the addresses of its arrays (directory (2^r + 1,) uint32,
   filters (m,) uint32, low row parts (m,) uint16, high row parts (m,) uint8 or uint16), whether
@@ -19,13 +21,18 @@ that describe, without Python objects, the tables a query within k searches and 
   (runs are immutable).
 
 For each query and run: the bucket ``prefix >> shift`` gives the range ``directory[b] :
-directory[b + 1]``; each entry whose filter is within k bits of the query's is a candidate; its
-row's fingerprint ``fps[row]`` is within k of the query, the row is live (``live[row]`` != 0, or
-``live`` empty: every row is), it shares the table's prefix (XOR zero under the leading mask: a
-coarse directory bucket holds other prefixes too) and shares no earlier searched table's prefix
-(so each match is reported once, by the first table whose prefix it shares). The batch kernel
-prefetches the directory entries and buckets of the queries :data:`DISTANCE` and twice that
-ahead of the one it scans, so the cache misses of several queries overlap.
+directory[b + 1]``; each entry whose filter is within k bits of the query's, and equal to it on
+no earlier table's filter image (that table reports it), is a candidate; a match is a candidate
+whose row's fingerprint ``fps[row]`` is within k of the query, the row is live (``live[row]``
+!= 0, or ``live`` empty: every row is), it shares the table's prefix (XOR zero under the
+leading mask: a coarse directory bucket holds other prefixes too) and shares no earlier
+searched table's prefix (so each match is reported once, by the first table whose prefix it
+shares). The batch kernel
+prefetches the directory entries and buckets (filters and row parts) of the queries
+:data:`DISTANCE` and twice that ahead of the one it scans, so the cache misses of several
+queries overlap; both kernels queue each candidate, prefetch its fingerprint by row and verify
+it :data:`LAG` candidates later (the end of a run's scan, or of a single query, verifies the
+rest), so those reads overlap too.
 
 Output: ``out`` (cap, 3) int64 rows (query position, row, distance) in table order, run order,
 then query order within a group; the kernels return the number of matches, which may exceed
@@ -56,9 +63,15 @@ __all__ = [
 
 #: How many queries ahead the batch kernel prefetches: the directory entry of query i + 2D
 #: and the bucket of query i + D while it scans query i (memory-level parallelism).
-DISTANCE = 8
+DISTANCE = 4
 #: Ring buffer of the pipeline's per-query state (a power of two > 2 * DISTANCE).
 RING = 32
+#: Candidates queued (their fingerprints by row prefetched) before the oldest is verified.
+LAG = 8
+#: Room of the queue of candidates awaiting verification (a power of two > LAG): a bucket that
+#: fills it verifies down to LAG before it queues more. (DISTANCE 4 and LAG 8 measured best of
+#: DISTANCE 1 to 16 and LAG 4 to 16: benchmarks/README.md.)
+PENDING = 64
 
 _PLAN = "int64[:, ::1]"
 #: lookup_batch(queries, k, tables, runs, fps, live, out) -> matches.
@@ -103,30 +116,65 @@ def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-d
 
 
 @njit(inline=True)
-def _bucket(value, j, start, end, f, k, tables, runs, r, fps, live, out, count):  # type: ignore[no-untyped-def]
-    """The matches of query ``value`` (position ``j``) among entries ``start:end`` of run r,
-    whose filters are tested against the query's ``f``; returns the new count. A candidate
-    that passes the filter reads its row's two parts, then its fingerprint by row."""
+def _bucket(value, j, start, end, f, k, tables, runs, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
+    """Queue the candidates of query ``value`` (position ``j``) among entries ``start:end`` of
+    run r, whose filters are tested against the query's ``f``: a candidate that passes reads
+    its row's two parts, is queued in ``pending`` and its fingerprint by row prefetched
+    (:func:`_verify_pending` checks it :data:`LAG` candidates later); returns the new count
+    of matches (a full queue is verified down to LAG first)."""
     s = runs[r, 0]
     m = runs[r, 8]
     filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
     low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
-    cap = out.shape[0]
+    earlier = tables.shape[1] - tables.shape[0]  # the column of table 0's filter image
     for e in range(start, end):
-        if _popcount(np.uint64(filters[e]) ^ f) <= k:
+        fx = np.uint64(filters[e]) ^ f
+        if _popcount(fx) <= k:
+            reported = False  # by an earlier table whose prefix lies in this filter
+            for t in range(s):
+                image = np.uint64(tables[s, earlier + t])
+                if image != 0 and (fx & image) == 0:
+                    reported = True
+                    break
+            if reported:
+                continue
             if runs[r, 7] != 0:
                 high16 = numba.carray(_pointer(runs[r, 6]), m, np.uint16)
                 row = (np.int64(high16[e]) << 16) | np.int64(low[e])
             else:
                 high8 = numba.carray(_pointer(runs[r, 6]), m, np.uint8)
                 row = (np.int64(high8[e]) << 16) | np.int64(low[e])
-            d = _accept(value, fps[row], k, tables, s, row, live)
-            if d >= 0:
-                if count < cap:
-                    out[count, 0] = j
-                    out[count, 1] = row
-                    out[count, 2] = d
-                count += 1
+            _prefetch(fps, row)
+            if pending[0, 0] - pending[0, 1] == PENDING:
+                count = _verify_pending(LAG, k, tables, fps, live, out, count, pending)
+            p = pending[0, 0]
+            slot = 1 + (p & (PENDING - 1))
+            pending[slot, 0] = j
+            pending[slot, 1] = row
+            pending[slot, 2] = np.int64(value)
+            pending[slot, 3] = s
+            pending[0, 0] = p + 1
+    return count
+
+
+@njit(inline=True)
+def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
+    """Verify the oldest queued candidates until at most ``keep`` remain queued; each match is
+    written to ``out`` (while it has room); returns the new count. ``pending`` (1 + PENDING, 4)
+    int64: row 0 holds (queued, verified) counts, the others (query position, row, query as
+    int64 bits, searched table) in a ring."""
+    cap = out.shape[0]
+    while pending[0, 0] - pending[0, 1] > keep:
+        slot = 1 + (pending[0, 1] & (PENDING - 1))
+        row = pending[slot, 1]
+        d = _accept(np.uint64(pending[slot, 2]), fps[row], k, tables, pending[slot, 3], row, live)
+        if d >= 0:
+            if count < cap:
+                out[count, 0] = pending[slot, 0]
+                out[count, 1] = row
+                out[count, 2] = d
+            count += 1
+        pending[0, 1] += 1
     return count
 
 
@@ -138,7 +186,11 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
     directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
-    filters = numba.carray(_pointer(runs[r, 4]), runs[r, 8], np.uint32)
+    m = runs[r, 8]
+    filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
+    low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
+    high = numba.carray(_pointer(runs[r, 6]), m * (1 + runs[r, 7]), np.uint8)
+    pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
     n_prefix = tables[s, 1]
     n_filter = tables[s, 2]
     q = queries.size
@@ -158,14 +210,30 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
             lo[j & ring] = start
             hi[j & ring] = np.int64(directory[b + 1])
             _prefetch(filters, start)
+            _prefetch(low, start)
+            _prefetch(high, start * (1 + runs[r, 7]))
         j = i - 2 * DISTANCE
         if 0 <= j < q:
             value = queries[j]
             f = _moves(value, tables, s, n_prefix, n_filter)
             count = _bucket(
-                value, j, lo[j & ring], hi[j & ring], f, k, tables, runs, r, fps, live, out, count
+                value,
+                j,
+                lo[j & ring],
+                hi[j & ring],
+                f,
+                k,
+                tables,
+                runs,
+                r,
+                fps,
+                live,
+                out,
+                count,
+                pending,
             )
-    return count
+            count = _verify_pending(LAG, k, tables, fps, live, out, count, pending)
+    return _verify_pending(0, k, tables, fps, live, out, count, pending)
 
 
 @njit(BATCH_SIGNATURE)
@@ -184,6 +252,7 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
     """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
     int64 gets (0, row, distance) per match; returns the number of matches."""
     count = 0
+    pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
     for r in range(runs.shape[0]):
         s = runs[r, 0]
         directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
@@ -191,8 +260,8 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
         b = _moves(query, tables, s, 0, n_prefix) >> np.uint64(runs[r, 1])
         f = _moves(query, tables, s, n_prefix, tables[s, 2])
         start, end = np.int64(directory[b]), np.int64(directory[b + 1])
-        count = _bucket(query, 0, start, end, f, k, tables, runs, r, fps, live, out, count)
-    return count
+        count = _bucket(query, 0, start, end, f, k, tables, runs, r, fps, live, out, count, pending)
+    return _verify_pending(0, k, tables, fps, live, out, count, pending)
 
 
 @njit(PACKED_SIGNATURE)
