@@ -186,3 +186,42 @@ def test_lookups_racing_writes_see_each_write_whole() -> None:
         thread.join(timeout=30)
     assert not errors, errors[:3]
     index._check()
+
+
+def test_batch_results_are_made_with_the_collector_paused() -> None:
+    """query_many makes a batch's lists and Match tuples without starting collections (about
+    one per 700 objects otherwise), and leaves the collector as it found it: enabled, or
+    disabled by the caller, also after concurrent batches."""
+    import gc
+
+    rng = np.random.default_rng(11)
+    fps = rng.integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
+    index = Index.from_arrays([f"k{i}" for i in range(fps.size)], fps)
+    queries = np.concatenate((fps[:6_000], rng.integers(0, 2**64 - 1, 6_000, dtype=np.uint64)))
+    started: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    assert gc.isenabled()
+    gc.callbacks.append(count)
+    try:
+        results = index.query_many(queries)
+    finally:
+        gc.callbacks.remove(count)
+    assert sum(len(r) for r in results) >= 6_000  # 12,000 lists and 6,000 Match objects
+    assert len(started) <= 2, started
+    assert gc.isenabled()
+    threads = [threading.Thread(target=index.query_many, args=(queries,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert index.query_many(queries) == results
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -26,7 +26,7 @@ from permindex.errors import InvalidArgumentError
 from permindex.index import join
 from permindex.index.keys import check_int
 from permindex.index.lookup import Lookups, batch_arrays
-from permindex.index.match import MATCH_ORDER, Match, new_match
+from permindex.index.match import MATCH_ORDER, Match, collection_paused, new_match
 from permindex.index.pair_stream import (
     PairArrays,
     PairStream,
@@ -425,10 +425,11 @@ def matches_of(
     """The (query positions, keys, fingerprints, distances) of :func:`query_view` as one list
     of :class:`Match` per query. O(n + m)."""
     q_all, keys, fps, d_all = found
-    results: list[list[Match]] = [[] for _ in range(n)]
-    matches = map(new_match, zip(keys, fps.tolist(), d_all.tolist(), strict=True))
-    for q, match in zip(q_all.tolist(), matches, strict=True):
-        results[q].append(match)
+    with collection_paused():
+        results: list[list[Match]] = [[] for _ in range(n)]
+        matches = map(new_match, zip(keys, fps.tolist(), d_all.tolist(), strict=True))
+        for q, match in zip(q_all.tolist(), matches, strict=True):
+            results[q].append(match)
     return results
 
 
