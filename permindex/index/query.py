@@ -14,6 +14,7 @@ become Python objects.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from itertools import chain
 from threading import RLock
@@ -428,8 +429,9 @@ def matches_of(
     with collection_paused():
         results: list[list[Match]] = [[] for _ in range(n)]
         matches = map(new_match, zip(keys, fps.tolist(), d_all.tolist(), strict=True))
-        for q, match in zip(q_all.tolist(), matches, strict=True):
-            results[q].append(match)
+        # list.append(results[q], match) for each match, looped in C (half the time of a
+        # Python for loop)
+        deque(map(list.append, map(results.__getitem__, q_all.tolist()), matches), maxlen=0)
     return results
 
 
