@@ -225,3 +225,44 @@ def test_batch_results_are_made_with_the_collector_paused() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_kernels_on_rows_above_2_to_the_24() -> None:
+    """The kernels read a row as 16 + 8 bits below 2^24 and 16 + 16 bits from 2^24 on: tables
+    whose rows start at 2^24 - 50 (a lazily zeroed fingerprint array, so no real memory),
+    searched by both kernels, give brute force's matches, each once."""
+    from permindex.index.lookup import kernels, make_plan
+    from permindex.index.permutation import Design
+    from permindex.index.table import RowSnapshot, Table
+
+    first = (1 << 24) - 50
+    rng = np.random.default_rng(24)
+    fps = np.zeros(first + 400, dtype=np.uint64)
+    base = rng.integers(0, 2**64 - 1, 100, dtype=np.uint64)
+    fps[first:] = near(rng, np.repeat(base, 4), 3)
+    rows = RowSnapshot(fps, None, first + 400)
+    tables = [Table(perm, memtable_limit=8) for perm in Design(4, 1).permutations]
+    for table in tables:
+        table.add_many(first, 400, rows, None)
+        assert table.runs[0].high.dtype == np.uint16
+    plan = make_plan(tables, tuple(range(4)), lambda table: table.runs)
+    queries = near(rng, fps[first::7], 3)
+    module = kernels()
+    empty = np.zeros(0, dtype=np.uint8)
+    out = np.zeros((4096, 3), dtype=np.int64)
+    count = module.lookup_batch(queries, 3, plan.tables, plan.runs, fps, empty, out)
+    got = sorted(map(tuple, out[:count].tolist()))
+    stored = fps[first:].astype(np.uint64)
+    expected = sorted(
+        (j, first + i, int(d))
+        for j, q in enumerate(queries.tolist())
+        for i, d in enumerate([(int(v) ^ q).bit_count() for v in stored.tolist()])
+        if d <= 3
+    )
+    assert got == expected and len(got) >= queries.size  # each within 3 of its source
+    one = np.zeros((256, 3), dtype=np.int64)
+    for j, q in enumerate(queries.tolist()):
+        found = module.lookup_one(q, 3, plan.tables, plan.runs, fps, empty, one)
+        assert sorted((j, row, d) for _, row, d in one[:found].tolist()) == [
+            e for e in expected if e[0] == j
+        ]

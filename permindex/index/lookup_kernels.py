@@ -64,7 +64,7 @@ __all__ = [
 #: How many queries ahead the batch kernel prefetches: the directory entry of query i + 2D
 #: and the bucket of query i + D while it scans query i (memory-level parallelism).
 DISTANCE = 4
-#: Ring buffer of the pipeline's per-query state (a power of two > 2 * DISTANCE).
+#: Ring buffer of the pipeline's per-query ranges (a power of two > 2 * DISTANCE).
 RING = 32
 #: Candidates queued (their fingerprints by row prefetched) before the oldest is verified.
 LAG = 8
@@ -116,16 +116,34 @@ def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-d
 
 
 @njit(inline=True)
-def _bucket(value, j, start, end, f, k, tables, runs, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
+def _bucket(
+    value,
+    j,
+    start,
+    end,
+    f,
+    k,
+    tables,
+    runs,
+    r,
+    fps,
+    live,
+    out,
+    count,
+    pending,
+    filters,
+    low,
+    high8,
+    high16,
+):  # type: ignore[no-untyped-def]
     """Queue the candidates of query ``value`` (position ``j``) among entries ``start:end`` of
-    run r, whose filters are tested against the query's ``f``: a candidate that passes reads
-    its row's two parts, is queued in ``pending`` and its fingerprint by row prefetched
+    run r (its ``filters`` (m,) uint32, ``low`` (m,) uint16 row parts and high parts:
+    ``high16`` (m,) uint16, or, when ``high16`` is empty, ``high8`` (m,) uint8), whose filters
+    are tested against the query's ``f``: a candidate that passes reads its row's two parts,
+    is queued in ``pending`` and its fingerprint by row prefetched
     (:func:`_verify_pending` checks it :data:`LAG` candidates later); returns the new count
     of matches (a full queue is verified down to LAG first)."""
     s = runs[r, 0]
-    m = runs[r, 8]
-    filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
-    low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
     earlier = tables.shape[1] - tables.shape[0]  # the column of table 0's filter image
     for e in range(start, end):
         fx = np.uint64(filters[e]) ^ f
@@ -138,11 +156,9 @@ def _bucket(value, j, start, end, f, k, tables, runs, r, fps, live, out, count, 
                     break
             if reported:
                 continue
-            if runs[r, 7] != 0:
-                high16 = numba.carray(_pointer(runs[r, 6]), m, np.uint16)
+            if high16.size:
                 row = (np.int64(high16[e]) << 16) | np.int64(low[e])
             else:
-                high8 = numba.carray(_pointer(runs[r, 6]), m, np.uint8)
                 row = (np.int64(high8[e]) << 16) | np.int64(low[e])
             _prefetch(fps, row)
             if pending[0, 0] - pending[0, 1] == PENDING:
@@ -180,9 +196,11 @@ def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: i
 
 @njit()
 def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[no-untyped-def]
-    """Every match of every query in run r; returns the new count. A software pipeline over
-    the queries: the directory entry of query i + 2D and the bucket of query i + D are
-    prefetched while query i is scanned (D = :data:`DISTANCE`)."""
+    """Every match of every query in run r; returns the new count. First every query's bucket
+    and filter, one move at a time over all queries (a loop the compiler vectorizes); then a
+    software pipeline over the queries: the directory entry of query i + 2D and the bucket
+    (filters and row parts) of query i + D are prefetched while query i is scanned (D =
+    :data:`DISTANCE`). The run's arrays are made once here, not per bucket."""
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
     directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
@@ -190,22 +208,34 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
     filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
     low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
     high = numba.carray(_pointer(runs[r, 6]), m * (1 + runs[r, 7]), np.uint8)
+    high16 = numba.carray(_pointer(runs[r, 6]), m if runs[r, 7] else 0, np.uint16)
     pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
     n_prefix = tables[s, 1]
     n_filter = tables[s, 2]
     q = queries.size
     ring = RING - 1
-    bucket = np.empty(RING, dtype=np.int64)
     lo = np.empty(RING, dtype=np.int64)
     hi = np.empty(RING, dtype=np.int64)
+    # every query's bucket and filter first, one move at a time over all queries (a loop the
+    # compiler vectorizes), then the pipeline
+    buckets = np.zeros(q, dtype=np.uint64)
+    wanted = np.zeros(q, dtype=np.uint64)
+    for move in range(n_prefix + n_filter):
+        c = 3 + 3 * move
+        mshift = np.uint64(tables[s, c])
+        mmask = np.uint64(tables[s, c + 1])
+        mtarget = np.uint64(tables[s, c + 2])
+        into = buckets if move < n_prefix else wanted
+        for i in range(q):
+            into[i] |= ((queries[i] >> mshift) & mmask) << mtarget
+    for i in range(q):
+        buckets[i] >>= shift
     for i in range(q + 2 * DISTANCE):
         if i < q:
-            b = np.int64(_moves(queries[i], tables, s, 0, n_prefix) >> shift)
-            bucket[i & ring] = b
-            _prefetch(directory, b)
+            _prefetch(directory, np.int64(buckets[i]))
         j = i - DISTANCE
         if 0 <= j < q:
-            b = bucket[j & ring]
+            b = np.int64(buckets[j])
             start = np.int64(directory[b])
             lo[j & ring] = start
             hi[j & ring] = np.int64(directory[b + 1])
@@ -215,7 +245,7 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
         j = i - 2 * DISTANCE
         if 0 <= j < q:
             value = queries[j]
-            f = _moves(value, tables, s, n_prefix, n_filter)
+            f = wanted[j]
             count = _bucket(
                 value,
                 j,
@@ -231,6 +261,10 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
                 out,
                 count,
                 pending,
+                filters,
+                low,
+                high,
+                high16,
             )
             count = _verify_pending(LAG, k, tables, fps, live, out, count, pending)
     return _verify_pending(0, k, tables, fps, live, out, count, pending)
@@ -260,7 +294,31 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
         b = _moves(query, tables, s, 0, n_prefix) >> np.uint64(runs[r, 1])
         f = _moves(query, tables, s, n_prefix, tables[s, 2])
         start, end = np.int64(directory[b]), np.int64(directory[b + 1])
-        count = _bucket(query, 0, start, end, f, k, tables, runs, r, fps, live, out, count, pending)
+        m = runs[r, 8]
+        filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
+        low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
+        high = numba.carray(_pointer(runs[r, 6]), m * (1 + runs[r, 7]), np.uint8)
+        high16 = numba.carray(_pointer(runs[r, 6]), m if runs[r, 7] else 0, np.uint16)
+        count = _bucket(
+            query,
+            0,
+            start,
+            end,
+            f,
+            k,
+            tables,
+            runs,
+            r,
+            fps,
+            live,
+            out,
+            count,
+            pending,
+            filters,
+            low,
+            high,
+            high16,
+        )
     return _verify_pending(0, k, tables, fps, live, out, count, pending)
 
 
