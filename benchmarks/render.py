@@ -132,6 +132,15 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                     f"| {_fmt(duel['permindex_batch_qps'])} | {duel['two_threads_ratio']:.2f}x "
                     f"| ≥ 1.6x |"
                 )
+            if "two_threads_columns_ratios" in duel:
+                lines.append(
+                    f"| two threads, each query_many(columns=True) on half the batch, vs one "
+                    f"thread on all{_rounds(duel['two_threads_columns_ratios'])} | {_power(n)} "
+                    f"| {_fmt(duel['permindex_two_threads_columns_qps'])} "
+                    f"| {_fmt(duel['permindex_columns_qps'])} "
+                    f"| {duel['two_threads_columns_ratio']:.2f}x | ≥ 1.6x |"
+                )
+            if "two_threads_ratios" in duel:
                 lines.append(
                     f"| first query_many after the build / the next | {_power(n)} "
                     f"| {_fmt(duel['first_batch_qps'])} | {_fmt(duel['second_batch_qps'])} "

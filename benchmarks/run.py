@@ -29,6 +29,7 @@ under pytest.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -118,16 +119,19 @@ def rss_bytes() -> int:
 # -- workers (each runs in its own process and prints one JSON line) ------------------------------
 
 
-def halves_in_threads(index: Any, queries: np.ndarray) -> Callable[[], None]:
-    """A run of ``index.query_many`` on each half of ``queries``, in two threads at once."""
+def halves_in_threads(index: Any, queries: np.ndarray, columns: bool = False) -> Callable[[], None]:
+    """A run of ``index.query_many`` on each half of ``queries``, in two threads at once: the
+    threads of a pool made once (as a server's executor or a user's pool would be), so that
+    starting threads is not timed; ``columns``: the columnar form."""
+    from concurrent.futures import ThreadPoolExecutor
+
     halves = np.array_split(queries, 2)
+    pool = ThreadPoolExecutor(2, thread_name_prefix="bench-halves")
+    lookup = functools.partial(index.query_many, columns=True) if columns else index.query_many
 
     def run() -> None:
-        threads = [threading.Thread(target=index.query_many, args=(h,)) for h in halves]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        for future in [pool.submit(lookup, half) for half in halves]:
+            future.result()
 
     return run
 
@@ -375,6 +379,7 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
             multihash.range_search(xq[i : i + 1], K + 1)
 
     permindex_two_threads = halves_in_threads(index, queries)
+    permindex_two_threads_columns = halves_in_threads(index, queries, columns=True)
 
     measured: dict[str, Callable[[], float]] = {
         "permindex_batch_qps": lambda: median_rate(
@@ -384,6 +389,9 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
             queries.size, lambda: index.query_many(queries, columns=True), 3
         ),
         "permindex_two_threads_qps": lambda: median_rate(queries.size, permindex_two_threads, 3),
+        "permindex_two_threads_columns_qps": lambda: median_rate(
+            queries.size, permindex_two_threads_columns, 3
+        ),
         "faiss_batch_qps": lambda: median_rate(
             queries.size, lambda: multihash.range_search(xq, K + 1), 3
         ),
@@ -405,6 +413,7 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
         ("columns", "permindex_columns_qps", "faiss_batch_qps"),
         ("single", "permindex_single_qps", "faiss_single_qps"),
         ("two_threads", "permindex_two_threads_qps", "permindex_batch_qps"),
+        ("two_threads_columns", "permindex_two_threads_columns_qps", "permindex_columns_qps"),
     )
     for kind, ours, theirs in pairs:
         ratios = [p / f for p, f in zip(per_round[ours], per_round[theirs], strict=True)]
