@@ -991,7 +991,7 @@ def main() -> int:
                 n, (design[0], design[1]), args.repeats, args.extras
             ),
             "faiss": lambda: worker_faiss(n, args.repeats),
-            "head-to-head": lambda: worker_head_to_head(n, max(7, args.repeats)),
+            "head-to-head": lambda: worker_head_to_head(n, max(15, args.repeats)),
             "simhash": lambda: worker_simhash(n, args.repeats),
             "pybind": lambda: worker_simhash_pybind(n),
             "brute": lambda: worker_brute(n),

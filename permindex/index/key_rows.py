@@ -112,8 +112,9 @@ class KeyRows:
 
     def keys(self, rows: NDArray[np.integer] | Sequence[int]) -> list[str]:
         """The keys of ``rows`` (any order, repeats allowed), decoded: up to 32 rows one by one,
-        more gathered into one buffer, decoded once and split at the NULs; a repeated row is
-        decoded once (its str object shared). O(n + bytes)."""
+        more gathered into one buffer, decoded once and split at the NULs; when rows repeat
+        (fewer than half distinct: one key matching many queries) each is decoded once, its str
+        object shared. O(n log n + bytes)."""
         rows = np.asarray(rows, dtype=np.int64)
         n = int(rows.size)
         if n == 0:
@@ -122,9 +123,9 @@ class KeyRows:
             key = self.key
             return [key(row) for row in rows.tolist()]
         unique, inverse = np.unique(rows, return_inverse=True)
-        if unique.size < n:  # repeats (one key matching many queries): decode each row once
+        if 2 * unique.size < n:  # mostly repeats: decode each row once
             decoded = self.keys(unique)
-            return [decoded[i] for i in inverse.tolist()]
+            return list(map(decoded.__getitem__, inverse.tolist()))
         starts = self._offsets[rows]
         sizes = self._offsets[rows + 1] - starts
         return decode_section(self._data[ragged_positions(starts, sizes)].tobytes(), sizes - 1)
