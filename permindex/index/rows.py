@@ -326,6 +326,14 @@ class RowStore:
         grower = self._grower
         if grower is not None:
             return grower
+        if not (rows or data_bytes):
+            # the common case after a write, seen without the lock: a stale read only defers
+            # the check to the next write (arrays swapped by a growth meanwhile: the locked one)
+            try:
+                if self.n < self.fps.size and not self.growth_wanted():
+                    return None
+            except IndexError:
+                pass
         with self.lock:
             if self._grower is not None:
                 return self._grower

@@ -52,7 +52,7 @@ class Runs:
         last_write: ``time.monotonic()`` of the last write (:meth:`merge_all`'s idle test).
     """
 
-    __slots__ = ("_merging", "last_write", "rows", "tables")
+    __slots__ = ("_changes", "_merging", "_settled", "last_write", "rows", "tables")
 
     def __init__(self, tables: list[Table], rows: RowStore) -> None:
         self.tables = tables
@@ -61,6 +61,11 @@ class Runs:
             table.defer_merges = True  # merged by merge_pending, outside the lock
         rows.on_compact = self.renumber
         self._merging = False  # one thread merges at a time
+        # The tables' run-change count (Table.changes[0], summed) when merge_pending last found
+        # no merge pending: until a run changes, none can be (a single add changes none).
+        self._settled = -1
+        shared = bool(tables) and all(table.changes is tables[0].changes for table in tables)
+        self._changes: list[int] | None = tables[0].changes if shared else None
         self.last_write = time.monotonic()
 
     # -- writes (under the lock) ----------------------------------------------------------------
@@ -132,6 +137,9 @@ class Runs:
         table satisfies its ratio (if no other thread is still writing). Readers query the
         unmerged runs meanwhile, which hold the same rows."""
         rows = self.rows
+        if self._run_changes() == self._settled:
+            return  # no run changed since none was pending (read without the lock: a write
+            # that changes runs checks again after it)
         while True:
             with rows.lock:
                 if self._merging:
@@ -141,6 +149,7 @@ class Runs:
                     if pair is not None:
                         break
                 else:
+                    self._settled = self._run_changes()
                     return
                 self._merging = True
                 snapshot = RowSnapshot(rows.fps, rows.live, rows.n)
@@ -148,6 +157,12 @@ class Runs:
             swapped = self._merge_unlocked(table, pair, snapshot, compactions)
             if not swapped and rows.compactions == compactions:  # pragma: no cover - defensive
                 return
+
+    def _run_changes(self) -> int:
+        """The tables' count of run changes (:attr:`~permindex.index.table.Table.changes`)."""
+        if self._changes is not None:  # shared by the tables, as the Index has it
+            return self._changes[0]
+        return sum(table.changes[0] for table in self.tables)
 
     def merge_all(self, idle: float = 0.0, min_share: float = MERGE_ALL_MIN_SHARE) -> bool:
         """Merge a table's frozen runs and memtable into one sorted run when at least
