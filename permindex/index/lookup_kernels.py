@@ -284,16 +284,34 @@ def lookup_batch(queries, k, tables, runs, fps, live, out):  # type: ignore[no-u
 @njit(ONE_SIGNATURE)
 def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
     """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
-    int64 gets (0, row, distance) per match; returns the number of matches."""
+    int64 gets (0, row, distance) per match; returns the number of matches. In three passes
+    over the runs, so that their cache misses overlap: every run's bucket (its directory entry
+    prefetched), then every run's range (its bucket's first filters and row parts prefetched),
+    then the scans."""
     count = 0
+    n_runs = runs.shape[0]
     pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
-    for r in range(runs.shape[0]):
+    ranges = np.empty((n_runs, 3), dtype=np.int64)  # bucket, start, end
+    for r in range(n_runs):
         s = runs[r, 0]
         directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
-        n_prefix = tables[s, 1]
-        b = _moves(query, tables, s, 0, n_prefix) >> np.uint64(runs[r, 1])
-        f = _moves(query, tables, s, n_prefix, tables[s, 2])
-        start, end = np.int64(directory[b]), np.int64(directory[b + 1])
+        b = np.int64(_moves(query, tables, s, 0, tables[s, 1]) >> np.uint64(runs[r, 1]))
+        ranges[r, 0] = b
+        _prefetch(directory, b)
+    for r in range(n_runs):
+        directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
+        b = ranges[r, 0]
+        start = np.int64(directory[b])
+        ranges[r, 1] = start
+        ranges[r, 2] = np.int64(directory[b + 1])
+        m = runs[r, 8]
+        _prefetch(numba.carray(_pointer(runs[r, 4]), m, np.uint32), start)
+        _prefetch(numba.carray(_pointer(runs[r, 5]), m, np.uint16), start)
+        high = numba.carray(_pointer(runs[r, 6]), m * (1 + runs[r, 7]), np.uint8)
+        _prefetch(high, start * (1 + runs[r, 7]))
+    for r in range(n_runs):
+        s = runs[r, 0]
+        f = _moves(query, tables, s, tables[s, 1], tables[s, 2])
         m = runs[r, 8]
         filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
         low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
@@ -302,8 +320,8 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
         count = _bucket(
             query,
             0,
-            start,
-            end,
+            ranges[r, 1],
+            ranges[r, 2],
             f,
             k,
             tables,
