@@ -116,6 +116,22 @@ def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-d
 
 
 @njit(inline=True)
+def _run_arrays(runs, r):  # type: ignore[no-untyped-def]
+    """Run r's arrays (see the module docstring for ``runs``): its directory (2^r + 1,)
+    uint32, filters (m,) uint32, low row parts (m,) uint16, high row parts as bytes
+    ((m,) uint8, or (2m,) when they are uint16) and as (m,) uint16 (empty when uint8)."""
+    m = runs[r, 8]
+    wide = runs[r, 7]
+    return (
+        numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32),
+        numba.carray(_pointer(runs[r, 4]), m, np.uint32),
+        numba.carray(_pointer(runs[r, 5]), m, np.uint16),
+        numba.carray(_pointer(runs[r, 6]), m * (1 + wide), np.uint8),
+        numba.carray(_pointer(runs[r, 6]), m if wide else 0, np.uint16),
+    )
+
+
+@njit(inline=True)
 def _bucket(
     value,
     j,
@@ -203,12 +219,7 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
     :data:`DISTANCE`). The run's arrays are made once here, not per bucket."""
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
-    directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
-    m = runs[r, 8]
-    filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
-    low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
-    high = numba.carray(_pointer(runs[r, 6]), m * (1 + runs[r, 7]), np.uint8)
-    high16 = numba.carray(_pointer(runs[r, 6]), m if runs[r, 7] else 0, np.uint16)
+    directory, filters, low, high, high16 = _run_arrays(runs, r)
     pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
     n_prefix = tables[s, 1]
     n_filter = tables[s, 2]
@@ -294,29 +305,23 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
     ranges = np.empty((n_runs, 3), dtype=np.int64)  # bucket, start, end
     for r in range(n_runs):
         s = runs[r, 0]
-        directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
+        directory = _run_arrays(runs, r)[0]
         b = np.int64(_moves(query, tables, s, 0, tables[s, 1]) >> np.uint64(runs[r, 1]))
         ranges[r, 0] = b
         _prefetch(directory, b)
     for r in range(n_runs):
-        directory = numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32)
+        directory, filters, low, high, _ = _run_arrays(runs, r)
         b = ranges[r, 0]
         start = np.int64(directory[b])
         ranges[r, 1] = start
         ranges[r, 2] = np.int64(directory[b + 1])
-        m = runs[r, 8]
-        _prefetch(numba.carray(_pointer(runs[r, 4]), m, np.uint32), start)
-        _prefetch(numba.carray(_pointer(runs[r, 5]), m, np.uint16), start)
-        high = numba.carray(_pointer(runs[r, 6]), m * (1 + runs[r, 7]), np.uint8)
+        _prefetch(filters, start)
+        _prefetch(low, start)
         _prefetch(high, start * (1 + runs[r, 7]))
     for r in range(n_runs):
         s = runs[r, 0]
         f = _moves(query, tables, s, tables[s, 1], tables[s, 2])
-        m = runs[r, 8]
-        filters = numba.carray(_pointer(runs[r, 4]), m, np.uint32)
-        low = numba.carray(_pointer(runs[r, 5]), m, np.uint16)
-        high = numba.carray(_pointer(runs[r, 6]), m * (1 + runs[r, 7]), np.uint8)
-        high16 = numba.carray(_pointer(runs[r, 6]), m if runs[r, 7] else 0, np.uint16)
+        _, filters, low, high, high16 = _run_arrays(runs, r)
         count = _bucket(
             query,
             0,

@@ -330,10 +330,11 @@ class RowStore:
             # the common case after a write, seen without the lock: a stale read only defers
             # the check to the next write (arrays swapped by a growth meanwhile: the locked one)
             try:
-                if self.n < self.fps.size and not self.growth_wanted():
-                    return None
+                settled = self.n < self.fps.size and not self.growth_wanted()
             except IndexError:
-                pass
+                settled = False
+            if settled:
+                return None
         with self.lock:
             if self._grower is not None:
                 return self._grower
