@@ -145,6 +145,7 @@ SAMPLES = {
     "vote": "set",
     "grace_seconds": "1.5",
     "workers": "3",
+    "event_loop": "asyncio",
     "fsync": "never",
     "fsync_interval": "0.5",
     "truncate_corrupt_log": "true",
