@@ -25,6 +25,7 @@ from permindex.text.fingerprint import VOTES, Vote
 
 __all__ = [
     "ENV_PREFIX",
+    "EVENT_LOOPS",
     "Option",
     "ServerConfig",
     "declare",
@@ -34,6 +35,9 @@ __all__ = [
     "positive",
     "positive_float",
 ]
+
+#: The choices of ``serve --event-loop`` (see :func:`permindex.rpc.server.new_event_loop`).
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
 #: Prefix of the environment variable of every option: ``--max-batch`` is ``PERMINDEX_MAX_BATCH``.
 ENV_PREFIX: Final = "PERMINDEX_"
@@ -340,10 +344,10 @@ class ServerConfig:
     event_loop: str = field(
         default="auto",
         metadata=declare(
-            "the event loop the server runs on: uvloop (libuv; about a fifth off the server's\n"
-            "share of a unary call), asyncio (the standard library's), auto: uvloop where it\n"
-            "is installed (every platform but Windows), else asyncio (default {default})",
-            choices=("auto", "uvloop", "asyncio"),
+            "the event loop the server runs on: uvloop (libuv; the faster, see the README's\n"
+            "Performance section), asyncio (the standard library's), auto: uvloop where it is\n"
+            "installed (every platform but Windows), else asyncio (default {default})",
+            choices=EVENT_LOOPS,
         ),
     )
     fsync: FsyncPolicy = field(

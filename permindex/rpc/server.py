@@ -41,7 +41,7 @@ from permindex.rpc.auth import (
 )
 from permindex.rpc.behaviors import Layer, ServiceHandlers
 from permindex.rpc.catalog import Catalog
-from permindex.rpc.config import ServerConfig
+from permindex.rpc.config import EVENT_LOOPS, ServerConfig
 from permindex.rpc.handlers import add_servicer
 from permindex.rpc.health import NOT_SERVING, SERVING, HealthService
 from permindex.rpc.limits import CallLimits
@@ -65,14 +65,14 @@ _REFLECTION_SERVICE = "grpc.reflection.v1alpha.ServerReflection"
 def new_event_loop(choice: str = "auto") -> asyncio.AbstractEventLoop:
     """The server's event loop (``serve --event-loop``): ``uvloop`` (libuv), ``asyncio`` (the
     standard library's), or ``auto``: uvloop where it is installed (a dependency everywhere but
-    Windows), else asyncio's. grpc.aio runs on either; uvloop takes about a fifth off the
-    server's share of a unary call (``benchmarks/run.py --only grpc`` has both echo servers).
+    Windows), else asyncio's. grpc.aio runs on either; what uvloop saves a unary call is in
+    the README's Performance section (``benchmarks/run.py --only grpc``).
 
     Raises:
-        ValueError: ``choice`` is none of the three, or is ``uvloop`` and uvloop is not
-            installed.
+        ValueError: ``choice`` is not one of :data:`~permindex.rpc.config.EVENT_LOOPS`, or is
+            ``uvloop`` and uvloop is not installed.
     """
-    if choice not in ("auto", "uvloop", "asyncio"):
+    if choice not in EVENT_LOOPS:
         raise ValueError(f"event loop {choice!r}: expected auto, uvloop or asyncio")
     if choice != "asyncio":
         try:
