@@ -24,6 +24,7 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex import jit
 from permindex.index.key_section import decode_section
 
 __all__ = ["KeyRows", "ahead_capacity", "grown", "nearly_full", "next_capacity", "ragged_positions"]
@@ -122,6 +123,8 @@ class KeyRows:
         if n <= 32:
             key = self.key
             return [key(row) for row in rows.tolist()]
+        if jit.enabled():
+            return self._keys_compiled(np.ascontiguousarray(rows))
         unique, inverse = np.unique(rows, return_inverse=True)
         if 2 * unique.size < n:  # mostly repeats: decode each row once
             decoded = self.keys(unique)
@@ -129,6 +132,21 @@ class KeyRows:
         starts = self._offsets[rows]
         sizes = self._offsets[rows + 1] - starts
         return decode_section(self._data[ragged_positions(starts, sizes)].tobytes(), sizes - 1)
+
+    def _keys_compiled(self, rows: _I64) -> list[str]:
+        """:meth:`keys` on the kernels of :mod:`permindex.index.match_kernels`: the distinct
+        rows found by hashing (O(n), no sort), the bytes of the rows (or, when they mostly
+        repeat, of the distinct rows) gathered in one pass. Same result as the numpy path."""
+        from permindex.index import match_kernels
+
+        distinct, inverse = match_kernels.distinct_rows(rows)
+        repeats = 2 * distinct.size < rows.size  # mostly repeats: decode each row once
+        chosen = distinct if repeats else rows
+        data = match_kernels.gather_key_bytes(self._offsets, self._data, chosen)
+        decoded = decode_section(
+            data.tobytes(), self._offsets[chosen + 1] - self._offsets[chosen] - 1
+        )
+        return list(map(decoded.__getitem__, inverse.tolist())) if repeats else decoded
 
     def live_keys(self, live: NDArray[np.bool_]) -> list[str]:
         """The keys of the rows where ``live`` ((rows,) bool) is set, in row order, decoded in one

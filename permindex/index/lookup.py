@@ -38,7 +38,15 @@ from permindex.index.rows import RowStore
 from permindex.index.table import Run, Table
 from permindex.index.verify import verify
 
-__all__ = ["LookupPlan", "Lookups", "ReadView", "batch_arrays", "kernels", "make_plan"]
+__all__ = [
+    "LookupPlan",
+    "Lookups",
+    "ReadView",
+    "batch_arrays",
+    "kernels",
+    "kernels_of_matches",
+    "make_plan",
+]
 
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
@@ -62,8 +70,28 @@ def kernels() -> ModuleType:
                 from permindex.index import lookup_kernels as module
 
                 _warm(module)
+                _warm_matches()
                 _kernels = module
     return _kernels
+
+
+def kernels_of_matches() -> ModuleType:
+    """The compiled kernels that order a batch's matches and gather their keys
+    (:mod:`permindex.index.match_kernels`), loaded and run once with :func:`kernels`."""
+    kernels()
+    from permindex.index import match_kernels
+
+    return match_kernels
+
+
+def _warm_matches() -> None:
+    """Run the match kernels once on a two-match input (their code is then loaded)."""
+    from permindex.index import match_kernels as module
+
+    two = np.array([1, 0], dtype=np.int64)
+    module.order_by_query(two, np.zeros(2, dtype=np.uint8), 2)
+    distinct, _ = module.distinct_rows(two)
+    module.gather_key_bytes(np.arange(3, dtype=np.int64), np.zeros(2, dtype=np.uint8), distinct)
 
 
 def _warm(module: ModuleType) -> None:
@@ -360,4 +388,8 @@ def batch_arrays(
         for i, out in enumerate(outs):
             out[:, 0] += bounds[i]
         found = np.concatenate(outs)
-    return found[:, 0], found[:, 1], found[:, 2].astype(np.uint8)
+    return (
+        np.ascontiguousarray(found[:, 0]),
+        np.ascontiguousarray(found[:, 1]),
+        found[:, 2].astype(np.uint8),
+    )

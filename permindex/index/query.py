@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index import join
 from permindex.index.keys import check_int
-from permindex.index.lookup import Lookups, batch_arrays
+from permindex.index.lookup import Lookups, batch_arrays, kernels_of_matches
 from permindex.index.match import MATCH_ORDER, Match, collection_paused, new_match
 from permindex.index.pair_stream import (
     PairArrays,
@@ -163,7 +163,7 @@ def query_batch(
         return _limited_results(rows, results, q_all, rows_all, d_all, limit)
     # By query, then distance: most lists come out sorted; only ties of distance within one
     # query need the key order (a stable sort of that list).
-    order = np.lexsort((d_all, q_all))
+    order = kernels_of_matches().order_by_query(q_all, d_all, int(queries.size))
     q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
     matches = list(
         map(
@@ -372,7 +372,7 @@ def query_view(
         with lock:
             rows.release_live(view.epoch)
         raise
-    order = np.lexsort((d_all, q_all))
+    order = kernels_of_matches().order_by_query(q_all, d_all, int(queries.size))
     q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
     # Matches of one query at one distance: ordered by key below, in Python per run of them
     # when they are few, else by ranking the distinct rows' keys once.

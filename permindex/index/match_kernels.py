@@ -1,0 +1,132 @@
+"""Compiled kernels of what a batch lookup does with its matches after the lookup kernels
+(:mod:`permindex.index.lookup_kernels`) found them: order them by query and distance, find the
+distinct rows among them, and gather the UTF-8 bytes of those rows' keys into one buffer.
+
+Imported on first use (see :mod:`permindex.jit`); each is exact, and the numpy code it replaces
+(:func:`numpy.lexsort`, :func:`numpy.unique`, a gather by
+:func:`permindex.index.key_rows.ragged_positions`) stays the path under ``PERMINDEX_JIT=0``
+and the reference of the tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.jit_numba import njit
+from permindex.jit_numba import prefetch as _prefetch
+
+__all__ = [
+    "AHEAD",
+    "DISTINCT_SIGNATURE",
+    "GATHER_SIGNATURE",
+    "ORDER_SIGNATURE",
+    "distinct_rows",
+    "gather_key_bytes",
+    "order_by_query",
+]
+
+#: order_by_query(query positions, distances, n) -> order.
+ORDER_SIGNATURE = "int64[::1](int64[::1], uint8[::1], int64)"
+#: distinct_rows(rows) -> (distinct rows, inverse).
+DISTINCT_SIGNATURE = "UniTuple(int64[::1], 2)(int64[::1])"
+#: gather_key_bytes(offsets, data, rows) -> bytes.
+GATHER_SIGNATURE = "uint8[::1](int64[::1], uint8[::1], int64[::1])"
+
+#: How many rows ahead :func:`gather_key_bytes` prefetches (their offsets, then their bytes:
+#: the rows of a batch's matches are scattered over the store).
+AHEAD = 8
+_I64 = NDArray[np.int64]
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing's multiplier, 2^64 / phi
+
+
+@njit(ORDER_SIGNATURE)
+def order_by_query(queries: _I64, distances: NDArray[np.uint8], n: int) -> _I64:
+    """The permutation (m,) int64 that orders m matches by (query position, distance), matches
+    equal in both keeping their order: ``queries`` (m,) int64 in [0, n), ``distances`` (m,)
+    uint8 in [0, 64]. Two stable counting sorts (by distance, then by query): O(m + n) time,
+    O(m + n) memory. Equal to ``numpy.lexsort((distances, queries))``."""
+    m = queries.size
+    by_distance = np.empty(m, dtype=np.int64)
+    starts = np.zeros(66, dtype=np.int64)
+    for i in range(m):
+        starts[np.int64(distances[i]) + 1] += 1
+    for distance in range(65):
+        starts[distance + 1] += starts[distance]
+    for i in range(m):
+        d = np.int64(distances[i])
+        by_distance[starts[d]] = i
+        starts[d] += 1
+    firsts = np.zeros(n + 1, dtype=np.int64)
+    for i in range(m):
+        firsts[queries[i] + 1] += 1
+    for q in range(n):
+        firsts[q + 1] += firsts[q]
+    order = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        p = by_distance[i]
+        q = queries[p]
+        order[firsts[q]] = p
+        firsts[q] += 1
+    return order
+
+
+@njit(DISTINCT_SIGNATURE)
+def distinct_rows(rows: _I64) -> tuple[_I64, _I64]:
+    """The distinct values of ``rows`` (m,) int64 (each >= 0) in order of first appearance, and
+    ``inverse`` (m,) int64 with ``distinct[inverse[i]] == rows[i]``. An open-addressing hash
+    table of at least 2m slots: O(m) expected time, O(m) memory."""
+    m = rows.size
+    bits = 1
+    while (1 << bits) < 2 * m:
+        bits += 1
+    size = 1 << bits
+    mask = size - 1
+    shift = np.uint64(64 - bits)
+    slot_row = np.full(size, -1, dtype=np.int64)
+    slot_index = np.empty(size, dtype=np.int64)
+    distinct = np.empty(m, dtype=np.int64)
+    inverse = np.empty(m, dtype=np.int64)
+    count = 0
+    for i in range(m):
+        row = rows[i]
+        h = np.int64((np.uint64(row) * _GOLDEN) >> shift)
+        while True:
+            held = slot_row[h]
+            if held == row:
+                inverse[i] = slot_index[h]
+                break
+            if held == -1:
+                slot_row[h] = row
+                slot_index[h] = count
+                distinct[count] = row
+                inverse[i] = count
+                count += 1
+                break
+            h = (h + 1) & mask
+    return distinct[:count].copy(), inverse
+
+
+@njit(GATHER_SIGNATURE)
+def gather_key_bytes(offsets: _I64, data: NDArray[np.uint8], rows: _I64) -> NDArray[np.uint8]:
+    """The stored bytes of each of ``rows`` (m,) int64, concatenated in that order: row r's
+    are ``data[offsets[r]:offsets[r + 1]]`` (its key's UTF-8 bytes and the NUL after them),
+    ``offsets`` (rows + 1,) int64, ``data`` uint8. The offsets and then the bytes of the row
+    :data:`AHEAD` places on are prefetched, so that their cache misses overlap. O(m + bytes)."""
+    m = rows.size
+    total = 0
+    for i in range(m):
+        if i + AHEAD < m:
+            _prefetch(offsets, rows[i + AHEAD])  # type: ignore[call-arg]
+        r = rows[i]
+        total += offsets[r + 1] - offsets[r]
+    out = np.empty(total, dtype=np.uint8)
+    at = 0
+    for i in range(m):
+        if i + AHEAD < m:
+            _prefetch(data, offsets[rows[i + AHEAD]])  # type: ignore[call-arg]
+        r = rows[i]
+        for b in range(offsets[r], offsets[r + 1]):
+            out[at] = data[b]
+            at += 1
+    return out

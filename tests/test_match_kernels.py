@@ -1,0 +1,107 @@
+"""The kernels that order a batch's matches and gather their keys
+(permindex.index.match_kernels): equal to the numpy code they replace (lexsort, unique, a
+ragged gather), and, through ``Index.query_many``, the same answers as the reference paths
+(``PERMINDEX_JIT=0``) where rows repeat, keys tie and buckets are large."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from permindex import Index
+from permindex.index import match_kernels
+from permindex.index.lookup_kernels import BUCKET_LINES
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 50),
+    data=st.data(),
+)
+def test_order_by_query_is_lexsort(n: int, data: st.DataObject) -> None:
+    m = data.draw(st.integers(0, 300))
+    queries = data.draw(hnp.arrays(np.int64, m, elements=st.integers(0, n - 1)))
+    distances = data.draw(hnp.arrays(np.uint8, m, elements=st.integers(0, 64)))
+    order = match_kernels.order_by_query(queries, distances, n)
+    assert order.tolist() == np.lexsort((distances, queries)).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=hnp.arrays(np.int64, st.integers(0, 400), elements=st.integers(0, 2**40)))
+def test_distinct_rows_in_first_appearance_order(rows: np.ndarray) -> None:
+    distinct, inverse = match_kernels.distinct_rows(rows)
+    _, first = np.unique(rows, return_index=True)
+    assert distinct.tolist() == rows[np.sort(first)].tolist()
+    assert distinct[inverse].tolist() == rows.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.binary(min_size=1, max_size=20), min_size=1, max_size=40),
+    data=st.data(),
+)
+def test_gather_key_bytes_concatenates_the_rows(keys: list[bytes], data: st.DataObject) -> None:
+    stored = [key + b"\x00" for key in keys]
+    offsets = np.zeros(len(stored) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in stored], out=offsets[1:])
+    blob = np.frombuffer(b"".join(stored), dtype=np.uint8).copy()
+    rows = data.draw(
+        hnp.arrays(np.int64, st.integers(0, 100), elements=st.integers(0, len(keys) - 1))
+    )
+    got = match_kernels.gather_key_bytes(offsets, blob, rows).tobytes()
+    assert got == b"".join(stored[r] for r in rows.tolist())
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, keys: list[str], fps: np.ndarray) -> tuple[Index, Index]:
+    compiled = Index.from_arrays(keys, fps)
+    monkeypatch.setenv("PERMINDEX_JIT", "0")
+    try:
+        reference = Index.from_arrays(keys, fps)
+    finally:
+        monkeypatch.delenv("PERMINDEX_JIT")
+    return compiled, reference
+
+
+def test_one_key_matched_by_many_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows that mostly repeat (each key decoded once, its str shared) and rows that do not;
+    Unicode keys and keys holding NUL."""
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True)
+    keys = [f"k\x00é-{i}" if i % 3 == 0 else f"键-{i}" for i in range(fps.size)]
+    compiled, reference = _both(monkeypatch, keys, fps)
+    for queries in (
+        np.repeat(fps[:3], 200),  # 600 queries, 3 distinct rows matched
+        np.concatenate([fps[::2], fps[:40]]),  # a few repeats
+    ):
+        got = compiled.query_many(queries)
+        assert got == reference.query_many(queries)
+        assert sum(map(len, got)) >= queries.size
+        columns = compiled.query_many(queries, columns=True)
+        assert columns.keys == [m.key for ms in got for m in ms]
+    compiled._check()
+
+
+def test_ties_and_large_buckets_match_brute_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of fingerprints sharing table 0's prefix (a bucket far larger than the
+    prefetched lines) and many matches per query at one distance (ordered by key)."""
+    rng = np.random.default_rng(9)
+    count = 40 * 16 * BUCKET_LINES
+    low = rng.integers(0, 2**48, count, dtype=np.uint64)
+    fps = (np.uint64(0xABCD) << np.uint64(48)) | low
+    base = fps[:50]
+    flips = np.uint64(1) << rng.integers(0, 64, (50, 30)).astype(np.uint64)
+    near = (base[:, None] ^ flips).ravel()  # 30 neighbours at distance 1 of each of 50
+    all_fps = np.concatenate([fps, near])
+    keys = [f"doc-{i:06d}" for i in rng.permutation(all_fps.size)]
+    compiled, reference = _both(monkeypatch, keys, all_fps)
+    queries = np.concatenate([base, rng.integers(0, 2**64 - 1, 200, dtype=np.uint64)])
+    got = compiled.query_many(queries)
+    assert got == reference.query_many(queries)
+    for q, matches in zip(queries.tolist(), got, strict=True):
+        expected = np.flatnonzero(np.bitwise_count(all_fps ^ np.uint64(q)) <= 3)
+        assert sorted(m.key for m in matches) == sorted(keys[i] for i in expected.tolist())
+    assert max(len(m) for m in got) > 30
+    assert [compiled.query(q) for q in queries[:60].tolist()] == got[:60]
