@@ -28,7 +28,8 @@ whose row's fingerprint ``fps[row]`` is within k of the query, the row is live (
 leading mask: a coarse directory bucket holds other prefixes too) and shares no earlier
 searched table's prefix (so each match is reported once, by the first table whose prefix it
 shares). The batch kernel
-prefetches the directory entries and buckets (filters and row parts) of the queries
+prefetches the directory entries and buckets (the first :data:`BUCKET_LINES` cache lines of
+the filters, and the row parts) of the queries
 :data:`DISTANCE` and twice that ahead of the one it scans, so the cache misses of several
 queries overlap; both kernels queue each candidate, prefetch its fingerprint by row and verify
 it :data:`LAG` candidates later (the end of a run's scan, or of a single query, verifies the
@@ -51,6 +52,7 @@ from permindex.jit_numba import prefetch as _prefetch
 
 __all__ = [
     "BATCH_SIGNATURE",
+    "BUCKET_LINES",
     "DISTANCE",
     "ONE_SIGNATURE",
     "PACKED_HEADER",
@@ -72,6 +74,9 @@ LAG = 8
 #: fills it verifies down to LAG before it queues more. (DISTANCE 4 and LAG 8 measured best of
 #: DISTANCE 1 to 16 and LAG 4 to 16: benchmarks/README.md.)
 PENDING = 64
+#: Cache lines of a bucket's filters prefetched ahead of its scan (the first of them alone
+#: left the scan of a large bucket waiting on each line: benchmarks/README.md).
+BUCKET_LINES = 10
 
 _PLAN = "int64[:, ::1]"
 #: lookup_batch(queries, k, tables, runs, fps, live, out) -> matches.
@@ -84,6 +89,14 @@ PACKED_SIGNATURE = "int64(uint64, int64[::1])"
 #: ``live`` (0: every row live), rows of ``fps``, k, address and rows of the (cap, 3) int64
 #: output; ``tables`` and ``runs`` follow from here.
 PACKED_HEADER = 10
+
+
+@njit(inline=True)
+def _prefetch_lines(filters, start, end):  # type: ignore[no-untyped-def]
+    """Prefetch the filters ``start:end`` of a bucket, one cache line (16 filters) at a time,
+    at most :data:`BUCKET_LINES` lines (the hardware's prefetcher follows the rest)."""
+    for e in range(start, min(end, start + 16 * BUCKET_LINES), 16):
+        _prefetch(filters, e)
 
 
 @njit(inline=True)
@@ -248,9 +261,10 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[n
         if 0 <= j < q:
             b = np.int64(buckets[j])
             start = np.int64(directory[b])
+            end = np.int64(directory[b + 1])
             lo[j & ring] = start
-            hi[j & ring] = np.int64(directory[b + 1])
-            _prefetch(filters, start)
+            hi[j & ring] = end
+            _prefetch_lines(filters, start, end)
             _prefetch(low, start)
             _prefetch(high, start * (1 + runs[r, 7]))
         j = i - 2 * DISTANCE
@@ -313,9 +327,10 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
         directory, filters, low, high, _ = _run_arrays(runs, r)
         b = ranges[r, 0]
         start = np.int64(directory[b])
+        end = np.int64(directory[b + 1])
         ranges[r, 1] = start
-        ranges[r, 2] = np.int64(directory[b + 1])
-        _prefetch(filters, start)
+        ranges[r, 2] = end
+        _prefetch_lines(filters, start, end)
         _prefetch(low, start)
         _prefetch(high, start * (1 + runs[r, 7]))
     for r in range(n_runs):
