@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
 import resource
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -38,6 +40,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+#: main when issue 13 was filed (its README: dedup of 10^6 synthetic documents in 155 s,
+#: 451 MB), the reference of the issue's "5x faster".
+BASELINE_COMMIT = "c1b4e0d935c9bc5416571c817e8000e1d9820905"
 DEFAULT_WORKDIR = Path("/tmp/permindex-bench-dedup")
 
 
@@ -116,14 +121,21 @@ def run_dedup_command(
     jobs: int | None = None,
     jit: bool = True,
     extra: tuple[str, ...] = (),
+    source: Path | None = None,
 ) -> dict[str, Any]:
     """Run ``permindex dedup`` on ``path`` (with the ``extra`` arguments) in a subprocess; its
     wall time, peak RSS (its own; the tree's, sampled: with ``--engine dask --workers N`` the
-    tree holds the cluster's processes too), the pairs file and its summary.json."""
+    tree holds the cluster's processes too), the pairs file and its summary.json. ``source``: a
+    directory holding another ``permindex`` package (:func:`baseline_source`), run instead of
+    the installed one (``python -m permindex`` with it first on PYTHONPATH)."""
     pairs = out_dir / "pairs-stdout.tsv"
     out_dir.mkdir(parents=True, exist_ok=True)
+    if source is None:
+        program = [str(Path(sys.executable).with_name("permindex"))]
+    else:  # -P: the working directory does not come before PYTHONPATH
+        program = [sys.executable, "-P", "-m", "permindex"]
     command = [
-        str(Path(sys.executable).with_name("permindex")),
+        *program,
         "dedup",
         str(path),
         "--out",
@@ -136,6 +148,17 @@ def run_dedup_command(
         command += ["--jobs", str(jobs)]
     command += list(extra)
     env = dict(os.environ, PERMINDEX_JIT="1" if jit else "0")
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+        found = subprocess.run(
+            [sys.executable, "-P", "-c", "import permindex; print(permindex.__file__)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if not Path(found).is_relative_to(source):
+            raise RuntimeError(f"the package run is {found}, not the one under {source}")
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     peak_tree = 0
     peak_own = 0
@@ -230,6 +253,29 @@ def check_sample(
     }
 
 
+def baseline_source(commit: str = BASELINE_COMMIT, workdir: Path = DEFAULT_WORKDIR) -> Path | None:
+    """A directory holding the ``permindex`` package of ``commit`` of this repository
+    (extracted once with ``git archive`` under ``workdir``), for :func:`run`'s ``source``; None
+    when git or the commit is not at hand (a copy of the repository without its history)."""
+    target = workdir / f"source-{commit[:12]}"
+    if (target / "permindex" / "__init__.py").is_file():
+        return target
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", commit, "permindex"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    partial = workdir / f".source-{commit[:12]}-{os.getpid()}"
+    partial.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(partial, filter="data")
+    partial.rename(target)
+    return target
+
+
 def run(
     documents: int = 1_000_000,
     *,
@@ -238,18 +284,20 @@ def run(
     sample: int = 2000,
     jit: bool = True,
     workdir: Path = DEFAULT_WORKDIR,
+    source: Path | None = None,
 ) -> dict[str, Any]:
-    """Generate (or reuse) the corpus, run ``permindex dedup`` on it, check a sample; a dict of
-    the figures (wall time, peak RSS, stage seconds and shares, CPU seconds of the workers,
-    pairs, the check)."""
+    """Generate (or reuse) the corpus, run ``permindex dedup`` on it (``source``: another
+    package's, see :func:`run_dedup_command`), check a sample; a dict of the figures (wall
+    time, peak RSS, stage seconds and shares, CPU seconds of the workers, pairs, the check)."""
     path, truth = corpus(documents, workdir)
-    measured = run_dedup_command(path, workdir / f"report-{documents}", k=k, jobs=jobs, jit=jit)
+    report = workdir / (f"report-{documents}" if source is None else f"report-{documents}-base")
+    measured = run_dedup_command(path, report, k=k, jobs=jobs, jit=jit, source=source)
     summary = measured.pop("summary")
-    stages = {
-        name: summary["seconds"][name]
-        for name in ("read", "fingerprint", "join", "cluster", "write")
-        if name in summary["seconds"]
-    }
+    seconds = summary["seconds"]
+    # Today's stages ("read and fingerprint" is their sum, for older readers); an older
+    # package (the baseline) has its own names.
+    names = [n for n in ("read", "fingerprint", "join", "cluster", "write") if n in seconds]
+    stages = {name: seconds[name] for name in (names if "read" in seconds else seconds)}
     total = sum(stages.values()) or 1.0
     result = {
         "documents": documents,
@@ -277,9 +325,19 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--sample", type=int, default=2000)
     parser.add_argument("--no-jit", action="store_true", help="PERMINDEX_JIT=0 (numpy paths)")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help=f"run the package of commit {BASELINE_COMMIT[:12]} (main when issue 13 was filed)",
+    )
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
+    source = None
+    if args.baseline:
+        source = baseline_source(workdir=args.workdir)
+        if source is None:
+            parser.exit(2, f"bench_dedup: commit {BASELINE_COMMIT[:12]} is not at hand (git)\n")
     result = run(
         args.documents,
         k=args.k,
@@ -287,6 +345,7 @@ def main() -> int:
         sample=args.sample,
         jit=not args.no_jit,
         workdir=args.workdir,
+        source=source,
     )
     text = json.dumps(result, indent=2)
     print(text)
