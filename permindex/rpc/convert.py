@@ -399,7 +399,18 @@ def query_wire_bytes(found: Sequence[Sequence[Match]]) -> int:
 
 
 def _keys_wire_bytes(keys: Sequence[str]) -> int:
-    """UTF-8 bytes of ``keys`` with each key's tag and length."""
+    """UTF-8 bytes of ``keys`` with each key's tag and length: in one pass over their
+    concatenation when every key is under 128 bytes (each then has a 1-byte tag and a 1-byte
+    length; a key of fewer than 32 characters, or ASCII of fewer than 128, is), else key by
+    key. Exact. O(total characters)."""
+    if not keys:
+        return 0
+    joined = "".join(keys)
+    ascii_only = joined.isascii()
+    longest = max(map(len, keys))
+    if longest < 32 or (ascii_only and longest < 128):
+        utf8 = len(joined) if ascii_only else len(joined.encode("utf-8", "surrogatepass"))
+        return utf8 + 2 * len(keys)
     size = 0
     for key in keys:
         length = len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
