@@ -184,7 +184,7 @@ def _file_text(path: Path, extract: Extract = "visible") -> str:
     if name.endswith(".gz"):
         try:
             data = gzip_stream.decompress(data)
-        except gzip_stream.ERRORS as error:
+        except gzip_stream.errors() as error:
             raise _SkippedFile("not text", f"not a valid gzip file ({error})") from None
         name = name[:-3]
     text = _decode_text(data)
@@ -233,7 +233,7 @@ def _reads(stream: IO[bytes], size: int, name: str) -> Iterator[bytes]:
     while True:
         try:
             data = stream.read(size)
-        except gzip_stream.ERRORS as error:
+        except gzip_stream.errors() as error:
             raise InvalidArgumentError(f"{name}: cannot read: {error}") from None
         if not data:
             return
@@ -522,7 +522,7 @@ class DocumentReader:
                 if document is not None:
                     self.stats.documents += 1
                     yield document
-        except gzip_stream.ERRORS as error:  # a truncated or corrupt gzip stream
+        except gzip_stream.errors() as error:  # a truncated or corrupt gzip stream
             raise InvalidArgumentError(f"{self.name}: cannot read: {error}") from None
 
     def _parse_line(self, line: bytes, number: int) -> Document | None:
