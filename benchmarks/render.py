@@ -306,7 +306,7 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"| {_ratio(slow['server_cpu_s_per_million'], fast['server_cpu_s_per_million'])} "
                 "less CPU | the index's factor |"
             )
-        server = f", {grpc['server']} server" if "server" in grpc else ""
+        server = f" (server: {grpc['server']})" if "server" in grpc else ""
         p50_rounds = _rounds(grpc["query_1"].get("p50_ratios"))
         calls_rounds = _rounds(grpc["query_4"].get("calls_ratios"))
         lines.append(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -732,8 +733,9 @@ def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[st
 
 
 def server_kind() -> str:
-    """``asyncio`` when ``permindex serve`` has the stream limits of the grpc.aio server, else
-    ``sync`` (the thread-pool server), with the commit of the measured tree when known."""
+    """``asyncio`` when ``permindex serve`` has the stream limits of the grpc.aio server (with
+    the event loop it picks by default), else ``sync`` (the thread-pool server), and the commit
+    of the measured tree when known: e.g. ``asyncio on uvloop, commit 1234abc``."""
     usage = subprocess.run(
         [sys.executable, "-m", "permindex", "serve", "--help"],
         capture_output=True,
@@ -742,6 +744,8 @@ def server_kind() -> str:
         cwd=ROOT,
     ).stdout
     kind = "asyncio" if "--max-streams" in usage else "sync"
+    if kind == "asyncio" and "--event-loop" in usage:  # serve's default loop: uvloop if found
+        kind += " on uvloop" if importlib.util.find_spec("uvloop") else " on asyncio's loop"
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -749,7 +753,7 @@ def server_kind() -> str:
         check=False,
         cwd=ROOT,
     ).stdout.strip()
-    return f"{kind} {commit}".strip()
+    return f"{kind}, commit {commit}" if commit else kind
 
 
 def process_cpu_seconds(pid: int) -> float:
