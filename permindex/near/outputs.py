@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates
+from permindex.index.key_column import KeyColumn
 from permindex.io.arrow import require_pyarrow
 from permindex.io.parquet import ParquetTableWriter, open_documents
 from permindex.near.jaccard import JaccardDuplicates, jaccard_text
@@ -31,6 +36,41 @@ def measure_of(result: DedupResult) -> tuple[str, Callable[[int], str]]:
     if isinstance(result.near, JaccardDuplicates):
         return "jaccard", jaccard_text
     return "distance", str
+
+
+class _KeyNames(dict[int, str]):
+    """The keys of the report's positions, decoded once: ``names[p]`` is a dict lookup (a
+    position not decoded ahead, if any, is decoded on first use)."""
+
+    column: Sequence[str]
+
+    @classmethod
+    def of(cls, near: NearDuplicates, clusters: Sequence[NDArray[np.int64]]) -> _KeyNames:
+        """The keys of every position in ``clusters`` (every key with a near-duplicate: those
+        of the pairs, flags and exact-duplicate groups too)."""
+        names = cls()
+        names.column = column = near.keys
+        if clusters:
+            positions = np.concatenate(clusters)
+            if isinstance(column, KeyColumn):
+                decoded = column.strings(positions)
+            else:
+                decoded = [column[p] for p in positions.tolist()]
+            names.update(zip(positions.tolist(), decoded, strict=True))
+        return names
+
+    def __missing__(self, position: int) -> str:
+        key = self.column[position]
+        self[position] = key
+        return key
+
+    def pairs(self, near: NearDuplicates) -> Iterator[tuple[str, str, int]]:
+        """``near.iter_pairs()`` with the keys looked up here."""
+        name = self.__getitem__
+        return chain.from_iterable(
+            zip(map(name, a.tolist()), map(name, b.tolist()), d.tolist(), strict=True)
+            for a, b, d in near.pair_chunks()
+        )
 
 
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
@@ -64,6 +104,7 @@ def _write_json_array(path: Path, items: Iterable[object], *, encoded: bool = Fa
 def _write_parquet_tables(
     folder: Path,
     near: NearDuplicates,
+    keys: _KeyNames,
     clusters: Sequence[Any],
     exact: Sequence[Any],
     decisions: Sequence[tuple[int, str, str, str]],
@@ -78,11 +119,11 @@ def _write_parquet_tables(
         for name in names:
             (folder / f"{name}.parquet").unlink(missing_ok=True)
         return
-    keys, fps = near.keys, near.fingerprints
+    fps = near.fingerprints
     tables: dict[str, tuple[list[tuple[str, str]], Iterable[tuple[Any, ...]]]] = {
         "pairs": (
             [("key_a", "string"), ("key_b", "string"), ("distance", "int64")],
-            near.iter_pairs(),
+            keys.pairs(near),
         ),
         "clusters": (
             [("cluster", "int64"), ("key", "string")],
@@ -179,25 +220,25 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     folder = Path(out_dir if out_dir is not None else options.out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     near = result.near
-    keys = near.keys
+    clusters = near.cluster_positions()
+    keys = _KeyNames.of(near, clusters)  # keys[p]: a dict lookup, not a call per line
     fps = near.fingerprints
     t = tsv_field  # keys in TSV and text lines: backslash, TAB, LF, CR escaped
     measure, m = measure_of(result)
 
     _write_lines(
-        folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{m(z)}\n" for x, y, z in near.iter_pairs())
+        folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{m(z)}\n" for x, y, z in keys.pairs(near))
     )
     j = encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
     _write_json_array(
         folder / "pairs.json",
         (
             f'{{"key_a": {j(x)}, "key_b": {j(y)}, "{measure}": {m(z)}}}'
-            for x, y, z in near.iter_pairs()
+            for x, y, z in keys.pairs(near)
         ),
         encoded=True,
     )
 
-    clusters = near.cluster_positions()
     spans = near.spans(clusters)
     _write_lines(
         folder / "clusters.tsv",
@@ -281,7 +322,7 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
         encoded=True,
     )
     _write_lines(folder / "too_short.tsv", (f"{t(k)}\t{n}\n" for k, n in result.too_short))
-    _write_parquet_tables(folder, near, clusters, exact, decisions)
+    _write_parquet_tables(folder, near, keys, clusters, exact, decisions)
 
     if isinstance(near, JaccardDuplicates):
         labelled = near.jaccard_counts()
@@ -291,8 +332,8 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     summary: dict[str, Any] = {
         "input": options.source,
         "documents": result.documents,
-        "fingerprinted": len(keys) + result.repeated_keys,
-        "distinct_keys": len(keys),
+        "fingerprinted": len(near.keys) + result.repeated_keys,
+        "distinct_keys": len(near.keys),
         "repeated_keys": result.repeated_keys,
         "too_short": len(result.too_short),
         "skipped": sum(result.skipped_by_reason.values()),
