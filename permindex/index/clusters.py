@@ -573,10 +573,12 @@ class NearDuplicates:
             kept = [x[pick] for x in parts]
         return PairArrays(*kept[:3])
 
-    def iter_pairs(self) -> Iterator[tuple[str, str, int]]:
+    def iter_pairs(self, key: Callable[[int], str] | None = None) -> Iterator[tuple[str, str, int]]:
         """The pairs as (key_a, key_b, distance), key_a < key_b, sorted; streamed from
-        :meth:`pair_chunks`."""
-        key = self.keys.__getitem__
+        :meth:`pair_chunks`. ``key``: the key of a position (default: ``keys[position]``), for
+        a caller that holds the keys decoded already."""
+        if key is None:
+            key = self.keys.__getitem__
         return chain.from_iterable(
             zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
             for a, b, d in self.pair_chunks()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import chain
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -64,14 +63,6 @@ class _KeyNames(dict[int, str]):
         self[position] = key
         return key
 
-    def pairs(self, near: NearDuplicates) -> Iterator[tuple[str, str, int]]:
-        """``near.iter_pairs()`` with the keys looked up here."""
-        name = self.__getitem__
-        return chain.from_iterable(
-            zip(map(name, a.tolist()), map(name, b.tolist()), d.tolist(), strict=True)
-            for a, b, d in near.pair_chunks()
-        )
-
 
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as out:
@@ -123,7 +114,7 @@ def _write_parquet_tables(
     tables: dict[str, tuple[list[tuple[str, str]], Iterable[tuple[Any, ...]]]] = {
         "pairs": (
             [("key_a", "string"), ("key_b", "string"), ("distance", "int64")],
-            keys.pairs(near),
+            near.iter_pairs(keys.__getitem__),
         ),
         "clusters": (
             [("cluster", "int64"), ("key", "string")],
@@ -227,14 +218,15 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     measure, m = measure_of(result)
 
     _write_lines(
-        folder / "pairs.tsv", (f"{t(x)}\t{t(y)}\t{m(z)}\n" for x, y, z in keys.pairs(near))
+        folder / "pairs.tsv",
+        (f"{t(x)}\t{t(y)}\t{m(z)}\n" for x, y, z in near.iter_pairs(keys.__getitem__)),
     )
     j = encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
     _write_json_array(
         folder / "pairs.json",
         (
             f'{{"key_a": {j(x)}, "key_b": {j(y)}, "{measure}": {m(z)}}}'
-            for x, y, z in keys.pairs(near)
+            for x, y, z in near.iter_pairs(keys.__getitem__)
         ),
         encoded=True,
     )
