@@ -48,6 +48,7 @@ from permindex.text.fingerprint import (
     simhash_weighted,
     tokens,
 )
+from permindex.text.inflated_blocks import BLOCKS_AHEAD, SharedBlock
 from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
 
 __all__ = [
@@ -208,9 +209,12 @@ class _Done:
     fingerprint_seconds: float
 
 
-def _work_lines(parser: JsonlParser, first: int, block: bytes, *args: Any) -> _Done | _Failure:
-    """Parse a block of whole JSONL lines (the first being line ``first``), then :func:`_work`
-    on their texts (``args`` as for :func:`_work`)."""
+def _work_lines(
+    parser: JsonlParser, first: int, block: bytes | SharedBlock, *args: Any
+) -> _Done | _Failure:
+    """Parse a block of whole JSONL lines (the first being line ``first``; a SharedBlock is
+    read from its ring file first), then :func:`_work` on their texts (``args`` as for
+    :func:`_work`)."""
     started = time.process_time()
     try:
         keys, texts, given = parser.block_columns(block, first)
@@ -297,7 +301,7 @@ _Known = tuple[list[str], list[int | None]] | None  # a task's keys and given fi
 
 
 def _tasks(
-    reader: DocumentReader, args: tuple[Any, ...], jobs: int
+    reader: DocumentReader, args: tuple[Any, ...], jobs: int, shared_slots: int = 0
 ) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
     """The tasks of one pass, in input order: (the keys and given fingerprints when this
     process has them, else None; the worker function; its arguments). A JSONL input is read
@@ -305,7 +309,9 @@ def _tasks(
     by a child process when there is a pool), parsed and fingerprinted by the workers; a
     folder's files are listed here, read and parsed by the workers; a Parquet source is read
     here in batches of rows (:meth:`ParquetReader.column_batches`), fingerprinted by the
-    workers."""
+    workers. ``shared_slots``: a gzip JSONL input's blocks reach the workers through a ring
+    file of that many slots (each :func:`_work_lines` task must then be followed, once done,
+    by ``reader.release_block()``)."""
     if isinstance(reader, ParquetReader):
         for keys_, texts, given in reader.column_batches():
             yield (keys_, given), _work_items, (texts, *args)
@@ -324,7 +330,10 @@ def _tasks(
         return
     parser = reader.parser()
     # a pool shares the work: decompressing elsewhere lets this process keep the pool fed
-    for first, block in reader.text_blocks(_CHUNK_BYTES, inflate_elsewhere=jobs > 1):
+    blocks = reader.text_blocks(
+        _CHUNK_BYTES, inflate_elsewhere=jobs > 1, shared_slots=shared_slots if jobs > 1 else 0
+    )
+    for first, block in blocks:
         yield None, _work_lines, (parser, first, block, *args)
 
 
@@ -463,9 +472,11 @@ def _run_pass(
         np.save(spool, df.counts)
         initializer, initargs = _init_idf_worker, (str(spool), df.documents, df.bucket_bits)
     pool: Any = None
-    waiting: deque[tuple[_Known, Future[Any]]] = deque()
+    waiting: deque[tuple[_Known, bool, Future[Any]]] = deque()
 
-    def collect(known: _Known, done: _Done | _Failure) -> None:
+    def collect(known: _Known, lines: bool, done: _Done | _Failure) -> None:
+        if lines:  # its block has been read: the ring file's slot is free again
+            reader.release_block()
         if isinstance(done, _Failure):
             raise done.exception()
         read = task_documents(known, done)
@@ -492,10 +503,12 @@ def _run_pass(
     global _DF
     inline = _INLINE_CHUNKS  # a small input is done before a pool would have started
     started = time.monotonic()
+    tasks: Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]] | None = None
     try:
         if initializer is not None:
             initializer(*initargs)  # chunks done here: set this process up as a worker
-        tasks = _tasks(reader, args, options.jobs)
+        slots = BLOCKS_AHEAD + (_IN_FLIGHT + 1) * options.jobs + 4  # > blocks held at once
+        tasks = _tasks(reader, args, options.jobs, slots)
         while True:
             reading = time.monotonic()
             next_task = next(tasks, None)
@@ -503,24 +516,27 @@ def _run_pass(
             if next_task is None:
                 break
             known, function, arguments = next_task
+            lines = function is _work_lines
             if pool is None and (options.jobs == 1 or inline > 0):
                 inline -= 1
-                collect(known, function(*arguments))
+                collect(known, lines, function(*arguments))
                 continue
             if pool is None:
                 pool = _pool(options.jobs, initializer, initargs)
-            waiting.append((known, pool.submit(function, *arguments)))
+            waiting.append((known, lines, pool.submit(function, *arguments)))
             while len(waiting) > _IN_FLIGHT * options.jobs:
-                done_known, future = waiting.popleft()
-                collect(done_known, future.result())
+                done_known, done_lines, future = waiting.popleft()
+                collect(done_known, done_lines, future.result())
         while waiting:
-            done_known, future = waiting.popleft()
-            collect(done_known, future.result())
+            done_known, done_lines, future = waiting.popleft()
+            collect(done_known, done_lines, future.result())
     finally:
         bar.close()
         _DF = None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        if tasks is not None and hasattr(tasks, "close"):
+            tasks.close()  # stops a decompressing child, removes its ring file
     collected.seconds = time.monotonic() - started
     return collected
 

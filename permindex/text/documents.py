@@ -25,6 +25,7 @@ from permindex.index.keys import MAX_KEY_BYTES, validate_key
 from permindex.text import gzip_stream
 from permindex.text.extract import Extract
 from permindex.text.html import html_page_text, html_to_text  # re-exported
+from permindex.text.inflated_blocks import InflatedBlocks, SharedBlock, reads, whole_lines
 
 __all__ = [
     "Document",
@@ -227,53 +228,6 @@ def _valid_key(key: str) -> bool:
     return True
 
 
-def _reads(stream: IO[bytes], size: int, name: str) -> Iterator[bytes]:
-    """Reads of ``size`` bytes of ``stream`` until its end; a truncated or corrupt stream is an
-    :class:`InvalidArgumentError` naming ``name`` (``cannot read``)."""
-    while True:
-        try:
-            data = stream.read(size)
-        except gzip_stream.errors() as error:
-            raise InvalidArgumentError(f"{name}: cannot read: {error}") from None
-        if not data:
-            return
-        yield data
-
-
-def _whole_lines(reads: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
-    """``reads`` cut after their last newline (see :meth:`DocumentReader.text_blocks`)."""
-    first = 1
-    rest = b""
-    for data in reads:
-        if rest:
-            data = rest + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:  # no newline yet: a line longer than a block
-            rest = data
-            continue
-        block, rest = data[:cut], data[cut:]
-        yield first, block
-        first += block.count(b"\n")
-    if rest:  # the last line, without a newline
-        yield first, rest
-
-
-def _inflate(path: str, name: str, size: int, sender: Any) -> None:
-    """In a child process: send the reads of the gzip file ``path`` (each with the compressed
-    bytes consumed so far), then None; or the message of the error that stopped it."""
-    try:
-        with open(path, "rb") as raw, gzip_stream.open_stream(raw) as stream:
-            for data in _reads(stream, size, name):
-                sender.send((data, raw.tell()))
-        sender.send(None)
-    except InvalidArgumentError as error:
-        sender.send(str(error))
-    except OSError as error:  # the file itself
-        sender.send(f"{name}: cannot read: {error}")
-    finally:
-        sender.close()
-
-
 class DocumentColumns(NamedTuple):
     """Documents as three lists of one length: ``keys``, ``texts`` (None where the input gave
     a fingerprint) and ``fingerprints`` (None where it gave a text); no crawl times (what
@@ -355,13 +309,16 @@ class JsonlParser:
                 fingerprints.append(document.fingerprint)
         return DocumentColumns(keys, texts, fingerprints)
 
-    def block_columns(self, block: bytes, first: int) -> DocumentColumns:
+    def block_columns(self, block: bytes | SharedBlock, first: int) -> DocumentColumns:
         """:meth:`columns` of the lines of ``block`` (as :meth:`DocumentReader.text_blocks`
-        gives them: whole lines, the first being line ``first``).
+        gives them: whole lines, the first being line ``first``; a SharedBlock is read first).
 
         Raises:
             MalformedInputError: the first malformed line.
+            OSError: a SharedBlock's ring file is gone.
         """
+        if isinstance(block, SharedBlock):
+            block = block.read()
         lines = block.split(b"\n")
         if block.endswith(b"\n"):
             lines.pop()  # what follows the last newline is not a line
@@ -468,7 +425,8 @@ class DocumentReader:
         self._stdin = stdin
         self._parser: JsonlParser | None = None
         self._inflate_elsewhere = False
-        self._position: int | None = None  # set while a child process decompresses
+        self._shared_slots = 0
+        self._inflated: InflatedBlocks | None = None  # set while a child process decompresses
         if self.name == "-":
             self.kind = "jsonl"
             self.name = "<stdin>"
@@ -489,8 +447,8 @@ class DocumentReader:
         """Bytes of the input file consumed so far (0 when unknown)."""
         if self._end is not None:
             return self._end
-        if self._position is not None:
-            return self._position
+        if self._inflated is not None and self._inflated.position is not None:
+            return self._inflated.position
         if self._raw is None:
             return 0
         try:
@@ -543,8 +501,8 @@ class DocumentReader:
         )
 
     def text_blocks(
-        self, max_bytes: int, *, inflate_elsewhere: bool = False
-    ) -> Iterator[tuple[int, bytes]]:
+        self, max_bytes: int, *, inflate_elsewhere: bool = False, shared_slots: int = 0
+    ) -> Iterator[tuple[int, bytes | SharedBlock]]:
         """The lines of a JSONL input, not parsed, in blocks of whole lines of about
         ``max_bytes`` (>= 1; a longer line is a block of its own): (number of the block's first
         line, 1-based; the block's bytes, each line ending with a newline but perhaps the last
@@ -556,19 +514,26 @@ class DocumentReader:
         a truncated or corrupt gzip stream is reported (``cannot read``) before the malformed
         lines of the last block read before it.
 
-        ``inflate_elsewhere``: a gzip file is decompressed by a child process (multiprocessing,
-        forkserver where there is one), which sends its reads through a pipe, so that this
-        process only cuts them: the same blocks and errors, for a caller that has other work.
+        ``inflate_elsewhere``: a gzip file is decompressed and cut by a child process
+        (:class:`~permindex.text.inflated_blocks.InflatedBlocks`), so that this process only
+        hands the blocks on: the same blocks and errors, for a caller that has other work.
+        With ``shared_slots`` > 0 as well, blocks come as
+        :class:`~permindex.text.inflated_blocks.SharedBlock` (read in any process of this
+        machine, or by :meth:`JsonlParser.block_columns`) where they fit a ring file of that
+        many slots; call :meth:`release_block` once per block after it has been read.
 
-        Iterate it once, instead of iterating the reader. O(max_bytes + longest line) memory.
+        Iterate it once, instead of iterating the reader. O(max_bytes + longest line) memory
+        (with ``shared_slots``, a ring file of ``2 * max_bytes`` per slot besides).
 
         Raises:
             ValueError: the input is a folder (see :meth:`folder_files`).
             InvalidArgumentError: the input cannot be read (a truncated or corrupt gzip stream).
+            RuntimeError: ``shared_slots`` blocks were taken and none released.
         """
         if self.kind == "folder":
             raise ValueError("text_blocks reads a JSONL input; a folder is read by folder_files")
         self._inflate_elsewhere = inflate_elsewhere
+        self._shared_slots = shared_slots
         if self.name == "<stdin>":
             stream = self._stdin if self._stdin is not None else sys.stdin.buffer
             yield from self._text_blocks(stream, max_bytes)
@@ -578,49 +543,25 @@ class DocumentReader:
             yield from self._text_blocks(raw, max_bytes)
             self._end = self.size_bytes or 0
 
-    def _text_blocks(self, raw: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes]]:
+    def release_block(self) -> None:
+        """After :meth:`text_blocks` with ``shared_slots``: the oldest block handed out has been
+        read (its slot of the ring file may be written again). Nothing otherwise."""
+        if self._inflated is not None:
+            self._inflated.release()
+
+    def _text_blocks(
+        self, raw: IO[bytes], max_bytes: int
+    ) -> Iterator[tuple[int, bytes | SharedBlock]]:
         head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
         if head == _GZIP_MAGIC and self._inflate_elsewhere and raw is self._raw:
-            return _whole_lines(self._inflated_elsewhere(max_bytes))
+            self._inflated = InflatedBlocks(
+                str(self._path), self.name, max_bytes, slots=self._shared_slots
+            )
+            return iter(self._inflated)
         stream: IO[bytes] = raw
         if head == _GZIP_MAGIC:
             stream = gzip_stream.open_stream(raw)
-        return _whole_lines(_reads(stream, max(1, max_bytes), self.name))
-
-    def _inflated_elsewhere(self, max_bytes: int) -> Iterator[bytes]:
-        """The reads of :func:`_inflate` in a child process, received here (one block ahead:
-        the pipe holds the next); :meth:`position_bytes` follows the child's position."""
-        import multiprocessing
-
-        methods = multiprocessing.get_all_start_methods()
-        context: Any = multiprocessing.get_context(
-            "forkserver" if "forkserver" in methods else "spawn"
-        )
-        receiver, sender = context.Pipe(duplex=False)
-        child = context.Process(
-            target=_inflate, args=(str(self._path), self.name, max(1, max_bytes), sender)
-        )
-        child.daemon = True
-        child.start()
-        sender.close()
-        try:
-            while True:
-                message = receiver.recv()
-                if message is None:
-                    return
-                if isinstance(message, str):
-                    raise InvalidArgumentError(message)
-                data, self._position = message
-                yield data
-        except EOFError:  # the child died without a word
-            raise InvalidArgumentError(
-                f"{self.name}: cannot read: the process decompressing it died"
-            ) from None
-        finally:
-            receiver.close()
-            if child.is_alive():
-                child.terminate()
-            child.join()
+        return whole_lines(reads(stream, max(1, max_bytes), self.name))
 
     def _read_folder(self) -> Iterator[Document]:
         for key, path in self.folder_files():
