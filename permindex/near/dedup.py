@@ -536,7 +536,9 @@ def _run_pass(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if tasks is not None and hasattr(tasks, "close"):
-            tasks.close()  # stops a decompressing child, removes its ring file
+            tasks.close()  # stops a decompressing child
+        if not isinstance(reader, ParquetReader):
+            reader.close_blocks()  # removes its ring file
     collected.seconds = time.monotonic() - started
     return collected
 

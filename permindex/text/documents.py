@@ -549,6 +549,12 @@ class DocumentReader:
         if self._inflated is not None:
             self._inflated.release()
 
+    def close_blocks(self) -> None:
+        """After :meth:`text_blocks` with ``shared_slots``: remove the ring file now, whether or
+        not every block was released (a caller that stops on an error). Nothing otherwise."""
+        if self._inflated is not None:
+            self._inflated.close()
+
     def _text_blocks(
         self, raw: IO[bytes], max_bytes: int
     ) -> Iterator[tuple[int, bytes | SharedBlock]]:

@@ -34,7 +34,7 @@ import os
 import queue
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -248,8 +248,10 @@ class InflatedBlocks:
     compressed bytes the child has consumed. ``slots`` > 0 hands the blocks over through a
     ring file of that many slots of ``2 * max_bytes`` (see the module): then call
     :meth:`release` once per block, after it has been read, in order; asking for a block
-    while ``slots`` are unreleased raises RuntimeError (the child could not go on). Closing
-    the iterator (or the end of the input) stops the child and removes the ring file.
+    while ``slots`` are unreleased raises RuntimeError (the child could not go on). The end
+    of the input stops the child, and the release of the last block removes the ring file;
+    closing the iterator early (or an error) stops the child and removes the file at once, as
+    :meth:`close` does.
 
     Raises (from the iterator):
         InvalidArgumentError: the input cannot be read (truncated or corrupt gzip, I/O error),
@@ -263,15 +265,31 @@ class InflatedBlocks:
         self._slots = max(0, slots)
         self._permits: Any = None
         self._outstanding = 0
+        self._ring: str | None = None  # the ring file, until the last block is released
         self.position: int | None = None
 
     def release(self) -> None:
-        """One block (the oldest) has been read: its slot may be written again."""
-        if self._permits is not None and self._outstanding > 0:
+        """One block (the oldest) has been read: its slot may be written again (after the
+        input's end, the last release removes the ring file)."""
+        if self._outstanding > 0:
             self._outstanding -= 1
-            self._permits.release()
+            if self._permits is not None:
+                self._permits.release()
+            elif self._outstanding == 0:
+                self.close()
 
-    def __iter__(self) -> Iterator[tuple[int, bytes | SharedBlock]]:
+    def close(self) -> None:
+        """Remove the ring file now, read or not (after an error, say); the child has already
+        stopped when the iterator ended or was closed."""
+        ring, self._ring = self._ring, None
+        if ring is not None:
+            close_ring(ring)
+            try:
+                os.unlink(ring)
+            except FileNotFoundError:
+                pass
+
+    def __iter__(self) -> Generator[tuple[int, bytes | SharedBlock], None, None]:
         import multiprocessing
 
         methods = multiprocessing.get_all_start_methods()
@@ -280,6 +298,7 @@ class InflatedBlocks:
         )
         slot_bytes = 2 * self._max_bytes
         ring = _ring_file(self._slots * slot_bytes) if self._slots else None
+        self._ring = ring
         if ring is not None:
             self._permits = context.Semaphore(self._slots)
         receiver, sender = context.Pipe(duplex=False)
@@ -316,6 +335,7 @@ class InflatedBlocks:
                     return
 
         thread = threading.Thread(target=receive, name="permindex-inflated-blocks", daemon=True)
+        ended = False
         try:
             child.start()
             sender.close()
@@ -328,6 +348,7 @@ class InflatedBlocks:
                     )
                 message = received.get()
                 if message is None:
+                    ended = True
                     return
                 if message is EOFError:
                     raise InvalidArgumentError(
@@ -349,6 +370,5 @@ class InflatedBlocks:
             if child.pid is not None:
                 child.join()
             self._permits = None
-            if ring is not None:
-                close_ring(ring)
-                os.unlink(ring)
+            if not ended or self._outstanding == 0:
+                self.close()  # else the last release() does, when the blocks have been read
