@@ -293,10 +293,24 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"({_fmt(grpc['batch_2']['lookups_per_s'])}/s) "
                 f"| | | ≥ {STREAM_GOAL:,}/s (streamed) |"
             )
-        if "stream_cpu_kernels" in grpc:
-            fast, slow = grpc["stream_cpu_kernels"], grpc["stream_cpu_reference"]
+        index_cpu = grpc.get("index_cpu")
+        goal = "the index's factor"
+        if index_cpu:
+            goal += (
+                f": {index_cpu['factor']:.2f}x here (query_many(columns=True) of "
+                f"{index_cpu['per_call']:,} random fingerprints a call in one process, "
+                f"{_fmt(index_cpu['kernels_cpu_s_per_million'], 2)} s vs "
+                f"{_fmt(index_cpu['reference_cpu_s_per_million'], 2)} s per 10^6)"
+            )
+        for suffix in ("", "_large"):
+            if f"stream_cpu{suffix}_kernels" not in grpc:
+                continue
+            fast = grpc[f"stream_cpu{suffix}_kernels"]
+            slow = grpc[f"stream_cpu{suffix}_reference"]
+            per_message = fast.get("per_message", 1000)
             lines.append(
-                "| gRPC server CPU seconds per 10^6 QueryColumns lookups (1 client), compiled "
+                "| gRPC server CPU seconds per 10^6 QueryColumns lookups (1 client, "
+                f"{per_message:,} per message), compiled "
                 "kernels vs the reference paths (a second server with PERMINDEX_JIT=0, same "
                 f"data, alternating rounds) | {_power(grpc['n'])} "
                 f"| {_fmt(fast['server_cpu_s_per_million'], 2)} s "
@@ -304,7 +318,7 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"| {_fmt(slow['server_cpu_s_per_million'], 2)} s "
                 f"({_fmt(slow['lookups_per_s'])}/s) "
                 f"| {_ratio(slow['server_cpu_s_per_million'], fast['server_cpu_s_per_million'])} "
-                "less CPU | the index's factor |"
+                f"less CPU | {goal} |"
             )
         server = f" (server: {grpc['server']})" if "server" in grpc else ""
         p50_rounds = _rounds(grpc["query_1"].get("p50_ratios"))

@@ -61,6 +61,7 @@ SAMPLE = 100  # queries checked against brute force per system
 SEED = 7
 GRPC_ROUNDS = 3  # alternating rounds of the echo server and permindex (unary calls)
 STREAM_WINDOW = 4  # QueryColumns messages in flight per stream, as Client.query_columns sends
+STREAM_LARGE_MESSAGE = 8192  # fingerprints per message of the second server-CPU comparison
 README_START = "<!-- benchmark:start -->"
 README_END = "<!-- benchmark:end -->"
 ECHO_METHOD = "/bench.Echo/Echo"
@@ -621,7 +622,8 @@ def echo_aio_server(port: int) -> None:
 
 def grpc_client(target: str, kind: str, seconds: float, start_at: float) -> dict[str, Any]:
     """Sequential calls for ``seconds`` from ``start_at``: ``echo`` sends 12 bytes to the echo
-    server; ``query`` one fingerprint, ``batch`` 1,000 fingerprints to permindex Query."""
+    server; ``query`` one fingerprint, ``batch`` 1,000 fingerprints to permindex Query;
+    ``stream`` (or ``stream:N``) a QueryColumns stream of 1,000 (N) fingerprints a message."""
     import grpc
 
     from permindex.v1 import index_pb2 as pb
@@ -630,8 +632,9 @@ def grpc_client(target: str, kind: str, seconds: float, start_at: float) -> dict
     rng = np.random.default_rng(os.getpid())
     channel = grpc.insecure_channel(target)
     grpc.channel_ready_future(channel).result(timeout=30)
-    if kind == "stream":
-        return stream_client(channel, rng, seconds, start_at)
+    if kind.startswith("stream"):
+        per_message = int(kind.partition(":")[2] or 1000)
+        return stream_client(channel, rng, seconds, start_at, per_message)
     if kind == "echo":
         call = channel.unary_unary(ECHO_METHOD)
         payload: Any = b"x" * 12
@@ -663,10 +666,11 @@ def grpc_client(target: str, kind: str, seconds: float, start_at: float) -> dict
 
 
 def stream_client(
-    channel: Any, rng: np.random.Generator, seconds: float, start_at: float
+    channel: Any, rng: np.random.Generator, seconds: float, start_at: float, per_message: int = 1000
 ) -> dict[str, Any]:
-    """QueryColumns on one stream for ``seconds`` from ``start_at``: 1,000 packed fingerprints a
-    message, up to STREAM_WINDOW messages in flight (as ``Client.query_columns`` sends them);
+    """QueryColumns on one stream for ``seconds`` from ``start_at``: ``per_message`` packed
+    fingerprints a message, up to STREAM_WINDOW messages in flight (as
+    ``Client.query_columns`` sends them);
     every reply's columns are decoded into numpy arrays and keys, as a client would."""
     import threading
 
@@ -676,7 +680,9 @@ def stream_client(
     stub = index_pb2_grpc.PermIndexStub(channel)
     requests = [
         pb.QueryColumnsRequest(
-            fingerprints=rng.integers(0, 2**63, 1000, dtype=np.uint64).astype("<u8").tobytes()
+            fingerprints=rng.integers(0, 2**63, per_message, dtype=np.uint64)
+            .astype("<u8")
+            .tobytes()
         )
         for _ in range(16)
     ]
@@ -725,7 +731,7 @@ def run_clients(target: str, kind: str, clients: int, seconds: float) -> dict[st
         parts = pool.starmap(grpc_client, [(target, kind, seconds, start_at)] * clients)
     calls = sum(p["calls"] for p in parts)
     # per client: the p50 of sequential calls, or the mean time per message of a stream
-    latency = "ms_per_message" if kind == "stream" else "p50_ms"
+    latency = "ms_per_message" if kind.startswith("stream") else "p50_ms"
     return {
         "calls_per_s": calls / seconds,
         latency: statistics.median(p[latency] for p in parts),
@@ -781,16 +787,59 @@ def serve_process(port: int, data_dir: Path, env: dict[str, str] | None = None) 
     )
 
 
-def stream_cpu(process: Any, target: str, clients: int, seconds: float) -> dict[str, Any]:
-    """:func:`run_clients` of QueryColumns streams, with the server's CPU seconds per 10^6
-    lookups over the run."""
+def stream_cpu(
+    process: Any, target: str, clients: int, seconds: float, per_message: int = 1000
+) -> dict[str, Any]:
+    """:func:`run_clients` of QueryColumns streams of ``per_message`` fingerprints a message,
+    with the server's CPU seconds per 10^6 lookups over the run."""
     before = process_cpu_seconds(process.pid)
-    result = run_clients(target, "stream", clients, seconds)
+    result = run_clients(target, f"stream:{per_message}", clients, seconds)
     cpu = process_cpu_seconds(process.pid) - before
-    lookups = result["calls_per_s"] * 1000 * seconds
+    lookups = result["calls_per_s"] * per_message * seconds
     result["lookups_per_s"] = result["calls_per_s"] * 1000
     result["server_cpu_s_per_million"] = cpu / lookups * 1e6 if lookups else None
     return result
+
+
+def index_cpu_factor(fps: np.ndarray, per_call: int = 1000, calls: int = 2000) -> dict[str, float]:
+    """CPU seconds per 10^6 lookups of ``Index.query_many(columns=True)`` on ``per_call``
+    random fingerprints a call (those of :func:`stream_client`), on an index of ``fps`` built
+    with the compiled kernels and on one built with ``PERMINDEX_JIT=0``, in alternating rounds
+    (the median of 3 each), and their ratio: the factor the server's CPU would fall by if
+    nothing but the index cost anything."""
+    from permindex import Index
+
+    keys = [f"doc-{i:08d}" for i in range(fps.size)]
+    indexes = {}
+    for name, flag in (("kernels", "1"), ("reference", "0")):
+        saved = os.environ.get("PERMINDEX_JIT")
+        os.environ["PERMINDEX_JIT"] = flag
+        try:
+            indexes[name] = Index.from_arrays(keys, fps)
+        finally:
+            if saved is None:
+                os.environ.pop("PERMINDEX_JIT", None)
+            else:
+                os.environ["PERMINDEX_JIT"] = saved
+    rng = np.random.default_rng(11)
+    batches = [rng.integers(0, 2**63, per_call, dtype=np.uint64) for _ in range(16)]
+    seconds: dict[str, list[float]] = {"kernels": [], "reference": []}
+    for _ in range(3):
+        for name, index in indexes.items():
+            index.query_many(batches[0], columns=True)
+            began = time.process_time()
+            for i in range(calls if name == "kernels" else calls // 4):
+                index.query_many(batches[i % 16], columns=True)
+            done = calls if name == "kernels" else calls // 4
+            seconds[name].append((time.process_time() - began) / (done * per_call) * 1e6)
+    fast = statistics.median(seconds["kernels"])
+    slow = statistics.median(seconds["reference"])
+    return {
+        "per_call": per_call,
+        "kernels_cpu_s_per_million": fast,
+        "reference_cpu_s_per_million": slow,
+        "factor": slow / fast,
+    }
 
 
 def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
@@ -883,14 +932,24 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
                 client.wait_ready(60)
                 preload(client, [f"doc-{i:08d}" for i in range(n)], fps.tolist())
             time.sleep(4.0)
-            cpu_rounds: dict[str, list[dict[str, Any]]] = {"kernels": [], "reference": []}
-            for _ in range(GRPC_ROUNDS):
-                cpu_rounds["kernels"].append(stream_cpu(server, target, 1, seconds))
-                cpu_rounds["reference"].append(stream_cpu(reference, reference_target, 1, seconds))
-            for name, runs in cpu_rounds.items():
-                out[f"stream_cpu_{name}"] = {
-                    key: statistics.median(run[key] for run in runs) for key in runs[0]
-                }
+            for per_message, suffix in ((1000, ""), (STREAM_LARGE_MESSAGE, "_large")):
+                cpu_rounds: dict[str, list[dict[str, Any]]] = {"kernels": [], "reference": []}
+                for _ in range(GRPC_ROUNDS):
+                    cpu_rounds["kernels"].append(
+                        stream_cpu(server, target, 1, seconds, per_message)
+                    )
+                    cpu_rounds["reference"].append(
+                        stream_cpu(reference, reference_target, 1, seconds, per_message)
+                    )
+                for name, runs in cpu_rounds.items():
+                    out[f"stream_cpu{suffix}_{name}"] = {
+                        key: statistics.median(run[key] for run in runs) for key in runs[0]
+                    }
+                out[f"stream_cpu{suffix}_kernels"]["per_message"] = per_message
+            # The index's own factor on the same kind of batches, in this process: CPU per
+            # 10^6 lookups of query_many(columns=True) on 1,000 random fingerprints a call
+            # (what one message of the stream asks), kernels vs PERMINDEX_JIT=0.
+            out["index_cpu"] = index_cpu_factor(fps)
         finally:
             for process in processes:
                 process.terminate()
