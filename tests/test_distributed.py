@@ -490,11 +490,19 @@ def test_cli_parquet_texts_go_as_data_not_in_the_graph(
     ids = [f"page/{i:05d}" for i in range(len(texts))]
     source = tmp_path / "pages.parquet"
     pq.write_table(pa.table({"id": ids, "text": texts}), source)
-    code, local_out, err = run(capsys, "dedup", str(source))
+    code, local_out, err = run(capsys, "dedup", str(source), "--out", str(tmp_path / "local"))
     assert code == 0, err
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        code, dask_out, err = run(capsys, "dedup", str(source), *on_cluster(cluster))
+        code, dask_out, err = run(
+            capsys, "dedup", str(source), "--out", str(tmp_path / "dask"), *on_cluster(cluster)
+        )
     assert code == 0, err
     assert dask_out == local_out == "page/00003\tpage/00007\t0\n"
     assert not [w for w in caught if "large graph" in str(w.message)]
+
+
+def test_cli_dask_refuses_standard_input_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "dedup", "-", "--engine", "dask", "--workers", "1")
+    assert (code, out) == (USAGE, "")
+    assert "not standard input (-)" in err and "--weights" not in err

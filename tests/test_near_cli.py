@@ -641,7 +641,8 @@ def test_dedup_summary_line_counts_one_in_the_singular(
         {"id": "b", "fingerprint": "00000000000000ff"},
         {"id": "c", "fingerprint": "ffffffff00000000"},
     ]
-    code, _, stderr = dedup(capsys, str(write_jsonl(tmp_path / "one.jsonl", rows)))
+    path = write_jsonl(tmp_path / "one.jsonl", rows)
+    code, _, stderr = dedup(capsys, str(path), "--out", str(tmp_path / "report"))
     assert code == OK, stderr
     assert "4 documents in" in stderr and ", 1 repeated key;" in stderr
     assert "; 1 pair within 3 bits, 1 cluster (largest 2)" in stderr

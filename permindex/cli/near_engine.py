@@ -102,8 +102,16 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
             "--jobs is the local engine's processes; with --engine dask use --workers N "
             "or --scheduler ADDRESS"
         )
-    if args.input == "-" or args.weights != "none":
-        raise _usage("--engine dask reads a file or folder (not -) with --weights none")
+    if args.input == "-":
+        raise _usage(
+            "--engine dask reads a file or folder, not standard input (-): save it to a file, "
+            "or use the local engine"
+        )
+    if args.weights != "none":
+        raise _usage(
+            f"--engine dask weighs every shingle alike (--weights none), not --weights "
+            f"{args.weights}: use the local engine for IDF weights"
+        )
     if args.worker_memory is not None and args.scheduler is not None:
         raise _usage("--worker-memory applies to the cluster --workers starts, not to --scheduler")
     try:

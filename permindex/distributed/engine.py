@@ -153,9 +153,14 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
     from permindex.io.parquet import open_documents
 
     options.check()
-    if options.weights != "none" or options.source == "-":
+    if options.source == "-":
         raise InvalidArgumentError(
-            "--engine dask reads a file or folder (not -) with --weights none", value=options.source
+            "--engine dask reads a file or folder, not standard input (-)", value=options.source
+        )
+    if options.weights != "none":
+        raise InvalidArgumentError(
+            f"--engine dask weighs every shingle alike (weights 'none'), not {options.weights!r}",
+            value=options.weights,
         )
     started = time.monotonic()
     reader = open_documents(
