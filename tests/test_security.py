@@ -48,6 +48,7 @@ def test_tls_round_trip_and_plaintext_refused(
         with pytest.raises(ServerError) as refused:
             plain.stats()
         assert refused.value.code == "UNAVAILABLE"
+        assert "if it serves TLS, connect with TLS (--tls-ca" in str(refused.value)
     with permindex.Client(
         server.address, root_certificates=certificates.other_ca, timeout=3, retries=0
     ) as untrusting:

@@ -52,6 +52,11 @@ _LOST_WORDS: Final = (
 #: grpc's words for a connection that could not be made, and what to say about each cause.
 _CONNECT_CAUSES: Final = (
     ("Connection refused", "connection refused: is a server running at that address?"),
+    (
+        "Socket closed",
+        "the server closed the connection at once: if it serves TLS, connect with TLS"
+        " (--tls-ca, root_certificates)",
+    ),
     ("DNS resolution failed", "the host name does not resolve"),
     ("Timeout occurred", "no answer: a firewall, or the wrong host?"),
     ("Deadline Exceeded", "no answer: a firewall, or the wrong host?"),
