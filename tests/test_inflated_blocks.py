@@ -117,12 +117,14 @@ def test_the_ring_file_is_removed_at_the_end_and_on_an_early_stop(tmp_path: Path
     path = tmp_path / "a.jsonl.gz"
     gzip_lines(path, text_lines(2000, longest=100))
     blocks = InflatedBlocks(str(path), "a", 200, slots=4)
+    others = set(multiprocessing.active_children())  # of other tests, if any
     iterator = iter(blocks)
     _, first = next(iterator)
     assert isinstance(first, SharedBlock) and Path(first.path).exists()
+    assert len(set(multiprocessing.active_children()) - others) == 1  # the child
     iterator.close()  # the consumer stops early: the child stops, the file goes
     assert not Path(first.path).exists()
-    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
+    assert not set(multiprocessing.active_children()) - others
     again = InflatedBlocks(str(path), "a", 1000, slots=4)
     ring = None
     for _, block in again:
@@ -152,10 +154,11 @@ def test_a_child_killed_midway_is_an_error_not_a_hang(tmp_path: Path, slots: int
     path = tmp_path / "a.jsonl.gz"
     gzip_lines(path, text_lines(20000))
     blocks = InflatedBlocks(str(path), "a.jsonl.gz", 100, slots=slots)
+    others = set(multiprocessing.active_children())  # of other tests, if any
     iterator = iter(blocks)
     next(iterator)
     blocks.release()
-    (child,) = [p for p in multiprocessing.active_children() if p.is_alive()]
+    (child,) = set(multiprocessing.active_children()) - others
     assert child.pid is not None
     os.kill(child.pid, signal.SIGKILL)
     with pytest.raises(InvalidArgumentError, match=r"a\.jsonl\.gz: cannot read: the process"):
