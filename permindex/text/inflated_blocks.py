@@ -30,6 +30,7 @@ without a word.
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import tempfile
@@ -219,7 +220,8 @@ def _to_ring(
             offset = slot * slot_bytes
             try:
                 for part in parts:
-                    os.pwrite(ring_fd, part, offset)
+                    if os.pwrite(ring_fd, part, offset) != len(part):
+                        raise OSError(errno.ENOSPC, "short write")  # a full /dev/shm
                     offset += len(part)
                 item = SharedBlock(ring, slot * slot_bytes, length)
             except OSError:  # no room (a small /dev/shm): through the pipe
