@@ -214,3 +214,38 @@ def test_dedup_stopped_by_a_malformed_line_leaves_no_ring_file(tmp_path: Path) -
     with pytest.raises(Invalid, match="line 25001"):
         run_dedup(DedupOptions(source=str(path), out_dir=tmp_path / "r", jobs=2))
     assert rings() == before
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm to see the ring file")
+def test_dedup_stopped_by_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> None:
+    """SIGTERM mid-run stops dedup as Ctrl-C does: no traceback, exit 143, and neither its
+    ring file nor its worker processes left behind."""
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(3000)]
+    path = tmp_path / "big.jsonl.gz"
+    with gzip.open(path, "wt", compresslevel=1) as out:
+        for i in range(120_000):
+            out.write(json.dumps({"id": f"k{i}", "text": " ".join(rng.choice(words, 80))}) + "\n")
+    before = set(Path("/dev/shm").glob("permindex-blocks-*"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "permindex", "dedup", str(path), "--out", str(tmp_path / "r")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    rings: set[Path] = set()
+    while not rings and process.poll() is None and time.monotonic() < deadline:
+        rings = set(Path("/dev/shm").glob("permindex-blocks-*")) - before
+        time.sleep(0.02)
+    if process.poll() is not None:
+        pytest.skip("dedup ended before its ring file was seen (a machine too fast for 120,000)")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    assert "permindex dedup: terminated (SIGTERM)" in stderr and "Traceback" not in stderr
+    assert not any(ring.exists() for ring in rings)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -42,6 +44,14 @@ _TOP_OPTIONS = ("-h", "--help", "--version")
 
 # --------------------------------------------------------------------------------------------
 # Parser
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during ``dedup``: unwinds as Ctrl-C does (exit 143)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,9 +170,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, --version, usage errors (argparse printed them)
         return exit_.code if isinstance(exit_.code, int) else EXIT_CODES["usage"]
     prefix = f"permindex {args.command}"
+    previous: Any = None
     try:
         if hasattr(args, "tls_server_name"):  # a client command: its TLS, token, collection
             args.connection = ClientOptions.from_args(args)
+        if args.command == "dedup" and threading.current_thread() is threading.main_thread():
+            # SIGTERM stops dedup as Ctrl-C does: its worker processes and the ring file of
+            # inflated blocks in /dev/shm are cleaned up instead of left behind
+            previous = signal.signal(signal.SIGTERM, _terminate)
         code: int = args.func(args)
         sys.stdout.flush()
         return code
@@ -176,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError):  # no real file descriptor (captured output)
             pass
         return EXIT_CODES["error"]
+    except _Terminated:
+        _err(f"{prefix}: terminated (SIGTERM)")
+        return 143
     except KeyboardInterrupt:
         _err(f"{prefix}: interrupted")
         return 130
@@ -190,3 +208,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = f"{type(error).__name__}: {message}"
         _err(f"{prefix}: {message}")
         return exit_code_for(error)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
