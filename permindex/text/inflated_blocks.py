@@ -4,9 +4,9 @@
 
 The child (multiprocessing, forkserver where there is one) reads the gzip file, cuts each read
 after its last newline (:func:`whole_lines`) and counts the lines, so that the receiving process
-only hands the blocks on. A thread of the receiving process keeps up to ``ahead`` blocks queued,
-so that the child decompresses while that process does other work. Two ways to hand a block
-over:
+only hands the blocks on. A thread of the receiving process keeps up to :data:`BLOCKS_AHEAD`
+blocks queued, so that the child decompresses while that process does other work. Two ways to
+hand a block over:
 
 - **through the pipe** (``slots=0``): the block's bytes are pickled through a multiprocessing
   pipe;
@@ -30,6 +30,7 @@ without a word.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import queue
@@ -62,24 +63,30 @@ def reads(stream: IO[bytes], size: int, name: str) -> Iterator[bytes]:
         yield data
 
 
+def _line_parts(chunks: Iterable[bytes]) -> Iterator[tuple[int, list[bytes | memoryview]]]:
+    """:func:`whole_lines`, each block as its parts, not joined: what was left of the reads
+    before (no newline in it) and this read up to its last newline (a view of it)."""
+    first = 1
+    rest = b""
+    for data in chunks:
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # no newline yet: a line longer than a read
+            rest += data
+            continue
+        head = memoryview(data)[:cut]
+        yield first, [rest, head] if rest else [head]
+        first += data.count(b"\n", 0, cut)  # what was left before holds no newline
+        rest = data[cut:]
+    if rest:  # the last line, without a newline
+        yield first, [rest]
+
+
 def whole_lines(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
     """``chunks`` (reads of a stream) cut after their last newline: ``(number of the block's
     first line, 1-based; its bytes)``; a line longer than a read is one block with the reads it
     spans; what follows the last newline of the stream is the last block."""
-    first = 1
-    rest = b""
-    for data in chunks:
-        if rest:
-            data = rest + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:  # no newline yet: a line longer than a block
-            rest = data
-            continue
-        block, rest = data[:cut], data[cut:]
-        yield first, block
-        first += block.count(b"\n")
-    if rest:  # the last line, without a newline
-        yield first, rest
+    for first, parts in _line_parts(chunks):
+        yield first, b"".join(parts)
 
 
 @dataclass(frozen=True)
@@ -204,15 +211,10 @@ def _to_ring(
     permits: Any,
 ) -> None:
     """:func:`whole_lines` of ``chunks``, each block written to the next slot of the ring file
-    (after one of the ``permits``) where it fits, else sent as bytes; without joining a
-    block's two parts (what was left of the last read, and this read up to its last newline)
-    into new bytes first."""
-    first = 1
-    rest = b""
+    (after one of the ``permits``) where it fits, else sent as bytes; its parts are written
+    one after the other, not joined into new bytes first."""
     slot = 0
-
-    def send(parts: list[bytes | memoryview]) -> None:
-        nonlocal slot
+    for first, parts in _line_parts(chunks):
         permits.acquire()
         length = sum(map(len, parts))
         item: bytes | SharedBlock | None = None
@@ -230,17 +232,6 @@ def _to_ring(
             item = b"".join(parts)
         slot = (slot + 1) % slots
         sender.send((first, item, raw.tell()))
-
-    for data in chunks:
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:  # no newline yet: a line longer than a read
-            rest += data
-            continue
-        send([rest, memoryview(data)[:cut]] if rest else [memoryview(data)[:cut]])
-        first += data.count(b"\n", 0, cut)  # what was left of the last read holds no newline
-        rest = data[cut:]
-    if rest:  # the last line, without a newline
-        send([rest])
 
 
 class InflatedBlocks:
@@ -286,10 +277,8 @@ class InflatedBlocks:
         ring, self._ring = self._ring, None
         if ring is not None:
             close_ring(ring)
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(ring)
-            except FileNotFoundError:
-                pass
 
     def __iter__(self) -> Generator[tuple[int, bytes | SharedBlock], None, None]:
         import multiprocessing
