@@ -50,8 +50,32 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM during ``dedup``: unwinds as Ctrl-C does (exit 143)."""
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise _Terminated
+def _stop(signum: int, frame: object) -> None:
+    """``dedup``'s handler of SIGINT and SIGTERM: the first one unwinds the command (its
+    worker processes stopped, its ring file removed); while that clean-up runs, further ones
+    are ignored, so a second Ctrl-C cannot cut it short and leave a traceback or files."""
+    code = getattr(frame, "f_code", None)
+    if code is not None and f"{os.sep}llvmlite{os.sep}" in code.co_filename:
+        # a callback from numba's compiler (ctypes) swallows the exception: ask again shortly
+        threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _interruption(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or SIGTERM's _Terminated) behind ``error``, if any: a signal
+    whose handler ran inside a compiled kernel comes back as a SystemError ("returned a
+    result with an exception set") caused by it."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,6 +160,9 @@ def entry() -> NoReturn:
     joining leftover threads and unloading numba's compiled code can otherwise outlast the
     promised exit within a second of the last in-flight call."""
     code = main()
+    if sys.argv[1:2] == ["dedup"]:  # done: a late Ctrl-C must not interrupt the exit itself
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if sys.argv[1:2] == ["serve"]:
         import logging
 
@@ -150,7 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``permindex`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
     Never raises (except SystemExit for --help/--version/usage errors being turned into their
     code) and never prints a traceback unless PERMINDEX_DEBUG is set."""
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports each group's module
+    except KeyboardInterrupt:
+        _err("permindex: interrupted")
+        return 130
     arguments = list(sys.argv[1:] if argv is None else argv)
     misplaced = _options_before_command(parser, arguments)
     if misplaced is not None:
@@ -170,14 +201,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, --version, usage errors (argparse printed them)
         return exit_.code if isinstance(exit_.code, int) else EXIT_CODES["usage"]
     prefix = f"permindex {args.command}"
-    previous: Any = None
+    previous: dict[signal.Signals, Any] = {}
     try:
         if hasattr(args, "tls_server_name"):  # a client command: its TLS, token, collection
             args.connection = ClientOptions.from_args(args)
         if args.command == "dedup" and threading.current_thread() is threading.main_thread():
             # SIGTERM stops dedup as Ctrl-C does: its worker processes and the ring file of
             # inflated blocks in /dev/shm are cleaned up instead of left behind
-            previous = signal.signal(signal.SIGTERM, _terminate)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, _stop)
         code: int = args.func(args)
         sys.stdout.flush()
         return code
@@ -191,16 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError):  # no real file descriptor (captured output)
             pass
         return EXIT_CODES["error"]
-    except _Terminated:
-        _err(f"{prefix}: terminated (SIGTERM)")
-        return 143
-    except KeyboardInterrupt:
-        _err(f"{prefix}: interrupted")
-        return 130
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(prefix, interrupt)
     except CommandError as error:
         _err(f"{prefix}: {error}")
         return error.exit_code
     except Exception as error:
+        behind = _interruption(error)
+        if behind is not None:
+            return _interrupted(prefix, behind)
         if os.environ.get("PERMINDEX_DEBUG"):
             raise
         message = str(error) or type(error).__name__
@@ -209,5 +240,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(f"{prefix}: {message}")
         return exit_code_for(error)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _interrupted(prefix: str, interrupt: KeyboardInterrupt) -> int:
+    """The one line and the exit code of a command stopped by Ctrl-C (130) or SIGTERM (143)."""
+    if isinstance(interrupt, _Terminated):
+        _err(f"{prefix}: terminated (SIGTERM)")
+        return 143
+    _err(f"{prefix}: interrupted")
+    return 130

@@ -1,6 +1,7 @@
 """Offline near-duplicate detection over a whole collection, no server (``permindex dedup``):
-read, fingerprint in worker processes, join, cluster (:func:`run_dedup`, whose docstring gives
-the steps and their memory bounds); the report folder is written by
+read, fingerprint in worker processes (:mod:`permindex.near.dedup_workers`: what a worker does
+with a task), join, cluster (:func:`run_dedup`, whose docstring gives the steps and their memory
+bounds); the report folder is written by
 :func:`permindex.near.outputs.write_outputs` (re-exported here).
 Importing it does not import grpc.
 """
@@ -8,14 +9,13 @@ Importing it does not import grpc.
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
 import sys
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,26 +30,23 @@ from permindex.index.key_column import KeyColumn
 from permindex.index.pair_stream import PairArrays
 from permindex.io.parquet import ParquetReader, open_documents
 from permindex.near.columns import Documents, join_columns, last_occurrences
+from permindex.near.dedup_workers import (
+    Done,
+    Failure,
+    init_idf_worker,
+    reset_worker,
+    work_items,
+    work_lines,
+    worker_pool,
+)
 from permindex.near.jaccard import JaccardDuplicates, ShingleSets
-from permindex.near.minhash import MISS_AT_THRESHOLD, choose_bands, signatures
+from permindex.near.minhash import MISS_AT_THRESHOLD, choose_bands
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
-from permindex.text.documents import (
-    DocumentReader,
-    JsonlParser,
-    folder_file_text,
-)
-from permindex.text.extract import Extract
-from permindex.text.fingerprint import (
-    Tokenizer,
-    Vote,
-    shingle_hashes,
-    simhash_many,
-    simhash_weighted,
-    tokens,
-)
-from permindex.text.inflated_blocks import BLOCKS_AHEAD, SharedBlock
-from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency, chunk_bucket_counts
+from permindex.processes import signals_held
+from permindex.text.documents import DocumentReader
+from permindex.text.inflated_blocks import BLOCKS_AHEAD
+from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency
 
 __all__ = [
     "Documents",
@@ -69,174 +66,6 @@ _CHUNK_BYTES: Final = 1 << 20  # bytes of JSONL lines per worker task (whole lin
 _CHUNK_FILES: Final = 32  # folder files per worker task (each is read and parsed there)
 _IN_FLIGHT: Final = 3  # tasks per worker submitted ahead of the one being collected
 _INLINE_CHUNKS: Final = 4  # chunks fingerprinted in this process before starting the pool
-
-
-# ------------------------------------------------------------------------- worker side
-
-_DF: DocumentFrequency | None = None  # a worker's document frequencies (IDF pass)
-
-
-def _init_idf_worker(path: str, documents: int, bucket_bits: int) -> None:
-    """Pool initializer of the IDF pass: map the document frequencies saved by the parent."""
-    global _DF
-    df = DocumentFrequency.__new__(DocumentFrequency)
-    df.bucket_bits = bucket_bits
-    df.documents = documents
-    df.counts = np.load(path, mmap_mode="r")
-    _DF = df
-
-
-@dataclass
-class _Chunk:
-    """What a worker returns for a chunk of n documents, in order."""
-
-    fingerprints: NDArray[np.uint64]  # 0 where there is none
-    has_fingerprint: NDArray[np.bool_]
-    tokens: NDArray[np.int64]  # tokens of a too-short text; 0 otherwise
-    lengths: NDArray[np.int64]  # characters of each text (folder files: -1 when skipped)
-    skipped: list[str | None]  # folder files only: the reason a file was skipped
-    buckets: NDArray[np.uint32] | None = None  # DF pass: bucket counts of the chunk
-    bucket_counts: NDArray[np.uint32] | None = None
-    counted: int = 0  # DF pass: documents counted
-    sets: ShingleSets | None = None  # minhash: the shingle sets of the rows that have one
-    signatures: NDArray[np.uint32] | None = None  # ... and their MinHash signatures
-
-
-def _work(
-    items: Sequence[str | Path | None],
-    task: str,
-    shingle_size: int,
-    tokenizer: Tokenizer,
-    min_words: int,
-    bucket_bits: int,
-    permutations: int = 0,
-    vote: Vote = "multiset",
-    extract: Extract = "visible",
-) -> _Chunk:
-    """Fingerprint (``task="plain"`` or ``"idf"``), count shingles (``"df"``) or make shingle
-    sets and their MinHash signatures of ``permutations`` values (``"minhash"``) for a chunk:
-    each item is a text, a folder file's path (read here), or None (a document that came with
-    its fingerprint: nothing to do)."""
-    n = len(items)
-    fps = np.zeros(n, dtype=np.uint64)
-    has = np.zeros(n, dtype=bool)
-    short = np.zeros(n, dtype=np.int64)
-    lengths = np.zeros(n, dtype=np.int64)
-    skipped: list[str | None] = [None] * n
-    per_document: list[NDArray[np.uint64]] = []
-    plain: list[str] = []  # task "plain": the texts, fingerprinted in one simhash_many call
-    plain_rows: list[int] = []
-    for i, item in enumerate(items):
-        if item is None:
-            continue
-        if isinstance(item, Path):
-            text, reason = folder_file_text(item, extract)
-            if text is None:
-                skipped[i] = reason or "not text"
-                lengths[i] = -1
-                continue
-        else:
-            text = item
-        lengths[i] = len(text)
-        if task == "plain":
-            plain.append(text)
-            plain_rows.append(i)
-            continue
-        count = len(tokens(text, tokenizer)) if min_words else -1
-        if 0 <= count < min_words:
-            short[i] = count
-            continue
-        hashes = shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer)
-        if hashes.size == 0:
-            short[i] = len(tokens(text, tokenizer))
-            continue
-        if task in ("df", "minhash"):
-            per_document.append(hashes)
-            has[i] = True
-            continue
-        assert _DF is not None, "the IDF pass runs in workers started by _init_idf_worker"
-        if vote == "set":
-            hashes = np.unique(hashes)
-        weighted = simhash_weighted(hashes, _DF.idf(hashes))
-        if weighted is not None:  # IDF weights are >= 1: never None with a shingle
-            fps[i] = weighted
-            has[i] = True
-    if plain:
-        rows = np.array(plain_rows, dtype=np.intp)
-        found, valid = simhash_many(
-            plain, shingle_size=shingle_size, tokenizer=tokenizer, min_words=min_words, vote=vote
-        )
-        fps[rows] = found
-        has[rows] = valid
-        for j in np.flatnonzero(~valid).tolist():  # too short: its number of tokens
-            short[plain_rows[j]] = len(tokens(plain[j], tokenizer))
-    chunk = _Chunk(fps, has, short, lengths, skipped)
-    if task == "minhash":
-        chunk.sets = ShingleSets.of(per_document)
-        chunk.signatures = signatures(chunk.sets.values, chunk.sets.offsets, permutations)
-    if task == "df":
-        chunk.buckets, chunk.bucket_counts = chunk_bucket_counts(per_document, bucket_bits)
-        chunk.counted = len(per_document)
-    return chunk
-
-
-@dataclass
-class _Failure:
-    """An input error raised in a worker (a malformed line), re-raised by the parent when it
-    reaches that task, so in input order: the exception's class, args and attributes."""
-
-    kind: type[BaseException]
-    args: tuple[Any, ...]
-    state: dict[str, Any]
-
-    def exception(self) -> BaseException:
-        error = self.kind.__new__(self.kind)
-        error.args = self.args
-        error.__dict__.update(self.state)
-        return error
-
-
-@dataclass
-class _Done:
-    """What a worker returns for one task: the documents' keys and given fingerprints (None
-    where a text was fingerprinted), the chunk, and the worker's CPU seconds (parse,
-    fingerprint)."""
-
-    keys: list[str] | None  # None: the parent knows them (folder files)
-    given: list[int | None] | None
-    chunk: _Chunk
-    parse_seconds: float
-    fingerprint_seconds: float
-
-
-def _work_lines(
-    parser: JsonlParser, first: int, block: bytes | SharedBlock, *args: Any
-) -> _Done | _Failure:
-    """Parse a block of whole JSONL lines (the first being line ``first``; a SharedBlock is
-    read from its ring file first), then :func:`_work` on their texts (``args`` as for
-    :func:`_work`)."""
-    started = time.process_time()
-    try:
-        keys, texts, given = parser.block_columns(block, first)
-    except InvalidArgumentError as error:
-        return _Failure(type(error), error.args, dict(error.__dict__))
-    parsed = time.process_time()
-    items: list[str | Path | None] = list(texts)
-    chunk = _work(items, *args)
-    return _Done(
-        keys,
-        given,
-        chunk,
-        parsed - started,
-        time.process_time() - parsed,
-    )
-
-
-def _work_items(items: Sequence[str | Path | None], *args: Any) -> _Done:
-    """:func:`_work` on a chunk whose keys the parent holds (folder files), timed."""
-    started = time.process_time()
-    chunk = _work(items, *args)
-    return _Done(None, None, chunk, 0.0, time.process_time() - started)
 
 
 # ------------------------------------------------------------------------- parent side
@@ -287,16 +116,6 @@ class _Collected:
         )
 
 
-def _pool(jobs: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> Any:
-    """A process pool of ``jobs`` workers: forkserver where there is one (no fork of a process
-    that runs threads, such as tqdm's monitor), else spawn."""
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    return ProcessPoolExecutor(
-        max_workers=jobs, mp_context=context, initializer=initializer, initargs=initargs
-    )
-
-
 _Known = tuple[list[str], list[int | None]] | None  # a task's keys and given fingerprints
 
 
@@ -310,11 +129,11 @@ def _tasks(
     folder's files are listed here, read and parsed by the workers; a Parquet source is read
     here in batches of rows (:meth:`ParquetReader.column_batches`), fingerprinted by the
     workers. ``shared_slots``: a gzip JSONL input's blocks reach the workers through a ring
-    file of that many slots (each :func:`_work_lines` task must then be followed, once done,
+    file of that many slots (each :func:`work_lines` task must then be followed, once done,
     by ``reader.release_block()``)."""
     if isinstance(reader, ParquetReader):
         for keys_, texts, given in reader.column_batches():
-            yield (keys_, given), _work_items, (texts, *args)
+            yield (keys_, given), work_items, (texts, *args)
         return
     if reader.kind == "folder":
         keys: list[str] = []
@@ -323,10 +142,10 @@ def _tasks(
             keys.append(key)
             items.append(path)
             if len(keys) >= _CHUNK_FILES:
-                yield (keys, [None] * len(keys)), _work_items, (items, *args)
+                yield (keys, [None] * len(keys)), work_items, (items, *args)
                 keys, items = [], []
         if keys:
-            yield (keys, [None] * len(keys)), _work_items, (items, *args)
+            yield (keys, [None] * len(keys)), work_items, (items, *args)
         return
     parser = reader.parser()
     # a pool shares the work: decompressing elsewhere lets this process keep the pool fed
@@ -334,7 +153,7 @@ def _tasks(
         _CHUNK_BYTES, inflate_elsewhere=jobs > 1, shared_slots=shared_slots if jobs > 1 else 0
     )
     for first, block in blocks:
-        yield None, _work_lines, (parser, first, block, *args)
+        yield None, work_lines, (parser, first, block, *args)
 
 
 @dataclass
@@ -348,7 +167,7 @@ class TaskDocuments:
     signatures: NDArray[np.uint32] | None = None  # and their MinHash signatures
 
 
-def task_documents(known: _Known, done: _Done) -> TaskDocuments:
+def task_documents(known: _Known, done: Done) -> TaskDocuments:
     """The documents of a finished task, in input order: the given fingerprints applied, the
     skipped folder files left out."""
     if known is None:
@@ -390,7 +209,7 @@ def run_task(known: _Known, function: Callable[..., Any], arguments: tuple[Any, 
     its :class:`TaskDocuments`, or the input error it met, picklable, to be raised by
     :func:`raise_failure` in the caller."""
     done = function(*arguments)
-    if isinstance(done, _Failure):
+    if isinstance(done, Failure):
         return done
     return task_documents(known, done)
 
@@ -400,12 +219,12 @@ def has_work(task: tuple[_Known, Callable[..., Any], tuple[Any, ...]]) -> bool:
     for a batch whose documents all came with their fingerprint, e.g. a Parquet fingerprint
     column: :func:`run_task` on it is a copy)."""
     _, function, arguments = task
-    return function is not _work_items or any(item is not None for item in arguments[0])
+    return function is not work_items or any(item is not None for item in arguments[0])
 
 
 def raise_failure(done: Any) -> TaskDocuments:
     """``done`` (what :func:`run_task` returned) as documents, or its input error raised."""
-    if isinstance(done, _Failure):
+    if isinstance(done, Failure):
         raise done.exception()
     assert isinstance(done, TaskDocuments)
     return done
@@ -470,14 +289,14 @@ def _run_pass(
     if task == "idf":
         assert df is not None and spool is not None
         np.save(spool, df.counts)
-        initializer, initargs = _init_idf_worker, (str(spool), df.documents, df.bucket_bits)
+        initializer, initargs = init_idf_worker, (str(spool), df.documents, df.bucket_bits)
     pool: Any = None
     waiting: deque[tuple[_Known, bool, Future[Any]]] = deque()
 
-    def collect(known: _Known, lines: bool, done: _Done | _Failure) -> None:
+    def collect(known: _Known, lines: bool, done: Done | Failure) -> None:
         if lines:  # its block has been read: the ring file's slot is free again
             reader.release_block()
-        if isinstance(done, _Failure):
+        if isinstance(done, Failure):
             raise done.exception()
         read = task_documents(known, done)
         for reason in read.skipped:
@@ -500,7 +319,6 @@ def _run_pass(
             collected.df.add_counts(result.buckets, result.bucket_counts, documents=result.counted)
         bar.update(reader.position_bytes() - bar.n if by_bytes else len(keys))
 
-    global _DF
     inline = _INLINE_CHUNKS  # a small input is done before a pool would have started
     started = time.monotonic()
     tasks: Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]] | None = None
@@ -516,14 +334,16 @@ def _run_pass(
             if next_task is None:
                 break
             known, function, arguments = next_task
-            lines = function is _work_lines
+            lines = function is work_lines
             if pool is None and (options.jobs == 1 or inline > 0):
                 inline -= 1
                 collect(known, lines, function(*arguments))
                 continue
             if pool is None:
-                pool = _pool(options.jobs, initializer, initargs)
-            waiting.append((known, lines, pool.submit(function, *arguments)))
+                pool = worker_pool(options.jobs, initializer, initargs)
+            with signals_held():  # a worker it starts is known to the pool, or not started
+                future = pool.submit(function, *arguments)
+            waiting.append((known, lines, future))
             while len(waiting) > _IN_FLIGHT * options.jobs:
                 done_known, done_lines, future = waiting.popleft()
                 collect(done_known, done_lines, future.result())
@@ -532,7 +352,7 @@ def _run_pass(
             collect(done_known, done_lines, future.result())
     finally:
         bar.close()
-        _DF = None
+        reset_worker()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if tasks is not None and hasattr(tasks, "close"):

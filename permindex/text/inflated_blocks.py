@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Final
 
 from permindex.errors import InvalidArgumentError
+from permindex.processes import ignore_interrupts, process_context, signals_held
 from permindex.text import gzip_stream
 
 __all__ = ["InflatedBlocks", "SharedBlock", "reads", "whole_lines"]
@@ -170,7 +171,9 @@ def _inflate(
     """In the child process: send each block of whole lines of the gzip file ``path`` as
     ``(number of its first line, its bytes or a SharedBlock, the compressed bytes consumed so
     far)``, then None; or the message of the error that stopped it. With a ring file, each
-    block waits for one of the ``permits`` and goes to the next slot when it fits."""
+    block waits for one of the ``permits`` and goes to the next slot when it fits. Ctrl-C is
+    the parent's to handle (it stops this process with SIGTERM)."""
+    ignore_interrupts()
     ring_fd = -1
     try:
         with open(path, "rb") as raw, gzip_stream.open_stream(raw) as stream:
@@ -281,12 +284,7 @@ class InflatedBlocks:
                 os.unlink(ring)
 
     def __iter__(self) -> Generator[tuple[int, bytes | SharedBlock], None, None]:
-        import multiprocessing
-
-        methods = multiprocessing.get_all_start_methods()
-        context: Any = multiprocessing.get_context(
-            "forkserver" if "forkserver" in methods else "spawn"
-        )
+        context = process_context()
         slot_bytes = 2 * self._max_bytes
         ring = _ring_file(self._slots * slot_bytes) if self._slots else None
         self._ring = ring
@@ -328,7 +326,8 @@ class InflatedBlocks:
         thread = threading.Thread(target=receive, name="permindex-inflated-blocks", daemon=True)
         ended = False
         try:
-            child.start()
+            with signals_held():  # started and known (terminated below), or not started
+                child.start()
             sender.close()
             thread.start()
             while True:

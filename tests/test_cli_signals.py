@@ -1,0 +1,161 @@
+"""Ctrl-C and SIGTERM during ``permindex dedup``, sent as a terminal and a service manager send
+them (to the whole process group): one line on stderr, the documented exit code (130, 143), no
+traceback from the command or any of its child processes, no ring file or process left.
+
+Each run is a real ``permindex`` process on a real gzip JSONL file, with the decompressing child
+and the worker pool of ``--jobs 2``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not Path("/dev/shm").is_dir() or not hasattr(os, "killpg"),
+    reason="needs /dev/shm (to see the ring file) and process groups",
+)
+
+_DOCUMENTS = 200_000
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """200,000 documents of 80 words, gzip JSONL (a dedup of it runs for about two seconds)."""
+    rng = np.random.default_rng(11)
+    words = np.array([f"w{i}" for i in range(3000)])
+    path = tmp_path_factory.mktemp("signals") / "big.jsonl.gz"
+    picks = rng.integers(0, len(words), size=(_DOCUMENTS, 80))
+    with gzip.open(path, "wt", compresslevel=1) as out:
+        for i in range(_DOCUMENTS):
+            out.write(f'{{"id": "k{i}", "text": "{" ".join(words[picks[i]])}"}}\n')
+    return path
+
+
+def _rings() -> set[Path]:
+    return set(Path("/dev/shm").glob("permindex-blocks-*"))
+
+
+def _start(corpus: Path, out: Path, jobs: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "permindex", "dedup", str(corpus), "--out", str(out)]
+        + ["--jobs", str(jobs)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's job has
+    )
+
+
+def _wait_for_ring(process: subprocess.Popen[str], before: set[Path]) -> set[Path]:
+    deadline = time.monotonic() + 60
+    rings: set[Path] = set()
+    while not rings and process.poll() is None and time.monotonic() < deadline:
+        rings = _rings() - before
+        time.sleep(0.01)
+    return rings
+
+
+def _group_gone(pgid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:  # it had already ended
+        pass
+
+
+def _assert_clean(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    assert "Exception ignored" not in stderr, stderr
+    assert "Error" not in stderr, stderr  # SystemError from a kernel, FileNotFoundError, ...
+
+
+def test_ctrl_c_to_the_process_group_stops_a_parallel_dedup_with_one_line(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """SIGINT reaches the parent, the decompressing child and the workers at once: only the
+    parent speaks (exit 130, one line); the ring file and every process of the group go."""
+    before = _rings()
+    process = _start(corpus, tmp_path / "r", jobs=2)
+    rings = _wait_for_ring(process, before)
+    time.sleep(0.3)  # the child and the workers busy
+    if process.poll() is not None:
+        pytest.skip("dedup ended before it could be stopped (a machine too fast for the corpus)")
+    _signal_group(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr == "permindex dedup: interrupted\n"
+    assert rings and not any(ring.exists() for ring in rings)
+    assert _group_gone(process.pid)
+
+
+@pytest.mark.parametrize(
+    ("signum", "jobs"),
+    [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGINT, 1)],
+    ids=["sigint-jobs-2", "sigterm-jobs-2", "sigint-jobs-1"],
+)
+def test_a_signal_at_any_moment_of_the_run_gives_its_line_and_code(
+    corpus: Path, tmp_path: Path, signum: int, jobs: int
+) -> None:
+    """Signals to the group at moments spread over the start and the pass: while the child
+    processes start, while numba kernels run (a signal there used to surface as a SystemError,
+    exit 1), while blocks are written: each run ends with the signal's one line and code (or
+    finishes normally, if it was faster than the signal), with no traceback anywhere."""
+    before = _rings()
+    line, code = (
+        ("permindex dedup: interrupted", 130)
+        if signum == signal.SIGINT
+        else ("permindex dedup: terminated (SIGTERM)", 143)
+    )
+    for i, delay in enumerate((0.5, 0.65, 0.8, 0.95, 1.1, 1.3)):
+        process = _start(corpus, tmp_path / f"r{i}", jobs)
+        time.sleep(delay)  # past the interpreter's start (imports: a traceback there is Python's)
+        _signal_group(process.pid, signum)
+        _, stderr = process.communicate(timeout=60)
+        _assert_clean(stderr)
+        if process.returncode != 0:
+            assert (process.returncode, stderr.strip().splitlines()[-1]) == (code, line), stderr
+        assert _group_gone(process.pid)
+    assert _rings() == before
+
+
+def test_a_second_ctrl_c_during_the_clean_up_does_not_cut_it_short(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """A second Ctrl-C 30 ms after the first (an impatient user) is ignored while the workers
+    stop and the ring file goes: no traceback ("Exception ignored in ... text_blocks"), no
+    file left."""
+    before = _rings()
+    process = _start(corpus, tmp_path / "r", jobs=2)
+    rings = _wait_for_ring(process, before)
+    time.sleep(0.3)
+    if process.poll() is not None:
+        pytest.skip("dedup ended before it could be stopped (a machine too fast for the corpus)")
+    _signal_group(process.pid, signal.SIGINT)
+    time.sleep(0.03)
+    _signal_group(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    _assert_clean(stderr)
+    assert "permindex dedup: interrupted" in stderr
+    # 130, or death by SIGINT when the second one lands after the command has returned
+    assert process.returncode in (130, -signal.SIGINT), stderr
+    assert rings and not any(ring.exists() for ring in rings)
+    assert _group_gone(process.pid)
