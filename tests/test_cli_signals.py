@@ -46,8 +46,17 @@ def _rings() -> set[Path]:
 
 def _start(corpus: Path, out: Path, jobs: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "permindex", "dedup", str(corpus), "--out", str(out)]
-        + ["--jobs", str(jobs)],
+        [
+            sys.executable,
+            "-m",
+            "permindex",
+            "dedup",
+            str(corpus),
+            "--out",
+            str(out),
+            "--jobs",
+            str(jobs),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
