@@ -59,9 +59,14 @@ def _stop(signum: int, frame: object) -> None:
         # a callback from numba's compiler (ctypes) swallows the exception: ask again shortly
         threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
         return
+    _ignore_stop_signals()
+    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _ignore_stop_signals() -> None:
+    """SIGINT and SIGTERM ignored from now on (dedup's clean-up, then its exit)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def _interruption(error: BaseException) -> KeyboardInterrupt | None:
@@ -161,8 +166,7 @@ def entry() -> NoReturn:
     promised exit within a second of the last in-flight call."""
     code = main()
     if sys.argv[1:2] == ["dedup"]:  # done: a late Ctrl-C must not interrupt the exit itself
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _ignore_stop_signals()
     if sys.argv[1:2] == ["serve"]:
         import logging
 
@@ -179,9 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     code) and never prints a traceback unless PERMINDEX_DEBUG is set."""
     try:
         parser = build_parser()  # imports each group's module
-    except KeyboardInterrupt:
-        _err("permindex: interrupted")
-        return 130
+    except KeyboardInterrupt as interrupt:
+        return _interrupted("permindex", interrupt)
     arguments = list(sys.argv[1:] if argv is None else argv)
     misplaced = _options_before_command(parser, arguments)
     if misplaced is not None:
