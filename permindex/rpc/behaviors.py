@@ -18,7 +18,7 @@ client takes to take it).
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import grpc
@@ -58,12 +58,19 @@ def _inner(handler: _Handler) -> Behavior:
     if inspect.isasyncgenfunction(behavior):
 
         async def generated(request: Any, context: Any, send: Send) -> None:
-            messages = cast("AsyncIterator[Any]", behavior(request, context))
+            messages = cast("Any", behavior(request, context))
             try:
                 async for message in messages:
                     await send(message)
-            finally:
-                await cast("Any", messages).aclose()
+            except GeneratorExit:
+                # this coroutine is being closed, not awaited (gRPC dropped the call, or it is
+                # garbage-collected): nothing may be awaited now, and CPython leaves a generator
+                # whose __anext__ was pending marked as running, so aclose() would raise
+                raise
+            except BaseException:
+                await messages.aclose()
+                raise
+            await messages.aclose()
 
         return generated
 
