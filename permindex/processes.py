@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import select
 import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ignore_interrupts", "process_context", "signals_held"]
+__all__ = ["end_with_parent", "ignore_interrupts", "process_context", "signals_held"]
 
 
 def process_context() -> Any:
@@ -21,30 +22,79 @@ def process_context() -> Any:
     a reader thread, can deadlock), else spawn.
 
     Called from the main thread while this process has no fork server yet, it starts the fork
-    server with Ctrl-C ignored, which the server and every process it forks then inherit from
-    their first instruction: a Ctrl-C to the process group can then neither print a child's
-    traceback nor kill a pool worker while it holds the pool's queue lock (which hangs the
-    other workers and the parent's shutdown). The parent ignores Ctrl-C only for those few
-    milliseconds. Started earlier by other code, the fork server is used as it is."""
+    server with SIGINT and SIGTERM ignored, which the server and every process it forks then
+    inherit from their first instruction: a Ctrl-C or a SIGTERM to the process group can then
+    neither print a child's traceback nor kill a pool worker while it holds the pool's queue
+    lock or is half-way through sending its result (either hangs the other workers and the
+    parent's shutdown for ever). The parent ignores both only for those few milliseconds.
+    Started earlier by other code, the fork server is used as it is."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     if threading.current_thread() is threading.main_thread():
         from multiprocessing import forkserver
 
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOP_SIGNALS}
         try:
             forkserver.ensure_running()  # returns at once when it runs already
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
     return multiprocessing.get_context("forkserver")
 
 
 def ignore_interrupts() -> None:
-    """Called first in a child process: Ctrl-C (SIGINT, which a terminal sends to the whole
-    process group) is ignored there, so only the parent turns it into its one ``interrupted``
-    line and stops the child (SIGTERM, which the child keeps) instead of every child also
-    printing a KeyboardInterrupt traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Called first in a child process: SIGINT (Ctrl-C, which a terminal sends to the whole
+    process group) and SIGTERM (which ``kill -- -PGID``, ``timeout`` and service managers send
+    to the whole group) are ignored there, so only the parent turns either into its one line
+    and stops its children itself: pool workers when they finish their task, a decompressing
+    child with SIGKILL. The child of a parent that is killed outright ends when it next reads
+    from or writes to the parent (the pipe is closed)."""
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: Seconds between two looks at the parent where the platform has no pidfd.
+_PARENT_POLL_SECONDS = 0.5
+
+
+def end_with_parent(parent: int) -> None:
+    """Called first in a child process: a daemon thread ends this process (``os._exit(1)``, no
+    clean-up: there is nobody left to hand results to) within ~0.5 s of the end of the process
+    ``parent`` (its pid, taken by the parent before it starts the child).
+
+    Needed because a forkserver child is the fork server's child, not the parent's (so
+    ``PR_SET_PDEATHSIG`` would watch the wrong process), and the fork server outlives a parent
+    killed with SIGKILL (every child holds its liveness pipe open): without it a pool worker
+    waits for work, and a decompressing child for a ring slot, for ever. Watches a pidfd where
+    the platform has one (Linux >= 5.3: no polling, no pid reuse), else looks every 0.5 s."""
+    try:
+        pidfd = os.pidfd_open(parent)
+    except (AttributeError, OSError):
+        pidfd = -1
+    if pidfd < 0 and not _alive(parent):
+        os._exit(1)
+
+    def watch() -> None:
+        if pidfd >= 0:
+            select.select([pidfd], [], [])  # readable when the parent has ended
+        else:
+            while _alive(parent):
+                threading.Event().wait(_PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="permindex-parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process took the pid: the parent is gone
+        return False
+    return True
 
 
 @contextlib.contextmanager

@@ -134,7 +134,9 @@ def test_a_signal_at_any_moment_of_the_run_gives_its_line_and_code(
         if signum == signal.SIGINT
         else ("permindex dedup: terminated (SIGTERM)", 143)
     )
-    for i, delay in enumerate((0.5, 0.65, 0.8, 0.95, 1.1, 1.3)):
+    # up to 1.5 s: a SIGTERM that killed a pool worker half-way through sending its result hung
+    # the pool's shutdown (or crashed the parent) until the workers ignored it
+    for i, delay in enumerate((0.5, 0.65, 0.8, 0.95, 1.1, 1.2, 1.3, 1.4, 1.5)):
         process = _start(corpus, tmp_path / f"r{i}", jobs)
         time.sleep(delay)  # past the interpreter's start (imports: a traceback there is Python's)
         _signal_group(process.pid, signum)
@@ -168,3 +170,27 @@ def test_a_second_ctrl_c_during_the_clean_up_does_not_cut_it_short(
     assert process.returncode in (130, -signal.SIGINT), stderr
     assert rings and not any(ring.exists() for ring in rings)
     assert _group_gone(process.pid)
+
+
+def test_a_parent_killed_outright_takes_its_child_processes_with_it(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """SIGKILL to the parent alone (the OOM killer, ``kill -9 PID``) while its workers and the
+    decompressing child run: every process of the group ends within 5 s (before: the fork
+    server, the workers and the decompressing child waited for ever)."""
+    before = _rings()
+    process = _start(corpus, tmp_path / "r", jobs=2)
+    try:
+        rings = _wait_for_ring(process, before)
+        time.sleep(0.5)  # the child and the workers busy
+        if process.poll() is not None:
+            pytest.skip("dedup ended before it could be killed (a machine too fast for the corpus)")
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate(timeout=60)
+        assert process.returncode == -signal.SIGKILL
+        assert _group_gone(process.pid, within=5.0)
+    finally:
+        _signal_group(process.pid, signal.SIGKILL)
+        for ring in _rings() - before:  # a parent killed outright leaves its ring file
+            ring.unlink(missing_ok=True)
+    assert rings

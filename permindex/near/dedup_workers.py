@@ -5,6 +5,7 @@ pool of such workers. Importing it does not import grpc.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -18,7 +19,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.near.jaccard import ShingleSets
 from permindex.near.minhash import signatures
-from permindex.processes import ignore_interrupts, process_context
+from permindex.processes import end_with_parent, ignore_interrupts, process_context
 from permindex.text.documents import JsonlParser, folder_file_text
 from permindex.text.extract import Extract
 from permindex.text.fingerprint import (
@@ -216,10 +217,14 @@ def reset_worker() -> None:
     _DF = None
 
 
-def _start_worker(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
-    """A pool worker's start: Ctrl-C is the parent's to handle (:func:`ignore_interrupts`),
+def _start_worker(
+    parent: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]
+) -> None:
+    """A pool worker's start: SIGINT and SIGTERM are the parent's to handle
+    (:func:`ignore_interrupts`), the worker ends with its parent (:func:`end_with_parent`),
     then ``initializer(*initargs)``."""
     ignore_interrupts()
+    end_with_parent(parent)
     if initializer is not None:
         initializer(*initargs)
 
@@ -228,11 +233,11 @@ def worker_pool(
     jobs: int, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]
 ) -> ProcessPoolExecutor:
     """A process pool of ``jobs`` workers (:func:`~permindex.processes.process_context`: forkserver
-    where there is one, else spawn), each ignoring Ctrl-C and set up by
-    ``initializer(*initargs)`` when given."""
+    where there is one, else spawn), each ignoring SIGINT and SIGTERM, ending with this process,
+    and set up by ``initializer(*initargs)`` when given."""
     return ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=process_context(),
         initializer=_start_worker,
-        initargs=(initializer, initargs),
+        initargs=(os.getpid(), initializer, initargs),
     )

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Final
 
 from permindex.errors import InvalidArgumentError
-from permindex.processes import ignore_interrupts, process_context, signals_held
+from permindex.processes import end_with_parent, ignore_interrupts, process_context, signals_held
 from permindex.text import gzip_stream
 
 __all__ = ["InflatedBlocks", "SharedBlock", "reads", "whole_lines"]
@@ -167,13 +167,16 @@ def _inflate(
     slots: int,
     slot_bytes: int,
     permits: Any,
+    parent: int,
 ) -> None:
-    """In the child process: send each block of whole lines of the gzip file ``path`` as
-    ``(number of its first line, its bytes or a SharedBlock, the compressed bytes consumed so
-    far)``, then None; or the message of the error that stopped it. With a ring file, each
-    block waits for one of the ``permits`` and goes to the next slot when it fits. Ctrl-C is
-    the parent's to handle (it stops this process with SIGTERM)."""
+    """In the child process (it ends with the process ``parent``): send each block of whole
+    lines of the gzip file ``path`` as ``(number of its first line, its bytes or a
+    SharedBlock, the compressed bytes consumed so far)``, then None; or the message of the
+    error that stopped it. With a ring file, each block waits for one of the ``permits`` and
+    goes to the next slot when it fits. SIGINT and SIGTERM are the parent's to handle (it
+    stops this process with SIGKILL)."""
     ignore_interrupts()
+    end_with_parent(parent)
     ring_fd = -1
     try:
         with open(path, "rb") as raw, gzip_stream.open_stream(raw) as stream:
@@ -302,6 +305,7 @@ class InflatedBlocks:
                 self._slots,
                 slot_bytes,
                 self._permits,
+                os.getpid(),
             ),
         )
         child.daemon = True
@@ -353,7 +357,7 @@ class InflatedBlocks:
         finally:
             stop.set()
             if child.is_alive():
-                child.terminate()
+                child.kill()  # it ignores SIGTERM (ignore_interrupts)
             if thread.ident is not None:
                 thread.join()
             receiver.close()
