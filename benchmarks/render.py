@@ -66,7 +66,8 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
         "Random 64-bit fingerprints (1% planted near-duplicates), k = 3, 10,000 queries of which "
         "half have a stored neighbour at distance 0-3; permindex and faiss on one thread "
         "(2-thread column beside); medians of repeats. Regenerate with "
-        "`python benchmarks/run.py` (see [benchmarks/run.py](benchmarks/run.py))."
+        "`pip install -e '.[bench]'` (faiss-cpu, matplotlib; the two simhash peers install "
+        "apart, see [benchmarks/run.py](benchmarks/run.py)), then `python benchmarks/run.py`."
     )
     lines.append("")
     lines.append(

@@ -114,3 +114,26 @@ def test_serve_accepts_the_kernel_variables_and_answers_on_the_reference_paths(
     finally:
         proc.stop()
     assert "unknown variable" not in proc.text
+
+
+def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:
+    """The first start with an empty kernel cache compiles for seconds: ``serve`` says so on
+    stderr (naming the cache directory) instead of staying silent, then answers lookups."""
+    from serverproc import ServeProcess
+
+    import permindex
+
+    cache = tmp_path / "cache"
+    env = {"PERMINDEX_CACHE_DIR": str(cache), "NUMBA_CACHE_DIR": str(cache)}
+    proc = ServeProcess(tmp_path / "data", env=env)
+    try:
+        address = proc.address(timeout=300)
+        assert address is not None, proc.text
+        with permindex.Client(address) as client:
+            client.add([("a", 0), ("b", 7)])
+            assert [m.key for m in client.query(1)] == ["a", "b"]
+    finally:
+        proc.stop()
+    assert "compiling the lookup and fingerprint kernels" in proc.text, proc.text
+    assert str(cache) in proc.text
+    assert list(cache.rglob("*.nbi"))

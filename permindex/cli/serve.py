@@ -432,13 +432,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return run_server(config)
 
 
+#: Seconds of kernel loading after which ``serve`` says that it is compiling.
+_COMPILE_NOTICE_SECONDS = 1.0
+
+
 def _freeze_kernels() -> None:
     """Load the compiled kernels the server uses (unless ``PERMINDEX_JIT=0``), then move every
     object made so far out of the garbage collector's view (``gc.freeze()``): numba's kernels
     bring about 10^5 objects that live as long as the process, and a full collection of them
     paused it for 80 to 110 ms here; the server's own collections then look at the objects of
-    requests only. Only the ``serve`` command does this: it owns its process."""
+    requests only. Only the ``serve`` command does this: it owns its process.
+
+    Loading takes about 0.5 s from numba's cache; the first start on a machine (or after
+    an upgrade of numba or permindex) compiles instead, for about 10 s: when loading has taken
+    1 s, one line on stderr says so, so that a silent start does not look like a hang."""
     import gc
+    import threading
 
     from permindex import jit
 
@@ -446,7 +455,20 @@ def _freeze_kernels() -> None:
         from permindex.index.lookup import kernels
         from permindex.text.fingerprint import simhash_many
 
-        kernels()
-        simhash_many(["load the fingerprint kernel now"])
+        notice = threading.Timer(
+            _COMPILE_NOTICE_SECONDS,
+            _err,
+            [
+                "permindex serve: compiling the lookup and fingerprint kernels (the first "
+                f"start with this numba; cached in {jit.cache_dir()}), about 10 s"
+            ],
+        )
+        notice.daemon = True
+        notice.start()
+        try:
+            kernels()
+            simhash_many(["load the fingerprint kernel now"])
+        finally:
+            notice.cancel()
     gc.collect()
     gc.freeze()
