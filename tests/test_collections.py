@@ -163,6 +163,10 @@ def test_command_line(
     assert main(["collections", "drop", "docs", *at]) == 0
     assert "2 keys" in capsys.readouterr().err
     assert main(["collections", "describe", *at]) == 2
+    capsys.readouterr()
+    # the collection is the NAME after the action: --collection there is refused, not ignored
+    assert main(["collections", "describe", "--collection", "default", *at]) == 2
+    assert "not with --collection" in capsys.readouterr().err
 
 
 def test_drop_frees_the_index(start_server: StartServer) -> None:

@@ -124,6 +124,11 @@ def _fields(info: CollectionInfo) -> dict[str, Any]:
 
 
 def _cmd_collections(args: argparse.Namespace) -> int:
+    if args.collection is not None:
+        args.parser.error(
+            f"--collection {args.collection}: collections names its collection after the "
+            f"action (collections {args.action} NAME), not with --collection"
+        )
     if args.action != "list" and not args.name:
         args.parser.error(f"collections {args.action} needs a NAME")
     with connect(args.address, args.connection) as client:
@@ -167,7 +172,7 @@ def add_collections_command(command: CommandFactory) -> None:
         "list, create, describe or drop collections",
         "Collections are independent indexes in one server, each with its own k, table design,\n"
         "text options, snapshots and log; every other command works on the one of --collection\n"
-        "(default: `default`, which always exists).\n"
+        "(default: `default`, which always exists); this one takes NAME after the action.\n"
         "  list                 one `name<TAB>keys<TAB>k<TAB>blocks/leading` line each\n"
         "  create NAME [opts]   an empty collection (options default to the server's own,\n"
         "                       except --expire-after: never unless given)\n"
