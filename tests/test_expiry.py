@@ -148,8 +148,10 @@ def test_added_at_rules() -> None:
         index.add_many("ab", [1, 2])
     with pytest.raises(InvalidArgumentError, match="2 entries but 1 added_at"):
         index.add_many(["r1", "r2"], [1, 2], added_at=[T0])
-    with pytest.raises(InvalidArgumentError, match=">= 0"):
+    with pytest.raises(InvalidArgumentError, match=r">= 0, got -5 \(entry 1\)$"):
         index.add_many(["r1", "r2"], [1, 2], added_at=[T0, -5])
+    with pytest.raises(InvalidArgumentError, match=r">= 0, got -1$"):  # as given: not -1.0
+        index.add("refused", 11, added_at=-1)
     after = index.export()
     assert before[0] == after[0] and before[1].tolist() == after[1].tolist()
     index._check()

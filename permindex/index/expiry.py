@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Literal, overload
+from typing import Any, Final, Literal, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -122,8 +122,10 @@ def stamps(added_at: AddedAt, n: int, now: float) -> _U32:
         return np.full(n, clock, dtype=np.uint32)
     if isinstance(added_at, bool) or isinstance(added_at, (str, bytes)):
         raise TypeError(f"added_at must be Unix seconds, not {type(added_at).__name__}")
+    given: Any
     if isinstance(added_at, (int, float, np.integer, np.floating)):
         values = np.full(n, float(added_at))
+        given = None
     else:
         array = added_at if isinstance(added_at, np.ndarray) else np.array(list(added_at))
         if array.dtype.kind not in "iuf" or array.ndim != 1:
@@ -131,9 +133,12 @@ def stamps(added_at: AddedAt, n: int, now: float) -> _U32:
         if array.size != n:
             raise InvalidArgumentError(f"{n} entries but {array.size} added_at times", array.size)
         values = array.astype(np.float64)
+        given = array
     if values.size and not (bool(np.isfinite(values).all()) and float(values.min()) >= 0):
-        bad = float(values[~(np.isfinite(values) & (values >= 0))][0])
-        raise InvalidArgumentError(f"added_at must be Unix seconds >= 0, got {bad}", bad)
+        at = int(np.flatnonzero(~(np.isfinite(values) & (values >= 0)))[0])
+        bad = added_at if given is None else given[at].item()
+        where = "" if given is None else f" (entry {at})"
+        raise InvalidArgumentError(f"added_at must be Unix seconds >= 0, got {bad!r}{where}", bad)
     floored = np.floor(values)
     floored[(floored == 0) | (floored > clock)] = clock
     result: _U32 = floored.astype(np.uint32)
