@@ -20,6 +20,7 @@ table, :data:`permindex.errors.ERROR_TABLE`), and an unreachable server (``UNAVA
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shlex
 import signal
@@ -174,6 +175,10 @@ def entry() -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    # the command's garbage (a failed call and its traceback) finalised now, while grpc's
+    # threads run: at the interpreter's exit a daemon thread can be stopped holding a call's
+    # lock, and that call's finaliser then waits for it for ever
+    gc.collect()
     sys.exit(code)
 
 
