@@ -29,7 +29,7 @@ def process_context() -> Any:
     parent's shutdown for ever). The parent ignores both only for those few milliseconds.
     Started earlier by other code, the fork server is used as it is."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
+        return _Killing(multiprocessing.get_context("spawn"))
     if threading.current_thread() is threading.main_thread():
         from multiprocessing import forkserver
 
@@ -39,7 +39,26 @@ def process_context() -> Any:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-    return multiprocessing.get_context("forkserver")
+    return _Killing(multiprocessing.get_context("forkserver"))
+
+
+class _Killing:
+    """A multiprocessing context whose processes' ``terminate()`` sends SIGKILL: the children
+    ignore SIGTERM (:func:`ignore_interrupts`), so the SIGTERM with which a process pool stops
+    its other workers after one died (``BrokenProcessPool``), and with which multiprocessing
+    ends daemonic children at exit, would leave the parent waiting for them for ever."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+        class Process(context.Process):  # type: ignore[misc]
+            def terminate(self) -> None:
+                self.kill()
+
+        self.Process = Process
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
 
 
 def ignore_interrupts() -> None:
