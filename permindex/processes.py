@@ -50,15 +50,26 @@ class _Killing:
 
     def __init__(self, context: Any) -> None:
         self._context = context
-
-        class Process(context.Process):  # type: ignore[misc]
-            def terminate(self) -> None:
-                self.kill()
-
-        self.Process = Process
+        self.Process = _KILLING[context.get_start_method()]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
+
+
+class _KillingSpawnProcess(multiprocessing.context.SpawnProcess):
+    def terminate(self) -> None:
+        self.kill()
+
+
+_KILLING: dict[str, type[Any]] = {"spawn": _KillingSpawnProcess}
+
+if hasattr(multiprocessing.context, "ForkServerProcess"):
+
+    class _KillingForkServerProcess(multiprocessing.context.ForkServerProcess):
+        def terminate(self) -> None:
+            self.kill()
+
+    _KILLING["forkserver"] = _KillingForkServerProcess
 
 
 def ignore_interrupts() -> None:
