@@ -194,3 +194,55 @@ def test_a_parent_killed_outright_takes_its_child_processes_with_it(
         for ring in _rings() - before:  # a parent killed outright leaves its ring file
             ring.unlink(missing_ok=True)
     assert rings
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _pool_worker(parent: int) -> int | None:
+    """A pool worker of the dedup ``parent``: a child of its fork server without the input
+    file open (that one is the decompressing child)."""
+    procs = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    try:
+        servers = {p for p in procs if _parent_of(p) == parent}
+        for p in procs:
+            if _parent_of(p) in servers:
+                opened = [os.readlink(fd) for fd in Path(f"/proc/{p}/fd").iterdir()]
+                if not any(name.endswith(".gz") for name in opened):
+                    return p
+    except OSError:  # a process ended while being read
+        return None
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_pool_worker_killed_outright_ends_the_run_with_an_error(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """SIGKILL to one pool worker (the OOM killer's pick): dedup exits 1 with one
+    BrokenProcessPool line within 30 s and leaves no process (before the fix: it waited for
+    ever on the other workers, which ignore the pool's SIGTERM)."""
+    before = _rings()
+    process = _start(corpus, tmp_path / "r", jobs=2)
+    try:
+        worker = None
+        deadline = time.monotonic() + 30
+        while worker is None and process.poll() is None and time.monotonic() < deadline:
+            worker = _pool_worker(process.pid)
+            time.sleep(0.02)
+        if worker is None:
+            pytest.skip("dedup ended before a pool worker could be found")
+        time.sleep(0.2)
+        os.kill(worker, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=30)
+        if process.returncode != 0:  # 0: it had finished; 4: the pick was the decompressor
+            last = stderr.strip().splitlines()[-1]
+            assert (process.returncode, "BrokenProcessPool" in last) == (1, True) or (
+                process.returncode,
+                "the process decompressing it died" in last,
+            ) == (4, True), stderr
+        assert _group_gone(process.pid)
+    finally:
+        _signal_group(process.pid, signal.SIGKILL)
+    assert _rings() == before

@@ -125,9 +125,10 @@ def _fields(info: CollectionInfo) -> dict[str, Any]:
 
 def _cmd_collections(args: argparse.Namespace) -> int:
     if args.collection is not None:
+        usage = "collections list" if args.action == "list" else f"collections {args.action} NAME"
         args.parser.error(
             f"--collection {args.collection}: collections names its collection after the "
-            f"action (collections {args.action} NAME), not with --collection"
+            f"action ({usage}), not with --collection"
         )
     if args.action != "list" and not args.name:
         args.parser.error(f"collections {args.action} needs a NAME")
