@@ -30,6 +30,34 @@ def test_order_by_query_is_lexsort(n: int, data: st.DataObject) -> None:
 
 
 @settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 50), data=st.data())
+def test_arrange_matches_is_the_numpy_steps(n: int, data: st.DataObject) -> None:
+    m = data.draw(st.integers(0, 300))
+    queries = data.draw(hnp.arrays(np.int64, m, elements=st.integers(0, n - 1)))
+    rows = data.draw(hnp.arrays(np.int64, m, elements=st.integers(0, 99)))
+    distances = data.draw(hnp.arrays(np.int64, m, elements=st.integers(0, 64)))
+    fps = data.draw(hnp.arrays(np.uint64, 100))
+    found = np.ascontiguousarray(np.stack([queries, rows, distances], axis=1))
+    q_out, rows_out, d_out, fps_out, ties = match_kernels.arrange_matches(found, n, fps)
+    order = np.lexsort((distances, queries))
+    assert q_out.tolist() == queries[order].tolist()
+    assert rows_out.tolist() == rows[order].tolist()
+    assert d_out.dtype == np.uint8 and d_out.tolist() == distances[order].tolist()
+    assert fps_out.tolist() == fps[rows[order]].tolist()
+    q, d = queries[order], distances[order]
+    assert ties.tolist() == np.flatnonzero((q[1:] == q[:-1]) & (d[1:] == d[:-1])).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 50), data=st.data())
+def test_query_offsets_are_the_cumulative_counts(n: int, data: st.DataObject) -> None:
+    m = data.draw(st.integers(0, 300))
+    queries = np.sort(data.draw(hnp.arrays(np.int64, m, elements=st.integers(0, n - 1))))
+    offsets = match_kernels.query_offsets(queries, n)
+    assert offsets.tolist() == [0, *np.cumsum(np.bincount(queries, minlength=n)).tolist()]
+
+
+@settings(max_examples=60, deadline=None)
 @given(rows=hnp.arrays(np.int64, st.integers(0, 400), elements=st.integers(0, 2**40)))
 def test_distinct_rows_in_first_appearance_order(rows: np.ndarray) -> None:
     distinct, inverse = match_kernels.distinct_rows(rows)
@@ -51,8 +79,9 @@ def test_gather_key_bytes_concatenates_the_rows(keys: list[bytes], data: st.Data
     rows = data.draw(
         hnp.arrays(np.int64, st.integers(0, 100), elements=st.integers(0, len(keys) - 1))
     )
-    got = match_kernels.gather_key_bytes(offsets, blob, rows).tobytes()
-    assert got == b"".join(stored[r] for r in rows.tolist())
+    got, lengths = match_kernels.gather_key_bytes(offsets, blob, rows)
+    assert got.tobytes() == b"".join(stored[r] for r in rows.tolist())
+    assert lengths.tolist() == [len(keys[r]) for r in rows.tolist()]
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, keys: list[str], fps: np.ndarray) -> tuple[Index, Index]:

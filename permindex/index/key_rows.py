@@ -142,10 +142,8 @@ class KeyRows:
         distinct, inverse = match_kernels.distinct_rows(rows)
         repeats = 2 * distinct.size < rows.size  # mostly repeats: decode each row once
         chosen = distinct if repeats else rows
-        data = match_kernels.gather_key_bytes(self._offsets, self._data, chosen)
-        decoded = decode_section(
-            data.tobytes(), self._offsets[chosen + 1] - self._offsets[chosen] - 1
-        )
+        data, lengths = match_kernels.gather_key_bytes(self._offsets, self._data, chosen)
+        decoded = decode_section(data.tobytes(), lengths)
         return list(map(decoded.__getitem__, inverse.tolist())) if repeats else decoded
 
     def live_keys(self, live: NDArray[np.bool_]) -> list[str]:

@@ -92,6 +92,8 @@ def _warm_matches() -> None:
     module.order_by_query(two, np.zeros(2, dtype=np.uint8), 2)
     distinct, _ = module.distinct_rows(two)
     module.gather_key_bytes(np.arange(3, dtype=np.int64), np.zeros(2, dtype=np.uint8), distinct)
+    module.arrange_matches(np.zeros((2, 3), dtype=np.int64), 1, np.zeros(1, dtype=np.uint64))
+    module.query_offsets(two, 2)
 
 
 def _warm(module: ModuleType) -> None:
@@ -360,13 +362,12 @@ class Lookups:
         return view
 
 
-def batch_arrays(
-    view: ReadView, queries: _U64, k: int, threads: int = 1
-) -> tuple[_I64, NDArray[np.int64], NDArray[np.uint8]]:
+def batch_arrays(view: ReadView, queries: _U64, k: int, threads: int = 1) -> _I64:
     """The matches of the (q,) uint64 ``queries`` within ``k`` on ``view``, without the index's
-    lock: (query positions (m,) int64, rows (m,) int64, distances (m,) uint8), grouped by table
-    then run (not sorted). ``threads`` > 1 splits the queries into that many slices, looked up
-    in parallel (the kernels release the GIL). O(q * (tables * runs + candidates))."""
+    lock: (m, 3) int64 rows of (query position, row, distance), grouped by table then run (not
+    sorted; :func:`permindex.index.match_kernels.arrange_matches` orders them). ``threads`` > 1
+    splits the queries into that many slices, looked up in parallel (the kernels release the
+    GIL). O(q * (tables * runs + candidates))."""
     plan = view.plans[k]
     module = kernels()
 
@@ -379,17 +380,11 @@ def batch_arrays(
         return out[:count]
 
     if threads <= 1 or queries.size < 2 * threads:
-        found = run(queries)
-    else:
-        bounds = np.linspace(0, queries.size, threads + 1).astype(np.int64)
-        parts = [queries[bounds[i] : bounds[i + 1]] for i in range(threads)]
-        with ThreadPoolExecutor(threads, thread_name_prefix="permindex-lookup") as pool:
-            outs = list(pool.map(run, parts))
-        for i, out in enumerate(outs):
-            out[:, 0] += bounds[i]
-        found = np.concatenate(outs)
-    return (
-        np.ascontiguousarray(found[:, 0]),
-        np.ascontiguousarray(found[:, 1]),
-        found[:, 2].astype(np.uint8),
-    )
+        return run(queries)
+    bounds = np.linspace(0, queries.size, threads + 1).astype(np.int64)
+    parts = [queries[bounds[i] : bounds[i + 1]] for i in range(threads)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="permindex-lookup") as pool:
+        outs = list(pool.map(run, parts))
+    for i, out in enumerate(outs):
+        out[:, 0] += bounds[i]
+    return np.concatenate(outs)

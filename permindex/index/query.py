@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index import join
 from permindex.index.keys import check_int
-from permindex.index.lookup import Lookups, batch_arrays, kernels_of_matches
+from permindex.index.lookup import Lookups, ReadView, batch_arrays, kernels_of_matches
 from permindex.index.match import MATCH_ORDER, Match, collection_paused, new_match
 from permindex.index.pair_stream import (
     PairArrays,
@@ -48,6 +48,7 @@ __all__ = [
     "QUERY_CHUNK",
     "RANK_TIES",
     "SMALL_BATCH",
+    "Found",
     "LookupOptions",
     "Match",
     "QueryColumns",
@@ -55,6 +56,7 @@ __all__ = [
     "columns_of",
     "lookup_many",
     "matches_of",
+    "order_matches",
     "query_batch",
     "query_view",
     "reference_one",
@@ -348,6 +350,11 @@ def reference_one(lookups: Lookups, query: int, k: int) -> list[Match]:
     return out
 
 
+#: The matches of a batch as (query positions (m,) int64, keys, fingerprints (m,) uint64,
+#: distances (m,) uint8), sorted by (query, distance, key): what :func:`query_view` returns.
+Found = tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]]
+
+
 def query_view(
     lock: RLock,
     lookups: Lookups,
@@ -355,30 +362,39 @@ def query_view(
     k: int,
     limit: int,
     threads: int,
-) -> tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]] | None:
+) -> Found | None:
     """A batch lookup on compiled kernels outside the index's lock: a read view taken under
-    ``lock`` (O(tables)), the kernels run without it on ``threads`` threads, then the lock taken
-    again only to read the matched rows' keys. Returns the matches as (query positions (m,)
-    int64, keys, fingerprints (m,) uint64, distances (m,) uint8) sorted by (query, distance,
-    key), at most ``limit`` per query (0: all); None when a compaction renumbered the rows
-    meanwhile (the caller looks up again under the lock). O(q * (tables * runs + candidates))
-    in the kernels, O(m log m) to order the m matches."""
+    ``lock`` (O(tables)), the lookup kernel run without it (and without the GIL) on ``threads``
+    threads, then the matches ordered (:func:`order_matches`, taking the lock again only to
+    read the matched rows' keys). Returns the matches (:data:`Found`): every
+    query sees the index as it was when the view was taken. None when a compaction renumbered
+    the rows meanwhile (the caller looks up again under the lock). O(q * (tables * runs +
+    candidates)) in the kernels, O(m log m) to order the m matches."""
     rows = lookups.rows
     with lock:
         view = lookups.view(k)
     try:
-        q_all, rows_all, d_all = batch_arrays(view, queries, k, threads)
-    except BaseException:
+        found = batch_arrays(view, queries, k, threads)
+    finally:
         with lock:
             rows.release_live(view.epoch)
-        raise
-    order = kernels_of_matches().order_by_query(q_all, d_all, int(queries.size))
-    q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
+    return order_matches(lock, rows, view, found, int(queries.size), limit)
+
+
+def order_matches(
+    lock: RLock, rows: RowStore, view: ReadView, found: NDArray[np.int64], n: int, limit: int
+) -> Found | None:
+    """The matches ``found`` ((m, 3) int64 rows of (query position in [0, n), row, distance),
+    :func:`~permindex.index.lookup.batch_arrays` on ``view``) with their keys and fingerprints,
+    sorted by (query, distance, key), at most ``limit`` per query (0: all); None when a
+    compaction renumbered the rows since the view was taken. Reads the keys under ``lock``.
+    O(m log m)."""
+    # One kernel from the lookup's output to the matches ordered by (query, distance) with
+    # their fingerprints and ties, instead of a dozen numpy steps (benchmarks/README.md).
+    q_all, rows_all, d_all, fps_all, tie = kernels_of_matches().arrange_matches(found, n, view.fps)
     # Matches of one query at one distance: ordered by key below, in Python per run of them
     # when they are few, else by ranking the distinct rows' keys once.
-    tie = np.flatnonzero((q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1]))
     with lock:
-        rows.release_live(view.epoch)
         if rows.compactions != view.compactions:
             return None
         if tie.size > RANK_TIES:
@@ -391,40 +407,38 @@ def query_view(
         rank = np.empty(len(distinct_keys), dtype=np.int64)
         rank[np.asarray(ranked, dtype=np.int64)] = np.arange(rank.size, dtype=np.int64)
         order = np.lexsort((rank[inverse], d_all, q_all))
-        q_all, rows_all, d_all, inverse = (
+        q_all, fps_all, d_all, inverse = (
             q_all[order],
-            rows_all[order],
+            fps_all[order],
             d_all[order],
             inverse[order],
         )
         keys = np.array(distinct_keys, dtype=object)[inverse].tolist()
     elif tie.size:
-        _order_ties(tie, keys, rows_all)
+        _order_ties(tie, keys, fps_all)
     if limit and q_all.size:
         first = np.searchsorted(q_all, q_all, side="left")
         kept = np.flatnonzero(np.arange(q_all.size) - first < limit)
         if kept.size < q_all.size:
-            q_all, rows_all, d_all = q_all[kept], rows_all[kept], d_all[kept]
+            q_all, fps_all, d_all = q_all[kept], fps_all[kept], d_all[kept]
             keys = [keys[i] for i in kept.tolist()]
-    return q_all, keys, view.fps[rows_all], d_all
+    return q_all, keys, fps_all, d_all
 
 
-def _order_ties(tie: NDArray[np.intp], keys: list[str], rows_all: NDArray[np.int64]) -> None:
+def _order_ties(tie: NDArray[np.int64], keys: list[str], fps_all: _U64) -> None:
     """Sort by key, in place, each run of matches of one query at one distance (``tie``: the
-    positions i where match i + 1 ties with match i); ``rows_all`` is permuted alike."""
+    positions i where match i + 1 ties with match i); ``fps_all`` is permuted alike."""
     starts = tie[np.r_[True, tie[1:] != tie[:-1] + 1]]
     ends = tie[np.r_[tie[1:] != tie[:-1] + 1, True]] + 2
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         block = sorted(range(start, end), key=keys.__getitem__)
-        rows_all[start:end] = rows_all[block]
+        fps_all[start:end] = fps_all[block]
         keys[start:end] = [keys[i] for i in block]
 
 
-def matches_of(
-    n: int, found: tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]]
-) -> list[list[Match]]:
-    """The (query positions, keys, fingerprints, distances) of :func:`query_view` as one list
-    of :class:`Match` per query. O(n + m)."""
+def matches_of(n: int, found: Found) -> list[list[Match]]:
+    """The matches of n queries (:data:`Found`, from :func:`order_matches`) as one list of
+    :class:`Match` per query. O(n + m)."""
     q_all, keys, fps, d_all = found
     with collection_paused():
         results: list[list[Match]] = [[] for _ in range(n)]
@@ -435,14 +449,12 @@ def matches_of(
     return results
 
 
-def columns_of(
-    n: int, found: tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]]
-) -> QueryColumns:
-    """The matches of :func:`query_view` as :class:`QueryColumns`. O(n + m) numpy work."""
+def columns_of(n: int, found: Found) -> QueryColumns:
+    """The matches of n queries (:data:`Found`, from :func:`order_matches`) as
+    :class:`QueryColumns`. O(n + m)."""
     q_all, keys, fps, d_all = found
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(q_all, minlength=n), out=offsets[1:])
-    return QueryColumns(offsets, keys, fps.astype(np.uint64, copy=False), d_all)
+    offsets = kernels_of_matches().query_offsets(q_all, n)
+    return QueryColumns(offsets, keys, fps, d_all)
 
 
 def columns_from_matches(results: list[list[Match]]) -> QueryColumns:
