@@ -83,7 +83,7 @@ def test_readme_module_tree_matches_the_package() -> None:
         str(p.relative_to(README.parent))
         for p in root.rglob("*")
         if p.is_file()
-        and (p.suffix == ".py" or p.name == "py.typed")
+        and (p.suffix in {".py", ".c"} or p.name == "py.typed")
         and "v1" not in p.relative_to(root).parts
         and "__pycache__" not in p.parts
     }

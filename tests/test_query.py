@@ -52,8 +52,15 @@ def test_query_many_limit_makes_only_the_kept_matches(monkeypatch: pytest.Monkey
         made[0] += 1
         return real._make(fields)
 
+    real_lists = query_module.match_lists
+
+    def counting_lists(n: int, *found: Any) -> list[list[Match]]:  # the kernels' path
+        made[0] += len(found[1])
+        return real_lists(n, *found)
+
     monkeypatch.setattr(query_module, "Match", CountingMatch())
     monkeypatch.setattr(query_module, "new_match", counting_new_match)
+    monkeypatch.setattr(query_module, "match_lists", counting_lists)
     limited = index.query_many(queries, limit=2)
     assert made[0] == 2 * len(queries)
     for query, got in zip(queries, limited, strict=True):

@@ -1,18 +1,33 @@
 """The result of a lookup: :class:`Match` (a stored key, its fingerprint, its Hamming distance
-to the query), how one is made without a Python-level call, the order of matches, and
-:func:`collection_paused`, under which a batch's result objects are made."""
+to the query), how one is made without a Python-level call, the order of matches,
+:func:`collection_paused`, under which a batch's result objects are made, and
+:func:`match_lists`, which makes a batch's lists of them: in C when the optional extension
+:mod:`permindex.index._match_lists` was built at install (a C compiler was at hand), else in
+Python (:func:`match_lists_python`, the reference the tests compare it with)."""
 
 from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
 
-__all__ = ["MATCH_ORDER", "Match", "collection_paused", "new_match"]
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "COMPILED_MATCH_LISTS",
+    "MATCH_ORDER",
+    "Match",
+    "collection_paused",
+    "match_lists",
+    "match_lists_python",
+    "new_match",
+]
 
 #: Sort key of matches: (distance, key).
 MATCH_ORDER = itemgetter(2, 0)
@@ -64,3 +79,50 @@ def collection_paused() -> Iterator[None]:
             _pauses -= 1
             if _pauses == 0 and _resume:
                 gc.enable()
+
+
+def match_lists_python(
+    n: int,
+    queries: NDArray[np.int64],
+    keys: list[str],
+    fingerprints: NDArray[np.uint64],
+    distances: NDArray[np.uint8],
+) -> list[list[Match]]:
+    """The result lists of a batch of n queries: list q holds ``Match(keys[i],
+    fingerprints[i], distances[i])`` for every i with ``queries[i] == q``, in order;
+    ``queries`` (m,) int64 non-decreasing in [0, n), ``keys`` m str, ``fingerprints`` (m,)
+    uint64, ``distances`` (m,) uint8. O(n + m); the caller pauses the collector
+    (:func:`collection_paused`). The reference of the compiled form (:func:`match_lists`).
+
+    Raises:
+        ValueError: the lengths differ, or ``queries`` is not non-decreasing in [0, n).
+    """
+    m = int(queries.size)
+    if not (len(keys) == fingerprints.size == distances.size == m):
+        raise ValueError("match_lists: queries, keys, fingerprints and distances differ in length")
+    if m and (queries[0] < 0 or queries[-1] >= n or bool((queries[1:] < queries[:-1]).any())):
+        raise ValueError("match_lists: queries must be non-decreasing and in [0, n)")
+    results: list[list[Match]] = [[] for _ in range(n)]
+    matches = map(new_match, zip(keys, fingerprints.tolist(), distances.tolist(), strict=True))
+    # list.append(results[q], match) for each match, looped in C (half the time of a Python
+    # for loop)
+    deque(map(list.append, map(results.__getitem__, queries.tolist()), matches), maxlen=0)
+    return results
+
+
+def _compiled() -> Callable[..., list[list[Match]]] | None:
+    try:
+        from permindex.index._match_lists import match_lists as compiled
+    except ImportError:  # not built: no C compiler at install, or another interpreter
+        return None
+    return partial(compiled, Match)
+
+
+_COMPILED = _compiled()
+#: Whether :func:`match_lists` runs in C (the optional extension was built and imports).
+COMPILED_MATCH_LISTS = _COMPILED is not None
+#: :func:`match_lists_python`'s contract, in C when the extension was built (the same lists of
+#: the same objects, about a third of the time), else that function itself.
+match_lists: Callable[
+    [int, NDArray[np.int64], list[str], NDArray[np.uint64], NDArray[np.uint8]], list[list[Match]]
+] = _COMPILED or match_lists_python

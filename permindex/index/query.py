@@ -14,7 +14,6 @@ become Python objects.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterator
 from itertools import chain
 from threading import RLock
@@ -27,7 +26,13 @@ from permindex.errors import InvalidArgumentError
 from permindex.index import join
 from permindex.index.keys import check_int
 from permindex.index.lookup import Lookups, ReadView, batch_arrays, kernels_of_matches
-from permindex.index.match import MATCH_ORDER, Match, collection_paused, new_match
+from permindex.index.match import (
+    MATCH_ORDER,
+    Match,
+    collection_paused,
+    match_lists,
+    new_match,
+)
 from permindex.index.pair_stream import (
     PairArrays,
     PairStream,
@@ -438,15 +443,11 @@ def _order_ties(tie: NDArray[np.int64], keys: list[str], fps_all: _U64) -> None:
 
 def matches_of(n: int, found: Found) -> list[list[Match]]:
     """The matches of n queries (:data:`Found`, from :func:`order_matches`) as one list of
-    :class:`Match` per query. O(n + m)."""
+    :class:`Match` per query (:func:`~permindex.index.match.match_lists`, in C when built).
+    O(n + m)."""
     q_all, keys, fps, d_all = found
     with collection_paused():
-        results: list[list[Match]] = [[] for _ in range(n)]
-        matches = map(new_match, zip(keys, fps.tolist(), d_all.tolist(), strict=True))
-        # list.append(results[q], match) for each match, looped in C (half the time of a
-        # Python for loop)
-        deque(map(list.append, map(results.__getitem__, q_all.tolist()), matches), maxlen=0)
-    return results
+        return match_lists(n, q_all, keys, fps, d_all)
 
 
 def columns_of(n: int, found: Found) -> QueryColumns:

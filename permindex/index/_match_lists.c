@@ -1,0 +1,179 @@
+/*
+ * permindex.index._match_lists: the result lists of a batch lookup made in C.
+ *
+ * match_lists(match_type, n, queries, keys, fingerprints, distances) -> list of n lists
+ *
+ * The optional compiled form of permindex.index.match.match_lists_python (the reference,
+ * which the tests compare it with, and the path when this module was not built): the same
+ * lists of the same objects, made without a Python-level call per match. Every Match is made
+ * as CPython makes a tuple subclass (tp_alloc of the type, then its three items), every list
+ * at its final size. The caller holds the GIL (as for any C function called from Python).
+ *
+ * Arguments (checked; a bad one raises TypeError or ValueError and makes nothing):
+ *   match_type    a subclass of tuple (permindex.Match)
+ *   n             the number of queries (int >= 0)
+ *   queries       (m,) int64 buffer: each match's query position, non-decreasing, in [0, n)
+ *   keys          list of m objects (each match's key)
+ *   fingerprints  (m,) uint64 buffer
+ *   distances     (m,) uint8 buffer
+ * Returns a list of n lists: list q holds Match(keys[i], fingerprints[i], distances[i]) for
+ * every i with queries[i] == q, in order. O(n + m) time.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+static int
+get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *name)
+{
+    if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return -1;
+    }
+    if (view->ndim != 1 || view->itemsize != itemsize) {
+        PyErr_Format(PyExc_TypeError,
+                     "match_lists: %s must be a one-dimensional array of %zd-byte items",
+                     name, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "match_lists takes 6 arguments, not %zd", nargs);
+        return NULL;
+    }
+    PyObject *type_object = args[0];
+    if (!PyType_Check(type_object) ||
+        !PyType_IsSubtype((PyTypeObject *)type_object, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "match_lists: match_type must be a subclass of tuple");
+        return NULL;
+    }
+    PyTypeObject *match_type = (PyTypeObject *)type_object;
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "match_lists: n must be >= 0");
+        return NULL;
+    }
+    PyObject *keys = args[3];
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "match_lists: keys must be a list");
+        return NULL;
+    }
+    Py_buffer queries_view, fps_view, distances_view;
+    if (get_vector(args[2], &queries_view, 8, "queries") < 0) {
+        return NULL;
+    }
+    if (get_vector(args[4], &fps_view, 8, "fingerprints") < 0) {
+        PyBuffer_Release(&queries_view);
+        return NULL;
+    }
+    if (get_vector(args[5], &distances_view, 1, "distances") < 0) {
+        PyBuffer_Release(&queries_view);
+        PyBuffer_Release(&fps_view);
+        return NULL;
+    }
+    PyObject *results = NULL;
+    Py_ssize_t m = queries_view.shape[0];
+    if (fps_view.shape[0] != m || distances_view.shape[0] != m || PyList_GET_SIZE(keys) != m) {
+        PyErr_SetString(PyExc_ValueError,
+                        "match_lists: queries, keys, fingerprints and distances differ in length");
+        goto done;
+    }
+    const int64_t *queries = (const int64_t *)queries_view.buf;
+    const uint64_t *fps = (const uint64_t *)fps_view.buf;
+    const uint8_t *distances = (const uint8_t *)distances_view.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (queries[i] < 0 || queries[i] >= n || (i && queries[i] < queries[i - 1])) {
+            PyErr_SetString(PyExc_ValueError,
+                            "match_lists: queries must be non-decreasing and in [0, n)");
+            goto done;
+        }
+    }
+    results = PyList_New(n);
+    if (results == NULL) {
+        goto done;
+    }
+    Py_ssize_t i = 0;
+    for (Py_ssize_t q = 0; q < n; q++) {
+        Py_ssize_t start = i;
+        while (i < m && queries[i] == q) {
+            i++;
+        }
+        PyObject *list = PyList_New(i - start);
+        if (list == NULL) {
+            goto fail;
+        }
+        PyList_SET_ITEM(results, q, list);
+        for (Py_ssize_t j = start; j < i; j++) {
+            PyObject *fingerprint = PyLong_FromUnsignedLongLong(fps[j]);
+            if (fingerprint == NULL) {
+                goto fail;
+            }
+            PyObject *distance = PyLong_FromLong(distances[j]);
+            if (distance == NULL) {
+                Py_DECREF(fingerprint);
+                goto fail;
+            }
+            PyObject *match = match_type->tp_alloc(match_type, 3);
+            if (match == NULL) {
+                Py_DECREF(fingerprint);
+                Py_DECREF(distance);
+                goto fail;
+            }
+            if (j >= PyList_GET_SIZE(keys)) { /* changed by a finaliser run by an allocation */
+                Py_DECREF(fingerprint);
+                Py_DECREF(distance);
+                Py_DECREF(match);
+                PyErr_SetString(PyExc_RuntimeError, "match_lists: keys changed while read");
+                goto fail;
+            }
+            PyObject *key = PyList_GET_ITEM(keys, j);
+            Py_INCREF(key);
+            PyTuple_SET_ITEM(match, 0, key);
+            PyTuple_SET_ITEM(match, 1, fingerprint);
+            PyTuple_SET_ITEM(match, 2, distance);
+            PyList_SET_ITEM(list, j - start, match);
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(results);
+done:
+    PyBuffer_Release(&queries_view);
+    PyBuffer_Release(&fps_view);
+    PyBuffer_Release(&distances_view);
+    return results;
+}
+
+static PyMethodDef methods[] = {
+    {"match_lists", (PyCFunction)(void (*)(void))match_lists, METH_FASTCALL,
+     "match_lists(match_type, n, queries, keys, fingerprints, distances) -> list of n lists\n\n"
+     "The Match lists of a batch lookup (see permindex.index.match.match_lists_python)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_definition = {
+    PyModuleDef_HEAD_INIT,
+    "permindex.index._match_lists",
+    "The result lists of a batch lookup made in C (permindex.index.match).",
+    0,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__match_lists(void)
+{
+    return PyModule_Create(&module_definition);
+}

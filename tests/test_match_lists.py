@@ -1,0 +1,172 @@
+"""The result lists of a batch lookup (permindex.index.match.match_lists): the optional C
+extension (permindex/index/_match_lists.c) makes the same lists of the same objects as the
+Python reference (match_lists_python), which is also the path where the extension was not
+built; both refuse bad input with the same errors, and query_many gives the same answers either
+way and against brute force."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from permindex import Index, Match
+from permindex.index import match
+
+Maker = Callable[..., list[list[Match]]]
+IMPLEMENTATIONS: list[Any] = [
+    pytest.param(match.match_lists_python, id="python"),
+    pytest.param(
+        match.match_lists,
+        id="compiled",
+        marks=pytest.mark.skipif(
+            not match.COMPILED_MATCH_LISTS,
+            reason="the C extension permindex.index._match_lists was not built (no C compiler "
+            "at install): the Python path is tested alone",
+        ),
+    ),
+]
+
+
+def test_the_extension_is_built_where_required() -> None:
+    """CI (.ci/run) sets PERMINDEX_REQUIRE_COMPILED=1: there a C compiler is at hand, and an
+    install that silently fell back to Python would leave the C path untested."""
+    if os.environ.get("PERMINDEX_REQUIRE_COMPILED") != "1":
+        pytest.skip("PERMINDEX_REQUIRE_COMPILED is not 1 (set by .ci/run)")
+    assert match.COMPILED_MATCH_LISTS
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[int, np.ndarray, list[str], np.ndarray, np.ndarray]:
+    n = draw(st.integers(0, 40))
+    m = draw(st.integers(0, 120)) if n else 0
+    queries = np.sort(draw(hnp.arrays(np.int64, m, elements=st.integers(0, max(n - 1, 0)))))
+    keys = draw(st.lists(st.text(max_size=6), min_size=m, max_size=m))
+    fps = draw(hnp.arrays(np.uint64, m))
+    distances = draw(hnp.arrays(np.uint8, m, elements=st.integers(0, 64)))
+    return n, queries, keys, fps, distances
+
+
+@settings(max_examples=150, deadline=None)
+@given(batch=batches())
+def test_compiled_lists_equal_the_reference(
+    batch: tuple[int, np.ndarray, list[str], np.ndarray, np.ndarray],
+) -> None:
+    if not match.COMPILED_MATCH_LISTS:
+        pytest.skip("the C extension was not built")
+    expected = match.match_lists_python(*batch)
+    got = match.match_lists(*batch)
+    assert got == expected
+    assert type(got) is list and all(type(lst) is list for lst in got)
+    assert all(type(m) is Match and type(m.fingerprint) is int for lst in got for m in lst)
+    assert all(type(m.distance) is int for lst in got for m in lst)
+    # fresh objects: a caller may change one list without changing another
+    if len(got) > 1:
+        got[0].append(Match("x", 1, 1))
+        assert len(got[1]) == len(expected[1])
+
+
+@pytest.mark.parametrize("make", IMPLEMENTATIONS)
+def test_the_objects_are_counted_right(make: Maker) -> None:
+    """Reference counts: the keys gain one reference per Match, lose them with the lists."""
+    key = "".join(["refcounted-", "key"])  # not interned
+    before = sys.getrefcount(key)
+    queries = np.array([0, 0, 2], dtype=np.int64)
+    lists = make(
+        3,
+        queries,
+        [key, key, key],
+        np.array([1, 2**64 - 1, 3], np.uint64),
+        np.array([0, 1, 64], np.uint8),
+    )
+    assert lists == [[Match(key, 1, 0), Match(key, 2**64 - 1, 1)], [], [Match(key, 3, 64)]]
+    assert sys.getrefcount(key) == before + 3
+    del lists
+    gc.collect()
+    assert sys.getrefcount(key) == before
+
+
+def _args(**change: Any) -> list[Any]:
+    args: dict[str, Any] = {
+        "n": 3,
+        "queries": np.array([0, 1, 1], np.int64),
+        "keys": ["a", "b", "c"],
+        "fingerprints": np.array([1, 2, 3], np.uint64),
+        "distances": np.array([0, 1, 2], np.uint8),
+    }
+    args.update(change)
+    return list(args.values())
+
+
+@pytest.mark.parametrize("make", IMPLEMENTATIONS)
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"queries": np.array([1, 0, 1], np.int64)},  # not non-decreasing
+        {"queries": np.array([0, 1, 3], np.int64)},  # beyond n
+        {"queries": np.array([-1, 0, 1], np.int64)},  # negative
+        {"keys": ["a", "b"]},  # lengths differ
+        {"fingerprints": np.array([1, 2], np.uint64)},
+        {"distances": np.array([0, 1, 2, 3], np.uint8)},
+        {"n": 0},
+    ],
+)
+def test_bad_input_is_refused(make: Maker, change: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="match_lists"):
+        make(*_args(**change))
+
+
+def test_the_extension_checks_its_arguments() -> None:
+    if not match.COMPILED_MATCH_LISTS:
+        pytest.skip("the C extension was not built")
+    from permindex.index._match_lists import match_lists
+
+    with pytest.raises(TypeError, match="subclass of tuple"):
+        match_lists(list, *_args())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="6 arguments"):
+        match_lists(Match, 3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="keys must be a list"):
+        match_lists(Match, *_args(keys=("a", "b", "c")))
+    with pytest.raises(TypeError, match="8-byte items"):
+        match_lists(Match, *_args(queries=np.array([0, 1, 1], np.int32)))
+    with pytest.raises(TypeError, match="1-byte items"):
+        match_lists(Match, *_args(distances=np.array([0, 1, 2], np.int64)))
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        match_lists(Match, *_args(n=-1))
+    with pytest.raises((BufferError, ValueError), match="contiguous"):
+        match_lists(Match, *_args(queries=np.array([0, 0, 1, 1, 1, 1], np.int64)[::2]))
+
+
+@pytest.mark.parametrize("make", IMPLEMENTATIONS)
+def test_query_many_answers_alike_and_as_brute_force(
+    make: Maker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """query_many on the kernels with either maker: the answers of brute force, sorted."""
+    from permindex.index import query
+
+    monkeypatch.setattr(query, "match_lists", make)
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64 - 1, 5_000, dtype=np.uint64, endpoint=True)
+    fps[:500] = fps[500:1000] ^ np.uint64(0b101)  # near-duplicates at distance 2
+    keys = [f"k{i}" for i in range(fps.size)]
+    index = Index.from_arrays(keys, fps)
+    queries = np.concatenate([fps[:300] ^ np.uint64(1), rng.integers(0, 2**63, 300, np.uint64)])
+    got = index.query_many(queries)
+    for q, matches in zip(queries.tolist(), got, strict=True):
+        near = np.flatnonzero(np.bitwise_count(fps ^ np.uint64(q)) <= 3)
+        expected = sorted(
+            (
+                Match(keys[i], int(fps[i]), int(np.bitwise_count(fps[i] ^ np.uint64(q))))
+                for i in near.tolist()
+            ),
+            key=lambda m: (m.distance, m.key),
+        )
+        assert matches == expected
