@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from index_checks import clustered
 
+import permindex.index.match as match_module
 import permindex.index.query as query_module
 from permindex import Index, Match
 
@@ -52,7 +53,7 @@ def test_query_many_limit_makes_only_the_kept_matches(monkeypatch: pytest.Monkey
         made[0] += 1
         return real._make(fields)
 
-    real_lists = query_module.match_lists
+    real_lists = match_module.match_lists
 
     def counting_lists(n: int, *found: Any) -> list[list[Match]]:  # the kernels' path
         made[0] += len(found[1])
