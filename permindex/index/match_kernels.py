@@ -105,6 +105,7 @@ def arrange_matches(
     rows = np.empty(m, dtype=np.int64)
     d_out = np.empty(m, dtype=np.uint8)
     fp_out = np.empty(m, dtype=np.uint64)
+    tie = np.empty(max(m - 1, 0), dtype=np.int64)
     ties = 0
     for i in range(m):
         p = order[i]
@@ -114,14 +115,9 @@ def arrange_matches(
         rows[i] = row
         fp_out[i] = fps[row]
         if i and q_out[i] == q_out[i - 1] and d_out[i] == d_out[i - 1]:
+            tie[ties] = i - 1
             ties += 1
-    tie = np.empty(ties, dtype=np.int64)
-    t = 0
-    for i in range(1, m):
-        if q_out[i] == q_out[i - 1] and d_out[i] == d_out[i - 1]:
-            tie[t] = i - 1
-            t += 1
-    return q_out, rows, d_out, fp_out, tie
+    return q_out, rows, d_out, fp_out, tie[:ties].copy()
 
 
 @njit(OFFSETS_SIGNATURE)
