@@ -126,10 +126,21 @@ def test_the_extension_checks_its_arguments() -> None:
         match_lists(Match, 3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="keys must be a list"):
         match_lists(Match, *_args(keys=("a", "b", "c")))
-    with pytest.raises(TypeError, match="8-byte items"):
+    with pytest.raises(TypeError, match="8-byte integers"):
         match_lists(Match, *_args(queries=np.array([0, 1, 1], np.int32)))
-    with pytest.raises(TypeError, match="1-byte items"):
+    with pytest.raises(TypeError, match="8-byte integers"):
+        match_lists(Match, *_args(queries=np.array([0, 1, 1], np.float64)))
+    with pytest.raises(TypeError, match="8-byte integers"):
+        match_lists(Match, *_args(fingerprints=np.array([1, 2, 3], np.int64)))
+    with pytest.raises(TypeError, match="1-byte integers"):
         match_lists(Match, *_args(distances=np.array([0, 1, 2], np.int64)))
+    with pytest.raises(TypeError, match="1-byte integers"):
+        match_lists(Match, *_args(distances=np.array([0, 1, 2], np.int8)))
+    # the byte order as numpy states it, and bytes-like objects, are accepted
+    lists = match_lists(
+        Match, *_args(queries=np.array([0, 1, 1], "<i8"), distances=b"\x00\x01\x02")
+    )
+    assert lists == [[Match("a", 1, 0)], [Match("b", 2, 1), Match("c", 3, 2)], []]
     with pytest.raises(ValueError, match="n must be >= 0"):
         match_lists(Match, *_args(n=-1))
     with pytest.raises((BufferError, ValueError), match="contiguous"):

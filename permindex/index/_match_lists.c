@@ -22,17 +22,28 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
+/* A C-contiguous one-dimensional buffer of integers of ``itemsize`` bytes whose struct format
+ * character (after any byte-order mark) is one of ``formats``: int64 is "q" or "l", uint64 "Q"
+ * or "L", uint8 "B". */
 static int
-get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *name)
+get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *formats,
+           const char *name)
 {
     if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         return -1;
     }
-    if (view->ndim != 1 || view->itemsize != itemsize) {
+    const char *format = view->format == NULL ? "B" : view->format;
+    if (*format == '@' || *format == '=' || *format == '<') {
+        format++;
+    }
+    if (view->ndim != 1 || view->itemsize != itemsize || format[0] == '\0' ||
+        format[1] != '\0' || strchr(formats, format[0]) == NULL) {
         PyErr_Format(PyExc_TypeError,
-                     "match_lists: %s must be a one-dimensional array of %zd-byte items",
-                     name, itemsize);
+                     "match_lists: %s must be a one-dimensional array of %zd-byte integers "
+                     "(struct format one of \"%s\")",
+                     name, itemsize, formats);
         PyBuffer_Release(view);
         return -1;
     }
@@ -68,14 +79,14 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_buffer queries_view, fps_view, distances_view;
-    if (get_vector(args[2], &queries_view, 8, "queries") < 0) {
+    if (get_vector(args[2], &queries_view, 8, "ql", "queries") < 0) {
         return NULL;
     }
-    if (get_vector(args[4], &fps_view, 8, "fingerprints") < 0) {
+    if (get_vector(args[4], &fps_view, 8, "QL", "fingerprints") < 0) {
         PyBuffer_Release(&queries_view);
         return NULL;
     }
-    if (get_vector(args[5], &distances_view, 1, "distances") < 0) {
+    if (get_vector(args[5], &distances_view, 1, "B", "distances") < 0) {
         PyBuffer_Release(&queries_view);
         PyBuffer_Release(&fps_view);
         return NULL;
