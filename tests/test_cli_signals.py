@@ -140,7 +140,7 @@ def test_a_signal_at_any_moment_of_the_run_gives_its_line_and_code(
     # to import): SIGINT ends it with the command line's own line (permindex/__main__.py),
     # SIGTERM kills the interpreter before any handler, saying nothing.
     early = (130, "permindex: interrupted") if signum == signal.SIGINT else (-signum, "")
-    stopped_by_dedup = 0
+    reached_dedup = 0
     # up to 1.5 s: a SIGTERM that killed a pool worker half-way through sending its result hung
     # the pool's shutdown (or crashed the parent) until the workers ignored it
     for i, delay in enumerate((0.5, 0.65, 0.8, 0.95, 1.1, 1.2, 1.3, 1.4, 1.5)):
@@ -152,11 +152,11 @@ def test_a_signal_at_any_moment_of_the_run_gives_its_line_and_code(
         if process.returncode != 0:
             last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
             assert (process.returncode, last) in ((code, line), early), stderr
-            stopped_by_dedup += (process.returncode, last) == (code, line)
+            reached_dedup += (process.returncode, last) == (code, line)
         else:
-            stopped_by_dedup += 1  # faster than the signal
+            reached_dedup += 1  # faster than the signal
         assert _group_gone(process.pid)
-    assert stopped_by_dedup, "every signal landed before dedup had started"
+    assert reached_dedup, "every signal landed before dedup had started"
     assert _rings() == before
 
 

@@ -21,17 +21,16 @@ from permindex import Index, Match
 from permindex.index import match
 
 Maker = Callable[..., list[list[Match]]]
+#: The cases of the C extension skip where it was not built (.ci/run requires it where a C
+#: compiler is at hand).
+needs_compiled = pytest.mark.skipif(
+    not match.COMPILED_MATCH_LISTS,
+    reason="the C extension permindex.index._match_lists was not built (no C compiler at "
+    "install): the Python path is tested alone",
+)
 IMPLEMENTATIONS: list[Any] = [
     pytest.param(match.match_lists_python, id="python"),
-    pytest.param(
-        match.match_lists,
-        id="compiled",
-        marks=pytest.mark.skipif(
-            not match.COMPILED_MATCH_LISTS,
-            reason="the C extension permindex.index._match_lists was not built (no C compiler "
-            "at install): the Python path is tested alone",
-        ),
-    ),
+    pytest.param(match.match_lists, id="compiled", marks=needs_compiled),
 ]
 
 
@@ -46,13 +45,12 @@ def batches(draw: st.DrawFn) -> tuple[int, np.ndarray, list[str], np.ndarray, np
     return n, queries, keys, fps, distances
 
 
+@needs_compiled
 @settings(max_examples=150, deadline=None)
 @given(batch=batches())
 def test_compiled_lists_equal_the_reference(
     batch: tuple[int, np.ndarray, list[str], np.ndarray, np.ndarray],
 ) -> None:
-    if not match.COMPILED_MATCH_LISTS:
-        pytest.skip("the C extension was not built")
     expected = match.match_lists_python(*batch)
     got = match.match_lists(*batch)
     assert got == expected
@@ -115,9 +113,8 @@ def test_bad_input_is_refused(make: Maker, change: dict[str, Any]) -> None:
         make(*_args(**change))
 
 
+@needs_compiled
 def test_the_extension_checks_its_arguments() -> None:
-    if not match.COMPILED_MATCH_LISTS:
-        pytest.skip("the C extension was not built")
     from permindex.index._match_lists import match_lists
 
     with pytest.raises(TypeError, match="subclass of tuple"):
