@@ -165,7 +165,7 @@ def entry() -> NoReturn:
     (``os._exit``, the output streams flushed first), without the interpreter's finalization:
     joining leftover threads and unloading numba's compiled code can otherwise outlast the
     promised exit within a second of the last in-flight call."""
-    code = main()
+    code = main(restore_signals=False)
     if sys.argv[1:2] == ["dedup"]:  # done: a late Ctrl-C must not interrupt the exit itself
         _ignore_stop_signals()
     if sys.argv[1:2] == ["serve"]:
@@ -182,10 +182,14 @@ def entry() -> NoReturn:
     sys.exit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
     """Run ``permindex`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
     Never raises (except SystemExit for --help/--version/usage errors being turned into their
-    code) and never prints a traceback unless PERMINDEX_DEBUG is set."""
+    code) and never prints a traceback unless PERMINDEX_DEBUG is set. ``dedup`` handles SIGINT
+    and SIGTERM itself while it runs; ``restore_signals=False`` (:func:`entry`, which exits
+    next) leaves its handlers in place instead of putting the previous ones back, so that a
+    signal after the first one, once dedup has stopped and ignores them, cannot raise a
+    KeyboardInterrupt past this function."""
     try:
         parser = build_parser()  # imports each group's module
     except KeyboardInterrupt as interrupt:
@@ -248,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(f"{prefix}: {message}")
         return exit_code_for(error)
     finally:
-        for signum, handler in previous.items():
+        for signum, handler in previous.items() if restore_signals else ():
             signal.signal(signum, handler)
 
 
