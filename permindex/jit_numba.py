@@ -1,5 +1,6 @@
 """numba and permindex's kernel tools (see :mod:`permindex.jit` for the options and the cache):
-:func:`njit`, and the intrinsics :func:`popcount64` and :func:`address_pointer`. Importing this
+:func:`njit`, and the intrinsics :func:`popcount64`, :func:`address_pointer`, :func:`prefetch`
+and :func:`unowned`. Importing this
 module imports numba (after setting its cache directory)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any, TypeVar
 
 from permindex.jit import configure_cache
 
-__all__ = ["address_pointer", "njit", "numba", "popcount64", "prefetch"]
+__all__ = ["address_pointer", "njit", "numba", "popcount64", "prefetch", "unowned"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,5 +98,36 @@ def prefetch(typingctx: Any, array: Any, index: Any) -> Any:
         )
         builder.call(function, [pointer, i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def unowned(typingctx: Any, array: Any) -> Any:
+    """In a kernel: the same array (data, shape, strides) without its owner (the NRT meminfo
+    and the Python object it came from), for arrays the caller keeps alive while the kernel
+    runs. numba takes and drops a reference to every array passed to a function, inlined
+    helpers included, with an atomic increment and decrement of its meminfo (NRT_incref,
+    NRT_decref): ten arrays passed to a helper per bucket cost more than the bucket's scan
+    (the lookup kernels ran 1.6-1.7x as fast on views like these: benchmarks/README.md).
+    A view without an owner costs a null check instead. Must not outlive the array: never
+    return it, store it, or take it of an array the kernel made and may drop first."""
+    if not isinstance(array, types.Array):
+        return None
+    sig = array(array)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        array_type = signature.args[0]
+        source = context.make_array(array_type)(context, builder, args[0])
+        view = context.make_array(array_type)(context, builder)
+        context.populate_array(
+            view,
+            data=source.data,
+            shape=source.shape,
+            strides=source.strides,
+            itemsize=source.itemsize,
+            meminfo=None,
+        )
+        return view._getvalue()
 
     return sig, codegen

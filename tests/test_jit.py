@@ -137,3 +137,29 @@ def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:
     assert "compiling the lookup and fingerprint kernels" in proc.text, proc.text
     assert str(cache) in proc.text
     assert list(cache.rglob("*.nbi"))
+
+
+def test_unowned_views_the_same_memory_without_taking_a_reference() -> None:
+    """jit_numba.unowned: the same data, shape and strides (writes reach the array, a strided
+    view stays strided), and no reference to the array is taken or left behind."""
+    import numpy as np
+
+    from permindex.jit_numba import njit, unowned
+
+    @njit()
+    def touch(array):  # type: ignore[no-untyped-def]
+        view = unowned(array)
+        view[1] = 7
+        total = 0
+        for i in range(view.shape[0]):
+            total += view[i]
+        return total, view.shape[0], view.strides[0]
+
+    base = np.arange(10, dtype=np.int64)
+    strided = base[::2]
+    before = sys.getrefcount(strided)
+    for _ in range(1000):
+        total, size, stride = touch(strided)
+    assert (total, size, stride) == (0 + 7 + 4 + 6 + 8, 5, 16)
+    assert base[2] == 7 and base[1] == 1  # view[1] of base[::2] is base[2]
+    assert sys.getrefcount(strided) == before

@@ -49,6 +49,7 @@ from permindex.jit_numba import address_pointer as _pointer
 from permindex.jit_numba import njit, numba
 from permindex.jit_numba import popcount64 as _popcount
 from permindex.jit_numba import prefetch as _prefetch
+from permindex.jit_numba import unowned as _unowned
 
 __all__ = [
     "BATCH_SIGNATURE",
@@ -115,7 +116,7 @@ def _moves(value, tables, s, first, count):  # type: ignore[no-untyped-def]
 def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-def]
     """The distance of a candidate, or -1 when it is not a match reported by table s."""
     x = value ^ query
-    d = _popcount(x)
+    d = np.int64(_popcount(x))  # int64: compared with k as integers, not as float64
     if d > k:
         return -1
     if (x & np.uint64(tables[s, 0])) != 0:
@@ -176,7 +177,7 @@ def _bucket(
     earlier = tables.shape[1] - tables.shape[0]  # the column of table 0's filter image
     for e in range(start, end):
         fx = np.uint64(filters[e]) ^ f
-        if _popcount(fx) <= k:
+        if np.int64(_popcount(fx)) <= k:
             reported = False  # by an earlier table whose prefix lies in this filter
             for t in range(s):
                 image = np.uint64(tables[s, earlier + t])
@@ -224,16 +225,24 @@ def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: i
 
 
 @njit()
-def _scan(queries, k, tables, runs, r, fps, live, out, count):  # type: ignore[no-untyped-def]
-    """Every match of every query in run r; returns the new count. First every query's bucket
-    and filter, one move at a time over all queries (a loop the compiler vectorizes); then a
-    software pipeline over the queries: the directory entry of query i + 2D and the bucket
-    (filters and row parts) of query i + D are prefetched while query i is scanned (D =
-    :data:`DISTANCE`). The run's arrays are made once here, not per bucket."""
+def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
+    """Every match of every query in run r; returns the new count (``pending``: the empty
+    queue of candidates, kept alive by the caller). First every query's bucket and filter, one
+    move at a time over all queries (a loop the compiler vectorizes); then a software pipeline
+    over the queries: the directory entry of query i + 2D and the bucket (filters and row
+    parts) of query i + D are prefetched while query i is scanned (D = :data:`DISTANCE`). The
+    run's arrays are made once here, not per bucket, and every array the inlined helpers take
+    is a view without an owner (:func:`permindex.jit_numba.unowned`), so that no call of a
+    helper costs atomic reference counts."""
+    tables = _unowned(tables)
+    runs = _unowned(runs)
+    fps = _unowned(fps)
+    live = _unowned(live)
+    out = _unowned(out)
+    pending = _unowned(pending)
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
     directory, filters, low, high, high16 = _run_arrays(runs, r)
-    pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
     n_prefix = tables[s, 1]
     n_filter = tables[s, 2]
     q = queries.size
@@ -302,21 +311,23 @@ def lookup_batch(queries, k, tables, runs, fps, live, out):  # type: ignore[no-u
     (capacity,) uint8 or (0,) and ``out`` (cap, 3) int64); returns the number of matches."""
     count = 0
     for r in range(runs.shape[0]):
-        count = _scan(queries, k, tables, runs, r, fps, live, out, count)
+        pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
+        count = _scan(queries, k, tables, runs, r, fps, live, out, count, pending)
     return count
 
 
-@njit(ONE_SIGNATURE)
-def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
-    """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
-    int64 gets (0, row, distance) per match; returns the number of matches. In three passes
-    over the runs, so that their cache misses overlap: every run's bucket (its directory entry
-    prefetched), then every run's range (its bucket's first filters and row parts prefetched),
-    then the scans."""
+@njit()
+def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: ignore[no-untyped-def]
+    """:func:`lookup_one` on the queue ``pending`` and the (runs, 3) int64 scratch ``ranges``
+    that it keeps alive (the arrays are views without an owner here, as in :func:`_scan`)."""
+    tables = _unowned(tables)
+    runs = _unowned(runs)
+    fps = _unowned(fps)
+    live = _unowned(live)
+    out = _unowned(out)
+    pending = _unowned(pending)
     count = 0
     n_runs = runs.shape[0]
-    pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
-    ranges = np.empty((n_runs, 3), dtype=np.int64)  # bucket, start, end
     for r in range(n_runs):
         s = runs[r, 0]
         directory = _run_arrays(runs, r)[0]
@@ -358,6 +369,18 @@ def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyp
             high16,
         )
     return _verify_pending(0, k, tables, fps, live, out, count, pending)
+
+
+@njit(ONE_SIGNATURE)
+def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
+    """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
+    int64 gets (0, row, distance) per match; returns the number of matches. In three passes
+    over the runs, so that their cache misses overlap: every run's bucket (its directory entry
+    prefetched), then every run's range (its bucket's first filters and row parts prefetched),
+    then the scans."""
+    pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
+    ranges = np.empty((runs.shape[0], 3), dtype=np.int64)  # bucket, start, end
+    return _one(query, k, tables, runs, fps, live, out, pending, ranges)
 
 
 @njit(PACKED_SIGNATURE)
