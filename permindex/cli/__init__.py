@@ -56,8 +56,13 @@ def _stop(signum: int, frame: object) -> None:
     worker processes stopped, its ring file removed); while that clean-up runs, further ones
     are ignored, so a second Ctrl-C cannot cut it short and leave a traceback or files."""
     code = getattr(frame, "f_code", None)
-    if code is not None and f"{os.sep}llvmlite{os.sep}" in code.co_filename:
-        # a callback from numba's compiler (ctypes) swallows the exception: ask again shortly
+    if code is not None and (
+        f"{os.sep}llvmlite{os.sep}" in code.co_filename
+        or code.co_filename.startswith("<frozen importlib")
+    ):
+        # a callback swallows the exception -- one from numba's compiler (ctypes), or the
+        # import system's weakref callback of a module lock ("Exception ignored in ...
+        # _get_module_lock.<locals>.cb"), after which dedup ran to its end: ask again shortly
         threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
         return
     _ignore_stop_signals()
