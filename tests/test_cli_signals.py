@@ -134,6 +134,7 @@ def test_ctrl_c_to_the_process_group_stops_a_parallel_dedup_with_one_line(
     parent speaks (exit 130, one line); the ring file and every process of the group go."""
     before = _rings()
     process = _start(corpus, tmp_path / "r", jobs=2)
+    assert _wait_for_input(process, corpus) or process.poll() is not None
     rings = _wait_for_ring(process, before)
     time.sleep(0.3)  # the child and the workers busy
     if process.poll() is not None:
@@ -193,6 +194,7 @@ def test_a_second_ctrl_c_during_the_clean_up_does_not_cut_it_short(
     file left."""
     before = _rings()
     process = _start(corpus, tmp_path / "r", jobs=2)
+    assert _wait_for_input(process, corpus) or process.poll() is not None
     rings = _wait_for_ring(process, before)
     time.sleep(0.3)
     if process.poll() is not None:

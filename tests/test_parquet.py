@@ -570,3 +570,39 @@ def test_without_pyarrow(tmp_path: Path) -> None:
     names = {p.name for p in (tmp_path / "r").iterdir()}
     assert {"pairs.tsv", "keep_drop.tsv", "summary.json"} <= names
     assert not [n for n in names if n.endswith(".parquet")]  # an earlier run's removed
+
+
+def test_table_writer_columns_after_rows_in_batches(tmp_path: Path) -> None:
+    """ParquetTableWriter.write_columns: rows held by write() come first, then the columns, in
+    record batches (row groups) of at most batch_rows; numpy and list columns alike (uint64 exactly)."""
+    from permindex.io.parquet import ParquetTableWriter
+
+    path = tmp_path / "t.parquet"
+    big = (1 << 64) - 1
+    with ParquetTableWriter(
+        path, [("n", "int64"), ("fp", "uint64"), ("key", "string")], batch_rows=3
+    ) as writer:
+        writer.write([(0, 5, "first")])
+        writer.write_columns(
+            [np.arange(1, 8), np.array([big, 0, 1, 2, 3, 4, 1 << 63], np.uint64), list("abcdefg")]
+        )
+        writer.write_columns([[], [], []])
+    table = pq.read_table(path)
+    assert writer.rows == 8
+    assert table.column("n").to_pylist() == list(range(8))
+    assert table.column("fp").to_pylist() == [5, big, 0, 1, 2, 3, 4, 1 << 63]
+    assert table.column("key").to_pylist() == ["first", *"abcdefg"]
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1, 3, 3, 1]
+
+
+def test_table_writer_refuses_columns_that_do_not_fit(tmp_path: Path) -> None:
+    from permindex.io.parquet import ParquetTableWriter
+
+    with ParquetTableWriter(tmp_path / "t.parquet", [("n", "int64"), ("key", "string")]) as w:
+        with pytest.raises(ValueError, match="1 columns given for a file of 2"):
+            w.write_columns([[1]])
+        with pytest.raises(ValueError, match=r"different lengths: \[1, 2\]"):
+            w.write_columns([[1], ["a", "b"]])
+        w.write_columns([[1], ["a"]])
+    assert pq.read_table(tmp_path / "t.parquet").num_rows == 1

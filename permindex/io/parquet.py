@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, Final
 
+from numpy.typing import NDArray
+
 from permindex.errors import InvalidArgumentError
 from permindex.io.arrow import (
     ColumnError,
@@ -408,6 +410,29 @@ class ParquetTableWriter:
             self._rows.append(row)
             if len(self._rows) >= self._batch_rows:
                 self._flush()
+
+    def write_columns(self, columns: Sequence[Sequence[Any] | NDArray[Any]]) -> None:
+        """Add rows given as columns (one sequence or numpy array per column, in order, all of
+        one length): the rows held by :meth:`write` first, then these, in record batches of at
+        most ``batch_rows``. Faster than :meth:`write` for many rows (no tuple per row).
+
+        Raises ValueError: the columns are not one per column of the file, or their lengths
+        differ."""
+        if len(columns) != len(self._schema):
+            raise ValueError(f"{len(columns)} columns given for a file of {len(self._schema)}")
+        lengths = {len(column) for column in columns}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+        self._flush()
+        size = lengths.pop() if lengths else 0
+        for start in range(0, size, self._batch_rows):
+            end = min(size, start + self._batch_rows)
+            arrays = [
+                self._pa.array(column[start:end], type=field.type)
+                for column, field in zip(columns, self._schema, strict=True)
+            ]
+            self._writer.write_batch(self._pa.record_batch(arrays, schema=self._schema))
+            self.rows += end - start
 
     def _flush(self) -> None:
         if not self._rows:

@@ -96,13 +96,14 @@ def _write_parquet_tables(
     folder: Path,
     near: NearDuplicates,
     keys: _KeyNames,
-    clusters: Sequence[Any],
-    exact: Sequence[Any],
+    clusters: Sequence[NDArray[np.int64]],
+    exact: Sequence[NDArray[np.int64]],
     decisions: Sequence[tuple[int, str, str, str]],
 ) -> None:
     """``pairs``, ``clusters``, ``exact_duplicates`` and ``keep_drop`` as Parquet, the columns
     of the TSV files (fingerprints as uint64, counts as int64), when pyarrow is installed;
-    otherwise those of an earlier run are removed (they would be out of date)."""
+    otherwise those of an earlier run are removed (they would be out of date). Written a
+    column at a time (:meth:`ParquetTableWriter.write_columns`), not a row at a time."""
     names = ("pairs", "clusters", "exact_duplicates", "keep_drop")
     try:
         require_pyarrow()
@@ -110,37 +111,41 @@ def _write_parquet_tables(
         for name in names:
             (folder / f"{name}.parquet").unlink(missing_ok=True)
         return
-    fps = near.fingerprints
-    tables: dict[str, tuple[list[tuple[str, str]], Iterable[tuple[Any, ...]]]] = {
-        "pairs": (
-            [("key_a", "string"), ("key_b", "string"), ("distance", "int64")],
-            near.iter_pairs(keys.__getitem__),
-        ),
-        "clusters": (
-            [("cluster", "int64"), ("key", "string")],
-            (
-                (number, keys[p])
-                for number, members in enumerate(clusters, start=1)
-                for p in members.tolist()
-            ),
-        ),
-        "exact_duplicates": (
-            [("group", "int64"), ("fingerprint", "uint64"), ("key", "string")],
-            (
-                (number, int(fps[members[0]]), keys[p])
-                for number, members in enumerate(exact, start=1)
-                for p in members.tolist()
-            ),
-        ),
-        "keep_drop": (
-            [("cluster", "int64"), ("action", "string"), ("key", "string"), ("kept_key", "string")],
-            decisions,
-        ),
-    }
-    assert tuple(tables) == names
-    for name, (columns, rows) in tables.items():
-        with ParquetTableWriter(folder / f"{name}.parquet", columns) as writer:
-            writer.write(rows)
+    name_of = keys.__getitem__
+
+    def numbered(groups: Sequence[NDArray[np.int64]]) -> tuple[NDArray[np.int64], list[int]]:
+        """Each group's number (1, 2, ...) once per member, and the members in order."""
+        sizes = np.array([group.size for group in groups], dtype=np.int64)
+        members = np.concatenate(groups).tolist() if groups else []
+        return np.repeat(np.arange(1, sizes.size + 1, dtype=np.int64), sizes), members
+
+    with ParquetTableWriter(
+        folder / "pairs.parquet", [("key_a", "string"), ("key_b", "string"), ("distance", "int64")]
+    ) as writer:
+        for a, b, d in near.pair_chunks():
+            writer.write_columns(
+                [list(map(name_of, a.tolist())), list(map(name_of, b.tolist())), d]
+            )
+    number, members = numbered(clusters)
+    with ParquetTableWriter(
+        folder / "clusters.parquet", [("cluster", "int64"), ("key", "string")]
+    ) as writer:
+        writer.write_columns([number, list(map(name_of, members))])
+    number, members = numbered(exact)
+    firsts = np.array([group[0] for group in exact], dtype=np.int64)
+    sizes = np.array([group.size for group in exact], dtype=np.int64)
+    with ParquetTableWriter(
+        folder / "exact_duplicates.parquet",
+        [("group", "int64"), ("fingerprint", "uint64"), ("key", "string")],
+    ) as writer:
+        fingerprints = np.repeat(np.asarray(near.fingerprints)[firsts], sizes)
+        writer.write_columns([number, fingerprints, list(map(name_of, members))])
+    with ParquetTableWriter(
+        folder / "keep_drop.parquet",
+        [("cluster", "int64"), ("action", "string"), ("key", "string"), ("kept_key", "string")],
+    ) as writer:
+        if decisions:
+            writer.write_columns([list(column) for column in zip(*decisions, strict=True)])
 
 
 def texts_reader(result: DedupResult) -> Callable[[Sequence[int]], dict[int, str]]:
