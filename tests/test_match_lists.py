@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,34 @@ def test_the_objects_are_counted_right(make: Maker) -> None:
     del lists
     gc.collect()
     assert sys.getrefcount(key) == before
+
+
+@needs_compiled
+def test_a_match_of_a_str_key_is_left_to_reference_counting() -> None:
+    """The C lists' Match of a str key is not tracked by the cyclic collector (a str and two
+    ints cannot be in a cycle; a batch's collection then has half the objects to walk); the
+    lists are, and so is a Match whose key is a container (a key of any other type stays
+    tracked: it could be in a cycle). The objects are freed alike."""
+    cyclic: list[Any] = []
+    lists = match.match_lists(
+        2,
+        np.array([0, 1], np.int64),
+        ["str key", cyclic],
+        np.array([1, 2], np.uint64),
+        np.array([0, 1], np.uint8),
+    )
+    assert not gc.is_tracked(lists[0][0]) and gc.is_tracked(lists[1][0])
+    assert gc.is_tracked(lists[0]) and gc.is_tracked(lists)
+
+    class Marker:
+        pass
+
+    marker = Marker()
+    freed = weakref.ref(marker)
+    cyclic.extend([lists, marker])  # a cycle through the tracked Match: the collector frees it
+    del lists, cyclic, marker
+    gc.collect()
+    assert freed() is None
 
 
 def _args(**change: Any) -> list[Any]:

@@ -574,7 +574,8 @@ def test_without_pyarrow(tmp_path: Path) -> None:
 
 def test_table_writer_columns_after_rows_in_batches(tmp_path: Path) -> None:
     """ParquetTableWriter.write_columns: rows held by write() come first, then the columns, in
-    record batches (row groups) of at most batch_rows; numpy and list columns alike (uint64 exactly)."""
+    record batches (row groups) of at most batch_rows; numpy and list columns alike (uint64
+    exactly)."""
     from permindex.io.parquet import ParquetTableWriter
 
     path = tmp_path / "t.parquet"

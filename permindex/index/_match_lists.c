@@ -7,7 +7,8 @@
  * which the tests compare it with, and the path when this module was not built): the same
  * lists of the same objects, made without a Python-level call per match. Every Match is made
  * as CPython makes a tuple subclass (tp_alloc of the type, then its three items), every list
- * at its final size. The caller holds the GIL (as for any C function called from Python).
+ * at its final size; a Match whose key is a str is not tracked by the cyclic garbage collector
+ * (it holds no container: what CPython's collector does to such tuples on its first pass). The caller holds the GIL (as for any C function called from Python).
  *
  * Arguments (checked; a bad one raises TypeError or ValueError and makes nothing):
  *   match_type    a subclass of tuple (permindex.Match)
@@ -151,6 +152,12 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyTuple_SET_ITEM(match, 0, key);
             PyTuple_SET_ITEM(match, 1, fingerprint);
             PyTuple_SET_ITEM(match, 2, distance);
+            if (PyUnicode_CheckExact(key) && PyObject_GC_IsTracked(match)) {
+                /* a str and two ints: the tuple can never be part of a reference cycle, so
+                 * the cyclic collector need not follow it (CPython's own collector untracks
+                 * such tuples when it first meets them; here no collection pays for that) */
+                PyObject_GC_UnTrack(match);
+            }
             PyList_SET_ITEM(list, j - start, match);
         }
     }
