@@ -91,10 +91,11 @@ def test_a_match_of_a_str_key_is_left_to_reference_counting() -> None:
     lists are, and so is a Match whose key is a container (a key of any other type stays
     tracked: it could be in a cycle). The objects are freed alike."""
     cyclic: list[Any] = []
+    keys: Any = ["str key", cyclic]  # a key that is not a str (no caller passes one)
     lists = match.match_lists(
         2,
         np.array([0, 1], np.int64),
-        ["str key", cyclic],
+        keys,
         np.array([1, 2], np.uint64),
         np.array([0, 1], np.uint8),
     )
@@ -107,7 +108,7 @@ def test_a_match_of_a_str_key_is_left_to_reference_counting() -> None:
     marker = Marker()
     freed = weakref.ref(marker)
     cyclic.extend([lists, marker])  # a cycle through the tracked Match: the collector frees it
-    del lists, cyclic, marker
+    del lists, cyclic, keys, marker
     gc.collect()
     assert freed() is None
 
