@@ -796,7 +796,7 @@ def stream_cpu(
     result = run_clients(target, f"stream:{per_message}", clients, seconds)
     cpu = process_cpu_seconds(process.pid) - before
     lookups = result["calls_per_s"] * per_message * seconds
-    result["lookups_per_s"] = result["calls_per_s"] * 1000
+    result["lookups_per_s"] = result["calls_per_s"] * per_message
     result["server_cpu_s_per_million"] = cpu / lookups * 1e6 if lookups else None
     return result
 
