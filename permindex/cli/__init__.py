@@ -55,30 +55,18 @@ def _stop(signum: int, frame: object) -> None:
     """``dedup``'s handler of SIGINT and SIGTERM: the first one unwinds the command (its
     worker processes stopped, its ring file removed); while that clean-up runs, further ones
     are ignored, so a second Ctrl-C cannot cut it short and leave a traceback or files."""
-    if _in_a_swallowing_callback(frame):
-        # the exception would be swallowed -- by a ctypes callback of numba's compiler, or by
-        # the import system's weakref callback of a module lock ("Exception ignored in ...
+    code = getattr(frame, "f_code", None)
+    if code is not None and (
+        f"{os.sep}llvmlite{os.sep}" in code.co_filename
+        or code.co_filename.startswith("<frozen importlib")
+    ):
+        # a callback swallows the exception -- one from numba's compiler (ctypes), or the
+        # import system's weakref callback of a module lock ("Exception ignored in ...
         # _get_module_lock.<locals>.cb"), after which dedup ran to its end: ask again shortly
         threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
         return
     _ignore_stop_signals()
     raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-
-
-def _in_a_swallowing_callback(frame: Any) -> bool:
-    """Whether an exception raised in ``frame`` (where a signal handler runs) would be
-    swallowed: the frame is the import system's, or it or a caller is llvmlite's (a ctypes
-    callback from LLVM, such as the object cache's, calling numba's hooks: ctypes prints and
-    drops what a callback raises)."""
-    code = getattr(frame, "f_code", None)
-    if code is not None and code.co_filename.startswith("<frozen importlib"):
-        return True
-    marker = f"{os.sep}llvmlite{os.sep}"
-    while frame is not None:
-        if marker in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _ignore_stop_signals() -> None:
