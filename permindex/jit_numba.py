@@ -109,7 +109,7 @@ def unowned(typingctx: Any, array: Any) -> Any:
     runs. numba takes and drops a reference to every array passed to a function, inlined
     helpers included, with an atomic increment and decrement of its meminfo (NRT_incref,
     NRT_decref): ten arrays passed to a helper per bucket cost more than the bucket's scan
-    (the lookup kernels ran 1.6-1.7x as fast on views like these: benchmarks/README.md).
+    (the batch lookup kernel ran 1.7-1.8x as fast on views like these: benchmarks/README.md).
     A view without an owner costs a null check instead. Must not outlive the array: never
     return it, store it, or take it of an array the kernel made and may drop first."""
     if not isinstance(array, types.Array):

@@ -8,7 +8,8 @@
  * lists of the same objects, made without a Python-level call per match. Every Match is made
  * as CPython makes a tuple subclass (tp_alloc of the type, then its three items), every list
  * at its final size; a Match whose key is a str is not tracked by the cyclic garbage collector
- * (it holds no container: what CPython's collector does to such tuples on its first pass). The caller holds the GIL (as for any C function called from Python).
+ * (it holds no container: what CPython's collector does to such tuples on its first pass).
+ * The caller holds the GIL (as for any C function called from Python).
  *
  * Arguments (checked; a bad one raises TypeError or ValueError and makes nothing):
  *   match_type    a subclass of tuple (permindex.Match)

@@ -113,11 +113,14 @@ def _write_parquet_tables(
         return
     name_of = keys.__getitem__
 
-    def numbered(groups: Sequence[NDArray[np.int64]]) -> tuple[NDArray[np.int64], list[int]]:
-        """Each group's number (1, 2, ...) once per member, and the members in order."""
+    def numbered(
+        groups: Sequence[NDArray[np.int64]],
+    ) -> tuple[NDArray[np.int64], list[int], NDArray[np.int64]]:
+        """Each group's number (1, 2, ...) once per member, the members in order, and the
+        groups' sizes."""
         sizes = np.array([group.size for group in groups], dtype=np.int64)
         members = np.concatenate(groups).tolist() if groups else []
-        return np.repeat(np.arange(1, sizes.size + 1, dtype=np.int64), sizes), members
+        return np.repeat(np.arange(1, sizes.size + 1, dtype=np.int64), sizes), members, sizes
 
     with ParquetTableWriter(
         folder / "pairs.parquet", [("key_a", "string"), ("key_b", "string"), ("distance", "int64")]
@@ -126,14 +129,13 @@ def _write_parquet_tables(
             writer.write_columns(
                 [list(map(name_of, a.tolist())), list(map(name_of, b.tolist())), d]
             )
-    number, members = numbered(clusters)
+    number, members, _ = numbered(clusters)
     with ParquetTableWriter(
         folder / "clusters.parquet", [("cluster", "int64"), ("key", "string")]
     ) as writer:
         writer.write_columns([number, list(map(name_of, members))])
-    number, members = numbered(exact)
+    number, members, sizes = numbered(exact)
     firsts = np.array([group[0] for group in exact], dtype=np.int64)
-    sizes = np.array([group.size for group in exact], dtype=np.int64)
     with ParquetTableWriter(
         folder / "exact_duplicates.parquet",
         [("group", "int64"), ("fingerprint", "uint64"), ("key", "string")],
