@@ -234,6 +234,28 @@ def test_jaccard_mode_report_folder(capsys: pytest.CaptureFixture[str], tmp_path
     assert "Pairs per Jaccard similarity" in html and "candidate pairs verified" in html
 
 
+def test_jaccard_mode_parquet_pairs_carry_the_similarity(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """pairs.parquet says what pairs.tsv says: a ``jaccard`` column (float64) whose values print
+    as the TSV's 4 decimals, not the mode's internal distance (1 - J) x 10^4."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = edited_collection(5)
+    path = write_jsonl(tmp_path / "docs.jsonl", rows)
+    out_dir = tmp_path / "out"
+    code, out, _ = run_cli(capsys, str(path), "--method", "minhash", "--out", str(out_dir))
+    assert code == 0 and out
+    table = pq.read_table(out_dir / "pairs.parquet")
+    assert table.schema.names == ["key_a", "key_b", "jaccard"]
+    assert str(table.schema.field("jaccard").type) == "double"
+    got = [
+        f"{a}\t{b}\t{j:.4f}"
+        for a, b, j in zip(*(table.column(n).to_pylist() for n in table.schema.names), strict=True)
+    ]
+    assert got == out.splitlines()
+    assert all(0.0 < j <= 1.0 for j in table.column("jaccard").to_pylist())
+
+
 def test_huge_bucket_in_bounded_batches() -> None:
     # 120 documents that differ by one word each: one band bucket holds nearly all of them;
     # batches of 500 pairs give the same pairs as one batch, each candidate once.

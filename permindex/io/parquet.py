@@ -382,8 +382,9 @@ def open_documents(
 
 class ParquetTableWriter:
     """A Parquet file written a batch at a time: ``columns`` is ``(name, type)`` pairs, the type
-    ``"string"``, ``"int64"`` or ``"uint64"``. :meth:`write` takes rows (tuples in column
-    order); every ``batch_rows`` of them become a record batch (a row group of the file at most).
+    ``"string"``, ``"int64"``, ``"uint64"`` or ``"float64"``. :meth:`write` takes rows (tuples
+    in column order); every ``batch_rows`` of them become a record batch (a row group of the
+    file at most).
     Use it as a context manager: leaving the block writes the rest and closes the file (an
     error inside it closes it too, leaving what was written).
 
@@ -397,7 +398,12 @@ class ParquetTableWriter:
         pa = require_pyarrow()
         self._pa = pa
         pq = importlib.import_module("pyarrow.parquet")
-        types = {"string": pa.string(), "int64": pa.int64(), "uint64": pa.uint64()}
+        types = {
+            "string": pa.string(),
+            "int64": pa.int64(),
+            "uint64": pa.uint64(),
+            "float64": pa.float64(),
+        }
         self._schema = pa.schema([(name, types[kind]) for name, kind in columns])
         self._writer = pq.ParquetWriter(str(path), self._schema)
         self._rows: list[tuple[Any, ...]] = []

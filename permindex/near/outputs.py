@@ -21,7 +21,7 @@ from permindex.index.clusters import NearDuplicates
 from permindex.index.key_column import KeyColumn
 from permindex.io.arrow import require_pyarrow
 from permindex.io.parquet import ParquetTableWriter, open_documents
-from permindex.near.jaccard import JaccardDuplicates, jaccard_text
+from permindex.near.jaccard import SCALE, JaccardDuplicates, jaccard_text
 from permindex.near.report import ReportCluster, render_report, select_examples
 from permindex.near.result import DedupResult
 from permindex.text.documents import folder_file_text, format_fingerprint, tsv_field
@@ -122,12 +122,17 @@ def _write_parquet_tables(
         members = np.concatenate(groups).tolist() if groups else []
         return np.repeat(np.arange(1, sizes.size + 1, dtype=np.int64), sizes), members, sizes
 
+    # the third column as the TSV file has it: bits, or the Jaccard similarity (float64,
+    # (SCALE - distance) / SCALE: the value pairs.tsv prints with 4 decimals)
+    jaccard = isinstance(near, JaccardDuplicates)
+    measure = ("jaccard", "float64") if jaccard else ("distance", "int64")
     with ParquetTableWriter(
-        folder / "pairs.parquet", [("key_a", "string"), ("key_b", "string"), ("distance", "int64")]
+        folder / "pairs.parquet", [("key_a", "string"), ("key_b", "string"), measure]
     ) as writer:
         for a, b, d in near.pair_chunks():
+            third = (SCALE - d.astype(np.float64)) / SCALE if jaccard else d
             writer.write_columns(
-                [list(map(name_of, a.tolist())), list(map(name_of, b.tolist())), d]
+                [list(map(name_of, a.tolist())), list(map(name_of, b.tolist())), third]
             )
     number, members, _ = numbered(clusters)
     with ParquetTableWriter(
@@ -210,7 +215,8 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     - ``summary.json`` and ``report.html`` (self-contained);
     - when pyarrow is installed (the ``parquet`` extra), ``pairs.parquet``,
       ``clusters.parquet``, ``exact_duplicates.parquet`` and ``keep_drop.parquet``: the columns
-      of the TSV files of those names (fingerprints as uint64); without it, the rest only (and
+      of the TSV files of those names (fingerprints as uint64; the Jaccard mode's ``jaccard``
+      as float64); without it, the rest only (and
       those of an earlier run in the folder are removed).
     """
     started = time.monotonic()
