@@ -284,3 +284,64 @@ def test_a_pool_worker_killed_outright_ends_the_run_with_an_error(
     finally:
         _signal_group(process.pid, signal.SIGKILL)
     assert _rings() == before
+
+
+_SWALLOWING_RUN = """
+import os, signal, sys
+import permindex.cli
+import permindex.cli.near_engine as engine
+
+run_engine = engine.run_engine
+SIGNUM = getattr(signal, sys.argv[1])
+
+
+class Finaliser:
+    def __del__(self) -> None:
+        # the signal's handler runs here, inside a finaliser, which prints and drops what it
+        # raises ("Exception ignored in ..."), as a weakref or ctypes callback would
+        os.kill(os.getpid(), SIGNUM)
+        for _ in range(10_000):
+            pass
+
+
+def run_engine_then_signal(*args, **kwargs):
+    result = run_engine(*args, **kwargs)
+    Finaliser()
+    return result
+
+
+engine.run_engine = run_engine_then_signal
+sys.argv = ["permindex", *sys.argv[2:]]
+permindex.cli.entry()
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "code"),
+    [("SIGINT", "interrupted", 130), ("SIGTERM", "terminated (SIGTERM)", 143)],
+)
+def test_a_signal_whose_exception_is_swallowed_still_stops_dedup(
+    tmp_path: Path, name: str, line: str, code: int
+) -> None:
+    """A signal whose handler ran where Python drops exceptions (here a finaliser; in the
+    wild a weakref callback of the import system, or LLVM's ctypes callbacks into numba)
+    still ends dedup with its line and code, and no report is written: before, the run went
+    on to exit 0 with a full report, the signal lost."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "d{i}", "text": "alpha beta gamma delta {i}"}}\n' for i in range(50))
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _SWALLOWING_RUN, name, "dedup", str(path), "--out",
+         str(tmp_path / "r"), "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )  # fmt: skip
+    assert "Exception ignored in" in done.stderr  # the exception was indeed dropped
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
+        code,
+        f"permindex dedup: {line}",
+    ), done.stderr
+    assert not (tmp_path / "r" / "summary.json").exists()

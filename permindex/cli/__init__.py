@@ -37,6 +37,13 @@ from permindex.cli.output import CommandError
 from permindex.cli.output import err as _err
 from permindex.cli.output import exit_codes_epilog as _exit_codes_epilog
 from permindex.cli.serve import add_serve_command
+from permindex.cli.signals import (
+    ignore_stop_signals,
+    interrupted_code,
+    interruption,
+    raise_if_stopped,
+)
+from permindex.cli.signals import install as install_stop_handler
 from permindex.errors import EXIT_CODES, exit_code_for
 
 __all__ = ["CommandError", "IngestSummary", "build_parser", "entry", "ingest", "main"]
@@ -45,48 +52,6 @@ _TOP_OPTIONS = ("-h", "--help", "--version")
 
 # --------------------------------------------------------------------------------------------
 # Parser
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM during ``dedup``: unwinds as Ctrl-C does (exit 143)."""
-
-
-def _stop(signum: int, frame: object) -> None:
-    """``dedup``'s handler of SIGINT and SIGTERM: the first one unwinds the command (its
-    worker processes stopped, its ring file removed); while that clean-up runs, further ones
-    are ignored, so a second Ctrl-C cannot cut it short and leave a traceback or files."""
-    code = getattr(frame, "f_code", None)
-    if code is not None and (
-        f"{os.sep}llvmlite{os.sep}" in code.co_filename
-        or code.co_filename.startswith("<frozen importlib")
-    ):
-        # a callback swallows the exception -- one from numba's compiler (ctypes), or the
-        # import system's weakref callback of a module lock ("Exception ignored in ...
-        # _get_module_lock.<locals>.cb"), after which dedup ran to its end: ask again shortly
-        threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
-        return
-    _ignore_stop_signals()
-    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-
-
-def _ignore_stop_signals() -> None:
-    """SIGINT and SIGTERM ignored from now on (dedup's clean-up, then its exit)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-def _interruption(error: BaseException) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt (or SIGTERM's _Terminated) behind ``error``, if any: a signal
-    whose handler ran inside a compiled kernel comes back as a SystemError ("returned a
-    result with an exception set") caused by it."""
-    seen: set[int] = set()
-    cause: BaseException | None = error
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,7 +137,7 @@ def entry() -> NoReturn:
     promised exit within a second of the last in-flight call."""
     code = main(restore_signals=False)
     if sys.argv[1:2] == ["dedup"]:  # done: a late Ctrl-C must not interrupt the exit itself
-        _ignore_stop_signals()
+        ignore_stop_signals()
     if sys.argv[1:2] == ["serve"]:
         import logging
 
@@ -225,9 +190,10 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
         if args.command == "dedup" and threading.current_thread() is threading.main_thread():
             # SIGTERM stops dedup as Ctrl-C does: its worker processes and the ring file of
             # inflated blocks in /dev/shm are cleaned up instead of left behind
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous[signum] = signal.signal(signum, _stop)
+            previous = install_stop_handler()
         code: int = args.func(args)
+        if previous:
+            raise_if_stopped()  # a stop signal whose exception was swallowed on its way up
         sys.stdout.flush()
         return code
     except SystemExit as exit_:  # parser.error() inside a command
@@ -246,7 +212,7 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
         _err(f"{prefix}: {error}")
         return error.exit_code
     except Exception as error:
-        behind = _interruption(error)
+        behind = interruption(error)
         if behind is not None:
             return _interrupted(prefix, behind)
         if os.environ.get("PERMINDEX_DEBUG"):
@@ -263,8 +229,6 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
 
 def _interrupted(prefix: str, interrupt: KeyboardInterrupt) -> int:
     """The one line and the exit code of a command stopped by Ctrl-C (130) or SIGTERM (143)."""
-    if isinstance(interrupt, _Terminated):
-        _err(f"{prefix}: terminated (SIGTERM)")
-        return 143
-    _err(f"{prefix}: interrupted")
-    return 130
+    words, code = interrupted_code(interrupt)
+    _err(f"{prefix}: {words}")
+    return code

@@ -102,6 +102,7 @@ def _check_out_dir(out_dir: Path) -> None:
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
     from permindex.cli.near_engine import check_engine_arguments, run_engine
+    from permindex.cli.signals import raise_if_stopped
     from permindex.near.dedup import default_jobs, summary_line, write_outputs
     from permindex.near.result import DedupOptions
 
@@ -127,6 +128,7 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
         result, against = run_engine(args, options, progress=progress, workdir=Path(work))
+        raise_if_stopped()  # no report for a run asked to stop (its exception swallowed)
         try:
             summary = write_outputs(result)
             from permindex.near.against import UNMATCHED_FILE, unmatched, write_unmatched
