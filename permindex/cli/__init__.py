@@ -38,6 +38,7 @@ from permindex.cli.output import err as _err
 from permindex.cli.output import exit_codes_epilog as _exit_codes_epilog
 from permindex.cli.serve import add_serve_command
 from permindex.cli.signals import (
+    clear_unhandled_interrupt,
     ignore_stop_signals,
     interrupted_code,
     interruption,
@@ -138,6 +139,7 @@ def entry() -> NoReturn:
     code = main(restore_signals=False)
     if sys.argv[1:2] == ["dedup"]:  # done: a late Ctrl-C must not interrupt the exit itself
         ignore_stop_signals()
+        clear_unhandled_interrupt()  # exit with ``code``, not by SIGINT (see its docstring)
     if sys.argv[1:2] == ["serve"]:
         import logging
 

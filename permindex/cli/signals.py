@@ -9,7 +9,15 @@ and some places drop what a handler raises there: a finaliser or weakref callbac
 ``except``. So the handler also records the signal, and the command checks the record at
 its checkpoints (:func:`raise_if_stopped`: between its stages, and when it returns): a signal
 whose exception was lost still ends the run with the signal's line and code (130, 143),
-never with exit 0 and a report as if no one had asked it to stop.
+never with exit 0 and a report as if no one had asked it to stop. Where the loss is known
+ahead (a finaliser, numba's and llvmlite's code, the import system) the handler does not
+raise at all but asks again 20 ms later.
+
+One more trap, CPython's: a KeyboardInterrupt that ends code run by a string ``exec`` or
+``eval`` (numba and the standard library generate code that way) sets a process-wide flag,
+kept even when the exception is caught later, that makes ``python -m permindex`` die of
+SIGINT at its exit after printing its line and choosing its code;
+:func:`clear_unhandled_interrupt` clears it.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "Terminated",
+    "clear_unhandled_interrupt",
     "ignore_stop_signals",
     "install",
     "interrupted_code",
@@ -48,20 +57,43 @@ def stop(signum: int, frame: object) -> None:
     :func:`raise_if_stopped`); while that clean-up runs, further ones are ignored, so a second
     Ctrl-C cannot cut it short and leave a traceback or files.
 
-    A signal landing in frames known to swallow the exception (LLVM's ctypes callbacks into
-    numba; the import system's weakref callback of a module lock) is asked again 20 ms
-    later instead."""
+    A signal landing where the exception would be swallowed or would leave a library half
+    way (:func:`_swallowing`) is asked again 20 ms later instead."""
     global _received
-    code = getattr(frame, "f_code", None)
-    if code is not None and (
-        f"{os.sep}llvmlite{os.sep}" in code.co_filename
-        or code.co_filename.startswith("<frozen importlib")
-    ):
+    if _swallowing(frame):
         threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
         return
     _received = _received or signum
     ignore_stop_signals()
     raise _interrupt_for(signum)
+
+
+#: Callers under which :func:`stop` does not raise: numba's and llvmlite's code (LLVM's ctypes
+#: callbacks into numba's hooks drop what they raise, and a compile or cache load cut half
+#: way can leave numba's state broken) and the import system's (its weakref callback of a
+#: module lock prints and drops it: "Exception ignored in ... _get_module_lock.<locals>.cb").
+_DEFERRED_PATHS = (f"{os.sep}numba{os.sep}", f"{os.sep}llvmlite{os.sep}")
+
+
+def _swallowing(frame: object, depth: int = 100) -> bool:
+    """Whether ``frame`` (where a signal's handler was called) or one of its ``depth`` nearest
+    callers is a finaliser (``__del__``: Python prints and drops what it raises, e.g.
+    llvmlite's ``ObjectRef.__del__``), the import system's or one of :data:`_DEFERRED_PATHS`.
+    O(depth)."""
+    while frame is not None and depth > 0:
+        code = getattr(frame, "f_code", None)
+        if code is None:
+            return False
+        path = code.co_filename
+        if (
+            code.co_name == "__del__"
+            or path.startswith("<frozen importlib")
+            or any(part in path for part in _DEFERRED_PATHS)
+        ):
+            return True
+        frame = getattr(frame, "f_back", None)
+        depth -= 1
+    return False
 
 
 def install() -> dict[signal.Signals, Any]:
@@ -105,3 +137,12 @@ def interrupted_code(interrupt: KeyboardInterrupt) -> tuple[str, int]:
     if isinstance(interrupt, Terminated):
         return "terminated (SIGTERM)", 143
     return "interrupted", 130
+
+
+def clear_unhandled_interrupt() -> None:
+    """Clear CPython's record of a KeyboardInterrupt "unhandled" by string-evaluated code
+    (``_PyRuntime.signals.unhandled_keyboard_interrupt``, set by ``run_eval_code_obj`` when
+    such code ends with one even if a caller catches it, and read by ``Py_RunMain``, which then
+    kills the process with SIGINT instead of exiting with its code under ``python -m``). Every
+    string evaluation resets it first, so evaluating ``"None"`` clears it. O(1)."""
+    eval("None")  # a constant: only the evaluation's side effect is wanted
