@@ -60,12 +60,12 @@ def stop(signum: int, frame: object) -> None:
     A signal landing where the exception would be swallowed or would leave a library half
     way (:func:`_swallowing`) is asked again 20 ms later instead."""
     global _received
+    _received = _received or signum  # seen by the checkpoints even if the raise waits
     if _swallowing(frame):
         threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
         return
-    _received = _received or signum
     ignore_stop_signals()
-    raise _interrupt_for(signum)
+    raise _interrupt_for(_received)
 
 
 #: Callers under which :func:`stop` does not raise: numba's and llvmlite's code (LLVM's ctypes
@@ -112,8 +112,10 @@ def ignore_stop_signals() -> None:
 
 def raise_if_stopped() -> None:
     """A checkpoint: raise the interrupt of the stop signal :func:`stop` received, if any (its
-    first exception may have been swallowed on its way up). O(1); a no-op before any."""
+    first exception may have been swallowed on its way up, or its raise be waiting), SIGINT
+    and SIGTERM ignored from then on. O(1); a no-op before any."""
     if _received:
+        ignore_stop_signals()
         raise _interrupt_for(_received)
 
 
