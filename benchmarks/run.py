@@ -142,17 +142,26 @@ def rss_bytes() -> int:
 
 def halves_in_threads(index: Any, queries: np.ndarray, columns: bool = False) -> Callable[[], None]:
     """A run of ``index.query_many`` on each half of ``queries``, in two threads at once: the
-    threads of a pool made once (as a server's executor or a user's pool would be), so that
-    starting threads is not timed; ``columns``: the columnar form."""
+    calling thread looks up one half while one thread of a pool made once (as a server's
+    executor or a user's pool would be; starting threads is not timed) looks up the other;
+    ``columns``: the columnar form.
+
+    The halves are every other query, not the first and the second half: :func:`make_data`
+    puts the near queries first, so a cut in the middle gave one thread every match (and all
+    the Python objects to make) and the other none. A pool of two with the caller waiting
+    was not used: its queue wakes one idle worker at a time, and on this machine an idle
+    vCPU took up to ~1.6 ms to wake, so the second half often ran after the first, on the
+    same worker (benchmarks/README.md)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    halves = np.array_split(queries, 2)
-    pool = ThreadPoolExecutor(2, thread_name_prefix="bench-halves")
+    halves = (queries[0::2].copy(), queries[1::2].copy())
+    pool = ThreadPoolExecutor(1, thread_name_prefix="bench-halves")
     lookup = functools.partial(index.query_many, columns=True) if columns else index.query_many
 
     def run() -> None:
-        for future in [pool.submit(lookup, half) for half in halves]:
-            future.result()
+        other = pool.submit(lookup, halves[1])
+        lookup(halves[0])
+        other.result()
 
     return run
 
