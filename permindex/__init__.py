@@ -8,12 +8,15 @@ a page, as ``permindex ingest`` takes it), :func:`format_fingerprint` and
 :func:`parse_fingerprint` (the 16-hex-digit form of every output), :func:`dedup_dataset` (the
 near-duplicate rows of a ``datasets.Dataset``, a DataFrame or an Arrow table); for crawlers,
 :mod:`permindex.scrapy`. The gRPC server and the command line live in
-:mod:`permindex.rpc` and :mod:`permindex.cli`; importing this package alone does not import grpc
-(nor numba: the compiled kernels are loaded on first use).
+:mod:`permindex.rpc` and :mod:`permindex.cli`. Each public name is imported from its module on
+first use (``permindex.Index`` loads the index, ``permindex.Client`` grpc), so that importing
+this package alone takes a few milliseconds and loads neither numpy, grpc nor numba (the
+compiled kernels are loaded on first use too).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from permindex.errors import (
@@ -40,30 +43,30 @@ from permindex.errors import (
     StorageFullError,
     WorkBudgetExceededError,
 )
-from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
-from permindex.index.clusters import (
-    ExactGroup,
-    Flag,
-    NearDuplicates,
-    clusters,
-    exact_duplicates,
-    flags,
-)
-from permindex.index.hamming import hamming, parse_fingerprint, validate_fingerprint
-from permindex.near.dataset import DatasetDedup, dedup_dataset
-from permindex.text.documents import format_fingerprint, html_to_text, read_file_text
-from permindex.text.fingerprint import (
-    shingles,
-    simhash,
-    simhash_features,
-    simhash_many,
-    simhash_vectors,
-    simhash_weighted,
-    tokens,
-)
 
 if TYPE_CHECKING:
     from permindex.client import AsyncClient, Client
+    from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
+    from permindex.index.clusters import (
+        ExactGroup,
+        Flag,
+        NearDuplicates,
+        clusters,
+        exact_duplicates,
+        flags,
+    )
+    from permindex.index.hamming import hamming, parse_fingerprint, validate_fingerprint
+    from permindex.near.dataset import DatasetDedup, dedup_dataset
+    from permindex.text.documents import format_fingerprint, html_to_text, read_file_text
+    from permindex.text.fingerprint import (
+        shingles,
+        simhash,
+        simhash_features,
+        simhash_many,
+        simhash_vectors,
+        simhash_weighted,
+        tokens,
+    )
 
 __version__ = "0.1.0"
 
@@ -121,11 +124,48 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """``permindex.Client`` and ``permindex.AsyncClient`` are imported on first use: they pull
-    in grpc, the rest does not."""
-    if name in ("Client", "AsyncClient"):
-        import permindex.client
+#: Where each public name lives: imported on first use (:func:`__getattr__`), so that
+#: ``import permindex`` (and so the ``permindex`` command's start) loads neither numpy nor grpc.
+_LAZY = {
+    "AsyncClient": "permindex.client",
+    "CheckAndAddResult": "permindex.index",
+    "Client": "permindex.client",
+    "DatasetDedup": "permindex.near.dataset",
+    "ExactGroup": "permindex.index.clusters",
+    "ExpiringIndex": "permindex.index",
+    "Flag": "permindex.index.clusters",
+    "Index": "permindex.index",
+    "Match": "permindex.index",
+    "NearDuplicates": "permindex.index.clusters",
+    "clusters": "permindex.index.clusters",
+    "dedup_dataset": "permindex.near.dataset",
+    "exact_duplicates": "permindex.index.clusters",
+    "flags": "permindex.index.clusters",
+    "format_fingerprint": "permindex.text.documents",
+    "hamming": "permindex.index.hamming",
+    "html_to_text": "permindex.text.documents",
+    "parse_fingerprint": "permindex.index.hamming",
+    "read_file_text": "permindex.text.documents",
+    "shingles": "permindex.text.fingerprint",
+    "simhash": "permindex.text.fingerprint",
+    "simhash_features": "permindex.text.fingerprint",
+    "simhash_many": "permindex.text.fingerprint",
+    "simhash_vectors": "permindex.text.fingerprint",
+    "simhash_weighted": "permindex.text.fingerprint",
+    "tokens": "permindex.text.fingerprint",
+    "validate_fingerprint": "permindex.index.hamming",
+}
 
-        return getattr(permindex.client, name)
-    raise AttributeError(f"module 'permindex' has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use and kept (:data:`_LAZY`)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'permindex' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -369,3 +369,63 @@ def test_a_signal_where_python_drops_exceptions_still_stops_dedup(
     else:
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "r" / "summary.json").exists()
+
+
+_SIGNAL_DURING_IMPORTS = """
+import importlib.abc, os, signal, sys
+
+SIGNUM = getattr(signal, os.environ["SIGNAL_DURING_IMPORTS"])
+
+
+class SignalOnImport(importlib.abc.MetaPathFinder):
+    # the signal arrives as numpy starts loading (among the command's first modules), as a
+    # Ctrl-C right after Enter would
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), SIGNUM)
+            for _ in range(100_000):
+                pass
+        return None
+
+
+sys.meta_path.insert(0, SignalOnImport())
+"""
+
+
+@pytest.mark.parametrize("launch", ["module", "script"])
+@pytest.mark.parametrize(
+    ("name", "line", "code"),
+    [("SIGINT", "interrupted", 130), ("SIGTERM", "terminated (SIGTERM)", 143)],
+)
+def test_a_signal_while_the_command_loads_gives_its_line_and_code(
+    tmp_path: Path, launch: str, name: str, line: str, code: int
+) -> None:
+    """Ctrl-C or SIGTERM while ``permindex dedup``'s modules are still loading (the first few
+    tenths of a second): its one line and code, no traceback (before: a KeyboardInterrupt
+    traceback of the import and death by SIGINT, or a silent death by SIGTERM), through
+    ``python -m permindex`` and through the ``permindex`` console script alike."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_SIGNAL_DURING_IMPORTS)
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"id": "a", "text": "alpha beta gamma delta"}\n')
+    if launch == "module":
+        command = [sys.executable, "-m", "permindex"]
+    else:
+        script = Path(sys.executable).with_name("permindex")
+        if not script.exists():
+            pytest.skip(f"no console script beside {sys.executable}")
+        command = [str(script)]
+    pythonpath = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "SIGNAL_DURING_IMPORTS": name}
+    done = subprocess.run(
+        [*command, "dedup", str(path), "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        start_new_session=True,
+    )
+    assert (done.returncode, done.stderr) == (code, f"permindex: {line}\n")
+    assert not (tmp_path / "r").exists()

@@ -57,6 +57,33 @@ def test_import_permindex_pulls_no_grpc() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_import_permindex_is_light_and_names_load_on_first_use() -> None:
+    """``import permindex`` loads neither numpy nor numba (the command's start and a Ctrl-C
+    window stay short); the public names load on first use, ``import *`` and ``dir`` see
+    them all, and an unknown name is an AttributeError."""
+    code = (
+        "import sys, permindex\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'numba', 'grpc'}))\n"
+        "print(permindex.simhash('one two three four') == permindex.simhash_many("
+        "['one two three four'])[0][0])\n"
+        "names = {}\n"
+        "exec('from permindex import *', names)\n"
+        "public = set(permindex.__all__)\n"
+        "print(public <= set(names) and public <= set(dir(permindex)))\n"
+        "try:\n"
+        "    permindex.no_such_name\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "[]",
+        "True",
+        "True",
+        "module 'permindex' has no attribute 'no_such_name'",
+    ]
+
+
 def _tree_paths() -> set[str]:
     """The files the README's module tree (the ``permindex/`` block of its design section)
     names, as paths relative to the repository (v1/, generated, as a folder only)."""
