@@ -43,12 +43,22 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+#: The dedup processes this module started: only their ring files are looked at, so that
+#: another dedup running on the machine meanwhile (a second test run) cannot fail these tests.
+_STARTED: set[int] = set()
+
+
 def _rings() -> set[Path]:
-    return set(Path("/dev/shm").glob("permindex-blocks-*"))
+    """The ring files (``permindex-blocks-<pid>-*``) of the dedup processes started here."""
+    return {
+        ring
+        for ring in Path("/dev/shm").glob("permindex-blocks-*")
+        if ring.name.split("-")[2] in {str(pid) for pid in _STARTED}
+    }
 
 
 def _start(corpus: Path, out: Path, jobs: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -65,6 +75,8 @@ def _start(corpus: Path, out: Path, jobs: int) -> subprocess.Popen[str]:
         text=True,
         start_new_session=True,  # its own process group, as a shell's job has
     )
+    _STARTED.add(process.pid)
+    return process
 
 
 def _wait_for_ring(process: subprocess.Popen[str], before: set[Path]) -> set[Path]:

@@ -207,8 +207,9 @@ def test_dedup_stopped_by_a_malformed_line_leaves_no_ring_file(tmp_path: Path) -
     gzip_lines(path, lines)
     folders = [Path("/dev/shm"), Path(tempfile.gettempdir())]
 
-    def rings() -> set[Path]:
-        return {p for f in folders if f.is_dir() for p in f.glob("permindex-blocks-*")}
+    def rings() -> set[Path]:  # this process's (another dedup on the machine may run)
+        pattern = f"permindex-blocks-{os.getpid()}-*"
+        return {p for f in folders if f.is_dir() for p in f.glob(pattern)}
 
     before = rings()
     with pytest.raises(Invalid, match="line 25001"):
@@ -231,7 +232,6 @@ def test_dedup_stopped_by_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> Non
     with gzip.open(path, "wt", compresslevel=1) as out:  # a dedup of about two seconds
         for i in range(len(picks)):
             out.write(f'{{"id": "k{i}", "text": "{" ".join(words[picks[i]])}"}}\n')
-    before = set(Path("/dev/shm").glob("permindex-blocks-*"))
     process = subprocess.Popen(
         [sys.executable, "-m", "permindex", "dedup", str(path), "--out", str(tmp_path / "r")],
         stdout=subprocess.DEVNULL,
@@ -241,7 +241,7 @@ def test_dedup_stopped_by_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> Non
     deadline = time.monotonic() + 60
     rings: set[Path] = set()
     while not rings and process.poll() is None and time.monotonic() < deadline:
-        rings = set(Path("/dev/shm").glob("permindex-blocks-*")) - before
+        rings = set(Path("/dev/shm").glob(f"permindex-blocks-{process.pid}-*"))
         time.sleep(0.02)
     time.sleep(0.5)  # past the start of its child processes, in the middle of the pass
     if process.poll() is not None:
@@ -250,4 +250,5 @@ def test_dedup_stopped_by_sigterm_cleans_up_and_exits_143(tmp_path: Path) -> Non
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 143, stderr
     assert "permindex dedup: terminated (SIGTERM)" in stderr and "Traceback" not in stderr
+    assert rings  # its ring file, named after its process id, was there
     assert not any(ring.exists() for ring in rings)

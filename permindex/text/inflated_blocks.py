@@ -19,7 +19,8 @@ hand a block over:
   permits) before it writes one. A block longer than a slot, or one the file has no room for
   (``ENOSPC`` on a small ``/dev/shm``), comes through the pipe instead, as bytes. The file is
   removed when the blocks are closed (a process killed with SIGKILL leaves it behind:
-  ``permindex-blocks-*`` in ``/dev/shm`` or the temporary folder). Unix only (``os.pread``):
+  ``permindex-blocks-<pid>-*`` in ``/dev/shm`` or the temporary folder, ``<pid>`` the
+  process that made it). Unix only (``os.pread``):
   elsewhere every block comes through the pipe.
 
 Errors: a truncated or corrupt gzip stream, or an unreadable file, is an
@@ -145,7 +146,7 @@ def _ring_file(size: int) -> str | None:
     shm = os.path.isdir(_RING_FOLDER) and os.access(_RING_FOLDER, os.W_OK)
     folder = _RING_FOLDER if shm else None
     try:
-        fd, path = tempfile.mkstemp(prefix="permindex-blocks-", dir=folder)
+        fd, path = tempfile.mkstemp(prefix=f"permindex-blocks-{os.getpid()}-", dir=folder)
     except OSError:
         return None
     try:
