@@ -158,6 +158,78 @@ def test_ctrl_c_prints_acknowledged_and_in_flight(tmp_path: Path) -> None:
     _check_wording(text)
 
 
+_SWALLOWED_CTRL_C = """
+import os, signal, sys, weakref
+import tqdm
+import permindex.cli
+
+Bar = tqdm.tqdm
+
+
+class Referent:
+    pass
+
+
+def signal_in_a_weakref_callback() -> None:
+    def callback(_: object) -> None:  # Python prints and drops what this raises
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):
+            pass
+
+    referent = Referent()
+    reference = weakref.ref(referent, callback)
+    del referent
+
+
+class SignallingBar(Bar):
+    calls = 0
+
+    def update(self, n=1):
+        SignallingBar.calls += 1
+        if SignallingBar.calls == 1:  # at the first acknowledged batch
+            signal_in_a_weakref_callback()
+        return super().update(n)
+
+
+tqdm.tqdm = SignallingBar
+sys.argv = ["permindex", *sys.argv[1:]]
+permindex.cli.entry()
+"""
+
+
+def test_a_ctrl_c_whose_exception_is_swallowed_still_stops_the_ingest(tmp_path: Path) -> None:
+    """A Ctrl-C whose KeyboardInterrupt Python drops (its handler ran in a weakref callback;
+    in the wild a finaliser or one of grpc's callbacks) still stops the ingest at its next
+    acknowledged batch, with its line, its counts and exit 130 (before: the ingest went on to
+    the end of its input, exit 0; fed by a pipe that never ends, it never stopped)."""
+    server = ServeProcess(tmp_path / "data")
+    try:
+        address = server.address()
+        assert address is not None, server.text
+        path = tmp_path / "docs.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps({"id": f"k{i}", "fingerprint": f"{i * 2654435761 % 2**64:016x}"}) + "\n"
+                for i in range(20_000)
+            )
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", _SWALLOWED_CTRL_C, "ingest", str(path), "--address",
+             address, "--no-progress", "--batch-size", "500"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert "Exception ignored in" in done.stderr  # the KeyboardInterrupt was dropped
+    assert done.returncode == 130, done.stderr
+    assert "permindex ingest: interrupted (Ctrl-C)\n" in done.stderr
+    found = _COUNTS.search(done.stderr)
+    assert found is not None and int(found.group(1)) < 20_000, done.stderr
+
+
 def test_server_stop_prints_acknowledged_and_in_flight(tmp_path: Path) -> None:
     # a short grace: a sync server waits that long for the open stream, an asyncio one not at all
     code, text, acknowledged, in_flight, stored = _interrupted(

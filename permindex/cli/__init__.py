@@ -50,6 +50,8 @@ from permindex.errors import EXIT_CODES, exit_code_for
 __all__ = ["CommandError", "IngestSummary", "build_parser", "entry", "ingest", "main"]
 
 _TOP_OPTIONS = ("-h", "--help", "--version")
+#: The commands whose stop signals :mod:`permindex.cli.signals` handles while they run.
+_STOP_HANDLED = ("dedup", "ingest", "import")
 
 # --------------------------------------------------------------------------------------------
 # Parser
@@ -137,9 +139,9 @@ def entry() -> NoReturn:
     joining leftover threads and unloading numba's compiled code can otherwise outlast the
     promised exit within a second of the last in-flight call."""
     code = main(restore_signals=False)
-    if sys.argv[1:2] == ["dedup"]:  # done: a late Ctrl-C must not interrupt the exit itself
-        ignore_stop_signals()
-        clear_unhandled_interrupt()  # exit with ``code``, not by SIGINT (see its docstring)
+    if sys.argv[1:2] and sys.argv[1] in _STOP_HANDLED:
+        ignore_stop_signals()  # done: a late Ctrl-C must not interrupt the exit itself
+    clear_unhandled_interrupt()  # exit with ``code``, not by SIGINT (see its docstring)
     if sys.argv[1:2] == ["serve"]:
         import logging
 
@@ -158,7 +160,8 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
     """Run ``permindex`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
     Never raises (except SystemExit for --help/--version/usage errors being turned into their
     code) and never prints a traceback unless PERMINDEX_DEBUG is set. ``dedup`` handles SIGINT
-    and SIGTERM itself while it runs; ``restore_signals=False`` (:func:`entry`, which exits
+    and SIGTERM itself while it runs, ``ingest`` and ``import`` SIGINT
+    (:mod:`permindex.cli.signals`); ``restore_signals=False`` (:func:`entry`, which exits
     next) leaves its handlers in place instead of putting the previous ones back, so that a
     signal after the first one, once dedup has stopped and ignores them, cannot raise a
     KeyboardInterrupt past this function."""
@@ -189,10 +192,13 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
     try:
         if hasattr(args, "tls_server_name"):  # a client command: its TLS, token, collection
             args.connection = ClientOptions.from_args(args)
-        if args.command == "dedup" and threading.current_thread() is threading.main_thread():
-            # SIGTERM stops dedup as Ctrl-C does: its worker processes and the ring file of
-            # inflated blocks in /dev/shm are cleaned up instead of left behind
-            previous = install_stop_handler()
+        if args.command in _STOP_HANDLED and threading.current_thread() is threading.main_thread():
+            if args.command == "dedup":
+                # SIGTERM stops dedup as Ctrl-C does: its worker processes and the ring file of
+                # inflated blocks in /dev/shm are cleaned up instead of left behind
+                previous = install_stop_handler()
+            else:  # ingest, import: a Ctrl-C never lost (it prints what was stored)
+                previous = install_stop_handler((signal.SIGINT,), ignore_further=False)
         code: int = args.func(args)
         if previous:
             raise_if_stopped()  # a stop signal whose exception was swallowed on its way up

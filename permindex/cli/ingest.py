@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
 from permindex.cli.connection import ClientOptions, connect
 from permindex.cli.output import CommandError, command_error, counted, err
+from permindex.cli.signals import raise_if_stopped
 from permindex.client.batching import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_SIZE,
@@ -325,6 +326,7 @@ def ingest(
     )
 
     def acknowledged(counts: IngestResult) -> None:
+        raise_if_stopped()  # a Ctrl-C whose exception was swallowed on its way up
         position = feed.sent.popleft() if feed.sent else 0
         done = counts.documents - summary.documents
         summary.documents = counts.documents

@@ -1,4 +1,5 @@
-"""How ``permindex dedup`` stops on SIGINT (Ctrl-C) and SIGTERM (a service manager's stop).
+"""How ``permindex dedup`` stops on SIGINT (Ctrl-C) and SIGTERM (a service manager's stop),
+and ``permindex ingest`` and ``import`` on SIGINT.
 
 The handler, :func:`stop`, unwinds the command as Ctrl-C does (its worker processes stopped,
 its ring file of inflated blocks removed): it raises ``KeyboardInterrupt`` (SIGINT) or
@@ -45,6 +46,9 @@ class Terminated(KeyboardInterrupt):
 
 #: The first stop signal :func:`stop` acted on (``SIGINT`` or ``SIGTERM``), 0 before any.
 _received = 0
+#: Whether further signals are ignored once one has been acted on (dedup: its clean-up must
+#: not be cut short) or each raises again (ingest: a second Ctrl-C stops a slow goodbye).
+_ignore_further = True
 
 
 def _interrupt_for(signum: int) -> KeyboardInterrupt:
@@ -64,7 +68,8 @@ def stop(signum: int, frame: object) -> None:
     if _swallowing(frame):
         threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
         return
-    ignore_stop_signals()
+    if _ignore_further:
+        ignore_stop_signals()
     raise _interrupt_for(_received)
 
 
@@ -96,12 +101,18 @@ def _swallowing(frame: object, depth: int = 100) -> bool:
     return False
 
 
-def install() -> dict[signal.Signals, Any]:
-    """:func:`stop` as the handler of SIGINT and SIGTERM (main thread only); returns the
-    handlers it replaced, by signal."""
-    global _received
+def install(
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+    *,
+    ignore_further: bool = True,
+) -> dict[signal.Signals, Any]:
+    """:func:`stop` as the handler of ``signals`` (main thread only); returns the handlers it
+    replaced, by signal. ``ignore_further``: SIGINT and SIGTERM are ignored once one signal has
+    been acted on (dedup); else each one raises again (ingest)."""
+    global _received, _ignore_further
     _received = 0
-    return {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    _ignore_further = ignore_further
+    return {signum: signal.signal(signum, stop) for signum in signals}
 
 
 def ignore_stop_signals() -> None:
@@ -113,9 +124,10 @@ def ignore_stop_signals() -> None:
 def raise_if_stopped() -> None:
     """A checkpoint: raise the interrupt of the stop signal :func:`stop` received, if any (its
     first exception may have been swallowed on its way up, or its raise be waiting), SIGINT
-    and SIGTERM ignored from then on. O(1); a no-op before any."""
+    and SIGTERM ignored from then on (as :func:`install` was told). O(1); a no-op before any."""
     if _received:
-        ignore_stop_signals()
+        if _ignore_further:
+            ignore_stop_signals()
         raise _interrupt_for(_received)
 
 
