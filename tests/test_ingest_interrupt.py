@@ -230,6 +230,83 @@ def test_a_ctrl_c_whose_exception_is_swallowed_still_stops_the_ingest(tmp_path: 
     assert found is not None and int(found.group(1)) < 20_000, done.stderr
 
 
+_CTRL_C_IN_A_LOCKS_ENTER = """
+import os, signal, sys, threading
+import tqdm
+import permindex.cli
+
+Bar = tqdm.tqdm
+lock = threading.Lock()
+
+
+class Held:
+    # a context manager whose __enter__ gets the signal right after taking the lock, as
+    # threading.Condition.__enter__ did inside grpc (raising there leaves the lock held)
+    def __enter__(self):
+        lock.acquire()
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        lock.release()
+
+
+class LockingBar(Bar):
+    calls = 0
+
+    def update(self, n=1):
+        LockingBar.calls += 1
+        if LockingBar.calls == 1:
+            with Held():
+                pass
+        return super().update(n)
+
+    def close(self):
+        with Held():  # the lock again, in the clean-up: held for ever, this waits for ever
+            pass
+        return super().close()
+
+
+tqdm.tqdm = LockingBar
+sys.argv = ["permindex", *sys.argv[1:]]
+permindex.cli.entry()
+"""
+
+
+def test_a_ctrl_c_inside_a_locks_enter_waits_for_the_lock_to_be_released(tmp_path: Path) -> None:
+    """A Ctrl-C whose handler runs inside a context manager's ``__enter__``, after it took a
+    lock (grpc's call condition, in the wild): the handler waits until the ``with`` block has
+    been entered, so the lock is released and the ingest stops with its line and exit 130
+    (before: the KeyboardInterrupt left the lock held, and the ingest's clean-up waited for it
+    for ever -- a fresh-clone CI run saw an ingest deadlocked in grpc's ``cancel()``)."""
+    server = ServeProcess(tmp_path / "data")
+    try:
+        address = server.address()
+        assert address is not None, server.text
+        path = tmp_path / "docs.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps({"id": f"k{i}", "fingerprint": f"{i * 2654435761 % 2**64:016x}"}) + "\n"
+                for i in range(20_000)
+            )
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", _CTRL_C_IN_A_LOCKS_ENTER, "ingest", str(path), "--address",
+             address, "--no-progress", "--batch-size", "500"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.startswith("permindex ingest: interrupted (Ctrl-C)\n"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_server_stop_prints_acknowledged_and_in_flight(tmp_path: Path) -> None:
     # a short grace: a sync server waits that long for the open stream, an asyncio one not at all
     code, text, acknowledged, in_flight, stored = _interrupted(

@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
                 # inflated blocks in /dev/shm are cleaned up instead of left behind
                 previous = install_stop_handler()
             else:  # ingest, import: a Ctrl-C never lost (it prints what was stored)
-                previous = install_stop_handler((signal.SIGINT,), ignore_further=False)
+                previous = install_stop_handler((signal.SIGINT,))
         code: int = args.func(args)
         if previous:
             raise_if_stopped()  # a stop signal whose exception was swallowed on its way up

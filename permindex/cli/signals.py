@@ -11,8 +11,11 @@ and some places drop what a handler raises there: a finaliser or weakref callbac
 its checkpoints (:func:`raise_if_stopped`: between its stages, and when it returns): a signal
 whose exception was lost still ends the run with the signal's line and code (130, 143),
 never with exit 0 and a report as if no one had asked it to stop. Where the loss is known
-ahead (a finaliser, numba's and llvmlite's code, the import system) the handler does not
-raise at all but asks again 20 ms later.
+ahead (a finaliser, numba's and llvmlite's code, the import system), and where an exception
+would leave a lock held (a context manager's ``__enter__``/``__exit__``, the ``threading``
+module: grpc's call condition held for ever deadlocked an ingest's ``cancel()``), the handler
+does not raise but asks again 20 ms later; the command's own checkpoints (dedup after its
+pass, ingest at each acknowledged batch) raise it meanwhile.
 
 One more trap, CPython's: a KeyboardInterrupt that ends code run by a string ``exec`` or
 ``eval`` (numba and the standard library generate code that way) sets a process-wide flag,
@@ -44,11 +47,14 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM during ``dedup``: unwinds as Ctrl-C does (exit 143)."""
 
 
-#: The first stop signal :func:`stop` acted on (``SIGINT`` or ``SIGTERM``), 0 before any.
+#: The first stop signal :func:`stop` received (``SIGINT`` or ``SIGTERM``), 0 before any.
 _received = 0
-#: Whether further signals are ignored once one has been acted on (dedup: its clean-up must
-#: not be cut short) or each raises again (ingest: a second Ctrl-C stops a slow goodbye).
-_ignore_further = True
+#: Consecutive times :func:`stop` waited because the main thread was inside a lock's code.
+_waits = 0
+#: How many times (20 ms apart) :func:`stop` waits for the main thread to leave a lock's code
+#: before it raises there anyway: a thread blocked in ``Condition.wait`` for good (a server
+#: that stopped answering) must still stop, and raising inside ``wait`` itself is safe.
+_MOST_LOCK_WAITS = 50
 
 
 def _interrupt_for(signum: int) -> KeyboardInterrupt:
@@ -56,20 +62,23 @@ def _interrupt_for(signum: int) -> KeyboardInterrupt:
 
 
 def stop(signum: int, frame: object) -> None:
-    """``dedup``'s handler of SIGINT and SIGTERM: the first one unwinds the command (raises
+    """The commands' handler of SIGINT and SIGTERM: the first one unwinds the command (raises
     ``KeyboardInterrupt`` or :class:`Terminated`, and is recorded for
     :func:`raise_if_stopped`); while that clean-up runs, further ones are ignored, so a second
     Ctrl-C cannot cut it short and leave a traceback or files.
 
-    A signal landing where the exception would be swallowed or would leave a library half
-    way (:func:`_swallowing`) is asked again 20 ms later instead."""
-    global _received
+    It does not raise where the exception would be dropped or leave something half done
+    (:func:`_unsafe`): it asks again 20 ms later instead (within a lock's code, at most
+    :data:`_MOST_LOCK_WAITS` times in a row)."""
+    global _received, _waits
     _received = _received or signum  # seen by the checkpoints even if the raise waits
-    if _swallowing(frame):
+    unsafe = _unsafe(frame)
+    if unsafe == "dropped" or (unsafe == "lock" and _waits < _MOST_LOCK_WAITS):
+        _waits += 1
         threading.Timer(0.02, os.kill, (os.getpid(), signum)).start()
         return
-    if _ignore_further:
-        ignore_stop_signals()
+    _waits = 0
+    ignore_stop_signals()
     raise _interrupt_for(_received)
 
 
@@ -78,40 +87,52 @@ def stop(signum: int, frame: object) -> None:
 #: way can leave numba's state broken) and the import system's (its weakref callback of a
 #: module lock prints and drops it: "Exception ignored in ... _get_module_lock.<locals>.cb").
 _DEFERRED_PATHS = (f"{os.sep}numba{os.sep}", f"{os.sep}llvmlite{os.sep}")
+#: The standard library's module of locks and conditions.
+_THREADING = f"{os.sep}threading.py"
 
 
-def _swallowing(frame: object, depth: int = 100) -> bool:
-    """Whether ``frame`` (where a signal's handler was called) or one of its ``depth`` nearest
-    callers is a finaliser (``__del__``: Python prints and drops what it raises, e.g.
-    llvmlite's ``ObjectRef.__del__``), the import system's or one of :data:`_DEFERRED_PATHS`.
+def _unsafe(frame: object, depth: int = 100) -> str | None:
+    """Why a signal's handler called in ``frame`` must not raise now, or None:
+
+    - ``"dropped"``: ``frame`` or one of its ``depth`` nearest callers is a finaliser
+      (``__del__``: Python prints and drops what it raises, e.g. llvmlite's
+      ``ObjectRef.__del__``), the import system's or one of :data:`_DEFERRED_PATHS`;
+    - ``"lock"``: ``frame`` is a context manager's ``__enter__`` or ``__exit__`` or the
+      standard library's ``threading`` code: an exception raised between a lock's acquire and
+      the ``with`` block that releases it leaves the lock held for ever (seen: grpc's call
+      condition, and an ingest deadlocked in ``cancel()`` after its Ctrl-C).
+
     O(depth)."""
+    code = getattr(frame, "f_code", None)
+    if code is not None and (
+        code.co_name in ("__enter__", "__exit__") or code.co_filename.endswith(_THREADING)
+    ):
+        lock = True
+    else:
+        lock = False
     while frame is not None and depth > 0:
         code = getattr(frame, "f_code", None)
         if code is None:
-            return False
+            break
         path = code.co_filename
         if (
             code.co_name == "__del__"
             or path.startswith("<frozen importlib")
             or any(part in path for part in _DEFERRED_PATHS)
         ):
-            return True
+            return "dropped"
         frame = getattr(frame, "f_back", None)
         depth -= 1
-    return False
+    return "lock" if lock else None
 
 
 def install(
     signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
-    *,
-    ignore_further: bool = True,
 ) -> dict[signal.Signals, Any]:
     """:func:`stop` as the handler of ``signals`` (main thread only); returns the handlers it
-    replaced, by signal. ``ignore_further``: SIGINT and SIGTERM are ignored once one signal has
-    been acted on (dedup); else each one raises again (ingest)."""
-    global _received, _ignore_further
-    _received = 0
-    _ignore_further = ignore_further
+    replaced, by signal."""
+    global _received, _waits
+    _received = _waits = 0
     return {signum: signal.signal(signum, stop) for signum in signals}
 
 
@@ -124,10 +145,9 @@ def ignore_stop_signals() -> None:
 def raise_if_stopped() -> None:
     """A checkpoint: raise the interrupt of the stop signal :func:`stop` received, if any (its
     first exception may have been swallowed on its way up, or its raise be waiting), SIGINT
-    and SIGTERM ignored from then on (as :func:`install` was told). O(1); a no-op before any."""
+    and SIGTERM ignored from then on. O(1); a no-op before any."""
     if _received:
-        if _ignore_further:
-            ignore_stop_signals()
+        ignore_stop_signals()
         raise _interrupt_for(_received)
 
 
