@@ -26,19 +26,30 @@ def process_context() -> Any:
     inherit from their first instruction: a Ctrl-C or a SIGTERM to the process group can then
     neither print a child's traceback nor kill a pool worker while it holds the pool's queue
     lock or is half-way through sending its result (either hangs the other workers and the
-    parent's shutdown for ever). The parent ignores both only for those few milliseconds.
+    parent's shutdown for ever). The parent ignores both only for those few milliseconds, and
+    holds them meanwhile (blocked): one that comes then is acted on when they end.
     Started earlier by other code, the fork server is used as it is."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return _Killing(multiprocessing.get_context("spawn"))
     if threading.current_thread() is threading.main_thread():
-        from multiprocessing import forkserver
+        from multiprocessing import forkserver, resource_tracker
 
-        previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOP_SIGNALS}
+        # the resource tracker first, outside the window below: starting it unblocks SIGINT
+        # and SIGTERM, which inside the window would discard one pending while ignored
+        resource_tracker.ensure_running()
+        # blocked as well as ignored: a blocked signal is kept pending even while ignored
+        # (Linux), so a Ctrl-C or SIGTERM of these milliseconds reaches the parent's handler
+        # once it is back, instead of being lost (the fork server inherits both, harmlessly)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
-            forkserver.ensure_running()  # returns at once when it runs already
+            previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOP_SIGNALS}
+            try:
+                forkserver.ensure_running()  # returns at once when it runs already
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     return _Killing(multiprocessing.get_context("forkserver"))
 
 
