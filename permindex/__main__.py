@@ -11,12 +11,14 @@ from typing import NoReturn
 def run() -> NoReturn:
     """The ``permindex`` command: :func:`permindex.cli.entry`.
 
-    While the command's modules load (numpy, the command's own; a few tenths of a second), a
-    Ctrl-C (and, for ``dedup``, which promises exit 143 on SIGTERM, a SIGTERM) is noted, not
-    raised: an exception raised inside the import system can be swallowed by it (its weakref
-    callback of a module lock prints and drops it) or leave a module half made. Once they are
-    loaded, a noted signal ends the command as it would later (``permindex: interrupted``,
-    exit 130; ``permindex: terminated (SIGTERM)``, exit 143), with no traceback."""
+    From here until the command installs its own handlers, a Ctrl-C (and, for ``dedup``, which
+    promises exit 143 on SIGTERM, a SIGTERM) is noted, not raised: while the command's modules
+    load (numpy, the command's own; a few tenths of a second) an exception raised inside the
+    import system can be swallowed by it (its weakref callback of a module lock prints and
+    drops it) or leave a module half made. The command then stops on the noted signal before
+    it starts, with its one line and code (``permindex dedup: interrupted``, exit 130;
+    ``permindex dedup: terminated (SIGTERM)``, exit 143), no traceback. The interpreter's own
+    start, before this function, keeps Python's defaults (a few tens of milliseconds)."""
     noted: list[int] = []
 
     def note(signum: int, frame: object) -> None:
@@ -26,14 +28,11 @@ def run() -> NoReturn:
     previous = {signum: signal.signal(signum, note) for signum in stops}
     try:
         from permindex.cli import entry
-    finally:
+    except BaseException:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if noted:
-        sigterm = noted[0] == signal.SIGTERM
-        sys.stderr.write(f"permindex: {'terminated (SIGTERM)' if sigterm else 'interrupted'}\n")
-        raise SystemExit(143 if sigterm else 130)
-    entry()
+        raise
+    entry(noted)  # main() hands the signals to the command's handlers, then acts on ``noted``
 
 
 if __name__ == "__main__":

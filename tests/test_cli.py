@@ -100,7 +100,7 @@ def test_help_documents_every_exit_code(capsys: pytest.CaptureFixture[str]) -> N
     code, out, _err = run(capsys, "--help")
     assert code == OK
     assert "exit codes:" in out
-    for exit_code in EXIT_CODES.values():
+    for exit_code in (*EXIT_CODES.values(), 130, 143):  # with Ctrl-C's and SIGTERM's
         assert re.search(rf"^  {exit_code}  \S", out, re.MULTILINE), exit_code
     for command in ("serve", "ingest", "query", "fingerprint", "pairs", "get", "remove", "stats"):
         assert command in out

@@ -387,13 +387,13 @@ _SIGNAL_DURING_IMPORTS = """
 import importlib.abc, os, signal, sys
 
 SIGNUM = getattr(signal, os.environ["SIGNAL_DURING_IMPORTS"])
+MODULE = os.environ["SIGNAL_AT_MODULE"]
 
 
 class SignalOnImport(importlib.abc.MetaPathFinder):
-    # the signal arrives as numpy starts loading (among the command's first modules), as a
-    # Ctrl-C right after Enter would
+    # the signal arrives as MODULE starts loading, as a Ctrl-C right after Enter would
     def find_spec(self, name, path=None, target=None):
-        if name == "numpy":
+        if name == MODULE:
             sys.meta_path.remove(self)
             os.kill(os.getpid(), SIGNUM)
             for _ in range(100_000):
@@ -406,17 +406,20 @@ sys.meta_path.insert(0, SignalOnImport())
 
 
 @pytest.mark.parametrize("launch", ["module", "script"])
+@pytest.mark.parametrize("module", ["numpy", "permindex.cli.near"])
 @pytest.mark.parametrize(
     ("name", "line", "code"),
     [("SIGINT", "interrupted", 130), ("SIGTERM", "terminated (SIGTERM)", 143)],
 )
 def test_a_signal_while_the_command_loads_gives_its_line_and_code(
-    tmp_path: Path, launch: str, name: str, line: str, code: int
+    tmp_path: Path, launch: str, module: str, name: str, line: str, code: int
 ) -> None:
     """Ctrl-C or SIGTERM while ``permindex dedup``'s modules are still loading (the first few
-    tenths of a second): its one line and code, no traceback (before: a KeyboardInterrupt
-    traceback of the import and death by SIGINT, or a silent death by SIGTERM), through
-    ``python -m permindex`` and through the ``permindex`` console script alike."""
+    tenths of a second): numpy (among the first, while ``permindex.cli`` loads) or the
+    command's own module (while the command line is parsed, after that): its one line and
+    code, no traceback (before: a KeyboardInterrupt traceback of the import and death by
+    SIGINT, or a silent death by SIGTERM), through ``python -m permindex`` and through the
+    ``permindex`` console script alike."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(_SIGNAL_DURING_IMPORTS)
@@ -430,7 +433,12 @@ def test_a_signal_while_the_command_loads_gives_its_line_and_code(
             pytest.skip(f"no console script beside {sys.executable}")
         command = [str(script)]
     pythonpath = os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath, "SIGNAL_DURING_IMPORTS": name}
+    env = {
+        **os.environ,
+        "PYTHONPATH": pythonpath,
+        "SIGNAL_DURING_IMPORTS": name,
+        "SIGNAL_AT_MODULE": module,
+    }
     done = subprocess.run(
         [*command, "dedup", str(path), "--out", str(tmp_path / "r")],
         capture_output=True,
@@ -439,5 +447,5 @@ def test_a_signal_while_the_command_loads_gives_its_line_and_code(
         env=env,
         start_new_session=True,
     )
-    assert (done.returncode, done.stderr) == (code, f"permindex: {line}\n")
+    assert (done.returncode, done.stderr) == (code, f"permindex dedup: {line}\n")
     assert not (tmp_path / "r").exists()

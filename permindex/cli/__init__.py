@@ -43,6 +43,8 @@ from permindex.cli.signals import (
     interrupted_code,
     interruption,
     raise_if_stopped,
+    raise_noted,
+    restore_default_handlers,
 )
 from permindex.cli.signals import install as install_stop_handler
 from permindex.errors import EXIT_CODES, exit_code_for
@@ -132,13 +134,16 @@ def _options_before_command(parser: argparse.ArgumentParser, arguments: list[str
 # Entry point
 
 
-def entry() -> NoReturn:
-    """The ``permindex`` process: :func:`main`, then exit with its code. After ``serve`` (whose
+def entry(early: list[int] | None = None) -> NoReturn:
+    """The ``permindex`` process: :func:`main`, then exit with its code. ``early``: the stop
+    signals noted while the command's modules loaded (:func:`permindex.__main__.run`, whose
+    noting handler stays in place until :func:`main` hands the signals to the command). After
+    ``serve`` (whose
     data is written, synced and closed when :func:`main` returns) the process ends at once
     (``os._exit``, the output streams flushed first), without the interpreter's finalization:
     joining leftover threads and unloading numba's compiled code can otherwise outlast the
     promised exit within a second of the last in-flight call."""
-    code = main(restore_signals=False)
+    code = main(restore_signals=False, early=early)
     if sys.argv[1:2] and sys.argv[1] in _STOP_HANDLED:
         ignore_stop_signals()  # done: a late Ctrl-C must not interrupt the exit itself
     clear_unhandled_interrupt()  # exit with ``code``, not by SIGINT (see its docstring)
@@ -156,7 +161,12 @@ def entry() -> NoReturn:
     sys.exit(code)
 
 
-def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    restore_signals: bool = True,
+    early: list[int] | None = None,
+) -> int:
     """Run ``permindex`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
     Never raises (except SystemExit for --help/--version/usage errors being turned into their
     code) and never prints a traceback unless PERMINDEX_DEBUG is set. ``dedup`` handles SIGINT
@@ -164,7 +174,10 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
     (:mod:`permindex.cli.signals`); ``restore_signals=False`` (:func:`entry`, which exits
     next) leaves its handlers in place instead of putting the previous ones back, so that a
     signal after the first one, once dedup has stopped and ignores them, cannot raise a
-    KeyboardInterrupt past this function."""
+    KeyboardInterrupt past this function. ``early`` (from :func:`entry`): stop signals noted
+    before the command started (by a handler that only notes them, left in place until now):
+    the command's own handlers (or Python's defaults) are installed, then the first noted
+    signal stops the command as one during its run would."""
     try:
         parser = build_parser()  # imports each group's module
     except KeyboardInterrupt as interrupt:
@@ -192,13 +205,18 @@ def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> 
     try:
         if hasattr(args, "tls_server_name"):  # a client command: its TLS, token, collection
             args.connection = ClientOptions.from_args(args)
-        if args.command in _STOP_HANDLED and threading.current_thread() is threading.main_thread():
+        main_thread = threading.current_thread() is threading.main_thread()
+        if early is not None and main_thread and args.command not in _STOP_HANDLED:
+            restore_default_handlers()  # the noting handler of the imports' time goes
+        if args.command in _STOP_HANDLED and main_thread:
             if args.command == "dedup":
                 # SIGTERM stops dedup as Ctrl-C does: its worker processes and the ring file of
                 # inflated blocks in /dev/shm are cleaned up instead of left behind
                 previous = install_stop_handler()
             else:  # ingest, import: a Ctrl-C never lost (it prints what was stored)
                 previous = install_stop_handler((signal.SIGINT,))
+        if early:  # noted while the modules loaded: stops the command before it starts
+            raise_noted(early[0])
         code: int = args.func(args)
         if previous:
             raise_if_stopped()  # a stop signal whose exception was swallowed on its way up

@@ -151,4 +151,6 @@ def exit_codes_epilog() -> str:
     lines = ["exit codes:"]
     for name, code in sorted(EXIT_CODES.items(), key=lambda item: item[1]):
         lines.append(f"  {code}  {EXIT_CODE_HELP.get(name, name.replace('_', ' '))}")
+    lines.append("  130  stopped by Ctrl-C (SIGINT)")
+    lines.append("  143  stopped by SIGTERM (serve stops gracefully on it instead)")
     return "\n".join(lines)

@@ -39,6 +39,8 @@ __all__ = [
     "interrupted_code",
     "interruption",
     "raise_if_stopped",
+    "raise_noted",
+    "restore_default_handlers",
     "stop",
 ]
 
@@ -140,6 +142,23 @@ def ignore_stop_signals() -> None:
     """SIGINT and SIGTERM ignored from now on (dedup's clean-up, then its exit)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def raise_noted(signum: int) -> None:
+    """Act on a stop signal ``signum`` noted before the command's handlers were installed
+    (while its modules loaded): as :func:`stop` would have, SIGINT and SIGTERM ignored from
+    then on. Always raises."""
+    global _received
+    _received = signum
+    raise_if_stopped()
+    raise AssertionError("unreachable")  # raise_if_stopped raised, _received being set
+
+
+def restore_default_handlers() -> None:
+    """Python's own handling of SIGINT (``KeyboardInterrupt``) and SIGTERM (the default: the
+    process ends) back in place."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def raise_if_stopped() -> None:
