@@ -158,6 +158,32 @@ def test_ctrl_c_prints_acknowledged_and_in_flight(tmp_path: Path) -> None:
     _check_wording(text)
 
 
+def _ingest_through(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``permindex ingest`` of 20,000 fingerprints (500 a batch) into a real server, run by
+    ``script`` (Python that patches something, then calls ``permindex.cli.entry()``)."""
+    server = ServeProcess(tmp_path / "data")
+    try:
+        address = server.address()
+        assert address is not None, server.text
+        path = tmp_path / "docs.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps({"id": f"k{i}", "fingerprint": f"{i * 2654435761 % 2**64:016x}"}) + "\n"
+                for i in range(20_000)
+            )
+        )
+        return subprocess.run(
+            [sys.executable, "-c", script, "ingest", str(path), "--address", address,
+             "--no-progress", "--batch-size", "500"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )  # fmt: skip
+    finally:
+        server.stop()
+
+
 _SWALLOWED_CTRL_C = """
 import os, signal, sys, weakref
 import tqdm
@@ -202,27 +228,7 @@ def test_a_ctrl_c_whose_exception_is_swallowed_still_stops_the_ingest(tmp_path: 
     in the wild a finaliser or one of grpc's callbacks) still stops the ingest at its next
     acknowledged batch, with its line, its counts and exit 130 (before: the ingest went on to
     the end of its input, exit 0; fed by a pipe that never ends, it never stopped)."""
-    server = ServeProcess(tmp_path / "data")
-    try:
-        address = server.address()
-        assert address is not None, server.text
-        path = tmp_path / "docs.jsonl"
-        path.write_text(
-            "".join(
-                json.dumps({"id": f"k{i}", "fingerprint": f"{i * 2654435761 % 2**64:016x}"}) + "\n"
-                for i in range(20_000)
-            )
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", _SWALLOWED_CTRL_C, "ingest", str(path), "--address",
-             address, "--no-progress", "--batch-size", "500"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO,
-        )  # fmt: skip
-    finally:
-        server.stop()
+    done = _ingest_through(tmp_path, _SWALLOWED_CTRL_C)
     assert "Exception ignored in" in done.stderr  # the KeyboardInterrupt was dropped
     assert done.returncode == 130, done.stderr
     assert "permindex ingest: interrupted (Ctrl-C)\n" in done.stderr
@@ -281,27 +287,7 @@ def test_a_ctrl_c_inside_a_locks_enter_waits_for_the_lock_to_be_released(tmp_pat
     been entered, so the lock is released and the ingest stops with its line and exit 130
     (before: the KeyboardInterrupt left the lock held, and the ingest's clean-up waited for it
     for ever -- a fresh-clone CI run saw an ingest deadlocked in grpc's ``cancel()``)."""
-    server = ServeProcess(tmp_path / "data")
-    try:
-        address = server.address()
-        assert address is not None, server.text
-        path = tmp_path / "docs.jsonl"
-        path.write_text(
-            "".join(
-                json.dumps({"id": f"k{i}", "fingerprint": f"{i * 2654435761 % 2**64:016x}"}) + "\n"
-                for i in range(20_000)
-            )
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", _CTRL_C_IN_A_LOCKS_ENTER, "ingest", str(path), "--address",
-             address, "--no-progress", "--batch-size", "500"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=REPO,
-        )  # fmt: skip
-    finally:
-        server.stop()
+    done = _ingest_through(tmp_path, _CTRL_C_IN_A_LOCKS_ENTER)
     assert done.returncode == 130, done.stderr
     assert done.stderr.startswith("permindex ingest: interrupted (Ctrl-C)\n"), done.stderr
     assert "Traceback" not in done.stderr
