@@ -17,6 +17,7 @@ compiled kernels are loaded on first use too).
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import TYPE_CHECKING
 
 from permindex.errors import (
@@ -157,13 +158,22 @@ _LAZY = {
 }
 
 
+#: One thread at a time imports the modules behind the public names: their imports are
+#: circular (permindex.index -> index.expiry -> index.batches -> index.hamming), and two
+#: threads importing different ones at once could meet the import system's deadlock
+#: detection (``_DeadlockError``) or a half-made module (``ImportError: cannot import name``).
+_LAZY_LOCK = threading.RLock()
+
+
 def __getattr__(name: str) -> object:
-    """A public name, imported from its module on first use and kept (:data:`_LAZY`)."""
+    """A public name, imported from its module on first use and kept (:data:`_LAZY`);
+    thread-safe (:data:`_LAZY_LOCK`)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'permindex' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    with _LAZY_LOCK:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
     return value
 
 

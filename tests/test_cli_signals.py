@@ -449,3 +449,49 @@ def test_a_signal_while_the_command_loads_gives_its_line_and_code(
     )
     assert (done.returncode, done.stderr) == (code, f"permindex dedup: {line}\n")
     assert not (tmp_path / "r").exists()
+
+
+_TWO_SIGNALS_AT_ONCE = """
+import os, signal, sys
+import permindex.near.dedup as dedup
+
+run_dedup = dedup.run_dedup
+
+
+def run_dedup_after_two_signals(*args, **kwargs):
+    # a SIGTERM then a Ctrl-C, both pending when the main thread next looks (as after one
+    # long C call): CPython runs both handlers in one go
+    both = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, both)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGINT)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
+    return run_dedup(*args, **kwargs)
+
+
+dedup.run_dedup = run_dedup_after_two_signals
+from permindex.__main__ import run
+
+sys.argv = ["permindex", *sys.argv[1:]]
+run()
+"""
+
+
+def test_two_signals_at_once_give_one_line_and_no_traceback(tmp_path: Path) -> None:
+    """A SIGTERM and a Ctrl-C pending at the same moment: the first handler stops the run,
+    the second is ignored quietly (before: "OSError: Signal 15 ignored due to race condition"
+    with a traceback, the first handler having set SIG_IGN). CPython runs pending handlers in
+    signal-number order, so the Ctrl-C's line and code win."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "d{i}", "text": "alpha beta gamma delta {i}"}}\n' for i in range(50))
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_SIGNALS_AT_ONCE, "dedup", str(path), "--out",
+         str(tmp_path / "r"), "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (130, "permindex dedup: interrupted\n")

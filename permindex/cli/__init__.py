@@ -249,6 +249,8 @@ def main(
         _err(f"{prefix}: {message}")
         return exit_code_for(error)
     finally:
+        if previous and not restore_signals:  # done: nothing may interrupt the exit now
+            ignore_stop_signals()
         for signum, handler in previous.items() if restore_signals else ():
             signal.signal(signum, handler)
 

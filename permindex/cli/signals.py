@@ -138,10 +138,18 @@ def install(
     return {signum: signal.signal(signum, stop) for signum in signals}
 
 
+def _ignore(signum: int, frame: object) -> None:
+    """A handler that does nothing."""
+
+
 def ignore_stop_signals() -> None:
-    """SIGINT and SIGTERM ignored from now on (dedup's clean-up, then its exit)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """SIGINT and SIGTERM ignored from now on (dedup's clean-up, then its exit), by a handler
+    that does nothing rather than ``SIG_IGN``: a second signal already pending when the first
+    one's handler ran (the two of a SIGTERM then a Ctrl-C, or a deferred one re-sent) would
+    otherwise meet ``SIG_IGN`` in CPython's handler loop, which prints "OSError: Signal 15
+    ignored due to race condition" with a traceback."""
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGTERM, _ignore)
 
 
 def raise_noted(signum: int) -> None:
