@@ -40,6 +40,7 @@ from permindex.cli.serve import add_serve_command
 from permindex.cli.signals import (
     clear_unhandled_interrupt,
     ignore_stop_signals,
+    ignore_until_exit,
     interrupted_code,
     interruption,
     raise_if_stopped,
@@ -145,7 +146,7 @@ def entry(early: list[int] | None = None) -> NoReturn:
     promised exit within a second of the last in-flight call."""
     code = main(restore_signals=False, early=early)
     if sys.argv[1:2] and sys.argv[1] in _STOP_HANDLED:
-        ignore_stop_signals()  # done: a late Ctrl-C must not interrupt the exit itself
+        ignore_until_exit()  # done: a late Ctrl-C must not interrupt the exit itself
     clear_unhandled_interrupt()  # exit with ``code``, not by SIGINT (see its docstring)
     if sys.argv[1:2] == ["serve"]:
         import logging

@@ -35,6 +35,7 @@ __all__ = [
     "Terminated",
     "clear_unhandled_interrupt",
     "ignore_stop_signals",
+    "ignore_until_exit",
     "install",
     "interrupted_code",
     "interruption",
@@ -150,6 +151,16 @@ def ignore_stop_signals() -> None:
     ignored due to race condition" with a traceback."""
     signal.signal(signal.SIGINT, _ignore)
     signal.signal(signal.SIGTERM, _ignore)
+
+
+def ignore_until_exit() -> None:
+    """SIGINT and SIGTERM ignored (``SIG_IGN``) until the process ends: called once the
+    command has returned. Not a Python handler, which the interpreter's finalization puts back
+    to the default (a signal then kills the process: -2, -15); and ``signal.signal`` runs any
+    handler already pending first, so none meets ``SIG_IGN`` (see
+    :func:`ignore_stop_signals`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def raise_noted(signum: int) -> None:
