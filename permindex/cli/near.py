@@ -102,7 +102,7 @@ def _check_out_dir(out_dir: Path) -> None:
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
     from permindex.cli.near_engine import check_engine_arguments, run_engine
-    from permindex.cli.signals import raise_if_stopped
+    from permindex.cli.signals import ignore_stop_signals, raise_if_stopped
     from permindex.near.dedup import default_jobs, summary_line, write_outputs
     from permindex.near.result import DedupOptions
 
@@ -148,6 +148,8 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     pairs = result.near.iter_pairs() if against is None else iter(against)
     out(f"{tsv_field(a)}\t{tsv_field(b)}\t{m(d)}\n" for a, b, d in pairs)
     seconds = time.monotonic() - started
+    raise_if_stopped()  # the last checkpoint: from here on the run is done, signals ignored
+    ignore_stop_signals()
     if against is not None:
         err(f"permindex dedup: {len(against)} pairs with {args.against}")
     err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")

@@ -142,8 +142,10 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 
 
 def err(text: str) -> None:
-    """Write one line to stderr, flushed."""
-    print(text, file=sys.stderr, flush=True)
+    """Write one line to stderr, flushed, in one write (a signal cannot split the line from
+    its newline)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def exit_codes_epilog() -> str:

@@ -148,7 +148,10 @@ def ignore_stop_signals() -> None:
     that does nothing rather than ``SIG_IGN``: a second signal already pending when the first
     one's handler ran (the two of a SIGTERM then a Ctrl-C, or a deferred one re-sent) would
     otherwise meet ``SIG_IGN`` in CPython's handler loop, which prints "OSError: Signal 15
-    ignored due to race condition" with a traceback."""
+    ignored due to race condition" with a traceback. Outside the main thread (where no
+    handler can be set, and none of these was installed) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     signal.signal(signal.SIGINT, _ignore)
     signal.signal(signal.SIGTERM, _ignore)
 
