@@ -139,11 +139,10 @@ def entry(early: list[int] | None = None) -> NoReturn:
     """The ``permindex`` process: :func:`main`, then exit with its code. ``early``: the stop
     signals noted while the command's modules loaded (:func:`permindex.__main__.run`, whose
     noting handler stays in place until :func:`main` hands the signals to the command). After
-    ``serve`` (whose
-    data is written, synced and closed when :func:`main` returns) the process ends at once
-    (``os._exit``, the output streams flushed first), without the interpreter's finalization:
-    joining leftover threads and unloading numba's compiled code can otherwise outlast the
-    promised exit within a second of the last in-flight call."""
+    ``serve`` (whose data is written, synced and closed when :func:`main` returns) the process
+    ends at once (``os._exit``, the output streams flushed first), without the interpreter's
+    finalization: joining leftover threads and unloading numba's compiled code can otherwise
+    outlast the promised exit within a second of the last in-flight call."""
     code = main(restore_signals=False, early=early)
     if sys.argv[1:2] and sys.argv[1] in _STOP_HANDLED:
         ignore_until_exit()  # done: a late Ctrl-C must not interrupt the exit itself

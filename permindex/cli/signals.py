@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
     "Terminated",
@@ -107,12 +107,9 @@ def _unsafe(frame: object, depth: int = 100) -> str | None:
 
     O(depth)."""
     code = getattr(frame, "f_code", None)
-    if code is not None and (
+    lock = code is not None and (
         code.co_name in ("__enter__", "__exit__") or code.co_filename.endswith(_THREADING)
-    ):
-        lock = True
-    else:
-        lock = False
+    )
     while frame is not None and depth > 0:
         code = getattr(frame, "f_code", None)
         if code is None:
@@ -166,14 +163,14 @@ def ignore_until_exit() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def raise_noted(signum: int) -> None:
+def raise_noted(signum: int) -> NoReturn:
     """Act on a stop signal ``signum`` noted before the command's handlers were installed
-    (while its modules loaded): as :func:`stop` would have, SIGINT and SIGTERM ignored from
-    then on. Always raises."""
+    (while its modules loaded): as :func:`stop` would have (recorded, SIGINT and SIGTERM
+    ignored from then on, its interrupt raised)."""
     global _received
     _received = signum
-    raise_if_stopped()
-    raise AssertionError("unreachable")  # raise_if_stopped raised, _received being set
+    ignore_stop_signals()
+    raise _interrupt_for(signum)
 
 
 def restore_default_handlers() -> None:
