@@ -480,8 +480,10 @@ run()
 def test_two_signals_at_once_give_one_line_and_no_traceback(tmp_path: Path) -> None:
     """A SIGTERM and a Ctrl-C pending at the same moment: the first handler stops the run,
     the second is ignored quietly (before: "OSError: Signal 15 ignored due to race condition"
-    with a traceback, the first handler having set SIG_IGN). CPython runs pending handlers in
-    signal-number order, so the Ctrl-C's line and code win."""
+    with a traceback, the first handler having set SIG_IGN). Whichever handler runs first
+    gives the line and its code: CPython runs handlers pending together in signal-number
+    order (the Ctrl-C's), but on a loaded machine the SIGTERM's can run before the Ctrl-C is
+    delivered."""
     path = tmp_path / "docs.jsonl"
     path.write_text(
         "".join(f'{{"id": "d{i}", "text": "alpha beta gamma delta {i}"}}\n' for i in range(50))
@@ -494,4 +496,7 @@ def test_two_signals_at_once_give_one_line_and_no_traceback(tmp_path: Path) -> N
         timeout=120,
         start_new_session=True,
     )  # fmt: skip
-    assert (done.returncode, done.stderr) == (130, "permindex dedup: interrupted\n")
+    assert (done.returncode, done.stderr) in (
+        (130, "permindex dedup: interrupted\n"),
+        (143, "permindex dedup: terminated (SIGTERM)\n"),
+    ), done.stderr
