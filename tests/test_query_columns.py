@@ -168,6 +168,43 @@ def test_refusals_end_the_stream_after_the_answers_before(
             assert "k <= 3" in (error.details() or "")
 
 
+def test_a_long_stream_small_messages_many_matches_and_refusals(loaded: Loaded) -> None:
+    """A stream long enough that its small messages are looked up on the event loop (the
+    stream has learnt they find few matches), then a message of thousands of matches (looked
+    up in the executor again), then small ones, then refusals: every answer as brute force
+    gives it, every refusal with its status and the answers before it intact."""
+    stub, entries, queries, _ = loaded
+    copies = {f"copy/{i:05d}": 0x5A5A_5A5A_0F0F_F0F0 for i in range(2_500)}
+    stub.Add(
+        pb.AddRequest(documents=[pb.Document(key=k, fingerprint=v) for k, v in copies.items()])
+    )
+    stored = {**entries, **copies}
+    small = [queries[i % len(queries) :] + queries[: i % len(queries)] for i in range(12)]
+    crowd = [0x5A5A_5A5A_0F0F_F0F1, *queries[:5]]  # 2,500 matches at distance 1
+    asked = [request(q) for q in small] + [request(crowd)] + [request(q) for q in small[:3]]
+    expected = [brute_force(stored, q, 3) for q in small]
+    expected += [brute_force(stored, crowd, 3)] + expected[:3]
+    replies = list(stub.QueryColumns(iter(asked)))
+    assert [rows_of(reply) for reply in replies] == expected
+    assert len(rows_of(replies[12])) > 2_500
+    for bad, code, says in (
+        (
+            pb.QueryColumnsRequest(fingerprints=b"\x00" * 20),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "20 bytes, not a multiple of 8",
+        ),
+        (request(small[0], k=4), grpc.StatusCode.INVALID_ARGUMENT, "k <= 3"),
+        (request(small[0], collection="nope"), grpc.StatusCode.NOT_FOUND, "nope"),
+    ):
+        replies_iter = stub.QueryColumns(
+            iter([request(q) for q in small] + [bad, request(small[0])])
+        )
+        for q in small:
+            assert rows_of(next(replies_iter)) == brute_force(stored, q, 3)
+        error = expect_status(code, replies_iter)
+        assert says in (error.details() or "")
+
+
 def test_batch_and_message_limits(start_server: StartServer) -> None:
     server = start_server(max_batch=600, max_message_bytes=1 << 20)
     long_key = "x" * 1000
