@@ -19,8 +19,9 @@ source files, so each installation (a clone, a virtual environment) compiles onc
 
 Every kernel is compiled with ``cache=True`` (compiled once per machine and numba version, then
 loaded), ``nogil=True`` (threads run kernels in parallel: the server's executor, ``threads=N``
-in :meth:`permindex.Index.query_many`) and no ``fastmath`` (results are bit-exact with the
-numpy and Python paths).
+in :meth:`permindex.Index.query_many`; the short kernels that order a batch's matches keep the
+GIL, see :mod:`permindex.index.match_kernels`) and no ``fastmath`` (results are bit-exact with
+the numpy and Python paths).
 
 ``PERMINDEX_JIT=0`` in the environment makes :func:`enabled` False: callers then take their
 numpy or Python path (the reference the kernels are tested against).

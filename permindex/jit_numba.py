@@ -25,16 +25,21 @@ from numba.core import cgutils  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
 
-def njit(signature: Any = None, *, inline: bool = False) -> Callable[[F], F]:
+def njit(
+    signature: Any = None, *, inline: bool = False, keep_gil: bool = False
+) -> Callable[[F], F]:
     """``numba.njit`` with permindex's options: ``cache=True, nogil=True``, no fastmath, no
     bounds checks. ``signature``: an explicit numba signature (or a list of them), compiled when
     the kernel's module is imported; None compiles on the first call for the argument types seen.
     ``inline=True``: a small helper that numba inlines into the kernels that call it
-    (``inline="always"``), where a call would cost more than its body.
+    (``inline="always"``), where a call would cost more than its body. ``keep_gil=True``
+    (``nogil=False``): a kernel of a few microseconds called between others, for which letting
+    the GIL go and taking it back costs more than it gains (see
+    :mod:`permindex.index.match_kernels`).
     """
 
     def decorate(function: F) -> F:
-        options: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
+        options: dict[str, Any] = {"cache": True, "nogil": not keep_gil, "boundscheck": False}
         if inline:
             options["inline"] = "always"
         if signature is None:

@@ -7,6 +7,14 @@ Imported on first use (see :mod:`permindex.jit`); each is exact, and the numpy c
 (:func:`numpy.lexsort`, :func:`numpy.unique`, a gather by
 :func:`permindex.index.key_rows.ragged_positions`) stays the path under ``PERMINDEX_JIT=0``
 and the reference of the tests.
+
+They keep the GIL (``keep_gil=True``): each takes microseconds to tens of microseconds for a
+batch of 10,000 lookups, between steps that hold the GIL anyway (making keys and results).
+Letting it go for so short a time only hands it to another thread and has this one wait to
+take it back (a thread woken on the other core): with two threads looking up at once, the
+columnar form's speed-up over one thread was 1.34x with them keeping it against 1.21x without
+(benchmarks/README.md). Their run time is O(matches), below that of the Python objects made
+from the same matches under the GIL.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ _I64 = NDArray[np.int64]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing's multiplier, 2^64 / phi
 
 
-@njit(ORDER_SIGNATURE)
+@njit(ORDER_SIGNATURE, keep_gil=True)
 def order_by_query(queries: _I64, distances: NDArray[np.uint8], n: int) -> _I64:
     """The permutation (m,) int64 that orders m matches by (query position, distance), matches
     equal in both keeping their order: ``queries`` (m,) int64 in [0, n), ``distances`` (m,)
@@ -83,7 +91,7 @@ def order_by_query(queries: _I64, distances: NDArray[np.uint8], n: int) -> _I64:
     return order
 
 
-@njit(ARRANGE_SIGNATURE)
+@njit(ARRANGE_SIGNATURE, keep_gil=True)
 def arrange_matches(
     found: NDArray[np.int64], n: int, fps: NDArray[np.uint64]
 ) -> tuple[_I64, _I64, NDArray[np.uint8], NDArray[np.uint64], _I64]:
@@ -120,7 +128,7 @@ def arrange_matches(
     return q_out, rows, d_out, fp_out, tie[:ties].copy()
 
 
-@njit(OFFSETS_SIGNATURE)
+@njit(OFFSETS_SIGNATURE, keep_gil=True)
 def query_offsets(queries: _I64, n: int) -> _I64:
     """The offsets (n + 1,) int64 of the matches of each query: ``queries`` (m,) int64, query
     positions in [0, n), non-decreasing; query i's matches are positions ``offsets[i]:offsets[i
@@ -133,7 +141,7 @@ def query_offsets(queries: _I64, n: int) -> _I64:
     return offsets
 
 
-@njit(DISTINCT_SIGNATURE)
+@njit(DISTINCT_SIGNATURE, keep_gil=True)
 def distinct_rows(rows: _I64) -> tuple[_I64, _I64]:
     """The distinct values of ``rows`` (m,) int64 (each >= 0) in order of first appearance, and
     ``inverse`` (m,) int64 with ``distinct[inverse[i]] == rows[i]``. An open-addressing hash
@@ -169,7 +177,7 @@ def distinct_rows(rows: _I64) -> tuple[_I64, _I64]:
     return distinct[:count].copy(), inverse
 
 
-@njit(GATHER_SIGNATURE)
+@njit(GATHER_SIGNATURE, keep_gil=True)
 def gather_key_bytes(
     offsets: _I64, data: NDArray[np.uint8], rows: _I64
 ) -> tuple[NDArray[np.uint8], _I64]:
