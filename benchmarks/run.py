@@ -264,6 +264,9 @@ def ingest_figures(index: Any, queries: np.ndarray, repeats: int) -> dict[str, A
     for key, value in pairs:
         single.add(key, value)
     out["add_per_s"] = len(pairs) / (time.perf_counter() - began)
+    # At least 15 batches each: with 5, the figure rested on which of the writer's steps the
+    # five met (0.33x-0.73x in four runs of the same worker; benchmarks/README.md).
+    repeats = max(15, repeats)
     idle = median_rate(queries.size, lambda: index.query_many(queries), repeats)
     stop = threading.Event()
     written = [0]
