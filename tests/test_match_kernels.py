@@ -134,3 +134,55 @@ def test_ties_and_large_buckets_match_brute_force(monkeypatch: pytest.MonkeyPatc
         assert sorted(m.key for m in matches) == sorted(keys[i] for i in expected.tolist())
     assert max(len(m) for m in got) > 30
     assert [compiled.query(q) for q in queries[:60].tolist()] == got[:60]
+
+
+_KEY_TEXT = st.text(
+    alphabet=st.sampled_from(["a", "b", "é", "\uff5a", "😀", "\x00", "键", "A"]),
+    min_size=0,
+    max_size=6,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(keys=st.lists(_KEY_TEXT, min_size=1, max_size=30, unique=True), data=st.data())
+def test_order_ties_by_key_is_the_code_point_order(keys: list[str], data: st.DataObject) -> None:
+    """Runs of ties sorted by their keys' UTF-8 bytes give Python's str order (code points):
+    prefixes first, 2-, 3- and 4-byte characters, NUL inside keys; positions outside the runs
+    untouched; fingerprints moved with their rows."""
+    stored = [key.encode("utf-8") + b"\x00" for key in keys]
+    offsets = np.zeros(len(stored) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in stored], out=offsets[1:])
+    blob = np.frombuffer(b"".join(stored), dtype=np.uint8).copy()
+    rows = np.array(data.draw(st.permutations(range(len(keys)))), dtype=np.int64)
+    m = rows.size
+    tied = data.draw(st.lists(st.booleans(), min_size=max(m - 1, 0), max_size=max(m - 1, 0)))
+    ties = np.flatnonzero(np.array(tied, dtype=bool)).astype(np.int64)
+    fps = (rows.astype(np.uint64) * np.uint64(1000003)) ^ np.uint64(0xFEED)
+    expected = rows.tolist()
+    start = 0
+    for i in range(m):  # the runs: i and i + 1 in one run when i is a tie
+        if i == m - 1 or not tied[i]:
+            expected[start : i + 1] = sorted(expected[start : i + 1], key=keys.__getitem__)
+            start = i + 1
+    match_kernels.order_ties_by_key(ties, rows, fps, offsets, blob)
+    assert rows.tolist() == expected
+    assert fps.tolist() == [(r * 1000003) ^ 0xFEED for r in expected]
+
+
+def test_a_few_ties_of_unicode_keys_match_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under query.RANK_TIES ties (ordered by the kernel, not by ranking the keys): matches at
+    one distance whose keys differ in 2- to 4-byte characters and by a prefix, as the
+    reference paths order them."""
+    rng = np.random.default_rng(21)
+    base = rng.integers(0, 2**64 - 1, 20, dtype=np.uint64, endpoint=True)
+    bits = np.uint64(1) << rng.integers(0, 64, (20, 5)).astype(np.uint64)
+    near = (base[:, None] ^ bits).ravel()  # 5 at distance 1 of each (or fewer if bits repeat)
+    fps = np.concatenate([near, rng.integers(0, 2**64 - 1, 300, dtype=np.uint64, endpoint=True)])
+    names = ["\uff5a", "😀", "é", "e", "ee", "e\x00", "键"]
+    keys = [f"{names[i % len(names)]}{i % 11}" + "x" * (i % 3) for i in range(fps.size)]
+    keys = [f"{key}/{i}" if i % 2 else key + "|" + str(i) for i, key in enumerate(keys)]
+    compiled, reference = _both(monkeypatch, keys, fps)
+    got = compiled.query_many(base)
+    assert got == reference.query_many(base)
+    assert sum(len(m) for m in got) >= 60  # ties at distance 1 in most lists
+    assert compiled.query_many(base, columns=True).keys == [m.key for ms in got for m in ms]

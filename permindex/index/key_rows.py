@@ -146,6 +146,17 @@ class KeyRows:
         decoded = decode_section(data.tobytes(), lengths)
         return list(map(decoded.__getitem__, inverse.tolist())) if repeats else decoded
 
+    def order_ties(self, ties: _I64, rows: _I64, fps: NDArray[np.uint64]) -> None:
+        """Sort by key, in place, each run of tied matches of a batch (``ties``, ``rows`` (m,)
+        int64 and their fingerprints ``fps`` (m,) uint64 as
+        :func:`~permindex.index.match_kernels.arrange_matches` returns them), comparing the
+        rows' stored UTF-8 bytes in the compiled kernel
+        :func:`~permindex.index.match_kernels.order_ties_by_key`; the compiled paths only.
+        O(r^2) per run of r ties."""
+        from permindex.index import match_kernels
+
+        match_kernels.order_ties_by_key(ties, rows, fps, self._offsets, self._data)
+
     def live_keys(self, live: NDArray[np.bool_]) -> list[str]:
         """The keys of the rows where ``live`` ((rows,) bool) is set, in row order, decoded in one
         pass (a boolean mask over the bytes, no per-byte index array). O(rows + bytes)."""

@@ -94,6 +94,13 @@ def _warm_matches() -> None:
     module.gather_key_bytes(np.arange(3, dtype=np.int64), np.zeros(2, dtype=np.uint8), distinct)
     module.arrange_matches(np.zeros((2, 3), dtype=np.int64), 1, np.zeros(1, dtype=np.uint64))
     module.query_offsets(two, 2)
+    module.order_ties_by_key(
+        np.zeros(1, dtype=np.int64),
+        np.arange(2, dtype=np.int64),
+        np.zeros(2, dtype=np.uint64),
+        np.array([0, 2, 4], dtype=np.int64),
+        np.array([98, 0, 97, 0], dtype=np.uint8),
+    )
 
 
 def _warm(module: ModuleType) -> None:

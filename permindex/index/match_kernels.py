@@ -32,10 +32,12 @@ __all__ = [
     "GATHER_SIGNATURE",
     "OFFSETS_SIGNATURE",
     "ORDER_SIGNATURE",
+    "TIES_SIGNATURE",
     "arrange_matches",
     "distinct_rows",
     "gather_key_bytes",
     "order_by_query",
+    "order_ties_by_key",
     "query_offsets",
 ]
 
@@ -52,6 +54,8 @@ ARRANGE_SIGNATURE = (
 OFFSETS_SIGNATURE = "int64[::1](int64[::1], int64)"
 #: gather_key_bytes(offsets, data, rows) -> (bytes, key lengths).
 GATHER_SIGNATURE = "Tuple((uint8[::1], int64[::1]))(int64[::1], uint8[::1], int64[::1])"
+#: order_ties_by_key(ties, rows, fps, offsets, data), in place.
+TIES_SIGNATURE = "void(int64[::1], int64[::1], uint64[::1], int64[::1], uint8[::1])"
 
 #: How many rows ahead :func:`gather_key_bytes` prefetches (their offsets, then their bytes:
 #: the rows of a batch's matches are scattered over the store).
@@ -206,3 +210,48 @@ def gather_key_bytes(
             out[at] = data[b]
             at += 1
     return out, lengths
+
+
+@njit(inline=True)
+def _key_before(a: int, b: int, offsets: _I64, data: NDArray[np.uint8]) -> bool:
+    """Whether row ``a``'s key comes before row ``b``'s: their UTF-8 bytes compared as unsigned
+    bytes, a prefix first (the code point order of the str keys)."""
+    i, end_a = offsets[a], offsets[a + 1] - 1
+    j, end_b = offsets[b], offsets[b + 1] - 1
+    while i < end_a and j < end_b:
+        if data[i] != data[j]:
+            return bool(data[i] < data[j])
+        i += 1
+        j += 1
+    return bool(end_a - i < end_b - j)
+
+
+@njit(TIES_SIGNATURE, keep_gil=True)
+def order_ties_by_key(
+    ties: _I64, rows: _I64, fps: NDArray[np.uint64], offsets: _I64, data: NDArray[np.uint8]
+) -> None:
+    """Sort by key, in place, each run of matches of one query at one distance, ``rows`` (m,)
+    int64 and their fingerprints ``fps`` (m,) uint64 alike: ``ties`` (t,) int64, increasing,
+    are the positions i where match i + 1 ties with match i (:func:`arrange_matches`), so a
+    run of consecutive positions s..e in it is the run of matches s..e + 1. Keys are compared
+    as their stored UTF-8 bytes (``offsets`` (rows + 1,) int64 into ``data`` uint8, each key
+    followed by a NUL), which orders them as their code points do; equal keys keep their
+    order. Insertion sort: O(r^2) key comparisons for a run of r matches, meant for runs of a
+    few (a batch with more than ``query.RANK_TIES`` ties ranks its keys instead)."""
+    t = ties.size
+    i = 0
+    while i < t:
+        j = i
+        while j + 1 < t and ties[j + 1] == ties[j] + 1:
+            j += 1
+        start, end = ties[i], ties[j] + 2
+        for a in range(start + 1, end):
+            row, fp = rows[a], fps[a]
+            b = a - 1
+            while b >= start and _key_before(row, rows[b], offsets, data):
+                rows[b + 1] = rows[b]
+                fps[b + 1] = fps[b]
+                b -= 1
+            rows[b + 1] = row
+            fps[b + 1] = fp
+        i = j + 1

@@ -397,8 +397,8 @@ def order_matches(
     # One kernel from the lookup's output to the matches ordered by (query, distance) with
     # their fingerprints and ties, instead of a dozen numpy steps (benchmarks/README.md).
     q_all, rows_all, d_all, fps_all, tie = kernels_of_matches().arrange_matches(found, n, view.fps)
-    # Matches of one query at one distance: ordered by key below, in Python per run of them
-    # when they are few, else by ranking the distinct rows' keys once.
+    # Matches of one query at one distance: ordered by key below, by their bytes in a kernel
+    # per run of them when they are few, else by ranking the distinct rows' keys once.
     with lock:
         if rows.compactions != view.compactions:
             return None
@@ -406,6 +406,8 @@ def order_matches(
             distinct, inverse = np.unique(rows_all, return_inverse=True)
             distinct_keys = rows.keys.keys(distinct)
         else:
+            if tie.size:  # runs of ties ordered by their keys' bytes, in a kernel
+                rows.keys.order_ties(tie, rows_all, fps_all)
             keys = rows.keys.keys(rows_all)  # a row matched by several queries decoded once
     if tie.size > RANK_TIES:
         ranked = sorted(range(len(distinct_keys)), key=distinct_keys.__getitem__)
@@ -419,8 +421,6 @@ def order_matches(
             inverse[order],
         )
         keys = np.array(distinct_keys, dtype=object)[inverse].tolist()
-    elif tie.size:
-        _order_ties(tie, keys, fps_all)
     if limit and q_all.size:
         first = np.searchsorted(q_all, q_all, side="left")
         kept = np.flatnonzero(np.arange(q_all.size) - first < limit)
@@ -428,17 +428,6 @@ def order_matches(
             q_all, fps_all, d_all = q_all[kept], fps_all[kept], d_all[kept]
             keys = [keys[i] for i in kept.tolist()]
     return q_all, keys, fps_all, d_all
-
-
-def _order_ties(tie: NDArray[np.int64], keys: list[str], fps_all: _U64) -> None:
-    """Sort by key, in place, each run of matches of one query at one distance (``tie``: the
-    positions i where match i + 1 ties with match i); ``fps_all`` is permuted alike."""
-    starts = tie[np.r_[True, tie[1:] != tie[:-1] + 1]]
-    ends = tie[np.r_[tie[1:] != tie[:-1] + 1, True]] + 2
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        block = sorted(range(start, end), key=keys.__getitem__)
-        fps_all[start:end] = fps_all[block]
-        keys[start:end] = [keys[i] for i in block]
 
 
 def matches_of(n: int, found: Found) -> list[list[Match]]:
