@@ -183,7 +183,7 @@ def test_a_long_stream_small_messages_many_matches_and_refusals(loaded: Loaded) 
     crowd = [0x5A5A_5A5A_0F0F_F0F1, *queries[:5]]  # 2,500 matches at distance 1
     asked = [request(q) for q in small] + [request(crowd)] + [request(q) for q in small[:3]]
     expected = [brute_force(stored, q, 3) for q in small]
-    expected += [brute_force(stored, crowd, 3)] + expected[:3]
+    expected += [brute_force(stored, crowd, 3), *expected[:3]]
     replies = list(stub.QueryColumns(iter(asked)))
     assert [rows_of(reply) for reply in replies] == expected
     assert len(rows_of(replies[12])) > 2_500
