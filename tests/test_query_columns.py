@@ -169,10 +169,10 @@ def test_refusals_end_the_stream_after_the_answers_before(
 
 
 def test_a_long_stream_small_messages_many_matches_and_refusals(loaded: Loaded) -> None:
-    """A stream long enough that its small messages are looked up on the event loop (the
-    stream has learnt they find few matches), then a message of thousands of matches (looked
-    up in the executor again), then small ones, then refusals: every answer as brute force
-    gives it, every refusal with its status and the answers before it intact."""
+    """A stream long enough that its slices have grown to whole messages (the stream has
+    learnt they find few matches), then a message of thousands of matches (its slices shrink
+    again), then small ones, then refusals: every answer as brute force gives it, every
+    refusal with its status and the answers before it intact."""
     stub, entries, queries, _ = loaded
     copies = {f"copy/{i:05d}": 0x5A5A_5A5A_0F0F_F0F0 for i in range(2_500)}
     stub.Add(

@@ -18,7 +18,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 import permindex
-from permindex import jit
 from permindex.errors import (
     CallCancelledError,
     NotFoundError,
@@ -49,13 +48,6 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PermIndex"].full_name
 _QUERY_SLICE = 1024
 #: Matches per slice of a batch lookup that :func:`_slices` aims below (about 50 ms of work).
 _SLICE_MATCHES = 50_000
-#: A QueryColumns message of at most this many fingerprints is looked up on the event loop
-#: itself, not in the executor, when the compiled kernels are on and the stream's last slice
-#: found at most :data:`_INLINE_MATCHES` matches: about 0.2 ms of index work, less than the hop
-#: to the executor and back costs (benchmarks/README.md, "QueryColumns on the event loop").
-_INLINE_LOOKUPS = _QUERY_SLICE
-#: Matches of a stream's last slice up to which its next small message runs on the event loop.
-_INLINE_MATCHES = 2_000
 
 _ADDED = pb.DOCUMENT_STATUS_ADDED
 _REPLACED = pb.DOCUMENT_STATUS_REPLACED
@@ -86,9 +78,7 @@ async def _abort(context: _Context, method: str, error: Exception) -> NoReturn:
 
 
 class Work:
-    """Runs index work in the server's executor, off the event loop (the exceptions: calls
-    bounded to about a millisecond of work at most, see :func:`_unary_inline_when` and
-    :meth:`_SliceSize.inline`).
+    """Runs index work in the server's executor, never on the event loop.
 
     ``stop`` events let long work end early: when the awaiting call is cancelled (the client
     went away, its deadline passed, the server stops past its grace), the event is set, and the
@@ -218,26 +208,10 @@ def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
 class _SliceSize:
     """The size of the next slice of a batch lookup (:func:`_slices`), kept for a whole stream
     so that a QueryColumns stream of ordinary fingerprints soon looks up whole messages at once;
-    a new one (a unary Query) starts small. ``matches``: how many the last slice found (None
-    before the first)."""
+    a new one (a unary Query) starts small."""
 
     def __init__(self) -> None:
         self.size = 16
-        self.matches: int | None = None
-
-    def inline(self, fingerprints: int) -> bool:
-        """Whether a message of ``fingerprints`` fingerprints can be looked up on the event
-        loop: at most :data:`_INLINE_LOOKUPS` of them, the compiled kernels on, whole-message
-        slices reached, and the last slice found at most :data:`_INLINE_MATCHES` matches (a
-        stream of ordinary fingerprints; one of many near-duplicates each stays in the
-        executor, where its slices can be stopped)."""
-        return (
-            fingerprints <= _INLINE_LOOKUPS
-            and self.size >= _QUERY_SLICE
-            and self.matches is not None
-            and self.matches <= _INLINE_MATCHES
-            and jit.enabled()
-        )
 
 
 def _slices(
@@ -302,7 +276,7 @@ def _sliced(
         end = min(n, start + sizing.size)
         part = lookup(fingerprints[start:end])
         yield part, end
-        matches = sizing.matches = matches_of(part)
+        matches = matches_of(part)
         if matches > _SLICE_MATCHES:
             sizing.size = max(1, sizing.size // 2)
         elif matches < _SLICE_MATCHES // 10:
@@ -546,16 +520,11 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self, request_iterator: AsyncIterator[pb.QueryColumnsRequest], context: _Context
     ) -> AsyncIterator[pb.QueryColumnsResponse]:
         """Each request answered in order by one columnar response; a refused request ends
-        the stream with its status (see the .proto). A small message of a stream of ordinary
-        fingerprints is looked up on the event loop (:meth:`_SliceSize.inline`), others in the
-        executor."""
+        the stream with its status (see the .proto)."""
         stop = threading.Event()
         sizing = _SliceSize()  # learnt over the stream's messages
         async for request in request_iterator:
-            if sizing.inline(len(request.fingerprints) // 8):
-                yield self._query_columns(request, stop, sizing)
-            else:
-                yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
+            yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
 
     @_unary_inline_when(lambda request: len(request.keys) <= _INLINE_ITEMS)
     def Get(self, request: pb.GetRequest, stop: threading.Event) -> pb.GetResponse:
