@@ -135,7 +135,8 @@ def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:
             assert [m.key for m in client.query(1)] == ["a", "b"]
     finally:
         proc.stop()
-    assert "compiling the lookup and fingerprint kernels" in proc.text, proc.text
+    assert "loading the lookup and fingerprint kernels" in proc.text, proc.text
+    assert "compiles them into" in proc.text, proc.text
     assert str(cache) in proc.text
     assert list(cache.rglob("*.nbi"))
 

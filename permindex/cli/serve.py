@@ -445,7 +445,9 @@ def _freeze_kernels() -> None:
 
     Loading takes about 0.5 s from numba's cache; the first start on a machine (or after
     an upgrade of numba or permindex) compiles instead, for about 10 s: when loading has taken
-    1 s, one line on stderr says so, so that a silent start does not look like a hang."""
+    1 s, one line on stderr says what is loading and how long each case takes, so that a
+    silent start does not look like a hang (on a busy machine a start from the cache can pass
+    1 s too: the line does not claim that it compiles)."""
     import gc
     import threading
 
@@ -459,8 +461,9 @@ def _freeze_kernels() -> None:
             _COMPILE_NOTICE_SECONDS,
             _err,
             [
-                "permindex serve: compiling the lookup and fingerprint kernels (the first "
-                f"start with this numba; cached in {jit.cache_dir()}), about 10 s"
+                "permindex serve: loading the lookup and fingerprint kernels (the first start "
+                f"with this numba compiles them into {jit.cache_dir()}, about 10 s; later "
+                "starts load them in about 0.5 s, longer on a busy machine)"
             ],
         )
         notice.daemon = True
