@@ -415,6 +415,31 @@ def test_dedup_malformed_line_names_it(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == INVALID and "line 2: neither" in stderr
 
 
+def test_a_failed_dedup_leaves_no_empty_report_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A run refused for its input removes the report folders it made (still empty), and
+    leaves a folder that was there before, with what it held, as it was."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "a", "text": \n', encoding="utf-8")
+    made = tmp_path / "new" / "report"
+    code, stdout, stderr = dedup(capsys, str(path), "--out", str(made))
+    assert code == INVALID and stdout == "" and "line 1: bad JSON" in stderr
+    assert not (tmp_path / "new").exists()
+    code, _, _ = dedup(capsys, str(tmp_path / "missing.jsonl"), "--out", str(made))
+    assert code == INVALID and not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine", encoding="utf-8")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for folder in (kept, empty):
+        code, _, _ = dedup(capsys, str(path), "--out", str(folder))
+        assert code == INVALID and folder.is_dir()
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+    assert list(empty.iterdir()) == []
+
+
 def many_rows(n: int, words: int = 150) -> list[dict[str, Any]]:
     """n documents of ``words`` words (about 6 bytes each), every tenth a copy of the one before
     it. 8,000 of 150 words are 7 MB: more than the chunks dedup does in its own process (4 of

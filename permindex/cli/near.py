@@ -81,13 +81,16 @@ def _cmd_flags(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
-def _check_out_dir(out_dir: Path) -> None:
+def _check_out_dir(out_dir: Path) -> list[Path]:
     """Refuse an ``--out`` that cannot become a folder of the report (a file, a path under a
-    file, a place that cannot be written), before any work is done.
+    file, a place that cannot be written), before any work is done. Returns the folders it
+    created (``out_dir`` and any missing parents, deepest first), for
+    :func:`_remove_if_empty` when the run fails.
 
     Raises:
         CommandError: exit 4, naming the folder and the reason.
     """
+    created = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".permindex-write-check"
@@ -98,6 +101,17 @@ def _check_out_dir(out_dir: Path) -> None:
             f"--out {out_dir}: cannot write the report there: {error.strerror or error}",
             "invalid",
         ) from None
+    return created
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that is still empty: a failed or stopped
+    run leaves no empty report folder it made behind; a folder holding anything stays."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
@@ -124,11 +138,15 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
         examples=args.examples,
         **_jaccard_options(args),
     )
-    _check_out_dir(options.out_dir)  # before any work: exit 4 naming it, not a traceback
+    created = _check_out_dir(options.out_dir)  # before any work: exit 4 naming it
     progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
-        result, against = run_engine(args, options, progress=progress, workdir=Path(work))
-        raise_if_stopped()  # no report for a run asked to stop (its exception swallowed)
+        try:
+            result, against = run_engine(args, options, progress=progress, workdir=Path(work))
+            raise_if_stopped()  # no report for a run asked to stop (its exception swallowed)
+        except BaseException:
+            _remove_if_empty(created)  # bad input, a stop signal: no empty report folder
+            raise
         try:
             summary = write_outputs(result)
             from permindex.near.against import UNMATCHED_FILE, unmatched, write_unmatched
@@ -233,8 +251,8 @@ def add_commands(command: CommandFactory) -> None:
         "--out",
         default="permindex-report",
         metavar="DIR",
-        help="report folder, created if missing; its files are overwritten "
-        "(default ./permindex-report)",
+        help="report folder, created if missing (and removed again, if still empty, when "
+        "the run fails or is stopped); its files are overwritten (default ./permindex-report)",
     )
 
     def k_value(text: str) -> int:
