@@ -959,9 +959,13 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
                     }
                 out[f"stream_cpu{suffix}_kernels"]["per_message"] = per_message
             # The index's own factor on the same kind of batches, in this process: CPU per
-            # 10^6 lookups of query_many(columns=True) on 1,000 random fingerprints a call
-            # (what one message of the stream asks), kernels vs PERMINDEX_JIT=0.
+            # 10^6 lookups of query_many(columns=True) on as many random fingerprints a call
+            # as one message of each stream asks (1,000, then STREAM_LARGE_MESSAGE), kernels
+            # vs PERMINDEX_JIT=0.
             out["index_cpu"] = index_cpu_factor(fps)
+            out["index_cpu_large"] = index_cpu_factor(
+                fps, STREAM_LARGE_MESSAGE, calls=2_000_000 // STREAM_LARGE_MESSAGE
+            )
         finally:
             for process in processes:
                 process.terminate()
