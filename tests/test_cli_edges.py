@@ -284,6 +284,37 @@ def test_a_bad_jsonl_line_exits_4_naming_the_value_and_the_line(
     assert "Traceback" not in err and "RecursionError" not in err
 
 
+@pytest.mark.parametrize(
+    ("arguments", "option", "bound"),
+    [
+        (
+            ["fingerprint", "--shingle-size", "99999999999999999999", "a b c d"],
+            "--shingle-size",
+            "1,024",
+        ),
+        (["fingerprint", "--shingle-size", "1025", "a b c d"], "--shingle-size", "1,024"),
+        (["query", "--text", "a b c", "--shingle-size", "4294967296"], "--shingle-size", "1,024"),
+        (["dedup", "-", "--shingle-size", "2000"], "--shingle-size", "1,024"),
+        (["dedup", "-", "--min-words", "99999999999999999999"], "--min-words", "1,000,000"),
+        (["ingest", "-", "--min-words", "1000001"], "--min-words", "1,000,000"),
+        (["collections", "create", "c", "--shingle-size", "4294967296"], "--shingle-size", "1,024"),
+        (["serve", "--shingle-size", "4294967296"], "--shingle-size", "1,024"),
+        (["serve", "--min-words", "1000001"], "--min-words", "1,000,000"),
+    ],
+)
+def test_text_options_have_an_upper_bound(
+    tmp_path: Path, arguments: list[str], option: str, bound: str
+) -> None:
+    """--shingle-size above 1,024 and --min-words above 10^6 are usage errors (exit 2, one
+    line naming the option and its bound), before anything is read, sent or opened."""
+    extra = ["--data-dir", str(tmp_path / "data")] if arguments[0] == "serve" else []
+    extra += ["--address", "127.0.0.1:1"] if arguments[0] not in ("fingerprint", "dedup") else []
+    code, out, err = permindex(*arguments, *extra)
+    assert (code, out) == (USAGE, ""), err
+    assert f"argument {option}: must be at most {bound}, got " in err
+    assert "Traceback" not in err and not (tmp_path / "data").exists()
+
+
 # --- export, pipes, counts -----------------------------------------------------------------
 
 
@@ -298,6 +329,51 @@ def test_export_into_a_missing_folder_exits_4(tmp_path: Path) -> None:
     code, _out, err = permindex("export", "--out", str(tmp_path), "--address", "127.0.0.1:1")
     assert code == INVALID and f"--out {tmp_path} is a folder" in one_line(err)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_export_writes_through_a_link_and_refuses_fifos(
+    tmp_path: Path, server: RunningServer
+) -> None:
+    """export --out renames FILE.partial onto FILE: through a symbolic link it replaces the file
+    the link names (the link stays); a FIFO (or a link to one, as /dev/stdout may be) is
+    refused with exit 4 before the server is asked, and stays a FIFO."""
+    work = tmp_path / "out"  # tmp_path also holds the server's data folder
+    work.mkdir()
+    rows = work / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"k{i}", "fingerprint": i}) + "\n" for i in range(3)))
+    assert permindex("ingest", str(rows), "--address", server.address)[0] == OK
+    backup = work / "backup.jsonl"
+    backup.write_text("old\n")
+    link = work / "latest.jsonl"
+    link.symlink_to(backup)
+    code, _out, err = permindex("export", "--out", str(link), "--address", server.address)
+    assert code == OK, err
+    assert link.is_symlink() and os.readlink(link) == str(backup)
+    assert sorted(json.loads(line)["id"] for line in backup.read_text().splitlines()) == [
+        "k0",
+        "k1",
+        "k2",
+    ]
+    assert sorted(path.name for path in work.iterdir()) == [
+        "backup.jsonl",
+        "latest.jsonl",
+        "rows.jsonl",
+    ]
+    fifo = work / "fifo"
+    os.mkfifo(fifo)
+    (work / "to-fifo").symlink_to(fifo)
+    for out in (fifo, work / "to-fifo", work / "to-fifo.parquet"):
+        if out.suffix == ".parquet":
+            out.symlink_to(fifo)
+        code, stdout, err = permindex("export", "--out", str(out), "--address", server.address)
+        assert (code, stdout) == (INVALID, ""), err
+        assert one_line(err) == (
+            f"permindex export: --out {out} is not a regular file (a FIFO, device or socket): "
+            "export writes a file through FILE.partial and renames it onto FILE; name a file, "
+            "or --out - for stdout"
+        )
+        assert fifo.is_fifo()
+    assert not any(path.name.endswith(".partial") for path in work.iterdir())
 
 
 def test_output_into_a_pipe_closed_early_exits_1(tmp_path: Path, server: RunningServer) -> None:

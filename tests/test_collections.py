@@ -89,6 +89,29 @@ def test_errors(start_server: StartServer) -> None:
             client.create_collection("default")
 
 
+def test_text_options_out_of_range_are_refused_by_the_server(start_server: StartServer) -> None:
+    """A shingle size above 1,024 or a min_words above 10^6 (values a client may send, up to
+    2^32 - 1) is INVALID_ARGUMENT naming the option; nothing is created, and a collection at
+    the largest values works."""
+    server = start_server()
+    with permindex.Client(server.address) as client:
+        for options, named in (
+            ({"shingle_size": 1025}, "shingle_size"),
+            ({"shingle_size": 2**32 - 1}, "shingle_size"),
+            ({"min_words": 1_000_001}, "min_words"),
+        ):
+            with pytest.raises(InvalidArgumentError) as refused:
+                client.create_collection("big", **options)
+            assert isinstance(refused.value, ServerError)
+            assert named in str(refused.value) and "at most" in str(refused.value)
+        assert [info.name for info in client.list_collections()] == ["default"]
+        client.create_collection("widest", shingle_size=1024, min_words=1_000_000)
+        widest = client.use("widest")
+        widest.ingest([("t", TEXT)])
+        assert widest.stats().count == 0  # too short for those options: reported, not stored
+        assert [info.name for info in client.list_collections()] == ["default", "widest"]
+
+
 def test_collections_survive_a_restart_and_drop_frees_them(
     start_server: StartServer, tmp_path: Path
 ) -> None:

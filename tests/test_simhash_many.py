@@ -259,6 +259,10 @@ def _error(call: object) -> tuple[type[BaseException], str]:
         {"tokenizer": "letters"},
         {"min_words": -1},
         {"min_words": False},
+        {"shingle_size": 1025},
+        {"shingle_size": 2**64},
+        {"min_words": 1_000_001},
+        {"min_words": 10**20},
     ],
 )
 def test_bad_options_raise_what_simhash_raises(options: dict[str, object]) -> None:

@@ -19,8 +19,10 @@ __all__ = [
     "client_options_parser",
     "duration",
     "flag_type",
+    "min_words_value",
     "non_negative",
     "positive",
+    "shingle_size_value",
 ]
 
 _T = TypeVar("_T")
@@ -51,6 +53,10 @@ def flag_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
 non_negative = flag_type(config.non_negative)
 #: An argparse type: an integer, 1 or more.
 positive = flag_type(config.positive)
+#: An argparse type: a shingle size, 1 to MAX_SHINGLE_SIZE (1,024).
+shingle_size_value = flag_type(config.shingle_size_value)
+#: An argparse type: a minimum of words, 0 to MAX_MIN_WORDS (1,000,000).
+min_words_value = flag_type(config.min_words_value)
 #: An argparse type: a duration (``30d``, ``12h``, ``90m``, ``45s``), in seconds.
 duration = flag_type(config.expire_duration)
 

@@ -31,7 +31,12 @@ from typing import IO, Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
+from permindex.cli.args import (
+    CommandFactory,
+    add_field_arguments,
+    min_words_value,
+    positive,
+)
 from permindex.cli.connection import ClientOptions, connect
 from permindex.cli.output import CommandError, command_error, counted, err
 from permindex.cli.signals import raise_if_stopped
@@ -504,7 +509,7 @@ def add_ingest_command(command: CommandFactory) -> None:
     )
     ingest_.add_argument(
         "--min-words",
-        type=non_negative,
+        type=min_words_value,
         default=0,
         metavar="N",
         help="texts of fewer words are too short: not sent, counted in the summary (default 0:\n"

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from permindex.cli.args import CommandFactory, duration, non_negative
+from permindex.cli.args import (
+    CommandFactory,
+    duration,
+    min_words_value,
+    non_negative,
+    shingle_size_value,
+)
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, counted, err, out
 from permindex.errors import EXIT_CODES
@@ -59,6 +67,32 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
     return EXIT_CODES["ok"]
 
 
+def _export_target(out: str) -> Path:
+    """The file ``export --out`` replaces: ``out`` itself, or the file a symbolic link there
+    points to (written through the link, which stays a link).
+
+    Raises:
+        CommandError: (invalid input, exit 4) ``out`` is a folder, or something other than a
+            regular file (a FIFO, a device such as /dev/stdout, a socket): export writes
+            FILE.partial and renames it onto FILE, which would replace it.
+    """
+    target = Path(os.path.realpath(out))
+    try:
+        mode = target.stat().st_mode
+    except OSError:  # not there yet (or unreadable: the open below says why)
+        return target
+    if stat.S_ISDIR(mode):
+        raise CommandError(f"--out {out} is a folder: name a file in it", "invalid")
+    if not stat.S_ISREG(mode):
+        raise CommandError(
+            f"--out {out} is not a regular file (a FIFO, device or socket): export writes a "
+            "file through FILE.partial and renames it onto FILE; name a file, or --out - for "
+            "stdout",
+            "invalid",
+        )
+    return target
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     count = 0
     parquet = args.out.lower().endswith(".parquet")
@@ -83,10 +117,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return EXIT_CODES["ok"]
     # Written beside, then renamed: an interrupted export leaves no half file. The file is
     # opened before the server is asked, so that a bad --out costs no export.
-    target = Path(args.out)
+    target = _export_target(args.out)
     partial = target.with_name(target.name + ".partial")
-    if target.is_dir():
-        raise CommandError(f"--out {args.out} is a folder: name a file in it", "invalid")
     if parquet:
         return _export_parquet(args, target, partial)
     try:
@@ -182,14 +214,14 @@ def add_collections_command(command: CommandFactory) -> None:
     )
     collections.add_argument("action", choices=("list", "create", "describe", "drop"))
     collections.add_argument("name", nargs="?", metavar="NAME")
-    for option, what in (
-        ("--k", "largest distance the collection answers, bits"),
-        ("--blocks", "table design: blocks of the 64 bits"),
-        ("--leading", "table design: leading blocks per table"),
-        ("--shingle-size", "words per shingle for texts"),
-        ("--min-words", "texts of fewer words are too short"),
+    for option, what, parse in (
+        ("--k", "largest distance the collection answers, bits", non_negative),
+        ("--blocks", "table design: blocks of the 64 bits", non_negative),
+        ("--leading", "table design: leading blocks per table", non_negative),
+        ("--shingle-size", "words per shingle for texts (1 to 1,024)", shingle_size_value),
+        ("--min-words", "texts of fewer words are too short (at most 10^6)", min_words_value),
     ):
-        collections.add_argument(option, type=non_negative, metavar="N", help=what)
+        collections.add_argument(option, type=parse, metavar="N", help=what)
     collections.add_argument(
         "--expire-after",
         type=duration,
@@ -227,7 +259,8 @@ def add_export_command(command: CommandFactory) -> None:
         "--out",
         default="-",
         metavar="FILE",
-        help="write here (through FILE.partial, renamed when complete); default - (stdout);\n"
+        help="write here (through FILE.partial, renamed when complete; through a symbolic\n"
+        "link to the file it names; a FIFO or device is refused: use -); default - (stdout);\n"
         "FILE.parquet: Parquet",
     )
     export.add_argument(

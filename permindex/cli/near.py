@@ -23,7 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from permindex.cli.args import CommandFactory, add_field_arguments, non_negative, positive
+from permindex.cli.args import (
+    CommandFactory,
+    add_field_arguments,
+    min_words_value,
+    non_negative,
+    positive,
+    shingle_size_value,
+)
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, err, out
 from permindex.errors import EXIT_CODES, InvalidArgumentError
@@ -292,11 +299,15 @@ def add_commands(command: CommandFactory) -> None:
         "Japanese, Thai); auto: chars for a document mostly in such scripts",
     )
     dedup.add_argument(
-        "--shingle-size", type=positive, default=3, metavar="N", help="tokens per shingle (3)"
+        "--shingle-size",
+        type=shingle_size_value,
+        default=3,
+        metavar="N",
+        help="tokens per shingle (3)",
     )
     dedup.add_argument(
         "--min-words",
-        type=non_negative,
+        type=min_words_value,
         default=0,
         metavar="N",
         help="texts with fewer tokens are too short: no fingerprint, listed in too_short.tsv\n"

@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from permindex.cli.args import CommandFactory, bounded, positive
+from permindex.cli.args import CommandFactory, bounded, shingle_size_value
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, counted, err, out
 from permindex.errors import EXIT_CODES, NotFoundError
@@ -227,7 +227,7 @@ def add_commands(command: CommandFactory) -> None:
     )
     query.add_argument(
         "--shingle-size",
-        type=positive,
+        type=shingle_size_value,
         default=3,
         metavar="N",
         help="words per shingle for --text (default 3; use the server's)",
@@ -258,7 +258,11 @@ def add_commands(command: CommandFactory) -> None:
     fingerprint.add_argument("text", nargs="?", metavar="TEXT", help="the text, or - for stdin")
     fingerprint.add_argument("--file", metavar="PATH", help="read the text from a file")
     fingerprint.add_argument(
-        "--shingle-size", type=positive, default=3, metavar="N", help="words per shingle (3)"
+        "--shingle-size",
+        type=shingle_size_value,
+        default=3,
+        metavar="N",
+        help="words per shingle (3)",
     )
     fingerprint.add_argument(
         "--vote",

@@ -21,7 +21,7 @@ from permindex.errors import InvalidArgumentError
 from permindex.index.expiry import parse_duration
 from permindex.index.keys import MAX_KEY_BYTES
 from permindex.storage.wal import FSYNC_POLICIES, FsyncPolicy
-from permindex.text.fingerprint import VOTES, Vote
+from permindex.text.fingerprint import MAX_MIN_WORDS, MAX_SHINGLE_SIZE, VOTES, Vote
 
 __all__ = [
     "ENV_PREFIX",
@@ -181,6 +181,24 @@ def positive(text: str) -> int:
     return value
 
 
+def shingle_size_value(text: str) -> int:
+    """A shingle size: an integer from 1 to :data:`~permindex.text.fingerprint.MAX_SHINGLE_SIZE`
+    (ValueError otherwise)."""
+    value = positive(text)
+    if value > MAX_SHINGLE_SIZE:
+        raise ValueError(f"must be at most {MAX_SHINGLE_SIZE:,}, got {value}")
+    return value
+
+
+def min_words_value(text: str) -> int:
+    """A minimum of words: an integer from 0 to :data:`~permindex.text.fingerprint.MAX_MIN_WORDS`
+    (ValueError otherwise)."""
+    value = non_negative(text)
+    if value > MAX_MIN_WORDS:
+        raise ValueError(f"must be at most {MAX_MIN_WORDS:,}, got {value}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     """A finite number, 0 or more (ValueError otherwise; nan and inf refused)."""
     try:
@@ -298,8 +316,9 @@ class ServerConfig:
     shingle_size: int = field(
         default=3,
         metadata=declare(
-            "words per shingle when the server fingerprints a text (default {default})",
-            parse=positive,
+            "words per shingle when the server fingerprints a text (1 to 1,024; default\n"
+            "{default})",
+            parse=shingle_size_value,
             metavar="N",
         ),
     )
@@ -309,7 +328,7 @@ class ServerConfig:
             "a text of fewer words is too short: not indexed, reported as TOO_SHORT\n"
             "(default {default}: only texts shorter than a shingle; the article behind\n"
             "SimHash deduplication uses 20)",
-            parse=non_negative,
+            parse=min_words_value,
             metavar="N",
         ),
     )

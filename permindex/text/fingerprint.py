@@ -43,6 +43,11 @@ __all__ = [
 ]
 
 _BIT63 = 1 << 63
+#: Largest ``shingle_size`` accepted (tokens per shingle): far above any useful shingle (words:
+#: 1 to 10; characters: up to a few dozen), small enough that no check downstream overflows.
+MAX_SHINGLE_SIZE: Final = 1024
+#: Largest ``min_words`` accepted (tokens a text needs to be fingerprinted).
+MAX_MIN_WORDS: Final = 1_000_000
 _CHUNK = 1 << 16  # shingle hashes counted per numpy pass (bounds memory at 4 MiB of bits)
 _SMALL = 24  # below this many shingles the bits are counted in pure Python, from it in numpy
 _LARGE_TEXT = 1 << 20  # characters: longer texts are shingled and counted piece by piece
@@ -103,26 +108,37 @@ def check_shingle_options(
     used by :func:`simhash`, :func:`shingles`, :func:`tokens`, :func:`shingle_hashes`, the
     offline dedup's options and the server's collection options. Checked in this order:
 
-    - ``shingle_size``: an int >= 1 (bool refused);
+    - ``shingle_size``: an int in [1, :data:`MAX_SHINGLE_SIZE`] (bool refused);
     - ``bits``: 64 or 63;
     - ``tokenizer``: one of :data:`TOKENIZERS`;
-    - ``min_words``: an int >= 0 (bool refused).
+    - ``min_words``: an int in [0, :data:`MAX_MIN_WORDS`] (bool refused).
 
     Raises:
         InvalidArgumentError: (a ``ValueError``) naming the first bad option and its value.
     """
-    if isinstance(shingle_size, bool) or not isinstance(shingle_size, int) or shingle_size < 1:
+    if (
+        isinstance(shingle_size, bool)
+        or not isinstance(shingle_size, int)
+        or not 1 <= shingle_size <= MAX_SHINGLE_SIZE
+    ):
         raise InvalidArgumentError(
-            f"shingle_size must be a positive integer, got {shingle_size!r}", value=shingle_size
+            f"shingle_size must be a positive integer of at most {MAX_SHINGLE_SIZE:,}, "
+            f"got {shingle_size!r}",
+            value=shingle_size,
         )
     _check_bits(bits)
     if tokenizer not in TOKENIZERS:
         raise InvalidArgumentError(
             f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}", value=tokenizer
         )
-    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 0:
+    if (
+        isinstance(min_words, bool)
+        or not isinstance(min_words, int)
+        or not 0 <= min_words <= MAX_MIN_WORDS
+    ):
         raise InvalidArgumentError(
-            f"min_words must be an integer >= 0, got {min_words!r}", value=min_words
+            f"min_words must be an integer >= 0 and at most {MAX_MIN_WORDS:,}, got {min_words!r}",
+            value=min_words,
         )
 
 
