@@ -1265,7 +1265,9 @@ class CollectionOptions(_message.Message):
     """Table design: 64 bits in `blocks` blocks, `leading` of them per table prefix."""
     leading: _builtins.int
     shingle_size: _builtins.int
-    """Words per shingle, and the fewest words of a text, when the server fingerprints texts."""
+    """Words per shingle (1 to 1,024), and the fewest words of a text (0 to 1,000,000), when the
+    server fingerprints texts; a value outside is INVALID_ARGUMENT.
+    """
     min_words: _builtins.int
     expire_after: _builtins.int
     """Seconds after which an entry not added again expires: it stops matching at once and is
