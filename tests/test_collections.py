@@ -4,6 +4,7 @@ own, errors, persistence across a restart, drop (memory and files), tokens."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -95,13 +96,14 @@ def test_text_options_out_of_range_are_refused_by_the_server(start_server: Start
     the largest values works."""
     server = start_server()
     with permindex.Client(server.address) as client:
-        for options, named in (
-            ({"shingle_size": 1025}, "shingle_size"),
-            ({"shingle_size": 2**32 - 1}, "shingle_size"),
-            ({"min_words": 1_000_001}, "min_words"),
-        ):
+        cases: list[tuple[Callable[[], object], str]] = [
+            (lambda: client.create_collection("big", shingle_size=1025), "shingle_size"),
+            (lambda: client.create_collection("big", shingle_size=2**32 - 1), "shingle_size"),
+            (lambda: client.create_collection("big", min_words=1_000_001), "min_words"),
+        ]
+        for create, named in cases:
             with pytest.raises(InvalidArgumentError) as refused:
-                client.create_collection("big", **options)
+                create()
             assert isinstance(refused.value, ServerError)
             assert named in str(refused.value) and "at most" in str(refused.value)
         assert [info.name for info in client.list_collections()] == ["default"]
