@@ -184,18 +184,18 @@ def positive(text: str) -> int:
 def shingle_size_value(text: str) -> int:
     """A shingle size: an integer from 1 to :data:`~permindex.text.fingerprint.MAX_SHINGLE_SIZE`
     (ValueError otherwise)."""
-    value = positive(text)
-    if value > MAX_SHINGLE_SIZE:
-        raise ValueError(f"must be at most {MAX_SHINGLE_SIZE:,}, got {value}")
-    return value
+    return _at_most(positive(text), MAX_SHINGLE_SIZE)
 
 
 def min_words_value(text: str) -> int:
     """A minimum of words: an integer from 0 to :data:`~permindex.text.fingerprint.MAX_MIN_WORDS`
     (ValueError otherwise)."""
-    value = non_negative(text)
-    if value > MAX_MIN_WORDS:
-        raise ValueError(f"must be at most {MAX_MIN_WORDS:,}, got {value}")
+    return _at_most(non_negative(text), MAX_MIN_WORDS)
+
+
+def _at_most(value: int, high: int) -> int:
+    if value > high:
+        raise ValueError(f"must be at most {high:,}, got {value}")
     return value
 
 

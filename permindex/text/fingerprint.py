@@ -43,8 +43,7 @@ __all__ = [
 ]
 
 _BIT63 = 1 << 63
-#: Largest ``shingle_size`` accepted (tokens per shingle): far above any useful shingle (words:
-#: 1 to 10; characters: up to a few dozen), small enough that no check downstream overflows.
+#: Largest ``shingle_size`` accepted (tokens per shingle; useful ones are 1 to a few dozen).
 MAX_SHINGLE_SIZE: Final = 1024
 #: Largest ``min_words`` accepted (tokens a text needs to be fingerprinted).
 MAX_MIN_WORDS: Final = 1_000_000
@@ -116,14 +115,9 @@ def check_shingle_options(
     Raises:
         InvalidArgumentError: (a ``ValueError``) naming the first bad option and its value.
     """
-    if (
-        isinstance(shingle_size, bool)
-        or not isinstance(shingle_size, int)
-        or not 1 <= shingle_size <= MAX_SHINGLE_SIZE
-    ):
+    if not _int_in(shingle_size, 1, MAX_SHINGLE_SIZE):
         raise InvalidArgumentError(
-            f"shingle_size must be a positive integer of at most {MAX_SHINGLE_SIZE:,}, "
-            f"got {shingle_size!r}",
+            f"shingle_size must be an integer in [1, {MAX_SHINGLE_SIZE:,}], got {shingle_size!r}",
             value=shingle_size,
         )
     _check_bits(bits)
@@ -131,15 +125,15 @@ def check_shingle_options(
         raise InvalidArgumentError(
             f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}", value=tokenizer
         )
-    if (
-        isinstance(min_words, bool)
-        or not isinstance(min_words, int)
-        or not 0 <= min_words <= MAX_MIN_WORDS
-    ):
+    if not _int_in(min_words, 0, MAX_MIN_WORDS):
         raise InvalidArgumentError(
-            f"min_words must be an integer >= 0 and at most {MAX_MIN_WORDS:,}, got {min_words!r}",
+            f"min_words must be an integer in [0, {MAX_MIN_WORDS:,}], got {min_words!r}",
             value=min_words,
         )
+
+
+def _int_in(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _check_bits(bits: object) -> None:
