@@ -256,7 +256,7 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
             lines.append(
                 f"| permindex dedup of {_power(dedup['n'])} synthetic documents, now vs main "
                 f"when the issue was filed (commit {base['commit'][:7]}), same run, wall (peak "
-                f"RSS){_rounds(dedup.get('baseline_ratios'))} | {_power(dedup['n'])} "
+                f"RSS){_rounds(ratios)} | {_power(dedup['n'])} "
                 f"| {fast['wall_seconds']:.1f} s "
                 f"({fast['peak_rss_mb']:.0f} MB) | {base['wall_seconds']:.1f} s "
                 f"({base['peak_rss_mb']:.0f} MB) "

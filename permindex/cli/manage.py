@@ -24,7 +24,7 @@ from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, counted, err, out
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import format_fingerprint
-from permindex.text.fingerprint import VOTES
+from permindex.text.fingerprint import MAX_MIN_WORDS, MAX_SHINGLE_SIZE, VOTES
 
 if TYPE_CHECKING:
     from permindex.client import Client
@@ -218,8 +218,16 @@ def add_collections_command(command: CommandFactory) -> None:
         ("--k", "largest distance the collection answers, bits", non_negative),
         ("--blocks", "table design: blocks of the 64 bits", non_negative),
         ("--leading", "table design: leading blocks per table", non_negative),
-        ("--shingle-size", "words per shingle for texts (1 to 1,024)", shingle_size_value),
-        ("--min-words", "texts of fewer words are too short (at most 10^6)", min_words_value),
+        (
+            "--shingle-size",
+            f"words per shingle for texts (1 to {MAX_SHINGLE_SIZE:,})",
+            shingle_size_value,
+        ),
+        (
+            "--min-words",
+            f"texts of fewer words are too short (0 to {MAX_MIN_WORDS:,})",
+            min_words_value,
+        ),
     ):
         collections.add_argument(option, type=parse, metavar="N", help=what)
     collections.add_argument(

@@ -316,8 +316,8 @@ class ServerConfig:
     shingle_size: int = field(
         default=3,
         metadata=declare(
-            "words per shingle when the server fingerprints a text (1 to 1,024; default\n"
-            "{default})",
+            f"words per shingle when the server fingerprints a text (1 to {MAX_SHINGLE_SIZE:,};\n"
+            "default {default})",
             parse=shingle_size_value,
             metavar="N",
         ),
