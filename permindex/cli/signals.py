@@ -11,11 +11,16 @@ and some places drop what a handler raises there: a finaliser or weakref callbac
 its checkpoints (:func:`raise_if_stopped`: between its stages, and when it returns): a signal
 whose exception was lost still ends the run with the signal's line and code (130, 143),
 never with exit 0 and a report as if no one had asked it to stop. Where the loss is known
-ahead (a finaliser, numba's and llvmlite's code, the import system), and where an exception
+ahead (a finaliser, ``multiprocessing``'s and ``weakref``'s finalisers, numba's and
+llvmlite's code, the import system), and where an exception
 would leave a lock held (a context manager's ``__enter__``/``__exit__``, the ``threading``
 module: grpc's call condition held for ever deadlocked an ingest's ``cancel()``), the handler
 does not raise but asks again 20 ms later; the command's own checkpoints (dedup after its
-pass, ingest at each acknowledged batch) raise it meanwhile.
+pass, ingest at each acknowledged batch) raise it meanwhile. Where it is not known ahead (a
+weakref callback of any code), Python hands the dropped exception to ``sys.unraisablehook``:
+:func:`install` puts one in place that, for the handler's own interrupt, prints nothing and
+asks again 20 ms later (the stop handler back in place), so the run stops soon after
+without the "Exception ignored in ..." traceback.
 
 One more trap, CPython's: a KeyboardInterrupt that ends code run by a string ``exec`` or
 ``eval`` (numba and the standard library generate code that way) sets a process-wide flag,
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from typing import Any, NoReturn
 
@@ -90,6 +96,17 @@ def stop(signum: int, frame: object) -> None:
 #: way can leave numba's state broken) and the import system's (its weakref callback of a
 #: module lock prints and drops it: "Exception ignored in ... _get_module_lock.<locals>.cb").
 _DEFERRED_PATHS = (f"{os.sep}numba{os.sep}", f"{os.sep}llvmlite{os.sep}")
+#: The standard library's finalisers, run as weakref callbacks that drop what they raise:
+#: ``multiprocessing.util.Finalize`` (a pool's semaphores unregistered from the resource
+#: tracker while dedup's workers stop: "Exception ignored in: <Finalize object, dead>") and
+#: ``weakref.finalize``.
+_FINALISER_FILES = (
+    f"{os.sep}multiprocessing{os.sep}util.py",
+    f"{os.sep}multiprocessing{os.sep}resource_tracker.py",
+    f"{os.sep}weakref.py",
+)
+#: The signals :func:`install` handles with :func:`stop`.
+_installed: tuple[signal.Signals, ...] = ()
 #: The standard library's module of locks and conditions.
 _THREADING = f"{os.sep}threading.py"
 
@@ -99,7 +116,8 @@ def _unsafe(frame: object, depth: int = 100) -> str | None:
 
     - ``"dropped"``: ``frame`` or one of its ``depth`` nearest callers is a finaliser
       (``__del__``: Python prints and drops what it raises, e.g. llvmlite's
-      ``ObjectRef.__del__``), the import system's or one of :data:`_DEFERRED_PATHS`;
+      ``ObjectRef.__del__``; one of :data:`_FINALISER_FILES`), the import system's or one of
+      :data:`_DEFERRED_PATHS`;
     - ``"lock"``: ``frame`` is a context manager's ``__enter__`` or ``__exit__`` or the
       standard library's ``threading`` code: an exception raised between a lock's acquire and
       the ``with`` block that releases it leaves the lock held for ever (seen: grpc's call
@@ -118,6 +136,7 @@ def _unsafe(frame: object, depth: int = 100) -> str | None:
         if (
             code.co_name == "__del__"
             or path.startswith("<frozen importlib")
+            or path.endswith(_FINALISER_FILES)
             or any(part in path for part in _DEFERRED_PATHS)
         ):
             return "dropped"
@@ -129,11 +148,38 @@ def _unsafe(frame: object, depth: int = 100) -> str | None:
 def install(
     signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
 ) -> dict[signal.Signals, Any]:
-    """:func:`stop` as the handler of ``signals`` (main thread only); returns the handlers it
-    replaced, by signal."""
-    global _received, _waits
+    """:func:`stop` as the handler of ``signals`` (main thread only), and
+    :func:`_unraisable` as ``sys.unraisablehook`` (the one it replaces still reports every
+    other exception Python drops); returns the handlers it replaced, by signal."""
+    global _received, _waits, _installed, _next_unraisablehook
     _received = _waits = 0
+    _installed = tuple(signals)
+    if sys.unraisablehook is not _unraisable:
+        _next_unraisablehook = sys.unraisablehook
+        sys.unraisablehook = _unraisable
     return {signum: signal.signal(signum, stop) for signum in signals}
+
+
+#: The ``sys.unraisablehook`` :func:`install` replaced.
+_next_unraisablehook = sys.unraisablehook
+
+
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while a command handles its stop signals: the interrupt
+    :func:`stop` raised, dropped by Python where it could not tell ahead (a weakref callback),
+    is not printed; the handler is put back and the signal sent again 20 ms later, so the
+    command stops soon after, as if the first had landed there. Anything else goes to the hook
+    in place before."""
+    if (
+        _received
+        and isinstance(unraisable.exc_value, KeyboardInterrupt)
+        and threading.current_thread() is threading.main_thread()
+    ):
+        for signum in _installed:
+            signal.signal(signum, stop)
+        threading.Timer(0.02, os.kill, (os.getpid(), _received)).start()
+        return
+    _next_unraisablehook(unraisable)
 
 
 def _ignore(signum: int, frame: object) -> None:
