@@ -215,6 +215,23 @@ def test_sigterm_with_100_open_watches_exits_fast(serve: Serve, holders: Any) ->
     assert len(closed) == 100 and {e["code"] for e in closed} == {"UNAVAILABLE"}, closed[:3]
 
 
+def test_sigterm_with_20_unread_pairs_streams_exits_fast(serve: Serve, holders: Any) -> None:
+    """20 Pairs streams over 1,000 keys of one fingerprint whose clients never read, the grace
+    period 30 s: SIGTERM -> the process exits with code 0 within 5 s. The server closes each
+    stream, but its status waits behind the messages the client does not take; the stop
+    cancels them once no call is at work (before: every run waited the whole grace period,
+    and the 400-stream test above failed in CI when one of its 100 such streams did)."""
+    server, address = serve("--grace-seconds", "30")
+    store_template(address, 1_000)
+    holder = holders(address, pairs=20)
+    ready = holder.wait_ready(timeout=60, require_all=False)
+    assert ready["not_started"] == 0, ready
+    time.sleep(1.0)
+    seconds, code = stop_seconds(server)
+    print(f"SIGTERM with 20 unread Pairs streams: exit {code} after {seconds:.2f} s")
+    assert seconds <= EXIT_SECONDS and code == 0, server.text
+
+
 # -- Pairs: memory, flow control, deadlines ------------------------------------------------------
 
 

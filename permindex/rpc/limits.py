@@ -20,7 +20,10 @@ The rules (the README's "Running in production" section says what a client sees)
   idle in this sense (watches are long by design) but is closed at shutdown.
 - At shutdown (:meth:`CallLimits.close`) every stream idle at that moment or later is closed with
   UNAVAILABLE at once; work already received (a batch being applied, a join running) finishes,
-  and the answer to it is still sent (within a second) before the stream is closed.
+  and the answer to it is still sent (within a second) before the stream is closed. A closed
+  stream whose client does not take its messages cannot get its status out (it queues behind
+  them): once no call is at work any more (:meth:`CallLimits.settled`), the server cancels
+  what is left instead of waiting out its grace period.
 """
 
 from __future__ import annotations
@@ -118,6 +121,11 @@ class CallLimits:
         #: Health watches open (a pool of their own, also of ``max_streams``).
         self.watches = 0
         self.unary = 0
+        #: Calls (unary or stream, health checks too) whose handler is still at work: not yet
+        #: returned, and not ending with a status of :class:`StreamClosed`.
+        self.working = 0
+        #: Streams ending with a status of :class:`StreamClosed` (being sent).
+        self.ending = 0
         self._per_address: dict[str, int] = {}
         self._closing: asyncio.Future[None] | None = None
 
@@ -139,6 +147,18 @@ class CallLimits:
         future = self._closing_future()
         if not future.done():
             future.set_result(None)
+
+    async def settled(self, linger: float, poll: float = 0.02) -> None:
+        """Return once :meth:`close` was called and no call is at work (:attr:`working` 0),
+        and the streams ending then have sent their status or had ``linger`` seconds to: what
+        is still open after that waits for nothing but a client that does not read. Polls
+        every ``poll`` seconds (shutdown only)."""
+        await self.wait_closing()
+        while self.working:
+            await asyncio.sleep(poll)
+        end = asyncio.get_running_loop().time() + linger
+        while self.ending and asyncio.get_running_loop().time() < end:
+            await asyncio.sleep(poll)
 
     async def wait_closing(self) -> None:
         """Return once :meth:`close` is called (health watches wait on this)."""
@@ -223,6 +243,8 @@ class CallLimits:
             if refused is not None:
                 log.debug("stream refused: %s", refused)
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            self.working += 1
+            working = True
             try:
                 if request_streaming:
                     request = self._requests(request)
@@ -241,8 +263,15 @@ class CallLimits:
 
                 return await inner(request, context, send if watch else send_bounded)
             except StreamClosed as closed:
-                await context.abort(closed.code, closed.message)
+                self.working -= 1
+                working = False
+                self.ending += 1
+                try:
+                    await context.abort(closed.code, closed.message)
+                finally:
+                    self.ending -= 1
             finally:
+                self.working -= working
                 self._release_stream(address, watch)
 
         return stream
@@ -266,10 +295,12 @@ class CallLimits:
                     "(serve --max-concurrent-rpcs); retry with backoff",
                 )
             self.unary += counted
+            self.working += 1
             try:
                 return await inner(request, context, send)
             finally:
                 self.unary -= counted
+                self.working -= 1
 
         return unary
 

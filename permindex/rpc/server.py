@@ -114,6 +114,9 @@ class _EventLoop:
         self.loop.close()
 
 
+#: At shutdown, how long streams closed by the server may take to send their status once no
+#: call is at work any more, seconds.
+_LAST_STATUS_SECONDS = 1.0
 #: Seconds without an add after which the server merges an index's runs into one per table
 #: (checked this often).
 MERGE_IDLE_SECONDS = 1.0
@@ -271,7 +274,9 @@ class RunningServer:
         QueryColumns, a response stream the client does not read) and every health watch is
         closed with UNAVAILABLE at once; new calls are refused (UNAVAILABLE); in-flight unary
         calls and the batches already received on streams get ``grace`` seconds (default:
-        ``config.grace_seconds``) to finish and are cancelled after that; then a snapshot is
+        ``config.grace_seconds``) to finish and are cancelled after that (and once none is at
+        work, what is left a second later is cancelled: a stream whose client does not read
+        cannot send its status, and does not hold the stop); then a snapshot is
         written if the log holds changes the last one does not, the log is fsynced (whatever the
         fsync policy) and closed, and the data directory is released.
 
@@ -309,9 +314,27 @@ class RunningServer:
             self._stopped.set()
 
     async def _stop_serving(self, grace: float) -> None:
+        """Health NOT_SERVING, idle streams closed, then gRPC's stop with ``grace``; cut short
+        (the calls left cancelled) once no call is at work and the closed streams have had
+        a second to send their status (:meth:`CallLimits.settled`): a stream whose client does
+        not read cannot get its status out, and would otherwise hold the stop for the whole
+        grace period."""
         self._health.set_all(NOT_SERVING)
         self.limits.close()
-        await self._server.stop(grace)
+        stopping = asyncio.ensure_future(self._server.stop(grace))
+        settled = asyncio.ensure_future(self.limits.settled(_LAST_STATUS_SECONDS))
+        try:
+            await asyncio.wait((stopping, settled), return_when=asyncio.FIRST_COMPLETED)
+            if not stopping.done():
+                log.info(
+                    "no call at work; cancelling the calls still open (%d closed stream(s) "
+                    "whose clients do not read)",
+                    self.limits.ending,
+                )
+                await self._server.stop(0)
+            await stopping
+        finally:
+            settled.cancel()
 
     def __enter__(self) -> RunningServer:
         return self
