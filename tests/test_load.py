@@ -217,7 +217,8 @@ def test_sigterm_with_100_open_watches_exits_fast(serve: Serve, holders: Any) ->
 
 def test_sigterm_with_20_unread_pairs_streams_exits_fast(serve: Serve, holders: Any) -> None:
     """20 Pairs streams over 1,000 keys of one fingerprint whose clients never read, the grace
-    period 30 s: SIGTERM -> the process exits with code 0 within 5 s. The server closes each
+    period 30 s: SIGTERM -> the process exits with code 0 within 5 s, and a call made while it
+    stops (on a channel connected before) is refused with UNAVAILABLE. The server closes each
     stream, but its status waits behind the messages the client does not take; the stop
     cancels them once no call is at work (before: every run waited the whole grace period,
     and the 400-stream test above failed in CI when one of its 100 such streams did)."""
@@ -227,8 +228,18 @@ def test_sigterm_with_20_unread_pairs_streams_exits_fast(serve: Serve, holders: 
     ready = holder.wait_ready(timeout=60, require_all=False)
     assert ready["not_started"] == 0, ready
     time.sleep(1.0)
-    seconds, code = stop_seconds(server)
+    channel, stub = make_stub(address)
+    with channel:
+        grpc.channel_ready_future(channel).result(timeout=10)
+        began = time.monotonic()
+        server.process.terminate()
+        time.sleep(0.2)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Stats(pb.StatsRequest(), timeout=2)
+        code = server.process.wait(timeout=30)
+        seconds = time.monotonic() - began
     print(f"SIGTERM with 20 unread Pairs streams: exit {code} after {seconds:.2f} s")
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
     assert seconds <= EXIT_SECONDS and code == 0, server.text
 
 

@@ -20,10 +20,11 @@ The rules (the README's "Running in production" section says what a client sees)
   idle in this sense (watches are long by design) but is closed at shutdown.
 - At shutdown (:meth:`CallLimits.close`) every stream idle at that moment or later is closed with
   UNAVAILABLE at once; work already received (a batch being applied, a join running) finishes,
-  and the answer to it is still sent (within a second) before the stream is closed. A closed
-  stream whose client does not take its messages cannot get its status out (it queues behind
-  them): once no call is at work any more (:meth:`CallLimits.settled`), the server cancels
-  what is left instead of waiting out its grace period.
+  and the answer to it is still sent (within a second) before the stream is closed; new calls
+  but health checks are refused with UNAVAILABLE. A closed stream whose client does not take
+  its messages cannot get its status out (it queues behind them): once no call is at work any
+  more (:meth:`CallLimits.wait_idle`), the server gives what is left a second, then cancels
+  it, instead of waiting out its grace period.
 """
 
 from __future__ import annotations
@@ -124,8 +125,6 @@ class CallLimits:
         #: Calls (unary or stream, health checks too) whose handler is still at work: not yet
         #: returned, and not ending with a status of :class:`StreamClosed`.
         self.working = 0
-        #: Streams ending with a status of :class:`StreamClosed` (being sent).
-        self.ending = 0
         self._per_address: dict[str, int] = {}
         self._closing: asyncio.Future[None] | None = None
 
@@ -148,16 +147,12 @@ class CallLimits:
         if not future.done():
             future.set_result(None)
 
-    async def settled(self, linger: float, poll: float = 0.02) -> None:
-        """Return once :meth:`close` was called and no call is at work (:attr:`working` 0),
-        and the streams ending then have sent their status or had ``linger`` seconds to: what
-        is still open after that waits for nothing but a client that does not read. Polls
-        every ``poll`` seconds (shutdown only)."""
+    async def wait_idle(self, poll: float = 0.02) -> None:
+        """Return once :meth:`close` was called and no call is at work (:attr:`working` 0):
+        what is still open then only sends its last message or status, or waits for a client
+        that does not read. Polls every ``poll`` seconds (shutdown only)."""
         await self.wait_closing()
         while self.working:
-            await asyncio.sleep(poll)
-        end = asyncio.get_running_loop().time() + linger
-        while self.ending and asyncio.get_running_loop().time() < end:
             await asyncio.sleep(poll)
 
     async def wait_closing(self) -> None:
@@ -238,6 +233,9 @@ class CallLimits:
 
     def _stream(self, inner: Behavior, *, request_streaming: bool, watch: bool) -> Behavior:
         async def stream(request: Any, context: Any, send: Send) -> Any:
+            if self.closing:
+                closed = _shutting_down()
+                await context.abort(closed.code, closed.message)
             address = client_address(context.peer())
             refused = self._admit_stream(address, watch)
             if refused is not None:
@@ -265,11 +263,7 @@ class CallLimits:
             except StreamClosed as closed:
                 self.working -= 1
                 working = False
-                self.ending += 1
-                try:
-                    await context.abort(closed.code, closed.message)
-                finally:
-                    self.ending -= 1
+                await context.abort(closed.code, closed.message)
             finally:
                 self.working -= working
                 self._release_stream(address, watch)
@@ -287,6 +281,9 @@ class CallLimits:
 
     def _unary(self, inner: Behavior, *, counted: bool) -> Behavior:
         async def unary(request: Any, context: Any, send: Send) -> Any:
+            if counted and self.closing:
+                closed = _shutting_down()
+                await context.abort(closed.code, closed.message)
             if counted and self.unary >= self.max_unary:
                 self._on_refused("unary")
                 await context.abort(

@@ -114,8 +114,8 @@ class _EventLoop:
         self.loop.close()
 
 
-#: At shutdown, how long streams closed by the server may take to send their status once no
-#: call is at work any more, seconds.
+#: At shutdown, once no call is at work any more, how long what is still open (a last status,
+#: a stream whose client does not read) may take before it is cancelled, seconds.
 _LAST_STATUS_SECONDS = 1.0
 #: Seconds without an add after which the server merges an index's runs into one per table
 #: (checked this often).
@@ -314,27 +314,23 @@ class RunningServer:
             self._stopped.set()
 
     async def _stop_serving(self, grace: float) -> None:
-        """Health NOT_SERVING, idle streams closed, then gRPC's stop with ``grace``; cut short
-        (the calls left cancelled) once no call is at work and the closed streams have had
-        a second to send their status (:meth:`CallLimits.settled`): a stream whose client does
-        not read cannot get its status out, and would otherwise hold the stop for the whole
-        grace period."""
+        """Health NOT_SERVING, idle streams closed and new calls refused
+        (:meth:`CallLimits.close`); then, once no call is at work or ``grace`` seconds have
+        passed, gRPC's stop, which gives what is still open (a last status on its way, a
+        stream whose client does not read and so cannot take its status either) at most
+        :data:`_LAST_STATUS_SECONDS` more before it cancels it. One call of gRPC's stop: a
+        second one racing the first has crashed the process."""
         self._health.set_all(NOT_SERVING)
         self.limits.close()
-        stopping = asyncio.ensure_future(self._server.stop(grace))
-        settled = asyncio.ensure_future(self.limits.settled(_LAST_STATUS_SECONDS))
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
-            await asyncio.wait((stopping, settled), return_when=asyncio.FIRST_COMPLETED)
-            if not stopping.done():
-                log.info(
-                    "no call at work; cancelling the calls still open (%d closed stream(s) "
-                    "whose clients do not read)",
-                    self.limits.ending,
-                )
-                await self._server.stop(0)
-            await stopping
-        finally:
-            settled.cancel()
+            await asyncio.wait_for(self.limits.wait_idle(), grace)
+        except TimeoutError:
+            log.info("grace period over: cancelling the %d call(s) still at work",
+                     self.limits.working)  # fmt: skip
+        left = max(0.0, grace - (loop.time() - began))
+        await self._server.stop(min(left, _LAST_STATUS_SECONDS))
 
     def __enter__(self) -> RunningServer:
         return self
