@@ -330,6 +330,27 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"| {_ratio(slow['server_cpu_s_per_million'], fast['server_cpu_s_per_million'])} "
                 f"less CPU | {goal} |"
             )
+            before = grpc.get(f"stream_cpu{suffix}_before")
+            index_before = grpc.get(f"index_cpu{suffix}_before")
+            if before and index_before:  # against main when issue 13 was filed
+                commit = str(grpc.get("before_commit", ""))[:7]
+                factor = _ratio(
+                    before["server_cpu_s_per_million"], fast["server_cpu_s_per_million"]
+                )
+                lines.append(
+                    "| gRPC server CPU seconds per 10^6 QueryColumns lookups (1 client, "
+                    f"{per_message:,} per message), this tree vs main when issue 13 was filed "
+                    f"({commit}, a third server, same data, alternating rounds) "
+                    f"| {_power(grpc['n'])} "
+                    f"| {_fmt(fast['server_cpu_s_per_million'], 2)} s "
+                    f"| {_fmt(before['server_cpu_s_per_million'], 2)} s "
+                    f"({_fmt(before['lookups_per_s'])}/s) "
+                    f"| {factor} less CPU | the index's factor against {commit}: "
+                    f"{index_before['factor']:.2f}x (query_many(columns=True) now vs query_many "
+                    f"then, {index_before['per_call']:,} random fingerprints a call, processes "
+                    f"of their own, {_fmt(index_before['now_cpu_s_per_million'], 2)} s vs "
+                    f"{_fmt(index_before['before_cpu_s_per_million'], 2)} s per 10^6) |"
+                )
         server = f" (server: {grpc['server']})" if "server" in grpc else ""
         p50_rounds = _rounds(grpc["query_1"].get("p50_ratios"))
         calls_rounds = _rounds(grpc["query_4"].get("calls_ratios"))

@@ -781,8 +781,11 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def serve_process(port: int, data_dir: Path, env: dict[str, str] | None = None) -> Any:
-    """``permindex serve`` on 127.0.0.1:``port`` (a subprocess; ``env``: extra variables)."""
+def serve_process(
+    port: int, data_dir: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Any:
+    """``permindex serve`` on 127.0.0.1:``port`` (a subprocess; ``env``: extra variables;
+    ``cwd``: its working directory, whose ``permindex`` package ``-m`` finds first)."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -797,6 +800,7 @@ def serve_process(port: int, data_dir: Path, env: dict[str, str] | None = None) 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -855,7 +859,70 @@ def index_cpu_factor(fps: np.ndarray, per_call: int = 1000, calls: int = 2000) -
     }
 
 
+def index_lookup_cpu(n: int, per_call: int, calls: int, columns: bool) -> list[float]:
+    """CPU seconds per 10^6 lookups of ``Index.query_many`` (``columns``: the columnar form) on
+    ``per_call`` random fingerprints a call (those of :func:`stream_client`), ``calls`` calls,
+    3 times, over an index of :func:`make_data`'s ``n`` fingerprints: run by
+    :func:`index_cpu_before` in a process of its own, on whichever ``permindex`` that process
+    imports (this tree's, or main's when issue 13 was filed, which had no columnar form)."""
+    from permindex import Index
+
+    fps, _ = make_data(n)
+    keys = [f"doc-{i:08d}" for i in range(n)]
+    if hasattr(Index, "from_arrays"):
+        index = Index.from_arrays(keys, fps)
+    else:  # pragma: no cover - older trees
+        index = Index()
+        index.add_many(zip(keys, fps.tolist(), strict=True))
+    rng = np.random.default_rng(11)
+    batches = [rng.integers(0, 2**63, per_call, dtype=np.uint64) for _ in range(16)]
+    options = {"columns": True} if columns else {}
+    out = []
+    for _ in range(3):
+        index.query_many(batches[0], **options)
+        began = time.process_time()
+        for i in range(calls):
+            index.query_many(batches[i % 16], **options)
+        out.append((time.process_time() - began) / (calls * per_call) * 1e6)
+    return out
+
+
+def index_cpu_before(n: int, per_call: int, source: Path) -> dict[str, Any]:
+    """The index's own factor against main when issue 13 was filed (``source``: that commit's
+    package, bench_dedup.BASELINE_COMMIT): CPU per 10^6 lookups of ``query_many(columns=True)``
+    of this tree (what QueryColumns runs now) vs ``query_many`` of that package (Match lists,
+    the only form it had, what its QueryColumns ran), :func:`index_lookup_cpu` in processes
+    of their own, alternating twice; medians of the 6 timings of each."""
+    calls_now = max(1, 2_000_000 // per_call)
+    timings: dict[str, list[float]] = {"now": [], "before": []}
+    for _ in range(2):
+        for name, cwd, calls, columns in (
+            ("now", ROOT, calls_now, True),
+            ("before", source, max(1, calls_now // 5), False),
+        ):
+            code = (
+                f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import run; "
+                f"print(json.dumps(run.index_lookup_cpu({n}, {per_call}, {calls}, {columns})))"
+            )
+            env = {**os.environ, "PYTHONPATH": str(cwd)}
+            done = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"index_lookup_cpu ({name}) failed: {done.stderr[-2000:]}")
+            timings[name].extend(json.loads(done.stdout.strip().splitlines()[-1]))
+    now = statistics.median(timings["now"])
+    before = statistics.median(timings["before"])
+    return {
+        "per_call": per_call,
+        "now_cpu_s_per_million": now,
+        "before_cpu_s_per_million": before,
+        "factor": before / now,
+    }
+
+
 def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
+    import bench_dedup
     import grpc
 
     from permindex.cli.bench import preload
@@ -941,19 +1008,32 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
             )
             processes.append(reference)
             reference_target = f"127.0.0.1:{reference_port}"
-            with Client(reference_target, timeout=120) as client:
-                client.wait_ready(60)
-                preload(client, [f"doc-{i:08d}" for i in range(n)], fps.tolist())
+            servers = {"kernels": (server, target), "reference": (reference, reference_target)}
+            # and a third: main when issue 13 was filed (its package, run from its own tree)
+            before_source = bench_dedup.baseline_source()
+            if before_source is not None:
+                before_port = free_port()
+                before = serve_process(
+                    before_port, Path(tmp) / "before", {"PYTHONPATH": str(before_source)},
+                    cwd=before_source,
+                )  # fmt: skip
+                processes.append(before)
+                servers["before"] = (before, f"127.0.0.1:{before_port}")
+                out["before_commit"] = bench_dedup.BASELINE_COMMIT
+            for name, (_, address) in servers.items():
+                if name == "kernels":
+                    continue
+                with Client(address, timeout=120) as client:
+                    client.wait_ready(60)
+                    preload(client, [f"doc-{i:08d}" for i in range(n)], fps.tolist())
             time.sleep(4.0)
             for per_message, suffix in ((1000, ""), (STREAM_LARGE_MESSAGE, "_large")):
-                cpu_rounds: dict[str, list[dict[str, Any]]] = {"kernels": [], "reference": []}
+                cpu_rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
                 for _ in range(GRPC_ROUNDS):
-                    cpu_rounds["kernels"].append(
-                        stream_cpu(server, target, 1, seconds, per_message)
-                    )
-                    cpu_rounds["reference"].append(
-                        stream_cpu(reference, reference_target, 1, seconds, per_message)
-                    )
+                    for name, (process, address) in servers.items():
+                        cpu_rounds[name].append(
+                            stream_cpu(process, address, 1, seconds, per_message)
+                        )
                 for name, runs in cpu_rounds.items():
                     out[f"stream_cpu{suffix}_{name}"] = {
                         key: statistics.median(run[key] for run in runs) for key in runs[0]
@@ -967,6 +1047,11 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
             out["index_cpu_large"] = index_cpu_factor(
                 fps, STREAM_LARGE_MESSAGE, calls=2_000_000 // STREAM_LARGE_MESSAGE
             )
+            if before_source is not None:  # the index's factor against that commit
+                out["index_cpu_before"] = index_cpu_before(n, 1000, before_source)
+                out["index_cpu_large_before"] = index_cpu_before(
+                    n, STREAM_LARGE_MESSAGE, before_source
+                )
         finally:
             for process in processes:
                 process.terminate()
