@@ -77,6 +77,12 @@ async def _abort(context: _Context, method: str, error: Exception) -> NoReturn:
     await context.abort(grpc.StatusCode[status], message)
 
 
+def _read_outcome(future: asyncio.Future[Any]) -> None:
+    """Mark a done future's exception as read (no "exception was never retrieved" log)."""
+    if not future.cancelled():
+        future.exception()
+
+
 class Work:
     """Runs index work in the server's executor, never on the event loop.
 
@@ -102,6 +108,7 @@ class Work:
             # the call keeps its place under the limits until its work has stopped: work the
             # client gave up on cannot pile up in the executor behind the limits' backs
             await asyncio.wait((future,))
+            _read_outcome(future)  # CallCancelledError, most often: asyncio would log it
             raise
 
     async def each(
@@ -378,7 +385,11 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         """Each batch applied (in the executor) and acknowledged in order; a refused batch ends
         the stream. A batch received is applied whole even when the call ends meanwhile."""
         async for request in request_iterator:
-            yield await asyncio.shield(self.work.run(self._add_batch, request))
+            work = asyncio.ensure_future(self.work.run(self._add_batch, request))
+            # if the call ends meanwhile, a refusal of the batch is read here, not left for
+            # asyncio to log as "Task exception was never retrieved"
+            work.add_done_callback(_read_outcome)
+            yield await asyncio.shield(work)
 
     @_unary
     def CheckAndAdd(
