@@ -843,19 +843,35 @@ def index_cpu_factor(fps: np.ndarray, per_call: int = 1000, calls: int = 2000) -
     seconds: dict[str, list[float]] = {"kernels": [], "reference": []}
     for _ in range(3):
         for name, index in indexes.items():
-            index.query_many(batches[0], columns=True)
-            began = time.process_time()
-            for i in range(calls if name == "kernels" else calls // 4):
-                index.query_many(batches[i % 16], columns=True)
             done = calls if name == "kernels" else calls // 4
-            seconds[name].append((time.process_time() - began) / (done * per_call) * 1e6)
-    fast = statistics.median(seconds["kernels"])
-    slow = statistics.median(seconds["reference"])
+            seconds[name].append(lookup_cpu(index, batches, done, columns=True))
+    return cpu_factor(
+        per_call, ("kernels", seconds["kernels"]), ("reference", seconds["reference"])
+    )
+
+
+def lookup_cpu(index: Any, batches: list[np.ndarray], calls: int, columns: bool) -> float:
+    """CPU seconds per 10^6 lookups of ``calls`` calls of ``index.query_many`` over
+    ``batches`` in turn (one untimed call first)."""
+    options = {"columns": True} if columns else {}
+    index.query_many(batches[0], **options)
+    began = time.process_time()
+    for i in range(calls):
+        index.query_many(batches[i % len(batches)], **options)
+    return (time.process_time() - began) / (calls * batches[0].size) * 1e6
+
+
+def cpu_factor(
+    per_call: int, fast: tuple[str, list[float]], slow: tuple[str, list[float]]
+) -> dict[str, Any]:
+    """The medians of two sets of CPU timings (per 10^6 lookups) under their names and their
+    ratio, slow over fast."""
+    fast_s, slow_s = statistics.median(fast[1]), statistics.median(slow[1])
     return {
         "per_call": per_call,
-        "kernels_cpu_s_per_million": fast,
-        "reference_cpu_s_per_million": slow,
-        "factor": slow / fast,
+        f"{fast[0]}_cpu_s_per_million": fast_s,
+        f"{slow[0]}_cpu_s_per_million": slow_s,
+        "factor": slow_s / fast_s,
     }
 
 
@@ -876,15 +892,7 @@ def index_lookup_cpu(n: int, per_call: int, calls: int, columns: bool) -> list[f
         index.add_many(zip(keys, fps.tolist(), strict=True))
     rng = np.random.default_rng(11)
     batches = [rng.integers(0, 2**63, per_call, dtype=np.uint64) for _ in range(16)]
-    options = {"columns": True} if columns else {}
-    out = []
-    for _ in range(3):
-        index.query_many(batches[0], **options)
-        began = time.process_time()
-        for i in range(calls):
-            index.query_many(batches[i % 16], **options)
-        out.append((time.process_time() - began) / (calls * per_call) * 1e6)
-    return out
+    return [lookup_cpu(index, batches, calls, columns) for _ in range(3)]
 
 
 def index_cpu_before(n: int, per_call: int, source: Path) -> dict[str, Any]:
@@ -911,14 +919,7 @@ def index_cpu_before(n: int, per_call: int, source: Path) -> dict[str, Any]:
             if done.returncode != 0:
                 raise RuntimeError(f"index_lookup_cpu ({name}) failed: {done.stderr[-2000:]}")
             timings[name].extend(json.loads(done.stdout.strip().splitlines()[-1]))
-    now = statistics.median(timings["now"])
-    before = statistics.median(timings["before"])
-    return {
-        "per_call": per_call,
-        "now_cpu_s_per_million": now,
-        "before_cpu_s_per_million": before,
-        "factor": before / now,
-    }
+    return cpu_factor(per_call, ("now", timings["now"]), ("before", timings["before"]))
 
 
 def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
