@@ -234,8 +234,7 @@ class CallLimits:
     def _stream(self, inner: Behavior, *, request_streaming: bool, watch: bool) -> Behavior:
         async def stream(request: Any, context: Any, send: Send) -> Any:
             if self.closing:
-                closed = _shutting_down()
-                await context.abort(closed.code, closed.message)
+                await _refuse_shutting_down(context)
             address = client_address(context.peer())
             refused = self._admit_stream(address, watch)
             if refused is not None:
@@ -282,8 +281,7 @@ class CallLimits:
     def _unary(self, inner: Behavior, *, counted: bool) -> Behavior:
         async def unary(request: Any, context: Any, send: Send) -> Any:
             if counted and self.closing:
-                closed = _shutting_down()
-                await context.abort(closed.code, closed.message)
+                await _refuse_shutting_down(context)
             if counted and self.unary >= self.max_unary:
                 self._on_refused("unary")
                 await context.abort(
@@ -321,6 +319,12 @@ def _shutting_down() -> StreamClosed:
         "the server is shutting down; retry on another server or once it is back (an Ingest: "
         "resend what was not acknowledged)",
     )
+
+
+async def _refuse_shutting_down(context: Any) -> None:
+    """End a call that arrived after :meth:`CallLimits.close` with UNAVAILABLE."""
+    closed = _shutting_down()
+    await context.abort(closed.code, closed.message)
 
 
 def _discard(step: Awaitable[Any]) -> None:
