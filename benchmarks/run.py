@@ -838,8 +838,7 @@ def index_cpu_factor(fps: np.ndarray, per_call: int = 1000, calls: int = 2000) -
                 os.environ.pop("PERMINDEX_JIT", None)
             else:
                 os.environ["PERMINDEX_JIT"] = saved
-    rng = np.random.default_rng(11)
-    batches = [rng.integers(0, 2**63, per_call, dtype=np.uint64) for _ in range(16)]
+    batches = random_batches(per_call)
     seconds: dict[str, list[float]] = {"kernels": [], "reference": []}
     for _ in range(3):
         for name, index in indexes.items():
@@ -848,6 +847,13 @@ def index_cpu_factor(fps: np.ndarray, per_call: int = 1000, calls: int = 2000) -
     return cpu_factor(
         per_call, ("kernels", seconds["kernels"]), ("reference", seconds["reference"])
     )
+
+
+def random_batches(per_call: int) -> list[np.ndarray]:
+    """16 batches of ``per_call`` random fingerprints ((per_call,) uint64, seed 11): the
+    batches the index's CPU timings look up, as :func:`stream_client` sends."""
+    rng = np.random.default_rng(11)
+    return [rng.integers(0, 2**63, per_call, dtype=np.uint64) for _ in range(16)]
 
 
 def lookup_cpu(index: Any, batches: list[np.ndarray], calls: int, columns: bool) -> float:
@@ -890,8 +896,7 @@ def index_lookup_cpu(n: int, per_call: int, calls: int, columns: bool) -> list[f
     else:  # pragma: no cover - older trees
         index = Index()
         index.add_many(zip(keys, fps.tolist(), strict=True))
-    rng = np.random.default_rng(11)
-    batches = [rng.integers(0, 2**63, per_call, dtype=np.uint64) for _ in range(16)]
+    batches = random_batches(per_call)
     return [lookup_cpu(index, batches, calls, columns) for _ in range(3)]
 
 
