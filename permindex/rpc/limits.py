@@ -127,6 +127,8 @@ class CallLimits:
         self.working = 0
         self._per_address: dict[str, int] = {}
         self._closing: asyncio.Future[None] | None = None
+        #: The idle bounds of the waits for a client in progress (:meth:`wait_for_client`).
+        self._waiting: set[asyncio.Timeout] = set()
 
     # -- shutdown
 
@@ -146,6 +148,10 @@ class CallLimits:
         future = self._closing_future()
         if not future.done():
             future.set_result(None)
+        now = asyncio.get_running_loop().time()
+        for timeout in self._waiting:
+            if not timeout.expired():
+                timeout.reschedule(now)  # each wait for a client ends with UNAVAILABLE
 
     async def wait_idle(self, poll: float = 0.02) -> None:
         """Return once :meth:`close` was called and no call is at work (:attr:`working` 0):
@@ -163,27 +169,29 @@ class CallLimits:
         """Await ``step`` (a read of the next request, a send of the next response), bounded by
         the idle limit and cut short by :meth:`close`.
 
+        ``step`` is awaited in the calling task under an :func:`asyncio.timeout` (no task of its
+        own: this runs twice for every message of a stream); :meth:`close` moves the deadline of
+        every such wait to now.
+
         Raises:
             StreamClosed: DEADLINE_EXCEEDED after ``idle_seconds``; UNAVAILABLE at shutdown.
         """
-        closing = self._closing_future()
-        if closing.done():
+        if self.closing:
             _discard(step)
             raise _shutting_down()
-        task = asyncio.ensure_future(step)
-        timeout = self.idle_seconds if self.idle_seconds > 0 else None
+        timeout = asyncio.timeout(self.idle_seconds or None)
         try:
-            done, _ = await asyncio.wait(
-                (task, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if task in done:
-            return task.result()
-        task.cancel()
-        if closing.done():
-            raise _shutting_down()
+            async with timeout:
+                self._waiting.add(timeout)
+                try:
+                    return await step
+                finally:
+                    self._waiting.discard(timeout)
+        except TimeoutError:
+            if not timeout.expired():
+                raise  # not the idle bound's
+            if self.closing:
+                raise _shutting_down() from None
         self._on_idle_closed()
         raise StreamClosed(
             grpc.StatusCode.DEADLINE_EXCEEDED,

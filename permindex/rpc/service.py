@@ -83,6 +83,52 @@ def _read_outcome(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+class _Job:
+    """One :meth:`Work.run`: ``outcome`` (a future of the event loop) gets the result or the
+    exception of the function run in a worker thread."""
+
+    __slots__ = ("abandoned", "done", "loop", "outcome")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.outcome: asyncio.Future[Any] = loop.create_future()
+        #: Set on the loop once the function has returned or raised.
+        self.done = False
+        #: Set when the awaiting call was cancelled (:meth:`finished`).
+        self.abandoned = False
+
+    def run(self, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        """In a worker thread: ``function(*args)``, its outcome handed to the loop."""
+        try:
+            result, error = function(*args), None
+        except BaseException as raised:  # raised again in the awaiting task
+            result, error = None, raised
+        try:
+            self.loop.call_soon_threadsafe(self._settle, result, error)
+        except RuntimeError:  # the loop is closed: nothing awaits the outcome any more
+            pass
+
+    def _settle(self, result: Any, error: BaseException | None) -> None:
+        self.done = True
+        if self.outcome.done():  # cancelled with the call that awaited it
+            return
+        if self.abandoned:  # what the work raised (CallCancelledError, most often) is dropped
+            self.outcome.set_result(None)
+        elif error is None:
+            self.outcome.set_result(result)
+        else:
+            self.outcome.set_exception(error)
+
+    async def finished(self) -> None:
+        """After the awaiting call was cancelled: wait until the function has ended."""
+        if self.done:
+            _read_outcome(self.outcome)  # it ended before the cancel reached the call
+            return
+        self.abandoned = True
+        self.outcome = self.loop.create_future()
+        await asyncio.wait((self.outcome,))
+
+
 class Work:
     """Runs index work in the server's executor, never on the event loop.
 
@@ -98,17 +144,23 @@ class Work:
     async def run(
         self, function: Callable[..., _T], *args: Any, stop: threading.Event | None = None
     ) -> _T:
-        """``function(*args)`` in the executor; its result or exception."""
-        future = asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+        """``function(*args)`` in the executor; its result or exception.
+
+        The worker hands the outcome back with one ``call_soon_threadsafe`` (no
+        ``run_in_executor``, ``wrap_future`` and ``shield``: this runs for every message of a
+        stream). When the awaiting call is cancelled, ``stop`` is set and the call waits for the
+        work to end; what the work raised then (CallCancelledError, most often) is dropped."""
+        loop = asyncio.get_running_loop()
+        job = _Job(loop)
+        self.executor.submit(job.run, function, args)
         try:
-            return await asyncio.shield(future)
+            return cast("_T", await job.outcome)
         except asyncio.CancelledError:
             if stop is not None:
                 stop.set()
             # the call keeps its place under the limits until its work has stopped: work the
             # client gave up on cannot pile up in the executor behind the limits' backs
-            await asyncio.wait((future,))
-            _read_outcome(future)  # CallCancelledError, most often: asyncio would log it
+            await job.finished()
             raise
 
     async def each(
