@@ -719,3 +719,50 @@ def test_pairs_on_the_byte_pair_join(monkeypatch: pytest.MonkeyPatch) -> None:
     for kk in range(4):
         assert index.pairs(kk) == expected_pairs(keys_, values, kk)
     assert calls == [0, 1, 2, 3]
+
+
+@SETTINGS
+@given(
+    design_k=designs,
+    stored=st.lists(fingerprints, min_size=0, max_size=300),
+    copies=st.integers(0, 40),
+    merged=st.booleans(),
+)
+def test_max_candidates_bounds_the_matches_of_every_query(
+    design_k: Design_K, stored: list[int], copies: int, merged: bool
+) -> None:
+    """``max_candidates(k)`` bounds what one query within k can meet: no query (a stored
+    fingerprint, its neighbours, a random one) has more matches than it, ``copies`` equal
+    fingerprints raise it to at least ``copies``, and it holds whether the entries sit in the
+    memtables or in merged runs."""
+    index = make_index(design_k)
+    k = index.k
+    values = [*stored, *([stored[0]] * copies if stored else [])]
+    index.add_many([f"key/{i}" for i in range(len(values))], values)
+    if merged:
+        index.merge_all_runs()
+    index._check()
+    for kk in range(k + 1):
+        bound = index.max_candidates(kk)
+        assert bound >= 0
+        queries = [*values[:20], *(flip(v, list(range(kk))) for v in values[:20]), 0, (1 << 64) - 1]
+        for query in queries:
+            meets = sum(1 for v in values if hamming(query, v) <= kk)
+            assert meets <= bound, (query, kk, meets, bound)
+        if values:
+            assert bound >= values.count(values[0])
+    assert index.max_candidates() == index.max_candidates(k)
+
+
+def test_max_candidates_of_an_empty_index_and_bad_k() -> None:
+    index = Index()
+    assert index.max_candidates() == 0
+    with pytest.raises(InvalidArgumentError, match="k"):
+        index.max_candidates(4)
+    with pytest.raises(InvalidArgumentError):
+        index.max_candidates(-1)
+    index.add("a", 5)
+    assert index.max_candidates() >= 1
+    index.remove("a")
+    index.merge_all_runs()
+    assert index.max_candidates() == 0

@@ -87,10 +87,12 @@ class _Job:
     """One :meth:`Work.run`: ``outcome`` (a future of the event loop) gets the result or the
     exception of the function run in a worker thread."""
 
-    __slots__ = ("abandoned", "done", "loop", "outcome")
+    __slots__ = ("abandoned", "done", "loop", "on_done", "outcome")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_done: Callable[[], None]) -> None:
         self.loop = loop
+        #: Called on the loop once the function has returned or raised.
+        self.on_done = on_done
         self.outcome: asyncio.Future[Any] = loop.create_future()
         #: Set on the loop once the function has returned or raised.
         self.done = False
@@ -110,6 +112,7 @@ class _Job:
 
     def _settle(self, result: Any, error: BaseException | None) -> None:
         self.done = True
+        self.on_done()
         if self.outcome.done():  # cancelled with the call that awaited it
             return
         if self.abandoned:  # what the work raised (CallCancelledError, most often) is dropped
@@ -140,6 +143,11 @@ class Work:
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
+        #: Functions submitted and not yet ended (changed on the event loop only).
+        self.running = 0
+
+    def _ended(self) -> None:
+        self.running -= 1
 
     async def run(
         self, function: Callable[..., _T], *args: Any, stop: threading.Event | None = None
@@ -151,8 +159,9 @@ class Work:
         stream). When the awaiting call is cancelled, ``stop`` is set and the call waits for the
         work to end; what the work raised then (CallCancelledError, most often) is dropped."""
         loop = asyncio.get_running_loop()
-        job = _Job(loop)
+        job = _Job(loop, self._ended)
         self.executor.submit(job.run, function, args)
+        self.running += 1
         try:
             return cast("_T", await job.outcome)
         except asyncio.CancelledError:
@@ -217,6 +226,10 @@ def _unary_inline_when(
 _NEVER = threading.Event()
 #: Keys or fingerprints of a request small enough to be served on the event loop.
 _INLINE_ITEMS = 16
+#: Candidates (Index.max_candidates times the fingerprints) of a QueryColumns message small
+#: enough to be looked up on the event loop (benchmarks/README.md gives the time of the worst
+#: case, every candidate a match).
+_LOOP_CANDIDATES = 1 << 18
 
 
 def _streaming(
@@ -388,6 +401,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self.index = state.index
         self.config = state.config
         self.catalog = catalog if catalog is not None else Catalog(state.config, state)
+        #: QueryColumns streams open (changed on the event loop only).
+        self.column_streams = 0
 
     def _collection(self, name: str) -> ServerState:
         """The state of collection ``name`` (empty: the default one); NotFoundError if none."""
@@ -586,8 +601,32 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         the stream with its status (see the .proto)."""
         stop = threading.Event()
         sizing = _SliceSize()  # learnt over the stream's messages
-        async for request in request_iterator:
-            yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
+        self.column_streams += 1
+        try:
+            async for request in request_iterator:
+                if self._columns_on_loop(request):
+                    yield self._query_columns(request, stop, sizing)
+                else:
+                    yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
+        finally:
+            self.column_streams -= 1
+
+    def _columns_on_loop(self, request: pb.QueryColumnsRequest) -> bool:
+        """Whether a QueryColumns request is answered on the event loop itself: when its stream
+        is the only QueryColumns stream open and nothing runs in the executor (one stream gains
+        no core from the executor; several share the cores through it), and its lookup is
+        bounded to :data:`_LOOP_CANDIDATES` candidates (its n fingerprints times
+        :meth:`Index.max_candidates`), work for which the hop to the executor and back would
+        cost more than it saves. A request that will be refused (unknown collection, bad k) is
+        refused on the loop."""
+        if self.work.running or self.column_streams > 1:
+            return False
+        try:
+            index = self._collection(request.collection).index
+            bound = index.max_candidates(request.k if request.HasField("k") else None)
+        except PermindexError:
+            return True
+        return len(request.fingerprints) // 8 * bound <= _LOOP_CANDIDATES
 
     @_unary_inline_when(lambda request: len(request.keys) <= _INLINE_ITEMS)
     def Get(self, request: pb.GetRequest, stop: threading.Event) -> pb.GetResponse:
