@@ -46,8 +46,9 @@ from permindex.rpc.handlers import add_servicer
 from permindex.rpc.health import NOT_SERVING, SERVING, HealthService
 from permindex.rpc.limits import CallLimits
 from permindex.rpc.metrics import MetricsServer
-from permindex.rpc.service import SERVICE_NAME, PermIndexService, Work
+from permindex.rpc.service import SERVICE_NAME, PermIndexService
 from permindex.rpc.state import ServerState
+from permindex.rpc.work import Work
 from permindex.storage.snapshot import SnapshotInfo
 from permindex.storage.store import Store
 from permindex.text.fingerprint import simhash_many
