@@ -147,31 +147,6 @@ def test_more_fingerprints_than_one_slice_of_the_index_lock(
     assert rows_of(reply) == brute_force(entries, many, 3)
 
 
-def test_messages_under_and_over_the_event_loops_candidate_bound(loaded: Loaded) -> None:
-    """The server looks a message up on its event loop only when its fingerprints times the
-    index's candidate bound (``Index.max_candidates``) is at most 2^18, else in its executor.
-    With 400 copies of one page stored, each of the 4 tables searched at k = 3 holds them in one
-    bucket (or its memtable): the bound lies between 4 x 400 and 4 x the entries stored, so 60
-    fingerprints stay under 2^18 and 700 go over. Both answer as brute force, on one stream."""
-    stub, entries, queries, _ = loaded
-    page = 0x0123456789ABCDEF
-    copies = {f"copy/{i:03d}": page for i in range(400)}
-    stub.Add(
-        pb.AddRequest(documents=[pb.Document(key=k, fingerprint=v) for k, v in copies.items()])
-    )
-    stored = {**entries, **copies}
-    under = ([page, page ^ 1, *queries] * 3)[:60]
-    over = ([page, page ^ 0b111, *queries] * 8)[:700]
-    assert len(under) * 4 * len(stored) <= 1 << 18 < len(over) * 4 * len(copies)
-    replies = list(stub.QueryColumns(iter([request(under), request(over), request(under, k=1)])))
-    assert [rows_of(reply) for reply in replies] == [
-        brute_force(stored, under, 3),
-        brute_force(stored, over, 3),
-        brute_force(stored, under, 1),
-    ]
-    assert len(replies[1].keys) > 400 * 10  # the copies met by 16 of the fingerprints
-
-
 def test_refusals_end_the_stream_after_the_answers_before(
     loaded: Loaded,
 ) -> None:

@@ -544,21 +544,6 @@ class Index:
         options = LookupOptions.checked(kk, lim, threads, columns, self._jit)
         return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
-    def max_candidates(self, k: int | None = None) -> int:
-        """An upper bound of the candidates one query within ``k`` (default: the index's k)
-        verifies: over the tables such a query searches, the largest prefix bucket of each frozen
-        run plus every memtable entry. A batch of n fingerprints verifies at most n times this
-        many, so its lookup time is bounded before it runs (the server serves a QueryColumns
-        message on its event loop only under such a bound). Copies of one page in a bucket raise
-        it by their number. O(tables * runs) after a change (each run's largest bucket is
-        computed once, O(2^r)), else O(1).
-
-        Raises: InvalidArgumentError for a bad ``k``, as :meth:`query`.
-        """
-        kk = query_k(k, self._k, self._design)
-        with self._lock:
-            return self._lookups.most_candidates(kk)
-
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:
         """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,
         store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry

@@ -212,7 +212,6 @@ class Lookups:
     change of the runs, the view after a change of the runs, a memtable, or the row arrays."""
 
     __slots__ = (
-        "_candidates",
         "_changes",
         "_fast",
         "_fast_seen",
@@ -247,28 +246,6 @@ class Lookups:
         self._fast: dict[int, tuple[_I64, Any, bool, Callable[[int], str], memoryview]] = {}
         self._fast_seen = -1
         self._view: ReadView | None = None
-        # most_candidates by k, valid while changes[2] is the first item.
-        self._candidates: tuple[int, dict[int, int]] = (-1, {})
-
-    def most_candidates(self, k: int) -> int:
-        """An upper bound of the candidates one query within ``k`` verifies: the largest bucket
-        of every run of the tables it searches, plus every memtable entry of those tables (the
-        caller holds the lock). O(tables * runs) after a change (each run's largest bucket is
-        cached), else O(1)."""
-        seen, bounds = self._candidates
-        if seen != self._changes[2]:
-            bounds = {}
-            self._candidates = (self._changes[2], bounds)
-        total = bounds.get(k)
-        if total is None:
-            total = 0
-            for t in self.searched[k]:
-                table = self.tables[t]
-                total += table.memtable_size
-                for run in table.runs:
-                    total += run.largest_bucket
-            bounds[k] = total
-        return total
 
     def _refresh_one(self) -> None:
         self._one_plans.clear()

@@ -123,10 +123,6 @@ def _unary_inline_when(
 _NEVER = threading.Event()
 #: Keys or fingerprints of a request small enough to be served on the event loop.
 _INLINE_ITEMS = 16
-#: Candidates (Index.max_candidates times the fingerprints) of a QueryColumns message small
-#: enough to be looked up on the event loop (benchmarks/README.md gives the time of the worst
-#: case, every candidate a match).
-_LOOP_CANDIDATES = 1 << 18
 
 
 def _streaming(
@@ -298,8 +294,6 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self.index = state.index
         self.config = state.config
         self.catalog = catalog if catalog is not None else Catalog(state.config, state)
-        #: QueryColumns streams open (changed on the event loop only).
-        self.column_streams = 0
 
     def _collection(self, name: str) -> ServerState:
         """The state of collection ``name`` (empty: the default one); NotFoundError if none."""
@@ -498,32 +492,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         the stream with its status (see the .proto)."""
         stop = threading.Event()
         sizing = _SliceSize()  # learnt over the stream's messages
-        self.column_streams += 1
-        try:
-            async for request in request_iterator:
-                if self._columns_on_loop(request):
-                    yield self._query_columns(request, stop, sizing)
-                else:
-                    yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
-        finally:
-            self.column_streams -= 1
-
-    def _columns_on_loop(self, request: pb.QueryColumnsRequest) -> bool:
-        """Whether a QueryColumns request is answered on the event loop itself: when its stream
-        is the only QueryColumns stream open and nothing runs in the executor (one stream gains
-        no core from the executor; several share the cores through it), and its lookup is
-        bounded to :data:`_LOOP_CANDIDATES` candidates (its n fingerprints times
-        :meth:`Index.max_candidates`), work for which the hop to the executor and back would
-        cost more than it saves. A request that will be refused (unknown collection, bad k) is
-        refused on the loop."""
-        if self.work.running or self.column_streams > 1:
-            return False
-        try:
-            index = self._collection(request.collection).index
-            bound = index.max_candidates(request.k if request.HasField("k") else None)
-        except PermindexError:
-            return True
-        return len(request.fingerprints) // 8 * bound <= _LOOP_CANDIDATES
+        async for request in request_iterator:
+            yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
 
     @_unary_inline_when(lambda request: len(request.keys) <= _INLINE_ITEMS)
     def Get(self, request: pb.GetRequest, stop: threading.Event) -> pb.GetResponse:
