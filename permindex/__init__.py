@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         flags,
     )
     from permindex.index.hamming import hamming, parse_fingerprint, validate_fingerprint
+    from permindex.index.query import QueryColumns
     from permindex.near.dataset import DatasetDedup, dedup_dataset
     from permindex.text.documents import format_fingerprint, html_to_text, read_file_text
     from permindex.text.fingerprint import (
@@ -91,6 +92,7 @@ __all__ = [
     "NearDuplicates",
     "NotFoundError",
     "PermindexError",
+    "QueryColumns",
     "ServerCollectionExistsError",
     "ServerCorruptFileError",
     "ServerError",
@@ -138,6 +140,7 @@ _LAZY = {
     "Index": "permindex.index",
     "Match": "permindex.index",
     "NearDuplicates": "permindex.index.clusters",
+    "QueryColumns": "permindex.index.query",
     "clusters": "permindex.index.clusters",
     "dedup_dataset": "permindex.near.dataset",
     "exact_duplicates": "permindex.index.clusters",
