@@ -891,11 +891,7 @@ def index_lookup_cpu(n: int, per_call: int, calls: int, columns: bool) -> list[f
 
     fps, _ = make_data(n)
     keys = [f"doc-{i:08d}" for i in range(n)]
-    if hasattr(Index, "from_arrays"):
-        index = Index.from_arrays(keys, fps)
-    else:  # pragma: no cover - older trees
-        index = Index()
-        index.add_many(zip(keys, fps.tolist(), strict=True))
+    index = Index.from_arrays(keys, fps)  # c1b4e0d has it too
     batches = random_batches(per_call)
     return [lookup_cpu(index, batches, calls, columns) for _ in range(3)]
 
@@ -1020,9 +1016,11 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
             if before_source is not None:
                 before_port = free_port()
                 before = serve_process(
-                    before_port, Path(tmp) / "before", {"PYTHONPATH": str(before_source)},
+                    before_port,
+                    Path(tmp) / "before",
+                    {"PYTHONPATH": str(before_source)},
                     cwd=before_source,
-                )  # fmt: skip
+                )
                 processes.append(before)
                 servers["before"] = (before, f"127.0.0.1:{before_port}")
                 out["before_commit"] = bench_dedup.BASELINE_COMMIT

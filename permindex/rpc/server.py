@@ -328,8 +328,9 @@ class RunningServer:
         try:
             await asyncio.wait_for(self.limits.wait_idle(), grace)
         except TimeoutError:
-            log.info("grace period over: cancelling the %d call(s) still at work",
-                     self.limits.working)  # fmt: skip
+            log.info(
+                "grace period over: cancelling the %d call(s) still at work", self.limits.working
+            )
         left = max(0.0, grace - (loop.time() - began))
         await self._server.stop(min(left, _LAST_STATUS_SECONDS))
 

@@ -7,6 +7,7 @@ client gave up on cannot pile up in the executor behind the call limits' backs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
@@ -43,10 +44,9 @@ class _Job:
             result, error = function(*args), None
         except BaseException as raised:  # raised again in the awaiting task
             result, error = None, raised
-        try:
+        # RuntimeError: the loop is closed, so nothing awaits the outcome any more
+        with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._settle, result, error)
-        except RuntimeError:  # the loop is closed: nothing awaits the outcome any more
-            pass
 
     def _settle(self, result: Any, error: BaseException | None) -> None:
         self.done = True
