@@ -91,6 +91,26 @@ def test_an_entry_stops_matching_everywhere_once_expired() -> None:
     index._check()
 
 
+def test_a_bounded_lookup_leaves_due_expiry_to_query_many() -> None:
+    """``query_columns_within`` answers None while entries are due to expire (expiring them
+    is O(n), not bounded work); once ``query_many`` expired them, it answers without them."""
+    clock = Clock()
+    index = _index(clock, expire_after=100)
+    index.add("a", 0b1111)
+    clock.now = T0 + 50
+    index.add("c", 0b0111)
+    queries = np.array([0b1111] * 20, dtype=np.uint64)
+    roomy = {"max_candidates": 1 << 30, "max_matches": 1 << 30}
+    got = index.query_columns_within(queries, **roomy)
+    assert got is not None and got.keys == ["a", "c"] * 20
+    clock.now = T0 + 100
+    assert index.query_columns_within(queries, **roomy) is None  # "a" is due
+    assert set(index.query_many(queries, columns=True).keys) == {"c"}
+    got = index.query_columns_within(queries, **roomy)
+    assert got is not None and got.keys == ["c"] * 20
+    index._check()
+
+
 def test_check_and_add_ignores_an_expired_near_duplicate() -> None:
     clock = Clock()
     index = _index(clock, expire_after=10)

@@ -266,3 +266,96 @@ def test_kernels_on_rows_above_2_to_the_24() -> None:
         assert sorted((j, row, d) for _, row, d in one[:found].tolist()) == [
             e for e in expected if e[0] == j
         ]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    design_k=st.sampled_from(DESIGNS),
+    seed=st.integers(0, 2**32 - 1),
+    memtable_limit=st.sampled_from([4, 64, 8192]),
+    removals=st.integers(0, 60),
+    copies=st.integers(0, 50),
+)
+def test_bounded_lookups_and_the_candidate_bound(
+    monkeypatch: pytest.MonkeyPatch,
+    design_k: tuple[tuple[int, int], int],
+    seed: int,
+    memtable_limit: int,
+    removals: int,
+    copies: int,
+) -> None:
+    """``max_candidates(k)`` bounds the matches of every query, whatever the state of the
+    tables (memtables, several runs, tombstones); ``query_columns_within`` answers exactly as
+    ``query_many(..., columns=True)`` within its bounds, and None one candidate or one match
+    past them, at most SMALL_BATCH fingerprints, and on the reference paths."""
+    design, k = design_k
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 2**64 - 1, 30, dtype=np.uint64, endpoint=True)
+    fps = np.concatenate([near(rng, np.repeat(base, 4), k), np.repeat(base[:1], copies)])
+    keys = [f"key-{i}" for i in range(fps.size)]
+    options = {"k": k, "design": design, "memtable_limit": memtable_limit, "compaction_min": 8}
+    fast = Index(**options)  # type: ignore[arg-type]
+    slow = reference(monkeypatch, **options)
+    cut = int(rng.integers(0, fps.size))
+    removed = rng.choice(fps.size, min(removals, fps.size), replace=False).tolist()
+    for index in (fast, slow):
+        index.add_many(keys[:cut], fps[:cut])
+        for key, value in zip(keys[cut:], fps[cut:].tolist(), strict=True):
+            index.add(key, value)
+        for i in removed:
+            index.remove(keys[i])
+    fast._check()
+    stored_keys, stored = fast.export()
+    queries = np.concatenate([near(rng, base, k), rng.integers(0, 2**63, 10, dtype=np.uint64)])
+    n = queries.size
+    for kk in range(k + 1):
+        bound = fast.max_candidates(kk)
+        assert bound == slow.max_candidates(kk)
+        for q in queries.tolist():
+            assert len(expected_query(stored_keys, stored, q, kk)) <= bound
+        if copies and keys[-1] not in removed:
+            assert bound >= copies - len(removed)
+        full = fast.query_many(queries, k=kk, columns=True)
+        m = len(full.keys)
+        got = fast.query_columns_within(queries, kk, max_candidates=n * bound, max_matches=m)
+        assert got is not None and columns_as_lists(got) == columns_as_lists(full)
+        limited = fast.query_columns_within(queries, kk, 1, max_candidates=n * bound, max_matches=m)
+        assert limited is not None
+        assert columns_as_lists(limited) == columns_as_lists(
+            fast.query_many(queries, k=kk, limit=1, columns=True)
+        )
+        if bound:
+            assert (
+                fast.query_columns_within(queries, kk, max_candidates=n * bound - 1, max_matches=m)
+                is None
+            )
+        if m:
+            assert (
+                fast.query_columns_within(queries, kk, max_candidates=n * bound, max_matches=m - 1)
+                is None
+            )
+        roomy = {"max_candidates": 1 << 40, "max_matches": 1 << 40}
+        assert fast.query_columns_within(queries[:8], kk, **roomy) is None  # SMALL_BATCH
+        assert slow.query_columns_within(queries, kk, **roomy) is None  # no kernels
+    assert fast.max_candidates() == fast.max_candidates(k)
+
+
+def test_bounded_lookup_arguments() -> None:
+    index = Index.from_arrays([f"k{i}" for i in range(100)], np.arange(100, dtype=np.uint64))
+    queries = np.arange(20, dtype=np.uint64)
+    assert Index().max_candidates() == 0
+    with pytest.raises(InvalidArgumentError, match="k"):
+        index.max_candidates(4)
+    with pytest.raises(InvalidArgumentError, match="max_matches"):
+        index.query_columns_within(queries, max_candidates=10**6, max_matches=-1)
+    with pytest.raises(InvalidArgumentError, match="max_candidates"):
+        index.query_columns_within(queries, max_candidates=-1, max_matches=10)
+    with pytest.raises(TypeError):
+        index.query_columns_within(queries, max_candidates=1.5, max_matches=10)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="k"):
+        index.query_columns_within(queries, 9, max_candidates=10**6, max_matches=10)
+    got = index.query_columns_within(queries, max_candidates=10**6, max_matches=10**6)
+    assert got is not None
+    assert columns_as_lists(got) == columns_as_lists(index.query_many(queries, columns=True))

@@ -401,6 +401,24 @@ class ExpiringIndex(Index):
             return super().query_many(fingerprints, k, limit, threads=threads, columns=True)
         return super().query_many(fingerprints, k, limit, threads=threads)
 
+    def query_columns_within(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = None,
+        limit: int | None = None,
+        *,
+        max_candidates: int,
+        max_matches: int,
+    ) -> QueryColumns | None:
+        """:meth:`Index.query_columns_within
+        <permindex.index.Index.query_columns_within>`, and None as well while rows are due to
+        expire (expiring them is O(n): :meth:`query_many` does it)."""
+        if int(self._clock()) - self._expire_after >= self._oldest:
+            return None
+        return super().query_columns_within(
+            fingerprints, k, limit, max_candidates=max_candidates, max_matches=max_matches
+        )
+
     def iter_pairs(
         self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
     ) -> Iterator[tuple[str, str, int]]:

@@ -63,6 +63,7 @@ from permindex.index.query import (
     LookupOptions,
     QueryColumns,
     lookup_many,
+    lookup_within,
     reference_one,
     self_join_pairs,
 )
@@ -275,7 +276,7 @@ class Index:
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         n = int(sizes.size)
         index = cls(k, design, **_sized(memtable_limit, compaction_min, n, memory_budget))
-        index._add_section(sizes, raw, values)
+        _add_section(index, sizes, raw, values)
         return index
 
     def add_compact(
@@ -293,14 +294,7 @@ class Index:
         Raises:
             InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored.
         """
-        self._add_section(*compact_inputs(lengths, blob, fingerprints))
-
-    def _add_section(self, sizes: NDArray[np.integer], raw: Section, values: _U64) -> None:
-        """:meth:`add_compact` of arguments :func:`~permindex.index.batches.compact_inputs`
-        has checked."""
-        keys = add_section(self._rows, self._runs, sizes, raw, values)
-        if keys is not None:  # maybe a repeated key: the exact path
-            self.add_many(keys, values)
+        _add_section(self, *compact_inputs(lengths, blob, fingerprints))
 
     def __repr__(self) -> str:
         d = self._design
@@ -544,6 +538,32 @@ class Index:
         options = LookupOptions.checked(kk, lim, threads, columns, self._jit)
         return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
+    def max_candidates(self, k: int | None = None) -> int:
+        """A bound of the candidates one query within ``k`` (None: the index's) meets: the
+        largest prefix bucket of each run searched plus the memtables (removed entries count
+        until a compaction). O(tables * runs) after a change, else O(1). Errors: as query."""
+        kk = query_k(k, self._k, self._design)
+        with self._lock:
+            return self._lookups.most_candidates(kk)
+
+    def query_columns_within(
+        self,
+        fingerprints: Iterable[int] | _U64,
+        k: int | None = None,
+        limit: int | None = None,
+        *,
+        max_candidates: int,
+        max_matches: int,
+    ) -> QueryColumns | None:
+        """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded, else
+        None: :func:`~permindex.index.query.lookup_within` (its bounds, errors and cost); other
+        errors as :meth:`query_many`."""
+        queries = as_fingerprint_array(fingerprints)
+        kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
+        options = LookupOptions.checked(kk, lim, None, True, self._jit)
+        bounds = (max_candidates, max_matches)
+        return lookup_within(self._lock, self._lookups, queries, options, *bounds)
+
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:
         """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,
         store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry
@@ -642,6 +662,14 @@ class Index:
         with self._lock:
             self._rows._check()
             self._runs._check()
+
+
+def _add_section(index: Index, sizes: NDArray[np.integer], raw: Section, values: _U64) -> None:
+    """:meth:`Index.add_compact` of arguments :func:`~permindex.index.batches.compact_inputs`
+    has checked."""
+    keys = add_section(index._rows, index._runs, sizes, raw, values)
+    if keys is not None:  # maybe a repeated key: the exact path
+        index.add_many(keys, values)
 
 
 def check_and_add(

@@ -212,6 +212,7 @@ class Lookups:
     change of the runs, the view after a change of the runs, a memtable, or the row arrays."""
 
     __slots__ = (
+        "_candidates",
         "_changes",
         "_fast",
         "_fast_seen",
@@ -246,6 +247,27 @@ class Lookups:
         self._fast: dict[int, tuple[_I64, Any, bool, Callable[[int], str], memoryview]] = {}
         self._fast_seen = -1
         self._view: ReadView | None = None
+        # most_candidates by k, valid while changes[2] is the first item.
+        self._candidates: tuple[int, dict[int, int]] = (-1, {})
+
+    def most_candidates(self, k: int) -> int:
+        """An upper bound of the candidates one query within ``k`` meets: the largest bucket
+        of every frozen run of the tables it searches, plus every memtable entry of those
+        tables (the caller holds the lock). Entries of removed rows count until a compaction
+        drops them. O(tables * runs) after a change (each run's largest bucket is cached),
+        else O(1)."""
+        seen, bounds = self._candidates
+        if seen != self._changes[2]:
+            bounds = {}
+            self._candidates = (self._changes[2], bounds)
+        total = bounds.get(k)
+        if total is None:
+            total = 0
+            for t in self.searched[k]:
+                table = self.tables[t]
+                total += table.memtable_size + sum(run.largest_bucket for run in table.runs)
+            bounds[k] = total
+        return total
 
     def _refresh_one(self) -> None:
         self._one_plans.clear()
@@ -375,15 +397,11 @@ def batch_arrays(view: ReadView, queries: _U64, k: int, threads: int = 1) -> _I6
     sorted; :func:`permindex.index.match_kernels.arrange_matches` orders them). ``threads`` > 1
     splits the queries into that many slices, looked up in parallel (the kernels release the
     GIL). O(q * (tables * runs + candidates))."""
-    plan = view.plans[k]
-    module = kernels()
 
     def run(part: _U64) -> _I64:
-        out = np.zeros((max(64, 2 * part.size), 3), dtype=np.int64)
-        count = module.lookup_batch(part, k, plan.tables, plan.runs, view.fps, view.live, out)
+        out, count = _lookup_batch(view, part, k, max(64, 2 * part.size))
         if count > out.shape[0]:
-            out = np.zeros((count, 3), dtype=np.int64)
-            count = module.lookup_batch(part, k, plan.tables, plan.runs, view.fps, view.live, out)
+            out, count = _lookup_batch(view, part, k, count)
         return out[:count]
 
     if threads <= 1 or queries.size < 2 * threads:
@@ -395,3 +413,26 @@ def batch_arrays(view: ReadView, queries: _U64, k: int, threads: int = 1) -> _I6
     for i, out in enumerate(outs):
         out[:, 0] += bounds[i]
     return np.concatenate(outs)
+
+
+def batch_arrays_within(view: ReadView, queries: _U64, k: int, max_matches: int) -> _I64 | None:
+    """:func:`batch_arrays` on one thread when the queries have at most ``max_matches``
+    matches in all; else None, after one pass of the kernel, which counts the matches past its
+    output's capacity without writing them (a second pass writes them when they are more than
+    that capacity, 2q, and at most ``max_matches``). O(q * (tables * runs + candidates))."""
+    out, count = _lookup_batch(view, queries, k, min(max_matches, max(64, 2 * queries.size)))
+    if count > max_matches:
+        return None
+    if count > out.shape[0]:
+        out, count = _lookup_batch(view, queries, k, count)
+    return out[:count]
+
+
+def _lookup_batch(view: ReadView, queries: _U64, k: int, capacity: int) -> tuple[_I64, int]:
+    """``lookup_batch`` of the kernels into a new (capacity, 3) int64 output: it and the
+    number of matches, which may exceed ``capacity`` (those past it are counted, not
+    written)."""
+    plan = view.plans[k]
+    out = np.zeros((capacity, 3), dtype=np.int64)
+    count = kernels().lookup_batch(queries, k, plan.tables, plan.runs, view.fps, view.live, out)
+    return out, int(count)

@@ -25,7 +25,13 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index import join
 from permindex.index.keys import check_int
-from permindex.index.lookup import Lookups, ReadView, batch_arrays, kernels_of_matches
+from permindex.index.lookup import (
+    Lookups,
+    ReadView,
+    batch_arrays,
+    batch_arrays_within,
+    kernels_of_matches,
+)
 from permindex.index.match import (
     MATCH_ORDER,
     Match,
@@ -60,6 +66,7 @@ __all__ = [
     "columns_from_matches",
     "columns_of",
     "lookup_many",
+    "lookup_within",
     "matches_of",
     "order_matches",
     "query_batch",
@@ -342,6 +349,51 @@ def lookup_many(
     return columns_from_matches(results) if options.columns else results
 
 
+def lookup_within(
+    lock: RLock,
+    lookups: Lookups,
+    queries: _U64,
+    options: LookupOptions,
+    max_candidates: int,
+    max_matches: int,
+) -> QueryColumns | None:
+    """``Index.query_many(..., columns=True)`` of the checked (q,) uint64 ``queries`` when its
+    work is bounded, else None: the lookup runs on the compiled kernels (more than
+    :data:`SMALL_BATCH` queries, kernels enabled), q times :meth:`Lookups.most_candidates` is
+    at most ``max_candidates`` (checked under ``lock`` before anything is looked up), and the
+    kernel counts at most ``max_matches`` matches (else None after that one pass, before any
+    match is ordered or its key read). None too when a compaction renumbered the rows
+    meanwhile. O(q * tables * runs + max_candidates) in the kernel, O(max_matches log
+    max_matches) to order the matches.
+
+    Raises:
+        TypeError: a bound that is not an int.
+        InvalidArgumentError: a negative bound.
+    """
+    bounds = (check_int(max_candidates, "max_candidates"), check_int(max_matches, "max_matches"))
+    if min(bounds) < 0:
+        raise InvalidArgumentError(
+            f"max_candidates and max_matches must be >= 0, not {bounds[0]} and {bounds[1]}"
+        )
+    k, n = options.k, int(queries.size)
+    if not options.jit or n <= SMALL_BATCH:
+        return None
+    rows = lookups.rows
+    with lock:
+        if n * lookups.most_candidates(k) > max_candidates:
+            return None
+        view = lookups.view(k)
+    try:
+        found = batch_arrays_within(view, queries, k, max_matches)
+    finally:
+        with lock:
+            rows.release_live(view.epoch)
+    if found is None:
+        return None
+    ordered = order_matches(lock, rows, view, found, n, options.limit)
+    return None if ordered is None else columns_of(n, ordered)
+
+
 def reference_one(lookups: Lookups, query: int, k: int) -> list[Match]:
     """The matches of one query on the reference path (tables in Python,
     :func:`~permindex.index.verify.verify`), sorted; the caller holds the lock."""
@@ -386,6 +438,13 @@ def query_view(
     return order_matches(lock, rows, view, found, int(queries.size), limit)
 
 
+def _no_matches() -> Found:
+    """The :data:`Found` of a batch without a match (new arrays and list: the caller owns
+    them)."""
+    empty = np.empty(0, dtype=np.int64)
+    return empty, [], np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint8)
+
+
 def order_matches(
     lock: RLock, rows: RowStore, view: ReadView, found: NDArray[np.int64], n: int, limit: int
 ) -> Found | None:
@@ -394,6 +453,8 @@ def order_matches(
     sorted by (query, distance, key), at most ``limit`` per query (0: all); None when a
     compaction renumbered the rows since the view was taken. Reads the keys under ``lock``.
     O(m log m)."""
+    if not found.shape[0]:  # no match: no key to read
+        return _no_matches()
     # One kernel from the lookup's output to the matches ordered by (query, distance) with
     # their fingerprints and ties, instead of a dozen numpy steps (benchmarks/README.md).
     q_all, rows_all, d_all, fps_all, tie = kernels_of_matches().arrange_matches(found, n, view.fps)

@@ -159,6 +159,7 @@ class Run:
     """
 
     __slots__ = (
+        "_largest_bucket",
         "directory",
         "filter_view",
         "filters",
@@ -194,6 +195,7 @@ class Run:
         #: What a single query reads, in one tuple (one unpacking instead of five attribute
         #: lookups per run): shift, directory, filter_view, low_view, high_view.
         self.views = (shift, self.directory, self.filter_view, self.low_view, self.high_view)
+        self._largest_bucket = -1
 
     def shifted(self, first_row: int) -> Run:
         """This run with ``first_row`` added to every row (the run of the same fingerprints
@@ -278,6 +280,14 @@ class Run:
 
     def __len__(self) -> int:
         return int(self.low.size)
+
+    @property
+    def largest_bucket(self) -> int:
+        """Entries of the run's largest directory bucket: the most candidates one query can
+        meet in this run. O(2^r) the first time, then cached (a run is immutable)."""
+        if self._largest_bucket < 0:
+            self._largest_bucket = int(np.diff(self.offsets).max(initial=0))
+        return self._largest_bucket
 
     def nbytes(self) -> int:
         """Bytes of the arrays."""
