@@ -147,6 +147,38 @@ def test_more_fingerprints_than_one_slice_of_the_index_lock(
     assert rows_of(reply) == brute_force(entries, many, 3)
 
 
+def test_messages_within_and_past_the_event_loops_bounds(loaded: Loaded) -> None:
+    """The server looks a message up on its event loop only within bounds
+    (``Index.query_columns_within``: at most 1,024 fingerprints, 2^18 candidates, 1,024
+    matches), else in its executor, and after a message past them sends the next 16 of the
+    stream to the executor. With 400 copies of one page stored, the bound of candidates lies
+    between 4 x 400 and 4 x the entries stored: 60 fingerprints stay under 2^18, 700 go over;
+    a message holding the page twice has 800 matches, three times 1,200. Every answer, on one
+    stream through every switch between the two, as brute force."""
+    stub, entries, queries, _ = loaded
+    page = 0x0123456789ABCDEF
+    copies = {f"copy/{i:03d}": page for i in range(400)}
+    stub.Add(
+        pb.AddRequest(documents=[pb.Document(key=k, fingerprint=v) for k, v in copies.items()])
+    )
+    stored = {**entries, **copies}
+    within = ([page, page ^ 1, *queries] * 3)[:60]  # 800 matches of the copies
+    many = [page, page, page ^ 0b11, *queries[:57]]  # 1,200: past the bound of matches
+    wide = ([page ^ 0b111, *queries] * 8)[:700]  # past the bound of candidates
+    assert len(within) * 4 * len(stored) <= 1 << 18 < len(wide) * 4 * len(copies)
+    asked = [
+        (within, 3),
+        (many, 3),
+        *[(within, 3)] * 17,  # 16 in the executor, then the loop again
+        (wide, 3),
+        (within, 1),
+        (queries[:9], 0),
+    ]
+    replies = list(stub.QueryColumns(iter([request(q, k=k) for q, k in asked])))
+    assert [rows_of(reply) for reply in replies] == [brute_force(stored, q, k) for q, k in asked]
+    assert len(replies[0].keys) > 800 and len(replies[1].keys) > 1200
+
+
 def test_refusals_end_the_stream_after_the_answers_before(
     loaded: Loaded,
 ) -> None:

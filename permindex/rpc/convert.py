@@ -440,6 +440,8 @@ def columns_to_proto(parts: Sequence[tuple[int, QueryColumns]]) -> pb.QueryColum
     distances: list[NDArray[np.uint8]] = []
     keys: list[str] = []
     for start, part in parts:
+        if not part.keys:  # no match: nothing of it on the wire
+            continue
         counts = np.diff(part.offsets)
         positions.append(np.repeat(np.arange(start, start + counts.size, dtype="<u4"), counts))
         fingerprints.append(part.fingerprints)

@@ -15,23 +15,21 @@ from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 import numpy as np
-from numpy.typing import NDArray
 
 import permindex
 from permindex.errors import (
-    CallCancelledError,
     NotFoundError,
     PermindexError,
     WorkBudgetExceededError,
     status_name_for,
 )
-from permindex.index import ExpiringIndex, Match
+from permindex.index import ExpiringIndex
 from permindex.index.clusters import NearDuplicates
 from permindex.index.key_section import batch_repeats
-from permindex.index.query import QueryColumns
-from permindex.rpc import convert
+from permindex.rpc import columns, convert
 from permindex.rpc.catalog import Catalog, CollectionOptions
 from permindex.rpc.limits import StreamClosed
+from permindex.rpc.slices import SliceSize, slices
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory_bytes
 from permindex.rpc.work import Work, read_outcome
 from permindex.text.fingerprint import Vote
@@ -45,10 +43,9 @@ log = logging.getLogger(__name__)
 #: Full name of the service, as health checking and reflection know it.
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PermIndex"].full_name
 
-#: The most fingerprints looked up per acquisition of the index lock in a Query (:func:`_slices`).
-_QUERY_SLICE = 1024
-#: Matches per slice of a batch lookup that :func:`_slices` aims below (about 50 ms of work).
-_SLICE_MATCHES = 50_000
+#: Candidates (``Index.max_candidates``) up to which a Query of one fingerprint runs on the
+#: event loop: its matches are at most this many.
+_LOOP_SINGLE_CANDIDATES = 4096
 
 _ADDED = pb.DOCUMENT_STATUS_ADDED
 _REPLACED = pb.DOCUMENT_STATUS_REPLACED
@@ -87,15 +84,15 @@ def _unary(
 
 
 def _unary_inline_when(
-    small: Callable[[Any], bool] | None,
+    small: Callable[[PermIndexService, Any], bool] | None,
 ) -> Callable[
     [Callable[[PermIndexService, _Req, threading.Event], _Resp]],
     Callable[[PermIndexService, _Req, _Context], Coroutine[Any, Any, _Resp]],
 ]:
-    """As :func:`_unary`, except that a request for which ``small(request)`` is true runs on the
-    event loop itself: a call bounded to a few microseconds of index work (one lookup, a few
-    keys, the counts), for which the hop to the executor and back would cost more than the
-    work."""
+    """As :func:`_unary`, except that a request for which ``small(service, request)`` is true
+    runs on the event loop itself: a call bounded to a little index work (one lookup of
+    bounded candidates, a few keys, the counts), for which the hop to the executor and back
+    would cost more than the work."""
 
     def decorate(
         method: Callable[[PermIndexService, _Req, threading.Event], _Resp],
@@ -105,7 +102,7 @@ def _unary_inline_when(
         @functools.wraps(method)
         async def handler(self: PermIndexService, request: _Req, context: _Context) -> _Resp:
             try:
-                if small is not None and small(request):
+                if small is not None and small(self, request):
                     return method(self, request, _NEVER)  # nothing to stop: it runs at once
                 stop = threading.Event()
                 return await self.work.run(method, self, request, stop, stop=stop)
@@ -170,91 +167,6 @@ def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
     return convert.check_keys(keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes)
 
 
-class _SliceSize:
-    """The size of the next slice of a batch lookup (:func:`_slices`), kept for a whole stream
-    so that a QueryColumns stream of ordinary fingerprints soon looks up whole messages at once;
-    a new one (a unary Query) starts small."""
-
-    def __init__(self) -> None:
-        self.size = 16
-
-
-def _slices(
-    state: ServerState,
-    fingerprints: NDArray[np.uint64],
-    k: int | None,
-    limit: int | None,
-    stop: threading.Event,
-    sizing: _SliceSize | None = None,
-) -> Iterator[tuple[list[list[Match]], int]]:
-    """The matches of ``fingerprints`` ((n,) uint64) looked up slice by slice with
-    ``Index.query_many``, each with the number of fingerprints done so far (see
-    :func:`_sliced`)."""
-    return _sliced(
-        lambda part: state.index.query_many(part, k=k, limit=limit),
-        lambda found: sum(map(len, found)),
-        fingerprints,
-        stop,
-        sizing,
-    )
-
-
-def _column_slices(
-    state: ServerState,
-    fingerprints: NDArray[np.uint64],
-    k: int | None,
-    limit: int | None,
-    stop: threading.Event,
-    sizing: _SliceSize | None = None,
-) -> Iterator[tuple[QueryColumns, int]]:
-    """:func:`_slices` in the columnar form (``Index.query_many(..., columns=True)``)."""
-    return _sliced(
-        lambda part: state.index.query_many(part, k=k, limit=limit, columns=True),
-        lambda found: len(found.keys),
-        fingerprints,
-        stop,
-        sizing,
-    )
-
-
-def _sliced(
-    lookup: Callable[[NDArray[np.uint64]], _T],
-    matches_of: Callable[[_T], int],
-    fingerprints: NDArray[np.uint64],
-    stop: threading.Event,
-    sizing: _SliceSize | None,
-) -> Iterator[tuple[_T, int]]:
-    """``lookup`` of ``fingerprints`` slice by slice, each answer with the number of
-    fingerprints done so far.
-
-    A slice holds at most :data:`_QUERY_SLICE` fingerprints and is sized by the matches the last
-    one returned (``matches_of``; halved above :data:`_SLICE_MATCHES`, doubled below a tenth of
-    it), so that a slice of fingerprints with thousands of matches each (5,000 copies of a
-    template page) takes about as long as one of ordinary fingerprints; before each slice
-    ``stop`` is checked (CallCancelledError) and the index lock is let go.
-    """
-    n = len(fingerprints)
-    sizing = sizing or _SliceSize()
-    start = 0
-    while start < n:
-        _check_stop(stop)
-        end = min(n, start + sizing.size)
-        part = lookup(fingerprints[start:end])
-        yield part, end
-        matches = matches_of(part)
-        if matches > _SLICE_MATCHES:
-            sizing.size = max(1, sizing.size // 2)
-        elif matches < _SLICE_MATCHES // 10:
-            sizing.size = min(_QUERY_SLICE, sizing.size * 2)
-        start = end
-
-
-def _check_stop(stop: threading.Event) -> None:
-    """Raise CallCancelledError once the call that owns ``stop`` has ended."""
-    if stop.is_set():
-        raise CallCancelledError("the call was cancelled or its deadline passed")
-
-
 # ---------------------------------------------------------------------------------- servicer
 
 
@@ -294,6 +206,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         self.index = state.index
         self.config = state.config
         self.catalog = catalog if catalog is not None else Catalog(state.config, state)
+        #: QueryColumns streams open (changed on the event loop only).
+        self.column_streams = 0
 
     def _collection(self, name: str) -> ServerState:
         """The state of collection ``name`` (empty: the default one); NotFoundError if none."""
@@ -409,9 +323,21 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     # ---- reads
 
-    @_unary_inline_when(
-        lambda request: len(request.fingerprints) + len(request.fingerprints_hex) == 1
-    )
+    def _single_on_loop(self, request: pb.QueryRequest) -> bool:
+        """Whether a Query runs on the event loop: one fingerprint, in a collection whose
+        :meth:`Index.max_candidates <permindex.index.Index.max_candidates>` is at most
+        :data:`_LOOP_SINGLE_CANDIDATES` (many copies of one page go to the executor). A request
+        that will be refused (unknown collection, bad k) is refused on the loop."""
+        if len(request.fingerprints) + len(request.fingerprints_hex) != 1:
+            return False
+        try:
+            index = self._collection(request.collection).index
+            bound = index.max_candidates(request.k if request.HasField("k") else None)
+        except PermindexError:
+            return True
+        return bound <= _LOOP_SINGLE_CANDIDATES
+
+    @_unary_inline_when(_single_on_loop)
     def Query(self, request: pb.QueryRequest, stop: threading.Event) -> pb.QueryResponse:
         """Every stored key within k of each fingerprint (sent as integers or in hex)."""
         state = self._collection(request.collection)
@@ -432,9 +358,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         fingerprints = np.array(queries, dtype=np.uint64)
         n = len(fingerprints)
         size = 0
-        # Slices (_slices), so that the index lock is let go between them, a cancelled call stops
+        # Slices (slices), so that the index lock is let go between them, a cancelled call stops
         # within one, and an answer too large for one message is refused early.
-        for found, done in _slices(state, fingerprints, k, limit, stop):
+        for found, done in slices(state, fingerprints, k, limit, stop):
             for matches in found:
                 if matches:
                     add(matches=convert.matches_to_proto(matches))
@@ -443,31 +369,6 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             size += convert.query_wire_bytes(found)
             self._check_query_size(state, response, size, done, n)
         return response
-
-    def _query_columns(
-        self,
-        request: pb.QueryColumnsRequest,
-        stop: threading.Event,
-        sizing: _SliceSize | None = None,
-    ) -> pb.QueryColumnsResponse:
-        """One QueryColumns request: validated as Query validates, looked up in slices of
-        :data:`_QUERY_SLICE` (the index lock is let go between them), answered in columns."""
-        state = self._collection(request.collection)
-        fingerprints = convert.fingerprints_from_bytes(request.fingerprints, state.config.max_batch)
-        k = convert.check_k(
-            request.k if request.HasField("k") else None, state.index.k, state.index.design
-        )
-        limit = convert.limit_from(request.limit if request.HasField("limit") else None)
-        n = len(fingerprints)
-        found: list[tuple[int, QueryColumns]] = []
-        size = 0
-        start = 0
-        for part, done in _column_slices(state, fingerprints, k, limit, stop, sizing):
-            size += convert.columns_part_wire_bytes(part)
-            convert.check_reply_size(size, state.config.max_message_bytes, done, n)
-            found.append((start, part))
-            start = done
-        return convert.columns_to_proto(found)
 
     @staticmethod
     def _check_query_size(
@@ -491,11 +392,24 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         """Each request answered in order by one columnar response; a refused request ends
         the stream with its status (see the .proto)."""
         stop = threading.Event()
-        sizing = _SliceSize()  # learnt over the stream's messages
-        async for request in request_iterator:
-            yield await self.work.run(self._query_columns, request, stop, sizing, stop=stop)
+        sizing = SliceSize()  # learnt over the stream's messages
+        self.column_streams += 1
+        try:
+            async for request in request_iterator:
+                state = self._collection(request.collection)
+                # on the loop only while this is the only QueryColumns stream and nothing runs
+                # in the executor (one stream gains no core from it; several share the cores)
+                alone = not self.work.running and self.column_streams == 1
+                response = columns.on_loop(state, request, sizing) if alone else None
+                if response is None:
+                    response = await self.work.run(
+                        columns.in_slices, state, request, stop, sizing, stop=stop
+                    )
+                yield response
+        finally:
+            self.column_streams -= 1
 
-    @_unary_inline_when(lambda request: len(request.keys) <= _INLINE_ITEMS)
+    @_unary_inline_when(lambda _service, request: len(request.keys) <= _INLINE_ITEMS)
     def Get(self, request: pb.GetRequest, stop: threading.Event) -> pb.GetResponse:
         """The stored fingerprint of each key."""
         state = self._collection(request.collection)
@@ -609,7 +523,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         ):
             yield message
 
-    @_unary_inline_when(lambda request: True)
+    @_unary_inline_when(lambda _service, _request: True)
     def Stats(self, request: pb.StatsRequest, stop: threading.Event) -> pb.StatsResponse:
         """Counts, memory, design, uptime, last snapshot, version."""
         state = self._collection(request.collection)

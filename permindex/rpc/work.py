@@ -28,10 +28,12 @@ class _Job:
     """One :meth:`Work.run`: ``outcome`` (a future of the event loop) gets the result or the
     exception of the function run in a worker thread."""
 
-    __slots__ = ("abandoned", "done", "loop", "outcome")
+    __slots__ = ("abandoned", "done", "loop", "on_done", "outcome")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_done: Callable[[], None]) -> None:
         self.loop = loop
+        #: Called on the loop once the function has returned or raised.
+        self.on_done = on_done
         self.outcome: asyncio.Future[Any] = loop.create_future()
         #: Set on the loop once the function has returned or raised.
         self.done = False
@@ -50,6 +52,7 @@ class _Job:
 
     def _settle(self, result: Any, error: BaseException | None) -> None:
         self.done = True
+        self.on_done()
         if self.outcome.done():  # cancelled with the call that awaited it
             return
         if self.abandoned:  # what the work raised (CallCancelledError, most often) is dropped
@@ -80,6 +83,11 @@ class Work:
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
+        #: Functions submitted and not yet ended (changed on the event loop only).
+        self.running = 0
+
+    def _ended(self) -> None:
+        self.running -= 1
 
     async def run(
         self, function: Callable[..., _T], *args: Any, stop: threading.Event | None = None
@@ -91,8 +99,9 @@ class Work:
         stream). When the awaiting call is cancelled, ``stop`` is set and the call waits for the
         work to end; what the work raised then (CallCancelledError, most often) is dropped."""
         loop = asyncio.get_running_loop()
-        job = _Job(loop)
+        job = _Job(loop, self._ended)
         self.executor.submit(job.run, function, args)
+        self.running += 1
         try:
             return cast("_T", await job.outcome)
         except asyncio.CancelledError:
