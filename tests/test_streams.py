@@ -24,6 +24,7 @@ from serverproc import ServeProcess, cpu_seconds
 import permindex
 from permindex.errors import LimitExceededError
 from permindex.v1 import index_pb2 as pb
+from permindex.v1 import index_pb2_grpc
 
 
 class _Silent:
@@ -128,6 +129,47 @@ def test_streams_in_all_are_bounded(start_server: StartServer) -> None:
         for channel, _, feed in opened:
             feed.close()
             channel.close()
+
+
+def test_a_stream_is_closed_once_idle_after_its_last_message_or_unread(
+    start_server: StartServer,
+) -> None:
+    """--stream-idle-seconds 0.5, measured from the wait in progress: an Ingest that sent a
+    batch every 0.1 s for 1 s, then nothing, is closed about 0.5 s after its last batch (all of
+    them applied); a Pairs stream whose client stops taking its messages (flow control: the
+    server's sends wait) is closed with DEADLINE_EXCEEDED naming what it waited for."""
+    server = start_server(stream_idle_seconds=0.5)
+    channel, stub = make_stub(server.address)
+    with channel:
+        feed = _Silent()
+        last = [0.0]
+
+        def then_silent() -> Iterator[pb.AddRequest]:
+            for i in range(10):
+                yield pb.AddRequest(documents=[pb.Document(key=f"k{i}", fingerprint=i)])
+                last[0] = time.monotonic()
+                time.sleep(0.1)
+            yield from feed
+
+        replies = stub.Ingest(then_silent(), timeout=30)
+        with pytest.raises(grpc.RpcError) as closed:
+            for _ in replies:
+                pass
+        assert closed.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert 0.4 < time.monotonic() - last[0] < 5
+        feed.close()
+        copies = [pb.Document(key=f"copy/{i:04d}", fingerprint=7) for i in range(3000)]
+        stub.Add(pb.AddRequest(documents=copies))  # 4,498,500 pairs: far past the windows
+    slow = grpc.insecure_channel(server.address, options=[("grpc.http2.bdp_probe", 0)])
+    with slow:
+        pairs = index_pb2_grpc.PermIndexStub(slow).Pairs(pb.PairsRequest(), timeout=30)
+        next(pairs)
+        time.sleep(2.0)  # not reading: the server's sends wait for the client
+        with pytest.raises(grpc.RpcError) as unread:
+            for _ in pairs:
+                pass
+        assert unread.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "taken by the client" in (unread.value.details() or "")
 
 
 def test_an_idle_stream_is_closed_and_a_busy_one_is_not(start_server: StartServer) -> None:

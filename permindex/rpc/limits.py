@@ -86,6 +86,60 @@ class StreamClosed(Exception):
         self.message = message
 
 
+class _Waits:
+    """The idle bound of one stream's waits for its client (:meth:`CallLimits.wait_for_client`):
+    one timer per stream, moved only when it fires, instead of one per wait (a stream waits
+    twice for every message). A wait notes when it began; the timer, when it fires, closes the
+    stream if the wait in progress began ``idle`` seconds ago or more, else moves itself to that
+    wait's deadline. Exact: a stream is closed once one wait has lasted ``idle`` seconds.
+    Created, used and stopped on the event loop, in the stream's task."""
+
+    __slots__ = ("began", "cut_short", "handle", "idle", "loop", "task", "waiting")
+
+    def __init__(self, idle: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None  # a stream's handler runs in a task of its own
+        self.task = task
+        self.idle = idle
+        self.began = 0.0
+        #: Whether a wait is in progress, and whether it was cut short (:meth:`cut`).
+        self.waiting = False
+        self.cut_short = False
+        self.handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """A wait begins (armed with a timer when none is)."""
+        self.began = self.loop.time()
+        self.waiting = True
+        self.cut_short = False
+        if self.handle is None and self.idle:
+            self.handle = self.loop.call_at(self.began + self.idle, self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        if not self.waiting:
+            return  # the next wait arms a timer again
+        due = self.began + self.idle
+        if self.loop.time() >= due:
+            self.cut()
+        else:
+            self.handle = self.loop.call_at(due, self._fire)
+
+    def cut(self) -> None:
+        """End the wait in progress (idle for too long, or the server stopping): its task is
+        cancelled, and :meth:`CallLimits.wait_for_client` turns that into the stream's status."""
+        if self.waiting and not self.cut_short:
+            self.cut_short = True
+            self.task.cancel()
+
+    def stop(self) -> None:
+        """The stream ended: no timer left behind."""
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
 class CallLimits:
     """Admission of calls and the idle rule of streams (the module docstring gives the rules).
 
@@ -127,8 +181,8 @@ class CallLimits:
         self.working = 0
         self._per_address: dict[str, int] = {}
         self._closing: asyncio.Future[None] | None = None
-        #: The idle bounds of the waits for a client in progress (:meth:`wait_for_client`).
-        self._waiting: set[asyncio.Timeout] = set()
+        #: The idle bounds of the open streams (:meth:`wait_for_client`).
+        self._waits: set[_Waits] = set()
 
     # -- shutdown
 
@@ -148,10 +202,8 @@ class CallLimits:
         future = self._closing_future()
         if not future.done():
             future.set_result(None)
-        now = asyncio.get_running_loop().time()
-        for timeout in self._waiting:
-            if not timeout.expired():
-                timeout.reschedule(now)  # each wait for a client ends with UNAVAILABLE
+        for waits in self._waits:
+            waits.cut()  # each wait for a client in progress ends with UNAVAILABLE
 
     async def wait_idle(self, poll: float = 0.02) -> None:
         """Return once :meth:`close` was called and no call is at work (:attr:`working` 0):
@@ -165,13 +217,9 @@ class CallLimits:
         """Return once :meth:`close` is called (health watches wait on this)."""
         await asyncio.shield(self._closing_future())
 
-    async def wait_for_client(self, step: Awaitable[_T], what: str) -> _T:
+    async def wait_for_client(self, step: Awaitable[_T], what: str, waits: _Waits) -> _T:
         """Await ``step`` (a read of the next request, a send of the next response), bounded by
-        the idle limit and cut short by :meth:`close`.
-
-        ``step`` is awaited in the calling task under an :func:`asyncio.timeout` (no task of its
-        own: this runs twice for every message of a stream); :meth:`close` moves the deadline of
-        every such wait to now.
+        the idle limit (``waits``, the stream's) and cut short by :meth:`close`.
 
         Raises:
             StreamClosed: DEADLINE_EXCEEDED after ``idle_seconds``; UNAVAILABLE at shutdown.
@@ -179,25 +227,27 @@ class CallLimits:
         if self.closing:
             _discard(step)
             raise _shutting_down()
-        timeout = asyncio.timeout(self.idle_seconds or None)
+        task = waits.task
+        cancelling = task.cancelling()
+        waits.start()
         try:
-            async with timeout:
-                self._waiting.add(timeout)
-                try:
-                    return await step
-                finally:
-                    self._waiting.discard(timeout)
-        except TimeoutError:
-            if not timeout.expired():
-                raise  # not the idle bound's
+            result = await step
+        except asyncio.CancelledError:
+            if not waits.cut_short or task.uncancel() > cancelling:
+                raise  # not this bound's: the call was cancelled
             if self.closing:
                 raise _shutting_down() from None
-        self._on_idle_closed()
-        raise StreamClosed(
-            grpc.StatusCode.DEADLINE_EXCEEDED,
-            f"the stream was idle for {self.idle_seconds:g} s (no message {what}); "
-            "the server closed it (serve --stream-idle-seconds)",
-        )
+            self._on_idle_closed()
+            raise StreamClosed(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the stream was idle for {self.idle_seconds:g} s (no message {what}); "
+                "the server closed it (serve --stream-idle-seconds)",
+            ) from None
+        finally:
+            waits.waiting = False
+        if waits.cut_short:  # cut as the step ended: the cancel is not this call's
+            task.uncancel()
+        return result
 
     # -- admission
 
@@ -250,9 +300,11 @@ class CallLimits:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
             self.working += 1
             working = True
+            waits = _Waits(self.idle_seconds)
+            self._waits.add(waits)
             try:
                 if request_streaming:
-                    request = self._requests(request)
+                    request = self._requests(request, waits)
 
                 async def send_bounded(message: Any) -> None:
                     if self.closing and request_streaming:
@@ -264,7 +316,7 @@ class CallLimits:
                         except TimeoutError:
                             raise _shutting_down() from None
                         return
-                    await self.wait_for_client(send(message), "taken by the client")
+                    await self.wait_for_client(send(message), "taken by the client", waits)
 
                 return await inner(request, context, send if watch else send_bounded)
             except StreamClosed as closed:
@@ -272,16 +324,18 @@ class CallLimits:
                 working = False
                 await context.abort(closed.code, closed.message)
             finally:
+                waits.stop()
+                self._waits.discard(waits)
                 self.working -= working
                 self._release_stream(address, watch)
 
         return stream
 
-    async def _requests(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def _requests(self, requests: AsyncIterator[Any], waits: _Waits) -> AsyncIterator[Any]:
         iterator = requests.__aiter__()
         while True:
             try:
-                request = await self.wait_for_client(iterator.__anext__(), "from the client")
+                request = await self.wait_for_client(iterator.__anext__(), "from the client", waits)
             except StopAsyncIteration:
                 return
             yield request
