@@ -222,6 +222,14 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"| {_power(n)} | {_fmt(default['pairs_s'], 2)} s | {_fmt(reference, 2)} s "
                 f"| {_ratio(reference, default['pairs_s'])} | {goal} |"
             )
+        before = default.get("pairs_before")
+        if before:
+            lines.append(
+                f"| all pairs within 3, this tree vs main when issue 13 was filed (c1b4e0d), "
+                f"same run, processes of their own, alternating (medians of 6) | {_power(n)} "
+                f"| {_fmt(before['now'], 2)} s | {_fmt(before['before'], 2)} s "
+                f"| {_ratio(before['before'], before['now'])} | no regression |"
+            )
     many = next((r for r in results if r["system"] == "simhash_many"), None)
     if many:
         rate = many["docs_per_s"]

@@ -241,7 +241,50 @@ def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool
         ]
         out["pairs_planted_missing"] = sum(1 for pair in expected if pair not in found)
         out.update(ingest_figures(index, queries, repeats))
+        if n <= 1_000_000:
+            import bench_dedup
+
+            source = bench_dedup.baseline_source()
+            if source is not None:
+                out["pairs_before"] = pairs_before(n, source)
     return out
+
+
+def index_pairs_seconds(n: int) -> list[float]:
+    """Seconds of ``Index.pairs()`` (k = 3), 3 times, on an index of :func:`make_data`'s ``n``
+    fingerprints (keys ``doc-%08d``), on whichever ``permindex`` this process imports: run by
+    :func:`pairs_before` in processes of their own."""
+    from permindex import Index
+
+    fps, _ = make_data(n)
+    index = Index.from_arrays([f"doc-{i:08d}" for i in range(n)], fps)
+    seconds = []
+    for _ in range(3):
+        began = time.perf_counter()
+        index.pairs()
+        seconds.append(time.perf_counter() - began)
+    return seconds
+
+
+def pairs_before(n: int, source: Path) -> dict[str, Any]:
+    """All pairs of this tree against main when issue 13 was filed (``source``: that commit's
+    package), :func:`index_pairs_seconds` in processes of their own, alternating twice; the
+    medians of the 6 timings of each: whether the figure moved with the code or the machine."""
+    timings: dict[str, list[float]] = {"now": [], "before": []}
+    for _ in range(2):
+        for name, cwd in (("now", ROOT), ("before", source)):
+            code = (
+                f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import run; "
+                f"print(json.dumps(run.index_pairs_seconds({n})))"
+            )
+            env = {**os.environ, "PYTHONPATH": str(cwd)}
+            done = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"index_pairs_seconds ({name}) failed: {done.stderr[-2000:]}")
+            timings[name].extend(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {name: statistics.median(values) for name, values in timings.items()}
 
 
 def ingest_figures(index: Any, queries: np.ndarray, repeats: int) -> dict[str, Any]:
