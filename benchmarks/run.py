@@ -273,18 +273,29 @@ def pairs_before(n: int, source: Path) -> dict[str, Any]:
     timings: dict[str, list[float]] = {"now": [], "before": []}
     for _ in range(2):
         for name, cwd in (("now", ROOT), ("before", source)):
-            code = (
-                f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import run; "
-                f"print(json.dumps(run.index_pairs_seconds({n})))"
-            )
-            env = {**os.environ, "PYTHONPATH": str(cwd)}
-            done = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"index_pairs_seconds ({name}) failed: {done.stderr[-2000:]}")
-            timings[name].extend(json.loads(done.stdout.strip().splitlines()[-1]))
+            timings[name].extend(in_tree(f"index_pairs_seconds({n})", cwd))
     return {name: statistics.median(values) for name, values in timings.items()}
+
+
+def in_tree(call: str, cwd: Path) -> Any:
+    """The JSON result of ``run.<call>`` (e.g. ``index_pairs_seconds(1000000)``) evaluated in a
+    process of its own whose ``permindex`` is the package under ``cwd`` (this tree's, or an
+    older commit's).
+
+    Raises:
+        RuntimeError: the process failed (the end of its stderr in the message).
+    """
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import run; "
+        f"print(json.dumps(run.{call}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{call} in {cwd} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def ingest_figures(index: Any, queries: np.ndarray, repeats: int) -> dict[str, Any]:
@@ -952,17 +963,8 @@ def index_cpu_before(n: int, per_call: int, source: Path) -> dict[str, Any]:
             ("now", ROOT, calls_now, True),
             ("before", source, max(1, calls_now // 5), False),
         ):
-            code = (
-                f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import run; "
-                f"print(json.dumps(run.index_lookup_cpu({n}, {per_call}, {calls}, {columns})))"
-            )
-            env = {**os.environ, "PYTHONPATH": str(cwd)}
-            done = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"index_lookup_cpu ({name}) failed: {done.stderr[-2000:]}")
-            timings[name].extend(json.loads(done.stdout.strip().splitlines()[-1]))
+            call = f"index_lookup_cpu({n}, {per_call}, {calls}, {columns})"
+            timings[name].extend(in_tree(call, cwd))
     return cpu_factor(per_call, ("now", timings["now"]), ("before", timings["before"]))
 
 
