@@ -162,7 +162,8 @@ def test_a_stream_is_closed_once_idle_after_its_last_message_or_unread(
         stub.Add(pb.AddRequest(documents=copies))  # 4,498,500 pairs: far past the windows
     slow = grpc.insecure_channel(server.address, options=[("grpc.http2.bdp_probe", 0)])
     with slow:
-        pairs = index_pb2_grpc.PermIndexStub(slow).Pairs(pb.PairsRequest(), timeout=30)
+        stub = index_pb2_grpc.PermIndexStub(slow)  # type: ignore[no-untyped-call]
+        pairs = stub.Pairs(pb.PairsRequest(), timeout=30)
         next(pairs)
         time.sleep(2.0)  # not reading: the server's sends wait for the client
         with pytest.raises(grpc.RpcError) as unread:
