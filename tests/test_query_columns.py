@@ -165,6 +165,8 @@ def test_messages_within_and_past_the_event_loops_bounds(loaded: Loaded) -> None
     within = ([page, page ^ 1, *queries] * 3)[:60]  # 800 matches of the copies
     many = [page, page, page ^ 0b11, *queries[:57]]  # 1,200: past the bound of matches
     wide = ([page ^ 0b111, *queries] * 8)[:700]  # past the bound of candidates
+    rng = random.Random(5)
+    far = [rng.getrandbits(64) for _ in range(20)]  # no match: the answer sent pre-encoded
     assert len(within) * 4 * len(stored) <= 1 << 18 < len(wide) * 4 * len(copies)
     asked = [
         (within, 3),
@@ -173,10 +175,12 @@ def test_messages_within_and_past_the_event_loops_bounds(loaded: Loaded) -> None
         (wide, 3),
         (within, 1),
         (queries[:9], 0),
+        (far, 3),
     ]
     replies = list(stub.QueryColumns(iter([request(q, k=k) for q, k in asked])))
     assert [rows_of(reply) for reply in replies] == [brute_force(stored, q, k) for q, k in asked]
     assert len(replies[0].keys) > 800 and len(replies[1].keys) > 1200
+    assert rows_of(replies[-1]) == [] and replies[-1] == pb.QueryColumnsResponse()
 
 
 def test_refusals_end_the_stream_after_the_answers_before(

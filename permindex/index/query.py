@@ -390,6 +390,8 @@ def lookup_within(
             rows.release_live(view.epoch)
     if found is None:
         return None
+    if not found.shape[0]:  # no match: nothing to order
+        return QueryColumns(np.zeros(n + 1, dtype=np.int64), *_no_matches()[1:])
     ordered = order_matches(lock, rows, view, found, n, options.limit)
     return None if ordered is None else columns_of(n, ordered)
 

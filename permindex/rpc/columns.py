@@ -21,6 +21,7 @@ __all__ = [
     "LOOP_FINGERPRINTS",
     "LOOP_MATCHES",
     "LOOP_PAUSE",
+    "NO_MATCHES",
     "checked",
     "in_slices",
     "on_loop",
@@ -34,6 +35,9 @@ LOOP_CANDIDATES = 1 << 18
 LOOP_MATCHES = 1024
 #: Messages of a QueryColumns stream sent to the executor after one past those bounds.
 LOOP_PAUSE = 16
+#: A QueryColumnsResponse without a match, encoded (the handlers send bytes as they are): most
+#: answers of a stream of new pages.
+NO_MATCHES = pb.QueryColumnsResponse().SerializeToString()
 
 
 def checked(
@@ -83,14 +87,15 @@ def in_slices(
 
 def on_loop(
     state: ServerState, request: pb.QueryColumnsRequest, sizing: SliceSize
-) -> pb.QueryColumnsResponse | None:
+) -> pb.QueryColumnsResponse | bytes | None:
     """The answer to a QueryColumns request looked up on the event loop itself when its lookup's
     cost is bounded (``Index.query_columns_within``: at most :data:`LOOP_FINGERPRINTS`
     fingerprints, :data:`LOOP_CANDIDATES` candidates and :data:`LOOP_MATCHES` matches), work for
     which the hop to the executor and back costs more than it saves; else None, and the request
     goes to the executor (:func:`in_slices`). After a message past those bounds, the next
     :data:`LOOP_PAUSE` of its stream (``sizing.loop_pause``) go to the executor at once. A
-    request that will be refused is refused here (errors as :func:`in_slices`)."""
+    request that will be refused is refused here (errors as :func:`in_slices`). An answer
+    without a match is :data:`NO_MATCHES`, already encoded."""
     if sizing.loop_pause:
         sizing.loop_pause -= 1
         return None
@@ -103,6 +108,8 @@ def on_loop(
     if part is None:
         sizing.loop_pause = LOOP_PAUSE
         return None
+    if not part.keys:
+        return NO_MATCHES
     n = len(fingerprints)
     convert.check_reply_size(
         convert.columns_part_wire_bytes(part), state.config.max_message_bytes, n, n

@@ -388,9 +388,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     @_streaming
     async def QueryColumns(
         self, request_iterator: AsyncIterator[pb.QueryColumnsRequest], context: _Context
-    ) -> AsyncIterator[pb.QueryColumnsResponse]:
-        """Each request answered in order by one columnar response; a refused request ends
-        the stream with its status (see the .proto)."""
+    ) -> AsyncIterator[pb.QueryColumnsResponse | bytes]:
+        """Each request answered in order by one columnar response (an answer without a match
+        already encoded); a refused request ends the stream with its status (see the .proto)."""
         stop = threading.Event()
         sizing = SliceSize()  # learnt over the stream's messages
         self.column_streams += 1
