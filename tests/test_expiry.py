@@ -101,6 +101,7 @@ def test_a_bounded_lookup_leaves_due_expiry_to_query_many() -> None:
     index.add("c", 0b0111)
     queries = np.array([0b1111] * 20, dtype=np.uint64)
     roomy = {"max_candidates": 1 << 30, "max_matches": 1 << 30}
+    index.query_many(queries, columns=True)  # a read view after the writes
     got = index.query_columns_within(queries, **roomy)
     assert got is not None and got.keys == ["a", "c"] * 20
     clock.now = T0 + 100

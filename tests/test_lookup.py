@@ -364,6 +364,14 @@ def test_bounded_lookup_arguments() -> None:
         index.query_columns_within(queries, max_candidates=1.5, max_matches=10)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="k"):
         index.query_columns_within(queries, 9, max_candidates=10**6, max_matches=10)
-    got = index.query_columns_within(queries, max_candidates=10**6, max_matches=10**6)
-    assert got is not None
-    assert columns_as_lists(got) == columns_as_lists(index.query_many(queries, columns=True))
+    roomy = {"max_candidates": 10**6, "max_matches": 10**6}
+    assert index.query_columns_within(queries, **roomy) is None  # no read view yet
+    expected = columns_as_lists(index.query_many(queries, columns=True))  # makes one
+    got = index.query_columns_within(queries, **roomy)
+    assert got is not None and columns_as_lists(got) == expected
+    index.add("new", 5)  # a write: making the next view is not bounded work
+    assert index.query_columns_within(queries, **roomy) is None
+    expected = columns_as_lists(index.query_many(queries, columns=True))
+    got = index.query_columns_within(queries, **roomy)
+    assert got is not None and columns_as_lists(got) == expected
+    assert expected[5][:2] == [("k5", 5, 0), ("new", 5, 0)]

@@ -150,11 +150,12 @@ def test_more_fingerprints_than_one_slice_of_the_index_lock(
 def test_messages_within_and_past_the_event_loops_bounds(loaded: Loaded) -> None:
     """The server looks a message up on its event loop only within bounds
     (``Index.query_columns_within``: at most 1,024 fingerprints, 2^18 candidates, 1,024
-    matches), else in its executor, and after a message past them sends the next 16 of the
-    stream to the executor. With 400 copies of one page stored, the bound of candidates lies
-    between 4 x 400 and 4 x the entries stored: 60 fingerprints stay under 2^18, 700 go over;
-    a message holding the page twice has 800 matches, three times 1,200. Every answer, on one
-    stream through every switch between the two, as brute force."""
+    matches, a read view made after the last write), else in its executor, and after a message
+    past them sends the next 16 of the stream to the executor. With 400 copies of one page
+    stored, the bound of candidates lies between 4 x 400 and 4 x the entries stored: 60
+    fingerprints stay under 2^18, 700 go over; a message holding the page twice has 800
+    matches, three times 1,200. Every answer, on one stream through every switch between the
+    two, as brute force."""
     stub, entries, queries, _ = loaded
     page = 0x0123456789ABCDEF
     copies = {f"copy/{i:03d}": page for i in range(400)}
@@ -169,18 +170,20 @@ def test_messages_within_and_past_the_event_loops_bounds(loaded: Loaded) -> None
     far = [rng.getrandbits(64) for _ in range(20)]  # no match: the answer sent pre-encoded
     assert len(within) * 4 * len(stored) <= 1 << 18 < len(wide) * 4 * len(copies)
     asked = [
+        (within, 3),  # the executor: written since the last lookup (no current read view)
+        *[(within, 3)] * 16,  # the next 16 of the stream too
+        (far, 3),  # the loop from here on
         (within, 3),
-        (many, 3),
-        *[(within, 3)] * 17,  # 16 in the executor, then the loop again
-        (wide, 3),
-        (within, 1),
+        (many, 3),  # past the bound of matches: the executor
+        *[(within, 3)] * 16,  # and the next 16
+        (within, 1),  # the loop again
+        (wide, 3),  # past the bound of candidates
         (queries[:9], 0),
-        (far, 3),
     ]
     replies = list(stub.QueryColumns(iter([request(q, k=k) for q, k in asked])))
     assert [rows_of(reply) for reply in replies] == [brute_force(stored, q, k) for q, k in asked]
-    assert len(replies[0].keys) > 800 and len(replies[1].keys) > 1200
-    assert rows_of(replies[-1]) == [] and replies[-1] == pb.QueryColumnsResponse()
+    assert len(replies[0].keys) > 800 and len(replies[19].keys) > 1200
+    assert rows_of(replies[17]) == [] and replies[17] == pb.QueryColumnsResponse()
 
 
 def test_refusals_end_the_stream_after_the_answers_before(

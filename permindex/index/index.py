@@ -555,9 +555,9 @@ class Index:
         max_candidates: int,
         max_matches: int,
     ) -> QueryColumns | None:
-        """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded, else
-        None: :func:`~permindex.index.query.lookup_within` (its bounds, errors and cost); other
-        errors as :meth:`query_many`."""
+        """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded (and
+        nothing was written since the last batch lookup), else None:
+        :func:`~permindex.index.query.lookup_within`; other errors as :meth:`query_many`."""
         queries = as_fingerprint_array(fingerprints)
         kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
         options = LookupOptions.checked(kk, lim, None, True, self._jit)

@@ -364,6 +364,17 @@ class Lookups:
             found[row] = d
         return list(found.items())
 
+    def current_view(self, k: int) -> ReadView | None:
+        """:meth:`view` when it costs O(1): nothing written since the last view was made and
+        its plan for ``k`` made; else None (making a view is O(tables * (memtable entries +
+        runs))). The caller holds the lock."""
+        view = self._view
+        rows = self.rows
+        stamp = (self._changes[0], self._changes[1], rows.n, rows.compactions)
+        if view is None or view.stamp != stamp or view.fps is not rows.fps or k not in view.plans:
+            return None
+        return self.view(k)
+
     def view(self, k: int) -> ReadView:
         """The current :class:`ReadView` with its plan for ``k`` (caller holds the lock). A view
         with a liveness mask counts as its reader until ``rows.release_live(view.epoch)``

@@ -360,7 +360,9 @@ def lookup_within(
     """``Index.query_many(..., columns=True)`` of the checked (q,) uint64 ``queries`` when its
     work is bounded, else None: the lookup runs on the compiled kernels (more than
     :data:`SMALL_BATCH` queries, kernels enabled), q times :meth:`Lookups.most_candidates` is
-    at most ``max_candidates`` (checked under ``lock`` before anything is looked up), and the
+    at most ``max_candidates`` (checked under ``lock`` before anything is looked up), the read
+    view of the last lookup is current (:meth:`Lookups.current_view`: nothing written since;
+    a batch lookup after a write makes a new one, O(tables * memtable entries)), and the
     kernel counts at most ``max_matches`` matches (else None after that one pass, before any
     match is ordered or its key read). None too when a compaction renumbered the rows
     meanwhile. O(q * tables * runs + max_candidates) in the kernel, O(max_matches log
@@ -382,7 +384,9 @@ def lookup_within(
     with lock:
         if n * lookups.most_candidates(k) > max_candidates:
             return None
-        view = lookups.view(k)
+        view = lookups.current_view(k)
+    if view is None:  # written since the last view: making one is not bounded work
+        return None
     try:
         found = batch_arrays_within(view, queries, k, max_matches)
     finally:

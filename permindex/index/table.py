@@ -159,12 +159,12 @@ class Run:
     """
 
     __slots__ = (
-        "_largest_bucket",
         "directory",
         "filter_view",
         "filters",
         "high",
         "high_view",
+        "largest_bucket",
         "low",
         "low_view",
         "offsets",
@@ -180,10 +180,11 @@ class Run:
         shift: int,
         *,
         top: int | None = None,
+        largest_bucket: int | None = None,
     ) -> None:
         """A run from its parts ((m,) uint32 rows, or intp ones in [0, 2^32)); use
         :meth:`from_sorted` or :meth:`from_unsorted`. ``top``: the largest row, when the
-        caller knows it (saves a pass)."""
+        caller knows it (saves a pass); ``largest_bucket``: the directory's, when known."""
         self.low, self.high = _split_rows(rows, top)
         self.filters = filters
         self.offsets = offsets
@@ -195,7 +196,11 @@ class Run:
         #: What a single query reads, in one tuple (one unpacking instead of five attribute
         #: lookups per run): shift, directory, filter_view, low_view, high_view.
         self.views = (shift, self.directory, self.filter_view, self.low_view, self.high_view)
-        self._largest_bucket = -1
+        #: Entries of the largest directory bucket: the most candidates one query can meet in
+        #: this run (computed here, O(2^r), so that reading it costs nothing later).
+        self.largest_bucket = (
+            int(np.diff(offsets).max(initial=0)) if largest_bucket is None else largest_bucket
+        )
 
     def shifted(self, first_row: int) -> Run:
         """This run with ``first_row`` added to every row (the run of the same fingerprints
@@ -205,7 +210,8 @@ class Run:
         rows = self.rows
         top = int(rows.max()) + first_row if rows.size else None
         rows += np.uint32(first_row)
-        return Run(rows, self.filters, self.offsets, self.shift, top=top)
+        largest = self.largest_bucket
+        return Run(rows, self.filters, self.offsets, self.shift, top=top, largest_bucket=largest)
 
     @property
     def rows(self) -> Rows:
@@ -280,14 +286,6 @@ class Run:
 
     def __len__(self) -> int:
         return int(self.low.size)
-
-    @property
-    def largest_bucket(self) -> int:
-        """Entries of the run's largest directory bucket: the most candidates one query can
-        meet in this run. O(2^r) the first time, then cached (a run is immutable)."""
-        if self._largest_bucket < 0:
-            self._largest_bucket = int(np.diff(self.offsets).max(initial=0))
-        return self._largest_bucket
 
     def nbytes(self) -> int:
         """Bytes of the arrays."""

@@ -90,7 +90,8 @@ def on_loop(
 ) -> pb.QueryColumnsResponse | bytes | None:
     """The answer to a QueryColumns request looked up on the event loop itself when its lookup's
     cost is bounded (``Index.query_columns_within``: at most :data:`LOOP_FINGERPRINTS`
-    fingerprints, :data:`LOOP_CANDIDATES` candidates and :data:`LOOP_MATCHES` matches), work for
+    fingerprints, :data:`LOOP_CANDIDATES` candidates and :data:`LOOP_MATCHES` matches, a read
+    view made after the last write), work for
     which the hop to the executor and back costs more than it saves; else None, and the request
     goes to the executor (:func:`in_slices`). After a message past those bounds, the next
     :data:`LOOP_PAUSE` of its stream (``sizing.loop_pause``) go to the executor at once. A
