@@ -456,8 +456,9 @@ class ServerConfig:
         default=1024,
         metadata=declare(
             "streams open at once (Ingest, QueryColumns, Pairs, Clusters, Flags,\n"
-            "ExactDuplicates, Export, health Watch, reflection); one more is refused with\n"
-            "RESOURCE_EXHAUSTED (default {default})",
+            "ExactDuplicates, Export, reflection); one more is refused with\n"
+            "RESOURCE_EXHAUSTED; health watches have a pool of this many of their own\n"
+            "(default {default})",
             parse=positive,
             metavar="N",
         ),
