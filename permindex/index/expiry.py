@@ -413,7 +413,7 @@ class ExpiringIndex(Index):
         """:meth:`Index.query_columns_within
         <permindex.index.Index.query_columns_within>`, and None as well while rows are due to
         expire (expiring them is O(n): :meth:`query_many` does it)."""
-        if int(self._clock()) - self._expire_after >= self._oldest:
+        if self.is_expired(self._oldest):
             return None
         return super().query_columns_within(
             fingerprints, k, limit, max_candidates=max_candidates, max_matches=max_matches

@@ -368,24 +368,32 @@ class Lookups:
         """:meth:`view` when it costs O(1): nothing written since the last view was made and
         its plan for ``k`` made; else None (making a view is O(tables * (memtable entries +
         runs))). The caller holds the lock."""
-        view = self._view
+        view = self._fresh_view()
+        return None if view is None or k not in view.plans else self.view(k)
+
+    def _stamp(self) -> tuple[int, int, int, int]:
+        """What a view is valid for: the runs' and memtables' change counts, the rows, the
+        compactions."""
         rows = self.rows
-        stamp = (self._changes[0], self._changes[1], rows.n, rows.compactions)
-        if view is None or view.stamp != stamp or view.fps is not rows.fps or k not in view.plans:
+        return (self._changes[0], self._changes[1], rows.n, rows.compactions)
+
+    def _fresh_view(self) -> ReadView | None:
+        """The last view when nothing was written since it was made, else None."""
+        view = self._view
+        if view is None or view.stamp != self._stamp() or view.fps is not self.rows.fps:
             return None
-        return self.view(k)
+        return view
 
     def view(self, k: int) -> ReadView:
         """The current :class:`ReadView` with its plan for ``k`` (caller holds the lock). A view
         with a liveness mask counts as its reader until ``rows.release_live(view.epoch)``
         (meanwhile a removal copies the mask first)."""
-        view = self._view
         rows = self.rows
-        stamp = (self._changes[0], self._changes[1], rows.n, rows.compactions)
-        if view is None or view.stamp != stamp or view.fps is not rows.fps:
+        view = self._fresh_view()
+        if view is None:
             memtable_runs = tuple(table.memtable_run(rows) for table in self.tables)
             view = ReadView(
-                {}, rows.fps, _EMPTY_LIVE, rows.n, rows.compactions, memtable_runs, stamp
+                {}, rows.fps, _EMPTY_LIVE, rows.n, rows.compactions, memtable_runs, self._stamp()
             )
         live, epoch = rows.read_live()
         if live is not None:
