@@ -84,16 +84,20 @@ class KeyRows:
     def _reserve(self, rows: int, data_bytes: int) -> None:
         """Room for ``rows`` more rows and ``data_bytes`` more key bytes (:func:`next_capacity`)."""
         need = self._rows + rows
+        replaced = False
         if need > self._hashes.size:
             capacity = next_capacity(need, self._hashes.size)
             self._hashes = grown(self._hashes, capacity, self._rows)
             self._born = grown(self._born, capacity, self._rows)
             self._offsets = grown(self._offsets, capacity + 1, self._rows + 1)
-        used = int(self._offsets[self._rows])
+            replaced = True
+        used = self._offsets.item(self._rows)
         if used + data_bytes > self._data.size:
             capacity = next_capacity(used + data_bytes, self._data.size)
             self._data = grown(self._data, capacity, used)
-        self._views()
+            replaced = True
+        if replaced:
+            self._views()
 
     # -- reading keys -----------------------------------------------------------------------
 

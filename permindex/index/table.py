@@ -388,12 +388,21 @@ class Table:
     def add(self, row: int, fingerprint: int, rows: RowArrays) -> None:
         """Insert ``row`` (whose fingerprint ``rows.fps[row]`` is ``fingerprint``) into the
         memtable; freeze the memtable when it grows past the bound. O(log L) amortized."""
-        prefix = self.permutation.prefix(fingerprint)
+        ops = self.permutation.prefix_ops
+        if len(ops) == 1:  # one run of bits (every table of (4, 1)): no call
+            source, mask, target = ops[0]
+            prefix = ((fingerprint >> source) & mask) << target
+        else:
+            prefix = self.permutation.prefix(fingerprint)
         self._memtable.add((prefix << _PREFIX_SHIFT) | (fingerprint << _FP_SHIFT) | row)
-        self._memtable_rows.append(row)
+        memtable_rows = self._memtable_rows
+        memtable_rows.append(row)
         self._view = None
-        self._memtable_changed()
-        if len(self._memtable) > self.memtable_limit:
+        self._memtable_run = None  # what _memtable_changed does, without its call
+        changes = self.changes
+        changes[1] += 1
+        changes[2] += 1
+        if len(memtable_rows) > self.memtable_limit:
             self.freeze(rows)
 
     def direct_run(self, count: int) -> bool:
