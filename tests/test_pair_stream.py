@@ -10,7 +10,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable
-from itertools import combinations
+from itertools import accumulate, combinations
 
 import numpy as np
 import pytest
@@ -339,3 +339,57 @@ def test_groups_without_pairs_to_send_cost_nothing() -> None:
     with pytest.raises(WorkBudgetExceededError) as caught:
         NearDuplicates.of_index(exploding(), max_work=1000, send_pairs=False)
     assert caught.value.what == "candidate pairs to verify"
+
+
+def reference_values(fps: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """What distinct_values returns, by a dict: (by_value, first, counts, distinct) with the
+    values that occur once first in position order, then the repeated ones by ascending value,
+    positions ascending within each."""
+    where: dict[int, list[int]] = {}
+    for position, value in enumerate(fps):
+        where.setdefault(value, []).append(position)
+    singles = [v for v in where if len(where[v]) == 1]  # dicts keep first-seen order
+    groups = [where[v] for v in singles] + [where[v] for v in sorted(where) if len(where[v]) > 1]
+    by_value = [p for group in groups for p in group]
+    counts = [len(group) for group in groups]
+    first = [0, *accumulate(counts)][: len(counts)]
+    return by_value, first, counts, [fps[group[0]] for group in groups]
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(0, 15),  # small values: many repeats
+            st.integers(0, 2**64 - 1),
+            st.integers(0, 7).map(lambda i: i << 40),  # alike in their low bits
+        ),
+        min_size=0,
+        max_size=300,
+    )
+)
+def test_distinct_values_match_a_dict(fps: list[int]) -> None:
+    """The positions of each distinct value, found through a hash table of the repeated values
+    and a search of only the positions that pass it, are those a dict finds."""
+    got = distinct_values(np.array(fps, dtype=np.uint64))
+    by_value, first, counts, distinct = reference_values(fps)
+    assert got.by_value.tolist() == by_value
+    assert got.first.tolist() == first
+    assert got.counts.tolist() == counts
+    assert got.distinct.tolist() == distinct
+    assert got.distinct[got.value_of].tolist() == fps
+
+
+def test_distinct_values_of_a_million_positions_with_repeats() -> None:
+    """At 10^6 positions with 2,000 values repeated up to 4 times (the hash table's filter
+    passes some positions whose value does not repeat: the search must drop them)."""
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64 - 1, 1_000_000, dtype=np.uint64, endpoint=True)
+    for copies in range(1, 4):
+        fps[copies * 2000 : copies * 2000 + 2000] = fps[:2000]
+    got = distinct_values(fps)
+    by_value, first, counts, distinct = reference_values(fps.tolist())
+    assert got.by_value.tolist() == by_value
+    assert got.counts.tolist() == counts
+    assert got.distinct.tolist() == distinct
+    assert got.first.tolist() == first
