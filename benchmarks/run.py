@@ -228,9 +228,14 @@ def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool
     out["checked"] = SAMPLE
     out["wrong"] = wrong
     if extras:
-        began = time.perf_counter()
-        pairs = index.pairs()
-        out["pairs_s"] = time.perf_counter() - began
+        # The best of 3 calls at 10^6 (simhash-pybind's figure beside it too; a single call
+        # took 0.24 to 0.93 s on this VM, the same code), one at 10^7.
+        pairs_times = []
+        for _ in range(3 if n <= 1_000_000 else 1):
+            began = time.perf_counter()
+            pairs = index.pairs()
+            pairs_times.append(time.perf_counter() - began)
+        out["pairs_s"] = min(pairs_times)
         out["pairs"] = len(pairs)
         planted = n // 100
         found = {(a, b) for a, b, _ in pairs}
@@ -564,9 +569,12 @@ def worker_simhash_pybind(n: int) -> dict[str, Any]:
     distinct = set(fps.tolist())
     out: dict[str, Any] = {"system": "simhash-pybind find_all", "n": n}
     for blocks in (4, 6):
-        began = time.perf_counter()
-        found = simhash.find_all(distinct, blocks, K)
-        out[f"pairs_{blocks}_blocks_s"] = time.perf_counter() - began
+        times = []
+        for _ in range(3 if n <= 1_000_000 else 1):  # as permindex's figure beside it
+            began = time.perf_counter()
+            found = simhash.find_all(distinct, blocks, K)
+            times.append(time.perf_counter() - began)
+        out[f"pairs_{blocks}_blocks_s"] = min(times)
         out[f"pairs_{blocks}_blocks"] = len(found)
     return out
 
