@@ -857,7 +857,9 @@ def test_sigterm_closes_idle_streams_at_once_then_snapshots(tmp_path: Path) -> N
         assert get_all(stub, ["stream/1", "before/5"]) == {"stream/1": 1, "before/5": 5}
     again.process.send_signal(signal.SIGINT)
     assert again.wait() == 0
-    assert again.stderr[-1] == "permindex: stopped; nothing changed since the last snapshot\n"
+    assert again.stderr[-1] == (
+        "permindex: stopped; no snapshot needed: nothing changed since the last one or the start\n"
+    )
 
 
 def test_run_server_refuses_a_corrupt_snapshot_with_one_line(tmp_path: Path) -> None:
@@ -934,6 +936,20 @@ def test_sighup_stops_gracefully_with_a_final_snapshot(tmp_path: Path) -> None:
     assert proc.wait() == 0, "".join(proc.stderr)
     assert proc.stderr[-1].startswith("permindex: stopped; snapshot of 2 keys written to ")
     assert read_snapshot(data_dir / SNAPSHOT_NAME).info.count == 2
+
+
+def test_a_server_that_never_held_a_key_stops_without_claiming_a_snapshot(tmp_path: Path) -> None:
+    """Nothing written since the start and no snapshot ever taken: the stop line says that no
+    snapshot was needed, not that one was taken before; no snapshot file appears."""
+    data_dir = tmp_path / "data"
+    proc = ServerProcess("127.0.0.1:0", data_dir)
+    proc.address()
+    proc.process.send_signal(signal.SIGTERM)
+    assert proc.wait() == 0, "".join(proc.stderr)
+    assert proc.stderr[-1] == (
+        "permindex: stopped; no snapshot needed: nothing changed since the last one or the start\n"
+    )
+    assert not (data_dir / SNAPSHOT_NAME).exists()
 
 
 def test_remove_lists_each_missing_key_once(stub: PermIndexStub) -> None:

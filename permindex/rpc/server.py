@@ -680,7 +680,7 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
                 f"snapshot of {written.count} keys written to {written.path}"
                 for _, written in running.final_snapshots
             )
-            or "nothing changed since the last snapshot"
+            or "no snapshot needed: nothing changed since the last one or the start"
         )
         print(f"permindex: stopped; {done}", file=sys.stderr, flush=True)
         return 0
