@@ -137,6 +137,7 @@ def test_adding_again_renews_with_the_same_or_a_new_fingerprint() -> None:
     clock.now = T0 + 159
     assert len(index) == 3 and index.get("new") == 20
     clock.now = T0 + 160
+    assert index.times(["same", "new"]) == [None, None]  # expired: as if removed
     assert len(index) == 0
     index._check()
 

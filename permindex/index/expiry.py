@@ -243,7 +243,8 @@ class ExpiringIndex(Index):
         return int(self._clock()) - self._expire_after >= added_at
 
     def times(self, keys: Iterable[str]) -> list[int | None]:
-        """When each of ``keys`` was last added (Unix seconds), None where not stored. Errors
+        """When each of ``keys`` was last added (Unix seconds), None where not stored (never
+        added, removed, or expired: expired rows are dropped first, as every call does). Errors
         as :meth:`contains_many`."""
         found = self._find(keys)
         with self._lock:
