@@ -480,3 +480,51 @@ def test_serve_names_a_metrics_address_in_use(tmp_path: Path) -> None:
     # one line, besides the notice that loading the kernels takes long (a busy machine)
     lines = [line for line in err.splitlines() if "loading the lookup" not in line]
     assert len(lines) == 1 and "Traceback" not in err and "never awaited" not in err
+
+
+@pytest.mark.parametrize("which", ["--address", "--metrics-address"])
+def test_serve_refuses_an_address_in_use_before_it_loads_the_kernels(
+    tmp_path: Path, which: str
+) -> None:
+    """An address in use is found by a probe before the kernels load (seconds on a first start,
+    found only after them before): the process that refuses never imported numba."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        other = "--metrics-address" if which == "--address" else "--address"
+        argv = ["serve", "--data-dir", str(tmp_path / "data"), which, f"127.0.0.1:{port}"]
+        argv += [other, "127.0.0.1:0"]
+        code = (
+            "import sys; from permindex.cli import main; code = main(sys.argv[1:]); "
+            "print('numba' in sys.modules); sys.exit(code)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == EXIT_CODES["usage"], done.stderr
+    assert done.stdout.strip() == "False", "the kernels were loaded before the address was checked"
+    assert "in use" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    if which == "--metrics-address":
+        assert f"--metrics-address 127.0.0.1:{port}: cannot listen there" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [("foo", "has no port"), ("127.0.0.1:99999", "above 65535"), ("[::1]:x", "not a number")],
+)
+def test_serve_refuses_a_malformed_metrics_address_as_a_usage_error(
+    tmp_path: Path, address: str, problem: str
+) -> None:
+    """--metrics-address is checked as --address is (before: a ValueError's text with exit 4,
+    or gRPC's bind() error with exit 1, after the kernels had loaded)."""
+    code, _, err = permindex(
+        "serve", "--address", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"),
+        "--metrics-address", address,
+    )  # fmt: skip
+    assert code == EXIT_CODES["usage"], err
+    assert f"argument --metrics-address: address '{address}'" in err and problem in err
+    assert "Traceback" not in err

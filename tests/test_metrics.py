@@ -102,3 +102,22 @@ def test_json_log_lines() -> None:
     line = json.loads(JsonFormatter().format(record))
     assert line["level"] == "warning" and line["message"] == "a b"
     assert line["logger"] == "permindex.x" and line["time"].endswith("+00:00")
+
+
+def test_serve_names_the_metrics_address_it_picked(tmp_path: Path) -> None:
+    """With --metrics-address HOST:0 the serving line names the port picked (it showed only at
+    --log-level info before), and that address serves the metrics."""
+    import re
+
+    from serverproc import ServeProcess
+
+    proc = ServeProcess(tmp_path / "data", "--metrics-address", "127.0.0.1:0")
+    try:
+        assert proc.address() is not None, proc.text
+        line = next(line for line in proc.stderr if "serving on" in line)
+        found = re.search(r"; metrics on (http://127\.0\.0\.1:(\d+)/metrics)\)$", line.strip())
+        assert found is not None and found.group(2) != "0", line
+        with urllib.request.urlopen(found.group(1), timeout=10) as response:
+            assert b"permindex_uptime_seconds" in response.read()
+    finally:
+        assert proc.stop() == 0, proc.text

@@ -523,6 +523,7 @@ class ServerConfig:
         metadata=declare(
             "serve Prometheus metrics on http://HOST:PORT/metrics (default: off;\n"
             "e.g. 127.0.0.1:9464)",
+            parse=_listen_address,
             metavar="HOST:PORT",
         ),
     )

@@ -53,7 +53,7 @@ from permindex.storage.snapshot import SnapshotInfo
 from permindex.storage.store import Store
 from permindex.text.fingerprint import simhash_many
 
-__all__ = ["RunningServer", "create_server", "run_server"]
+__all__ = ["RunningServer", "create_server", "refuse_addresses_in_use", "run_server"]
 
 log = logging.getLogger(__name__)
 
@@ -366,6 +366,51 @@ def _refuse_port_in_use(host: str, port: int, address: str) -> None:
                     ) from error
 
 
+def refuse_addresses_in_use(config: ServerConfig) -> int | None:
+    """None when neither the gRPC address (``config.address``) nor the metrics address
+    (``config.metrics_address``) is in use, as probe sockets find now; else the error printed
+    as :func:`run_server` prints it when it binds them, and its exit code (2: a usage error).
+    ``permindex serve`` asks before it loads the kernels (seconds on a first start), so that
+    the error comes at once; :func:`run_server` checks again when it binds them."""
+    try:
+        host, port = parse_address(config.address)
+        _refuse_port_in_use(host, port, config.address)
+        if config.metrics_address is not None:
+            metrics_host, metrics_port = parse_address(config.metrics_address)
+            try:
+                _refuse_port_in_use(metrics_host, metrics_port, config.metrics_address)
+            except OSError as error:
+                raise OSError(
+                    error.errno,
+                    f"--metrics-address {config.metrics_address}: cannot listen there: the "
+                    "address is in use",
+                ) from None
+    except Exception as error:
+        return _report_start_error(error)
+    return None
+
+
+def _report_start_error(error: Exception) -> int:
+    """Print why the server could not start (one line on stderr) and return the exit code:
+    :func:`~permindex.errors.exit_code_for`, except 2 for a ``--address`` in use (a bad
+    command line, as a bad port is)."""
+    log.debug("start failed", exc_info=error)
+    if (
+        not isinstance(error, OSError)
+        or error.errno != errno.EADDRINUSE
+        or isinstance(error, PermindexError)
+    ):
+        print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
+        return exit_code_for(error)
+    print(
+        f"permindex: error: {error.strerror} (another server? stop it, or choose another "
+        "port; port 0 picks a free one)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return EXIT_CODES["usage"]
+
+
 def _raise_file_limit(connections: int) -> None:
     """Raise this process's soft limit of open files to its hard limit (each connection is a
     file descriptor; systemd's default soft limit is 1,024), and warn when the hard limit is
@@ -630,23 +675,8 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
     except KeyboardInterrupt:
         print("permindex: interrupted while starting; nothing served", file=sys.stderr, flush=True)
         return _INTERRUPTED
-    except OSError as error:
-        log.debug("start failed", exc_info=error)
-        if error.errno != errno.EADDRINUSE or isinstance(error, PermindexError):
-            print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
-            return exit_code_for(error)
-        # the --address given cannot be used: a bad command line, as a bad port is
-        print(
-            f"permindex: error: {error.strerror} (another server? stop it, or choose another "
-            "port; port 0 picks a free one)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return EXIT_CODES["usage"]
     except Exception as error:
-        log.debug("start failed", exc_info=error)
-        print(f"permindex: error: {_one_line(error)}", file=sys.stderr, flush=True)
-        return exit_code_for(error)
+        return _report_start_error(error)
     stop = stop_event if stop_event is not None else threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -662,9 +692,12 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             previous[signum] = signal.signal(signum, on_signal)
     try:
+        metrics = running.metrics
         print(
             f"permindex: serving on {running.address} ({_loaded(running)} loaded "
-            f"from {Path(config.data_dir).resolve()})",
+            f"from {Path(config.data_dir).resolve()}"
+            + ("" if metrics is None else f"; metrics on http://{metrics.address}/metrics")
+            + ")",
             file=sys.stderr,
             flush=True,
         )
