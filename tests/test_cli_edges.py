@@ -528,3 +528,43 @@ def test_serve_refuses_a_malformed_metrics_address_as_a_usage_error(
     assert code == EXIT_CODES["usage"], err
     assert f"argument --metrics-address: address '{address}'" in err and problem in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("metrics", "problem"),
+    [
+        ("192.0.2.1:9464", "not an address of this machine"),  # TEST-NET-1: never local
+        ("127.0.0.1:PORT", "it is the port of --address 127.0.0.1:PORT"),
+    ],
+)
+def test_serve_refuses_a_metrics_address_it_cannot_listen_on_at_once(
+    tmp_path: Path, metrics: str, problem: str
+) -> None:
+    """A --metrics-address that is not local, or the port of --address, is a usage error found
+    before the kernels load (it was exit 1 with an "[Errno 99]" prefix, or a port "in use" by
+    another server, after them), and the data directory is not created."""
+    import socket
+
+    with socket.socket() as probe:  # a free port for --address
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    metrics = metrics.replace("PORT", str(port))
+    problem = problem.replace("PORT", str(port))
+    data = tmp_path / "data"
+    argv = ["serve", "--data-dir", str(data), "--address", f"127.0.0.1:{port}"]
+    argv += ["--metrics-address", metrics]
+    code = (
+        "import sys; from permindex.cli import main; code = main(sys.argv[1:]); "
+        "print('numba' in sys.modules); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == EXIT_CODES["usage"], done.stderr
+    assert done.stdout.strip() == "False", "the kernels were loaded before the address was checked"
+    assert done.stderr.splitlines() == [
+        f"permindex: error: --metrics-address {metrics}: cannot listen there: "
+        + done.stderr.split("cannot listen there: ", 1)[1].strip()
+    ]
+    assert problem in done.stderr and "Errno" not in done.stderr
+    assert not data.exists()

@@ -562,7 +562,7 @@ def add_import_command(command: CommandFactory) -> None:
         type=positive,
         default=DEFAULT_BATCH_BYTES,
         metavar="N",
-        help=f"about most bytes per batch (default {DEFAULT_BATCH_BYTES})",
+        help=f"at most about this many bytes per batch (default {DEFAULT_BATCH_BYTES})",
     )
     import_.add_argument("--no-progress", action="store_true", help="no progress bar")
     import_.set_defaults(func=_cmd_import)

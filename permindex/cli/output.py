@@ -32,7 +32,7 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
     "usage": "bad command line: an unknown or malformed option or --address, options before\n"
     "     the command; for serve also a --k, token file or config value refused before start,\n"
-    "     or an --address that is in use",
+    "     or an --address in use, or a --metrics-address in use or not local",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on);\n"
     "     for dedup --engine dask, the --scheduler cannot be reached",

@@ -522,7 +522,7 @@ class ServerConfig:
         default=None,
         metadata=declare(
             "serve Prometheus metrics on http://HOST:PORT/metrics (default: off;\n"
-            "e.g. 127.0.0.1:9464)",
+            "e.g. 127.0.0.1:9464; port 0 picks a free port, named in the serving line)",
             parse=_listen_address,
             metavar="HOST:PORT",
         ),

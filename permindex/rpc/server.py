@@ -367,26 +367,55 @@ def _refuse_port_in_use(host: str, port: int, address: str) -> None:
 
 
 def refuse_addresses_in_use(config: ServerConfig) -> int | None:
-    """None when neither the gRPC address (``config.address``) nor the metrics address
-    (``config.metrics_address``) is in use, as probe sockets find now; else the error printed
-    as :func:`run_server` prints it when it binds them, and its exit code (2: a usage error).
-    ``permindex serve`` asks before it loads the kernels (seconds on a first start), so that
-    the error comes at once; :func:`run_server` checks again when it binds them."""
+    """None when the gRPC address (``config.address``) is not in use and the metrics address
+    (``config.metrics_address``) can be listened on, as probe sockets find now; else the error
+    printed as :func:`run_server` prints it when it binds them, and its exit code (2: a usage
+    error): a gRPC address in use; a metrics address in use, not local, unresolvable, or on
+    the gRPC address's own port. ``permindex serve`` asks before it loads the kernels (seconds
+    on a first start), so that the error comes at once; :func:`run_server` checks again when
+    it binds them."""
     try:
         host, port = parse_address(config.address)
         _refuse_port_in_use(host, port, config.address)
         if config.metrics_address is not None:
-            metrics_host, metrics_port = parse_address(config.metrics_address)
-            try:
-                _refuse_port_in_use(metrics_host, metrics_port, config.metrics_address)
-            except OSError as error:
-                raise OSError(
-                    error.errno,
-                    f"--metrics-address {config.metrics_address}: cannot listen there: the "
-                    "address is in use",
-                ) from None
+            problem = _metrics_address_problem(config.metrics_address, host, port)
+            if problem is not None:
+                print(
+                    f"permindex: error: --metrics-address {config.metrics_address}: cannot "
+                    f"listen there: {problem}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return EXIT_CODES["usage"]
     except Exception as error:
         return _report_start_error(error)
+    return None
+
+
+def _metrics_address_problem(address: str, grpc_host: str, grpc_port: int) -> str | None:
+    """Why the metrics endpoint cannot listen on ``address`` (``HOST:PORT``, already checked
+    for its form), found by binding a probe socket to every address it resolves to; None when
+    it can. Its port equal to the gRPC address's (``grpc_host``, ``grpc_port``, port 0 aside)
+    on the same host is a problem too (the server would take it first)."""
+    host, port = parse_address(address)
+    if port != 0 and port == grpc_port and host == grpc_host:
+        return f"it is the port of --address {grpc_host}:{grpc_port}"
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        candidates = socket.getaddrinfo(
+            bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as error:
+        return f"the host cannot be resolved ({error.strerror})"
+    for family, kind, proto, _, sockaddr in candidates:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the endpoint does
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    return "the address is in use"
+                return f"{error.strerror or error} (not an address of this machine?)"
     return None
 
 
@@ -710,7 +739,8 @@ def run_server(config: ServerConfig, *, stop_event: threading.Event | None = Non
             return exit_code_for(error)
         done = (
             "; ".join(
-                f"snapshot of {written.count} keys written to {written.path}"
+                f"snapshot of {written.count} key{'' if written.count == 1 else 's'} "
+                f"written to {written.path}"
                 for _, written in running.final_snapshots
             )
             or "no snapshot needed: nothing changed since the last one or the start"
