@@ -630,3 +630,41 @@ def test_a_log_record_refuses_times_out_of_range() -> None:
         encode_record(1, [ADD], ["a"], [1], [2**32])
     with pytest.raises(InvalidArgumentError, match="time each"):
         encode_record(1, [ADD, ADD], ["a", "b"], [1, 2], [5])
+
+
+def test_times_are_read_under_the_hold_that_found_their_rows() -> None:
+    """times() racing writes that compact (renumber the rows): each answer is its own key's
+    time. It found the rows, let the lock go, then read the times, so a compaction between
+    the two gave other keys' times or 0 (found by the breaker)."""
+    import threading
+
+    now = int(time.time())
+    index = ExpiringIndex(expire_after=10**6, compaction_min=0)
+    stable = [f"stable-{i}" for i in range(4)]  # few: a compaction every 5 writes
+    expected = [now - 1000 - i for i in range(4)]
+    for key, when in zip(stable, expected, strict=True):
+        index.add(key, 7, added_at=when)
+    stop = threading.Event()
+
+    def churn() -> None:  # each stable key moved to a new row (a new fingerprint, the same
+        j = 0  # time), its old row dead: compactions renumber the rows
+        while not stop.is_set():
+            i = j % 4
+            index.add(stable[i], 8 + j, added_at=expected[i])
+            j += 1
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: the race is met within the test's time
+    writer = threading.Thread(target=churn)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 3.0  # the old code failed ~7 times in 3 s
+        while time.monotonic() < deadline:
+            assert index.times(stable) == expected
+    finally:
+        stop.set()
+        writer.join()
+        sys.setswitchinterval(interval)
+    index._check()

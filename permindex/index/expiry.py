@@ -246,17 +246,13 @@ class ExpiringIndex(Index):
         """When each of ``keys`` was last added (Unix seconds), None where not stored (never
         added, removed, or expired: expired rows are dropped first, as every call does). Errors
         as :meth:`contains_many`."""
-        found = self._find(keys)
-        with self._lock:
+        self.expire()
+        _keys, batch = validate_keys(keys)
+        with self._lock:  # rows found and read under one hold: a compaction renumbers them
+            found = self._store.find_many(batch)
             times = self._rows.times
             assert times is not None
             return [None if row < 0 else int(times[row]) for row in found.tolist()]
-
-    def _find(self, keys: Iterable[str]) -> NDArray[np.int64]:
-        self.expire()
-        _keys, batch = validate_keys(keys)
-        with self._lock:
-            return self._store.find_many(batch)
 
     def expire(self) -> int:
         """Kill the rows expired now (every call does this first); returns how many. O(1) while
