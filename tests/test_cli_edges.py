@@ -482,6 +482,21 @@ def test_serve_names_a_metrics_address_in_use(tmp_path: Path) -> None:
     assert len(lines) == 1 and "Traceback" not in err and "never awaited" not in err
 
 
+def refused_before_the_kernels(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``permindex`` ``argv`` run in a process of its own that also prints whether it imported
+    numba (the kernels' compiler); asserts that it exited 2 (a usage error) without."""
+    code = (
+        "import sys; from permindex.cli import main; code = main(sys.argv[1:]); "
+        "print('numba' in sys.modules); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == EXIT_CODES["usage"], done.stderr
+    assert done.stdout.strip() == "False", "the kernels were loaded before the address was checked"
+    return done
+
+
 @pytest.mark.parametrize("which", ["--address", "--metrics-address"])
 def test_serve_refuses_an_address_in_use_before_it_loads_the_kernels(
     tmp_path: Path, which: str
@@ -497,15 +512,7 @@ def test_serve_refuses_an_address_in_use_before_it_loads_the_kernels(
         other = "--metrics-address" if which == "--address" else "--address"
         argv = ["serve", "--data-dir", str(tmp_path / "data"), which, f"127.0.0.1:{port}"]
         argv += [other, "127.0.0.1:0"]
-        code = (
-            "import sys; from permindex.cli import main; code = main(sys.argv[1:]); "
-            "print('numba' in sys.modules); sys.exit(code)"
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
-        )
-    assert done.returncode == EXIT_CODES["usage"], done.stderr
-    assert done.stdout.strip() == "False", "the kernels were loaded before the address was checked"
+        done = refused_before_the_kernels(argv)
     assert "in use" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     if which == "--metrics-address":
@@ -553,15 +560,7 @@ def test_serve_refuses_a_metrics_address_it_cannot_listen_on_at_once(
     data = tmp_path / "data"
     argv = ["serve", "--data-dir", str(data), "--address", f"127.0.0.1:{port}"]
     argv += ["--metrics-address", metrics]
-    code = (
-        "import sys; from permindex.cli import main; code = main(sys.argv[1:]); "
-        "print('numba' in sys.modules); sys.exit(code)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == EXIT_CODES["usage"], done.stderr
-    assert done.stdout.strip() == "False", "the kernels were loaded before the address was checked"
+    done = refused_before_the_kernels(argv)
     assert done.stderr.splitlines() == [
         f"permindex: error: --metrics-address {metrics}: cannot listen there: "
         + done.stderr.split("cannot listen there: ", 1)[1].strip()
