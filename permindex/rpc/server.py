@@ -341,29 +341,40 @@ class RunningServer:
         self.stop()
 
 
+def _bind_errors(host: str, port: int) -> list[OSError]:
+    """What binding ``host``:``port`` now would meet (``host`` bracketed for IPv6 or not): a
+    probe socket (SO_REUSEADDR, as gRPC and the metrics endpoint set it) bound to every
+    address the host resolves to; the error of each that failed, in resolution order, or the
+    single ``socket.gaierror`` when the host does not resolve; empty when every bind worked."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        candidates = socket.getaddrinfo(
+            bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as error:
+        return [error]
+    errors: list[OSError] = []
+    for family, kind, proto, _, sockaddr in candidates:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                errors.append(error)
+    return errors
+
+
 def _refuse_port_in_use(host: str, port: int, address: str) -> None:
     """Raise a clear OSError when ``port`` is already in use on ``host`` (checked with a probe
     socket before gRPC tries, which would only log a C-level error line). Other bind errors are
     left for gRPC to judge (e.g. an IPv6 address of "localhost" on a host without IPv6)."""
     if port == 0:
         return
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        candidates = socket.getaddrinfo(
-            bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror:
-        return
-    for family, kind, proto, _, sockaddr in candidates:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
-            try:
-                probe.bind(sockaddr)
-            except OSError as error:
-                if error.errno == errno.EADDRINUSE:
-                    raise OSError(
-                        error.errno, f"cannot listen on {address}: the address is in use"
-                    ) from error
+    for error in _bind_errors(host, port):
+        if error.errno == errno.EADDRINUSE and not isinstance(error, socket.gaierror):
+            raise OSError(
+                error.errno, f"cannot listen on {address}: the address is in use"
+            ) from error
 
 
 def refuse_addresses_in_use(config: ServerConfig) -> int | None:
@@ -400,23 +411,15 @@ def _metrics_address_problem(address: str, grpc_host: str, grpc_port: int) -> st
     host, port = parse_address(address)
     if port != 0 and port == grpc_port and host == grpc_host:
         return f"it is the port of --address {grpc_host}:{grpc_port}"
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        candidates = socket.getaddrinfo(
-            bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror as error:
+    errors = _bind_errors(host, port)
+    if not errors:
+        return None
+    error = errors[0]
+    if isinstance(error, socket.gaierror):
         return f"the host cannot be resolved ({error.strerror})"
-    for family, kind, proto, _, sockaddr in candidates:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the endpoint does
-            try:
-                probe.bind(sockaddr)
-            except OSError as error:
-                if error.errno == errno.EADDRINUSE:
-                    return "the address is in use"
-                return f"{error.strerror or error} (not an address of this machine?)"
-    return None
+    if error.errno == errno.EADDRINUSE:
+        return "the address is in use"
+    return f"{error.strerror or error} (not an address of this machine?)"
 
 
 def _report_start_error(error: Exception) -> int:
