@@ -47,13 +47,14 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
+_R = TypeVar("_R")
 PEERS = Path(os.environ.get("PEERS_DIR", HERE / ".peers"))
 K = 3
 QUERIES = 10_000
@@ -114,14 +115,20 @@ def median_rate(count: int, run: Callable[[], object], repeats: int) -> float:
     return count / statistics.median(times)
 
 
-def best_rate(count: int, run: Callable[[], object], repeats: int) -> float:
-    """``count`` per second of the fastest of ``repeats`` runs of ``run``."""
+def best_of(run: Callable[[], _R], repeats: int) -> tuple[float, _R]:
+    """Seconds of the fastest of ``repeats`` (>= 1) runs of ``run``, and the last run's
+    result."""
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
-        run()
+        result = run()
         times.append(time.perf_counter() - began)
-    return count / min(times)
+    return min(times), result
+
+
+def best_rate(count: int, run: Callable[[], object], repeats: int) -> float:
+    """``count`` per second of the fastest of ``repeats`` runs of ``run``."""
+    return count / best_of(run, repeats)[0]
 
 
 def fresh_queries(fps: np.ndarray) -> np.ndarray:
@@ -230,12 +237,7 @@ def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool
     if extras:
         # The best of 3 calls at 10^6 (simhash-pybind's figure beside it too; a single call
         # took 0.24 to 0.93 s on this VM, the same code), one at 10^7.
-        pairs_times = []
-        for _ in range(3 if n <= 1_000_000 else 1):
-            began = time.perf_counter()
-            pairs = index.pairs()
-            pairs_times.append(time.perf_counter() - began)
-        out["pairs_s"] = min(pairs_times)
+        out["pairs_s"], pairs = best_of(index.pairs, 3 if n <= 1_000_000 else 1)
         out["pairs"] = len(pairs)
         planted = n // 100
         found = {(a, b) for a, b, _ in pairs}
@@ -569,12 +571,9 @@ def worker_simhash_pybind(n: int) -> dict[str, Any]:
     distinct = set(fps.tolist())
     out: dict[str, Any] = {"system": "simhash-pybind find_all", "n": n}
     for blocks in (4, 6):
-        times = []
-        for _ in range(3 if n <= 1_000_000 else 1):  # as permindex's figure beside it
-            began = time.perf_counter()
-            found = simhash.find_all(distinct, blocks, K)
-            times.append(time.perf_counter() - began)
-        out[f"pairs_{blocks}_blocks_s"] = min(times)
+        out[f"pairs_{blocks}_blocks_s"], found = best_of(  # as permindex's figure beside it
+            functools.partial(simhash.find_all, distinct, blocks, K), 3 if n <= 1_000_000 else 1
+        )
         out[f"pairs_{blocks}_blocks"] = len(found)
     return out
 
