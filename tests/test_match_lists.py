@@ -87,20 +87,21 @@ def test_the_objects_are_counted_right(make: Maker) -> None:
 @needs_compiled
 def test_a_match_of_a_str_key_is_left_to_reference_counting() -> None:
     """The C lists' Match of a str key is not tracked by the cyclic collector (a str and two
-    ints cannot be in a cycle; a batch's collection then has half the objects to walk); the
-    lists are, and so is a Match whose key is a container (a key of any other type stays
-    tracked: it could be in a cycle). The objects are freed alike."""
+    ints cannot be in a cycle), nor a list of such Matches only (an empty one too); a Match
+    whose key is a container stays tracked (it could be in a cycle), and so do its list and
+    the outer list. The objects are freed alike."""
     cyclic: list[Any] = []
     keys: Any = ["str key", cyclic]  # a key that is not a str (no caller passes one)
     lists = match.match_lists(
-        2,
+        3,
         np.array([0, 1], np.int64),
         keys,
         np.array([1, 2], np.uint64),
         np.array([0, 1], np.uint8),
     )
     assert not gc.is_tracked(lists[0][0]) and gc.is_tracked(lists[1][0])
-    assert gc.is_tracked(lists[0]) and gc.is_tracked(lists)
+    assert not gc.is_tracked(lists[0]) and not gc.is_tracked(lists[2])  # str Matches; empty
+    assert gc.is_tracked(lists[1]) and gc.is_tracked(lists)
 
     class Marker:
         pass
@@ -111,6 +112,42 @@ def test_a_match_of_a_str_key_is_left_to_reference_counting() -> None:
     del lists, cyclic, keys, marker
     gc.collect()
     assert freed() is None
+
+
+@needs_compiled
+def test_query_many_results_are_left_to_reference_counting() -> None:
+    """A batch's lists and Matches are not tracked by the cyclic collector (Index.query_many's
+    docstring): holding them, the collector has nothing of theirs to walk or promote, and a
+    full collection finds none of them. Freed by reference counting when dropped."""
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64, 200, dtype=np.uint64, endpoint=False)
+    index = Index.from_arrays([f"k{i}" for i in range(fps.size)], fps, k=3)
+    queries = np.concatenate(
+        [fps[:50], fps[:50] ^ np.uint64(1), rng.integers(0, 2**64, 20, dtype=np.uint64)]
+    )
+    results = index.query_many(queries)
+    expected = [
+        sorted((int(d), f"k{i}") for i, d in enumerate(np.bitwise_count(fps ^ q)) if d <= 3)
+        for q in queries
+    ]
+    assert [[(m.distance, m.key) for m in lst] for lst in results] == expected
+    assert sum(map(len, results)) >= 100 and results[0][0] == Match("k0", int(fps[0]), 0)
+    assert not gc.is_tracked(results)
+    assert not any(gc.is_tracked(lst) or any(map(gc.is_tracked, lst)) for lst in results)
+    tracked = {id(obj) for obj in gc.get_objects()}
+    assert id(results) not in tracked and id(results[0]) not in tracked
+    # still ordinary lists: a caller may change them
+    results[0].append(Match("x", 1, 1))
+    assert len(results[0]) == 2 and len(results[1]) == 1
+
+    class Marker:
+        pass
+
+    marker = Marker()
+    freed = weakref.ref(marker)
+    results[5].append(marker)  # type: ignore[arg-type]
+    del results, marker
+    assert freed() is None  # reference counting alone freed it, no collection ran
 
 
 def _args(**change: Any) -> list[Any]:

@@ -8,7 +8,9 @@
  * lists of the same objects, made without a Python-level call per match. Every Match is made
  * as CPython makes a tuple subclass (tp_alloc of the type, then its three items), every list
  * at its final size; a Match whose key is a str is not tracked by the cyclic garbage collector
- * (it holds no container: what CPython's collector does to such tuples on its first pass).
+ * (it holds no container: what CPython's collector does to such tuples on its first pass), nor
+ * is a list of such Matches only (an empty one too), nor the outer list when it holds such
+ * lists only: a batch's results are then left to reference counting alone (see below).
  * The caller holds the GIL (as for any C function called from Python).
  *
  * Arguments (checked; a bad one raises TypeError or ValueError and makes nothing):
@@ -115,6 +117,7 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     Py_ssize_t i = 0;
+    int lists_untracked = 1; /* every list of the batch left untracked so far */
     for (Py_ssize_t q = 0; q < n; q++) {
         Py_ssize_t start = i;
         while (i < m && queries[i] == q) {
@@ -125,6 +128,7 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         }
         PyList_SET_ITEM(results, q, list);
+        int matches_untracked = 1; /* every Match of this list left untracked so far */
         for (Py_ssize_t j = start; j < i; j++) {
             PyObject *fingerprint = PyLong_FromUnsignedLongLong(fps[j]);
             if (fingerprint == NULL) {
@@ -159,8 +163,26 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                  * such tuples when it first meets them; here no collection pays for that) */
                 PyObject_GC_UnTrack(match);
             }
+            else {
+                matches_untracked = 0;
+            }
             PyList_SET_ITEM(list, j - start, match);
         }
+        /* A list of untracked objects only (an empty one too) cannot be in a cycle as made:
+         * left to reference counting, it is not walked by every collection while the caller
+         * holds it, nor promoted to the old generation, whose full collections (all of the
+         * process's objects) its promotion would trigger. The one that holds such lists only
+         * likewise. The price: a cycle the caller makes through one of them later (a list
+         * appended to itself) is not collected; the docstring of Index.query_many says so. */
+        if (matches_untracked) {
+            PyObject_GC_UnTrack(list);
+        }
+        else {
+            lists_untracked = 0;
+        }
+    }
+    if (lists_untracked) {
+        PyObject_GC_UnTrack(results);
     }
     goto done;
 fail:

@@ -531,6 +531,14 @@ class Index:
         Same errors as :meth:`query` (the message names the position of a bad fingerprint),
         TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
         InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
+
+        Lists made by the optional C extension (a batch of more than
+        :data:`~permindex.index.query.SMALL_BATCH` on the compiled kernels, where
+        :data:`~permindex.index.match.COMPILED_MATCH_LISTS`) are left to reference counting:
+        neither they nor their :class:`Match` tuples (a str and two ints) are tracked by
+        Python's cyclic garbage collector, so holding a large result costs no collection time.
+        A reference cycle made through one of these lists later (a list appended to itself,
+        say) is therefore never collected.
         """
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)

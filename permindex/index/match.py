@@ -122,7 +122,9 @@ _COMPILED = _compiled()
 #: Whether :func:`match_lists` runs in C (the optional extension was built and imports).
 COMPILED_MATCH_LISTS = _COMPILED is not None
 #: :func:`match_lists_python`'s contract, in C when the extension was built (the same lists of
-#: the same objects, about a third of the time), else that function itself.
+#: the same objects, about a third of the time, and left to reference counting: a list of
+#: Matches of str keys, and the list of such lists, are not tracked by the cyclic garbage
+#: collector), else that function itself.
 match_lists: Callable[
     [int, NDArray[np.int64], list[str], NDArray[np.uint64], NDArray[np.uint8]], list[list[Match]]
 ] = _COMPILED or match_lists_python
