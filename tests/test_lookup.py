@@ -375,3 +375,65 @@ def test_bounded_lookup_arguments() -> None:
     got = index.query_columns_within(queries, **roomy)
     assert got is not None and columns_as_lists(got) == expected
     assert expected[5][:2] == [("k5", 5, 0), ("new", 5, 0)]
+
+
+def test_a_batch_started_during_another_is_looked_up_in_pieces_on_one_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch that starts while another thread's batch lookup runs is looked up in
+    OVERLAP_PIECES pieces (so that its ordering overlaps the other's kernel): the same
+    answers, lists and columns, with and without a limit, as alone and as brute force, and
+    every piece on the view taken when the call began (a write between two pieces is not
+    seen by the second)."""
+    from permindex.index import query
+
+    rng = np.random.default_rng(21)
+    fps = rng.integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
+    keys = [f"k{i}" for i in range(fps.size)]
+    index = Index.from_arrays(keys, fps)
+    n = query.OVERLAP_PIECES * query.OVERLAP_PIECE + 3
+    queries = np.concatenate(
+        (near(rng, fps[: n // 2], 3), rng.integers(0, 2**64 - 1, n - n // 2, dtype=np.uint64))
+    )
+    queries = queries[rng.permutation(n)]  # near and far queries in every piece
+    alone = index.query_many(queries)
+    assert alone == [expected_query(keys, fps, q, 3) for q in queries.tolist()]
+    assert sum(map(len, alone)) >= n // 2
+
+    real = query.batch_arrays
+    pieces: list[int] = []
+    in_flight, finish = threading.Event(), threading.Event()
+    late_key = "zz-added-between-pieces"
+
+    def batch_arrays(view: object, part: np.ndarray, k: int, threads: int = 1) -> np.ndarray:
+        if threading.current_thread().name == "other-batch":
+            in_flight.set()
+            assert finish.wait(30)
+        else:
+            pieces.append(int(part.size))
+            if len(pieces) == 1:  # between the first piece and the second: a write
+                index.add(late_key, int(queries[-1]))
+        return real(view, part, k, threads)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(query, "batch_arrays", batch_arrays)
+    other = threading.Thread(target=index.query_many, args=(queries,), name="other-batch")
+    other.start()
+    try:
+        assert in_flight.wait(30)
+        got = index.query_many(queries)
+        assert len(pieces) == query.OVERLAP_PIECES and sum(pieces) == n
+        assert got == alone  # the write after the first piece is not in the last one
+        pieces.clear()
+        index.remove(late_key)
+        columns = index.query_many(queries, columns=True)
+        assert columns_as_lists(columns) == [[tuple(m) for m in r] for r in alone]
+        pieces.clear()
+        index.remove(late_key)
+        assert index.query_many(queries, limit=1) == [r[:1] for r in alone]
+        assert len(pieces) == query.OVERLAP_PIECES
+    finally:
+        finish.set()
+        other.join(30)
+    monkeypatch.setattr(query, "batch_arrays", real)
+    assert index.query(int(queries[-1]))[0].key == late_key  # seen once the call is over
+    index._check()

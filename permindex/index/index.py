@@ -527,7 +527,10 @@ class Index:
         (:mod:`permindex.index.lookup`) on a consistent read view of the index, without its
         lock: lookups from several threads run in parallel, and a lookup racing a write sees the
         index as it was before or after each write, never a mix. It uses the calling thread
-        only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1).
+        only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1). A
+        batch that starts while another thread's batch lookup runs is looked up in two pieces
+        on one read view, so that each thread's Python work overlaps the other's kernel; the
+        answer is the same.
         Same errors as :meth:`query` (the message names the position of a bad fingerprint),
         TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
         InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.

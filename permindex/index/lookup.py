@@ -221,6 +221,7 @@ class Lookups:
         "_one_plans",
         "_one_seen",
         "_view",
+        "batches",
         "rows",
         "searched",
         "tables",
@@ -247,6 +248,8 @@ class Lookups:
         self._fast: dict[int, tuple[_I64, Any, bool, Callable[[int], str], memoryview]] = {}
         self._fast_seen = -1
         self._view: ReadView | None = None
+        #: Batch lookups on a read view now running (changed under the lock; query_view).
+        self.batches = 0
         # most_candidates by k, valid while changes[2] is the first item.
         self._candidates: tuple[int, dict[int, int]] = (-1, {})
 

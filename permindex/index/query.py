@@ -15,7 +15,7 @@ become Python objects.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import chain
+from itertools import chain, pairwise
 from threading import RLock
 from typing import NamedTuple
 
@@ -416,6 +416,11 @@ def reference_one(lookups: Lookups, query: int, k: int) -> list[Match]:
 #: The matches of a batch as (query positions (m,) int64, keys, fingerprints (m,) uint64,
 #: distances (m,) uint8), sorted by (query, distance, key): what :func:`query_view` returns.
 Found = tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]]
+#: Pieces of a batch lookup of at least :data:`OVERLAP_PIECES` * :data:`OVERLAP_PIECE`
+#: queries that starts while another runs on the same index (:func:`query_view`).
+OVERLAP_PIECES = 2
+#: The fewest queries of such a piece.
+OVERLAP_PIECE = 1024
 
 
 def query_view(
@@ -432,16 +437,67 @@ def query_view(
     read the matched rows' keys). Returns the matches (:data:`Found`): every
     query sees the index as it was when the view was taken. None when a compaction renumbered
     the rows meanwhile (the caller looks up again under the lock). O(q * (tables * runs +
-    candidates)) in the kernels, O(m log m) to order the m matches."""
-    rows = lookups.rows
+    candidates)) in the kernels, O(m log m) to order the m matches.
+
+    A batch of one thread that starts while another batch lookup runs on the index is looked
+    up in :data:`OVERLAP_PIECES` pieces of consecutive queries on the same view, each piece
+    ordered before the next one's kernel: its ordering, which holds the GIL, then runs while
+    the other's kernel runs, which does not, instead of after it, one thread waiting for the
+    other (benchmarks/README.md). The answer is the same."""
+    n = int(queries.size)
     with lock:
         view = lookups.view(k)
+        lookups.batches += 1
+        alone = threads > 1 or lookups.batches == 1 or n < OVERLAP_PIECES * OVERLAP_PIECE
     try:
-        found = batch_arrays(view, queries, k, threads)
+        return _lookup_on_view(lock, lookups.rows, view, queries, k, limit, threads, alone)
     finally:
         with lock:
-            rows.release_live(view.epoch)
-    return order_matches(lock, rows, view, found, int(queries.size), limit)
+            lookups.batches -= 1
+
+
+def _lookup_on_view(
+    lock: RLock,
+    rows: RowStore,
+    view: ReadView,
+    queries: _U64,
+    k: int,
+    limit: int,
+    threads: int,
+    whole: bool,
+) -> Found | None:
+    """:func:`query_view` on ``view`` (whose liveness mask it releases after the last kernel):
+    the whole batch at once, or in :data:`OVERLAP_PIECES` pieces."""
+    n = int(queries.size)
+    bounds = [0, n] if whole else np.linspace(0, n, OVERLAP_PIECES + 1).astype(int).tolist()
+    parts: list[Found] = []
+    released = False
+    try:
+        for start, end in pairwise(bounds):
+            found = batch_arrays(view, queries[start:end], k, threads)
+            if end == n:
+                with lock:
+                    rows.release_live(view.epoch)
+                released = True
+            ordered = order_matches(lock, rows, view, found, end - start, limit)
+            if ordered is None:
+                return None
+            parts.append(ordered if start == 0 else (ordered[0] + start, *ordered[1:]))
+    finally:
+        if not released:
+            with lock:
+                rows.release_live(view.epoch)
+    if len(parts) == 1:
+        return parts[0]
+    keys: list[str] = []
+    for part in parts:
+        keys += part[1]
+    return (
+        np.concatenate([part[0] for part in parts]),
+        keys,
+        np.concatenate([part[2] for part in parts]),
+        np.concatenate([part[3] for part in parts]),
+    )
 
 
 def _no_matches() -> Found:
