@@ -400,7 +400,7 @@ def test_a_batch_started_during_another_is_looked_up_in_pieces_on_one_view(
     assert alone == [expected_query(keys, fps, q, 3) for q in queries.tolist()]
     assert sum(map(len, alone)) >= n // 2
 
-    real = query.batch_arrays
+    real = query.batch_arrays  # type: ignore[attr-defined]
     pieces: list[int] = []
     in_flight, finish = threading.Event(), threading.Event()
     late_key = "zz-added-between-pieces"
