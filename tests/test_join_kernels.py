@@ -7,6 +7,7 @@ values, hot prefixes, wide designs (long prefixes, prefix + row bits over 64), o
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -235,3 +236,35 @@ def test_near_duplicates_identical_under_both_paths(monkeypatch: pytest.MonkeyPa
         )
     assert answers[0] == answers[1]
     assert answers[0][0]  # not empty
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 62], ids=["8-tables", "on-4-1"])
+def test_byte_pairs_on_their_8_tables_or_on_4_1(
+    threshold: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled join keeps BYTE_PAIRS' 8 tables of 24-bit keys from
+    COMPILED_BYTE_PAIRS_MIN_ROWS values on (the larger joins, where (4, 1)'s runs of equal
+    16-bit keys grow long), and joins on (4, 1) below it: the same pairs as numpy and brute
+    force either way, planted at every distance, equal values and hot prefixes included."""
+    monkeypatch.setattr(join_module, "COMPILED_BYTE_PAIRS_MIN_ROWS", threshold)
+    tables: list[object] = []
+    real = join_module._table_keys
+
+    def table_keys(values: np.ndarray, k: int, design: JoinDesign) -> Any:
+        tables.append(design)
+        return real(values, k, design)
+
+    monkeypatch.setattr(join_module, "_table_keys", table_keys)
+    rng = np.random.default_rng(31)
+    values = np.concatenate(
+        [
+            planted(rng, 800, 3),
+            np.full(50, 7, np.uint64),
+            np.arange(60, dtype=np.uint64) << np.uint64(30),
+        ]
+    )
+    for k in range(4):
+        tables.clear()
+        pairs = check_all_three(values, k, BYTE_PAIRS, monkeypatch)
+        assert tables == [BYTE_PAIRS if threshold == 0 else Design(4, 1)]
+        assert {d for _, _, d in pairs} == set(range(k + 1))

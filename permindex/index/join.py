@@ -23,6 +23,7 @@ __all__ = [
     "BYTE_PAIRS",
     "BYTE_PAIR_MASKS",
     "BYTE_PAIR_TABLES",
+    "COMPILED_BYTE_PAIRS_MIN_ROWS",
     "COMPILED_MIN_ROWS",
     "COUNT_BITS",
     "PAIR_BUDGET",
@@ -46,6 +47,12 @@ PAIR_BUDGET = 1 << 18
 #: :func:`permindex.index.clusters.components`, in nodes) uses the compiled kernels: below, the
 #: numpy path takes milliseconds, less than loading the kernels (read at call time).
 COMPILED_MIN_ROWS = 50_000
+#: Fewest values for which the compiled join keeps :data:`BYTE_PAIRS` (8 tables of 24-bit
+#: keys) where :func:`join_design` chose it; below, it joins on (4, 1), whose 4 tables of
+#: 16-bit keys cost less while their runs of equal keys are short (read at call time). Both
+#: took the same time at 2 x 10^6 random fingerprints (benchmarks/README.md); at 10^7 (4, 1)
+#: took 2.4 times as long.
+COMPILED_BYTE_PAIRS_MIN_ROWS = 2_000_000
 #: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
 COUNT_BITS = 22
 
@@ -447,9 +454,10 @@ def self_join(
     With the compiled kernels (:func:`permindex.jit.enabled`, from :data:`COMPILED_MIN_ROWS`
     values), every table whatever its prefix is joined by one sort of its keys and a kernel
     that verifies the pairs of each run of equal keys (:func:`_compiled_join`): the same
-    pairs, in another order; :data:`BYTE_PAIRS` (k <= 3) is joined on (4, 1) there, whose 4
-    tables cost less than its 8 (benchmarks/README.md). The first such join in a process loads
-    the kernels before its first check of ``should_stop``.
+    pairs, in another order; :data:`BYTE_PAIRS` (k <= 3) is joined on (4, 1) there below
+    :data:`COMPILED_BYTE_PAIRS_MIN_ROWS` values, whose 4 tables then cost less than its 8
+    (benchmarks/README.md). The first such join in a process loads the kernels before its
+    first check of ``should_stop``.
 
     :func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
     :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
@@ -458,8 +466,8 @@ def self_join(
     chunks: Iterator[tuple[int, _IntP, _IntP]]
     masks = [np.uint64(m) for m in _table_masks(design, k)]
     if values.size >= max(2, COMPILED_MIN_ROWS) and _compiled():
-        if design == BYTE_PAIRS:  # 8 tables: with the kernels the 4 of (4, 1) are faster
-            design = Design(4, 1)
+        if design == BYTE_PAIRS and values.size < COMPILED_BYTE_PAIRS_MIN_ROWS:
+            design = Design(4, 1)  # 4 tables of short runs cost less than 8 tables
         return _compiled_join(np.ascontiguousarray(values, dtype=np.uint64), k, design, should_stop)
     if isinstance(design, Design):
         chunks = _design_candidates(values, k, design, join_tables(design, k), should_stop)
