@@ -6,6 +6,7 @@ values, hot prefixes, wide designs (long prefixes, prefix + row bits over 64), o
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,10 +38,15 @@ JOINS: list[tuple[JoinDesign, int]] = [
 IDS = [str(d) for d, _ in JOINS]
 
 
-@pytest.fixture(autouse=True)
-def compiled_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kernels for every input size (by default only from COMPILED_MIN_ROWS values)."""
+@pytest.fixture(autouse=True, params=["one-thread", "threads"])
+def compiled_at_any_size(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The kernels for every input size (by default only from COMPILED_MIN_ROWS values), the
+    tables one after the other, or in 3 threads at any size (by default from
+    JOIN_THREADS_MIN_ROWS values, in a thread per CPU)."""
     monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 0)
+    if request.param == "threads":
+        monkeypatch.setattr(join_module, "JOIN_THREADS", 3)
+        monkeypatch.setattr(join_module, "JOIN_THREADS_MIN_ROWS", 0)
 
 
 def as_pairs(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[int, int, int]]:
@@ -155,19 +161,24 @@ def test_kernel_equals_reference_and_brute_force(
 
 
 def test_should_stop_is_checked_between_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A should_stop that turns True after a few checks stops a join of many kernel calls."""
+    """A should_stop that turns True after a few checks stops a join of many kernel calls:
+    one thread at the 11th check; in threads, each of (4, 1)'s 4 tables at its first True
+    at most."""
     monkeypatch.setattr(join_module, "PAIR_BUDGET", 4)
     values = planted(np.random.default_rng(3), 2000, 3)
     calls = 0
+    lock = threading.Lock()
 
     def stop() -> bool:
         nonlocal calls
-        calls += 1
-        return calls > 10
+        with lock:
+            calls += 1
+            return calls > 10
 
     with pytest.raises(CallCancelledError):
         joined(values, 3, Design(4, 1), True, monkeypatch, stop)
-    assert calls == 11
+    threaded = join_module.JOIN_THREADS_MIN_ROWS == 0
+    assert 11 <= calls <= 10 + 4 if threaded else calls == 11
 
 
 def dfs_labels(n: int, a: np.ndarray, b: np.ndarray) -> list[int]:
@@ -248,13 +259,13 @@ def test_byte_pairs_on_their_8_tables_or_on_4_1(
     force either way, planted at every distance, equal values and hot prefixes included."""
     monkeypatch.setattr(join_module, "COMPILED_BYTE_PAIRS_MIN_ROWS", threshold)
     tables: list[object] = []
-    real = join_module._table_keys
+    real = join_module._table_key
 
-    def table_keys(values: np.ndarray, k: int, design: JoinDesign) -> Any:
+    def table_key(values: np.ndarray, k: int, design: JoinDesign, t: int) -> Any:
         tables.append(design)
-        return real(values, k, design)
+        return real(values, k, design, t)
 
-    monkeypatch.setattr(join_module, "_table_keys", table_keys)
+    monkeypatch.setattr(join_module, "_table_key", table_key)
     rng = np.random.default_rng(31)
     values = np.concatenate(
         [
@@ -266,5 +277,5 @@ def test_byte_pairs_on_their_8_tables_or_on_4_1(
     for k in range(4):
         tables.clear()
         pairs = check_all_three(values, k, BYTE_PAIRS, monkeypatch)
-        assert tables == [BYTE_PAIRS if threshold == 0 else Design(4, 1)]
+        assert tables == [BYTE_PAIRS] * 8 if threshold == 0 else [Design(4, 1)] * 4
         assert {d for _, _, d in pairs} == set(range(k + 1))

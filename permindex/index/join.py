@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import combinations
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain, combinations
 from typing import Final, Literal
 
 import numpy as np
@@ -26,6 +28,9 @@ __all__ = [
     "COMPILED_BYTE_PAIRS_MIN_ROWS",
     "COMPILED_MIN_ROWS",
     "COUNT_BITS",
+    "JOIN_THREADS",
+    "JOIN_THREADS_MAX_ROWS",
+    "JOIN_THREADS_MIN_ROWS",
     "PAIR_BUDGET",
     "JoinDesign",
     "byte_pair_candidates",
@@ -53,6 +58,15 @@ COMPILED_MIN_ROWS = 50_000
 #: took the same time at 2 x 10^6 random fingerprints (benchmarks/README.md); at 10^7 (4, 1)
 #: took 2.4 times as long.
 COMPILED_BYTE_PAIRS_MIN_ROWS = 2_000_000
+#: Threads of a compiled join from :data:`JOIN_THREADS_MIN_ROWS` to
+#: :data:`JOIN_THREADS_MAX_ROWS` values (one per CPU this process may use, at most 4; below,
+#: starting them costs more than they save; above, each thread's table would hold more than
+#: about 1.5 GB). Read at call time.
+JOIN_THREADS = min(
+    4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+)
+JOIN_THREADS_MIN_ROWS = 1 << 18
+JOIN_THREADS_MAX_ROWS = 1 << 26
 #: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
 COUNT_BITS = 22
 
@@ -650,16 +664,20 @@ def _table_keys(values: _U64, k: int, design: JoinDesign) -> Iterator[tuple[_U64
     """The key of every value in each table a self-join on ``design`` within ``k`` searches,
     in order: ((n,) uint64 keys below 2^bits, bits). Two values share table t's key iff they
     share its masked bits (:func:`_table_masks`)."""
+    for t in range(len(_table_masks(design, k))):
+        yield _table_key(values, k, design, t)
+
+
+def _table_key(values: _U64, k: int, design: JoinDesign, t: int) -> tuple[_U64, int]:
+    """Table t's key of every value (:func:`_table_keys`' t-th item)."""
     if isinstance(design, Design):
-        for t in join_tables(design, k):
-            perm = design.permutations[t]
-            yield perm.prefix_array(values), perm.prefix_bits
-        return
-    for c, b in BYTE_PAIR_TABLES:
-        key = (values >> np.uint64(16 * c)) & np.uint64(0xFFFF)
-        key <<= np.uint64(8)
-        key |= (values >> np.uint64(8 * b)) & np.uint64(0xFF)
-        yield key, 24
+        perm = design.permutations[join_tables(design, k)[t]]
+        return perm.prefix_array(values), perm.prefix_bits
+    c, b = BYTE_PAIR_TABLES[t]
+    key = (values >> np.uint64(16 * c)) & np.uint64(0xFFFF)
+    key <<= np.uint64(8)
+    key |= (values >> np.uint64(8 * b)) & np.uint64(0xFF)
+    return key, 24
 
 
 def _sort_keys(keys: _U64, bits: int) -> tuple[_U64, _I64]:
@@ -687,15 +705,33 @@ def _compiled_join(
     sorted once, then every pair of a run of equal keys verified (popcount of the XOR <= k, and
     not hidden by an earlier table's mask) in calls of at most 16 * :data:`PAIR_BUDGET`
     candidates and :data:`PAIR_BUDGET` pairs, ``should_stop`` checked between calls. The same
-    pairs as the numpy path, in another order."""
+    pairs as the numpy path, in another order.
+
+    From :data:`JOIN_THREADS_MIN_ROWS` values to :data:`JOIN_THREADS_MAX_ROWS`, the tables are
+    joined in up to :data:`JOIN_THREADS` threads at once (the sorts and the kernel release the
+    GIL), each thread then holding its table's arrays (about 24 bytes per value); the pairs
+    come out in table order either way."""
     masks = np.array(_table_masks(design, k), dtype=np.uint64)
-    parts: list[tuple[_I64, _I64, _I64]] = []
+    tables = int(masks.size)
     check_stop(should_stop)
-    for t, (keys, bits) in enumerate(_table_keys(values, k, design)):
+
+    def table(t: int) -> list[tuple[_I64, _I64, _I64]]:
         check_stop(should_stop)
+        keys, bits = _table_key(values, k, design, t)
         sorted_keys, positions = _sort_keys(keys, bits)
         del keys
-        parts.extend(
+        return list(
             _kernel_table(sorted_keys, values[positions], positions, k, masks[:t], should_stop)
         )
-    return _concat_pairs(parts)
+
+    n = int(values.size)
+    threads = min(JOIN_THREADS, tables)
+    if threads < 2 or not JOIN_THREADS_MIN_ROWS <= n <= JOIN_THREADS_MAX_ROWS:
+        return _concat_pairs(chain.from_iterable(table(t) for t in range(tables)))
+    with ThreadPoolExecutor(threads, thread_name_prefix="permindex-join") as pool:
+        futures = [pool.submit(table, t) for t in range(tables)]
+        try:
+            return _concat_pairs(chain.from_iterable(f.result() for f in futures))
+        finally:
+            for future in futures:  # a cancelled or failed join starts no other table
+                future.cancel()
