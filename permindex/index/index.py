@@ -527,21 +527,14 @@ class Index:
         (:mod:`permindex.index.lookup`) on a consistent read view of the index, without its
         lock: lookups from several threads run in parallel, and a lookup racing a write sees the
         index as it was before or after each write, never a mix. It uses the calling thread
-        only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1). A
-        batch that starts while another thread's batch lookup runs is looked up in two pieces
-        on one read view, so that each thread's Python work overlaps the other's kernel; the
-        answer is the same.
+        only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1; a
+        batch started while another runs is cut in two pieces on one view: same answer).
         Same errors as :meth:`query` (the message names the position of a bad fingerprint),
         TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
         InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
-
-        Lists made by the optional C extension (a batch of more than
-        :data:`~permindex.index.query.SMALL_BATCH` on the compiled kernels, where
-        :data:`~permindex.index.match.COMPILED_MATCH_LISTS`) are left to reference counting:
-        neither they nor their :class:`Match` tuples (a str and two ints) are tracked by
-        Python's cyclic garbage collector, so holding a large result costs no collection time.
-        A reference cycle made through one of these lists later (a list appended to itself,
-        say) is therefore never collected.
+        The lists are not tracked by the cyclic garbage collector where the C extension made
+        them (:data:`~permindex.index.match.match_lists`): a cycle made through one later (a
+        list appended to itself) is never collected.
         """
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)
