@@ -482,9 +482,12 @@ def test_serve_names_a_metrics_address_in_use(tmp_path: Path) -> None:
     assert len(lines) == 1 and "Traceback" not in err and "never awaited" not in err
 
 
-def refused_before_the_kernels(argv: list[str]) -> subprocess.CompletedProcess[str]:
+def refused_before_the_kernels(
+    argv: list[str], exit_code: int = EXIT_CODES["usage"]
+) -> subprocess.CompletedProcess[str]:
     """``permindex`` ``argv`` run in a process of its own that also prints whether it imported
-    numba (the kernels' compiler); asserts that it exited 2 (a usage error) without."""
+    numba (the kernels' compiler); asserts that it exited ``exit_code`` (default 2, a usage
+    error) without."""
     code = (
         "import sys; from permindex.cli import main; code = main(sys.argv[1:]); "
         "print('numba' in sys.modules); sys.exit(code)"
@@ -492,9 +495,37 @@ def refused_before_the_kernels(argv: list[str]) -> subprocess.CompletedProcess[s
     done = subprocess.run(
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == EXIT_CODES["usage"], done.stderr
-    assert done.stdout.strip() == "False", "the kernels were loaded before the address was checked"
+    assert done.returncode == exit_code, done.stderr
+    assert done.stdout.strip() == "False", "the kernels were loaded before the refusal"
     return done
+
+
+def test_serve_refuses_a_data_directory_in_use_before_it_loads_the_kernels(
+    tmp_path: Path,
+) -> None:
+    """A data directory whose lock another process holds is found by a probe before the
+    kernels load (seconds on a first start or a busy machine; found only after them before):
+    exit 7, one line naming the holder, the lock file untouched; once the lock is let go the
+    probe passes it."""
+    from permindex.storage.datadir import DirectoryLock, refuse_if_locked
+
+    data = tmp_path / "data"
+    lock = DirectoryLock(data)  # as a running server holds it (flock, this process's pid)
+    try:
+        before = (data / "LOCK").read_bytes()
+        argv = ["serve", "--data-dir", str(data), "--address", "127.0.0.1:0"]
+        done = refused_before_the_kernels(argv, EXIT_CODES["data"])
+        assert done.stderr.splitlines() == [
+            f"permindex: error: data directory {data} is in use by process {os.getpid()} "
+            f"(lock {data / 'LOCK'})"
+        ]
+        assert (data / "LOCK").read_bytes() == before
+    finally:
+        lock.close()
+    refuse_if_locked(data)  # free: the probe takes the lock and lets it go
+    refuse_if_locked(tmp_path / "missing")  # no lock file: nothing made
+    assert not (tmp_path / "missing").exists()
+    DirectoryLock(data).close()  # and the probe left it free
 
 
 @pytest.mark.parametrize("which", ["--address", "--metrics-address"])

@@ -407,7 +407,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     """
     from permindex.index.keys import MAX_KEY_BYTES
     from permindex.rpc.auth import exposure_problem
-    from permindex.rpc.server import refuse_addresses_in_use, run_server
+    from permindex.rpc.server import refuse_in_use, run_server
 
     if args.max_key_bytes > MAX_KEY_BYTES:
         args.parser.error(f"--max-key-bytes: at most {MAX_KEY_BYTES} (the index's limit)")
@@ -427,7 +427,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging = ServeLogging(**{item.name: getattr(args, item.name) for item in fields(ServeLogging)})
     if logging != ServeLogging():
         configure_logging(logging.log_format, logging.log_level)
-    in_use = refuse_addresses_in_use(config)  # at once, not after the kernels load
+    in_use = refuse_in_use(config)  # at once, not after the kernels load
     if in_use is not None:
         return in_use
     _limit_malloc_arenas()

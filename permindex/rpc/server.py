@@ -49,11 +49,12 @@ from permindex.rpc.metrics import MetricsServer
 from permindex.rpc.service import SERVICE_NAME, PermIndexService
 from permindex.rpc.state import ServerState
 from permindex.rpc.work import Work
+from permindex.storage.datadir import refuse_if_locked
 from permindex.storage.snapshot import SnapshotInfo
 from permindex.storage.store import Store
 from permindex.text.fingerprint import simhash_many
 
-__all__ = ["RunningServer", "create_server", "refuse_addresses_in_use", "run_server"]
+__all__ = ["RunningServer", "create_server", "refuse_in_use", "run_server"]
 
 log = logging.getLogger(__name__)
 
@@ -377,14 +378,15 @@ def _refuse_port_in_use(host: str, port: int, address: str) -> None:
             ) from error
 
 
-def refuse_addresses_in_use(config: ServerConfig) -> int | None:
-    """None when the gRPC address (``config.address``) is not in use and the metrics address
-    (``config.metrics_address``) can be listened on, as probe sockets find now; else the error
-    printed as :func:`run_server` prints it when it binds them, and its exit code (2: a usage
-    error): a gRPC address in use; a metrics address in use, not local, unresolvable, or on
-    the gRPC address's own port. ``permindex serve`` asks before it loads the kernels (seconds
-    on a first start), so that the error comes at once; :func:`run_server` checks again when
-    it binds them."""
+def refuse_in_use(config: ServerConfig) -> int | None:
+    """None when the gRPC address (``config.address``) is not in use, the metrics address
+    (``config.metrics_address``) can be listened on, and no other process holds the data
+    directory (``config.data_dir``), as probes find now; else the error printed as
+    :func:`run_server` prints it, and its exit code: 2 (a usage error) for a gRPC address in
+    use and a metrics address in use, not local, unresolvable, or on the gRPC address's own
+    port; 7 for a data directory held by another server. ``permindex serve`` asks before it
+    loads the kernels (seconds on a first start, more on a busy machine), so that the error
+    comes at once; :func:`run_server` checks again when it binds and locks them."""
     try:
         host, port = parse_address(config.address)
         _refuse_port_in_use(host, port, config.address)
@@ -398,6 +400,7 @@ def refuse_addresses_in_use(config: ServerConfig) -> int | None:
                     flush=True,
                 )
                 return EXIT_CODES["usage"]
+        refuse_if_locked(Path(config.data_dir))
     except Exception as error:
         return _report_start_error(error)
     return None

@@ -118,13 +118,7 @@ class DirectoryLock:
             os.close(fd)
             if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
-            holder = _read_pid(lock_path)
-            who = f"process {holder}" if holder else "another process"
-            raise DataDirLockedError(
-                f"data directory {path} is in use by {who} (lock {lock_path})",
-                path=str(path),
-                pid=holder,
-            ) from error
+            raise _locked(path, lock_path) from error
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd: int | None = fd
@@ -140,6 +134,40 @@ class DirectoryLock:
             fd, self._fd = self._fd, None
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def refuse_if_locked(path: Path) -> None:
+    """Raise what :class:`DirectoryLock` would if another process holds the lock of the data
+    directory ``path`` now: a probe that creates and writes nothing (the lock, when free, is
+    taken and let go at once), so that ``permindex serve`` can refuse before it loads its
+    kernels. A missing or unreadable lock file passes (:class:`DirectoryLock` reports it).
+
+    Raises:
+        DataDirLockedError: another process holds the lock; the message names its pid.
+    """
+    lock_path = path / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            raise _locked(path, lock_path) from error
+        return
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _locked(path: Path, lock_path: Path) -> DataDirLockedError:
+    holder = _read_pid(lock_path)
+    who = f"process {holder}" if holder else "another process"
+    return DataDirLockedError(
+        f"data directory {path} is in use by {who} (lock {lock_path})", path=str(path), pid=holder
+    )
 
 
 def _read_pid(lock_path: Path) -> int | None:
