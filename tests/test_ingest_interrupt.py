@@ -72,7 +72,7 @@ def _feed(process: subprocess.Popen[bytes], done: threading.Event) -> threading.
                 )
                 process.stdin.write(lines.encode())
                 process.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except (OSError, ValueError):  # the pipe broke, or the test's cleanup closed it
             pass
 
     thread = threading.Thread(target=write, daemon=True)
