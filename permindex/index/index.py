@@ -585,9 +585,9 @@ class Index:
         return check_and_add(self, key, fingerprint, k)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
-        """Every unordered pair of stored keys within ``k`` bits (inclusive; equal fingerprints
-        under different keys: distance 0), each once, as (key_a, key_b, distance), key_a < key_b
-        in code point order; sorted. :meth:`iter_pairs` as a list. Bad k: as :meth:`query`."""
+        """Every unordered pair of stored keys within ``k`` bits (equal fingerprints under
+        different keys: distance 0), each once, as (key_a, key_b, distance), key_a < key_b in
+        code point order; sorted. :meth:`iter_pairs` as a list (the join holds the lock)."""
         return list(self.iter_pairs(k))
 
     def iter_pairs(
