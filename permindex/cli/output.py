@@ -31,8 +31,9 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
     "usage": "bad command line: an unknown or malformed option or --address, options before\n"
-    "     the command; for serve also a --k, token file or config value refused before start,\n"
-    "     or an --address in use, or a --metrics-address in use or not local",
+    "     the command, an unknown PERMINDEX_* variable; for serve also a --k, token file or\n"
+    "     config value refused before start, an --address in use, a --metrics-address in\n"
+    "     use or not local, or a non-loopback --address without TLS and tokens (no --insecure)",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on);\n"
     "     for dedup --engine dask, the --scheduler cannot be reached",
@@ -154,5 +155,5 @@ def exit_codes_epilog() -> str:
     for name, code in sorted(EXIT_CODES.items(), key=lambda item: item[1]):
         lines.append(f"  {code}  {EXIT_CODE_HELP.get(name, name.replace('_', ' '))}")
     lines.append("  130  stopped by Ctrl-C (SIGINT)")
-    lines.append("  143  stopped by SIGTERM (serve stops gracefully on it instead)")
+    lines.append("  143  stopped by SIGTERM (serve stops gracefully on either instead: exit 0)")
     return "\n".join(lines)
