@@ -7,6 +7,7 @@ values, hot prefixes, wide designs (long prefixes, prefix + row bits over 64), o
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -279,3 +280,60 @@ def test_byte_pairs_on_their_8_tables_or_on_4_1(
         pairs = check_all_three(values, k, BYTE_PAIRS, monkeypatch)
         assert tables == [BYTE_PAIRS] * 8 if threshold == 0 else [Design(4, 1)] * 4
         assert {d for _, _, d in pairs} == set(range(k + 1))
+
+
+def test_an_exception_in_the_calling_thread_stops_the_join_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A KeyboardInterrupt lands in the calling thread only, which waits for the tables'
+    threads: when it arrives (here a signal handler raising in that thread after the 5th
+    kernel call), the running tables stop at their next check -- one kernel call each at
+    most -- and no other table starts; before, the pool's exit waited for every running
+    table to finish."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 0)
+    monkeypatch.setattr(join_module, "JOIN_THREADS", 2)
+    monkeypatch.setattr(join_module, "JOIN_THREADS_MIN_ROWS", 0)
+    monkeypatch.setattr(join_module, "PAIR_BUDGET", 16)
+    from permindex.index import join_kernels
+
+    real = join_kernels.group_pairs_verified
+    main = threading.get_ident()
+    calls = {"before": 0, "after": 0}
+    sent, landed = threading.Event(), threading.Event()
+
+    def counted(*args: Any) -> Any:
+        if landed.is_set():
+            calls["after"] += 1
+        elif not sent.is_set():
+            calls["before"] += 1
+            if calls["before"] == 5:
+                sent.set()
+                signal.pthread_kill(main, signal.SIGUSR1)  # where Ctrl-C lands
+        return real(*args)
+
+    def handler(signum: int, frame: object) -> None:
+        landed.set()
+        raise Interrupted
+
+    monkeypatch.setattr(join_kernels, "group_pairs_verified", counted)
+    rng = np.random.default_rng(8)
+    blocks = rng.integers(0, 4, (4, 4000), dtype=np.uint64)  # every table: 4 keys, long runs
+    values = sum(blocks[i] << np.uint64(16 * i) for i in range(4)).astype(np.uint64)
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with pytest.raises(Interrupted):
+            self_join(values, 3, Design(4, 1))
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert landed.is_set() and calls["after"] <= 2, calls  # one call per thread at most
+    # every table thread ends at once (one landing inside pool.submit, between a thread's
+    # start and the pool noting it, is not joined by the pool's exit: it ends on its own)
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("permindex-join") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, threading.enumerate()
+        time.sleep(0.01)

@@ -10,8 +10,9 @@ import functools
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain, combinations
 from typing import Final, Literal
 
@@ -710,28 +711,36 @@ def _compiled_join(
     From :data:`JOIN_THREADS_MIN_ROWS` values to :data:`JOIN_THREADS_MAX_ROWS`, the tables are
     joined in up to :data:`JOIN_THREADS` threads at once (the sorts and the kernel release the
     GIL), each thread then holding its table's arrays (about 24 bytes per value); the pairs
-    come out in table order either way."""
+    come out in table order either way. ``should_stop`` is then called from those threads too,
+    and an exception in the calling thread (Ctrl-C) stops them within one kernel call."""
     masks = np.array(_table_masks(design, k), dtype=np.uint64)
     tables = int(masks.size)
     check_stop(should_stop)
+    left = threading.Event()  # set when the calling thread leaves (Ctrl-C, an error)
+
+    def stop() -> bool:
+        return left.is_set() or (should_stop is not None and should_stop())
 
     def table(t: int) -> list[tuple[_I64, _I64, _I64]]:
-        check_stop(should_stop)
+        check_stop(stop)
         keys, bits = _table_key(values, k, design, t)
         sorted_keys, positions = _sort_keys(keys, bits)
         del keys
-        return list(
-            _kernel_table(sorted_keys, values[positions], positions, k, masks[:t], should_stop)
-        )
+        return list(_kernel_table(sorted_keys, values[positions], positions, k, masks[:t], stop))
 
     n = int(values.size)
     threads = min(JOIN_THREADS, tables)
     if threads < 2 or not JOIN_THREADS_MIN_ROWS <= n <= JOIN_THREADS_MAX_ROWS:
         return _concat_pairs(chain.from_iterable(table(t) for t in range(tables)))
+    futures: list[Future[list[tuple[_I64, _I64, _I64]]]] = []
     with ThreadPoolExecutor(threads, thread_name_prefix="permindex-join") as pool:
-        futures = [pool.submit(table, t) for t in range(tables)]
         try:
+            futures.extend(pool.submit(table, t) for t in range(tables))
             return _concat_pairs(chain.from_iterable(f.result() for f in futures))
         finally:
-            for future in futures:  # a cancelled or failed join starts no other table
+            # Leaving early (a KeyboardInterrupt lands in this thread only, or a table
+            # failed): no other table starts, and the running ones stop at their next check,
+            # within one kernel call, before the pool's exit waits for them.
+            left.set()
+            for future in futures:
                 future.cancel()
