@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,6 +20,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import CallCancelledError, InvalidArgumentError
 from permindex.index.permutation import Design, Permutation, argsort_prefixes
+from permindex.index.runs import usable_cpus
 
 __all__ = [
     "BYTE_PAIRS",
@@ -63,9 +63,7 @@ COMPILED_BYTE_PAIRS_MIN_ROWS = 2_000_000
 #: :data:`JOIN_THREADS_MAX_ROWS` values (one per CPU this process may use, at most 4; below,
 #: starting them costs more than they save; above, each thread's table would hold more than
 #: about 1.5 GB). Read at call time.
-JOIN_THREADS = min(
-    4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-)
+JOIN_THREADS = min(4, usable_cpus())
 JOIN_THREADS_MIN_ROWS = 1 << 18
 JOIN_THREADS_MAX_ROWS = 1 << 26
 #: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
@@ -661,16 +659,10 @@ def _compiled() -> bool:
     return jit.enabled()
 
 
-def _table_keys(values: _U64, k: int, design: JoinDesign) -> Iterator[tuple[_U64, int]]:
-    """The key of every value in each table a self-join on ``design`` within ``k`` searches,
-    in order: ((n,) uint64 keys below 2^bits, bits). Two values share table t's key iff they
-    share its masked bits (:func:`_table_masks`)."""
-    for t in range(len(_table_masks(design, k))):
-        yield _table_key(values, k, design, t)
-
-
 def _table_key(values: _U64, k: int, design: JoinDesign, t: int) -> tuple[_U64, int]:
-    """Table t's key of every value (:func:`_table_keys`' t-th item)."""
+    """The key of every value in table t of those a self-join on ``design`` within ``k``
+    searches, in order: ((n,) uint64 keys below 2^bits, bits). Two values share table t's key
+    iff they share its masked bits (:func:`_table_masks`)."""
     if isinstance(design, Design):
         perm = design.permutations[join_tables(design, k)[t]]
         return perm.prefix_array(values), perm.prefix_bits

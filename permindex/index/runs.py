@@ -25,11 +25,20 @@ __all__ = ["BUILD_THREADS", "MERGE_ALL_MIN_SHARE", "PARALLEL_MIN", "Runs"]
 
 #: From this batch size on, the tables' runs are built in other threads.
 PARALLEL_MIN = 1 << 17
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity where the platform gives it, else
+    ``os.cpu_count()``; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 #: Threads that build the tables' runs of a large batch (one per CPU this process may use, at
 #: most 4).
-BUILD_THREADS = min(
-    4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-)
+BUILD_THREADS = min(4, usable_cpus())
 #: merge_all merges a table once at least this share of its entries lies outside its largest
 #: run.
 MERGE_ALL_MIN_SHARE = 1 / 8

@@ -9,7 +9,6 @@ Importing it does not import grpc.
 from __future__ import annotations
 
 import io
-import os
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from permindex.errors import InvalidArgumentError
 from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
 from permindex.index.key_column import KeyColumn
 from permindex.index.pair_stream import PairArrays
+from permindex.index.runs import usable_cpus
 from permindex.io.parquet import ParquetReader, open_documents
 from permindex.near.columns import Documents, join_columns, last_occurrences
 from permindex.near.dedup_workers import (
@@ -577,10 +577,7 @@ def _jaccard(
 
 def default_jobs() -> int:
     """Worker processes by default: the CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    return usable_cpus()
 
 
 def summary_line(summary: dict[str, Any], seconds: float) -> str:
