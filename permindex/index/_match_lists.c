@@ -163,7 +163,7 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                  * such tuples when it first meets them; here no collection pays for that) */
                 PyObject_GC_UnTrack(match);
             }
-            else {
+            if (PyObject_GC_IsTracked(match)) {
                 matches_untracked = 0;
             }
             PyList_SET_ITEM(list, j - start, match);
