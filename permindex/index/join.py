@@ -188,8 +188,7 @@ def join_design(design: Design, k: int, n: int) -> JoinDesign:
     Raises:
         InvalidArgumentError: (from :meth:`Design.tables_for`) k > design.max_k.
     """
-    candidates = ((4, 1), (5, 2), (6, 2), (6, 3))
-    options = [design] + [Design(b, t) for b, t in candidates if b - t >= k]
+    options = [design, *_join_designs(k)]
 
     def pairs(bits: int) -> float:
         return n * n / 2.0 ** (bits + 1)
@@ -208,6 +207,13 @@ def join_design(design: Design, k: int, n: int) -> JoinDesign:
     if k <= 3 and 120.0 * n + 8 * 40.0 * pairs(24) < cost(best):
         return BYTE_PAIRS
     return best
+
+
+@functools.cache
+def _join_designs(k: int) -> tuple[Design, ...]:
+    """The designs :func:`join_design` weighs besides the index's own, for ``k``: made once, so
+    that each builds its permutations once per process, not on every join."""
+    return tuple(Design(b, t) for b, t in ((4, 1), (5, 2), (6, 2), (6, 3)) if b - t >= k)
 
 
 def table_pairs_grouped(values: _U64, perm: Permutation, k: int) -> Iterator[tuple[_IntP, _IntP]]:
