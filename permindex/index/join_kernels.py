@@ -72,7 +72,9 @@ def group_pairs_verified(
         earlier mask hides it. A call stops when the buffers are full or after
         ``work_budget`` candidates.
 
-    O(m + candidates) time over the calls; no memory besides the buffers.
+    Each run of equal keys is found once (a scan for its end), then each row's candidates are
+    its later entries in the run, verified without comparing keys. O(m + candidates) time over
+    the calls; no memory besides the buffers.
     """
     m = keys.size
     capacity = out_a.size
@@ -81,15 +83,19 @@ def group_pairs_verified(
     work = 0
     i = start_i
     j = start_j
+    end = i  # the end (exclusive) of the run of i's key, found once per run
     while i < m:
+        if i >= end:
+            end = i + 1
+            key = keys[i]
+            while end < m and keys[end] == key:
+                end += 1
         if j <= i:
             j = i + 1
-        key = keys[i]
+        stop = min(end, j + (work_budget - work))  # the budget, checked once per row
         value = values[i]
-        while j < m and keys[j] == key:
-            if count >= capacity or work >= work_budget:
-                return count, i, j
-            work += 1
+        started = j
+        while j < stop:
             x = value ^ values[j]
             d = hamming_weight(x)
             if d <= k:
@@ -99,11 +105,16 @@ def group_pairs_verified(
                         first = False
                         break
                 if first:
+                    if count >= capacity:
+                        return count, i, j
                     out_a[count] = positions[i]
                     out_b[count] = positions[j]
                     out_d[count] = d
                     count += 1
             j += 1
+        work += j - started
+        if j < end:
+            return count, i, j
         i += 1
         j = i + 1
         work += 1  # a row without candidates still costs a step
