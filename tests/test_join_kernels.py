@@ -1,8 +1,8 @@
-"""The compiled self-join and union-find (permindex.index.join_kernels, used by self_join and
-components unless PERMINDEX_JIT=0) against the numpy reference (PERMINDEX_JIT=0) and brute force:
-random and hypothesis inputs, planted near-duplicates at every distance 0..k, groups of equal
-values, hot prefixes, wide designs (long prefixes, prefix + row bits over 64), output chunks of
-1 to 3 pairs, cancellation between kernel calls."""
+"""The compiled self-join, distinct values and union-find (permindex.index.join_kernels, used by
+self_join, distinct_values and components unless PERMINDEX_JIT=0) against the numpy reference
+(PERMINDEX_JIT=0), a dict and brute force: random and hypothesis inputs, planted near-duplicates
+at every distance 0..k, groups of equal values, hot prefixes, wide designs (long prefixes,
+prefix + row bits over 64), output chunks of 1 to 3 pairs, cancellation between kernel calls."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SETTINGS
+from test_pair_stream import reference_values
 
 import permindex.index.join as join_module
 from permindex.errors import CallCancelledError
 from permindex.index.clusters import NearDuplicates, components
 from permindex.index.hamming import brute_force_pairs
 from permindex.index.join import BYTE_PAIRS, JoinDesign, self_join
+from permindex.index.pair_stream import distinct_values
 from permindex.index.permutation import Design
 
 #: Ways to join with the largest k each answers: 16-bit prefixes, 26-bit ones (5, 2), 32-bit
@@ -214,6 +216,52 @@ def test_union_find_equals_reference_and_search(n: int, edges: list[tuple[int, i
         assert components(n, a, b).tolist() == truth
         monkeypatch.setenv("PERMINDEX_JIT", "0")
         assert components(n, a, b).tolist() == truth
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(0, 15),  # small values: many repeats
+            st.integers(0, 2**64 - 1),
+            st.integers(0, 7).map(lambda i: i << 40),  # alike in their low bits
+        ),
+        max_size=300,
+    )
+)
+def test_distinct_values_kernel_equals_numpy_and_a_dict(fps: list[int]) -> None:
+    """The kernel's grouping of distinct_values (group_by_value, after the sort that finds the
+    repeated values) gives what the numpy grouping (PERMINDEX_JIT=0) and a dict give."""
+    array = np.array(fps, dtype=np.uint64)
+    by_value, first, counts, distinct = reference_values(fps)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for flag in ("1", "0"):
+            monkeypatch.setenv("PERMINDEX_JIT", flag)
+            got = distinct_values(array)
+            assert got.by_value.tolist() == by_value
+            assert got.first.tolist() == first
+            assert got.counts.tolist() == counts
+            assert got.distinct.tolist() == distinct
+            assert got.distinct[got.value_of].tolist() == fps
+            assert got.value_of.dtype == np.int64 and got.distinct.dtype == np.uint64
+
+
+def test_distinct_values_kernel_with_every_value_repeated_or_one_value() -> None:
+    """The kernel's edge cases: every value repeated (no single), one value n times, and a
+    filter table whose slots every position passes (values alike in their top bits)."""
+    rng = np.random.default_rng(8)
+    base = rng.integers(0, 2**64, 500, dtype=np.uint64)
+    for array in (
+        np.concatenate((base, base[::-1], base[:7])),
+        np.full(1000, 12345, dtype=np.uint64),
+        np.arange(2000, dtype=np.uint64) % np.uint64(300),
+    ):
+        got = distinct_values(array)
+        by_value, first, counts, distinct = reference_values(array.tolist())
+        assert got.by_value.tolist() == by_value
+        assert got.first.tolist() == first
+        assert got.counts.tolist() == counts
+        assert got.distinct.tolist() == distinct
 
 
 def test_long_chains_and_stars(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
-"""Compiled kernels of the self-join (:func:`permindex.index.join.self_join`) and of the
-connected components of its pairs (:func:`permindex.index.clusters.components`).
+"""Compiled kernels of the self-join (:func:`permindex.index.join.self_join`), of the distinct
+values it joins (:func:`permindex.index.pair_stream.distinct_values`) and of the connected
+components of its pairs (:func:`permindex.index.clusters.components`).
 
 Imported only by the code that calls them (importing it compiles nothing until a kernel is first
 called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). Each kernel is bit-exact
@@ -13,7 +14,7 @@ from numpy.typing import NDArray
 
 from permindex.jit_numba import njit
 
-__all__ = ["group_pairs_verified", "hamming_weight", "union_find_labels"]
+__all__ = ["group_by_value", "group_pairs_verified", "hamming_weight", "union_find_labels"]
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
@@ -24,6 +25,7 @@ _TWO = np.uint64(2)
 _FOUR = np.uint64(4)
 _TOP = np.uint64(56)
 _ZERO = np.uint64(0)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi, as pair_stream's hash
 
 
 @njit()
@@ -121,6 +123,86 @@ def group_pairs_verified(
         if work >= work_budget and i < m:
             return count, i, j
     return count, m, m
+
+
+@njit()
+def group_by_value(
+    fps: NDArray[np.uint64],
+    repeated: NDArray[np.uint64],
+    bits: int,
+    by_value: NDArray[np.int64],
+    first: NDArray[np.int64],
+    counts: NDArray[np.int64],
+    distinct: NDArray[np.uint64],
+    value_of: NDArray[np.int64],
+) -> None:
+    """The distinct values of ``fps`` given those that occur more than once, into the arrays
+    :func:`permindex.index.pair_stream.distinct_values` returns (allocated by the caller, so
+    that numpy's large-page allocations are used).
+
+    Args:
+        fps: (n,) uint64 values.
+        repeated: (r,) uint64, r >= 1, the values occurring at least twice in ``fps``, sorted
+            ascending without repeats.
+        bits: bits of the filter table of ``repeated``'s hashes (``pair_stream._hash_bits``;
+            the slot of a value is the top ``bits`` bits of value * 2^64/phi).
+        by_value, value_of: (n,) int64, written: positions grouped by value; each position's
+            distinct value.
+        first, counts, distinct: (d,) int64, int64, uint64, d the number of distinct values,
+            written: where each value's positions start in ``by_value``, how many, the value.
+
+    The values that occur once come first, in position order, then the repeated ones in
+    ascending order, positions ascending within each. Two passes over ``fps`` (a position
+    passing the filter is looked up in ``repeated`` by binary search): O(n + r log r) time,
+    2^bits bytes of table and (r,) counters besides the outputs.
+    """
+    n = fps.size
+    r = repeated.size
+    shift = np.uint64(64 - bits)
+    table = np.zeros(1 << bits, dtype=np.bool_)
+    for g in range(r):
+        table[(repeated[g] * _GOLDEN) >> shift] = True
+    fill = np.zeros(r, dtype=np.int64)  # positions per repeated value, then where the next goes
+    ones = 0
+    for i in range(n):
+        value = fps[i]
+        group = -1
+        if table[(value * _GOLDEN) >> shift]:
+            low = 0
+            high = r
+            while low < high:
+                middle = (low + high) >> 1
+                if repeated[middle] < value:
+                    low = middle + 1
+                else:
+                    high = middle
+            if low < r and repeated[low] == value:
+                group = low
+        if group < 0:
+            value_of[i] = ones  # a single: numbered in position order
+            ones += 1
+        else:
+            value_of[i] = -1 - group  # a member, numbered below once ones is known
+            fill[group] += 1
+    at = ones
+    for g in range(r):
+        first[ones + g] = at
+        counts[ones + g] = fill[g]
+        distinct[ones + g] = repeated[g]
+        at += fill[g]
+        fill[g] = at - fill[g]
+    for i in range(n):
+        v = value_of[i]
+        if v >= 0:
+            by_value[v] = i
+            first[v] = v
+            counts[v] = 1
+            distinct[v] = fps[i]
+        else:
+            g = -1 - v
+            by_value[fill[g]] = i
+            fill[g] += 1
+            value_of[i] = ones + g
 
 
 @njit()

@@ -18,6 +18,7 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex import jit
 from permindex.index import join
 
 __all__ = [
@@ -64,9 +65,12 @@ class Values(NamedTuple):
 
 def distinct_values(fps: _U64) -> Values:
     """The distinct values of the (n,) uint64 ``fps`` and which positions hold each: the
-    values that occur once first, in position order, then the repeated ones. One fast sort
-    finds the repeated values; only their positions are grouped (argsort). O(n log n) time,
-    O(n) memory."""
+    values that occur once first, in position order, then the repeated ones (ascending). One
+    fast sort finds the repeated values; only their positions are grouped. From
+    :data:`~permindex.index.join.COMPILED_MIN_ROWS` positions on, where the join's kernels are
+    used, the grouping is one kernel's two passes
+    (:func:`~permindex.index.join_kernels.group_by_value`), else numpy. O(n log n) time, O(n)
+    memory."""
     n = int(fps.size)
     ordered = np.sort(fps)
     same = ordered[1:] == ordered[:-1]
@@ -74,6 +78,20 @@ def distinct_values(fps: _U64) -> Values:
         every = np.arange(n, dtype=np.int64)
         return Values(every, every.copy(), np.ones(n, dtype=np.int64), fps.copy(), every.copy())
     repeated = np.unique(ordered[1:][same])
+    if n >= join.COMPILED_MIN_ROWS and jit.enabled():
+        from permindex.index import join_kernels
+
+        d = n - int(np.count_nonzero(same))
+        del ordered, same
+        out = Values(
+            np.empty(n, dtype=np.int64),
+            np.empty(d, dtype=np.int64),
+            np.empty(d, dtype=np.int64),
+            np.empty(d, dtype=np.uint64),
+            np.empty(n, dtype=np.int64),
+        )
+        join_kernels.group_by_value(fps, repeated, _hash_bits(repeated.size), *out)
+        return out
     del ordered, same
     # The positions holding a repeated value: a bit table of the repeated values' hashes first
     # (one gather over the n positions), then a binary search for only the positions that pass
