@@ -247,14 +247,18 @@ def test_distinct_values_kernel_equals_numpy_and_a_dict(fps: list[int]) -> None:
 
 
 def test_distinct_values_kernel_with_every_value_repeated_or_one_value() -> None:
-    """The kernel's edge cases: every value repeated (no single), one value n times, and a
-    filter table whose slots every position passes (values alike in their top bits)."""
+    """The kernel's edge cases: every value repeated (no single), one value n times, a filter
+    table whose slots every position passes (values alike in their top bits), and arrays
+    that are not native contiguous uint64 (big-endian, strided: a TypingError before)."""
     rng = np.random.default_rng(8)
     base = rng.integers(0, 2**64, 500, dtype=np.uint64)
+    repeats = np.concatenate((base, base[::-1], base[:7]))
     for array in (
-        np.concatenate((base, base[::-1], base[:7])),
+        repeats,
         np.full(1000, 12345, dtype=np.uint64),
         np.arange(2000, dtype=np.uint64) % np.uint64(300),
+        repeats.astype(">u8"),
+        np.repeat(repeats, 2)[::3],
     ):
         got = distinct_values(array)
         by_value, first, counts, distinct = reference_values(array.tolist())

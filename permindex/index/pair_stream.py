@@ -71,6 +71,7 @@ def distinct_values(fps: _U64) -> Values:
     used, the grouping is one kernel's two passes
     (:func:`~permindex.index.join_kernels.group_by_value`), else numpy. O(n log n) time, O(n)
     memory."""
+    fps = np.ascontiguousarray(fps, dtype=np.uint64)  # native order: the kernel's one type
     n = int(fps.size)
     ordered = np.sort(fps)
     same = ordered[1:] == ordered[:-1]
