@@ -141,6 +141,34 @@ def test_kernel_resumes_between_small_chunks(
     check_all_three(planted(rng, 300, kmax), kmax, design, monkeypatch)
 
 
+@pytest.mark.parametrize("budget", [1, 2, 7, 2**62, 2**63 - 3, 2**63 - 1])
+def test_kernel_work_budget_bounds_each_call(budget: int) -> None:
+    """group_pairs_verified verifies at most work_budget candidates a call and always makes
+    progress, up to the largest int64 budget (an end computed as j + budget overflowed there
+    and the kernel returned where it started)."""
+    from permindex.index import join_kernels
+
+    keys = np.repeat(np.arange(3, dtype=np.uint64), [5, 1, 4])
+    values = np.arange(keys.size, dtype=np.uint64)
+    positions = np.arange(keys.size, dtype=np.int64)
+    out = [np.empty(16, dtype=np.int64) for _ in range(3)]
+    found: list[tuple[int, int, int]] = []
+    i, j = 0, 1
+    while i < keys.size:
+        count, i2, j2 = join_kernels.group_pairs_verified(
+            keys, values, positions, 64, np.zeros(0, dtype=np.uint64), i, j, budget, *out
+        )
+        assert (i2, j2) > (i, j), "no progress"
+        assert count <= budget  # k = 64: every candidate verified is a pair kept
+        a, b, d = (column[:count].tolist() for column in out)
+        found.extend(zip(a, b, d, strict=True))
+        i, j = i2, j2
+    # every pair of each run of equal keys (runs of 5, 1 and 4: 10 + 0 + 6), each once
+    assert sorted((a, b) for a, b, _ in found) == [
+        (a, b) for a in range(10) for b in range(a + 1, 10) if keys[a] == keys[b]
+    ]
+
+
 @SETTINGS
 @given(
     st.lists(st.integers(0, 2**64 - 1), max_size=60),

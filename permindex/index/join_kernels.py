@@ -94,7 +94,9 @@ def group_pairs_verified(
                 end += 1
         if j <= i:
             j = i + 1
-        stop = min(end, j + (work_budget - work))  # the budget, checked once per row
+        stop = end  # the budget, checked once per row (compared, not added: no overflow)
+        if end - j > work_budget - work:
+            stop = j + (work_budget - work)
         value = values[i]
         started = j
         while j < stop:
