@@ -16,6 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: Words of the one notice ``serve`` prints when loading the kernels takes over a second (a
+#: first start, or a busy machine): tests that count the lines of stderr leave it out.
+LOADING_NOTICE = "loading the lookup and fingerprint kernels"
+
+
+def without_loading_notice(text: str) -> list[str]:
+    """The lines of a ``serve`` process's stderr ``text`` but the kernels' loading notice."""
+    return [line for line in text.splitlines() if LOADING_NOTICE not in line]
 
 
 class ServeProcess:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from serverproc import without_loading_notice
 
 from permindex.errors import EXIT_CODES
 
@@ -478,7 +479,7 @@ def test_serve_names_a_metrics_address_in_use(tmp_path: Path) -> None:
     assert code == EXIT_CODES["usage"], err
     assert f"--metrics-address 127.0.0.1:{port}: cannot listen there" in err
     # one line, besides the notice that loading the kernels takes long (a busy machine)
-    lines = [line for line in err.splitlines() if "loading the lookup" not in line]
+    lines = without_loading_notice(err)
     assert len(lines) == 1 and "Traceback" not in err and "never awaited" not in err
 
 
