@@ -239,7 +239,13 @@ def test_sigterm_with_20_unread_pairs_streams_exits_fast(serve: Serve, holders: 
         code = server.process.wait(timeout=30)
         seconds = time.monotonic() - began
     print(f"SIGTERM with 20 unread Pairs streams: exit {code} after {seconds:.2f} s")
-    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+    # UNAVAILABLE; or, for a call that reaches the server as it closes its connections in
+    # the last moment before the exit (a busy machine: the client sent it before it read the
+    # server's GOAWAY), CANCELLED (README, "Shutdown does not wait for idle clients")
+    assert refused.value.code() in {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    }, refused.value
     assert seconds <= EXIT_SECONDS and code == 0, server.text
 
 
