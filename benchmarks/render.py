@@ -65,9 +65,13 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
         f"{m['load_average_at_start']} (a shared machine: compare ratios from the same run). "
         "Random 64-bit fingerprints (1% planted near-duplicates), k = 3, 10,000 queries of which "
         "half have a stored neighbour at distance 0-3; permindex and faiss on one thread "
-        "(2-thread column beside); medians of repeats. Regenerate with "
-        "`pip install -e '.[bench]'` (faiss-cpu, matplotlib; the two simhash peers install "
-        "apart, see [benchmarks/run.py](benchmarks/run.py)), then `python benchmarks/run.py`."
+        "(the 2-thread column beside: permindex, two Python threads each calling query_many on "
+        "every other query; faiss, its OpenMP set to 2 threads); medians of repeats. "
+        '"checked (wrong)": queries whose answer was compared with numpy brute force (how many '
+        "differed). Regenerate with `pip install -e '.[bench]'` (faiss-cpu, matplotlib; the two "
+        "simhash peers install apart, see [benchmarks/run.py](benchmarks/run.py)), then "
+        "`.venv/bin/python benchmarks/run.py` (about 30 minutes on a quiet machine; it rewrites "
+        "this section of README.md, `--no-readme` leaves it alone)."
     )
     lines.append("")
     lines.append(
@@ -86,7 +90,10 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
         )
     lines.append("")
     lines.append(
-        "Targets of the issue, as ratios from this run. Lookups against faiss: both indexes "
+        "Targets of issue 13 (\"Toward the machine's limit\"; its goals in the last column, "
+        "beside those of earlier issues the table keeps: unary p50 and 4 clients from issue 12, "
+        "all pairs and the per-design rows from before; c1b4e0d is main when issue 13 was "
+        "filed), as ratios from this run. Lookups against faiss: both indexes "
         "held by one process and timed in alternating rounds (the median of the per-round "
         "ratios; in a round, each system's best of 3 runs), so that the machine's load falls "
         "on both alike; the ratios of the rows above, measured in separate processes at "

@@ -31,15 +31,18 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
     "usage": "bad command line: an unknown or malformed option or --address, options before\n"
-    "     the command, an unknown PERMINDEX_* variable; for serve also a --k, token file or\n"
-    "     config value refused before start, an --address in use, a --metrics-address in\n"
-    "     use or not local, or a non-loopback --address without TLS and tokens (no --insecure)",
+    "     the command, an unknown PERMINDEX_* variable, an option whose optional package is\n"
+    "     not installed (dedup --extract main, --engine dask); for serve also a --k, token\n"
+    "     file or config value refused before start, an --address in use, a --metrics-address\n"
+    "     in use or not local, or a non-loopback --address without TLS and tokens (no\n"
+    "     --insecure)",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on);\n"
     "     for dedup --engine dask, the --scheduler cannot be reached",
     "invalid": "invalid input (a malformed JSONL line or Parquet file, fingerprint, key or\n"
     "     path; Parquet without pyarrow), or a request the server refused as invalid, too\n"
-    "     large, not permitted (token), or for lack of disk space",
+    "     large, not permitted (token), or for lack of disk space, or a collection that\n"
+    "     already exists",
     "not_found": "a key that is not stored, or a collection that does not exist",
     "too_short": "a text with fewer words than a shingle: it has no fingerprint",
     "data": "a corrupt snapshot or log, or a data directory owned by another process,\n"

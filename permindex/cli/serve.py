@@ -114,7 +114,8 @@ _DESCRIPTION: Final = (
     "disk refuses (full, read-only) fails with RESOURCE_EXHAUSTED or UNAVAILABLE and\n"
     "changes nothing; lookups go on, writes resume once the disk can be written again.\n"
     "Graceful stop (SIGTERM/SIGINT/SIGHUP): new calls are refused, in-flight calls get\n"
-    "--grace-seconds to finish, a final snapshot is written, the log is fsynced.\n"
+    "--grace-seconds to finish, a final snapshot is written if anything changed since the\n"
+    "last one, the log is fsynced.\n"
     "A torn last log record (a write cut short by a crash) is cut off at the start with a\n"
     "warning; damage before it stops the start (exit 7) unless --truncate-corrupt-log."
 )

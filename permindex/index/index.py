@@ -585,16 +585,16 @@ class Index:
         return check_and_add(self, key, fingerprint, k)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
-        """Every unordered pair of stored keys within ``k`` bits (equal fingerprints under
-        different keys: distance 0), each once, as (key_a, key_b, distance), key_a < key_b in
-        code point order; sorted. :meth:`iter_pairs` as a list (the join holds the lock)."""
+        """:meth:`iter_pairs` as a list: every pair within ``k`` of the index as it is now."""
         return list(self.iter_pairs(k))
 
     def iter_pairs(
         self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
     ) -> Iterator[tuple[str, str, int]]:
-        """:meth:`pairs`, lazily: the join runs now under the lock, pairs are listed as read
-        (:func:`~permindex.index.query.self_join_pairs`, whose docstring gives the cost)."""
+        """Every unordered pair of keys within ``k`` bits (default: the index's; one fingerprint:
+        distance 0) once, as (key_a, key_b, distance), key_a < key_b by code point, sorted: of
+        the index at the call (joined now, under the lock; cost: ``query.self_join_pairs``),
+        listed as read. Raises InvalidArgumentError, CallCancelledError (``should_stop``)."""
         with self._lock:
             return self_join_pairs(
                 self._rows, self._design, query_k(k, self._k, self._design), should_stop

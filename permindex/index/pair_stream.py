@@ -54,7 +54,8 @@ class PairArrays(NamedTuple):
 
 
 class Values(NamedTuple):
-    """The distinct fingerprints of n positions (values in no particular order)."""
+    """The distinct fingerprints of n positions, as :func:`distinct_values` orders them: the
+    values that occur once, in position order, then the repeated ones, ascending."""
 
     by_value: _I64  # positions grouped by fingerprint (ascending within a value)
     first: _I64  # where each distinct value's run starts in by_value
