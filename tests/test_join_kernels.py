@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SETTINGS
-from test_pair_stream import reference_values
+from test_pair_stream import FINGERPRINT_LISTS, reference_values
 
 import permindex.index.join as join_module
 from permindex.errors import CallCancelledError
@@ -247,16 +247,7 @@ def test_union_find_equals_reference_and_search(n: int, edges: list[tuple[int, i
 
 
 @SETTINGS
-@given(
-    st.lists(
-        st.one_of(
-            st.integers(0, 15),  # small values: many repeats
-            st.integers(0, 2**64 - 1),
-            st.integers(0, 7).map(lambda i: i << 40),  # alike in their low bits
-        ),
-        max_size=300,
-    )
-)
+@given(FINGERPRINT_LISTS)
 def test_distinct_values_kernel_equals_numpy_and_a_dict(fps: list[int]) -> None:
     """The kernel's grouping of distinct_values (group_by_value, after the sort that finds the
     repeated values) gives what the numpy grouping (PERMINDEX_JIT=0) and a dict give."""

@@ -356,18 +356,21 @@ def reference_values(fps: list[int]) -> tuple[list[int], list[int], list[int], l
     return by_value, first, counts, [fps[group[0]] for group in groups]
 
 
-@SETTINGS
-@given(
-    st.lists(
-        st.one_of(
-            st.integers(0, 15),  # small values: many repeats
-            st.integers(0, 2**64 - 1),
-            st.integers(0, 7).map(lambda i: i << 40),  # alike in their low bits
-        ),
-        min_size=0,
-        max_size=300,
-    )
+#: Lists of fingerprints for distinct_values: many repeats, any values, values alike in their
+#: low bits (so that their hashes spread only by the multiplication).
+FINGERPRINT_LISTS = st.lists(
+    st.one_of(
+        st.integers(0, 15),  # small values: many repeats
+        st.integers(0, 2**64 - 1),
+        st.integers(0, 7).map(lambda i: i << 40),  # alike in their low bits
+    ),
+    min_size=0,
+    max_size=300,
 )
+
+
+@SETTINGS
+@given(FINGERPRINT_LISTS)
 def test_distinct_values_match_a_dict(fps: list[int]) -> None:
     """The positions of each distinct value, found through a hash table of the repeated values
     and a search of only the positions that pass it, are those a dict finds."""
