@@ -90,7 +90,7 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
         )
     lines.append("")
     lines.append(
-        "Targets of issue 13 (\"Toward the machine's limit\"; its goals in the last column, "
+        'Targets of issue 13 ("Toward the machine\'s limit"; its goals in the last column, '
         "beside those of earlier issues the table keeps: unary p50 and 4 clients from issue 12, "
         "all pairs and the per-design rows from before; c1b4e0d is main when issue 13 was "
         "filed), as ratios from this run. Lookups against faiss: both indexes "
