@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex import jit
 from permindex.errors import InvalidArgumentError, WorkBudgetExceededError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
@@ -208,7 +209,7 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     with path halving (:func:`permindex.index.join_kernels.union_find_labels`) gives the same
     labels in O((n + edges) alpha(n)); the vectorized one is the reference under
     ``PERMINDEX_JIT=0``."""
-    if a.size and n >= join.COMPILED_MIN_ROWS and _compiled():
+    if a.size and n >= join.COMPILED_MIN_ROWS and jit.enabled():
         from permindex.index import join_kernels
 
         return join_kernels.union_find_labels(
@@ -233,14 +234,6 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     parent = np.array(roots, dtype=np.int64)
     _jump(parent)
     return parent
-
-
-def _compiled() -> bool:
-    """Whether the compiled kernels are used (:func:`permindex.jit.enabled`, imported on first
-    use so that importing this module does not import numba)."""
-    from permindex import jit
-
-    return jit.enabled()
 
 
 def _hook(parent: _I64, a: _I64, b: _I64, rounds: int) -> tuple[_I64, _I64]:

@@ -18,6 +18,7 @@ from typing import Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex import jit
 from permindex.errors import CallCancelledError, InvalidArgumentError
 from permindex.index.permutation import Design, Permutation, argsort_prefixes
 from permindex.index.runs import usable_cpus
@@ -484,7 +485,7 @@ def self_join(
     empty = np.empty(0, dtype=np.int64)
     chunks: Iterator[tuple[int, _IntP, _IntP]]
     masks = [np.uint64(m) for m in _table_masks(design, k)]
-    if values.size >= max(2, COMPILED_MIN_ROWS) and _compiled():
+    if values.size >= max(2, COMPILED_MIN_ROWS) and jit.enabled():
         if design == BYTE_PAIRS and values.size < COMPILED_BYTE_PAIRS_MIN_ROWS:
             design = Design(4, 1)  # 4 tables of short runs cost less than 8 tables
         return _compiled_join(np.ascontiguousarray(values, dtype=np.uint64), k, design, should_stop)
@@ -571,7 +572,7 @@ def keyed_pairs(
         return _concat_pairs(())
     order = np.argsort(keys, kind="stable").astype(np.int64)
     sorted_keys = keys[order]
-    if values.size >= max(2, COMPILED_MIN_ROWS) and _compiled():
+    if values.size >= max(2, COMPILED_MIN_ROWS) and jit.enabled():
         return _concat_pairs(
             _kernel_table(sorted_keys, values[order], order, k, masks, should_stop)
         )
@@ -655,14 +656,6 @@ def _design_candidates(
             pairs = table_pairs_sorted(values, perms[t], k)
         for i, j in pairs:
             yield n_t, i, j
-
-
-def _compiled() -> bool:
-    """Whether the compiled kernels are used (:func:`permindex.jit.enabled`; imported here, on
-    first use, so that importing this module does not import numba)."""
-    from permindex import jit
-
-    return jit.enabled()
 
 
 def _table_key(values: _U64, k: int, design: JoinDesign, t: int) -> tuple[_U64, int]:
