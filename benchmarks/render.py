@@ -151,6 +151,14 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                     f"| {_fmt(duel['permindex_columns_qps'])} "
                     f"| {duel['two_threads_columns_ratio']:.2f}x | ≥ 1.6x |"
                 )
+            if "kernel_two_threads_ratios" in duel:
+                lines.append(
+                    f"| beside: the lookup kernel alone (no ordering, keys or Python objects), two "
+                    f"threads on halves vs one thread on all: what the machine gives a second "
+                    f"thread{_rounds(duel['kernel_two_threads_ratios'])} | {_power(n)} "
+                    f"| {_fmt(duel['kernel_two_threads_qps'])} | {_fmt(duel['kernel_qps'])} "
+                    f"| {duel['kernel_two_threads_ratio']:.2f}x | (reference) |"
+                )
             if "two_threads_ratios" in duel:
                 lines.append(
                     f"| first query_many after the build / the next | {_power(n)} "

@@ -185,6 +185,36 @@ def halves_in_threads(
     return run
 
 
+def kernel_alone(
+    index: Any, queries: np.ndarray
+) -> tuple[Callable[[], object], Callable[[], tuple[object, object]]]:
+    """The lookup kernel alone on a read view of ``index`` (``lookup.batch_arrays``: no
+    ordering, no keys, no Python objects, no GIL): one thread on all of ``queries``, and two
+    threads on every other query each, split and started as :func:`halves_in_threads` does.
+    Beside the two-thread figures it shows what the machine gives a second thread for this
+    work (the part of a batch that holds the GIL cannot gain more). Reads the index's private
+    lookup state: a benchmark's probe, not an API. The index must have no removed rows (a view
+    with a liveness mask counts as a reader until released)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from permindex.index.lookup import batch_arrays
+
+    with index._lock:
+        view = index._lookups.view(K)
+    halves = (queries[0::2].copy(), queries[1::2].copy())
+    pool = ThreadPoolExecutor(1, thread_name_prefix="bench-kernel")
+
+    def one() -> object:
+        return batch_arrays(view, queries, K)
+
+    def two() -> tuple[object, object]:
+        other = pool.submit(batch_arrays, view, halves[1], K)
+        mine = batch_arrays(view, halves[0], K)
+        return mine, other.result()
+
+    return one, two
+
+
 def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool) -> dict[str, Any]:
     from permindex import Index
     from permindex.index.permutation import Design
@@ -498,6 +528,7 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
 
     permindex_two_threads = halves_in_threads(index, queries)
     permindex_two_threads_columns = halves_in_threads(index, queries, columns=True)
+    kernel_one, kernel_two = kernel_alone(index, queries)
 
     # Each system's figure of a round is its best of 3 runs (as timeit advises: a slower run
     # is the machine's other work, not the code's), for every system alike.
@@ -512,6 +543,8 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
         "permindex_two_threads_columns_qps": lambda: best_rate(
             queries.size, permindex_two_threads_columns, 3
         ),
+        "kernel_qps": lambda: best_rate(queries.size, kernel_one, 3),
+        "kernel_two_threads_qps": lambda: best_rate(queries.size, kernel_two, 3),
         "faiss_batch_qps": lambda: best_rate(
             queries.size, lambda: multihash.range_search(xq, K + 1), 3
         ),
@@ -534,6 +567,7 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
         ("single", "permindex_single_qps", "faiss_single_qps"),
         ("two_threads", "permindex_two_threads_qps", "permindex_batch_qps"),
         ("two_threads_columns", "permindex_two_threads_columns_qps", "permindex_columns_qps"),
+        ("kernel_two_threads", "kernel_two_threads_qps", "kernel_qps"),
     )
     for kind, ours, theirs in pairs:
         ratios = [p / f for p, f in zip(per_round[ours], per_round[theirs], strict=True)]
