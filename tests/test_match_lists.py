@@ -33,6 +33,23 @@ IMPLEMENTATIONS: list[Any] = [
     pytest.param(match.match_lists_python, id="python"),
     pytest.param(match.match_lists, id="compiled", marks=needs_compiled),
 ]
+#: query_many's makers: those, and (None) the keys decoded from the store's arrays as the
+#: Matches are made, its path where the extension was built.
+QUERY_MAKERS: list[Any] = [
+    *IMPLEMENTATIONS,
+    pytest.param(None, id="compiled-decoding", marks=needs_compiled),
+]
+#: Keys as a store may hold them: any text UTF-8 can encode (no lone surrogates), NUL too.
+STORED_KEYS = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=6)
+
+
+def stored(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets (r + 1,) int64, data (b,) uint8) of ``keys`` as KeyRows keeps them: each key's
+    UTF-8 bytes and a NUL."""
+    encoded = [key.encode("utf-8") + b"\x00" for key in keys]
+    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
 
 
 @st.composite
@@ -150,6 +167,49 @@ def test_query_many_results_are_left_to_reference_counting() -> None:
     assert freed() is None  # reference counting alone freed it, no collection ran
 
 
+@needs_compiled
+@settings(max_examples=150, deadline=None)
+@given(batch=batches(), data=st.data())
+def test_compiled_lists_decode_keys_as_the_reference(
+    batch: tuple[int, np.ndarray, list[str], np.ndarray, np.ndarray], data: st.DataObject
+) -> None:
+    """The keys read from a store's arrays by row (match_lists_of_rows): the lists of the
+    reference given the same keys decoded."""
+    n, queries, keys, fps, distances = batch
+    store = data.draw(st.lists(STORED_KEYS, min_size=1, max_size=20))
+    picks = st.lists(st.integers(0, len(store) - 1), min_size=len(keys), max_size=len(keys))
+    rows = np.array(data.draw(picks), dtype=np.int64)
+    assert match.match_lists_of_rows is not None
+    got = match.match_lists_of_rows(n, queries, (rows, *stored(store)), fps, distances)
+    expected = match.match_lists_python(
+        n, queries, [store[r] for r in rows.tolist()], fps, distances
+    )
+    assert got == expected
+    assert all(type(m) is Match and type(m.key) is str for lst in got for m in lst)
+
+
+@needs_compiled
+def test_compiled_lists_refuse_keys_outside_the_store() -> None:
+    make = match.match_lists_of_rows
+    assert make is not None
+    offsets, data = stored(["a", "bé", ""])
+    for rows in ([0, 1, 3], [0, -1, 1], [0, 1, 2**40]):
+        with pytest.raises(ValueError, match="outside"):
+            make(*_args(keys=(np.array(rows, np.int64), offsets, data)))
+    with pytest.raises(ValueError, match="outside"):  # offsets past the data
+        make(*_args(keys=(np.array([0, 1, 1], np.int64), offsets, data[:3])))
+    with pytest.raises(ValueError, match="differ in length"):
+        make(*_args(keys=(np.array([0, 1], np.int64), offsets, data)))
+    with pytest.raises(TypeError, match="8-byte integers"):
+        make(*_args(keys=(np.array([0, 1, 1], np.int32), offsets, data)))
+    with pytest.raises(UnicodeDecodeError):
+        bad = data.copy()
+        bad[0] = 0xFF  # "a" no longer UTF-8
+        make(*_args(keys=(np.array([0, 1, 1], np.int64), offsets, bad)))
+    got = make(*_args(keys=(np.array([2, 1, 0], np.int64), offsets, data)))
+    assert got == [[Match("", 1, 0)], [Match("bé", 2, 1), Match("a", 3, 2)], []]
+
+
 def _args(**change: Any) -> list[Any]:
     args: dict[str, Any] = {
         "n": 3,
@@ -211,14 +271,16 @@ def test_the_extension_checks_its_arguments() -> None:
         match_lists(Match, *_args(queries=np.array([0, 0, 1, 1, 1, 1], np.int64)[::2]))
 
 
-@pytest.mark.parametrize("make", IMPLEMENTATIONS)
+@pytest.mark.parametrize("make", QUERY_MAKERS)
 def test_query_many_answers_alike_and_as_brute_force(
-    make: Maker, monkeypatch: pytest.MonkeyPatch
+    make: Maker | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """query_many on the kernels with either maker: the answers of brute force, sorted."""
+    """query_many on the kernels with each maker: the answers of brute force, sorted."""
     from permindex.index import query
 
-    monkeypatch.setattr(query, "match_lists", make)
+    if make is not None:  # else the store's keys decoded in C as the Matches are made
+        monkeypatch.setattr(query, "match_lists", make)
+        monkeypatch.setattr(query, "match_lists_of_rows", None)
     rng = np.random.default_rng(5)
     fps = rng.integers(0, 2**64 - 1, 5_000, dtype=np.uint64, endpoint=True)
     fps[:500] = fps[500:1000] ^ np.uint64(0b101)  # near-duplicates at distance 2

@@ -2,6 +2,7 @@
  * permindex.index._match_lists: the result lists of a batch lookup made in C.
  *
  * match_lists(match_type, n, queries, keys, fingerprints, distances) -> list of n lists
+ *   (keys: a list, or a tuple (rows, offsets, data) to decode each match's key from)
  *
  * The optional compiled form of permindex.index.match.match_lists_python (the reference,
  * which the tests compare it with, and the path when this module was not built): the same
@@ -17,7 +18,11 @@
  *   match_type    a subclass of tuple (permindex.Match)
  *   n             the number of queries (int >= 0)
  *   queries       (m,) int64 buffer: each match's query position, non-decreasing, in [0, n)
- *   keys          list of m objects (each match's key)
+ *   keys          list of m objects (each match's key), or a tuple (rows, offsets, data) of
+ *                 a key store's arrays, each match's key then decoded from them: rows (m,)
+ *                 int64 (each match's row), offsets (r + 1,) int64 (row i's key is
+ *                 data[offsets[i]:offsets[i + 1] - 1], its NUL left out), data (b,) uint8 of
+ *                 UTF-8 (strict: bad bytes raise UnicodeDecodeError)
  *   fingerprints  (m,) uint64 buffer
  *   distances     (m,) uint8 buffer
  * Returns a list of n lists: list q holds Match(keys[i], fingerprints[i], distances[i]) for
@@ -78,26 +83,47 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *keys = args[3];
-    if (!PyList_Check(keys)) {
-        PyErr_SetString(PyExc_TypeError, "match_lists: keys must be a list");
+    int decode = PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) == 3 &&
+                 PyObject_CheckBuffer(PyTuple_GET_ITEM(keys, 0)) &&
+                 PyObject_CheckBuffer(PyTuple_GET_ITEM(keys, 1)) &&
+                 PyObject_CheckBuffer(PyTuple_GET_ITEM(keys, 2));
+    if (!decode && !PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "match_lists: keys must be a list or a tuple (rows, "
+                                         "offsets, data) of arrays");
         return NULL;
     }
     Py_buffer queries_view, fps_view, distances_view;
+    Py_buffer rows_view = {0}, offsets_view = {0}, data_view = {0};
+    PyObject *results = NULL;
+    if (decode) {
+        if (get_vector(PyTuple_GET_ITEM(keys, 0), &rows_view, 8, "ql", "rows") < 0) {
+            return NULL;
+        }
+        if (get_vector(PyTuple_GET_ITEM(keys, 1), &offsets_view, 8, "ql", "offsets") < 0) {
+            PyBuffer_Release(&rows_view);
+            return NULL;
+        }
+        if (get_vector(PyTuple_GET_ITEM(keys, 2), &data_view, 1, "B", "data") < 0) {
+            PyBuffer_Release(&rows_view);
+            PyBuffer_Release(&offsets_view);
+            return NULL;
+        }
+    }
     if (get_vector(args[2], &queries_view, 8, "ql", "queries") < 0) {
-        return NULL;
+        goto release_keys;
     }
     if (get_vector(args[4], &fps_view, 8, "QL", "fingerprints") < 0) {
         PyBuffer_Release(&queries_view);
-        return NULL;
+        goto release_keys;
     }
     if (get_vector(args[5], &distances_view, 1, "B", "distances") < 0) {
         PyBuffer_Release(&queries_view);
         PyBuffer_Release(&fps_view);
-        return NULL;
+        goto release_keys;
     }
-    PyObject *results = NULL;
     Py_ssize_t m = queries_view.shape[0];
-    if (fps_view.shape[0] != m || distances_view.shape[0] != m || PyList_GET_SIZE(keys) != m) {
+    Py_ssize_t key_count = decode ? rows_view.shape[0] : PyList_GET_SIZE(keys);
+    if (fps_view.shape[0] != m || distances_view.shape[0] != m || key_count != m) {
         PyErr_SetString(PyExc_ValueError,
                         "match_lists: queries, keys, fingerprints and distances differ in length");
         goto done;
@@ -105,11 +131,24 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const int64_t *queries = (const int64_t *)queries_view.buf;
     const uint64_t *fps = (const uint64_t *)fps_view.buf;
     const uint8_t *distances = (const uint8_t *)distances_view.buf;
+    const int64_t *rows = (const int64_t *)rows_view.buf;
+    const int64_t *offsets = (const int64_t *)offsets_view.buf;
+    const char *data = (const char *)data_view.buf;
     for (Py_ssize_t i = 0; i < m; i++) {
         if (queries[i] < 0 || queries[i] >= n || (i && queries[i] < queries[i - 1])) {
             PyErr_SetString(PyExc_ValueError,
                             "match_lists: queries must be non-decreasing and in [0, n)");
             goto done;
+        }
+        if (decode) {
+            int64_t row = rows[i];
+            if (row < 0 || row + 1 >= offsets_view.shape[0] || offsets[row] < 0 ||
+                offsets[row + 1] <= offsets[row] || offsets[row + 1] > data_view.shape[0]) {
+                PyErr_SetString(PyExc_ValueError,
+                                "match_lists: a row outside the offsets, or a key outside the "
+                                "data");
+                goto done;
+            }
         }
     }
     results = PyList_New(n);
@@ -145,15 +184,25 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(distance);
                 goto fail;
             }
-            if (j >= PyList_GET_SIZE(keys)) { /* changed by a finaliser run by an allocation */
+            PyObject *key;
+            if (decode) { /* the key's bytes, its NUL left out (checked above) */
+                key = PyUnicode_DecodeUTF8(data + offsets[rows[j]],
+                                           offsets[rows[j] + 1] - 1 - offsets[rows[j]], "strict");
+            }
+            else if (j < PyList_GET_SIZE(keys)) {
+                key = PyList_GET_ITEM(keys, j);
+                Py_INCREF(key);
+            }
+            else { /* the list changed by a finaliser run by an allocation */
+                PyErr_SetString(PyExc_RuntimeError, "match_lists: keys changed while read");
+                key = NULL;
+            }
+            if (key == NULL) {
                 Py_DECREF(fingerprint);
                 Py_DECREF(distance);
                 Py_DECREF(match);
-                PyErr_SetString(PyExc_RuntimeError, "match_lists: keys changed while read");
                 goto fail;
             }
-            PyObject *key = PyList_GET_ITEM(keys, j);
-            Py_INCREF(key);
             PyTuple_SET_ITEM(match, 0, key);
             PyTuple_SET_ITEM(match, 1, fingerprint);
             PyTuple_SET_ITEM(match, 2, distance);
@@ -191,6 +240,12 @@ done:
     PyBuffer_Release(&queries_view);
     PyBuffer_Release(&fps_view);
     PyBuffer_Release(&distances_view);
+release_keys:
+    if (decode) {
+        PyBuffer_Release(&rows_view);
+        PyBuffer_Release(&offsets_view);
+        PyBuffer_Release(&data_view);
+    }
     return results;
 }
 

@@ -25,6 +25,7 @@ __all__ = [
     "Match",
     "collection_paused",
     "match_lists",
+    "match_lists_of_rows",
     "match_lists_python",
     "new_match",
 ]
@@ -128,3 +129,12 @@ COMPILED_MATCH_LISTS = _COMPILED is not None
 match_lists: Callable[
     [int, NDArray[np.int64], list[str], NDArray[np.uint64], NDArray[np.uint8]], list[list[Match]]
 ] = _COMPILED or match_lists_python
+#: The compiled :func:`match_lists` with each match's key decoded from a key store's arrays
+#: instead of a list of keys: ``(n, queries, (rows, offsets, data), fingerprints,
+#: distances)``, rows (m,) int64, offsets (r + 1,) int64 and data (b,) uint8 as
+#: :class:`~permindex.index.key_rows.KeyRows` keeps them (row i's key is ``data[offsets[i] :
+#: offsets[i + 1] - 1]``, UTF-8). One pass instead of gathering, decoding and splitting the
+#: keys first, then making the Matches. None where the extension was not built (the caller
+#: decodes the keys and calls :func:`match_lists`). Raises ValueError for a row or key outside
+#: the arrays, UnicodeDecodeError for bytes that are not UTF-8.
+match_lists_of_rows: Callable[..., list[list[Match]]] | None = _COMPILED

@@ -37,6 +37,7 @@ from permindex.index.match import (
     Match,
     collection_paused,
     match_lists,
+    match_lists_of_rows,
     new_match,
 )
 from permindex.index.pair_stream import (
@@ -65,6 +66,7 @@ __all__ = [
     "QueryColumns",
     "columns_from_matches",
     "columns_of",
+    "list_matches",
     "lookup_many",
     "lookup_within",
     "matches_of",
@@ -337,7 +339,9 @@ def lookup_many(
     compaction that renumbered the rows meanwhile."""
     k, limit, n = options.k, options.limit, int(queries.size)
     if options.jit and n > SMALL_BATCH:
-        found = query_view(lock, lookups, queries, k, limit, options.threads)
+        found = query_view(lock, lookups, queries, k, limit, options.threads, not options.columns)
+        if isinstance(found, list):  # the Match lists, made as the keys were read
+            return found
         if found is not None:
             return columns_of(n, found) if options.columns else matches_of(n, found)
     with lock:
@@ -430,11 +434,13 @@ def query_view(
     k: int,
     limit: int,
     threads: int,
-) -> Found | None:
+    lists: bool = False,
+) -> Found | list[list[Match]] | None:
     """A batch lookup on compiled kernels outside the index's lock: a read view taken under
     ``lock`` (O(tables)), the lookup kernel run without it (and without the GIL) on ``threads``
     threads, then the matches ordered (:func:`order_matches`, taking the lock again only to
-    read the matched rows' keys). Returns the matches (:data:`Found`): every
+    read the matched rows' keys). Returns the matches (:data:`Found`), or with ``lists``, where
+    the C extension was built, their Match lists (:func:`list_matches`): every
     query sees the index as it was when the view was taken. None when a compaction renumbered
     the rows meanwhile (the caller looks up again under the lock). O(q * (tables * runs +
     candidates)) in the kernels, O(m log m) to order the m matches.
@@ -450,7 +456,8 @@ def query_view(
         lookups.batches += 1
         alone = threads > 1 or lookups.batches == 1 or n < OVERLAP_PIECES * OVERLAP_PIECE
     try:
-        return _lookup_on_view(lock, lookups.rows, view, queries, k, limit, threads, alone)
+        lists = lists and match_lists_of_rows is not None
+        return _lookup_on_view(lock, lookups.rows, view, queries, k, limit, threads, alone, lists)
     finally:
         with lock:
             lookups.batches -= 1
@@ -465,12 +472,17 @@ def _lookup_on_view(
     limit: int,
     threads: int,
     whole: bool,
-) -> Found | None:
+    lists: bool,
+) -> Found | list[list[Match]] | None:
     """:func:`query_view` on ``view`` (whose liveness mask it releases after the last kernel):
-    the whole batch at once, or in :data:`OVERLAP_PIECES` pieces."""
+    the whole batch at once, or in :data:`OVERLAP_PIECES` pieces; with ``lists`` each piece's
+    Match lists (:func:`list_matches`), one after the other."""
     n = int(queries.size)
     bounds = [0, n] if whole else np.linspace(0, n, OVERLAP_PIECES + 1).astype(int).tolist()
     parts: list[Found] = []
+    # each piece's lists appended to the first piece's (made in C and left untracked by the
+    # collector; extending it keeps it so)
+    results: list[list[Match]] | None = None
     released = False
     try:
         for start, end in pairwise(bounds):
@@ -479,6 +491,15 @@ def _lookup_on_view(
                 with lock:
                     rows.release_live(view.epoch)
                 released = True
+            if lists:
+                piece = list_matches(lock, rows, view, found, end - start, limit)
+                if piece is None:
+                    return None
+                if results is None:
+                    results = piece
+                else:
+                    results += piece
+                continue
             ordered = order_matches(lock, rows, view, found, end - start, limit)
             if ordered is None:
                 return None
@@ -487,6 +508,8 @@ def _lookup_on_view(
         if not released:
             with lock:
                 rows.release_live(view.epoch)
+    if results is not None:
+        return results
     if len(parts) == 1:
         return parts[0]
     keys: list[str] = []
@@ -544,13 +567,53 @@ def order_matches(
             inverse[order],
         )
         keys = np.array(distinct_keys, dtype=object)[inverse].tolist()
-    if limit and q_all.size:
-        first = np.searchsorted(q_all, q_all, side="left")
-        kept = np.flatnonzero(np.arange(q_all.size) - first < limit)
-        if kept.size < q_all.size:
-            q_all, fps_all, d_all = q_all[kept], fps_all[kept], d_all[kept]
-            keys = [keys[i] for i in kept.tolist()]
+    kept = _kept(q_all, limit)
+    if kept is not None:
+        q_all, fps_all, d_all = q_all[kept], fps_all[kept], d_all[kept]
+        keys = [keys[i] for i in kept.tolist()]
     return q_all, keys, fps_all, d_all
+
+
+def _kept(queries: NDArray[np.int64], limit: int) -> NDArray[np.int64] | None:
+    """The positions of the first ``limit`` matches of each query (``queries`` (m,) int64, the
+    matches' query positions, sorted), or None when that is all of them (or ``limit`` is 0).
+    O(m log m)."""
+    if not limit or not queries.size:
+        return None
+    first = np.searchsorted(queries, queries, side="left")
+    kept = np.flatnonzero(np.arange(queries.size) - first < limit)
+    return kept if kept.size < queries.size else None
+
+
+def list_matches(
+    lock: RLock, rows: RowStore, view: ReadView, found: NDArray[np.int64], n: int, limit: int
+) -> list[list[Match]] | None:
+    """The Match lists of n queries from the matches ``found`` (as :func:`order_matches` takes
+    them), in the order and at most ``limit`` per query as :func:`order_matches` and
+    :func:`matches_of` give them, made in C as each key is read from the key store
+    (:meth:`~permindex.index.key_rows.KeyRows.match_lists`) under ``lock``: no list of keys
+    first. A batch of more than :data:`RANK_TIES` ties goes through :func:`order_matches`.
+    None when a compaction renumbered the rows since the view was taken. The caller has the
+    C extension (:data:`~permindex.index.match.match_lists_of_rows`). O(m log m + the keys'
+    bytes)."""
+    q_all, rows_all, d_all, fps_all, tie = kernels_of_matches().arrange_matches(found, n, view.fps)
+    if tie.size > RANK_TIES:
+        ordered = order_matches(lock, rows, view, found, n, limit)
+        return None if ordered is None else matches_of(n, ordered)
+    with lock:
+        if rows.compactions != view.compactions:
+            return None
+        if tie.size:  # runs of ties ordered by their keys' bytes, in a kernel
+            rows.keys.order_ties(tie, rows_all, fps_all)
+        kept = _kept(q_all, limit)
+        if kept is not None:
+            q_all, rows_all = q_all[kept], rows_all[kept]
+            fps_all, d_all = fps_all[kept], d_all[kept]
+        with collection_paused():
+            results = rows.keys.match_lists(n, q_all, rows_all, fps_all, d_all)
+    if results is None:  # pragma: no cover - the caller checked match_lists_of_rows
+        raise RuntimeError("list_matches: the C extension permindex.index._match_lists is missing")
+    return results
 
 
 def matches_of(n: int, found: Found) -> list[list[Match]]:
