@@ -5,7 +5,7 @@ def match_lists(
     match_type: type[tuple[Any, ...]],
     n: int,
     queries: Any,
-    keys: list[str],
+    keys: list[str] | tuple[Any, Any, Any],  # or (rows, offsets, data): decoded by row
     fingerprints: Any,
     distances: Any,
 ) -> list[list[Any]]: ...
