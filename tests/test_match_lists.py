@@ -7,7 +7,9 @@ way and against brute force."""
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
+import textwrap
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -208,6 +210,59 @@ def test_compiled_lists_refuse_keys_outside_the_store() -> None:
         make(*_args(keys=(np.array([0, 1, 1], np.int64), offsets, bad)))
     got = make(*_args(keys=(np.array([2, 1, 0], np.int64), offsets, data)))
     assert got == [[Match("", 1, 0)], [Match("bé", 2, 1), Match("a", 3, 2)], []]
+
+
+@needs_compiled
+def test_compiled_lists_share_the_key_of_a_row_matched_many_times() -> None:
+    """A row matched by many queries is decoded once, its str shared by its Matches (as
+    KeyRows.keys shares it): one key of 1 KiB matched by 10,000 queries makes one str."""
+    make = match.match_lists_of_rows
+    assert make is not None
+    offsets, data = stored(["x" * 1024, "other"])
+    n = 10_000
+    rows = np.zeros(n, dtype=np.int64)
+    rows[::7] = 1
+    lists = make(
+        n,
+        np.arange(n, dtype=np.int64),
+        (rows, offsets, data),
+        np.zeros(n, np.uint64),
+        np.zeros(n, np.uint8),
+    )
+    keys = {id(m.key) for lst in lists for m in lst}
+    assert len(keys) == 2 and lists[1][0].key == "x" * 1024 and lists[0][0].key == "other"
+
+
+@needs_compiled
+def test_compiled_lists_recheck_offsets_a_finaliser_changed() -> None:
+    """A finaliser run by an allocation during the call changes the offsets after they were
+    checked: the key is refused (ValueError), not read past the data. In a subprocess, so
+    that a crash is a failure, not the end of the tests."""
+    code = textwrap.dedent(
+        """
+        import gc
+        import numpy as np
+        from permindex.index import match
+        data = np.frombuffer(b"a\\0b\\0", np.uint8).copy()
+        offsets = np.array([0, 2, 4], np.int64)
+        class Changer:
+            def __del__(self):
+                offsets[1] = 1 << 30
+        a, b = Changer(), Changer()
+        a.other, b.other = b, a
+        del a, b
+        gc.set_threshold(1)
+        try:
+            match.match_lists_of_rows(1, np.zeros(2, np.int64),
+                (np.array([0, 1], np.int64), offsets, data),
+                np.zeros(2, np.uint64), np.zeros(2, np.uint8))
+        except ValueError as error:
+            print("refused:", error)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "changed while read" in done.stdout
 
 
 def _args(**change: Any) -> list[Any]:

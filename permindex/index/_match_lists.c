@@ -59,6 +59,45 @@ get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *f
     return 0;
 }
 
+/* Slots of the decoded keys' cache (a power of two). */
+#define KEY_CACHE 1024
+
+/* The key of ``row`` (a new reference): data[offsets[row]:offsets[row + 1] - 1] decoded as
+ * UTF-8, or the str decoded for that row before (``cached_rows``/``cached_keys``,
+ * direct-mapped by a multiplicative hash of the row). The row and its offsets are checked
+ * again here, as they are read: the arrays are the caller's, and an allocation before this
+ * one may have run a finaliser that changed them after the first check. NULL with ValueError
+ * (or UnicodeDecodeError) set. */
+static PyObject *
+decoded_key(int64_t row, const int64_t *offsets, Py_ssize_t offsets_size, const char *data,
+            Py_ssize_t data_size, int64_t *cached_rows, PyObject **cached_keys)
+{
+    size_t slot = (size_t)(((uint64_t)row * UINT64_C(0x9E3779B97F4A7C15)) >> 54);
+    if (cached_rows[slot] == row && cached_keys[slot] != NULL) {
+        Py_INCREF(cached_keys[slot]);
+        return cached_keys[slot];
+    }
+    if (row < 0 || row + 1 >= offsets_size) {
+        PyErr_SetString(PyExc_ValueError, "match_lists: a row outside the offsets (changed "
+                                          "while read)");
+        return NULL;
+    }
+    int64_t start = offsets[row], end = offsets[row + 1];
+    if (start < 0 || end <= start || end > data_size) {
+        PyErr_SetString(PyExc_ValueError, "match_lists: a key outside the data (changed while "
+                                          "read)");
+        return NULL;
+    }
+    PyObject *key = PyUnicode_DecodeUTF8(data + start, end - 1 - start, "strict");
+    if (key == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(cached_keys[slot], key);
+    Py_INCREF(key);
+    cached_rows[slot] = row;
+    return key;
+}
+
 static PyObject *
 match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -95,6 +134,10 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer queries_view, fps_view, distances_view;
     Py_buffer rows_view = {0}, offsets_view = {0}, data_view = {0};
     PyObject *results = NULL;
+    /* Decoded keys by row, direct-mapped (KEY_CACHE slots): a row matched by many queries is
+     * decoded once and its str shared, as KeyRows.keys shares it. */
+    int64_t *cached_rows = NULL;
+    PyObject **cached_keys = NULL;
     if (decode) {
         if (get_vector(PyTuple_GET_ITEM(keys, 0), &rows_view, 8, "ql", "rows") < 0) {
             return NULL;
@@ -151,6 +194,17 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
         }
     }
+    if (decode) {
+        cached_rows = PyMem_Malloc(KEY_CACHE * sizeof(int64_t));
+        cached_keys = PyMem_Calloc(KEY_CACHE, sizeof(PyObject *));
+        if (cached_rows == NULL || cached_keys == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t c = 0; c < KEY_CACHE; c++) {
+            cached_rows[c] = -1;
+        }
+    }
     results = PyList_New(n);
     if (results == NULL) {
         goto done;
@@ -185,9 +239,9 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto fail;
             }
             PyObject *key;
-            if (decode) { /* the key's bytes, its NUL left out (checked above) */
-                key = PyUnicode_DecodeUTF8(data + offsets[rows[j]],
-                                           offsets[rows[j] + 1] - 1 - offsets[rows[j]], "strict");
+            if (decode) {
+                key = decoded_key(rows[j], offsets, offsets_view.shape[0], data,
+                                  data_view.shape[0], cached_rows, cached_keys);
             }
             else if (j < PyList_GET_SIZE(keys)) {
                 key = PyList_GET_ITEM(keys, j);
@@ -237,6 +291,13 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 fail:
     Py_CLEAR(results);
 done:
+    if (cached_keys != NULL) {
+        for (Py_ssize_t c = 0; c < KEY_CACHE; c++) {
+            Py_XDECREF(cached_keys[c]);
+        }
+    }
+    PyMem_Free(cached_keys);
+    PyMem_Free(cached_rows);
     PyBuffer_Release(&queries_view);
     PyBuffer_Release(&fps_view);
     PyBuffer_Release(&distances_view);
