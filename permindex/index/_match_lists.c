@@ -22,7 +22,9 @@
  *                 a key store's arrays, each match's key then decoded from them: rows (m,)
  *                 int64 (each match's row), offsets (r + 1,) int64 (row i's key is
  *                 data[offsets[i]:offsets[i + 1] - 1], its NUL left out), data (b,) uint8 of
- *                 UTF-8 (strict: bad bytes raise UnicodeDecodeError)
+ *                 UTF-8 (strict: bad bytes raise UnicodeDecodeError); a row matched many
+ *                 times is decoded once (its str shared), and its offsets are checked again
+ *                 as it is read
  *   fingerprints  (m,) uint64 buffer
  *   distances     (m,) uint8 buffer
  * Returns a list of n lists: list q holds Match(keys[i], fingerprints[i], distances[i]) for
