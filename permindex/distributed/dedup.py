@@ -19,6 +19,7 @@ from permindex.distributed.join import (
     JoinPlan,
     collapse,
     join_partitions,
+    persisted,
     value_pairs,
 )
 from permindex.index.permutation import Design
@@ -176,7 +177,7 @@ class DistributedNearDuplicates:
         named by its smallest row: the connected components of the pairs."""
         import dask.dataframe as dd
 
-        labels = self.labels().persist()
+        labels = persisted(self.labels())
         star = self.collapsed.star
         flagged = dd.concat(
             [
@@ -191,8 +192,13 @@ class DistributedNearDuplicates:
     def keep_drop(self, rule: str = "first") -> dd.DataFrame:
         """(row, cluster, kept): every clustered row with the row its cluster keeps, by
         ``rule``: "first" (the smallest row: read first), "smallest-key" (the smallest key in
-        code point order) or "longest" (the largest ``length`` column, ties to the first)."""
-        clustered = self.clusters().persist()
+        code point order) or "longest" (the largest ``length`` column, ties to the first).
+        Each frame it persists is in the cluster's memory before the next graph is built
+        (:func:`~permindex.distributed.join.persisted`): on Python 3.11, building a graph
+        while the scheduler's thread materialized the previous one deadlocked on the
+        class-wide locks of ``functools.cached_property`` (dask/distributed#8616; seen once
+        in CI)."""
+        clustered = persisted(self.clusters())
         if rule == "first":
             return clustered.assign(kept=clustered["cluster"])
         if rule not in ("smallest-key", "longest"):
@@ -200,12 +206,11 @@ class DistributedNearDuplicates:
 
             raise InvalidArgumentError(f"unknown keep rule {rule!r}", value=rule)
         column = "key" if rule == "smallest-key" else "length"
-        attrs = clustered.merge(self.frame[["row", column]], on="row").persist()
-
-        chosen = (
-            attrs.shuffle(on="cluster")
-            .map_partitions(_best_per_cluster, column, meta={"cluster": np.int64, "kept": np.int64})
-            .persist()
+        attrs = persisted(clustered.merge(self.frame[["row", column]], on="row"))
+        chosen = persisted(
+            attrs.shuffle(on="cluster").map_partitions(
+                _best_per_cluster, column, meta={"cluster": np.int64, "kept": np.int64}
+            )
         )
         return clustered.merge(chosen, on="cluster")
 
