@@ -145,20 +145,22 @@ class KeyRows:
         rows: _I64,
         fingerprints: NDArray[np.uint64],
         distances: NDArray[np.uint8],
-    ) -> list[list[Match]] | None:
+    ) -> list[list[Match]]:
         """The :class:`~permindex.index.match.Match` lists of n queries
         (:func:`~permindex.index.match.match_lists`: ``queries`` (m,) int64 non-decreasing in
         [0, n), ``fingerprints`` (m,) uint64, ``distances`` (m,) uint8), each match's key
         decoded from this store by its row (``rows`` (m,) int64) in the same C pass that makes
-        the Matches; None where the C extension was not built (then :meth:`keys` and
+        the Matches: only where the C extension was built
+        (:data:`~permindex.index.match.match_lists_of_rows`; else :meth:`keys` and
         ``match_lists``). The caller holds the index's lock and pauses the collector.
         O(n + m + the keys' bytes).
 
         Raises:
             ValueError: a row without a key here, or arrays of different lengths.
+            RuntimeError: the C extension was not built.
         """
         if match_lists_of_rows is None:
-            return None
+            raise RuntimeError("KeyRows.match_lists: the C extension _match_lists was not built")
         return match_lists_of_rows(
             n, queries, (rows, self._offsets, self._data), fingerprints, distances
         )

@@ -542,7 +542,22 @@ def order_matches(
         return _no_matches()
     # One kernel from the lookup's output to the matches ordered by (query, distance) with
     # their fingerprints and ties, instead of a dozen numpy steps (benchmarks/README.md).
-    q_all, rows_all, d_all, fps_all, tie = kernels_of_matches().arrange_matches(found, n, view.fps)
+    arranged = kernels_of_matches().arrange_matches(found, n, view.fps)
+    return _order_arranged(lock, rows, view, arranged, limit)
+
+
+def _order_arranged(
+    lock: RLock,
+    rows: RowStore,
+    view: ReadView,
+    arranged: tuple[
+        NDArray[np.int64], NDArray[np.int64], NDArray[np.uint8], _U64, NDArray[np.int64]
+    ],
+    limit: int,
+) -> Found | None:
+    """:func:`order_matches` of the matches as ``arrange_matches`` gave them (query
+    positions, rows, distances, fingerprints, ties)."""
+    q_all, rows_all, d_all, fps_all, tie = arranged
     # Matches of one query at one distance: ordered by key below, by their bytes in a kernel
     # per run of them when they are few, else by ranking the distinct rows' keys once.
     with lock:
@@ -596,9 +611,10 @@ def list_matches(
     None when a compaction renumbered the rows since the view was taken. The caller has the
     C extension (:data:`~permindex.index.match.match_lists_of_rows`). O(m log m + the keys'
     bytes)."""
-    q_all, rows_all, d_all, fps_all, tie = kernels_of_matches().arrange_matches(found, n, view.fps)
+    arranged = kernels_of_matches().arrange_matches(found, n, view.fps)
+    q_all, rows_all, d_all, fps_all, tie = arranged
     if tie.size > RANK_TIES:
-        ordered = order_matches(lock, rows, view, found, n, limit)
+        ordered = _order_arranged(lock, rows, view, arranged, limit)
         return None if ordered is None else matches_of(n, ordered)
     with lock:
         if rows.compactions != view.compactions:
@@ -610,10 +626,7 @@ def list_matches(
             q_all, rows_all = q_all[kept], rows_all[kept]
             fps_all, d_all = fps_all[kept], d_all[kept]
         with collection_paused():
-            results = rows.keys.match_lists(n, q_all, rows_all, fps_all, d_all)
-    if results is None:  # pragma: no cover - the caller checked match_lists_of_rows
-        raise RuntimeError("list_matches: the C extension permindex.index._match_lists is missing")
-    return results
+            return rows.keys.match_lists(n, q_all, rows_all, fps_all, d_all)
 
 
 def matches_of(n: int, found: Found) -> list[list[Match]]:
