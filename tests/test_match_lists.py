@@ -195,7 +195,7 @@ def test_compiled_lists_refuse_keys_outside_the_store() -> None:
     make = match.match_lists_of_rows
     assert make is not None
     offsets, data = stored(["a", "bé", ""])
-    for rows in ([0, 1, 3], [0, -1, 1], [0, 1, 2**40]):
+    for rows in ([0, 1, 3], [0, -1, 1], [0, 1, 2**40], [0, 1, 2**63 - 1], [-(2**63), 0, 1]):
         with pytest.raises(ValueError, match="outside"):
             make(*_args(keys=(np.array(rows, np.int64), offsets, data)))
     with pytest.raises(ValueError, match="outside"):  # offsets past the data

@@ -67,9 +67,9 @@ get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *f
 /* The key of ``row`` (a new reference): data[offsets[row]:offsets[row + 1] - 1] decoded as
  * UTF-8, or the str decoded for that row before (``cached_rows``/``cached_keys``,
  * direct-mapped by a multiplicative hash of the row). The row and its offsets are checked
- * again here, as they are read: the arrays are the caller's, and an allocation before this
- * one may have run a finaliser that changed them after the first check. NULL with ValueError
- * (or UnicodeDecodeError) set. */
+ * here, as they are read, not before the pass: the arrays are the caller's, and an
+ * allocation of the pass may run a finaliser that changes them. NULL with ValueError (or
+ * UnicodeDecodeError) set. */
 static PyObject *
 decoded_key(int64_t row, const int64_t *offsets, Py_ssize_t offsets_size, const char *data,
             Py_ssize_t data_size, int64_t *cached_rows, PyObject **cached_keys)
@@ -79,15 +79,15 @@ decoded_key(int64_t row, const int64_t *offsets, Py_ssize_t offsets_size, const 
         Py_INCREF(cached_keys[slot]);
         return cached_keys[slot];
     }
-    if (row < 0 || row + 1 >= offsets_size) {
-        PyErr_SetString(PyExc_ValueError, "match_lists: a row outside the offsets (changed "
+    if (row < 0 || row >= offsets_size - 1) { /* not row + 1: it overflows at INT64_MAX */
+        PyErr_SetString(PyExc_ValueError, "match_lists: a row outside the offsets (or changed "
                                           "while read)");
         return NULL;
     }
     int64_t start = offsets[row], end = offsets[row + 1];
     if (start < 0 || end <= start || end > data_size) {
-        PyErr_SetString(PyExc_ValueError, "match_lists: a key outside the data (changed while "
-                                          "read)");
+        PyErr_SetString(PyExc_ValueError, "match_lists: a key outside the data (or changed "
+                                          "while read)");
         return NULL;
     }
     PyObject *key = PyUnicode_DecodeUTF8(data + start, end - 1 - start, "strict");
@@ -184,16 +184,6 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_ValueError,
                             "match_lists: queries must be non-decreasing and in [0, n)");
             goto done;
-        }
-        if (decode) {
-            int64_t row = rows[i];
-            if (row < 0 || row + 1 >= offsets_view.shape[0] || offsets[row] < 0 ||
-                offsets[row + 1] <= offsets[row] || offsets[row + 1] > data_view.shape[0]) {
-                PyErr_SetString(PyExc_ValueError,
-                                "match_lists: a row outside the offsets, or a key outside the "
-                                "data");
-                goto done;
-            }
         }
     }
     if (decode) {
