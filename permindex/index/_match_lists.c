@@ -23,7 +23,7 @@
  *                 int64 (each match's row), offsets (r + 1,) int64 (row i's key is
  *                 data[offsets[i]:offsets[i + 1] - 1], its NUL left out), data (b,) uint8 of
  *                 UTF-8 (strict: bad bytes raise UnicodeDecodeError); a row matched many
- *                 times is decoded once (its str shared), and its offsets are checked again
+ *                 times is decoded once (its str shared), and its offsets are checked
  *                 as it is read
  *   fingerprints  (m,) uint64 buffer
  *   distances     (m,) uint8 buffer
