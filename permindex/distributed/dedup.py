@@ -249,10 +249,11 @@ def near_duplicates(
     representative per distinct fingerprint, its copies attached as a star), then the distinct
     fingerprints are self-joined (:func:`permindex.distributed.join.value_pairs`), both
     shuffles into ``npartitions`` (default :func:`~permindex.distributed.join.join_partitions`
-    of the frame's rows, one count, and the cluster's workers). The
-    representative pairs are computed and persisted here, with the collapse; everything else is
-    lazy (``frame`` is read again by the methods that need keys or lengths: persist it first
-    when it is costly to compute).
+    of the frame's rows, one count, and the cluster's workers). The representative pairs are
+    computed and persisted here, with the collapse, and are in the cluster's memory when this
+    returns (:func:`~permindex.distributed.join.persisted`); everything else is lazy
+    (``frame`` is read again by the methods that need keys or lengths: persist it first when
+    it is costly to compute).
 
     Raises:
         InvalidArgumentError: k < 0 or above what the design finds.
@@ -266,11 +267,13 @@ def near_duplicates(
         rows = int(frame.map_partitions(len).sum().compute())
         npartitions = join_partitions(rows, len(get_client().nthreads()))
     collapsed = collapse(frame, npartitions)
-    pairs = value_pairs(
-        collapsed.distinct[["row", "fingerprint"]],
-        k,
-        design=design,
-        hot_threshold=hot_threshold,
-        npartitions=npartitions,
-    ).persist()
+    pairs = persisted(
+        value_pairs(
+            collapsed.distinct[["row", "fingerprint"]],
+            k,
+            design=design,
+            hot_threshold=hot_threshold,
+            npartitions=npartitions,
+        )
+    )
     return DistributedNearDuplicates(frame, k, collapsed, pairs, gather_edges)

@@ -198,23 +198,26 @@ def collapse(frame: dd.DataFrame, npartitions: int | None = None) -> Collapsed:
     """Collapse exact duplicates: one shuffle of ``frame`` (row int64, fingerprint uint64) by
     fingerprint into ``npartitions`` (default: as many as ``frame``), then per partition
     :func:`collapse_partition`; both outputs are derived from the one persisted shuffle (no
-    merge of a frame with one derived from it)."""
+    merge of a frame with one derived from it). Each frame is in the cluster's memory before
+    this returns (:func:`persisted`)."""
     parts = npartitions or frame.npartitions
     shuffled = frame[["row", "fingerprint"]].shuffle(
         on="fingerprint", npartitions=parts, shuffle_method=shuffle_method(parts)
     )
-    grouped = shuffled.map_partitions(
-        collapse_partition,
-        meta={
-            "row": np.int64,
-            "fingerprint": np.uint64,
-            "representative": np.int64,
-            "copies": np.int64,
-        },
-    ).persist()
+    grouped = persisted(
+        shuffled.map_partitions(
+            collapse_partition,
+            meta={
+                "row": np.int64,
+                "fingerprint": np.uint64,
+                "representative": np.int64,
+                "copies": np.int64,
+            },
+        )
+    )
     distinct = grouped[grouped["row"] == grouped["representative"]][["row", "fingerprint"]]
     shared = grouped[grouped["copies"] > 1][["row", "representative"]]
-    return Collapsed(distinct.persist(), shared.persist())
+    return Collapsed(persisted(distinct), persisted(shared))
 
 
 def emit_partition(frame: pd.DataFrame, plan: JoinPlan, hot: _U64) -> pd.DataFrame:
