@@ -14,6 +14,10 @@
  * lists only: a batch's results are then left to reference counting alone (see below).
  * The caller holds the GIL (as for any C function called from Python).
  *
+ * SingleLookup(kernel, packed, fingerprints, keys, match_type): one query's lookup on a
+ *   packed plan through the kernel's C entry point, its one match made here (see the type's
+ *   docstring below).
+ *
  * Arguments (checked; a bad one raises TypeError or ValueError and makes nothing):
  *   match_type    a subclass of tuple (permindex.Match)
  *   n             the number of queries (int >= 0)
@@ -40,7 +44,7 @@
  * or "L", uint8 "B". */
 static int
 get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *formats,
-           const char *name)
+           const char *function, const char *name)
 {
     if (PyObject_GetBuffer(object, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         return -1;
@@ -52,9 +56,9 @@ get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *f
     if (view->ndim != 1 || view->itemsize != itemsize || format[0] == '\0' ||
         format[1] != '\0' || strchr(formats, format[0]) == NULL) {
         PyErr_Format(PyExc_TypeError,
-                     "match_lists: %s must be a one-dimensional array of %zd-byte integers "
+                     "%s: %s must be a one-dimensional array of %zd-byte integers "
                      "(struct format one of \"%s\")",
-                     name, itemsize, formats);
+                     function, name, itemsize, formats);
         PyBuffer_Release(view);
         return -1;
     }
@@ -141,27 +145,30 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t *cached_rows = NULL;
     PyObject **cached_keys = NULL;
     if (decode) {
-        if (get_vector(PyTuple_GET_ITEM(keys, 0), &rows_view, 8, "ql", "rows") < 0) {
+        if (get_vector(PyTuple_GET_ITEM(keys, 0), &rows_view, 8, "ql", "match_lists", "rows") <
+            0) {
             return NULL;
         }
-        if (get_vector(PyTuple_GET_ITEM(keys, 1), &offsets_view, 8, "ql", "offsets") < 0) {
+        if (get_vector(PyTuple_GET_ITEM(keys, 1), &offsets_view, 8, "ql", "match_lists",
+                       "offsets") < 0) {
             PyBuffer_Release(&rows_view);
             return NULL;
         }
-        if (get_vector(PyTuple_GET_ITEM(keys, 2), &data_view, 1, "B", "data") < 0) {
+        if (get_vector(PyTuple_GET_ITEM(keys, 2), &data_view, 1, "B", "match_lists", "data") <
+            0) {
             PyBuffer_Release(&rows_view);
             PyBuffer_Release(&offsets_view);
             return NULL;
         }
     }
-    if (get_vector(args[2], &queries_view, 8, "ql", "queries") < 0) {
+    if (get_vector(args[2], &queries_view, 8, "ql", "match_lists", "queries") < 0) {
         goto release_keys;
     }
-    if (get_vector(args[4], &fps_view, 8, "QL", "fingerprints") < 0) {
+    if (get_vector(args[4], &fps_view, 8, "QL", "match_lists", "fingerprints") < 0) {
         PyBuffer_Release(&queries_view);
         goto release_keys;
     }
-    if (get_vector(args[5], &distances_view, 1, "B", "distances") < 0) {
+    if (get_vector(args[5], &distances_view, 1, "B", "match_lists", "distances") < 0) {
         PyBuffer_Release(&queries_view);
         PyBuffer_Release(&fps_view);
         goto release_keys;
@@ -302,6 +309,214 @@ release_keys:
     return results;
 }
 
+/* The single-query kernel: lookup_kernels.lookup_packed_c, a numba cfunc. Its capsule's name. */
+typedef int64_t (*packed_kernel)(uint64_t, int64_t *);
+#define KERNEL_CAPSULE "permindex.lookup_packed"
+
+typedef struct {
+    PyObject_HEAD
+    packed_kernel kernel;
+    PyTypeObject *match_type; /* NULL until every field below is set */
+    PyObject *keys;           /* the key store (KeyRows): its memoryviews are read per call */
+    Py_buffer packed, fps;
+} SingleLookup;
+
+static PyObject *offsets_name, *data_name; /* "_off_mv", "_data_mv", interned */
+
+static void
+single_lookup_dealloc(SingleLookup *self)
+{
+    if (self->match_type != NULL) {
+        PyBuffer_Release(&self->packed);
+        PyBuffer_Release(&self->fps);
+        Py_DECREF(self->keys);
+        Py_DECREF(self->match_type);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+single_lookup_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *capsule, *packed, *fps, *keys, *match_type;
+    static char *names[] = {"kernel", "packed", "fingerprints", "keys", "match_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO:SingleLookup", names, &capsule,
+                                     &packed, &fps, &keys, &match_type)) {
+        return NULL;
+    }
+    if (!PyCapsule_IsValid(capsule, KERNEL_CAPSULE)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "SingleLookup: kernel must be the capsule \"" KERNEL_CAPSULE "\" "
+                        "(permindex.index.lookup.packed_kernel_capsule)");
+        return NULL;
+    }
+    if (!PyType_Check(match_type) ||
+        !PyType_IsSubtype((PyTypeObject *)match_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "SingleLookup: match_type must be a subclass of tuple");
+        return NULL;
+    }
+    SingleLookup *self = (SingleLookup *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->kernel = (packed_kernel)PyCapsule_GetPointer(capsule, KERNEL_CAPSULE);
+    if (get_vector(packed, &self->packed, 8, "ql", "SingleLookup", "packed") < 0) {
+        goto fail;
+    }
+    if (get_vector(fps, &self->fps, 8, "QL", "SingleLookup", "fingerprints") < 0) {
+        PyBuffer_Release(&self->packed);
+        goto fail;
+    }
+    /* The header of a packed plan (lookup_kernels.PACKED_HEADER = 10 entries), checked once:
+     * its size, and that it points to these fingerprints. */
+    const int64_t *header = (const int64_t *)self->packed.buf;
+    Py_ssize_t entries = self->packed.shape[0];
+    if (self->packed.readonly || entries < 10 || entries > (1 << 24) || header[0] < 0 ||
+        header[1] < 0 || header[2] < 0 || header[0] > entries || header[1] > entries ||
+        header[2] > entries || 10 + header[0] * header[2] + header[1] * 9 != entries ||
+        header[3] != (int64_t)(intptr_t)self->fps.buf || header[5] != self->fps.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "SingleLookup: packed is not a writable plan over "
+                                          "these fingerprints");
+        PyBuffer_Release(&self->packed);
+        PyBuffer_Release(&self->fps);
+        goto fail;
+    }
+    Py_INCREF(keys);
+    self->keys = keys;
+    Py_INCREF(match_type);
+    self->match_type = (PyTypeObject *)match_type;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+/* The key store's memoryview attribute ``name`` (a new reference) if it is a C-contiguous
+ * one-dimensional view of ``itemsize``-byte items, else NULL with TypeError set. */
+static PyObject *
+key_view(PyObject *keys, PyObject *name, Py_ssize_t itemsize)
+{
+    PyObject *view = PyObject_GetAttr(keys, name);
+    if (view == NULL) {
+        return NULL;
+    }
+    if (!PyMemoryView_Check(view) || PyMemoryView_GET_BUFFER(view)->ndim != 1 ||
+        PyMemoryView_GET_BUFFER(view)->itemsize != itemsize ||
+        !PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(view), 'C')) {
+        PyErr_Format(PyExc_TypeError, "SingleLookup: keys.%U must be a one-dimensional "
+                                      "memoryview of %zd-byte items", name, itemsize);
+        Py_DECREF(view);
+        return NULL;
+    }
+    return view;
+}
+
+/* [match_type(key, fingerprint, distance)]: the one match of a query, its key decoded from
+ * the key store as it is now (rows below the plan's never change). */
+static PyObject *
+one_match(SingleLookup *self, int64_t row, long distance)
+{
+    if (row < 0 || row >= self->fps.shape[0]) {
+        PyErr_SetString(PyExc_RuntimeError, "SingleLookup: the kernel found a row outside the "
+                                            "fingerprints (the plan is stale)");
+        return NULL;
+    }
+    PyObject *offsets_view = key_view(self->keys, offsets_name, 8);
+    if (offsets_view == NULL) {
+        return NULL;
+    }
+    PyObject *data_view = key_view(self->keys, data_name, 1);
+    if (data_view == NULL) {
+        Py_DECREF(offsets_view);
+        return NULL;
+    }
+    Py_buffer *offsets_buffer = PyMemoryView_GET_BUFFER(offsets_view);
+    Py_buffer *data_buffer = PyMemoryView_GET_BUFFER(data_view);
+    const int64_t *offsets = (const int64_t *)offsets_buffer->buf;
+    PyObject *key = NULL;
+    if (row >= offsets_buffer->len / 8 - 1) { /* not row + 1: it overflows at INT64_MAX */
+        PyErr_SetString(PyExc_RuntimeError, "SingleLookup: the kernel found a row without a "
+                                            "key (the plan is stale)");
+    }
+    else if (offsets[row] < 0 || offsets[row + 1] <= offsets[row] ||
+             offsets[row + 1] > data_buffer->len) {
+        PyErr_SetString(PyExc_RuntimeError, "SingleLookup: a key outside the key store's data");
+    }
+    else {
+        key = PyUnicode_DecodeUTF8((const char *)data_buffer->buf + offsets[row],
+                                   offsets[row + 1] - 1 - offsets[row], "strict");
+    }
+    Py_DECREF(offsets_view);
+    Py_DECREF(data_view);
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *fingerprint = PyLong_FromUnsignedLongLong(((const uint64_t *)self->fps.buf)[row]);
+    PyObject *distance_object = PyLong_FromLong(distance);
+    PyObject *match = self->match_type->tp_alloc(self->match_type, 3);
+    PyObject *list = PyList_New(1);
+    if (fingerprint == NULL || distance_object == NULL || match == NULL || list == NULL) {
+        Py_DECREF(key);
+        Py_XDECREF(fingerprint);
+        Py_XDECREF(distance_object);
+        Py_XDECREF(match);
+        Py_XDECREF(list);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(match, 0, key);
+    PyTuple_SET_ITEM(match, 1, fingerprint);
+    PyTuple_SET_ITEM(match, 2, distance_object);
+    PyList_SET_ITEM(list, 0, match);
+    return list;
+}
+
+static PyObject *
+single_lookup_lookup(SingleLookup *self, PyObject *query)
+{
+    uint64_t value = PyLong_AsUnsignedLongLong(query);
+    if (value == (uint64_t)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int64_t found = self->kernel(value, (int64_t *)self->packed.buf);
+    if (found == 0) {
+        return PyList_New(0);
+    }
+    if (found > 0) {
+        return PyLong_FromLongLong(found);
+    }
+    found = -(found + 1);
+    return one_match(self, found >> 6, (long)(found & 63));
+}
+
+static PyMethodDef single_lookup_methods[] = {
+    {"lookup", (PyCFunction)single_lookup_lookup, METH_O,
+     "lookup(query) -> list or int\n\n"
+     "The matches of one query (int in [0, 2^64)) in the plan's frozen runs: a list of its\n"
+     "one Match, or an empty list; else the kernel's count of matches (an int >= 2), written\n"
+     "to the plan's output array for the caller to read back."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SingleLookupType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "permindex.index._match_lists.SingleLookup",
+    .tp_basicsize = sizeof(SingleLookup),
+    .tp_dealloc = (destructor)single_lookup_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc =
+        "SingleLookup(kernel, packed, fingerprints, keys, match_type)\n\n"
+        "One query's lookup on a packed plan (lookup_kernels.lookup_packed) through the\n"
+        "kernel's C entry point (kernel: permindex.index.lookup.packed_kernel_capsule()),\n"
+        "without numba's dispatch, its one match made here: the key decoded from the key\n"
+        "store keys (a KeyRows: its memoryviews _off_mv and _data_mv, read at each call),\n"
+        "the fingerprint from fingerprints (n,) uint64, the array the plan points to.\n"
+        "packed (p,) int64 is writable (the kernel writes the output array whose address it\n"
+        "holds). Holds packed and fingerprints (their buffers) until freed; the caller keeps\n"
+        "the other arrays the plan points to alive and calls lookup under the index's lock.\n"
+        "The GIL stays held during the kernel (under a microsecond).",
+    .tp_methods = single_lookup_methods,
+    .tp_new = single_lookup_new,
+};
+
 static PyMethodDef methods[] = {
     {"match_lists", (PyCFunction)(void (*)(void))match_lists, METH_FASTCALL,
      "match_lists(match_type, n, queries, keys, fingerprints, distances) -> list of n lists\n\n"
@@ -324,5 +539,20 @@ static struct PyModuleDef module_definition = {
 PyMODINIT_FUNC
 PyInit__match_lists(void)
 {
-    return PyModule_Create(&module_definition);
+    offsets_name = PyUnicode_InternFromString("_off_mv");
+    data_name = PyUnicode_InternFromString("_data_mv");
+    if (offsets_name == NULL || data_name == NULL || PyType_Ready(&SingleLookupType) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&module_definition);
+    if (module == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&SingleLookupType);
+    if (PyModule_AddObject(module, "SingleLookup", (PyObject *)&SingleLookupType) < 0) {
+        Py_DECREF(&SingleLookupType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

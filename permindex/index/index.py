@@ -471,9 +471,9 @@ class Index:
 
         Cost: one call of a compiled kernel over the searched tables' frozen runs (a directory
         lookup per run, the bucket's filters compared, the candidates that pass verified:
-        :meth:`~permindex.index.lookup.Lookups.one`) and a bisection of each non-empty
-        memtable; O(tables * runs + candidates). Under ``PERMINDEX_JIT=0`` the same in Python
-        (:meth:`~permindex.index.table.Table.lookup`, :func:`~permindex.index.verify.verify`).
+        :meth:`~permindex.index.lookup.Lookups.one`, from C where the extension was built)
+        and a bisection of each non-empty memtable; O(tables * runs + candidates). Under
+        ``PERMINDEX_JIT=0`` the same in Python (:meth:`~permindex.index.table.Table.lookup`).
         """
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
