@@ -10,6 +10,7 @@ import gc
 import subprocess
 import sys
 import textwrap
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -299,8 +300,11 @@ def test_bad_input_is_refused(make: Maker, change: dict[str, Any]) -> None:
 def test_the_extension_checks_its_arguments() -> None:
     from permindex.index._match_lists import match_lists
 
-    with pytest.raises(TypeError, match="subclass of tuple"):
+    with pytest.raises(TypeError, match="class defined in Python over it"):
         match_lists(list, *_args())  # type: ignore[arg-type]
+    # a struct sequence frees its instances by its own field count, past the three items
+    with pytest.raises(TypeError, match="class defined in Python over it"):
+        match_lists(time.struct_time, *_args())
     with pytest.raises(TypeError, match="6 arguments"):
         match_lists(Match, 3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="keys must be a list"):

@@ -7,6 +7,7 @@ through adds, removals, compactions and memtables; bad arguments are refused."""
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Any
 
 import numpy as np
@@ -149,8 +150,13 @@ def test_single_lookup_checks_its_arguments() -> None:
         SingleLookup(object(), packed, fps, keys, Match)
     with pytest.raises(TypeError, match="capsule"):
         SingleLookup(_capsule(_OTHER_NAME), packed, fps, keys, Match)
-    with pytest.raises(TypeError, match="subclass of tuple"):
+    with pytest.raises(TypeError, match="class defined in Python over it"):
         SingleLookup(kernel, packed, fps, keys, list)  # type: ignore[arg-type]
+    # a C subclass of tuple frees its instances by a layout of its own (a struct sequence
+    # reads its field count past the three items): refused, as a Python class over one is
+    with pytest.raises(TypeError, match="class defined in Python over it"):
+        SingleLookup(kernel, packed, fps, keys, time.struct_time)
+    SingleLookup(kernel, packed, fps, keys, tuple)  # accepted, as classes over tuple are
     with pytest.raises(TypeError, match="8-byte integers"):
         SingleLookup(kernel, packed.astype(np.float64), fps, keys, Match)
     with pytest.raises(TypeError, match="8-byte integers"):
@@ -176,3 +182,62 @@ def test_single_lookup_checks_its_arguments() -> None:
         searcher.lookup(-1)
     with pytest.raises(TypeError):
         searcher.lookup("1")  # type: ignore[arg-type]
+
+
+@needs_compiled
+def test_single_lookup_refuses_released_key_arrays() -> None:
+    """The key store's arrays are read as buffers at each lookup that finds one match: a
+    released memoryview (or a missing attribute) raises instead of reading freed memory."""
+    from permindex.index._match_lists import SingleLookup
+
+    class Keys:
+        _off_mv: memoryview
+        _data_mv: memoryview
+
+    keys = Keys()
+    keys._off_mv = np.array([0, 2, 4], dtype=np.int64).data
+    keys._data_mv = memoryview(b"x\x00y\x00")
+    fps = np.array([1, 0xFFFF_FFFF_0000_0000], dtype=np.uint64)
+    rebuilt = Index.from_arrays(["a", "b"], fps)
+    rebuilt.merge_all_runs(min_share=0.0)  # frozen runs only: what the plan searches
+    assert rebuilt.query(1) == [Match("a", 1, 0)]
+    plan = _plan_of(rebuilt)
+    searcher = SingleLookup(lookup.packed_kernel_capsule(), plan, _fps_of(rebuilt), keys, Match)
+    assert searcher.lookup(1) == [Match("x", 1, 0)]  # the keys object's arrays, as given
+    keys._data_mv.release()
+    with pytest.raises(ValueError, match="released"):
+        searcher.lookup(1)
+    del keys._data_mv
+    with pytest.raises(AttributeError):
+        searcher.lookup(1)
+    keys._data_mv = np.zeros(4, dtype=np.int64).data
+    with pytest.raises(TypeError, match="1-byte integers"):
+        searcher.lookup(1)
+    assert searcher.lookup(0x0000_FFFF_0000_FF00) == []  # no match: no key array read
+
+
+def _plan_of(index: Index) -> np.ndarray:
+    """The packed plan the index's single queries at its k use (a private probe of this
+    private type's test: the plan's run addresses are trusted, so only the index makes one)."""
+    fast = index._lookups._refresh_fast(index.k)
+    return fast[1]
+
+
+def _fps_of(index: Index) -> np.ndarray:
+    return index._lookups.rows.fps
+
+
+def test_a_fingerprint_of_an_int_subclass_is_its_value() -> None:
+    """An int subclass as the query is taken as its value on every path (it failed an
+    assertion where the Python path verified candidates: memtables, PERMINDEX_JIT=0)."""
+
+    class Fingerprint(int):
+        def __int__(self) -> int:
+            return 0
+
+    index = Index(3)
+    index.add_many(["one", "two"], [1, 3])  # in the memtables
+    expected = [Match("one", 1, 0), Match("two", 3, 1)]
+    assert index.query(Fingerprint(1), k=1) == expected
+    index.merge_all_runs(min_share=0.0)
+    assert index.query(Fingerprint(1), k=1) == expected

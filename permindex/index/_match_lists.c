@@ -19,7 +19,7 @@
  *   docstring below).
  *
  * Arguments (checked; a bad one raises TypeError or ValueError and makes nothing):
- *   match_type    a subclass of tuple (permindex.Match)
+ *   match_type    tuple, or a class defined in Python over it (permindex.Match)
  *   n             the number of queries (int >= 0)
  *   queries       (m,) int64 buffer: each match's query position, non-decreasing, in [0, n)
  *   keys          list of m objects (each match's key), or a tuple (rows, offsets, data) of
@@ -62,6 +62,33 @@ get_vector(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, const char *f
         PyBuffer_Release(view);
         return -1;
     }
+    return 0;
+}
+
+/* The deallocator of classes defined in Python (CPython's subtype_dealloc), read from a class
+ * made at import (match_type_ok). */
+static destructor python_class_dealloc;
+
+/* Whether ``object`` is a type whose instances these functions may make as a tuple of three
+ * items (tp_alloc of the type, then its items): tuple itself, or a class defined in Python over
+ * it (a NamedTuple such as permindex.Match). Else TypeError, naming ``function``: a C subclass
+ * may free its instances by a layout of its own (a struct sequence reads its own field count,
+ * past the three items: a crash). */
+static int
+match_type_ok(PyObject *object, const char *function)
+{
+    if (PyType_Check(object) && PyType_IsSubtype((PyTypeObject *)object, &PyTuple_Type)) {
+        PyTypeObject *type = (PyTypeObject *)object;
+        while (type != &PyTuple_Type && type->tp_dealloc == python_class_dealloc &&
+               type->tp_itemsize == PyTuple_Type.tp_itemsize) {
+            type = type->tp_base;
+        }
+        if (type == &PyTuple_Type) {
+            return 1;
+        }
+    }
+    PyErr_Format(PyExc_TypeError, "%s: match_type must be tuple or a class defined in Python "
+                 "over it (such as permindex.Match)", function);
     return 0;
 }
 
@@ -113,9 +140,7 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *type_object = args[0];
-    if (!PyType_Check(type_object) ||
-        !PyType_IsSubtype((PyTypeObject *)type_object, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "match_lists: match_type must be a subclass of tuple");
+    if (!match_type_ok(type_object, "match_lists")) {
         return NULL;
     }
     PyTypeObject *match_type = (PyTypeObject *)type_object;
@@ -317,7 +342,7 @@ typedef struct {
     PyObject_HEAD
     packed_kernel kernel;
     PyTypeObject *match_type; /* NULL until every field below is set */
-    PyObject *keys;           /* the key store (KeyRows): its memoryviews are read per call */
+    PyObject *keys;           /* the key store (KeyRows): its arrays' buffers taken per call */
     Py_buffer packed, fps;
 } SingleLookup;
 
@@ -350,9 +375,7 @@ single_lookup_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                         "(permindex.index.lookup.packed_kernel_capsule)");
         return NULL;
     }
-    if (!PyType_Check(match_type) ||
-        !PyType_IsSubtype((PyTypeObject *)match_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "SingleLookup: match_type must be a subclass of tuple");
+    if (!match_type_ok(match_type, "SingleLookup")) {
         return NULL;
     }
     SingleLookup *self = (SingleLookup *)type->tp_alloc(type, 0);
@@ -391,24 +414,21 @@ fail:
     return NULL;
 }
 
-/* The key store's memoryview attribute ``name`` (a new reference) if it is a C-contiguous
- * one-dimensional view of ``itemsize``-byte items, else NULL with TypeError set. */
-static PyObject *
-key_view(PyObject *keys, PyObject *name, Py_ssize_t itemsize)
+/* The buffer of the key store's attribute ``name`` (any one-dimensional C-contiguous buffer of
+ * integers of ``itemsize`` bytes: KeyRows holds memoryviews), acquired into ``view`` (the
+ * caller releases it): a released memoryview is refused here, as any other bad attribute
+ * (TypeError, ValueError or AttributeError set, -1 returned). */
+static int
+key_buffer(PyObject *keys, PyObject *name, Py_buffer *view, Py_ssize_t itemsize,
+           const char *formats)
 {
-    PyObject *view = PyObject_GetAttr(keys, name);
-    if (view == NULL) {
-        return NULL;
+    PyObject *attribute = PyObject_GetAttr(keys, name);
+    if (attribute == NULL) {
+        return -1;
     }
-    if (!PyMemoryView_Check(view) || PyMemoryView_GET_BUFFER(view)->ndim != 1 ||
-        PyMemoryView_GET_BUFFER(view)->itemsize != itemsize ||
-        !PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(view), 'C')) {
-        PyErr_Format(PyExc_TypeError, "SingleLookup: keys.%U must be a one-dimensional "
-                                      "memoryview of %zd-byte items", name, itemsize);
-        Py_DECREF(view);
-        return NULL;
-    }
-    return view;
+    int status = get_vector(attribute, view, itemsize, formats, "SingleLookup", "a key array");
+    Py_DECREF(attribute); /* the buffer holds the exporter */
+    return status;
 }
 
 /* [match_type(key, fingerprint, distance)]: the one match of a query, its key decoded from
@@ -421,20 +441,19 @@ one_match(SingleLookup *self, int64_t row, long distance)
                                             "fingerprints (the plan is stale)");
         return NULL;
     }
-    PyObject *offsets_view = key_view(self->keys, offsets_name, 8);
-    if (offsets_view == NULL) {
+    Py_buffer offsets_view, data_view;
+    if (key_buffer(self->keys, offsets_name, &offsets_view, 8, "ql") < 0) {
         return NULL;
     }
-    PyObject *data_view = key_view(self->keys, data_name, 1);
-    if (data_view == NULL) {
-        Py_DECREF(offsets_view);
+    if (key_buffer(self->keys, data_name, &data_view, 1, "B") < 0) {
+        PyBuffer_Release(&offsets_view);
         return NULL;
     }
-    Py_buffer *offsets_buffer = PyMemoryView_GET_BUFFER(offsets_view);
-    Py_buffer *data_buffer = PyMemoryView_GET_BUFFER(data_view);
+    Py_buffer *offsets_buffer = &offsets_view;
+    Py_buffer *data_buffer = &data_view;
     const int64_t *offsets = (const int64_t *)offsets_buffer->buf;
     PyObject *key = NULL;
-    if (row >= offsets_buffer->len / 8 - 1) { /* not row + 1: it overflows at INT64_MAX */
+    if (row >= offsets_buffer->shape[0] - 1) { /* not row + 1: it overflows at INT64_MAX */
         PyErr_SetString(PyExc_RuntimeError, "SingleLookup: the kernel found a row without a "
                                             "key (the plan is stale)");
     }
@@ -446,8 +465,8 @@ one_match(SingleLookup *self, int64_t row, long distance)
         key = PyUnicode_DecodeUTF8((const char *)data_buffer->buf + offsets[row],
                                    offsets[row + 1] - 1 - offsets[row], "strict");
     }
-    Py_DECREF(offsets_view);
-    Py_DECREF(data_view);
+    PyBuffer_Release(&offsets_view);
+    PyBuffer_Release(&data_view);
     if (key == NULL) {
         return NULL;
     }
@@ -507,7 +526,8 @@ static PyTypeObject SingleLookupType = {
         "One query's lookup on a packed plan (lookup_kernels.lookup_packed) through the\n"
         "kernel's C entry point (kernel: permindex.index.lookup.packed_kernel_capsule()),\n"
         "without numba's dispatch, its one match made here: the key decoded from the key\n"
-        "store keys (a KeyRows: its memoryviews _off_mv and _data_mv, read at each call),\n"
+        "store keys (a KeyRows: its memoryviews _off_mv and _data_mv, acquired as buffers\n"
+        "at each call that finds one match, a released one refused),\n"
         "the fingerprint from fingerprints (n,) uint64, the array the plan points to.\n"
         "packed (p,) int64 is writable (the kernel writes the output array whose address it\n"
         "holds). Holds packed and fingerprints (their buffers) until freed; the caller keeps\n"
@@ -539,6 +559,13 @@ static struct PyModuleDef module_definition = {
 PyMODINIT_FUNC
 PyInit__match_lists(void)
 {
+    PyObject *probe = PyObject_CallFunction((PyObject *)&PyType_Type, "s(O){}",
+                                            "match_type_probe", (PyObject *)&PyTuple_Type);
+    if (probe == NULL) {
+        return NULL;
+    }
+    python_class_dealloc = ((PyTypeObject *)probe)->tp_dealloc;
+    Py_DECREF(probe);
     offsets_name = PyUnicode_InternFromString("_off_mv");
     data_name = PyUnicode_InternFromString("_data_mv");
     if (offsets_name == NULL || data_name == NULL || PyType_Ready(&SingleLookupType) < 0) {

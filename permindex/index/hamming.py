@@ -51,7 +51,7 @@ def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
     if isinstance(value, bool) or isinstance(value, np.bool_):
         raise TypeError(f"{name} must be an integer in [0, 2**64), not bool {value!r}")
     if isinstance(value, int):
-        number = value
+        number = value if type(value) is int else int.__index__(value)  # a subclass: its value
     elif isinstance(value, np.integer):
         number = int(value)
     else:
