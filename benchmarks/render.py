@@ -68,8 +68,9 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
         "(the 2-thread column beside: permindex, two Python threads each calling query_many on "
         "every other query; faiss, its OpenMP set to 2 threads); medians of repeats. "
         '"checked (wrong)": queries whose answer was compared with numpy brute force (how many '
-        "differed). Regenerate with `pip install -e '.[bench]'` (faiss-cpu, matplotlib; the two "
-        "simhash peers install apart, see [benchmarks/run.py](benchmarks/run.py)), then "
+        "differed). Regenerate with `.venv/bin/pip install -e '.[bench]'` (faiss-cpu, "
+        "matplotlib; the two simhash peers install apart, see "
+        "[benchmarks/run.py](benchmarks/run.py)), then "
         "`.venv/bin/python benchmarks/run.py` (about 30 minutes on a quiet machine; it rewrites "
         "this section of README.md, `--no-readme` leaves it alone)."
     )

@@ -377,6 +377,45 @@ def test_export_writes_through_a_link_and_refuses_fifos(
     assert not any(path.name.endswith(".partial") for path in work.iterdir())
 
 
+EXPORT_TO_DEV_STDOUT = [
+    sys.executable,
+    "-m",
+    "permindex",
+    "export",
+    "--out",
+    "/dev/stdout",
+    "--address",
+]
+
+
+def test_export_refuses_dev_stdout_whatever_stdout_is(
+    tmp_path: Path, server: RunningServer
+) -> None:
+    """export --out /dev/stdout is refused (exit 4) with stdout a pipe and with stdout a file
+    the shell redirected to (export renamed a new file onto that file, exit 0), and the file
+    is left as it was."""
+    expected = (
+        "permindex export: --out /dev/stdout is a device or a process's file (under /dev or "
+        "/proc): export writes a file through FILE.partial and renames it onto FILE; name a "
+        "file, or --out - for stdout"
+    )
+    code, stdout, err = permindex("export", "--out", "/dev/stdout", "--address", server.address)
+    assert (code, stdout, one_line(err)) == (INVALID, "", expected)
+    redirected = tmp_path / "redirected.txt"
+    redirected.write_text("kept\n")
+    with redirected.open("a") as sink:
+        done = subprocess.run(
+            [*EXPORT_TO_DEV_STDOUT, server.address],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert (done.returncode, one_line(done.stderr)) == (INVALID, expected)
+    assert redirected.read_text() == "kept\n"
+
+
 def test_output_into_a_pipe_closed_early_exits_1(tmp_path: Path, server: RunningServer) -> None:
     rows = [{"id": f"document-{i:06d}", "fingerprint": i} for i in range(5000)]
     path = tmp_path / "many.jsonl"

@@ -72,13 +72,22 @@ def _export_target(out: str) -> Path:
     points to (written through the link, which stays a link).
 
     Raises:
-        CommandError: (invalid input, exit 4) ``out`` is a folder, or something other than a
-            regular file (a FIFO, a device such as /dev/stdout, a socket): export writes
-            FILE.partial and renames it onto FILE, which would replace it.
+        CommandError: (invalid input, exit 4) ``out`` is a folder, a path under /dev or /proc
+            (such as /dev/stdout: whatever file descriptor it stands for, a pipe or a file the
+            shell redirected to, export would rename a new file onto it), or something other
+            than a regular file (a FIFO, a device, a socket): export writes FILE.partial and
+            renames it onto FILE, which would replace it.
     """
+    if os.path.abspath(out).startswith(("/dev/", "/proc/")):
+        raise CommandError(
+            f"--out {out} is a device or a process's file (under /dev or /proc): export writes "
+            "a file through FILE.partial and renames it onto FILE; name a file, or --out - for "
+            "stdout",
+            "invalid",
+        )
     target = Path(os.path.realpath(out))
     try:
-        mode = target.stat().st_mode
+        mode = os.stat(out).st_mode  # through links: what writing to ``out`` would reach
     except OSError:  # not there yet (or unreadable: the open below says why)
         return target
     if stat.S_ISDIR(mode):
