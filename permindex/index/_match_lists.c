@@ -92,15 +92,55 @@ match_type_ok(PyObject *object, const char *function)
     return 0;
 }
 
+/* match_type(key, fingerprint, distance) as CPython makes a tuple subclass (tp_alloc of the
+ * type, then its three items), a new reference; ``key`` is stolen, also on failure (NULL with
+ * the error set). */
+static PyObject *
+new_match(PyTypeObject *match_type, PyObject *key, uint64_t fingerprint, long distance)
+{
+    PyObject *fingerprint_object = PyLong_FromUnsignedLongLong(fingerprint);
+    PyObject *distance_object = PyLong_FromLong(distance);
+    PyObject *match = match_type->tp_alloc(match_type, 3);
+    if (fingerprint_object == NULL || distance_object == NULL || match == NULL) {
+        Py_DECREF(key);
+        Py_XDECREF(fingerprint_object);
+        Py_XDECREF(distance_object);
+        Py_XDECREF(match);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(match, 0, key);
+    PyTuple_SET_ITEM(match, 1, fingerprint_object);
+    PyTuple_SET_ITEM(match, 2, distance_object);
+    return match;
+}
+
+/* The key of ``row`` (a new reference): data[offsets[row]:offsets[row + 1] - 1] decoded as
+ * UTF-8 (strict), the row and its offsets checked here, as they are read. NULL with
+ * UnicodeDecodeError, or ``error`` naming ``function`` and ``why``, set. */
+static PyObject *
+key_of_row(int64_t row, const int64_t *offsets, Py_ssize_t offsets_size, const char *data,
+           Py_ssize_t data_size, PyObject *error, const char *function, const char *why)
+{
+    if (row < 0 || row >= offsets_size - 1) { /* not row + 1: it overflows at INT64_MAX */
+        PyErr_Format(error, "%s: a row outside the offsets (%s)", function, why);
+        return NULL;
+    }
+    int64_t start = offsets[row], end = offsets[row + 1];
+    if (start < 0 || end <= start || end > data_size) {
+        PyErr_Format(error, "%s: a key outside the data (%s)", function, why);
+        return NULL;
+    }
+    return PyUnicode_DecodeUTF8(data + start, end - 1 - start, "strict");
+}
+
 /* Slots of the decoded keys' cache (a power of two). */
 #define KEY_CACHE 1024
 
-/* The key of ``row`` (a new reference): data[offsets[row]:offsets[row + 1] - 1] decoded as
- * UTF-8, or the str decoded for that row before (``cached_rows``/``cached_keys``,
- * direct-mapped by a multiplicative hash of the row). The row and its offsets are checked
- * here, as they are read, not before the pass: the arrays are the caller's, and an
- * allocation of the pass may run a finaliser that changes them. NULL with ValueError (or
- * UnicodeDecodeError) set. */
+/* The key of ``row`` (a new reference, from key_of_row), or the str decoded for that row
+ * before (``cached_rows``/``cached_keys``, direct-mapped by a multiplicative hash of the row).
+ * The row and its offsets are checked as they are read, not before the pass: the arrays are
+ * the caller's, and an allocation of the pass may run a finaliser that changes them. NULL
+ * with ValueError (or UnicodeDecodeError) set. */
 static PyObject *
 decoded_key(int64_t row, const int64_t *offsets, Py_ssize_t offsets_size, const char *data,
             Py_ssize_t data_size, int64_t *cached_rows, PyObject **cached_keys)
@@ -110,18 +150,8 @@ decoded_key(int64_t row, const int64_t *offsets, Py_ssize_t offsets_size, const 
         Py_INCREF(cached_keys[slot]);
         return cached_keys[slot];
     }
-    if (row < 0 || row >= offsets_size - 1) { /* not row + 1: it overflows at INT64_MAX */
-        PyErr_SetString(PyExc_ValueError, "match_lists: a row outside the offsets (or changed "
-                                          "while read)");
-        return NULL;
-    }
-    int64_t start = offsets[row], end = offsets[row + 1];
-    if (start < 0 || end <= start || end > data_size) {
-        PyErr_SetString(PyExc_ValueError, "match_lists: a key outside the data (or changed "
-                                          "while read)");
-        return NULL;
-    }
-    PyObject *key = PyUnicode_DecodeUTF8(data + start, end - 1 - start, "strict");
+    PyObject *key = key_of_row(row, offsets, offsets_size, data, data_size, PyExc_ValueError,
+                               "match_lists", "or changed while read");
     if (key == NULL) {
         return NULL;
     }
@@ -247,21 +277,6 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyList_SET_ITEM(results, q, list);
         int matches_untracked = 1; /* every Match of this list left untracked so far */
         for (Py_ssize_t j = start; j < i; j++) {
-            PyObject *fingerprint = PyLong_FromUnsignedLongLong(fps[j]);
-            if (fingerprint == NULL) {
-                goto fail;
-            }
-            PyObject *distance = PyLong_FromLong(distances[j]);
-            if (distance == NULL) {
-                Py_DECREF(fingerprint);
-                goto fail;
-            }
-            PyObject *match = match_type->tp_alloc(match_type, 3);
-            if (match == NULL) {
-                Py_DECREF(fingerprint);
-                Py_DECREF(distance);
-                goto fail;
-            }
             PyObject *key;
             if (decode) {
                 key = decoded_key(rows[j], offsets, offsets_view.shape[0], data,
@@ -276,15 +291,14 @@ match_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 key = NULL;
             }
             if (key == NULL) {
-                Py_DECREF(fingerprint);
-                Py_DECREF(distance);
-                Py_DECREF(match);
                 goto fail;
             }
-            PyTuple_SET_ITEM(match, 0, key);
-            PyTuple_SET_ITEM(match, 1, fingerprint);
-            PyTuple_SET_ITEM(match, 2, distance);
-            if (PyUnicode_CheckExact(key) && PyObject_GC_IsTracked(match)) {
+            int str_key = PyUnicode_CheckExact(key);
+            PyObject *match = new_match(match_type, key, fps[j], distances[j]);
+            if (match == NULL) {
+                goto fail;
+            }
+            if (str_key && PyObject_GC_IsTracked(match)) {
                 /* a str and two ints: the tuple can never be part of a reference cycle, so
                  * the cyclic collector need not follow it (CPython's own collector untracks
                  * such tuples when it first meets them; here no collection pays for that) */
@@ -449,42 +463,24 @@ one_match(SingleLookup *self, int64_t row, long distance)
         PyBuffer_Release(&offsets_view);
         return NULL;
     }
-    Py_buffer *offsets_buffer = &offsets_view;
-    Py_buffer *data_buffer = &data_view;
-    const int64_t *offsets = (const int64_t *)offsets_buffer->buf;
-    PyObject *key = NULL;
-    if (row >= offsets_buffer->shape[0] - 1) { /* not row + 1: it overflows at INT64_MAX */
-        PyErr_SetString(PyExc_RuntimeError, "SingleLookup: the kernel found a row without a "
-                                            "key (the plan is stale)");
-    }
-    else if (offsets[row] < 0 || offsets[row + 1] <= offsets[row] ||
-             offsets[row + 1] > data_buffer->len) {
-        PyErr_SetString(PyExc_RuntimeError, "SingleLookup: a key outside the key store's data");
-    }
-    else {
-        key = PyUnicode_DecodeUTF8((const char *)data_buffer->buf + offsets[row],
-                                   offsets[row + 1] - 1 - offsets[row], "strict");
-    }
+    PyObject *key = key_of_row(row, (const int64_t *)offsets_view.buf, offsets_view.shape[0],
+                               (const char *)data_view.buf, data_view.shape[0],
+                               PyExc_RuntimeError, "SingleLookup", "the plan is stale");
     PyBuffer_Release(&offsets_view);
     PyBuffer_Release(&data_view);
     if (key == NULL) {
         return NULL;
     }
-    PyObject *fingerprint = PyLong_FromUnsignedLongLong(((const uint64_t *)self->fps.buf)[row]);
-    PyObject *distance_object = PyLong_FromLong(distance);
-    PyObject *match = self->match_type->tp_alloc(self->match_type, 3);
-    PyObject *list = PyList_New(1);
-    if (fingerprint == NULL || distance_object == NULL || match == NULL || list == NULL) {
-        Py_DECREF(key);
-        Py_XDECREF(fingerprint);
-        Py_XDECREF(distance_object);
-        Py_XDECREF(match);
-        Py_XDECREF(list);
+    PyObject *match =
+        new_match(self->match_type, key, ((const uint64_t *)self->fps.buf)[row], distance);
+    if (match == NULL) {
         return NULL;
     }
-    PyTuple_SET_ITEM(match, 0, key);
-    PyTuple_SET_ITEM(match, 1, fingerprint);
-    PyTuple_SET_ITEM(match, 2, distance_object);
+    PyObject *list = PyList_New(1);
+    if (list == NULL) {
+        Py_DECREF(match);
+        return NULL;
+    }
     PyList_SET_ITEM(list, 0, match);
     return list;
 }

@@ -616,12 +616,12 @@ def list_matches(
     if tie.size > RANK_TIES:
         ordered = _order_arranged(lock, rows, view, arranged, limit)
         return None if ordered is None else matches_of(n, ordered)
+    kept = _kept(q_all, limit)  # by query positions alone, which ordering ties leaves as is
     with lock:
         if rows.compactions != view.compactions:
             return None
         if tie.size:  # runs of ties ordered by their keys' bytes, in a kernel
             rows.keys.order_ties(tie, rows_all, fps_all)
-        kept = _kept(q_all, limit)
         if kept is not None:
             q_all, rows_all = q_all[kept], rows_all[kept]
             fps_all, d_all = fps_all[kept], d_all[kept]
