@@ -24,6 +24,7 @@ from permindex.index.expiry import check_expire_after
 from permindex.index.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
+from permindex.storage.datadir import fsync_directory, make_directories
 from permindex.storage.store import Store
 from permindex.text.fingerprint import VOTES, Vote, check_shingle_options
 
@@ -100,18 +101,13 @@ class CollectionOptions:
 
 
 def _write_options(folder: Path, options: CollectionOptions) -> None:
-    """``collection.json`` written atomically (temporary file, fsync, rename, directory fsync)."""
-    temporary = folder / (OPTIONS_FILE + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
+    """``collection.json`` written durably into the new folder (write, fsync, directory
+    fsync)."""
+    with open(folder / OPTIONS_FILE, "x", encoding="utf-8") as file:
         json.dump(dataclasses.asdict(options), file)
         file.flush()
         os.fsync(file.fileno())
-    os.replace(temporary, folder / OPTIONS_FILE)
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    fsync_directory(folder)
 
 
 def _read_options(folder: Path) -> CollectionOptions:
@@ -137,10 +133,17 @@ class Catalog:
     absent in a file written before it: multiset; written
     atomically before anything else) beside its own snapshot and log, under its own lock file.
     At the start every collection directory is opened and recovered before the server listens.
-    Dropping a collection removes it from the catalog (new calls naming it get
-    NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>`` (one
-    atomic step: a crash after it never brings the collection back) and deletes that; its memory is
-    freed once the calls still running on it end.
+
+    Names are durable before a change is acknowledged, under every fsync policy (POSIX makes a
+    name durable only with an fsync of the directory holding it). Creating a collection makes
+    ``collections/`` durable in the data directory, writes ``collection.json`` into
+    ``collections/.creating-NAME-<ns>/`` (file and folder fsynced), renames that to
+    ``collections/NAME`` and fsyncs ``collections/``: a power cut leaves either no collection
+    or a complete one. Dropping a collection removes it from the catalog (new calls naming it
+    get NOT_FOUND), closes its log, renames its directory to ``collections/.dropped-NAME-<ns>``
+    and fsyncs ``collections/`` (from then on no crash brings the collection back), then deletes
+    that; its memory is freed once the calls still running on it end. The start deletes the
+    ``.creating-*`` and ``.dropped-*`` folders an interrupted create or drop left.
 
     Names: 1 to 64 characters, ASCII letters, digits, ``_``, ``-`` and ``.``, starting with a letter
     or a digit.
@@ -178,8 +181,9 @@ class Catalog:
         return ServerState(store, config)
 
     def load(self) -> None:
-        """Open and recover every collection directory (at the start, before serving); stale
-        ``.dropped-*`` directories of an interrupted drop are deleted.
+        """Open and recover every collection directory (at the start, before serving); the
+        ``.creating-*`` and ``.dropped-*`` directories of an interrupted create or drop are
+        deleted.
 
         Raises:
             the errors of :meth:`permindex.storage.store.Store.open`, InvalidArgumentError for an
@@ -189,7 +193,7 @@ class Catalog:
             return
         try:
             for folder in sorted(self.root.iterdir()):
-                if folder.name.startswith(".dropped-"):
+                if folder.name.startswith((".dropped-", ".creating-")):
                     shutil.rmtree(folder, ignore_errors=True)
                     continue
                 if not folder.is_dir() or not _NAME.fullmatch(folder.name):
@@ -259,8 +263,18 @@ class Catalog:
                 if name in self._states:
                     raise CollectionExistsError(f"collection {name!r} exists already")
             folder = self.root / name
-            folder.mkdir(parents=True, exist_ok=True)
-            _write_options(folder, options)
+            make_directories(self.root)
+            staging = self.root / f".creating-{name}-{time.monotonic_ns()}"
+            renamed = False
+            try:
+                staging.mkdir()
+                _write_options(staging, options)
+                os.rename(staging, folder)
+                renamed = True
+                fsync_directory(self.root)
+            except BaseException:
+                shutil.rmtree(folder if renamed else staging, ignore_errors=True)
+                raise
             state = self._open(name, options)
             with self._lock:
                 self._states[name] = state
@@ -289,6 +303,7 @@ class Catalog:
                 folder = self.root / name
                 trash = self.root / f".dropped-{name}-{time.monotonic_ns()}"
                 os.replace(folder, trash)
+                fsync_directory(self.root)
                 shutil.rmtree(trash, ignore_errors=True)
         log.info("collection %s dropped", name)
         return count

@@ -45,6 +45,7 @@ __all__ = [
     "fsync_directory",
     "idle_io_priority",
     "link_previous",
+    "make_directories",
     "remove_stale",
     "temporary_name",
 ]
@@ -69,6 +70,35 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def make_directories(path: Path) -> None:
+    """Create the directory ``path`` and its missing parents durably: each new directory's
+    parent is fsynced after it is created, and ``path``'s parent is fsynced even when ``path``
+    existed (a process that crashed between a mkdir and that fsync leaves it so). POSIX makes a
+    new name durable only with an fsync of the directory that holds it, whatever was fsynced
+    inside the new directory. O(depth) fsyncs.
+
+    Raises:
+        OSError: a directory cannot be created or fsynced (FileExistsError: a file has the name).
+    """
+    missing = []
+    folder = path
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for new in reversed(missing):
+        try:
+            new.mkdir()
+        except FileExistsError:  # made meanwhile by another process, or a file of that name
+            if not new.is_dir():
+                raise
+        fsync_directory(new.parent)
+    if not missing:
+        with contextlib.suppress(PermissionError):  # a parent this user cannot open
+            fsync_directory(path.parent)
+
+
 def temporary_name(path: Path, purpose: str) -> Path:
     """A name for a temporary file beside ``path``, unique in this process:
     ``.<name>.<pid>.<counter>.<purpose>.tmp`` (hidden; matched by the stale-file globs)."""
@@ -83,7 +113,8 @@ class NotADataDirectoryError(StorageError, NotADirectoryError):
 
 class DirectoryLock:
     """An exclusive ``flock`` on ``DIR/LOCK``, which holds the owner's pid; the directory is
-    created if missing. Released by :meth:`close` (and by process exit).
+    created if missing, durably (:func:`make_directories`). Released by :meth:`close` (and by
+    process exit).
 
     Raises (from the constructor):
         NotADataDirectoryError: (a StorageError and a NotADirectoryError) ``path`` exists and
@@ -104,7 +135,7 @@ class DirectoryLock:
             )
         lock_path = path / LOCK_NAME
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            make_directories(path)
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
             raise StorageError(
@@ -250,5 +281,6 @@ def delete_gradually(path: Path, step: int) -> None:
             finally:
                 os.close(fd)
         os.unlink(path)
+        fsync_directory(path.parent)  # or a cut brings the retired name back (removed at open)
     except OSError as error:
         log.warning("could not delete the retired snapshot %s: %s", path, error)

@@ -68,6 +68,7 @@ from permindex.index.hamming import as_fingerprint_array
 from permindex.index.key_section import batch_repeats
 from permindex.index.keys import validate_key
 from permindex.index.permutation import DEFAULT_DESIGN, Design
+from permindex.storage.datadir import fsync_directory
 from permindex.storage.snapshot import DataDir, Part, Snapshot, SnapshotInfo
 from permindex.storage.wal import FsyncPolicy, LogWriter
 from permindex.storage.wal_records import ADD, REMOVE, REPLACE, Record, encode_record
@@ -546,6 +547,13 @@ class Store:
             self._closed = True
         try:
             self._writer.close()
+            fsync_directory(self.path)  # the names of the last segment and snapshot
+        except OSError as error:
+            if isinstance(error, StorageError):
+                raise
+            raise StorageError(
+                f"cannot fsync the data directory {self.path}: {error}", error.errno
+            ) from error
         finally:
             self.data_dir.close()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from permindex.errors import CorruptFileError
-from permindex.storage.datadir import remove_stale
+from permindex.storage.datadir import fsync_directory, remove_stale
 from permindex.storage.wal_records import (
     FORMAT_VERSION,
     HEADER_SIZE,
@@ -76,7 +76,7 @@ class RecoveredLog:
 
 def _drop_aside(path: Path, data: bytes | None = None) -> Path:
     """Keep ``data`` (or the whole file ``path``, renamed) as ``path.dropped`` (numbered if
-    taken)."""
+    taken), durably: file and directory fsynced before the caller cuts anything."""
     target = path.with_name(path.name + ".dropped")
     number = 1
     while target.exists():
@@ -89,6 +89,7 @@ def _drop_aside(path: Path, data: bytes | None = None) -> Path:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
+    fsync_directory(path.parent)
     return target
 
 
