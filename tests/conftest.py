@@ -31,6 +31,21 @@ CLIENT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 StartServer = Callable[..., "RunningServer"]
 
+#: Markers of long runs that the default suite skips: they run when ``-m`` names them.
+OPT_IN_MARKERS = ("power_loss_soak",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests of :data:`OPT_IN_MARKERS` unless ``-m`` names their marker."""
+    chosen = config.getoption("markexpr") or ""
+    for marker in OPT_IN_MARKERS:
+        if marker in chosen:
+            continue
+        skip = pytest.mark.skip(reason=f"a long run: select it with -m {marker}")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
+
 
 def server_config(data_dir: Path, **changes: Any) -> ServerConfig:
     """A ServerConfig for tests: 127.0.0.1 port 0, ``data_dir``, no periodic snapshots, a short
