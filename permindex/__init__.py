@@ -21,6 +21,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from permindex.errors import (
+    AccessDeniedError,
     CallCancelledError,
     CollectionExistsError,
     CorruptFileError,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessDeniedError",
     "AsyncClient",
     "CallCancelledError",
     "CheckAndAddResult",

@@ -15,6 +15,7 @@ from typing import Final
 __all__ = [
     "ERROR_TABLE",
     "EXIT_CODES",
+    "AccessDeniedError",
     "CallCancelledError",
     "CollectionExistsError",
     "CorruptFileError",
@@ -152,6 +153,11 @@ class SnapshotWriteError(PermindexError, RuntimeError):
     by the server, exit code 1 (``error``) by the command line."""
 
 
+class AccessDeniedError(PermindexError, PermissionError):
+    """A call the caller's token does not allow: its role lacks the method, or the collection
+    the request names is not one of the token's (gRPC PERMISSION_DENIED)."""
+
+
 class ServerError(PermindexError):
     """A permindex server refused or failed a call (raised by :class:`permindex.Client`).
 
@@ -266,6 +272,7 @@ ERROR_TABLE: Final[list[tuple[type[BaseException], str, str]]] = [
     (DataDirLockedError, "FAILED_PRECONDITION", "data"),
     (StorageFullError, "RESOURCE_EXHAUSTED", "data"),
     (StorageError, "UNAVAILABLE", "data"),
+    (AccessDeniedError, "PERMISSION_DENIED", "invalid"),
     (KeyError, "NOT_FOUND", "not_found"),
     (TypeError, "INVALID_ARGUMENT", "invalid"),
     (ValueError, "INVALID_ARGUMENT", "invalid"),

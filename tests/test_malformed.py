@@ -7,6 +7,7 @@ and acknowledged."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import urllib.request
 from pathlib import Path
@@ -19,7 +20,12 @@ from google.protobuf import message_factory
 from prometheus_client.parser import text_string_to_metric_families
 
 from permindex.index.hamming import hamming
-from permindex.rpc.handlers import PERMINDEX_SERVICE, describe_malformed, method_handlers
+from permindex.rpc.handlers import (
+    PERMINDEX_SERVICE,
+    RequestReader,
+    describe_malformed,
+    method_handlers,
+)
 from permindex.rpc.server import RunningServer
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
@@ -315,6 +321,35 @@ def test_garbage_over_the_size_limit_is_still_resource_exhausted(
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"\x0a\x00" * 5, grpc.StatusCode.RESOURCE_EXHAUSTED),  # five empty keys
+        (b"\x0a\x05ab", grpc.StatusCode.INVALID_ARGUMENT),  # a key cut short
+        (b"\x0b" + b"\x0a\x00" * 4, grpc.StatusCode.INVALID_ARGUMENT),  # a group's wire type
+        (b"\x0a\x01a" * 4, grpc.StatusCode.OK),  # four keys: the limit
+    ],
+)
+def test_requests_longer_than_max_batch_are_sized_before_parsing(
+    start_server: StartServer, data: bytes, code: grpc.StatusCode
+) -> None:
+    """A message of more bytes than --max-batch is walked by the wire scan first: over the
+    limit or not protobuf, refused without a parse; else parsed and answered."""
+    server = start_server(max_batch=4)
+    channel, _ = make_stub(server.address)
+    with channel:
+        try:
+            _call_raw(channel, "Get", data, stream=False)
+            got = grpc.StatusCode.OK
+        except grpc.RpcError as error:
+            got = error.code()
+            if got == grpc.StatusCode.INVALID_ARGUMENT:
+                assert "not a valid permindex.v1.GetRequest message" in str(error.details())
+            elif got == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                assert "more than 4 keys" in str(error.details())
+    assert got == code
+
+
 def test_every_rpc_of_the_service_gets_a_handler() -> None:
     servicer = index_pb2_grpc.PermIndexServicer()
     handlers = method_handlers(servicer)
@@ -324,9 +359,11 @@ def test_every_rpc_of_the_service_gets_a_handler() -> None:
         handler = handlers[method.name]
         assert handler.request_streaming == method.client_streaming
         assert handler.response_streaming == method.server_streaming
-        deserialize: Any = handler.request_deserializer
-        assert deserialize(b"") == message_factory.GetMessageClass(method.input_type)()
-        assert deserialize(GARBAGE).type_name == method.input_type.full_name
+        assert handler.request_deserializer is None  # the handler sizes and parses the bytes
+        reader = RequestReader(method.input_type, max_batch=100)
+        parsed = asyncio.run(reader.read(b""))
+        assert parsed == message_factory.GetMessageClass(method.input_type)()
+        assert asyncio.run(reader.read(GARBAGE)).type_name == method.input_type.full_name
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,8 @@ import grpc
 __all__ = ["Behavior", "Layer", "Send", "ServiceHandlers", "kind_of", "refusal", "rewrap"]
 
 if TYPE_CHECKING:
+    from permindex.rpc.auth import Authorization
+
     _Handler = grpc.RpcMethodHandler[Any, Any]
 else:
     _Handler = Any
@@ -154,9 +156,24 @@ class ServiceHandlers:
         """Record the handlers of ``service_name``."""
         self.services[service_name] = dict(method_handlers)
 
-    def register(self, server: grpc.aio.Server, layers: list[Layer]) -> None:
+    def register(
+        self,
+        server: grpc.aio.Server,
+        layers: list[Layer],
+        *,
+        authorization: Authorization | None = None,
+        refusal_layer: Layer | None = None,
+    ) -> None:
         """Add every recorded service to ``server``, each handler wrapped by ``layers`` (the
-        first one outermost), as a generic handler and as registered method handlers."""
+        first one outermost), as a generic handler and as registered method handlers.
+
+        With ``authorization`` (a server with tokens) one generic handler serves every method
+        instead (:class:`~permindex.rpc.auth.AuthorizingHandler`): gRPC asks it for each call's
+        handler with the call's metadata before reading the request, and a call without a
+        valid token gets a handler that refuses it without reading its message (wrapped by
+        ``refusal_layer``, the metrics); no registered method handlers then, since gRPC looks
+        those up without asking."""
+        every: dict[str, _Handler] = {}
         for service, handlers in self.services.items():
             wrapped: dict[str, _Handler] = {}
             for name, handler in handlers.items():
@@ -164,7 +181,15 @@ class ServiceHandlers:
                 for layer in reversed(layers):
                     handler = layer(method, handler)
                 wrapped[name] = handler
+                every[method] = handler
+            if authorization is None:
+                server.add_generic_rpc_handlers(
+                    (grpc.method_handlers_generic_handler(service, wrapped),)
+                )
+                cast("Any", server).add_registered_method_handlers(service, wrapped)
+        if authorization is not None:
+            from permindex.rpc.auth import AuthorizingHandler
+
             server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(service, wrapped),)
+                (AuthorizingHandler(every, authorization, refusal_layer),)
             )
-            cast("Any", server).add_registered_method_handlers(service, wrapped)

@@ -6,24 +6,30 @@ on (:func:`method_handlers` gives the rules) instead of grpcio's INTERNAL.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import grpc
+import numpy as np
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
+from numpy.typing import NDArray
 
-from permindex.errors import InvalidArgumentError
+from permindex.errors import AccessDeniedError, InvalidArgumentError, LimitExceededError
 from permindex.v1 import index_pb2
 
 if TYPE_CHECKING:
+    from permindex.rpc.auth import Authorization, Token
+
     _Handler = grpc.RpcMethodHandler[Any, Any]
     _Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 
 __all__ = [
     "MalformedRequest",
+    "RequestReader",
     "add_servicer",
     "describe_malformed",
     "method_handlers",
@@ -253,6 +259,127 @@ def tolerant_deserializer(descriptor: Descriptor) -> Callable[[bytes], Any]:
     return deserialize
 
 
+def _field_kinds(descriptor: Descriptor) -> NDArray[np.uint8] | None:
+    """The kind of each field number of ``descriptor`` for
+    :func:`permindex.rpc.wire_kernels.count_items` (its repeated fields), or None when it has
+    no repeated field."""
+    from permindex.rpc import wire_kernels as wire
+
+    packed = {
+        FieldDescriptor.TYPE_FIXED64: wire.PACKED_64,
+        FieldDescriptor.TYPE_SFIXED64: wire.PACKED_64,
+        FieldDescriptor.TYPE_DOUBLE: wire.PACKED_64,
+        FieldDescriptor.TYPE_FIXED32: wire.PACKED_32,
+        FieldDescriptor.TYPE_SFIXED32: wire.PACKED_32,
+        FieldDescriptor.TYPE_FLOAT: wire.PACKED_32,
+    }
+    repeated = [field for field in descriptor.fields if field.is_repeated]
+    if not repeated:
+        return None
+    kinds = np.zeros(max(field.number for field in repeated) + 1, dtype=np.uint8)
+    for field in repeated:
+        if field.type in (
+            FieldDescriptor.TYPE_STRING,
+            FieldDescriptor.TYPE_BYTES,
+            FieldDescriptor.TYPE_MESSAGE,
+        ):
+            kinds[field.number] = wire.EACH
+        else:
+            kinds[field.number] = packed.get(field.type, wire.PACKED_VARINT)
+    return kinds
+
+
+class RequestReader:
+    """Turns a request's wire bytes into its message: sized first, then parsed.
+
+    A message of more bytes than ``max_batch`` (fewer cannot hold more items than that) is
+    first walked by :func:`permindex.rpc.wire_kernels.count_items` in a worker thread, without
+    the GIL, which counts the items of every repeated top-level field (keys, documents,
+    fingerprints) and stops at the first field past ``max_batch``: such a request is refused
+    (:class:`~permindex.errors.LimitExceededError`, RESOURCE_EXHAUSTED) after reading at most
+    about ``max_batch`` items of it, never parsed; bytes that are not protobuf are reported
+    (:class:`MalformedRequest`) without a parse too. Only then does protobuf parse the message
+    (:func:`tolerant_deserializer`), holding the GIL for a time bounded by ``max_batch`` items.
+    """
+
+    def __init__(self, descriptor: Descriptor, max_batch: int) -> None:
+        self.parse = tolerant_deserializer(descriptor)
+        self.type_name = descriptor.full_name
+        self.max_batch = max_batch
+        self.kinds = _field_kinds(descriptor)
+        self.names = {field.number: field.name for field in descriptor.fields}
+
+    async def read(self, data: bytes) -> Any:
+        """The message of ``data``, or a :class:`MalformedRequest`.
+
+        Raises:
+            LimitExceededError: a repeated field of more than ``max_batch`` items.
+        """
+        if self.kinds is not None and len(data) > self.max_batch:
+            from permindex.rpc import wire_kernels as wire
+
+            counts = np.zeros(self.kinds.size, dtype=np.int64)
+            buffer = np.frombuffer(data, dtype=np.uint8)
+            outcome = await asyncio.to_thread(
+                wire.count_items, buffer, self.kinds, counts, self.max_batch
+            )
+            if outcome == wire.OVER_LIMIT:
+                number = int(counts.argmax())
+                raise LimitExceededError(
+                    f"more than {self.max_batch:,} {self.names.get(number, 'items')} in one "
+                    f"request; the server's limit is {self.max_batch:,} (max_batch): split "
+                    "the request",
+                    limit=self.max_batch,
+                    actual=int(counts[number]),
+                )
+            if outcome >= 0:
+                return MalformedRequest(
+                    self.type_name, f"the bytes at {outcome} are not a valid protobuf field"
+                )
+        return self.parse(data)
+
+
+@dataclass(frozen=True)
+class _Gate:
+    """What a request goes through before its behaviour: the reader of its bytes, and, on a
+    server with tokens, the scope check of the collection it names."""
+
+    method: str  # the full name, /permindex.v1.PermIndex/Query
+    reader: RequestReader
+    authorization: Authorization | None
+
+    def token(self, context: grpc.aio.ServicerContext[Any, Any]) -> Token | None:
+        """The call's token (None on a server without tokens).
+
+        Raises:
+            AccessDeniedError: the token is no longer in force (removed since the call began).
+        """
+        if self.authorization is None:
+            return None
+        token = self.authorization.token_of(context.invocation_metadata())
+        if token is None:
+            raise AccessDeniedError("the token is no longer in force (the token file changed)")
+        return token
+
+    def check_scope(
+        self, request: Any, token: Token | None, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        """Raise AccessDeniedError when ``token`` does not cover the request's collection."""
+        if self.authorization is None or token is None:
+            return
+        refusal = self.authorization.scope(self.method, request, token)
+        if refusal is not None:
+            log.info("%s from %s refused: PERMISSION_DENIED: %s", self.method, context.peer(),
+                     refusal.message)  # fmt: skip
+            raise AccessDeniedError(refusal.message)
+
+    def filter(self, response: Any, token: Token | None) -> Any:
+        """The response as the token may see it."""
+        if self.authorization is None or token is None:
+            return response
+        return self.authorization.filter(self.method, response, token)
+
+
 async def _refuse(
     context: grpc.aio.ServicerContext[Any, Any], method: str, malformed: MalformedRequest
 ) -> NoReturn:
@@ -260,66 +387,94 @@ async def _refuse(
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed.message)
 
 
-class _CheckedRequests(AsyncIterator[Any]):
-    """A request iterator that passes valid messages through and, at the first
-    :class:`MalformedRequest`, records it and raises InvalidArgumentError (the servicer turns it
-    into INVALID_ARGUMENT like any other invalid request)."""
+async def _admit(gate: _Gate, data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    """The request of a unary call's bytes, sized, parsed and in the token's scope, with its
+    token; the call aborted with the status of whatever stops it."""
+    try:
+        token = gate.token(context)
+        request = await gate.reader.read(data)
+        if isinstance(request, MalformedRequest):
+            await _refuse(context, gate.method, request)
+        gate.check_scope(request, token, context)
+    except LimitExceededError as error:
+        log.debug("%s refused: RESOURCE_EXHAUSTED: %s", gate.method, error)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+    except AccessDeniedError as error:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(error))
+    return request, token
 
-    def __init__(self, requests: AsyncIterator[Any]) -> None:
+
+class _CheckedRequests(AsyncIterator[Any]):
+    """A request iterator over a stream's wire bytes: each message sized, parsed and checked
+    against the token's scope (:class:`_Gate`). At the first malformed message it records it
+    and raises InvalidArgumentError; a message over the batch limit raises LimitExceededError,
+    one outside the token's collections AccessDeniedError -- the servicer turns each into its
+    status like any other refused request."""
+
+    def __init__(
+        self,
+        requests: AsyncIterator[Any],
+        gate: _Gate,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
         self._requests = requests.__aiter__()
+        self._gate = gate
+        self._context = context
+        self.token: Token | None = None
         self.malformed: MalformedRequest | None = None
 
     async def __anext__(self) -> Any:
-        request = await self._requests.__anext__()
+        data = await self._requests.__anext__()
+        request = await self._gate.reader.read(data)
         if isinstance(request, MalformedRequest):
             self.malformed = request
             raise InvalidArgumentError(request.message, request.type_name)
+        self.token = self._gate.token(self._context)
+        self._gate.check_scope(request, self.token, self._context)
         return request
 
 
-def _checking_unary_request(method: str, behavior: _Behavior) -> _Behavior:
-    """Wrap a unary-request, unary-response behaviour: a malformed request is refused before it
-    runs."""
+def _checking_unary_request(gate: _Gate, behavior: _Behavior) -> _Behavior:
+    """Wrap a unary-request, unary-response behaviour: the request is sized, parsed and
+    checked (:func:`_admit`) before it runs, the response filtered for the token."""
 
-    async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if isinstance(request, MalformedRequest):
-            await _refuse(context, method, request)
-        return await behavior(request, context)
+    async def handle(data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        request, token = await _admit(gate, data, context)
+        return gate.filter(await behavior(request, context), token)
 
     return handle
 
 
-def _checking_unary_stream(method: str, behavior: _Behavior) -> _Behavior:
+def _checking_unary_stream(gate: _Gate, behavior: _Behavior) -> _Behavior:
     """Wrap a unary-request, response-streaming behaviour (an async generator) the same way."""
 
     async def handle(
-        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        data: bytes, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        if isinstance(request, MalformedRequest):
-            await _refuse(context, method, request)
+        request, _token = await _admit(gate, data, context)
         async for response in behavior(request, context):
             yield response
 
     return handle
 
 
-def _checking_stream_stream(method: str, behavior: _Behavior) -> _Behavior:
+def _checking_stream_stream(gate: _Gate, behavior: _Behavior) -> _Behavior:
     """Wrap a bidirectional behaviour (an async generator): the responses to the messages
     before a malformed one are sent, then the stream ends with INVALID_ARGUMENT."""
 
     async def handle(
         request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        requests = _CheckedRequests(request_iterator)
+        requests = _CheckedRequests(request_iterator, gate, context)
         try:
             async for response in behavior(requests, context):
                 yield response
         except Exception:
             if requests.malformed is not None:
-                await _refuse(context, method, requests.malformed)
+                await _refuse(context, gate.method, requests.malformed)
             raise
         if requests.malformed is not None:
-            await _refuse(context, method, requests.malformed)
+            await _refuse(context, gate.method, requests.malformed)
 
     return handle
 
@@ -339,24 +494,24 @@ def _serializer(descriptor: Descriptor) -> Callable[[Any], bytes]:
 
 
 def method_handlers(
-    servicer: object, service: ServiceDescriptor = PERMINDEX_SERVICE
+    servicer: object,
+    service: ServiceDescriptor = PERMINDEX_SERVICE,
+    *,
+    max_batch: int = 100_000,
+    authorization: Authorization | None = None,
 ) -> dict[str, _Handler]:
     """The method handlers of every RPC of ``service``, keyed by method name (``"Query"``).
 
-    Each calls ``servicer``'s method of the same name, with a :func:`tolerant_deserializer` of
-    the method's input type and the output type's ``SerializeToString``; the handler kind
-    (unary-unary, unary-stream, stream-unary, stream-stream) follows the method's
-    ``client_streaming``/``server_streaming`` flags.
+    The handler table is derived from the service's descriptor: every RPC of
+    ``permindex/v1/index.proto`` gets the servicer's method of the same name, its request and
+    response message classes, and the handler kind of its ``stream`` flags (unary-unary,
+    unary-stream, stream-stream), so a new RPC is picked up without listing it here.
 
-    Raises:
-        AttributeError: ``servicer`` lacks a method of the service.
-
-    The handler table is derived from the service's descriptor (:func:`method_handlers`): every RPC
-    of ``permindex/v1/index.proto`` gets the servicer's method of the same name, its request and
-    response message classes, and the handler kind of its ``stream`` flags, so a new RPC is picked
-    up without listing it here. Each request deserializer never raises: on bytes that do not parse
-    (a truncated or garbage message, a string field that is not UTF-8) it returns a
-    :class:`MalformedRequest` marker instead, and
+    gRPC hands each handler the request's wire bytes (no deserializer): a
+    :class:`RequestReader` sizes them against ``max_batch`` (RESOURCE_EXHAUSTED past it,
+    without a parse) and parses them; bytes that do not parse (a truncated or garbage message,
+    a string field that is not UTF-8) give a :class:`MalformedRequest` instead of an exception,
+    and
 
     - for a unary request, the behaviour aborts with INVALID_ARGUMENT before the servicer sees it;
     - for a request stream (Ingest, QueryColumns), the servicer reads the messages before the
@@ -366,37 +521,50 @@ def method_handlers(
 
     The status message names the message type and the first problem found in the bytes, e.g.
     ``the request is not a valid permindex.v1.AddRequest message: documents[0].key is not valid
-    UTF-8 (byte 5)``. Everything else is as with the generated registration: the same method
-    names, both a generic handler and registered method handlers, and the server's call layers
-    (metrics, token check) wrap these handlers, so a malformed request is counted by the metrics
-    with its status, and the token check, which runs before any deserialization, still refuses a
-    call without a valid token (UNAUTHENTICATED) whatever its bytes. Messages over the server's size
-    limit are refused by gRPC itself (RESOURCE_EXHAUSTED) before any of this runs.
+    UTF-8 (byte 5)``. With ``authorization`` (a server with tokens), each request's collection
+    is checked against the call's token (PERMISSION_DENIED outside its collections) and the
+    responses of ListCollections and Stats are narrowed to it
+    (:class:`~permindex.rpc.auth.Authorization`); the token itself and its role were checked
+    from the call's metadata before any byte of the request was read. Messages over the
+    server's size limit are refused by gRPC itself (RESOURCE_EXHAUSTED) before any of this runs.
+
+    Raises:
+        AttributeError: ``servicer`` lacks a method of the service.
     """
     handlers: dict[str, _Handler] = {}
     for method in service.methods:
         behavior = getattr(servicer, method.name)
+        gate = _Gate(
+            f"/{service.full_name}/{method.name}",
+            RequestReader(method.input_type, max_batch),
+            authorization,
+        )
         options: dict[str, Any] = {
-            "request_deserializer": tolerant_deserializer(method.input_type),
+            "request_deserializer": None,
             "response_serializer": _serializer(method.output_type),
         }
         if method.client_streaming and not method.server_streaming:
             raise TypeError(f"{method.name}: request-streaming, unary-response RPCs are not used")
         if method.client_streaming:
-            checked = _checking_stream_stream(method.name, behavior)
+            checked = _checking_stream_stream(gate, behavior)
             handler: Any = grpc.stream_stream_rpc_method_handler(checked, **options)
         elif method.server_streaming:
-            checked = _checking_unary_stream(method.name, behavior)
+            checked = _checking_unary_stream(gate, behavior)
             handler = grpc.unary_stream_rpc_method_handler(checked, **options)
         else:
-            checked = _checking_unary_request(method.name, behavior)
+            checked = _checking_unary_request(gate, behavior)
             handler = grpc.unary_unary_rpc_method_handler(checked, **options)
         handlers[method.name] = cast("_Handler", handler)
     return handlers
 
 
 def add_servicer(
-    servicer: object, server: Any, service: ServiceDescriptor = PERMINDEX_SERVICE
+    servicer: object,
+    server: Any,
+    service: ServiceDescriptor = PERMINDEX_SERVICE,
+    *,
+    max_batch: int = 100_000,
+    authorization: Authorization | None = None,
 ) -> None:
     """Register ``servicer`` for ``service`` on ``server`` with :func:`method_handlers`: as a
     generic handler and as registered method handlers, as the generated
@@ -405,7 +573,7 @@ def add_servicer(
     Raises:
         AttributeError: ``servicer`` lacks a method of the service.
     """
-    handlers = method_handlers(servicer, service)
+    handlers = method_handlers(servicer, service, max_batch=max_batch, authorization=authorization)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )

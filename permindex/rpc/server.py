@@ -34,9 +34,9 @@ from permindex.errors import (
 )
 from permindex.index import ExpiringIndex
 from permindex.rpc.auth import (
-    TokenCheck,
+    Authorization,
+    TokenFile,
     exposure_problem,
-    load_tokens,
     server_credentials,
 )
 from permindex.rpc.behaviors import Layer, ServiceHandlers
@@ -182,6 +182,8 @@ class RunningServer:
         self._health = health_servicer
         #: The Prometheus endpoint (``config.metrics_address``), or None.
         self.metrics: MetricsServer | None = None
+        #: The token file in force (``config.token_file``), watched for changes; or None.
+        self.tokens: TokenFile | None = None
         self._stop_lock = threading.Lock()
         self._stopping = False
         self._stopped = threading.Event()
@@ -313,6 +315,8 @@ class RunningServer:
                 log.error("closing the write-ahead log failed: %s", error)
             if self.metrics is not None:
                 self.metrics.close()
+            if self.tokens is not None:
+                self.tokens.close()
             self._stopped.set()
 
     async def _stop_serving(self, grace: float) -> None:
@@ -495,7 +499,7 @@ def create_server(config: ServerConfig) -> RunningServer:
     """
     host, port = parse_address(config.address)
     credentials = server_credentials(config)  # files read (and options checked) before loading
-    tokens = load_tokens(config.token_file) if config.token_file is not None else None
+    tokens = TokenFile(config.token_file) if config.token_file is not None else None
     exposed = exposure_problem(config)
     if exposed is not None and not config.insecure:
         raise InvalidArgumentError(f"refusing to start: {exposed}; pass --insecure to accept")
@@ -533,7 +537,7 @@ def create_server(config: ServerConfig) -> RunningServer:
         )
         started = server
         if metrics is not None and config.metrics_address is not None:
-            metrics.watch(catalog)
+            metrics.watch(catalog, names=not config.metrics_hide_collections)
             try:
                 metrics.serve(config.metrics_address)
             except OSError as error:
@@ -570,6 +574,9 @@ def create_server(config: ServerConfig) -> RunningServer:
         catalog=catalog,
     )
     running.metrics = metrics
+    if tokens is not None:
+        running.tokens = tokens
+        tokens.start()
     log.info("serving on %s (%d keys)", running.address, len(index))
     return running
 
@@ -606,7 +613,7 @@ async def _start(
     catalog: Catalog,
     executor: ThreadPoolExecutor,
     metrics: MetricsServer | None,
-    tokens: list[Any] | None,
+    tokens: TokenFile | None,
     credentials: grpc.ServerCredentials | None,
 ) -> tuple[grpc.aio.Server, CallLimits, HealthService, int]:
     """Build, bind and start the asyncio server (on the event loop); health NOT_SERVING."""
@@ -619,13 +626,11 @@ async def _start(
         on_refused=None if calls is None else calls.streams_refused_by,
         on_idle_closed=None if calls is None else calls.idle_closed.inc,
     )
-    # metrics outermost, so that calls refused by the token check or a limit are counted too;
-    # the token check before the limits, so that a caller without a token holds no stream
-    layers: list[Layer] = [
-        *([calls.wrap] if calls is not None else []),
-        *([TokenCheck(tokens).wrap] if tokens is not None else []),
-        limits.wrap,
-    ]
+    # metrics outermost, so that calls refused by a limit are counted too; the token check
+    # comes before all of them, from the call's metadata (Authorization: a caller without a
+    # token holds no stream, and its request is never read), its refusals counted by the metrics
+    layers: list[Layer] = [*([calls.wrap] if calls is not None else []), limits.wrap]
+    authorization = None if tokens is None else Authorization(tokens)
     server = grpc.aio.server(options=_server_options(config))
     services = ServiceHandlers()  # every service's handlers, wrapped by the layers once
     health_service = HealthService(limits, ("", SERVICE_NAME))
@@ -638,12 +643,17 @@ async def _start(
         work=Work(executor),
         on_budget_refused=None if calls is None else calls.budget_refusals.inc,
     )
-    add_servicer(servicer, services)
+    add_servicer(servicer, services, max_batch=config.max_batch, authorization=authorization)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
         reflection_aio.ReflectionServicer((SERVICE_NAME, _HEALTH_SERVICE, _REFLECTION_SERVICE)),
         services,
     )
-    services.register(server, layers)
+    services.register(
+        server,
+        layers,
+        authorization=authorization,
+        refusal_layer=None if calls is None else calls.wrap,
+    )
     try:
         if credentials is None:
             port = server.add_insecure_port(config.address)
