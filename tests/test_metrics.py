@@ -93,6 +93,20 @@ def test_metrics_count_calls_codes_and_state(start_server: StartServer, tmp_path
         scrape(address)
 
 
+def test_metrics_can_leave_collection_names_out(start_server: StartServer) -> None:
+    server = start_server(metrics_address="127.0.0.1:0", metrics_hide_collections=True)
+    assert server.metrics is not None and server.metrics.address is not None
+    with permindex.Client(server.address) as client:
+        client.create_collection("secret-project")
+        client.use("secret-project").add([("a", 1), ("b", 2)])
+        client.add([("c", 3)])
+    with urllib.request.urlopen(f"http://{server.metrics.address}/metrics", timeout=10) as reply:
+        text = reply.read().decode("utf-8")
+    assert "secret-project" not in text and 'collection="default"' not in text
+    found = scrape(server.metrics.address)
+    assert found[("permindex_fingerprints", (("collection", "all"),))] == 3
+
+
 def test_metrics_are_off_by_default(start_server: StartServer) -> None:
     assert start_server().metrics is None
 

@@ -48,7 +48,8 @@ def test_tls_round_trip_and_plaintext_refused(
         with pytest.raises(ServerError) as refused:
             plain.stats()
         assert refused.value.code == "UNAVAILABLE"
-        assert "if it serves TLS, connect with TLS (--tls-ca" in str(refused.value)
+        assert "the server serves TLS and this client connects in plaintext" in str(refused.value)
+        assert "--tls-ca" in str(refused.value) and "root_certificates=" in str(refused.value)
     with permindex.Client(
         server.address, root_certificates=certificates.other_ca, timeout=3, retries=0
     ) as untrusting:
@@ -151,7 +152,8 @@ def test_load_tokens_refuses_malformed_files(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     for content, fragment in (
         ("short read-write\n", "16 characters"),
-        (f"{RW_TOKEN} admin\n", "line 1"),
+        (f"{RW_TOKEN} superuser\n", "line 1"),
+        (f"{RW_TOKEN} read alpha,,beta\n", "empty name"),
         (f"# comment\n{RW_TOKEN}\n", "line 2"),
         ("# nothing\n\n", "no token"),
     ):
@@ -159,8 +161,11 @@ def test_load_tokens_refuses_malformed_files(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError, match=fragment) as refused:
             load_tokens(path)
         assert RW_TOKEN not in str(refused.value)
-    path.write_text(f"{RW_TOKEN} read-write\n")
-    assert [t.role for t in load_tokens(path)] == ["read-write"]
+    path.write_text(f"{RW_TOKEN} read-write\n{RO_TOKEN} read-only alpha,b*\n")
+    assert [(t.role, t.collections) for t in load_tokens(path)] == [
+        ("admin", ("*",)),
+        ("read", ("alpha", "b*")),
+    ]
 
 
 def test_exposed_address_needs_tls_and_tokens_or_insecure(

@@ -58,11 +58,12 @@ class ClientOptions:
                     f"{option} {path}: cannot read it: {error.strerror or error}"
                 ) from None
 
+        from permindex.client.channel import token_from_file
+
         token = os.environ.get("PERMINDEX_TOKEN") or None
         if args.token_file is not None:
             data = read("--token-file", args.token_file) or b""
-            lines = data.decode("utf-8", "replace").split()
-            token = lines[0] if lines else None
+            token = token_from_file(data.decode("utf-8", "replace"))
             if token is None:
                 raise InvalidArgumentError(f"{args.token_file}: no token in the file")
         if args.tls_ca is None and (args.tls_cert or args.tls_key):

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from permindex.cli.args import CommandFactory, flag_type
 from permindex.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
-from permindex.errors import EXIT_CODES, InvalidArgumentError
+from permindex.errors import EXIT_CODES, InvalidArgumentError, PermindexError
 from permindex.rpc.config import ENV_PREFIX, Option, ServerConfig, declare, declared_options
 
 __all__ = [
@@ -168,6 +168,13 @@ def add_serve_command(command: CommandFactory) -> argparse.ArgumentParser:
     )
     for declared in (*SERVE_OPTIONS, CONFIG_OPTION):
         _add_flag(serve, declared)
+    serve.add_argument(
+        "--check-config",
+        action="store_true",
+        help="check the configuration (flags, environment, --config file), the token file and "
+        "the TLS files, and the data directory, then exit: 0 and one line when all is well, "
+        "2 and what is wrong otherwise; nothing is loaded or served",
+    )
     serve.epilog = f"{_describe()}\n\n{serve.epilog}"
     serve.set_defaults(func=_cmd_serve)
     return serve
@@ -398,6 +405,45 @@ def _start_problem(config: ServerConfig) -> str | None:
     return None
 
 
+def _check_config(config: ServerConfig) -> int:
+    """``serve --check-config`` once the options, TLS files and token file passed
+    :func:`_start_problem`: the address's exposure and the data directory (a folder this user
+    can write, or one it can create; not held by another server). One line on stderr; exit 0
+    when all is well, 2 otherwise."""
+    from permindex.rpc.auth import exposure_problem
+    from permindex.storage.datadir import refuse_if_locked
+
+    problems: list[str] = []
+    exposed = exposure_problem(config)
+    if exposed is not None and not config.insecure:
+        problems.append(f"{exposed} (serve TLS and tokens, or pass --insecure)")
+    data = Path(config.data_dir)
+    existing = data
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        problems.append(f"--data-dir {data}: {existing} is not a directory")
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problems.append(f"--data-dir {data}: {existing} cannot be written by this user")
+    else:
+        try:
+            refuse_if_locked(data)
+        except PermindexError as error:
+            problems.append(str(error))
+    if problems:
+        _err("permindex serve: configuration not OK: " + "; ".join(problems))
+        return EXIT_CODES["usage"]
+    parts = [f"address {config.address}", f"data directory {data}"]
+    if config.tls_cert is not None:
+        parts.append("TLS" + (" with client certificates" if config.tls_client_ca else ""))
+    if config.token_file is not None:
+        from permindex.rpc.auth import load_tokens
+
+        parts.append(f"{len(load_tokens(config.token_file))} tokens")
+    _err(f"permindex serve: configuration OK ({', '.join(parts)})")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     """Run the server with the options in ``args`` (flags over the layers of
     :func:`apply_defaults`) until it stops; its exit code.
@@ -416,6 +462,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     problem = _start_problem(config)
     if problem is not None:
         args.parser.error(problem)
+    if args.check_config:
+        return _check_config(config)
     exposed = exposure_problem(config)
     if exposed is not None and not config.insecure:
         _err(

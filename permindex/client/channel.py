@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -21,7 +23,14 @@ import grpc.aio
 from permindex.errors import InvalidArgumentError, ServerError, server_error
 from permindex.v1 import index_pb2_grpc
 
-__all__ = ["CHANNEL_OPTIONS", "Channel", "Security", "translate"]
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "Channel",
+    "Security",
+    "speaks_tls",
+    "token_from_file",
+    "translate",
+]
 
 #: Client channel options: the server enforces its own message limit; the client takes any size.
 CHANNEL_OPTIONS: Final[tuple[tuple[str, Any], ...]] = (
@@ -69,6 +78,22 @@ _CONNECT_CAUSES: Final = (
     ),
 )
 _CONNECT_WORDS: Final = ("failed to connect", "connections to all backends failing")
+
+
+def token_from_file(text: str) -> str | None:
+    """The bearer token of a client's token file: the first whitespace-separated field of its
+    first line that is neither blank nor a comment (``#``), so that the server's token file
+    (``TOKEN ROLE [COLLECTIONS]`` a line) can be given to a client as it is; None when there is
+    none.
+
+    >>> token_from_file("# the crawler's token\\nfa1c0n-0123456789abcdef write alpha\\n")
+    'fa1c0n-0123456789abcdef'
+    """
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and not fields[0].startswith("#"):
+            return fields[0]
+    return None
 
 
 def _pem(value: Pem) -> bytes | None:
@@ -130,6 +155,10 @@ class Channel:
                     "e.g. `async with permindex.AsyncClient(...)` under asyncio.run), not "
                     "outside it"
                 ) from None
+        #: Whether the channel connects with TLS.
+        self.tls = security.root_certificates is not None
+        #: Whether it presents a client certificate (mutual TLS).
+        self.client_certificate = security.certificate_chain is not None
         if security.root_certificates is not None:
             credentials = grpc.ssl_channel_credentials(
                 root_certificates=_pem(security.root_certificates),
@@ -151,7 +180,37 @@ class Channel:
         code = code_of() if callable(code_of) else None
         details = (details_of() if callable(details_of) else None) or str(error)
         name, message = translate(code.name if code is not None else "UNKNOWN", details)
+        if name == "UNAVAILABLE" and message.startswith("failed to connect"):
+            message = self._tls_mismatch(details) or message
         return server_error(name, message, self.address)
+
+    def _tls_mismatch(self, details: str) -> str | None:
+        """What to change when the connection failed because one side speaks TLS and the other
+        does not (:func:`speaks_tls` asked the server), or the server closed a TLS connection
+        that presented no client certificate; None when that is not why (grpc's ``details``
+        name a handshake failure of the client's own: a certificate it does not trust)."""
+        tls = speaks_tls(self.address)
+        if tls and self.tls and not self.client_certificate and "handshake" not in details:
+            return (
+                "failed to connect: the server serves TLS and closed the connection during the "
+                "handshake: it may require a client certificate (--tls-cert and --tls-key, "
+                "certificate_chain= and private_key= in permindex.Client), or not trust this "
+                "client's CA"
+            )
+        if tls is None or tls == self.tls:
+            return None
+        if tls:
+            return (
+                "failed to connect: the server serves TLS and this client connects in "
+                "plaintext: connect with TLS (--tls-ca CA.pem on the command line, "
+                "root_certificates= in permindex.Client, PERMINDEX_TLS_CA in Scrapy)"
+            )
+        return (
+            "failed to connect: the server does not serve TLS (it answers in plaintext) and "
+            "this client connects with TLS: leave out --tls-ca, --tls-cert and --tls-key "
+            "(root_certificates=, certificate_chain=, private_key= in permindex.Client), or "
+            "start the server with --tls-cert and --tls-key"
+        )
 
     def not_ready(self, timeout: float) -> ServerError:
         """The UNAVAILABLE error of a channel not connected within ``timeout`` seconds."""
@@ -182,6 +241,41 @@ class Channel:
     async def aclose(self) -> None:
         """Close the asyncio channel; calls in flight are cancelled."""
         await self.channel.close()
+
+
+def speaks_tls(address: str, timeout: float = 1.0) -> bool | None:
+    """Whether the server at ``address`` (``HOST:PORT``, IPv6 in brackets) answers a TLS
+    handshake: True when it completes or ends with a TLS alert (a server that wants a client
+    certificate, or refuses the client's), False when the server answers with bytes that are
+    not TLS or closes at once (a plaintext gRPC server), None when it cannot be told (no
+    connection within ``timeout`` seconds). Verifies nothing: it only asks which protocol is
+    spoken, on the failure path of a connection."""
+    host, _, port = address.rpartition(":")
+    host = host.removeprefix("dns:///").strip("[]")
+    try:
+        number = int(port)
+        sock = socket.create_connection((host or "localhost", number), timeout=timeout)
+    except (OSError, ValueError):
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with context.wrap_socket(sock, server_hostname=host or None):
+            return True
+    except ssl.SSLEOFError:
+        return False
+    except ssl.SSLError as error:
+        reason = str(error.reason or error).upper()
+        if "ALERT" in reason:
+            return True
+        if any(word in reason for word in ("WRONG_VERSION", "RECORD_LAYER", "UNEXPECTED_RECORD")):
+            return False
+        return None
+    except OSError:  # reset or timed out
+        return None
+    finally:
+        sock.close()
 
 
 def translate(code: str, details: str) -> tuple[str, str]:

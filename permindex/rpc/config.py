@@ -527,3 +527,11 @@ class ServerConfig:
             metavar="HOST:PORT",
         ),
     )
+    metrics_hide_collections: bool = field(
+        default=False,
+        metadata=declare(
+            "leave the collections' names out of the metrics: each gauge summed over\n"
+            'every collection under collection="all"',
+            switch=True,
+        ),
+    )

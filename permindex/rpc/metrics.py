@@ -42,39 +42,47 @@ def _wal_files(state: ServerState) -> list[Any]:
 
 class StateCollector(Collector):
     """The gauges of every collection of a :class:`~permindex.rpc.catalog.Catalog`, read at
-    each scrape."""
+    each scrape; with ``names=False`` summed over the collections under ``collection="all"``
+    (the ages: the largest), so that the endpoint does not reveal the collections' names."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, *, names: bool = True) -> None:
         self._catalog = catalog
+        self._names = names
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        def family(name: str, help_: str) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, help_, labels=["collection"])
-
-        count = family("permindex_fingerprints", "Keys stored.")
-        memory = family("permindex_index_memory_bytes", "The index's estimate of its memory.")
-        snapshot_bytes = family("permindex_snapshot_bytes", "Last snapshot's size, bytes.")
-        snapshot_keys = family("permindex_snapshot_keys", "Keys in the last snapshot.")
-        snapshot_age = family(
-            "permindex_snapshot_age_seconds", "Seconds since the last snapshot was written."
-        )
-        wal_bytes = family("permindex_wal_bytes", "Bytes in the write-ahead log.")
-        wal_segments = family("permindex_wal_segments", "Segment files of the log.")
-        wal_sequence = family("permindex_wal_sequence", "Last change logged.")
-        wal_age = family(
-            "permindex_wal_last_write_age_seconds", "Seconds since the log was last written."
-        )
+        help_of = {
+            "permindex_fingerprints": "Keys stored.",
+            "permindex_index_memory_bytes": "The index's estimate of its memory.",
+            "permindex_snapshot_bytes": "Last snapshot's size, bytes.",
+            "permindex_snapshot_keys": "Keys in the last snapshot.",
+            "permindex_snapshot_age_seconds": "Seconds since the last snapshot was written.",
+            "permindex_wal_bytes": "Bytes in the write-ahead log.",
+            "permindex_wal_segments": "Segment files of the log.",
+            "permindex_wal_sequence": "Last change logged.",
+            "permindex_wal_last_write_age_seconds": "Seconds since the log was last written.",
+        }
+        ages = {"permindex_snapshot_age_seconds", "permindex_wal_last_write_age_seconds"}
+        series: dict[str, dict[str, float]] = {name: {} for name in help_of}
         uptime = 0.0
         for name, state in self._catalog.items():
-            label = [name]
-            count.add_metric(label, len(state.index))
-            memory.add_metric(label, state.index.memory_bytes())
+            label = name if self._names else "all"
+
+            def put(metric: str, value: float, label: str = label) -> None:
+                values = series[metric]
+                if metric in ages:
+                    values[label] = max(values.get(label, 0.0), value)
+                else:
+                    values[label] = values.get(label, 0.0) + value
+
+            put("permindex_fingerprints", len(state.index))
+            put("permindex_index_memory_bytes", state.index.memory_bytes())
             snapshot = state.last_snapshot
             if snapshot is not None:
-                snapshot_bytes.add_metric(label, snapshot.bytes)
-                snapshot_keys.add_metric(label, snapshot.count)
-                snapshot_age.add_metric(
-                    label, max(0.0, time.time() - snapshot.created_unix_seconds)
+                put("permindex_snapshot_bytes", snapshot.bytes)
+                put("permindex_snapshot_keys", snapshot.count)
+                put(
+                    "permindex_snapshot_age_seconds",
+                    max(0.0, time.time() - snapshot.created_unix_seconds),
                 )
             sizes = []
             newest = 0.0
@@ -85,14 +93,17 @@ class StateCollector(Collector):
                     continue
                 sizes.append(status.st_size)
                 newest = max(newest, status.st_mtime)
-            wal_bytes.add_metric(label, sum(sizes))
-            wal_segments.add_metric(label, len(sizes))
-            wal_sequence.add_metric(label, state.store.sequence)
+            put("permindex_wal_bytes", sum(sizes))
+            put("permindex_wal_segments", len(sizes))
+            put("permindex_wal_sequence", state.store.sequence)
             if newest:
-                wal_age.add_metric(label, max(0.0, time.time() - newest))
+                put("permindex_wal_last_write_age_seconds", max(0.0, time.time() - newest))
             uptime = max(uptime, state.uptime_seconds)
-        yield from (count, memory, snapshot_bytes, snapshot_keys, snapshot_age)
-        yield from (wal_bytes, wal_segments, wal_sequence, wal_age)
+        for metric, values in series.items():
+            family = GaugeMetricFamily(metric, help_of[metric], labels=["collection"])
+            for label, value in values.items():
+                family.add_metric([label], value)
+            yield family
         resident = GaugeMetricFamily(
             "permindex_resident_memory_bytes", "Resident memory of the server process, bytes."
         )
@@ -195,6 +206,10 @@ class MetricsServer:
     endpoint.
 
     Each server has its own registry (two servers in one process do not mix their numbers).
+    The endpoint needs no token: it listens where ``--metrics-address`` says (loopback in the
+    examples; anyone who can reach it reads it), and reveals the collections' names in its
+    ``collection`` labels, their sizes and write activity, and the methods called; with
+    ``--metrics-hide-collections`` the gauges are summed under ``collection="all"`` instead.
     Exported (``collection`` labels name the collection; the default one is ``default``):
 
     - ``permindex_rpc_requests_total``: calls finished, by ``method`` and status ``code``
@@ -232,9 +247,10 @@ class MetricsServer:
         self._httpd: Any = None
         self.address: str | None = None
 
-    def watch(self, catalog: Catalog) -> None:
-        """Export the gauges of every collection of ``catalog``."""
-        self.registry.register(StateCollector(catalog))
+    def watch(self, catalog: Catalog, *, names: bool = True) -> None:
+        """Export the gauges of every collection of ``catalog`` (``names=False``: summed,
+        without the collections' names; :class:`StateCollector`)."""
+        self.registry.register(StateCollector(catalog, names=names))
 
     def serve(self, address: str) -> str:
         """Serve ``/metrics`` on ``HOST:PORT`` (port 0 picks one); the actual address.

@@ -53,19 +53,22 @@ STOP_REASON: Final = "permindex_error"
 
 
 def _token(path: str | None) -> str | None:
-    """The token of ``PERMINDEX_TOKEN_FILE`` (its first word, as ``--token-file`` reads it), else
-    the ``PERMINDEX_TOKEN`` variable, else None."""
+    """The token of ``PERMINDEX_TOKEN_FILE`` (as ``--token-file`` reads it:
+    :func:`permindex.client.channel.token_from_file`), else the ``PERMINDEX_TOKEN`` variable,
+    else None."""
+    from permindex.client.channel import token_from_file
+
     if not path:
         return os.environ.get("PERMINDEX_TOKEN") or None
     try:
-        words = Path(path).read_text(encoding="utf-8", errors="replace").split()
+        token = token_from_file(Path(path).read_text(encoding="utf-8", errors="replace"))
     except OSError as error:
         raise InvalidArgumentError(
             f"PERMINDEX_TOKEN_FILE {path}: cannot read it: {error.strerror or error}", value=path
         ) from None
-    if not words:
+    if token is None:
         raise InvalidArgumentError(f"PERMINDEX_TOKEN_FILE {path}: no token in the file", value=path)
-    return words[0]
+    return token
 
 
 def _optional_k(value: object) -> int | None:
