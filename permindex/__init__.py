@@ -43,6 +43,7 @@ from permindex.errors import (
     SnapshotWriteError,
     StorageError,
     StorageFullError,
+    TokenRevokedError,
     WorkBudgetExceededError,
 )
 
@@ -107,6 +108,7 @@ __all__ = [
     "SnapshotWriteError",
     "StorageError",
     "StorageFullError",
+    "TokenRevokedError",
     "WorkBudgetExceededError",
     "__version__",
     "clusters",

@@ -37,6 +37,7 @@ __all__ = [
     "SnapshotWriteError",
     "StorageError",
     "StorageFullError",
+    "TokenRevokedError",
     "WorkBudgetExceededError",
     "exit_code_for",
     "server_error",
@@ -158,6 +159,11 @@ class AccessDeniedError(PermindexError, PermissionError):
     the request names is not one of the token's (gRPC PERMISSION_DENIED)."""
 
 
+class TokenRevokedError(AccessDeniedError):
+    """A call whose token was removed from the token file while the call ran (gRPC
+    UNAUTHENTICATED, as a new call with it would get)."""
+
+
 class ServerError(PermindexError):
     """A permindex server refused or failed a call (raised by :class:`permindex.Client`).
 
@@ -272,6 +278,7 @@ ERROR_TABLE: Final[list[tuple[type[BaseException], str, str]]] = [
     (DataDirLockedError, "FAILED_PRECONDITION", "data"),
     (StorageFullError, "RESOURCE_EXHAUSTED", "data"),
     (StorageError, "UNAVAILABLE", "data"),
+    (TokenRevokedError, "UNAUTHENTICATED", "invalid"),
     (AccessDeniedError, "PERMISSION_DENIED", "invalid"),
     (KeyError, "NOT_FOUND", "not_found"),
     (TypeError, "INVALID_ARGUMENT", "invalid"),

@@ -131,7 +131,7 @@ def test_serve_k_above_the_design_exits_2_in_one_sentence(tmp_path: Path) -> Non
     ("content", "words"),
     [
         ("short read-write\n", "line 1: a token needs at least 16 characters"),
-        (f"{TOKEN} admin\n", "line 1: expected `TOKEN ROLE`"),
+        (f"{TOKEN} superuser\n", "line 1: expected `TOKEN ROLE [COLLECTIONS]`"),
         ("# only a comment\n", "no token"),
         (None, "cannot read it: No such file or directory"),
     ],

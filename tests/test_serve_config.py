@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from certs import make_certificates
 from serverproc import LOADING_NOTICE
 
 import permindex.rpc.server as server_module
@@ -168,6 +170,7 @@ SAMPLES = {
     "keepalive_timeout_seconds": "5",
     "max_join_work": "1000",
     "metrics_address": "127.0.0.1:9464",
+    "metrics_hide_collections": "true",
     "log_format": "json",
     "log_level": "info",
 }
@@ -233,11 +236,11 @@ def test_the_server_config_holds_every_declared_value(
     monkeypatch.setattr(server_module, "run_server", run_server)
     monkeypatch.chdir(tmp_path)  # serve reads the token file before it starts
     (tmp_path / SAMPLES["token_file"]).write_text("0123456789abcdef0123 read-write\n")
-    # serve checks its TLS files before it starts: PEM-shaped stand-ins
-    pem = "-----BEGIN {0}-----\nAAAA\n-----END {0}-----\n"
-    (tmp_path / SAMPLES["tls_cert"]).write_text(pem.format("CERTIFICATE"))
-    (tmp_path / SAMPLES["tls_key"]).write_text(pem.format("PRIVATE KEY"))
-    (tmp_path / SAMPLES["tls_client_ca"]).write_text(pem.format("CERTIFICATE"))
+    # serve checks its TLS files before it starts (the key must match the certificate)
+    made = make_certificates(tmp_path / "certs")
+    shutil.copy(made.server_cert, tmp_path / SAMPLES["tls_cert"])
+    shutil.copy(made.server_key, tmp_path / SAMPLES["tls_key"])
+    shutil.copy(made.ca, tmp_path / SAMPLES["tls_client_ca"])
     monkeypatch.delenv("PERMINDEX_CONFIG", raising=False)
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")  # leave this process's malloc as it is
     assert main(["serve", "--config", str(config)]) == 0

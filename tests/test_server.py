@@ -213,7 +213,9 @@ def test_too_short_texts_are_reported_and_skipped(stub: PermIndexStub) -> None:
     }
 
 
-def test_sixteen_mebibyte_text_document(stub: PermIndexStub) -> None:
+def test_sixteen_mebibyte_text_document(start_server: StartServer) -> None:
+    server = start_server(max_message_bytes=32 * 2**20)  # above the 16 MiB default
+    _, stub = make_stub(server.address)
     words = " ".join(f"word{i}" for i in range(150_000))
     text = (words + " ") * (16 * 2**20 // (len(words) + 1) + 1)
     text = text[: 16 * 2**20]

@@ -234,7 +234,7 @@ def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
     """An Add of 4,000 texts of 2,000 words (seconds of fingerprinting on the server, on its
     reference paths: the compiled kernel takes a fraction of a second) in flight when SIGTERM
     arrives is applied and answered; the final snapshot holds it."""
-    proc = ServeProcess(tmp_path / "data", env={"PERMINDEX_JIT": "0"})
+    proc = ServeProcess(tmp_path / "data", "--max-message-mb", "64", env={"PERMINDEX_JIT": "0"})
     address = proc.address()
     assert address is not None, proc.text
     rng = random.Random(2)

@@ -34,7 +34,7 @@ from serverproc import RssSampler, ServeProcess, status_bytes
 import permindex
 from permindex.cli import main
 from permindex.errors import ServerError
-from permindex.rpc.auth import ADMIN, READ, RELOAD_SECONDS, WRITE
+from permindex.rpc.auth import ADMIN, READ, RELOAD_SECONDS, WRITE, TokenFile
 from permindex.rpc.handlers import PERMINDEX_SERVICE
 from permindex.v1 import index_pb2 as pb
 
@@ -205,7 +205,7 @@ def test_write_alpha_token_beside_an_admin(start_server: StartServer, tmp_path: 
         with pytest.raises(ServerError) as drop:
             alpha.drop_collection("beta")
         assert export.value.code == drop.value.code == "PERMISSION_DENIED"
-        assert "DropCollection needs a admin token" in str(drop.value)
+        assert "DropCollection needs an admin token" in str(drop.value)
         assert [info.name for info in alpha.list_collections()] == ["alpha"]
         alpha.use("alpha").add([("alpha/new", 99)])  # write: allowed on its collection
 
@@ -334,7 +334,7 @@ def test_token_file_reloaded_under_open_connections(
 
     def becomes(check: Any) -> float:
         began = time.monotonic()
-        while time.monotonic() - began < 2.0:
+        while time.monotonic() - began < 2.0:  # the issue's bound
             if check():
                 return time.monotonic() - began
             time.sleep(0.05)
@@ -380,9 +380,35 @@ def test_token_file_reloaded_under_open_connections(
         becomes(lambda: code(client, add) == "OK")
         release.set()
         path.write_text("not a token file\n")  # refused: the tokens in force stay
-        time.sleep(3 * RELOAD_SECONDS)
+        time.sleep(4 * RELOAD_SECONDS)
         assert code(client, add) == "OK"
         assert any("not reloaded" in r.getMessage() for r in caplog.records)
+        # a role lowered while the newcomer's own stream is open: its next batch is refused
+        lowered = threading.Event()
+        sent: list[Any] = []
+
+        def newcomer_batches() -> Iterator[list[tuple[str, int]]]:
+            yield [("by-newcomer/0", 0)]
+            lowered.wait(timeout=30)
+            yield [("by-newcomer/1", 1)]
+
+        refused: list[str] = []
+
+        def newcomer_stream() -> None:
+            try:
+                client.ingest_batches(newcomer_batches(), progress=sent.append)
+            except ServerError as error:
+                refused.append(error.code)
+
+        writer = threading.Thread(target=newcomer_stream)
+        writer.start()
+        becomes(lambda: len(sent) == 1)
+        path.write_text(f"{ADMIN_TOKEN} admin\n{newcomer} read\n")
+        becomes(lambda: code(client, add) == "PERMISSION_DENIED")
+        lowered.set()
+        writer.join(timeout=30)
+        assert refused == ["PERMISSION_DENIED"] and len(sent) == 1
+        assert admin.get("by-newcomer/1") is None
         path.write_text(f"{ADMIN_TOKEN} admin\n")  # the newcomer removed
         becomes(lambda: code(client, get) == "UNAUTHENTICATED")
         release.set()
@@ -457,3 +483,55 @@ def test_the_servers_token_file_works_for_a_client(
     assert main(["stats", *options]) == 0
     assert main(["collections", "create", "other", *options]) != 0
     assert "PERMISSION_DENIED" in capsys.readouterr().err
+
+
+def test_health_requests_are_small_and_open(table_server: Any) -> None:
+    """The health service needs no token, so it takes only small, valid requests."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(table_server.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        raw: Any = channel
+        for method in ("Check", "Watch"):
+            path = f"/grpc.health.v1.Health/{method}"
+            call = raw.unary_unary(path) if method == "Check" else raw.unary_stream(path)
+            for data in (b"\x0a" + b"\xff\xff\x03" + b"x" * 65535, b"\x0a\x05ab"):
+                with pytest.raises(grpc.RpcError) as refused:
+                    answer = call(data, timeout=10)
+                    if method == "Watch":
+                        list(answer)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as unknown:
+            health.Check(health_pb2.HealthCheckRequest(service="x" * 500), timeout=10)
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+        assert len(unknown.value.details() or "") < 200  # the name is not echoed whole
+
+
+def test_a_token_file_is_read_whole_and_an_empty_one_revokes_all(tmp_path: Path) -> None:
+    """The reload reads a file only once a change has stood for one look (never one half
+    written), and a file with no token refuses every call."""
+    path = tmp_path / "tokens"
+    path.write_text(f"{ADMIN_TOKEN} admin\n")
+    tokens = TokenFile(path)
+    admin, alpha = ADMIN_TOKEN.encode(), ALPHA_TOKEN.encode()
+    path.write_text(f"{ADMIN_TOKEN} admin\n{ALPHA_TOKEN} write")  # half written: no scope yet
+    assert not tokens.reload_if_changed()  # a change: it waits for it to settle
+    path.write_text(f"{ADMIN_TOKEN} admin\n{ALPHA_TOKEN} write alpha\n")
+    assert not tokens.reload_if_changed()  # changed again: waits again
+    assert tokens.find(alpha) is None  # the half-written file was never in force
+    assert tokens.reload_if_changed()
+    found = tokens.find(alpha)
+    assert found is not None and found.collections == ("alpha",)
+    path.write_text("# every token revoked\n")
+    tokens.reload_if_changed()
+    assert tokens.reload_if_changed()
+    assert tokens.find(admin) is None and tokens.find(alpha) is None
+    path.write_text(f"{ADMIN_TOKEN} admin\n")
+    tokens.reload_if_changed()
+    tokens.reload_if_changed()
+    path.unlink()  # a missing file keeps what is in force
+    tokens.reload_if_changed()
+    assert not tokens.reload_if_changed()
+    assert tokens.find(admin) is not None

@@ -64,7 +64,7 @@ __all__ = [
 _MIB: Final = 1024 * 1024
 #: Larger documents are skipped by ingest (named on stderr, counted as "too large"): the
 #: server's default --max-text-bytes (32 MiB), so that one large document is a skip, not a
-#: refused batch that ends the ingest; also well under its default message limit (64 MiB).
+#: refused batch that ends the ingest; also well under its default message limit (16 MiB).
 DEFAULT_MAX_DOCUMENT_BYTES: Final = 32 * _MIB
 #: Exit code after Ctrl-C (SIGINT), as shells report it.
 EXIT_INTERRUPTED: Final = 128 + signal.SIGINT

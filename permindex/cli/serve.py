@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from permindex.cli.args import CommandFactory, flag_type
 from permindex.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
-from permindex.errors import EXIT_CODES, InvalidArgumentError, PermindexError
+from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.rpc.config import ENV_PREFIX, Option, ServerConfig, declare, declared_options
 
 __all__ = [
@@ -410,13 +410,21 @@ def _check_config(config: ServerConfig) -> int:
     :func:`_start_problem`: the address's exposure and the data directory (a folder this user
     can write, or one it can create; not held by another server). One line on stderr; exit 0
     when all is well, 2 otherwise."""
-    from permindex.rpc.auth import exposure_problem
-    from permindex.storage.datadir import refuse_if_locked
+    from permindex.rpc.auth import exposure_problem, is_loopback
+    from permindex.rpc.server import refuse_in_use
 
     problems: list[str] = []
     exposed = exposure_problem(config)
     if exposed is not None and not config.insecure:
         problems.append(f"{exposed} (serve TLS and tokens, or pass --insecure)")
+    if config.metrics_address is not None and not is_loopback(
+        config.metrics_address.rpartition(":")[0]
+    ):
+        _err(
+            f"permindex serve: note: --metrics-address {config.metrics_address} is reachable "
+            "from other machines and needs no token: it shows every collection's name "
+            "(--metrics-hide-collections leaves them out)"
+        )
     data = Path(config.data_dir)
     existing = data
     while not existing.exists() and existing.parent != existing:
@@ -425,11 +433,8 @@ def _check_config(config: ServerConfig) -> int:
         problems.append(f"--data-dir {data}: {existing} is not a directory")
     elif not os.access(existing, os.W_OK | os.X_OK):
         problems.append(f"--data-dir {data}: {existing} cannot be written by this user")
-    else:
-        try:
-            refuse_if_locked(data)
-        except PermindexError as error:
-            problems.append(str(error))
+    elif not problems and refuse_in_use(config) is not None:
+        problems.append("the address, the metrics address or the data directory is in use")
     if problems:
         _err("permindex serve: configuration not OK: " + "; ".join(problems))
         return EXIT_CODES["usage"]

@@ -67,6 +67,11 @@ _CONNECT_CAUSES: Final = (
         " (--tls-ca, root_certificates)",
     ),
     ("DNS resolution failed", "the host name does not resolve"),
+    (
+        "Hostname Verification",
+        "the server's certificate is not for the name this client checks: give the name it "
+        "was issued for with --tls-server-name (server_name in permindex.Client)",
+    ),
     ("Timeout occurred", "no answer: a firewall, or the wrong host?"),
     ("Deadline Exceeded", "no answer: a firewall, or the wrong host?"),
     ("No route to host", "no route to the host"),
@@ -190,12 +195,17 @@ class Channel:
         that presented no client certificate; None when that is not why (grpc's ``details``
         name a handshake failure of the client's own: a certificate it does not trust)."""
         tls = speaks_tls(self.address)
-        if tls and self.tls and not self.client_certificate and "handshake" not in details:
+        if tls and self.tls and "Socket closed" in details:  # the server ended the handshake
+            if not self.client_certificate:
+                return (
+                    "failed to connect: the server serves TLS and closed the connection during "
+                    "the handshake: it requires a client certificate (--tls-cert and "
+                    "--tls-key, certificate_chain= and private_key= in permindex.Client)"
+                )
             return (
                 "failed to connect: the server serves TLS and closed the connection during the "
-                "handshake: it may require a client certificate (--tls-cert and --tls-key, "
-                "certificate_chain= and private_key= in permindex.Client), or not trust this "
-                "client's CA"
+                "handshake: it does not accept this client certificate (is it signed by the "
+                "CA of the server's --tls-client-ca, and is --tls-key its key?)"
             )
         if tls is None or tls == self.tls:
             return None

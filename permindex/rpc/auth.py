@@ -27,9 +27,13 @@ collection a request names gets PERMISSION_DENIED, naming the collection; ListCo
 a token only the collections it covers, and Stats only answers for those. Health checking
 (``grpc.health.v1.Health``) stays open; reflection needs a token of any role.
 
-The file is read again within :data:`RELOAD_SECONDS` of a change (its modification time, size or
-inode), without a signal and without dropping connections: a token removed from the file is
-refused from then on; a file that does not load keeps the tokens in force, and the log says why.
+The file is read again once a change (its modification time, size or inode) has stood for
+:data:`RELOAD_SECONDS` (so within about a second, and never half-written), without a signal and
+without dropping connections: a token removed from the file is refused from then on, by new calls
+and by the next message of a stream already open (a stream whose requests are all sent, such as
+Export, runs to its end); a lowered role likewise; a file with no token refuses every call; a file
+that does not load, or a missing file, keeps the tokens in force, and the log says why. Replacing
+the file by a rename is the safest way to change it.
 Refused calls are logged at INFO with the method, the peer and the reason (never the token).
 """
 
@@ -143,16 +147,22 @@ class Token:
 
     def scope(self) -> str:
         """The token's role and collections, as a message names them (never the secret)."""
-        return f"a {self.role} token for {', '.join(self.collections)}"
+        article = "an" if self.role == ADMIN else "a"
+        return f"{article} {self.role} token for {', '.join(self.collections)}"
 
 
-def load_tokens(path: str | Path) -> list[Token]:
+def load_tokens(path: str | Path, *, allow_empty: bool = False) -> list[Token]:
     """The tokens of a token file (the format: the module docstring).
+
+    Args:
+        path: the token file.
+        allow_empty: return no tokens for a file without any (a reload: every token revoked)
+            instead of refusing it (the start: a server with tokens needs one).
 
     Raises:
         InvalidArgumentError: a malformed line (named by its number, never quoting the token), a
             token shorter than 16 characters, an unknown role, an empty collection pattern, a
-            file with no token.
+            file with no token (unless ``allow_empty``).
         OSError: the file cannot be read.
     """
     tokens: list[Token] = []
@@ -182,7 +192,7 @@ def load_tokens(path: str | Path) -> list[Token]:
             )
         role = LEGACY_ROLES.get(fields[1], fields[1])
         tokens.append(Token(fields[0].encode("utf-8"), role, collections))
-    if not tokens:
+    if not tokens and not allow_empty:
         raise InvalidArgumentError(
             f"{path}: no token (one `TOKEN ROLE [COLLECTIONS]` a line)", str(path)
         )
@@ -208,6 +218,7 @@ class TokenFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._seen = _identity(self.path)
+        self._pending: tuple[int, int, int] | None = None
         self._tokens: tuple[Token, ...] = tuple(load_tokens(self.path))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -226,14 +237,22 @@ class TokenFile:
         return found
 
     def reload_if_changed(self) -> bool:
-        """Read the file again if it changed since the last look; whether tokens changed. A
-        file that does not load keeps the tokens in force (logged at ERROR, once a change)."""
+        """Read the file again if it changed and then stayed unchanged for one look (a file
+        being written is not read half-way); whether the tokens in force changed. A file with
+        no token revokes every token (logged at WARNING); a file that does not load, or that
+        is gone, keeps the tokens in force (logged at ERROR, once a change)."""
         seen = _identity(self.path)
         if seen == self._seen:
+            self._pending = None
             return False
-        self._seen = seen
+        if seen != self._pending:  # changed since the last look: wait for it to settle
+            self._pending = seen
+            return False
+        self._seen, self._pending = seen, None
         try:
-            tokens = tuple(load_tokens(self.path))
+            if seen is None:
+                raise OSError(f"{self.path} is gone")
+            tokens = tuple(load_tokens(self.path, allow_empty=True))
         except (InvalidArgumentError, OSError, UnicodeDecodeError) as error:
             log.error(
                 "token file %s not reloaded, the %d tokens in force stay: %s",
@@ -243,7 +262,10 @@ class TokenFile:
             )
             return False
         self._tokens = tokens
-        log.info("token file %s reloaded: %d tokens", self.path, len(tokens))
+        if tokens:
+            log.info("token file %s reloaded: %d tokens", self.path, len(tokens))
+        else:
+            log.warning("token file %s holds no token: every call is refused", self.path)
         return True
 
     def start(self) -> None:
@@ -322,13 +344,19 @@ class Authorization:
                 + " token: send `authorization: Bearer TOKEN` (permindex --token-file FILE, "
                 "or PERMINDEX_TOKEN) with a token of the server's token file",
             )
-        if not token.allows(role):
-            name = method.rsplit("/", 1)[-1]
-            return Refusal(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"{name} needs a {role} token; this is {token.scope()}",
-            )
-        return token
+        return self.role_refusal(method, token) or token
+
+    def role_refusal(self, method: str, token: Token) -> Refusal | None:
+        """PERMISSION_DENIED when ``token``'s role does not include what ``method`` needs."""
+        role = method_role(method)
+        if role is None or token.allows(role):
+            return None
+        name = method.rsplit("/", 1)[-1]
+        article = "an" if role == ADMIN else "a"
+        return Refusal(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{name} needs {article} {role} token; this is {token.scope()}",
+        )
 
     def token_of(self, metadata: Any) -> Token | None:
         """The (known) token of a call's metadata."""
@@ -431,6 +459,13 @@ class TlsFiles:
         """
         cert, key, client_ca = self.paths
         chain, secret = Path(cert).read_bytes(), Path(key).read_bytes()
+        for option, data, kind in (("--tls-cert", chain, b"CERTIFICATE"),
+                                   ("--tls-key", secret, b"PRIVATE KEY")):  # fmt: skip
+            if b"-----BEGIN " not in data or kind not in data:
+                raise InvalidArgumentError(
+                    f"{option}: not a PEM file with a {kind.decode().lower()} in it (empty, "
+                    "or written half-way?)"
+                )
         check_key_pair(cert, key)
         authority = None if client_ca is None else Path(client_ca).read_bytes()
         return grpc.ssl_server_certificate_configuration(

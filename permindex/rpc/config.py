@@ -296,7 +296,7 @@ class ServerConfig:
         ),
     )
     max_message_bytes: int = field(
-        default=64 * _MIB,
+        default=16 * _MIB,
         metadata=declare(
             "largest request or response message, MiB (default {default:g})",
             parse=_message_bytes,
@@ -414,8 +414,10 @@ class ServerConfig:
     token_file: Path | None = field(
         default=None,
         metadata=declare(
-            "require a bearer token: one `TOKEN ROLE` a line, ROLE read-write or read-only\n"
-            "(tokens of 16 characters or more; health checks stay open)",
+            "require a bearer token: one `TOKEN ROLE [COLLECTIONS]` a line, ROLE read,\n"
+            "write or admin, COLLECTIONS names or patterns, comma-separated (default *);\n"
+            "tokens of 16 characters or more; read again when the file changes; health\n"
+            "checks stay open",
             parse=Path,
             metavar="FILE",
         ),

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
 
 import grpc
 import numpy as np
@@ -18,7 +18,12 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 from numpy.typing import NDArray
 
-from permindex.errors import AccessDeniedError, InvalidArgumentError, LimitExceededError
+from permindex.errors import (
+    AccessDeniedError,
+    InvalidArgumentError,
+    LimitExceededError,
+    TokenRevokedError,
+)
 from permindex.v1 import index_pb2
 
 if TYPE_CHECKING:
@@ -226,16 +231,28 @@ def describe_malformed(data: bytes, descriptor: Descriptor, error: BaseException
     return (rest if marker else text) or type(error).__name__
 
 
-def tolerant_deserializer(descriptor: Descriptor) -> Callable[[bytes], Any]:
+#: The largest message whose bytes are walked in Python (:func:`describe_malformed`, the oneof
+#: check) to say what is wrong with it; a larger one gets the parser's own words, and its
+#: oneof check runs in a compiled kernel (:class:`RequestReader`), so that no request holds the
+#: event loop for a walk of its bytes.
+WALK_BYTES: Final = 64 * 1024
+
+
+def tolerant_deserializer(
+    descriptor: Descriptor, walk_bytes: int = WALK_BYTES
+) -> Callable[[bytes], Any]:
     """A request deserializer for ``descriptor``'s message class that never raises.
 
     Returns:
         A function of the serialized bytes: the parsed message, or a :class:`MalformedRequest`
-        when a message sets two members of one oneof (:func:`_oneof_conflict`; the parser
-        would keep the last without a word), or when the parser raises anything
+        when a message of at most ``walk_bytes`` sets two members of one oneof
+        (:func:`_oneof_conflict`; the parser would keep the last without a word; a larger one
+        is checked by :class:`RequestReader`), or when the parser raises anything
         (``google.protobuf.message.DecodeError`` for truncated or garbage bytes and for a
         string field that is not UTF-8, whichever protobuf backend raises what for them:
-        parsing is a pure function of the bytes, so any exception of it is about the bytes).
+        parsing is a pure function of the bytes, so any exception of it is about the bytes;
+        the problem described by :func:`describe_malformed` up to ``walk_bytes``, in the
+        parser's words above).
     """
     parse = message_factory.GetMessageClass(descriptor).FromString
     type_name = descriptor.full_name
@@ -245,18 +262,38 @@ def tolerant_deserializer(descriptor: Descriptor) -> Callable[[bytes], Any]:
         try:
             message = parse(data)
         except Exception as error:
+            if len(data) > walk_bytes:
+                text = " ".join(str(error).split())[:200] or type(error).__name__
+                return MalformedRequest(type_name, f"protobuf's parser refused it: {text}")
             return MalformedRequest(type_name, describe_malformed(data, descriptor, error))
         # Two members of one oneof (a Document's fingerprint and fingerprint_hex): the parser
         # kept the last, so the message re-encodes shorter than it came. Only then are the
         # bytes walked (explicit default values, which protobuf.js sends when given them, are
         # the other cause of a shorter re-encoding).
-        if has_oneof and message.ByteSize() != len(data):
+        if has_oneof and len(data) <= walk_bytes and message.ByteSize() != len(data):
             conflict = _oneof_conflict(data, 0, len(data), descriptor, "", 0)
             if conflict is not None:
                 return MalformedRequest(type_name, conflict)
         return message
 
     return deserialize
+
+
+def _oneof_members(descriptor: Descriptor) -> tuple[int, NDArray[np.uint8], str] | None:
+    """For :func:`permindex.rpc.wire_kernels.oneof_conflict`: the top-level field whose
+    messages have a oneof (AddRequest's documents), the members of that oneof by field number,
+    and the submessage's name; None when no such field."""
+    for field in descriptor.fields:
+        inner = field.message_type
+        if field.type != FieldDescriptor.TYPE_MESSAGE or inner is None:
+            continue
+        groups = [oneof for oneof in inner.oneofs if not _synthetic(oneof.fields)]
+        if groups:
+            numbers = [member.number for member in groups[0].fields]
+            members = np.zeros(max(numbers) + 1, dtype=np.uint8)
+            members[numbers] = 1
+            return field.number, members, f"{field.name} ({inner.full_name})"
+    return None
 
 
 def _field_kinds(descriptor: Descriptor) -> NDArray[np.uint8] | None:
@@ -295,7 +332,8 @@ class RequestReader:
     A message of more bytes than ``max_batch`` (fewer cannot hold more items than that) is
     first walked by :func:`permindex.rpc.wire_kernels.count_items` in a worker thread, without
     the GIL, which counts the items of every repeated top-level field (keys, documents,
-    fingerprints) and stops at the first field past ``max_batch``: such a request is refused
+    fingerprints), and all other fields together (unknown ones included), and stops at the
+    first count past ``max_batch``: such a request is refused
     (:class:`~permindex.errors.LimitExceededError`, RESOURCE_EXHAUSTED) after reading at most
     about ``max_batch`` items of it, never parsed; bytes that are not protobuf are reported
     (:class:`MalformedRequest`) without a parse too. Only then does protobuf parse the message
@@ -308,6 +346,7 @@ class RequestReader:
         self.max_batch = max_batch
         self.kinds = _field_kinds(descriptor)
         self.names = {field.number: field.name for field in descriptor.fields}
+        self.oneof = _oneof_members(descriptor)
 
     async def read(self, data: bytes) -> Any:
         """The message of ``data``, or a :class:`MalformedRequest`.
@@ -315,18 +354,20 @@ class RequestReader:
         Raises:
             LimitExceededError: a repeated field of more than ``max_batch`` items.
         """
-        if self.kinds is not None and len(data) > self.max_batch:
+        if len(data) > self.max_batch:
             from permindex.rpc import wire_kernels as wire
 
-            counts = np.zeros(self.kinds.size, dtype=np.int64)
+            kinds = self.kinds if self.kinds is not None else np.zeros(1, dtype=np.uint8)
+            counts = np.zeros(kinds.size, dtype=np.int64)
             buffer = np.frombuffer(data, dtype=np.uint8)
             outcome = await asyncio.to_thread(
-                wire.count_items, buffer, self.kinds, counts, self.max_batch
+                wire.count_items, buffer, kinds, counts, self.max_batch
             )
             if outcome == wire.OVER_LIMIT:
                 number = int(counts.argmax())
+                what = self.names.get(number, "items") if number else "fields"
                 raise LimitExceededError(
-                    f"more than {self.max_batch:,} {self.names.get(number, 'items')} in one "
+                    f"more than {self.max_batch:,} {what} in one "
                     f"request; the server's limit is {self.max_batch:,} (max_batch): split "
                     "the request",
                     limit=self.max_batch,
@@ -336,7 +377,25 @@ class RequestReader:
                 return MalformedRequest(
                     self.type_name, f"the bytes at {outcome} are not a valid protobuf field"
                 )
-        return self.parse(data)
+        message = self.parse(data)
+        if (
+            self.oneof is not None
+            and len(data) > WALK_BYTES
+            and not isinstance(message, MalformedRequest)
+            and message.ByteSize() != len(data)
+        ):
+            from permindex.rpc import wire_kernels as wire
+
+            outer, members, name = self.oneof
+            buffer = np.frombuffer(data, dtype=np.uint8)
+            at = await asyncio.to_thread(wire.oneof_conflict, buffer, outer, members)
+            if at >= 0:
+                return MalformedRequest(
+                    self.type_name,
+                    f"an item of {name} at byte {at} sets two members of its oneof (the "
+                    "parser would keep the last)",
+                )
+        return message
 
 
 @dataclass(frozen=True)
@@ -352,13 +411,19 @@ class _Gate:
         """The call's token (None on a server without tokens).
 
         Raises:
-            AccessDeniedError: the token is no longer in force (removed since the call began).
+            TokenRevokedError: the token is no longer in force (removed since the call began).
+            AccessDeniedError: its role no longer allows the method (lowered since then).
         """
         if self.authorization is None:
             return None
         token = self.authorization.token_of(context.invocation_metadata())
         if token is None:
-            raise AccessDeniedError("the token is no longer in force (the token file changed)")
+            raise TokenRevokedError(
+                "the token is no longer in force (it was removed from the token file)"
+            )
+        refusal = self.authorization.role_refusal(self.method, token)
+        if refusal is not None:  # its role was lowered while the call ran
+            raise AccessDeniedError(refusal.message)
         return token
 
     def check_scope(
@@ -399,6 +464,8 @@ async def _admit(gate: _Gate, data: bytes, context: grpc.aio.ServicerContext[Any
     except LimitExceededError as error:
         log.debug("%s refused: RESOURCE_EXHAUSTED: %s", gate.method, error)
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+    except TokenRevokedError as error:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(error))
     except AccessDeniedError as error:
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(error))
     return request, token

@@ -15,7 +15,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from permindex.rpc.limits import CallLimits, StreamClosed
 
-__all__ = ["NOT_SERVING", "SERVING", "HealthService"]
+__all__ = ["MAX_HEALTH_REQUEST_BYTES", "NOT_SERVING", "SERVING", "HealthService", "bounded"]
+
+#: The largest health request served (a service name of about a kilobyte): the health service
+#: is open to callers without a token, so a larger one is refused (INVALID_ARGUMENT) as soon as
+#: it is received, its bytes dropped, never parsed, held or echoed.
+MAX_HEALTH_REQUEST_BYTES = 1024
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -52,7 +57,9 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     ) -> health_pb2.HealthCheckResponse:
         status = self._status.get(request.service)
         if status is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"unknown service {request.service[:80]!r}"
+            )
         return health_pb2.HealthCheckResponse(status=status)
 
     async def List(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -86,3 +93,46 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
                     changed.cancel()
         finally:
             closing.cancel()
+
+
+def bounded(handlers: dict[str, Any]) -> dict[str, Any]:
+    """The health service's method handlers (by method name) taking the request's bytes
+    instead of a parsed message: a request over :data:`MAX_HEALTH_REQUEST_BYTES`, or one that
+    is not a valid message, gets INVALID_ARGUMENT without a parse; the others go on to the
+    handler's behaviour parsed."""
+    result: dict[str, Any] = {}
+    for name, handler in handlers.items():
+        parse = handler.request_deserializer
+        behavior = handler.unary_unary or handler.unary_stream
+        options = {"request_deserializer": None, "response_serializer": handler.response_serializer}
+
+        async def checked(data: bytes, context: Any, parse: Any = parse) -> Any:
+            if len(data) > MAX_HEALTH_REQUEST_BYTES:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"a health request is at most {MAX_HEALTH_REQUEST_BYTES} bytes; this one "
+                    f"has {len(data):,}",
+                )
+            try:
+                return parse(data) if parse is not None else data
+            except Exception:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, "the request is not a valid health request"
+                )
+
+        if handler.unary_unary is not None:
+
+            async def unary(data: bytes, context: Any, behavior: Any = behavior) -> Any:
+                request = await checked(data, context)
+                return await behavior(request, context)
+
+            result[name] = grpc.unary_unary_rpc_method_handler(unary, **options)
+        else:
+
+            async def stream(data: bytes, context: Any, behavior: Any = behavior) -> Any:
+                request = await checked(data, context)
+                async for message in behavior(request, context):
+                    yield message
+
+            result[name] = grpc.unary_stream_rpc_method_handler(stream, **options)
+    return result

@@ -43,7 +43,7 @@ from permindex.rpc.behaviors import Layer, ServiceHandlers
 from permindex.rpc.catalog import Catalog
 from permindex.rpc.config import EVENT_LOOPS, ServerConfig
 from permindex.rpc.handlers import add_servicer
-from permindex.rpc.health import NOT_SERVING, SERVING, HealthService
+from permindex.rpc.health import NOT_SERVING, SERVING, HealthService, bounded
 from permindex.rpc.limits import CallLimits
 from permindex.rpc.metrics import MetricsServer
 from permindex.rpc.service import SERVICE_NAME, PermIndexService
@@ -635,6 +635,7 @@ async def _start(
     services = ServiceHandlers()  # every service's handlers, wrapped by the layers once
     health_service = HealthService(limits, ("", SERVICE_NAME))
     health_pb2_grpc.add_HealthServicer_to_server(health_service, services)
+    services.services[_HEALTH_SERVICE] = bounded(services.services[_HEALTH_SERVICE])
     # our handlers, not the generated add_PermIndexServicer_to_server: a malformed request
     # gets INVALID_ARGUMENT instead of INTERNAL (see permindex.rpc.handlers)
     servicer = PermIndexService(

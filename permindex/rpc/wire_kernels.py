@@ -27,6 +27,7 @@ __all__ = [
     "PACKED_64",
     "PACKED_VARINT",
     "count_items",
+    "oneof_conflict",
 ]
 
 #: Kinds of a field number (the ``kinds`` array of :func:`count_items`).
@@ -67,8 +68,9 @@ def _varint(data, pos):  # type: ignore[no-untyped-def]
 def count_items(data, kinds, counts, limit):  # type: ignore[no-untyped-def]
     """Count the items of the repeated top-level fields of the message ``data`` ((n,) uint8),
     field f's into ``counts[f]`` ((m,) int64, zeroed by the caller) as ``kinds[f]`` ((m,)
-    uint8, one of the kinds above; field numbers >= m are walked over, not counted) says,
-    stopping as soon as one count is above ``limit``.
+    uint8, one of the kinds above) says, and the occurrences of every other field (field
+    numbers >= m, unknown fields included) into ``counts[0]``, stopping as soon as one count is
+    above ``limit``.
 
     Returns:
         :data:`OK` (-1) when the whole message was walked; :data:`OVER_LIMIT` (-2) when a count
@@ -132,6 +134,71 @@ def count_items(data, kinds, counts, limit):  # type: ignore[no-untyped-def]
             pos = end
         else:
             return start
-        if kind != 0 and counts[number] > limit:
+        if kind == 0:
+            counts[0] += 1  # every field not counted as items: no request needs many
+            if counts[0] > limit:
+                return OVER_LIMIT
+        elif counts[number] > limit:
             return OVER_LIMIT
     return OK
+
+
+@njit()
+def oneof_conflict(data, outer, members):  # type: ignore[no-untyped-def]
+    """The byte position of the first submessage in the top-level field ``outer`` of the
+    message ``data`` ((n,) uint8) that sets two fields of its oneof -- those whose number f has
+    ``members[f]`` != 0 ((m,) uint8) -- or -1 when none does (or the bytes end early: the
+    parser reports that). The parser would keep the last member without a word. O(n), without
+    the GIL.
+    """
+    n = data.size
+    m = members.size
+    pos = 0
+    while pos < n:
+        tag, pos = _varint(data, pos)
+        if pos < 0:
+            return -1
+        number = tag >> 3
+        wire = tag & 7
+        if wire == 0:
+            _, pos = _varint(data, pos)
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            if pos < 0 or length > n - pos:
+                return -1
+            end = pos + length
+            if number == outer:
+                start = pos
+                seen = 0
+                inner = pos
+                while inner < end:
+                    inner_tag, inner = _varint(data, inner)
+                    if inner < 0:
+                        return -1
+                    field = inner_tag >> 3
+                    kind = inner_tag & 7
+                    if field < m and members[field] != 0:
+                        seen += 1
+                        if seen > 1:
+                            return start
+                    if kind == 0:
+                        _, inner = _varint(data, inner)
+                    elif kind == 1 or kind == 5:
+                        inner += 8 if kind == 1 else 4
+                    elif kind == 2:
+                        size, inner = _varint(data, inner)
+                        if inner < 0 or size > end - inner:
+                            return -1
+                        inner += size
+                    else:
+                        return -1
+                    if inner < 0 or inner > end:
+                        return -1
+            pos = end
+        else:
+            return -1
+        if pos < 0 or pos > n:
+            return -1
+    return -1

@@ -226,9 +226,11 @@ def _damaged(
             context = f"later segments follow ({', '.join(s.path.name for s in later)})"
         if not truncate:
             _refuse_or_drop(result, f"{where}; {context}", path, later=later, truncate=False)
+        # the later segments first: a crash between the steps then leaves the damaged segment
+        # last, as the next start expects to find it
+        moved = [_drop_aside(s.path) for s in later]
         kept = _drop_aside(path, data[offset:])
         _truncate_file(path, offset)
-        moved = [_drop_aside(s.path) for s in later]
         names = ", ".join(str(p) for p in [kept, *moved])
         message = (
             f"{where}; {context}. --truncate-corrupt-log: cut {cut} bytes ({pieces} records) "

@@ -41,8 +41,9 @@ Status codes (every RPC):
   16 hex digits, a query with both fingerprints and fingerprints_hex, k above the index's k.
   The whole request is refused and nothing is changed.
 - RESOURCE_EXHAUSTED: a batch longer than the server's limit (default 100,000 documents or
-  fingerprints per message), a message over the size limit (default 64 MiB) or a text over the
-  text limit (default 32 MiB, --max-text-bytes). Nothing is changed; split the batch. Also,
+  fingerprints per message; counted from the request's bytes before they are parsed), a
+  message over the size limit (default 16 MiB, serve --max-message-mb) or a text over the
+  text limit (--max-text-bytes). Nothing is changed; split the batch. Also,
   refused at once (never queued): a unary call when --max-concurrent-rpcs (default 256) unary
   calls are being served (streams are not counted; health checks are always answered); a
   stream (an RPC with `stream` on either side, health Watch and reflection included) when
