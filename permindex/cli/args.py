@@ -6,14 +6,18 @@ fingerprint syntax of the command line, the client options (``--address``, TLS, 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+import difflib
+import re
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar, overload
 
 from permindex.addresses import DEFAULT_ADDRESS, address_argument
 from permindex.rpc import config
 
 __all__ = [
     "CommandFactory",
+    "Parser",
     "add_field_arguments",
     "bounded",
     "client_options_parser",
@@ -26,6 +30,69 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_N = TypeVar("_N")
+
+#: What argparse takes for a negative number (a value, not an option) where no option looks like
+#: one, as none of permindex's does.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+class Parser(argparse.ArgumentParser):
+    """The argument parser of ``permindex`` and of each of its commands (the subparsers that
+    :meth:`add_subparsers` makes are Parsers too). Built with ``allow_abbrev=False``, as every
+    parser of the command is, so that an option is taken only as written (``--tex`` is not
+    ``--text``). An unknown option is reported first, before a missing required argument, with
+    the closest option of the same command when one is close (``unknown option --txt; did you
+    mean --text?``): a usage error (exit 2)."""
+
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: None = None
+    ) -> tuple[argparse.Namespace, list[str]]: ...
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None, namespace: _N
+    ) -> tuple[_N, list[str]]: ...
+    @overload
+    def parse_known_args(self, *, namespace: _N) -> tuple[_N, list[str]]: ...
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
+        """argparse's, after :meth:`unknown_option_error` found no unknown option in ``args``
+        (default ``sys.argv[1:]``)."""
+        arguments = list(sys.argv[1:] if args is None else args)
+        problem = self.unknown_option_error(arguments)
+        if problem is not None:
+            self.error(problem)
+        return super().parse_known_args(arguments, namespace)
+
+    def unknown_option_error(self, arguments: list[str]) -> str | None:
+        """The message for the first option of ``arguments`` that this parser does not know
+        (``unknown option --txt; did you mean --text?``, the suggestion only when one of its
+        options is close), or None. An argument is an option as argparse reads one: it starts
+        with ``-`` and is not ``-`` alone, a negative number or text with a space (before any
+        ``=``); ``--NAME=VALUE`` is ``--NAME``. Nothing after ``--`` is an option; a parser of
+        commands reads the options before its command only (the command's parser, the rest)."""
+        known = self._option_string_actions
+        commands = self._subparsers is not None
+        for argument in arguments:
+            if argument == "--":
+                return None
+            if not argument.startswith(self.prefix_chars[0]) or argument == "-":
+                if commands:
+                    return None
+                continue
+            name = argument.split("=", 1)[0]
+            if (
+                name in known
+                or argument[:2] in known  # -h and any one-letter option with its value joined
+                or _NEGATIVE_NUMBER.match(argument)
+                or " " in name
+            ):
+                continue
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            return f"unknown option {name}{hint}"
+        return None
 
 
 class CommandFactory(Protocol):
@@ -94,10 +161,10 @@ def add_field_arguments(parser: argparse.ArgumentParser, *, added_at: bool = Fal
         )
 
 
-def client_options_parser() -> argparse.ArgumentParser:
+def client_options_parser() -> Parser:
     """The parent parser of every client command: ``--address``, ``--tls-ca``, ``--tls-cert``,
     ``--tls-key``, ``--tls-server-name``, ``--collection``, ``--token-file``."""
-    client = argparse.ArgumentParser(add_help=False)
+    client = Parser(add_help=False, allow_abbrev=False)
     client.add_argument(
         "--address",
         default=DEFAULT_ADDRESS,

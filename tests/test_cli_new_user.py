@@ -1,0 +1,140 @@
+"""The rough edges a new user met (issue 40, point 8), each as the user met it: the ``permindex``
+command (its :func:`~permindex.cli.main` in this process, or the installed script in a
+subprocess where the process matters), its exit code and the words on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from permindex.cli import build_parser, main
+from permindex.errors import EXIT_CODES
+
+OK, USAGE = EXIT_CODES["ok"], EXIT_CODES["usage"]
+REPO = Path(__file__).resolve().parent.parent
+_SCRIPT = Path(sys.executable).parent / "permindex"
+#: The installed console script, as a user runs it (``python -m permindex`` where there is none).
+PERMINDEX = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "permindex"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """main(argv) in this process: (exit code, stdout, stderr)."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def permindex(
+    *argv: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> tuple[int, str, str]:
+    """Run ``permindex ARGV...`` in a subprocess to its end (at most ``timeout`` seconds):
+    (exit code, stdout, stderr)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PERMINDEX_")}
+    done = subprocess.run(
+        [*PERMINDEX, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        env={**environ, **(env or {})},
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def last_line(err: str) -> str:
+    """The last line of stderr (after argparse's usage lines)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines, "nothing on stderr"
+    return lines[-1]
+
+
+# --- option names: written in full, an unknown one named ------------------------------------
+
+
+def parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """``parser`` and every parser under it (the commands' subparsers), with their names."""
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from parsers(sub)
+
+
+def test_no_parser_takes_an_abbreviated_option() -> None:
+    found = dict(parsers(build_parser()))
+    assert {"permindex", "permindex query", "permindex dedup", "permindex serve"} <= set(found)
+    assert len(found) > 15  # the top parser and every command's
+    for name, parser in found.items():
+        assert parser.allow_abbrev is False, name
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["query", "--tex", "a b c"], "unknown option --tex; did you mean --text?"),
+        (["query", "--txt", "a b c"], "unknown option --txt; did you mean --text?"),
+        (["query", "--txt=a b c"], "unknown option --txt; did you mean --text?"),
+        # before the required one of --text, --fingerprint, --key, and before a bad value
+        (["query", "--key", "k", "--limt", "x"], "unknown option --limt; did you mean --limit?"),
+        (["stats", "--adress", "127.0.0.1:1"], "unknown option --adress; did you mean --address?"),
+        (["dedup", "x.jsonl", "--kep", "first"], "unknown option --kep; did you mean --keep?"),
+        (["ingest", "x.jsonl", "--text_field", "body"], "did you mean --text-field?"),
+        (  # (a bad --address: were --data-di taken as --data-dir, no server would start)
+            ["serve", "--data-di", "d", "--address", "no-port"],
+            "unknown option --data-di; did you mean --data-dir?",
+        ),
+        (["pairs", "--bogus"], "unknown option --bogus"),
+    ],
+)
+def test_an_unknown_option_is_named_with_the_closest_one(
+    capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (USAGE, "")
+    assert err.startswith(f"usage: permindex {argv[0]} ")
+    assert last_line(err).startswith(f"permindex {argv[0]}: error: unknown option --")
+    assert last_line(err).endswith(line)
+    if "did you mean" not in line:
+        assert "did you mean" not in err  # nothing close: no suggestion
+
+
+def test_the_installed_command_refuses_an_abbreviation_before_connecting() -> None:
+    """The user's own case: ``query --tex`` was taken as ``--text`` and sent to a server."""
+    code, out, err = permindex("query", "--tex", "a b c", "--address", "127.0.0.1:9")
+    assert (code, out) == (USAGE, "")
+    assert last_line(err) == "permindex query: error: unknown option --tex; did you mean --text?"
+    code, _out, err = permindex("query", "--txt", "a b c")
+    assert code == USAGE
+    assert last_line(err) == "permindex query: error: unknown option --txt; did you mean --text?"
+    assert "is required" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "exit_code"),
+    [
+        (["query", "--key", "k", "--k", "-1"], USAGE),  # a value (refused as one: below 0)
+        (["fingerprint", "-x y z"], OK),  # text with a space is a value
+        (["fingerprint", "--", "-k"], EXIT_CODES["too_short"]),  # after --: TEXT, one word
+    ],
+)
+def test_values_that_start_with_a_dash_are_no_unknown_options(
+    capsys: pytest.CaptureFixture[str], argv: list[str], exit_code: int
+) -> None:
+    code, _out, err = run(capsys, *argv)
+    assert code == exit_code, err
+    assert "unknown option" not in err
+
+
+def test_option_names_written_in_full_still_parse() -> None:
+    args = build_parser().parse_args(["query", "--text=a b c", "--k", "2", "--limit", "5"])
+    assert (args.text, args.k, args.limit) == ("a b c", 2, 5)
+    args = build_parser().parse_args(["serve", "--config", "x.toml", "--data-dir", "d"])
+    assert (args.config, str(args.data_dir)) == ("x.toml", "d")
