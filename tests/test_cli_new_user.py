@@ -10,11 +10,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from permindex.cli import build_parser, main
 from permindex.errors import EXIT_CODES
+
+if TYPE_CHECKING:
+    from permindex.rpc.server import RunningServer
 
 OK, USAGE = EXIT_CODES["ok"], EXIT_CODES["usage"]
 REPO = Path(__file__).resolve().parent.parent
@@ -138,3 +142,82 @@ def test_option_names_written_in_full_still_parse() -> None:
     assert (args.text, args.k, args.limit) == ("a b c", 2, 5)
     args = build_parser().parse_args(["serve", "--config", "x.toml", "--data-dir", "d"])
     assert (args.config, str(args.data_dir)) == ("x.toml", "d")
+
+
+# --- an input that gives nothing: said, not a quiet "0 documents" ----------------------------
+
+
+def write_lines(path: Path, *lines: str) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_ingest_of_an_empty_input_warns_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    blank = write_lines(tmp_path / "blank.jsonl", "", "  ")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for path in (empty, blank, folder):
+        code, out, err = run(capsys, "ingest", str(path), "--address", server.address)
+        assert (code, out) == (OK, ""), err
+        assert err.splitlines()[-1] == f"permindex ingest: warning: {path} holds no documents"
+    code, _out, err = run(capsys, "import", str(empty), "--address", server.address)
+    assert code == OK
+    assert err.splitlines()[-1] == f"permindex import: warning: {empty} holds no documents"
+
+
+def test_ingest_that_stores_nothing_says_why(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    short = write_lines(tmp_path / "short.jsonl", '{"id": "a", "text": "one two"}')
+    code, _out, err = run(capsys, "ingest", str(short), "--address", server.address)
+    assert code == OK
+    assert err.splitlines()[-1] == (
+        f"permindex ingest: warning: no document of {short} was stored: 1 too short (fewer "
+        "words than a shingle or --min-words)"
+    )
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "link.txt").symlink_to(short)
+    code, _out, err = run(capsys, "ingest", str(folder), "--address", server.address)
+    assert code == OK
+    assert err.splitlines()[-1] == (
+        f"permindex ingest: warning: no document of {folder} was stored: 1 skipped"
+    )
+    # anything stored: no warning
+    mixed = write_lines(
+        tmp_path / "mixed.jsonl",
+        '{"id": "a", "text": "one two"}',
+        '{"id": "b", "text": "one two three four"}',
+    )
+    code, _out, err = run(capsys, "ingest", str(mixed), "--address", server.address)
+    assert code == OK
+    assert "warning" not in err
+    assert "1 added" in err and "1 too short" in err
+
+
+def test_dedup_of_an_empty_or_all_short_input_warns(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    code, out, err = run(capsys, "dedup", str(empty), "--out", str(tmp_path / "r1"))
+    assert (code, out) == (OK, "")
+    assert "0 documents" in err
+    assert err.splitlines()[-1] == f"permindex dedup: warning: {empty} holds no documents"
+    short = write_lines(
+        tmp_path / "short.jsonl", '{"id": "a", "text": "one two"}', '{"id": "b", "text": "x"}'
+    )
+    code, out, err = run(capsys, "dedup", str(short), "--out", str(tmp_path / "r2"))
+    assert (code, out) == (OK, "")
+    assert err.splitlines()[-1] == (
+        f"permindex dedup: warning: no document of {short} was fingerprinted: 2 too short "
+        "(fewer words than a shingle or --min-words)"
+    )
+    fine = write_lines(tmp_path / "fine.jsonl", '{"id": "a", "text": "one two three"}')
+    code, _out, err = run(capsys, "dedup", str(fine), "--out", str(tmp_path / "r3"))
+    assert code == OK
+    assert "warning" not in err

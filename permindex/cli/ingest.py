@@ -38,7 +38,7 @@ from permindex.cli.args import (
     positive,
 )
 from permindex.cli.connection import ClientOptions, connect
-from permindex.cli.output import CommandError, command_error, counted, err
+from permindex.cli.output import CommandError, command_error, counted, err, nothing_read_warning
 from permindex.cli.signals import raise_if_stopped
 from permindex.client.batching import (
     DEFAULT_BATCH_BYTES,
@@ -429,6 +429,17 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         vote=getattr(args, "vote", "multiset"),  # import has no --vote
     )
     err(f"permindex {args.command}: {summary.line()}")
+    warning = nothing_read_warning(
+        args.command,
+        args.path,
+        documents=summary.documents,
+        too_short=summary.too_short,
+        skipped=summary.skipped,
+        kept=summary.added + summary.replaced,
+        verb="stored",
+    )
+    if warning is not None:
+        err(warning)
     return EXIT_CODES["ok"]
 
 

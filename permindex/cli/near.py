@@ -32,7 +32,7 @@ from permindex.cli.args import (
     shingle_size_value,
 )
 from permindex.cli.connection import connect
-from permindex.cli.output import CommandError, err, out
+from permindex.cli.output import CommandError, err, nothing_read_warning, out
 from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.text.documents import format_fingerprint, tsv_field
 
@@ -178,6 +178,17 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     if against is not None:
         err(f"permindex dedup: {len(against)} pairs with {args.against}")
     err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
+    warning = nothing_read_warning(
+        "dedup",
+        args.input,
+        documents=summary["documents"],
+        too_short=summary["too_short"],
+        skipped=summary["skipped"],
+        kept=summary["documents"] - summary["too_short"],
+        verb="fingerprinted",
+    )
+    if warning is not None:
+        err(warning)
     return EXIT_CODES["ok"]
 
 

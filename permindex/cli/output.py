@@ -21,6 +21,7 @@ __all__ = [
     "err",
     "exit_code_for_status",
     "exit_codes_epilog",
+    "nothing_read_warning",
     "out",
 ]
 
@@ -160,3 +161,24 @@ def exit_codes_epilog() -> str:
     lines.append("  130  stopped by Ctrl-C (SIGINT)")
     lines.append("  143  stopped by SIGTERM (serve stops gracefully on either instead: exit 0)")
     return "\n".join(lines)
+
+
+def nothing_read_warning(
+    command: str, source: str, *, documents: int, too_short: int, skipped: int, kept: int, verb: str
+) -> str | None:
+    """The warning line of an ``ingest``, ``import`` or ``dedup`` of ``source`` (a path, ``-``
+    for standard input) that kept nothing: ``documents`` read (those ``too_short`` among them)
+    and inputs ``skipped``, of which ``kept`` were ``verb`` (``stored``, ``fingerprinted``).
+    None when anything was kept. The command still succeeds (exit 0): an empty input is no
+    error, but a run that did nothing says so instead of a quiet ``0 documents``."""
+    if kept:
+        return None
+    name = "standard input" if source == "-" else source
+    if not documents and not skipped:
+        return f"permindex {command}: warning: {name} holds no documents"
+    reasons = []
+    if too_short:
+        reasons.append(f"{too_short} too short (fewer words than a shingle or --min-words)")
+    if skipped:
+        reasons.append(f"{skipped} skipped")
+    return f"permindex {command}: warning: no document of {name} was {verb}: {', '.join(reasons)}"
