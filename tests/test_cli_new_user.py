@@ -221,3 +221,76 @@ def test_dedup_of_an_empty_or_all_short_input_warns(
     code, _out, err = run(capsys, "dedup", str(fine), "--out", str(tmp_path / "r3"))
     assert code == OK
     assert "warning" not in err
+
+
+# --- a JSONL line whose text has another name: the option that names it ----------------------
+
+
+def test_a_line_with_body_instead_of_text_names_text_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    good = '{"id": "a", "text": "one two three four"}'
+    crawl = write_lines(
+        tmp_path / "crawl.jsonl", good, '{"id": "b", "body": "one two three four", "url": "u"}'
+    )
+    expected = (
+        f'{crawl}, line 2: neither "text" nor "fingerprint": give exactly one (its fields: id, '
+        "body, url); name the text's field with --text-field body"
+    )
+    code, _out, err = run(capsys, "dedup", str(crawl), "--out", str(tmp_path / "r"))
+    assert code == EXIT_CODES["invalid"]
+    assert err == f"permindex dedup: {expected}\n"
+    code, _out, err = run(capsys, "ingest", str(crawl), "--address", server.address)
+    assert code == EXIT_CODES["invalid"]
+    assert err == f"permindex ingest: {expected} (1 document before it was stored)\n"
+    # the advice works
+    code, _out, err = run(
+        capsys, "ingest", str(crawl), "--text-field", "body", "--address", server.address
+    )
+    assert code == EXIT_CODES["invalid"]  # line 1 has no "body" now, and says so
+    assert 'line 1: neither "body" nor "fingerprint"' in err
+    assert "(its fields: id, text); name the text's field with --text-field text" in err
+
+
+def test_the_field_hint_reads_gzip_and_names_fingerprint_and_key_fields(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import gzip
+
+    packed = tmp_path / "crawl.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"id": "a", "content": "one two three", "n": 1}\n'))
+    code, _out, err = run(capsys, "dedup", str(packed), "--out", str(tmp_path / "r"))
+    assert code == EXIT_CODES["invalid"]
+    assert err.rstrip().endswith(
+        "(its fields: id, content, n); name the text's field with --text-field content"
+    )
+    hashes = write_lines(tmp_path / "hashes.jsonl", '{"id": "a", "simhash": "00000000000000ff"}')
+    code, _out, err = run(capsys, "dedup", str(hashes), "--out", str(tmp_path / "r"))
+    assert code == EXIT_CODES["invalid"]
+    assert err.rstrip().endswith(
+        "(its fields: id, simhash); name the fingerprint's field with --fingerprint-field simhash"
+    )
+    urls = write_lines(tmp_path / "urls.jsonl", '{"url": "u", "text": "one two three"}')
+    code, _out, err = run(capsys, "dedup", str(urls), "--out", str(tmp_path / "r"))
+    assert code == EXIT_CODES["invalid"]
+    assert err == (
+        f'permindex dedup: {urls}, line 1: no "id" (its fields: url, text); name the key\'s '
+        "field with --id-field NAME\n"
+    )
+
+
+def test_the_field_hint_from_standard_input_names_both_options(tmp_path: Path) -> None:
+    line = '{"id": "b", "body": "one two three four"}\n'
+    done = subprocess.run(
+        [*PERMINDEX, "dedup", "-", "--out", str(tmp_path / "r")],
+        input=line,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == EXIT_CODES["invalid"]
+    assert done.stderr.rstrip().endswith(
+        "give exactly one; name the text's field with --text-field NAME or a fingerprint's "
+        "with --fingerprint-field NAME"
+    )

@@ -38,6 +38,7 @@ from permindex.cli.args import (
     positive,
 )
 from permindex.cli.connection import ClientOptions, connect
+from permindex.cli.field_hint import with_field_hint
 from permindex.cli.output import CommandError, command_error, counted, err, nothing_read_warning
 from permindex.cli.signals import raise_if_stopped
 from permindex.client.batching import (
@@ -49,7 +50,12 @@ from permindex.client.batching import (
 from permindex.client.results import DocumentLike, IngestResult
 from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
 from permindex.io.parquet import open_documents
-from permindex.text.documents import Document, DocumentReader, read_file_text
+from permindex.text.documents import (
+    Document,
+    DocumentReader,
+    MalformedInputError,
+    read_file_text,
+)
 from permindex.text.extract import EXTRACTS, MIN_MAIN_WORDS, Extract, check_extract
 from permindex.text.fingerprint import VOTES, Vote, simhash_many
 
@@ -416,18 +422,30 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         added_at_field=args.added_at_field,
     )
     progress = not args.no_progress and sys.stderr.isatty()
-    summary = ingest(
-        reader,
-        args.address,
-        batch_size=args.batch_size,
-        batch_bytes=args.batch_bytes,
-        progress=progress,
-        min_words=args.min_words,
-        max_document_bytes=args.max_document_bytes,
-        connection=args.connection,
-        command=args.command,
-        vote=getattr(args, "vote", "multiset"),  # import has no --vote
-    )
+    try:
+        summary = ingest(
+            reader,
+            args.address,
+            batch_size=args.batch_size,
+            batch_bytes=args.batch_bytes,
+            progress=progress,
+            min_words=args.min_words,
+            max_document_bytes=args.max_document_bytes,
+            connection=args.connection,
+            command=args.command,
+            vote=getattr(args, "vote", "multiset"),  # import has no --vote
+        )
+    except CommandError as failure:
+        line = failure.__cause__  # a malformed line ended the input
+        if isinstance(line, MalformedInputError):
+            hinted = with_field_hint(
+                line,
+                id_field=args.id_field,
+                text_field=args.text_field,
+                fingerprint_field=args.fingerprint_field,
+            )
+            failure.args = (str(failure).replace(str(line), str(hinted), 1),)
+        raise
     err(f"permindex {args.command}: {summary.line()}")
     warning = nothing_read_warning(
         args.command,

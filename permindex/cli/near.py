@@ -34,7 +34,7 @@ from permindex.cli.args import (
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, err, nothing_read_warning, out
 from permindex.errors import EXIT_CODES, InvalidArgumentError
-from permindex.text.documents import format_fingerprint, tsv_field
+from permindex.text.documents import MalformedInputError, format_fingerprint, tsv_field
 
 __all__ = ["add_commands"]
 
@@ -122,6 +122,7 @@ def _remove_if_empty(folders: list[Path]) -> None:
 
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
+    from permindex.cli.field_hint import with_field_hint
     from permindex.cli.near_engine import check_engine_arguments, run_engine
     from permindex.cli.signals import ignore_stop_signals, raise_if_stopped
     from permindex.near.dedup import default_jobs, summary_line, write_outputs
@@ -151,6 +152,14 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
         try:
             result, against = run_engine(args, options, progress=progress, workdir=Path(work))
             raise_if_stopped()  # no report for a run asked to stop (its exception swallowed)
+        except MalformedInputError as error:
+            _remove_if_empty(created)  # bad input: no empty report folder
+            raise with_field_hint(
+                error,
+                id_field=args.id_field,
+                text_field=args.text_field,
+                fingerprint_field=args.fingerprint_field,
+            ) from None
         except BaseException:
             _remove_if_empty(created)  # bad input, a stop signal: no empty report folder
             raise
