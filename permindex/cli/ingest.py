@@ -36,9 +36,9 @@ from permindex.cli.args import (
     add_field_arguments,
     min_words_value,
     positive,
+    with_field_hint,
 )
 from permindex.cli.connection import ClientOptions, connect
-from permindex.cli.field_hint import with_field_hint
 from permindex.cli.output import CommandError, command_error, counted, err, nothing_read_warning
 from permindex.cli.signals import raise_if_stopped
 from permindex.client.batching import (

@@ -30,6 +30,7 @@ from permindex.cli.args import (
     non_negative,
     positive,
     shingle_size_value,
+    with_field_hint,
 )
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, err, nothing_read_warning, out
@@ -122,7 +123,6 @@ def _remove_if_empty(folders: list[Path]) -> None:
 
 
 def _cmd_dedup(args: argparse.Namespace) -> int:
-    from permindex.cli.field_hint import with_field_hint
     from permindex.cli.near_engine import check_engine_arguments, run_engine
     from permindex.cli.signals import ignore_stop_signals, raise_if_stopped
     from permindex.near.dedup import default_jobs, summary_line, write_outputs
