@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -294,3 +294,86 @@ def test_the_field_hint_from_standard_input_names_both_options(tmp_path: Path) -
         "give exactly one; name the text's field with --text-field NAME or a fingerprint's "
         "with --fingerprint-field NAME"
     )
+
+
+# --- the first run after an install compiles the kernels: said, not a silent wait ------------
+
+NOTICE = "loading the fingerprint kernels (the first run after an install or a numba upgrade "
+
+
+@pytest.mark.slow
+def test_the_first_dedup_after_an_install_says_it_compiles_later_runs_are_quiet(
+    tmp_path: Path,
+) -> None:
+    """An empty kernel cache (as after an install): dedup compiles its kernels for seconds and
+    says so, once, naming the cache; the next command loads them from there, silently."""
+    cache = tmp_path / "cache"
+    env = {"PERMINDEX_CACHE_DIR": str(cache), "NUMBA_CACHE_DIR": str(cache)}
+    source = write_lines(
+        tmp_path / "in.jsonl",
+        '{"id": "a", "text": "the tide comes in twice a day"}',
+        '{"id": "b", "text": "the tide comes in twice a day"}',
+    )
+    code, out, err = permindex("dedup", str(source), "--out", str(tmp_path / "r"), env=env)
+    assert (code, out) == (OK, "a\tb\t0\n"), err
+    notices = [line for line in err.splitlines() if "kernels" in line]
+    assert notices == [
+        f"permindex dedup: {NOTICE}compiles them into {cache}, about 10 s; later "
+        "runs load them in about a second)"
+    ]
+    assert list(cache.rglob("*.nbi"))
+    code, out, err = permindex("fingerprint", "the tide comes in", env=env)
+    assert code == OK and len(out.strip()) == 16
+    assert err == ""
+
+
+def slow_first_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, the fingerprint kernels' first load in this process takes 1.2 s of CPU, as
+    a compile does (loaded already, they take microseconds)."""
+    import time
+
+    from permindex.text import fingerprint
+
+    calls: list[int] = []
+    simhash_many = fingerprint.simhash_many
+
+    def compiling(*args: Any, **kwargs: Any) -> Any:
+        if not calls:
+            end = time.process_time() + 1.2
+            while time.process_time() < end:  # CPU time, as numba's compiler spends it
+                pass
+        calls.append(1)
+        return simhash_many(*args, **kwargs)
+
+    monkeypatch.setattr(fingerprint, "simhash_many", compiling)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fingerprint", "the tide comes in"],
+        ["query", "--text", "the tide comes in"],
+        ["ingest", "IN", "--vote", "set"],
+        ["dedup", "IN", "--out", "OUT"],
+    ],
+)
+def test_commands_that_fingerprint_say_when_loading_the_kernels_takes_long(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    server: RunningServer,
+    argv: list[str],
+) -> None:
+    source = write_lines(tmp_path / "in.jsonl", '{"id": "a", "text": "the tide comes in"}')
+    names = {"IN": str(source), "OUT": str(tmp_path / "report")}
+    argv = [names.get(arg, arg) for arg in argv]
+    if argv[0] in ("query", "ingest"):
+        argv += ["--address", server.address]
+    code, _out, err = run(capsys, *argv)  # the kernels are loaded already: quiet
+    assert code == OK and "kernels" not in err, err
+    slow_first_load(monkeypatch)
+    code, _out, err = run(capsys, *argv)
+    assert code == OK, err
+    notice = err.splitlines()[0]
+    assert notice.startswith(f"permindex {argv[0]}: {NOTICE}compiles them into "), err
+    assert notice.endswith(", about 10 s; later runs load them in about a second)")

@@ -39,7 +39,14 @@ from permindex.cli.args import (
     with_field_hint,
 )
 from permindex.cli.connection import ClientOptions, connect
-from permindex.cli.output import CommandError, command_error, counted, err, nothing_read_warning
+from permindex.cli.output import (
+    CommandError,
+    command_error,
+    counted,
+    err,
+    load_fingerprint_kernels,
+    nothing_read_warning,
+)
 from permindex.cli.signals import raise_if_stopped
 from permindex.client.batching import (
     DEFAULT_BATCH_BYTES,
@@ -360,6 +367,7 @@ def ingest(
         with connect(address, connection) as client:
             if vote == "set":
                 info = client.describe_collection(connection.collection if connection else "")
+                load_fingerprint_kernels(command)  # a notice if it takes long (a first run)
                 feed.fingerprint = functools.partial(
                     simhash_many,
                     shingle_size=info.shingle_size,

@@ -33,7 +33,13 @@ from permindex.cli.args import (
     with_field_hint,
 )
 from permindex.cli.connection import connect
-from permindex.cli.output import CommandError, err, nothing_read_warning, out
+from permindex.cli.output import (
+    CommandError,
+    err,
+    load_fingerprint_kernels,
+    nothing_read_warning,
+    out,
+)
 from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.text.documents import MalformedInputError, format_fingerprint, tsv_field
 
@@ -150,6 +156,8 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
         try:
+            if args.engine == "local" and getattr(args, "method", "simhash") == "simhash":
+                load_fingerprint_kernels("dedup")  # a notice if it takes long (a first run)
             result, against = run_engine(args, options, progress=progress, workdir=Path(work))
             raise_if_stopped()  # no report for a run asked to stop (its exception swallowed)
         except MalformedInputError as error:

@@ -1,14 +1,16 @@
 """What every ``permindex`` command shares for its output and failures: :class:`CommandError`,
 UTF-8 writes to stdout and stderr, the translation of a server's refusal
-(:class:`~permindex.errors.ServerError`) into a message and an exit code, and the exit-code table
-of ``--help``. No grpc.
+(:class:`~permindex.errors.ServerError`) into a message and an exit code, the exit-code table
+of ``--help``, and the notice of a slow first load of the compiled kernels. No grpc.
 """
 
 from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from typing import BinaryIO, Final
 
 from permindex.errors import ERROR_TABLE, EXIT_CODES, ServerError
@@ -21,11 +23,19 @@ __all__ = [
     "err",
     "exit_code_for_status",
     "exit_codes_epilog",
+    "load_fingerprint_kernels",
+    "load_kernels",
     "nothing_read_warning",
     "out",
 ]
 
 _MIB: Final = 1024 * 1024
+#: CPU seconds of loading the compiled kernels (a compile) after which a command says what it
+#: is loading; or wall seconds, whatever the cause.
+_KERNEL_NOTICE_CPU_SECONDS: Final = 1.0
+_KERNEL_NOTICE_SECONDS: Final = 10.0
+#: How often the CPU time of a load is looked at, seconds.
+_KERNEL_WATCH_SECONDS: Final = 0.1
 
 #: What each exit code means (keys of permindex.errors.EXIT_CODES), for ``permindex --help``.
 EXIT_CODE_HELP: Final[dict[str, str]] = {
@@ -182,3 +192,56 @@ def nothing_read_warning(
     if skipped:
         reasons.append(f"{skipped} skipped")
     return f"permindex {command}: warning: no document of {name} was {verb}: {', '.join(reasons)}"
+
+
+def load_kernels(
+    command: str, kernels: str, *loads: Callable[[], object], run: str = "run"
+) -> None:
+    """Call each of ``loads`` (each loads compiled kernels and runs them once). From numba's
+    cache that takes about half a second of CPU time; the first ``run`` (``start`` for serve)
+    after an install or an upgrade of permindex or numba compiles them instead, for about 10 s.
+    Once loading has used a second of this process's CPU time (a compile; a load from the cache
+    on a busy machine takes longer but not more CPU), or 10 s have passed, one line on stderr
+    says what is loading and what each case costs, so that a silent first run does not look
+    like a hang: ``permindex COMMAND: loading the KERNELS kernels (the first run after an
+    install or a numba upgrade compiles them into DIR, about 10 s; later runs load them in
+    about a second)``."""
+    from permindex import jit
+
+    done = threading.Event()
+
+    def watch() -> None:
+        cpu, wall = time.process_time(), time.monotonic()
+        while not done.wait(_KERNEL_WATCH_SECONDS):
+            if (
+                time.process_time() - cpu >= _KERNEL_NOTICE_CPU_SECONDS
+                or time.monotonic() - wall >= _KERNEL_NOTICE_SECONDS
+            ):
+                err(
+                    f"permindex {command}: loading the {kernels} kernels (the first {run} "
+                    f"after an install or a numba upgrade compiles them into {jit.cache_dir()}, "
+                    f"about 10 s; later {run}s load them in about a second)"
+                )
+                return
+
+    watcher = threading.Thread(target=watch, name="permindex-kernel-notice", daemon=True)
+    watcher.start()
+    try:
+        for load in loads:
+            load()
+    finally:
+        done.set()
+
+
+def _fingerprint_once() -> None:
+    """The SimHash kernels (:func:`permindex.simhash`, :func:`permindex.simhash_many`) loaded
+    and run once."""
+    from permindex.text.fingerprint import simhash_many
+
+    simhash_many(["load the fingerprint kernels now"])
+
+
+def load_fingerprint_kernels(command: str) -> None:
+    """Load the SimHash kernels before ``command`` fingerprints texts (``dedup``, ``ingest
+    --vote set``, ``fingerprint``, ``query --text``), with :func:`load_kernels`'s notice."""
+    load_kernels(command, "fingerprint", _fingerprint_once)
