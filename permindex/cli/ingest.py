@@ -24,6 +24,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
@@ -42,9 +43,9 @@ from permindex.cli.connection import ClientOptions, connect
 from permindex.cli.output import (
     CommandError,
     command_error,
+    compile_notice,
     counted,
     err,
-    load_fingerprint_kernels,
     nothing_read_warning,
 )
 from permindex.cli.signals import raise_if_stopped
@@ -367,7 +368,6 @@ def ingest(
         with connect(address, connection) as client:
             if vote == "set":
                 info = client.describe_collection(connection.collection if connection else "")
-                load_fingerprint_kernels(command)  # a notice if it takes long (a first run)
                 feed.fingerprint = functools.partial(
                     simhash_many,
                     shingle_size=info.shingle_size,
@@ -375,7 +375,9 @@ def ingest(
                     vote="set",
                 )
             try:
-                client.ingest_batches(feed.batches(), progress=acknowledged)
+                # a notice if --vote set compiles the kernels here (the first run after an install)
+                with compile_notice(command, "fingerprint") if vote == "set" else nullcontext():
+                    client.ingest_batches(feed.batches(), progress=acknowledged)
             except ServerError as error:  # handled once the channel is closed
                 refused = error
     except KeyboardInterrupt:

@@ -35,8 +35,8 @@ from permindex.cli.args import (
 from permindex.cli.connection import connect
 from permindex.cli.output import (
     CommandError,
+    compile_notice,
     err,
-    load_fingerprint_kernels,
     nothing_read_warning,
     out,
 )
@@ -156,9 +156,9 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
         try:
-            if args.engine == "local" and getattr(args, "method", "simhash") == "simhash":
-                load_fingerprint_kernels("dedup")  # a notice if it takes long (a first run)
-            result, against = run_engine(args, options, progress=progress, workdir=Path(work))
+            # a notice if this run compiles the kernels (the first after an install)
+            with compile_notice("dedup", "fingerprint and join"):
+                result, against = run_engine(args, options, progress=progress, workdir=Path(work))
             raise_if_stopped()  # no report for a run asked to stop (its exception swallowed)
         except MalformedInputError as error:
             _remove_if_empty(created)  # bad input: no empty report folder

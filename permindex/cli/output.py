@@ -1,16 +1,17 @@
 """What every ``permindex`` command shares for its output and failures: :class:`CommandError`,
 UTF-8 writes to stdout and stderr, the translation of a server's refusal
 (:class:`~permindex.errors.ServerError`) into a message and an exit code, the exit-code table
-of ``--help``, and the notice of a slow first load of the compiled kernels. No grpc.
+of ``--help``, and the notice of a first run that compiles the kernels. No grpc.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO, Final
 
 from permindex.errors import ERROR_TABLE, EXIT_CODES, ServerError
@@ -19,23 +20,18 @@ __all__ = [
     "EXIT_CODE_HELP",
     "CommandError",
     "command_error",
+    "compile_notice",
     "counted",
     "err",
     "exit_code_for_status",
     "exit_codes_epilog",
-    "load_fingerprint_kernels",
-    "load_kernels",
     "nothing_read_warning",
     "out",
 ]
 
 _MIB: Final = 1024 * 1024
-#: CPU seconds of loading the compiled kernels (a compile) after which a command says what it
-#: is loading; or wall seconds, whatever the cause.
-_KERNEL_NOTICE_CPU_SECONDS: Final = 1.0
-_KERNEL_NOTICE_SECONDS: Final = 10.0
-#: How often the CPU time of a load is looked at, seconds.
-_KERNEL_WATCH_SECONDS: Final = 0.1
+#: Seconds of compiling kernels after which a command says that it is loading them.
+_COMPILE_NOTICE_SECONDS: Final = 1.0
 
 #: What each exit code means (keys of permindex.errors.EXIT_CODES), for ``permindex --help``.
 EXIT_CODE_HELP: Final[dict[str, str]] = {
@@ -194,54 +190,75 @@ def nothing_read_warning(
     return f"permindex {command}: warning: no document of {name} was {verb}: {', '.join(reasons)}"
 
 
-def load_kernels(
-    command: str, kernels: str, *loads: Callable[[], object], run: str = "run"
-) -> None:
-    """Call each of ``loads`` (each loads compiled kernels and runs them once). From numba's
-    cache that takes about half a second of CPU time; the first ``run`` (``start`` for serve)
-    after an install or an upgrade of permindex or numba compiles them instead, for about 10 s.
-    Once loading has used a second of this process's CPU time (a compile; a load from the cache
-    on a busy machine takes longer but not more CPU), or 10 s have passed, one line on stderr
-    says what is loading and what each case costs, so that a silent first run does not look
-    like a hang: ``permindex COMMAND: loading the KERNELS kernels (the first run after an
-    install or a numba upgrade compiles them into DIR, about 10 s; later runs load them in
-    about a second)``."""
+@contextlib.contextmanager
+def compile_notice(command: str, kernels: str, *, run: str = "run") -> Iterator[None]:
+    """While the block runs: when numba compiles kernels in this process for a second, one line
+    on stderr, once, says so, so that a silent wait does not look like a hang::
+
+        permindex COMMAND: loading the KERNELS kernels (the first run after an install or a
+        numba upgrade compiles them into DIR, about 10 s; later runs load them in about a second)
+
+    (``run``: ``start`` for serve). numba compiles only what its cache lacks (the first run
+    after an install or an upgrade of permindex or numba: about 10 s of CPU for the SimHash or
+    the lookup kernels); a load from the cache compiles nothing and says nothing, however busy
+    the machine. Its ``numba:compile`` events tell (:mod:`numba.core.event`). numba is imported
+    here (the block is one that loads kernels anyway), through :mod:`permindex.jit_numba`, which
+    points numba's cache at permindex's directory first."""
+    import permindex.jit_numba  # noqa: F401  numba imported, its cache directory set first
     from permindex import jit
 
-    done = threading.Event()
+    from numba.core import event  # isort: skip
 
-    def watch() -> None:
-        cpu, wall = time.process_time(), time.monotonic()
-        while not done.wait(_KERNEL_WATCH_SECONDS):
-            if (
-                time.process_time() - cpu >= _KERNEL_NOTICE_CPU_SECONDS
-                or time.monotonic() - wall >= _KERNEL_NOTICE_SECONDS
-            ):
-                err(
-                    f"permindex {command}: loading the {kernels} kernels (the first {run} "
-                    f"after an install or a numba upgrade compiles them into {jit.cache_dir()}, "
-                    f"about 10 s; later {run}s load them in about a second)"
-                )
-                return
+    class Watch(event.Listener):
+        """The compiles under way (``depth``, nested ones included), their seconds so far, and
+        the timer of the notice (started by the first compile, fired after a second)."""
 
-    watcher = threading.Thread(target=watch, name="permindex-kernel-notice", daemon=True)
-    watcher.start()
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.depth = 0
+            self.began = 0.0
+            self.seconds = 0.0
+            self.said = False
+            self.timer: threading.Timer | None = None
+
+        def on_start(self, ev: event.Event) -> None:
+            with self.lock:
+                self.depth += 1
+                if self.depth == 1:
+                    self.began = time.monotonic()
+                if self.timer is None and not self.said:
+                    self.timer = threading.Timer(_COMPILE_NOTICE_SECONDS, self.notice)
+                    self.timer.daemon = True
+                    self.timer.start()
+
+        def on_end(self, ev: event.Event) -> None:
+            with self.lock:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.seconds += time.monotonic() - self.began
+
+        def notice(self) -> None:
+            with self.lock:
+                self.timer = None
+                if self.said or (self.depth == 0 and self.seconds < _COMPILE_NOTICE_SECONDS):
+                    return  # short compiles only, so far: the next one starts the timer again
+                self.said = True
+            err(
+                f"permindex {command}: loading the {kernels} kernels (the first {run} after an "
+                f"install or a numba upgrade compiles them into {jit.cache_dir()}, about 10 s; "
+                f"later {run}s load them in about a second)"
+            )
+
+        def close(self) -> None:
+            with self.lock:
+                self.said = True
+                if self.timer is not None:
+                    self.timer.cancel()
+
+    watch = Watch()
+    event.register("numba:compile", watch)  # type: ignore[no-untyped-call]
     try:
-        for load in loads:
-            load()
+        yield
     finally:
-        done.set()
-
-
-def _fingerprint_once() -> None:
-    """The SimHash kernels (:func:`permindex.simhash`, :func:`permindex.simhash_many`) loaded
-    and run once."""
-    from permindex.text.fingerprint import simhash_many
-
-    simhash_many(["load the fingerprint kernels now"])
-
-
-def load_fingerprint_kernels(command: str) -> None:
-    """Load the SimHash kernels before ``command`` fingerprints texts (``dedup``, ``ingest
-    --vote set``, ``fingerprint``, ``query --text``), with :func:`load_kernels`'s notice."""
-    load_kernels(command, "fingerprint", _fingerprint_once)
+        event.unregister("numba:compile", watch)  # type: ignore[no-untyped-call]
+        watch.close()

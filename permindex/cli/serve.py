@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from permindex.cli.args import CommandFactory, flag_type
 from permindex.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
-from permindex.cli.output import load_kernels
+from permindex.cli.output import compile_notice
 from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.rpc.config import ENV_PREFIX, Option, ServerConfig, declare, declared_options
 
@@ -445,10 +445,10 @@ def _freeze_kernels() -> None:
     requests only. Only the ``serve`` command does this: it owns its process.
 
     Loading takes about 0.5 s from numba's cache; the first start after an install (or an
-    upgrade of numba or permindex) compiles instead, for about 10 s: once loading has used a
-    second of CPU time (or taken 10 s), one line on stderr says what is loading and how long
-    each case takes (:func:`~permindex.cli.output.load_kernels`: ``loading the lookup and
-    fingerprint kernels``), so that a silent start does not look like a hang."""
+    upgrade of numba or permindex) compiles instead, for about 10 s: once it has compiled for
+    a second, one line on stderr says what is loading and how long each case takes
+    (:func:`~permindex.cli.output.compile_notice`: ``loading the lookup and fingerprint
+    kernels``), so that a silent start does not look like a hang."""
     import gc
 
     from permindex import jit
@@ -457,12 +457,8 @@ def _freeze_kernels() -> None:
         from permindex.index.lookup import kernels
         from permindex.text.fingerprint import simhash_many
 
-        load_kernels(
-            "serve",
-            "lookup and fingerprint",
-            kernels,
-            lambda: simhash_many(["load the fingerprint kernel now"]),
-            run="start",
-        )
+        with compile_notice("serve", "lookup and fingerprint", run="start"):
+            kernels()
+            simhash_many(["load the fingerprint kernel now"])
     gc.collect()
     gc.freeze()
