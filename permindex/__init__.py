@@ -4,7 +4,8 @@ Fingerprints (Charikar 2002) are computed by :func:`simhash` (many texts at once
 :func:`simhash_many`); :class:`Index` stores (key, fingerprint) pairs in the table-permutation
 index of Manku, Jain & Das Sarma 2007 (section 3) and answers, exactly, which keys lie within
 Hamming distance k of a fingerprint. For pipelines: :func:`html_to_text` (the visible text of
-a page, as ``permindex ingest`` takes it), :func:`format_fingerprint` and
+a page, as ``permindex ingest`` takes it) and :func:`html_to_main_text` (its main content, as
+``ingest --extract main`` takes it), :func:`format_fingerprint` and
 :func:`parse_fingerprint` (the 16-hex-digit form of every output), :func:`dedup_dataset` (the
 near-duplicate rows of a ``datasets.Dataset``, a DataFrame or an Arrow table); for crawlers,
 :mod:`permindex.scrapy`. The gRPC server and the command line live in
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
         simhash_weighted,
         tokens,
     )
+    from permindex.text.html import html_to_main_text
 
 __version__ = "0.1.0"
 
@@ -117,6 +119,7 @@ __all__ = [
     "flags",
     "format_fingerprint",
     "hamming",
+    "html_to_main_text",
     "html_to_text",
     "parse_fingerprint",
     "read_file_text",
@@ -151,6 +154,7 @@ _LAZY = {
     "flags": "permindex.index.clusters",
     "format_fingerprint": "permindex.text.documents",
     "hamming": "permindex.index.hamming",
+    "html_to_main_text": "permindex.text.html",
     "html_to_text": "permindex.text.documents",
     "parse_fingerprint": "permindex.index.hamming",
     "read_file_text": "permindex.text.documents",

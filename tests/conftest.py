@@ -35,6 +35,14 @@ StartServer = Callable[..., "RunningServer"]
 OPT_IN_MARKERS = ("power_loss_soak",)
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """What to expect of a run, before its dots: its time, and how to make it shorter."""
+    return (
+        "permindex: the default suite takes about 15 minutes on 2 idle cores (twice that on a "
+        "busy machine); -m 'not slow' skips the longest tests; the slowest are listed at the end"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip the tests of :data:`OPT_IN_MARKERS` unless ``-m`` names their marker."""
     chosen = config.getoption("markexpr") or ""

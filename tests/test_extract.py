@@ -119,3 +119,53 @@ def test_ingest_extract_main(
     assert code == 0
     assert [line.split("\t")[0] for line in out.splitlines()] == ["a.html", "c.html"]
     assert out.splitlines()[0].split("\t")[1] == f"{simhash(text):016x}"
+
+
+def test_a_client_fingerprints_the_main_text_as_ingest_extract_main_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, server: RunningServer
+) -> None:
+    """permindex.html_to_main_text (public): the text ``ingest --extract main`` stores, main
+    content or, for a page too short for it, the visible text; a Client adding it finds the
+    page ingest stored."""
+    import permindex
+
+    root = site(tmp_path / "site")
+    short = page("<p>" + " ".join(["few"] * (MIN_MAIN_WORDS - 5)) + "</p>", menu="<li>Home</li>")
+    (root / "short.html").write_text(short, encoding="utf-8")
+    assert main(["ingest", str(root), "--address", server.address, "--extract", "main"]) == 0
+    capsys.readouterr()
+    with permindex.Client(server.address) as client:
+        for name in ("a.html", "c.html", "short.html"):
+            text = permindex.html_to_main_text((root / name).read_text(encoding="utf-8"))
+            assert client.get(name) == simhash(text), name
+        assert permindex.html_to_main_text(short) == html_to_text(short)
+        found = client.check_and_add(
+            "copy-of-a", permindex.html_to_main_text(page(article(10, 120), menu="<li>x</li>"))
+        )
+        assert found.status == "near_duplicate"
+        assert sorted(m.key for m in found.matches if m.distance == 0) == ["a.html", "c.html"]
+
+
+def test_html_to_main_text_examples_run() -> None:
+    import doctest
+
+    import permindex
+
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    (test,) = finder.find(permindex.html_to_main_text, "html_to_main_text", globs={})
+    assert test.examples
+    result = runner.run(test)
+    assert (result.failed, result.attempted) == (0, len(test.examples))
+
+
+def test_html_to_main_text_without_trafilatura_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    import permindex
+
+    monkeypatch.setitem(sys.modules, "trafilatura", None)  # import trafilatura fails
+    with pytest.raises(ImportError, match=r"pip install 'permindex\[extract\]'"):
+        permindex.html_to_main_text(page(article(1)))

@@ -31,6 +31,9 @@ from permindex.errors import EXIT_CODES
 MOST_LINES = 1_000_000
 #: Documents the server must hold before the signal is sent (some batches acknowledged).
 BEFORE_SIGNAL = 20_000
+#: The same for each round of the test of the ingest's exit: four batches of 500 acknowledged
+#: and the stream running, in a tenth of the time per round.
+BEFORE_STOP = 2_000
 #: grpc's own texts, none of which may reach the user.
 GRPC_WORDS = (
     "Cancelling all calls",
@@ -376,6 +379,7 @@ def test_a_single_html_file_is_read_as_html(tmp_path: Path, name: str) -> None:
         server.stop()
 
 
+@pytest.mark.slow  # 20 rounds of two processes
 def test_an_ingest_always_exits_when_its_server_stops(tmp_path: Path) -> None:
     """20 rounds of a server stopped (SIGTERM) under a running ingest whose input keeps coming:
     each ingest exits within 20 s with the unavailable code. Before the fix about one round in
@@ -392,7 +396,7 @@ def test_an_ingest_always_exits_when_its_server_stops(tmp_path: Path) -> None:
             assert address is not None, server.text
             ingest = _ingest_process(address)
             writer = _feed(ingest, done)
-            _wait_for(address, BEFORE_SIGNAL)
+            _wait_for(address, BEFORE_STOP)
             server.process.send_signal(signal.SIGTERM)
             try:
                 code = ingest.wait(timeout=20)

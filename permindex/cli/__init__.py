@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from permindex.addresses import DEFAULT_ADDRESS
-from permindex.cli.args import client_options_parser
+from permindex.cli.args import Parser, client_options_parser
 from permindex.cli.connection import ClientOptions
 from permindex.cli.ingest import IngestSummary, ingest
 from permindex.cli.output import CommandError
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     from permindex import __version__
 
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="permindex",
         description="A near-duplicate index server of 64-bit SimHash fingerprints, and its "
         "client.\nStart a server with `permindex serve`; the other commands talk to it\n"
@@ -73,9 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         "`fingerprint`, which needs no server.\n\n"
         "Fingerprints on input (query --fingerprint, JSONL for ingest and import): a string\n"
         "is hex, exactly 16 hex digits or 0x and 1 to 16 hex digits; a JSON number is its\n"
-        "value (0 <= v < 2^64); anything else is refused (exit 4). Keys are strings.",
+        "value (0 <= v < 2^64); anything else is refused (exit 4). Keys are strings.\n\n"
+        "Options are written in full (--text, never --tex); an unknown one is refused (exit 2)\n"
+        "with the command's closest option.",
         epilog=_exit_codes_epilog(),
         formatter_class=formatter,
+        allow_abbrev=False,  # --tex is no --text (Parser)
     )
     parser.add_argument("--version", action="version", version=f"permindex {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -90,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=_exit_codes_epilog(),
             formatter_class=formatter,
             parents=[client] if parents else [],
+            allow_abbrev=False,  # a Parser (the parser class of `commands`)
         )
         sub.set_defaults(parser=sub)
         return sub

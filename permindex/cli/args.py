@@ -1,19 +1,31 @@
-"""The command-line vocabulary every ``permindex`` command shares: argparse value types, the
-fingerprint syntax of the command line, the client options (``--address``, TLS, token,
-``--collection``) and the type of the subcommand factory that command modules register with.
+"""The command-line vocabulary every ``permindex`` command shares: the parser class, argparse
+value types, the fingerprint syntax of the command line, the client options (``--address``,
+TLS, token, ``--collection``), the input field options (``--text-field``...) with the hint a
+line without those fields gets, and the type of the subcommand factory that command modules
+register with.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+import difflib
+import gzip
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar, overload
 
 from permindex.addresses import DEFAULT_ADDRESS, address_argument
+from permindex.errors import InvalidArgumentError
+from permindex.index.hamming import parse_fingerprint
 from permindex.rpc import config
+from permindex.text.documents import MalformedInputError
 
 __all__ = [
     "CommandFactory",
+    "Parser",
     "add_field_arguments",
     "bounded",
     "client_options_parser",
@@ -23,9 +35,73 @@ __all__ = [
     "non_negative",
     "positive",
     "shingle_size_value",
+    "with_field_hint",
 ]
 
 _T = TypeVar("_T")
+_N = TypeVar("_N")
+
+#: What argparse takes for a negative number (a value, not an option) where no option looks like
+#: one, as none of permindex's does.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+class Parser(argparse.ArgumentParser):
+    """The argument parser of ``permindex`` and of each of its commands (the subparsers that
+    :meth:`add_subparsers` makes are Parsers too). Built with ``allow_abbrev=False``, as every
+    parser of the command is, so that an option is taken only as written (``--tex`` is not
+    ``--text``). An unknown option is reported first, before a missing required argument, with
+    the closest option of the same command when one is close (``unknown option --txt; did you
+    mean --text?``): a usage error (exit 2)."""
+
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: None = None
+    ) -> tuple[argparse.Namespace, list[str]]: ...
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None, namespace: _N
+    ) -> tuple[_N, list[str]]: ...
+    @overload
+    def parse_known_args(self, *, namespace: _N) -> tuple[_N, list[str]]: ...
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
+        """argparse's, after :meth:`unknown_option_error` found no unknown option in ``args``
+        (default ``sys.argv[1:]``)."""
+        arguments = list(sys.argv[1:] if args is None else args)
+        problem = self.unknown_option_error(arguments)
+        if problem is not None:
+            self.error(problem)
+        return super().parse_known_args(arguments, namespace)
+
+    def unknown_option_error(self, arguments: list[str]) -> str | None:
+        """The message for the first option of ``arguments`` that this parser does not know
+        (``unknown option --txt; did you mean --text?``, the suggestion only when one of its
+        options is close), or None. An argument is an option as argparse reads one: it starts
+        with ``-`` and is not ``-`` alone, a negative number or text with a space (before any
+        ``=``); ``--NAME=VALUE`` is ``--NAME``. Nothing after ``--`` is an option; a parser of
+        commands reads the options before its command only (the command's parser, the rest)."""
+        known = self._option_string_actions
+        commands = self._subparsers is not None
+        for argument in arguments:
+            if argument == "--":
+                return None
+            if not argument.startswith(self.prefix_chars[0]) or argument == "-":
+                if commands:
+                    return None
+                continue
+            name = argument.split("=", 1)[0]
+            if (
+                name in known
+                or argument[:2] in known  # -h and any one-letter option with its value joined
+                or _NEGATIVE_NUMBER.match(argument)
+                or " " in name
+            ):
+                continue
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            return f"unknown option {name}{hint}"
+        return None
 
 
 class CommandFactory(Protocol):
@@ -94,10 +170,90 @@ def add_field_arguments(parser: argparse.ArgumentParser, *, added_at: bool = Fal
         )
 
 
-def client_options_parser() -> argparse.ArgumentParser:
+#: The most bytes read again to find the line (a line far into a huge file goes without its
+#: fields: the hint still names the option).
+_MAX_BYTES_READ: Final = 64 * 1024 * 1024
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+
+
+def with_field_hint(
+    error: MalformedInputError, *, id_field: str, text_field: str, fingerprint_field: str
+) -> MalformedInputError:
+    """``error`` with a hint appended when its line has neither ``text_field`` nor
+    ``fingerprint_field``: the line's fields and the option to name the right one
+    (``(its fields: id, body, url); name the text's field with --text-field body``). The
+    guess is the field of the longest string other than the key's; a field that holds only a
+    fingerprint (16 hex digits, a number) is named for ``--fingerprint-field``; with no guess
+    (or a line that cannot be read again, as from standard input) both options are named. Any
+    A line without ``id_field`` gets its fields and ``name the key's field with --id-field
+    NAME``. Any other error is returned as it is; the hinted one keeps its class, path and
+    line."""
+    message = str(error).removeprefix(f"{error.path}, line {error.line}: ")
+    no_key = message == f'no "{id_field}"'
+    if not no_key and not message.startswith(f'neither "{text_field}" nor "{fingerprint_field}"'):
+        return error
+    fields = _line_fields(error.path, error.line)
+    shown = "" if fields is None else f" (its fields: {', '.join(fields)})"
+    if no_key:
+        hint = "name the key's field with --id-field NAME"
+        return MalformedInputError(f"{message}{shown}; {hint}", error.path, error.line)
+    texts: dict[str, str] = {}
+    fingerprints: list[str] = []
+    for name, value in (fields or {}).items():
+        if name == id_field:
+            continue
+        try:
+            parse_fingerprint(value)
+            fingerprints.append(name)
+        except InvalidArgumentError:
+            if isinstance(value, str):
+                texts[name] = value
+    if texts:
+        guess = max(texts, key=lambda name: len(texts[name]))
+        hint = f"name the text's field with --text-field {guess}"
+    elif fingerprints:
+        hint = f"name the fingerprint's field with --fingerprint-field {fingerprints[0]}"
+    else:
+        hint = "name the text's field with --text-field NAME or a fingerprint's with "
+        hint += "--fingerprint-field NAME"
+    return MalformedInputError(f"{message}{shown}; {hint}", error.path, error.line, error.value)
+
+
+def _line_fields(path: str, line: int) -> dict[str, object] | None:
+    """The JSON object of line ``line`` (1-based) of the JSONL file ``path`` (gzip or not), or
+    None: not a file (standard input), not within the first 64 MiB, not an object."""
+    file = Path(path)
+    found: bytes | None = None
+    try:
+        if not file.is_file():
+            return None
+        with open(file, "rb") as raw:
+            gzipped = raw.read(2) == _GZIP_MAGIC
+            raw.seek(0)
+            stream: Iterable[bytes] = gzip.GzipFile(fileobj=raw) if gzipped else raw
+            read = 0
+            for number, text in enumerate(stream, start=1):
+                if number == line:
+                    found = text
+                    break
+                read += len(text)
+                if read > _MAX_BYTES_READ:
+                    break
+    except (OSError, EOFError):  # gzip.BadGzipFile is an OSError
+        return None
+    if found is None:
+        return None
+    try:
+        obj = json.loads(found.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def client_options_parser() -> Parser:
     """The parent parser of every client command: ``--address``, ``--tls-ca``, ``--tls-cert``,
     ``--tls-key``, ``--tls-server-name``, ``--collection``, ``--token-file``."""
-    client = argparse.ArgumentParser(add_help=False)
+    client = Parser(add_help=False, allow_abbrev=False)
     client.add_argument(
         "--address",
         default=DEFAULT_ADDRESS,

@@ -24,6 +24,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
@@ -36,9 +37,17 @@ from permindex.cli.args import (
     add_field_arguments,
     min_words_value,
     positive,
+    with_field_hint,
 )
 from permindex.cli.connection import ClientOptions, connect
-from permindex.cli.output import CommandError, command_error, counted, err
+from permindex.cli.output import (
+    CommandError,
+    command_error,
+    compile_notice,
+    counted,
+    err,
+    nothing_read_warning,
+)
 from permindex.cli.signals import raise_if_stopped
 from permindex.client.batching import (
     DEFAULT_BATCH_BYTES,
@@ -49,7 +58,12 @@ from permindex.client.batching import (
 from permindex.client.results import DocumentLike, IngestResult
 from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
 from permindex.io.parquet import open_documents
-from permindex.text.documents import Document, DocumentReader, read_file_text
+from permindex.text.documents import (
+    Document,
+    DocumentReader,
+    MalformedInputError,
+    read_file_text,
+)
 from permindex.text.extract import EXTRACTS, MIN_MAIN_WORDS, Extract, check_extract
 from permindex.text.fingerprint import VOTES, Vote, simhash_many
 
@@ -361,7 +375,9 @@ def ingest(
                     vote="set",
                 )
             try:
-                client.ingest_batches(feed.batches(), progress=acknowledged)
+                # a notice if --vote set compiles the kernels here (the first run after an install)
+                with compile_notice(command, "fingerprint") if vote == "set" else nullcontext():
+                    client.ingest_batches(feed.batches(), progress=acknowledged)
             except ServerError as error:  # handled once the channel is closed
                 refused = error
     except KeyboardInterrupt:
@@ -416,19 +432,42 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         added_at_field=args.added_at_field,
     )
     progress = not args.no_progress and sys.stderr.isatty()
-    summary = ingest(
-        reader,
-        args.address,
-        batch_size=args.batch_size,
-        batch_bytes=args.batch_bytes,
-        progress=progress,
-        min_words=args.min_words,
-        max_document_bytes=args.max_document_bytes,
-        connection=args.connection,
-        command=args.command,
-        vote=getattr(args, "vote", "multiset"),  # import has no --vote
-    )
+    try:
+        summary = ingest(
+            reader,
+            args.address,
+            batch_size=args.batch_size,
+            batch_bytes=args.batch_bytes,
+            progress=progress,
+            min_words=args.min_words,
+            max_document_bytes=args.max_document_bytes,
+            connection=args.connection,
+            command=args.command,
+            vote=getattr(args, "vote", "multiset"),  # import has no --vote
+        )
+    except CommandError as failure:
+        line = failure.__cause__  # a malformed line ended the input
+        if isinstance(line, MalformedInputError):
+            hinted = with_field_hint(
+                line,
+                id_field=args.id_field,
+                text_field=args.text_field,
+                fingerprint_field=args.fingerprint_field,
+            )
+            failure.args = (str(failure).replace(str(line), str(hinted), 1),)
+        raise
     err(f"permindex {args.command}: {summary.line()}")
+    warning = nothing_read_warning(
+        args.command,
+        args.path,
+        documents=summary.documents,
+        too_short=summary.too_short,
+        skipped=summary.skipped,
+        kept=summary.added + summary.replaced,
+        verb="stored",
+    )
+    if warning is not None:
+        err(warning)
     return EXIT_CODES["ok"]
 
 

@@ -30,11 +30,18 @@ from permindex.cli.args import (
     non_negative,
     positive,
     shingle_size_value,
+    with_field_hint,
 )
 from permindex.cli.connection import connect
-from permindex.cli.output import CommandError, err, out
+from permindex.cli.output import (
+    CommandError,
+    compile_notice,
+    err,
+    nothing_read_warning,
+    out,
+)
 from permindex.errors import EXIT_CODES, InvalidArgumentError
-from permindex.text.documents import format_fingerprint, tsv_field
+from permindex.text.documents import MalformedInputError, format_fingerprint, tsv_field
 
 __all__ = ["add_commands"]
 
@@ -149,8 +156,18 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="permindex-dedup-") as work:
         try:
-            result, against = run_engine(args, options, progress=progress, workdir=Path(work))
+            # a notice if this run compiles the kernels (the first after an install)
+            with compile_notice("dedup", "fingerprint and join"):
+                result, against = run_engine(args, options, progress=progress, workdir=Path(work))
             raise_if_stopped()  # no report for a run asked to stop (its exception swallowed)
+        except MalformedInputError as error:
+            _remove_if_empty(created)  # bad input: no empty report folder
+            raise with_field_hint(
+                error,
+                id_field=args.id_field,
+                text_field=args.text_field,
+                fingerprint_field=args.fingerprint_field,
+            ) from None
         except BaseException:
             _remove_if_empty(created)  # bad input, a stop signal: no empty report folder
             raise
@@ -178,6 +195,17 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
     if against is not None:
         err(f"permindex dedup: {len(against)} pairs with {args.against}")
     err(f"permindex dedup: {summary_line(summary, seconds)}; report in {options.out_dir}/")
+    warning = nothing_read_warning(
+        "dedup",
+        args.input,
+        documents=summary["documents"],
+        too_short=summary["too_short"],
+        skipped=summary["skipped"],
+        kept=summary["documents"] - summary["too_short"],
+        verb="fingerprinted",
+    )
+    if warning is not None:
+        err(warning)
     return EXIT_CODES["ok"]
 
 

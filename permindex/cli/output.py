@@ -1,14 +1,17 @@
 """What every ``permindex`` command shares for its output and failures: :class:`CommandError`,
 UTF-8 writes to stdout and stderr, the translation of a server's refusal
-(:class:`~permindex.errors.ServerError`) into a message and an exit code, and the exit-code table
-of ``--help``. No grpc.
+(:class:`~permindex.errors.ServerError`) into a message and an exit code, the exit-code table
+of ``--help``, and the notice of a first run that compiles the kernels. No grpc.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sys
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO, Final
 
 from permindex.errors import ERROR_TABLE, EXIT_CODES, ServerError
@@ -17,14 +20,18 @@ __all__ = [
     "EXIT_CODE_HELP",
     "CommandError",
     "command_error",
+    "compile_notice",
     "counted",
     "err",
     "exit_code_for_status",
     "exit_codes_epilog",
+    "nothing_read_warning",
     "out",
 ]
 
 _MIB: Final = 1024 * 1024
+#: Seconds of compiling kernels after which a command says that it is loading them.
+_COMPILE_NOTICE_SECONDS: Final = 1.0
 
 #: What each exit code means (keys of permindex.errors.EXIT_CODES), for ``permindex --help``.
 EXIT_CODE_HELP: Final[dict[str, str]] = {
@@ -160,3 +167,98 @@ def exit_codes_epilog() -> str:
     lines.append("  130  stopped by Ctrl-C (SIGINT)")
     lines.append("  143  stopped by SIGTERM (serve stops gracefully on either instead: exit 0)")
     return "\n".join(lines)
+
+
+def nothing_read_warning(
+    command: str, source: str, *, documents: int, too_short: int, skipped: int, kept: int, verb: str
+) -> str | None:
+    """The warning line of an ``ingest``, ``import`` or ``dedup`` of ``source`` (a path, ``-``
+    for standard input) that kept nothing: ``documents`` read (those ``too_short`` among them)
+    and inputs ``skipped``, of which ``kept`` were ``verb`` (``stored``, ``fingerprinted``).
+    None when anything was kept. The command still succeeds (exit 0): an empty input is no
+    error, but a run that did nothing says so instead of a quiet ``0 documents``."""
+    if kept:
+        return None
+    name = "standard input" if source == "-" else source
+    if not documents and not skipped:
+        return f"permindex {command}: warning: {name} holds no documents"
+    reasons = []
+    if too_short:
+        reasons.append(f"{too_short} too short (fewer words than a shingle or --min-words)")
+    if skipped:
+        reasons.append(f"{skipped} skipped")
+    return f"permindex {command}: warning: no document of {name} was {verb}: {', '.join(reasons)}"
+
+
+@contextlib.contextmanager
+def compile_notice(command: str, kernels: str, *, run: str = "run") -> Iterator[None]:
+    """While the block runs: when numba compiles kernels in this process for a second, one line
+    on stderr, once, says so, so that a silent wait does not look like a hang::
+
+        permindex COMMAND: loading the KERNELS kernels (the first run after an install or a
+        numba upgrade compiles them into DIR, about 10 s; later runs load them in about a second)
+
+    (``run``: ``start`` for serve). numba compiles only what its cache lacks (the first run
+    after an install or an upgrade of permindex or numba: about 10 s of CPU for the SimHash or
+    the lookup kernels); a load from the cache compiles nothing and says nothing, however busy
+    the machine. Its ``numba:compile`` events tell (:mod:`numba.core.event`). numba is imported
+    here (the block is one that loads kernels anyway), through :mod:`permindex.jit_numba`, which
+    points numba's cache at permindex's directory first."""
+    import permindex.jit_numba  # noqa: F401  numba imported, its cache directory set first
+    from permindex import jit
+
+    from numba.core import event  # isort: skip
+
+    class Watch(event.Listener):
+        """The compiles under way (``depth``, nested ones included), their seconds so far, and
+        the timer of the notice (started by the first compile, fired after a second)."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.depth = 0
+            self.began = 0.0
+            self.seconds = 0.0
+            self.said = False
+            self.timer: threading.Timer | None = None
+
+        def on_start(self, ev: event.Event) -> None:
+            with self.lock:
+                self.depth += 1
+                if self.depth == 1:
+                    self.began = time.monotonic()
+                if self.timer is None and not self.said:
+                    self.timer = threading.Timer(_COMPILE_NOTICE_SECONDS, self.notice)
+                    self.timer.daemon = True
+                    self.timer.start()
+
+        def on_end(self, ev: event.Event) -> None:
+            with self.lock:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.seconds += time.monotonic() - self.began
+
+        def notice(self) -> None:
+            with self.lock:
+                self.timer = None
+                if self.said or (self.depth == 0 and self.seconds < _COMPILE_NOTICE_SECONDS):
+                    return  # short compiles only, so far: the next one starts the timer again
+                self.said = True
+            err(
+                f"permindex {command}: loading the {kernels} kernels (the first {run} after an "
+                f"install or a numba upgrade compiles them into {jit.cache_dir()}, about 10 s; "
+                f"later {run}s load them in about a second)"
+            )
+
+        def close(self) -> None:
+            with self.lock:
+                self.said = True
+                if self.timer is not None:
+                    self.timer.cancel()
+
+    watch = Watch()
+    event.register("numba:compile", watch)  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", watch)  # type: ignore[no-untyped-call]
+        watch.close()

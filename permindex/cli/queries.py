@@ -19,7 +19,7 @@ import time
 
 from permindex.cli.args import CommandFactory, bounded, shingle_size_value
 from permindex.cli.connection import connect
-from permindex.cli.output import CommandError, counted, err, out
+from permindex.cli.output import CommandError, compile_notice, counted, err, out
 from permindex.errors import EXIT_CODES, NotFoundError
 from permindex.index.hamming import parse_fingerprint
 from permindex.text.documents import format_fingerprint, read_file_text, tsv_field
@@ -33,7 +33,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
     own_key: str | None = None
     fingerprint: int | None
     if args.text is not None:
-        fingerprint = simhash(args.text, shingle_size=args.shingle_size, vote=args.vote)
+        with compile_notice("query", "fingerprint"):  # a first run after an install
+            fingerprint = simhash(args.text, shingle_size=args.shingle_size, vote=args.vote)
         if fingerprint is None:
             raise CommandError(
                 f"the text has fewer than {args.shingle_size} words: it has no fingerprint",
@@ -88,7 +89,8 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
     else:
         text = args.text
         source = "the text"
-    fingerprint = simhash(text, shingle_size=args.shingle_size, bits=args.bits, vote=args.vote)
+    with compile_notice("fingerprint", "fingerprint"):  # a first run after an install
+        fingerprint = simhash(text, shingle_size=args.shingle_size, bits=args.bits, vote=args.vote)
     if fingerprint is None:
         raise CommandError(
             f"{source} has fewer than {args.shingle_size} words: it has no fingerprint",

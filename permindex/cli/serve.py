@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from permindex.cli.args import CommandFactory, flag_type
 from permindex.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from permindex.cli.output import compile_notice
 from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.rpc.config import ENV_PREFIX, Option, ServerConfig, declare, declared_options
 
@@ -489,10 +490,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return run_server(config)
 
 
-#: Seconds of kernel loading after which ``serve`` says that it is compiling.
-_COMPILE_NOTICE_SECONDS = 1.0
-
-
 def _freeze_kernels() -> None:
     """Load the compiled kernels the server uses (unless ``PERMINDEX_JIT=0``), then move every
     object made so far out of the garbage collector's view (``gc.freeze()``): numba's kernels
@@ -500,13 +497,12 @@ def _freeze_kernels() -> None:
     paused it for 80 to 110 ms here; the server's own collections then look at the objects of
     requests only. Only the ``serve`` command does this: it owns its process.
 
-    Loading takes about 0.5 s from numba's cache; the first start on a machine (or after
-    an upgrade of numba or permindex) compiles instead, for about 10 s: when loading has taken
-    1 s, one line on stderr says what is loading and how long each case takes, so that a
-    silent start does not look like a hang (on a busy machine a start from the cache can pass
-    1 s too: the line does not claim that it compiles)."""
+    Loading takes about 0.5 s from numba's cache; the first start after an install (or an
+    upgrade of numba or permindex) compiles instead, for about 10 s: once it has compiled for
+    a second, one line on stderr says what is loading and how long each case takes
+    (:func:`~permindex.cli.output.compile_notice`: ``loading the lookup and fingerprint
+    kernels``), so that a silent start does not look like a hang."""
     import gc
-    import threading
 
     from permindex import jit
 
@@ -514,21 +510,8 @@ def _freeze_kernels() -> None:
         from permindex.index.lookup import kernels
         from permindex.text.fingerprint import simhash_many
 
-        notice = threading.Timer(
-            _COMPILE_NOTICE_SECONDS,
-            _err,
-            [
-                "permindex serve: loading the lookup and fingerprint kernels (the first start "
-                f"with this numba compiles them into {jit.cache_dir()}, about 10 s; later "
-                "starts load them in about 0.5 s, longer on a busy machine)"
-            ],
-        )
-        notice.daemon = True
-        notice.start()
-        try:
+        with compile_notice("serve", "lookup and fingerprint", run="start"):
             kernels()
             simhash_many(["load the fingerprint kernel now"])
-        finally:
-            notice.cancel()
     gc.collect()
     gc.freeze()

@@ -10,7 +10,7 @@ from typing import Final
 from permindex.errors import InvalidArgumentError
 from permindex.text.extract import Extract, main_text
 
-__all__ = ["html_page_text", "html_to_text"]
+__all__ = ["html_page_text", "html_to_main_text", "html_to_text"]
 
 #: Elements whose end (and start) ends a line of visible text.
 _BLOCK_ELEMENTS: Final = frozenset(
@@ -84,3 +84,40 @@ def html_page_text(html: str, extract: Extract = "visible") -> str:
     :func:`~permindex.text.extract.check_extract`). Raises as :func:`html_to_text`."""
     main = main_text(html) if extract == "main" else None
     return main if main is not None else html_to_text(html)
+
+
+def html_to_main_text(html: str) -> str:
+    """The main content of an HTML page as text: the page without its boilerplate (navigation,
+    headers, footers, sidebars, cookie banners), as trafilatura extracts it, paragraphs on
+    lines of their own; when that has fewer than 50 words (a table of contents or an index
+    page, mostly links, which the extractor cuts to its header), the page's visible text,
+    :func:`html_to_text`, instead. It is the text that ``ingest --extract main``, ``dedup
+    --extract main`` and the Scrapy middleware with ``PERMINDEX_EXTRACT = "main"`` fingerprint:
+    pass it to :func:`permindex.simhash` or a :class:`permindex.Client`'s ``add`` and
+    ``check_and_add`` to compare pages with theirs. O(len(html)).
+
+    Needs trafilatura, the optional extra ``pip install 'permindex[extract]'``.
+
+    >>> import permindex
+    >>> menu = "".join(f"<li><a href='/{i}'>Menu item {i}</a></li>" for i in range(12))
+    >>> story = "The tide comes in twice a day and goes out twice a day. " * 6
+    >>> page = f"<body><nav><ul>{menu}</ul></nav><article><h1>Tides</h1><p>{story}</p>"
+    >>> text = permindex.html_to_main_text(page + "<footer>Cookie notice</footer></body>")
+    >>> text.splitlines()[0], "Menu item" in text, "Cookie" in text
+    ('Tides', False, False)
+    >>> permindex.html_to_main_text("<p>A short page of a few words.</p>")
+    'A short page of a few words.'
+
+    Raises:
+        ImportError: trafilatura is not installed; the message says how to install it.
+        InvalidArgumentError: the page cannot be parsed whole (as :func:`html_to_text`).
+    """
+    try:
+        return html_page_text(html, "main")
+    except ModuleNotFoundError as error:
+        if error.name != "trafilatura":
+            raise
+        raise ModuleNotFoundError(
+            "html_to_main_text needs trafilatura: pip install 'permindex[extract]'",
+            name="trafilatura",
+        ) from None
