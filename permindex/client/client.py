@@ -77,13 +77,16 @@ class Client(StreamingClient):
         backoff: the first wait before a retry, seconds; doubled each time up to ``max_backoff``.
         root_certificates: PEM (bytes, or a path) of the CA that signed the server's certificate;
             turns TLS on.
-        certificate_chain, private_key: PEM (bytes, or a path) of a client certificate and its key,
-            for servers that require one.
+        certificate_chain: PEM (bytes, or a path) of a client certificate, for servers that
+            require one.
+        private_key: PEM (bytes, or a path) of that certificate's key.
         server_name: the name to check the server's certificate against, when it differs from the
             address's host.
         token: a bearer token (``authorization: Bearer TOKEN`` on every call).
-        batch_size, batch_bytes: most documents, and about most bytes, per message of
-            :meth:`ingest` (and per request of the batch methods).
+        batch_size: most documents per message of :meth:`ingest` (and per request of the
+            batch methods).
+        batch_bytes: about most bytes per message of :meth:`ingest` (and per request of the
+            batch methods).
         collection: the collection the calls name (default: the server's ``default``); see
             :meth:`use` for another one on the same connection.
     """
