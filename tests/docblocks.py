@@ -19,8 +19,9 @@ The conventions a page follows (docs/design.md, "The docs", says the same for wr
     (127.0.0.1:50051), data in ``permindex-data`` of the working directory; started by the
     runner before the first such block of the page and stopped (SIGTERM) after the page.
   - ``<!-- background -->``: the block starts a server in the foreground (as a reader does in a
-    second shell): the runner starts it in the background, waits for its ``serving on`` line,
-    and stops it (SIGTERM) after the page.
+    second shell): the runner starts it in the background, waits for its output to say
+    ``serving`` (any case: ``permindex serve``'s ``serving on``, ``python -m http.server``'s
+    ``Serving HTTP on``), and stops it (SIGTERM) after the page.
 
 Every page runs in a network namespace of its own (``unshare --net``, with
 ``--map-root-user`` where the caller is not root) whose only interface is its loopback: the
@@ -161,9 +162,10 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, 0x8914, struct.pack("16sH", b"lo", flags | 0x1))
 
 
-def block_environment() -> dict[str, str]:
+def block_environment(scratch: Path) -> dict[str, str]:
     """The environment of the blocks: this one without the PERMINDEX_* settings (but the
-    kernels' cache directory), the virtual environment's ``bin`` first on PATH."""
+    kernels' cache directory), the virtual environment's ``bin`` first on PATH, and the caches
+    of Hugging Face ``datasets`` in ``scratch`` (not the user's)."""
     env = {
         name: value
         for name, value in os.environ.items()
@@ -171,6 +173,8 @@ def block_environment() -> dict[str, str]:
     }
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
+    env["HF_HOME"] = str(scratch / "huggingface")
+    env["HF_HUB_OFFLINE"] = "1"
     return env
 
 
@@ -186,10 +190,10 @@ class _Server:
             )  # fmt: skip
 
     def wait_serving(self) -> str | None:
-        """None once the log has a ``serving on`` line; else what went wrong."""
+        """None once the log says ``serving``; else what went wrong."""
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
-            if "serving on" in self.log.read_text(encoding="utf-8", errors="replace"):
+            if "serving" in self.log.read_text(encoding="utf-8", errors="replace").lower():
                 return None
             if self.process.poll() is not None:
                 return f"exited {self.process.returncode} before serving"
@@ -211,7 +215,7 @@ def run_page(spec: dict[str, Any]) -> dict[str, Any]:
     order; stop at the first failure. The result: ``{"ran": N}`` plus, on a failure,
     ``"failed"`` (the block's ``page:line``), ``"why"`` and ``"output"``."""
     cwd = Path(spec["cwd"])
-    env = block_environment()
+    env = block_environment(cwd.parent)
     started: list[_Server] = []
     server: _Server | None = None
     ran = 0
