@@ -64,9 +64,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, list[tuple[
     for group in parser._action_groups:
         rows = []
         for action in group._group_actions:
-            if action.help == argparse.SUPPRESS or isinstance(
-                action, argparse._SubParsersAction
-            ):
+            if action.help == argparse.SUPPRESS or isinstance(action, argparse._SubParsersAction):
                 continue
             if action.option_strings:
                 name = ", ".join(action.option_strings)
@@ -196,9 +194,7 @@ def parse_proto(path: Path) -> Proto:
         elif line == "}":
             stack.pop()
         elif stack and (rpc := _RPC.match(line)):
-            stack[-1].items.append(
-                Rpc(rpc[1], rpc[3], rpc[5], bool(rpc[2]), bool(rpc[4]), doc)
-            )
+            stack[-1].items.append(Rpc(rpc[1], rpc[3], rpc[5], bool(rpc[2]), bool(rpc[4]), doc))
         elif stack and stack[-1].kind == "enum" and (value := _VALUE.match(line)):
             stack[-1].items.append(Field(value[1], "", value[2], "", "", doc))
         elif stack and (found := _FIELD.match(line)):
@@ -256,7 +252,9 @@ def _fields_table(block: Block, known: dict[str, str]) -> list[str]:
         type_ = _type_link(member.type, known)
         if member.label:
             type_ = f"{member.label} {type_}"
-        rows.append(f"| `{member.name}` | {type_} | {member.number} | {_cell(' '.join(member.doc))} |")
+        rows.append(
+            f"| `{member.name}` | {type_} | {member.number} | {_cell(' '.join(member.doc))} |"
+        )
     return [*rows, ""]
 
 
