@@ -27,8 +27,8 @@ first use.
   (:mod:`permindex.client.channel`).
 
 - Shards: given several addresses, the Client spreads the keys over them (see ``address``
-  below and the README's "Several servers"); the answers equal one server's, except that
-  CheckAndAdd is not atomic across shards.
+  below and docs/guides/client.md, "Several servers"); the answers equal one server's,
+  except that CheckAndAdd is not atomic across shards.
 
 Thread-safe: one Client (one channel per server) can serve many threads.
 """
