@@ -28,6 +28,25 @@ REPO = Path(__file__).resolve().parent.parent.parent
 PROTOS = REPO / "protos" / "permindex" / "v1"
 
 
+#: A Sphinx cross-reference role as the docstrings write them (``:func:`simhash```,
+#: ``:class:`~permindex.index.Index```), once mkdocstrings has rendered it: the role's name
+#: before a ``<code>`` element.
+_ROLE = re.compile(
+    r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj|const):(<code>)(~?)([^<]*)(</code>)"
+)
+
+
+def _role(found: re.Match[str]) -> str:
+    name = found[3].rsplit(".", 1)[-1] if found[2] else found[3]
+    return f"{found[1]}{name}{found[4]}"
+
+
+def on_page_content(html_text: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs event: the docstrings' Sphinx roles shown as plain code (``:func:`x``` as ``x``,
+    ``:class:`~a.b.C``` as ``C``), as Sphinx would show them."""
+    return _ROLE.sub(_role, html_text)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """MkDocs event: the markers of ``markdown`` replaced by the generated references."""
     if CLI_MARKER in markdown:
