@@ -178,6 +178,14 @@ def block_environment(scratch: Path) -> dict[str, str]:
     return env
 
 
+def _die_with_runner() -> None:
+    """In a child, before it runs: SIGTERM when the runner dies (``PR_SET_PDEATHSIG``), so that
+    a runner stopped by the test's timeout leaves no server behind in the namespace."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+
+
 class _Server:
     """A process started for the page (the runner's server, or a ``background`` block)."""
 
@@ -186,7 +194,7 @@ class _Server:
         with log.open("wb") as out:
             self.process = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_runner,
             )  # fmt: skip
 
     def wait_serving(self) -> str | None:
@@ -252,6 +260,7 @@ def run_page(spec: dict[str, Any]) -> dict[str, Any]:
                 done = subprocess.run(
                     argv, cwd=cwd, env=env, capture_output=True, text=True,
                     stdin=subprocess.DEVNULL, timeout=BLOCK_SECONDS, start_new_session=True,
+                    preexec_fn=_die_with_runner,
                 )  # fmt: skip
             except subprocess.TimeoutExpired as error:
                 return {"ran": ran, "failed": block.where,
