@@ -51,7 +51,9 @@ SHELL = "sh"
 ALIASES = {"bash", "shell", "console", "zsh", "py", "python3", "pycon"}
 MARKER = re.compile(r"^<!--\s*(not run:\s*(?P<reason>\S.*?)|needs:\s*server|background)\s*-->$")
 _MARKER_WORDS = ("not run", "needs:", "background")
-FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
+FENCE = re.compile(
+    r"^(?P<indent> *)(?P<fence>```+|~~~+)[ \t]*(?P<lang>[\w+-]*)[ \t]*(\{.*\})?[ \t]*$"
+)
 #: Seconds a block may take, and a server to start.
 BLOCK_SECONDS = 180
 START_SECONDS = 120
