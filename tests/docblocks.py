@@ -51,6 +51,7 @@ SHELL = "sh"
 ALIASES = {"bash", "shell", "console", "zsh", "py", "python3", "pycon"}
 MARKER = re.compile(r"^<!--\s*(not run:\s*(?P<reason>\S.*?)|needs:\s*server|background)\s*-->$")
 _MARKER_WORDS = ("not run", "needs:", "background")
+#: An opening fence: the whole line is the fence, its language, perhaps attributes in braces.
 FENCE = re.compile(
     r"^(?P<indent> *)(?P<fence>```+|~~~+)[ \t]*(?P<lang>[\w+-]*)[ \t]*(\{.*\})?[ \t]*$"
 )
