@@ -1,4 +1,5 @@
-"""Turn the benchmark's JSON results into the README's tables (Markdown) and a plot (PNG)."""
+"""Turn the benchmark's JSON results into the tables of docs/performance.md (Markdown) and a
+plot (PNG)."""
 
 from __future__ import annotations
 
@@ -69,10 +70,9 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
         "every other query; faiss, its OpenMP set to 2 threads); medians of repeats. "
         '"checked (wrong)": queries whose answer was compared with numpy brute force (how many '
         "differed). Regenerate with `.venv/bin/pip install -e '.[bench]'` (faiss-cpu, "
-        "matplotlib; the two simhash peers install apart, see "
-        "[benchmarks/run.py](benchmarks/run.py)), then "
+        "matplotlib; the two simhash peers install apart, see `benchmarks/run.py`), then "
         "`.venv/bin/python benchmarks/run.py` (about 30 minutes on a quiet machine; it rewrites "
-        "this section of README.md, `--no-readme` leaves it alone)."
+        "this section of docs/performance.md and its plot, `--no-docs` leaves them alone)."
     )
     lines.append("")
     lines.append(
@@ -426,7 +426,7 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
             f"against brute force, {scale['wrong']} wrong ({scale['machine']['date']})."
         )
     lines.append("")
-    lines.append("![queries/s and bytes per fingerprint against N](benchmarks/results/plot.png)")
+    lines.append("![queries/s and bytes per fingerprint against N](assets/plot.png)")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """permindex benchmarks: one command measures permindex (every design) and its peers side by side
-and regenerates ``benchmarks/results/`` (results.json, results.md, plot.png) and the performance
-section of README.md.
+and regenerates ``benchmarks/results/`` (results.json, results.md, plot.png) and the measured
+section of docs/performance.md (with its copy of the plot, docs/assets/plot.png).
 
     python benchmarks/run.py                       # N = 10^6 and 10^7: designs, peers, gRPC
     python benchmarks/run.py --sizes 1e5 --quick   # a smoke run of every part (a minute)
@@ -37,6 +37,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -1307,7 +1308,13 @@ def main() -> int:
         "--sizes); its result replaces the part's entry in results/results.json, the rest is "
         "kept",
     )
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument(
+        "--no-docs",
+        "--no-readme",
+        dest="no_docs",
+        action="store_true",
+        help="leave docs/performance.md and docs/assets/plot.png alone",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=float, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--design", default="4,1", help=argparse.SUPPRESS)
@@ -1343,7 +1350,7 @@ def main() -> int:
             return 1
         result["machine"] = machine()
         (RESULTS / "scale.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-        write_outputs(args.no_readme)
+        write_outputs(args.no_docs)
         return 0
     skip = set(filter(None, args.skip.split(",")))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
@@ -1356,7 +1363,7 @@ def main() -> int:
                 return 1
             result["machine"] = machine()
             replace_part(result, result["system"])
-        write_outputs(args.no_readme)
+        write_outputs(args.no_docs)
         return 0
     designs = args.designs.split()
     results: list[dict[str, Any]] = []
@@ -1389,12 +1396,12 @@ def main() -> int:
         results.append(run_worker(["dedup", "--n", str(dedup_n)], timeout=7200) or {})
     payload = {"machine": info, "results": [r for r in results if r]}
     (RESULTS / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    write_outputs(args.no_readme)
+    write_outputs(args.no_docs)
     return 0
 
 
-def write_outputs(no_readme: bool) -> None:
-    """results.md, plot.png and the README section from the saved JSON files."""
+def write_outputs(no_docs: bool) -> None:
+    """results.md, plot.png and the section of docs/performance.md from the saved JSON files."""
     from render import plot, render
 
     payload = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
@@ -1406,15 +1413,17 @@ def write_outputs(no_readme: bool) -> None:
         plot(payload, RESULTS / "plot.png")
     except ImportError:
         print("matplotlib is not installed: no plot (pip install -e '.[bench]')")
-    if no_readme:
+    if no_docs:
         return
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
+    if (RESULTS / "plot.png").exists():
+        shutil.copyfile(RESULTS / "plot.png", ROOT / "docs" / "assets" / "plot.png")
+    page = ROOT / "docs" / "performance.md"
+    text = page.read_text(encoding="utf-8")
     if README_START in text and README_END in text:
         head, rest = text.split(README_START, 1)
         _, tail = rest.split(README_END, 1)
-        readme.write_text(f"{head}{README_START}\n{markdown}\n{README_END}{tail}", encoding="utf-8")
-        print("README.md performance section updated")
+        page.write_text(f"{head}{README_START}\n{markdown}\n{README_END}{tail}", encoding="utf-8")
+        print("docs/performance.md updated")
 
 
 if __name__ == "__main__":

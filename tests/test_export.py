@@ -57,7 +57,8 @@ def test_export_of_an_empty_server_to_stdout(
 
 
 def to_signed(fingerprint: int) -> int:
-    """The two's-complement rule of the README: a fingerprint in a signed BIGINT column."""
+    """The two's-complement rule of the docs (guides/fingerprints.md): a fingerprint in a signed
+    BIGINT column."""
     return fingerprint - (1 << 64) if fingerprint >= 1 << 63 else fingerprint
 
 

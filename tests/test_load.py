@@ -37,7 +37,7 @@ MAX_STREAMS = "--max-streams"
 MAX_STREAMS_PER_ADDRESS = "--max-streams-per-address"
 STREAM_IDLE_SECONDS = "--stream-idle-seconds"
 MAX_JOIN_WORK = "--max-join-work"
-#: The status of a request stream closed by the idle timeout (README, "Running in production").
+#: The status of a request stream closed by the idle timeout (docs/operations/limits.md).
 IDLE_CODE = "DEADLINE_EXCEEDED"
 #: The figures of issue 12.
 UNARY_DEADLINE = 2.0
@@ -241,7 +241,7 @@ def test_sigterm_with_20_unread_pairs_streams_exits_fast(serve: Serve, holders: 
     print(f"SIGTERM with 20 unread Pairs streams: exit {code} after {seconds:.2f} s")
     # UNAVAILABLE; or, for a call that reaches the server as it closes its connections in
     # the last moment before the exit (a busy machine: the client sent it before it read the
-    # server's GOAWAY), CANCELLED (README, "Shutdown does not wait for idle clients")
+    # server's GOAWAY), CANCELLED (docs/operations/limits.md, "Shutdown")
     assert refused.value.code() in {
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.CANCELLED,

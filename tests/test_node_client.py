@@ -1,5 +1,5 @@
 """The Node.js client example (clients/node/example.js: @grpc/grpc-js and @grpc/proto-loader on
-protos/permindex/v1/index.proto, with the loader options the README gives) against a real
+protos/permindex/v1/index.proto, with the loader options the docs give) against a real
 ``permindex serve`` process: health, add by text, by fingerprint and by hex, query,
 check-and-add, and the refusals of malformed hex fingerprints, checked line by line and against
 what the server then holds.
@@ -134,7 +134,7 @@ def test_node_example_against_a_real_server(address: str) -> None:
          "matches": [["node/fixed64", 1], ["node/hex", 2]]},
         {"key": "node/new", "status": added, "matches": []},
     ]  # fmt: skip
-    # What proto-loader's conversion sends for a fixed64 it is given (the README's warning):
+    # What proto-loader's conversion sends for a fixed64 it is given (the docs' warning):
     # no error, another number, so the server cannot refuse it.
     assert {(s["value"], s["sent"]) for s in steps["fixed64_sent"]} == {
         ("abc", "0"),

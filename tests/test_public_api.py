@@ -1,39 +1,15 @@
-"""The public API as the README shows it: every ``import`` line of its Python examples works, every
-name of ``permindex.__all__`` resolves, and ``import permindex`` pulls in no grpc."""
+"""The public API: every name of ``permindex.__all__`` resolves, the moved names are the
+package's objects, and ``import permindex`` pulls in no grpc, numpy or numba. (The docs' Python
+examples, imports included, run in tests/test_docs.py.)"""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import permindex
-
-README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-def _readme_imports() -> list[str]:
-    """The ``import`` / ``from permindex... import`` lines of the README's ```python blocks."""
-    text = README.read_text(encoding="utf-8")
-    lines: list[str] = []
-    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
-        for line in block.splitlines():
-            if re.match(r"(from permindex[\w.]* import |import permindex)", line):
-                lines.append(line.split("#")[0].strip())
-    return lines
-
-
-def test_readme_shows_imports() -> None:
-    assert len(_readme_imports()) >= 3
-
-
-@pytest.mark.parametrize("line", _readme_imports())
-def test_readme_import_works(line: str) -> None:
-    namespace: dict[str, object] = {}
-    exec(line, namespace)
 
 
 @pytest.mark.parametrize("name", sorted(permindex.__all__))
@@ -123,36 +99,3 @@ def test_first_use_of_public_names_from_several_threads_at_once() -> None:
             timeout=120,
         )
         assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
-
-
-def _tree_paths() -> set[str]:
-    """The files the README's module tree (the ``permindex/`` block of its design section)
-    names, as paths relative to the repository (v1/, generated, as a folder only)."""
-    text = README.read_text(encoding="utf-8")
-    block = re.search(r"```\npermindex/\n(.*?)```", text, flags=re.S)
-    assert block is not None, "the README's design section has no permindex/ tree"
-    paths: set[str] = set()
-    folder = ""
-    for line in block.group(1).splitlines():
-        top = re.match(r"^[├└]── ([\w.]+)(/?)", line)
-        inner = re.match(r"^[│ ]   [├└]── ([\w.]+)", line)
-        if top:
-            folder = top.group(1) if top.group(2) else ""
-            if not top.group(2):
-                paths.add(f"permindex/{top.group(1)}")
-        elif inner and folder:
-            paths.add(f"permindex/{folder}/{inner.group(1)}")
-    return paths
-
-
-def test_readme_module_tree_matches_the_package() -> None:
-    root = README.parent / "permindex"
-    files = {
-        str(p.relative_to(README.parent))
-        for p in root.rglob("*")
-        if p.is_file()
-        and (p.suffix in {".py", ".c"} or p.name == "py.typed")
-        and "v1" not in p.relative_to(root).parts
-        and "__pycache__" not in p.parts
-    }
-    assert _tree_paths() == files

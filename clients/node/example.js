@@ -1,5 +1,5 @@
 // permindex from Node.js with @grpc/grpc-js and @grpc/proto-loader, on the repository's
-// protos/permindex/v1/index.proto (see the README, "Clients in other languages").
+// protos/permindex/v1/index.proto (see docs/guides/other-languages.md).
 //
 //   npm ci && node example.js 127.0.0.1:50051 [COLLECTION]
 //

@@ -27,8 +27,8 @@ first use.
   (:mod:`permindex.client.channel`).
 
 - Shards: given several addresses, the Client spreads the keys over them (see ``address``
-  below and the README's "Several servers"); the answers equal one server's, except that
-  CheckAndAdd is not atomic across shards.
+  below and docs/guides/client.md, "Several servers"); the answers equal one server's,
+  except that CheckAndAdd is not atomic across shards.
 
 Thread-safe: one Client (one channel per server) can serve many threads.
 """
@@ -77,13 +77,16 @@ class Client(StreamingClient):
         backoff: the first wait before a retry, seconds; doubled each time up to ``max_backoff``.
         root_certificates: PEM (bytes, or a path) of the CA that signed the server's certificate;
             turns TLS on.
-        certificate_chain, private_key: PEM (bytes, or a path) of a client certificate and its key,
-            for servers that require one.
+        certificate_chain: PEM (bytes, or a path) of a client certificate, for servers that
+            require one.
+        private_key: PEM (bytes, or a path) of that certificate's key.
         server_name: the name to check the server's certificate against, when it differs from the
             address's host.
         token: a bearer token (``authorization: Bearer TOKEN`` on every call).
-        batch_size, batch_bytes: most documents, and about most bytes, per message of
-            :meth:`ingest` (and per request of the batch methods).
+        batch_size: most documents per message of :meth:`ingest` (and per request of the
+            batch methods).
+        batch_bytes: about most bytes per message of :meth:`ingest` (and per request of the
+            batch methods).
         collection: the collection the calls name (default: the server's ``default``); see
             :meth:`use` for another one on the same connection.
     """

@@ -5,7 +5,7 @@ uint64) only: keys never travel through a shuffle.
 
 Each partition's work is a plain numpy function (:func:`collapse_partition`,
 :func:`emit_partition`, :func:`join_partition`) on a pandas frame, so the same functions run
-under any engine that maps a function over groups of rows (see the README).
+under any engine that maps a function over groups of rows (see docs/guides/dask.md).
 """
 
 from __future__ import annotations

@@ -176,13 +176,13 @@ def added_at_seconds(value: object) -> int:
 class ExpiringIndex(Index):
     """An :class:`~permindex.index.Index` whose entries expire ``expire_after`` seconds after
     their key was last added (see the module docstring). The same methods, answers and errors,
-    over the entries not expired; the writes take an ``added_at`` (Unix seconds) too.
+    over the entries not expired; the writes take an ``added_at`` (Unix seconds) too. The
+    other arguments are those of :class:`~permindex.index.Index` (``from_arrays`` and
+    ``from_compact`` are not available: build it, then :meth:`add_many`).
 
     Args:
         expire_after: seconds, 1 to :data:`MAX_EXPIRE_AFTER`.
         clock: the wall clock, Unix seconds (``time.time``; tests pass their own).
-        the rest: as :class:`~permindex.index.Index` (``from_arrays`` and ``from_compact`` are
-            not available: build it, then :meth:`add_many`).
 
     Raises:
         TypeError, InvalidArgumentError: as :class:`~permindex.index.Index`, and for a bad

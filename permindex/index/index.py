@@ -180,7 +180,8 @@ class Index:
             :func:`~permindex.index.permutation.choose_design` from ``expected_size`` (default 10^6
             fingerprints), k and ``memory_budget`` (bytes for the tables, keys excluded; None:
             no limit), the fastest modelled design that fits.
-        expected_size, memory_budget: only for ``design="auto"``.
+        expected_size: only for ``design="auto"``.
+        memory_budget: only for ``design="auto"``.
         memtable_limit: entries a table keeps in its sorted memtable before freezing them into a
             numpy run (a tuning knob; small values exercise freezing and merging in tests).
         compaction_min: dead rows (removed or replaced fingerprints) are dropped by a
@@ -388,7 +389,7 @@ class Index:
         """Store many (key, fingerprint) pairs; as :meth:`add` for each, but validated as a whole
         first and inserted with numpy. A batch of at least 2^17 becomes one sorted run per
         table, built in up to 4 threads (given a numpy array, while the keys are checked and
-        hashed).
+        hashed). Nothing is stored when any of the errors below is raised.
 
         Args:
             keys: an iterable of n str.
@@ -406,7 +407,6 @@ class Index:
                 position; a negative value in a signed array is refused, never wrapped), or
                 ``len(keys) != len(fingerprints)``.
             LimitExceededError: 2^32 rows would be needed.
-            Nothing is stored when any of these is raised.
         """
         return add_batch(self._rows, self._runs, keys, fingerprints)
 

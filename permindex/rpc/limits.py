@@ -3,7 +3,7 @@ unary calls served at once, and how long a stream may sit idle (:class:`CallLimi
 layer of :mod:`permindex.rpc.behaviors`); and the closing of idle streams at shutdown
 (:meth:`CallLimits.close`).
 
-The rules (the README's "Running in production" section says what a client sees):
+The rules (docs/operations/limits.md says what a client sees):
 
 - A *stream* is a call with a request or a response stream (Ingest, QueryColumns, Pairs,
   Clusters, Flags, ExactDuplicates, Export, ``grpc.health.v1.Health/Watch``, reflection). Past

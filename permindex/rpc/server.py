@@ -68,7 +68,7 @@ def new_event_loop(choice: str = "auto") -> asyncio.AbstractEventLoop:
     """The server's event loop (``serve --event-loop``): ``uvloop`` (libuv), ``asyncio`` (the
     standard library's), or ``auto``: uvloop where it is installed (a dependency everywhere but
     Windows), else asyncio's. grpc.aio runs on either; what uvloop saves a unary call is in
-    the README's Performance section (``benchmarks/run.py --only grpc``).
+    docs/performance.md (``benchmarks/run.py --only grpc``).
 
     Raises:
         ValueError: ``choice`` is not one of :data:`~permindex.rpc.config.EVENT_LOOPS`, or is

@@ -357,10 +357,13 @@ def simhash_many(
 
     Args:
         texts: an iterable of ``str`` (consumed once).
-        shingle_size, bits, tokenizer, min_words, vote: as :func:`simhash`. All three
-            tokenizers go through the kernel (``"auto"`` is resolved per text in Python first);
-            ``vote="set"`` takes each text's shingle hashes from the kernel and votes with the
-            distinct ones.
+        shingle_size: as :func:`simhash`.
+        bits: as :func:`simhash`.
+        tokenizer: as :func:`simhash`. All three tokenizers go through the kernel (``"auto"``
+            is resolved per text in Python first).
+        min_words: as :func:`simhash`.
+        vote: as :func:`simhash`; ``vote="set"`` takes each text's shingle hashes from the
+            kernel and votes with the distinct ones.
 
     Returns:
         ``(fingerprints, valid)``: ``(n,) uint64`` and ``(n,) bool``, in the order of

@@ -12,7 +12,7 @@ positives.
 Units and conventions used throughout:
 - A fingerprint is an unsigned 64-bit integer (fixed64); every value in [0, 2^64) is valid, 0
   included, which is why a document carries its fingerprint or its text in a oneof.
-- Fingerprints from other languages (see "Clients in other languages" in the README). On the
+- Fingerprints from other languages (see "Other languages" in the docs). On the
   binary wire a fixed64 is 8 bytes, exact. In the JSON mapping (grpcurl, grpc-gateway,
   protobuf's JSON printers and parsers) a fixed64 is a decimal string, "8924765359055242433";
   parsers also take a JSON number, which loses exactness above 2^53 in JavaScript and most
