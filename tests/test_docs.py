@@ -15,8 +15,12 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from docblocks import (
@@ -35,6 +39,9 @@ RUN = [name for name, found in PAGES.items() if any(block.runs for block in foun
 NOT_RUN = [block for found in PAGES.values() for block in found if block.marker == "not run"]
 #: Seconds one page may take in all.
 PAGE_SECONDS = 600
+#: Pages run at once: each in a namespace of its own, so they cannot meet; two keep both cores
+#: of a 2-core machine busy while one page waits for a server or a process to start.
+PARALLEL_PAGES = 2
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +55,20 @@ def namespace() -> list[str]:
     return prefix
 
 
-@pytest.mark.parametrize("page", RUN)
-def test_page_blocks_run(page: str, namespace: list[str], tmp_path: Path) -> None:
-    cwd = tmp_path / "work"
-    cwd.mkdir()
-    spec = tmp_path / "spec.json"
-    result = tmp_path / "result.json"
+@dataclass(frozen=True)
+class PageRun:
+    """The runner's process and its result file, for one page."""
+
+    returncode: int
+    stderr: str
+    outcome: dict[str, Any] | None
+
+
+def _run_page(page: str, namespace: list[str], folder: Path) -> PageRun:
+    cwd = folder / "work"
+    cwd.mkdir(parents=True)
+    spec = folder / "spec.json"
+    result = folder / "result.json"
     spec.write_text(json.dumps(spec_of(PAGES[page], cwd, namespace=True)), encoding="utf-8")
     runner = Path(__file__).resolve().parent / "docblocks.py"
     done = subprocess.run(
@@ -63,8 +78,35 @@ def test_page_blocks_run(page: str, namespace: list[str], tmp_path: Path) -> Non
         timeout=PAGE_SECONDS,
         check=False,
     )
-    assert done.returncode == 0 and result.exists(), done.stderr
-    outcome = json.loads(result.read_text(encoding="utf-8"))
+    outcome = json.loads(result.read_text(encoding="utf-8")) if result.exists() else None
+    return PageRun(done.returncode, done.stderr, outcome)
+
+
+@pytest.fixture(scope="module")
+def page_runs(
+    request: pytest.FixtureRequest,
+    namespace: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Future[PageRun]]]:
+    """Every selected page's run, started at once, PARALLEL_PAGES at a time (in page order)."""
+    selected = [
+        str(item.callspec.params["page"])
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == "test_page_blocks_run"
+    ]
+    root = tmp_path_factory.mktemp("pages")
+    with ThreadPoolExecutor(max_workers=PARALLEL_PAGES) as pool:
+        yield {
+            page: pool.submit(_run_page, page, namespace, root / f"page-{number}")
+            for number, page in enumerate(selected)
+        }
+
+
+@pytest.mark.parametrize("page", RUN)
+def test_page_blocks_run(page: str, page_runs: dict[str, Future[PageRun]]) -> None:
+    run = page_runs[page].result(timeout=PAGE_SECONDS * len(page_runs))
+    assert run.returncode == 0 and run.outcome is not None, run.stderr
+    outcome = run.outcome
     assert "failed" not in outcome, f"{outcome['failed']}: {outcome['why']}\n{outcome['output']}"
     assert outcome["ran"] == sum(block.runs for block in PAGES[page])
 
