@@ -374,7 +374,7 @@ def test_cli_without_dask_says_what_to_install(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == USAGE
-    assert "pip install 'permindex[dask]'" in done.stderr
+    assert "pip install '.[dask]' in the permindex clone" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 

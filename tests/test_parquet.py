@@ -546,7 +546,7 @@ def test_without_pyarrow(tmp_path: Path) -> None:
     assert done.returncode == EXIT_CODES["invalid"], done.stderr
     assert done.stderr == (
         "permindex dedup: reading or writing Parquet needs pyarrow: "
-        "pip install 'permindex[parquet]'\n"
+        "pip install '.[parquet]' in the permindex clone\n"
     )
     # ingest and export say so before they connect (no server at this address)
     for argv in (
@@ -557,7 +557,7 @@ def test_without_pyarrow(tmp_path: Path) -> None:
         assert done.returncode == EXIT_CODES["invalid"], done.stderr
         assert done.stderr == (
             f"permindex {argv[0]}: reading or writing Parquet needs pyarrow: "
-            "pip install 'permindex[parquet]'\n"
+            "pip install '.[parquet]' in the permindex clone\n"
         )
     assert not list(tmp_path.glob("x.parquet*"))
     # JSONL still works, and the report has its TSV and JSON files but no Parquet

@@ -260,7 +260,8 @@ def client_options_parser() -> Parser:
         type=flag_type(address_argument),
         metavar="HOST:PORT",
         help=f"the server (default {DEFAULT_ADDRESS}; IPv6 as [::1]:50051); several,\n"
-        "comma-separated: the shards of one index, keys spread by a hash (README)",
+        "comma-separated: the shards of one index, keys spread by a hash (docs: the Python\n"
+        "client guide)",
     )
     client.add_argument(
         "--tls-ca",

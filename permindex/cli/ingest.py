@@ -498,7 +498,7 @@ def add_ingest_command(command: CommandFactory) -> None:
         "    it .parquet, read in path order; names beginning with . or _ passed over): the\n"
         "    columns id and text, or id and fingerprint (uint64; int64, two's complement, as\n"
         "    Spark and BigQuery store it; or hex strings as in JSONL). Needs pyarrow:\n"
-        "    pip install 'permindex[parquet]'. A bad file, column or value stops the ingest\n"
+        "    pip install '.[parquet]'. A bad file, column or value stops the ingest\n"
         "    with an error naming the file, the column and the row.\n"
         "  -: JSONL on standard input.\n"
         'An optional "added_at" field (column) is when the document was crawled, Unix seconds\n'
@@ -559,7 +559,7 @@ def add_ingest_command(command: CommandFactory) -> None:
         choices=EXTRACTS,
         default="visible",
         help="the text of an HTML file: visible (default: all its visible text) or main\n"
-        "(boilerplate removed by trafilatura, pip install 'permindex[extract]'; the visible\n"
+        "(boilerplate removed by trafilatura, pip install '.[extract]'; the visible\n"
         f"text when the main text has fewer than {MIN_MAIN_WORDS} words)",
     )
     ingest_.add_argument(

@@ -267,7 +267,7 @@ def add_export_command(command: CommandFactory) -> None:
         'expiry each line also has "added_at": when the key was last added, Unix seconds, so\n'
         "that an import keeps each entry's age.\n"
         "An --out ending .parquet writes Parquet instead (needs pyarrow: pip install\n"
-        "'permindex[parquet]'): columns id (string), fingerprint (uint64; for Spark or\n"
+        "'.[parquet]'): columns id (string), fingerprint (uint64; for Spark or\n"
         "BigQuery, which have no unsigned 64-bit type, --fingerprint-type int64 stores the same\n"
         "64 bits as a signed integer, two's complement) and, with expiry, added_at (int64).\n"
         "import and ingest read both.",

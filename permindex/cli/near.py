@@ -264,7 +264,7 @@ def add_commands(command: CommandFactory) -> None:
         "Fingerprint every document of INPUT in parallel and find every pair within k.\n"
         "INPUT is what `ingest` reads: a JSONL file (.gz or not), a folder (HTML reduced to its\n"
         "visible text), a Parquet file or dataset folder (columns id and text or fingerprint;\n"
-        "needs pip install 'permindex[parquet]'), or - for JSONL on standard input.\n"
+        "needs pip install '.[parquet]'), or - for JSONL on standard input.\n"
         "Standard output: the pairs only, `key_a<TAB>key_b<TAB>distance`, key_a < key_b, sorted,\n"
         "no header (as `permindex pairs`). The report folder (--out) gets pairs, clusters, flags\n"
         "and exact-duplicate groups as TSV and JSON, keep_drop.tsv and drop.txt (one key kept\n"
@@ -411,14 +411,14 @@ def _add_jaccard_arguments(dedup: argparse.ArgumentParser) -> None:
         default="multiset",
         help="how shingles vote in the SimHash fingerprint: multiset (default: each time it\n"
         "occurs) or set (each distinct shingle once: a repeated word no longer drowns the\n"
-        "shared text; see the README's quality table)",
+        "shared text; see the quality table of the docs' corpus dedup guide)",
     )
     dedup.add_argument(
         "--extract",
         choices=EXTRACTS,
         default="visible",
         help="the text of an HTML file of a folder: visible (default: all its visible text) or\n"
-        "main (boilerplate removed by trafilatura, pip install 'permindex[extract]'; the\n"
+        "main (boilerplate removed by trafilatura, pip install '.[extract]'; the\n"
         f"visible text when the main text has fewer than {MIN_MAIN_WORDS} words)",
     )
 

@@ -21,7 +21,7 @@ __all__ = ["ENGINES", "add_engine_arguments", "check_engine_arguments", "run_eng
 
 #: The values of ``--engine``.
 ENGINES: Final = ("local", "dask")
-_DASK_EXTRA: Final = "pip install 'permindex[dask]'"
+_DASK_EXTRA: Final = "pip install '.[dask]' in the permindex clone"
 
 
 def add_engine_arguments(dedup: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_engine_arguments(dedup: argparse.ArgumentParser) -> None:
         choices=ENGINES,
         default="local",
         help="local (default): worker processes on this machine (--jobs); dask: fingerprint\n"
-        "and join on a Dask cluster (pip install 'permindex[dask]'); same output",
+        "and join on a Dask cluster (pip install '.[dask]'); same output",
     )
     where = dedup.add_mutually_exclusive_group()
     where.add_argument(
@@ -73,7 +73,7 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
             dask`` or ``--against``; ``--jobs``, ``-`` or ``--weights idf``
             with ``--engine dask``; a Dask flag with ``--engine local``; ``--worker-memory``
             with ``--scheduler`` or not a size; dask not installed (the message says
-            ``pip install 'permindex[dask]'``).
+            ``pip install '.[dask]'``).
     """
     dask_flags = [
         name

@@ -1,4 +1,4 @@
-"""The near-duplicate join on a Dask cluster (``pip install 'permindex[dask]'``): from a Dask
+"""The near-duplicate join on a Dask cluster (``pip install '.[dask]'``): from a Dask
 dataframe of (key, fingerprint) — or (key, text) — to pairs, exact-duplicate groups, clusters and
 keep/drop as Dask dataframes (:func:`near_duplicates`), with the local ``dedup``'s definitions
 and results; batch queries of a corpus against a new batch (:mod:`permindex.distributed.against`).

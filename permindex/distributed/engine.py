@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["DASK_EXTRA", "dask_client", "require_dask", "run_dedup_dask", "show_progress"]
 
 #: What to install for the Dask engine.
-DASK_EXTRA: Final = "pip install 'permindex[dask]'"
+DASK_EXTRA: Final = "pip install '.[dask]' in the permindex clone"
 
 _PART_META: Final = {"row": np.int64, "fingerprint": np.uint64}
 

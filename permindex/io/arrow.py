@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: What to install for Parquet, as the messages say it.
-PARQUET_EXTRA: Final = "pip install 'permindex[parquet]'"
+PARQUET_EXTRA: Final = "pip install '.[parquet]' in the permindex clone"
 #: The one hex rule of :func:`permindex.index.hamming.parse_fingerprint`, as a regular expression.
 _HEX_PATTERN: Final = "^(?:[0-9a-fA-F]{16}|0[xX][0-9a-fA-F]{1,16})$"
 
@@ -77,7 +77,7 @@ def require_pyarrow() -> ModuleType:
 
     Raises:
         InvalidArgumentError: pyarrow is not installed; the message says to
-            ``pip install 'permindex[parquet]'`` (exit code 4, ``invalid``, on the command line).
+            ``pip install '.[parquet]'`` (exit code 4, ``invalid``, on the command line).
     """
     try:
         return importlib.import_module("pyarrow")

@@ -359,7 +359,7 @@ def open_documents(
 
     Raises:
         InvalidArgumentError: as the chosen reader's constructor (no such source; for Parquet,
-            pyarrow missing: the message says ``pip install 'permindex[parquet]'``).
+            pyarrow missing: the message says ``pip install '.[parquet]'``).
     """
     if is_parquet_source(source):
         return ParquetReader(

@@ -363,8 +363,8 @@ class ServerConfig:
     event_loop: str = field(
         default="auto",
         metadata=declare(
-            "the event loop the server runs on: uvloop (libuv; the faster, see the README's\n"
-            "Performance section), asyncio (the standard library's), auto: uvloop where it is\n"
+            "the event loop the server runs on: uvloop (libuv; the faster, see the docs'\n"
+            "Performance page), asyncio (the standard library's), auto: uvloop where it is\n"
             "installed (every platform but Windows), else asyncio (default {default})",
             choices=EVENT_LOOPS,
         ),

@@ -1,4 +1,4 @@
-"""Scrapy integration (``pip install 'permindex[scrapy]'``):
+"""Scrapy integration (``pip install '.[scrapy]'``):
 :class:`~permindex.scrapy.middleware.NearDuplicateMiddleware`, a downloader middleware that
 drops near-duplicate pages as they are crawled::
 
@@ -11,7 +11,9 @@ when Scrapy 2.14 or later is not there); ``import permindex`` does not import it
 
 from __future__ import annotations
 
-_NEEDS = "permindex.scrapy needs Scrapy 2.14 or later: pip install 'permindex[scrapy]'"
+_NEEDS = (
+    "permindex.scrapy needs Scrapy 2.14 or later: pip install '.[scrapy]' in the permindex clone"
+)
 
 try:
     import scrapy

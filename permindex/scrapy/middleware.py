@@ -179,7 +179,7 @@ class NearDuplicateMiddleware:
       collection's k; above it the server refuses every request: the crawl stops).
     - ``PERMINDEX_EXTRACT``: the text of a page, as ``ingest --extract``: ``"visible"`` (the
       default: every visible text node) or ``"main"`` (the main content, boilerplate removed by
-      trafilatura, the extra ``permindex[extract]``:
+      trafilatura, the extra ``.[extract]`` of the permindex clone:
       :func:`permindex.text.extract.main_text`; the visible text when the main content has
       fewer than :data:`~permindex.text.extract.MIN_MAIN_WORDS` words). Two pages of one site
       that share menus and footers are near-duplicates by their visible text when their own

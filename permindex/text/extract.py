@@ -2,7 +2,7 @@
 text of a page with its boilerplate (navigation, headers, footers, sidebars, cookie banners)
 removed by trafilatura (Barbaresso 2021, *Trafilatura: A Web Scraping Library and Command-Line
 Tool for Text Discovery and Extraction*, ACL demos), an optional extra: ``pip install
-'permindex[extract]'``.
+'.[extract]'``.
 
 Two documentation pages of one site share their menus, so their visible texts look alike
 however different their contents; their main texts do not. But an extractor can also throw
@@ -44,7 +44,8 @@ def check_extract(extract: object) -> Extract:
         )
     if extract == "main" and importlib.util.find_spec("trafilatura") is None:
         raise InvalidArgumentError(
-            "extract 'main' needs trafilatura: pip install 'permindex[extract]'", value=extract
+            "extract 'main' needs trafilatura: pip install '.[extract]' in the permindex clone",
+            value=extract,
         )
     return "main" if extract == "main" else "visible"
 

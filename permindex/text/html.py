@@ -96,7 +96,7 @@ def html_to_main_text(html: str) -> str:
     pass it to :func:`permindex.simhash` or a :class:`permindex.Client`'s ``add`` and
     ``check_and_add`` to compare pages with theirs. O(len(html)).
 
-    Needs trafilatura, the optional extra ``pip install 'permindex[extract]'``.
+    Needs trafilatura, the optional extra ``pip install '.[extract]'``.
 
     >>> import permindex
     >>> menu = "".join(f"<li><a href='/{i}'>Menu item {i}</a></li>" for i in range(12))
@@ -118,6 +118,6 @@ def html_to_main_text(html: str) -> str:
         if error.name != "trafilatura":
             raise
         raise ModuleNotFoundError(
-            "html_to_main_text needs trafilatura: pip install 'permindex[extract]'",
+            "html_to_main_text needs trafilatura: pip install '.[extract]'",
             name="trafilatura",
         ) from None
