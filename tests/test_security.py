@@ -50,6 +50,14 @@ def test_tls_round_trip_and_plaintext_refused(
         assert refused.value.code == "UNAVAILABLE"
         assert "the server serves TLS and this client connects in plaintext" in str(refused.value)
         assert "--tls-ca" in str(refused.value) and "root_certificates=" in str(refused.value)
+    plain_server = start_server(data_dir=server.config.data_dir.parent / "plain")
+    with permindex.Client(
+        plain_server.address, root_certificates=certificates.ca, timeout=3, retries=0
+    ) as tls_client:
+        with pytest.raises(ServerError) as mismatch:
+            tls_client.stats()
+        assert "the server does not serve TLS" in str(mismatch.value)
+        assert "leave out --tls-ca" in str(mismatch.value)
     with permindex.Client(
         server.address, root_certificates=certificates.other_ca, timeout=3, retries=0
     ) as untrusting:
