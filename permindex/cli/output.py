@@ -37,12 +37,12 @@ _COMPILE_NOTICE_SECONDS: Final = 1.0
 EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
-    "usage": "bad command line: an unknown or malformed option or --address, options before\n"
-    "     the command, an unknown PERMINDEX_* variable, an option whose optional package is\n"
-    "     not installed (dedup --extract main, --engine dask); for serve also a --k, token\n"
-    "     file or config value refused before start, an --address in use, a --metrics-address\n"
-    "     in use or not local, or a non-loopback --address without TLS and tokens (no\n"
-    "     --insecure)",
+    "usage": "bad command line: an unknown (or abbreviated) or malformed option or --address,\n"
+    "     options before the command, an unknown PERMINDEX_* variable, an option whose optional\n"
+    "     package is not installed (dedup --extract main, --engine dask); for serve also a\n"
+    "     --k, token file or config value refused before start, an --address in use, a\n"
+    "     --metrics-address in use or not local, or a non-loopback --address without TLS and\n"
+    "     tokens (no --insecure)",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on);\n"
     "     for dedup --engine dask, the --scheduler cannot be reached",
