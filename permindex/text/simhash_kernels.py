@@ -24,16 +24,19 @@ text, in one pass over its bytes:
 3. each shingle is hashed (XXH3-64, :func:`permindex.text.xxh3_kernels.hash_at`) as soon as its
    last token ends: a ring of the last ``shingle_size`` token starts is all the state;
 4. votes are counted eight bits at a time: byte k of counter word j counts bit 8k + j, spilled
-   into 64 exact counters every 255 hashes; bit i is set where ``2 * ones[i] > shingles``.
+   into 64 exact counters every 255 hashes; bit i is set where ``2 * ones[i] > shingles``. With
+   the set vote (``vote="set"``) the text's hashes are kept, sorted, and each distinct one
+   votes once.
 
 Words are read 8 bytes at a time (:func:`permindex.text.xxh3_kernels.le64`, one unaligned load)
 and copied to the scratch buffer the same way; the kernel passes its arrays to the inlined
 helpers as views without an owner (:func:`permindex.jit_numba.unowned`), so that no helper call
 touches a reference count.
 
-O(total bytes) time; memory: the encoded batch, a scratch buffer of twice its longest text, and
-the 4.4 MB table once a non-ASCII text is seen. Import this module only where the kernel is
-needed: it imports numba.
+O(total bytes) time (the set vote: plus sorting each text's hashes); memory: the encoded batch,
+a scratch buffer of twice its longest text (the set vote: and 8 bytes a byte of it), and the
+4.4 MB table once a non-ASCII text is seen. Import this module only where the kernel is needed:
+it imports numba.
 """
 
 from __future__ import annotations
@@ -75,9 +78,11 @@ _PAD: Final = bytes(8)  # after the batch's bytes
 _SLACK: Final = 16  # scratch bytes beyond the longest text
 _BYTE_INDEX = np.uint64(0x0001020304050607)  # _first_byte
 _NO_OUTPUT = np.empty(0, dtype=np.uint64)  # _batch votes
-#: What _batch does with the shingle hashes: each votes, or they are written out.
+#: What _batch does with the shingle hashes: each votes, they are written out, each distinct
+#: one votes once.
 _VOTE: Final = 0
 _EMIT: Final = 1
+_VOTE_SET: Final = 2
 
 
 @njit(inline=True)
@@ -331,8 +336,10 @@ def _batch(
     characters). ``scratch`` holds at least twice the longest text's bytes plus :data:`_SLACK`
     (a lower-cased character may take 3 bytes where it took 2). ``secret``:
     :data:`~permindex.text.xxh3_kernels.SECRET`. ``mode``: :data:`_VOTE` (each shingle votes),
-    or :data:`_EMIT` (the shingle hashes are written to ``out`` in order instead, room for all of
-    them, at most one per byte, and their number is returned third)."""
+    :data:`_EMIT` (the shingle hashes are written to ``out`` in order instead, room for all of
+    them, at most one per byte, and their number is returned third) or :data:`_VOTE_SET` (each
+    distinct shingle hash votes once; ``out`` has room for one hash per byte of the longest
+    text)."""
     n = offsets.size - 1
     ring = np.zeros(shingle_size, dtype=np.int64)
     ones = np.zeros(64, dtype=np.int64)
@@ -359,6 +366,7 @@ def _batch(
         head = 0  # ring slot of the next token: tokens % shingle_size
         pending = 0  # hashes in the packed 8-bit counters
         voted = 0
+        kept = 0  # _VOTE_SET: hashes of this text in out
         p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = np.uint64(0)
         ones[:] = 0
         while True:
@@ -378,6 +386,10 @@ def _batch(
                 out[emitted] = h
                 emitted += 1
                 continue
+            if mode == _VOTE_SET:
+                out[kept] = h
+                kept += 1
+                continue
             p0, p1, p2, p3, p4, p5, p6, p7 = _tally(h, p0, p1, p2, p3, p4, p5, p6, p7)
             voted += 1
             pending += 1
@@ -387,6 +399,20 @@ def _batch(
                 pending = 0
         if tokens < s or tokens < min_words or mode == _EMIT:
             continue
+        if mode == _VOTE_SET:
+            distinct = out[:kept]
+            distinct.sort()
+            for r in range(kept):
+                h = distinct[r]
+                if r > 0 and h == distinct[r - 1]:
+                    continue
+                p0, p1, p2, p3, p4, p5, p6, p7 = _tally(h, p0, p1, p2, p3, p4, p5, p6, p7)
+                voted += 1
+                pending += 1
+                if pending == _SPILL:
+                    _spill(ones, p0, p1, p2, p3, p4, p5, p6, p7)
+                    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = np.uint64(0)
+                    pending = 0
         _spill(ones, p0, p1, p2, p3, p4, p5, p6, p7)
         fp = np.uint64(0)
         for b in range(64):
@@ -459,21 +485,30 @@ def _prepare(
 
 
 def simhash_of(
-    texts: list[str], kinds: NDArray[np.uint8], shingle_size: int, min_words: int
+    texts: list[str],
+    kinds: NDArray[np.uint8],
+    shingle_size: int,
+    min_words: int,
+    distinct: bool = False,
 ) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
     """SimHash (64 bits) of each text of ``texts`` (lower-cased as ``str.lower`` does, in the
     kernel or before it): ``kinds[i]`` is :data:`KIND_WORDS` or :data:`KIND_CHARS`; options
-    already checked. Returns ``(fingerprints (n,) uint64, valid (n,) bool)``: valid where the
+    already checked; ``distinct``: each distinct shingle votes once (``vote="set"``), else
+    each occurrence. Returns ``(fingerprints (n,) uint64, valid (n,) bool)``: valid where the
     text has at least ``shingle_size`` and ``min_words`` tokens, its fingerprint 0 otherwise.
 
     Raises:
-        UnicodeEncodeError: a text holds a lone surrogate (the caller falls back to the
-            reference path, which raises only where a shingle holds it).
+        UnicodeEncodeError: a text holds a lone surrogate (see
+            :func:`permindex.text.fingerprint.simhash_many` for what the caller makes of it).
     """
     ready, flags, table = _prepare(texts, kinds)
     buf, offsets, scratch = _encode(ready)
+    out = _NO_OUTPUT
+    if distinct:  # room for the hashes of the longest text: at most one per byte
+        out = np.empty(max(1, int(np.diff(offsets).max(initial=0))), dtype=np.uint64)
+    mode = _VOTE_SET if distinct else _VOTE
     fingerprints, valid, _ = _call(
-        buf, offsets, flags, shingle_size, min_words, _VOTE, scratch, _NO_OUTPUT, table
+        buf, offsets, flags, shingle_size, min_words, mode, scratch, out, table
     )
     return fingerprints, valid
 
