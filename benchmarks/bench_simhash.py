@@ -20,9 +20,9 @@ What is timed, per round (the three in turn, medians over rounds):
 (b) ``permindex.simhash(text)`` for each text;
 (c) ``permindex.simhash_many(texts)`` on the batch.
 
-Every fingerprint of (b) and (c) is compared with the Python reference path (``PERMINDEX_JIT=0``)
-before timing. :func:`run` returns the figures as a dict (for ``benchmarks/run.py``). Not a test:
-nothing here runs under pytest.
+The fingerprints of (b) and (c) of the first 500 texts are compared with the definition in plain
+Python (``tests/oracles.py``) before timing. :func:`run` returns the figures as a dict (for
+``benchmarks/run.py``). Not a test: nothing here runs under pytest.
 """
 
 from __future__ import annotations
@@ -117,23 +117,19 @@ def _batch(texts: list[str]) -> None:
 
 
 def _check(texts: list[str]) -> None:
-    """Kernel == the Python reference, for simhash and simhash_many, on every text."""
+    """Kernel == the definition in plain Python (tests/oracles.py), for simhash and
+    simhash_many, on every text."""
     import permindex
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import oracles
 
     fps, valid = permindex.simhash_many(texts)
     one = [permindex.simhash(t) for t in texts]
-    previous = os.environ.get("PERMINDEX_JIT")
-    os.environ["PERMINDEX_JIT"] = "0"
-    try:
-        reference = [permindex.simhash(t) for t in texts]
-    finally:
-        if previous is None:
-            del os.environ["PERMINDEX_JIT"]
-        else:
-            os.environ["PERMINDEX_JIT"] = previous
+    reference = [oracles.simhash(t) for t in texts]
     many = [int(f) if v else None for f, v in zip(fps.tolist(), valid.tolist(), strict=True)]
     if many != reference or one != reference:
-        raise SystemExit("bench_simhash: the kernel disagrees with the reference path")
+        raise SystemExit("bench_simhash: the kernel disagrees with the definition")
 
 
 def first_call() -> dict[str, Any]:
@@ -141,8 +137,7 @@ def first_call() -> dict[str, Any]:
     with the cache the first one wrote (loads)."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="permindex-bench-cache-") as cache:
-        env = {k: v for k, v in os.environ.items() if k != "PERMINDEX_JIT"}
-        env["NUMBA_CACHE_DIR"] = cache
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         for label in ("compile", "cached"):
             done = subprocess.run(
                 [sys.executable, "-c", _FIRST_CALL],

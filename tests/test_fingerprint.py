@@ -1,5 +1,5 @@
-"""SimHash fingerprints: the shared reference vectors, golden values across processes, edge cases
-and invalid input."""
+"""SimHash fingerprints: the shared reference vectors, the plain-Python definition
+(tests/oracles.py), golden values across processes, edge cases and invalid input."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import oracles
 import pytest
-import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,15 +51,7 @@ def test_reference_vectors_include_too_short_texts() -> None:
 
 
 def _naive_simhash(text: str, shingle_size: int = 3) -> int | None:
-    words = text.lower().split()
-    if len(words) < shingle_size:
-        return None
-    counters = [0] * 64
-    for i in range(len(words) - shingle_size + 1):
-        h = xxhash.xxh3_64_intdigest(" ".join(words[i : i + shingle_size]).encode("utf-8"))
-        for bit in range(64):
-            counters[bit] += 1 if (h >> bit) & 1 else -1
-    return sum(1 << bit for bit in range(64) if counters[bit] > 0)
+    return oracles.simhash(text, shingle_size)
 
 
 @given(st.lists(st.sampled_from(["a", "b", "c", "dé", "x y", "Ω", "\u00a0", "z"]), max_size=80))
@@ -69,7 +61,7 @@ def test_matches_naive_definition_small_vocabulary(words: list[str]) -> None:
 
 
 def test_matches_naive_definition_long_text() -> None:
-    # Long enough to take the numpy counting path with several chunks.
+    # Long enough for the kernel to spill its 8-bit counters hundreds of times.
     rng = np.random.default_rng(7)
     vocab = [f"w{i}" for i in range(50)]
     text = " ".join(vocab[i] for i in rng.integers(0, 50, size=140_000))
@@ -219,28 +211,17 @@ _PIECE_ALPHABET = st.sampled_from(
 )
 
 
-@given(st.lists(_PIECE_ALPHABET, max_size=200), st.integers(1, 4), st.integers(1, 40))
-def test_long_texts_in_pieces_equal_the_whole_text(
-    parts: list[str], shingle_size: int, piece: int
+@given(st.lists(_PIECE_ALPHABET, max_size=200), st.integers(1, 4), st.sampled_from([63, 64]))
+def test_context_dependent_lower_case_matches_the_definition(
+    parts: list[str], shingle_size: int, bits: int
 ) -> None:
-    """Texts over fingerprint._LARGE_TEXT characters are shingled piece by piece to bound memory;
-    with tiny pieces (cut at whitespace: Greek final sigma, NBSP, U+3000), the fingerprint is
-    the direct computation's."""
-    import permindex.text.fingerprint as fingerprint
-
+    """The Greek final sigma (its lower case depends on the letters around it) and the dotted
+    capital I (it lowers to two code points) among whitespace of several kinds: the kernel's
+    fingerprint is the definition's, with and without ``min_words``."""
     text = "".join(parts)
-    direct = simhash(text, shingle_size=shingle_size)
-    direct_63 = simhash(text, shingle_size=shingle_size, bits=63)
-    direct_min = simhash(text, shingle_size=shingle_size, min_words=5)
-    saved = fingerprint._LARGE_TEXT
-    fingerprint._LARGE_TEXT = piece
-    try:
-        if len(text) > piece:  # the piecewise path is taken
-            assert simhash(text, shingle_size=shingle_size) == direct
-            assert simhash(text, shingle_size=shingle_size, bits=63) == direct_63
-            assert simhash(text, shingle_size=shingle_size, min_words=5) == direct_min
-    finally:
-        fingerprint._LARGE_TEXT = saved
+    for min_words in (0, 5):
+        want = oracles.simhash(text, shingle_size, bits, min_words=min_words)
+        assert simhash(text, shingle_size=shingle_size, bits=bits, min_words=min_words) == want
 
 
 def test_a_long_text_matches_the_naive_definition() -> None:
@@ -249,5 +230,5 @@ def test_a_long_text_matches_the_naive_definition() -> None:
     separators = [" ", "\n", "\u00a0", "\u3000", "\t\t"]
     picks = rng.integers(0, len(vocab), size=260_000)
     text = "".join(vocab[p] + separators[i % 5] for i, p in enumerate(picks.tolist()))
-    assert len(text) > (1 << 20)  # over _LARGE_TEXT: computed in pieces
+    assert len(text) > (1 << 20)
     assert simhash(text) == _naive_simhash(text)

@@ -1,5 +1,6 @@
-"""The Jaccard mode of ``permindex dedup`` (``--method minhash``): MinHash signatures (against a
-slow reference, stable across processes), the LSH shape, exact verification (against brute
+"""The Jaccard mode of ``permindex dedup`` (``--method minhash``): MinHash signatures (against the
+definition in Python integers, tests/oracles.py; stable across processes), intersections of
+shingle sets (against Python sets), the LSH shape, exact verification (against brute
 force over every pair, on random and edited documents), bounded batches on a huge bucket, the
 report folder, bad options, and the figures on the shared corpora."""
 
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import oracles
 import pytest
-import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from permindex.cli import main
 from permindex.errors import InvalidArgumentError
@@ -37,21 +40,16 @@ CORPORA = REPO.parent / "shared" / "corpora"
 
 
 def reference_signature(hashes: list[int], permutations: int) -> list[int]:
-    """The definition, in Python integers."""
+    """The definition, in Python integers (tests/oracles.py)."""
     a, b = hash_constants(permutations)
-    return [
-        min((((int(ap) * x + int(bp)) % 2**64) >> 32) for x in hashes) if hashes else 2**32 - 1
-        for ap, bp in zip(a.tolist(), b.tolist(), strict=True)
-    ]
+    return oracles.minhash_signature(hashes, a.tolist(), b.tolist())
 
 
 def csr(sets: list[list[int]]) -> ShingleSets:
     return ShingleSets.of([np.array(s, dtype=np.uint64) for s in sets])
 
 
-@pytest.mark.parametrize("jit", ["1", "0"])
-def test_signatures_equal_the_reference(monkeypatch: pytest.MonkeyPatch, jit: str) -> None:
-    monkeypatch.setenv("PERMINDEX_JIT", jit)
+def test_signatures_equal_the_reference() -> None:
     rng = np.random.default_rng(7)
     sets = [rng.integers(0, 2**64, size=n, dtype=np.uint64).tolist() for n in (1, 2, 5, 40, 300)]
     sets.append([0, 2**64 - 1])
@@ -78,8 +76,8 @@ def test_signatures_are_stable_across_processes() -> None:
     # fixed constants and XXH3 of the shingles: no hash(), no generator whose stream may change.
     # The values are the ones this code gives on any machine (they are part of the contract).
     expected = None
-    for seed, jit in (("0", "1"), ("4242", "1"), ("1", "0")):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "PERMINDEX_JIT": jit}
+    for seed in ("0", "4242", "1"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
         done = subprocess.run(
             [sys.executable, "-c", _STABLE], env=env, capture_output=True, text=True, check=True
         )
@@ -87,7 +85,7 @@ def test_signatures_are_stable_across_processes() -> None:
         expected = expected or values
         assert values == expected
     text = "the quick brown fox jumps over the lazy dog and runs away"
-    hashes = sorted({xxhash.xxh3_64_intdigest(s.encode()) for s in shingles(text)})
+    hashes = sorted(set(oracles.shingle_hashes(text)))
     assert expected == reference_signature(hashes, 8)
     golden = [131293097, 795612327, 1249435711, 161649329, 9421824, 63660140, 346597497, 563767518]
     assert expected == golden  # the same on every machine and version: the contract
@@ -108,17 +106,55 @@ def test_choose_bands() -> None:
         choose_bands(0.8, 0)
 
 
-@pytest.mark.parametrize("jit", ["1", "0"])
-def test_intersection_sizes(monkeypatch: pytest.MonkeyPatch, jit: str) -> None:
-    monkeypatch.setenv("PERMINDEX_JIT", jit)
+def test_intersection_sizes() -> None:
     rng = np.random.default_rng(3)
     sets = [rng.integers(0, 60, size=int(rng.integers(1, 40))).tolist() for _ in range(30)]
     data = csr(sets)
     pairs = np.array(list(combinations(range(30), 2)), dtype=np.int64)
     left, right = pairs[:, 0], pairs[:, 1]
     got = intersection_sizes(data, left, right)
-    want = [len(set(sets[i]) & set(sets[j])) for i, j in zip(left, right, strict=True)]
+    want = [oracles.intersection_size(sets[i], sets[j]) for i, j in zip(left, right, strict=True)]
     assert got.tolist() == want
+
+
+_HASHES = st.lists(st.integers(0, 2**64 - 1), max_size=60)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(_HASHES, st.lists(st.integers(0, 40), max_size=30)), max_size=8))
+def test_hypothesis_signatures_and_intersections(sets: list[list[int]]) -> None:
+    """Sets of any 64-bit hashes (repeats, 0 and 2^64 - 1, the empty set, small values that
+    collide often) through the public kernels: signatures against the definition,
+    intersection sizes of every pair (each set with itself too) against Python sets."""
+    data = csr(sets)
+    got = signatures(data.values, data.offsets, 16)
+    for i, s in enumerate(sets):
+        assert got[i].tolist() == reference_signature(s, 16)
+    pairs = [(i, j) for i in range(len(sets)) for j in range(i, len(sets))]
+    left = np.array([i for i, _ in pairs], dtype=np.int64)
+    right = np.array([j for _, j in pairs], dtype=np.int64)
+    sizes = intersection_sizes(data, left, right)
+    assert sizes.tolist() == [oracles.intersection_size(sets[i], sets[j]) for i, j in pairs]
+
+
+def test_shingle_sets_of_texts_against_the_definition() -> None:
+    """The sets of the Jaccard mode (shingle_hashes, repeats removed) and their exact Jaccard
+    against the definition's shingle strings and Python sets (no two shingles of these texts
+    share a 64-bit hash)."""
+    rng = np.random.default_rng(17)
+    texts = [" ".join(vocabulary_words(rng, int(rng.integers(0, 120)))) for _ in range(12)]
+    texts += ["", "one two", "Ünïcode Straße ΣΑΣ " * 4, texts[1] + " tail words here"]
+    data = ShingleSets.of([shingle_hashes(t) for t in texts])
+    for i, text in enumerate(texts):
+        assert data.set(i).tolist() == sorted(set(oracles.shingle_hashes(text)))
+    pairs = [(i, j) for i, j in combinations(range(len(texts)), 2)]
+    left = np.array([i for i, _ in pairs], dtype=np.int64)
+    right = np.array([j for _, j in pairs], dtype=np.int64)
+    inter = intersection_sizes(data, left, right)
+    for (i, j), common in zip(pairs, inter.tolist(), strict=True):
+        a, b = oracles.shingle_strings(texts[i]), oracles.shingle_strings(texts[j])
+        union = len(data.set(i)) + len(data.set(j)) - common
+        assert (common / union if union else 0.0) == oracles.jaccard(a, b)
 
 
 # --- the Jaccard mode against brute force ----------------------------------------------------

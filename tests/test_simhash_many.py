@@ -1,7 +1,9 @@
-"""simhash_many (the compiled kernel) against the Python reference path (PERMINDEX_JIT=0) and the
-shared reference vectors: Unicode whitespace as str.split() has it, non-BMP characters,
-combining marks, lower() that changes lengths, every tokenizer and option, hypothesis texts, bad
-input, batches larger than one kernel call; numba's cache across processes; import cost."""
+"""simhash_many and simhash (the compiled kernel) against the plain-Python definition
+(tests/oracles.py, XXH3 by the xxhash package) and the shared reference vectors: Unicode
+whitespace as str.split() has it, non-BMP characters, combining marks, lower() that changes
+lengths, every tokenizer and option, both votes, hypothesis texts (any Unicode, lone surrogates,
+empty, one or two words, long words), bad input, batches larger than one kernel call; numba's
+cache across processes; import cost."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import oracles
 import pytest
 import xxhash
 from hypothesis import given, settings
@@ -38,14 +41,26 @@ OTHER += [*"中文日本語ไทย", "\x00", "\x7f", "\u00ff"]
 ALPHABET = WHITESPACE + NEAR_WHITESPACE + OTHER
 
 
-def _reference(texts: list[str], **options: object) -> tuple[list[int | None], np.ndarray]:
-    """The Python path's fingerprints, as simhash gives them and as simhash_many gives them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PERMINDEX_JIT", "0")
-        one = [simhash(t, **options) for t in texts]  # type: ignore[arg-type]
-        many, valid = simhash_many(texts, **options)  # type: ignore[arg-type]
-    assert [int(f) if v else None for f, v in zip(many, valid, strict=True)] == one
-    return one, many
+def _oracle(text: str, options: dict[str, object]) -> int | type[UnicodeEncodeError] | None:
+    """The definition's fingerprint of ``text`` (UnicodeEncodeError: where it raises that)."""
+    try:
+        return oracles.simhash(
+            text,
+            shingle_size=int(options.get("shingle_size", 3)),  # type: ignore[call-overload]
+            bits=int(options.get("bits", 64)),  # type: ignore[call-overload]
+            tokenizer=str(options.get("tokenizer", "words")),
+            min_words=int(options.get("min_words", 0)),  # type: ignore[call-overload]
+            vote_=str(options.get("vote", "multiset")),
+        )
+    except UnicodeEncodeError:
+        return UnicodeEncodeError
+
+
+def _reference(texts: list[str], **options: object) -> list[int | None]:
+    """The definition's fingerprints of ``texts`` (none holding an unencodable shingle)."""
+    want = [_oracle(t, options) for t in texts]
+    assert UnicodeEncodeError not in want
+    return want  # type: ignore[return-value]
 
 
 def _kernel(texts: list[str], **options: object) -> list[int | None]:
@@ -57,9 +72,22 @@ def _kernel(texts: list[str], **options: object) -> list[int | None]:
 
 
 def _same(texts: list[str], **options: object) -> None:
-    want, _ = _reference(texts, **options)
-    assert _kernel(texts, **options) == want
-    assert [simhash(t, **options) for t in texts] == want  # type: ignore[arg-type]
+    """simhash_many and simhash give the definition's fingerprints, for both votes unless
+    ``options`` names one; a text whose shingle holds a lone surrogate raises
+    UnicodeEncodeError in both, as in the definition."""
+    votes = [options.pop("vote")] if "vote" in options else ["multiset", "set"]
+    for vote in votes:
+        want = [_oracle(t, {**options, "vote": vote}) for t in texts]
+        for text, expected in zip(texts, want, strict=True):
+            if expected is UnicodeEncodeError:
+                with pytest.raises(UnicodeEncodeError):
+                    simhash(text, vote=vote, **options)  # type: ignore[arg-type]
+                with pytest.raises(UnicodeEncodeError):
+                    simhash_many(texts, vote=vote, **options)  # type: ignore[arg-type]
+            else:
+                assert simhash(text, vote=vote, **options) == expected  # type: ignore[arg-type]
+        if UnicodeEncodeError not in want:
+            assert _kernel(texts, vote=vote, **options) == want
 
 
 @pytest.mark.parametrize("bits", [63, 64])
@@ -181,13 +209,13 @@ def test_long_texts_and_the_spill_of_the_counters() -> None:
     vocab = [f"w{i}" for i in range(300)]
     long_text = " ".join(vocab[i] for i in rng.integers(0, 300, size=400_000))
     texts = [long_text[: 255 * 3], long_text[: 256 * 3 + 1], long_text]
-    assert len(long_text) > 1 << 20  # the reference's piecewise path
-    _same(texts)
+    _same(texts, vote="multiset")
+    _same(texts[:2], vote="set")
 
 
 def test_batches_larger_than_one_kernel_call() -> None:
     texts = _random_texts(9, 9000, ["a", "b", "c", " ", "\u3000"], 30)
-    want, _ = _reference(texts)
+    want = _reference(texts)
     assert _kernel(texts) == want
     fps, valid = simhash_many(iter(texts))  # any iterable
     assert [int(f) if v else None for f, v in zip(fps, valid, strict=True)] == want
@@ -204,11 +232,7 @@ def test_shingle_hashes_match_the_reference(tokenizer: str, shingle_size: int) -
             xxhash.xxh3_64_intdigest(part.encode("utf-8"))
             for part in shingles(text, shingle_size, tokenizer)  # type: ignore[arg-type]
         ]
-        assert got.tolist() == want
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("PERMINDEX_JIT", "0")
-            reference = shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer)  # type: ignore[arg-type]
-        assert reference.tolist() == want
+        assert got.tolist() == want == oracles.shingle_hashes(text, shingle_size, tokenizer)
 
 
 def test_empty_input() -> None:
@@ -297,10 +321,47 @@ def test_hypothesis_texts(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.text(max_size=60), max_size=8))
-def test_hypothesis_any_unicode(texts: list[str]) -> None:
-    clean = [t for t in texts if not any(0xD800 <= ord(c) < 0xE000 for c in t)]
-    _same(clean)
+@given(st.lists(st.text(max_size=60), max_size=8), st.integers(1, 3))
+def test_hypothesis_any_unicode(texts: list[str], shingle_size: int) -> None:
+    _same(texts, shingle_size=shingle_size)
+
+
+#: Any code point, lone surrogates (category Cs) included.
+_ANY_CHAR = st.characters(exclude_categories=())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(_ANY_CHAR, max_size=30), max_size=6), st.integers(1, 3))
+def test_hypothesis_lone_surrogates(texts: list[str], shingle_size: int) -> None:
+    """A text whose shingle holds a lone surrogate raises UnicodeEncodeError, as encoding the
+    shingle does in the definition; one too short to have such a shingle has no fingerprint."""
+    _same(texts, shingle_size=shingle_size)
+    _same(texts, shingle_size=shingle_size, tokenizer="chars", min_words=4)
+
+
+_WORD = st.lists(st.sampled_from(OTHER), min_size=1, max_size=6).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_WORD, max_size=2), st.sampled_from(WHITESPACE), st.integers(1, 3))
+def test_hypothesis_empty_and_one_or_two_words(
+    words: list[str], separator: str, shingle_size: int
+) -> None:
+    text = separator.join(words)
+    _same([text, separator + text + separator], shingle_size=shingle_size)
+    _same([text], shingle_size=shingle_size, min_words=len(words) + 1)
+
+
+#: Words long enough for every XXH3 branch of a shingle (up to 240 bytes and the long form
+#: above) and for the 8-byte scan of a word and its copy, in one to four bytes a character.
+_LONG_WORD = st.text(st.sampled_from([*"aZq0éΣİ中", "\U0001f600"]), max_size=400)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_LONG_WORD, min_size=1, max_size=5), st.integers(1, 3))
+def test_hypothesis_long_words(words: list[str], shingle_size: int) -> None:
+    _same([" ".join(words), "\u3000".join(words).upper()], shingle_size=shingle_size)
+    _same(["".join(words)], shingle_size=shingle_size, tokenizer="chars")
 
 
 # ------------------------------------------------------------------ processes: cache, import
@@ -345,8 +406,8 @@ def test_cache_two_processes_at_once_then_a_third_loads_it(tmp_path: Path) -> No
         "a b",
         "UNICODE\u3000words\u00a0here ok",
     ]
-    want, _ = _reference(texts)
-    env = {k: v for k, v in os.environ.items() if k not in {"PERMINDEX_JIT", "PERMINDEX_CACHE_DIR"}}
+    want = _reference(texts)
+    env = {k: v for k, v in os.environ.items() if k != "PERMINDEX_CACHE_DIR"}
     env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache")
     first, second = _children(env, 2, texts)
     assert first["fps"] == want and second["fps"] == want

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import oracles
 import pytest
-import xxhash
 from serverproc import ServeProcess
 
 import permindex
 from permindex import simhash, simhash_many
 from permindex.cli import main
 from permindex.errors import InvalidArgumentError
-from permindex.text.fingerprint import Tokenizer, shingles
+from permindex.text.fingerprint import Tokenizer
 
 if TYPE_CHECKING:
     from permindex.rpc.server import RunningServer
@@ -29,13 +29,10 @@ if TYPE_CHECKING:
 def reference(
     text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words", bits: int = 64
 ) -> int:
-    parts = shingles(text, shingle_size, tokenizer)
-    distinct = {xxhash.xxh3_64_intdigest(s.encode()) for s in parts}
-    fp = 0
-    for i in range(64):
-        if 2 * sum(1 for h in distinct if h >> i & 1) > len(distinct):
-            fp |= 1 << i
-    return fp & ~(1 << 63) if bits == 63 else fp
+    """The set vote by the definition (tests/oracles.py), for a text with a shingle."""
+    fp = oracles.simhash(text, shingle_size, bits, tokenizer, vote_="set")
+    assert fp is not None
+    return fp
 
 
 def texts() -> list[str]:
@@ -49,9 +46,7 @@ def texts() -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("jit", ["1", "0"])
-def test_set_vote_equals_the_reference(monkeypatch: pytest.MonkeyPatch, jit: str) -> None:
-    monkeypatch.setenv("PERMINDEX_JIT", jit)
+def test_set_vote_equals_the_reference() -> None:
     items = texts()
     fps, valid = simhash_many(items, vote="set")
     assert valid.all()

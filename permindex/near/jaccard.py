@@ -144,22 +144,16 @@ def _distinct(hashes: NDArray[np.uint64]) -> NDArray[np.uint64]:
 
 def intersection_sizes(sets: ShingleSets, left: _I64, right: _I64) -> _I64:
     """((k,) int64) |set left[i] & set right[i]| for each i: one merge of the two sorted sets
-    per pair in a compiled kernel (``PERMINDEX_JIT=0``: :func:`numpy.intersect1d`, the
-    reference). O(sum of the pairs' set sizes)."""
+    per pair in a compiled kernel (:func:`permindex.near.minhash_kernels.intersection_sizes`).
+    O(sum of the pairs' set sizes)."""
     out = np.zeros(left.size, dtype=np.int64)
     if left.size == 0:
         return out
-    from permindex import jit
+    from permindex.near import minhash_kernels
 
-    if jit.enabled():
-        from permindex.near import minhash_kernels
-
-        minhash_kernels.intersection_sizes(
-            sets.values, sets.offsets, left.astype(np.int64), right.astype(np.int64), out
-        )
-        return out
-    for i, (a, b) in enumerate(zip(left.tolist(), right.tolist(), strict=True)):
-        out[i] = np.intersect1d(sets.set(a), sets.set(b), assume_unique=True).size
+    minhash_kernels.intersection_sizes(
+        sets.values, sets.offsets, left.astype(np.int64), right.astype(np.int64), out
+    )
     return out
 
 

@@ -14,7 +14,7 @@ family needs no more mixing than this.
 Stable across processes, machines and versions: the constants (a_p odd, b_p) are
 :data:`MINHASH_SEED` run through SplitMix64 (Steele et al. 2014) in Python integers, never
 Python's ``hash()`` nor a numpy generator whose stream may change; every operation is exact
-64-bit integer arithmetic (numpy and the numba kernel wrap the same way).
+64-bit integer arithmetic, wrapping modulo 2^64 (the numba kernel's).
 
 LSH (Indyk & Motwani 1998; Leskovec, Rajaraman & Ullman, *Mining of Massive Datasets*, ch. 3.4):
 the signature is cut into ``bands`` bands of ``rows`` values; two documents are a *candidate*
@@ -129,27 +129,17 @@ def signatures(
     Raises:
         InvalidArgumentError: ``permutations`` outside 1..:data:`MAX_PERMUTATIONS`.
 
-    O(total shingles x permutations) time, in a compiled kernel (``PERMINDEX_JIT=0``: numpy,
-    one set at a time, the reference); memory: the output.
+    O(total shingles x permutations) time, in a compiled kernel
+    (:func:`permindex.near.minhash_kernels.signatures_of`); memory: the output.
     """
     a, b = hash_constants(permutations)
     n = int(offsets.size) - 1
     out = np.full((max(n, 0), permutations), _EMPTY, dtype=np.uint32)
     if n <= 0:
         return out
-    from permindex import jit
+    from permindex.near import minhash_kernels
 
-    if jit.enabled():
-        from permindex.near import minhash_kernels
-
-        minhash_kernels.signatures_of(values, offsets, a, b, out)
-        return out
-    shift = np.uint64(32)
-    for i in range(n):
-        x = values[offsets[i] : offsets[i + 1]]
-        for start in range(0, x.size, 4096):  # bounds the (block, permutations) scratch
-            block = x[start : start + 4096, None] * a[None, :] + b[None, :]
-            np.minimum(out[i], (block >> shift).astype(np.uint32).min(axis=0), out=out[i])
+    minhash_kernels.signatures_of(values, offsets, a, b, out)
     return out
 
 

@@ -1,7 +1,9 @@
 """The compiled kernels of the Jaccard mode: MinHash signatures of CSR shingle sets
-(:func:`permindex.near.minhash.signatures`) and the intersection sizes of pairs of sorted sets
-(:func:`permindex.near.jaccard.intersection_sizes`). Bit-exact with their numpy references
-(``PERMINDEX_JIT=0``). Import only where a kernel is needed: it imports numba.
+(:func:`permindex.near.minhash.signatures`; Broder 1997, with the multiply-add-shift family of
+Dietzfelbinger 1996) and the intersection sizes of pairs of sorted sets
+(:func:`permindex.near.jaccard.intersection_sizes`), the one implementation of each (the tests
+check them against the definitions in Python integers and Python sets, tests/oracles.py).
+Import only where a kernel is needed: it imports numba.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
 import numpy as np
@@ -47,10 +47,6 @@ _BIT63 = 1 << 63
 MAX_SHINGLE_SIZE: Final = 1024
 #: Largest ``min_words`` accepted (tokens a text needs to be fingerprinted).
 MAX_MIN_WORDS: Final = 1_000_000
-_CHUNK = 1 << 16  # shingle hashes counted per numpy pass (bounds memory at 4 MiB of bits)
-_SMALL = 24  # below this many shingles the bits are counted in pure Python, from it in numpy
-_LARGE_TEXT = 1 << 20  # characters: longer texts are shingled and counted piece by piece
-_WHITESPACE = re.compile(r"\s")  # for str patterns, the characters str.split() splits on
 
 Tokenizer = Literal["words", "chars", "auto"]
 #: The tokenizers of :func:`tokens` (``"words"`` is the default and the reference algorithm).
@@ -151,92 +147,6 @@ def _check_vote(vote: object) -> Vote:
     return "set" if vote == "set" else "multiset"
 
 
-def _simhash_set(
-    text: str, shingle_size: int, bits: int, tokenizer: Tokenizer, min_words: int
-) -> int | None:
-    """:func:`simhash` with ``vote="set"`` (options checked): the vote of the distinct hashes of
-    :func:`shingle_hashes` (the kernel; ``PERMINDEX_JIT=0``: Python)."""
-    if min_words and len(_tokens(text, tokenizer)) < min_words:
-        return None
-    hashes = np.unique(shingle_hashes(text, shingle_size=shingle_size, tokenizer=tokenizer))
-    if hashes.size == 0:
-        return None
-    fingerprint = _vote(hashes.tolist())
-    return fingerprint & ~_BIT63 if bits == 63 else fingerprint
-
-
-def _vote(hashes: list[int]) -> int:
-    """Fingerprint from the hashes of the shingles (each votes once): bit i is 1 when more than
-    half of the hashes have bit i set."""
-    n = len(hashes)
-    if n < _SMALL:
-        result = 0
-        for i in range(FINGERPRINT_BITS):
-            mask = 1 << i
-            ones = sum(1 for h in hashes if h & mask)
-            if 2 * ones > n:
-                result |= mask
-        return result
-    return _majority(_ones_per_bit(hashes), n)
-
-
-def _ones_per_bit(hashes: list[int]) -> NDArray[np.int64]:
-    """(64,) int64: how many of ``hashes`` have bit i set, for each i."""
-    ones_total = np.zeros(FINGERPRINT_BITS, dtype=np.int64)
-    for start in range(0, len(hashes), _CHUNK):
-        chunk = np.array(hashes[start : start + _CHUNK], dtype="<u8")
-        # (m, 64) little-endian bit matrix: column i is bit i of each hash.
-        bits = np.unpackbits(chunk.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
-        ones_total += bits.sum(axis=0, dtype=np.int64)
-    return ones_total
-
-
-def _majority(ones: NDArray[np.int64], n: int) -> int:
-    """The fingerprint whose bit i is 1 where more than half of ``n`` votes set it."""
-    return sum(1 << int(i) for i in np.flatnonzero(2 * ones > n))
-
-
-def _word_pieces(text: str) -> Iterator[list[str]]:
-    """The lower-cased words of ``text``, as consecutive lists of about :data:`_LARGE_TEXT`
-    characters. Pieces are cut only just before a whitespace character, so every word, and the
-    context of ``str.lower``'s rules (the Greek final sigma), is the same as in the whole text."""
-    start, n = 0, len(text)
-    while start < n:
-        end = start + _LARGE_TEXT
-        if end >= n:
-            end = n
-        else:
-            found = _WHITESPACE.search(text, end)
-            end = n if found is None else found.start()
-        yield text[start:end].lower().split()
-        start = end
-
-
-def _simhash_large(text: str, shingle_size: int, min_words: int) -> int | None:
-    """:func:`simhash` with the word tokenizer for a long text, in memory bounded by one piece
-    of :data:`_LARGE_TEXT` characters (its words and shingles) instead of O(len(text)) for the
-    whole text's. O(len(text)) time. Same result as the direct computation: the shingles are
-    the same, each voting once."""
-    hash_ = xxhash.xxh3_64_intdigest
-    keep = shingle_size - 1  # words carried over to the next piece's first shingles
-    ones = np.zeros(FINGERPRINT_BITS, dtype=np.int64)
-    votes = words_seen = 0
-    carry: list[str] = []
-    for piece in _word_pieces(text):
-        words_seen += len(piece)
-        words = carry + piece
-        m = len(words) - shingle_size + 1
-        if m > 0:
-            ones += _ones_per_bit(
-                [hash_(" ".join(words[i : i + shingle_size]).encode("utf-8")) for i in range(m)]
-            )
-            votes += m
-        carry = words[max(0, len(words) - keep) :] if keep else []
-    if votes == 0 or words_seen < min_words:
-        return None
-    return _majority(ones, votes)
-
-
 def simhash(
     text: str,
     *,
@@ -298,43 +208,16 @@ def simhash(
     * :func:`simhash_vectors`: dense vectors by random hyperplanes (Charikar 2002, section 3).
 
     Computed by the compiled kernel of :func:`simhash_many` (the first call in a process loads
-    it, from numba's cache after the first run on a machine); ``PERMINDEX_JIT=0`` takes the
-    Python reference path instead, with the same result.
+    it, from numba's cache after the first run on a machine).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
     check_shingle_options(shingle_size, tokenizer, min_words, bits)
-    if _check_vote(vote) == "set":
-        return _simhash_set(text, shingle_size, bits, tokenizer, min_words)
-    from permindex import jit
-
-    if not jit.enabled():
-        return _simhash_reference(text, shingle_size, bits, tokenizer, min_words)
-    fingerprints, valid = _simhash_kernel([text], shingle_size, bits, tokenizer, min_words)
+    distinct = _check_vote(vote) == "set"
+    fingerprints, valid = _simhash_kernel(
+        [text], shingle_size, bits, tokenizer, min_words, distinct
+    )
     return int(fingerprints[0]) if valid[0] else None
-
-
-def _simhash_reference(
-    text: str, shingle_size: int, bits: int, tokenizer: Tokenizer, min_words: int
-) -> int | None:
-    """:func:`simhash` in Python (options checked): the reference the kernel is tested against,
-    taken under ``PERMINDEX_JIT=0``."""
-    kind = _resolve_tokenizer(text, tokenizer)
-    if kind == "words" and len(text) > _LARGE_TEXT:
-        large = _simhash_large(text, shingle_size, min_words)
-        if large is None:
-            return None
-        return large & ~_BIT63 if bits == 63 else large
-    if min_words and len(_tokens(text, kind)) < min_words:
-        return None
-    parts = _shingles(text, shingle_size, kind)
-    if not parts:
-        return None
-    hash_ = xxhash.xxh3_64_intdigest
-    fingerprint = _vote([hash_(s.encode("utf-8")) for s in parts])
-    if bits == 63:
-        fingerprint &= ~_BIT63
-    return fingerprint
 
 
 _BATCH_TEXTS: Final = 4096  # texts per kernel call of simhash_many
@@ -359,11 +242,10 @@ def simhash_many(
         texts: an iterable of ``str`` (consumed once).
         shingle_size: as :func:`simhash`.
         bits: as :func:`simhash`.
-        tokenizer: as :func:`simhash`. All three tokenizers go through the kernel (``"auto"``
-            is resolved per text in Python first).
+        tokenizer: as :func:`simhash`. All three tokenizers and both votes go through the
+            kernel (``"auto"`` is resolved per text in Python first).
         min_words: as :func:`simhash`.
-        vote: as :func:`simhash`; ``vote="set"`` takes each text's shingle hashes from the
-            kernel and votes with the distinct ones.
+        vote: as :func:`simhash`.
 
     Returns:
         ``(fingerprints, valid)``: ``(n,) uint64`` and ``(n,) bool``, in the order of
@@ -376,10 +258,12 @@ def simhash_many(
         InvalidArgumentError: a bad option (the errors of :func:`simhash`).
         UnicodeEncodeError: a shingle holds a lone surrogate (as :func:`simhash`).
 
-    O(total length) time. Memory: the UTF-8 encoding of one batch of up to 4,096 texts (or about
-    8 M characters), a scratch buffer of twice its longest text, and once a non-ASCII text is
-    seen a 4.4 MB table of ``str.lower`` (the kernel lower-cases as ``str.lower`` does).
-    ``PERMINDEX_JIT=0`` computes each text with the Python reference instead. The weighted
+    O(total length) time (``vote="set"``: plus sorting each text's shingle hashes). Memory: the
+    UTF-8 encoding of one batch of up to 4,096 texts (or about 8 M characters), a scratch
+    buffer of twice its longest text (``vote="set"``: and 8 bytes a byte of it for its
+    hashes), and once a non-ASCII text is seen a 4.4 MB table of ``str.lower`` (the kernel
+    lower-cases as ``str.lower`` does). A text holding a lone surrogate is not encoded: it has
+    no fingerprint when it is too short, else UnicodeEncodeError (as ``str.encode``). The weighted
     variants (:func:`simhash_features`, :func:`simhash_weighted`) do not go through this
     kernel: their input is features and weights, not texts, and their vote is already one
     numpy pass.
@@ -397,31 +281,16 @@ def simhash_many(
     n = len(items)
     fingerprints = np.zeros(n, dtype=np.uint64)
     valid = np.zeros(n, dtype=bool)
-    if n == 0:
-        return fingerprints, valid
-    from permindex import jit
-
-    if _check_vote(vote) == "set":
-        for i, text in enumerate(items):
-            fp = _simhash_set(text, shingle_size, bits, tokenizer, min_words)
-            if fp is not None:
-                fingerprints[i] = fp
-                valid[i] = True
-        return fingerprints, valid
-    if not jit.enabled():
-        for i, text in enumerate(items):
-            fp = _simhash_reference(text, shingle_size, bits, tokenizer, min_words)
-            if fp is not None:
-                fingerprints[i] = fp
-                valid[i] = True
-        return fingerprints, valid
+    distinct = _check_vote(vote) == "set"
     start = 0
     while start < n:
         stop, chars = start, 0
         while stop < n and stop - start < _BATCH_TEXTS and (chars < _BATCH_CHARS or stop == start):
             chars += len(items[stop])
             stop += 1
-        fps, ok = _simhash_kernel(items[start:stop], shingle_size, bits, tokenizer, min_words)
+        fps, ok = _simhash_kernel(
+            items[start:stop], shingle_size, bits, tokenizer, min_words, distinct
+        )
         fingerprints[start:stop] = fps
         valid[start:stop] = ok
         start = stop
@@ -429,9 +298,15 @@ def simhash_many(
 
 
 def _simhash_kernel(
-    texts: list[str], shingle_size: int, bits: int, tokenizer: Tokenizer, min_words: int
+    texts: list[str],
+    shingle_size: int,
+    bits: int,
+    tokenizer: Tokenizer,
+    min_words: int,
+    distinct: bool,
 ) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
-    """One kernel call for ``texts`` (checked str, options checked)."""
+    """One kernel call for ``texts`` (checked str, options checked); ``distinct``: the set
+    vote."""
     from permindex.text import simhash_kernels as kernels
 
     if tokenizer == "auto":
@@ -444,29 +319,48 @@ def _simhash_kernel(
         code = kernels.KIND_CHARS if tokenizer == "chars" else kernels.KIND_WORDS
         kinds = np.full(len(texts), code, dtype=np.uint8)
     try:
-        fingerprints, valid = kernels.simhash_of(texts, kinds, shingle_size, min_words)
-    except UnicodeEncodeError:  # a lone surrogate: the reference raises only if it is hashed
+        fingerprints, valid = kernels.simhash_of(texts, kinds, shingle_size, min_words, distinct)
+    except UnicodeEncodeError:  # a lone surrogate: see _unencodable
         fingerprints = np.zeros(len(texts), dtype=np.uint64)
         valid = np.zeros(len(texts), dtype=bool)
         clean: list[int] = []
         for i, text in enumerate(texts):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                fp = _simhash_reference(text, shingle_size, 64, tokenizer, min_words)
-                if fp is not None:
-                    fingerprints[i] = fp
-                    valid[i] = True
-            else:
+            if _encodes(text):
                 clean.append(i)
+            else:
+                _unencodable(text, shingle_size, tokenizer, min_words)
         if clean:
             rows = np.array(clean, dtype=np.intp)
             fingerprints[rows], valid[rows] = kernels.simhash_of(
-                [texts[i] for i in clean], kinds[rows], shingle_size, min_words
+                [texts[i] for i in clean], kinds[rows], shingle_size, min_words, distinct
             )
     if bits == 63:
         fingerprints &= np.uint64(MAX_FINGERPRINT >> 1)
     return fingerprints, valid
+
+
+def _encodes(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 encoding (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unencodable(text: str, shingle_size: int, tokenizer: Tokenizer, min_words: int) -> None:
+    """A text that holds a lone surrogate (it has no UTF-8 encoding, so its shingles no hash):
+    returns (no fingerprint) when it has fewer than ``shingle_size`` or ``min_words`` tokens,
+    so that no shingle needs hashing; else raises the UnicodeEncodeError of encoding its first
+    shingle that holds the surrogate.
+
+    Raises:
+        UnicodeEncodeError: the text has a shingle to hash.
+    """
+    if min_words and len(_tokens(text, tokenizer)) < min_words:
+        return
+    for shingle in _shingles(text, shingle_size, tokenizer):
+        shingle.encode("utf-8")
 
 
 # ------------------------------------------------------------------------------ tokenizers
@@ -542,23 +436,22 @@ def shingle_hashes(
 ) -> NDArray[np.uint64]:
     """XXH3-64 (seed 0) of the UTF-8 bytes of each shingle of ``text`` (:func:`shingles`), in
     order, repeats included, as a (m,) uint64 array: the votes of :func:`simhash`. Empty when
-    the text is shorter than a shingle. Computed by the kernel of :func:`simhash_many`
-    (``PERMINDEX_JIT=0``: in Python). O(len(text)); the array has room for one hash per UTF-8
-    byte while it is filled."""
+    the text is shorter than a shingle. Computed by the kernel of :func:`simhash_many`.
+    O(len(text)); the array has room for one hash per UTF-8 byte while it is filled.
+
+    Raises:
+        InvalidArgumentError: a bad ``shingle_size`` or tokenizer (see :func:`simhash`).
+        UnicodeEncodeError: a shingle holds a lone surrogate.
+    """
     check_shingle_options(shingle_size, tokenizer)
-    from permindex import jit
+    from permindex.text import simhash_kernels as kernels
 
-    if jit.enabled():
-        from permindex.text import simhash_kernels as kernels
-
-        kind = kernels.KIND_CHARS if _resolve_tokenizer(text, tokenizer) == "chars" else 0
-        try:
-            return kernels.shingle_hashes_of(text, kind, shingle_size)
-        except UnicodeEncodeError:  # a lone surrogate: as the reference (raises if hashed)
-            pass
-    hash_ = xxhash.xxh3_64_intdigest
-    parts = _shingles(text, shingle_size, tokenizer)
-    return np.fromiter((hash_(s.encode("utf-8")) for s in parts), dtype=np.uint64, count=len(parts))
+    kind = kernels.KIND_CHARS if _resolve_tokenizer(text, tokenizer) == "chars" else 0
+    try:
+        return kernels.shingle_hashes_of(text, kind, shingle_size)
+    except UnicodeEncodeError:  # a lone surrogate: raises if a shingle holds it
+        _unencodable(text, shingle_size, tokenizer, 0)
+    return np.zeros(0, dtype=np.uint64)
 
 
 # ------------------------------------------------------------------------- weighted SimHash

@@ -7,30 +7,30 @@ Source: the XXH3 specification, Yann Collet, ``doc/xxhash_spec.md`` and ``xxhash
 github.com/Cyan4973/xxHash: the constants and the 192-byte default secret below are that
 specification's. The code is a scalar transcription written for this project: every value is a
 ``uint64`` with wrap-around arithmetic, and the 64 x 64 -> 128-bit product is computed from
-32-bit halves. Bytes are read through their addresses (numba intrinsics: one unaligned
-little-endian load, byte-swapped on a big-endian machine), so that the helpers take scalars only
-and a call costs no reference counting; every array read that way is an argument of the entry
-kernel, kept alive by its caller for the whole call.
+32-bit halves (``XXH_mult64to128``'s portable form).
+
+Reading words. XXH3 reads little-endian 32- and 64-bit words at any byte offset: :func:`le64`
+and :func:`le32` combine the bytes of a uint8 array with shifts, indexed as unsigned integers
+(no negative-index wrap-around to test), a pattern LLVM compiles to one unaligned load (and a
+byte swap on a big-endian machine); :func:`store64` is the same for a store. A kernel passes its
+arrays to :func:`hash_at` and the helpers it inlines as views without an owner
+(:func:`permindex.jit_numba.unowned`), so that no call touches a reference count. Plain numba
+code throughout, no intrinsic of its own (``benchmarks/README.md``, "XXH3 intrinsics: what stays
+and why", has the A/B that retired them).
 
 Import this module only where a kernel is needed: it imports numba (see :mod:`permindex.jit`).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.jit_numba import njit
+from permindex.jit_numba import njit, unowned
 
-from llvmlite import ir  # type: ignore[import-untyped]  # isort: skip  (numba's dependency)
-from numba import types  # isort: skip
-from numba.extending import intrinsic  # isort: skip
-
-__all__ = ["SECRET", "address", "xxh3_64", "xxh3_64_many"]
+__all__ = ["SECRET", "hash_at", "le32", "le64", "store64", "xxh3_64", "xxh3_64_many"]
 
 #: The default secret of XXH3 (``XXH3_kSecret``), 192 bytes.
 SECRET: Final = np.frombuffer(
@@ -44,7 +44,6 @@ SECRET: Final = np.frombuffer(
     ),
     dtype=np.uint8,
 )
-assert SECRET.size == 192
 
 _P32_1 = np.uint64(0x9E3779B1)
 _P32_2 = np.uint64(0x85EBCA77)
@@ -57,7 +56,15 @@ _P64_5 = np.uint64(0x27D4EB2F165667C5)
 _MX1 = np.uint64(0x165667919E3779F9)
 _MX2 = np.uint64(0x9FB21C651E98DF25)
 _LO32 = np.uint64(0xFFFFFFFF)
+_FF = np.uint64(0xFF)
 
+_U1 = np.uint64(1)
+_U2 = np.uint64(2)
+_U3 = np.uint64(3)
+_U4 = np.uint64(4)
+_U5 = np.uint64(5)
+_U6 = np.uint64(6)
+_U7 = np.uint64(7)
 _U8 = np.uint64(8)
 _U16 = np.uint64(16)
 _U24 = np.uint64(24)
@@ -67,123 +74,80 @@ _U32 = np.uint64(32)
 _U33 = np.uint64(33)
 _U35 = np.uint64(35)
 _U37 = np.uint64(37)
+_U40 = np.uint64(40)
 _U47 = np.uint64(47)
+_U48 = np.uint64(48)
+_U56 = np.uint64(56)
 
-_BIG_ENDIAN: Final = sys.byteorder == "big"
 _STRIPE: Final = 64  # bytes per stripe of the long form
 _STRIPES_PER_BLOCK: Final = (192 - 64) // 8  # 16
 _BLOCK: Final = _STRIPE * _STRIPES_PER_BLOCK  # 1024 bytes
 
 
-@intrinsic
-def _load64_ir(typingctx: Any, address: Any) -> Any:
-    """The little-endian 64-bit word at the (unaligned) byte ``address``."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-        value = builder.load(pointer, align=1)
-        if _BIG_ENDIAN:
-            value = builder.bswap(value)
-        return value
-
-    return types.uint64(address), codegen
-
-
-def _load32_codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-    """IR of a little-endian 32-bit load at an (unaligned) byte address, zero-extended to 64
-    bits (the two intrinsics below differ only in the signedness of their result type)."""
-    pointer = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
-    value = builder.load(pointer, align=1)
-    if _BIG_ENDIAN:
-        value = builder.bswap(value)
-    return builder.zext(value, ir.IntType(64))
+@njit(inline=True)
+def le64(b: Any, i: int) -> np.uint64:
+    """The little-endian 64-bit word at ``b[i : i + 8]`` (a uint8 array; one load)."""
+    j = np.uint64(i)
+    return (
+        np.uint64(b[j])
+        | (np.uint64(b[j + _U1]) << _U8)
+        | (np.uint64(b[j + _U2]) << _U16)
+        | (np.uint64(b[j + _U3]) << _U24)
+        | (np.uint64(b[j + _U4]) << _U32)
+        | (np.uint64(b[j + _U5]) << _U40)
+        | (np.uint64(b[j + _U6]) << _U48)
+        | (np.uint64(b[j + _U7]) << _U56)
+    )
 
 
-@intrinsic
-def _load32_ir(typingctx: Any, address: Any) -> Any:
-    """The little-endian 32-bit word at the (unaligned) byte ``address``, as a uint64."""
-    return types.uint64(address), _load32_codegen
+@njit(inline=True)
+def le32(b: Any, i: int) -> np.uint64:
+    """The little-endian 32-bit word at ``b[i : i + 4]`` (a uint8 array; one load), as a
+    uint64."""
+    j = np.uint64(i)
+    return (
+        np.uint64(b[j])
+        | (np.uint64(b[j + _U1]) << _U8)
+        | (np.uint64(b[j + _U2]) << _U16)
+        | (np.uint64(b[j + _U3]) << _U24)
+    )
 
 
-@intrinsic
-def _load32i_ir(typingctx: Any, address: Any) -> Any:
-    """The little-endian 32-bit word at the (unaligned) byte ``address``, as an int64."""
-    return types.int64(address), _load32_codegen
+@njit(inline=True)
+def store64(b: Any, i: int, x: np.uint64) -> None:
+    """Store ``x`` little-endian at ``b[i : i + 8]`` (a uint8 array; one store)."""
+    j = np.uint64(i)
+    b[j] = x & _FF
+    b[j + _U1] = (x >> _U8) & _FF
+    b[j + _U2] = (x >> _U16) & _FF
+    b[j + _U3] = (x >> _U24) & _FF
+    b[j + _U4] = (x >> _U32) & _FF
+    b[j + _U5] = (x >> _U40) & _FF
+    b[j + _U6] = (x >> _U48) & _FF
+    b[j + _U7] = (x >> _U56) & _FF
 
 
-@intrinsic
-def _load8_ir(typingctx: Any, address: Any) -> Any:
-    """The byte at ``address``, as an int64."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        pointer = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-        return builder.zext(builder.load(pointer), ir.IntType(64))
-
-    return types.int64(address), codegen
+@njit(inline=True)
+def _swap64(x: np.uint64) -> np.uint64:
+    out = np.uint64(0)
+    for _ in range(8):
+        out = (out << _U8) | (x & _FF)
+        x >>= _U8
+    return out
 
 
-@intrinsic
-def _store8_ir(typingctx: Any, address: Any, value: Any) -> Any:
-    """Store the low byte of ``value`` at ``address``."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        pointer = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-        builder.store(builder.trunc(args[1], ir.IntType(8)), pointer)
-        return context.get_dummy_value()
-
-    return types.void(address, value), codegen
-
-
-@intrinsic
-def _store64_ir(typingctx: Any, address: Any, value: Any) -> Any:
-    """Store the 64-bit word ``value`` at the (unaligned) ``address``, in the machine's order
-    (a copy of what :func:`_load64` read from there, whatever the byte order)."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-        value = args[1]
-        if _BIG_ENDIAN:
-            value = builder.bswap(value)
-        builder.store(value, pointer, align=1)
-        return context.get_dummy_value()
-
-    return types.void(address, types.uint64), codegen
-
-
-@intrinsic
-def _fold_ir(typingctx: Any, a: Any, b: Any) -> Any:
-    """Low 64 bits XOR high 64 bits of the 128-bit product ``a * b`` (one 64 x 64 -> 128-bit
-    multiply instruction where the machine has one)."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        wide = ir.IntType(128)
-        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
-        low = builder.trunc(product, ir.IntType(64))
-        high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
-        return builder.xor(low, high)
-
-    return types.uint64(types.uint64, types.uint64), codegen
-
-
-@intrinsic
-def _trailing_zeros_ir(typingctx: Any, value: Any) -> Any:
-    """The number of trailing zero bits of a uint64 (64 for 0), as an int64."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
-
-    return types.int64(types.uint64), codegen
-
-
-# The intrinsics as mypy sees them (numba compiles the same objects). Addresses are int64.
-_load64 = cast("Callable[[int], np.uint64]", _load64_ir)
-_load32 = cast("Callable[[int], np.uint64]", _load32_ir)
-_load32i = cast("Callable[[int], int]", _load32i_ir)
-_load8 = cast("Callable[[int], int]", _load8_ir)
-_store8 = cast("Callable[[int, int], None]", _store8_ir)
-_store64 = cast("Callable[[int, np.uint64], None]", _store64_ir)
-_fold = cast("Callable[[np.uint64, np.uint64], np.uint64]", _fold_ir)
-trailing_zeros = cast("Callable[[np.uint64], int]", _trailing_zeros_ir)
+@njit(inline=True)
+def _fold(a: np.uint64, b: np.uint64) -> np.uint64:
+    """Low 64 bits XOR high 64 bits of the 128-bit product ``a * b``, from the four products
+    of 32-bit halves (``XXH_mult64to128``, portable form)."""
+    lo_lo = (a & _LO32) * (b & _LO32)
+    hi_lo = (a >> _U32) * (b & _LO32)
+    lo_hi = (a & _LO32) * (b >> _U32)
+    hi_hi = (a >> _U32) * (b >> _U32)
+    cross = (lo_lo >> _U32) + (hi_lo & _LO32) + lo_hi
+    upper = (hi_lo >> _U32) + (cross >> _U32) + hi_hi
+    lower = (cross << _U32) | (lo_lo & _LO32)
+    return lower ^ upper
 
 
 @njit(inline=True)
@@ -209,23 +173,14 @@ def _rotl(x: np.uint64, r: np.uint64) -> np.uint64:
 
 
 @njit(inline=True)
-def _swap64(x: np.uint64) -> np.uint64:
-    out = np.uint64(0)
-    for _ in range(8):
-        out = (out << _U8) | (x & np.uint64(0xFF))
-        x >>= _U8
-    return out
-
-
-@njit(inline=True)
-def _mix16(p: int, k: int) -> np.uint64:
-    """mix16B: 16 input bytes at address ``p`` with 16 secret bytes at ``k``."""
-    return _fold(_load64(p) ^ _load64(k), _load64(p + 8) ^ _load64(k + 8))
+def _mix16(d: Any, p: int, k: Any, s: int) -> np.uint64:
+    """mix16B: the 16 input bytes at ``d[p]`` with the 16 secret bytes at ``k[s]``."""
+    return _fold(le64(d, p) ^ le64(k, s), le64(d, p + 8) ^ le64(k, s + 8))
 
 
 @njit()
-def _long(p: int, n: int, k: int) -> np.uint64:
-    """XXH3-64 of the ``n > 240`` bytes at address ``p``, secret at ``k``."""
+def _long(d: Any, p: int, n: int, k: Any) -> np.uint64:
+    """XXH3-64 of the ``n > 240`` bytes ``d[p : p + n]``, secret ``k``."""
     a0, a1, a2, a3 = _P32_3, _P64_1, _P64_2, _P64_3
     a4, a5, a6, a7 = _P64_4, _P32_2, _P64_5, _P32_1
     blocks = (n - 1) // _BLOCK
@@ -235,16 +190,16 @@ def _long(p: int, n: int, k: int) -> np.uint64:
         for stripe in range(stripes):
             if b == blocks and stripe == stripes_last:  # the last stripe, read from the end
                 q = p + n - _STRIPE
-                s = k + 192 - _STRIPE - 7
+                s = 192 - _STRIPE - 7
             else:
                 q = p + b * _BLOCK + stripe * _STRIPE
-                s = k + stripe * 8
-            v0, v1, v2, v3 = _load64(q), _load64(q + 8), _load64(q + 16), _load64(q + 24)
-            v4, v5, v6, v7 = _load64(q + 32), _load64(q + 40), _load64(q + 48), _load64(q + 56)
-            x0, x1 = v0 ^ _load64(s), v1 ^ _load64(s + 8)
-            x2, x3 = v2 ^ _load64(s + 16), v3 ^ _load64(s + 24)
-            x4, x5 = v4 ^ _load64(s + 32), v5 ^ _load64(s + 40)
-            x6, x7 = v6 ^ _load64(s + 48), v7 ^ _load64(s + 56)
+                s = stripe * 8
+            v0, v1, v2, v3 = le64(d, q), le64(d, q + 8), le64(d, q + 16), le64(d, q + 24)
+            v4, v5, v6, v7 = le64(d, q + 32), le64(d, q + 40), le64(d, q + 48), le64(d, q + 56)
+            x0, x1 = v0 ^ le64(k, s), v1 ^ le64(k, s + 8)
+            x2, x3 = v2 ^ le64(k, s + 16), v3 ^ le64(k, s + 24)
+            x4, x5 = v4 ^ le64(k, s + 32), v5 ^ le64(k, s + 40)
+            x6, x7 = v6 ^ le64(k, s + 48), v7 ^ le64(k, s + 56)
             # acc[i ^ 1] += value[i]; acc[i] += lo32(key[i]) * hi32(key[i])
             a0 += v1 + (x0 & _LO32) * (x0 >> _U32)
             a1 += v0 + (x1 & _LO32) * (x1 >> _U32)
@@ -255,39 +210,38 @@ def _long(p: int, n: int, k: int) -> np.uint64:
             a6 += v7 + (x6 & _LO32) * (x6 >> _U32)
             a7 += v6 + (x7 & _LO32) * (x7 >> _U32)
         if b < blocks:  # scramble after every full block
-            s = k + 192 - _STRIPE
-            a0 = ((a0 ^ (a0 >> _U47)) ^ _load64(s)) * _P32_1
-            a1 = ((a1 ^ (a1 >> _U47)) ^ _load64(s + 8)) * _P32_1
-            a2 = ((a2 ^ (a2 >> _U47)) ^ _load64(s + 16)) * _P32_1
-            a3 = ((a3 ^ (a3 >> _U47)) ^ _load64(s + 24)) * _P32_1
-            a4 = ((a4 ^ (a4 >> _U47)) ^ _load64(s + 32)) * _P32_1
-            a5 = ((a5 ^ (a5 >> _U47)) ^ _load64(s + 40)) * _P32_1
-            a6 = ((a6 ^ (a6 >> _U47)) ^ _load64(s + 48)) * _P32_1
-            a7 = ((a7 ^ (a7 >> _U47)) ^ _load64(s + 56)) * _P32_1
-    m = k + 11  # mergeAccs
+            s = 192 - _STRIPE
+            a0 = ((a0 ^ (a0 >> _U47)) ^ le64(k, s)) * _P32_1
+            a1 = ((a1 ^ (a1 >> _U47)) ^ le64(k, s + 8)) * _P32_1
+            a2 = ((a2 ^ (a2 >> _U47)) ^ le64(k, s + 16)) * _P32_1
+            a3 = ((a3 ^ (a3 >> _U47)) ^ le64(k, s + 24)) * _P32_1
+            a4 = ((a4 ^ (a4 >> _U47)) ^ le64(k, s + 32)) * _P32_1
+            a5 = ((a5 ^ (a5 >> _U47)) ^ le64(k, s + 40)) * _P32_1
+            a6 = ((a6 ^ (a6 >> _U47)) ^ le64(k, s + 48)) * _P32_1
+            a7 = ((a7 ^ (a7 >> _U47)) ^ le64(k, s + 56)) * _P32_1
+    m = 11  # mergeAccs
     result = np.uint64(n) * _P64_1
-    result += _fold(a0 ^ _load64(m), a1 ^ _load64(m + 8))
-    result += _fold(a2 ^ _load64(m + 16), a3 ^ _load64(m + 24))
-    result += _fold(a4 ^ _load64(m + 32), a5 ^ _load64(m + 40))
-    result += _fold(a6 ^ _load64(m + 48), a7 ^ _load64(m + 56))
+    result += _fold(a0 ^ le64(k, m), a1 ^ le64(k, m + 8))
+    result += _fold(a2 ^ le64(k, m + 16), a3 ^ le64(k, m + 24))
+    result += _fold(a4 ^ le64(k, m + 32), a5 ^ le64(k, m + 40))
+    result += _fold(a6 ^ le64(k, m + 48), a7 ^ le64(k, m + 56))
     return _avalanche(result)
 
 
 @njit(inline=True)
-def _hash(p: int, n: int, k: int) -> np.uint64:
-    """XXH3-64 (seed 0) of the ``n`` bytes at address ``p``, with the secret at address ``k``
-    (the default one: :data:`SECRET`). Addresses are int64; the caller keeps the arrays alive.
-    """
+def hash_at(d: Any, p: int, n: int, k: Any) -> np.uint64:
+    """XXH3-64 (seed 0) of the ``n`` bytes ``d[p : p + n]`` (a uint8 array), with the secret
+    ``k`` (:data:`SECRET`). Reads only those ``n`` bytes."""
     length = np.uint64(n)
     if n <= 16:
         if n > 8:
-            lo = _load64(p) ^ (_load64(k + 24) ^ _load64(k + 32))
-            hi = _load64(p + n - 8) ^ (_load64(k + 40) ^ _load64(k + 48))
+            lo = le64(d, p) ^ (le64(k, 24) ^ le64(k, 32))
+            hi = le64(d, p + n - 8) ^ (le64(k, 40) ^ le64(k, 48))
             return _avalanche(length + _swap64(lo) + hi + _fold(lo, hi))
         if n >= 4:
-            first = _load32(p)
-            last = _load32(p + n - 4)
-            keyed = (last + (first << _U32)) ^ (_load64(k + 8) ^ _load64(k + 16))
+            first = le32(d, p)
+            last = le32(d, p + n - 4)
+            keyed = (last + (first << _U32)) ^ (le64(k, 8) ^ le64(k, 16))
             # rrmxmx
             keyed ^= _rotl(keyed, np.uint64(49)) ^ _rotl(keyed, _U24)
             keyed *= _MX2
@@ -295,42 +249,36 @@ def _hash(p: int, n: int, k: int) -> np.uint64:
             keyed *= _MX2
             return keyed ^ (keyed >> _U28)
         if n > 0:
-            c1 = np.uint64(_load8(p))
-            c2 = np.uint64(_load8(p + (n >> 1)))
-            c3 = np.uint64(_load8(p + n - 1))
+            c1 = np.uint64(d[p])
+            c2 = np.uint64(d[p + (n >> 1)])
+            c3 = np.uint64(d[p + n - 1])
             combined = (c1 << _U16) | (c2 << _U24) | c3 | (length << _U8)
-            return _avalanche64(combined ^ (_load32(k) ^ _load32(k + 4)))
-        return _avalanche64(_load64(k + 56) ^ _load64(k + 64))
+            return _avalanche64(combined ^ (le32(k, 0) ^ le32(k, 4)))
+        return _avalanche64(le64(k, 56) ^ le64(k, 64))
     if n <= 128:
         acc = length * _P64_1
         if n > 32:
             if n > 64:
                 if n > 96:
-                    acc += _mix16(p + 48, k + 96)
-                    acc += _mix16(p + n - 64, k + 112)
-                acc += _mix16(p + 32, k + 64)
-                acc += _mix16(p + n - 48, k + 80)
-            acc += _mix16(p + 16, k + 32)
-            acc += _mix16(p + n - 32, k + 48)
-        acc += _mix16(p, k)
-        acc += _mix16(p + n - 16, k + 16)
+                    acc += _mix16(d, p + 48, k, 96)
+                    acc += _mix16(d, p + n - 64, k, 112)
+                acc += _mix16(d, p + 32, k, 64)
+                acc += _mix16(d, p + n - 48, k, 80)
+            acc += _mix16(d, p + 16, k, 32)
+            acc += _mix16(d, p + n - 32, k, 48)
+        acc += _mix16(d, p, k, 0)
+        acc += _mix16(d, p + n - 16, k, 16)
         return _avalanche(acc)
     if n <= 240:
         acc = length * _P64_1
         for i in range(8):
-            acc += _mix16(p + 16 * i, k + 16 * i)
+            acc += _mix16(d, p + 16 * i, k, 16 * i)
         acc = _avalanche(acc)
         for i in range(8, n // 16):
-            acc += _mix16(p + 16 * i, k + 16 * (i - 8) + 3)
-        acc += _mix16(p + n - 16, k + 136 - 17)
+            acc += _mix16(d, p + 16 * i, k, 16 * (i - 8) + 3)
+        acc += _mix16(d, p + n - 16, k, 136 - 17)
         return _avalanche(acc)
-    return _long(p, n, k)
-
-
-@njit()
-def address(array: NDArray[Any]) -> int:
-    """The address of ``array``'s first byte, as an int64 (for :func:`_hash`)."""
-    return int(array.ctypes.data)
+    return _long(d, p, n, k)
 
 
 @njit()
@@ -339,26 +287,21 @@ def _hash_many(
 ) -> NDArray[np.uint64]:
     n = offsets.size - 1
     out = np.empty(n, dtype=np.uint64)
-    p = address(data)
-    k = address(secret)
+    data = unowned(data)  # for hash_at: see permindex.jit_numba.unowned
+    secret = unowned(secret)
     for i in range(n):
-        out[i] = _hash(p + offsets[i], offsets[i + 1] - offsets[i], k)
+        out[i] = hash_at(data, offsets[i], offsets[i + 1] - offsets[i], secret)
     return out
-
-
-@njit()
-def _hash_one(data: NDArray[np.uint8], secret: NDArray[np.uint8]) -> np.uint64:
-    return _hash(address(data), data.size, address(secret))
 
 
 def xxh3_64(data: bytes | NDArray[np.uint8]) -> int:
     """XXH3-64 (seed 0) of ``data``: equal to ``xxhash.xxh3_64_intdigest(data)``. O(len(data))
     (one kernel call: for many small inputs use :func:`xxh3_64_many`)."""
     array = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes) else data
-    return int(_hash_one(array, SECRET))
+    return int(_hash_many(array, np.array([0, array.size], dtype=np.int64), SECRET)[0])
 
 
 def xxh3_64_many(data: NDArray[np.uint8], offsets: NDArray[np.int64]) -> NDArray[np.uint64]:
     """XXH3-64 (seed 0) of each ``data[offsets[i] : offsets[i + 1]]``: an (n,) uint64 array for
-    (n + 1,) int64 ``offsets`` (non-decreasing, within ``data``; not checked)."""
-    return _hash_many(data, offsets, SECRET)
+    (n + 1,) int64 ``offsets`` (non-decreasing, within ``data``; not checked). O(n + bytes)."""
+    return _hash_many(data, offsets, SECRET)  # type: ignore[no-any-return]
