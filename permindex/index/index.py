@@ -471,9 +471,9 @@ class Index:
 
         Cost: one call of a compiled kernel over the searched tables' frozen runs (a directory
         lookup per run, the bucket's filters compared, the candidates that pass verified:
-        :meth:`~permindex.index.lookup.Lookups.one`, from C where the extension was built)
-        and a bisection of each non-empty memtable; O(tables * runs + candidates). Under
-        ``PERMINDEX_JIT=0`` the same in Python (:meth:`~permindex.index.table.Table.lookup`).
+        :meth:`~permindex.index.lookup.Lookups.one`) and a bisection of each non-empty
+        memtable; O(tables * runs + candidates). Under ``PERMINDEX_JIT=0`` the same in Python
+        (:meth:`~permindex.index.table.Table.lookup`).
         """
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
@@ -532,9 +532,6 @@ class Index:
         Same errors as :meth:`query` (the message names the position of a bad fingerprint),
         TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
         InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
-        The lists are not tracked by the cyclic garbage collector where the C extension made
-        them (:data:`~permindex.index.match.match_lists`): a cycle made through one later (a
-        list appended to itself) is never collected.
         """
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)

@@ -26,7 +26,6 @@ from numpy.typing import NDArray
 
 from permindex import jit
 from permindex.index.key_section import decode_section
-from permindex.index.match import Match, match_lists_of_rows
 
 __all__ = ["KeyRows", "ahead_capacity", "grown", "nearly_full", "next_capacity", "ragged_positions"]
 
@@ -137,33 +136,6 @@ class KeyRows:
         starts = self._offsets[rows]
         sizes = self._offsets[rows + 1] - starts
         return decode_section(self._data[ragged_positions(starts, sizes)].tobytes(), sizes - 1)
-
-    def match_lists(
-        self,
-        n: int,
-        queries: _I64,
-        rows: _I64,
-        fingerprints: NDArray[np.uint64],
-        distances: NDArray[np.uint8],
-    ) -> list[list[Match]]:
-        """The :class:`~permindex.index.match.Match` lists of n queries
-        (:func:`~permindex.index.match.match_lists`: ``queries`` (m,) int64 non-decreasing in
-        [0, n), ``fingerprints`` (m,) uint64, ``distances`` (m,) uint8), each match's key
-        decoded from this store by its row (``rows`` (m,) int64) in the same C pass that makes
-        the Matches: only where the C extension was built
-        (:data:`~permindex.index.match.match_lists_of_rows`; else :meth:`keys` and
-        ``match_lists``). The caller holds the index's lock and pauses the collector.
-        O(n + m + the keys' bytes).
-
-        Raises:
-            ValueError: a row without a key here, or arrays of different lengths.
-            RuntimeError: the C extension was not built.
-        """
-        if match_lists_of_rows is None:
-            raise RuntimeError("KeyRows.match_lists: the C extension _match_lists was not built")
-        return match_lists_of_rows(
-            n, queries, (rows, self._offsets, self._data), fingerprints, distances
-        )
 
     def _keys_compiled(self, rows: _I64) -> list[str]:
         """:meth:`keys` on the kernels of :mod:`permindex.index.match_kernels`: the distinct

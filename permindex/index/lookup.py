@@ -13,11 +13,9 @@ candidates verified exactly).
   (:meth:`permindex.index.rows.RowStore.read_live`), so a lookup on a view sees the index as
   it was when the view was taken: before or after each write, never a mix.
 * :class:`Lookups` -- the per-index caches (plans by k, the last view) and the two entry points
-  used by :class:`permindex.index.Index`: :meth:`Lookups.one` (a single query, under the lock;
-  where the C extension was built and no memtable is searched, through
-  :data:`SingleLookup`, which calls the kernel's C entry point and makes the answer in C) and
-  :meth:`Lookups.view` with :func:`batch_arrays` (a batch, its kernels run without the lock,
-  on ``threads`` threads).
+  used by :class:`permindex.index.Index`: :meth:`Lookups.one` (a single query, under the lock)
+  and :meth:`Lookups.view` with :func:`batch_arrays` (a batch, its kernels run without the
+  lock, on ``threads`` threads).
 
 Thread safety: :meth:`Lookups.one` and :meth:`Lookups.view` are called with the index's lock
 held; :func:`batch_arrays` runs on a view without it.
@@ -58,46 +56,10 @@ PACKED_HEADER = 10  # lookup_kernels.PACKED_HEADER (that module loads numba)
 _ONE_CAP = 256
 
 #: What :meth:`Lookups.one` reads for one k (:meth:`Lookups._refresh_fast`).
-_Fast = tuple[
-    Callable[[int], "list[Match] | int"] | None, _I64, Any, bool, Callable[[int], str], memoryview
-]
+_Fast = tuple[_I64, Any, bool, Callable[[int], str], memoryview]
 
 _kernels: ModuleType | None = None
 _kernels_lock = threading.Lock()
-_capsule: object | None = None
-#: The capsule's name (the C extension checks it); kept alive: a capsule does not copy it.
-_CAPSULE_NAME = b"permindex.lookup_packed"
-
-
-def _single_lookup_type() -> Any:
-    try:
-        from permindex.index._match_lists import SingleLookup
-    except ImportError:  # not built: no C compiler at install, or another interpreter
-        return None
-    return SingleLookup
-
-
-#: The C extension's single-query lookup (:class:`~permindex.index._match_lists.SingleLookup`:
-#: the kernel called through its C entry point, its one match made in C), or None where the
-#: extension was not built (then :meth:`Lookups.one` calls the kernel through numba and makes
-#: the Match in Python: the same answer).
-SingleLookup: Any = _single_lookup_type()
-
-
-def packed_kernel_capsule() -> object:
-    """The C entry point of the single-query kernel (``lookup_kernels.lookup_packed_c``, a
-    numba cfunc: ``int64_t (uint64_t query, int64_t *packed_plan)``) in a capsule named
-    ``permindex.lookup_packed``, as :class:`~permindex.index._match_lists.SingleLookup` takes
-    it; made once per process (loads the kernels)."""
-    global _capsule
-    if _capsule is None:
-        import ctypes
-
-        new_capsule = ctypes.pythonapi.PyCapsule_New
-        new_capsule.restype = ctypes.py_object
-        new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-        _capsule = new_capsule(kernels().lookup_packed_c.address, _CAPSULE_NAME, None)
-    return _capsule
 
 
 def kernels() -> ModuleType:
@@ -334,21 +296,14 @@ class Lookups:
 
     def one(self, query: int, k: int) -> list[Match]:
         """The matches of one query within ``k``, sorted by (distance, key), the caller holding
-        the index's lock: the frozen runs searched by the compiled kernel (without a memtable
-        to search and with the C extension built, called through :data:`SingleLookup`: no
-        numba dispatch, the answer of none or one match made in C), the memtables in Python (a
-        bisection each) and their candidates verified by
+        the index's lock: the frozen runs searched by the compiled kernel, the memtables in
+        Python (a bisection each) and their candidates verified by
         :func:`~permindex.index.verify.verify`; each row once. O(tables * runs + log L +
         candidates)."""
         fast = self._fast.get(k) if self._fast_seen == self._changes[2] else None
         if fast is None:
             fast = self._refresh_fast(k)
-        searcher, packed, kernel, no_memtables, key_of, fps = fast
-        if searcher is not None:  # in C: the answer unless several matches
-            answer = searcher(query)
-            if answer.__class__ is list:
-                return answer
-            return self._one_general(query, k, answer)  # type: ignore[arg-type]
+        packed, kernel, no_memtables, key_of, fps = fast
         found = kernel(query, packed)
         if found < 0 and no_memtables:  # the common answer: one match
             found = -found - 1
@@ -360,8 +315,7 @@ class Lookups:
 
     def _refresh_fast(self, k: int) -> _Fast:
         """The state :meth:`one` reads for ``k``, rebuilt after any change of the tables or the
-        row arrays: (the C extension's lookup where it was built and no memtable is searched,
-        else None; packed plan, kernel, no memtable to search, key of a row, fingerprints)."""
+        row arrays: (packed plan, kernel, no memtable to search, key of a row, fingerprints)."""
         if self._fast_seen != self._changes[2]:
             self._fast.clear()
             self._fast_seen = self._changes[2]
@@ -371,12 +325,7 @@ class Lookups:
         packed = self._packed(k) if plan is None else plan.tables
         memtables = any(self.tables[t].memtable_size for t in self.searched[k])
         rows = self.rows
-        searcher = None
-        if SingleLookup is not None and not memtables and self._one_kernel is not None:
-            searcher = SingleLookup(
-                packed_kernel_capsule(), packed, rows.fps, rows.keys, Match
-            ).lookup
-        fast = (searcher, packed, self._one_kernel, not memtables, rows.keys.key, rows.fps_view)
+        fast = (packed, self._one_kernel, not memtables, rows.keys.key, rows.fps_view)
         self._fast[k] = fast
         return fast
 

@@ -56,14 +56,12 @@ __all__ = [
     "BUCKET_LINES",
     "DISTANCE",
     "ONE_SIGNATURE",
-    "PACKED_C_SIGNATURE",
     "PACKED_HEADER",
     "PACKED_SIGNATURE",
     "RING",
     "lookup_batch",
     "lookup_one",
     "lookup_packed",
-    "lookup_packed_c",
 ]
 
 #: How many queries ahead the batch kernel prefetches: the directory entry of query i + 2D
@@ -406,21 +404,3 @@ def lookup_packed(query, packed):  # type: ignore[no-untyped-def]
     if count == 1:
         return -(out[0, 1] * 64 + out[0, 2]) - 1
     return count
-
-
-#: lookup_packed_c(query, plan) -> matches, or the one match encoded (a C function).
-PACKED_C_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.int64))
-
-
-@numba.cfunc(PACKED_C_SIGNATURE, cache=True)
-def lookup_packed_c(query, plan):  # type: ignore[no-untyped-def]
-    """:func:`lookup_packed` as a C function ``int64_t (uint64_t query, int64_t *plan)`` (its
-    address: ``lookup_packed_c.address``; numba caches it as it does the kernels), for the C
-    extension's :class:`~permindex.index._match_lists.SingleLookup`, which calls it without
-    numba's dispatch (about 0.1 us a call less; the GIL stays held) and makes the answer
-    itself. ``plan`` points to a packed plan (its length read from its header, whose
-    addresses are trusted: :meth:`permindex.index.lookup.Lookups._packed` makes it); the
-    caller keeps it and the arrays it points to alive. Same result as :func:`lookup_packed`."""
-    header = numba.carray(plan, PACKED_HEADER)
-    size = PACKED_HEADER + header[0] * header[2] + header[1] * 9
-    return lookup_packed(query, numba.carray(plan, size))

@@ -1,16 +1,14 @@
 """The result of a lookup: :class:`Match` (a stored key, its fingerprint, its Hamming distance
 to the query), how one is made without a Python-level call, the order of matches,
 :func:`collection_paused`, under which a batch's result objects are made, and
-:func:`match_lists`, which makes a batch's lists of them: in C when the optional extension
-:mod:`permindex.index._match_lists` was built at install (a C compiler was at hand), else in
-Python (:func:`match_lists_python`, the reference the tests compare it with)."""
+:func:`match_lists`, which makes a batch's lists of them."""
 
 from __future__ import annotations
 
 import gc
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from operator import itemgetter
@@ -19,16 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = [
-    "COMPILED_MATCH_LISTS",
-    "MATCH_ORDER",
-    "Match",
-    "collection_paused",
-    "match_lists",
-    "match_lists_of_rows",
-    "match_lists_python",
-    "new_match",
-]
+__all__ = ["MATCH_ORDER", "Match", "collection_paused", "match_lists", "new_match"]
 
 #: Sort key of matches: (distance, key).
 MATCH_ORDER = itemgetter(2, 0)
@@ -82,7 +71,7 @@ def collection_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def match_lists_python(
+def match_lists(
     n: int,
     queries: NDArray[np.int64],
     keys: list[str],
@@ -93,7 +82,7 @@ def match_lists_python(
     fingerprints[i], distances[i])`` for every i with ``queries[i] == q``, in order;
     ``queries`` (m,) int64 non-decreasing in [0, n), ``keys`` m str, ``fingerprints`` (m,)
     uint64, ``distances`` (m,) uint8. O(n + m); the caller pauses the collector
-    (:func:`collection_paused`). The reference of the compiled form (:func:`match_lists`).
+    (:func:`collection_paused`).
 
     Raises:
         ValueError: the lengths differ, or ``queries`` is not non-decreasing in [0, n).
@@ -109,32 +98,3 @@ def match_lists_python(
     # for loop)
     deque(map(list.append, map(results.__getitem__, queries.tolist()), matches), maxlen=0)
     return results
-
-
-def _compiled() -> Callable[..., list[list[Match]]] | None:
-    try:
-        from permindex.index._match_lists import match_lists as compiled
-    except ImportError:  # not built: no C compiler at install, or another interpreter
-        return None
-    return partial(compiled, Match)
-
-
-_COMPILED = _compiled()
-#: Whether :func:`match_lists` runs in C (the optional extension was built and imports).
-COMPILED_MATCH_LISTS = _COMPILED is not None
-#: :func:`match_lists_python`'s contract, in C when the extension was built (the same lists of
-#: the same objects, about a third of the time, and left to reference counting: a list of
-#: Matches of str keys, and the list of such lists, are not tracked by the cyclic garbage
-#: collector), else that function itself.
-match_lists: Callable[
-    [int, NDArray[np.int64], list[str], NDArray[np.uint64], NDArray[np.uint8]], list[list[Match]]
-] = _COMPILED or match_lists_python
-#: The compiled :func:`match_lists` with each match's key decoded from a key store's arrays
-#: instead of a list of keys: ``(n, queries, (rows, offsets, data), fingerprints,
-#: distances)``, rows (m,) int64, offsets (r + 1,) int64 and data (b,) uint8 as
-#: :class:`~permindex.index.key_rows.KeyRows` keeps them (row i's key is ``data[offsets[i] :
-#: offsets[i + 1] - 1]``, UTF-8). One pass instead of gathering, decoding and splitting the
-#: keys first, then making the Matches. None where the extension was not built (the caller
-#: decodes the keys and calls :func:`match_lists`). Raises ValueError for a row or key outside
-#: the arrays, UnicodeDecodeError for bytes that are not UTF-8.
-match_lists_of_rows: Callable[..., list[list[Match]]] | None = _COMPILED

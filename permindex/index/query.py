@@ -37,7 +37,6 @@ from permindex.index.match import (
     Match,
     collection_paused,
     match_lists,
-    match_lists_of_rows,
     new_match,
 )
 from permindex.index.pair_stream import (
@@ -66,7 +65,6 @@ __all__ = [
     "QueryColumns",
     "columns_from_matches",
     "columns_of",
-    "list_matches",
     "lookup_many",
     "lookup_within",
     "matches_of",
@@ -439,11 +437,11 @@ def query_view(
     """A batch lookup on compiled kernels outside the index's lock: a read view taken under
     ``lock`` (O(tables)), the lookup kernel run without it (and without the GIL) on ``threads``
     threads, then the matches ordered (:func:`order_matches`, taking the lock again only to
-    read the matched rows' keys). Returns the matches (:data:`Found`), or with ``lists``, where
-    the C extension was built, their Match lists (:func:`list_matches`): every
-    query sees the index as it was when the view was taken. None when a compaction renumbered
-    the rows meanwhile (the caller looks up again under the lock). O(q * (tables * runs +
-    candidates)) in the kernels, O(m log m) to order the m matches.
+    read the matched rows' keys). Returns the matches (:data:`Found`), or with ``lists`` their
+    Match lists (:func:`matches_of`): every query sees the index as it was when the view was
+    taken. None when a compaction renumbered the rows meanwhile (the caller looks up again
+    under the lock). O(q * (tables * runs + candidates)) in the kernels, O(m log m) to order
+    the m matches.
 
     A batch of one thread that starts while another batch lookup runs on the index is looked
     up in :data:`OVERLAP_PIECES` pieces of consecutive queries on the same view, each piece
@@ -456,7 +454,6 @@ def query_view(
         lookups.batches += 1
         alone = threads > 1 or lookups.batches == 1 or n < OVERLAP_PIECES * OVERLAP_PIECE
     try:
-        lists = lists and match_lists_of_rows is not None
         return _lookup_on_view(lock, lookups.rows, view, queries, k, limit, threads, alone, lists)
     finally:
         with lock:
@@ -476,12 +473,11 @@ def _lookup_on_view(
 ) -> Found | list[list[Match]] | None:
     """:func:`query_view` on ``view`` (whose liveness mask it releases after the last kernel):
     the whole batch at once, or in :data:`OVERLAP_PIECES` pieces; with ``lists`` each piece's
-    Match lists (:func:`list_matches`), one after the other."""
+    Match lists (:func:`matches_of`), one after the other."""
     n = int(queries.size)
     bounds = [0, n] if whole else np.linspace(0, n, OVERLAP_PIECES + 1).astype(int).tolist()
     parts: list[Found] = []
-    # each piece's lists appended to the first piece's (made in C and left untracked by the
-    # collector; extending it keeps it so)
+    # each piece's lists appended to the first piece's
     results: list[list[Match]] | None = None
     released = False
     try:
@@ -491,18 +487,16 @@ def _lookup_on_view(
                 with lock:
                     rows.release_live(view.epoch)
                 released = True
+            ordered = order_matches(lock, rows, view, found, end - start, limit)
+            if ordered is None:
+                return None
             if lists:
-                piece = list_matches(lock, rows, view, found, end - start, limit)
-                if piece is None:
-                    return None
+                piece = matches_of(end - start, ordered)
                 if results is None:
                     results = piece
                 else:
                     results += piece
                 continue
-            ordered = order_matches(lock, rows, view, found, end - start, limit)
-            if ordered is None:
-                return None
             parts.append(ordered if start == 0 else (ordered[0] + start, *ordered[1:]))
     finally:
         if not released:
@@ -600,38 +594,9 @@ def _kept(queries: NDArray[np.int64], limit: int) -> NDArray[np.int64] | None:
     return kept if kept.size < queries.size else None
 
 
-def list_matches(
-    lock: RLock, rows: RowStore, view: ReadView, found: NDArray[np.int64], n: int, limit: int
-) -> list[list[Match]] | None:
-    """The Match lists of n queries from the matches ``found`` (as :func:`order_matches` takes
-    them), in the order and at most ``limit`` per query as :func:`order_matches` and
-    :func:`matches_of` give them, made in C as each key is read from the key store
-    (:meth:`~permindex.index.key_rows.KeyRows.match_lists`) under ``lock``: no list of keys
-    first. A batch of more than :data:`RANK_TIES` ties goes through :func:`order_matches`.
-    None when a compaction renumbered the rows since the view was taken. The caller has the
-    C extension (:data:`~permindex.index.match.match_lists_of_rows`). O(m log m + the keys'
-    bytes)."""
-    arranged = kernels_of_matches().arrange_matches(found, n, view.fps)
-    q_all, rows_all, d_all, fps_all, tie = arranged
-    if tie.size > RANK_TIES:
-        ordered = _order_arranged(lock, rows, view, arranged, limit)
-        return None if ordered is None else matches_of(n, ordered)
-    kept = _kept(q_all, limit)  # by query positions alone, which ordering ties leaves as is
-    with lock:
-        if rows.compactions != view.compactions:
-            return None
-        if tie.size:  # runs of ties ordered by their keys' bytes, in a kernel
-            rows.keys.order_ties(tie, rows_all, fps_all)
-        if kept is not None:
-            q_all, rows_all = q_all[kept], rows_all[kept]
-            fps_all, d_all = fps_all[kept], d_all[kept]
-        with collection_paused():
-            return rows.keys.match_lists(n, q_all, rows_all, fps_all, d_all)
-
-
 def matches_of(n: int, found: Found) -> list[list[Match]]:
     """The matches of n queries (:data:`Found`, from :func:`order_matches`) as one list of
-    :class:`Match` per query (:func:`~permindex.index.match.match_lists`, in C when built).
+    :class:`Match` per query (:func:`~permindex.index.match.match_lists`).
     O(n + m)."""
     q_all, keys, fps, d_all = found
     with collection_paused():
