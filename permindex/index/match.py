@@ -1,15 +1,10 @@
 """The result of a lookup: :class:`Match` (a stored key, its fingerprint, its Hamming distance
-to the query), how one is made without a Python-level call, the order of matches,
-:func:`collection_paused`, under which a batch's result objects are made, and
+to the query), how one is made without a Python-level call, the order of matches, and
 :func:`match_lists`, which makes a batch's lists of them."""
 
 from __future__ import annotations
 
-import gc
-import threading
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
@@ -17,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["MATCH_ORDER", "Match", "collection_paused", "match_lists", "new_match"]
+__all__ = ["MATCH_ORDER", "Match", "match_lists", "new_match"]
 
 #: Sort key of matches: (distance, key).
 MATCH_ORDER = itemgetter(2, 0)
@@ -37,40 +32,6 @@ class Match(NamedTuple):
 new_match = partial(tuple.__new__, Match)
 
 
-_pause_lock = threading.Lock()
-_pauses = 0
-_resume = False
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused (``gc.disable()``) while the block makes many
-    objects at once -- a batch's lists and :class:`Match` tuples, none of them in a cycle --
-    and resumed after it if it was enabled before (nested and concurrent uses: by the last to
-    leave).
-
-    Why: every 700 container objects made start a collection of the youngest generation, and
-    a batch's results, alive while they are made, are promoted to older generations; once
-    enough are, Python collects all of them, every object of the process included. With
-    numba's kernels loaded a process holds about 10^5 such objects, and that full collection
-    took 80 to 110 ms here, about once in 7 batches of 10,000 lookups. Results the caller
-    drops before the next collection are then freed by reference counting, never promoted.
-    A ``gc.disable()`` by another thread while a block runs may be undone at its end."""
-    global _pauses, _resume
-    with _pause_lock:
-        if _pauses == 0:
-            _resume = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pauses -= 1
-            if _pauses == 0 and _resume:
-                gc.enable()
-
-
 def match_lists(
     n: int,
     queries: NDArray[np.int64],
@@ -81,8 +42,7 @@ def match_lists(
     """The result lists of a batch of n queries: list q holds ``Match(keys[i],
     fingerprints[i], distances[i])`` for every i with ``queries[i] == q``, in order;
     ``queries`` (m,) int64 non-decreasing in [0, n), ``keys`` m str, ``fingerprints`` (m,)
-    uint64, ``distances`` (m,) uint8. O(n + m); the caller pauses the collector
-    (:func:`collection_paused`).
+    uint64, ``distances`` (m,) uint8. O(n + m).
 
     Raises:
         ValueError: the lengths differ, or ``queries`` is not non-decreasing in [0, n).

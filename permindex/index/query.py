@@ -35,7 +35,6 @@ from permindex.index.lookup import (
 from permindex.index.match import (
     MATCH_ORDER,
     Match,
-    collection_paused,
     match_lists,
     new_match,
 )
@@ -599,8 +598,7 @@ def matches_of(n: int, found: Found) -> list[list[Match]]:
     :class:`Match` per query (:func:`~permindex.index.match.match_lists`).
     O(n + m)."""
     q_all, keys, fps, d_all = found
-    with collection_paused():
-        return match_lists(n, q_all, keys, fps, d_all)
+    return match_lists(n, q_all, keys, fps, d_all)
 
 
 def columns_of(n: int, found: Found) -> QueryColumns:
