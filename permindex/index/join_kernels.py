@@ -3,8 +3,9 @@ values it joins (:func:`permindex.index.pair_stream.distinct_values`) and of the
 components of its pairs (:func:`permindex.index.clusters.components`).
 
 Imported only by the code that calls them (importing it compiles nothing until a kernel is first
-called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). Each kernel is bit-exact
-with the numpy path it replaces, which stays the reference under ``PERMINDEX_JIT=0``.
+called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). The tests check each
+against an independent reference (brute force for the pairs, a dict for the distinct values,
+a plain union-find for the components: ``tests/oracles.py``, ``tests/test_pair_stream.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _TWO = np.uint64(2)
 _FOUR = np.uint64(4)
 _TOP = np.uint64(56)
 _ZERO = np.uint64(0)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi, as pair_stream's hash
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi: Fibonacci hashing
 
 
 @njit()

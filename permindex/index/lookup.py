@@ -32,11 +32,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import jit
 from permindex.index.match import MATCH_ORDER, Match, new_match
 from permindex.index.rows import RowStore
 from permindex.index.table import Run, Table
-from permindex.index.verify import verify
 
 __all__ = [
     "LookupPlan",
@@ -107,7 +105,7 @@ def _warm_matches() -> None:
 
 
 def _warm(module: ModuleType) -> None:
-    """Run both kernels once on a one-entry table (their code is then loaded and linked)."""
+    """Run the kernels once on a one-entry table (their code is then loaded and linked)."""
     tables = np.zeros((1, 7), dtype=np.int64)
     tables[0, 1] = 1
     tables[0, 4] = 1  # the prefix: the low bit
@@ -117,6 +115,7 @@ def _warm(module: ModuleType) -> None:
     fps = np.zeros(1, dtype=np.uint64)
     module.lookup_one(0, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
     module.lookup_batch(fps, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
+    module.verify_rows(0, 0, np.zeros(1, dtype=np.int64), fps, _EMPTY_LIVE, out)
 
 
 def entry_point(dispatcher: Any) -> Any:
@@ -246,7 +245,7 @@ class Lookups:
         self._one_plans: dict[int, LookupPlan] = {}
         self._one_seen = -1
         self._one_out = np.zeros((_ONE_CAP, 3), dtype=np.int64)
-        self._one_kernel: Any = entry_point(kernels().lookup_packed) if jit.enabled() else None
+        self._one_kernel: Any = entry_point(kernels().lookup_packed)
         # One query's state by k, valid while changes[2] is _fast_seen (Lookups.one).
         self._fast: dict[int, _Fast] = {}
         self._fast_seen = -1
@@ -296,9 +295,9 @@ class Lookups:
 
     def one(self, query: int, k: int) -> list[Match]:
         """The matches of one query within ``k``, sorted by (distance, key), the caller holding
-        the index's lock: the frozen runs searched by the compiled kernel, the memtables in
-        Python (a bisection each) and their candidates verified by
-        :func:`~permindex.index.verify.verify`; each row once. O(tables * runs + log L +
+        the index's lock: the frozen runs searched by the compiled kernel, the memtables by a
+        bisection each and their candidates verified by the kernels' exact check
+        (``lookup_kernels.verify_rows``); each row once. O(tables * runs + log L +
         candidates)."""
         fast = self._fast.get(k) if self._fast_seen == self._changes[2] else None
         if fast is None:
@@ -359,15 +358,20 @@ class Lookups:
     def _memtable_hits(
         self, query: int, k: int, hits: list[tuple[int, int]]
     ) -> list[tuple[int, int]]:
+        """``hits`` ((row, distance) pairs of the runs) with the matches among the memtables'
+        candidates for ``query``, each row once."""
         candidates: list[int] = []
-        searched = self.searched[k]
-        for t in searched:
+        for t in self.searched[k]:
             self.tables[t].memtable_lookup(query, candidates)
         if not candidates:
             return hits
+        rows = self.rows
+        distinct = np.unique(np.array(candidates, dtype=np.int64))
+        live = _EMPTY_LIVE if rows.live is None else rows.live.view(np.uint8)
+        out = np.empty((distinct.size, 3), dtype=np.int64)
+        count = kernels().verify_rows(query, k, distinct, rows.fps, live, out)
         found = dict(hits)
-        for row, (_value, d) in verify(query, candidates, k, self.rows).items():
-            found[row] = d
+        found.update(zip(out[:count, 1].tolist(), out[:count, 2].tolist(), strict=True))
         return list(found.items())
 
     def current_view(self, k: int) -> ReadView | None:

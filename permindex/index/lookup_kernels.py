@@ -1,9 +1,10 @@
 """Compiled kernels of the index's lookups (numba, :mod:`permindex.jit`): the prefix-range search
 of every searched table's runs and the exact check of each candidate, for a batch of queries and
 for one query (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling",
-section 3). Imported on first use (``import permindex`` does not load numba); the reference they
-are tested against is the numpy batch path (:func:`permindex.index.query.query_batch` with
-``PERMINDEX_JIT=0``) and brute force.
+section 3). Imported on first use (``import permindex`` does not load numba); the tests check
+them against brute force (``tests/oracles.py``). They hold the index's one exact check of a
+candidate (:func:`_within`: within k bits of the query, and live), which :func:`verify_rows`
+also applies to the candidates a single query finds in the memtables.
 
 What a kernel reads: a *plan* (:class:`permindex.index.lookup.LookupPlan`) of two int64 arrays
 that describe, without Python objects, the tables a query within k searches and their runs:
@@ -59,9 +60,11 @@ __all__ = [
     "PACKED_HEADER",
     "PACKED_SIGNATURE",
     "RING",
+    "VERIFY_SIGNATURE",
     "lookup_batch",
     "lookup_one",
     "lookup_packed",
+    "verify_rows",
 ]
 
 #: How many queries ahead the batch kernel prefetches: the directory entry of query i + 2D
@@ -113,20 +116,30 @@ def _moves(value, tables, s, first, count):  # type: ignore[no-untyped-def]
 
 
 @njit(inline=True)
-def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-def]
-    """The distance of a candidate, or -1 when it is not a match reported by table s."""
-    x = value ^ query
-    d = np.int64(_popcount(x))  # int64: compared with k as integers, not as float64
+def _within(query, value, k, row, live):  # type: ignore[no-untyped-def]
+    """The exact check of a candidate: the Hamming distance of its fingerprint ``value`` to
+    ``query`` (popcount of the XOR) when it is at most ``k`` and its ``row`` is live
+    (``live[row]`` != 0, or ``live`` empty: every row is), else -1."""
+    d = np.int64(_popcount(value ^ query))  # int64: compared with k as integers, not float64
     if d > k:
         return -1
+    if live.size and live[row] == 0:
+        return -1
+    return d
+
+
+@njit(inline=True)
+def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-def]
+    """The distance of a candidate, or -1 when it is not a match reported by table s: it must
+    share table s's prefix and no earlier searched table's (that table reports it), and pass
+    :func:`_within`."""
+    x = value ^ query
     if (x & np.uint64(tables[s, 0])) != 0:
         return -1
     for e in range(s):
         if (x & np.uint64(tables[e, 0])) == 0:
             return -1
-    if live.size and live[row] == 0:
-        return -1
-    return np.int64(d)
+    return _within(query, value, k, row, live)
 
 
 @njit(inline=True)
@@ -403,4 +416,28 @@ def lookup_packed(query, packed):  # type: ignore[no-untyped-def]
     count = lookup_one(query, packed[6], tables, runs, fps, live, out)
     if count == 1:
         return -(out[0, 1] * 64 + out[0, 2]) - 1
+    return count
+
+
+#: verify_rows(query, k, rows, fps, live, out) -> matches.
+VERIFY_SIGNATURE = "int64(uint64, int64, int64[::1], uint64[::1], uint8[::1], int64[:, ::1])"
+
+
+@njit(VERIFY_SIGNATURE)
+def verify_rows(query, k, rows, fps, live, out):  # type: ignore[no-untyped-def]
+    """The candidate ``rows`` ((c,) int64, distinct) of one uint64 ``query`` that pass the
+    exact check (:func:`_within` against ``fps`` (capacity,) uint64 and ``live`` (capacity,)
+    uint8 or (0,)): ``out`` (cap, 3) int64 gets (0, row, distance) per match, in the order of
+    ``rows``; returns the number of matches (those past ``cap`` counted, not written). O(c)."""
+    count = 0
+    cap = out.shape[0]
+    for i in range(rows.size):
+        row = rows[i]
+        d = _within(query, fps[row], k, row, live)
+        if d >= 0:
+            if count < cap:
+                out[count, 0] = 0
+                out[count, 1] = row
+                out[count, 2] = d
+            count += 1
     return count

@@ -3,10 +3,8 @@
 their fingerprints and the positions of ties, :func:`arrange_matches`), find the distinct rows
 among them, and gather the UTF-8 bytes of those rows' keys into one buffer.
 
-Imported on first use (see :mod:`permindex.jit`); each is exact, and the numpy code it replaces
-(:func:`numpy.lexsort`, :func:`numpy.unique`, a gather by
-:func:`permindex.index.key_rows.ragged_positions`) stays the path under ``PERMINDEX_JIT=0``
-and the reference of the tests.
+Imported on first use (see :mod:`permindex.jit`); each is exact, and the tests check it against
+numpy (:func:`numpy.lexsort`, :func:`numpy.unique`, a gather of the keys' bytes).
 
 They keep the GIL (``keep_gil=True``): each takes microseconds to tens of microseconds for a
 batch of 10,000 lookups, between steps that hold the GIL anyway (making keys and results).
