@@ -251,7 +251,7 @@ def test_kernels_on_rows_above_2_to_the_24() -> None:
     module = kernels()
     empty = np.zeros(0, dtype=np.uint8)
     out = np.zeros((4096, 3), dtype=np.int64)
-    count = module.lookup_batch(queries, 3, plan.tables, plan.runs, fps, empty, out)
+    count = module.lookup_batch(queries, 3, *plan, fps, empty, out)
     got = sorted(map(tuple, out[:count].tolist()))
     stored = fps[first:].astype(np.uint64)
     expected = sorted(
@@ -263,7 +263,10 @@ def test_kernels_on_rows_above_2_to_the_24() -> None:
     assert got == expected and len(got) >= queries.size  # each within 3 of its source
     one = np.zeros((256, 3), dtype=np.int64)
     for j, q in enumerate(queries.tolist()):
-        found = module.lookup_one(q, 3, plan.tables, plan.runs, fps, empty, one)
+        found = module.lookup_one(q, 3, *plan, fps, empty, one)
+        if found < 0:  # exactly one match, encoded as -(row * 64 + distance) - 1
+            one[0] = (0, (-found - 1) >> 6, (-found - 1) & 63)
+            found = 1
         assert sorted((j, row, d) for _, row, d in one[:found].tolist()) == [
             e for e in expected if e[0] == j
         ]

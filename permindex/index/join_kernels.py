@@ -13,29 +13,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.jit_numba import njit
+from permindex.jit_numba import njit, popcount64
 
-__all__ = ["group_by_value", "group_pairs_verified", "hamming_weight", "union_find_labels"]
+__all__ = ["group_by_value", "group_pairs_verified", "union_find_labels"]
 
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
-_ONE = np.uint64(1)
-_TWO = np.uint64(2)
-_FOUR = np.uint64(4)
-_TOP = np.uint64(56)
 _ZERO = np.uint64(0)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi: Fibonacci hashing
-
-
-@njit()
-def hamming_weight(x: np.uint64) -> int:
-    """popcount of a uint64 (the SWAR count, which LLVM turns into one ``popcnt``)."""
-    x = x - ((x >> _ONE) & _M1)
-    x = (x & _M2) + ((x >> _TWO) & _M2)
-    x = (x + (x >> _FOUR)) & _M4
-    return int((x * _H01) >> _TOP)
 
 
 @njit()
@@ -102,7 +85,7 @@ def group_pairs_verified(
         started = j
         while j < stop:
             x = value ^ values[j]
-            d = hamming_weight(x)
+            d = np.int64(popcount64(x))  # int64: compared with k as integers
             if d <= k:
                 first = True
                 for t in range(n_masks):

@@ -3,8 +3,8 @@ the index's lock (Manku, Jain & Das Sarma 2007, section 3: the tables searched b
 candidates verified exactly).
 
 * :class:`LookupPlan` -- what the kernels of :mod:`permindex.index.lookup_kernels` read: the
-  searched tables' permutations and the addresses of their runs' arrays, as two int64 arrays
-  (one kernel argument each instead of one per array), with the runs it points into.
+  searched tables' permutations and their runs, as two int64 arrays, and the runs' arrays in
+  one typed list (three kernel arguments instead of one per array).
 * :class:`ReadView` -- a consistent view of the index for a batch lookup: the plan (frozen runs
   and the memtables frozen as runs of their own), the fingerprints by row, the liveness mask and
   the row count, taken under the lock in O(tables) (the memtables' runs are built once per
@@ -49,12 +49,15 @@ __all__ = [
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
 _EMPTY_LIVE = np.zeros(0, dtype=np.uint8)
-PACKED_HEADER = 10  # lookup_kernels.PACKED_HEADER (that module loads numba)
 #: Rows of a single query's output buffer (grown when a query has more matches).
 _ONE_CAP = 256
 
-#: What :meth:`Lookups.one` reads for one k (:meth:`Lookups._refresh_fast`).
-_Fast = tuple[_I64, Any, bool, Callable[[int], str], memoryview]
+#: What :meth:`Lookups.one` reads for one k (:meth:`Lookups._refresh_fast`): the kernel, the
+#: plan's three arrays, fingerprints, liveness (uint8), output, no memtable to search, the key
+#: of a row, the fingerprints' memoryview.
+_Fast = tuple[
+    Any, _I64, _I64, Any, _U64, NDArray[np.uint8], _I64, bool, Callable[[int], str], memoryview
+]
 
 _kernels: ModuleType | None = None
 _kernels_lock = threading.Lock()
@@ -110,11 +113,11 @@ def _warm(module: ModuleType) -> None:
     tables[0, 1] = 1
     tables[0, 4] = 1  # the prefix: the low bit
     run = Run(np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.zeros(3, np.uint32), 0)
-    plan = make_plan_from([(0, run)], tables)
+    plan = make_plan_from([(0, run)], tables, module)
     out = np.zeros((1, 3), dtype=np.int64)
     fps = np.zeros(1, dtype=np.uint64)
-    module.lookup_one(0, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
-    module.lookup_batch(fps, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
+    module.lookup_one(0, 0, plan.tables, plan.runs, plan.arrays, fps, _EMPTY_LIVE, out)
+    module.lookup_batch(fps, 0, plan.tables, plan.runs, plan.arrays, fps, _EMPTY_LIVE, out)
     module.verify_rows(0, 0, np.zeros(1, dtype=np.int64), fps, _EMPTY_LIVE, out)
 
 
@@ -137,12 +140,12 @@ def _signed(value: int) -> int:
 class LookupPlan(NamedTuple):
     """The kernels' description of the searched tables and their runs (the layout is in the
     docstring of :mod:`permindex.index.lookup_kernels`): ``tables`` (S, 3 + 3W) int64,
-    ``runs`` (R, 9) int64, and ``keep``, the runs whose arrays ``runs`` points into (held so
-    that they outlive every kernel call on the plan)."""
+    ``runs`` (R, 3) int64, and ``arrays``, the typed list of the runs' arrays (4 uint8 views
+    per run, which it keeps alive)."""
 
     tables: _I64
     runs: _I64
-    keep: tuple[Run, ...]
+    arrays: Any
 
 
 def _tables_array(tables: Sequence[Table], searched: tuple[int, ...]) -> _I64:
@@ -163,22 +166,20 @@ def _tables_array(tables: Sequence[Table], searched: tuple[int, ...]) -> _I64:
     return out
 
 
-def make_plan_from(runs: Sequence[tuple[int, Run]], tables: _I64) -> LookupPlan:
-    """The plan of ``runs`` ((position in ``tables``, run) pairs) over the ``tables`` array."""
-    rows = np.zeros((len(runs), 9), dtype=np.int64)
+def make_plan_from(
+    runs: Sequence[tuple[int, Run]], tables: _I64, module: ModuleType | None = None
+) -> LookupPlan:
+    """The plan of ``runs`` ((position in ``tables``, run) pairs) over the ``tables`` array;
+    ``module``: the lookup kernels (None: :func:`kernels`). O(runs)."""
+    kernel_module = kernels() if module is None else module
+    rows = np.zeros((len(runs), 3), dtype=np.int64)
+    arrays = kernel_module.new_run_arrays()
+    add = kernel_module.add_run_array
     for i, (s, run) in enumerate(runs):
-        rows[i] = (
-            s,
-            run.shift,
-            run.offsets.size,
-            run.offsets.ctypes.data,
-            run.filters.ctypes.data,
-            run.low.ctypes.data,
-            run.high.ctypes.data,
-            int(run.high.dtype == np.uint16),
-            len(run),
-        )
-    return LookupPlan(tables, rows, tuple(run for _, run in runs))
+        rows[i] = (s, run.shift, int(run.high.dtype == np.uint16))
+        for array in (run.offsets, run.filters, run.low, run.high):
+            add(arrays, array.view(np.uint8))
+    return LookupPlan(tables, rows, arrays)
 
 
 def make_plan(
@@ -240,12 +241,12 @@ class Lookups:
         self.rows = rows
         self.searched = searched
         self._changes = changes
-        # Single queries (under the lock): packed plans by k (LookupPlan.tables holds the
-        # packed array), valid for these runs and row arrays; the tables with a memtable.
+        # Single queries (under the lock): plans of the frozen runs by k, valid for these runs
+        # and row arrays; the output they write.
         self._one_plans: dict[int, LookupPlan] = {}
         self._one_seen = -1
         self._one_out = np.zeros((_ONE_CAP, 3), dtype=np.int64)
-        self._one_kernel: Any = entry_point(kernels().lookup_packed)
+        self._one_kernel: Any = entry_point(kernels().lookup_one)
         # One query's state by k, valid while changes[2] is _fast_seen (Lookups.one).
         self._fast: dict[int, _Fast] = {}
         self._fast_seen = -1
@@ -278,21 +279,6 @@ class Lookups:
         self._one_plans.clear()
         self._one_seen = self._changes[0]
 
-    def _packed(self, k: int) -> _I64:
-        """The packed plan of single queries at ``k`` (``lookup_kernels.lookup_packed``)."""
-        plan = make_plan(self.tables, self.searched[k], lambda table: table.runs)
-        rows = self.rows
-        out = self._one_out
-        header = np.zeros(PACKED_HEADER, dtype=np.int64)
-        header[:3] = (plan.tables.shape[0], plan.runs.shape[0], plan.tables.shape[1])
-        header[3] = rows.fps.ctypes.data
-        header[4] = 0 if rows.live is None else rows.live.ctypes.data
-        header[5] = rows.fps.size
-        header[6:9] = (k, out.ctypes.data, out.shape[0])
-        packed = np.concatenate([header, plan.tables.ravel(), plan.runs.ravel()])
-        self._one_plans[k] = LookupPlan(packed, plan.runs, plan.keep)
-        return packed
-
     def one(self, query: int, k: int) -> list[Match]:
         """The matches of one query within ``k``, sorted by (distance, key), the caller holding
         the index's lock: the frozen runs searched by the compiled kernel, the memtables by a
@@ -302,8 +288,8 @@ class Lookups:
         fast = self._fast.get(k) if self._fast_seen == self._changes[2] else None
         if fast is None:
             fast = self._refresh_fast(k)
-        packed, kernel, no_memtables, key_of, fps = fast
-        found = kernel(query, packed)
+        kernel, tables, runs, arrays, fps_array, live, out, no_memtables, key_of, fps = fast
+        found = kernel(query, k, tables, runs, arrays, fps_array, live, out)
         if found < 0 and no_memtables:  # the common answer: one match
             found = -found - 1
             row = found >> 6
@@ -313,18 +299,30 @@ class Lookups:
         return self._one_general(query, k, found)
 
     def _refresh_fast(self, k: int) -> _Fast:
-        """The state :meth:`one` reads for ``k``, rebuilt after any change of the tables or the
-        row arrays: (packed plan, kernel, no memtable to search, key of a row, fingerprints)."""
+        """The state :meth:`one` reads for ``k`` (:data:`_Fast`), rebuilt after any change of
+        the tables or the row arrays."""
         if self._fast_seen != self._changes[2]:
             self._fast.clear()
             self._fast_seen = self._changes[2]
         if self._one_seen != self._changes[0]:  # the runs or the row arrays changed
             self._refresh_one()
         plan = self._one_plans.get(k)
-        packed = self._packed(k) if plan is None else plan.tables
+        if plan is None:
+            plan = make_plan(self.tables, self.searched[k], lambda table: table.runs)
+            self._one_plans[k] = plan
         memtables = any(self.tables[t].memtable_size for t in self.searched[k])
         rows = self.rows
-        fast = (packed, self._one_kernel, not memtables, rows.keys.key, rows.fps_view)
+        live = _EMPTY_LIVE if rows.live is None else rows.live.view(np.uint8)
+        fast = (
+            self._one_kernel,
+            *plan,
+            rows.fps,
+            live,
+            self._one_out,
+            not memtables,
+            rows.keys.key,
+            rows.fps_view,
+        )
         self._fast[k] = fast
         return fast
 
@@ -339,10 +337,9 @@ class Lookups:
         else:
             if found > self._one_out.shape[0]:
                 self._one_out = np.zeros((found, 3), dtype=np.int64)
-                self._refresh_one()  # the packed plans point to the old output
-                self._fast.clear()
-                packed = self._packed(k)
-                found = self._one_kernel(query, packed)
+                self._fast.clear()  # they hold the old output
+                kernel, tables, runs, arrays, fps_array, live, out, *_ = self._refresh_fast(k)
+                found = kernel(query, k, tables, runs, arrays, fps_array, live, out)
             hits = [(row, d) for _, row, d in self._one_out[:found].tolist()]
         if any(self.tables[t].memtable_size for t in self.searched[k]):
             hits = self._memtable_hits(query, k, hits)
@@ -463,5 +460,7 @@ def _lookup_batch(view: ReadView, queries: _U64, k: int, capacity: int) -> tuple
     written)."""
     plan = view.plans[k]
     out = np.zeros((capacity, 3), dtype=np.int64)
-    count = kernels().lookup_batch(queries, k, plan.tables, plan.runs, view.fps, view.live, out)
+    count = kernels().lookup_batch(
+        queries, k, plan.tables, plan.runs, plan.arrays, view.fps, view.live, out
+    )
     return out, int(count)

@@ -7,7 +7,8 @@ candidate (:func:`_within`: within k bits of the query, and live), which :func:`
 also applies to the candidates a single query finds in the memtables.
 
 What a kernel reads: a *plan* (:class:`permindex.index.lookup.LookupPlan`) of two int64 arrays
-that describe, without Python objects, the tables a query within k searches and their runs:
+that describe the tables a query within k searches and their runs, and a typed list of the
+runs' arrays:
 
 * ``tables`` (S, 3 + 3 * W + S): per searched table, in search order, the leading-block mask
   (as int64 bits), the number of prefix moves p and of filter moves f, then p + f moves
@@ -15,11 +16,12 @@ that describe, without Python objects, the tables a query within k searches and 
   moves, the 32-bit filter likewise over the filter moves (:attr:`Permutation.kernel_ops`);
   the last S columns hold, for each earlier searched table e, the image of e's leading mask
   in this table's filter when it lies wholly in the filter (else 0).
-* ``runs`` (R, 9): per run, the position s of its table in ``tables``, the directory shift,
-  the directory's length (2^r + 1), the addresses of its arrays (directory (2^r + 1,) uint32,
-  filters (m,) uint32, low row parts (m,) uint16, high row parts (m,) uint8 or uint16), whether
-  the high parts are uint16, and m. The plan's owner keeps the arrays alive while a kernel runs
-  (runs are immutable).
+* ``runs`` (R, 3): per run, the position s of its table in ``tables``, the directory shift,
+  and whether the high row parts are uint16 (else uint8).
+* ``arrays``: a numba typed list (:data:`RUN_ARRAYS`, made by :func:`new_run_arrays` and
+  :func:`add_run_array`) of 4 uint8 views per run, in run order: the directory (2^r + 1,)
+  uint32, the filters (m,) uint32, the low row parts (m,) uint16 and the high row parts (m,)
+  uint8 or uint16, each as its bytes (runs are immutable; the list keeps them alive).
 
 For each query and run: the bucket ``prefix >> shift`` gives the range ``directory[b] :
 directory[b + 1]``; each entry whose filter is within k bits of the query's, and equal to it on
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from permindex.jit_numba import address_pointer as _pointer
 from permindex.jit_numba import njit, numba
 from permindex.jit_numba import popcount64 as _popcount
 from permindex.jit_numba import prefetch as _prefetch
@@ -57,13 +58,13 @@ __all__ = [
     "BUCKET_LINES",
     "DISTANCE",
     "ONE_SIGNATURE",
-    "PACKED_HEADER",
-    "PACKED_SIGNATURE",
     "RING",
+    "RUN_ARRAYS",
     "VERIFY_SIGNATURE",
+    "add_run_array",
     "lookup_batch",
     "lookup_one",
-    "lookup_packed",
+    "new_run_arrays",
     "verify_rows",
 ]
 
@@ -82,17 +83,45 @@ PENDING = 64
 #: left the scan of a large bucket waiting on each line: benchmarks/README.md).
 BUCKET_LINES = 10
 
-_PLAN = "int64[:, ::1]"
-#: lookup_batch(queries, k, tables, runs, fps, live, out) -> matches.
-BATCH_SIGNATURE = f"int64(uint64[::1], int64, {_PLAN}, {_PLAN}, uint64[::1], uint8[::1], {_PLAN})"
-#: lookup_one(query, k, tables, runs, fps, live, out) -> matches.
-ONE_SIGNATURE = f"int64(uint64, int64, {_PLAN}, {_PLAN}, uint64[::1], uint8[::1], {_PLAN})"
-#: lookup_packed(query, packed) -> matches, or the one match encoded.
-PACKED_SIGNATURE = "int64(uint64, int64[::1])"
-#: Header of a packed plan: S, R, C (columns of ``tables``), address of ``fps``, address of
-#: ``live`` (0: every row live), rows of ``fps``, k, address and rows of the (cap, 3) int64
-#: output; ``tables`` and ``runs`` follow from here.
-PACKED_HEADER = 10
+_types = numba.types
+_PLAN = _types.int64[:, ::1]
+#: The type of a plan's ``arrays``: a typed list of 1-D contiguous uint8 arrays.
+RUN_ARRAYS = _types.ListType(_types.uint8[::1])
+#: lookup_batch(queries, k, tables, runs, arrays, fps, live, out) -> matches.
+BATCH_SIGNATURE = _types.int64(
+    _types.uint64[::1],
+    _types.int64,
+    _PLAN,
+    _PLAN,
+    RUN_ARRAYS,
+    _types.uint64[::1],
+    _types.uint8[::1],
+    _PLAN,
+)
+#: lookup_one(query, k, tables, runs, arrays, fps, live, out) -> matches, or the one encoded.
+ONE_SIGNATURE = _types.int64(
+    _types.uint64,
+    _types.int64,
+    _PLAN,
+    _PLAN,
+    RUN_ARRAYS,
+    _types.uint64[::1],
+    _types.uint8[::1],
+    _PLAN,
+)
+
+
+@njit(RUN_ARRAYS())
+def new_run_arrays():  # type: ignore[no-untyped-def]
+    """An empty :data:`RUN_ARRAYS` list (made by compiled code: numba's cache then holds the
+    list's code, which a list made from Python would compile in every process)."""
+    return numba.typed.List.empty_list(_types.uint8[::1])
+
+
+@njit(_types.void(RUN_ARRAYS, _types.uint8[::1]))
+def add_run_array(arrays, array):  # type: ignore[no-untyped-def]
+    """Append the uint8 view ``array`` to ``arrays``."""
+    arrays.append(array)
 
 
 @njit(inline=True)
@@ -143,18 +172,18 @@ def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-d
 
 
 @njit(inline=True)
-def _run_arrays(runs, r):  # type: ignore[no-untyped-def]
-    """Run r's arrays (see the module docstring for ``runs``): its directory (2^r + 1,)
-    uint32, filters (m,) uint32, low row parts (m,) uint16, high row parts as bytes
+def _run_arrays(runs, arrays, r):  # type: ignore[no-untyped-def]
+    """Run r's arrays (see the module docstring for ``runs`` and ``arrays``), as views without
+    an owner (:func:`permindex.jit_numba.unowned`: the list keeps them alive): its directory
+    (2^r + 1,) uint32, filters (m,) uint32, low row parts (m,) uint16, high row parts as bytes
     ((m,) uint8, or (2m,) when they are uint16) and as (m,) uint16 (empty when uint8)."""
-    m = runs[r, 8]
-    wide = runs[r, 7]
+    high = _unowned(arrays[4 * r + 3])
     return (
-        numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32),
-        numba.carray(_pointer(runs[r, 4]), m, np.uint32),
-        numba.carray(_pointer(runs[r, 5]), m, np.uint16),
-        numba.carray(_pointer(runs[r, 6]), m * (1 + wide), np.uint8),
-        numba.carray(_pointer(runs[r, 6]), m if wide else 0, np.uint16),
+        _unowned(arrays[4 * r].view(np.uint32)),
+        _unowned(arrays[4 * r + 1].view(np.uint32)),
+        _unowned(arrays[4 * r + 2].view(np.uint16)),
+        high,
+        _unowned(high.view(np.uint16) if runs[r, 2] else high[:0].view(np.uint16)),
     )
 
 
@@ -238,7 +267,7 @@ def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: i
 
 
 @njit()
-def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
+def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
     """Every match of every query in run r; returns the new count (``pending``: the empty
     queue of candidates, kept alive by the caller). First every query's bucket and filter, one
     move at a time over all queries (a loop the compiler vectorizes); then a software pipeline
@@ -255,7 +284,7 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type:
     pending = _unowned(pending)
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
-    directory, filters, low, high, high16 = _run_arrays(runs, r)
+    directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
     n_prefix = tables[s, 1]
     n_filter = tables[s, 2]
     q = queries.size
@@ -288,7 +317,7 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type:
             hi[j & ring] = end
             _prefetch_lines(filters, start, end)
             _prefetch(low, start)
-            _prefetch(high, start * (1 + runs[r, 7]))
+            _prefetch(high, start * (1 + runs[r, 2]))
         j = i - 2 * DISTANCE
         if 0 <= j < q:
             value = queries[j]
@@ -318,19 +347,20 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type:
 
 
 @njit(BATCH_SIGNATURE)
-def lookup_batch(queries, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
+def lookup_batch(queries, k, tables, runs, arrays, fps, live, out):  # type: ignore[no-untyped-def]
     """The matches of each of the (q,) uint64 ``queries`` within ``k`` (see the module
-    docstring for the plan ``tables``/``runs``, ``fps`` (capacity,) uint64, ``live``
-    (capacity,) uint8 or (0,) and ``out`` (cap, 3) int64); returns the number of matches."""
+    docstring for the plan ``tables``/``runs``/``arrays``, ``fps`` (capacity,) uint64,
+    ``live`` (capacity,) uint8 or (0,) and ``out`` (cap, 3) int64); returns the number of
+    matches."""
     count = 0
     for r in range(runs.shape[0]):
         pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
-        count = _scan(queries, k, tables, runs, r, fps, live, out, count, pending)
+        count = _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending)
     return count
 
 
 @njit()
-def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: ignore[no-untyped-def]
+def _one(query, k, tables, runs, arrays, fps, live, out, pending, ranges):  # type: ignore[no-untyped-def]
     """:func:`lookup_one` on the queue ``pending`` and the (runs, 3) int64 scratch ``ranges``
     that it keeps alive (the arrays are views without an owner here, as in :func:`_scan`)."""
     tables = _unowned(tables)
@@ -343,12 +373,12 @@ def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: igno
     n_runs = runs.shape[0]
     for r in range(n_runs):
         s = runs[r, 0]
-        directory = _run_arrays(runs, r)[0]
+        directory = _run_arrays(runs, arrays, r)[0]
         b = np.int64(_moves(query, tables, s, 0, tables[s, 1]) >> np.uint64(runs[r, 1]))
         ranges[r, 0] = b
         _prefetch(directory, b)
     for r in range(n_runs):
-        directory, filters, low, high, _ = _run_arrays(runs, r)
+        directory, filters, low, high, _ = _run_arrays(runs, arrays, r)
         b = ranges[r, 0]
         start = np.int64(directory[b])
         end = np.int64(directory[b + 1])
@@ -356,11 +386,11 @@ def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: igno
         ranges[r, 2] = end
         _prefetch_lines(filters, start, end)
         _prefetch(low, start)
-        _prefetch(high, start * (1 + runs[r, 7]))
+        _prefetch(high, start * (1 + runs[r, 2]))
     for r in range(n_runs):
         s = runs[r, 0]
         f = _moves(query, tables, s, tables[s, 1], tables[s, 2])
-        _, filters, low, high, high16 = _run_arrays(runs, r)
+        _, filters, low, high, high16 = _run_arrays(runs, arrays, r)
         count = _bucket(
             query,
             0,
@@ -385,35 +415,17 @@ def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: igno
 
 
 @njit(ONE_SIGNATURE)
-def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
+def lookup_one(query, k, tables, runs, arrays, fps, live, out):  # type: ignore[no-untyped-def]
     """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
-    int64 gets (0, row, distance) per match; returns the number of matches. In three passes
-    over the runs, so that their cache misses overlap: every run's bucket (its directory entry
-    prefetched), then every run's range (its bucket's first filters and row parts prefetched),
-    then the scans."""
+    int64 gets (0, row, distance) per match; returns the number of matches written to the
+    output, except for exactly one match: then ``-(row * 64 + distance) - 1`` (the common
+    answer, nothing to read back from the output). In three passes over the runs, so that
+    their cache misses overlap: every run's bucket (its directory entry prefetched), then
+    every run's range (its bucket's first filters and row parts prefetched), then the
+    scans."""
     pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
     ranges = np.empty((runs.shape[0], 3), dtype=np.int64)  # bucket, start, end
-    return _one(query, k, tables, runs, fps, live, out, pending, ranges)
-
-
-@njit(PACKED_SIGNATURE)
-def lookup_packed(query, packed):  # type: ignore[no-untyped-def]
-    """:func:`lookup_one` with everything but the query in one int64 array (a packed plan:
-    :data:`PACKED_HEADER` entries, then ``tables`` and ``runs`` row by row), so that a single
-    query passes two arguments (each argument costs ~0.1 us of dispatch). Returns the number
-    of matches written to the output, except for exactly one match: then ``-(row * 64 +
-    distance) - 1`` (nothing to read back from the output)."""
-    n_tables = packed[0]
-    n_runs = packed[1]
-    columns = packed[2]
-    start = PACKED_HEADER
-    tables = packed[start : start + n_tables * columns].reshape((n_tables, columns))
-    start += n_tables * columns
-    runs = packed[start : start + n_runs * 9].reshape((n_runs, 9))
-    fps = numba.carray(_pointer(packed[3]), packed[5], np.uint64)
-    live = numba.carray(_pointer(packed[4]), packed[5] if packed[4] else 0, np.uint8)
-    out = numba.carray(_pointer(packed[7]), (packed[8], 3), np.int64)
-    count = lookup_one(query, packed[6], tables, runs, fps, live, out)
+    count = _one(query, k, tables, runs, arrays, fps, live, out, pending, ranges)
     if count == 1:
         return -(out[0, 1] * 64 + out[0, 2]) - 1
     return count
