@@ -360,9 +360,9 @@ def lookup_batch(queries, k, tables, runs, arrays, fps, live, out):  # type: ign
 
 
 @njit()
-def _one(query, k, tables, runs, arrays, fps, live, out, pending, ranges):  # type: ignore[no-untyped-def]
-    """:func:`lookup_one` on the queue ``pending`` and the (runs, 3) int64 scratch ``ranges``
-    that it keeps alive (the arrays are views without an owner here, as in :func:`_scan`)."""
+def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: ignore[no-untyped-def]
+    """:func:`lookup_one` on the queue ``pending``, which it keeps alive (the arrays are views
+    without an owner here, as in :func:`_scan`)."""
     tables = _unowned(tables)
     runs = _unowned(runs)
     fps = _unowned(fps)
@@ -370,32 +370,21 @@ def _one(query, k, tables, runs, arrays, fps, live, out, pending, ranges):  # ty
     out = _unowned(out)
     pending = _unowned(pending)
     count = 0
-    n_runs = runs.shape[0]
-    for r in range(n_runs):
+    for r in range(runs.shape[0]):
         s = runs[r, 0]
-        directory = _run_arrays(runs, arrays, r)[0]
+        directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
         b = np.int64(_moves(query, tables, s, 0, tables[s, 1]) >> np.uint64(runs[r, 1]))
-        ranges[r, 0] = b
-        _prefetch(directory, b)
-    for r in range(n_runs):
-        directory, filters, low, high, _ = _run_arrays(runs, arrays, r)
-        b = ranges[r, 0]
         start = np.int64(directory[b])
         end = np.int64(directory[b + 1])
-        ranges[r, 1] = start
-        ranges[r, 2] = end
         _prefetch_lines(filters, start, end)
         _prefetch(low, start)
         _prefetch(high, start * (1 + runs[r, 2]))
-    for r in range(n_runs):
-        s = runs[r, 0]
         f = _moves(query, tables, s, tables[s, 1], tables[s, 2])
-        _, filters, low, high, high16 = _run_arrays(runs, arrays, r)
         count = _bucket(
             query,
             0,
-            ranges[r, 1],
-            ranges[r, 2],
+            start,
+            end,
             f,
             k,
             tables,
@@ -419,13 +408,12 @@ def lookup_one(query, k, tables, runs, arrays, fps, live, out):  # type: ignore[
     """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
     int64 gets (0, row, distance) per match; returns the number of matches written to the
     output, except for exactly one match: then ``-(row * 64 + distance) - 1`` (the common
-    answer, nothing to read back from the output). In three passes over the runs, so that
-    their cache misses overlap: every run's bucket (its directory entry prefetched), then
-    every run's range (its bucket's first filters and row parts prefetched), then the
-    scans."""
+    answer, nothing to read back from the output). One pass over the runs (each run's arrays
+    taken from the list once: a typed list's item costs about as much as a run's scan); the
+    candidates' fingerprints are read :data:`LAG` candidates after they are found, so those
+    misses overlap across runs."""
     pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
-    ranges = np.empty((runs.shape[0], 3), dtype=np.int64)  # bucket, start, end
-    count = _one(query, k, tables, runs, arrays, fps, live, out, pending, ranges)
+    count = _one(query, k, tables, runs, arrays, fps, live, out, pending)
     if count == 1:
         return -(out[0, 1] * 64 + out[0, 2]) - 1
     return count
