@@ -140,8 +140,8 @@ def _signed(value: int) -> int:
 class LookupPlan(NamedTuple):
     """The kernels' description of the searched tables and their runs (the layout is in the
     docstring of :mod:`permindex.index.lookup_kernels`): ``tables`` (S, 3 + 3W) int64,
-    ``runs`` (R, 3) int64, and ``arrays``, the typed list of the runs' arrays (4 uint8 views
-    per run, which it keeps alive)."""
+    ``runs`` (R, 3) int64, and ``arrays``, the typed list of the runs' arrays (a tuple per
+    run, which it keeps alive)."""
 
     tables: _I64
     runs: _I64
@@ -177,8 +177,7 @@ def make_plan_from(
     add = kernel_module.add_run_array
     for i, (s, run) in enumerate(runs):
         rows[i] = (s, run.shift, int(run.high.dtype == np.uint16))
-        for array in (run.offsets, run.filters, run.low, run.high):
-            add(arrays, array.view(np.uint8))
+        add(arrays, run.offsets, run.filters, run.low, run.high.view(np.uint8))
     return LookupPlan(tables, rows, arrays)
 
 

@@ -19,9 +19,9 @@ runs' arrays:
 * ``runs`` (R, 3): per run, the position s of its table in ``tables``, the directory shift,
   and whether the high row parts are uint16 (else uint8).
 * ``arrays``: a numba typed list (:data:`RUN_ARRAYS`, made by :func:`new_run_arrays` and
-  :func:`add_run_array`) of 4 uint8 views per run, in run order: the directory (2^r + 1,)
-  uint32, the filters (m,) uint32, the low row parts (m,) uint16 and the high row parts (m,)
-  uint8 or uint16, each as its bytes (runs are immutable; the list keeps them alive).
+  :func:`add_run_array`) of one tuple per run, in run order: the directory (2^r + 1,) uint32,
+  the filters (m,) uint32, the low row parts (m,) uint16 and the high row parts as bytes ((m,)
+  uint8, or (2m,) when they are uint16). Runs are immutable; the list keeps them alive.
 
 For each query and run: the bucket ``prefix >> shift`` gives the range ``directory[b] :
 directory[b + 1]``; each entry whose filter is within k bits of the query's, and equal to it on
@@ -59,6 +59,7 @@ __all__ = [
     "DISTANCE",
     "ONE_SIGNATURE",
     "RING",
+    "RUN",
     "RUN_ARRAYS",
     "VERIFY_SIGNATURE",
     "add_run_array",
@@ -85,8 +86,11 @@ BUCKET_LINES = 10
 
 _types = numba.types
 _PLAN = _types.int64[:, ::1]
-#: The type of a plan's ``arrays``: a typed list of 1-D contiguous uint8 arrays.
-RUN_ARRAYS = _types.ListType(_types.uint8[::1])
+#: One run's arrays in a plan: directory, filters, low row parts, high row parts as bytes.
+RUN = _types.Tuple((_types.uint32[::1], _types.uint32[::1], _types.uint16[::1], _types.uint8[::1]))
+#: The type of a plan's ``arrays``: a typed list of :data:`RUN` tuples (one item per run: an
+#: item of a typed list costs a call and a reference count each, about a run's scan).
+RUN_ARRAYS = _types.ListType(RUN)
 #: lookup_batch(queries, k, tables, runs, arrays, fps, live, out) -> matches.
 BATCH_SIGNATURE = _types.int64(
     _types.uint64[::1],
@@ -115,13 +119,17 @@ ONE_SIGNATURE = _types.int64(
 def new_run_arrays():  # type: ignore[no-untyped-def]
     """An empty :data:`RUN_ARRAYS` list (made by compiled code: numba's cache then holds the
     list's code, which a list made from Python would compile in every process)."""
-    return numba.typed.List.empty_list(_types.uint8[::1])
+    return numba.typed.List.empty_list(RUN)
 
 
-@njit(_types.void(RUN_ARRAYS, _types.uint8[::1]))
-def add_run_array(arrays, array):  # type: ignore[no-untyped-def]
-    """Append the uint8 view ``array`` to ``arrays``."""
-    arrays.append(array)
+@njit(
+    _types.void(
+        RUN_ARRAYS, _types.uint32[::1], _types.uint32[::1], _types.uint16[::1], _types.uint8[::1]
+    )
+)
+def add_run_array(arrays, directory, filters, low, high):  # type: ignore[no-untyped-def]
+    """Append a run's arrays to ``arrays`` (``high``: its high row parts as bytes)."""
+    arrays.append((directory, filters, low, high))
 
 
 @njit(inline=True)
@@ -177,11 +185,12 @@ def _run_arrays(runs, arrays, r):  # type: ignore[no-untyped-def]
     an owner (:func:`permindex.jit_numba.unowned`: the list keeps them alive): its directory
     (2^r + 1,) uint32, filters (m,) uint32, low row parts (m,) uint16, high row parts as bytes
     ((m,) uint8, or (2m,) when they are uint16) and as (m,) uint16 (empty when uint8)."""
-    high = _unowned(arrays[4 * r + 3])
+    directory, filters, low, high = arrays[r]
+    high = _unowned(high)
     return (
-        _unowned(arrays[4 * r].view(np.uint32)),
-        _unowned(arrays[4 * r + 1].view(np.uint32)),
-        _unowned(arrays[4 * r + 2].view(np.uint16)),
+        _unowned(directory),
+        _unowned(filters),
+        _unowned(low),
         high,
         _unowned(high.view(np.uint16) if runs[r, 2] else high[:0].view(np.uint16)),
     )
@@ -409,7 +418,7 @@ def lookup_one(query, k, tables, runs, arrays, fps, live, out):  # type: ignore[
     int64 gets (0, row, distance) per match; returns the number of matches written to the
     output, except for exactly one match: then ``-(row * 64 + distance) - 1`` (the common
     answer, nothing to read back from the output). One pass over the runs (each run's arrays
-    taken from the list once: a typed list's item costs about as much as a run's scan); the
+    taken from the list once: an item of a typed list costs about as much as a run's scan); the
     candidates' fingerprints are read :data:`LAG` candidates after they are found, so those
     misses overlap across runs."""
     pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
