@@ -15,6 +15,7 @@ queries) and measures:
 - ``batch_qps``: ``query_many`` of the 10,000 queries (median of 7), k = 3;
 - ``single_qps``: 4,000 single ``Index.query`` calls, half near a stored fingerprint (median
   of 7);
+- ``pairs_s``: ``Index.pairs()`` of that index, every pair within k = 3 (median of 3);
 - ``add_many_per_s``: ``add_many`` of 500,000 in batches of 10,000 into an empty index;
 - ``restart_s``: ``Store.open`` of a data directory holding a snapshot of the N keys (40-byte
   keys), what the server does before it listens.
@@ -45,7 +46,9 @@ HERE = Path(__file__).resolve().parent
 SEED = 7
 QUERIES = 10_000
 REPEATS = 7
-METRICS = ("bulk_load_per_s", "batch_qps", "single_qps", "add_many_per_s", "restart_s")
+METRICS = ("bulk_load_per_s", "batch_qps", "single_qps", "pairs_s", "add_many_per_s", "restart_s")
+#: Pairs of the index per figure of ``pairs_s``.
+PAIRS_REPEATS = 3
 
 
 def make_data(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +127,13 @@ def worker(n: int, lookups_only: bool = False) -> dict[str, float]:
     out["bulk_load_per_s"] = n / (time.perf_counter() - began)
     del keys
     out.update(_lookups(index, queries))
+    times = []
+    for _ in range(PAIRS_REPEATS):
+        began = time.perf_counter()
+        pairs = index.pairs()
+        times.append(time.perf_counter() - began)
+        del pairs  # freed outside the clock
+    out["pairs_s"] = statistics.median(times)
     del index
     if lookups_only:
         return out
@@ -183,7 +193,9 @@ def main() -> int:
     parser.add_argument("--n", type=float, default=1e6, help="fingerprints (default 1e6)")
     parser.add_argument("--rounds", type=int, default=4, help="A/B rounds (default 4)")
     parser.add_argument(
-        "--lookups-only", action="store_true", help="only bulk load and lookups (shorter rounds)"
+        "--lookups-only",
+        action="store_true",
+        help="only bulk load, lookups and pairs (shorter rounds)",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -193,7 +205,7 @@ def main() -> int:
         return 0
     if args.old is None or args.new is None:
         parser.error("OLD_TREE and NEW_TREE are required")
-    metrics = METRICS[:3] if args.lookups_only else METRICS
+    metrics = METRICS[:4] if args.lookups_only else METRICS
     rounds: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     order = (("old", args.old), ("new", args.new))
     for r in range(args.rounds):  # old, new, then new, old: a drift of the machine falls on both

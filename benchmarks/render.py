@@ -340,20 +340,21 @@ def render(payload: dict[str, Any], scale: dict[str, Any] | None) -> str:
                     f"{_fmt(index_cpu['reference_cpu_s_per_million'], 2)} s per 10^6)"
                 )
             fast = grpc[f"stream_cpu{suffix}_kernels"]
-            slow = grpc[f"stream_cpu{suffix}_reference"]
+            slow = grpc.get(f"stream_cpu{suffix}_reference")  # results from before issue 40
             per_message = fast.get("per_message", 1000)
-            lines.append(
-                "| gRPC server CPU seconds per 10^6 QueryColumns lookups (1 client, "
-                f"{per_message:,} per message), compiled "
-                "kernels vs the reference paths (a second server with PERMINDEX_JIT=0, same "
-                f"data, alternating rounds) | {_power(grpc['n'])} "
-                f"| {_fmt(fast['server_cpu_s_per_million'], 2)} s "
-                f"({_fmt(fast['lookups_per_s'])}/s) "
-                f"| {_fmt(slow['server_cpu_s_per_million'], 2)} s "
-                f"({_fmt(slow['lookups_per_s'])}/s) "
-                f"| {_ratio(slow['server_cpu_s_per_million'], fast['server_cpu_s_per_million'])} "
-                f"less CPU | {goal} |"
-            )
+            if slow is not None:
+                less = _ratio(slow["server_cpu_s_per_million"], fast["server_cpu_s_per_million"])
+                lines.append(
+                    "| gRPC server CPU seconds per 10^6 QueryColumns lookups (1 client, "
+                    f"{per_message:,} per message), compiled "
+                    "kernels vs the reference paths (a second server with PERMINDEX_JIT=0, same "
+                    f"data, alternating rounds) | {_power(grpc['n'])} "
+                    f"| {_fmt(fast['server_cpu_s_per_million'], 2)} s "
+                    f"({_fmt(fast['lookups_per_s'])}/s) "
+                    f"| {_fmt(slow['server_cpu_s_per_million'], 2)} s "
+                    f"({_fmt(slow['lookups_per_s'])}/s) "
+                    f"| {less} less CPU | {goal} |"
+                )
             before = grpc.get(f"stream_cpu{suffix}_before")
             index_before = grpc.get(f"index_cpu{suffix}_before")
             if before and index_before:  # against main when issue 13 was filed

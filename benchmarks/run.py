@@ -933,37 +933,6 @@ def stream_cpu(
     return result
 
 
-def index_cpu_factor(fps: np.ndarray, per_call: int = 1000, calls: int = 2000) -> dict[str, float]:
-    """CPU seconds per 10^6 lookups of ``Index.query_many(columns=True)`` on ``per_call``
-    random fingerprints a call (those of :func:`stream_client`), on an index of ``fps`` built
-    with the compiled kernels and on one built with ``PERMINDEX_JIT=0``, in alternating rounds
-    (the median of 3 each), and their ratio: the factor the server's CPU would fall by if
-    nothing but the index cost anything."""
-    from permindex import Index
-
-    keys = [f"doc-{i:08d}" for i in range(fps.size)]
-    indexes = {}
-    for name, flag in (("kernels", "1"), ("reference", "0")):
-        saved = os.environ.get("PERMINDEX_JIT")
-        os.environ["PERMINDEX_JIT"] = flag
-        try:
-            indexes[name] = Index.from_arrays(keys, fps)
-        finally:
-            if saved is None:
-                os.environ.pop("PERMINDEX_JIT", None)
-            else:
-                os.environ["PERMINDEX_JIT"] = saved
-    batches = random_batches(per_call)
-    seconds: dict[str, list[float]] = {"kernels": [], "reference": []}
-    for _ in range(3):
-        for name, index in indexes.items():
-            done = calls if name == "kernels" else calls // 4
-            seconds[name].append(lookup_cpu(index, batches, done, columns=True))
-    return cpu_factor(
-        per_call, ("kernels", seconds["kernels"]), ("reference", seconds["reference"])
-    )
-
-
 def random_batches(per_call: int) -> list[np.ndarray]:
     """16 batches of ``per_call`` random fingerprints ((per_call,) uint64, seed 11): the
     batches the index's CPU timings look up, as :func:`stream_client` sends."""
@@ -1107,17 +1076,11 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
                 out[name] = run_clients(address, kind, clients, seconds)
             for name in ("batch_1", "batch_2", "stream_1", "stream_2"):
                 out[name]["lookups_per_s"] = out[name]["calls_per_s"] * 1000
-            # The server's CPU per QueryColumns lookup on the compiled kernels and, on the same
-            # data in a second server, on the reference paths (PERMINDEX_JIT=0: the lookups as
-            # they were before the kernels), alternating.
-            reference_port = free_port()
-            reference = serve_process(
-                reference_port, Path(tmp) / "reference", {"PERMINDEX_JIT": "0"}
-            )
-            processes.append(reference)
-            reference_target = f"127.0.0.1:{reference_port}"
-            servers = {"kernels": (server, target), "reference": (reference, reference_target)}
-            # and a third: main when issue 13 was filed (its package, run from its own tree)
+            # The server's CPU per QueryColumns lookup on this tree and, on the same data in a
+            # second server, as main had it when issue 13 was filed (its package, run from its
+            # own tree), alternating. (A server on the reference paths, PERMINDEX_JIT=0, was
+            # measured beside until issue 40 deleted them: results.json keeps its figures.)
+            servers = {"kernels": (server, target)}
             before_source = bench_dedup.baseline_source()
             if before_source is not None:
                 before_port = free_port()
@@ -1149,14 +1112,6 @@ def worker_grpc(n: int, seconds: float) -> dict[str, Any]:
                         key: statistics.median(run[key] for run in runs) for key in runs[0]
                     }
                 out[f"stream_cpu{suffix}_kernels"]["per_message"] = per_message
-            # The index's own factor on the same kind of batches, in this process: CPU per
-            # 10^6 lookups of query_many(columns=True) on as many random fingerprints a call
-            # as one message of each stream asks (1,000, then STREAM_LARGE_MESSAGE), kernels
-            # vs PERMINDEX_JIT=0.
-            out["index_cpu"] = index_cpu_factor(fps)
-            out["index_cpu_large"] = index_cpu_factor(
-                fps, STREAM_LARGE_MESSAGE, calls=2_000_000 // STREAM_LARGE_MESSAGE
-            )
             if before_source is not None:  # the index's factor against that commit
                 out["index_cpu_before"] = index_cpu_before(n, 1000, before_source)
                 out["index_cpu_large_before"] = index_cpu_before(

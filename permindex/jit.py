@@ -21,13 +21,14 @@ Every kernel is compiled with ``cache=True`` (compiled once per machine and numb
 loaded), ``nogil=True`` (threads run kernels in parallel: the server's executor, ``threads=N``
 in :meth:`permindex.Index.query_many`; the short kernels that order a batch's matches keep the
 GIL, see :mod:`permindex.index.match_kernels`) and no ``fastmath`` (results are bit-exact with
-the numpy and Python paths).
+the references of the tests).
 
-``PERMINDEX_JIT=0`` in the environment makes :func:`enabled` False: callers then take their
-numpy or Python path (the reference the kernels are tested against).
+``PERMINDEX_JIT=0`` in the environment makes :func:`enabled` False: the callers that still ask
+(in :mod:`permindex.text` and :mod:`permindex.near`) then take their numpy or Python path; the
+index (:mod:`permindex.index`) has no other path than its kernels.
 
 This module imports no numba itself (:func:`enabled` and :func:`cache_dir` are cheap): the
-kernel tools -- ``njit``, ``numba``, ``popcount64``, ``address_pointer``, ``prefetch`` -- are in
+kernel tools -- ``njit``, ``numba``, ``popcount64``, ``prefetch``, ``unowned`` -- are in
 :mod:`permindex.jit_numba`, which kernel modules import (``from permindex.jit_numba import
 njit``) and which sets the cache directory before it imports numba.
 """

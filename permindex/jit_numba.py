@@ -1,7 +1,27 @@
 """numba and permindex's kernel tools (see :mod:`permindex.jit` for the options and the cache):
-:func:`njit`, and the intrinsics :func:`popcount64`, :func:`address_pointer`, :func:`prefetch`
-and :func:`unowned`. Importing this
-module imports numba (after setting its cache directory)."""
+:func:`njit`, :func:`popcount64` (plain numba code), and the package's only hand-written
+intrinsics, :func:`prefetch` and :func:`unowned`. Importing this module imports numba (after
+setting its cache directory).
+
+Why the two intrinsics stay (issue 40: an intrinsic only where a batch figure a user sees falls
+by more than 1.3x without it; the figures of the A/B, one process, alternating rounds, are in
+benchmarks/README.md, "Intrinsics: what stays and why"):
+
+* :func:`prefetch` -- the batch lookup kernel overlaps the cache misses of several queries'
+  directory entries, buckets and candidates' fingerprints; without it ``query_many`` (columns
+  and Match lists) fell by more than 1.3x. It is used by the lookup kernels only: the key
+  gather of :mod:`permindex.index.match_kernels` prefetched too, and without it the batches
+  kept their speed, so it no longer does.
+* :func:`unowned` -- numba takes and drops a reference to every array passed to a helper it
+  inlines; the lookup kernel's helpers run per bucket and per candidate, and without views
+  without an owner ``query_many`` fell by more than 1.3x (columns and Match lists). No way was
+  found to write the scan without passing arrays to those helpers: a kernel compiled without
+  numba's reference counting (``_nrt=False``) cannot make the run's array views it needs.
+
+Gone: ``popcount64`` as LLVM's ``ctpop`` (the SWAR count compiles to the same ``popcnt``), and
+``address_pointer`` (an int64 address as a pointer, for views of the runs' arrays made from
+their addresses in an int64 plan): the runs' arrays now travel in one numba typed list, and the
+batches kept their speed without it."""
 
 from __future__ import annotations
 
@@ -10,7 +30,7 @@ from typing import Any, TypeVar
 
 from permindex.jit import configure_cache
 
-__all__ = ["address_pointer", "njit", "numba", "popcount64", "prefetch", "unowned"]
+__all__ = ["njit", "numba", "popcount64", "prefetch", "unowned"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,29 +71,22 @@ def njit(
     return decorate
 
 
-@intrinsic
-def popcount64(typingctx: Any, value: Any) -> Any:
-    """In a kernel: the number of set bits of a uint64 (LLVM ``ctpop``, one instruction on
-    x86-64 with POPCNT), as uint64."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.ctpop(args[0])
-
-    return sig, codegen
+_M1 = numba.uint64(0x5555555555555555)
+_M2 = numba.uint64(0x3333333333333333)
+_M4 = numba.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = numba.uint64(0x0101010101010101)
 
 
-@intrinsic
-def address_pointer(typingctx: Any, address: Any) -> Any:
-    """In a kernel: an int64 memory address as a void pointer, for ``numba.carray(pointer,
-    size, dtype)`` (views of arrays the caller keeps alive, passed as addresses in an int64
-    plan instead of one argument each: each array argument costs about 0.1 us of dispatch)."""
-    sig = types.voidptr(types.int64)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
-
-    return sig, codegen
+@njit(inline=True)
+def popcount64(x: Any) -> Any:
+    """In a kernel: the number of set bits of a uint64, as uint64: the SWAR count (pairs,
+    nibbles, bytes, then one multiply to add the bytes), which LLVM compiles to one ``popcnt``
+    on x86-64 with POPCNT (numba compiles for the host CPU). No intrinsic: the A/B is in
+    benchmarks/README.md."""
+    x = x - ((x >> numba.uint64(1)) & _M1)
+    x = (x & _M2) + ((x >> numba.uint64(2)) & _M2)
+    x = (x + (x >> numba.uint64(4))) & _M4
+    return (x * _H01) >> numba.uint64(56)
 
 
 @intrinsic
@@ -114,7 +127,7 @@ def unowned(typingctx: Any, array: Any) -> Any:
     runs. numba takes and drops a reference to every array passed to a function, inlined
     helpers included, with an atomic increment and decrement of its meminfo (NRT_incref,
     NRT_decref): ten arrays passed to a helper per bucket cost more than the bucket's scan
-    (the batch lookup kernel ran 1.7-1.8x as fast on views like these: benchmarks/README.md).
+    (benchmarks/README.md has the A/B).
     A view without an owner costs a null check instead. Must not outlive the array: never
     return it, store it, or take it of an array the kernel made and may drop first."""
     if not isinstance(array, types.Array):

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from oracles import brute_force_pairs, brute_force_query
 
 from permindex import Index, Match
-from permindex.index.hamming import brute_force_pairs, brute_force_query
 
 TOP = (1 << 64) - 1
 

@@ -1,5 +1,6 @@
 """Pairs, clusters, flags and exact-duplicate groups (permindex.index.clusters) against brute force
-on random data and on the shared corpora; the vectorized union-find; keep/drop rules."""
+on random data and on the shared corpora; the components against a plain union-find; keep/drop
+rules."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import brute_force_pairs, union_find_components
 
 from permindex import Index, InvalidArgumentError, simhash
 from permindex.index.clusters import (
     ExactGroup,
     Flag,
     NearDuplicates,
-    _hook,
     clusters,
     components,
     design_for,
@@ -28,7 +29,6 @@ from permindex.index.clusters import (
     pairs_within,
     value_pairs,
 )
-from permindex.index.hamming import brute_force_pairs
 
 REPO = Path(__file__).resolve().parent.parent
 CORPORA = REPO.parent / "shared" / "corpora"
@@ -209,38 +209,25 @@ def test_designs_for_larger_k_find_every_pair() -> None:
         assert got == list(zip(i.tolist(), j.tolist(), dd.tolist(), strict=True))
 
 
-def test_components_against_a_path_and_the_python_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a long path whose edges come in an order that makes hooking slow; and a star
+def test_components_against_a_path_a_star_and_a_plain_union_find() -> None:
+    """A long path whose edges come in a shuffled order, a star, random sparse graphs (a giant
+    component and small ones): the labels of a plain union-find."""
     n = 2000
     rng = np.random.default_rng(1)
     order = rng.permutation(n)
     a, b = order[:-1].astype(np.int64), order[1:].astype(np.int64)
     assert (components(n, a, b) == 0).all()
-    monkeypatch.setattr("permindex.index.clusters._HOOK_ROUNDS", 1)  # finish in Python
-    assert (components(n, a, b) == 0).all()
     labels = components(6, np.array([5, 4], dtype=np.int64), np.array([3, 1], dtype=np.int64))
     assert labels.tolist() == [0, 1, 2, 3, 1, 3]
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_vectorized_hooking_converges_in_a_few_rounds(seed: int) -> None:
-    # random sparse graphs (a giant component and small ones), a shuffled path and a star:
-    # hooking alone finishes well within the rounds allowed, with the right components
-    rng = np.random.default_rng(seed)
-    n = 5000
+    assert components(3, a[:0], b[:0]).tolist() == [0, 1, 2]
     graphs = [
-        (rng.integers(0, n, 6000), rng.integers(0, n, 6000)),
-        (rng.permutation(n)[:-1], rng.permutation(n)[1:]),
+        (rng.integers(0, n, 2400), rng.integers(0, n, 2400)),
         (np.zeros(n - 1, dtype=np.int64) + int(rng.integers(0, n)), rng.permutation(n)[:-1]),
     ]
-    for a, b in graphs:
-        a, b = a.astype(np.int64), b.astype(np.int64)
-        parent = np.arange(n, dtype=np.int64)
-        left, _ = _hook(parent, a, b, 30)
-        assert left.size == 0
-        assert (parent[a] == parent[b]).all()
-        assert np.array_equal(parent, components(n, a, b))
-        assert (parent <= np.arange(n)).all() and (parent[parent] == parent).all()
+    for x, y in graphs:
+        x, y = x.astype(np.int64), y.astype(np.int64)
+        expected = union_find_components(n, x.tolist(), y.tolist())
+        assert components(n, x, y).tolist() == expected
 
 
 def test_keep_rules() -> None:
@@ -343,7 +330,6 @@ def test_value_pairs_on_every_explicit_design(
         )
         assert got == list(zip(i.tolist(), j.tolist(), dd.tolist(), strict=True))
     monkeypatch.setattr("permindex.index.join.PAIR_BUDGET", 3)
-    monkeypatch.setattr("permindex.index.join.COUNT_BITS", 0)
     kmax = design[0] - design[1]
     names = [f"k{i}" for i in range(fps.size)]
     near = NearDuplicates(names, fps, kmax, design=design)

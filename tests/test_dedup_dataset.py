@@ -23,11 +23,11 @@ import datasets
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from oracles import brute_force_pairs
 
 import permindex
 from permindex import DatasetDedup, InvalidArgumentError, dedup_dataset, simhash
 from permindex.index.clusters import KeepRule
-from permindex.index.hamming import brute_force_pairs
 
 KEEP_RULES: tuple[KeepRule, ...] = ("first", "longest", "smallest-key")
 

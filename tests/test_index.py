@@ -604,14 +604,11 @@ def test_thread_safety_smoke() -> None:
     assert dict(zip(*_export_lists(index), strict=True)) == expected
 
 
-@pytest.mark.parametrize("scan", [0, 48, 10**6])
-def test_large_buckets_every_single_query_path(monkeypatch: pytest.MonkeyPatch, scan: int) -> None:
+@pytest.mark.parametrize("seed", [0, 48])
+def test_large_buckets_in_runs_and_memtables(seed: int) -> None:
     """Buckets of hundreds of entries (near-duplicates share every prefix), in runs and in the
-    memtable; single queries with the Python filter scan, the numpy one, and both mixed."""
-    import permindex.index.table as table_module
-
-    monkeypatch.setattr(table_module, "PYTHON_SCAN", scan)
-    rng = np.random.default_rng(scan)
+    memtable: single and batch queries answer as brute force."""
+    rng = np.random.default_rng(seed)
     fps = clustered(rng, 900, 3, 5)
     names = [f"n{i}" for i in range(fps.size)]
     index = Index(memtable_limit=100)
@@ -669,8 +666,8 @@ def test_liveness_mask_only_while_rows_are_dead(index_parts: IndexParts) -> None
 def test_pairs_on_every_join_design(
     monkeypatch: pytest.MonkeyPatch, join: tuple[int, int], k: int
 ) -> None:
-    """Short prefixes (grouped, filters first) and long ones (one sort, pairs by sorted distance)
-    against brute force: random, clustered, a group of equal fingerprints, removed keys."""
+    """Short prefixes (long runs of equal keys) and long ones (mostly unique) against brute
+    force: random, clustered, a group of equal fingerprints, removed keys."""
     monkeypatch.setattr(join_module, "join_design", lambda design, kk, n: Design(*join))
     rng = np.random.default_rng(join[0])
     fps = np.concatenate(
@@ -688,8 +685,6 @@ def test_pairs_on_every_join_design(
     keys_, values = index.export()
     for kk in range(k + 1):
         assert index.pairs(kk) == expected_pairs(keys_, values, kk)
-    monkeypatch.setattr(join_module, "COUNT_BITS", 0)  # long prefixes: sort every row
-    assert index.pairs() == expected_pairs(keys_, values, k)
 
 
 def test_pairs_on_the_byte_pair_join(monkeypatch: pytest.MonkeyPatch) -> None:

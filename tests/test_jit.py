@@ -1,5 +1,6 @@
-"""permindex.jit: whether the kernels are used, and where numba's cache goes (never into
-site-packages; a directory that cannot be written falls back to the temporary folder)."""
+"""permindex.jit: where numba's cache goes (never into site-packages; a directory that cannot be
+written falls back to the temporary folder), and what ``serve`` says while it loads the
+kernels."""
 
 from __future__ import annotations
 
@@ -13,20 +14,6 @@ from typing import Any
 import pytest
 
 from permindex import jit
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [("0", False), ("false", False), (" No ", False), ("1", True), ("yes", True), ("", True)],
-)
-def test_enabled(monkeypatch: pytest.MonkeyPatch, value: str, expected: bool) -> None:
-    monkeypatch.setenv("PERMINDEX_JIT", value)
-    assert jit.enabled() is expected
-
-
-def test_enabled_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PERMINDEX_JIT", raising=False)
-    assert jit.enabled()
 
 
 def test_cache_dir_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -93,17 +80,15 @@ def test_index_kernels_compile_into_the_chosen_cache(tmp_path: Path) -> None:
     assert not list(package.rglob("*.nbi")), "numba wrote its cache into the package"
 
 
-def test_serve_accepts_the_kernel_variables_and_answers_on_the_reference_paths(
-    tmp_path: Path,
-) -> None:
-    """``permindex serve`` refuses unknown PERMINDEX_* variables, but PERMINDEX_JIT and
-    PERMINDEX_CACHE_DIR are permindex's own: a server started with both answers lookups (on the
-    reference paths) exactly as one on the kernels."""
+def test_serve_accepts_the_cache_variable_and_refuses_the_old_switch(tmp_path: Path) -> None:
+    """``permindex serve`` refuses unknown PERMINDEX_* variables, but PERMINDEX_CACHE_DIR is
+    permindex's own: a server started with it answers lookups. PERMINDEX_JIT, the switch to
+    the reference paths that no longer exist, is refused like any unknown variable."""
     from serverproc import ServeProcess
 
     import permindex
 
-    env = {"PERMINDEX_JIT": "0", "PERMINDEX_CACHE_DIR": str(tmp_path / "cache")}
+    env = {"PERMINDEX_CACHE_DIR": str(tmp_path / "cache")}
     proc = ServeProcess(tmp_path / "data", env=env)
     try:
         address = proc.address()
@@ -115,6 +100,15 @@ def test_serve_accepts_the_kernel_variables_and_answers_on_the_reference_paths(
     finally:
         proc.stop()
     assert "unknown variable" not in proc.text
+    done = subprocess.run(
+        [sys.executable, "-m", "permindex", "serve", "--data-dir", str(tmp_path / "other")],
+        env={**os.environ, "PERMINDEX_JIT": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0 and "PERMINDEX_JIT" in done.stderr, done.stderr
 
 
 def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import brute_force_pairs
 from strategies import SETTINGS
 
 import permindex.index.join as join_module
 from permindex import InvalidArgumentError
-from permindex.index.hamming import brute_force_pairs
 from permindex.index.join import (
     BYTE_PAIR_MASKS,
     BYTE_PAIRS,
@@ -23,14 +23,13 @@ from permindex.index.join import (
     join_design,
     join_tables,
     self_join,
-    table_pairs_radix,
 )
 from permindex.index.permutation import Design
 
 TOP = (1 << 64) - 1
 
-#: Every way to join, with the largest k each answers: short prefixes (grouped), 17 to 24
-#: bits (radix), longer (sorted), and the byte-pair join.
+#: Every way to join, with the largest k each answers: short prefixes, 17 to 24 bits, longer,
+#: and the byte-pair join (joined on (4, 1) below its threshold of values).
 JOINS: list[tuple[JoinDesign, int]] = [
     (Design(4, 1), 3),
     (Design(5, 2), 3),
@@ -166,16 +165,6 @@ def test_byte_pairs_with_big_groups_of_equal_values() -> None:
 
 
 @pytest.mark.parametrize(
-    ("design", "k"), [(Design(4, 1), 3), (Design(5, 2), 3), (Design(6, 2), 3), (Design(6, 3), 2)]
-)
-def test_long_prefixes_sorting_every_row(
-    monkeypatch: pytest.MonkeyPatch, design: Design, k: int
-) -> None:
-    monkeypatch.setattr(join_module, "COUNT_BITS", 0)
-    check(mixed(3, k), design, k)
-
-
-@pytest.mark.parametrize(
     "pair", [(4, 1), (5, 2), (6, 2), (6, 3), (3, 1), (7, 2), (7, 3), (8, 2), (2, 1), (9, 3)]
 )
 def test_join_tables_cover_every_k_set_and_are_no_larger(pair: tuple[int, int]) -> None:
@@ -219,8 +208,8 @@ def test_bad_arguments() -> None:
         self_join(values, -1, Design(4, 1))
     with pytest.raises(TypeError, match="Design"):
         self_join(values, 1, "pairs")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="17 to 24"):
-        list(table_pairs_radix(values, Design(4, 1).permutations[0]))
+    with pytest.raises(InvalidArgumentError):  # checked before the empty input's answer
+        self_join(values[:0], 4, Design(4, 1))
 
 
 def test_join_tables_of_a_wide_design_are_found_without_listing_k_sets() -> None:
@@ -232,13 +221,9 @@ def test_join_tables_of_a_wide_design_are_found_without_listing_k_sets() -> None
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "kernel"])
-def test_keyed_pairs_is_one_table_with_the_first_table_rule(
-    monkeypatch: pytest.MonkeyPatch, compiled: bool
-) -> None:
+def test_keyed_pairs_is_one_table_with_the_first_table_rule() -> None:
     """keyed_pairs over each table of (4, 1) in turn, with the earlier tables' masks, gives
-    exactly self_join's pairs (each once), on the numpy path and on the kernel."""
-    monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 2 if compiled else 1 << 62)
+    exactly brute force's pairs (each once)."""
     values = mixed(3, 3)
     design = Design(4, 1)
     masks = [design.permutations[t].leading_mask for t in join_tables(design, 3)]

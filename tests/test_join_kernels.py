@@ -1,6 +1,6 @@
 """The compiled self-join, distinct values and union-find (permindex.index.join_kernels, used by
-self_join, distinct_values and components unless PERMINDEX_JIT=0) against the numpy reference
-(PERMINDEX_JIT=0), a dict and brute force: random and hypothesis inputs, planted near-duplicates
+self_join, distinct_values and components) against the oracles of the tests (brute force, a
+dict, a search and a plain union-find): random and hypothesis inputs, planted near-duplicates
 at every distance 0..k, groups of equal values, hot prefixes, wide designs (long prefixes,
 prefix + row bits over 64), output chunks of 1 to 3 pairs, cancellation between kernel calls."""
 
@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import brute_force_pairs, union_find_components
 from strategies import SETTINGS
 from test_pair_stream import FINGERPRINT_LISTS, reference_values
 
 import permindex.index.join as join_module
 from permindex.errors import CallCancelledError
 from permindex.index.clusters import NearDuplicates, components
-from permindex.index.hamming import brute_force_pairs
 from permindex.index.join import BYTE_PAIRS, JoinDesign, self_join
 from permindex.index.pair_stream import distinct_values
 from permindex.index.permutation import Design
@@ -42,11 +41,9 @@ IDS = [str(d) for d, _ in JOINS]
 
 
 @pytest.fixture(autouse=True, params=["one-thread", "threads"])
-def compiled_at_any_size(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """The kernels for every input size (by default only from COMPILED_MIN_ROWS values), the
-    tables one after the other, or in 3 threads at any size (by default from
+def tables_in_threads(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The tables one after the other, or in 3 threads at any size (by default from
     JOIN_THREADS_MIN_ROWS values, in a thread per CPU)."""
-    monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 0)
     if request.param == "threads":
         monkeypatch.setattr(join_module, "JOIN_THREADS", 3)
         monkeypatch.setattr(join_module, "JOIN_THREADS_MIN_ROWS", 0)
@@ -58,33 +55,16 @@ def as_pairs(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[int, int
     )
 
 
-def joined(
-    values: np.ndarray,
-    k: int,
-    design: JoinDesign,
-    compiled: bool,
-    monkeypatch: pytest.MonkeyPatch,
-    should_stop: Callable[[], bool] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """self_join by the kernel (compiled) or by numpy (PERMINDEX_JIT=0)."""
-    with monkeypatch.context() as patch:
-        patch.setenv("PERMINDEX_JIT", "1" if compiled else "0")
-        return self_join(values, k, design, should_stop)
-
-
-def check_all_three(
-    values: np.ndarray, k: int, design: JoinDesign, monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[int, int, int]]:
-    """Kernel == numpy == brute force, each pair once (positions a != b); returns the pairs."""
-    a, b, d = joined(values, k, design, True, monkeypatch)
+def check_join(values: np.ndarray, k: int, design: JoinDesign) -> list[tuple[int, int, int]]:
+    """The kernel's join == brute force, each pair once (positions a != b); returns the
+    pairs."""
+    a, b, d = self_join(values, k, design)
     assert a.dtype == b.dtype == d.dtype == np.int64
     assert not (a == b).any()
     got = as_pairs(a, b, d)
     assert len(set(got)) == len(got)
     i, j, dd = brute_force_pairs(values, k)
-    truth = as_pairs(i, j, dd)
-    assert got == truth
-    assert as_pairs(*joined(values, k, design, False, monkeypatch)) == truth
+    assert got == as_pairs(i, j, dd)
     return got
 
 
@@ -101,20 +81,16 @@ def planted(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
-def test_planted_near_duplicates_at_every_distance(
-    design: JoinDesign, kmax: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_planted_near_duplicates_at_every_distance(design: JoinDesign, kmax: int) -> None:
     rng = np.random.default_rng(5)
     values = planted(rng, 600, kmax)
     for k in range(kmax + 1):
-        pairs = check_all_three(values, k, design, monkeypatch)
+        pairs = check_join(values, k, design)
         assert {d for _, _, d in pairs} == set(range(k + 1))  # every distance is there
 
 
 @pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
-def test_exact_duplicate_groups_and_hot_prefixes(
-    design: JoinDesign, kmax: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_exact_duplicate_groups_and_hot_prefixes(design: JoinDesign, kmax: int) -> None:
     """400 copies of one value, 300 values sharing every table's prefix bits (only the low
     bits differ: one hot group per table), random values around them."""
     rng = np.random.default_rng(9)
@@ -126,7 +102,7 @@ def test_exact_duplicate_groups_and_hot_prefixes(
             rng.integers(0, 2**64, 300, dtype=np.uint64),
         ]
     )
-    check_all_three(values[rng.permutation(values.size)], kmax, design, monkeypatch)
+    check_join(values[rng.permutation(values.size)], kmax, design)
 
 
 @pytest.mark.parametrize("budget", [1, 2, 3, 50])
@@ -138,7 +114,7 @@ def test_kernel_resumes_between_small_chunks(
     point of a group and resume there, nothing lost or repeated."""
     monkeypatch.setattr(join_module, "PAIR_BUDGET", budget)
     rng = np.random.default_rng(budget)
-    check_all_three(planted(rng, 300, kmax), kmax, design, monkeypatch)
+    check_join(planted(rng, 300, kmax), kmax, design)
 
 
 @pytest.mark.parametrize("budget", [1, 2, 7, 2**62, 2**63 - 3, 2**63 - 1])
@@ -175,7 +151,7 @@ def test_kernel_work_budget_bounds_each_call(budget: int) -> None:
     st.lists(st.tuples(st.integers(0, 59), st.integers(0, 63)), max_size=60),
     st.sampled_from(JOINS),
 )
-def test_kernel_equals_reference_and_brute_force(
+def test_kernel_equals_brute_force(
     base: list[int], flips: list[tuple[int, int]], join: tuple[JoinDesign, int]
 ) -> None:
     """Any values (with near copies: a bit of value i flipped, appended), every k the join
@@ -186,9 +162,8 @@ def test_kernel_equals_reference_and_brute_force(
         if base:
             values.append(base[i % len(base)] ^ (1 << bit))
     array = np.array(values, dtype=np.uint64)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for k in range(kmax + 1):
-            check_all_three(array, k, design, monkeypatch)
+    for k in range(kmax + 1):
+        check_join(array, k, design)
 
 
 def test_should_stop_is_checked_between_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,7 +182,7 @@ def test_should_stop_is_checked_between_kernel_calls(monkeypatch: pytest.MonkeyP
             return calls > 10
 
     with pytest.raises(CallCancelledError):
-        joined(values, 3, Design(4, 1), True, monkeypatch, stop)
+        self_join(values, 3, Design(4, 1), stop)
     threaded = join_module.JOIN_THREADS_MIN_ROWS == 0
     assert 11 <= calls <= 10 + 4 if threaded else calls == 11
 
@@ -235,34 +210,28 @@ def dfs_labels(n: int, a: np.ndarray, b: np.ndarray) -> list[int]:
 
 @SETTINGS
 @given(st.integers(1, 80), st.lists(st.tuples(st.integers(0, 79), st.integers(0, 79))))
-def test_union_find_equals_reference_and_search(n: int, edges: list[tuple[int, int]]) -> None:
+def test_union_find_equals_a_plain_one_and_search(n: int, edges: list[tuple[int, int]]) -> None:
     a = np.array([x % n for x, _ in edges], dtype=np.int64)
     b = np.array([y % n for _, y in edges], dtype=np.int64)
     truth = dfs_labels(n, a, b)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setenv("PERMINDEX_JIT", "1")
-        assert components(n, a, b).tolist() == truth
-        monkeypatch.setenv("PERMINDEX_JIT", "0")
-        assert components(n, a, b).tolist() == truth
+    assert union_find_components(n, a.tolist(), b.tolist()) == truth
+    assert components(n, a, b).tolist() == truth
 
 
 @SETTINGS
 @given(FINGERPRINT_LISTS)
-def test_distinct_values_kernel_equals_numpy_and_a_dict(fps: list[int]) -> None:
+def test_distinct_values_kernel_equals_a_dict(fps: list[int]) -> None:
     """The kernel's grouping of distinct_values (group_by_value, after the sort that finds the
-    repeated values) gives what the numpy grouping (PERMINDEX_JIT=0) and a dict give."""
+    repeated values) gives what a dict gives."""
     array = np.array(fps, dtype=np.uint64)
     by_value, first, counts, distinct = reference_values(fps)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for flag in ("1", "0"):
-            monkeypatch.setenv("PERMINDEX_JIT", flag)
-            got = distinct_values(array)
-            assert got.by_value.tolist() == by_value
-            assert got.first.tolist() == first
-            assert got.counts.tolist() == counts
-            assert got.distinct.tolist() == distinct
-            assert got.distinct[got.value_of].tolist() == fps
-            assert got.value_of.dtype == np.int64 and got.distinct.dtype == np.uint64
+    got = distinct_values(array)
+    assert got.by_value.tolist() == by_value
+    assert got.first.tolist() == first
+    assert got.counts.tolist() == counts
+    assert got.distinct.tolist() == distinct
+    assert got.distinct[got.value_of].tolist() == fps
+    assert got.value_of.dtype == np.int64 and got.distinct.dtype == np.uint64
 
 
 def test_distinct_values_kernel_with_every_value_repeated_or_one_value() -> None:
@@ -287,7 +256,7 @@ def test_distinct_values_kernel_with_every_value_repeated_or_one_value() -> None
         assert got.distinct.tolist() == distinct
 
 
-def test_long_chains_and_stars(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_chains_and_stars() -> None:
     """A path over 20,000 nodes in a shuffled order (deep trees for a naive union-find) and a
     star: one component each, labelled by its smallest node."""
     rng = np.random.default_rng(1)
@@ -298,27 +267,30 @@ def test_long_chains_and_stars(monkeypatch: pytest.MonkeyPatch) -> None:
     star_a = np.full(999, n, dtype=np.int64)
     star_b = np.arange(n + 1, n + 1000, dtype=np.int64)
     a, b = np.concatenate([a, star_b]), np.concatenate([b, star_a])
-    for flag in ("1", "0"):
-        monkeypatch.setenv("PERMINDEX_JIT", flag)
-        labels = components(n + 1000, a, b)
-        assert (labels[:n] == 0).all() and (labels[n:] == n).all()
+    labels = components(n + 1000, a, b)
+    assert (labels[:n] == 0).all() and (labels[n:] == n).all()
 
 
-def test_near_duplicates_identical_under_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole answer (pairs in key order, clusters, flags, exact groups) is the same with and
-    without the kernels."""
+def test_near_duplicates_equal_brute_force() -> None:
+    """The whole answer on the kernels: the pairs in key order are brute force's, the
+    clusters the components of those pairs (a plain union-find), the flags their keys."""
     rng = np.random.default_rng(4)
     values = planted(rng, 3000, 3)
     keys = [f"k{int(x):05d}" for x in rng.permutation(values.size)]
-    answers = []
-    for flag in ("1", "0"):
-        monkeypatch.setenv("PERMINDEX_JIT", flag)
-        near = NearDuplicates(keys, values, 3)
-        answers.append(
-            (list(near.iter_pairs()), near.clusters(), near.flags(), near.exact_duplicates())
-        )
-    assert answers[0] == answers[1]
-    assert answers[0][0]  # not empty
+    near = NearDuplicates(keys, values, 3)
+    i, j, d = brute_force_pairs(values, 3)
+    expected = sorted(
+        (min(keys[a], keys[b]), max(keys[a], keys[b]), dist)
+        for a, b, dist in zip(i.tolist(), j.tolist(), d.tolist(), strict=True)
+    )
+    assert list(near.iter_pairs()) == expected and expected
+    labels = union_find_components(values.size, i.tolist(), j.tolist())
+    groups: dict[int, list[str]] = {}
+    for position, label in enumerate(labels):
+        groups.setdefault(label, []).append(keys[position])
+    clustered = sorted(sorted(group) for group in groups.values() if len(group) > 1)
+    assert sorted(sorted(cluster) for cluster in near.clusters()) == clustered
+    assert {flag.key for flag in near.flags()} == {key for group in clustered for key in group}
 
 
 @pytest.mark.parametrize("threshold", [0, 1 << 62], ids=["8-tables", "on-4-1"])
@@ -327,8 +299,8 @@ def test_byte_pairs_on_their_8_tables_or_on_4_1(
 ) -> None:
     """The compiled join keeps BYTE_PAIRS' 8 tables of 24-bit keys from
     COMPILED_BYTE_PAIRS_MIN_ROWS values on (the larger joins, where (4, 1)'s runs of equal
-    16-bit keys grow long), and joins on (4, 1) below it: the same pairs as numpy and brute
-    force either way, planted at every distance, equal values and hot prefixes included."""
+    16-bit keys grow long), and joins on (4, 1) below it: the same pairs as brute force
+    either way, planted at every distance, equal values and hot prefixes included."""
     monkeypatch.setattr(join_module, "COMPILED_BYTE_PAIRS_MIN_ROWS", threshold)
     tables: list[object] = []
     real = join_module._table_key
@@ -348,7 +320,7 @@ def test_byte_pairs_on_their_8_tables_or_on_4_1(
     )
     for k in range(4):
         tables.clear()
-        pairs = check_all_three(values, k, BYTE_PAIRS, monkeypatch)
+        pairs = check_join(values, k, BYTE_PAIRS)
         assert tables == [BYTE_PAIRS] * 8 if threshold == 0 else [Design(4, 1)] * 4
         assert {d for _, _, d in pairs} == set(range(k + 1))
 
@@ -366,7 +338,6 @@ def test_an_exception_in_the_calling_thread_stops_the_join_threads(
     class Interrupted(Exception):
         pass
 
-    monkeypatch.setattr(join_module, "COMPILED_MIN_ROWS", 0)
     monkeypatch.setattr(join_module, "JOIN_THREADS", 2)
     monkeypatch.setattr(join_module, "JOIN_THREADS_MIN_ROWS", 0)
     monkeypatch.setattr(join_module, "PAIR_BUDGET", 16)

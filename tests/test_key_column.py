@@ -1,7 +1,7 @@
 """KeyColumn (permindex.index.key_column): keys as one UTF-8 buffer and offsets, read as a
-Sequence[str]; last_positions and keys_distinct against a dict over Python strings, with the
-compiled hash (PERMINDEX_JIT=1) and the xxhash one (PERMINDEX_JIT=0); and the offline dedup,
-whose keys it holds, with repeated keys."""
+Sequence[str]; last_positions and keys_distinct against a dict over Python strings; the
+compiled hash against the xxhash package (tests/oracles.py); and the offline dedup, whose keys
+it holds, with repeated keys."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import xxh3_of_keys
 
 from permindex.index.key_column import KeyColumn, keys_distinct, last_positions
 from permindex.near.dedup import run_dedup
@@ -26,12 +26,6 @@ KEYS = st.lists(
 def reference_last(keys: list[str]) -> list[int]:
     last = {key: i for i, key in enumerate(keys)}
     return sorted(last.values())
-
-
-@pytest.fixture(params=["1", "0"], ids=["compiled", "python"])
-def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PERMINDEX_JIT", request.param)
-    return str(request.param)
 
 
 @settings(max_examples=150, deadline=None)
@@ -63,19 +57,19 @@ def test_reads_back_as_the_strings(keys: list[str], data: st.DataObject) -> None
     keys=st.lists(st.sampled_from(["a", "b", "ключ", "a\x00", "", "ab", "c" * 300]), max_size=40)
 )
 def test_last_positions_equal_a_dict(keys: list[str]) -> None:
-    for flag in ("1", "0"):
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("PERMINDEX_JIT", flag)
-            column = KeyColumn.of_strings(keys)
-            assert last_positions(column).tolist() == reference_last(keys)
-            assert keys_distinct(column) == (len(set(keys)) == len(keys))
-            assert last_positions(keys).tolist() == reference_last(keys)
-
-
-def test_hashes_are_xxh3_of_the_utf8_bytes(jit: str) -> None:
-    keys = ["", "a", "doc/00000042", "ключ", "x" * 241, "\x00"]
     column = KeyColumn.of_strings(keys)
-    assert column.hashes().tolist() == [xxhash.xxh3_64_intdigest(k.encode()) for k in keys]
+    assert last_positions(column).tolist() == reference_last(keys)
+    assert keys_distinct(column) == (len(set(keys)) == len(keys))
+    assert last_positions(keys).tolist() == reference_last(keys)
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=KEYS)
+def test_hashes_are_xxh3_of_the_utf8_bytes(keys: list[str]) -> None:
+    """The kernel's XXH3-64 of each key equals the xxhash package's, for keys of every length
+    class XXH3 has (0, 1-3, 4-8, 9-16, 17-128, 129-240, longer)."""
+    keys = [*keys, "", "a", "doc/00000042", "ключ", "x" * 241, "\x00", "y" * 1000]
+    assert KeyColumn.of_strings(keys).hashes().tolist() == xxh3_of_keys(keys)
 
 
 def test_out_of_range_and_bad_arrays() -> None:
@@ -99,7 +93,7 @@ def test_take_of_every_position_is_the_column_itself() -> None:
     assert list(column.take(np.array([2, 1, 0], dtype=np.int64))) == ["c", "b", "a"]
 
 
-def test_dedup_keeps_each_keys_last_occurrence(tmp_path: Path, jit: str) -> None:
+def test_dedup_keeps_each_keys_last_occurrence(tmp_path: Path) -> None:
     """A JSONL input with repeated keys: each key joins with its last fingerprint, as ingest
     would leave it in a server; the result's keys are a KeyColumn equal to those keys."""
     base = 0x0123456789ABCDEF

@@ -16,12 +16,13 @@ import pytest
 from conftest import StartServer
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import brute_force_pairs
 from serverproc import REPO
 
 import permindex
 from permindex.cli import main
 from permindex.errors import EXIT_CODES, InvalidArgumentError
-from permindex.index.hamming import brute_force_pairs, parse_fingerprint
+from permindex.index.hamming import parse_fingerprint
 from permindex.io.arrow import ColumnError, fingerprint_array, key_array, text_array
 
 pa = pytest.importorskip("pyarrow")

@@ -1,16 +1,12 @@
-"""The batch query (permindex.index.query): a limit makes only the kept matches, chunks and
-the candidate budget split a batch without changing the answer; the batch path equals the
-single path and brute force."""
+"""The batch query (permindex.index.query): a limit makes only the kept matches, and the answers
+equal brute force with and without it."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import pytest
-from index_checks import clustered
 
 import permindex.index.match as match_module
 import permindex.index.query as query_module
@@ -34,33 +30,17 @@ def test_query_many_limit_makes_only_the_kept_matches(monkeypatch: pytest.Monkey
     stored.update({f"noise-{i}": v for i, v in enumerate(noise)})
     queries = [base] * 150 + [base ^ 0b111] * 50
     made = [0]
-    real = query_module.Match
-
-    class CountingMatch:  # stands in for the Match class: counts what is made
-        def __call__(self, *fields: Any) -> Match:
-            made[0] += 1
-            return real(*fields)
-
-        def _make(self, fields: Iterable[Any]) -> Match:
-            made[0] += 1
-            return real._make(fields)
 
     def brute(query: int) -> list[Match]:
         near = [Match(key, value, bin(value ^ query).count("1")) for key, value in stored.items()]
         return sorted((m for m in near if m.distance <= 3), key=lambda m: (m.distance, m.key))
 
-    def counting_new_match(fields: tuple[str, int, int]) -> Match:
-        made[0] += 1
-        return real._make(fields)
-
     real_lists = match_module.match_lists
 
-    def counting_lists(n: int, *found: Any) -> list[list[Match]]:  # the kernels' path
+    def counting_lists(n: int, *found: Any) -> list[list[Match]]:  # where every Match is made
         made[0] += len(found[1])
         return real_lists(n, *found)
 
-    monkeypatch.setattr(query_module, "Match", CountingMatch())
-    monkeypatch.setattr(query_module, "new_match", counting_new_match)
     monkeypatch.setattr(query_module, "match_lists", counting_lists)
     limited = index.query_many(queries, limit=2)
     assert made[0] == 2 * len(queries)
@@ -70,15 +50,3 @@ def test_query_many_limit_makes_only_the_kept_matches(monkeypatch: pytest.Monkey
     everything = index.query_many(queries[:20])
     assert made[0] == sum(len(matches) for matches in everything) > 20 * 400
     assert everything[0] == brute(base)
-
-
-def test_query_many_chunks_and_candidate_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(11)
-    fps = clustered(rng, 600, 5, 4)
-    index = Index(memtable_limit=50)
-    index.add_many([f"k{i}" for i in range(600)], fps)
-    queries = fps[:40].tolist()
-    expected = [index.query(q) for q in queries]
-    monkeypatch.setattr(query_module, "QUERY_CHUNK", 7)
-    monkeypatch.setattr(query_module, "CANDIDATE_BUDGET", 5)
-    assert index.query_many(queries) == expected

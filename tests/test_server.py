@@ -29,12 +29,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+from oracles import brute_force_query
 from serverproc import without_loading_notice
 
 import permindex
 from permindex import hamming, simhash
 from permindex.errors import CorruptFileError, DataDirLockedError, exit_code_for
-from permindex.index.hamming import brute_force_query
 from permindex.rpc.server import RunningServer, create_server
 from permindex.rpc.service import SERVICE_NAME
 from permindex.storage.snapshot import SNAPSHOT_NAME, DataDir, read_snapshot, write_snapshot

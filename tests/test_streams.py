@@ -231,10 +231,10 @@ def test_a_join_over_its_budget_is_refused_before_any_work(start_server: StartSe
 
 
 def test_sigterm_lets_an_in_flight_unary_call_finish(tmp_path: Path) -> None:
-    """An Add of 4,000 texts of 2,000 words (seconds of fingerprinting on the server, on its
-    reference paths: the compiled kernel takes a fraction of a second) in flight when SIGTERM
-    arrives is applied and answered; the final snapshot holds it."""
-    proc = ServeProcess(tmp_path / "data", "--max-message-mb", "64", env={"PERMINDEX_JIT": "0"})
+    """An Add of 4,000 texts of 2,000 words (seconds of fingerprinting on the server: shingles
+    of 512 words, each hashed whole) in flight when SIGTERM arrives is applied and answered; the
+    final snapshot holds it."""
+    proc = ServeProcess(tmp_path / "data", "--shingle-size", "512", "--max-message-mb", "64")
     address = proc.address()
     assert address is not None, proc.text
     rng = random.Random(2)

@@ -1,7 +1,7 @@
 """The writes (permindex.index.writes) on a row store and its tables built by hand: a row
 added, replaced (its old row a tombstone), left alone when its value is unchanged, discarded;
 batches and compact sections with repeated keys; every step checked by the parts' _check and
-by the tables' candidates."""
+by a single query of the kernels over those tables."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.keystore import hash_key
+from permindex.index.lookup import Lookups
 from permindex.index.permutation import Design
 from permindex.index.rows import RowStore
 from permindex.index.runs import Runs
 from permindex.index.table import Table
-from permindex.index.verify import verify
 from permindex.index.writes import (
     add_batch,
     add_locked,
@@ -27,7 +27,9 @@ from permindex.index.writes import (
 
 def _parts(compaction_min: int = 100) -> tuple[RowStore, Runs]:
     rows = RowStore(threading.RLock(), compaction_min)
-    tables = [Table(p, memtable_limit=4) for p in Design(4, 1).permutations]
+    changes = [0, 0, 0]  # shared by the rows and the tables, as an Index shares them
+    rows.changes = changes
+    tables = [Table(p, memtable_limit=4, changes=changes) for p in Design(4, 1).permutations]
     return rows, Runs(tables, rows)
 
 
@@ -37,11 +39,10 @@ def _check(rows: RowStore, runs: Runs) -> None:
 
 
 def _found(rows: RowStore, runs: Runs, query: int, k: int = 3) -> dict[str, int]:
-    candidates: list[int] = []
-    for table in runs.tables:
-        table.lookup(query, k, candidates)
-    hits = verify(query, candidates, k, rows)
-    return {rows.keys.key(row): distance for row, (_value, distance) in hits.items()}
+    design = Design(4, 1)
+    searched = {kk: design.tables_for(kk) for kk in range(k + 1)}
+    lookups = Lookups(list(runs.tables), rows, searched, rows.changes)
+    return {match.key: match.distance for match in lookups.one(query, k)}
 
 
 def test_add_replace_unchanged_and_discard() -> None:

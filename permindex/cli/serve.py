@@ -81,15 +81,9 @@ CONFIG_OPTION: Final = declared_options(_ConfigFile)[0]
 #: PERMINDEX_* variables that are not serve options: --config's, the client commands' token,
 #: and the switch that lets tracebacks through (permindex.cli.main).
 #: permindex's variables that are no serve option: the client's token, the debug switch, and
-#: the compiled kernels' switch and cache directory (permindex.jit).
+#: the compiled kernels' cache directory (permindex.jit).
 _OTHER_VARIABLES: Final = frozenset(
-    {
-        CONFIG_OPTION.env,
-        "PERMINDEX_TOKEN",
-        "PERMINDEX_DEBUG",
-        "PERMINDEX_JIT",
-        "PERMINDEX_CACHE_DIR",
-    }
+    {CONFIG_OPTION.env, "PERMINDEX_TOKEN", "PERMINDEX_DEBUG", "PERMINDEX_CACHE_DIR"}
 )
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
@@ -289,7 +283,7 @@ def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
     """Refuse a ``PERMINDEX_*`` variable that names no option (a misspelling such as
     ``PERMINDEX_MAX_BATCHES`` would otherwise be ignored in silence), as the file refuses an
     unknown key. The client's ``PERMINDEX_TOKEN``, ``PERMINDEX_DEBUG`` and the kernels'
-    ``PERMINDEX_JIT`` and ``PERMINDEX_CACHE_DIR`` are allowed.
+    ``PERMINDEX_CACHE_DIR`` are allowed.
 
     Raises:
         ConfigError: the first unknown variable, with the closest known name if there is one.
@@ -491,11 +485,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _freeze_kernels() -> None:
-    """Load the compiled kernels the server uses (unless ``PERMINDEX_JIT=0``), then move every
-    object made so far out of the garbage collector's view (``gc.freeze()``): numba's kernels
-    bring about 10^5 objects that live as long as the process, and a full collection of them
-    paused it for 80 to 110 ms here; the server's own collections then look at the objects of
-    requests only. Only the ``serve`` command does this: it owns its process.
+    """Load the compiled kernels the server uses, then move every object made so far out of
+    the garbage collector's view (``gc.freeze()``): numba's kernels bring about 10^5 objects
+    that live as long as the process, and a full collection of them is a pause of the server
+    (benchmarks/README.md); the server's own collections then look at the objects of requests
+    only. Only the ``serve`` command does this: it owns its process.
 
     Loading takes about 0.5 s from numba's cache; the first start after an install (or an
     upgrade of numba or permindex) compiles instead, for about 10 s: once it has compiled for
@@ -504,14 +498,11 @@ def _freeze_kernels() -> None:
     kernels``), so that a silent start does not look like a hang."""
     import gc
 
-    from permindex import jit
+    from permindex.index.lookup import kernels
+    from permindex.text.fingerprint import simhash_many
 
-    if jit.enabled():
-        from permindex.index.lookup import kernels
-        from permindex.text.fingerprint import simhash_many
-
-        with compile_notice("serve", "lookup and fingerprint", run="start"):
-            kernels()
-            simhash_many(["load the fingerprint kernel now"])
+    with compile_notice("serve", "lookup and fingerprint", run="start"):
+        kernels()
+        simhash_many(["load the fingerprint kernel now"])
     gc.collect()
     gc.freeze()

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import jit
 from permindex.errors import InvalidArgumentError, WorkBudgetExceededError
 from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
@@ -51,7 +50,6 @@ __all__ = [
 
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
-_HOOK_ROUNDS: Final = 64  # vectorized union-find rounds before finishing in Python
 
 KeepRule = Literal["first", "longest", "smallest-key"]
 #: The rules of :func:`keep_per_cluster`.
@@ -195,72 +193,14 @@ def pairs_within(
 def components(n: int, a: _I64, b: _I64) -> _I64:
     """Connected components of the graph on positions 0..n-1 with edges (a[i], b[i]): a (n,)
     int64 array giving each position the smallest position of its component (so an isolated
-    position is its own label).
+    position is its own label). A union-find by smaller root with path halving in a compiled
+    kernel (:func:`permindex.index.join_kernels.union_find_labels`): O((n + edges) alpha(n))
+    time, O(n) memory."""
+    from permindex.index import join_kernels
 
-    Vectorized union-find: every round first jumps pointers until each position points at its
-    root, then hooks, for every edge whose ends have different roots, the larger root onto the
-    smaller (``np.minimum.at``, so a root offered several parents takes the smallest). Labels
-    only decrease, so no cycle can form, and each round joins at least one pair of roots. After
-    :data:`_HOOK_ROUNDS` rounds (a few suffice on real graphs) the remaining edges are finished
-    by a plain union-find in Python, which bounds the worst case.
-
-    With the compiled kernels (:func:`permindex.jit.enabled`) and at least
-    :data:`~permindex.index.join.COMPILED_MIN_ROWS` positions, a union-find by smaller root
-    with path halving (:func:`permindex.index.join_kernels.union_find_labels`) gives the same
-    labels in O((n + edges) alpha(n)); the vectorized one is the reference under
-    ``PERMINDEX_JIT=0``."""
-    if a.size and n >= join.COMPILED_MIN_ROWS and jit.enabled():
-        from permindex.index import join_kernels
-
-        return join_kernels.union_find_labels(
-            n, np.ascontiguousarray(a, dtype=np.int64), np.ascontiguousarray(b, dtype=np.int64)
-        )
-    parent = np.arange(n, dtype=np.int64)
-    a, b = _hook(parent, a, b, _HOOK_ROUNDS)
-    if a.size == 0:
-        return parent
-    roots = parent.tolist()
-
-    def find(x: int) -> int:
-        while roots[x] != x:
-            roots[x] = roots[roots[x]]
-            x = roots[x]
-        return x
-
-    for x, y in zip(a.tolist(), b.tolist(), strict=True):
-        rx, ry = find(x), find(y)
-        if rx != ry:
-            roots[max(rx, ry)] = min(rx, ry)
-    parent = np.array(roots, dtype=np.int64)
-    _jump(parent)
-    return parent
-
-
-def _hook(parent: _I64, a: _I64, b: _I64, rounds: int) -> tuple[_I64, _I64]:
-    """Up to ``rounds`` rounds of pointer jumping and hooking (see :func:`components`) on
-    ``parent`` in place; returns the edges whose ends still have different roots (none when
-    done). ``parent`` is left with every entry pointing at a root."""
-    for _ in range(rounds):
-        _jump(parent)
-        ra = parent[a]
-        rb = parent[b]
-        differ = ra != rb
-        if not differ.any():
-            return a[:0], b[:0]
-        a, b = a[differ], b[differ]  # edges already inside one component stay so
-        ra, rb = ra[differ], rb[differ]
-        np.minimum.at(parent, np.maximum(ra, rb), np.minimum(ra, rb))
-    _jump(parent)
-    return a, b
-
-
-def _jump(parent: _I64) -> None:
-    """Pointer jumping in place until every entry is a root (parent[x] <= x throughout)."""
-    while True:
-        grand = parent[parent]
-        if np.array_equal(grand, parent):
-            return
-        parent[:] = grand
+    return join_kernels.union_find_labels(
+        n, np.ascontiguousarray(a, dtype=np.int64), np.ascontiguousarray(b, dtype=np.int64)
+    )
 
 
 def _groups(labels: _I64, members: _I64, rank: _I64) -> list[_I64]:

@@ -1,7 +1,7 @@
 """Hamming distance between 64-bit fingerprints: popcount of the XOR, in bits.
 
-Scalar form for Python ints, vectorized forms for (n,) uint64 numpy arrays (``np.bitwise_count``),
-and the brute-force reference searches that the index's results are tested against. The
+The distance of two Python ints (:func:`hamming`), and the checks and conversions of
+fingerprints (one int, an array or an iterable of them, the text form of every output). The
 near-duplicate criterion (distance <= k, k = 3 for 64-bit fingerprints of web pages) is from
 Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling", sections 2 and 3.
 """
@@ -20,10 +20,7 @@ __all__ = [
     "FINGERPRINT_BITS",
     "MAX_FINGERPRINT",
     "as_fingerprint_array",
-    "brute_force_pairs",
-    "brute_force_query",
     "hamming",
-    "hamming_array",
     "parse_fingerprint",
     "validate_fingerprint",
 ]
@@ -31,7 +28,6 @@ __all__ = [
 FINGERPRINT_BITS = 64
 MAX_FINGERPRINT = (1 << FINGERPRINT_BITS) - 1
 
-_PAIR_BLOCK = 1024  # rows of the distance matrix computed at once by brute_force_pairs
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 #: How a fingerprint is written, for the messages that refuse one.
 FINGERPRINT_RULE = (
@@ -184,50 +180,3 @@ def _from_sequence(items: list[object], name: str) -> NDArray[np.uint64]:
     for i, value in enumerate(items):
         out[i] = validate_fingerprint(value, name=f"{name}[{i}]")
     return out
-
-
-def hamming_array(
-    a: NDArray[np.uint64], b: NDArray[np.uint64] | int | np.uint64
-) -> NDArray[np.uint8]:
-    """Element-wise Hamming distances, bits, as a uint8 array: ``bitwise_count(a ^ b)``.
-
-    ``a`` is a uint64 array (any shape); ``b`` a uint64 array broadcastable against it, or one
-    fingerprint as an int in [0, 2^64). Not validated beyond numpy's own conversion (an int
-    outside [0, 2^64) raises OverflowError)."""
-    other = np.uint64(b) if isinstance(b, int) else b
-    return np.bitwise_count(np.bitwise_xor(a, other))
-
-
-def brute_force_query(fingerprints: NDArray[np.uint64], query: int, k: int) -> NDArray[np.intp]:
-    """Reference search: positions (ascending, (m,) intp) of the elements of the (n,) uint64
-    ``fingerprints`` within Hamming distance ``k`` bits (inclusive) of ``query``. O(n); used to
-    check the index in tests."""
-    q = validate_fingerprint(query, name="query")
-    fps = np.asarray(fingerprints, dtype=np.uint64)
-    return np.flatnonzero(hamming_array(fps, q) <= k)
-
-
-def brute_force_pairs(
-    fingerprints: NDArray[np.uint64], k: int
-) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.uint8]]:
-    """Reference all-pairs search: every (i, j) with i < j and Hamming distance of elements i
-    and j of the (n,) uint64 ``fingerprints`` at most ``k`` bits. Returns three (m,) arrays
-    (i, j, distance), ordered by i then j. O(n^2) time, O(n * 1024) memory; for tests."""
-    fps = np.asarray(fingerprints, dtype=np.uint64)
-    n = fps.size
-    out_i: list[NDArray[np.intp]] = []
-    out_j: list[NDArray[np.intp]] = []
-    out_d: list[NDArray[np.uint8]] = []
-    for start in range(0, n, _PAIR_BLOCK):
-        block = fps[start : start + _PAIR_BLOCK]
-        dist = np.bitwise_count(block[:, None] ^ fps[None, :])
-        i, j = np.nonzero(dist <= k)
-        i = i + start
-        upper = i < j
-        out_i.append(i[upper])
-        out_j.append(j[upper])
-        out_d.append(dist[i[upper] - start, j[upper]])
-    if not out_i:
-        empty = np.empty(0, dtype=np.intp)
-        return empty, empty.copy(), np.empty(0, dtype=np.uint8)
-    return np.concatenate(out_i), np.concatenate(out_j), np.concatenate(out_d)

@@ -7,9 +7,9 @@ its parts:
   tombstones, compaction, growth ahead);
 * :mod:`permindex.index.runs` -- the tables (:mod:`permindex.index.table`, one per
   permutation): building, writing and merging their runs;
-* :mod:`permindex.index.verify` -- the exact check of a candidate, for the reference paths;
 * :mod:`permindex.index.lookup` and :mod:`permindex.index.lookup_kernels` -- the lookups on
-  compiled kernels and the read view (``PERMINDEX_JIT=0``: the reference paths instead);
+  compiled kernels (the prefix-range search and the exact check of each candidate) and the
+  read view;
 * :mod:`permindex.index.query` -- the batch query; :mod:`permindex.index.batches` -- input
   batches (str keys, compact key sections);
 * :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`;
@@ -37,13 +37,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from typing import Literal, NamedTuple, TypedDict, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import jit
 from permindex.errors import InvalidArgumentError, NotFoundError
 from permindex.index.batches import Section, compact_inputs, validate_keys
 from permindex.index.batches import key_list as as_key_list
@@ -64,7 +62,6 @@ from permindex.index.query import (
     QueryColumns,
     lookup_many,
     lookup_within,
-    reference_one,
     self_join_pairs,
 )
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
@@ -223,10 +220,10 @@ class Index:
         self._runs = Runs(self._tables, self._rows)
         # The tables a query within each k <= self._k searches (Design.tables_for).
         self._searched = {kk: self._design.tables_for(kk) for kk in range(k + 1)}
+        # Lookups loads the kernels now, not at the first lookup.
         self._lookups = Lookups(self._tables, self._rows, self._searched, changes)
-        self._jit = jit.enabled()  # Lookups loads the kernels now, not at the first lookup
         # The matches of one query (the caller holds the lock), sorted.
-        self._query_one = self._lookups.one if self._jit else partial(reference_one, self._lookups)
+        self._query_one = self._lookups.one
 
     @classmethod
     def from_arrays(
@@ -471,9 +468,9 @@ class Index:
 
         Cost: one call of a compiled kernel over the searched tables' frozen runs (a directory
         lookup per run, the bucket's filters compared, the candidates that pass verified:
-        :meth:`~permindex.index.lookup.Lookups.one`, from C where the extension was built)
-        and a bisection of each non-empty memtable; O(tables * runs + candidates). Under
-        ``PERMINDEX_JIT=0`` the same in Python (:meth:`~permindex.index.table.Table.lookup`).
+        :meth:`~permindex.index.lookup.Lookups.one`) and a bisection of each non-empty
+        memtable, whose candidates a kernel verifies alike; O(tables * runs + log L +
+        candidates).
         """
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
@@ -532,14 +529,11 @@ class Index:
         Same errors as :meth:`query` (the message names the position of a bad fingerprint),
         TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
         InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
-        The lists are not tracked by the cyclic garbage collector where the C extension made
-        them (:data:`~permindex.index.match.match_lists`): a cycle made through one later (a
-        list appended to itself) is never collected.
         """
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
-        options = LookupOptions.checked(kk, lim, threads, columns, self._jit)
+        options = LookupOptions.checked(kk, lim, threads, columns)
         return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
     def max_candidates(self, k: int | None = None) -> int:
@@ -564,7 +558,7 @@ class Index:
         :func:`~permindex.index.query.lookup_within`; other errors as :meth:`query_many`."""
         queries = as_fingerprint_array(fingerprints)
         kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
-        options = LookupOptions.checked(kk, lim, None, True, self._jit)
+        options = LookupOptions.checked(kk, lim, None, True)
         bounds = (max_candidates, max_matches)
         return lookup_within(self._lock, self._lookups, queries, options, *bounds)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,9 +17,8 @@ from typing import Final, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import jit
 from permindex.errors import CallCancelledError, InvalidArgumentError
-from permindex.index.permutation import Design, Permutation, argsort_prefixes
+from permindex.index.permutation import Design, argsort_prefixes
 from permindex.index.runs import usable_cpus
 
 __all__ = [
@@ -28,14 +26,11 @@ __all__ = [
     "BYTE_PAIR_MASKS",
     "BYTE_PAIR_TABLES",
     "COMPILED_BYTE_PAIRS_MIN_ROWS",
-    "COMPILED_MIN_ROWS",
-    "COUNT_BITS",
     "JOIN_THREADS",
     "JOIN_THREADS_MAX_ROWS",
     "JOIN_THREADS_MIN_ROWS",
     "PAIR_BUDGET",
     "JoinDesign",
-    "byte_pair_candidates",
     "check_stop",
     "estimate_join_work",
     "group_pairs",
@@ -43,17 +38,11 @@ __all__ = [
     "join_tables",
     "keyed_pairs",
     "self_join",
-    "table_pairs_grouped",
-    "table_pairs_radix",
-    "table_pairs_sorted",
 ]
 
-#: Candidate pairs per numpy pass of a join (read at call time, so tests can lower it).
+#: Pairs per chunk of a join's output (and of :func:`group_pairs`), and a sixteenth of the
+#: candidates one kernel call verifies (read at call time, so tests can lower it).
 PAIR_BUDGET = 1 << 18
-#: Fewest values for which :func:`self_join` (and
-#: :func:`permindex.index.clusters.components`, in nodes) uses the compiled kernels: below, the
-#: numpy path takes milliseconds, less than loading the kernels (read at call time).
-COMPILED_MIN_ROWS = 50_000
 #: Fewest values for which the compiled join keeps :data:`BYTE_PAIRS` (8 tables of 24-bit
 #: keys) where :func:`join_design` chose it; below, it joins on (4, 1), whose 4 tables of
 #: 16-bit keys cost less while their runs of equal keys are short (read at call time). Both
@@ -67,8 +56,6 @@ COMPILED_BYTE_PAIRS_MIN_ROWS = 2_000_000
 JOIN_THREADS = min(4, usable_cpus())
 JOIN_THREADS_MIN_ROWS = 1 << 18
 JOIN_THREADS_MAX_ROWS = 1 << 26
-#: Largest count table (2^22 buckets) of a long-prefix join; above, every row is sorted.
-COUNT_BITS = 22
 
 _COVER_SEARCH = 20_000  # most sets of tables join_tables tries
 _COVER_KSETS = 200_000  # most k-sets of blocks join_tables enumerates
@@ -90,7 +77,6 @@ BYTE_PAIR_MASKS: Final = tuple(
 
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
-_IntP = NDArray[np.intp]
 
 
 def group_pairs(group_end: _I64, budget: int) -> Iterator[tuple[_I64, _I64]]:
@@ -217,168 +203,6 @@ def _join_designs(k: int) -> tuple[Design, ...]:
     return tuple(Design(b, t) for b, t in ((4, 1), (5, 2), (6, 2), (6, 3)) if b - t >= k)
 
 
-def table_pairs_grouped(values: _U64, perm: Permutation, k: int) -> Iterator[tuple[_IntP, _IntP]]:
-    """Candidate pairs of positions in (n,) uint64 ``values`` that share ``perm``'s prefix, for
-    short prefixes (large groups): a radix sort by prefix, every pair of each group enumerated
-    in chunks of about :data:`PAIR_BUDGET`, and only those whose filters (the 32 bits after the
-    prefix) are within k kept (about 1 in 780,000 for random fingerprints and k = 3).
-
-    Yields (i, j), two (m,) intp arrays of positions, i != j; every pair sharing the prefix
-    with filters within k appears exactly once over all chunks (in one of its two orders).
-    """
-    prefixes = perm.prefix_array(values)
-    order = argsort_prefixes(prefixes, perm.prefix_bits)
-    sorted_prefixes = prefixes[order]
-    del prefixes
-    ends = np.flatnonzero(sorted_prefixes[1:] != sorted_prefixes[:-1]) + 1
-    del sorted_prefixes
-    ends = np.append(ends, values.size).astype(np.int64)
-    sizes = np.diff(ends, prepend=0)
-    if int(sizes.max()) < 2:
-        return
-    group_end = np.repeat(ends, sizes)
-    filters = perm.filter_array(values[order])
-    for i, j in group_pairs(group_end, PAIR_BUDGET):
-        near = np.flatnonzero(np.bitwise_count(filters[i] ^ filters[j]) <= k)
-        yield order[i[near]], order[j[near]]
-
-
-def table_pairs_radix(values: _U64, perm: Permutation) -> Iterator[tuple[_IntP, _IntP]]:
-    """Candidate pairs of positions in (n,) uint64 ``values`` that share ``perm``'s prefix, for
-    prefixes of 17 to 24 bits: a least-significant-digit radix sort of the prefixes in two
-    stable passes (numpy sorts 8- and 16-bit keys by counting): the low prefix bits as uint8,
-    then the top 16 as uint16, each pass on the digits in the previous pass's order (narrow
-    gathers, no uint64 sort). The positions in a group of two or more equal prefixes are then
-    compacted and the pairs at sorted distance d = 1, 2, ... within a group emitted, each
-    round over only the positions whose group reached d.
-
-    Yields (i, j), two (m,) intp arrays of positions, i != j; every pair sharing the prefix
-    appears exactly once. Raises ValueError when the prefix is not 17 to 24 bits.
-    """
-    bits = perm.prefix_bits
-    if not 16 < bits <= 24:
-        raise ValueError(f"table_pairs_radix needs a prefix of 17 to 24 bits, not {bits}")
-    low = bits - 16
-    prefixes = perm.prefix_array(values).astype(np.uint32)
-    low_digits = (prefixes & np.uint32((1 << low) - 1)).astype(np.uint8)
-    high_digits = (prefixes >> np.uint32(low)).astype(np.uint16)
-    del prefixes
-    first = np.argsort(low_digits, kind="stable")
-    high_digits = high_digits[first]
-    second = np.argsort(high_digits, kind="stable")
-    keys = high_digits[second].astype(np.uint32) << np.uint32(low)
-    keys |= low_digits[first][second]
-    del high_digits, low_digits
-    same = keys[1:] == keys[:-1]
-    members = np.flatnonzero(np.append(same, False) | np.append(False, same))
-    positions = first[second[members]]
-    yield from _sorted_group_pairs(keys[members], positions)
-
-
-def _sorted_group_pairs(
-    keys: NDArray[np.uint32] | _U64, positions: _IntP
-) -> Iterator[tuple[_IntP, _IntP]]:
-    """Every pair of ``positions`` whose (sorted, same-shape) ``keys`` are equal: the pairs at
-    sorted distance d = 1, 2, ..., each round over the entries whose group reached d."""
-    m = int(keys.size)
-    active = np.flatnonzero(keys[1:] == keys[:-1])
-    d = 1
-    while active.size:
-        yield positions[active], positions[active + d]
-        d += 1
-        active = active[active + d < m]
-        active = active[keys[active + d] == keys[active]]
-
-
-def byte_pair_candidates(values: _U64) -> Iterator[tuple[int, _IntP, _IntP]]:
-    """Candidate pairs of positions in (n,) uint64 ``values`` for a self-join within k <= 3
-    bits on the 8 tables of :data:`BYTE_PAIR_TABLES`, each keyed by 24 bits: a 16-bit column c
-    of the fingerprint and one byte of column c + 1 (mod 4).
-
-    Exact for k <= 3 (the pigeonhole of Manku et al. 2007, section 3, on columns): let n_c be
-    the bits in which two fingerprints within 3 differ in column c. Some column has n_c = 0 (4
-    columns, at most 3 bits). If every such column's successor had n >= 2, there would be only
-    one such column (at most one column holds 2 or more of the 3 bits) and the other three
-    would hold 1, 1 and >= 2 bits: 4 > 3. So some c has n_c = 0 and n_(c+1) <= 1, and one of
-    the two bytes of column c + 1 is intact: the pair shares that table's key.
-
-    Work: per column, one stable radix sort of the 16-bit column (numpy counts 16-bit keys),
-    shared by its two tables; per table, one stable radix pass on the byte in that order
-    (8-bit keys), so equal keys are adjacent, and the pairs at sorted distance 1, 2, ... within
-    a run of equal keys (about n^2 / 2^25 per table for random fingerprints).
-
-    Yields (t, i, j): the table number t (0..7, in order) and two (m,) intp arrays of
-    positions, i != j; every pair sharing table t's key appears exactly once for that t.
-    """
-    values = np.ascontiguousarray(values, dtype=np.uint64)
-    columns = values.view(np.uint16).reshape(-1, 4)  # column c is bits 16c .. 16c + 15
-    if sys.byteorder != "little":  # pragma: no cover - big-endian machines
-        columns = columns[:, ::-1]
-    m = int(values.size)
-    for c in range(4):
-        column = np.ascontiguousarray(columns[:, c])
-        by_column = np.argsort(column, kind="stable")
-        column_sorted = column[by_column].astype(np.uint32)
-        column_sorted <<= np.uint32(8)
-        del column
-        following = np.ascontiguousarray(columns[:, (c + 1) % 4])[by_column]
-        for t, digits in (
-            (2 * c, (following & np.uint16(0xFF)).astype(np.uint8)),  # its low byte
-            (2 * c + 1, (following >> np.uint16(8)).astype(np.uint8)),  # its high byte
-        ):
-            by_byte = np.argsort(digits, kind="stable")
-            keys = column_sorted | digits
-            keys = keys[by_byte]
-            del digits
-            # Pairs at sorted distance d = 1, 2, ... within a run of equal keys.
-            active = np.flatnonzero(keys[1:] == keys[:-1])
-            d = 1
-            while active.size:
-                yield t, by_column[by_byte[active]], by_column[by_byte[active + d]]
-                d += 1
-                active = active[active + d < m]
-                active = active[keys[active + d] == keys[active]]
-
-
-def table_pairs_sorted(values: _U64, perm: Permutation, k: int) -> Iterator[tuple[_IntP, _IntP]]:
-    """Candidate pairs of positions in (n,) uint64 ``values`` that share ``perm``'s prefix, for
-    long prefixes (small groups).
-
-    Most prefixes are unique then, so the positions whose prefix can have a partner are found
-    first by counting the prefixes' top bits (about 4n buckets, up to 2^:data:`COUNT_BITS`: a
-    position alone in its bucket has no partner); only those are sorted, as (prefix, position)
-    packed into uint64, and the pairs at distance d = 1, 2, ... in sorted order that still
-    share the prefix are emitted, each round over only the positions whose group reached d.
-    Work: the count, a sort of the few candidates, and the candidate pairs.
-
-    Yields (i, j), two (m,) intp arrays of positions, i != j; every pair sharing the prefix
-    appears exactly once (``k`` is not used: no filter is applied).
-    """
-    n = int(values.size)
-    index_bits = max(1, (n - 1).bit_length())
-    if perm.prefix_bits + index_bits > 64:  # pragma: no cover - > 2^31 rows with 33-bit prefixes
-        yield from table_pairs_grouped(values, perm, k)
-        return
-    prefixes = perm.prefix_array(values)
-    bucket_bits = min(perm.prefix_bits, max(8, (4 * n).bit_length()))
-    if bucket_bits <= COUNT_BITS:
-        buckets = (prefixes >> np.uint64(perm.prefix_bits - bucket_bits)).astype(np.intp)
-        counts = np.bincount(buckets, minlength=1 << bucket_bits)
-        candidates = np.flatnonzero(counts[buckets] >= 2)
-        del counts, buckets
-        keys = prefixes[candidates] << np.uint64(index_bits)
-        keys |= candidates.astype(np.uint64)
-    else:  # a count table this large misses the caches: sorting every row is cheaper
-        keys = prefixes << np.uint64(index_bits)
-        keys |= np.arange(n, dtype=np.uint64)
-    del prefixes
-    keys.sort()
-    sorted_prefixes = keys >> np.uint64(index_bits)
-    positions = (keys & np.uint64((1 << index_bits) - 1)).astype(np.intp)
-    del keys
-    yield from _sorted_group_pairs(sorted_prefixes, positions)
-
-
 def check_stop(should_stop: Callable[[], bool] | None) -> None:
     """Raise :class:`~permindex.errors.CallCancelledError` when ``should_stop`` (None: never)
     returns True: the check long work makes between its chunks."""
@@ -401,10 +225,10 @@ def _table_masks(design: JoinDesign, k: int) -> list[int]:
 def estimate_join_work(fingerprints: _U64, k: int, design: JoinDesign) -> int:
     """The candidate pairs :func:`self_join` ``(fingerprints, k, design)`` enumerates: over the
     tables it searches, the sum of size * (size - 1) / 2 over the groups of positions that
-    share the table's key (prefix). Exact for the tables joined by sorting (prefixes over 16
-    bits, the byte-pair join); an upper bound of the candidates verified for prefixes of at
-    most 16 bits, whose 32-bit filters drop most pairs before the exact check. No candidate is
-    listed: per table one sort of the (n,) masked values, O(T * n log n) time, O(n) memory.
+    share the table's key (prefix): the pairs the join's kernel verifies (a join on
+    :data:`BYTE_PAIRS` below :data:`COMPILED_BYTE_PAIRS_MIN_ROWS` values verifies those of
+    (4, 1) instead). No candidate is listed: per table one sort of the (n,) masked values,
+    O(T * n log n) time, O(n) memory.
 
     Raises:
         InvalidArgumentError: k < 0 or k > the design's largest k.
@@ -436,11 +260,13 @@ def self_join(
         values: (n,) uint64 fingerprints; equal values are allowed (distance 0 pairs).
         k: largest Hamming distance in bits, 0 <= k <= design.max_k (3 for
             :data:`BYTE_PAIRS`).
-        design: what to join on, used as given (see :func:`join_design` for a choice by
-            cost): a :class:`Design`, whose :func:`join_tables` ``(k)`` tables are searched, or
-            :data:`BYTE_PAIRS` (:func:`byte_pair_candidates`).
-        should_stop: called before each table and between chunks of candidates (each at most
-            about :data:`PAIR_BUDGET` pairs); when it returns True the join stops.
+        design: what to join on (see :func:`join_design` for a choice by cost): a
+            :class:`Design`, whose :func:`join_tables` ``(k)`` tables are searched, or
+            :data:`BYTE_PAIRS` (8 tables keyed by a 16-bit column and one byte of the next
+            column), which below :data:`COMPILED_BYTE_PAIRS_MIN_ROWS` values is joined on
+            (4, 1) instead, whose 4 tables then cost less than its 8 (benchmarks/README.md).
+        should_stop: called before each table and between kernel calls (each at most about
+            16 * :data:`PAIR_BUDGET` candidates); when it returns True the join stops.
 
     Returns:
         (a, b, distance): three (m,) int64 arrays, positions a != b into ``values`` (in either
@@ -451,87 +277,24 @@ def self_join(
         CallCancelledError: ``should_stop`` returned True.
 
     Two fingerprints within k bits differ in at most k of a design's blocks, so they share the
-    prefix (leading blocks) of at least one table when k <= blocks - leading (pigeonhole). For each
-    table searched (:func:`join_tables`: a smallest set of tables that still covers every k
-    blocks), the positions are grouped by the table's key, every pair within a group is a
-    candidate, each candidate is verified exactly (popcount of the XOR) and a pair is kept only in
-    the *first* searched table whose key it shares (``(a ^ b) & key_mask == 0`` for no earlier
-    table), so no pair is reported twice and no set is needed.
+    prefix (leading blocks) of at least one table when k <= blocks - leading (pigeonhole). For
+    each table searched (:func:`join_tables`: a smallest set of tables that still covers every
+    k blocks), the keys are sorted once and a compiled kernel verifies every pair of a run of
+    equal keys exactly (popcount of the XOR), keeping a pair only in the *first* searched table
+    whose key it shares (``(a ^ b) & key_mask == 0`` for no earlier table), so no pair is
+    reported twice and no set is needed (:func:`_compiled_join`). The byte-pair tables are
+    exact for k <= 3: of 4 columns of 16 bits, some column c holds none of the 3 differing
+    bits and its successor at most one, so one of the two bytes of column c + 1 is intact.
 
-    Ways to find a table's candidates:
-
-    * :func:`table_pairs_grouped`, prefixes of at most 16 bits (large groups): a radix sort by
-      prefix and every pair of each group enumerated in chunks (:func:`group_pairs`), only those
-      whose 32-bit filters are within k kept;
-    * :func:`table_pairs_radix`, prefixes of 17 to 24 bits: two stable radix passes (8- and
-      16-bit keys) and the pairs within runs of equal prefixes;
-    * :func:`table_pairs_sorted`, longer prefixes (mostly unique): the positions that can have a
-      partner are found by counting the prefixes' top bits, sorted, and the pairs at sorted
-      distance 1, 2, ... that share the prefix are emitted;
-    * :func:`byte_pair_candidates`, for k <= 3 (:data:`BYTE_PAIRS`): 8 tables keyed by a 16-bit
-      column and one byte of the next column, each column's radix sort shared by its two tables.
-
-    With the compiled kernels (:func:`permindex.jit.enabled`, from :data:`COMPILED_MIN_ROWS`
-    values), every table whatever its prefix is joined by one sort of its keys and a kernel
-    that verifies the pairs of each run of equal keys (:func:`_compiled_join`): the same
-    pairs, in another order; :data:`BYTE_PAIRS` (k <= 3) is joined on (4, 1) there below
-    :data:`COMPILED_BYTE_PAIRS_MIN_ROWS` values, whose 4 tables then cost less than its 8
-    (benchmarks/README.md). The first such join in a process loads the kernels before its
-    first check of ``should_stop``.
-
-    :func:`join_design` picks what to join on by a cost model; :func:`self_join` runs the join.
+    The first join in a process loads the kernels before its first check of ``should_stop``.
     :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
     """
-    empty = np.empty(0, dtype=np.int64)
-    chunks: Iterator[tuple[int, _IntP, _IntP]]
-    masks = [np.uint64(m) for m in _table_masks(design, k)]
-    if values.size >= max(2, COMPILED_MIN_ROWS) and jit.enabled():
-        if design == BYTE_PAIRS and values.size < COMPILED_BYTE_PAIRS_MIN_ROWS:
-            design = Design(4, 1)  # 4 tables of short runs cost less than 8 tables
-        return _compiled_join(np.ascontiguousarray(values, dtype=np.uint64), k, design, should_stop)
-    if isinstance(design, Design):
-        chunks = _design_candidates(values, k, design, join_tables(design, k), should_stop)
-    else:
-        chunks = byte_pair_candidates(values)
+    _table_masks(design, k)  # the design and k checked before anything is loaded
     if values.size < 2:
-        return empty, empty.copy(), empty.copy()
-    parts_a: list[_I64] = []
-    parts_b: list[_I64] = []
-    parts_d: list[_I64] = []
-    check_stop(should_stop)
-    for n_t, i, j in chunks:
-        check_stop(should_stop)
-        a, b, d = _verified(values, i, j, k, masks[:n_t])
-        if a.size:
-            parts_a.append(a)
-            parts_b.append(b)
-            parts_d.append(d)
-    if not parts_a:
-        return empty, empty.copy(), empty.copy()
-    return np.concatenate(parts_a), np.concatenate(parts_b), np.concatenate(parts_d)
-
-
-def _verified(
-    values: _U64,
-    i: NDArray[np.integer],
-    j: NDArray[np.integer],
-    k: int,
-    earlier: Sequence[np.uint64],
-) -> tuple[_I64, _I64, _I64]:
-    """The candidates (i, j) (positions into ``values``) within ``k`` bits whose XOR is not 0
-    under any of the ``earlier`` masks (each pair only from the first table it shares): (a, b,
-    distance), three (m,) int64 arrays."""
-    x = values[i] ^ values[j]
-    distance = np.bitwise_count(x)
-    selected = distance <= k
-    for other in earlier:
-        selected &= (x & other) != 0
-    chosen = np.flatnonzero(selected)
-    return (
-        i[chosen].astype(np.int64, copy=False),
-        j[chosen].astype(np.int64, copy=False),
-        distance[chosen].astype(np.int64),
-    )
+        return _concat_pairs(())
+    if design == BYTE_PAIRS and values.size < COMPILED_BYTE_PAIRS_MIN_ROWS:
+        design = Design(4, 1)  # 4 tables of short runs cost less than 8 tables
+    return _compiled_join(np.ascontiguousarray(values, dtype=np.uint64), k, design, should_stop)
 
 
 def keyed_pairs(
@@ -551,16 +314,14 @@ def keyed_pairs(
         values: (n,) uint64 fingerprints.
         k: largest Hamming distance kept, bits.
         earlier: masks (uint64 ints) of the tables searched before this one.
-        should_stop: checked between chunks of at most about :data:`PAIR_BUDGET` pairs.
+        should_stop: checked between kernel calls of at most about 16 * :data:`PAIR_BUDGET`
+            candidates.
 
     Returns:
         (a, b, distance): three (m,) int64 arrays, positions a != b (either order), in no
-        particular order. Every candidate (a pair sharing a key) is verified once: the cost is
-        O(n log n + sum over groups of size^2), so callers split large groups first.
-
-    With the compiled kernels (:func:`permindex.jit.enabled`, from :data:`COMPILED_MIN_ROWS`
-    values) the kernel of :func:`self_join` (:func:`_compiled_join`) verifies the runs; else
-    numpy, every pair of each group in chunks (:func:`group_pairs`).
+        particular order. Every candidate (a pair sharing a key) is verified once, by the
+        kernel of :func:`self_join` (:func:`_kernel_table`): the cost is O(n log n + sum over
+        groups of size^2), so callers split large groups first.
 
     Raises:
         CallCancelledError: ``should_stop`` returned True.
@@ -571,20 +332,7 @@ def keyed_pairs(
     if values.size < 2:
         return _concat_pairs(())
     order = np.argsort(keys, kind="stable").astype(np.int64)
-    sorted_keys = keys[order]
-    if values.size >= max(2, COMPILED_MIN_ROWS) and jit.enabled():
-        return _concat_pairs(
-            _kernel_table(sorted_keys, values[order], order, k, masks, should_stop)
-        )
-    parts: list[tuple[_I64, _I64, _I64]] = []
-    ends = np.flatnonzero(np.append(sorted_keys[1:] != sorted_keys[:-1], True)) + 1
-    group_end = np.repeat(ends, np.diff(np.append(0, ends))).astype(np.int64)
-    for i, j in group_pairs(group_end, PAIR_BUDGET):
-        check_stop(should_stop)
-        a, b, d = _verified(values, order[i], order[j], k, list(masks))
-        if a.size:
-            parts.append((a, b, d))
-    return _concat_pairs(parts)
+    return _concat_pairs(_kernel_table(keys[order], values[order], order, k, masks, should_stop))
 
 
 def _concat_pairs(parts: Iterable[tuple[_I64, _I64, _I64]]) -> tuple[_I64, _I64, _I64]:
@@ -634,30 +382,6 @@ def _kernel_table(
             yield out_a[:count].copy(), out_b[:count].copy(), out_d[:count].copy()
 
 
-def _design_candidates(
-    values: _U64,
-    k: int,
-    design: Design,
-    searched: tuple[int, ...],
-    should_stop: Callable[[], bool] | None,
-) -> Iterator[tuple[int, _IntP, _IntP]]:
-    """(n_t, i, j) candidate chunks of the searched tables of ``design``, n_t the table's rank
-    in ``searched``: each table by the method its prefix length suits (``should_stop``
-    checked before each table's sort)."""
-    perms = design.permutations
-    for n_t, t in enumerate(searched):
-        check_stop(should_stop)
-        bits = perms[t].prefix_bits
-        if bits <= 16:
-            pairs = table_pairs_grouped(values, perms[t], k)
-        elif bits <= 24:
-            pairs = table_pairs_radix(values, perms[t])
-        else:
-            pairs = table_pairs_sorted(values, perms[t], k)
-        for i, j in pairs:
-            yield n_t, i, j
-
-
 def _table_key(values: _U64, k: int, design: JoinDesign, t: int) -> tuple[_U64, int]:
     """The key of every value in table t of those a self-join on ``design`` within ``k``
     searches, in order: ((n,) uint64 keys below 2^bits, bits). Two values share table t's key
@@ -696,8 +420,7 @@ def _compiled_join(
     (:func:`permindex.index.join_kernels.group_pairs_verified`): per searched table, the keys
     sorted once, then every pair of a run of equal keys verified (popcount of the XOR <= k, and
     not hidden by an earlier table's mask) in calls of at most 16 * :data:`PAIR_BUDGET`
-    candidates and :data:`PAIR_BUDGET` pairs, ``should_stop`` checked between calls. The same
-    pairs as the numpy path, in another order.
+    candidates and :data:`PAIR_BUDGET` pairs, ``should_stop`` checked between calls.
 
     From :data:`JOIN_THREADS_MIN_ROWS` values to :data:`JOIN_THREADS_MAX_ROWS`, the tables are
     joined in up to :data:`JOIN_THREADS` threads at once (the sorts and the kernel release the

@@ -3,8 +3,9 @@ values it joins (:func:`permindex.index.pair_stream.distinct_values`) and of the
 components of its pairs (:func:`permindex.index.clusters.components`).
 
 Imported only by the code that calls them (importing it compiles nothing until a kernel is first
-called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). Each kernel is bit-exact
-with the numpy path it replaces, which stays the reference under ``PERMINDEX_JIT=0``.
+called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). The tests check each
+against an independent reference (brute force for the pairs, a dict for the distinct values,
+a plain union-find for the components: ``tests/oracles.py``, ``tests/test_pair_stream.py``).
 """
 
 from __future__ import annotations
@@ -12,29 +13,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.jit_numba import njit
+from permindex.jit_numba import njit, popcount64
 
-__all__ = ["group_by_value", "group_pairs_verified", "hamming_weight", "union_find_labels"]
+__all__ = ["group_by_value", "group_pairs_verified", "union_find_labels"]
 
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
-_ONE = np.uint64(1)
-_TWO = np.uint64(2)
-_FOUR = np.uint64(4)
-_TOP = np.uint64(56)
 _ZERO = np.uint64(0)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi, as pair_stream's hash
-
-
-@njit()
-def hamming_weight(x: np.uint64) -> int:
-    """popcount of a uint64 (the SWAR count, which LLVM turns into one ``popcnt``)."""
-    x = x - ((x >> _ONE) & _M1)
-    x = (x & _M2) + ((x >> _TWO) & _M2)
-    x = (x + (x >> _FOUR)) & _M4
-    return int((x * _H01) >> _TOP)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi: Fibonacci hashing
 
 
 @njit()
@@ -101,7 +85,7 @@ def group_pairs_verified(
         started = j
         while j < stop:
             x = value ^ values[j]
-            d = hamming_weight(x)
+            d = np.int64(popcount64(x))  # int64: compared with k as integers
             if d <= k:
                 first = True
                 for t in range(n_masks):

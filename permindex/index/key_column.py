@@ -178,24 +178,11 @@ class KeyColumn(Sequence[str]):
         self._decoded.update(zip(positions.tolist(), self.strings(positions), strict=True))
 
     def hashes(self) -> _U64:
-        """(n,) uint64: XXH3-64 (seed 0) of each key's UTF-8 bytes, with the compiled kernel
-        (:mod:`permindex.text.xxh3_kernels`) where :func:`permindex.jit.enabled`, else one
-        ``xxhash`` call per key. O(n + bytes)."""
-        from permindex import jit
+        """(n,) uint64: XXH3-64 (seed 0) of each key's UTF-8 bytes, by the compiled kernel
+        :func:`permindex.text.xxh3_kernels.xxh3_64_many`. O(n + bytes)."""
+        from permindex.text.xxh3_kernels import xxh3_64_many
 
-        if jit.enabled():
-            from permindex.text.xxh3_kernels import xxh3_64_many
-
-            return xxh3_64_many(np.ascontiguousarray(self.data), self.offsets)
-        from xxhash import xxh3_64_intdigest
-
-        view = memoryview(self.data.tobytes())
-        bounds = self.offsets.tolist()
-        return np.fromiter(
-            (xxh3_64_intdigest(view[a:b]) for a, b in itertools.pairwise(bounds)),
-            np.uint64,
-            len(self),
-        )
+        return xxh3_64_many(np.ascontiguousarray(self.data), self.offsets)
 
 
 def _collision_positions(keys: KeyColumn) -> _I64 | None:

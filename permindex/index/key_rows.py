@@ -24,9 +24,7 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import jit
 from permindex.index.key_section import decode_section
-from permindex.index.match import Match, match_lists_of_rows
 
 __all__ = ["KeyRows", "ahead_capacity", "grown", "nearly_full", "next_capacity", "ragged_positions"]
 
@@ -117,63 +115,20 @@ class KeyRows:
         return int(self._hash_mv[row])
 
     def keys(self, rows: NDArray[np.integer] | Sequence[int]) -> list[str]:
-        """The keys of ``rows`` (any order, repeats allowed), decoded: up to 32 rows one by one,
-        more gathered into one buffer, decoded once and split at the NULs; when rows repeat
-        (fewer than half distinct: one key matching many queries) each is decoded once, its str
-        object shared. O(n log n + bytes)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        n = int(rows.size)
-        if n == 0:
-            return []
-        if n <= 32:
-            key = self.key
-            return [key(row) for row in rows.tolist()]
-        if jit.enabled():
-            return self._keys_compiled(np.ascontiguousarray(rows))
-        unique, inverse = np.unique(rows, return_inverse=True)
-        if 2 * unique.size < n:  # mostly repeats: decode each row once
-            decoded = self.keys(unique)
-            return list(map(decoded.__getitem__, inverse.tolist()))
-        starts = self._offsets[rows]
-        sizes = self._offsets[rows + 1] - starts
-        return decode_section(self._data[ragged_positions(starts, sizes)].tobytes(), sizes - 1)
-
-    def match_lists(
-        self,
-        n: int,
-        queries: _I64,
-        rows: _I64,
-        fingerprints: NDArray[np.uint64],
-        distances: NDArray[np.uint8],
-    ) -> list[list[Match]]:
-        """The :class:`~permindex.index.match.Match` lists of n queries
-        (:func:`~permindex.index.match.match_lists`: ``queries`` (m,) int64 non-decreasing in
-        [0, n), ``fingerprints`` (m,) uint64, ``distances`` (m,) uint8), each match's key
-        decoded from this store by its row (``rows`` (m,) int64) in the same C pass that makes
-        the Matches: only where the C extension was built
-        (:data:`~permindex.index.match.match_lists_of_rows`; else :meth:`keys` and
-        ``match_lists``). The caller holds the index's lock and pauses the collector.
-        O(n + m + the keys' bytes).
-
-        Raises:
-            ValueError: a row without a key here, or arrays of different lengths.
-            RuntimeError: the C extension was not built.
-        """
-        if match_lists_of_rows is None:
-            raise RuntimeError("KeyRows.match_lists: the C extension _match_lists was not built")
-        return match_lists_of_rows(
-            n, queries, (rows, self._offsets, self._data), fingerprints, distances
-        )
-
-    def _keys_compiled(self, rows: _I64) -> list[str]:
-        """:meth:`keys` on the kernels of :mod:`permindex.index.match_kernels`: the distinct
-        rows found by hashing (O(n), no sort), the bytes of the rows (or, when they mostly
-        repeat, of the distinct rows) gathered in one pass. Same result as the numpy path."""
+        """The keys of ``rows`` (any order, repeats allowed), decoded, by the kernels of
+        :mod:`permindex.index.match_kernels`: the distinct rows found by hashing (O(n), no
+        sort), the bytes of the rows (or, when they mostly repeat -- fewer than half
+        distinct, one key matching many queries -- of the distinct rows, each decoded once and
+        its str shared) gathered in one pass, decoded once and split at the NULs. O(n +
+        bytes)."""
         from permindex.index import match_kernels
 
-        distinct, inverse = match_kernels.distinct_rows(rows)
-        repeats = 2 * distinct.size < rows.size  # mostly repeats: decode each row once
-        chosen = distinct if repeats else rows
+        wanted: _I64 = np.ascontiguousarray(rows, dtype=np.int64)
+        if wanted.size == 0:
+            return []
+        distinct, inverse = match_kernels.distinct_rows(wanted)
+        repeats = 2 * distinct.size < wanted.size  # mostly repeats: decode each row once
+        chosen = distinct if repeats else wanted
         data, lengths = match_kernels.gather_key_bytes(self._offsets, self._data, chosen)
         decoded = decode_section(data.tobytes(), lengths)
         return list(map(decoded.__getitem__, inverse.tolist())) if repeats else decoded
@@ -183,8 +138,7 @@ class KeyRows:
         int64 and their fingerprints ``fps`` (m,) uint64 as
         :func:`~permindex.index.match_kernels.arrange_matches` returns them), comparing the
         rows' stored UTF-8 bytes in the compiled kernel
-        :func:`~permindex.index.match_kernels.order_ties_by_key`; the compiled paths only.
-        O(r^2) per run of r ties."""
+        :func:`~permindex.index.match_kernels.order_ties_by_key`. O(r^2) per run of r ties."""
         from permindex.index import match_kernels
 
         match_kernels.order_ties_by_key(ties, rows, fps, self._offsets, self._data)

@@ -3,8 +3,8 @@ the index's lock (Manku, Jain & Das Sarma 2007, section 3: the tables searched b
 candidates verified exactly).
 
 * :class:`LookupPlan` -- what the kernels of :mod:`permindex.index.lookup_kernels` read: the
-  searched tables' permutations and the addresses of their runs' arrays, as two int64 arrays
-  (one kernel argument each instead of one per array), with the runs it points into.
+  searched tables' permutations and their runs, as two int64 arrays, and the runs' arrays in
+  one typed list (three kernel arguments instead of one per array).
 * :class:`ReadView` -- a consistent view of the index for a batch lookup: the plan (frozen runs
   and the memtables frozen as runs of their own), the fingerprints by row, the liveness mask and
   the row count, taken under the lock in O(tables) (the memtables' runs are built once per
@@ -13,11 +13,9 @@ candidates verified exactly).
   (:meth:`permindex.index.rows.RowStore.read_live`), so a lookup on a view sees the index as
   it was when the view was taken: before or after each write, never a mix.
 * :class:`Lookups` -- the per-index caches (plans by k, the last view) and the two entry points
-  used by :class:`permindex.index.Index`: :meth:`Lookups.one` (a single query, under the lock;
-  where the C extension was built and no memtable is searched, through
-  :data:`SingleLookup`, which calls the kernel's C entry point and makes the answer in C) and
-  :meth:`Lookups.view` with :func:`batch_arrays` (a batch, its kernels run without the lock,
-  on ``threads`` threads).
+  used by :class:`permindex.index.Index`: :meth:`Lookups.one` (a single query, under the lock)
+  and :meth:`Lookups.view` with :func:`batch_arrays` (a batch, its kernels run without the
+  lock, on ``threads`` threads).
 
 Thread safety: :meth:`Lookups.one` and :meth:`Lookups.view` are called with the index's lock
 held; :func:`batch_arrays` runs on a view without it.
@@ -34,11 +32,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import jit
 from permindex.index.match import MATCH_ORDER, Match, new_match
 from permindex.index.rows import RowStore
 from permindex.index.table import Run, Table
-from permindex.index.verify import verify
 
 __all__ = [
     "LookupPlan",
@@ -53,51 +49,18 @@ __all__ = [
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
 _EMPTY_LIVE = np.zeros(0, dtype=np.uint8)
-PACKED_HEADER = 10  # lookup_kernels.PACKED_HEADER (that module loads numba)
 #: Rows of a single query's output buffer (grown when a query has more matches).
 _ONE_CAP = 256
 
-#: What :meth:`Lookups.one` reads for one k (:meth:`Lookups._refresh_fast`).
+#: What :meth:`Lookups.one` reads for one k (:meth:`Lookups._refresh_fast`): the kernel, the
+#: plan's three arrays, fingerprints, liveness (uint8), output, no memtable to search, the key
+#: of a row, the fingerprints' memoryview.
 _Fast = tuple[
-    Callable[[int], "list[Match] | int"] | None, _I64, Any, bool, Callable[[int], str], memoryview
+    Any, _I64, _I64, Any, _U64, NDArray[np.uint8], _I64, bool, Callable[[int], str], memoryview
 ]
 
 _kernels: ModuleType | None = None
 _kernels_lock = threading.Lock()
-_capsule: object | None = None
-#: The capsule's name (the C extension checks it); kept alive: a capsule does not copy it.
-_CAPSULE_NAME = b"permindex.lookup_packed"
-
-
-def _single_lookup_type() -> Any:
-    try:
-        from permindex.index._match_lists import SingleLookup
-    except ImportError:  # not built: no C compiler at install, or another interpreter
-        return None
-    return SingleLookup
-
-
-#: The C extension's single-query lookup (:class:`~permindex.index._match_lists.SingleLookup`:
-#: the kernel called through its C entry point, its one match made in C), or None where the
-#: extension was not built (then :meth:`Lookups.one` calls the kernel through numba and makes
-#: the Match in Python: the same answer).
-SingleLookup: Any = _single_lookup_type()
-
-
-def packed_kernel_capsule() -> object:
-    """The C entry point of the single-query kernel (``lookup_kernels.lookup_packed_c``, a
-    numba cfunc: ``int64_t (uint64_t query, int64_t *packed_plan)``) in a capsule named
-    ``permindex.lookup_packed``, as :class:`~permindex.index._match_lists.SingleLookup` takes
-    it; made once per process (loads the kernels)."""
-    global _capsule
-    if _capsule is None:
-        import ctypes
-
-        new_capsule = ctypes.pythonapi.PyCapsule_New
-        new_capsule.restype = ctypes.py_object
-        new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-        _capsule = new_capsule(kernels().lookup_packed_c.address, _CAPSULE_NAME, None)
-    return _capsule
 
 
 def kernels() -> ModuleType:
@@ -145,16 +108,17 @@ def _warm_matches() -> None:
 
 
 def _warm(module: ModuleType) -> None:
-    """Run both kernels once on a one-entry table (their code is then loaded and linked)."""
+    """Run the kernels once on a one-entry table (their code is then loaded and linked)."""
     tables = np.zeros((1, 7), dtype=np.int64)
     tables[0, 1] = 1
     tables[0, 4] = 1  # the prefix: the low bit
     run = Run(np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.zeros(3, np.uint32), 0)
-    plan = make_plan_from([(0, run)], tables)
+    plan = make_plan_from([(0, run)], tables, module)
     out = np.zeros((1, 3), dtype=np.int64)
     fps = np.zeros(1, dtype=np.uint64)
-    module.lookup_one(0, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
-    module.lookup_batch(fps, 0, plan.tables, plan.runs, fps, _EMPTY_LIVE, out)
+    module.lookup_one(0, 0, plan.tables, plan.runs, plan.arrays, fps, _EMPTY_LIVE, out)
+    module.lookup_batch(fps, 0, plan.tables, plan.runs, plan.arrays, fps, _EMPTY_LIVE, out)
+    module.verify_rows(0, 0, np.zeros(1, dtype=np.int64), fps, _EMPTY_LIVE, out)
 
 
 def entry_point(dispatcher: Any) -> Any:
@@ -176,12 +140,12 @@ def _signed(value: int) -> int:
 class LookupPlan(NamedTuple):
     """The kernels' description of the searched tables and their runs (the layout is in the
     docstring of :mod:`permindex.index.lookup_kernels`): ``tables`` (S, 3 + 3W) int64,
-    ``runs`` (R, 9) int64, and ``keep``, the runs whose arrays ``runs`` points into (held so
-    that they outlive every kernel call on the plan)."""
+    ``runs`` (R, 3) int64, and ``arrays``, the typed list of the runs' arrays (a tuple per
+    run, which it keeps alive)."""
 
     tables: _I64
     runs: _I64
-    keep: tuple[Run, ...]
+    arrays: Any
 
 
 def _tables_array(tables: Sequence[Table], searched: tuple[int, ...]) -> _I64:
@@ -202,22 +166,19 @@ def _tables_array(tables: Sequence[Table], searched: tuple[int, ...]) -> _I64:
     return out
 
 
-def make_plan_from(runs: Sequence[tuple[int, Run]], tables: _I64) -> LookupPlan:
-    """The plan of ``runs`` ((position in ``tables``, run) pairs) over the ``tables`` array."""
-    rows = np.zeros((len(runs), 9), dtype=np.int64)
+def make_plan_from(
+    runs: Sequence[tuple[int, Run]], tables: _I64, module: ModuleType | None = None
+) -> LookupPlan:
+    """The plan of ``runs`` ((position in ``tables``, run) pairs) over the ``tables`` array;
+    ``module``: the lookup kernels (None: :func:`kernels`). O(runs)."""
+    kernel_module = kernels() if module is None else module
+    rows = np.zeros((len(runs), 3), dtype=np.int64)
+    arrays = kernel_module.new_run_arrays()
+    add = kernel_module.add_run_array
     for i, (s, run) in enumerate(runs):
-        rows[i] = (
-            s,
-            run.shift,
-            run.offsets.size,
-            run.offsets.ctypes.data,
-            run.filters.ctypes.data,
-            run.low.ctypes.data,
-            run.high.ctypes.data,
-            int(run.high.dtype == np.uint16),
-            len(run),
-        )
-    return LookupPlan(tables, rows, tuple(run for _, run in runs))
+        rows[i] = (s, run.shift, int(run.high.dtype == np.uint16))
+        add(arrays, run.offsets, run.filters, run.low, run.high.view(np.uint8))
+    return LookupPlan(tables, rows, arrays)
 
 
 def make_plan(
@@ -279,12 +240,12 @@ class Lookups:
         self.rows = rows
         self.searched = searched
         self._changes = changes
-        # Single queries (under the lock): packed plans by k (LookupPlan.tables holds the
-        # packed array), valid for these runs and row arrays; the tables with a memtable.
+        # Single queries (under the lock): plans of the frozen runs by k, valid for these runs
+        # and row arrays; the output they write.
         self._one_plans: dict[int, LookupPlan] = {}
         self._one_seen = -1
         self._one_out = np.zeros((_ONE_CAP, 3), dtype=np.int64)
-        self._one_kernel: Any = entry_point(kernels().lookup_packed) if jit.enabled() else None
+        self._one_kernel: Any = entry_point(kernels().lookup_one)
         # One query's state by k, valid while changes[2] is _fast_seen (Lookups.one).
         self._fast: dict[int, _Fast] = {}
         self._fast_seen = -1
@@ -317,39 +278,17 @@ class Lookups:
         self._one_plans.clear()
         self._one_seen = self._changes[0]
 
-    def _packed(self, k: int) -> _I64:
-        """The packed plan of single queries at ``k`` (``lookup_kernels.lookup_packed``)."""
-        plan = make_plan(self.tables, self.searched[k], lambda table: table.runs)
-        rows = self.rows
-        out = self._one_out
-        header = np.zeros(PACKED_HEADER, dtype=np.int64)
-        header[:3] = (plan.tables.shape[0], plan.runs.shape[0], plan.tables.shape[1])
-        header[3] = rows.fps.ctypes.data
-        header[4] = 0 if rows.live is None else rows.live.ctypes.data
-        header[5] = rows.fps.size
-        header[6:9] = (k, out.ctypes.data, out.shape[0])
-        packed = np.concatenate([header, plan.tables.ravel(), plan.runs.ravel()])
-        self._one_plans[k] = LookupPlan(packed, plan.runs, plan.keep)
-        return packed
-
     def one(self, query: int, k: int) -> list[Match]:
         """The matches of one query within ``k``, sorted by (distance, key), the caller holding
-        the index's lock: the frozen runs searched by the compiled kernel (without a memtable
-        to search and with the C extension built, called through :data:`SingleLookup`: no
-        numba dispatch, the answer of none or one match made in C), the memtables in Python (a
-        bisection each) and their candidates verified by
-        :func:`~permindex.index.verify.verify`; each row once. O(tables * runs + log L +
+        the index's lock: the frozen runs searched by the compiled kernel, the memtables by a
+        bisection each and their candidates verified by the kernels' exact check
+        (``lookup_kernels.verify_rows``); each row once. O(tables * runs + log L +
         candidates)."""
         fast = self._fast.get(k) if self._fast_seen == self._changes[2] else None
         if fast is None:
             fast = self._refresh_fast(k)
-        searcher, packed, kernel, no_memtables, key_of, fps = fast
-        if searcher is not None:  # in C: the answer unless several matches
-            answer = searcher(query)
-            if answer.__class__ is list:
-                return answer
-            return self._one_general(query, k, answer)  # type: ignore[arg-type]
-        found = kernel(query, packed)
+        kernel, tables, runs, arrays, fps_array, live, out, no_memtables, key_of, fps = fast
+        found = kernel(query, k, tables, runs, arrays, fps_array, live, out)
         if found < 0 and no_memtables:  # the common answer: one match
             found = -found - 1
             row = found >> 6
@@ -359,24 +298,30 @@ class Lookups:
         return self._one_general(query, k, found)
 
     def _refresh_fast(self, k: int) -> _Fast:
-        """The state :meth:`one` reads for ``k``, rebuilt after any change of the tables or the
-        row arrays: (the C extension's lookup where it was built and no memtable is searched,
-        else None; packed plan, kernel, no memtable to search, key of a row, fingerprints)."""
+        """The state :meth:`one` reads for ``k`` (:data:`_Fast`), rebuilt after any change of
+        the tables or the row arrays."""
         if self._fast_seen != self._changes[2]:
             self._fast.clear()
             self._fast_seen = self._changes[2]
         if self._one_seen != self._changes[0]:  # the runs or the row arrays changed
             self._refresh_one()
         plan = self._one_plans.get(k)
-        packed = self._packed(k) if plan is None else plan.tables
+        if plan is None:
+            plan = make_plan(self.tables, self.searched[k], lambda table: table.runs)
+            self._one_plans[k] = plan
         memtables = any(self.tables[t].memtable_size for t in self.searched[k])
         rows = self.rows
-        searcher = None
-        if SingleLookup is not None and not memtables and self._one_kernel is not None:
-            searcher = SingleLookup(
-                packed_kernel_capsule(), packed, rows.fps, rows.keys, Match
-            ).lookup
-        fast = (searcher, packed, self._one_kernel, not memtables, rows.keys.key, rows.fps_view)
+        live = _EMPTY_LIVE if rows.live is None else rows.live.view(np.uint8)
+        fast = (
+            self._one_kernel,
+            *plan,
+            rows.fps,
+            live,
+            self._one_out,
+            not memtables,
+            rows.keys.key,
+            rows.fps_view,
+        )
         self._fast[k] = fast
         return fast
 
@@ -391,10 +336,9 @@ class Lookups:
         else:
             if found > self._one_out.shape[0]:
                 self._one_out = np.zeros((found, 3), dtype=np.int64)
-                self._refresh_one()  # the packed plans point to the old output
-                self._fast.clear()
-                packed = self._packed(k)
-                found = self._one_kernel(query, packed)
+                self._fast.clear()  # they hold the old output
+                kernel, tables, runs, arrays, fps_array, live, out, *_ = self._refresh_fast(k)
+                found = kernel(query, k, tables, runs, arrays, fps_array, live, out)
             hits = [(row, d) for _, row, d in self._one_out[:found].tolist()]
         if any(self.tables[t].memtable_size for t in self.searched[k]):
             hits = self._memtable_hits(query, k, hits)
@@ -410,15 +354,20 @@ class Lookups:
     def _memtable_hits(
         self, query: int, k: int, hits: list[tuple[int, int]]
     ) -> list[tuple[int, int]]:
+        """``hits`` ((row, distance) pairs of the runs) with the matches among the memtables'
+        candidates for ``query``, each row once."""
         candidates: list[int] = []
-        searched = self.searched[k]
-        for t in searched:
+        for t in self.searched[k]:
             self.tables[t].memtable_lookup(query, candidates)
         if not candidates:
             return hits
+        rows = self.rows
+        distinct = np.unique(np.array(candidates, dtype=np.int64))
+        live = _EMPTY_LIVE if rows.live is None else rows.live.view(np.uint8)
+        out = np.empty((distinct.size, 3), dtype=np.int64)
+        count = kernels().verify_rows(query, k, distinct, rows.fps, live, out)
         found = dict(hits)
-        for row, (_value, d) in verify(query, candidates, k, self.rows).items():
-            found[row] = d
+        found.update(zip(out[:count, 1].tolist(), out[:count, 2].tolist(), strict=True))
         return list(found.items())
 
     def current_view(self, k: int) -> ReadView | None:
@@ -510,5 +459,7 @@ def _lookup_batch(view: ReadView, queries: _U64, k: int, capacity: int) -> tuple
     written)."""
     plan = view.plans[k]
     out = np.zeros((capacity, 3), dtype=np.int64)
-    count = kernels().lookup_batch(queries, k, plan.tables, plan.runs, view.fps, view.live, out)
+    count = kernels().lookup_batch(
+        queries, k, plan.tables, plan.runs, plan.arrays, view.fps, view.live, out
+    )
     return out, int(count)

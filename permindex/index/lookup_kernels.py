@@ -1,12 +1,14 @@
 """Compiled kernels of the index's lookups (numba, :mod:`permindex.jit`): the prefix-range search
 of every searched table's runs and the exact check of each candidate, for a batch of queries and
 for one query (Manku, Jain & Das Sarma 2007, "Detecting Near-Duplicates for Web Crawling",
-section 3). Imported on first use (``import permindex`` does not load numba); the reference they
-are tested against is the numpy batch path (:func:`permindex.index.query.query_batch` with
-``PERMINDEX_JIT=0``) and brute force.
+section 3). Imported on first use (``import permindex`` does not load numba); the tests check
+them against brute force (``tests/oracles.py``). They hold the index's one exact check of a
+candidate (:func:`_within`: within k bits of the query, and live), which :func:`verify_rows`
+also applies to the candidates a single query finds in the memtables.
 
 What a kernel reads: a *plan* (:class:`permindex.index.lookup.LookupPlan`) of two int64 arrays
-that describe, without Python objects, the tables a query within k searches and their runs:
+that describe the tables a query within k searches and their runs, and a typed list of the
+runs' arrays:
 
 * ``tables`` (S, 3 + 3 * W + S): per searched table, in search order, the leading-block mask
   (as int64 bits), the number of prefix moves p and of filter moves f, then p + f moves
@@ -14,11 +16,12 @@ that describe, without Python objects, the tables a query within k searches and 
   moves, the 32-bit filter likewise over the filter moves (:attr:`Permutation.kernel_ops`);
   the last S columns hold, for each earlier searched table e, the image of e's leading mask
   in this table's filter when it lies wholly in the filter (else 0).
-* ``runs`` (R, 9): per run, the position s of its table in ``tables``, the directory shift,
-  the directory's length (2^r + 1), the addresses of its arrays (directory (2^r + 1,) uint32,
-  filters (m,) uint32, low row parts (m,) uint16, high row parts (m,) uint8 or uint16), whether
-  the high parts are uint16, and m. The plan's owner keeps the arrays alive while a kernel runs
-  (runs are immutable).
+* ``runs`` (R, 3): per run, the position s of its table in ``tables``, the directory shift,
+  and whether the high row parts are uint16 (else uint8).
+* ``arrays``: a numba typed list (:data:`RUN_ARRAYS`, made by :func:`new_run_arrays` and
+  :func:`add_run_array`) of one tuple per run, in run order: the directory (2^r + 1,) uint32,
+  the filters (m,) uint32, the low row parts (m,) uint16 and the high row parts as bytes ((m,)
+  uint8, or (2m,) when they are uint16). Runs are immutable; the list keeps them alive.
 
 For each query and run: the bucket ``prefix >> shift`` gives the range ``directory[b] :
 directory[b + 1]``; each entry whose filter is within k bits of the query's, and equal to it on
@@ -45,7 +48,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from permindex.jit_numba import address_pointer as _pointer
 from permindex.jit_numba import njit, numba
 from permindex.jit_numba import popcount64 as _popcount
 from permindex.jit_numba import prefetch as _prefetch
@@ -56,14 +58,15 @@ __all__ = [
     "BUCKET_LINES",
     "DISTANCE",
     "ONE_SIGNATURE",
-    "PACKED_C_SIGNATURE",
-    "PACKED_HEADER",
-    "PACKED_SIGNATURE",
     "RING",
+    "RUN",
+    "RUN_ARRAYS",
+    "VERIFY_SIGNATURE",
+    "add_run_array",
     "lookup_batch",
     "lookup_one",
-    "lookup_packed",
-    "lookup_packed_c",
+    "new_run_arrays",
+    "verify_rows",
 ]
 
 #: How many queries ahead the batch kernel prefetches: the directory entry of query i + 2D
@@ -81,17 +84,52 @@ PENDING = 64
 #: left the scan of a large bucket waiting on each line: benchmarks/README.md).
 BUCKET_LINES = 10
 
-_PLAN = "int64[:, ::1]"
-#: lookup_batch(queries, k, tables, runs, fps, live, out) -> matches.
-BATCH_SIGNATURE = f"int64(uint64[::1], int64, {_PLAN}, {_PLAN}, uint64[::1], uint8[::1], {_PLAN})"
-#: lookup_one(query, k, tables, runs, fps, live, out) -> matches.
-ONE_SIGNATURE = f"int64(uint64, int64, {_PLAN}, {_PLAN}, uint64[::1], uint8[::1], {_PLAN})"
-#: lookup_packed(query, packed) -> matches, or the one match encoded.
-PACKED_SIGNATURE = "int64(uint64, int64[::1])"
-#: Header of a packed plan: S, R, C (columns of ``tables``), address of ``fps``, address of
-#: ``live`` (0: every row live), rows of ``fps``, k, address and rows of the (cap, 3) int64
-#: output; ``tables`` and ``runs`` follow from here.
-PACKED_HEADER = 10
+_types = numba.types
+_PLAN = _types.int64[:, ::1]
+#: One run's arrays in a plan: directory, filters, low row parts, high row parts as bytes.
+RUN = _types.Tuple((_types.uint32[::1], _types.uint32[::1], _types.uint16[::1], _types.uint8[::1]))
+#: The type of a plan's ``arrays``: a typed list of :data:`RUN` tuples (one item per run: an
+#: item of a typed list costs a call and a reference count each, about a run's scan).
+RUN_ARRAYS = _types.ListType(RUN)
+#: lookup_batch(queries, k, tables, runs, arrays, fps, live, out) -> matches.
+BATCH_SIGNATURE = _types.int64(
+    _types.uint64[::1],
+    _types.int64,
+    _PLAN,
+    _PLAN,
+    RUN_ARRAYS,
+    _types.uint64[::1],
+    _types.uint8[::1],
+    _PLAN,
+)
+#: lookup_one(query, k, tables, runs, arrays, fps, live, out) -> matches, or the one encoded.
+ONE_SIGNATURE = _types.int64(
+    _types.uint64,
+    _types.int64,
+    _PLAN,
+    _PLAN,
+    RUN_ARRAYS,
+    _types.uint64[::1],
+    _types.uint8[::1],
+    _PLAN,
+)
+
+
+@njit(RUN_ARRAYS())
+def new_run_arrays():  # type: ignore[no-untyped-def]
+    """An empty :data:`RUN_ARRAYS` list (made by compiled code: numba's cache then holds the
+    list's code, which a list made from Python would compile in every process)."""
+    return numba.typed.List.empty_list(RUN)
+
+
+@njit(
+    _types.void(
+        RUN_ARRAYS, _types.uint32[::1], _types.uint32[::1], _types.uint16[::1], _types.uint8[::1]
+    )
+)
+def add_run_array(arrays, directory, filters, low, high):  # type: ignore[no-untyped-def]
+    """Append a run's arrays to ``arrays`` (``high``: its high row parts as bytes)."""
+    arrays.append((directory, filters, low, high))
 
 
 @njit(inline=True)
@@ -115,35 +153,46 @@ def _moves(value, tables, s, first, count):  # type: ignore[no-untyped-def]
 
 
 @njit(inline=True)
-def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-def]
-    """The distance of a candidate, or -1 when it is not a match reported by table s."""
-    x = value ^ query
-    d = np.int64(_popcount(x))  # int64: compared with k as integers, not as float64
+def _within(query, value, k, row, live):  # type: ignore[no-untyped-def]
+    """The exact check of a candidate: the Hamming distance of its fingerprint ``value`` to
+    ``query`` (popcount of the XOR) when it is at most ``k`` and its ``row`` is live
+    (``live[row]`` != 0, or ``live`` empty: every row is), else -1."""
+    d = np.int64(_popcount(value ^ query))  # int64: compared with k as integers, not float64
     if d > k:
         return -1
+    if live.size and live[row] == 0:
+        return -1
+    return d
+
+
+@njit(inline=True)
+def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-def]
+    """The distance of a candidate, or -1 when it is not a match reported by table s: it must
+    share table s's prefix and no earlier searched table's (that table reports it), and pass
+    :func:`_within`."""
+    x = value ^ query
     if (x & np.uint64(tables[s, 0])) != 0:
         return -1
     for e in range(s):
         if (x & np.uint64(tables[e, 0])) == 0:
             return -1
-    if live.size and live[row] == 0:
-        return -1
-    return np.int64(d)
+    return _within(query, value, k, row, live)
 
 
 @njit(inline=True)
-def _run_arrays(runs, r):  # type: ignore[no-untyped-def]
-    """Run r's arrays (see the module docstring for ``runs``): its directory (2^r + 1,)
-    uint32, filters (m,) uint32, low row parts (m,) uint16, high row parts as bytes
+def _run_arrays(runs, arrays, r):  # type: ignore[no-untyped-def]
+    """Run r's arrays (see the module docstring for ``runs`` and ``arrays``), as views without
+    an owner (:func:`permindex.jit_numba.unowned`: the list keeps them alive): its directory
+    (2^r + 1,) uint32, filters (m,) uint32, low row parts (m,) uint16, high row parts as bytes
     ((m,) uint8, or (2m,) when they are uint16) and as (m,) uint16 (empty when uint8)."""
-    m = runs[r, 8]
-    wide = runs[r, 7]
+    directory, filters, low, high = arrays[r]
+    high = _unowned(high)
     return (
-        numba.carray(_pointer(runs[r, 3]), runs[r, 2], np.uint32),
-        numba.carray(_pointer(runs[r, 4]), m, np.uint32),
-        numba.carray(_pointer(runs[r, 5]), m, np.uint16),
-        numba.carray(_pointer(runs[r, 6]), m * (1 + wide), np.uint8),
-        numba.carray(_pointer(runs[r, 6]), m if wide else 0, np.uint16),
+        _unowned(directory),
+        _unowned(filters),
+        _unowned(low),
+        high,
+        _unowned(high.view(np.uint16) if runs[r, 2] else high[:0].view(np.uint16)),
     )
 
 
@@ -227,7 +276,7 @@ def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: i
 
 
 @njit()
-def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
+def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
     """Every match of every query in run r; returns the new count (``pending``: the empty
     queue of candidates, kept alive by the caller). First every query's bucket and filter, one
     move at a time over all queries (a loop the compiler vectorizes); then a software pipeline
@@ -244,7 +293,7 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type:
     pending = _unowned(pending)
     s = runs[r, 0]
     shift = np.uint64(runs[r, 1])
-    directory, filters, low, high, high16 = _run_arrays(runs, r)
+    directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
     n_prefix = tables[s, 1]
     n_filter = tables[s, 2]
     q = queries.size
@@ -277,7 +326,7 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type:
             hi[j & ring] = end
             _prefetch_lines(filters, start, end)
             _prefetch(low, start)
-            _prefetch(high, start * (1 + runs[r, 7]))
+            _prefetch(high, start * (1 + runs[r, 2]))
         j = i - 2 * DISTANCE
         if 0 <= j < q:
             value = queries[j]
@@ -307,21 +356,22 @@ def _scan(queries, k, tables, runs, r, fps, live, out, count, pending):  # type:
 
 
 @njit(BATCH_SIGNATURE)
-def lookup_batch(queries, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
+def lookup_batch(queries, k, tables, runs, arrays, fps, live, out):  # type: ignore[no-untyped-def]
     """The matches of each of the (q,) uint64 ``queries`` within ``k`` (see the module
-    docstring for the plan ``tables``/``runs``, ``fps`` (capacity,) uint64, ``live``
-    (capacity,) uint8 or (0,) and ``out`` (cap, 3) int64); returns the number of matches."""
+    docstring for the plan ``tables``/``runs``/``arrays``, ``fps`` (capacity,) uint64,
+    ``live`` (capacity,) uint8 or (0,) and ``out`` (cap, 3) int64); returns the number of
+    matches."""
     count = 0
     for r in range(runs.shape[0]):
         pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
-        count = _scan(queries, k, tables, runs, r, fps, live, out, count, pending)
+        count = _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending)
     return count
 
 
 @njit()
-def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: ignore[no-untyped-def]
-    """:func:`lookup_one` on the queue ``pending`` and the (runs, 3) int64 scratch ``ranges``
-    that it keeps alive (the arrays are views without an owner here, as in :func:`_scan`)."""
+def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: ignore[no-untyped-def]
+    """:func:`lookup_one` on the queue ``pending``, which it keeps alive (the arrays are views
+    without an owner here, as in :func:`_scan`)."""
     tables = _unowned(tables)
     runs = _unowned(runs)
     fps = _unowned(fps)
@@ -329,32 +379,21 @@ def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: igno
     out = _unowned(out)
     pending = _unowned(pending)
     count = 0
-    n_runs = runs.shape[0]
-    for r in range(n_runs):
+    for r in range(runs.shape[0]):
         s = runs[r, 0]
-        directory = _run_arrays(runs, r)[0]
+        directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
         b = np.int64(_moves(query, tables, s, 0, tables[s, 1]) >> np.uint64(runs[r, 1]))
-        ranges[r, 0] = b
-        _prefetch(directory, b)
-    for r in range(n_runs):
-        directory, filters, low, high, _ = _run_arrays(runs, r)
-        b = ranges[r, 0]
         start = np.int64(directory[b])
         end = np.int64(directory[b + 1])
-        ranges[r, 1] = start
-        ranges[r, 2] = end
         _prefetch_lines(filters, start, end)
         _prefetch(low, start)
-        _prefetch(high, start * (1 + runs[r, 7]))
-    for r in range(n_runs):
-        s = runs[r, 0]
+        _prefetch(high, start * (1 + runs[r, 2]))
         f = _moves(query, tables, s, tables[s, 1], tables[s, 2])
-        _, filters, low, high, high16 = _run_arrays(runs, r)
         count = _bucket(
             query,
             0,
-            ranges[r, 1],
-            ranges[r, 2],
+            start,
+            end,
             f,
             k,
             tables,
@@ -374,53 +413,40 @@ def _one(query, k, tables, runs, fps, live, out, pending, ranges):  # type: igno
 
 
 @njit(ONE_SIGNATURE)
-def lookup_one(query, k, tables, runs, fps, live, out):  # type: ignore[no-untyped-def]
+def lookup_one(query, k, tables, runs, arrays, fps, live, out):  # type: ignore[no-untyped-def]
     """:func:`lookup_batch` of one uint64 ``query`` without a queries array: ``out`` (cap, 3)
-    int64 gets (0, row, distance) per match; returns the number of matches. In three passes
-    over the runs, so that their cache misses overlap: every run's bucket (its directory entry
-    prefetched), then every run's range (its bucket's first filters and row parts prefetched),
-    then the scans."""
+    int64 gets (0, row, distance) per match; returns the number of matches written to the
+    output, except for exactly one match: then ``-(row * 64 + distance) - 1`` (the common
+    answer, nothing to read back from the output). One pass over the runs (each run's arrays
+    taken from the list once: an item of a typed list costs about as much as a run's scan); the
+    candidates' fingerprints are read :data:`LAG` candidates after they are found, so those
+    misses overlap across runs."""
     pending = np.zeros((1 + PENDING, 4), dtype=np.int64)
-    ranges = np.empty((runs.shape[0], 3), dtype=np.int64)  # bucket, start, end
-    return _one(query, k, tables, runs, fps, live, out, pending, ranges)
-
-
-@njit(PACKED_SIGNATURE)
-def lookup_packed(query, packed):  # type: ignore[no-untyped-def]
-    """:func:`lookup_one` with everything but the query in one int64 array (a packed plan:
-    :data:`PACKED_HEADER` entries, then ``tables`` and ``runs`` row by row), so that a single
-    query passes two arguments (each argument costs ~0.1 us of dispatch). Returns the number
-    of matches written to the output, except for exactly one match: then ``-(row * 64 +
-    distance) - 1`` (nothing to read back from the output)."""
-    n_tables = packed[0]
-    n_runs = packed[1]
-    columns = packed[2]
-    start = PACKED_HEADER
-    tables = packed[start : start + n_tables * columns].reshape((n_tables, columns))
-    start += n_tables * columns
-    runs = packed[start : start + n_runs * 9].reshape((n_runs, 9))
-    fps = numba.carray(_pointer(packed[3]), packed[5], np.uint64)
-    live = numba.carray(_pointer(packed[4]), packed[5] if packed[4] else 0, np.uint8)
-    out = numba.carray(_pointer(packed[7]), (packed[8], 3), np.int64)
-    count = lookup_one(query, packed[6], tables, runs, fps, live, out)
+    count = _one(query, k, tables, runs, arrays, fps, live, out, pending)
     if count == 1:
         return -(out[0, 1] * 64 + out[0, 2]) - 1
     return count
 
 
-#: lookup_packed_c(query, plan) -> matches, or the one match encoded (a C function).
-PACKED_C_SIGNATURE = numba.types.int64(numba.types.uint64, numba.types.CPointer(numba.types.int64))
+#: verify_rows(query, k, rows, fps, live, out) -> matches.
+VERIFY_SIGNATURE = "int64(uint64, int64, int64[::1], uint64[::1], uint8[::1], int64[:, ::1])"
 
 
-@numba.cfunc(PACKED_C_SIGNATURE, cache=True)
-def lookup_packed_c(query, plan):  # type: ignore[no-untyped-def]
-    """:func:`lookup_packed` as a C function ``int64_t (uint64_t query, int64_t *plan)`` (its
-    address: ``lookup_packed_c.address``; numba caches it as it does the kernels), for the C
-    extension's :class:`~permindex.index._match_lists.SingleLookup`, which calls it without
-    numba's dispatch (about 0.1 us a call less; the GIL stays held) and makes the answer
-    itself. ``plan`` points to a packed plan (its length read from its header, whose
-    addresses are trusted: :meth:`permindex.index.lookup.Lookups._packed` makes it); the
-    caller keeps it and the arrays it points to alive. Same result as :func:`lookup_packed`."""
-    header = numba.carray(plan, PACKED_HEADER)
-    size = PACKED_HEADER + header[0] * header[2] + header[1] * 9
-    return lookup_packed(query, numba.carray(plan, size))
+@njit(VERIFY_SIGNATURE)
+def verify_rows(query, k, rows, fps, live, out):  # type: ignore[no-untyped-def]
+    """The candidate ``rows`` ((c,) int64, distinct) of one uint64 ``query`` that pass the
+    exact check (:func:`_within` against ``fps`` (capacity,) uint64 and ``live`` (capacity,)
+    uint8 or (0,)): ``out`` (cap, 3) int64 gets (0, row, distance) per match, in the order of
+    ``rows``; returns the number of matches (those past ``cap`` counted, not written). O(c)."""
+    count = 0
+    cap = out.shape[0]
+    for i in range(rows.size):
+        row = rows[i]
+        d = _within(query, fps[row], k, row, live)
+        if d >= 0:
+            if count < cap:
+                out[count, 0] = 0
+                out[count, 1] = row
+                out[count, 2] = d
+            count += 1
+    return count

@@ -1,17 +1,10 @@
 """The result of a lookup: :class:`Match` (a stored key, its fingerprint, its Hamming distance
-to the query), how one is made without a Python-level call, the order of matches,
-:func:`collection_paused`, under which a batch's result objects are made, and
-:func:`match_lists`, which makes a batch's lists of them: in C when the optional extension
-:mod:`permindex.index._match_lists` was built at install (a C compiler was at hand), else in
-Python (:func:`match_lists_python`, the reference the tests compare it with)."""
+to the query), how one is made without a Python-level call, the order of matches, and
+:func:`match_lists`, which makes a batch's lists of them."""
 
 from __future__ import annotations
 
-import gc
-import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
@@ -19,16 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = [
-    "COMPILED_MATCH_LISTS",
-    "MATCH_ORDER",
-    "Match",
-    "collection_paused",
-    "match_lists",
-    "match_lists_of_rows",
-    "match_lists_python",
-    "new_match",
-]
+__all__ = ["MATCH_ORDER", "Match", "match_lists", "new_match"]
 
 #: Sort key of matches: (distance, key).
 MATCH_ORDER = itemgetter(2, 0)
@@ -48,41 +32,7 @@ class Match(NamedTuple):
 new_match = partial(tuple.__new__, Match)
 
 
-_pause_lock = threading.Lock()
-_pauses = 0
-_resume = False
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused (``gc.disable()``) while the block makes many
-    objects at once -- a batch's lists and :class:`Match` tuples, none of them in a cycle --
-    and resumed after it if it was enabled before (nested and concurrent uses: by the last to
-    leave).
-
-    Why: every 700 container objects made start a collection of the youngest generation, and
-    a batch's results, alive while they are made, are promoted to older generations; once
-    enough are, Python collects all of them, every object of the process included. With
-    numba's kernels loaded a process holds about 10^5 such objects, and that full collection
-    took 80 to 110 ms here, about once in 7 batches of 10,000 lookups. Results the caller
-    drops before the next collection are then freed by reference counting, never promoted.
-    A ``gc.disable()`` by another thread while a block runs may be undone at its end."""
-    global _pauses, _resume
-    with _pause_lock:
-        if _pauses == 0:
-            _resume = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pauses -= 1
-            if _pauses == 0 and _resume:
-                gc.enable()
-
-
-def match_lists_python(
+def match_lists(
     n: int,
     queries: NDArray[np.int64],
     keys: list[str],
@@ -92,8 +42,7 @@ def match_lists_python(
     """The result lists of a batch of n queries: list q holds ``Match(keys[i],
     fingerprints[i], distances[i])`` for every i with ``queries[i] == q``, in order;
     ``queries`` (m,) int64 non-decreasing in [0, n), ``keys`` m str, ``fingerprints`` (m,)
-    uint64, ``distances`` (m,) uint8. O(n + m); the caller pauses the collector
-    (:func:`collection_paused`). The reference of the compiled form (:func:`match_lists`).
+    uint64, ``distances`` (m,) uint8. O(n + m).
 
     Raises:
         ValueError: the lengths differ, or ``queries`` is not non-decreasing in [0, n).
@@ -109,32 +58,3 @@ def match_lists_python(
     # for loop)
     deque(map(list.append, map(results.__getitem__, queries.tolist()), matches), maxlen=0)
     return results
-
-
-def _compiled() -> Callable[..., list[list[Match]]] | None:
-    try:
-        from permindex.index._match_lists import match_lists as compiled
-    except ImportError:  # not built: no C compiler at install, or another interpreter
-        return None
-    return partial(compiled, Match)
-
-
-_COMPILED = _compiled()
-#: Whether :func:`match_lists` runs in C (the optional extension was built and imports).
-COMPILED_MATCH_LISTS = _COMPILED is not None
-#: :func:`match_lists_python`'s contract, in C when the extension was built (the same lists of
-#: the same objects, about a third of the time, and left to reference counting: a list of
-#: Matches of str keys, and the list of such lists, are not tracked by the cyclic garbage
-#: collector), else that function itself.
-match_lists: Callable[
-    [int, NDArray[np.int64], list[str], NDArray[np.uint64], NDArray[np.uint8]], list[list[Match]]
-] = _COMPILED or match_lists_python
-#: The compiled :func:`match_lists` with each match's key decoded from a key store's arrays
-#: instead of a list of keys: ``(n, queries, (rows, offsets, data), fingerprints,
-#: distances)``, rows (m,) int64, offsets (r + 1,) int64 and data (b,) uint8 as
-#: :class:`~permindex.index.key_rows.KeyRows` keeps them (row i's key is ``data[offsets[i] :
-#: offsets[i + 1] - 1]``, UTF-8). One pass instead of gathering, decoding and splitting the
-#: keys first, then making the Matches. None where the extension was not built (the caller
-#: decodes the keys and calls :func:`match_lists`). Raises ValueError for a row or key outside
-#: the arrays, UnicodeDecodeError for bytes that are not UTF-8.
-match_lists_of_rows: Callable[..., list[list[Match]]] | None = _COMPILED

@@ -3,10 +3,8 @@
 their fingerprints and the positions of ties, :func:`arrange_matches`), find the distinct rows
 among them, and gather the UTF-8 bytes of those rows' keys into one buffer.
 
-Imported on first use (see :mod:`permindex.jit`); each is exact, and the numpy code it replaces
-(:func:`numpy.lexsort`, :func:`numpy.unique`, a gather by
-:func:`permindex.index.key_rows.ragged_positions`) stays the path under ``PERMINDEX_JIT=0``
-and the reference of the tests.
+Imported on first use (see :mod:`permindex.jit`); each is exact, and the tests check it against
+numpy (:func:`numpy.lexsort`, :func:`numpy.unique`, a gather of the keys' bytes).
 
 They keep the GIL (``keep_gil=True``): each takes microseconds to tens of microseconds for a
 batch of 10,000 lookups, between steps that hold the GIL anyway (making keys and results).
@@ -23,10 +21,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.jit_numba import njit
-from permindex.jit_numba import prefetch as _prefetch
 
 __all__ = [
-    "AHEAD",
     "ARRANGE_SIGNATURE",
     "DISTINCT_SIGNATURE",
     "GATHER_SIGNATURE",
@@ -57,9 +53,6 @@ GATHER_SIGNATURE = "Tuple((uint8[::1], int64[::1]))(int64[::1], uint8[::1], int6
 #: order_ties_by_key(ties, rows, fps, offsets, data), in place.
 TIES_SIGNATURE = "void(int64[::1], int64[::1], uint64[::1], int64[::1], uint8[::1])"
 
-#: How many rows ahead :func:`gather_key_bytes` prefetches (their offsets, then their bytes:
-#: the rows of a batch's matches are scattered over the store).
-AHEAD = 8
 _I64 = NDArray[np.int64]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing's multiplier, 2^64 / phi
 
@@ -188,14 +181,11 @@ def gather_key_bytes(
     """The stored bytes of each of ``rows`` (m,) int64, concatenated in that order, and the
     length of each row's key (m,) int64 (its NUL excluded): row r's bytes are
     ``data[offsets[r]:offsets[r + 1]]`` (its key's UTF-8 bytes and the NUL after them),
-    ``offsets`` (rows + 1,) int64, ``data`` uint8. The offsets and then the bytes of the row
-    :data:`AHEAD` places on are prefetched, so that their cache misses overlap. O(m + bytes)."""
+    ``offsets`` (rows + 1,) int64, ``data`` uint8. O(m + bytes)."""
     m = rows.size
     lengths = np.empty(m, dtype=np.int64)
     total = 0
     for i in range(m):
-        if i + AHEAD < m:
-            _prefetch(offsets, rows[i + AHEAD])  # type: ignore[call-arg]
         r = rows[i]
         size = offsets[r + 1] - offsets[r]
         lengths[i] = size - 1
@@ -203,8 +193,6 @@ def gather_key_bytes(
     out = np.empty(total, dtype=np.uint8)
     at = 0
     for i in range(m):
-        if i + AHEAD < m:
-            _prefetch(data, offsets[rows[i + AHEAD]])  # type: ignore[call-arg]
         r = rows[i]
         for b in range(offsets[r], offsets[r + 1]):
             out[at] = data[b]

@@ -18,7 +18,6 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex import jit
 from permindex.index import join
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
 
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi
 
 #: Pairs per chunk of :meth:`PairStream.chunks` by default.
 DEFAULT_CHUNK: Final = 65_536
@@ -67,10 +65,8 @@ class Values(NamedTuple):
 def distinct_values(fps: _U64) -> Values:
     """The distinct values of the (n,) uint64 ``fps`` and which positions hold each: the
     values that occur once first, in position order, then the repeated ones (ascending). One
-    fast sort finds the repeated values; only their positions are grouped. From
-    :data:`~permindex.index.join.COMPILED_MIN_ROWS` positions on, where the join's kernels are
-    used, the grouping is one kernel's two passes
-    (:func:`~permindex.index.join_kernels.group_by_value`), else numpy. O(n log n) time, O(n)
+    fast sort finds the repeated values; only their positions are grouped, by one kernel's two
+    passes (:func:`~permindex.index.join_kernels.group_by_value`). O(n log n) time, O(n)
     memory."""
     fps = np.ascontiguousarray(fps, dtype=np.uint64)  # native order: the kernel's one type
     n = int(fps.size)
@@ -80,70 +76,26 @@ def distinct_values(fps: _U64) -> Values:
         every = np.arange(n, dtype=np.int64)
         return Values(every, every.copy(), np.ones(n, dtype=np.int64), fps.copy(), every.copy())
     repeated = np.unique(ordered[1:][same])
-    if n >= join.COMPILED_MIN_ROWS and jit.enabled():
-        from permindex.index import join_kernels
+    from permindex.index import join_kernels
 
-        d = n - int(np.count_nonzero(same))
-        del ordered, same
-        out = Values(
-            np.empty(n, dtype=np.int64),
-            np.empty(d, dtype=np.int64),
-            np.empty(d, dtype=np.int64),
-            np.empty(d, dtype=np.uint64),
-            np.empty(n, dtype=np.int64),
-        )
-        join_kernels.group_by_value(fps, repeated, _hash_bits(repeated.size), *out)
-        return out
+    d = n - int(np.count_nonzero(same))
     del ordered, same
-    # The positions holding a repeated value: a bit table of the repeated values' hashes first
-    # (one gather over the n positions), then a binary search for only the positions that pass
-    # it (a search for every position, branchy and O(n log r), was most of the time).
-    maybe = np.flatnonzero(_hash_table(repeated)[_hashes(fps, repeated.size)])
-    at = np.minimum(np.searchsorted(repeated, fps[maybe]), repeated.size - 1)
-    hit = repeated[at] == fps[maybe]
-    members = maybe[hit].astype(np.int64)  # ascending
-    at = at[hit]
-    shared = np.zeros(n, dtype=bool)
-    shared[members] = True
-    singles = np.flatnonzero(~shared).astype(np.int64)
-    by_group = np.argsort(at, kind="stable")
-    members = members[by_group]
-    group = at[by_group].astype(np.int64)
-    starts = np.flatnonzero(np.append(True, group[1:] != group[:-1])).astype(np.int64)
-    group_counts = np.diff(np.append(starts, members.size)).astype(np.int64)
-    ones = singles.size
-    value_of = np.empty(n, dtype=np.int64)
-    value_of[singles] = np.arange(ones, dtype=np.int64)
-    value_of[members] = ones + np.repeat(np.arange(starts.size, dtype=np.int64), group_counts)
-    return Values(
-        np.concatenate((singles, members)),
-        np.concatenate((np.arange(ones, dtype=np.int64), ones + starts)),
-        np.concatenate((np.ones(ones, dtype=np.int64), group_counts)),
-        np.concatenate((fps[singles], fps[members[starts]])),
-        value_of,
+    out = Values(
+        np.empty(n, dtype=np.int64),
+        np.empty(d, dtype=np.int64),
+        np.empty(d, dtype=np.int64),
+        np.empty(d, dtype=np.uint64),
+        np.empty(n, dtype=np.int64),
     )
+    join_kernels.group_by_value(fps, repeated, _hash_bits(repeated.size), *out)
+    return out
 
 
 def _hash_bits(count: int) -> int:
-    """Bits of the hash table of :func:`distinct_values` for ``count`` repeated values: about
-    64 slots per value (a position without a repeated value passes with probability under
-    1/64), from 2^10 to 2^24 slots."""
+    """Bits of the hash table of :func:`distinct_values`'s kernel for ``count`` repeated values
+    (Fibonacci hashing of the values): about 64 slots per value (a position without a repeated
+    value passes with probability under 1/64), from 2^10 to 2^24 slots."""
     return min(max(count.bit_length() + 6, 10), 24)
-
-
-def _hashes(values: _U64, count: int) -> NDArray[np.intp]:
-    """The slot of each of the (n,) uint64 ``values`` in a table of :func:`_hash_bits`
-    (``count``) bits: the top bits of the value times 2^64 / phi (Fibonacci hashing), so that
-    values alike in their low bits spread too."""
-    shift = np.uint64(64 - _hash_bits(count))
-    return ((values * _GOLDEN) >> shift).astype(np.intp)
-
-
-def _hash_table(repeated: _U64) -> NDArray[np.bool_]:
-    """The bit table (as bools) of the slots of the (r,) uint64 ``repeated`` values."""
-    table = np.zeros(1 << _hash_bits(int(repeated.size)), dtype=bool)
-    table[_hashes(repeated, int(repeated.size))] = True
-    return table
 
 
 def identical_pairs(counts: _I64) -> int:

@@ -4,12 +4,9 @@ return.
 
 A batch runs in the compiled kernels of :mod:`permindex.index.lookup_kernels` on a read view
 taken under the index's lock and searched without it (:func:`query_view`; Manku, Jain & Das Sarma
-2007, section 3). The reference path (``PERMINDEX_JIT=0``, :func:`query_batch`) runs with numpy
-over every query at once: per searched table the queries' prefixes, sorted so that the
-candidate ranges are read in increasing position; per run the ranges narrowed by the 32-bit
-filters; the candidates verified by :func:`permindex.index.verify.verify` (numpy strategy), a
-match reported only by the first table whose prefix it shares. Either way only the matches
-become Python objects.
+2007, section 3); a batch of at most :data:`SMALL_BATCH` fingerprints runs the single-query
+kernel once per fingerprint under the lock instead (no read view to make after a write). Only
+the matches become Python objects.
 """
 
 from __future__ import annotations
@@ -32,14 +29,7 @@ from permindex.index.lookup import (
     batch_arrays_within,
     kernels_of_matches,
 )
-from permindex.index.match import (
-    MATCH_ORDER,
-    Match,
-    collection_paused,
-    match_lists,
-    match_lists_of_rows,
-    new_match,
-)
+from permindex.index.match import Match, match_lists
 from permindex.index.pair_stream import (
     PairArrays,
     PairStream,
@@ -47,17 +37,11 @@ from permindex.index.pair_stream import (
     flagged_positions,
     join_distinct,
 )
-from permindex.index.permutation import Design, argsort_prefixes
-from permindex.index.ranges import filtered_ranges, gather_ranges
+from permindex.index.permutation import Design
 from permindex.index.rows import RowStore
-from permindex.index.table import Run, Table
-from permindex.index.verify import verify
 
 __all__ = [
-    "CANDIDATE_BUDGET",
-    "MATCH_ORDER",
     "MAX_THREADS",
-    "QUERY_CHUNK",
     "RANK_TIES",
     "SMALL_BATCH",
     "Found",
@@ -66,21 +50,13 @@ __all__ = [
     "QueryColumns",
     "columns_from_matches",
     "columns_of",
-    "list_matches",
     "lookup_many",
     "lookup_within",
     "matches_of",
     "order_matches",
-    "query_batch",
     "query_view",
-    "reference_one",
     "self_join_pairs",
 ]
-
-#: Queries per numpy pass of a batch.
-QUERY_CHUNK = 16384
-#: Candidates per numpy pass: a chunk whose ranges hold more is split in halves.
-CANDIDATE_BUDGET = 1 << 22
 
 _U64 = NDArray[np.uint64]
 
@@ -95,19 +71,16 @@ RANK_TIES = 256
 
 
 class LookupOptions(NamedTuple):
-    """What :func:`lookup_many` was asked: k (checked), limit (0: none), threads, whether
-    the answer is columns, and whether the compiled kernels are used."""
+    """What :func:`lookup_many` was asked: k (checked), limit (0: none), threads, and whether
+    the answer is columns."""
 
     k: int
     limit: int
     threads: int
     columns: bool
-    jit: bool
 
     @classmethod
-    def checked(
-        cls, k: int, limit: int, threads: object, columns: object, jit: bool
-    ) -> LookupOptions:
+    def checked(cls, k: int, limit: int, threads: object, columns: object) -> LookupOptions:
         """The options of one call, ``threads`` (None: 1) and ``columns`` checked.
 
         Raises:
@@ -119,7 +92,7 @@ class LookupOptions(NamedTuple):
             raise InvalidArgumentError(f"threads must be in [1, {MAX_THREADS}], not {threads}")
         if type(columns) is not bool:
             raise TypeError(f"columns must be True or False, not {columns!r}")
-        return cls(k, limit, count, columns, jit)
+        return cls(k, limit, count, columns)
 
 
 class QueryColumns(NamedTuple):
@@ -138,151 +111,6 @@ class QueryColumns(NamedTuple):
     keys: list[str]
     fingerprints: NDArray[np.uint64]
     distances: NDArray[np.uint8]
-
-
-def query_batch(
-    tables: list[Table],
-    searched: tuple[int, ...],
-    rows: RowStore,
-    queries: _U64,
-    k: int,
-    limit: int = 0,
-) -> list[list[Match]]:
-    """The matches of each of the (q,) uint64 ``queries`` within ``k`` bits, searching the
-    tables ``searched`` (indexes into ``tables``, in table order: ``Design.tables_for(k)``),
-    each list sorted by (distance, key). With a ``limit`` (0: none), only the first ``limit``
-    of each are made into :class:`Match` objects: the order, keys included, is found on arrays
-    first (one rank per distinct matched row), so a limit bounds the Python objects whatever
-    the number of matches. The caller holds the index's lock. Cost: O(q * T * runs) numpy work
-    plus the candidates, in passes of :data:`QUERY_CHUNK` queries and at most
-    :data:`CANDIDATE_BUDGET` candidates, plus O(matches) Python objects."""
-    found_q: list[NDArray[np.intp]] = []
-    found_rows: list[NDArray[np.uint32]] = []
-    found_d: list[NDArray[np.uint8]] = []
-    for start in range(0, queries.size, QUERY_CHUNK):
-        _query_chunk(
-            tables,
-            searched,
-            rows,
-            queries[start : start + QUERY_CHUNK],
-            start,
-            k,
-            (found_q, found_rows, found_d),
-        )
-    results: list[list[Match]] = [[] for _ in range(queries.size)]
-    if not found_q:
-        return results
-    q_all = np.concatenate(found_q)
-    rows_all = np.concatenate(found_rows)
-    d_all = np.concatenate(found_d)
-    if limit:
-        return _limited_results(rows, results, q_all, rows_all, d_all, limit)
-    # By query, then distance: most lists come out sorted; only ties of distance within one
-    # query need the key order (a stable sort of that list).
-    order = kernels_of_matches().order_by_query(q_all, d_all, int(queries.size))
-    q_all, rows_all, d_all = q_all[order], rows_all[order], d_all[order]
-    matches = list(
-        map(
-            new_match,
-            zip(
-                rows.keys.keys(rows_all),
-                rows.fps[rows_all].tolist(),
-                d_all.tolist(),
-                strict=True,
-            ),
-        )
-    )
-    q_list = q_all.tolist()
-    for q, match in zip(q_list, matches, strict=True):
-        results[q].append(match)
-    if q_all.size > 1:
-        tie = (q_all[1:] == q_all[:-1]) & (d_all[1:] == d_all[:-1])
-        for q in np.unique(q_all[1:][tie]).tolist():  # each query with a tie sorted once
-            results[q].sort(key=MATCH_ORDER)
-    return results
-
-
-def _limited_results(
-    rows: RowStore,
-    results: list[list[Match]],
-    q_all: NDArray[np.intp],
-    rows_all: NDArray[np.uint32],
-    d_all: NDArray[np.uint8],
-    limit: int,
-) -> list[list[Match]]:
-    """Fill ``results`` with the first ``limit`` matches of each query in (distance, key)
-    order, from every match's query position, row and distance: the distinct rows' keys are
-    ranked once (code point order), the matches sorted by (query, distance, key rank) with
-    numpy and cut per query before any Match is made."""
-    distinct, inverse = np.unique(rows_all, return_inverse=True)
-    keys = rows.keys.keys(distinct)
-    by_key = sorted(range(len(keys)), key=keys.__getitem__)
-    rank = np.empty(len(keys), dtype=np.int64)
-    rank[np.asarray(by_key, dtype=np.int64)] = np.arange(len(keys), dtype=np.int64)
-    order = np.lexsort((rank[inverse], d_all, q_all))
-    q_sorted = q_all[order]
-    first = np.searchsorted(q_sorted, q_sorted, side="left")
-    kept = order[np.arange(order.size) - first < limit]
-    fps = rows.fps[rows_all[kept]].tolist()
-    for q, j, value, d in zip(
-        q_all[kept].tolist(), inverse[kept].tolist(), fps, d_all[kept].tolist(), strict=True
-    ):
-        results[q].append(new_match((keys[j], value, d)))
-    return results
-
-
-def _query_chunk(
-    tables: list[Table],
-    searched: tuple[int, ...],
-    rows: RowStore,
-    chunk: _U64,
-    offset: int,
-    k: int,
-    found: tuple[list[NDArray[np.intp]], list[NDArray[np.uint32]], list[NDArray[np.uint8]]],
-) -> None:
-    """Append to ``found`` (query positions, offset by ``offset``; rows; distances) the matches
-    of the (c,) uint64 ``chunk``; split in halves above :data:`CANDIDATE_BUDGET` candidates."""
-    # Per table, the queries in the order of their prefixes: the candidate ranges are then read
-    # in increasing position (streaming reads of the filters instead of one cache miss per
-    # query). ``orders[i]`` maps a sorted position back to the chunk's.
-    orders: list[NDArray[np.intp]] = []
-    sorted_chunks: list[_U64] = []
-    ranges = []
-    for t in searched:
-        perm = tables[t].permutation
-        prefixes = perm.prefix_array(chunk)
-        order = argsort_prefixes(prefixes, perm.prefix_bits)
-        orders.append(order)
-        sorted_chunks.append(chunk[order])
-        ranges.append(tables[t].ranges_many(prefixes[order], rows))
-    total = sum(int(counts.sum()) for per_table in ranges for *_, counts in per_table)
-    if total > CANDIDATE_BUDGET and chunk.size > 1:
-        half = chunk.size // 2
-        _query_chunk(tables, searched, rows, chunk[:half], offset, k, found)
-        _query_chunk(tables, searched, rows, chunk[half:], offset + half, k, found)
-        return
-    found_q, found_rows, found_d = found
-    masks = [np.uint64(tables[t].permutation.leading_mask) for t in searched]
-    for i, per_table in enumerate(ranges):
-        order, queries = orders[i], sorted_chunks[i]
-        query_filters = tables[searched[i]].permutation.filter_array(queries)
-        for rows_of_run, filters, lo, counts in per_table:
-            if filters is not None:
-                # Filters first: sequential uint16 reads reject most candidates.
-                qpos, positions = filtered_ranges(lo, counts, filters, query_filters, k)
-            else:
-                qpos, positions = gather_ranges(lo, counts)
-            if positions.size == 0:
-                continue
-            if isinstance(rows_of_run, Run):
-                candidates = rows_of_run.rows_at(positions)
-            else:
-                candidates = rows_of_run[positions]
-            selected, distances = verify(queries[qpos], candidates, k, rows, masks[i], masks[:i])
-            if selected.size:
-                found_q.append(order[qpos[selected]] + offset)
-                found_rows.append(candidates[selected])
-                found_d.append(distances)
 
 
 def self_join_pairs(
@@ -333,24 +161,24 @@ def lookup_many(
     options: LookupOptions,
     query_one: Callable[[int, int], list[Match]],
 ) -> list[list[Match]] | QueryColumns:
-    """``Index.query_many`` of the checked (q,) uint64 ``queries``: on the compiled kernels
-    outside the lock (:func:`query_view`), or under ``lock`` for at most :data:`SMALL_BATCH`
-    queries (``query_one`` each), on the reference paths (:func:`query_batch`) and after a
-    compaction that renumbered the rows meanwhile."""
+    """``Index.query_many`` of the checked (q,) uint64 ``queries``: on a read view outside the
+    lock (:func:`query_view`), or for at most :data:`SMALL_BATCH` queries under ``lock``
+    (``query_one`` each, the single-query kernel). When a compaction renumbered the rows
+    during the lookup on the view, it runs again holding the lock, which no compaction then
+    passes."""
     k, limit, n = options.k, options.limit, int(queries.size)
-    if options.jit and n > SMALL_BATCH:
-        found = query_view(lock, lookups, queries, k, limit, options.threads, not options.columns)
-        if isinstance(found, list):  # the Match lists, made as the keys were read
-            return found
-        if found is not None:
-            return columns_of(n, found) if options.columns else matches_of(n, found)
-    with lock:
-        if n <= SMALL_BATCH:
+    if n <= SMALL_BATCH:
+        with lock:
             results = [query_one(q, k)[: limit or None] for q in queries.tolist()]
-        else:
-            tables, searched = lookups.tables, lookups.searched[k]
-            results = query_batch(tables, searched, lookups.rows, queries, k, limit)
-    return columns_from_matches(results) if options.columns else results
+        return columns_from_matches(results) if options.columns else results
+    lists = not options.columns
+    found = query_view(lock, lookups, queries, k, limit, options.threads, lists)
+    while found is None:  # renumbered meanwhile: again under the lock, which no compaction passes
+        with lock:
+            found = query_view(lock, lookups, queries, k, limit, options.threads, lists)
+    if isinstance(found, list):  # the Match lists
+        return found
+    return columns_of(n, found) if options.columns else matches_of(n, found)
 
 
 def lookup_within(
@@ -362,8 +190,8 @@ def lookup_within(
     max_matches: int,
 ) -> QueryColumns | None:
     """``Index.query_many(..., columns=True)`` of the checked (q,) uint64 ``queries`` when its
-    work is bounded, else None: the lookup runs on the compiled kernels (more than
-    :data:`SMALL_BATCH` queries, kernels enabled), q times :meth:`Lookups.most_candidates` is
+    work is bounded, else None: the lookup runs on a read view (more than
+    :data:`SMALL_BATCH` queries), q times :meth:`Lookups.most_candidates` is
     at most ``max_candidates`` (checked under ``lock`` before anything is looked up), the read
     view of the last lookup is current (:meth:`Lookups.current_view`: nothing written since;
     a batch lookup after a write makes a new one, O(tables * memtable entries)), and the
@@ -382,7 +210,7 @@ def lookup_within(
             f"max_candidates and max_matches must be >= 0, not {bounds[0]} and {bounds[1]}"
         )
     k, n = options.k, int(queries.size)
-    if not options.jit or n <= SMALL_BATCH:
+    if n <= SMALL_BATCH:
         return None
     rows = lookups.rows
     with lock:
@@ -402,19 +230,6 @@ def lookup_within(
         return QueryColumns(np.zeros(n + 1, dtype=np.int64), *_no_matches()[1:])
     ordered = order_matches(lock, rows, view, found, n, options.limit)
     return None if ordered is None else columns_of(n, ordered)
-
-
-def reference_one(lookups: Lookups, query: int, k: int) -> list[Match]:
-    """The matches of one query on the reference path (tables in Python,
-    :func:`~permindex.index.verify.verify`), sorted; the caller holds the lock."""
-    candidates: list[int] = []
-    for t in lookups.searched[k]:
-        lookups.tables[t].lookup(query, k, candidates)
-    hits = verify(query, candidates, k, lookups.rows) if candidates else {}
-    key_of = lookups.rows.keys.key
-    out = [new_match((key_of(row), value, d)) for row, (value, d) in hits.items()]
-    out.sort(key=MATCH_ORDER)
-    return out
 
 
 #: The matches of a batch as (query positions (m,) int64, keys, fingerprints (m,) uint64,
@@ -439,11 +254,11 @@ def query_view(
     """A batch lookup on compiled kernels outside the index's lock: a read view taken under
     ``lock`` (O(tables)), the lookup kernel run without it (and without the GIL) on ``threads``
     threads, then the matches ordered (:func:`order_matches`, taking the lock again only to
-    read the matched rows' keys). Returns the matches (:data:`Found`), or with ``lists``, where
-    the C extension was built, their Match lists (:func:`list_matches`): every
-    query sees the index as it was when the view was taken. None when a compaction renumbered
-    the rows meanwhile (the caller looks up again under the lock). O(q * (tables * runs +
-    candidates)) in the kernels, O(m log m) to order the m matches.
+    read the matched rows' keys). Returns the matches (:data:`Found`), or with ``lists`` their
+    Match lists (:func:`matches_of`): every query sees the index as it was when the view was
+    taken. None when a compaction renumbered the rows meanwhile (the caller looks up again
+    under the lock). O(q * (tables * runs + candidates)) in the kernels, O(m log m) to order
+    the m matches.
 
     A batch of one thread that starts while another batch lookup runs on the index is looked
     up in :data:`OVERLAP_PIECES` pieces of consecutive queries on the same view, each piece
@@ -456,7 +271,6 @@ def query_view(
         lookups.batches += 1
         alone = threads > 1 or lookups.batches == 1 or n < OVERLAP_PIECES * OVERLAP_PIECE
     try:
-        lists = lists and match_lists_of_rows is not None
         return _lookup_on_view(lock, lookups.rows, view, queries, k, limit, threads, alone, lists)
     finally:
         with lock:
@@ -476,12 +290,11 @@ def _lookup_on_view(
 ) -> Found | list[list[Match]] | None:
     """:func:`query_view` on ``view`` (whose liveness mask it releases after the last kernel):
     the whole batch at once, or in :data:`OVERLAP_PIECES` pieces; with ``lists`` each piece's
-    Match lists (:func:`list_matches`), one after the other."""
+    Match lists (:func:`matches_of`), one after the other."""
     n = int(queries.size)
     bounds = [0, n] if whole else np.linspace(0, n, OVERLAP_PIECES + 1).astype(int).tolist()
     parts: list[Found] = []
-    # each piece's lists appended to the first piece's (made in C and left untracked by the
-    # collector; extending it keeps it so)
+    # each piece's lists appended to the first piece's
     results: list[list[Match]] | None = None
     released = False
     try:
@@ -491,18 +304,16 @@ def _lookup_on_view(
                 with lock:
                     rows.release_live(view.epoch)
                 released = True
+            ordered = order_matches(lock, rows, view, found, end - start, limit)
+            if ordered is None:
+                return None
             if lists:
-                piece = list_matches(lock, rows, view, found, end - start, limit)
-                if piece is None:
-                    return None
+                piece = matches_of(end - start, ordered)
                 if results is None:
                     results = piece
                 else:
                     results += piece
                 continue
-            ordered = order_matches(lock, rows, view, found, end - start, limit)
-            if ordered is None:
-                return None
             parts.append(ordered if start == 0 else (ordered[0] + start, *ordered[1:]))
     finally:
         if not released:
@@ -600,42 +411,12 @@ def _kept(queries: NDArray[np.int64], limit: int) -> NDArray[np.int64] | None:
     return kept if kept.size < queries.size else None
 
 
-def list_matches(
-    lock: RLock, rows: RowStore, view: ReadView, found: NDArray[np.int64], n: int, limit: int
-) -> list[list[Match]] | None:
-    """The Match lists of n queries from the matches ``found`` (as :func:`order_matches` takes
-    them), in the order and at most ``limit`` per query as :func:`order_matches` and
-    :func:`matches_of` give them, made in C as each key is read from the key store
-    (:meth:`~permindex.index.key_rows.KeyRows.match_lists`) under ``lock``: no list of keys
-    first. A batch of more than :data:`RANK_TIES` ties goes through :func:`order_matches`.
-    None when a compaction renumbered the rows since the view was taken. The caller has the
-    C extension (:data:`~permindex.index.match.match_lists_of_rows`). O(m log m + the keys'
-    bytes)."""
-    arranged = kernels_of_matches().arrange_matches(found, n, view.fps)
-    q_all, rows_all, d_all, fps_all, tie = arranged
-    if tie.size > RANK_TIES:
-        ordered = _order_arranged(lock, rows, view, arranged, limit)
-        return None if ordered is None else matches_of(n, ordered)
-    kept = _kept(q_all, limit)  # by query positions alone, which ordering ties leaves as is
-    with lock:
-        if rows.compactions != view.compactions:
-            return None
-        if tie.size:  # runs of ties ordered by their keys' bytes, in a kernel
-            rows.keys.order_ties(tie, rows_all, fps_all)
-        if kept is not None:
-            q_all, rows_all = q_all[kept], rows_all[kept]
-            fps_all, d_all = fps_all[kept], d_all[kept]
-        with collection_paused():
-            return rows.keys.match_lists(n, q_all, rows_all, fps_all, d_all)
-
-
 def matches_of(n: int, found: Found) -> list[list[Match]]:
     """The matches of n queries (:data:`Found`, from :func:`order_matches`) as one list of
-    :class:`Match` per query (:func:`~permindex.index.match.match_lists`, in C when built).
+    :class:`Match` per query (:func:`~permindex.index.match.match_lists`).
     O(n + m)."""
     q_all, keys, fps, d_all = found
-    with collection_paused():
-        return match_lists(n, q_all, keys, fps, d_all)
+    return match_lists(n, q_all, keys, fps, d_all)
 
 
 def columns_of(n: int, found: Found) -> QueryColumns:
@@ -647,7 +428,8 @@ def columns_of(n: int, found: Found) -> QueryColumns:
 
 
 def columns_from_matches(results: list[list[Match]]) -> QueryColumns:
-    """:class:`QueryColumns` of per-query Match lists (the reference path). O(n + m)."""
+    """:class:`QueryColumns` of per-query Match lists (a batch of at most
+    :data:`SMALL_BATCH`). O(n + m)."""
     counts = np.array([len(r) for r in results], dtype=np.int64)
     offsets = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])

@@ -14,7 +14,7 @@ bytes (8 from 2^24 rows on):
   ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits, 2^r <= m / 2), so
   the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
   equals the prefix width the range is exact; otherwise it is a superset that the verification
-  of the candidates (:mod:`permindex.index.verify`) narrows. Runs are
+  of the candidates (:mod:`permindex.index.lookup_kernels`) narrows. Runs are
   listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
   there are at most log_4(n) + 1 of them
   (between a write and the merges it triggers, which :mod:`permindex.index.runs` runs outside
@@ -28,17 +28,16 @@ bytes (8 from 2^24 rows on):
 Within a prefix, order is unspecified: a query only needs the prefix range, so a run is sorted
 by the prefix alone (a radix sort on 16-bit digits).
 
-A table finds candidates; it does not verify them (:func:`permindex.index.verify.verify` does,
-for both query paths). Removal is by tombstone: the row store clears the row's live flag and
-leaves the table alone; a merge drops dead rows it meets, and :meth:`Table.compact` (called at
-a compaction of the row store) renumbers rows and drops all of them. Rows are never reused
-before a compaction, and a row's fingerprint never changes, so an entry can be dead but never
-wrong.
+A table holds candidates; the lookup kernels (:mod:`permindex.index.lookup_kernels`) search
+its runs and verify every candidate, a single query's memtable candidates included. Removal is
+by tombstone: the row store clears the row's live flag and leaves the table alone; a merge
+drops dead rows it meets, and :meth:`Table.compact` (called at a compaction of the row store)
+renumbers rows and drops all of them. Rows are never reused before a compaction, and a row's
+fingerprint never changes, so an entry can be dead but never wrong.
 
 Costs (n entries in the table, L the memtable bound): :meth:`Table.add` O(log L) amortized plus
-the share of freezes and merges, O(log n) per row amortized; :meth:`Table.lookup` O(runs + log L
-+ bucket sizes); :meth:`Table.ranges_many` O(q * runs + q log L) numpy work; a merge O(m) numpy
-work (radix sort) for m rows.
+the share of freezes and merges, O(log n) per row amortized; :meth:`Table.memtable_lookup`
+O(log L + entries of the prefix); a merge O(m) numpy work (radix sort) for m rows.
 """
 
 from __future__ import annotations
@@ -57,7 +56,6 @@ __all__ = [
     "DIRECT_RUN_MIN",
     "MAX_ROWS",
     "MERGE_RATIO",
-    "PYTHON_SCAN",
     "RowArrays",
     "RowSnapshot",
     "Run",
@@ -76,9 +74,6 @@ DIRECT_RUN_MIN = 256
 MERGE_RATIO = 4
 #: Row numbers are stored as uint32 (and the key store's slots hold row + 1).
 MAX_ROWS = (1 << 32) - 1
-#: A single query compares the filters of a bucket of at most this many entries in Python (as
-#: 32-bit lanes of one int), a larger bucket with numpy (the crossover of the two).
-PYTHON_SCAN = 192
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 _ROW_MASK = (1 << 32) - 1
@@ -147,30 +142,16 @@ class Run:
 
     Attributes:
         rows: (m,) uint32, sorted by the prefix of their fingerprints (ties in any order); a new
-            array on each access (O(m)): :meth:`rows_at` and :meth:`row_at` read a few.
+            array on each access (O(m)).
         filters: (m,) uint32, the filter (:meth:`Permutation.filter`) of each row's fingerprint,
             in the same order: a query rejects most candidates by the popcount of the filters'
             XOR, reading this array sequentially, before it reads any fingerprint.
         offsets: (2^r + 1,) uint32; rows with bucket b (the top r prefix bits) are
             ``rows[offsets[b]:offsets[b + 1]]``.
-        directory, filter_view, low_view, high_view: memoryviews of ``offsets``, ``filters``
-            and the two parts of the rows (indexing them gives Python ints: single queries).
         shift: prefix_bits - r; the bucket of a prefix is ``prefix >> shift``.
     """
 
-    __slots__ = (
-        "directory",
-        "filter_view",
-        "filters",
-        "high",
-        "high_view",
-        "largest_bucket",
-        "low",
-        "low_view",
-        "offsets",
-        "shift",
-        "views",
-    )
+    __slots__ = ("filters", "high", "largest_bucket", "low", "offsets", "shift")
 
     def __init__(
         self,
@@ -189,13 +170,6 @@ class Run:
         self.filters = filters
         self.offsets = offsets
         self.shift = shift
-        self.directory: memoryview = offsets.data
-        self.low_view: memoryview = self.low.data
-        self.high_view: memoryview = self.high.data
-        self.filter_view: memoryview = filters.data
-        #: What a single query reads, in one tuple (one unpacking instead of five attribute
-        #: lookups per run): shift, directory, filter_view, low_view, high_view.
-        self.views = (shift, self.directory, self.filter_view, self.low_view, self.high_view)
         #: Entries of the largest directory bucket: the most candidates one query can meet in
         #: this run (computed here, O(2^r), so that reading it costs nothing later).
         self.largest_bucket = (
@@ -220,17 +194,6 @@ class Run:
         out <<= np.uint32(16)
         out |= self.low
         return out
-
-    def rows_at(self, positions: NDArray[np.intp]) -> Rows:
-        """(t,) uint32, the rows at ``positions``."""
-        out = self.high[positions].astype(np.uint32)
-        out <<= np.uint32(16)
-        out |= self.low[positions]
-        return out
-
-    def row_at(self, position: int) -> int:
-        """The row at ``position``, as an int."""
-        return int((self.high_view[position] << 16) | self.low_view[position])
 
     @classmethod
     def from_sorted(
@@ -290,13 +253,6 @@ class Run:
     def nbytes(self) -> int:
         """Bytes of the arrays."""
         return int(self.low.nbytes + self.high.nbytes + self.filters.nbytes + self.offsets.nbytes)
-
-
-#: _LANES[m]: m 32-bit lanes each holding 1, as one int (lane j at bits 32j..32j+31).
-_LANES_SIZE = PYTHON_SCAN + 1
-_LANES = tuple(((1 << 32 * m) - 1) // 0xFFFFFFFF for m in range(_LANES_SIZE))
-#: Byte -> its popcount, for ``bytes.translate``.
-_POPCOUNT = bytes(i.bit_count() for i in range(256))
 
 
 def _split_rows(
@@ -568,91 +524,6 @@ class Table:
         self._memtable_changed()
 
     # -- reads ------------------------------------------------------------------------------
-
-    def lookup(self, query: int, k: int, candidates: list[int]) -> None:
-        """Append to ``candidates`` the row of every entry of this table that may lie within
-        Hamming distance ``k`` of ``query`` (an int in [0, 2^64)): the entries of the query's
-        prefix bucket in each run whose 32-bit filter is within k of the query's, and the
-        memtable entries of the query's prefix. A row may be appended by several tables, and
-        dead rows are included: :func:`permindex.index.verify.verify` checks them.
-
-        Per run a directory lookup, then the filters of the bucket compared in Python with
-        integer operations on all of them at once (32-bit lanes of one int), or with numpy
-        when the bucket holds more than :data:`PYTHON_SCAN` entries; in the memtable a
-        bisection. O(runs + log L + bucket sizes). No numpy call for small buckets: this is
-        the path of single queries."""
-        perm = self.permutation
-        if perm.simple is not None:  # one shift and mask each (every table of (4, 1))
-            prefix_shift, prefix_mask, filter_shift, filter_mask = perm.simple
-            prefix = (query >> prefix_shift) & prefix_mask
-            qf = (query >> filter_shift) & filter_mask
-        else:
-            prefix = 0
-            for source, mask, target in perm.prefix_ops:
-                prefix |= ((query >> source) & mask) << target
-            qf = 0
-            for source, mask, target in perm.filter_ops:
-                qf |= ((query >> source) & mask) << target
-        for run in self._runs:
-            shift, directory, filter_view, low, high = run.views
-            bucket = prefix >> shift
-            lo = directory[bucket]
-            hi = directory[bucket + 1]
-            m = hi - lo
-            if m <= PYTHON_SCAN and _LITTLE_ENDIAN:
-                if m == 0:
-                    continue
-                # The filter test of the whole bucket without a Python loop over its entries:
-                # its bytes become one int, XORed with the query filter in every 32-bit lane;
-                # bytes.translate turns each byte into its popcount; adding the value shifted
-                # by 8, 16 and 24 sums a lane's four bytes into its low byte (at most 32), and
-                # adding 127 - k sets bit 7 of that byte exactly when the sum exceeds k (no
-                # byte exceeds 159: no carry between bytes or lanes). Lanes with bit 7 clear
-                # pass.
-                lanes = _LANES[m] if m < _LANES_SIZE else ((1 << 32 * m) - 1) // 0xFFFFFFFF
-                x = int.from_bytes(filter_view[lo:hi], "little") ^ (qf * lanes)
-                counts = int.from_bytes(x.to_bytes(4 * m, "little").translate(_POPCOUNT), "little")
-                flags = lanes << 7
-                total = counts + (counts >> 8) + (counts >> 16) + (counts >> 24)
-                passed = ((total + (127 - k) * lanes) & flags) ^ flags
-                while passed:
-                    bit = passed & -passed
-                    passed ^= bit
-                    i = lo + (bit.bit_length() >> 5)
-                    candidates.append((high[i] << 16) | low[i])
-            else:
-                near = np.bitwise_count(run.filters[lo:hi] ^ np.uint32(qf)) <= k
-                for i in (np.flatnonzero(near) + lo).tolist():
-                    candidates.append((high[i] << 16) | low[i])
-        if self._memtable_rows:  # a list: no Python-level __len__ call, as the SortedList has
-            memtable = self._memtable
-            lo = memtable.bisect_left(prefix << _PREFIX_SHIFT)
-            hi = memtable.bisect_left((prefix + 1) << _PREFIX_SHIFT)
-            for entry in memtable.islice(lo, hi):
-                candidates.append(entry & _ROW_MASK)
-
-    def ranges_many(
-        self, prefixes: Fingerprints, rows: RowArrays
-    ) -> list[tuple[Run | Rows, Filters | None, NDArray[np.int64], NDArray[np.int64]]]:
-        """Candidate ranges of a batch of queries given their prefixes in this table ((q,)
-        uint64), O(q * runs + q log L) numpy work; ``rows``: the index's rows. One (rows,
-        filters, lo, counts) per run (rows: the :class:`Run`, read with :meth:`Run.rows_at`)
-        and for the memtable (rows
-        a uint32 array, filters None): query i's candidates are positions
-        ``lo[i]:lo[i] + counts[i]`` (every entry of the query's prefix bucket; a superset
-        of the prefix when the directory is coarser); expand with :func:`gather_ranges`."""
-        out: list[tuple[Run | Rows, Filters | None, NDArray[np.int64], NDArray[np.int64]]] = []
-        for run in self._runs:
-            buckets = (prefixes >> np.uint64(run.shift)).astype(np.intp)
-            lo = run.offsets[buckets].astype(np.int64)
-            counts = run.offsets[buckets + 1].astype(np.int64) - lo
-            out.append((run, run.filters, lo, counts))
-        if self._memtable:
-            mem_prefixes, mem_rows = self._memtable_arrays(rows)
-            lo = np.searchsorted(mem_prefixes, prefixes, side="left").astype(np.int64)
-            hi = np.searchsorted(mem_prefixes, prefixes, side="right").astype(np.int64)
-            out.append((mem_rows, None, lo, hi - lo))
-        return out
 
     def all_rows(self) -> NDArray[np.int64]:
         """Every entry's row (tombstones included), (n,) int64, runs then memtable."""
