@@ -23,11 +23,10 @@ in :meth:`permindex.Index.query_many`; the short kernels that order a batch's ma
 GIL, see :mod:`permindex.index.match_kernels`) and no ``fastmath`` (results are bit-exact with
 the references of the tests).
 
-``PERMINDEX_JIT=0`` in the environment makes :func:`enabled` False: the callers that still ask
-(in :mod:`permindex.text` and :mod:`permindex.near`) then take their numpy or Python path; the
-index (:mod:`permindex.index`) has no other path than its kernels.
+The kernels are the one implementation of each job: there is no switch to another path (the
+references they are checked against live in the tests).
 
-This module imports no numba itself (:func:`enabled` and :func:`cache_dir` are cheap): the
+This module imports no numba itself (:func:`cache_dir` is cheap): the
 kernel tools -- ``njit``, ``numba``, ``popcount64``, ``prefetch``, ``unowned`` -- are in
 :mod:`permindex.jit_numba`, which kernel modules import (``from permindex.jit_numba import
 njit``) and which sets the cache directory before it imports numba.
@@ -40,13 +39,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["cache_dir", "configure_cache", "enabled"]
-
-
-def enabled() -> bool:
-    """Whether compiled kernels are used: False when ``PERMINDEX_JIT`` is ``0``, ``false`` or
-    ``no`` (case-insensitive), True otherwise."""
-    return os.environ.get("PERMINDEX_JIT", "1").strip().lower() not in {"0", "false", "no"}
+__all__ = ["cache_dir", "configure_cache"]
 
 
 def _writable(path: Path) -> bool:
