@@ -388,3 +388,23 @@ def test_describe_malformed_names_the_problem(data: bytes, reason: str) -> None:
     with pytest.raises(Exception) as caught:
         pb.AddRequest.FromString(data)
     assert describe_malformed(data, pb.AddRequest.DESCRIPTOR, caught.value) == reason
+
+
+def test_a_large_request_with_two_members_of_a_oneof_is_refused(
+    start_server: StartServer,
+) -> None:
+    """Past the size walked in Python, the oneof check runs in the compiled scan: a document
+    that sets both a fingerprint and a text, after 20,000 good ones, is found; nothing stored."""
+    server = start_server()
+    channel, stub = make_stub(server.address)
+    documents = [pb.Document(key=f"k{i}", fingerprint=i) for i in range(20_000)]
+    good = pb.AddRequest(documents=documents).SerializeToString()
+    both = pb.Document(key="both", fingerprint=1).SerializeToString() + b"\x1a\x03abc"
+    with channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            _call_raw(channel, "Add", good + b"\x0a" + bytes([len(both)]) + both, stream=False)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "sets two members of its oneof" in str(refused.value.details())
+        assert stub.Stats(pb.StatsRequest()).count == 0
+        assert len(_call_raw(channel, "Add", good, stream=False)) > 0  # the rest is served
+        assert stub.Stats(pb.StatsRequest()).count == 20_000

@@ -143,6 +143,24 @@ def count_items(data, kinds, counts, limit):  # type: ignore[no-untyped-def]
     return OK
 
 
+@njit(inline=True)
+def _field_end(data, pos, wire, end):  # type: ignore[no-untyped-def]
+    """The position after the value of a field of wire type ``wire`` starting at ``pos``,
+    within ``data[:end]``; -1 when it runs past ``end`` or the wire type is not a value's."""
+    if wire == 0:
+        _, pos = _varint(data, pos)
+    elif wire == 1 or wire == 5:
+        pos += 8 if wire == 1 else 4
+    elif wire == 2:
+        length, pos = _varint(data, pos)
+        if pos < 0 or length > end - pos:
+            return -1
+        pos += length
+    else:
+        return -1
+    return pos if 0 <= pos <= end else -1
+
+
 @njit()
 def oneof_conflict(data, outer, members):  # type: ignore[no-untyped-def]
     """The byte position of the first submessage in the top-level field ``outer`` of the
@@ -158,47 +176,28 @@ def oneof_conflict(data, outer, members):  # type: ignore[no-untyped-def]
         tag, pos = _varint(data, pos)
         if pos < 0:
             return -1
-        number = tag >> 3
-        wire = tag & 7
-        if wire == 0:
-            _, pos = _varint(data, pos)
-        elif wire == 1 or wire == 5:
-            pos += 8 if wire == 1 else 4
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            if pos < 0 or length > n - pos:
+        if tag >> 3 == outer and tag & 7 == 2:
+            length, start = _varint(data, pos)
+            if start < 0 or length > n - start:
                 return -1
-            end = pos + length
-            if number == outer:
-                start = pos
-                seen = 0
-                inner = pos
-                while inner < end:
-                    inner_tag, inner = _varint(data, inner)
-                    if inner < 0:
-                        return -1
-                    field = inner_tag >> 3
-                    kind = inner_tag & 7
-                    if field < m and members[field] != 0:
-                        seen += 1
-                        if seen > 1:
-                            return start
-                    if kind == 0:
-                        _, inner = _varint(data, inner)
-                    elif kind == 1 or kind == 5:
-                        inner += 8 if kind == 1 else 4
-                    elif kind == 2:
-                        size, inner = _varint(data, inner)
-                        if inner < 0 or size > end - inner:
-                            return -1
-                        inner += size
-                    else:
-                        return -1
-                    if inner < 0 or inner > end:
-                        return -1
+            end = start + length
+            seen = 0
+            inner = start
+            while inner < end:
+                inner_tag, inner = _varint(data, inner)
+                if inner < 0:
+                    return -1
+                field = inner_tag >> 3
+                if field < m and members[field] != 0:
+                    seen += 1
+                    if seen > 1:
+                        return start
+                inner = _field_end(data, inner, inner_tag & 7, end)
+                if inner < 0:
+                    return -1
             pos = end
         else:
-            return -1
-        if pos < 0 or pos > n:
-            return -1
+            pos = _field_end(data, pos, tag & 7, n)
+            if pos < 0:
+                return -1
     return -1
