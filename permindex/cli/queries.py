@@ -175,7 +175,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     lines = [
         f"count\t{stats.count}",
         f"memory_bytes\t{stats.memory_bytes}",
-        f"resident_memory_bytes\t{stats.resident_memory_bytes}",
+        f"resident_memory_bytes\t{stats.resident_memory_bytes or 'n/a (an admin token sees it)'}",
         f"design\t{stats.blocks} blocks, {stats.leading} leading, {stats.tables} tables, "
         f"k = {stats.k}",
         f"uptime_seconds\t{stats.uptime_seconds:.1f}",

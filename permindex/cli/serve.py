@@ -434,6 +434,8 @@ def _check_config(config: ServerConfig) -> int:
         _err("permindex serve: configuration not OK: " + "; ".join(problems))
         return EXIT_CODES["usage"]
     parts = [f"address {config.address}", f"data directory {data}"]
+    if exposed is not None:
+        parts.append("insecure: reachable without TLS and tokens (--insecure)")
     if config.tls_cert is not None:
         parts.append("TLS" + (" with client certificates" if config.tls_client_ca else ""))
     if config.token_file is not None:

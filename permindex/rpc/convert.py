@@ -154,7 +154,7 @@ def check_batch_length(n: int, limit: int, what: str) -> None:
     if n > limit:
         raise LimitExceededError(
             f"{n:,} {what} in one request; the server's limit is {limit:,} (max_batch): "
-            "split the request",
+            "split the request (permindex ingest --batch-size, the Client's batch_size)",
             limit=limit,
             actual=n,
         )

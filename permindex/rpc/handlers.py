@@ -369,7 +369,7 @@ class RequestReader:
                 raise LimitExceededError(
                     f"more than {self.max_batch:,} {what} in one "
                     f"request; the server's limit is {self.max_batch:,} (max_batch): split "
-                    "the request",
+                    "the request (permindex ingest --batch-size, the Client's batch_size)",
                     limit=self.max_batch,
                     actual=int(counts[number]),
                 )

@@ -304,7 +304,13 @@ class RunningServer:
             self._executor.shutdown(wait=True)  # index work still running after the grace end
             self._loop.close()
             info, self.final_snapshots = self._snapshot_all()
-            log.info("stopped (%s)", "final snapshot written" if info else "nothing to snapshot")
+            written = len(self.final_snapshots)
+            log.info(
+                "stopped (%s)",
+                f"{written} final snapshot{'' if written == 1 else 's'} written"
+                if written
+                else "nothing to snapshot",
+            )
             return info
         finally:
             if self.catalog is not None:
