@@ -167,5 +167,5 @@ def test_html_to_main_text_without_trafilatura_says_how_to_install_it(
     import permindex
 
     monkeypatch.setitem(sys.modules, "trafilatura", None)  # import trafilatura fails
-    with pytest.raises(ImportError, match=r"pip install 'permindex\[extract\]'"):
+    with pytest.raises(ImportError, match=r"pip install '\.\[extract\]'"):
         permindex.html_to_main_text(page(article(1)))

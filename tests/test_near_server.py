@@ -11,6 +11,7 @@ import pytest
 
 from permindex.index.clusters import NearDuplicates
 from permindex.rpc import convert
+from permindex.rpc.config import ServerConfig
 from permindex.v1 import index_pb2 as pb
 
 if TYPE_CHECKING:
@@ -104,9 +105,14 @@ def test_a_cluster_of_more_than_ten_thousand_keys_arrives_in_parts(stub: PermInd
     far = 0xFFFF_0000_0000_0000
     entries.update({"near/a": 5 ^ 1, "far/b": far, "far/c": far ^ 2})
     add(stub, entries)
+    # keys per message: 10,000, or fewer where the message limit needs (a 16 MiB limit holds
+    # 8,042 keys of the longest length)
+    per = convert.items_per_message(
+        ServerConfig.max_message_bytes, convert.KEY_WIRE_BYTES, convert.KEYS_PER_MESSAGE
+    )
     responses = list(stub.Clusters(pb.ClustersRequest()))
     assert len(responses) == 2
-    assert [sum(len(c.keys) for c in r.clusters) for r in responses] == [10_000, n + 1 - 10_000 + 2]
+    assert [sum(len(c.keys) for c in r.clusters) for r in responses] == [per, n + 1 - per + 2]
     first, second = responses[0].clusters[0], responses[1].clusters[0]
     assert (first.id, first.size, second.id, second.size) == (0, n + 1, 0, n + 1)
     assert clusters_of(stub) == [
@@ -117,7 +123,7 @@ def test_a_cluster_of_more_than_ten_thousand_keys_arrives_in_parts(stub: PermInd
     assert sum(len(g.keys) for r in groups for g in r.groups) == n
     flags = [f for r in stub.Flags(pb.FlagsRequest()) for f in r.flags]
     assert len(flags) == n + 3
-    assert max(len(r.flags) for r in stub.Flags(pb.FlagsRequest())) == 10_000
+    assert max(len(r.flags) for r in stub.Flags(pb.FlagsRequest())) == per
     near = next(f for f in flags if f.key == "near/a")
     assert (near.nearest_key, near.distance, near.neighbors) == ("copy/00000", 1, n)
 
