@@ -23,8 +23,9 @@ The reference (``--reference``):
   document queried with every fingerprint (the lookup tables, not the self-join) gives the
   pairs, and a plain union-find in Python over them the clusters;
 * ``join``, for sizes where the local engine does not fit in memory (it holds about 270 bytes
-  a document: 27 GB at 10^8): the single-process join, :func:`permindex.index.join.self_join`
-  on the design :func:`~permindex.index.join.join_design` picks (as the local engine does)
+  a document: 27 GB at 10^8): the single-process join,
+  :func:`permindex.index.join.self_join.self_join`
+  on the design :func:`~permindex.index.join.self_join.join_design` picks (as the local engine does)
   over the (n,) uint64 fingerprints alone in this process (no keys: ``doc/%08d`` sorts as its
   row number), and a union-find over an (n,) int64 parent array for the clusters;
 * ``none`` (or ``--no-reference``): no reference; with both engines run, their outputs must
@@ -99,7 +100,7 @@ def reference(documents: int, k: int = 3) -> tuple[list[str], list[list[str]]]:
     """(pair lines as dedup prints them, clusters as sorted key lists sorted), from an Index
     lookup of every fingerprint and a Python union-find."""
     from permindex import Index
-    from permindex.index.clusters import design_for
+    from permindex.index.join.clusters import design_for
 
     fps = planted(documents)
     names = keys(0, documents)
@@ -135,8 +136,8 @@ def join_reference(documents: int, k: int = 3) -> tuple[str, list[list[str]], di
     (a, b) with a < b prints as ``doc/a<TAB>doc/b<TAB>d`` and the lines sort as (a, b)."""
     import resource
 
-    from permindex.index.join import join_design, self_join
-    from permindex.index.permutation import DEFAULT_DESIGN
+    from permindex.index.join.self_join import join_design, self_join
+    from permindex.index.tables.permutation import DEFAULT_DESIGN
 
     if documents > 100_000_000:
         raise SystemExit("--reference join: at most 10^8 documents (8-digit keys)")

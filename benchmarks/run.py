@@ -198,7 +198,7 @@ def kernel_alone(
     with a liveness mask counts as a reader until released)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from permindex.index.lookup import batch_arrays
+    from permindex.index.search.lookup import batch_arrays
 
     with index._lock:
         view = index._lookups.view(K)
@@ -218,10 +218,10 @@ def kernel_alone(
 
 def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool) -> dict[str, Any]:
     from permindex import Index
-    from permindex.index.permutation import Design
     from permindex.index.rows import RowStore
-    from permindex.index.runs import Runs
-    from permindex.index.table import RowSnapshot, Table
+    from permindex.index.table_set import TableSet
+    from permindex.index.tables.permutation import Design
+    from permindex.index.tables.table import RowSnapshot, Table
 
     fps, queries = make_data(n)
     keys = [f"doc-{i:08d}" for i in range(n)]
@@ -241,7 +241,7 @@ def worker_permindex(n: int, design: tuple[int, int], repeats: int, extras: bool
     out["build_tables_s"] = statistics.median(builds)
     out["build_tables_first_s"] = builds[0]
     tables = [Table(p) for p in Design(*design).permutations]
-    runs_of_tables = Runs(tables, RowStore(threading.RLock(), 0))
+    runs_of_tables = TableSet(tables, RowStore(threading.RLock(), 0))
     began = time.perf_counter()
     runs = runs_of_tables.prepare(fps)
     out["build_tables_threads_s"] = time.perf_counter() - began

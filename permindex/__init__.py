@@ -51,7 +51,8 @@ from permindex.errors import (
 if TYPE_CHECKING:
     from permindex.client import AsyncClient, Client
     from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
-    from permindex.index.clusters import (
+    from permindex.index.hamming import hamming, parse_fingerprint, validate_fingerprint
+    from permindex.index.join.clusters import (
         ExactGroup,
         Flag,
         NearDuplicates,
@@ -59,8 +60,7 @@ if TYPE_CHECKING:
         exact_duplicates,
         flags,
     )
-    from permindex.index.hamming import hamming, parse_fingerprint, validate_fingerprint
-    from permindex.index.query import QueryColumns
+    from permindex.index.search.batch_queries import QueryColumns
     from permindex.near.dataset import DatasetDedup, dedup_dataset
     from permindex.text.documents import format_fingerprint, html_to_text, read_file_text
     from permindex.text.fingerprint import (
@@ -141,17 +141,17 @@ _LAZY = {
     "CheckAndAddResult": "permindex.index",
     "Client": "permindex.client",
     "DatasetDedup": "permindex.near.dataset",
-    "ExactGroup": "permindex.index.clusters",
+    "ExactGroup": "permindex.index.join.clusters",
     "ExpiringIndex": "permindex.index",
-    "Flag": "permindex.index.clusters",
+    "Flag": "permindex.index.join.clusters",
     "Index": "permindex.index",
     "Match": "permindex.index",
-    "NearDuplicates": "permindex.index.clusters",
-    "QueryColumns": "permindex.index.query",
-    "clusters": "permindex.index.clusters",
+    "NearDuplicates": "permindex.index.join.clusters",
+    "QueryColumns": "permindex.index.search.batch_queries",
+    "clusters": "permindex.index.join.clusters",
     "dedup_dataset": "permindex.near.dataset",
-    "exact_duplicates": "permindex.index.clusters",
-    "flags": "permindex.index.clusters",
+    "exact_duplicates": "permindex.index.join.clusters",
+    "flags": "permindex.index.join.clusters",
     "format_fingerprint": "permindex.text.documents",
     "hamming": "permindex.index.hamming",
     "html_to_main_text": "permindex.text.html",

@@ -59,7 +59,7 @@ class InvalidArgumentError(PermindexError, ValueError):
 
 
 class InvalidKeyError(InvalidArgumentError):
-    """A key breaks the key rule (:func:`permindex.index.keys.validate_key`). ``reason`` is
+    """A key breaks the key rule (:func:`permindex.index.keys.rule.validate_key`). ``reason`` is
     ``"empty"``, ``"encoding"`` (not encodable as UTF-8) or ``"size"`` (too long); ``size`` is its
     length in UTF-8 bytes (None when it cannot be encoded) and ``limit`` the largest allowed."""
 

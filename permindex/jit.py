@@ -20,7 +20,8 @@ source files, so each installation (a clone, a virtual environment) compiles onc
 Every kernel is compiled with ``cache=True`` (compiled once per machine and numba version, then
 loaded), ``nogil=True`` (threads run kernels in parallel: the server's executor, ``threads=N``
 in :meth:`permindex.Index.query_many`; the short kernels that order a batch's matches keep the
-GIL, see :mod:`permindex.index.match_kernels`) and no ``fastmath`` (results are bit-exact with
+GIL, see :mod:`permindex.index.search.match_kernels`) and no ``fastmath`` (results are bit-exact
+with
 the references of the tests).
 
 The kernels are the one implementation of each job: there is no switch to another path (the

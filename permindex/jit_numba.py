@@ -10,7 +10,7 @@ benchmarks/README.md, "Intrinsics: what stays and why"):
 * :func:`prefetch` -- the batch lookup kernel overlaps the cache misses of several queries'
   directory entries, buckets and candidates' fingerprints; without it ``query_many`` (columns
   and Match lists) fell by more than 1.3x. It is used by the lookup kernels only: the key
-  gather of :mod:`permindex.index.match_kernels` prefetched too, and without it the batches
+  gather of :mod:`permindex.index.search.match_kernels` prefetched too, and without it the batches
   kept their speed, so it no longer does.
 * :func:`unowned` -- numba takes and drops a reference to every array passed to a helper it
   inlines; the lookup kernel's helpers run per bucket and per candidate, and without views
@@ -55,7 +55,7 @@ def njit(
     (``inline="always"``), where a call would cost more than its body. ``keep_gil=True``
     (``nogil=False``): a kernel of a few microseconds called between others, for which letting
     the GIL go and taking it back costs more than it gains (see
-    :mod:`permindex.index.match_kernels`).
+    :mod:`permindex.index.search.match_kernels`).
     """
 
     def decorate(function: F) -> F:

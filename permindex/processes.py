@@ -1,5 +1,6 @@
-"""Child processes of permindex (dedup's workers, the process that decompresses its input):
-how they start and what they do with Ctrl-C. Importing it imports only the standard library.
+"""Child processes and threads of permindex (dedup's workers, the process that decompresses its
+input): how they start, what they do with Ctrl-C, and how many CPUs they may use. Importing it
+imports only the standard library.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["end_with_parent", "ignore_interrupts", "process_context", "signals_held"]
+__all__ = [
+    "end_with_parent",
+    "ignore_interrupts",
+    "process_context",
+    "signals_held",
+    "usable_cpus",
+]
 
 
 def process_context() -> Any:
@@ -166,3 +173,12 @@ def signals_held() -> Iterator[None]:
                 handler(held[0], None)  # raises KeyboardInterrupt, as it would have
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), held[0])  # SIGTERM's default: end the process
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity where the platform gives it, else
+    ``os.cpu_count()``; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)

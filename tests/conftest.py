@@ -122,7 +122,7 @@ def prepare_run_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     of a large batch are built in ``permindex-build`` threads), in call order."""
     import threading
 
-    from permindex.index.table import Table
+    from permindex.index.tables.table import Table
 
     names: list[str] = []
     prepare_run = Table.prepare_run
@@ -148,22 +148,22 @@ class IndexParts:
 @pytest.fixture
 def index_parts(monkeypatch: pytest.MonkeyPatch) -> IndexParts:
     """Records the :class:`~permindex.index.rows.RowStore` and
-    :class:`~permindex.index.runs.Runs` of every Index made from now on."""
+    :class:`~permindex.index.table_set.TableSet` of every Index made from now on."""
     from permindex.index.rows import RowStore
-    from permindex.index.runs import Runs
+    from permindex.index.table_set import TableSet
 
     parts = IndexParts([], [])
     rows_init = RowStore.__init__
-    runs_init = Runs.__init__
+    runs_init = TableSet.__init__
 
     def recording_rows(self: RowStore, *args: Any, **kwargs: Any) -> None:
         rows_init(self, *args, **kwargs)
         parts.rows.append(self)
 
-    def recording_runs(self: Runs, *args: Any, **kwargs: Any) -> None:
+    def recording_runs(self: TableSet, *args: Any, **kwargs: Any) -> None:
         runs_init(self, *args, **kwargs)
         parts.runs.append(self)
 
     monkeypatch.setattr(RowStore, "__init__", recording_rows)
-    monkeypatch.setattr(Runs, "__init__", recording_runs)
+    monkeypatch.setattr(TableSet, "__init__", recording_runs)
     return parts

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from permindex.index.key_table import EncodedKeys
-from permindex.index.keystore import KeyStore, encode_keys
+from permindex.index.keys.hash_table import EncodedKeys
+from permindex.index.keys.store import KeyStore, encode_keys
 
 
 def with_hashes(keys: list[str], hashes: list[int]) -> EncodedKeys:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.permutation import DEFAULT_DESIGN
+from permindex.index.tables.permutation import DEFAULT_DESIGN
 
 EXACT_COPIES = 1_000
 HOT_MEMBERS = 5_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from permindex.index.permutation import Design
+from permindex.index.tables.permutation import Design
 
 __all__ = [
     "DESIGNS",

@@ -1,4 +1,4 @@
-"""Input batches (permindex.index.batches): str keys validated with the first bad position,
+"""Input batches (permindex.index.keys.batches): str keys validated with the first bad position,
 repeated keys kept once with their last value, and compact key sections validated and hashed
 in chunks exactly as hash_key does one key."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import permindex.index.batches as batches_module
+import permindex.index.keys.batches as batches_module
 from permindex.errors import InvalidArgumentError
-from permindex.index.batches import (
+from permindex.index.keys.batches import (
     compact_inputs,
     distinct_keys,
     hash_section,
@@ -17,7 +17,7 @@ from permindex.index.batches import (
     section_keys,
     validate_keys,
 )
-from permindex.index.keystore import hash_key
+from permindex.index.keys.store import hash_key
 
 
 def test_validate_keys_names_the_first_bad_position() -> None:

@@ -18,9 +18,9 @@ from conftest import StartServer
 import permindex
 from permindex import Index, Match, hamming
 from permindex.errors import LimitExceededError, ServerError
-from permindex.index.clusters import clusters as clusters_of
-from permindex.index.clusters import exact_duplicates as exact_duplicates_of
-from permindex.index.clusters import flags as flags_of
+from permindex.index.join.clusters import clusters as clusters_of
+from permindex.index.join.clusters import exact_duplicates as exact_duplicates_of
+from permindex.index.join.clusters import flags as flags_of
 from permindex.rpc.server import RunningServer
 
 TEXT = "the quick brown fox jumps over the lazy dog near the river bank"

@@ -1,4 +1,5 @@
-"""Pairs, clusters, flags and exact-duplicate groups (permindex.index.clusters) against brute force
+"""Pairs, clusters, flags and exact-duplicate groups (permindex.index.join.clusters) against brute
+force
 on random data and on the shared corpora; the components against a plain union-find; keep/drop
 rules."""
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from oracles import brute_force_pairs, union_find_components
 
 from permindex import Index, InvalidArgumentError, simhash
-from permindex.index.clusters import (
+from permindex.index.join.clusters import (
     ExactGroup,
     Flag,
     NearDuplicates,
@@ -329,7 +330,7 @@ def test_value_pairs_on_every_explicit_design(
             zip(np.minimum(u, v).tolist(), np.maximum(u, v).tolist(), d.tolist(), strict=True)
         )
         assert got == list(zip(i.tolist(), j.tolist(), dd.tolist(), strict=True))
-    monkeypatch.setattr("permindex.index.join.PAIR_BUDGET", 3)
+    monkeypatch.setattr("permindex.index.join.self_join.PAIR_BUDGET", 3)
     kmax = design[0] - design[1]
     names = [f"k{i}" for i in range(fps.size)]
     near = NearDuplicates(names, fps, kmax, design=design)

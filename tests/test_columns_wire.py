@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import permindex.v1.index_pb2 as pb
-from permindex.index.query import QueryColumns
+from permindex.index.search.batch_queries import QueryColumns
 from permindex.rpc import convert
 
 KEYS = st.lists(

@@ -27,7 +27,7 @@ from oracles import brute_force_pairs
 
 import permindex
 from permindex import DatasetDedup, InvalidArgumentError, dedup_dataset, simhash
-from permindex.index.clusters import KeepRule
+from permindex.index.join.clusters import KeepRule
 
 KEEP_RULES: tuple[KeepRule, ...] = ("first", "longest", "smallest-key")
 

@@ -30,7 +30,7 @@ from permindex.distributed import near_duplicates  # noqa: E402
 from permindex.distributed.components import components, gathered_labels  # noqa: E402
 from permindex.distributed.join import JoinPlan, hot_buckets  # noqa: E402
 from permindex.errors import EXIT_CODES  # noqa: E402
-from permindex.index.clusters import NearDuplicates, pairs_within  # noqa: E402
+from permindex.index.join.clusters import NearDuplicates, pairs_within  # noqa: E402
 
 USAGE = EXIT_CODES["usage"]
 HOT = 1_000  # hot threshold in these tests: the 5,000-member prefix is split

@@ -14,7 +14,7 @@ import pytest
 from permindex import InvalidArgumentError
 from permindex.errors import InvalidKeyError
 from permindex.index.hamming import parse_fingerprint
-from permindex.index.keys import MAX_KEY_BYTES, validate_key
+from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
 from permindex.text.documents import (
     Document,
     DocumentReader,

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from conftest import IndexParts
 
-import permindex.index.keystore as keystore_module
+import permindex.index.keys.store as keystore_module
 import permindex.index.rows as rows_module
 from permindex import Index
-from permindex.index.keystore import KeyStore, encode_keys, hash_key
+from permindex.index.keys.store import KeyStore, encode_keys, hash_key
 
 
 @pytest.fixture(params=[False, True], ids=["xxh3", "colliding"])

@@ -35,10 +35,10 @@ from strategies import (
     neighbours,
 )
 
-import permindex.index.join as join_module
+import permindex.index.join.self_join as join_module
 from permindex import Index, InvalidArgumentError, Match, NotFoundError, hamming
 from permindex.index import CheckAndAddResult
-from permindex.index.permutation import Design
+from permindex.index.tables.permutation import Design
 
 Design_K = tuple[tuple[int, int], int]
 

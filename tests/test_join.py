@@ -1,4 +1,5 @@
-"""The self-join (permindex.index.join): every join design against brute force on random, clustered,
+"""The self-join (permindex.index.join.self_join): every join design against brute force on random,
+clustered,
 duplicated, tiny and adversarial inputs for every k it answers; the covers it searches; the
 byte-pair join's pigeonhole over every placement of up to 3 differing bits."""
 
@@ -14,9 +15,9 @@ from hypothesis import strategies as st
 from oracles import brute_force_pairs
 from strategies import SETTINGS
 
-import permindex.index.join as join_module
+import permindex.index.join.self_join as join_module
 from permindex import InvalidArgumentError
-from permindex.index.join import (
+from permindex.index.join.self_join import (
     BYTE_PAIR_MASKS,
     BYTE_PAIRS,
     JoinDesign,
@@ -24,7 +25,7 @@ from permindex.index.join import (
     join_tables,
     self_join,
 )
-from permindex.index.permutation import Design
+from permindex.index.tables.permutation import Design
 
 TOP = (1 << 64) - 1
 

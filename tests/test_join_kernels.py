@@ -1,4 +1,4 @@
-"""The compiled self-join, distinct values and union-find (permindex.index.join_kernels, used by
+"""The compiled self-join, distinct values and union-find (permindex.index.join.kernels, used by
 self_join, distinct_values and components) against the oracles of the tests (brute force, a
 dict, a search and a plain union-find): random and hypothesis inputs, planted near-duplicates
 at every distance 0..k, groups of equal values, hot prefixes, wide designs (long prefixes,
@@ -18,12 +18,12 @@ from oracles import brute_force_pairs, union_find_components
 from strategies import SETTINGS
 from test_pair_stream import FINGERPRINT_LISTS, reference_values
 
-import permindex.index.join as join_module
+import permindex.index.join.self_join as join_module
 from permindex.errors import CallCancelledError
-from permindex.index.clusters import NearDuplicates, components
-from permindex.index.join import BYTE_PAIRS, JoinDesign, self_join
-from permindex.index.pair_stream import distinct_values
-from permindex.index.permutation import Design
+from permindex.index.join.clusters import NearDuplicates, components
+from permindex.index.join.pair_stream import distinct_values
+from permindex.index.join.self_join import BYTE_PAIRS, JoinDesign, self_join
+from permindex.index.tables.permutation import Design
 
 #: Ways to join with the largest k each answers: 16-bit prefixes, 26-bit ones (5, 2), 32-bit
 #: ones (6, 3), 4-bit ones (16, 1) at k = 10, 56-bit ones (8, 7) whose key and row number do not
@@ -122,7 +122,7 @@ def test_kernel_work_budget_bounds_each_call(budget: int) -> None:
     """group_pairs_verified verifies at most work_budget candidates a call and always makes
     progress, up to the largest int64 budget (an end computed as j + budget overflowed there
     and the kernel returned where it started)."""
-    from permindex.index import join_kernels
+    from permindex.index.join import kernels as join_kernels
 
     keys = np.repeat(np.arange(3, dtype=np.uint64), [5, 1, 4])
     values = np.arange(keys.size, dtype=np.uint64)
@@ -341,7 +341,7 @@ def test_an_exception_in_the_calling_thread_stops_the_join_threads(
     monkeypatch.setattr(join_module, "JOIN_THREADS", 2)
     monkeypatch.setattr(join_module, "JOIN_THREADS_MIN_ROWS", 0)
     monkeypatch.setattr(join_module, "PAIR_BUDGET", 16)
-    from permindex.index import join_kernels
+    from permindex.index.join import kernels as join_kernels
 
     real = join_kernels.group_pairs_verified
     main = threading.get_ident()

@@ -1,4 +1,4 @@
-"""KeyColumn (permindex.index.key_column): keys as one UTF-8 buffer and offsets, read as a
+"""KeyColumn (permindex.index.keys.column): keys as one UTF-8 buffer and offsets, read as a
 Sequence[str]; last_positions and keys_distinct against a dict over Python strings; the
 compiled hash against the xxhash package (tests/oracles.py); and the offline dedup, whose keys
 it holds, with repeated keys."""
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracles import xxh3_of_keys
 
-from permindex.index.key_column import KeyColumn, keys_distinct, last_positions
+from permindex.index.keys.column import KeyColumn, keys_distinct, last_positions
 from permindex.near.dedup import run_dedup
 from permindex.near.result import DedupOptions
 

@@ -1,4 +1,4 @@
-"""Growth off the lock (permindex.index.key_growth): prepare_growth on hand-built Growths (what it
+"""Growth off the lock (permindex.index.keys.growth): prepare_growth on hand-built Growths (what it
 copies, what it leaves alone, the new hash table), the journal of hash-table changes a KeyStore
 records while a growth is pending (its LINK / UNLINK / RELINK entries), when a growth is not
 swapped in, an array outgrown inline meanwhile, and a hypothesis run of changes journalled
@@ -15,8 +15,8 @@ from key_model import apply_op, with_hashes
 from numpy.typing import NDArray
 from strategies import SETTINGS
 
-from permindex.index.key_growth import LINK, RELINK, UNLINK, Growth, prepare_growth
-from permindex.index.keystore import KeyStore, encode_keys, hash_key
+from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_growth
+from permindex.index.keys.store import KeyStore, encode_keys, hash_key
 
 _I64 = NDArray[np.int64]
 

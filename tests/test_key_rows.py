@@ -1,9 +1,9 @@
-"""The key store's rows (permindex.index.key_rows): reading keys back by row (one, a few, many,
+"""The key store's rows (permindex.index.keys.rows): reading keys back by row (one, a few, many,
 repeated, a liveness mask, the compact export) with NUL inside keys and multi-byte UTF-8, the
 first-added order, _check_rows on rows written through the public appends, and the array helpers
 (ragged_positions, grown and the capacity rules) against plain Python models.
 
-The rows are filled through :class:`~permindex.index.keystore.KeyStore` (a KeyRows), whose
+The rows are filled through :class:`~permindex.index.keys.store.KeyStore` (a KeyRows), whose
 appends are the only public writers; a bare KeyRows is the empty case.
 """
 
@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from strategies import SETTINGS
 
-from permindex.index.key_rows import (
+from permindex.index.keys.hash_table import EncodedKeys
+from permindex.index.keys.rows import (
     KeyRows,
     ahead_capacity,
     grown,
@@ -26,8 +27,7 @@ from permindex.index.key_rows import (
     next_capacity,
     ragged_positions,
 )
-from permindex.index.key_table import EncodedKeys
-from permindex.index.keystore import KeyStore, encode_keys, hash_key
+from permindex.index.keys.store import KeyStore, encode_keys, hash_key
 
 KEYS = ["a", "é", "nul\x00inside", "\x00", "\x00\x00", "\U0001f600x", "x" * 1024, "€" * 341, "7"]
 

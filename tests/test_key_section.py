@@ -1,4 +1,4 @@
-"""The key-section codec (permindex.index.key_section): encoding, checking and decoding a key
+"""The key-section codec (permindex.storage.key_section): encoding, checking and decoding a key
 section, against per-key encodes; and the rule for a key repeated in one batch, against a
 model written out with a set and a dict.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from permindex import InvalidArgumentError
-from permindex.index.key_section import (
+from permindex.storage.key_section import (
     KeySectionError,
     batch_repeats,
     check_section,

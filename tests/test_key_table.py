@@ -1,10 +1,10 @@
-"""The key store's hash table (permindex.index.key_table): find and find_many with hash
+"""The key store's hash table (permindex.index.keys.hash_table): find and find_many with hash
 collisions forced by choosing the hashes (the table takes them as arguments), keys that differ
 only in length or after a NUL, probe sequences that wrap around the table's end, backward-shift
 deletion, link_rows on hand-built tables, EncodedKeys.lengths, and _check_table catching broken
 preconditions; a hypothesis run against a dict model with a handful of hash values.
 
-The table is filled through :class:`~permindex.index.keystore.KeyStore` (a KeyTable), whose
+The table is filled through :class:`~permindex.index.keys.store.KeyStore` (a KeyTable), whose
 append, unlink and append_many are its public writers.
 """
 
@@ -20,8 +20,8 @@ from key_model import apply_op, with_hashes
 from numpy.typing import NDArray
 from strategies import SETTINGS
 
-from permindex.index.key_table import MIN_SLOTS, KeyTable, link_rows
-from permindex.index.keystore import KeyStore, encode_keys, hash_key
+from permindex.index.keys.hash_table import MIN_SLOTS, KeyTable, link_rows
+from permindex.index.keys.store import KeyStore, encode_keys, hash_key
 
 TOP = (1 << 64) - 1
 

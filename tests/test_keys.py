@@ -1,4 +1,5 @@
-"""The key rule (permindex.index.keys): validate_key at the 1,024-byte limit in every UTF-8 width,
+"""The key rule (permindex.index.keys.rule): validate_key at the 1,024-byte limit in every UTF-8
+width,
 empty keys, lone surrogates, NUL inside a key, non-str input, the error's reason/size/limit and
 message; check_int with Python and numpy integers; short_repr's cut; and validate_key against a
 model written with str.encode.
@@ -14,7 +15,7 @@ from strategies import SETTINGS
 
 from permindex import Index
 from permindex.errors import InvalidArgumentError, InvalidKeyError
-from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
+from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
 
 
 def test_the_limit_is_1024_bytes() -> None:

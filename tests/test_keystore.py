@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import IndexParts
 
-import permindex.index.keystore as keystore_module
+import permindex.index.keys.store as keystore_module
 from permindex import Index, InvalidArgumentError
-from permindex.index.keystore import KeyStore, batch_subset, encode_keys, hash_key
+from permindex.index.keys.store import KeyStore, batch_subset, encode_keys, hash_key
 
 
 @pytest.fixture
@@ -181,8 +181,8 @@ def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
     second thread builds the tables: every stored hash is the key's, every query equals brute
     force, a repeated key keeps its last fingerprint, and a bad byte is reported at its offset
     in the whole section."""
-    import permindex.index.batches as batches_module
-    import permindex.index.runs as runs_module
+    import permindex.index.keys.batches as batches_module
+    import permindex.index.table_set as runs_module
 
     threads = prepare_run_threads
     monkeypatch.setattr(batches_module, "HASH_CHUNK", 7)

@@ -1,4 +1,4 @@
-"""The compiled lookups (permindex.index.lookup, lookup_kernels): the answers of brute force
+"""The compiled lookups (permindex.index.search.lookup, lookup_kernels): the answers of brute force
 (tests/oracles.py, through index_checks), on every design and state of the tables (memtables,
 several runs, tombstones, compactions); the columnar form; ``threads``; and the read view: a
 lookup racing writes sees each write entirely or not at all."""
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from index_checks import expected_query
 
 from permindex import Index, InvalidArgumentError
-from permindex.index.query import QueryColumns
+from permindex.index.search.batch_queries import QueryColumns
 
 DESIGNS = [((4, 1), 3), ((5, 2), 3), ((6, 3), 3), ((3, 1), 2), ((8, 2), 6), ((6, 2), 4)]
 
@@ -232,9 +232,9 @@ def test_kernels_on_rows_above_2_to_the_24() -> None:
     """The kernels read a row as 16 + 8 bits below 2^24 and 16 + 16 bits from 2^24 on: tables
     whose rows start at 2^24 - 50 (a lazily zeroed fingerprint array, so no real memory),
     searched by both kernels, give brute force's matches, each once."""
-    from permindex.index.lookup import kernels, make_plan
-    from permindex.index.permutation import Design
-    from permindex.index.table import RowSnapshot, Table
+    from permindex.index.search.lookup import kernels, make_plan
+    from permindex.index.tables.permutation import Design
+    from permindex.index.tables.table import RowSnapshot, Table
 
     first = (1 << 24) - 50
     rng = np.random.default_rng(24)
@@ -366,7 +366,7 @@ def test_a_batch_started_during_another_is_looked_up_in_pieces_on_one_view(
     answers, lists and columns, with and without a limit, as alone and as brute force, and
     every piece on the view taken when the call began (a write between two pieces is not
     seen by the second)."""
-    from permindex.index import query
+    from permindex.index.search import batch_queries as query
 
     rng = np.random.default_rng(21)
     fps = rng.integers(0, 2**64 - 1, 20_000, dtype=np.uint64)

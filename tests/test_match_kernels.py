@@ -1,5 +1,5 @@
 """The kernels that order a batch's matches and gather their keys
-(permindex.index.match_kernels): equal to numpy (lexsort, unique, a ragged gather), and,
+(permindex.index.search.match_kernels): equal to numpy (lexsort, unique, a ragged gather), and,
 through ``Index.query_many``, the answers of brute force where rows repeat, keys tie and
 buckets are large."""
 
@@ -12,8 +12,9 @@ from hypothesis.extra import numpy as hnp
 from oracles import brute_force_matches
 
 from permindex import Index
-from permindex.index import match_kernels
-from permindex.index.lookup_kernels import BUCKET_LINES
+from permindex.index.keys import kernels as key_kernels
+from permindex.index.search import match_kernels
+from permindex.index.search.lookup_kernels import BUCKET_LINES
 
 
 @settings(max_examples=60, deadline=None)
@@ -60,7 +61,7 @@ def test_query_offsets_are_the_cumulative_counts(n: int, data: st.DataObject) ->
 @settings(max_examples=60, deadline=None)
 @given(rows=hnp.arrays(np.int64, st.integers(0, 400), elements=st.integers(0, 2**40)))
 def test_distinct_rows_in_first_appearance_order(rows: np.ndarray) -> None:
-    distinct, inverse = match_kernels.distinct_rows(rows)
+    distinct, inverse = key_kernels.distinct_rows(rows)
     _, first = np.unique(rows, return_index=True)
     assert distinct.tolist() == rows[np.sort(first)].tolist()
     assert distinct[inverse].tolist() == rows.tolist()
@@ -79,7 +80,7 @@ def test_gather_key_bytes_concatenates_the_rows(keys: list[bytes], data: st.Data
     rows = data.draw(
         hnp.arrays(np.int64, st.integers(0, 100), elements=st.integers(0, len(keys) - 1))
     )
-    got, lengths = match_kernels.gather_key_bytes(offsets, blob, rows)
+    got, lengths = key_kernels.gather_key_bytes(offsets, blob, rows)
     assert got.tobytes() == b"".join(stored[r] for r in rows.tolist())
     assert lengths.tolist() == [len(keys[r]) for r in rows.tolist()]
 
@@ -156,7 +157,7 @@ def test_order_ties_by_key_is_the_code_point_order(keys: list[str], data: st.Dat
         if i == m - 1 or not tied[i]:
             expected[start : i + 1] = sorted(expected[start : i + 1], key=keys.__getitem__)
             start = i + 1
-    match_kernels.order_ties_by_key(ties, rows, fps, offsets, blob)
+    key_kernels.order_ties_by_key(ties, rows, fps, offsets, blob)
     assert rows.tolist() == expected
     assert fps.tolist() == [(r * 1000003) ^ 0xFEED for r in expected]
 

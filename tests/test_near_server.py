@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from permindex.index.clusters import NearDuplicates
+from permindex.index.join.clusters import NearDuplicates
 from permindex.rpc import convert
 from permindex.rpc.config import ServerConfig
 from permindex.v1 import index_pb2 as pb

@@ -21,11 +21,12 @@ from strategies import DESIGNS, SETTINGS
 
 from permindex import Index
 from permindex.errors import CallCancelledError, WorkBudgetExceededError
-from permindex.index import join, pair_stream
-from permindex.index.clusters import NearDuplicates
-from permindex.index.join import BYTE_PAIRS, JoinDesign, estimate_join_work, join_tables
-from permindex.index.pair_stream import distinct_values
-from permindex.index.permutation import Design
+from permindex.index.join import pair_stream
+from permindex.index.join import self_join as join
+from permindex.index.join.clusters import NearDuplicates
+from permindex.index.join.pair_stream import distinct_values
+from permindex.index.join.self_join import BYTE_PAIRS, JoinDesign, estimate_join_work, join_tables
+from permindex.index.tables.permutation import Design
 
 Pair = tuple[str, str, int]
 

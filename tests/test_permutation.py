@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from strategies import DESIGNS, SETTINGS, designs, fingerprints, neighbours
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.permutation import (
+from permindex.index.tables.permutation import (
     DEFAULT_DESIGN,
     MAX_TABLES,
     Design,

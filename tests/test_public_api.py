@@ -18,7 +18,7 @@ def test_all_names_resolve(name: str) -> None:
 
 
 def test_moved_names_are_the_package_objects() -> None:
-    from permindex.index.clusters import NearDuplicates, clusters
+    from permindex.index.join.clusters import NearDuplicates, clusters
     from permindex.text.fingerprint import simhash, simhash_features
 
     assert permindex.clusters is clusters

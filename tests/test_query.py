@@ -1,4 +1,5 @@
-"""The batch query (permindex.index.query): a limit makes only the kept matches, and the answers
+"""The batch query (permindex.index.search.batch_queries): a limit makes only the kept matches, and
+the answers
 equal brute force with and without it."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import permindex.index.match as match_module
-import permindex.index.query as query_module
+import permindex.index.search.batch_queries as query_module
+import permindex.index.search.matches as match_module
 from permindex import Index, Match
 
 

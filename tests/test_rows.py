@@ -12,9 +12,9 @@ import pytest
 
 import permindex.index.rows as rows_module
 from permindex.errors import LimitExceededError
-from permindex.index.keystore import encode_keys, hash_key
+from permindex.index.keys.store import encode_keys, hash_key
 from permindex.index.rows import RowStore, export_slices
-from permindex.index.table import TableCheckError
+from permindex.index.tables.table import TableCheckError
 
 
 def _store(n: int, compaction_min: int = 0) -> RowStore:

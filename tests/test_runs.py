@@ -1,4 +1,5 @@
-"""The tables' runs (permindex.index.runs): a large batch's runs built in threads (also while
+"""The tables' runs (permindex.index.table_set): a large batch's runs built in threads (also
+while
 the keys are checked), merges outside the lock (with concurrent writes and compactions), and
 merge_all_runs; every index checked with _check and against brute force."""
 
@@ -12,8 +13,8 @@ import pytest
 from conftest import IndexParts
 from index_checks import TOP, assert_queries_match_brute_force, clustered, export_lists
 
-import permindex.index.runs as runs_module
-import permindex.index.table as table_module
+import permindex.index.table_set as runs_module
+import permindex.index.tables.table as table_module
 from permindex import Index, InvalidArgumentError
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, StorageFullError
 from permindex.index import Index
-from permindex.index.keystore import KeyStore
+from permindex.index.keys.store import KeyStore
 from permindex.storage.snapshot import DataDir
 from permindex.storage.store import Store
 from permindex.storage.wal_records import ADD, REMOVE, REPLACE, list_segments

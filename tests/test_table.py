@@ -1,4 +1,4 @@
-"""One table of the permutation index (permindex.index.table): runs (row parts, shifting,
+"""One table of the permutation index (permindex.index.tables.table): runs (row parts, shifting,
 building from unsorted rows, merging across 2^24); the table reads the index's rows through a
 RowSnapshot. Its lookups are the kernels' (tests/test_lookup.py, tests/test_single_lookup.py)."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from index_checks import clustered
 
-from permindex.index.permutation import Design
-from permindex.index.table import RowSnapshot, Run, Table, _split_rows
+from permindex.index.tables.permutation import Design
+from permindex.index.tables.table import RowSnapshot, Run, Table, _split_rows
 
 
 def test_runs_with_rows_above_2_to_the_24() -> None:

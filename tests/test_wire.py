@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SETTINGS
 
-from permindex.index.keys import MAX_KEY_BYTES
+from permindex.index.keys.rule import MAX_KEY_BYTES
 from permindex.rpc.wire import PairEncoder
 from permindex.v1 import index_pb2 as pb
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.keystore import hash_key
-from permindex.index.lookup import Lookups
-from permindex.index.permutation import Design
+from permindex.index.keys.store import hash_key
 from permindex.index.rows import RowStore
-from permindex.index.runs import Runs
-from permindex.index.table import Table
+from permindex.index.search.lookup import Lookups
+from permindex.index.table_set import TableSet
+from permindex.index.tables.permutation import Design
+from permindex.index.tables.table import Table
 from permindex.index.writes import (
     add_batch,
     add_locked,
@@ -25,20 +25,20 @@ from permindex.index.writes import (
 )
 
 
-def _parts(compaction_min: int = 100) -> tuple[RowStore, Runs]:
+def _parts(compaction_min: int = 100) -> tuple[RowStore, TableSet]:
     rows = RowStore(threading.RLock(), compaction_min)
     changes = [0, 0, 0]  # shared by the rows and the tables, as an Index shares them
     rows.changes = changes
     tables = [Table(p, memtable_limit=4, changes=changes) for p in Design(4, 1).permutations]
-    return rows, Runs(tables, rows)
+    return rows, TableSet(tables, rows)
 
 
-def _check(rows: RowStore, runs: Runs) -> None:
+def _check(rows: RowStore, runs: TableSet) -> None:
     rows._check()
     runs._check()
 
 
-def _found(rows: RowStore, runs: Runs, query: int, k: int = 3) -> dict[str, int]:
+def _found(rows: RowStore, runs: TableSet, query: int, k: int = 3) -> dict[str, int]:
     design = Design(4, 1)
     searched = {kk: design.tables_for(kk) for kk in range(k + 1)}
     lookups = Lookups(list(runs.tables), rows, searched, rows.changes)

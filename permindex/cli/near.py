@@ -213,7 +213,7 @@ def add_commands(command: CommandFactory) -> None:
     """Register ``clusters``, ``flags`` and ``dedup`` with the subcommand factory of
     :func:`permindex.cli.build_parser`."""
     from permindex.cli.near_engine import add_engine_arguments
-    from permindex.index.clusters import KEEP_RULES
+    from permindex.index.join.clusters import KEEP_RULES
     from permindex.near.result import MAX_K, WEIGHTS
     from permindex.text.fingerprint import TOKENIZERS
 

@@ -366,10 +366,11 @@ def _tls_problem(config: ServerConfig) -> str | None:
 def _start_problem(config: ServerConfig) -> str | None:
     """What in ``config`` would stop the server's start for a bad command line, found before
     anything is loaded, by the same checks the server makes: a k above the default
-    collection's design (:func:`permindex.index.permutation.check_design_k`), TLS options that
+    collection's design (:func:`permindex.index.tables.permutation.check_design_k`), TLS options
+    that
     do not go together or files that are not PEM (:func:`_tls_problem`), a token file that
     :func:`permindex.rpc.auth.load_tokens` refuses or cannot read. None when none of these."""
-    from permindex.index.permutation import DEFAULT_DESIGN, check_design_k, design_for_k
+    from permindex.index.tables.permutation import DEFAULT_DESIGN, check_design_k, design_for_k
     from permindex.rpc.auth import load_tokens
 
     try:
@@ -454,7 +455,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     the design, a token file that is refused or unreadable (:func:`_start_problem`); returns 2
     on a non-loopback address without TLS and tokens unless ``--insecure``.
     """
-    from permindex.index.keys import MAX_KEY_BYTES
+    from permindex.index.keys.rule import MAX_KEY_BYTES
     from permindex.rpc.auth import exposure_problem
     from permindex.rpc.server import refuse_in_use, run_server
 
@@ -500,7 +501,7 @@ def _freeze_kernels() -> None:
     kernels``), so that a silent start does not look like a hang."""
     import gc
 
-    from permindex.index.lookup import kernels
+    from permindex.index.search.lookup import kernels
     from permindex.text.fingerprint import simhash_many
 
     with compile_notice("serve", "lookup and fingerprint", run="start"):

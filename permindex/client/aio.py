@@ -56,7 +56,7 @@ from permindex.client.stream_parts import (
 )
 from permindex.errors import ServerError
 from permindex.index import Match
-from permindex.index.clusters import ExactGroup, Flag
+from permindex.index.join.clusters import ExactGroup, Flag
 from permindex.text.fingerprint import Vote
 
 __all__ = ["AsyncClient"]

@@ -53,7 +53,7 @@ from permindex.client.results import (
 from permindex.client.streams import StreamingClient
 from permindex.errors import ServerError
 from permindex.index import Match
-from permindex.index.clusters import ExactGroup, Flag
+from permindex.index.join.clusters import ExactGroup, Flag
 from permindex.text.fingerprint import Vote
 
 __all__ = ["Client"]

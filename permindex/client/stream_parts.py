@@ -18,8 +18,8 @@ from permindex.client.messages import check_counts
 from permindex.client.results import ColumnMatches
 from permindex.client.sharding import refuse_fan_out
 from permindex.errors import InvalidArgumentError
-from permindex.index.clusters import ExactGroup, Flag
 from permindex.index.hamming import as_fingerprint_array
+from permindex.index.join.clusters import ExactGroup, Flag
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [

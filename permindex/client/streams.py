@@ -40,7 +40,7 @@ from permindex.client.stream_parts import (
     pairs_read,
 )
 from permindex.errors import ServerError
-from permindex.index.clusters import ExactGroup, Flag
+from permindex.index.join.clusters import ExactGroup, Flag
 from permindex.v1 import index_pb2 as pb
 
 __all__ = ["StreamingClient"]

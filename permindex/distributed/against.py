@@ -30,7 +30,7 @@ def _query(done: Any, batch: tuple[str, list[str], Any, int]) -> Any:
     """A corpus task's pairs against the new batch (its index built here on first use), or
     the task's failure."""
     from permindex.index import Index
-    from permindex.index.clusters import design_for
+    from permindex.index.join.clusters import design_for
     from permindex.near.dedup import TaskDocuments
 
     if not isinstance(done, TaskDocuments):

@@ -1,5 +1,5 @@
 """Connected components of a graph held as a Dask dataframe of edges (:func:`components`):
-gathered to this process and joined by :func:`permindex.index.clusters.components` (union-find)
+gathered to this process and joined by :func:`permindex.index.join.clusters.components` (union-find)
 up to :data:`GATHER_EDGES` edges, else by label propagation with pointer jumping on the cluster
 (:func:`propagate_labels`).
 """
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import pandas as pd
 
-from permindex.index import clusters
+from permindex.index.join import clusters
 
 if TYPE_CHECKING:
     import dask.dataframe as dd

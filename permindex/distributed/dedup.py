@@ -1,7 +1,7 @@
 """Near-duplicates of a Dask dataframe (:func:`near_duplicates`): from (key, fingerprint) — or
 (key, text), fingerprinted per partition (:func:`fingerprint_texts`) — to the pairs within k, the
 exact-duplicate groups, the clusters and the keep/drop list, as Dask dataframes, with the
-definitions of :class:`permindex.index.clusters.NearDuplicates` (the local ``dedup``).
+definitions of :class:`permindex.index.join.clusters.NearDuplicates` (the local ``dedup``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from permindex.distributed.join import (
     persisted,
     value_pairs,
 )
-from permindex.index.permutation import Design
+from permindex.index.tables.permutation import Design
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -89,7 +89,7 @@ def fingerprint_texts(frame: dd.DataFrame, text: str = "text", **options: Any) -
 def _group_pairs(star: pd.DataFrame) -> pd.DataFrame:
     """Every pair of rows (a < b, distance 0) that share a representative, for a partition of
     the star holding whole groups."""
-    from permindex.index.join import PAIR_BUDGET, group_pairs
+    from permindex.index.join.self_join import PAIR_BUDGET, group_pairs
 
     order = np.lexsort((star["row"].to_numpy(), star["representative"].to_numpy()))
     reps = star["representative"].to_numpy(dtype=np.int64)[order]

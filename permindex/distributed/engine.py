@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from permindex.index.pair_stream import PairArrays
+from permindex.index.join.pair_stream import PairArrays
 from permindex.near.columns import documents_of
 from permindex.near.dedup import (
     assemble_result,

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from permindex.index import join
-from permindex.index.clusters import design_for
-from permindex.index.permutation import Design
+from permindex.index.join import self_join as join
+from permindex.index.join.clusters import design_for
+from permindex.index.tables.permutation import Design
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -105,7 +105,8 @@ class JoinPlan:
     prefix.
 
     A *code* names what a row is emitted for: code ``t * (s + 1)`` for table rank t of
-    :func:`permindex.index.join.join_tables` (its leading blocks: ``masks[code]``), and, for
+    :func:`permindex.index.join.self_join.join_tables` (its leading blocks: ``masks[code]``), and,
+    for
     each hot prefix of table t, the codes ``t * (s + 1) + 1 + j``, j < s = k + 1, keyed by the
     prefix *and* the j-th of s blocks of the 64 - prefix bits left (``masks[code]`` = the
     table's mask | that block's). Two fingerprints within k that share table t's prefix differ
@@ -127,7 +128,7 @@ class JoinPlan:
     @classmethod
     def of(cls, k: int, design: Design | tuple[int, int] | None = None) -> JoinPlan:
         """The plan within ``k`` (0 <= k <= design.max_k) on ``design`` (default
-        :func:`permindex.index.clusters.design_for` ``(k)``)."""
+        :func:`permindex.index.join.clusters.design_for` ``(k)``)."""
         chosen = design_for(k) if design is None else Design.of(design)
         leading = [chosen.permutations[t].leading_mask for t in join.join_tables(chosen, k)]
         split = k + 1
@@ -274,7 +275,8 @@ def _emitted_meta() -> pd.DataFrame:
 
 def join_partition(frame: pd.DataFrame, plan: JoinPlan) -> pd.DataFrame:
     """The pairs of one partition of emitted rows (:func:`emit_partition`, every row of each of
-    its buckets present): per code, :func:`permindex.index.join.keyed_pairs` on the code's key
+    its buckets present): per code, :func:`permindex.index.join.self_join.keyed_pairs` on the
+    code's key
     with its earlier masks. Returns (a, b, distance): representative row ids, a < b, each pair
     of the whole join in exactly one partition."""
     codes = frame["code"].to_numpy()
@@ -347,7 +349,8 @@ def value_pairs(
     (:attr:`Collapsed.distinct`). Method: each row is emitted once per table of the join's
     design (:class:`JoinPlan`), keyed by (table, prefix) (:func:`emit_partition`); a shuffle
     groups the rows of a bucket in one partition; each partition runs
-    :func:`permindex.index.join.keyed_pairs` per table on its rows (:func:`join_partition`),
+    :func:`permindex.index.join.self_join.keyed_pairs` per table on its rows
+    (:func:`join_partition`),
     keeping a pair only in the first table whose prefix it shares, so no global
     de-duplication of pairs is needed. A prefix shared by more than ``hot_threshold``
     fingerprints (:func:`hot_buckets`) is split by the next bits (see :class:`JoinPlan`):

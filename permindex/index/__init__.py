@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from permindex.index.expiry import ExpiringIndex
 from permindex.index.index import CheckAndAddResult, Index, Match
-from permindex.index.keys import MAX_KEY_BYTES, validate_key
+from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
 
 __all__ = [
     "MAX_KEY_BYTES",

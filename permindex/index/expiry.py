@@ -38,13 +38,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.batches import compact_inputs, key_list, validate_keys
 from permindex.index.index import CheckAndAddResult, Index, check_and_add
-from permindex.index.match import Match
-from permindex.index.permutation import DEFAULT_DESIGN, Design
-from permindex.index.query import QueryColumns
+from permindex.index.keys.batches import compact_inputs, key_list, validate_keys
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, export_slices
-from permindex.index.table import DEFAULT_MEMTABLE_LIMIT
+from permindex.index.search.batch_queries import QueryColumns
+from permindex.index.search.matches import Match
+from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
+from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT
 from permindex.index.writes import add_batch, add_one, add_section
 
 __all__ = [

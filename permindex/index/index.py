@@ -5,21 +5,25 @@ its parts:
 
 * :mod:`permindex.index.rows` -- the row store (fingerprints, liveness, keys by row,
   tombstones, compaction, growth ahead);
-* :mod:`permindex.index.runs` -- the tables (:mod:`permindex.index.table`, one per
+* :mod:`permindex.index.table_set` -- the tables (:mod:`permindex.index.tables.table`, one
+  per
   permutation): building, writing and merging their runs;
-* :mod:`permindex.index.lookup` and :mod:`permindex.index.lookup_kernels` -- the lookups on
+* :mod:`permindex.index.search.lookup` and :mod:`permindex.index.search.lookup_kernels` -- the
+  lookups on
   compiled kernels (the prefix-range search and the exact check of each candidate) and the
   read view;
-* :mod:`permindex.index.query` -- the batch query; :mod:`permindex.index.batches` -- input
+* :mod:`permindex.index.search.batch_queries` -- the batch query;
+  :mod:`permindex.index.keys.batches` -- input
   batches (str keys, compact key sections);
-* :mod:`permindex.index.join` -- the self-join of :meth:`Index.pairs`;
+* :mod:`permindex.index.join.self_join` -- the self-join of :meth:`Index.pairs`;
 * :mod:`permindex.index.expiry` -- :class:`~permindex.index.expiry.ExpiringIndex`, this class
   with entries that expire when not added again within a duration.
 
 Thread safety: every public method reads and changes the index under one re-entrant lock
 (``threading.RLock``), held for microseconds by single lookups and writes. A batch lookup
-(:meth:`Index.query_many` of more than :data:`~permindex.index.query.SMALL_BATCH`
-fingerprints) holds it only to take a consistent read view (:mod:`permindex.index.lookup`: the
+(:meth:`Index.query_many` of more than :data:`~permindex.index.search.batch_queries.SMALL_BATCH`
+fingerprints) holds it only to take a consistent read view (:mod:`permindex.index.search.lookup`:
+the
 frozen runs, which are immutable, the memtables frozen as runs, the row arrays, whose rows below
 the view's count never change, and the liveness mask, copied by a removal while a lookup
 searches it) and, after the search, to read the matched rows' keys; the search itself runs without
@@ -29,7 +33,8 @@ a mix. :meth:`Index.check_and_add` queries and adds under one acquisition of the
 iterating yields from a copy of the keys taken under it. A write does outside the lock what
 changes nothing a reader sees: before it, validating keys and sorting a large batch's runs;
 after it, merging runs (swapped in under the lock) and growing the row arrays ahead
-(:mod:`permindex.index.runs`, :mod:`permindex.index.rows`), so lookups go on while another
+(:mod:`permindex.index.table_set`, :mod:`permindex.index.rows`), so lookups go on while
+another
 thread ingests.
 """
 
@@ -43,30 +48,30 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, NotFoundError
-from permindex.index.batches import Section, compact_inputs, validate_keys
-from permindex.index.batches import key_list as as_key_list
 from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
-from permindex.index.keys import MAX_KEY_BYTES, check_int, short_repr, validate_key
-from permindex.index.keystore import hash_key
-from permindex.index.lookup import Lookups
-from permindex.index.match import MATCH_ORDER, Match, new_match
-from permindex.index.permutation import (
+from permindex.index.join.pair_stream import self_join_pairs
+from permindex.index.keys.batches import Section, compact_inputs, validate_keys
+from permindex.index.keys.batches import key_list as as_key_list
+from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
+from permindex.index.keys.store import hash_key
+from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
+from permindex.index.search.batch_queries import (
+    LookupOptions,
+    QueryColumns,
+    lookup_many,
+    lookup_within,
+)
+from permindex.index.search.lookup import Lookups
+from permindex.index.search.matches import MATCH_ORDER, Match, new_match
+from permindex.index.table_set import MERGE_ALL_MIN_SHARE, TableSet
+from permindex.index.tables.permutation import (
     DEFAULT_DESIGN,
     Design,
     check_design_k,
     choose_design,
     query_k,
 )
-from permindex.index.query import (
-    LookupOptions,
-    QueryColumns,
-    lookup_many,
-    lookup_within,
-    self_join_pairs,
-)
-from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
-from permindex.index.runs import MERGE_ALL_MIN_SHARE, Runs
-from permindex.index.table import DEFAULT_MEMTABLE_LIMIT, Table
+from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT, Table
 from permindex.index.writes import (
     add_batch,
     add_locked,
@@ -133,7 +138,7 @@ def _options(
 ) -> tuple[int, Design, int, int]:
     """The validated (k, design, memtable_limit, compaction_min) of :class:`Index` (its
     errors); ``design="auto"`` chosen by
-    :func:`~permindex.index.permutation.choose_design`."""
+    :func:`~permindex.index.tables.permutation.choose_design`."""
     if isinstance(design, str):
         if design != "auto":
             raise InvalidArgumentError(
@@ -170,11 +175,13 @@ class Index:
 
     Args:
         k: the largest Hamming distance (bits) the index answers, 0 <= k <= blocks - leading.
-        design: a :class:`~permindex.index.permutation.Design` or ``(blocks, leading)`` (any blocks
+        design: a :class:`~permindex.index.tables.permutation.Design` or ``(blocks, leading)`` (any
+        blocks
             and leading, C(blocks, leading) tables); the default (4, 1) has 4 tables of 16-bit
             prefixes and answers k <= 3; (5, 2) has 10 tables of 25- or 26-bit prefixes and
             (6, 3) 20 of 31- to 33-bit prefixes. ``"auto"``: chosen by
-            :func:`~permindex.index.permutation.choose_design` from ``expected_size`` (default 10^6
+            :func:`~permindex.index.tables.permutation.choose_design` from ``expected_size``
+            (default 10^6
             fingerprints), k and ``memory_budget`` (bytes for the tables, keys excluded; None:
             no limit), the fastest modelled design that fits.
         expected_size: only for ``design="auto"``.
@@ -217,7 +224,7 @@ class Index:
         changes = [0, 0, 0]  # shared by the tables: what the lookup caches are checked against
         self._rows.changes = changes
         self._tables = [Table(p, memtable_limit, changes) for p in self._design.permutations]
-        self._runs = Runs(self._tables, self._rows)
+        self._runs = TableSet(self._tables, self._rows)
         # The tables a query within each k <= self._k searches (Design.tables_for).
         self._searched = {kk: self._design.tables_for(kk) for kk in range(k + 1)}
         # Lookups loads the kernels now, not at the first lookup.
@@ -431,8 +438,10 @@ class Index:
         ``min_share`` of its entries lie outside its largest run, so that a query probes one
         run there (the single sorted table per permutation of Manku et al. 2007, section 3).
         One table at a time, merged without the lock (reads see the unmerged runs meanwhile,
-        writes go on) and swapped in under it (:meth:`Runs.merge_all
-        <permindex.index.runs.Runs.merge_all>`). Cost: a radix sort of a table's rows, O(n).
+        writes go on) and swapped in under it (:meth:`TableSet.merge_all
+        <permindex.index.table_set.TableSet.merge_all>`). Cost: a radix sort of a table's
+        rows,
+        O(n).
 
         Args:
             idle: merge only while nothing was added for at least this many seconds (a server
@@ -468,7 +477,7 @@ class Index:
 
         Cost: one call of a compiled kernel over the searched tables' frozen runs (a directory
         lookup per run, the bucket's filters compared, the candidates that pass verified:
-        :meth:`~permindex.index.lookup.Lookups.one`) and a bisection of each non-empty
+        :meth:`~permindex.index.search.lookup.Lookups.one`) and a bisection of each non-empty
         memtable, whose candidates a kernel verifies alike; O(tables * runs + log L +
         candidates).
         """
@@ -515,13 +524,13 @@ class Index:
     ) -> list[list[Match]] | QueryColumns:
         """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in
         order, each sorted by (distance, key); with ``columns=True`` the same matches as one
-        :class:`~permindex.index.query.QueryColumns` (offsets (n + 1,) int64, keys,
+        :class:`~permindex.index.search.batch_queries.QueryColumns` (offsets (n + 1,) int64, keys,
         fingerprints (m,) uint64, distances (m,) uint8), with no Python object per match but
         its key.
 
         ``fingerprints`` is an iterable of ints or a (n,) uint64 array (signed arrays without
         negative values are accepted). The lookup runs in compiled kernels
-        (:mod:`permindex.index.lookup`) on a consistent read view of the index, without its
+        (:mod:`permindex.index.search.lookup`) on a consistent read view of the index, without its
         lock: lookups from several threads run in parallel, and a lookup racing a write sees the
         index as it was before or after each write, never a mix. It uses the calling thread
         only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1; a
@@ -555,7 +564,8 @@ class Index:
     ) -> QueryColumns | None:
         """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded (and
         nothing was written since the last batch lookup), else None:
-        :func:`~permindex.index.query.lookup_within`; other errors as :meth:`query_many`."""
+        :func:`~permindex.index.search.batch_queries.lookup_within`; other errors as
+        :meth:`query_many`."""
         queries = as_fingerprint_array(fingerprints)
         kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
         options = LookupOptions.checked(kk, lim, None, True)
@@ -587,7 +597,7 @@ class Index:
     ) -> Iterator[tuple[str, str, int]]:
         """Every unordered pair of keys within ``k`` bits (default: the index's; one fingerprint:
         distance 0) once, as (key_a, key_b, distance), key_a < key_b by code point, sorted: of
-        the index at the call (joined now, under the lock; cost: ``query.self_join_pairs``),
+        the index at the call (joined now, under the lock; cost: ``pair_stream.self_join_pairs``),
         listed as read. Raises InvalidArgumentError, CallCancelledError (``should_stop``)."""
         with self._lock:
             return self_join_pairs(
@@ -654,16 +664,17 @@ class Index:
 
     def _check(self) -> None:
         """Verify every invariant in O(n) (numpy) and raise
-        :class:`~permindex.index.table.TableCheckError` (an AssertionError) at the first broken
+        :class:`~permindex.index.tables.table.TableCheckError` (an AssertionError) at the first
+        broken
         one: the row store's (:meth:`permindex.index.rows.RowStore._check`), then the tables'
-        (:meth:`permindex.index.runs.Runs._check`). For tests; takes the lock."""
+        (:meth:`permindex.index.table_set.TableSet._check`). For tests; takes the lock."""
         with self._lock:
             self._rows._check()
             self._runs._check()
 
 
 def _add_section(index: Index, sizes: NDArray[np.integer], raw: Section, values: _U64) -> None:
-    """:meth:`Index.add_compact` of arguments :func:`~permindex.index.batches.compact_inputs`
+    """:meth:`Index.add_compact` of arguments :func:`~permindex.index.keys.batches.compact_inputs`
     has checked."""
     keys = add_section(index._rows, index._runs, sizes, raw, values)
     if keys is not None:  # maybe a repeated key: the exact path

@@ -1,11 +1,11 @@
 """The row store of the index: every stored fingerprint has a row number; this module owns the
 fingerprint and liveness arrays by row, the key of each row (a
-:class:`~permindex.index.keystore.KeyStore`), tombstones, compaction (renumbering the live rows)
+:class:`~permindex.index.keys.store.KeyStore`), tombstones, compaction (renumbering the live rows)
 and growing the arrays ahead of need in a background thread.
 
 Rows are appended and never change; replacing a key's fingerprint kills its row (a tombstone)
 and appends a new one. Rows are never reused before a compaction, so an entry of a table
-(:mod:`permindex.index.table`) can be dead but never wrong.
+(:mod:`permindex.index.tables.table`) can be dead but never wrong.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import LimitExceededError
-from permindex.index.keystore import (
+from permindex.index.keys.store import (
     EncodedKeys,
     KeyStore,
     ahead_capacity,
     nearly_full,
     next_capacity,
 )
-from permindex.index.table import MAX_ROWS, TableCheckError
+from permindex.index.tables.table import MAX_ROWS, TableCheckError
 
 __all__ = ["DEFAULT_COMPACTION_MIN", "GROW_AHEAD_ROWS", "RowStore", "export_slices"]
 
@@ -63,11 +63,11 @@ class RowStore:
         fps_view, live_view: memoryviews of ``fps`` and ``live`` (indexing gives Python ints and
             bools: the single-query path).
         n: rows in use.
-        keys: the :class:`~permindex.index.keystore.KeyStore` (each row's key, the current row
+        keys: the :class:`~permindex.index.keys.store.KeyStore` (each row's key, the current row
             of each key).
         compactions: compactions so far (row numbers change at each).
         live_readers, live_epoch: how many batch lookups are searching the current ``live``
-            array without the lock (:mod:`permindex.index.lookup`), and which array that is
+            array without the lock (:mod:`permindex.index.search.lookup`), and which array that is
             (``live_epoch`` counts the arrays): while a lookup reads it, :meth:`kill` copies the
             mask before it clears a flag (copy on write), so the lookup keeps the liveness it
             started with; with no reader it clears the flag in place.
@@ -200,7 +200,7 @@ class RowStore:
 
     def reserve(self, extra: int) -> None:
         """Make room for ``extra`` more rows: compact first if row numbers would pass
-        :data:`~permindex.index.table.MAX_ROWS`, then grow the arrays inline if needed
+        :data:`~permindex.index.tables.table.MAX_ROWS`, then grow the arrays inline if needed
         (amortized O(1) per row).
 
         Raises:
@@ -306,7 +306,7 @@ class RowStore:
     def growth_wanted(self) -> bool:
         """Whether the arrays or the key store are close to an inline growth (caller holds the
         lock): rows above 7/8 of the capacity, or
-        :meth:`~permindex.index.keystore.KeyStore.growth_wanted`; False below
+        :meth:`~permindex.index.keys.store.KeyStore.growth_wanted`; False below
         :data:`GROW_AHEAD_ROWS` rows of capacity."""
         if self.fps.size < GROW_AHEAD_ROWS:
             return False
@@ -315,7 +315,7 @@ class RowStore:
     def after_write(self, rows: int) -> None:
         """Upkeep after a write of ``rows`` rows, outside the lock: grow ahead unless the write
         was large (an eighth of the capacity or more: a bulk load leaves an eighth of room,
-        :func:`~permindex.index.keystore.next_capacity`, and may be all there is)."""
+        :func:`~permindex.index.keys.store.next_capacity`, and may be all there is)."""
         if 8 * rows < self.fps.size:
             self.grow_ahead()
 
@@ -349,7 +349,7 @@ class RowStore:
 
     def _grow(self, rows: int, data_bytes: int) -> None:
         """Grow the arrays (by half when above 7/8 full, and so that ``rows`` more fit) and the
-        key store (:class:`~permindex.index.keystore.Growth`) mostly without the lock: the lock
+        key store (:class:`~permindex.index.keys.store.Growth`) mostly without the lock: the lock
         is taken to note the state (and copy the liveness mask), released while the rows noted
         are copied and the key store's hash table is rebuilt (rows never change once appended),
         and taken again to copy what was appended meanwhile, replay the key store's changes and
@@ -416,7 +416,7 @@ class RowStore:
 
     def _check(self) -> None:
         """Verify the row store's invariants in O(n) (numpy); raise
-        :class:`~permindex.index.table.TableCheckError` at the first broken one. Caller holds
+        :class:`~permindex.index.tables.table.TableCheckError` at the first broken one. Caller holds
         the lock.
 
         Checked: array sizes, no live flag beyond n, no liveness mask only while every row is

@@ -1,5 +1,6 @@
 """The writes of the index: a key's row appended, killed or replaced in the row store
-(:mod:`permindex.index.rows`) and in every table (:mod:`permindex.index.runs`) together, and the
+(:mod:`permindex.index.rows`) and in every table (:mod:`permindex.index.table_set`)
+together, and the
 upkeep around a write (growth ahead, merges) done outside the lock.
 
 A write may carry times (Unix seconds, uint32: ``when`` for one key, ``times`` for a batch, in
@@ -22,7 +23,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.batches import (
+from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
+from permindex.index.keys.batches import (
     Section,
     distinct_keys,
     hash_section,
@@ -30,12 +32,11 @@ from permindex.index.batches import (
     section_keys,
     validate_keys,
 )
-from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
-from permindex.index.keys import validate_key
-from permindex.index.keystore import EncodedKeys, batch_subset, hash_key
+from permindex.index.keys.rule import validate_key
+from permindex.index.keys.store import EncodedKeys, batch_subset, hash_key
 from permindex.index.rows import RowStore
-from permindex.index.runs import Runs
-from permindex.index.table import Run
+from permindex.index.table_set import TableSet
+from permindex.index.tables.table import Run
 
 __all__ = [
     "COLLECT_AFTER_ROWS",
@@ -53,7 +54,9 @@ _U64 = NDArray[np.uint64]
 _U32 = NDArray[np.uint32]
 
 
-def add_locked(rows: RowStore, runs: Runs, data: bytes, h: int, value: int, when: int = 0) -> bool:
+def add_locked(
+    rows: RowStore, runs: TableSet, data: bytes, h: int, value: int, when: int = 0
+) -> bool:
     """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value`` at time ``when``:
     a new row in the row store and every table, the key's old row (if any) a tombstone; when the
     key already holds ``value``, only its time is renewed. Returns whether the key was new.
@@ -74,7 +77,7 @@ def add_locked(rows: RowStore, runs: Runs, data: bytes, h: int, value: int, when
     return old < 0
 
 
-def add_one(rows: RowStore, runs: Runs, key: str, fingerprint: int, when: int = 0) -> bool:
+def add_one(rows: RowStore, runs: TableSet, key: str, fingerprint: int, when: int = 0) -> bool:
     """:meth:`permindex.index.Index.add` (its contract and errors) at time ``when``, called
     without the lock."""
     data = validate_key(key).encode("utf-8")
@@ -89,7 +92,7 @@ def add_one(rows: RowStore, runs: Runs, key: str, fingerprint: int, when: int = 
 
 def add_many_locked(
     rows: RowStore,
-    runs: Runs,
+    runs: TableSet,
     batch: EncodedKeys,
     values: _U64,
     prepared: list[Run] | None,
@@ -140,11 +143,12 @@ def discard_locked(rows: RowStore, data: bytes) -> bool:
     return True
 
 
-def after_write(rows: RowStore, runs: Runs, count: int = 1) -> None:
+def after_write(rows: RowStore, runs: TableSet, count: int = 1) -> None:
     """Upkeep after a write of ``count`` rows, outside the lock: note the time (the idle test
-    of :meth:`~permindex.index.runs.Runs.merge_all`), grow the arrays ahead
+    of :meth:`~permindex.index.table_set.TableSet.merge_all`), grow the arrays ahead
     (:meth:`~permindex.index.rows.RowStore.after_write`) and merge the tables' runs
-    (:meth:`~permindex.index.runs.Runs.merge_pending`). After a bulk load of at least
+    (:meth:`~permindex.index.table_set.TableSet.merge_pending`). After a bulk load of at
+    least
     :data:`COLLECT_AFTER_ROWS` rows, a full garbage collection: the caller's inputs (a list of
     10^6 key strings, say) have just become old objects, and the collector's next full pass --
     tens of milliseconds at 10^6 keys -- would otherwise fall into the first lookup."""
@@ -161,7 +165,7 @@ COLLECT_AFTER_ROWS = 1 << 17
 
 def store_batch(
     rows: RowStore,
-    runs: Runs,
+    runs: TableSet,
     batch: EncodedKeys,
     values: _U64,
     prepared: list[Run] | None = None,
@@ -185,7 +189,7 @@ def store_batch(
 
 def add_section(
     rows: RowStore,
-    runs: Runs,
+    runs: TableSet,
     sizes: NDArray[np.integer],
     raw: Section,
     values: _U64,
@@ -193,7 +197,7 @@ def add_section(
 ) -> list[str] | None:
     """Store the n keys of a compact key section (``sizes``: (n,) UTF-8 byte lengths;
     ``raw``: every key's bytes then a NUL, only read) with the (n,) uint64 ``values``, after
-    validating it (InvalidArgumentError, see :func:`~permindex.index.batches.section_ends`);
+    validating it (InvalidArgumentError, see :func:`~permindex.index.keys.batches.section_ends`);
     called without the lock. The tables' runs (numpy sorts, which release the GIL) are built
     in other threads while this one hashes the keys. When two keys hash alike (maybe a repeated
     key) nothing is stored and the keys are returned as str, for the exact path
@@ -218,7 +222,7 @@ def add_section(
 
 def add_batch(
     rows: RowStore,
-    runs: Runs,
+    runs: TableSet,
     keys: Iterable[str],
     fingerprints: Iterable[int] | _U64,
     times: _U32 | None = None,

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index.expiry import MAX_ADDED_AT
 from permindex.index.hamming import FINGERPRINT_RULE, parse_fingerprint
-from permindex.index.keys import MAX_KEY_BYTES
+from permindex.index.keys.rule import MAX_KEY_BYTES
 from permindex.text.documents import check_key
 
 __all__ = [
@@ -235,7 +235,7 @@ def _string_column(
 def key_array(values: Any, *, source: str, column: str, first_row: int = 1) -> list[str]:
     """The keys of a column as Python strings, each within the key rule of
     :func:`permindex.text.documents.check_key` (non-empty, at most
-    :data:`~permindex.index.keys.MAX_KEY_BYTES` UTF-8 bytes).
+    :data:`~permindex.index.keys.rule.MAX_KEY_BYTES` UTF-8 bytes).
 
     The column is of a string type (``string``, ``large_string``, dictionary-encoded too); an
     integer key column is refused as JSONL refuses a number key (``17`` would hide whether the

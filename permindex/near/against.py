@@ -19,7 +19,7 @@ from typing import Final
 import numpy as np
 
 from permindex.index import Index
-from permindex.index.clusters import design_for
+from permindex.index.join.clusters import design_for
 from permindex.near.dedup import Documents, fingerprint_tasks, raise_failure, run_task
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import format_fingerprint, tsv_field

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.key_column import KeyColumn, last_positions
+from permindex.index.keys.column import KeyColumn, last_positions
 
 __all__ = [
     "Documents",
@@ -25,7 +25,7 @@ __all__ = [
 @dataclass
 class Documents:
     """Every document read, in input order: ``keys`` (n str; a
-    :class:`~permindex.index.key_column.KeyColumn` as the engines build it), ``fingerprints``
+    :class:`~permindex.index.keys.column.KeyColumn` as the engines build it), ``fingerprints``
     ((n,) uint64, 0 where there is none), ``has_fingerprint`` ((n,) bool), ``tokens`` ((n,)
     int64, the tokens of a too-short text, else 0) and ``lengths`` ((n,) int64, characters of
     each text)."""

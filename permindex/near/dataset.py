@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.clusters import (
+from permindex.index.join.clusters import (
     KEEP_RULES,
     KeepRule,
     NearDuplicates,
@@ -183,7 +183,7 @@ def dedup_dataset(
             row positions are the ids.
         k: the largest Hamming distance of a near-duplicate, bits, 0 to 8 (as ``dedup --k``).
         keep: which row of a cluster is kept (as ``dedup --keep``,
-            :func:`permindex.index.clusters.keep_per_cluster`): ``"first"`` the first row,
+            :func:`permindex.index.join.clusters.keep_per_cluster`): ``"first"`` the first row,
             ``"longest"`` the longest text (ties: the first), ``"smallest-key"`` the smallest id.
 
     Returns:

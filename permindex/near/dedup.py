@@ -24,10 +24,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.clusters import NearDuplicates, design_for, keep_per_cluster
-from permindex.index.key_column import KeyColumn
-from permindex.index.pair_stream import PairArrays
-from permindex.index.runs import usable_cpus
+from permindex.index.join.clusters import NearDuplicates, design_for, keep_per_cluster
+from permindex.index.join.pair_stream import PairArrays
+from permindex.index.keys.column import KeyColumn
 from permindex.io.parquet import ParquetReader, open_documents
 from permindex.near.columns import Documents, join_columns, last_occurrences
 from permindex.near.dedup_workers import (
@@ -43,7 +42,7 @@ from permindex.near.jaccard import JaccardDuplicates, ShingleSets
 from permindex.near.minhash import MISS_AT_THRESHOLD, choose_bands
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
-from permindex.processes import signals_held
+from permindex.processes import signals_held, usable_cpus
 from permindex.text.documents import DocumentReader
 from permindex.text.inflated_blocks import BLOCKS_AHEAD
 from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency
@@ -400,13 +399,13 @@ def run_dedup(
        visible text (the costly part). With ``weights="idf"`` a first pass counts the document
        frequency of shingles (:mod:`permindex.text.weights`) and the second computes weighted
        SimHash.
-    3. **Join**: every pair within k (:class:`permindex.index.clusters.NearDuplicates`, exact:
+    3. **Join**: every pair within k (:class:`permindex.index.join.clusters.NearDuplicates`, exact:
        the self-join on the distinct fingerprints, so documents that share a fingerprint cost no
        candidate), clusters, flags, exact-duplicate groups, and the keep/drop decision per
        cluster.
     4. **Write** the report folder (:func:`write_outputs`); the command prints the pairs on stdout.
        Pairs are written as they are streamed in key order from the join
-       (:meth:`~permindex.index.clusters.NearDuplicates.pair_chunks`), one chunk in memory at a
+       (:meth:`~permindex.index.join.clusters.NearDuplicates.pair_chunks`), one chunk in memory at a
        time, however many documents share a fingerprint.
 
     A key that occurs more than once counts once, with its last occurrence that has a fingerprint
@@ -494,7 +493,7 @@ def assemble_result(
     **fields: Any,
 ) -> DedupResult:
     """Step 3 of :func:`run_dedup` on the documents read: the join (by
-    :class:`~permindex.index.clusters.NearDuplicates`, or, given ``joined``, from the pairs it
+    :class:`~permindex.index.join.clusters.NearDuplicates`, or, given ``joined``, from the pairs it
     returns for the input positions of :func:`last_occurrences`: pairs of those positions with
     distinct fingerprints within k, each once, e.g. computed on a cluster; given ``near_of``,
     the join it returns for the kept keys and their input positions: the Jaccard mode), the

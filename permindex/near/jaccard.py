@@ -3,7 +3,7 @@ bands (:mod:`permindex.near.minhash`), each verified by the exact Jaccard simila
 shingle sets, so that every pair reported has J >= the threshold (precision 1.0 by
 construction) and recall is the S-curve's (:func:`permindex.near.minhash.choose_bands`).
 
-:class:`JaccardDuplicates` is a :class:`~permindex.index.clusters.NearDuplicates` whose join is
+:class:`JaccardDuplicates` is a :class:`~permindex.index.join.clusters.NearDuplicates` whose join is
 this one: pairs, clusters, flags, exact-duplicate groups and the keep rule are the SimHash
 mode's, with a *distance* of ``round((1 - J) * 10^4)`` (:data:`SCALE`): 0 for identical sets,
 so "nearest" means most similar, and the Jaccard to 4 decimals is ``1 - distance / 10^4``
@@ -30,8 +30,8 @@ import numpy as np
 import xxhash
 from numpy.typing import NDArray
 
-from permindex.index.clusters import NearDuplicates
-from permindex.index.pair_stream import PairArrays, Values, distinct_values
+from permindex.index.join.clusters import NearDuplicates
+from permindex.index.join.pair_stream import PairArrays, Values, distinct_values
 from permindex.near.minhash import Bands, band_keys, check_threshold
 
 __all__ = [
@@ -226,7 +226,7 @@ def jaccard_text(distance: int) -> str:
 class JaccardDuplicates(NearDuplicates):
     """Pairs of documents whose shingle sets have Jaccard similarity >= ``threshold``, found
     by MinHash-LSH and verified exactly (see the module docstring), with everything
-    :class:`~permindex.index.clusters.NearDuplicates` offers on top (``k`` is the largest
+    :class:`~permindex.index.join.clusters.NearDuplicates` offers on top (``k`` is the largest
     distance, ``round((1 - threshold) * SCALE)``; ``fingerprints`` are the set digests).
 
     Args:

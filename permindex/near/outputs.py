@@ -17,8 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.clusters import NearDuplicates
-from permindex.index.key_column import KeyColumn
+from permindex.index.join.clusters import NearDuplicates
+from permindex.index.keys.column import KeyColumn
 from permindex.io.arrow import require_pyarrow
 from permindex.io.parquet import ParquetTableWriter, open_documents
 from permindex.near.jaccard import SCALE, JaccardDuplicates, jaccard_text

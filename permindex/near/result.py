@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.clusters import KEEP_RULES, KeepRule, NearDuplicates
+from permindex.index.join.clusters import KEEP_RULES, KeepRule, NearDuplicates
 from permindex.near.minhash import check_permutations, check_threshold
 from permindex.text.extract import Extract, check_extract
 from permindex.text.fingerprint import VOTES, Tokenizer, Vote, check_shingle_options
@@ -39,7 +39,7 @@ class DedupOptions:
             (:func:`permindex.io.parquet.open_documents`), or ``"-"`` (JSONL on standard input).
         out_dir: the report folder, created if missing; files in it are overwritten.
         k: largest Hamming distance of a near-duplicate, bits (0..:data:`MAX_K`).
-        keep: the keep rule of :func:`permindex.index.clusters.keep_per_cluster`.
+        keep: the keep rule of :func:`permindex.index.join.clusters.keep_per_cluster`.
         jobs: worker processes (1: fingerprint in this process). They start by forkserver
             (spawn where there is none), which imports the caller's main module again: a script
             that calls :func:`permindex.near.dedup.run_dedup` with ``jobs > 1`` needs the usual

@@ -21,7 +21,7 @@ from typing import Final
 from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFoundError
 from permindex.index import ExpiringIndex, Index
 from permindex.index.expiry import check_expire_after
-from permindex.index.permutation import DEFAULT_DESIGN
+from permindex.index.tables.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
 from permindex.storage.datadir import fsync_directory, make_directories

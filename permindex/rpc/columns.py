@@ -10,7 +10,7 @@ import threading
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.query import QueryColumns
+from permindex.index.search.batch_queries import QueryColumns
 from permindex.rpc import convert
 from permindex.rpc.slices import SliceSize, column_slices
 from permindex.rpc.state import ServerState

@@ -19,7 +19,7 @@ from typing import Any, Final
 from permindex.addresses import DEFAULT_ADDRESS, parse_address
 from permindex.errors import InvalidArgumentError
 from permindex.index.expiry import parse_duration
-from permindex.index.keys import MAX_KEY_BYTES
+from permindex.index.keys.rule import MAX_KEY_BYTES
 from permindex.storage.wal import FSYNC_POLICIES, FsyncPolicy
 from permindex.text.fingerprint import MAX_MIN_WORDS, MAX_SHINGLE_SIZE, VOTES, Vote
 

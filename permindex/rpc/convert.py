@@ -19,11 +19,11 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError, LimitExceededError
 from permindex.index import ExpiringIndex, Index, Match
-from permindex.index.clusters import NearDuplicates
 from permindex.index.hamming import MAX_FINGERPRINT
-from permindex.index.keys import MAX_KEY_BYTES, validate_key
-from permindex.index.permutation import Design, query_k
-from permindex.index.query import QueryColumns
+from permindex.index.join.clusters import NearDuplicates
+from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
+from permindex.index.search.batch_queries import QueryColumns
+from permindex.index.tables.permutation import Design, query_k
 from permindex.rpc.wire import PairEncoder
 from permindex.text.fingerprint import Vote, simhash_many
 from permindex.v1 import index_pb2 as pb
@@ -161,7 +161,7 @@ def check_batch_length(n: int, limit: int, what: str) -> None:
 
 
 def check_key(key: str, where: str, max_bytes: int = MAX_KEY_BYTES) -> None:
-    """Refuse a key that breaks the key rule (:func:`permindex.index.keys.validate_key`) with
+    """Refuse a key that breaks the key rule (:func:`permindex.index.keys.rule.validate_key`) with
     the server's limit ``max_bytes`` (``max_key_bytes``, at most :data:`MAX_KEY_BYTES`), in the
     server's wording (:func:`key_refusal`).
 
@@ -228,7 +228,7 @@ def check_keys(
 
 
 def check_k(k: int | None, index_k: int, design: Design) -> int | None:
-    """``k`` checked by the index's rule (:func:`permindex.index.permutation.query_k`); None
+    """``k`` checked by the index's rule (:func:`permindex.index.tables.permutation.query_k`); None
     (the proto's absent k: the index's own) is passed on as None, which keeps the index's
     fast path for a query without options.
 

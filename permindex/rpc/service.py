@@ -24,14 +24,14 @@ from permindex.errors import (
     status_name_for,
 )
 from permindex.index import ExpiringIndex
-from permindex.index.clusters import NearDuplicates
-from permindex.index.key_section import batch_repeats
+from permindex.index.join.clusters import NearDuplicates
 from permindex.rpc import columns, convert
 from permindex.rpc.catalog import Catalog, CollectionOptions
 from permindex.rpc.limits import StreamClosed
 from permindex.rpc.slices import SliceSize, slices
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory_bytes
 from permindex.rpc.work import Work, read_outcome
+from permindex.storage.key_section import batch_repeats
 from permindex.text.fingerprint import Vote
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc

@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import CallCancelledError
 from permindex.index import Match
-from permindex.index.query import QueryColumns
+from permindex.index.search.batch_queries import QueryColumns
 from permindex.rpc.state import ServerState
 
 __all__ = [

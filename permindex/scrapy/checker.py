@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from permindex.client.batching import DEFAULT_BATCH_BYTES, batches, document_size
 from permindex.errors import LimitExceededError
 from permindex.index import Match
-from permindex.index.keys import validate_key
+from permindex.index.keys.rule import validate_key
 
 if TYPE_CHECKING:
     from permindex.client import Client

@@ -87,13 +87,6 @@ import numpy as np
 import numpy.typing as npt
 
 from permindex.errors import CorruptFileError, InvalidArgumentError
-from permindex.index.key_section import (
-    KeySectionError,
-    check_section,
-    decode_section,
-    encode_section,
-    section_lengths,
-)
 from permindex.storage.datadir import (
     PREVIOUS_SUFFIX,
     SNAPSHOT_NAME,
@@ -104,6 +97,13 @@ from permindex.storage.datadir import (
     link_previous,
     remove_stale,
     temporary_name,
+)
+from permindex.storage.key_section import (
+    KeySectionError,
+    check_section,
+    decode_section,
+    encode_section,
+    section_lengths,
 )
 
 __all__ = [
@@ -225,7 +225,7 @@ def _as_fingerprints(fingerprints: npt.ArrayLike, n: int) -> npt.NDArray[np.uint
 
 def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
     """(n,) <u4 UTF-8 byte lengths and the key section of ``keys``
-    (:func:`~permindex.index.key_section.encode_section`).
+    (:func:`~permindex.storage.key_section.encode_section`).
 
     Raises TypeError (a key is not a str) or InvalidArgumentError (not encodable as UTF-8)."""
     try:
@@ -451,7 +451,7 @@ def _check_key_section(
     section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path
 ) -> None:
     """CorruptFileError unless the key section is well formed
-    (:func:`~permindex.index.key_section.check_section`: no empty key, lengths that add up, a
+    (:func:`~permindex.storage.key_section.check_section`: no empty key, lengths that add up, a
     NUL ending every key, valid UTF-8, checked :data:`_UTF8_SLICE` bytes at a time when not
     ASCII). Key lengths above MAX_KEY_BYTES pass this check; loading refuses them."""
     try:
@@ -464,7 +464,7 @@ def _decode_keys(
     section: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint32], path: Path
 ) -> list[str]:
     """The keys of the key section (``lengths`` exclude the NUL), decoded
-    (:func:`~permindex.index.key_section.decode_section`); CorruptFileError when it is not
+    (:func:`~permindex.storage.key_section.decode_section`); CorruptFileError when it is not
     well formed."""
     try:
         check_section(section, lengths, max_bytes=None, utf8=False)

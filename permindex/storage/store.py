@@ -65,10 +65,10 @@ from permindex.errors import CorruptFileError, InvalidArgumentError, StorageErro
 from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.expiry import AddedAt, stamps
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.key_section import batch_repeats
-from permindex.index.keys import validate_key
-from permindex.index.permutation import DEFAULT_DESIGN, Design
+from permindex.index.keys.rule import validate_key
+from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.datadir import fsync_directory
+from permindex.storage.key_section import batch_repeats
 from permindex.storage.snapshot import DataDir, Part, Snapshot, SnapshotInfo
 from permindex.storage.wal import FsyncPolicy, LogWriter
 from permindex.storage.wal_records import ADD, REMOVE, REPLACE, Record, encode_record
@@ -575,7 +575,7 @@ class Store:
 def _set_ops(index: Index, keys: list[str]) -> NDArray[np.uint8]:
     """The log op of storing each of ``keys`` in order: ADD for a key not stored before the
     call, at its first occurrence in it; REPLACE otherwise
-    (:func:`~permindex.index.key_section.batch_repeats`). Raises as :meth:`Index.add_many` for
+    (:func:`~permindex.storage.key_section.batch_repeats`). Raises as :meth:`Index.add_many` for
     a bad key."""
     new = ~index.contains_many(keys)
     repeats = batch_repeats(keys)

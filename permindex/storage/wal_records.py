@@ -65,14 +65,14 @@ import numpy as np
 import numpy.typing as npt
 
 from permindex.errors import CorruptFileError, InvalidArgumentError, LimitExceededError
-from permindex.index.key_section import (
+from permindex.index.keys.rule import MAX_KEY_BYTES
+from permindex.storage.key_section import (
     KeySectionError,
     check_section,
     decode_section,
     encode_section,
     section_lengths,
 )
-from permindex.index.keys import MAX_KEY_BYTES
 
 __all__ = [
     "ADD",
@@ -164,7 +164,7 @@ class Record:
 
 def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
     """(n,) <u4 UTF-8 lengths and the key section of ``keys``
-    (:func:`~permindex.index.key_section.encode_section`).
+    (:func:`~permindex.storage.key_section.encode_section`).
 
     Raises TypeError (not a str) or InvalidArgumentError (not encodable as UTF-8)."""
     try:

@@ -8,5 +8,5 @@
 - :mod:`permindex.text.weights`: document frequencies of shingles in hashed buckets.
 
 Imports only :mod:`permindex.errors`, :mod:`permindex.index.hamming` (the fingerprint's range),
-:mod:`permindex.index.keys` (the key rule) and :mod:`permindex.jit` (the kernels).
+:mod:`permindex.index.keys.rule` (the key rule) and :mod:`permindex.jit` (the kernels).
 """

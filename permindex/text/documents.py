@@ -21,7 +21,7 @@ from typing import IO, Any, Final, NamedTuple
 from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.expiry import added_at_seconds
 from permindex.index.hamming import parse_fingerprint, validate_fingerprint
-from permindex.index.keys import MAX_KEY_BYTES, validate_key
+from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
 from permindex.text import gzip_stream
 from permindex.text.extract import Extract
 from permindex.text.html import html_page_text, html_to_text  # re-exported
@@ -133,8 +133,8 @@ def format_fingerprint(fingerprint: int) -> str:
 
 def check_key(key: str) -> None:
     """Check ``key`` as the server would: the key rule of
-    :func:`permindex.index.keys.validate_key` (non-empty, at most
-    :data:`~permindex.index.keys.MAX_KEY_BYTES` UTF-8 bytes), with this reader's wording.
+    :func:`permindex.index.keys.rule.validate_key` (non-empty, at most
+    :data:`~permindex.index.keys.rule.MAX_KEY_BYTES` UTF-8 bytes), with this reader's wording.
 
     Raises:
         InvalidKeyError: (an :class:`~permindex.errors.InvalidArgumentError`) an empty key, one
@@ -687,7 +687,7 @@ def read_documents(
         is a UTF-8 string) and relative paths longer than a key may be.
 
     Keys are checked on the client, as the server would check them: non-empty and at most
-    :data:`~permindex.index.keys.MAX_KEY_BYTES` UTF-8 bytes.
+    :data:`~permindex.index.keys.rule.MAX_KEY_BYTES` UTF-8 bytes.
     """
     return DocumentReader(
         source,

@@ -15,9 +15,9 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.key_section import batch_repeats, check_section
-from permindex.index.keys import MAX_KEY_BYTES, validate_key
-from permindex.index.keystore import EncodedKeys, encode_keys, hash_many
+from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
+from permindex.index.keys.store import EncodedKeys, encode_keys, hash_many
+from permindex.storage.key_section import batch_repeats, check_section
 
 __all__ = [
     "HASH_CHUNK",
@@ -57,7 +57,7 @@ def key_list(keys: object) -> list[Any]:
 
 def validate_keys(keys: object) -> tuple[list[str], EncodedKeys]:
     """The keys as a list and encoded for the key store, every key validated (as
-    :func:`~permindex.index.keys.validate_key`; the error names the first bad position).
+    :func:`~permindex.index.keys.rule.validate_key`; the error names the first bad position).
 
     Raises:
         TypeError: ``keys`` is a str, bytes or not iterable, or a key is not a str.
@@ -83,7 +83,7 @@ def distinct_keys(
 ) -> tuple[list[str], EncodedKeys, _U64, NDArray[np.intp] | None]:
     """The validated keys ``key_list`` (and their encoded ``batch``, from
     :func:`validate_keys`) with their (n,) uint64 ``values``, a repeated key kept once with its
-    last value (:func:`~permindex.index.key_section.batch_repeats`, the one rule): (keys, their
+    last value (:func:`~permindex.storage.key_section.batch_repeats`, the one rule): (keys, their
     encoded batch, their values, and which: None when no key repeats, else the (n,) intp
     position of each input key's entry). O(n log n) numpy work on the hashes; a dict over the
     keys only when two hashes are equal.
@@ -152,7 +152,7 @@ def section_ends(sizes: NDArray[np.integer], raw: Section) -> tuple[NDArray[np.u
     Raises:
         KeySectionError: (an InvalidArgumentError) a length outside 1 to MAX_KEY_BYTES, the
             NULs not where the lengths say, or a key not valid UTF-8 (the message gives the
-            byte offset; :func:`~permindex.index.key_section.check_section`, the one codec,
+            byte offset; :func:`~permindex.storage.key_section.check_section`, the one codec,
             checking :data:`UTF8_SLICE` bytes at a time, so no str of the whole section).
     """
     data = raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
@@ -161,7 +161,7 @@ def section_ends(sizes: NDArray[np.integer], raw: Section) -> tuple[NDArray[np.u
 
 
 def hash_section(raw: Section, ends: _I64) -> _U64:
-    """XXH3-64 (:func:`~permindex.index.keystore.hash_key`) of each key of a compact key section
+    """XXH3-64 (:func:`~permindex.index.keys.store.hash_key`) of each key of a compact key section
     (``raw``: every key's UTF-8 bytes then a NUL; ``ends``: (n,) int64, one past each key's
     NUL), as (n,) uint64. O(key bytes). A slice of :data:`HASH_CHUNK` keys at a time is split
     at its NULs (one C call making the chunk's bytes objects, which stay in the CPU cache while

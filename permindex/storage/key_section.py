@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.keys import MAX_KEY_BYTES
+from permindex.index.keys.rule import MAX_KEY_BYTES
 
 __all__ = [
     "UTF8_SLICE",

@@ -14,10 +14,11 @@ bytes (8 from 2^24 rows on):
   ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits, 2^r <= m / 2), so
   the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
   equals the prefix width the range is exact; otherwise it is a superset that the verification
-  of the candidates (:mod:`permindex.index.lookup_kernels`) narrows. Runs are
+  of the candidates (:mod:`permindex.index.search.lookup_kernels`) narrows. Runs are
   listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
   there are at most log_4(n) + 1 of them
-  (between a write and the merges it triggers, which :mod:`permindex.index.runs` runs outside
+  (between a write and the merges it triggers, which :mod:`permindex.index.table_set` runs
+  outside
   the index's lock with :meth:`Table.pending_merge`, :meth:`Table.merged_runs` and
   :meth:`Table.replace_runs`, a few more);
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
@@ -28,7 +29,7 @@ bytes (8 from 2^24 rows on):
 Within a prefix, order is unspecified: a query only needs the prefix range, so a run is sorted
 by the prefix alone (a radix sort on 16-bit digits).
 
-A table holds candidates; the lookup kernels (:mod:`permindex.index.lookup_kernels`) search
+A table holds candidates; the lookup kernels (:mod:`permindex.index.search.lookup_kernels`) search
 its runs and verify every candidate, a single query's memtable candidates included. Removal is
 by tombstone: the row store clears the row's live flag and leaves the table alone; a merge
 drops dead rows it meets, and :meth:`Table.compact` (called at a compaction of the row store)
@@ -49,7 +50,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
-from permindex.index.permutation import Permutation, argsort_prefixes
+from permindex.index.tables.permutation import Permutation, argsort_prefixes
 
 __all__ = [
     "DEFAULT_MEMTABLE_LIMIT",
@@ -308,7 +309,7 @@ class Table:
         self.memtable_limit = memtable_limit
         #: Change counters, possibly shared by the tables of one index: ``changes[0]`` counts
         #: changes of the runs, ``changes[1]`` of the memtable, ``changes[2]`` of either (what
-        #: cached lookup plans and read views of :mod:`permindex.index.lookup` are checked
+        #: cached lookup plans and read views of :mod:`permindex.index.search.lookup` are checked
         #: against).
         self.changes = [0, 0, 0] if changes is None else changes
         # The memtable as a run of its own (batch lookups on a read view), or None when stale.
@@ -549,7 +550,7 @@ class Table:
     def memtable_run(self, row_arrays: RowArrays) -> Run | None:
         """The memtable's entries as an immutable :class:`Run` (None when the memtable is
         empty), cached until the memtable changes: what a batch lookup on a read view searches
-        (:mod:`permindex.index.lookup`). O(L) to build."""
+        (:mod:`permindex.index.search.lookup`). O(L) to build."""
         if self._memtable_run is None and self._memtable_rows:
             prefixes, rows = self._memtable_arrays(row_arrays)
             filters = self.permutation.filter_array(row_arrays.fps[rows])

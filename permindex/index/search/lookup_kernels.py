@@ -6,7 +6,8 @@ them against brute force (``tests/oracles.py``). They hold the index's one exact
 candidate (:func:`_within`: within k bits of the query, and live), which :func:`verify_rows`
 also applies to the candidates a single query finds in the memtables.
 
-What a kernel reads: a *plan* (:class:`permindex.index.lookup.LookupPlan`) of two int64 arrays
+What a kernel reads: a *plan* (:class:`permindex.index.search.lookup.LookupPlan`) of two int64
+arrays
 that describe the tables a query within k searches and their runs, and a typed list of the
 runs' arrays:
 

@@ -2,7 +2,7 @@
 of :meth:`permindex.index.Index.pairs`) and the :class:`Match` they and the single query
 return.
 
-A batch runs in the compiled kernels of :mod:`permindex.index.lookup_kernels` on a read view
+A batch runs in the compiled kernels of :mod:`permindex.index.search.lookup_kernels` on a read view
 taken under the index's lock and searched without it (:func:`query_view`; Manku, Jain & Das Sarma
 2007, section 3); a batch of at most :data:`SMALL_BATCH` fingerprints runs the single-query
 kernel once per fingerprint under the lock instead (no read view to make after a write). Only
@@ -11,7 +11,7 @@ the matches become Python objects.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import chain, pairwise
 from threading import RLock
 from typing import NamedTuple
@@ -20,25 +20,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index import join
-from permindex.index.keys import check_int
-from permindex.index.lookup import (
+from permindex.index.keys.rule import check_int
+from permindex.index.rows import RowStore
+from permindex.index.search.lookup import (
     Lookups,
     ReadView,
     batch_arrays,
     batch_arrays_within,
     kernels_of_matches,
 )
-from permindex.index.match import Match, match_lists
-from permindex.index.pair_stream import (
-    PairArrays,
-    PairStream,
-    distinct_values,
-    flagged_positions,
-    join_distinct,
-)
-from permindex.index.permutation import Design
-from permindex.index.rows import RowStore
+from permindex.index.search.matches import Match, match_lists
 
 __all__ = [
     "MAX_THREADS",
@@ -55,7 +46,6 @@ __all__ = [
     "matches_of",
     "order_matches",
     "query_view",
-    "self_join_pairs",
 ]
 
 _U64 = NDArray[np.uint64]
@@ -111,47 +101,6 @@ class QueryColumns(NamedTuple):
     keys: list[str]
     fingerprints: NDArray[np.uint64]
     distances: NDArray[np.uint8]
-
-
-def self_join_pairs(
-    rows: RowStore,
-    design: Design,
-    k: int,
-    should_stop: Callable[[], bool] | None = None,
-) -> Iterator[tuple[str, str, int]]:
-    """Every unordered pair of live rows' keys within ``k`` bits, as (key_a, key_b, distance)
-    with key_a < key_b in code point order, sorted by (key_a, key_b).
-
-    Now (the caller holds the index's lock): the self-join of :mod:`permindex.index.join` on the
-    *distinct* live fingerprints (keys sharing a fingerprint cost one value, no candidate), on the
-    design :func:`~permindex.index.join.join_design` picks for their number (the index's
-    ``design`` otherwise), and the keys of the rows that have a near-duplicate. The returned
-    iterator then lists the pairs lazily, in order, without the lock
-    (:class:`~permindex.index.pair_stream.PairStream`): O(n) numpy work and memory plus the
-    join's, O(f log f) to order the f keys with a near-duplicate, then O(1) per pair read.
-    ``should_stop`` is checked between chunks of the join and of the listing.
-
-    Raises:
-        CallCancelledError: ``should_stop`` returned True.
-    """
-    live = rows.live_rows()
-    values = distinct_values(rows.fps[live])
-    n_values = int(values.distinct.size)
-    pairs = join_distinct(values.distinct, k, join.join_design(design, k, n_values), should_stop)
-    flagged = flagged_positions(values, pairs)
-    keys = rows.keys.keys(live[flagged])
-    join.check_stop(should_stop)
-    ranked = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
-    stream = PairStream(ranked, values.value_of[flagged[ranked]], pairs, n_values)
-    return _key_pairs(keys, stream.chunks(should_stop=should_stop))
-
-
-def _key_pairs(keys: list[str], chunks: Iterator[PairArrays]) -> Iterator[tuple[str, str, int]]:
-    key = keys.__getitem__
-    return chain.from_iterable(
-        zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
-        for a, b, d in chunks
-    )
 
 
 def lookup_many(
@@ -345,7 +294,8 @@ def order_matches(
     lock: RLock, rows: RowStore, view: ReadView, found: NDArray[np.int64], n: int, limit: int
 ) -> Found | None:
     """The matches ``found`` ((m, 3) int64 rows of (query position in [0, n), row, distance),
-    :func:`~permindex.index.lookup.batch_arrays` on ``view``) with their keys and fingerprints,
+    :func:`~permindex.index.search.lookup.batch_arrays` on ``view``) with their keys and
+    fingerprints,
     sorted by (query, distance, key), at most ``limit`` per query (0: all); None when a
     compaction renumbered the rows since the view was taken. Reads the keys under ``lock``.
     O(m log m)."""
@@ -413,7 +363,7 @@ def _kept(queries: NDArray[np.int64], limit: int) -> NDArray[np.int64] | None:
 
 def matches_of(n: int, found: Found) -> list[list[Match]]:
     """The matches of n queries (:data:`Found`, from :func:`order_matches`) as one list of
-    :class:`Match` per query (:func:`~permindex.index.match.match_lists`).
+    :class:`Match` per query (:func:`~permindex.index.search.matches.match_lists`).
     O(n + m)."""
     q_all, keys, fps, d_all = found
     return match_lists(n, q_all, keys, fps, d_all)

@@ -13,12 +13,15 @@ first pair, not the 12,497,500 pairs between them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index import join
+from permindex.index.join import self_join as join
+from permindex.index.rows import RowStore
+from permindex.index.tables.permutation import Design
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -30,6 +33,7 @@ __all__ = [
     "flagged_positions",
     "identical_pairs",
     "join_distinct",
+    "self_join_pairs",
 ]
 
 _I64 = NDArray[np.int64]
@@ -66,7 +70,7 @@ def distinct_values(fps: _U64) -> Values:
     """The distinct values of the (n,) uint64 ``fps`` and which positions hold each: the
     values that occur once first, in position order, then the repeated ones (ascending). One
     fast sort finds the repeated values; only their positions are grouped, by one kernel's two
-    passes (:func:`~permindex.index.join_kernels.group_by_value`). O(n log n) time, O(n)
+    passes (:func:`~permindex.index.join.kernels.group_by_value`). O(n log n) time, O(n)
     memory."""
     fps = np.ascontiguousarray(fps, dtype=np.uint64)  # native order: the kernel's one type
     n = int(fps.size)
@@ -76,7 +80,7 @@ def distinct_values(fps: _U64) -> Values:
         every = np.arange(n, dtype=np.int64)
         return Values(every, every.copy(), np.ones(n, dtype=np.int64), fps.copy(), every.copy())
     repeated = np.unique(ordered[1:][same])
-    from permindex.index import join_kernels
+    from permindex.index.join import kernels as join_kernels
 
     d = n - int(np.count_nonzero(same))
     del ordered, same
@@ -110,7 +114,8 @@ def join_distinct(
     should_stop: Callable[[], bool] | None = None,
 ) -> PairArrays:
     """Every pair of positions of the (n,) uint64 *distinct* values within ``k`` bits, each
-    once, in no particular order: :func:`permindex.index.join.self_join` on ``plan`` (none for
+    once, in no particular order: :func:`permindex.index.join.self_join.self_join` on ``plan``
+    (none for
     k = 0 or fewer than 2 values: distinct values are at least 1 bit apart).
 
     Raises:
@@ -309,3 +314,45 @@ def _concat(parts: list[PairArrays]) -> PairArrays:
     if len(parts) == 1:
         return parts[0]
     return PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
+
+
+def self_join_pairs(
+    rows: RowStore,
+    design: Design,
+    k: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[tuple[str, str, int]]:
+    """Every unordered pair of live rows' keys within ``k`` bits, as (key_a, key_b, distance)
+    with key_a < key_b in code point order, sorted by (key_a, key_b).
+
+    Now (the caller holds the index's lock): the self-join of :mod:`permindex.index.join.self_join`
+    on the
+    *distinct* live fingerprints (keys sharing a fingerprint cost one value, no candidate), on the
+    design :func:`~permindex.index.join.self_join.join_design` picks for their number (the index's
+    ``design`` otherwise), and the keys of the rows that have a near-duplicate. The returned
+    iterator then lists the pairs lazily, in order, without the lock
+    (:class:`~permindex.index.join.pair_stream.PairStream`): O(n) numpy work and memory plus the
+    join's, O(f log f) to order the f keys with a near-duplicate, then O(1) per pair read.
+    ``should_stop`` is checked between chunks of the join and of the listing.
+
+    Raises:
+        CallCancelledError: ``should_stop`` returned True.
+    """
+    live = rows.live_rows()
+    values = distinct_values(rows.fps[live])
+    n_values = int(values.distinct.size)
+    pairs = join_distinct(values.distinct, k, join.join_design(design, k, n_values), should_stop)
+    flagged = flagged_positions(values, pairs)
+    keys = rows.keys.keys(live[flagged])
+    join.check_stop(should_stop)
+    ranked = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+    stream = PairStream(ranked, values.value_of[flagged[ranked]], pairs, n_values)
+    return _key_pairs(keys, stream.chunks(should_stop=should_stop))
+
+
+def _key_pairs(keys: list[str], chunks: Iterator[PairArrays]) -> Iterator[tuple[str, str, int]]:
+    key = keys.__getitem__
+    return chain.from_iterable(
+        zip(map(key, a.tolist()), map(key, b.tolist()), d.tolist(), strict=True)
+        for a, b, d in chunks
+    )

@@ -2,7 +2,7 @@
 the index's lock (Manku, Jain & Das Sarma 2007, section 3: the tables searched by prefix, the
 candidates verified exactly).
 
-* :class:`LookupPlan` -- what the kernels of :mod:`permindex.index.lookup_kernels` read: the
+* :class:`LookupPlan` -- what the kernels of :mod:`permindex.index.search.lookup_kernels` read: the
   searched tables' permutations and their runs, as two int64 arrays, and the runs' arrays in
   one typed list (three kernel arguments instead of one per array).
 * :class:`ReadView` -- a consistent view of the index for a batch lookup: the plan (frozen runs
@@ -32,9 +32,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.match import MATCH_ORDER, Match, new_match
 from permindex.index.rows import RowStore
-from permindex.index.table import Run, Table
+from permindex.index.search.matches import MATCH_ORDER, Match, new_match
+from permindex.index.tables.table import Run, Table
 
 __all__ = [
     "LookupPlan",
@@ -64,14 +64,14 @@ _kernels_lock = threading.Lock()
 
 
 def kernels() -> ModuleType:
-    """The compiled lookup kernels (:mod:`permindex.index.lookup_kernels`), imported, loaded
+    """The compiled lookup kernels (:mod:`permindex.index.search.lookup_kernels`), imported, loaded
     from numba's cache (or compiled, the first time on a machine) and run once on a tiny input
     on the first call in a process, so that no lookup pays for it later."""
     global _kernels
     if _kernels is None:
         with _kernels_lock:
             if _kernels is None:
-                from permindex.index import lookup_kernels as module
+                from permindex.index.search import lookup_kernels as module
 
                 _warm(module)
                 _warm_matches()
@@ -80,25 +80,28 @@ def kernels() -> ModuleType:
 
 
 def kernels_of_matches() -> ModuleType:
-    """The compiled kernels that order a batch's matches and gather their keys
-    (:mod:`permindex.index.match_kernels`), loaded and run once with :func:`kernels`."""
+    """The compiled kernels that order a batch's matches
+    (:mod:`permindex.index.search.match_kernels`; their keys are gathered by
+    :mod:`permindex.index.keys.kernels`), loaded and run once with :func:`kernels`."""
     kernels()
-    from permindex.index import match_kernels
+    from permindex.index.search import match_kernels
 
     return match_kernels
 
 
 def _warm_matches() -> None:
-    """Run the match kernels once on a two-match input (their code is then loaded)."""
-    from permindex.index import match_kernels as module
+    """Run the match kernels and the key store's kernels once on a two-match input (their code is
+    then loaded)."""
+    from permindex.index.keys import kernels as keys
+    from permindex.index.search import match_kernels as module
 
     two = np.array([1, 0], dtype=np.int64)
     module.order_by_query(two, np.zeros(2, dtype=np.uint8), 2)
-    distinct, _ = module.distinct_rows(two)
-    module.gather_key_bytes(np.arange(3, dtype=np.int64), np.zeros(2, dtype=np.uint8), distinct)
+    distinct, _ = keys.distinct_rows(two)
+    keys.gather_key_bytes(np.arange(3, dtype=np.int64), np.zeros(2, dtype=np.uint8), distinct)
     module.arrange_matches(np.zeros((2, 3), dtype=np.int64), 1, np.zeros(1, dtype=np.uint64))
     module.query_offsets(two, 2)
-    module.order_ties_by_key(
+    keys.order_ties_by_key(
         np.zeros(1, dtype=np.int64),
         np.arange(2, dtype=np.int64),
         np.zeros(2, dtype=np.uint64),
@@ -139,7 +142,7 @@ def _signed(value: int) -> int:
 
 class LookupPlan(NamedTuple):
     """The kernels' description of the searched tables and their runs (the layout is in the
-    docstring of :mod:`permindex.index.lookup_kernels`): ``tables`` (S, 3 + 3W) int64,
+    docstring of :mod:`permindex.index.search.lookup_kernels`): ``tables`` (S, 3 + 3W) int64,
     ``runs`` (R, 3) int64, and ``arrays``, the typed list of the runs' arrays (a tuple per
     run, which it keeps alive)."""
 
@@ -210,7 +213,7 @@ class Lookups:
     """The lookup caches of one index: the plans of single queries by k (frozen runs only: a
     single query searches the memtables itself) and the last :class:`ReadView` with its plans
     by k. They are checked against the tables' shared change counters (``changes``, see
-    :attr:`permindex.index.table.Table.changes`): the single-query plans are rebuilt after a
+    :attr:`permindex.index.tables.table.Table.changes`): the single-query plans are rebuilt after a
     change of the runs, the view after a change of the runs, a memtable, or the row arrays."""
 
     __slots__ = (
@@ -419,7 +422,8 @@ class Lookups:
 def batch_arrays(view: ReadView, queries: _U64, k: int, threads: int = 1) -> _I64:
     """The matches of the (q,) uint64 ``queries`` within ``k`` on ``view``, without the index's
     lock: (m, 3) int64 rows of (query position, row, distance), grouped by table then run (not
-    sorted; :func:`permindex.index.match_kernels.arrange_matches` orders them). ``threads`` > 1
+    sorted; :func:`permindex.index.search.match_kernels.arrange_matches` orders them). ``threads``
+    > 1
     splits the queries into that many slices, looked up in parallel (the kernels release the
     GIL). O(q * (tables * runs + candidates))."""
 

@@ -1,6 +1,7 @@
-"""Compiled kernels of the self-join (:func:`permindex.index.join.self_join`), of the distinct
-values it joins (:func:`permindex.index.pair_stream.distinct_values`) and of the connected
-components of its pairs (:func:`permindex.index.clusters.components`).
+"""Compiled kernels of the self-join (:func:`permindex.index.join.self_join.self_join`), of the
+distinct
+values it joins (:func:`permindex.index.join.pair_stream.distinct_values`) and of the connected
+components of its pairs (:func:`permindex.index.join.clusters.components`).
 
 Imported only by the code that calls them (importing it compiles nothing until a kernel is first
 called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). The tests check each
@@ -123,7 +124,7 @@ def group_by_value(
     value_of: NDArray[np.int64],
 ) -> None:
     """The distinct values of ``fps`` given those that occur more than once, into the arrays
-    :func:`permindex.index.pair_stream.distinct_values` returns (allocated by the caller, so
+    :func:`permindex.index.join.pair_stream.distinct_values` returns (allocated by the caller, so
     that numpy's large-page allocations are used).
 
     Args:

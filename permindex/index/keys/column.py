@@ -16,7 +16,7 @@ from typing import Final, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.key_rows import ragged_positions
+from permindex.index.keys.rows import ragged_positions
 
 __all__ = ["KeyColumn", "keys_distinct", "last_positions"]
 

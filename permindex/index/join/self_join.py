@@ -18,8 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import CallCancelledError, InvalidArgumentError
-from permindex.index.permutation import Design, argsort_prefixes
-from permindex.index.runs import usable_cpus
+from permindex.index.tables.permutation import Design, argsort_prefixes
+from permindex.processes import usable_cpus
 
 __all__ = [
     "BYTE_PAIRS",
@@ -287,7 +287,7 @@ def self_join(
     bits and its successor at most one, so one of the two bytes of column c + 1 is intact.
 
     The first join in a process loads the kernels before its first check of ``should_stop``.
-    :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.clusters` both use it.
+    :meth:`permindex.index.Index.pairs` and :mod:`permindex.index.join.clusters` both use it.
     """
     _table_masks(design, k)  # the design and k checked before anything is loaded
     if values.size < 2:
@@ -353,10 +353,10 @@ def _kernel_table(
     should_stop: Callable[[], bool] | None,
 ) -> Iterator[tuple[_I64, _I64, _I64]]:
     """The pairs of one table by the compiled kernel
-    (:func:`permindex.index.join_kernels.group_pairs_verified`) on keys sorted ascending, in
+    (:func:`permindex.index.join.kernels.group_pairs_verified`) on keys sorted ascending, in
     calls of at most 16 * :data:`PAIR_BUDGET` candidates and :data:`PAIR_BUDGET` pairs,
     ``should_stop`` checked between calls."""
-    from permindex.index import join_kernels
+    from permindex.index.join import kernels as join_kernels
 
     budget = max(1, int(PAIR_BUDGET))
     out_a = np.empty(budget, dtype=np.int64)
@@ -417,7 +417,7 @@ def _compiled_join(
     values: _U64, k: int, design: JoinDesign, should_stop: Callable[[], bool] | None
 ) -> tuple[_I64, _I64, _I64]:
     """:func:`self_join` by the compiled kernel
-    (:func:`permindex.index.join_kernels.group_pairs_verified`): per searched table, the keys
+    (:func:`permindex.index.join.kernels.group_pairs_verified`): per searched table, the keys
     sorted once, then every pair of a run of equal keys verified (popcount of the XOR <= k, and
     not hidden by an earlier table's mask) in calls of at most 16 * :data:`PAIR_BUDGET`
     candidates and :data:`PAIR_BUDGET` pairs, ``should_stop`` checked between calls.

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
-from permindex.index.keys import check_int
+from permindex.index.keys.rule import check_int
 
 __all__ = [
     "AUTO_DESIGNS",
@@ -243,7 +243,7 @@ class Permutation:
     @property
     def kernel_ops(self) -> tuple[tuple[int, int, int], ...]:
         """The prefix's and the filter's moves as ``(shift, mask, target)`` int triples for the
-        compiled kernels (:mod:`permindex.index.lookup_kernels`), prefix moves first; the
+        compiled kernels (:mod:`permindex.index.search.lookup_kernels`), prefix moves first; the
         count of prefix moves is ``len(self.prefix_ops)``."""
         return self.prefix_ops + self.filter_ops
 

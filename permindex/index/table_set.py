@@ -4,12 +4,11 @@ outside the lock, renumbering every table at a compaction, and the invariants th
 tables to the rows (each live row once per table).
 
 One sorted table per permutation is the layout of Manku, Jain & Das Sarma 2007, section 3; each
-:class:`~permindex.index.table.Table` approximates it with a memtable and a few sorted runs.
+:class:`~permindex.index.tables.table.Table` approximates it with a memtable and a few sorted runs.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,21 +18,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.index.rows import RowStore
-from permindex.index.table import RowSnapshot, Run, Table, TableCheckError
+from permindex.index.tables.table import RowSnapshot, Run, Table, TableCheckError
+from permindex.processes import usable_cpus
 
-__all__ = ["BUILD_THREADS", "MERGE_ALL_MIN_SHARE", "PARALLEL_MIN", "Runs"]
+__all__ = ["BUILD_THREADS", "MERGE_ALL_MIN_SHARE", "PARALLEL_MIN", "TableSet"]
 
 #: From this batch size on, the tables' runs are built in other threads.
 PARALLEL_MIN = 1 << 17
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity where the platform gives it, else
-    ``os.cpu_count()``; at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 #: Threads that build the tables' runs of a large batch (one per CPU this process may use, at
@@ -46,7 +37,7 @@ MERGE_ALL_MIN_SHARE = 1 / 8
 _U64 = NDArray[np.uint64]
 
 
-class Runs:
+class TableSet:
     """The tables of one index (one per permutation, in the design's order) over its
     :class:`~permindex.index.rows.RowStore`.
 
@@ -55,7 +46,7 @@ class Runs:
     themselves where they read or change a table, and sort or merge without it.
 
     Attributes:
-        tables: the :class:`~permindex.index.table.Table` objects (their merges deferred to
+        tables: the :class:`~permindex.index.tables.table.Table` objects (their merges deferred to
             this object, which runs them outside the lock).
         rows: the row store the tables index.
         last_write: ``time.monotonic()`` of the last write (:meth:`merge_all`'s idle test).
@@ -87,7 +78,7 @@ class Runs:
 
     def add_many(self, start: int, count: int, prepared: list[Run] | None = None) -> None:
         """Insert the ``count`` consecutive rows from ``start`` into every table (``prepared``:
-        each table's :meth:`~permindex.index.table.Table.prepare_run` of exactly their
+        each table's :meth:`~permindex.index.tables.table.Table.prepare_run` of exactly their
         fingerprints, in table order, or None)."""
         rows = self.rows
         for t, table in enumerate(self.tables):
@@ -168,7 +159,8 @@ class Runs:
                 return
 
     def _run_changes(self) -> int:
-        """The tables' count of run changes (:attr:`~permindex.index.table.Table.changes`)."""
+        """The tables' count of run changes
+        (:attr:`~permindex.index.tables.table.Table.changes`)."""
         if self._changes is not None:  # shared by the tables, as the Index has it
             return self._changes[0]
         return sum(table.changes[0] for table in self.tables)
@@ -227,9 +219,9 @@ class Runs:
 
     def _check(self) -> None:
         """Verify every table's own invariants
-        (:meth:`~permindex.index.table.Table._check`) and that in every table each live row
+        (:meth:`~permindex.index.tables.table.Table._check`) and that in every table each live row
         appears exactly once and each dead row (a tombstone) at most once; raise
-        :class:`~permindex.index.table.TableCheckError` at the first broken one. O(n) numpy
+        :class:`~permindex.index.tables.table.TableCheckError` at the first broken one. O(n) numpy
         work; the caller holds the lock."""
         rows = self.rows
         n = rows.n

@@ -11,8 +11,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.key_rows import grown
-from permindex.index.key_table import link_rows
+from permindex.index.keys.hash_table import link_rows
+from permindex.index.keys.rows import grown
 
 __all__ = ["LINK", "RELINK", "UNLINK", "Growth", "JournalEntry", "prepare_growth"]
 
@@ -31,7 +31,7 @@ JournalEntry = tuple[int, _I64, "_I64 | None"]
 
 @dataclass(eq=False)
 class Growth:
-    """Bigger arrays for a :class:`~permindex.index.keystore.KeyStore`, prepared without holding
+    """Bigger arrays for a :class:`~permindex.index.keys.store.KeyStore`, prepared without holding
     the index's lock: begun under the lock (:meth:`KeyStore.begin_growth`), filled without it
     (:func:`prepare_growth`), swapped in under it (:meth:`KeyStore.finish_growth`).
 

@@ -2,10 +2,11 @@
 Python object per key), growable without holding the index's lock.
 
 :class:`KeyStore` is the public face the index uses; its parts are the rows
-(:mod:`permindex.index.key_rows`: key bytes, offsets, hashes, first-added ranks), the hash table
-(:mod:`permindex.index.key_table`) and the growth off the lock (:mod:`permindex.index.key_growth`).
+(:mod:`permindex.index.keys.rows`: key bytes, offsets, hashes, first-added ranks), the hash table
+(:mod:`permindex.index.keys.hash_table`) and the growth off the lock
+(:mod:`permindex.index.keys.growth`).
 Keys are hashed in this module (XXH3-64, seed 0) and encoded as key sections
-(:mod:`permindex.index.key_section`).
+(:mod:`permindex.storage.key_section`).
 
 Bytes per key: its UTF-8 length + 1, plus 8 (offset) + 8 (hash) + 4 (born) + 8 to 16 (slots).
 Not thread-safe: the index serializes access.
@@ -19,15 +20,15 @@ import numpy as np
 from numpy.typing import NDArray
 from xxhash import xxh3_64_intdigest
 
-from permindex.index.key_growth import LINK, RELINK, UNLINK, Growth, prepare_growth
-from permindex.index.key_rows import (
+from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_growth
+from permindex.index.keys.hash_table import EncodedKeys, KeyTable
+from permindex.index.keys.rows import (
     ahead_capacity,
     nearly_full,
     next_capacity,
     ragged_positions,
 )
-from permindex.index.key_section import encode_section, first_utf8_error
-from permindex.index.key_table import EncodedKeys, KeyTable
+from permindex.storage.key_section import encode_section, first_utf8_error
 
 __all__ = [
     "EncodedKeys",
@@ -60,7 +61,7 @@ def hash_many(keys: Iterable[bytes | memoryview], count: int) -> _U64:
 
 def encode_keys(keys: Sequence[str]) -> EncodedKeys:
     """Encode str keys for the store: their key section and ends
-    (:func:`~permindex.index.key_section.encode_section`) and one XXH3 call per key. O(n + bytes).
+    (:func:`~permindex.storage.key_section.encode_section`) and one XXH3 call per key. O(n + bytes).
 
     Raises TypeError when an element is not a str and UnicodeEncodeError when one is not
     encodable; the caller validates first to name the offending position."""
@@ -81,7 +82,7 @@ def batch_subset(batch: EncodedKeys, positions: _I64) -> EncodedKeys:
 class KeyStore(KeyTable):
     """Keys by row with a key -> row hash table: the index appends a row for every stored
     fingerprint and the store holds that row's key; a key is *linked* (findable) on one live row
-    at a time. Layout: :mod:`permindex.index.key_rows` and :mod:`permindex.index.key_table`.
+    at a time. Layout: :mod:`permindex.index.keys.rows` and :mod:`permindex.index.keys.hash_table`.
 
     Costs: :meth:`find` / :meth:`append` / :meth:`unlink` O(1) expected Python operations;
     :meth:`find_many` / :meth:`append_many` O(n + bytes) numpy work in a few probing rounds (the
@@ -245,7 +246,7 @@ class KeyStore(KeyTable):
 
     @staticmethod
     def prepare_growth(growth: Growth, linked: _I64) -> None:
-        """:func:`~permindex.index.key_growth.prepare_growth`: fill ``growth``'s arrays without
+        """:func:`~permindex.index.keys.growth.prepare_growth`: fill ``growth``'s arrays without
         the index's lock."""
         prepare_growth(growth, linked)
 

@@ -14,10 +14,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError, WorkBudgetExceededError
-from permindex.index import join
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.key_column import KeyColumn, keys_distinct
-from permindex.index.pair_stream import (
+from permindex.index.join import self_join as join
+from permindex.index.join.pair_stream import (
     DEFAULT_CHUNK,
     PairArrays,
     PairStream,
@@ -27,7 +26,8 @@ from permindex.index.pair_stream import (
     identical_pairs,
     join_distinct,
 )
-from permindex.index.permutation import DEFAULT_DESIGN, Design, query_k
+from permindex.index.keys.column import KeyColumn, keys_distinct
+from permindex.index.tables.permutation import DEFAULT_DESIGN, Design, query_k
 
 if TYPE_CHECKING:
     from permindex.index import Index
@@ -83,7 +83,7 @@ def design_for(k: int) -> Design:
     Raises:
         TypeError: ``k`` is not an int (bool refused).
         InvalidArgumentError: ``k < 0``, or a k whose design would need more tables than
-            :data:`permindex.index.permutation.MAX_TABLES`.
+            :data:`permindex.index.tables.permutation.MAX_TABLES`.
     """
     if isinstance(k, bool) or not isinstance(k, int):
         raise TypeError(f"k must be an int, not {type(k).__name__}")
@@ -116,8 +116,10 @@ def value_pairs(
 ) -> PairArrays:
     """Every pair (u, v) of positions of ``distinct`` (an (n,) uint64 array of *distinct*
     fingerprints) within ``k`` bits, each once, in no particular order: the block-keyed
-    self-join of Manku et al. 2007, section 3 (:func:`permindex.index.join.self_join`). It joins on
-    ``design`` when one is given, else on the design :func:`permindex.index.join.join_design` finds
+    self-join of Manku et al. 2007, section 3 (:func:`permindex.index.join.self_join.self_join`).
+    It joins on
+    ``design`` when one is given, else on the design
+    :func:`permindex.index.join.self_join.join_design` finds
     cheapest for n among :func:`design_for` ``(k)`` and a few others that answer k. Exact: no
     pair is missed (pigeonhole, k <= blocks - leading) and none is reported twice.
 
@@ -134,7 +136,8 @@ def _plan(
     k: int, design: Design | tuple[int, int] | None, n: int, cheapest: bool = False
 ) -> join.JoinDesign:
     """What to join n distinct fingerprints on: ``design`` as given, or (None, or with
-    ``cheapest``) what :func:`~permindex.index.join.join_design` finds cheapest among it (default
+    ``cheapest``) what :func:`~permindex.index.join.self_join.join_design` finds cheapest among it
+    (default
     :func:`design_for` ``(k)``) and a few others that answer k."""
     chosen = _check_design(k, design)
     if design is None or cheapest:
@@ -194,9 +197,9 @@ def components(n: int, a: _I64, b: _I64) -> _I64:
     """Connected components of the graph on positions 0..n-1 with edges (a[i], b[i]): a (n,)
     int64 array giving each position the smallest position of its component (so an isolated
     position is its own label). A union-find by smaller root with path halving in a compiled
-    kernel (:func:`permindex.index.join_kernels.union_find_labels`): O((n + edges) alpha(n))
+    kernel (:func:`permindex.index.join.kernels.union_find_labels`): O((n + edges) alpha(n))
     time, O(n) memory."""
-    from permindex.index import join_kernels
+    from permindex.index.join import kernels as join_kernels
 
     return join_kernels.union_find_labels(
         n, np.ascontiguousarray(a, dtype=np.int64), np.ascontiguousarray(b, dtype=np.int64)
@@ -239,7 +242,7 @@ class NearDuplicates:
         fingerprints: their (n,) uint64 fingerprints (key i has fingerprint i).
         k: the largest distance of a near-duplicate, bits.
         design: the table design of the self-join (default :func:`design_for` ``(k)``).
-        cheapest: join on what :func:`~permindex.index.join.join_design` finds cheapest
+        cheapest: join on what :func:`~permindex.index.join.self_join.join_design` finds cheapest
             among ``design`` and a few others that answer k (the same pairs, often faster).
         max_work: refuse, before joining, when :attr:`work_estimate` is above it (None: no
             limit).
@@ -247,10 +250,11 @@ class NearDuplicates:
             that lists the pairs; False: one that wants only clusters, flags or exact groups,
             which cost O(n) whatever the groups).
         should_stop: checked between chunks of the join (each at most about
-            :data:`~permindex.index.join.PAIR_BUDGET` candidates) and before ordering the keys.
+            :data:`~permindex.index.join.self_join.PAIR_BUDGET` candidates) and before ordering the
+            keys.
         join_values: the join done elsewhere (the Jaccard mode of ``dedup``,
             :mod:`permindex.near.jaccard`): a function from the distinct fingerprints
-            (:class:`~permindex.index.pair_stream.Values`) to their pairs (u, v, distance),
+            (:class:`~permindex.index.join.pair_stream.Values`) to their pairs (u, v, distance),
             positions into ``Values.distinct``, each pair once, distance an int64 in 0..k;
             ``design`` and ``cheapest`` are then unused and :attr:`work_estimate` counts only
             the pairs of identical fingerprints.
@@ -264,7 +268,8 @@ class NearDuplicates:
         key_rank: ((n,) int64) for each key with a near-duplicate, its rank among those keys
             in code point order; -1 for the others.
         work_estimate: (int) the candidate pairs the join verifies
-            (:func:`~permindex.index.join.estimate_join_work` on the distinct fingerprints:
+            (:func:`~permindex.index.join.self_join.estimate_join_work` on the distinct
+            fingerprints:
             identical fingerprints cost none) plus, with ``send_pairs``, the pairs of keys with
             identical fingerprints (pairs to send); computed on first use unless ``max_work``
             is given. ``work_what`` names that unit.
@@ -297,7 +302,8 @@ class NearDuplicates:
     Everything is computed from one consistent view: keys (distinct) with their (n,) uint64
     fingerprints, as :meth:`permindex.index.Index.export` returns them. The join runs on the
     distinct fingerprints (:func:`value_pairs`, the block-keyed self-join of Manku et al. 2007,
-    section 3 — :func:`permindex.index.join.self_join`, the join the index runs, here on a plain
+    section 3 — :func:`permindex.index.join.self_join.self_join`, the join the index runs, here on
+    a plain
     array and for any table design, so that k can exceed the index's 3); keys sharing a fingerprint
     are expanded only where pairs of keys are listed. It is checked against brute force in the
     tests. Components are found by a vectorized union-find (hooking each root onto the smaller of
@@ -383,7 +389,7 @@ class NearDuplicates:
         """From the contents of ``index`` at one instant (:meth:`Index.export`, one acquisition
         of its lock; the join runs after it, without the lock); ``k`` defaults to the index's k
         and may not exceed it (the k rule of a query,
-        :func:`permindex.index.permutation.query_k`, as for :meth:`Index.pairs`). The join
+        :func:`permindex.index.tables.permutation.query_k`, as for :meth:`Index.pairs`). The join
         runs on the cheapest of the index's design and a few others that answer k
         (``cheapest=True``). ``max_work``, ``should_stop`` and ``send_pairs`` as for the
         constructor: the work is estimated before the join. O(n) memory for n keys, plus the join's.
@@ -456,7 +462,7 @@ class NearDuplicates:
         keys[b]``, sorted by (keys[a], keys[b]) in code point order, in chunks of at most
         ``max_pairs`` (all full but the last; a chunk may end inside one key's pairs).
 
-        Lazy (:meth:`permindex.index.pair_stream.PairStream.chunks`): the keys sharing a
+        Lazy (:meth:`permindex.index.join.pair_stream.PairStream.chunks`): the keys sharing a
         fingerprint are expanded from their one group as they are reached, never all at once,
         so memory is O(max_pairs + the largest neighbourhood of one key), not O(pairs), and the
         work is proportional to the pairs read.

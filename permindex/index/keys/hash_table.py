@@ -1,5 +1,5 @@
 """The key store's hash table: key -> live row, open addressing over the rows of
-:class:`~permindex.index.key_rows.KeyRows`.
+:class:`~permindex.index.keys.rows.KeyRows`.
 
 ``slots`` ((2^s,) uint32) holds row + 1, or 0 when empty; a key's probe sequence is linear from
 ``hash & (2^s - 1)``. Only live rows are in it: a removed key's slot is emptied by backward-shift
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.key_rows import KeyRows
+from permindex.index.keys.rows import KeyRows
 
 __all__ = ["MIN_SLOTS", "EncodedKeys", "KeyTable", "link_rows"]
 
@@ -29,10 +29,10 @@ _U64 = NDArray[np.uint64]
 
 class EncodedKeys(NamedTuple):
     """A batch of keys as the store takes them (made by
-    :func:`~permindex.index.keystore.encode_keys`).
+    :func:`~permindex.index.keys.store.encode_keys`).
 
     Attributes:
-        blob: the batch's key section (:mod:`permindex.index.key_section`), (m,) uint8.
+        blob: the batch's key section (:mod:`permindex.storage.key_section`), (m,) uint8.
         ends: (n,) int64; key i is ``blob[ends[i - 1]:ends[i] - 1]`` (ends[-1] = m).
         hashes: (n,) uint64, XXH3-64 of each key's bytes.
     """

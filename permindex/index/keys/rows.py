@@ -6,7 +6,7 @@ Layout, by row (the index's row numbers: a key is stored once per row, and a row
 changes):
 
 * ``data`` ((capacity,) uint8): the keys in row order as a key section
-  (:mod:`permindex.index.key_section`: each key's UTF-8 bytes then a NUL); a key may itself
+  (:mod:`permindex.storage.key_section`: each key's UTF-8 bytes then a NUL); a key may itself
   contain NUL (the offsets, not the terminators, delimit keys);
 * ``offsets`` ((rows + 1,) int64): row r's key is ``data[offsets[r]:offsets[r + 1] - 1]``;
 * ``hashes`` ((rows,) uint64): XXH3-64 (seed 0) of each row's key bytes;
@@ -24,7 +24,7 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.key_section import decode_section
+from permindex.storage.key_section import decode_section
 
 __all__ = ["KeyRows", "ahead_capacity", "grown", "nearly_full", "next_capacity", "ragged_positions"]
 
@@ -36,7 +36,7 @@ _A = TypeVar("_A", bound=np.generic)
 
 class KeyRows:
     """The rows of a key store (layout in the module docstring): appended bytes, read back by
-    row. The hash table over them is :class:`~permindex.index.key_table.KeyTable`'s.
+    row. The hash table over them is :class:`~permindex.index.keys.hash_table.KeyTable`'s.
 
     Not thread-safe: the index serializes access.
     """
@@ -116,32 +116,33 @@ class KeyRows:
 
     def keys(self, rows: NDArray[np.integer] | Sequence[int]) -> list[str]:
         """The keys of ``rows`` (any order, repeats allowed), decoded, by the kernels of
-        :mod:`permindex.index.match_kernels`: the distinct rows found by hashing (O(n), no
+        :mod:`permindex.index.keys.kernels`: the distinct rows found by hashing (O(n), no
         sort), the bytes of the rows (or, when they mostly repeat -- fewer than half
         distinct, one key matching many queries -- of the distinct rows, each decoded once and
         its str shared) gathered in one pass, decoded once and split at the NULs. O(n +
         bytes)."""
-        from permindex.index import match_kernels
+        from permindex.index.keys import kernels as key_kernels
 
         wanted: _I64 = np.ascontiguousarray(rows, dtype=np.int64)
         if wanted.size == 0:
             return []
-        distinct, inverse = match_kernels.distinct_rows(wanted)
+        distinct, inverse = key_kernels.distinct_rows(wanted)
         repeats = 2 * distinct.size < wanted.size  # mostly repeats: decode each row once
         chosen = distinct if repeats else wanted
-        data, lengths = match_kernels.gather_key_bytes(self._offsets, self._data, chosen)
+        data, lengths = key_kernels.gather_key_bytes(self._offsets, self._data, chosen)
         decoded = decode_section(data.tobytes(), lengths)
         return list(map(decoded.__getitem__, inverse.tolist())) if repeats else decoded
 
     def order_ties(self, ties: _I64, rows: _I64, fps: NDArray[np.uint64]) -> None:
         """Sort by key, in place, each run of tied matches of a batch (``ties``, ``rows`` (m,)
         int64 and their fingerprints ``fps`` (m,) uint64 as
-        :func:`~permindex.index.match_kernels.arrange_matches` returns them), comparing the
+        :func:`~permindex.index.search.match_kernels.arrange_matches` returns them), comparing the
         rows' stored UTF-8 bytes in the compiled kernel
-        :func:`~permindex.index.match_kernels.order_ties_by_key`. O(r^2) per run of r ties."""
-        from permindex.index import match_kernels
+        :func:`~permindex.index.keys.kernels.order_ties_by_key`. O(r^2) per run of r
+        ties."""
+        from permindex.index.keys import kernels as key_kernels
 
-        match_kernels.order_ties_by_key(ties, rows, fps, self._offsets, self._data)
+        key_kernels.order_ties_by_key(ties, rows, fps, self._offsets, self._data)
 
     def live_keys(self, live: NDArray[np.bool_]) -> list[str]:
         """The keys of the rows where ``live`` ((rows,) bool) is set, in row order, decoded in one
@@ -247,7 +248,7 @@ def grown(array: NDArray[_A], capacity: int, used: int) -> NDArray[_A]:
 
 def nearly_full(used: int, capacity: int) -> bool:
     """Whether an array of ``capacity`` elements with ``used`` in use is past 7/8 full: the
-    point where a growth ahead of need starts (:class:`~permindex.index.keystore.Growth`)."""
+    point where a growth ahead of need starts (:class:`~permindex.index.keys.store.Growth`)."""
     return 8 * used > 7 * capacity
 
 
@@ -263,7 +264,7 @@ def next_capacity(need: int, capacity: int) -> int:
     """The capacity an array of ``capacity`` elements grows to when ``need`` must fit: half as
     much again (amortized O(1) appends), or ``need`` plus an eighth when a bulk write needs more
     than that, leaving room for the writes that follow it (so that the first small write after
-    a bulk load starts a growth in the background, :class:`~permindex.index.keystore.Growth`,
+    a bulk load starts a growth in the background, :class:`~permindex.index.keys.store.Growth`,
     instead of waiting for one)."""
     grown_capacity = capacity + capacity // 2
     return max(grown_capacity, need) if need <= grown_capacity else need + need // 8

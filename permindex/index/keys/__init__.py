@@ -1,0 +1,4 @@
+"""Keys: the key rule (:mod:`.rule`), the input batches of bulk writes (:mod:`.batches`), and
+the key store (:mod:`.store`) -- every row's key bytes (:mod:`.rows`), the key -> live row hash
+table (:mod:`.hash_table`) and their growth outside the index's lock (:mod:`.growth`); also
+:mod:`.column`, many keys as two numpy arrays for an offline ``dedup``."""
