@@ -79,13 +79,38 @@ class AsyncTransport(ClientCore):
 
         Raises:
             ServerError: UNAVAILABLE (a ``ConnectionError``) when one is not up in time.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.wait_ready(timeout=10)
+            ...         return (await client.stats()).count
+            >>> asyncio.run(main())
+            0
         """
         for channel in self._shards:
             await channel.await_ready(timeout)
 
     async def close(self) -> None:
         """Close the channels; calls in flight are cancelled; a later call raises
-        :class:`~permindex.errors.InvalidArgumentError`."""
+        :class:`~permindex.errors.InvalidArgumentError`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     client = permindex.AsyncClient(address)
+            ...     await client.close()  # or: async with permindex.AsyncClient(address) as client
+            ...     return await client.get("a")
+            >>> asyncio.run(main())
+            Traceback (most recent call last):
+            ...
+            permindex.errors.InvalidArgumentError: this client of ... is closed: open a new one
+        """
         self._closed[0] = True
         for channel in self._shards:
             await channel.aclose()
@@ -248,33 +273,103 @@ class AsyncClient(AsyncTransport):
 
     One AsyncClient serves many tasks of its event loop; it must be used on the loop it was
     first used on (a ``grpc.aio`` rule).
+
+    Examples:
+        ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+        >>> import asyncio, permindex
+        >>> async def main():
+        ...     async with permindex.AsyncClient(address) as client:
+        ...         await client.add([("a", 0b0000), ("b", 0b0111)])
+        ...         return await client.query(0b0001)
+        >>> asyncio.run(main())
+        [Match(key='a', fingerprint=0, distance=1), Match(key='b', fingerprint=7, distance=2)]
     """
 
     # ---- writes (never retried)
 
     async def add(self, documents: Iterable[DocumentLike]) -> AddResult:
-        """:meth:`Client.add <permindex.client.Client.add>`."""
+        """:meth:`Client.add <permindex.client.Client.add>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         return (await client.add([("a", 0), ("b", "too short")])).added
+            >>> asyncio.run(main())
+            1
+        """
         return await self._run(operations.add(self._target(), documents))
 
     async def check_and_add(
         self, key: str, content: Content, *, k: int | None = None, added_at: float | None = None
     ) -> CheckResult:
-        """:meth:`Client.check_and_add <permindex.client.Client.check_and_add>`."""
+        """:meth:`Client.check_and_add <permindex.client.Client.check_and_add>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.check_and_add("a", 0)
+            ...         return (await client.check_and_add("b", 1)).status
+            >>> asyncio.run(main())
+            'near_duplicate'
+        """
         return (await self.check_and_add_many([(key, content, added_at)], k=k))[0]
 
     async def check_and_add_many(
         self, documents: Iterable[DocumentLike], *, k: int | None = None
     ) -> list[CheckResult]:
         """:meth:`Client.check_and_add_many <permindex.client.Client.check_and_add_many>`
-        (atomic on one server; over shards, what it says)."""
+        (atomic on one server; over shards, what it says).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         results = await client.check_and_add_many([("a", 0), ("b", 1)])
+            ...         return [result.status for result in results]
+            >>> asyncio.run(main())
+            ['added', 'near_duplicate']
+        """
         return await self._run(operations.check_and_add(self._target(), documents, k))
 
     async def remove(self, keys: str | Iterable[str]) -> RemoveResult:
-        """:meth:`Client.remove <permindex.client.Client.remove>`."""
+        """:meth:`Client.remove <permindex.client.Client.remove>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0)])
+            ...         return await client.remove(["a", "b"])
+            >>> asyncio.run(main())
+            RemoveResult(removed=1, not_found=['b'])
+        """
         return await self._run(operations.remove(self._target(), keys))
 
     async def snapshot(self) -> SnapshotResult:
-        """:meth:`Client.snapshot <permindex.client.Client.snapshot>`."""
+        """:meth:`Client.snapshot <permindex.client.Client.snapshot>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0)])
+            ...         return (await client.snapshot()).count
+            >>> asyncio.run(main())
+            1
+        """
         return await self._run(operations.snapshot(self._target()))
 
     async def ingest(
@@ -284,7 +379,19 @@ class AsyncClient(AsyncTransport):
         progress: Callable[[IngestResult], None] | None = None,
     ) -> IngestResult:
         """:meth:`Client.ingest <permindex.client.Client.ingest>`: ``documents`` read lazily
-        in batches of ``batch_size`` / ``batch_bytes``, one Add call each."""
+        in batches of ``batch_size`` / ``batch_bytes``, one Add call each.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         pages = ((f"page-{i}", i) for i in range(5))
+            ...         return (await client.ingest(pages)).added
+            >>> asyncio.run(main())
+            5
+        """
         cut = batches(
             document_messages(documents), self.batch_size, self.batch_bytes, itemgetter(1)
         )
@@ -298,7 +405,19 @@ class AsyncClient(AsyncTransport):
         progress: Callable[[IngestResult], None] | None = None,
     ) -> IngestResult:
         """:meth:`Client.ingest_batches <permindex.client.Client.ingest_batches>`: one Add call
-        per batch, as given."""
+        per batch, as given.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         result = await client.ingest_batches([[("a", 0), ("b", 1)], [("c", 2)]])
+            ...         return result.documents, result.batches
+            >>> asyncio.run(main())
+            (3, 2)
+        """
 
         def messages() -> Iterable[list[Any]]:
             start = 0
@@ -313,13 +432,37 @@ class AsyncClient(AsyncTransport):
     async def query(
         self, fingerprint: int, *, k: int | None = None, limit: int | None = None
     ) -> list[Match]:
-        """:meth:`Client.query <permindex.client.Client.query>`."""
+        """:meth:`Client.query <permindex.client.Client.query>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0)])
+            ...         return await client.query(1)
+            >>> asyncio.run(main())
+            [Match(key='a', fingerprint=0, distance=1)]
+        """
         return (await self.query_many([fingerprint], k=k, limit=limit))[0]
 
     async def query_many(
         self, fingerprints: Iterable[int], *, k: int | None = None, limit: int | None = None
     ) -> list[list[Match]]:
-        """:meth:`Client.query_many <permindex.client.Client.query_many>`."""
+        """:meth:`Client.query_many <permindex.client.Client.query_many>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0)])
+            ...         return await client.query_many([1, 2**64 - 1])
+            >>> asyncio.run(main())
+            [[Match(key='a', fingerprint=0, distance=1)], []]
+        """
         return await self._run(operations.query_many(self._target(), fingerprints, k, limit))
 
     async def query_columns(
@@ -332,7 +475,20 @@ class AsyncClient(AsyncTransport):
         window: int = 4,
     ) -> ColumnMatches:
         """:meth:`Client.query_columns <permindex.client.Client.query_columns>`: one
-        QueryColumns stream per shard, ``window`` messages ahead, merged."""
+        QueryColumns stream per shard, ``window`` messages ahead, merged.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0)])
+            ...         columns = await client.query_columns([1, 2**64 - 1])
+            ...         return columns.query_positions.tolist(), columns.keys
+            >>> asyncio.run(main())
+            ([0], ['a'])
+        """
         asked = ColumnRequests(fingerprints, k, limit, batch, window, self.collection)
         if not asked.starts:
             return ColumnParts().result()
@@ -349,21 +505,69 @@ class AsyncClient(AsyncTransport):
         return merge_columns(parts, limit)
 
     async def get(self, key: str) -> int | None:
-        """:meth:`Client.get <permindex.client.Client.get>`."""
+        """:meth:`Client.get <permindex.client.Client.get>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 7)])
+            ...         return await client.get("a"), await client.get("b")
+            >>> asyncio.run(main())
+            (7, None)
+        """
         return (await self.get_many([key]))[0]
 
     async def get_many(self, keys: Iterable[str]) -> list[int | None]:
-        """:meth:`Client.get_many <permindex.client.Client.get_many>`."""
+        """:meth:`Client.get_many <permindex.client.Client.get_many>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 7)])
+            ...         return await client.get_many(["a", "b"])
+            >>> asyncio.run(main())
+            [7, None]
+        """
         return await self._run(operations.get_many(self._target(), keys))
 
     async def stats(self) -> ServerStats:
-        """:meth:`Client.stats <permindex.client.Client.stats>`."""
+        """:meth:`Client.stats <permindex.client.Client.stats>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 7)])
+            ...         return (await client.stats()).count
+            >>> asyncio.run(main())
+            1
+        """
         return await self._run(operations.stats(self._target()))
 
     # ---- streamed reads: async iterators, and their lists
 
     def export(self, *, timeout: float | None = None) -> AsyncGenerator[tuple[str, int], None]:
-        """:meth:`iter_export`."""
+        """:meth:`iter_export`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 7)])
+            ...         return sorted([item async for item in client.export()])
+            >>> asyncio.run(main())
+            [('a', 7)]
+        """
         return self.iter_export(timeout=timeout)
 
     @overload
@@ -392,7 +596,19 @@ class AsyncClient(AsyncTransport):
         with_times: bool = False,
     ) -> AsyncGenerator[Any, None]:
         """:meth:`Client.iter_export <permindex.client.Client.iter_export>` (``with_times``
-        too), as an async iterator (over shards: each shard's in turn)."""
+        too), as an async iterator (over shards: each shard's in turn).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 7)])
+            ...         return [item async for item in client.iter_export(with_times=True)]
+            >>> asyncio.run(main())
+            [('a', 7, 0)]
+        """
         read = export_read(self._collection_of(collection), with_times)
         streams = [self._stream(read, timeout, shard) for shard in range(self.shards)]
 
@@ -411,55 +627,151 @@ class AsyncClient(AsyncTransport):
         self, k: int | None = None, *, collection: str | None = None, timeout: float | None = None
     ) -> AsyncGenerator[tuple[str, str, int], None]:
         """:meth:`Client.iter_pairs <permindex.client.Client.iter_pairs>` (refused, before
-        anything is sent, over several shards)."""
+        anything is sent, over several shards).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0), ("b", 7)])
+            ...         return [pair async for pair in client.iter_pairs()]
+            >>> asyncio.run(main())
+            [('a', 'b', 3)]
+        """
         return self._stream(pairs_read(self._collection_of(collection), k, self.shards), timeout)
 
     def iter_clusters(
         self, k: int | None = None, *, collection: str | None = None, timeout: float | None = None
     ) -> AsyncGenerator[list[str], None]:
-        """:meth:`Client.iter_clusters <permindex.client.Client.iter_clusters>`."""
+        """:meth:`Client.iter_clusters <permindex.client.Client.iter_clusters>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0), ("b", 7)])
+            ...         return [cluster async for cluster in client.iter_clusters()]
+            >>> asyncio.run(main())
+            [['a', 'b']]
+        """
         read = clusters_read(self._collection_of(collection), k, self.shards)
         return self._stream(read, timeout)
 
     def iter_flags(
         self, k: int | None = None, *, collection: str | None = None, timeout: float | None = None
     ) -> AsyncGenerator[Flag, None]:
-        """:meth:`Client.iter_flags <permindex.client.Client.iter_flags>`."""
+        """:meth:`Client.iter_flags <permindex.client.Client.iter_flags>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0), ("b", 7)])
+            ...         return [flag.key async for flag in client.iter_flags()]
+            >>> asyncio.run(main())
+            ['a', 'b']
+        """
         return self._stream(flags_read(self._collection_of(collection), k, self.shards), timeout)
 
     def iter_exact_duplicates(
         self, *, collection: str | None = None, timeout: float | None = None
     ) -> AsyncGenerator[ExactGroup, None]:
         """:meth:`Client.iter_exact_duplicates
-        <permindex.client.Client.iter_exact_duplicates>`."""
+        <permindex.client.Client.iter_exact_duplicates>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 7), ("b", 7)])
+            ...         return [group.keys async for group in client.iter_exact_duplicates()]
+            >>> asyncio.run(main())
+            [['a', 'b']]
+        """
         read = exact_duplicates_read(self._collection_of(collection), self.shards)
         return self._stream(read, timeout)
 
     async def pairs(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
     ) -> list[tuple[str, str, int]]:
-        """:meth:`Client.pairs <permindex.client.Client.pairs>`."""
+        """:meth:`Client.pairs <permindex.client.Client.pairs>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0), ("b", 7)])
+            ...         return await client.pairs()
+            >>> asyncio.run(main())
+            [('a', 'b', 3)]
+        """
         read = pairs_read(self._collection_of(collection), k, self.shards)
         return await self._collect(lambda: self._stream(read, timeout))
 
     async def clusters(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
     ) -> list[list[str]]:
-        """:meth:`Client.clusters <permindex.client.Client.clusters>`."""
+        """:meth:`Client.clusters <permindex.client.Client.clusters>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0), ("b", 7)])
+            ...         return await client.clusters()
+            >>> asyncio.run(main())
+            [['a', 'b']]
+        """
         read = clusters_read(self._collection_of(collection), k, self.shards)
         return await self._collect(lambda: self._stream(read, timeout))
 
     async def flags(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
     ) -> list[Flag]:
-        """:meth:`Client.flags <permindex.client.Client.flags>`."""
+        """:meth:`Client.flags <permindex.client.Client.flags>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 0), ("b", 7)])
+            ...         return [flag.nearest for flag in await client.flags()]
+            >>> asyncio.run(main())
+            ['b', 'a']
+        """
         read = flags_read(self._collection_of(collection), k, self.shards)
         return await self._collect(lambda: self._stream(read, timeout))
 
     async def exact_duplicates(
         self, *, collection: str | None = None, timeout: float | None = None
     ) -> list[ExactGroup]:
-        """:meth:`Client.exact_duplicates <permindex.client.Client.exact_duplicates>`."""
+        """:meth:`Client.exact_duplicates <permindex.client.Client.exact_duplicates>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.add([("a", 7), ("b", 7)])
+            ...         return await client.exact_duplicates()
+            >>> asyncio.run(main())
+            [ExactGroup(fingerprint=7, keys=['a', 'b'])]
+        """
         read = exact_duplicates_read(self._collection_of(collection), self.shards)
         return await self._collect(lambda: self._stream(read, timeout))
 
@@ -480,7 +792,19 @@ class AsyncClient(AsyncTransport):
         expire_after: int | None = None,
         vote: Vote | None = None,
     ) -> CollectionInfo:
-        """:meth:`Client.create_collection <permindex.client.Client.create_collection>`."""
+        """:meth:`Client.create_collection <permindex.client.Client.create_collection>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         info = await client.create_collection("crawl-2024", k=3)
+            ...         return info.name, info.count
+            >>> asyncio.run(main())
+            ('crawl-2024', 0)
+        """
         plan = operations.create_collection(
             self._target(),
             name,
@@ -495,13 +819,48 @@ class AsyncClient(AsyncTransport):
         return await self._run(plan)
 
     async def list_collections(self) -> list[CollectionInfo]:
-        """:meth:`Client.list_collections <permindex.client.Client.list_collections>`."""
+        """:meth:`Client.list_collections <permindex.client.Client.list_collections>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         return [info.name for info in await client.list_collections()]
+            >>> asyncio.run(main())
+            ['default']
+        """
         return await self._run(operations.list_collections(self._target()))
 
     async def describe_collection(self, name: str) -> CollectionInfo:
-        """:meth:`Client.describe_collection <permindex.client.Client.describe_collection>`."""
+        """:meth:`Client.describe_collection <permindex.client.Client.describe_collection>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         return (await client.describe_collection("default")).k
+            >>> asyncio.run(main())
+            3
+        """
         return await self._run(operations.describe_collection(self._target(), name))
 
     async def drop_collection(self, name: str) -> int:
-        """:meth:`Client.drop_collection <permindex.client.Client.drop_collection>`."""
+        """:meth:`Client.drop_collection <permindex.client.Client.drop_collection>`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.create_collection("old")
+            ...         await client.use("old").add([("a", 0)])
+            ...         return await client.drop_collection("old")
+            >>> asyncio.run(main())
+            1
+        """
         return await self._run(operations.drop_collection(self._target(), name))

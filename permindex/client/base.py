@@ -85,7 +85,18 @@ class ClientCore:
 
     def use(self: _Self, collection: str) -> _Self:
         """A client of the same connection whose calls name ``collection``; closing either
-        closes both."""
+        closes both.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.create_collection("crawl-2024")
+            >>> crawl = client.use("crawl-2024")
+            >>> _ = crawl.add([("a", 0)])
+            >>> crawl.collection, crawl.get("a"), client.get("a")
+            ('crawl-2024', 0, None)
+        """
         other = copy.copy(self)
         other.collection = collection
         return other
@@ -126,13 +137,32 @@ class ClientBase(ClientCore):
 
         Raises:
             ServerError: UNAVAILABLE (a ``ConnectionError``) when one is not up in time.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> client.wait_ready(timeout=10)
+            >>> client.stats().count
+            0
         """
         for channel in self._shards:
             channel.wait_ready(timeout)
 
     def close(self) -> None:
         """Close the channels; calls in flight are cancelled; a later call raises
-        :class:`~permindex.errors.InvalidArgumentError`."""
+        :class:`~permindex.errors.InvalidArgumentError`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> with permindex.Client(address) as client:  # closed at the end of the block
+            ...     client.get("a")
+            >>> client.get("a")
+            Traceback (most recent call last):
+            ...
+            permindex.errors.InvalidArgumentError: this client of ... is closed: open a new one
+        """
         self._closed[0] = True
         for channel in self._shards:
             channel.close()

@@ -89,6 +89,18 @@ class Client(StreamingClient):
             batch methods).
         collection: the collection the calls name (default: the server's ``default``); see
             :meth:`use` for another one on the same connection.
+
+    Examples:
+        ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+        >>> import permindex
+        >>> client = permindex.Client(address)
+        >>> page = permindex.simhash("the quick brown fox jumps over the lazy dog")
+        >>> client.check_and_add("https://example.com/a", page).status
+        'added'
+        >>> client.check_and_add("https://example.com/b", page).status
+        'near_duplicate'
+        >>> client.close()
     """
 
     # ---- writes (never retried)
@@ -106,6 +118,14 @@ class Client(StreamingClient):
                 ``added_at`` that is not a number >= 0 (nothing sent), or the server's
                 INVALID_ARGUMENT (a bad key: the batches before it are stored).
             ServerError: any other refusal; never retried.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> result = client.add([("a", 0b0000), ("b", 0b0111), ("c", "too short")])
+            >>> result.added, result.too_short
+            (2, 1)
         """
         return self._run(operations.add(self._target(), documents))
 
@@ -114,7 +134,18 @@ class Client(StreamingClient):
     ) -> CheckResult:
         """Add the document only if no *other* key is within ``k`` (atomically on one server;
         over shards see :meth:`check_and_add_many`), at ``added_at`` (Unix seconds, as
-        :class:`~permindex.client.Document`'s; None: the server's clock)."""
+        :class:`~permindex.client.Document`'s; None: the server's clock).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> client.check_and_add("a", 0b0000).added
+            True
+            >>> result = client.check_and_add("b", 0b0111)
+            >>> result.status, result.matches
+            ('near_duplicate', [Match(key='a', fingerprint=0, distance=3)])
+        """
         return self.check_and_add_many([(key, content, added_at)], k=k)[0]
 
     def check_and_add_many(
@@ -130,15 +161,41 @@ class Client(StreamingClient):
         near-duplicates sent at the same moment by two clients, whose keys live on different
         shards, may both be added; a periodic ``permindex dedup`` of a ``permindex export``
         finds them.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> results = client.check_and_add_many([("a", 0), ("b", 1), ("c", 2**64 - 1)])
+            >>> [result.status for result in results]
+            ['added', 'near_duplicate', 'added']
         """
         return self._run(operations.check_and_add(self._target(), documents, k))
 
     def remove(self, keys: str | Iterable[str]) -> RemoveResult:
-        """Remove a key or keys; the ones not stored are listed, not an error."""
+        """Remove a key or keys; the ones not stored are listed, not an error.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0)])
+            >>> client.remove(["a", "b"])
+            RemoveResult(removed=1, not_found=['b'])
+        """
         return self._run(operations.remove(self._target(), keys))
 
     def snapshot(self) -> SnapshotResult:
-        """Ask the server (every shard) to write a snapshot now; returns when it is durable."""
+        """Ask the server (every shard) to write a snapshot now; returns when it is durable.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0), ("b", 1)])
+            >>> client.snapshot().count
+            2
+        """
         return self._run(operations.snapshot(self._target()))
 
     # ---- reads (retried on UNAVAILABLE)
@@ -146,22 +203,59 @@ class Client(StreamingClient):
     def query(
         self, fingerprint: int, *, k: int | None = None, limit: int | None = None
     ) -> list[Match]:
-        """Every stored key within ``k`` of ``fingerprint``, by distance then key."""
+        """Every stored key within ``k`` of ``fingerprint``, by distance then key.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
+            >>> client.query(0b0001)
+            [Match(key='a', fingerprint=0, distance=1), Match(key='b', fingerprint=7, distance=2)]
+        """
         return self.query_many([fingerprint], k=k, limit=limit)[0]
 
     def query_many(
         self, fingerprints: Iterable[int], *, k: int | None = None, limit: int | None = None
     ) -> list[list[Match]]:
         """:meth:`query` for each fingerprint (one list each, in order), ``batch_size`` a
-        request (to every shard, merged: by distance, then key, ``limit`` after the merge)."""
+        request (to every shard, merged: by distance, then key, ``limit`` after the merge).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
+            >>> client.query_many([0, 2**64 - 1], k=0)
+            [[Match(key='a', fingerprint=0, distance=0)],
+             [Match(key='c', fingerprint=18446744073709551615, distance=0)]]
+        """
         return self._run(operations.query_many(self._target(), fingerprints, k, limit))
 
     def get(self, key: str) -> int | None:
-        """The stored fingerprint of ``key``, or None."""
+        """The stored fingerprint of ``key``, or None.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0111)])
+            >>> client.get("a"), client.get("b")
+            (7, None)
+        """
         return self.get_many([key])[0]
 
     def get_many(self, keys: Iterable[str]) -> list[int | None]:
-        """The stored fingerprint of each key (None where not stored), in order."""
+        """The stored fingerprint of each key (None where not stored), in order.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0111)])
+            >>> client.get_many(["a", "b"])
+            [7, None]
+        """
         return self._run(operations.get_many(self._target(), keys))
 
     def pairs(
@@ -169,28 +263,65 @@ class Client(StreamingClient):
     ) -> list[tuple[str, str, int]]:
         """Every pair of stored keys within ``k``: ``(key_a, key_b, distance)``, key_a < key_b,
         sorted (by key_a, then key_b: the server's order). The list of :meth:`iter_pairs`, whose
-        arguments and errors it takes; retried as a whole on UNAVAILABLE."""
+        arguments and errors it takes; retried as a whole on UNAVAILABLE.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
+            >>> client.pairs(), client.pairs(k=2)
+            ([('a', 'b', 3)], [])
+        """
         return self._collect(lambda: self.iter_pairs(k, collection=collection, timeout=timeout))
 
     def clusters(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
     ) -> list[list[str]]:
         """The clusters within ``k`` (connected components of the pairs), largest first: the
-        list of :meth:`iter_clusters`."""
+        list of :meth:`iter_clusters`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 0b1111), ("d", 2**64 - 1)])
+            >>> client.clusters(), client.clusters(k=1)
+            ([['a', 'b', 'c']], [['b', 'c']])
+        """
         return self._collect(lambda: self.iter_clusters(k, collection=collection, timeout=timeout))
 
     def flags(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
     ) -> list[Flag]:
         """Every key with another key within ``k``, with its nearest one, sorted by key: the
-        list of :meth:`iter_flags`."""
+        list of :meth:`iter_flags`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
+            >>> client.flags()
+            [Flag(key='a', nearest='b', distance=3, neighbors=1),
+             Flag(key='b', nearest='a', distance=3, neighbors=1)]
+        """
         return self._collect(lambda: self.iter_flags(k, collection=collection, timeout=timeout))
 
     def exact_duplicates(
         self, *, collection: str | None = None, timeout: float | None = None
     ) -> list[ExactGroup]:
         """The groups of keys sharing one fingerprint, largest first: the list of
-        :meth:`iter_exact_duplicates`."""
+        :meth:`iter_exact_duplicates`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 7), ("b", 7), ("c", 0)])
+            >>> client.exact_duplicates()
+            [ExactGroup(fingerprint=7, keys=['a', 'b'])]
+        """
         return self._collect(
             lambda: self.iter_exact_duplicates(collection=collection, timeout=timeout)
         )
@@ -232,7 +363,18 @@ class Client(StreamingClient):
         :func:`permindex.simhash`, None: the server's ``--vote``). Raises
         :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken,
         :class:`~permindex.errors.InvalidArgumentError` for bad options (another vote, a k the
-        design cannot answer)."""
+        design cannot answer).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> client.create_collection("crawl-2024", k=3).name
+            'crawl-2024'
+            >>> _ = client.use("crawl-2024").add([("a", 0)])
+            >>> client.get("a"), client.use("crawl-2024").get("a")
+            (None, 0)
+        """
         plan = operations.create_collection(
             self._target(),
             name,
@@ -247,18 +389,60 @@ class Client(StreamingClient):
         return self._run(plan)
 
     def list_collections(self) -> list[CollectionInfo]:
-        """Every collection of the server, by name."""
+        """Every collection of the server, by name.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.create_collection("crawl-2024")
+            >>> [collection.name for collection in client.list_collections()]
+            ['crawl-2024', 'default']
+        """
         return self._run(operations.list_collections(self._target()))
 
     def describe_collection(self, name: str) -> CollectionInfo:
-        """One collection's options and counts (NOT_FOUND: a ``KeyError``)."""
+        """One collection's options and counts (NOT_FOUND: a ``KeyError``).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> info = client.describe_collection("default")
+            >>> info.count, info.k, (info.blocks, info.leading)
+            (0, 3, (4, 1))
+            >>> client.describe_collection("no-such-collection")
+            Traceback (most recent call last):
+            ...
+            permindex.errors.ServerNotFoundError: ...
+        """
         return self._run(operations.describe_collection(self._target(), name))
 
     def drop_collection(self, name: str) -> int:
-        """Drop a collection (keys, memory, files); the keys it held."""
+        """Drop a collection (keys, memory, files); the keys it held.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.create_collection("old-crawl")
+            >>> _ = client.use("old-crawl").add([("a", 0), ("b", 1)])
+            >>> client.drop_collection("old-crawl")
+            2
+        """
         return self._run(operations.drop_collection(self._target(), name))
 
     def stats(self) -> ServerStats:
         """The server's counts, memory, design, uptime and last snapshot (over shards: counts,
-        memory and snapshot sizes summed, the oldest snapshot, the shortest uptime)."""
+        memory and snapshot sizes summed, the oldest snapshot, the shortest uptime).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0), ("b", 1)])
+            >>> stats = client.stats()
+            >>> stats.count, stats.k, stats.tables
+            (2, 3, 4)
+        """
         return self._run(operations.stats(self._target()))

@@ -74,6 +74,15 @@ class StreamingClient(ClientBase):
             ServerError: the server refused a batch or the call failed; never retried.
             Exception: whatever iterating ``documents`` raised, after the batches read before
                 it are acknowledged.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address, batch_size=2)
+            >>> pages = ((f"page-{i}", f"text number {i} of the crawl") for i in range(5))
+            >>> result = client.ingest(pages)
+            >>> result.documents, result.added, result.batches
+            (5, 5, 3)
         """
         messages = batches(
             document_messages(documents), self.batch_size, self.batch_bytes, itemgetter(1)
@@ -90,7 +99,16 @@ class StreamingClient(ClientBase):
         ``documents``, as given (e.g. by :func:`~permindex.client.batching.batches` with the
         caller's own size rule), ``batch_size`` and ``batch_bytes`` unused. The counts, the
         ``progress`` calls and the errors are :meth:`ingest`'s; ``progress`` is called once per
-        batch, in order, so a caller can pair each call with the batch it acknowledges."""
+        batch, in order, so a caller can pair each call with the batch it acknowledges.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> result = client.ingest_batches([[("a", 0), ("b", 1)], [("c", 2)]])
+            >>> result.documents, result.batches
+            (3, 2)
+        """
 
         def messages() -> Iterator[list[pb.Document]]:
             start = 0
@@ -219,6 +237,15 @@ class StreamingClient(ClientBase):
             ServerError: any other refusal (e.g. RESOURCE_EXHAUSTED for a batch over the
                 server's limit or a reply over its message limit: use a limit or a smaller
                 batch); retried as a whole on UNAVAILABLE.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111)])
+            >>> columns = client.query_columns([0, 2**64 - 1])
+            >>> columns.query_positions.tolist(), columns.keys, columns.distances.tolist()
+            ([0, 0], ['a', 'b'], [0, 3])
         """
         asked = ColumnRequests(fingerprints, k, limit, batch, window, self.collection)
         if not asked.starts:  # nothing to ask (as query_many, which sends no request either)
@@ -255,7 +282,16 @@ class StreamingClient(ClientBase):
         return parts.result()
 
     def export(self, *, timeout: float | None = None) -> Iterator[tuple[str, int]]:
-        """:meth:`iter_export` (kept under its first name)."""
+        """:meth:`iter_export` (kept under its first name).
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0), ("b", 7)])
+            >>> sorted(client.export())
+            [('a', 0), ('b', 7)]
+        """
         return self.iter_export(timeout=timeout)
 
     # ---- streamed reads: iterators, no deadline unless given, retried before the first reply
@@ -292,7 +328,18 @@ class StreamingClient(ClientBase):
         ``with_times``: ``(key, fingerprint, added_at)`` items, ``added_at`` when the key was
         last added (Unix seconds; 0 in a collection without expiry), the form
         :meth:`ingest` takes back: ``other.ingest(client.iter_export(with_times=True))`` copies
-        a collection with its entries' ages."""
+        a collection with its entries' ages.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0), ("b", 7)])
+            >>> sorted(client.iter_export())
+            [('a', 0), ('b', 7)]
+            >>> sorted(client.iter_export(with_times=True))  # 0: a collection without expiry
+            [('a', 0, 0), ('b', 7, 0)]
+        """
         read = export_read(self._collection_of(collection), with_times)
         if self.shards == 1:
             return self._stream(read, timeout)
@@ -315,6 +362,16 @@ class StreamingClient(ClientBase):
                 sent; or the server's INVALID_ARGUMENT (k above the design).
             ServerError: any other failure (e.g. RESOURCE_EXHAUSTED: the call's work is over
                 the server's budget), raised where the iteration stands.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 0b1111)])
+            >>> for key_a, key_b, distance in client.iter_pairs(k=3):
+            ...     print(key_a, key_b, distance)
+            a b 3
+            b c 1
         """
         read = pairs_read(self._collection_of(collection), k, self.shards)
         return self._stream(read, timeout)
@@ -328,7 +385,16 @@ class StreamingClient(ClientBase):
     ) -> Generator[list[str], None, None]:
         """The clusters within ``k`` (connected components of the pairs; each a list of its
         keys, sorted), largest first, each yielded once all its parts have arrived. Errors as
-        :meth:`iter_pairs`."""
+        :meth:`iter_pairs`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 7), ("d", 2**64 - 1)])
+            >>> list(client.iter_clusters())
+            [['a', 'b', 'c']]
+        """
         read = clusters_read(self._collection_of(collection), k, self.shards)
         return self._stream(read, timeout)
 
@@ -340,7 +406,16 @@ class StreamingClient(ClientBase):
         timeout: float | None = None,
     ) -> Generator[Flag, None, None]:
         """Every key with another key within ``k``, with its nearest one, sorted by key, yielded
-        as the messages arrive. Errors as :meth:`iter_pairs`."""
+        as the messages arrive. Errors as :meth:`iter_pairs`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 0b0000), ("b", 0b0001), ("c", 2**64 - 1)])
+            >>> [(flag.key, flag.nearest, flag.distance) for flag in client.iter_flags()]
+            [('a', 'b', 1), ('b', 'a', 1)]
+        """
         read = flags_read(self._collection_of(collection), k, self.shards)
         return self._stream(read, timeout)
 
@@ -348,7 +423,16 @@ class StreamingClient(ClientBase):
         self, *, collection: str | None = None, timeout: float | None = None
     ) -> Generator[ExactGroup, None, None]:
         """The groups of keys sharing one fingerprint, largest first, each yielded once all its
-        parts have arrived. Errors as :meth:`iter_pairs`."""
+        parts have arrived. Errors as :meth:`iter_pairs`.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> client = permindex.Client(address)
+            >>> _ = client.add([("a", 7), ("b", 7), ("c", 0)])
+            >>> list(client.iter_exact_duplicates())
+            [ExactGroup(fingerprint=7, keys=['a', 'b'])]
+        """
         read = exact_duplicates_read(self._collection_of(collection), self.shards)
         return self._stream(read, timeout)
 

@@ -43,6 +43,15 @@ def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
     ``str`` and any other type, and :class:`~permindex.errors.InvalidArgumentError` (a
     ``ValueError``) for a negative value or one of 2^64 or more; the message names the value.
     Nothing is ever masked or wrapped around.
+
+    Examples:
+        >>> import numpy as np, permindex
+        >>> permindex.validate_fingerprint(np.uint64(7))
+        7
+        >>> permindex.validate_fingerprint(-1)
+        Traceback (most recent call last):
+        ...
+        permindex.errors.InvalidArgumentError: fingerprint -1 is outside [0, 2**64): ...
     """
     if isinstance(value, bool) or isinstance(value, np.bool_):
         raise TypeError(f"{name} must be an integer in [0, 2**64), not bool {value!r}")
@@ -76,6 +85,15 @@ def parse_fingerprint(value: object) -> int:
     Raises:
         InvalidArgumentError: anything else (another string, a negative or too large integer,
             a float, ``None``, a bool, a list...); the message names the value and states the rule.
+
+    Examples:
+        >>> import permindex
+        >>> permindex.parse_fingerprint("000000000000007b"), permindex.parse_fingerprint("0x7b")
+        (123, 123)
+        >>> permindex.parse_fingerprint("123")
+        Traceback (most recent call last):
+        ...
+        permindex.errors.InvalidArgumentError: fingerprint '123' has 3 digits, not 16, and no 0x ...
     """
     if isinstance(value, str):
         prefixed = value[:2] in ("0x", "0X")
@@ -118,6 +136,13 @@ def hamming(a: object, b: object) -> int:
     Both are checked with :func:`validate_fingerprint`: ``TypeError``
     for a bool, float, str or other non-integer, :class:`~permindex.errors.InvalidArgumentError`
     for a value outside [0, 2^64).
+
+    Examples:
+        >>> import permindex
+        >>> permindex.hamming(0b1011, 0b0001)
+        2
+        >>> permindex.hamming(0, 2**64 - 1)
+        64
     """
     x = validate_fingerprint(a, name="a")
     y = validate_fingerprint(b, name="b")

@@ -47,6 +47,15 @@ class DatasetDedup:
             words): such a row is kept and in no cluster.
         k: the largest Hamming distance of a near-duplicate, bits.
         keep_rule: the rule that picked each cluster's kept row.
+
+    Examples:
+        >>> import pandas as pd, permindex
+        >>> page = "the quick brown fox jumps over the lazy dog"
+        >>> texts = [page, page, "tides come in twice a day"]
+        >>> frame = pd.DataFrame({"id": ["a", "b", "c"], "text": texts})
+        >>> result = permindex.dedup_dataset(frame, id_column="id")
+        >>> frame[result.keep]["id"].tolist(), result.kept_row.tolist(), result.clusters
+        (['a', 'c'], [0, 0, -1], 1)
     """
 
     keep: NDArray[np.bool_]
@@ -202,6 +211,14 @@ def dedup_dataset(
             id column whose length is not the text column's, a text that is missing (None, NaN) or
             not a ``str`` (naming its row), an id that is missing or repeated (naming both
             rows) or ids that do not order, a k outside 0..8, an unknown keep rule.
+
+    Examples:
+        >>> import permindex
+        >>> page = "the quick brown fox jumps over the lazy dog"
+        >>> texts = [page, page, "tides come in twice a day"]
+        >>> result = permindex.dedup_dataset({"text": texts})
+        >>> result.keep.tolist(), result.cluster.tolist(), result.dropped
+        ([True, False, True], [0, 0, -1], 1)
     """
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_K:
         raise InvalidArgumentError(f"k must be an integer in 0..{MAX_K}, got {k!r}", value=k)

@@ -127,6 +127,13 @@ def format_fingerprint(fingerprint: int) -> str:
     Raises:
         TypeError: not an integer (a bool, float, str...).
         InvalidArgumentError: outside [0, 2^64).
+
+    Examples:
+        >>> import permindex
+        >>> permindex.format_fingerprint(0x7B)
+        '000000000000007b'
+        >>> permindex.parse_fingerprint(permindex.format_fingerprint(2**64 - 1)) == 2**64 - 1
+        True
     """
     return f"{validate_fingerprint(fingerprint):016x}"
 
@@ -212,7 +219,15 @@ def folder_file_text(path: Path, extract: Extract = "visible") -> tuple[str | No
 def read_file_text(path: str | Path, extract: Extract = "visible") -> str:
     """The text of one file exactly as a folder document carries it (``.gz`` decompressed, HTML
     reduced to visible text, or its main content with ``extract="main"``). Raises
-    :class:`~permindex.errors.InvalidArgumentError` when it is not text or cannot be read."""
+    :class:`~permindex.errors.InvalidArgumentError` when it is not text or cannot be read.
+
+    Examples:
+        >>> import pathlib, tempfile, permindex
+        >>> page = pathlib.Path(tempfile.mkdtemp()) / "page.html"
+        >>> _ = page.write_text("<html><body><h1>Tides</h1><p>Twice a <b>day</b>.</p></body>")
+        >>> permindex.read_file_text(page)
+        'Tides\\nTwice a day.'
+    """
     try:
         return _file_text(Path(path), extract)
     except _SkippedFile as skipped:

@@ -76,6 +76,13 @@ def shingles(text: str, shingle_size: int = 3, tokenizer: Tokenizer = "words") -
     Raises:
         InvalidArgumentError: ``shingle_size`` is not an int >= 1, or an unknown tokenizer
             (the errors of :func:`simhash`, from :func:`check_shingle_options`).
+
+    Examples:
+        >>> import permindex
+        >>> permindex.shingles("The quick brown fox jumps")
+        ['the quick brown', 'quick brown fox', 'brown fox jumps']
+        >>> permindex.shingles("東京都", shingle_size=2, tokenizer="chars")
+        ['東京', '京都']
     """
     check_shingle_options(shingle_size, tokenizer)
     return _shingles(text, shingle_size, tokenizer)
@@ -209,6 +216,15 @@ def simhash(
 
     Computed by the compiled kernel of :func:`simhash_many` (the first call in a process loads
     it, from numba's cache after the first run on a machine).
+
+    Examples:
+        >>> import permindex
+        >>> permindex.simhash("The quick brown fox jumps over the lazy dog")
+        6683844254051711237
+        >>> permindex.format_fingerprint(6683844254051711237)
+        '5cc1c8efc0c9b905'
+        >>> permindex.simhash("too short") is None  # fewer words than shingle_size
+        True
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")
@@ -267,6 +283,13 @@ def simhash_many(
     variants (:func:`simhash_features`, :func:`simhash_weighted`) do not go through this
     kernel: their input is features and weights, not texts, and their vote is already one
     numpy pass.
+
+    Examples:
+        >>> import permindex
+        >>> fingerprints, valid = permindex.simhash_many(
+        ...     ["The quick brown fox jumps over the lazy dog", "too short"])
+        >>> fingerprints.tolist(), valid.tolist()
+        ([6683844254051711237, 0], [True, False])
     """
     if isinstance(texts, (str, bytes)):
         raise TypeError(
@@ -418,6 +441,13 @@ def tokens(text: str, tokenizer: Tokenizer = "words") -> list[str]:
     Raises:
         InvalidArgumentError: an unknown tokenizer (the error of :func:`simhash`, from
             :func:`check_shingle_options`).
+
+    Examples:
+        >>> import permindex
+        >>> permindex.tokens("The quick  BROWN fox")
+        ['the', 'quick', 'brown', 'fox']
+        >>> permindex.tokens("東京 都", tokenizer="chars")
+        ['東', '京', '都']
     """
     check_shingle_options(tokenizer=tokenizer)
     return _tokens(text, tokenizer)
@@ -481,6 +511,14 @@ def simhash_weighted(hashes: ArrayLike, weights: ArrayLike, *, bits: int = 64) -
     Raises:
         InvalidArgumentError: shapes differ or are not 1-d, a weight is NaN, infinite or too
             large, ``bits`` not 63/64.
+
+    Examples:
+        >>> import numpy as np, permindex
+        >>> hashes = np.array([0xFF00FF00FF00FF00, 0x0F0F0F0F0F0F0F0F], dtype=np.uint64)
+        >>> permindex.format_fingerprint(permindex.simhash_weighted(hashes, [2.0, 1.0]))
+        'ff00ff00ff00ff00'
+        >>> permindex.simhash_weighted(hashes, [0.0, 0.0]) is None  # no weight
+        True
     """
     _check_bits(bits)
     h = np.asarray(hashes)
@@ -554,6 +592,15 @@ def simhash_features(
     Raises:
         TypeError: a feature is neither str nor bytes, or a weight is not a real number.
         InvalidArgumentError: a weight is NaN, infinite or larger than :data:`MAX_WEIGHT`.
+
+    Examples:
+        >>> import collections, permindex
+        >>> text = "the quick brown fox jumps over the lazy dog"
+        >>> counts = collections.Counter(permindex.shingles(text))
+        >>> permindex.simhash_features(counts) == permindex.simhash(text)
+        True
+        >>> permindex.simhash_features({"quick brown fox": 2.0, "lazy dog": 1.0})
+        6527918712306898991
     """
     items: Iterable[tuple[object, object]] = (
         features.items() if isinstance(features, Mapping) else features
@@ -660,6 +707,16 @@ def simhash_vectors(X: ArrayLike, *, seed: int = VECTOR_SEED, bits: int = 64) ->
     Raises:
         InvalidArgumentError: X is not 2-d or is empty in d, holds NaN or infinity, a row is all
             zeros (no direction), d > 2^22, or a bad seed or ``bits``.
+
+    Examples:
+        >>> import permindex
+        >>> vectors = [[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.9, 0.1, 0.0]]
+        >>> fingerprints = permindex.simhash_vectors(vectors)
+        >>> fingerprints.dtype
+        dtype('uint64')
+        >>> a, b, c = fingerprints.tolist()
+        >>> a == b, permindex.hamming(a, c)  # only directions count; a small angle, a few bits
+        (True, 3)
     """
     _check_bits(bits)
     x = np.asarray(X, dtype=np.float64)

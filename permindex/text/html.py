@@ -35,6 +35,12 @@ def html_to_text(html: str) -> str:
     Raises:
         InvalidArgumentError: the page cannot be parsed whole (elements nested more than 2,048
             deep: libxml2's limit); no partial text is returned.
+
+    Examples:
+        >>> import permindex
+        >>> page = "<head><title>T</title></head><body><h1>Tides</h1><p>Twice a <b>day</b>.</p>"
+        >>> permindex.html_to_text(page + "<script>go()</script></body>")
+        'Tides\\nTwice a day.'
     """
     from lxml import etree
     from lxml import html as lxml_html

@@ -59,7 +59,15 @@ KEEP_RULES: Final = ("first", "longest", "smallest-key")
 class Flag(NamedTuple):
     """A key with at least one other key within k: its ``nearest`` other key (smallest distance,
     then smallest key), their ``distance`` in bits, and the number of ``neighbors`` (other keys
-    within k)."""
+    within k).
+
+    Examples:
+        >>> import permindex
+        >>> index = permindex.Index(k=3)
+        >>> _ = index.add_many(["a", "b", "c", "d"], [0b0000, 0b0111, 0b0111, 2**64 - 1])
+        >>> permindex.flags(index)[0]
+        Flag(key='a', nearest='b', distance=3, neighbors=2)
+    """
 
     key: str
     nearest: str
@@ -68,7 +76,16 @@ class Flag(NamedTuple):
 
 
 class ExactGroup(NamedTuple):
-    """Two or more keys (sorted) that share one ``fingerprint``."""
+    """Two or more keys (sorted) that share one ``fingerprint``.
+
+    Examples:
+        >>> import permindex
+        >>> index = permindex.Index(k=3)
+        >>> _ = index.add_many(["a", "b", "c", "d"], [0b0000, 0b0111, 0b0111, 2**64 - 1])
+        >>> group = permindex.exact_duplicates(index)[0]
+        >>> permindex.format_fingerprint(group.fingerprint), group.keys
+        ('0000000000000007', ['b', 'c'])
+    """
 
     fingerprint: int
     keys: list[str]
@@ -312,6 +329,13 @@ class NearDuplicates:
     Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
     distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
     groups come largest first, then by their smallest key; flags are sorted by key.
+
+    Examples:
+        >>> import permindex
+        >>> keys, fingerprints = ["a", "b", "c", "d"], [0b0000, 0b0111, 0b0111, 2**64 - 1]
+        >>> found = permindex.NearDuplicates(keys, fingerprints, k=3)
+        >>> found.clusters(), found.exact_duplicates()
+        ([['a', 'b', 'c']], [ExactGroup(fingerprint=7, keys=['b', 'c'])])
     """
 
     def __init__(
@@ -711,16 +735,42 @@ def keep_per_cluster(
 def clusters(index: Index, k: int | None = None) -> list[list[str]]:
     """The clusters of ``index`` within ``k`` (default: the index's k): connected components of
     the near-duplicate pairs graph, at least two keys each, keys sorted, largest cluster first.
-    A cluster can chain (see :class:`NearDuplicates`)."""
+    A cluster can chain (see :class:`NearDuplicates`).
+
+    Examples:
+        >>> import permindex
+        >>> index = permindex.Index(k=3)
+        >>> _ = index.add_many(["a", "b", "c", "d"], [0b0000, 0b0111, 0b0111, 2**64 - 1])
+        >>> permindex.clusters(index), permindex.clusters(index, k=2)
+        ([['a', 'b', 'c']], [['b', 'c']])
+    """
     return NearDuplicates.of_index(index, k).clusters()
 
 
 def flags(index: Index, k: int | None = None) -> list[Flag]:
     """Every key of ``index`` with another key within ``k`` (default: the index's k), sorted by
-    key, with its nearest other key, their distance and its number of neighbors."""
+    key, with its nearest other key, their distance and its number of neighbors.
+
+    Examples:
+        >>> import permindex
+        >>> index = permindex.Index(k=3)
+        >>> _ = index.add_many(["a", "b", "c", "d"], [0b0000, 0b0111, 0b0111, 2**64 - 1])
+        >>> permindex.flags(index)
+        [Flag(key='a', nearest='b', distance=3, neighbors=2),
+         Flag(key='b', nearest='c', distance=0, neighbors=2),
+         Flag(key='c', nearest='b', distance=0, neighbors=2)]
+    """
     return NearDuplicates.of_index(index, k).flags()
 
 
 def exact_duplicates(index: Index) -> list[ExactGroup]:
-    """The groups of keys of ``index`` that share one fingerprint, largest first."""
+    """The groups of keys of ``index`` that share one fingerprint, largest first.
+
+    Examples:
+        >>> import permindex
+        >>> index = permindex.Index(k=3)
+        >>> _ = index.add_many(["a", "b", "c", "d"], [0b0000, 0b0111, 0b0111, 2**64 - 1])
+        >>> permindex.exact_duplicates(index)
+        [ExactGroup(fingerprint=7, keys=['b', 'c'])]
+    """
     return NearDuplicates.of_index(index, 0).exact_duplicates()

@@ -95,6 +95,14 @@ class QueryColumns(NamedTuple):
         keys: the m keys (list of str).
         fingerprints: (m,) uint64, each key's stored fingerprint.
         distances: (m,) uint8, the Hamming distance of each to its query.
+
+    Examples:
+        >>> import permindex
+        >>> index = permindex.Index(k=3)
+        >>> _ = index.add_many(["a", "b"], [0b0000, 0b0111])
+        >>> columns = index.query_many([0, 2**64 - 1], columns=True)
+        >>> columns.offsets.tolist(), columns.keys, columns.distances.tolist()
+        ([0, 2, 2], ['a', 'b'], [0, 3])
     """
 
     offsets: NDArray[np.int64]
