@@ -199,8 +199,8 @@ def compile_notice(command: str, kernels: str, *, run: str = "run") -> Iterator[
         numba upgrade compiles them into DIR, about 10 s; later runs load them in about a second)
 
     (``run``: ``start`` for serve). numba compiles only what its cache lacks (the first run
-    after an install or an upgrade of permindex or numba: about 10 s of CPU for the SimHash or
-    the lookup kernels); a load from the cache compiles nothing and says nothing, however busy
+    after an install or an upgrade of permindex or numba, for the SimHash or the lookup
+    kernels); a load from the cache compiles nothing and says nothing, however busy
     the machine. Its ``numba:compile`` events tell (:mod:`numba.core.event`). numba is imported
     here (the block is one that loads kernels anyway), through :mod:`permindex.jit_numba`, which
     points numba's cache at permindex's directory first."""

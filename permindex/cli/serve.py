@@ -494,9 +494,9 @@ def _freeze_kernels() -> None:
     (benchmarks/README.md); the server's own collections then look at the objects of requests
     only. Only the ``serve`` command does this: it owns its process.
 
-    Loading takes about 0.5 s from numba's cache; the first start after an install (or an
-    upgrade of numba or permindex) compiles instead, for about 10 s: once it has compiled for
-    a second, one line on stderr says what is loading and how long each case takes
+    Loading from numba's cache is quick; the first start after an install (or an upgrade of
+    numba or permindex) compiles instead, which takes longer: once it has compiled for a
+    second, one line on stderr says what is loading and how long each case takes
     (:func:`~permindex.cli.output.compile_notice`: ``loading the lookup and fingerprint
     kernels``), so that a silent start does not look like a hang."""
     import gc

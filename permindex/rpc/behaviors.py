@@ -4,7 +4,7 @@
 once, when the server is built.
 
 The layers are not grpc.aio interceptors: an interceptor runs for every call and builds the
-handler anew each time, which cost about 0.1 ms a unary call here (a quarter of its latency);
+handler anew each time, a cost every unary call pays (benchmarks/README.md has the figure);
 wrapped once at registration, a call pays only the layers' coroutine frames.
 
 A grpc.aio behaviour is a coroutine function (unary response) or, for a response stream, either

@@ -32,7 +32,8 @@ _T = TypeVar("_T")
 
 #: The most fingerprints looked up per acquisition of the index lock (:func:`sliced`).
 QUERY_SLICE = 1024
-#: Matches per slice of a batch lookup that :func:`sliced` aims below (about 50 ms of work).
+#: Matches per slice of a batch lookup that :func:`sliced` aims below: it bounds the work done
+#: between two checks of ``stop`` and two takes of the index lock.
 SLICE_MATCHES = 50_000
 
 

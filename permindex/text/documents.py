@@ -103,7 +103,7 @@ def _loads_line_stdlib(line: bytes) -> Any:
 
 
 _loads_line: Callable[[bytes], Any]
-try:  # orjson parses a line 2-3x as fast (benchmarks/README.md); strict RFC 8259 and UTF-8
+try:  # orjson: the faster parser (benchmarks/README.md has the A/B); strict RFC 8259 and UTF-8
     from orjson import loads as _loads_line
 except ImportError:  # not installed: the standard library's parser
     _loads_line = _loads_line_stdlib

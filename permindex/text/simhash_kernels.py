@@ -426,7 +426,7 @@ def _batch(
 @functools.cache
 def lower_table() -> NDArray[np.uint32] | None:
     """(0x110000,) uint32: ``ord(chr(c).lower())`` for every code point c, as this Python's
-    ``str.lower`` has it (built from it, in about 0.05 s, once per process), so that the kernel
+    ``str.lower`` has it (built from it once per process, O(0x110000)), so that the kernel
     lower-cases characters exactly as Python does. Two characters are left out (mapped to
     themselves) and their texts are lower-cased by Python instead: U+03A3 (its lower case
     depends on the context: the final sigma) and U+0130 (it lowers to two code points). None,
