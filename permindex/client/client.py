@@ -173,7 +173,15 @@ class Client(StreamingClient):
         return self._run(operations.check_and_add(self._target(), documents, k))
 
     def remove(self, keys: str | Iterable[str]) -> RemoveResult:
-        """Remove a key or keys; the ones not stored are listed, not an error.
+        """Remove a key or keys (one request per ``batch_size`` keys per shard); the ones not
+        stored are listed in the result, not an error.
+
+        Raises:
+            InvalidArgumentError: a malformed key (empty, or longer than the server's limit):
+                the server's INVALID_ARGUMENT; the batches before it are applied.
+            NotFoundError: the client's collection does not exist (a
+                :class:`~permindex.errors.ServerNotFoundError`, NOT_FOUND).
+            ServerError: any other refusal; never retried.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -186,7 +194,12 @@ class Client(StreamingClient):
         return self._run(operations.remove(self._target(), keys))
 
     def snapshot(self) -> SnapshotResult:
-        """Ask the server (every shard) to write a snapshot now; returns when it is durable.
+        """Ask the server (every shard) to write a snapshot now; returns when it is durable,
+        with its path, entries, bytes and seconds (over shards, merged).
+
+        Raises:
+            ServerError: the server could not write it (its data directory's error); never
+                retried.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -203,7 +216,16 @@ class Client(StreamingClient):
     def query(
         self, fingerprint: int, *, k: int | None = None, limit: int | None = None
     ) -> list[Match]:
-        """Every stored key within ``k`` of ``fingerprint``, by distance then key.
+        """Every stored key within ``k`` bits of ``fingerprint`` (an int in [0, 2^64)), by
+        distance then key: :class:`~permindex.index.Match` items ``(key, fingerprint,
+        distance)``, at most ``limit`` of them (None or 0: all). ``k``: None, the collection's.
+
+        Raises:
+            InvalidArgumentError: a fingerprint that is not an int in [0, 2^64) (nothing sent),
+                or the server's INVALID_ARGUMENT for a ``k`` above the collection's design.
+            NotFoundError: the client's collection does not exist (a
+                :class:`~permindex.errors.ServerNotFoundError`, NOT_FOUND).
+            ServerError: any other failure; retried on UNAVAILABLE.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -220,6 +242,7 @@ class Client(StreamingClient):
     ) -> list[list[Match]]:
         """:meth:`query` for each fingerprint (one list each, in order), ``batch_size`` a
         request (to every shard, merged: by distance, then key, ``limit`` after the merge).
+        Errors as :meth:`query` (a bad fingerprint is named by its position).
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -233,7 +256,8 @@ class Client(StreamingClient):
         return self._run(operations.query_many(self._target(), fingerprints, k, limit))
 
     def get(self, key: str) -> int | None:
-        """The stored fingerprint of ``key``, or None.
+        """The stored fingerprint of ``key`` (an int in [0, 2^64)), or None when it is not
+        stored. Errors as :meth:`get_many`.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -246,7 +270,15 @@ class Client(StreamingClient):
         return self.get_many([key])[0]
 
     def get_many(self, keys: Iterable[str]) -> list[int | None]:
-        """The stored fingerprint of each key (None where not stored), in order.
+        """The stored fingerprint of each key (None where not stored), in order; one request per
+        ``batch_size`` keys (to the key's shard).
+
+        Raises:
+            InvalidArgumentError: a malformed key (empty, or longer than the server's limit):
+                the server's INVALID_ARGUMENT.
+            NotFoundError: the client's collection does not exist (a
+                :class:`~permindex.errors.ServerNotFoundError`, NOT_FOUND).
+            ServerError: any other failure; retried on UNAVAILABLE.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -389,7 +421,8 @@ class Client(StreamingClient):
         return self._run(plan)
 
     def list_collections(self) -> list[CollectionInfo]:
-        """Every collection of the server, by name.
+        """Every collection of the server (of every shard, merged), by name, with its options
+        and counts. Raises ServerError when the call fails (retried on UNAVAILABLE).
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -419,7 +452,13 @@ class Client(StreamingClient):
         return self._run(operations.describe_collection(self._target(), name))
 
     def drop_collection(self, name: str) -> int:
-        """Drop a collection (keys, memory, files); the keys it held.
+        """Drop a collection (keys, memory, files) on every shard; returns the number of keys
+        it held (summed over shards). Never retried.
+
+        Raises:
+            NotFoundError: no such collection (a
+                :class:`~permindex.errors.ServerNotFoundError`).
+            InvalidArgumentError: the ``default`` collection, which cannot be dropped.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
