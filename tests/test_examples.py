@@ -1,10 +1,11 @@
 """The ``>>>`` examples of the public API run, and every public callable has one.
 
 The objects are every name of ``permindex.__all__`` and, for classes, each public method and
-property they have (inherited ones included, each function once: under the first class that
-reaches it, by name). An example that needs a server names ``address``: the test starts a real
-server on 127.0.0.1 (port 0, a temporary data directory) for it and puts its ``HOST:PORT`` in
-the example's globals, as the docstring says in one line.
+property they have (inherited ones included, each function once: under the public class that
+defines it, else under Index or Client rather than the classes extending them). An example
+that needs a server names ``address``: the test starts a real server on 127.0.0.1 (port 0, a
+temporary data directory) for it and puts its ``HOST:PORT`` in the example's globals, as the
+docstring says in one line.
 """
 
 from __future__ import annotations
