@@ -1,9 +1,10 @@
 """numba and permindex's kernel tools (see :mod:`permindex.jit` for the options and the cache):
 :func:`njit`, :func:`popcount64` (plain numba code), and the package's only hand-written
-intrinsics, :func:`prefetch` and :func:`unowned`. Importing this module imports numba (after
+intrinsics, :func:`prefetch`, :func:`unowned` and :func:`call_void_function`. Importing this module
+imports numba (after
 setting its cache directory).
 
-Why the two intrinsics stay (issue 40: an intrinsic only where a batch figure a user sees falls
+Why the three intrinsics stay (issue 40: an intrinsic only where a batch figure a user sees falls
 by more than 1.3x without it; the figures of the A/B, one process, alternating rounds, are in
 benchmarks/README.md, "Intrinsics: what stays and why"):
 
@@ -17,6 +18,13 @@ benchmarks/README.md, "Intrinsics: what stays and why"):
   without an owner ``query_many`` fell by more than 1.3x (columns and Match lists). No way was
   found to write the scan without passing arrays to those helpers: a kernel compiled without
   numba's reference counting (``_nrt=False``) cannot make the run's array views it needs.
+* :func:`call_void_function` -- calls CPython's ``PyObject_GC_UnTrack`` on the lists and
+  :class:`~permindex.index.search.matches.Match` objects a batch returns
+  (:func:`permindex.index.search.match_kernels.untrack_objects`), which hold only str and int:
+  the cycle collector then never walks them, and a batch of Match lists no longer brings on the
+  full collections (over every object of the host process) that made ``query_many`` more than
+  1.3x slower without it. Only those objects change; the host's collector is left as it is.
+  Python has no call for it, and a C extension is what issue 40 took out.
 
 Gone: ``popcount64`` as LLVM's ``ctpop`` (the SWAR count compiles to the same ``popcnt``), and
 ``address_pointer`` (an int64 address as a pointer, for views of the runs' arrays made from
@@ -30,7 +38,7 @@ from typing import Any, TypeVar
 
 from permindex.jit import configure_cache
 
-__all__ = ["njit", "numba", "popcount64", "prefetch", "unowned"]
+__all__ = ["call_void_function", "njit", "numba", "popcount64", "prefetch", "unowned"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -147,5 +155,24 @@ def unowned(typingctx: Any, array: Any) -> Any:
             meminfo=None,
         )
         return view._getvalue()
+
+    return sig, codegen
+
+
+@intrinsic
+def call_void_function(typingctx: Any, function: Any, argument: Any) -> Any:
+    """In a kernel: call the C function ``void f(void *)`` whose address is the integer
+    ``function``, with the integer address ``argument`` as its pointer. The caller guarantees
+    both (the address from :mod:`ctypes`, an object's ``id()``) and holds the GIL when ``f``
+    needs it (a ``keep_gil`` kernel)."""
+    if not isinstance(function, types.Integer) or not isinstance(argument, types.Integer):
+        return None
+    sig = types.void(function, argument)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        kind = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t])
+        target = builder.inttoptr(args[0], kind.as_pointer())
+        builder.call(target, [builder.inttoptr(args[1], cgutils.voidptr_t)])
+        return context.get_dummy_value()
 
     return sig, codegen

@@ -21,15 +21,17 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.jit_numba import njit
+from permindex.jit_numba import call_void_function, njit
 
 __all__ = [
     "ARRANGE_SIGNATURE",
     "OFFSETS_SIGNATURE",
     "ORDER_SIGNATURE",
+    "UNTRACK_SIGNATURE",
     "arrange_matches",
     "order_by_query",
     "query_offsets",
+    "untrack_objects",
 ]
 
 #: order_by_query(query positions, distances, n) -> order.
@@ -124,3 +126,18 @@ def query_offsets(queries: _I64, n: int) -> _I64:
     for q in range(n):
         offsets[q + 1] += offsets[q]
     return offsets
+
+
+#: untrack_objects(address of PyObject_GC_UnTrack, object addresses).
+UNTRACK_SIGNATURE = "void(uint64, uint64[::1])"
+
+
+@njit(UNTRACK_SIGNATURE, keep_gil=True)
+def untrack_objects(untrack: int, addresses: NDArray[np.uint64]) -> None:
+    """Call ``untrack`` (the address of CPython's ``PyObject_GC_UnTrack``) on each object address
+    of ``addresses`` (m,) uint64 (their ``id()``): the cycle collector no longer walks those
+    objects. Holds the GIL. The caller keeps the objects alive and passes only objects that
+    cannot take part in a reference cycle of their own (lists of Match, Match of str and int).
+    O(m)."""
+    for i in range(addresses.size):
+        call_void_function(untrack, addresses[i])  # type: ignore[call-arg]
