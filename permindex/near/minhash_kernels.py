@@ -43,20 +43,23 @@ def intersection_sizes(
     values: NDArray[np.uint64],
     offsets: NDArray[np.int64],
     left: NDArray[np.int64],
+    other_values: NDArray[np.uint64],
+    other_offsets: NDArray[np.int64],
     right: NDArray[np.int64],
     out: NDArray[np.int64],
 ) -> None:
-    """out[k] = |set left[k] & set right[k]| for sets stored sorted and distinct in CSR
-    (values, offsets): one merge of the two runs per pair."""
+    """out[k] = |set left[k] of (values, offsets) & set right[k] of (other_values,
+    other_offsets)|, sets stored sorted and distinct in CSR (the same arrays twice for pairs
+    of one collection): one merge of the two runs per pair."""
     for k in range(left.size):
         i = offsets[left[k]]
         i_end = offsets[left[k] + 1]
-        j = offsets[right[k]]
-        j_end = offsets[right[k] + 1]
+        j = other_offsets[right[k]]
+        j_end = other_offsets[right[k] + 1]
         count = 0
         while i < i_end and j < j_end:
             x = values[i]
-            y = values[j]
+            y = other_values[j]
             if x == y:
                 count += 1
                 i += 1
