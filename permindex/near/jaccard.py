@@ -11,12 +11,13 @@ so "nearest" means most similar, and the Jaccard to 4 decimals is ``1 - distance
 set, in place of the fingerprint), so they are joined once and expanded only where pairs of
 keys are listed, lazily.
 
-Memory on templated corpora: a band bucket of m sets yields m(m-1)/2 candidate pairs, generated
-and verified in batches of at most :data:`BATCH` pairs (:func:`candidate_batches`); a pair met
-in an earlier band is not generated again (its band keys are compared), so no set of the pairs
-seen is kept. Held at once: the shingle sets (8 bytes a distinct shingle a document), the
-signatures (4 bytes a permutation a document), the band keys (8 bytes a band a document), one
-batch, and the verified pairs of distinct sets (24 bytes each).
+Memory on templated corpora: a band bucket of m sets yields m(m-1)/2 candidate pairs, met and
+verified in one compiled kernel per chunk of at most :data:`BATCH` pairs (:func:`self_join`:
+only the pairs kept are written); a pair met in an earlier band is skipped (its band keys are
+compared), so no set of the pairs seen is kept. Held at once: the shingle sets (8 bytes a
+distinct shingle a document), the signatures (4 bytes a permutation a document) until the join
+is done, the band keys (8 bytes a band a distinct set, kept for :meth:`JaccardDuplicates.matches`),
+one chunk, and the verified pairs of distinct sets (24 bytes each).
 Importing it does not import numba.
 """
 
@@ -40,10 +41,10 @@ __all__ = [
     "JaccardDuplicates",
     "ShingleSets",
     "Verified",
-    "candidate_batches",
     "intersection_sizes",
     "jaccard_text",
     "lookup_batches",
+    "self_join",
     "verify",
 ]
 
@@ -204,63 +205,69 @@ def verify(
     return Verified(kept, distance.astype(np.int64), int(possible.size))
 
 
-def _bucket_pairs(order: _I64, starts: _I64, sizes: _I64, batch: int) -> Iterator[PairArrays]:
-    """Every pair of members of each bucket (bucket g is ``order[starts[g]:starts[g] +
-    sizes[g]]``), in batches of at most ``batch`` pairs (distance column unused: zeros)."""
-    for size in np.unique(sizes).tolist():
-        groups = starts[sizes == size]
-        per_group = size * (size - 1) // 2
-        if per_group <= batch:
-            i, j = np.triu_indices(size, k=1)
-            step = max(1, batch // per_group)
-            for at in range(0, groups.size, step):
-                members = order[groups[at : at + step, None] + np.arange(size)]
-                a = members[:, i].ravel()
-                b = members[:, j].ravel()
-                yield PairArrays(a, b, np.zeros(0, dtype=np.int64))
-            continue
-        for start in groups.tolist():  # a huge bucket: row by row, batches of whole rows
-            members = order[start : start + size]
-            parts_a: list[_I64] = []
-            parts_b: list[_I64] = []
-            held = 0
-            for row in range(size - 1):
-                parts_a.append(np.full(size - row - 1, members[row], dtype=np.int64))
-                parts_b.append(members[row + 1 :])
-                held += size - row - 1
-                if held >= batch:
-                    yield PairArrays(
-                        np.concatenate(parts_a), np.concatenate(parts_b), np.zeros(0, np.int64)
-                    )
-                    parts_a, parts_b, held = [], [], 0
-            if parts_a:
-                yield PairArrays(
-                    np.concatenate(parts_a), np.concatenate(parts_b), np.zeros(0, np.int64)
-                )
+def self_join(
+    sets: ShingleSets,
+    representative: _I64,
+    keys: NDArray[np.uint64],
+    threshold: float,
+    batch: int = BATCH,
+) -> tuple[PairArrays, int, int]:
+    """The verified pairs among d distinct sets (set x is ``sets.set(representative[x])``,
+    its band keys ``keys[x]``, ``(d, bands) uint64``): every pair (u, v), u < v, equal in at
+    least one band, taken once (in the first band where they agree: a pair whose keys agree
+    in an earlier band is skipped), verified exactly. Returns (the pairs with J >=
+    ``threshold``, as positions u, v and distance, :data:`SCALE` units; the candidates; the
+    candidates merged, those whose set sizes allow the threshold).
 
+    One compiled kernel per chunk of a band's buckets
+    (:func:`permindex.near.minhash_kernels.bucket_pairs_verified`), so candidates are never
+    materialised, only the pairs kept: a chunk holds whole rows of buckets (a member against
+    the later ones), at most ``batch`` pairs or one row. Memory O(d + batch) besides the pairs
+    kept, however large a bucket. Time O(bands x d log d) for the buckets, the merges of the
+    candidates (a merge is given up once the threshold is out of reach), and O(bands) for each
+    pair met again in a later band.
+    """
+    from permindex.near import minhash_kernels
 
-def candidate_batches(keys: NDArray[np.uint64], batch: int = BATCH) -> Iterator[PairArrays]:
-    """The LSH candidates of n sets given their ``(n, bands) uint64`` band keys: every pair
-    (u, v), u < v, equal in at least one band, each exactly once (in the first band where they
-    agree: a pair equal in an earlier band is dropped by comparing those bands' keys), in
-    batches of at most ``batch`` pairs (distance column unused). Memory O(n + batch x bands),
-    however large a bucket."""
-    n, bands = keys.shape
+    d, bands = keys.shape
+    parts: list[PairArrays] = []
+    candidates = merged = 0
     for band in range(bands):
         column = keys[:, band]
         order = np.argsort(column, kind="stable").astype(np.int64)
         ordered = column[order]
         starts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1])).astype(np.int64)
-        sizes = np.diff(np.append(starts, n)).astype(np.int64)
+        sizes = np.diff(np.append(starts, d)).astype(np.int64)
         shared = sizes >= 2
-        for a, b, _ in _bucket_pairs(order, starts[shared], sizes[shared], batch):
-            u = np.minimum(a, b)
-            v = np.maximum(a, b)
-            if band:
-                seen = (keys[u, :band] == keys[v, :band]).any(axis=1)
-                u, v = u[~seen], v[~seen]
-            if u.size:
-                yield PairArrays(u, v, np.zeros(0, dtype=np.int64))
+        starts, sizes = starts[shared], sizes[shared]
+        if starts.size == 0:
+            continue
+        # row tasks: member i of a bucket against the members after it
+        bucket = np.repeat(np.arange(starts.size, dtype=np.int64), sizes - 1)
+        first_row = np.cumsum(sizes - 1) - (sizes - 1)
+        row_index = np.arange(bucket.size, dtype=np.int64) - first_row[bucket]
+        row_start, row_size = starts[bucket], sizes[bucket]
+        ends = np.cumsum(row_size - 1 - row_index)  # pairs up to and including each row
+        at = 0
+        while at < ends.size:
+            before = int(ends[at - 1]) if at else 0
+            stop = max(at + 1, int(np.searchsorted(ends, before + batch, side="right")))
+            out = np.empty((3, int(ends[stop - 1]) - before), dtype=np.int64)
+            found, tried, kept = minhash_kernels.bucket_pairs_verified(
+                order, row_start[at:stop], row_size[at:stop], row_index[at:stop], keys, band,
+                representative, sets.values, sets.offsets, threshold, SCALE,
+                out[0], out[1], out[2],
+            )  # fmt: skip
+            candidates += found
+            merged += tried
+            if kept:
+                parts.append(PairArrays(*out[:, :kept].copy()))
+            at = stop
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return PairArrays(empty, empty.copy(), empty.copy()), candidates, merged
+    pairs = PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
+    return pairs, candidates, merged
 
 
 def lookup_batches(
@@ -346,18 +353,12 @@ class JaccardDuplicates(NearDuplicates):
         """The verified pairs of distinct sets (positions into ``values.distinct``)."""
         representative = values.by_value[values.first]
         keys = band_keys(self._signature[representative], self.shape)
-        parts: list[PairArrays] = []
-        for u, v, _ in candidate_batches(keys, self._batch):
-            self.candidates += int(u.size)
-            found = verify(self._sets, representative[u], representative[v], self.threshold)
-            self.candidates_verified += found.merged
-            parts.append(PairArrays(u[found.kept], v[found.kept], found.distance))
+        pairs, self.candidates, self.candidates_verified = self_join(
+            self._sets, representative, keys, self.threshold, self._batch
+        )
         self._signature = self._signature[:0]  # no longer needed
         self._band_keys = keys  # of the distinct sets: for matches()
-        if not parts:
-            empty = np.zeros(0, dtype=np.int64)
-            return PairArrays(empty, empty.copy(), empty.copy())
-        return PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
+        return pairs
 
     def matches(self, sets: ShingleSets, signature: NDArray[np.uint32]) -> PairArrays:
         """The pairs between m other sets and this collection's with Jaccard >= the
