@@ -184,11 +184,14 @@ def _cmd_dedup(args: argparse.Namespace) -> int:
                 f"--out {options.out_dir}: cannot write the report: {error.strerror or error}",
                 "invalid",
             ) from None
-    from permindex.near.outputs import measure_of
+    if against is None:  # stdout carries pairs.tsv, written above: copied, not made again
+        with open(options.out_dir / "pairs.tsv", encoding="utf-8", newline="") as pairs:
+            out(iter(lambda: pairs.read(1 << 20), ""))
+    else:
+        from permindex.near.outputs import measure_of
 
-    _, m = measure_of(result)
-    pairs = result.near.iter_pairs() if against is None else iter(against)
-    out(f"{tsv_field(a)}\t{tsv_field(b)}\t{m(d)}\n" for a, b, d in pairs)
+        _, m = measure_of(result)
+        out(f"{tsv_field(a)}\t{tsv_field(b)}\t{m(d)}\n" for a, b, d in against)
     seconds = time.monotonic() - started
     raise_if_stopped()  # the last checkpoint: from here on the run is done, signals ignored
     ignore_stop_signals()

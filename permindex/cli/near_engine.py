@@ -55,9 +55,10 @@ def add_engine_arguments(dedup: argparse.ArgumentParser) -> None:
         "--against",
         metavar="CORPUS",
         help="batch query: print every pair new_key<TAB>corpus_key<TAB>distance within k\n"
+        "(--method minhash: new_key<TAB>corpus_key<TAB>jaccard, J >= --threshold, exact)\n"
         "between INPUT (the new batch) and CORPUS (read as INPUT is), sorted; the report\n"
         "folder gets INPUT's own report and new_unmatched.tsv (INPUT's documents with no\n"
-        "match in CORPUS: key<TAB>fingerprint)",
+        "match in CORPUS: key<TAB>fingerprint, or the shingle set's digest)",
     )
 
 
@@ -70,7 +71,7 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
 
     Raises:
         CommandError: exit 2 (usage): ``--against -``; ``--method minhash`` with ``--engine
-            dask`` or ``--against``; ``--jobs``, ``-`` or ``--weights idf``
+            dask``; ``--jobs``, ``-`` or ``--weights idf``
             with ``--engine dask``; a Dask flag with ``--engine local``; ``--worker-memory``
             with ``--scheduler`` or not a size; dask not installed (the message says
             ``pip install '.[dask]'``).
@@ -86,12 +87,10 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     ]
     if args.against == "-":
         raise _usage("--against reads a file or folder, not -")
-    if getattr(args, "method", "simhash") == "minhash" and (
-        args.engine != "local" or args.against is not None
-    ):
+    if getattr(args, "method", "simhash") == "minhash" and args.engine != "local":
         raise _usage(
-            "--method minhash runs on the local engine without --against (the Jaccard mode "
-            "is not built for --engine dask or --against yet)"
+            "--method minhash runs on the local engine (the Jaccard mode is not built for "
+            "--engine dask yet)"
         )
     if args.engine == "local":
         if dask_flags:

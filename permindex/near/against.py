@@ -5,9 +5,18 @@ block's fingerprints looked up with :meth:`~permindex.Index.query_many`, no shuf
 join of the corpus with itself (:func:`against_pairs`). The Dask engine runs the same
 :func:`block_pairs` on its workers (:mod:`permindex.distributed.against`).
 
-Output: every (new key, corpus key, distance) within k, sorted, each once (a corpus key read
-twice with the same fingerprint gives one line), and the new documents with no match
-(:func:`write_unmatched`: ``new_unmatched.tsv`` in the report folder).
+The Jaccard mode (``--method minhash``) is the same scan with the new batch's LSH bands in
+place of the tables: each corpus block's shingle sets and signatures are made as the new
+batch's were, its band keys looked up among the new batch's distinct sets and every candidate
+verified exactly (:meth:`permindex.near.jaccard.JaccardDuplicates.matches`,
+:func:`jaccard_block_pairs`), so every pair has J >= the threshold.
+
+Output: every (new key, corpus key, distance) within k (the Jaccard mode: with J >= the
+threshold, the distance in 1/10^4 of Jaccard, :data:`permindex.near.jaccard.SCALE`), sorted,
+each once (a corpus key read twice with the same fingerprint, or shingle set, gives one line);
+pairs of two new documents are not among them (they are in the new batch's own report). And
+the new documents with no match (:func:`write_unmatched`: ``new_unmatched.tsv`` in the report
+folder).
 """
 
 from __future__ import annotations
@@ -20,7 +29,14 @@ import numpy as np
 
 from permindex.index import Index
 from permindex.index.join.clusters import design_for
-from permindex.near.dedup import Documents, fingerprint_tasks, raise_failure, run_task
+from permindex.near.dedup import (
+    Documents,
+    TaskDocuments,
+    fingerprint_tasks,
+    raise_failure,
+    run_task,
+)
+from permindex.near.jaccard import JaccardDuplicates
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import format_fingerprint, tsv_field
 
@@ -30,13 +46,14 @@ __all__ = [
     "against_pairs",
     "block_pairs",
     "corpus_options",
+    "jaccard_block_pairs",
     "new_index",
     "unmatched",
     "write_unmatched",
 ]
 
 #: The report folder's file of the new documents with no match in the corpus:
-#: ``key<TAB>fingerprint`` per document, sorted by key.
+#: ``key<TAB>fingerprint`` per document (the Jaccard mode: the set digest), sorted by key.
 UNMATCHED_FILE: Final = "new_unmatched.tsv"
 
 AgainstPair = tuple[str, str, int]  # (new key, corpus key, distance)
@@ -68,6 +85,24 @@ def block_pairs(index: Index, documents: Documents, k: int) -> list[AgainstPair]
     ]
 
 
+def jaccard_block_pairs(near: JaccardDuplicates, read: TaskDocuments) -> list[AgainstPair]:
+    """The (new key, corpus key, distance) pairs with Jaccard >= ``near.threshold`` of one
+    block of corpus documents ``read`` by a "minhash" task (its shingle sets and signatures,
+    for the documents with a set) against the new batch ``near``
+    (:meth:`~permindex.near.jaccard.JaccardDuplicates.matches`)."""
+    if read.sets is None or read.signatures is None or len(read.sets) == 0:
+        return []
+    rows, positions, distance = near.matches(read.sets, read.signatures)
+    valid = np.flatnonzero(read.documents.has_fingerprint)  # the rows' documents
+    corpus_keys, new_keys = read.documents.keys, near.keys
+    return [
+        (new_keys[p], corpus_keys[at], d)
+        for p, at, d in zip(
+            positions.tolist(), valid[rows].tolist(), distance.tolist(), strict=True
+        )
+    ]
+
+
 def corpus_options(options: DedupOptions, corpus: str) -> DedupOptions:
     """The options that read the corpus: those of the new batch with ``corpus`` as source."""
     from dataclasses import replace
@@ -79,7 +114,11 @@ def against_pairs(result: DedupResult, corpus: str) -> list[AgainstPair]:
     """Every (new key, corpus key, distance) within ``result.options.k`` between the new batch
     (``result``, from :func:`permindex.near.dedup.run_dedup`) and the documents of ``corpus``
     (read and fingerprinted as the new batch was, block by block in this process), sorted, each
-    once. Memory: the new batch's index, one block of the corpus and the pairs.
+    once. In the Jaccard mode (``result.near`` a
+    :class:`~permindex.near.jaccard.JaccardDuplicates`) every pair with J >=
+    ``result.options.threshold``, found by its bands and verified exactly
+    (:func:`jaccard_block_pairs`). Memory: the new batch's index (its shingle sets and band
+    keys), one block of the corpus and the pairs.
 
     Raises:
         InvalidArgumentError: as :func:`~permindex.near.dedup.run_dedup` for the corpus.
@@ -87,7 +126,8 @@ def against_pairs(result: DedupResult, corpus: str) -> list[AgainstPair]:
     from permindex.io.parquet import open_documents
 
     options = corpus_options(result.options, corpus)
-    index = new_index(result)
+    near = result.near
+    index = None if isinstance(near, JaccardDuplicates) else new_index(result)
     reader = open_documents(
         corpus,
         id_field=options.id_field,
@@ -96,7 +136,12 @@ def against_pairs(result: DedupResult, corpus: str) -> list[AgainstPair]:
     )
     found: set[AgainstPair] = set()
     for task in fingerprint_tasks(reader, options):
-        found.update(block_pairs(index, raise_failure(run_task(*task)).documents, options.k))
+        read = raise_failure(run_task(*task))
+        if index is None:
+            assert isinstance(near, JaccardDuplicates)
+            found.update(jaccard_block_pairs(near, read))
+        else:
+            found.update(block_pairs(index, read.documents, options.k))
     return sorted(found)
 
 
@@ -109,8 +154,9 @@ def unmatched(result: DedupResult, pairs: Iterable[AgainstPair]) -> list[int]:
 
 
 def write_unmatched(result: DedupResult, positions: Sequence[int], folder: Path) -> Path:
-    """Write :data:`UNMATCHED_FILE` in ``folder``: ``key<TAB>fingerprint`` (16 hex digits) per
-    position, in the given order."""
+    """Write :data:`UNMATCHED_FILE` in ``folder``: ``key<TAB>fingerprint`` (16 hex digits; in
+    the Jaccard mode the set digest, as ``exact_duplicates.tsv`` gives it) per position, in the
+    given order."""
     path = folder / UNMATCHED_FILE
     keys, fps = result.near.keys, result.near.fingerprints
     with open(path, "w", encoding="utf-8", newline="\n") as out:

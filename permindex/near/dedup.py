@@ -232,15 +232,19 @@ def raise_failure(done: Any) -> TaskDocuments:
 def fingerprint_tasks(
     reader: DocumentReader, options: DedupOptions
 ) -> Iterator[tuple[_Known, Callable[..., Any], tuple[Any, ...]]]:
-    """The tasks of the plain fingerprint pass of ``reader`` (as :func:`run_dedup` runs them,
-    blocks of JSONL lines, Parquet row batches, folder files), each to be run by
-    :func:`run_task`, in input order."""
+    """The tasks of the fingerprint pass of ``reader`` (as :func:`run_dedup` runs them,
+    blocks of JSONL lines, Parquet row batches, folder files; plain SimHash with the options'
+    vote and extract, or, for ``method="minhash"``, shingle sets and signatures), each to be run
+    by :func:`run_task`, in input order."""
     args = (
-        "plain",
+        "minhash" if options.method == "minhash" else "plain",
         options.shingle_size,
         options.tokenizer,
         options.min_words,
         DEFAULT_BUCKET_BITS,
+        options.permutations,
+        options.vote,
+        options.extract,
     )
     return _tasks(reader, args, 2)
 

@@ -11,12 +11,13 @@ so "nearest" means most similar, and the Jaccard to 4 decimals is ``1 - distance
 set, in place of the fingerprint), so they are joined once and expanded only where pairs of
 keys are listed, lazily.
 
-Memory on templated corpora: a band bucket of m sets yields m(m-1)/2 candidate pairs, generated
-and verified in batches of at most :data:`BATCH` pairs (:func:`candidate_batches`); a pair met
-in an earlier band is not generated again (its band keys are compared), so no set of the pairs
-seen is kept. Held at once: the shingle sets (8 bytes a distinct shingle a document), the
-signatures (4 bytes a permutation a document), the band keys (8 bytes a band a document), one
-batch, and the verified pairs of distinct sets (24 bytes each).
+Memory on templated corpora: a band bucket of m sets yields m(m-1)/2 candidate pairs, met and
+verified in one compiled kernel per chunk of at most :data:`BATCH` pairs (:func:`self_join`:
+only the pairs kept are written); a pair met in an earlier band is skipped (its band keys are
+compared), so no set of the pairs seen is kept. Held at once: the shingle sets (8 bytes a
+distinct shingle a document), the signatures (4 bytes a permutation a document) until the join
+is done, the band keys (8 bytes a band a distinct set, kept for :meth:`JaccardDuplicates.matches`),
+one chunk, and the verified pairs of distinct sets (24 bytes each).
 Importing it does not import numba.
 """
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 import xxhash
@@ -39,9 +40,12 @@ __all__ = [
     "SCALE",
     "JaccardDuplicates",
     "ShingleSets",
-    "candidate_batches",
+    "Verified",
     "intersection_sizes",
     "jaccard_text",
+    "lookup_batches",
+    "self_join",
+    "verify",
 ]
 
 #: Distance units of the Jaccard mode: distance = round((1 - J) * SCALE).
@@ -142,78 +146,154 @@ def _distinct(hashes: NDArray[np.uint64]) -> NDArray[np.uint64]:
     return ordered[keep]
 
 
-def intersection_sizes(sets: ShingleSets, left: _I64, right: _I64) -> _I64:
-    """((k,) int64) |set left[i] & set right[i]| for each i: one merge of the two sorted sets
-    per pair in a compiled kernel (:func:`permindex.near.minhash_kernels.intersection_sizes`).
+def intersection_sizes(
+    sets: ShingleSets, left: _I64, right: _I64, other: ShingleSets | None = None
+) -> _I64:
+    """((k,) int64) |set left[i] & set right[i]| for each i, the right sets taken from
+    ``other`` when given (else from ``sets``): one merge of the two sorted sets per pair in a
+    compiled kernel (:func:`permindex.near.minhash_kernels.intersection_sizes`).
     O(sum of the pairs' set sizes)."""
     out = np.zeros(left.size, dtype=np.int64)
     if left.size == 0:
         return out
     from permindex.near import minhash_kernels
 
+    right_sets = sets if other is None else other
     minhash_kernels.intersection_sizes(
-        sets.values, sets.offsets, left.astype(np.int64), right.astype(np.int64), out
+        sets.values,
+        sets.offsets,
+        left.astype(np.int64),
+        right_sets.values,
+        right_sets.offsets,
+        right.astype(np.int64),
+        out,
     )
     return out
 
 
-def _bucket_pairs(order: _I64, starts: _I64, sizes: _I64, batch: int) -> Iterator[PairArrays]:
-    """Every pair of members of each bucket (bucket g is ``order[starts[g]:starts[g] +
-    sizes[g]]``), in batches of at most ``batch`` pairs (distance column unused: zeros)."""
-    for size in np.unique(sizes).tolist():
-        groups = starts[sizes == size]
-        per_group = size * (size - 1) // 2
-        if per_group <= batch:
-            i, j = np.triu_indices(size, k=1)
-            step = max(1, batch // per_group)
-            for at in range(0, groups.size, step):
-                members = order[groups[at : at + step, None] + np.arange(size)]
-                a = members[:, i].ravel()
-                b = members[:, j].ravel()
-                yield PairArrays(a, b, np.zeros(0, dtype=np.int64))
-            continue
-        for start in groups.tolist():  # a huge bucket: row by row, batches of whole rows
-            members = order[start : start + size]
-            parts_a: list[_I64] = []
-            parts_b: list[_I64] = []
-            held = 0
-            for row in range(size - 1):
-                parts_a.append(np.full(size - row - 1, members[row], dtype=np.int64))
-                parts_b.append(members[row + 1 :])
-                held += size - row - 1
-                if held >= batch:
-                    yield PairArrays(
-                        np.concatenate(parts_a), np.concatenate(parts_b), np.zeros(0, np.int64)
-                    )
-                    parts_a, parts_b, held = [], [], 0
-            if parts_a:
-                yield PairArrays(
-                    np.concatenate(parts_a), np.concatenate(parts_b), np.zeros(0, np.int64)
-                )
+class Verified(NamedTuple):
+    """What :func:`verify` found of k candidate pairs."""
+
+    kept: NDArray[np.bool_]  # (k,) the pairs with J >= the threshold
+    distance: _I64  # (m,) round((1 - J) * SCALE) of the m kept pairs, in order
+    merged: int  # the candidates merged (those whose set sizes allow the threshold)
 
 
-def candidate_batches(keys: NDArray[np.uint64], batch: int = BATCH) -> Iterator[PairArrays]:
-    """The LSH candidates of n sets given their ``(n, bands) uint64`` band keys: every pair
-    (u, v), u < v, equal in at least one band, each exactly once (in the first band where they
-    agree: a pair equal in an earlier band is dropped by comparing those bands' keys), in
-    batches of at most ``batch`` pairs (distance column unused). Memory O(n + batch x bands),
-    however large a bucket."""
-    n, bands = keys.shape
+def verify(
+    sets: ShingleSets,
+    left: _I64,
+    right: _I64,
+    threshold: float,
+    other: ShingleSets | None = None,
+) -> Verified:
+    """The exact check of candidate pairs (set ``left[i]`` of ``sets`` with set ``right[i]`` of
+    ``other``, or of ``sets`` when None): the pairs with ``|A & B| / |A | B| >= threshold``
+    and their distance ``round((1 - J) *`` :data:`SCALE` ``)`` (ties up). A pair whose sizes
+    alone rule it out (``min / max < threshold``, as J <= min / max) is not merged.
+    O(sum of the merged pairs' sizes)."""
+    right_sets = sets if other is None else other
+    size_l = sets.sizes[left]
+    size_r = right_sets.sizes[right]
+    possible = np.flatnonzero(np.minimum(size_l, size_r) / np.maximum(size_l, size_r) >= threshold)
+    inter = intersection_sizes(sets, left[possible], right[possible], other)
+    union = size_l[possible] + size_r[possible] - inter
+    good = inter / union >= threshold
+    kept = np.zeros(left.size, dtype=bool)
+    kept[possible[good]] = True
+    inter, union = inter[good], union[good]
+    distance = ((union - inter) * 2 * SCALE + union) // (2 * union)
+    return Verified(kept, distance.astype(np.int64), int(possible.size))
+
+
+def self_join(
+    sets: ShingleSets,
+    representative: _I64,
+    keys: NDArray[np.uint64],
+    threshold: float,
+    batch: int = BATCH,
+) -> tuple[PairArrays, int, int]:
+    """The verified pairs among d distinct sets (set x is ``sets.set(representative[x])``,
+    its band keys ``keys[x]``, ``(d, bands) uint64``): every pair (u, v), u < v, equal in at
+    least one band, taken once (in the first band where they agree: a pair whose keys agree
+    in an earlier band is skipped), verified exactly. Returns (the pairs with J >=
+    ``threshold``, as positions u, v and distance, :data:`SCALE` units; the candidates; the
+    candidates merged, those whose set sizes allow the threshold).
+
+    One compiled kernel per chunk of a band's buckets
+    (:func:`permindex.near.minhash_kernels.bucket_pairs_verified`), so candidates are never
+    materialised, only the pairs kept: a chunk holds whole rows of buckets (a member against
+    the later ones), at most ``batch`` pairs or one row. Memory O(d + batch) besides the pairs
+    kept, however large a bucket. Time O(bands x d log d) for the buckets, the merges of the
+    candidates (a merge is given up once the threshold is out of reach), and O(bands) for each
+    pair met again in a later band.
+    """
+    from permindex.near import minhash_kernels
+
+    d, bands = keys.shape
+    parts: list[PairArrays] = []
+    candidates = merged = 0
     for band in range(bands):
         column = keys[:, band]
         order = np.argsort(column, kind="stable").astype(np.int64)
         ordered = column[order]
         starts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1])).astype(np.int64)
-        sizes = np.diff(np.append(starts, n)).astype(np.int64)
+        sizes = np.diff(np.append(starts, d)).astype(np.int64)
         shared = sizes >= 2
-        for a, b, _ in _bucket_pairs(order, starts[shared], sizes[shared], batch):
-            u = np.minimum(a, b)
-            v = np.maximum(a, b)
+        starts, sizes = starts[shared], sizes[shared]
+        if starts.size == 0:
+            continue
+        # row tasks: member i of a bucket against the members after it
+        bucket = np.repeat(np.arange(starts.size, dtype=np.int64), sizes - 1)
+        first_row = np.cumsum(sizes - 1) - (sizes - 1)
+        row_index = np.arange(bucket.size, dtype=np.int64) - first_row[bucket]
+        row_start, row_size = starts[bucket], sizes[bucket]
+        ends = np.cumsum(row_size - 1 - row_index)  # pairs up to and including each row
+        at = 0
+        while at < ends.size:
+            before = int(ends[at - 1]) if at else 0
+            stop = max(at + 1, int(np.searchsorted(ends, before + batch, side="right")))
+            out = np.empty((3, int(ends[stop - 1]) - before), dtype=np.int64)
+            found, tried, kept = minhash_kernels.bucket_pairs_verified(
+                order, row_start[at:stop], row_size[at:stop], row_index[at:stop], keys, band,
+                representative, sets.values, sets.offsets, threshold, SCALE,
+                out[0], out[1], out[2],
+            )  # fmt: skip
+            candidates += found
+            merged += tried
+            if kept:
+                parts.append(PairArrays(*out[:, :kept].copy()))
+            at = stop
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return PairArrays(empty, empty.copy(), empty.copy()), candidates, merged
+    pairs = PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
+    return pairs, candidates, merged
+
+
+def lookup_batches(
+    keys: NDArray[np.uint64], indexed: NDArray[np.uint64], batch: int = BATCH
+) -> Iterator[tuple[_I64, _I64]]:
+    """The LSH candidates between m query sets and n indexed sets given their ``(m, bands)``
+    and ``(n, bands) uint64`` band keys: every pair (query row, indexed row) equal in at least
+    one band, each exactly once (in the first band where they agree), in batches of at most
+    ``batch`` pairs, however many indexed sets share one bucket. O(bands x (n log n + m log n))
+    for the sorted bands and look-ups, plus the candidates; memory O(n + m + batch x bands)."""
+    for band in range(keys.shape[1]):
+        order = np.argsort(indexed[:, band], kind="stable").astype(np.int64)
+        ordered = indexed[order, band]
+        low = np.searchsorted(ordered, keys[:, band], side="left").astype(np.int64)
+        counts = np.searchsorted(ordered, keys[:, band], side="right") - low
+        ends = np.cumsum(counts)
+        total = int(ends[-1]) if ends.size else 0
+        for start in range(0, total, batch):
+            flat = np.arange(start, min(start + batch, total), dtype=np.int64)
+            rows = np.searchsorted(ends, flat, side="right").astype(np.int64)
+            found = order[low[rows] + flat - (ends[rows] - counts[rows])]
             if band:
-                seen = (keys[u, :band] == keys[v, :band]).any(axis=1)
-                u, v = u[~seen], v[~seen]
-            if u.size:
-                yield PairArrays(u, v, np.zeros(0, dtype=np.int64))
+                seen = (keys[rows, :band] == indexed[found, :band]).any(axis=1)
+                rows, found = rows[~seen], found[~seen]
+            if rows.size:
+                yield rows, found
 
 
 def jaccard_text(distance: int) -> str:
@@ -265,6 +345,7 @@ class JaccardDuplicates(NearDuplicates):
         self._sets = sets
         self._signature = signature
         self._batch = batch
+        self._band_keys = np.zeros((0, shape.bands), dtype=np.uint64)
         k = round((1.0 - self.threshold) * SCALE)
         super().__init__(keys, sets.digests(), k, join_values=self._join)
 
@@ -272,27 +353,44 @@ class JaccardDuplicates(NearDuplicates):
         """The verified pairs of distinct sets (positions into ``values.distinct``)."""
         representative = values.by_value[values.first]
         keys = band_keys(self._signature[representative], self.shape)
-        sizes = self._sets.sizes
-        parts: list[PairArrays] = []
-        for all_u, all_v, _ in candidate_batches(keys, self._batch):
-            self.candidates += int(all_u.size)
-            size_u = sizes[representative[all_u]]
-            size_v = sizes[representative[all_v]]
-            possible = np.minimum(size_u, size_v) / np.maximum(size_u, size_v) >= self.threshold
-            u, v = all_u[possible], all_v[possible]
-            self.candidates_verified += int(u.size)
-            left, right = representative[u], representative[v]
-            inter = intersection_sizes(self._sets, left, right)
-            union = sizes[left] + sizes[right] - inter
-            good = inter / union >= self.threshold
-            inter, union = inter[good], union[good]
-            distance = ((union - inter) * 2 * SCALE + union) // (2 * union)
-            parts.append(PairArrays(u[good], v[good], distance.astype(np.int64)))
+        pairs, self.candidates, self.candidates_verified = self_join(
+            self._sets, representative, keys, self.threshold, self._batch
+        )
         self._signature = self._signature[:0]  # no longer needed
+        self._band_keys = keys  # of the distinct sets: for matches()
+        return pairs
+
+    def matches(self, sets: ShingleSets, signature: NDArray[np.uint32]) -> PairArrays:
+        """The pairs between m other sets and this collection's with Jaccard >= the
+        threshold (``permindex dedup NEW --against CORPUS``: these are NEW's, ``sets`` a block
+        of the corpus): ``(row, position, distance)``, row into ``sets``, position into
+        :attr:`keys` (every key whose set is the one matched), distance as
+        :meth:`iter_pairs`' (:data:`SCALE` units), in no particular order.
+
+        Candidates are the pairs equal in at least one band of ``signature`` (``(m,
+        permutations) uint32``, made as this collection's: :func:`~permindex.near.minhash.
+        signatures` with as many permutations), each once, against the distinct sets here
+        (identical sets cost one check), in batches of at most the join's batch; each is
+        verified exactly (:func:`verify`; not counted in :attr:`candidates`, which are this
+        collection's own). Memory: one batch and the pairs found; this collection keeps its
+        distinct sets' band keys (8 bytes a band a distinct set) for it.
+        """
+        values = self._values
+        representative = values.by_value[values.first]
+        parts: list[PairArrays] = []
+        if len(sets):
+            keys = band_keys(signature, self.shape)
+            for rows, distinct in lookup_batches(keys, self._band_keys, self._batch):
+                found = verify(sets, rows, representative[distinct], self.threshold, self._sets)
+                parts.append(PairArrays(rows[found.kept], distinct[found.kept], found.distance))
         if not parts:
             empty = np.zeros(0, dtype=np.int64)
             return PairArrays(empty, empty.copy(), empty.copy())
-        return PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
+        rows, distinct, distance = (np.concatenate(x) for x in zip(*parts, strict=True))
+        counts = values.counts[distinct]  # each distinct set: every key that has it
+        starts = np.repeat(values.first[distinct] - np.cumsum(counts) + counts, counts)
+        positions = values.by_value[starts + np.arange(int(counts.sum()))]
+        return PairArrays(np.repeat(rows, counts), positions, np.repeat(distance, counts))
 
     def sample_pairs(self, per_distance: int, order: _I64) -> PairArrays:
         """Up to ``per_distance`` pairs in each Jaccard bin of 0.05 (0.80-0.85, ..., 0.95-1.0:

@@ -38,31 +38,128 @@ def signatures_of(
                     row[p] = h
 
 
+@njit(inline=True)
+def _common(
+    values: NDArray[np.uint64],
+    i: int,
+    i_end: int,
+    other: NDArray[np.uint64],
+    j: int,
+    j_end: int,
+    need: int,
+) -> int:
+    """|values[i:i_end] & other[j:j_end]| (two sorted runs of distinct values, one merge), or
+    -1 as soon as fewer than ``need`` common values remain possible (``need`` <= 0: never)."""
+    count = 0
+    while i < i_end and j < j_end:
+        x = values[i]
+        y = other[j]
+        if x == y:
+            count += 1
+            i += 1
+            j += 1
+            continue
+        if x < y:
+            i += 1
+        else:
+            j += 1
+        if count + min(i_end - i, j_end - j) < need:  # only a miss lowers the bound
+            return -1
+    return count
+
+
 @njit()
 def intersection_sizes(
     values: NDArray[np.uint64],
     offsets: NDArray[np.int64],
     left: NDArray[np.int64],
+    other_values: NDArray[np.uint64],
+    other_offsets: NDArray[np.int64],
     right: NDArray[np.int64],
     out: NDArray[np.int64],
 ) -> None:
-    """out[k] = |set left[k] & set right[k]| for sets stored sorted and distinct in CSR
-    (values, offsets): one merge of the two runs per pair."""
+    """out[k] = |set left[k] of (values, offsets) & set right[k] of (other_values,
+    other_offsets)|, sets stored sorted and distinct in CSR (the same arrays twice for pairs
+    of one collection): one merge of the two runs per pair."""
     for k in range(left.size):
-        i = offsets[left[k]]
-        i_end = offsets[left[k] + 1]
-        j = offsets[right[k]]
-        j_end = offsets[right[k] + 1]
-        count = 0
-        while i < i_end and j < j_end:
-            x = values[i]
-            y = values[j]
-            if x == y:
-                count += 1
-                i += 1
-                j += 1
-            elif x < y:
-                i += 1
-            else:
-                j += 1
-        out[k] = count
+        out[k] = _common(
+            values,
+            offsets[left[k]],
+            offsets[left[k] + 1],
+            other_values,
+            other_offsets[right[k]],
+            other_offsets[right[k] + 1],
+            0,
+        )
+
+
+@njit()
+def bucket_pairs_verified(
+    order: NDArray[np.int64],
+    row_start: NDArray[np.int64],
+    row_size: NDArray[np.int64],
+    row_index: NDArray[np.int64],
+    keys: NDArray[np.uint64],
+    band: int,
+    representative: NDArray[np.int64],
+    values: NDArray[np.uint64],
+    offsets: NDArray[np.int64],
+    threshold: float,
+    scale: int,
+    out_u: NDArray[np.int64],
+    out_v: NDArray[np.int64],
+    out_distance: NDArray[np.int64],
+) -> tuple[int, int, int]:
+    """The candidates of one band's buckets, verified: for each row task t, the pairs
+    (m_i, m_j), j > i = row_index[t], of the bucket m = order[row_start[t]:row_start[t] +
+    row_size[t]] (distinct sets u = min, v = max, rows of ``keys``); a pair whose band keys
+    agree in an earlier band is skipped (it was a candidate there); one whose sizes rule it
+    out (min / max < threshold) is counted, not merged; the others are merged (set x is
+    ``values[offsets[representative[x]]:...]``), the merge given up once the threshold is out
+    of reach. Kept: ``|A & B| / |A | B| >= threshold``, written to out_* with distance
+    ``((union - inter) * 2 * scale + union) // (2 * union)``. The out_* arrays hold every
+    pair of the tasks. Returns (candidates, merged, kept)."""
+    candidates = 0
+    merged = 0
+    kept = 0
+    for t in range(row_start.size):
+        start = row_start[t]
+        end = start + row_size[t]
+        a = order[start + row_index[t]]
+        for at in range(start + row_index[t] + 1, end):
+            b = order[at]
+            u = min(a, b)
+            v = max(a, b)
+            seen = False
+            for earlier in range(band):
+                if keys[u, earlier] == keys[v, earlier]:
+                    seen = True
+                    break
+            if seen:
+                continue
+            candidates += 1
+            su = offsets[representative[u] + 1] - offsets[representative[u]]
+            sv = offsets[representative[v] + 1] - offsets[representative[v]]
+            if min(su, sv) / max(su, sv) < threshold:
+                continue
+            merged += 1
+            # J >= t  <=>  inter >= t (su + sv) / (1 + t): a bound a little below, to give up
+            need = int(threshold * (su + sv) / (1.0 + threshold)) - 1
+            inter = _common(
+                values,
+                offsets[representative[u]],
+                offsets[representative[u] + 1],
+                values,
+                offsets[representative[v]],
+                offsets[representative[v] + 1],
+                need,
+            )
+            if inter < 0:
+                continue
+            union = su + sv - inter
+            if inter / union >= threshold:
+                out_u[kept] = u
+                out_v[kept] = v
+                out_distance[kept] = ((union - inter) * 2 * scale + union) // (2 * union)
+                kept += 1
+    return candidates, merged, kept

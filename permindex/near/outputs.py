@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,88 @@ def _write_json_array(path: Path, items: Iterable[object], *, encoded: bool = Fa
     _write_lines(path, lines())
 
 
+class _Escaped(dict[int, str]):
+    """A position's key written one way (``escape(names[p])``), made once per position."""
+
+    def __init__(self, names: _KeyNames, escape: Callable[[str], str]) -> None:
+        super().__init__()
+        self.names = names
+        self.escape = escape
+
+    def __missing__(self, position: int) -> str:
+        text = self[position] = self.escape(self.names[position])
+        return text
+
+
+class _Measures(dict[int, str]):
+    """A distance written as the pairs' third column (``measure(d)``), made once per value."""
+
+    def __init__(self, measure: Callable[[int], str]) -> None:
+        super().__init__()
+        self.measure = measure
+
+    def __missing__(self, distance: int) -> str:
+        text = self[distance] = self.measure(distance)
+        return text
+
+
+def _write_pairs(
+    folder: Path, near: NearDuplicates, keys: _KeyNames, measure: str, m: Callable[[int], str]
+) -> None:
+    """``pairs.tsv``, ``pairs.json`` and, with pyarrow, ``pairs.parquet`` in one pass over
+    :meth:`~permindex.index.join.clusters.NearDuplicates.pair_chunks` (one chunk in memory),
+    each key escaped and each distance written once, not once a pair: the pairs of a
+    templated corpus (10^6 and more over a few thousand keys) cost a few dict look-ups and
+    one f-string each. Without pyarrow an earlier run's ``pairs.parquet`` is removed."""
+    tsv, js, text = _Escaped(keys, tsv_field), _Escaped(keys, encode_basestring), _Measures(m)
+    jaccard = isinstance(near, JaccardDuplicates)
+    parquet: Path | None = folder / "pairs.parquet"
+    try:
+        require_pyarrow()
+    except InvalidArgumentError:
+        (folder / "pairs.parquet").unlink(missing_ok=True)
+        parquet = None
+    with ExitStack() as stack:
+        tsv_file = stack.enter_context(
+            open(folder / "pairs.tsv", "w", encoding="utf-8", newline="\n")
+        )
+        json_file = stack.enter_context(
+            open(folder / "pairs.json", "w", encoding="utf-8", newline="\n")
+        )
+        writer = None
+        if parquet is not None:
+            # the third column as the TSV file has it: bits, or the Jaccard similarity (float64,
+            # (SCALE - distance) / SCALE: the value pairs.tsv prints with 4 decimals)
+            third = ("jaccard", "float64") if jaccard else ("distance", "int64")
+            writer = stack.enter_context(
+                ParquetTableWriter(parquet, [("key_a", "string"), ("key_b", "string"), third])
+            )
+        json_file.write("[")
+        separator = "\n"
+        for a, b, d in near.pair_chunks():
+            rows = list(zip(a.tolist(), b.tolist(), d.tolist(), strict=True))
+            if not rows:
+                continue
+            tsv_file.write("".join([f"{tsv[x]}\t{tsv[y]}\t{text[z]}\n" for x, y, z in rows]))
+            json_file.write(
+                separator
+                + ",\n".join(
+                    [
+                        f'{{"key_a": {js[x]}, "key_b": {js[y]}, "{measure}": {text[z]}}}'
+                        for x, y, z in rows
+                    ]
+                )
+            )
+            separator = ",\n"
+            if writer is not None:
+                third_column = (SCALE - d.astype(np.float64)) / SCALE if jaccard else d
+                name_of = keys.__getitem__
+                writer.write_columns(
+                    [list(map(name_of, a.tolist())), list(map(name_of, b.tolist())), third_column]
+                )
+        json_file.write("\n]\n")
+
+
 def _write_parquet_tables(
     folder: Path,
     near: NearDuplicates,
@@ -100,11 +183,12 @@ def _write_parquet_tables(
     exact: Sequence[NDArray[np.int64]],
     decisions: Sequence[tuple[int, str, str, str]],
 ) -> None:
-    """``pairs``, ``clusters``, ``exact_duplicates`` and ``keep_drop`` as Parquet, the columns
-    of the TSV files (fingerprints as uint64, counts as int64), when pyarrow is installed;
-    otherwise those of an earlier run are removed (they would be out of date). Written a
-    column at a time (:meth:`ParquetTableWriter.write_columns`), not a row at a time."""
-    names = ("pairs", "clusters", "exact_duplicates", "keep_drop")
+    """``clusters``, ``exact_duplicates`` and ``keep_drop`` as Parquet (``pairs``:
+    :func:`_write_pairs`), the columns of the TSV files (fingerprints as uint64, counts as
+    int64), when pyarrow is installed; otherwise those of an earlier run are removed (they
+    would be out of date). Written a column at a time
+    (:meth:`ParquetTableWriter.write_columns`), not a row at a time."""
+    names = ("clusters", "exact_duplicates", "keep_drop")
     try:
         require_pyarrow()
     except InvalidArgumentError:
@@ -122,18 +206,6 @@ def _write_parquet_tables(
         members = np.concatenate(groups).tolist() if groups else []
         return np.repeat(np.arange(1, sizes.size + 1, dtype=np.int64), sizes), members, sizes
 
-    # the third column as the TSV file has it: bits, or the Jaccard similarity (float64,
-    # (SCALE - distance) / SCALE: the value pairs.tsv prints with 4 decimals)
-    jaccard = isinstance(near, JaccardDuplicates)
-    measure = ("jaccard", "float64") if jaccard else ("distance", "int64")
-    with ParquetTableWriter(
-        folder / "pairs.parquet", [("key_a", "string"), ("key_b", "string"), measure]
-    ) as writer:
-        for a, b, d in near.pair_chunks():
-            third = (SCALE - d.astype(np.float64)) / SCALE if jaccard else d
-            writer.write_columns(
-                [list(map(name_of, a.tolist())), list(map(name_of, b.tolist())), third]
-            )
     number, members, _ = numbered(clusters)
     with ParquetTableWriter(
         folder / "clusters.parquet", [("cluster", "int64"), ("key", "string")]
@@ -230,19 +302,8 @@ def write_outputs(result: DedupResult, out_dir: Path | None = None) -> dict[str,
     t = tsv_field  # keys in TSV and text lines: backslash, TAB, LF, CR escaped
     measure, m = measure_of(result)
 
-    _write_lines(
-        folder / "pairs.tsv",
-        (f"{t(x)}\t{t(y)}\t{m(z)}\n" for x, y, z in near.iter_pairs(keys.__getitem__)),
-    )
+    _write_pairs(folder, near, keys, measure, m)
     j = encode_basestring  # a str as json.dumps(..., ensure_ascii=False) writes it
-    _write_json_array(
-        folder / "pairs.json",
-        (
-            f'{{"key_a": {j(x)}, "key_b": {j(y)}, "{measure}": {m(z)}}}'
-            for x, y, z in near.iter_pairs(keys.__getitem__)
-        ),
-        encoded=True,
-    )
 
     spans = near.spans(clusters)
     _write_lines(

@@ -1,0 +1,244 @@
+"""The Jaccard mode of ``permindex dedup`` (``--method minhash``) on a templated corpus, where
+it verifies many pairs: a synthetic stand-in for issue 42's held-back corpus (10^4 pages,
+10^6+ pairs with word-3-shingle Jaccard >= 0.8), timed beside the SimHash mode on the same file,
+with the exact verification's rate (candidate pairs per second per core).
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_jaccard.py [--pages 10000] [--rounds 3] [--json PATH]
+
+The corpus (``templated``): ``--families`` template pages of 250 to 400 words (a Zipf-like draw
+over a 30,000-word vocabulary), each copied into a family whose sizes follow a power law (the
+largest about 1,000 copies), every copy with 1 to ``--edits`` (6) words replaced, inserted or
+deleted (so that most pairs of a family have J >= 0.8, and few are within 3 bits: a few edits
+move a page's SimHash by more), plus unrelated pages (``--unrelated-share``). Written once
+per size and seed under ``--workdir`` as JSONL.gz.
+
+Each round runs, in subprocesses with ``--no-progress --jobs 1`` (one core each, so the
+figures are per core), ``permindex dedup FILE --method minhash --threshold 0.8`` and
+``permindex dedup FILE`` (SimHash, k = 3), alternately, and keeps each one's wall time and its
+summary.json (pairs, candidates, the join's seconds). Then, in this process, the join alone
+(:class:`permindex.near.jaccard.JaccardDuplicates` on the shingle sets already made) is timed
+and the verification's rate measured on its candidates: candidate pairs verified per second of
+one core (the merge of two sorted shingle-hash arrays per pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_WORKDIR = Path("/tmp/permindex-bench-jaccard")
+VOCABULARY = 30_000
+
+
+def templated(
+    path: Path, pages: int, families: int, unrelated_share: float, edits: int, seed: int
+) -> dict[str, int]:
+    """Write the templated corpus to ``path`` (JSONL.gz); returns its make-up."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / (np.arange(VOCABULARY) + 10.0)
+    cdf = np.cumsum(weights / weights.sum())
+
+    def draw(n: int) -> list[str]:
+        ranks = np.minimum(np.searchsorted(cdf, rng.random(n)), VOCABULARY - 1)
+        return [f"v{r}" for r in ranks.tolist()]
+
+    unrelated = int(pages * unrelated_share)
+    copies = pages - unrelated
+    sizes = 1.0 / (np.arange(families) + 1.0) ** 0.9  # power law: the largest ~1,000 copies
+    sizes = np.maximum(2, np.floor(sizes / sizes.sum() * copies)).astype(int)
+    sizes[0] += copies - int(sizes.sum())
+    rows: list[str] = []
+    for family, size in enumerate(sizes.tolist()):
+        template = draw(int(rng.integers(250, 401)))
+        for copy in range(size):
+            words = list(template)
+            for _ in range(int(rng.integers(1, edits + 1))):
+                at = int(rng.integers(0, len(words)))
+                kind = int(rng.integers(0, 3))
+                if kind == 0:
+                    words[at] = f"e{int(rng.integers(0, 10**6))}"
+                elif kind == 1:
+                    words.insert(at, f"e{int(rng.integers(0, 10**6))}")
+                else:
+                    del words[at]
+            key = f"family{family:03d}/page{copy:05d}"
+            rows.append(json.dumps({"id": key, "text": " ".join(words)}))
+    for other in range(unrelated):
+        text = " ".join(draw(int(rng.integers(100, 401))))
+        rows.append(json.dumps({"id": f"other/{other:05d}", "text": text}))
+    order = rng.permutation(len(rows))
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as out:
+        out.writelines(rows[i] + "\n" for i in order.tolist())
+    return {"pages": len(rows), "families": families, "largest": int(sizes.max())}
+
+
+def corpus(args: argparse.Namespace) -> Path:
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    name = f"templated-{args.pages}-{args.families}-{args.edits}-{args.seed}.jsonl.gz"
+    path = args.workdir / name
+    if not path.exists():
+        partial = path.with_suffix(".partial.gz")
+        templated(partial, args.pages, args.families, args.unrelated_share, args.edits, args.seed)
+        partial.rename(path)
+    return path
+
+
+def run_dedup(path: Path, out: Path, *extra: str, tree: Path | None = None) -> dict[str, Any]:
+    """One ``permindex dedup`` in a subprocess (the package of ``tree`` when given, a
+    ``git archive`` of another commit: PYTHONPATH): its wall time and summary.json."""
+    command = [
+        sys.executable, "-m", "permindex", "dedup", str(path), "--no-progress",
+        "--jobs", "1", "--out", str(out), *extra,
+    ]  # fmt: skip
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    started = time.perf_counter()
+    subprocess.run(
+        command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    wall = time.perf_counter() - started
+    summary = json.loads((out / "summary.json").read_text())
+    return {"wall": wall, "summary": summary}
+
+
+def join_alone(path: Path, threshold: float) -> dict[str, Any]:
+    """The Jaccard join in this process on the corpus's shingle sets (one core): the whole
+    :class:`~permindex.near.jaccard.JaccardDuplicates` (set digests, band keys, the verified
+    self-join, flags), the self-join kernel alone (:func:`~permindex.near.jaccard.self_join`:
+    its candidates per second), and the exact check alone (:func:`~permindex.near.jaccard.
+    verify`, one merge per pair) on the pairs the join kept: pairs per second."""
+    from permindex.near.jaccard import JaccardDuplicates, ShingleSets, self_join, verify
+    from permindex.near.minhash import band_keys, choose_bands, signatures
+    from permindex.text.fingerprint import shingle_hashes
+
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
+    keys = [row["id"] for row in rows]
+    sets = ShingleSets.of([shingle_hashes(row["text"]) for row in rows])
+    signature = signatures(sets.values, sets.offsets, 128)
+    shape = choose_bands(threshold, 128)
+    JaccardDuplicates(keys[:50], sets.take(np.arange(50)), signature[:50], threshold, shape)
+    started = time.perf_counter()
+    near = JaccardDuplicates(keys, sets, signature, threshold, shape)
+    join = time.perf_counter() - started
+    started = time.perf_counter()
+    pairs = sum(1 for _ in near.iter_pairs())
+    listed = time.perf_counter() - started
+    _, first = np.unique(sets.digests(), return_index=True)
+    reps = np.sort(first).astype(np.int64)
+    bands = band_keys(signature[reps], shape)
+    started = time.perf_counter()
+    (u, v, _), candidates, merged = self_join(sets, reps, bands, threshold)
+    kernel = time.perf_counter() - started
+    started = time.perf_counter()
+    found = verify(sets, reps[u], reps[v], threshold)
+    check = time.perf_counter() - started
+    assert found.kept.all()
+    return {
+        "join_seconds": join,
+        "pairs_listed_seconds": listed,
+        "pairs": pairs,
+        "distinct_sets": int(reps.size),
+        "mean_set_size": float(sets.sizes.mean()),
+        "candidates": candidates,
+        "candidates_merged": merged,
+        "distinct_pairs_kept": int(u.size),
+        "self_join_seconds": kernel,
+        "self_join_candidates_per_second": candidates / kernel,
+        "verify_seconds": check,
+        "verify_pairs_per_second": u.size / check,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=10_000)
+    parser.add_argument("--families", type=int, default=200)
+    parser.add_argument("--unrelated-share", type=float, default=0.2)
+    parser.add_argument("--edits", type=int, default=6, help="most edits of a copy (1 to N)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threshold", type=float, default=0.8)
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--no-cli", action="store_true", help="only the join in this process")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a tree of another commit (git archive): its Jaccard and SimHash runs in the same "
+        "rounds, for a before/after",
+    )
+    args = parser.parse_args()
+    path = corpus(args)
+    print(f"corpus: {path}", file=sys.stderr)
+    result: dict[str, Any] = {"corpus": str(path), "pages": args.pages}
+    if not args.no_cli:
+        jaccard: list[dict[str, Any]] = []
+        simhash: list[dict[str, Any]] = []
+        out = args.workdir / "out"
+        before_j: list[dict[str, Any]] = []
+        before_s: list[dict[str, Any]] = []
+        if args.baseline is not None:  # its kernels compiled before the rounds
+            run_dedup(path, out / "base-jaccard", "--method", "minhash", tree=args.baseline)
+        for _ in range(args.rounds):
+            jaccard.append(
+                run_dedup(path, out / "jaccard", "--method", "minhash", "--threshold",
+                          str(args.threshold))
+            )  # fmt: skip
+            simhash.append(run_dedup(path, out / "simhash"))
+            if args.baseline is not None:
+                before_j.append(
+                    run_dedup(path, out / "base-jaccard", "--method", "minhash", "--threshold",
+                              str(args.threshold), tree=args.baseline)
+                )  # fmt: skip
+                before_s.append(run_dedup(path, out / "base-simhash", tree=args.baseline))
+        ratios = [j["wall"] / s["wall"] for j, s in zip(jaccard, simhash, strict=True)]
+        if args.baseline is not None:
+            result["baseline"] = str(args.baseline)
+            result["baseline_jaccard_wall"] = statistics.median(r["wall"] for r in before_j)
+            result["baseline_simhash_wall"] = statistics.median(r["wall"] for r in before_s)
+            result["baseline_ratio_median"] = statistics.median(
+                j["wall"] / s["wall"] for j, s in zip(before_j, before_s, strict=True)
+            )
+            result["baseline_jaccard_seconds"] = before_j[-1]["summary"].get("seconds")
+        summary = jaccard[-1]["summary"]
+        result.update(
+            {
+                "jaccard_wall": statistics.median(j["wall"] for j in jaccard),
+                "simhash_wall": statistics.median(s["wall"] for s in simhash),
+                "ratio_median": statistics.median(ratios),
+                "ratios": ratios,
+                "jaccard_pairs": summary["pairs"],
+                "jaccard_candidates": summary.get("candidates"),
+                "jaccard_candidates_verified": summary.get("candidates_verified"),
+                "jaccard_seconds": summary.get("seconds"),
+                "simhash_pairs": simhash[-1]["summary"]["pairs"],
+                "simhash_seconds": simhash[-1]["summary"].get("seconds"),
+            }
+        )
+    result.update(join_alone(path, args.threshold))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
