@@ -221,8 +221,7 @@ class Index:
         self._k, self._lock = k, threading.RLock()
         self._rows = RowStore(self._lock, compaction_min)
         self._store = self._rows.keys  # the key store (the single query reads keys here)
-        changes = [0, 0, 0]  # shared by the tables: what the lookup caches are checked against
-        self._rows.changes = changes
+        changes = self._rows.changes  # shared by the tables: what the lookup caches check
         self._tables = [Table(p, memtable_limit, changes) for p in self._design.permutations]
         self._runs = TableSet(self._tables, self._rows)
         # The tables a query within each k <= self._k searches (Design.tables_for).

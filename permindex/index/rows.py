@@ -25,7 +25,7 @@ from permindex.index.keys.store import (
     nearly_full,
     next_capacity,
 )
-from permindex.index.tables.table import MAX_ROWS, TableCheckError
+from permindex.index.tables.table import MAX_ROWS, ChangeCounters, TableCheckError
 
 __all__ = ["DEFAULT_COMPACTION_MIN", "GROW_AHEAD_ROWS", "RowStore", "export_slices"]
 
@@ -106,7 +106,7 @@ class RowStore:
         self.live_epoch = 0
         #: Change counters shared with the index's tables (:attr:`Table.changes`): a new
         #: ``fps`` or ``live`` array counts as a change of the runs for the lookup caches.
-        self.changes = [0, 0, 0]
+        self.changes = ChangeCounters()
         self.n = 0
         self.keys = KeyStore()
         self.compactions = 0
@@ -143,8 +143,7 @@ class RowStore:
     def _views(self) -> None:
         self.live_readers = 0  # a new array (or none): no lookup reads it yet
         self.live_epoch += 1
-        self.changes[0] += 1  # cached lookup plans hold the old arrays' addresses
-        self.changes[2] += 1
+        self.changes.runs_changed()  # cached lookup plans hold the old arrays' addresses
         self.fps_view = self.fps.data
         self.live_view = None if self.live is None else self.live.data
 

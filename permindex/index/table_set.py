@@ -18,7 +18,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.index.rows import RowStore
-from permindex.index.tables.table import RowSnapshot, Run, Table, TableCheckError
+from permindex.index.tables.table import (
+    ChangeCounters,
+    RowSnapshot,
+    Run,
+    Table,
+    TableCheckError,
+)
 from permindex.processes import usable_cpus
 
 __all__ = ["BUILD_THREADS", "MERGE_ALL_MIN_SHARE", "PARALLEL_MIN", "TableSet"]
@@ -61,11 +67,11 @@ class TableSet:
             table.defer_merges = True  # merged by merge_pending, outside the lock
         rows.on_compact = self.renumber
         self._merging = False  # one thread merges at a time
-        # The tables' run-change count (Table.changes[0], summed) when merge_pending last found
+        # The tables' run-change count (Table.changes.runs, summed) when merge_pending last found
         # no merge pending: until a run changes, none can be (a single add changes none).
         self._settled = -1
         shared = bool(tables) and all(table.changes is tables[0].changes for table in tables)
-        self._changes: list[int] | None = tables[0].changes if shared else None
+        self._changes: ChangeCounters | None = tables[0].changes if shared else None
         self.last_write = time.monotonic()
 
     # -- writes (under the lock) ----------------------------------------------------------------
@@ -162,8 +168,8 @@ class TableSet:
         """The tables' count of run changes
         (:attr:`~permindex.index.tables.table.Table.changes`)."""
         if self._changes is not None:  # shared by the tables, as the Index has it
-            return self._changes[0]
-        return sum(table.changes[0] for table in self.tables)
+            return self._changes.runs
+        return sum(table.changes.runs for table in self.tables)
 
     def merge_all(self, idle: float = 0.0, min_share: float = MERGE_ALL_MIN_SHARE) -> bool:
         """Merge a table's frozen runs and memtable into one sorted run when at least

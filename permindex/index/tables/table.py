@@ -57,6 +57,8 @@ __all__ = [
     "DIRECT_RUN_MIN",
     "MAX_ROWS",
     "MERGE_RATIO",
+    "ChangeCounters",
+    "MemtableArrays",
     "RowArrays",
     "RowSnapshot",
     "Run",
@@ -109,6 +111,15 @@ class RowArrays(Protocol):
         """Rows in use."""
 
 
+class MemtableArrays(NamedTuple):
+    """A memtable as arrays, sorted by prefix (built on demand, cached until it changes)."""
+
+    #: (m,) uint64, the entries' prefixes, non-decreasing.
+    prefixes: Fingerprints
+    #: (m,) uint32, the entries' rows, in the same order.
+    rows: Rows
+
+
 class RowSnapshot(NamedTuple):
     """The row arrays as they were when taken under the index's lock: what a merge outside the
     lock reads (rows below ``n`` never change; a compaction meanwhile voids the merge)."""
@@ -116,6 +127,41 @@ class RowSnapshot(NamedTuple):
     fps: Fingerprints
     live: Live
     n: int
+
+
+class ChangeCounters:
+    """How often the tables of one index (and its row arrays) changed: what the lookup caches of
+    :mod:`permindex.index.search.lookup` and the merge check of
+    :mod:`permindex.index.table_set` compare with the count they were made at. One object is
+    shared by the index's tables and its :class:`~permindex.index.rows.RowStore`.
+
+    Attributes:
+        runs: changes of the frozen runs (a run pushed, merged or renumbered) and of the row
+            arrays (a new fingerprint or liveness array: cached plans hold their addresses).
+        memtable: changes of a memtable (an entry added, the memtable frozen or renumbered).
+        total: ``runs + memtable``, kept as its own count so that the single-query cache
+            checks one attribute.
+    """
+
+    __slots__ = ("memtable", "runs", "total")
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.memtable = 0
+        self.total = 0
+
+    def __repr__(self) -> str:
+        return f"ChangeCounters(runs={self.runs}, memtable={self.memtable}, total={self.total})"
+
+    def runs_changed(self) -> None:
+        """Count a change of the runs or of the row arrays."""
+        self.runs += 1
+        self.total += 1
+
+    def memtable_changed(self) -> None:
+        """Count a change of a memtable."""
+        self.memtable += 1
+        self.total += 1
 
 
 class TableCheckError(AssertionError):
@@ -303,15 +349,13 @@ class Table:
         self,
         permutation: Permutation,
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
-        changes: list[int] | None = None,
+        changes: ChangeCounters | None = None,
     ):
         self.permutation = permutation
         self.memtable_limit = memtable_limit
-        #: Change counters, possibly shared by the tables of one index: ``changes[0]`` counts
-        #: changes of the runs, ``changes[1]`` of the memtable, ``changes[2]`` of either (what
-        #: cached lookup plans and read views of :mod:`permindex.index.search.lookup` are checked
-        #: against).
-        self.changes = [0, 0, 0] if changes is None else changes
+        #: The change counters, possibly shared by the tables of one index
+        #: (:class:`ChangeCounters`).
+        self.changes = ChangeCounters() if changes is None else changes
         # The memtable as a run of its own (batch lookups on a read view), or None when stale.
         self._memtable_run: Run | None = None
         #: When True, a pushed run is only appended; the owner merges (:meth:`pending_merge`,
@@ -322,9 +366,8 @@ class Table:
         # arrays with numpy instead of iterating over the SortedList.
         self._memtable_rows: list[int] = []
         self._runs: list[Run] = []
-        # The memtable as (sorted prefixes (m,) uint64, rows (m,) uint32), built on demand for
-        # batch queries; None when stale.
-        self._view: tuple[Fingerprints, Rows] | None = None
+        # The memtable as arrays, built on demand for batch queries; None when stale.
+        self._view: MemtableArrays | None = None
 
     def __len__(self) -> int:
         """Entries, tombstones of dead rows included."""
@@ -356,9 +399,9 @@ class Table:
         memtable_rows.append(row)
         self._view = None
         self._memtable_run = None  # what _memtable_changed does, without its call
-        changes = self.changes
-        changes[1] += 1
-        changes[2] += 1
+        changes = self.changes  # changes.memtable_changed(), without its call
+        changes.memtable += 1
+        changes.total += 1
         if len(memtable_rows) > self.memtable_limit:
             self.freeze(rows)
 
@@ -435,8 +478,7 @@ class Table:
 
     def _push(self, run: Run, rows: RowArrays) -> None:
         self._runs.append(run)
-        self.changes[0] += 1
-        self.changes[2] += 1
+        self.changes.runs_changed()
         if self.defer_merges:
             return
         while (pair := self.pending_merge()) is not None:
@@ -459,8 +501,7 @@ class Table:
         for i in range(len(current) - width + 1):
             if all(current[i + j] is run for j, run in enumerate(runs)):
                 current[i : i + width] = [] if merged is None else [merged]
-                self.changes[0] += 1
-                self.changes[2] += 1
+                self.changes.runs_changed()
                 return True
         return False
 
@@ -499,8 +540,7 @@ class Table:
         fps = rows.fps
         bits = self.permutation.prefix_bits
         old_runs, self._runs = self._runs, []
-        self.changes[0] += 1
-        self.changes[2] += 1
+        self.changes.runs_changed()
         for run in old_runs:
             remapped = remap[run.rows]
             kept = remapped >= 0
@@ -532,20 +572,19 @@ class Table:
         parts.append(np.array(self._memtable_rows, dtype=np.int64))
         return np.concatenate(parts)
 
-    def _memtable_arrays(self, row_arrays: RowArrays) -> tuple[Fingerprints, Rows]:
-        """The memtable as (prefixes (m,) uint64 sorted, rows (m,) uint32 in that order),
-        cached until the memtable changes. Built with numpy from the row list: O(m)."""
+    def _memtable_arrays(self, row_arrays: RowArrays) -> MemtableArrays:
+        """The memtable as arrays sorted by prefix, cached until the memtable changes. Built
+        with numpy from the row list: O(m)."""
         if self._view is None:
             rows = np.array(self._memtable_rows, dtype=np.uint32)
             prefixes = self.permutation.prefix_array(row_arrays.fps[rows])
             order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
-            self._view = (prefixes[order], rows[order])
+            self._view = MemtableArrays(prefixes[order], rows[order])
         return self._view
 
     def _memtable_changed(self) -> None:
         self._memtable_run = None
-        self.changes[1] += 1
-        self.changes[2] += 1
+        self.changes.memtable_changed()
 
     def memtable_run(self, row_arrays: RowArrays) -> Run | None:
         """The memtable's entries as an immutable :class:`Run` (None when the memtable is
