@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Iterable
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,7 +42,6 @@ from permindex.index.index import CheckAndAddResult, Index, check_and_add
 from permindex.index.keys.batches import compact_inputs, key_list, validate_keys
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, export_slices
 from permindex.index.search.batch_queries import QueryColumns
-from permindex.index.search.matches import Match
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
 from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT
 from permindex.index.writes import add_batch, add_one, add_section
@@ -173,6 +172,14 @@ def added_at_seconds(value: object) -> int:
     return seconds
 
 
+class _Pending(NamedTuple):
+    """Rows expired since the compaction numbered ``compactions`` (their memory awaits the
+    next one)."""
+
+    compactions: int
+    rows: int
+
+
 class ExpiringIndex(Index):
     """An :class:`~permindex.index.Index` whose entries expire ``expire_after`` seconds after
     their key was last added (see the module docstring). The same methods, answers and errors,
@@ -212,7 +219,7 @@ class ExpiringIndex(Index):
         )
         self._clock = clock
         self._oldest = _NEVER  # no stored time is older (a lower bound, kept under the lock)
-        self._pending = (0, 0)  # (compactions, rows expired since the last compaction)
+        self._pending = _Pending(0, 0)
         with self._lock:
             self._rows.keep_times()
 
@@ -231,8 +238,8 @@ class ExpiringIndex(Index):
         """Expired rows whose memory awaits the next compaction (they match nothing)."""
         self.expire()
         with self._lock:
-            compactions, count = self._pending
-            return count if compactions == self._rows.compactions else 0
+            pending = self._pending
+            return pending.rows if pending.compactions == self._rows.compactions else 0
 
     def now(self) -> float:
         """The clock's time, Unix seconds."""
@@ -276,10 +283,9 @@ class ExpiringIndex(Index):
                 else:
                     for row in expired.tolist():
                         rows.keys.unlink(row)
-                    compactions, count = self._pending
-                    if compactions != rows.compactions:
-                        count = 0
-                    self._pending = (rows.compactions, count + int(expired.size))
+                    pending = self._pending
+                    count = pending.rows if pending.compactions == rows.compactions else 0
+                    self._pending = _Pending(rows.compactions, count + int(expired.size))
                     if rows.compaction_due():
                         rows.compact()
         if expired.size:
@@ -346,57 +352,12 @@ class ExpiringIndex(Index):
         when = int(self._stamp(added_at, 1)[0])
         return check_and_add(self, key, fingerprint, k, when)
 
-    def remove(self, key: str) -> None:
+    def _before_call(self) -> None:
+        """Expire the rows due (:meth:`expire`) before each public call of
+        :class:`~permindex.index.Index` (its one hook)."""
         self.expire()
-        super().remove(key)
-
-    def discard(self, key: str) -> bool:
-        self.expire()
-        return super().discard(key)
 
     # -- reads ----------------------------------------------------------------------------------
-
-    def query(
-        self, fingerprint: int, k: int | None = None, limit: int | None = None
-    ) -> list[Match]:
-        self.expire()
-        return super().query(fingerprint, k, limit)
-
-    @overload
-    def query_many(
-        self,
-        fingerprints: Iterable[int] | _U64,
-        k: int | None = ...,
-        limit: int | None = ...,
-        *,
-        threads: int | None = ...,
-        columns: Literal[False] = ...,
-    ) -> list[list[Match]]: ...
-
-    @overload
-    def query_many(
-        self,
-        fingerprints: Iterable[int] | _U64,
-        k: int | None = ...,
-        limit: int | None = ...,
-        *,
-        threads: int | None = ...,
-        columns: Literal[True],
-    ) -> QueryColumns: ...
-
-    def query_many(
-        self,
-        fingerprints: Iterable[int] | _U64,
-        k: int | None = None,
-        limit: int | None = None,
-        *,
-        threads: int | None = None,
-        columns: bool = False,
-    ) -> list[list[Match]] | QueryColumns:
-        self.expire()
-        if columns:
-            return super().query_many(fingerprints, k, limit, threads=threads, columns=True)
-        return super().query_many(fingerprints, k, limit, threads=threads)
 
     def query_columns_within(
         self,
@@ -415,25 +376,6 @@ class ExpiringIndex(Index):
         return super().query_columns_within(
             fingerprints, k, limit, max_candidates=max_candidates, max_matches=max_matches
         )
-
-    def iter_pairs(
-        self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
-    ) -> Iterator[tuple[str, str, int]]:
-        self.expire()
-        return super().iter_pairs(k, should_stop=should_stop)
-
-    def export(self) -> tuple[list[str], _U64]:
-        self.expire()
-        return super().export()
-
-    def export_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64]:
-        self.expire()
-        return super().export_compact()
-
-    def export_slices(
-        self, rows_per_slice: int = 1 << 14
-    ) -> list[tuple[NDArray[np.int64], NDArray[np.uint8], _U64]]:
-        return [part[:3] for part in self.export_timed_slices(rows_per_slice)]
 
     def export_timed_slices(
         self, rows_per_slice: int = 1 << 14
@@ -457,26 +399,6 @@ class ExpiringIndex(Index):
             live = self._rows.live_rows()
             lengths, blob = self._store.export(live)
             return lengths, blob, self._rows.fps[live], _times_of(self._rows.times)[live]
-
-    def get(self, key: str) -> int | None:
-        self.expire()
-        return super().get(key)
-
-    def __len__(self) -> int:
-        self.expire()
-        return super().__len__()
-
-    def __contains__(self, key: object) -> bool:
-        self.expire()
-        return super().__contains__(key)
-
-    def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
-        self.expire()
-        return super().contains_many(keys)
-
-    def __iter__(self) -> Iterator[str]:
-        self.expire()
-        return super().__iter__()
 
 
 def _times_of(times: _U32 | None) -> _U32:

@@ -298,7 +298,15 @@ class Index:
         Raises:
             InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored.
         """
+        self._before_call()
         _add_section(self, *compact_inputs(lengths, blob, fingerprints))
+
+    def _before_call(self) -> None:
+        """Called first by each public method that reads or writes the entries (not by the
+        properties, :meth:`table_runs`, :meth:`max_candidates`, :meth:`merge_all_runs`, the
+        memory figures or :meth:`_check`), without the lock: the one hook of a subclass whose
+        entries change with time (:class:`~permindex.index.expiry.ExpiringIndex` drops its
+        expired entries here). Does nothing here."""
 
     def __repr__(self) -> str:
         d = self._design
@@ -331,11 +339,13 @@ class Index:
 
     def __len__(self) -> int:
         """Number of keys stored."""
+        self._before_call()
         with self._lock:
             return len(self._store)
 
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` is stored (False for anything that is not a str)."""
+        self._before_call()
         if not isinstance(key, str):
             return False
         try:
@@ -350,12 +360,14 @@ class Index:
         """(n,) bool: whether each of ``keys`` is stored, as ``key in index`` for each, in one
         vectorized lookup. Raises TypeError / InvalidArgumentError for a malformed key (as
         :meth:`add_many`)."""
+        self._before_call()
         _key_list, batch = validate_keys(keys)
         with self._lock:
             return self._store.find_many(batch) >= 0
 
     def __iter__(self) -> Iterator[str]:
         """The keys, in the order they were first added (a copy taken under the lock)."""
+        self._before_call()
         with self._lock:
             rows = self._rows.live_rows()
             return iter(self._store.keys(self._store.iteration_order(rows)))
@@ -363,6 +375,7 @@ class Index:
     def get(self, key: str) -> int | None:
         """The fingerprint stored under ``key`` (int), or None. Raises TypeError /
         InvalidArgumentError for a malformed key (see :func:`validate_key`)."""
+        self._before_call()
         data = validate_key(key).encode("utf-8")
         h = hash_key(data)
         with self._lock:
@@ -384,6 +397,7 @@ class Index:
             InvalidArgumentError: a malformed key, or a fingerprint outside [0, 2^64).
             LimitExceededError: 2^32 rows would be needed.
         """
+        self._before_call()
         return add_one(self._rows, self._runs, key, fingerprint)
 
     def add_many(
@@ -411,12 +425,14 @@ class Index:
                 ``len(keys) != len(fingerprints)``.
             LimitExceededError: 2^32 rows would be needed.
         """
+        self._before_call()
         return add_batch(self._rows, self._runs, keys, fingerprints)
 
     def remove(self, key: str) -> None:
         """Remove ``key``. Raises :class:`~permindex.errors.NotFoundError` (a KeyError) when it
         is not stored, TypeError / InvalidArgumentError for a malformed key; nothing changes
         then. O(1) (a tombstone) plus amortized compaction."""
+        self._before_call()
         key = validate_key(key)
         with self._lock:
             if not discard_locked(self._rows, key.encode("utf-8")):
@@ -426,6 +442,7 @@ class Index:
     def discard(self, key: str) -> bool:
         """Remove ``key`` if stored; returns whether it was. TypeError / InvalidArgumentError
         for a malformed key."""
+        self._before_call()
         key = validate_key(key)
         with self._lock:
             found = discard_locked(self._rows, key.encode("utf-8"))
@@ -480,6 +497,7 @@ class Index:
         memtable, whose candidates a kernel verifies alike; O(tables * runs + log L +
         candidates).
         """
+        self._before_call()
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
                 return self._query_one(fingerprint, self._k)
@@ -538,6 +556,7 @@ class Index:
         TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
         InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
         """
+        self._before_call()
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
@@ -585,6 +604,7 @@ class Index:
 
         Raises: as :meth:`add` and :meth:`query`; nothing changes then.
         """
+        self._before_call()
         return check_and_add(self, key, fingerprint, k)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
@@ -598,6 +618,7 @@ class Index:
         distance 0) once, as (key_a, key_b, distance), key_a < key_b by code point, sorted: of
         the index at the call (joined now, under the lock; cost: ``pair_stream.self_join_pairs``),
         listed as read. Raises InvalidArgumentError, CallCancelledError (``should_stop``)."""
+        self._before_call()
         with self._lock:
             return self_join_pairs(
                 self._rows, self._design, query_k(k, self._k, self._design), should_stop
@@ -609,6 +630,7 @@ class Index:
         """A consistent copy of the contents, taken under the lock: (keys, fingerprints) with
         fingerprints a new (n,) uint64 array, element i stored under keys[i]. Order: by row
         (the order the current fingerprints were stored in)."""
+        self._before_call()
         with self._lock:
             rows = self._rows
             live = rows.live_mask()
@@ -619,6 +641,7 @@ class Index:
         objects (a snapshot): ((n,) int64 UTF-8 byte lengths, the UTF-8 bytes of every key each
         followed by a NUL, concatenated ((m,) uint8), (n,) uint64 fingerprints), in the order of
         :meth:`export`. No Python object per key: O(n + key bytes) numpy work."""
+        self._before_call()
         with self._lock:
             live_rows = self._rows.live_rows()
             lengths, blob = self._store.export(live_rows)
@@ -643,6 +666,7 @@ class Index:
         (``time.sleep(0)``), so that a query or write waiting for the lock gets it before the next
         slice. Cost: O(n + key bytes) numpy work in total.
         """
+        self._before_call()
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
         if parts is not None:
             return [part[:3] for part in parts]
@@ -678,6 +702,14 @@ def _add_section(index: Index, sizes: NDArray[np.integer], raw: Section, values:
     keys = add_section(index._rows, index._runs, sizes, raw, values)
     if keys is not None:  # maybe a repeated key: the exact path
         index.add_many(keys, values)
+
+
+def stored_count(index: Index) -> int:
+    """The keys ``index`` stores, counted without its hook: ``len(index)``, but for an
+    :class:`~permindex.index.expiry.ExpiringIndex` its entries expired and not yet dropped
+    count too (a snapshot's count is checked against this as it was loaded). O(1)."""
+    with index._lock:
+        return len(index._store)
 
 
 def check_and_add(
