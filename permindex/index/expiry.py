@@ -44,6 +44,7 @@ from permindex.index.rows import DEFAULT_COMPACTION_MIN, export_slices
 from permindex.index.search.batch_queries import QueryColumns
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
 from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 from permindex.index.writes import add_batch, add_one, add_section
 
 __all__ = [
@@ -61,8 +62,6 @@ __all__ = [
 MAX_EXPIRE_AFTER: Final = (1 << 32) - 1
 #: The largest ``added_at`` a document can carry (the proto's int64), Unix seconds.
 MAX_ADDED_AT: Final = (1 << 63) - 1
-#: A sweep that kills at least this many rows compacts at once (no unlink per key).
-COMPACT_AFTER_EXPIRING: Final = 1 << 10
 _NEVER: Final = 1 << 62  # the oldest time of an index without rows
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION: Final = re.compile(r"([0-9]{1,12})([smhd]?)")
@@ -207,6 +206,7 @@ class ExpiringIndex(Index):
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         expected_size: int | None = None,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> None:
         self._expire_after = check_expire_after(expire_after)
         super().__init__(
@@ -216,6 +216,7 @@ class ExpiringIndex(Index):
             compaction_min=compaction_min,
             expected_size=expected_size,
             memory_budget=memory_budget,
+            tuning=tuning,
         )
         self._clock = clock
         self._oldest = _NEVER  # no stored time is older (a lower bound, kept under the lock)
@@ -278,7 +279,7 @@ class ExpiringIndex(Index):
             self._oldest = int(kept.min()) if kept.size else _NEVER
             if expired.size:
                 rows.kill(expired)
-                if expired.size >= COMPACT_AFTER_EXPIRING:
+                if expired.size >= rows.tuning.compact_after_expiring:
                     rows.compact()  # relinks the keys of the live rows: no unlink each
                 else:
                     for row in expired.tolist():

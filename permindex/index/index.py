@@ -21,21 +21,18 @@ its parts:
 
 Thread safety: every public method reads and changes the index under one re-entrant lock
 (``threading.RLock``), held for microseconds by single lookups and writes. A batch lookup
-(:meth:`Index.query_many` of more than :data:`~permindex.index.search.batch_queries.SMALL_BATCH`
-fingerprints) holds it only to take a consistent read view (:mod:`permindex.index.search.lookup`:
-the
-frozen runs, which are immutable, the memtables frozen as runs, the row arrays, whose rows below
-the view's count never change, and the liveness mask, copied by a removal while a lookup
-searches it) and, after the search, to read the matched rows' keys; the search itself runs without
-the lock in a compiled kernel that releases the GIL, so lookups from several threads run in
-parallel and a lookup racing a write sees the index as it was before or after each write, never
-a mix. :meth:`Index.check_and_add` queries and adds under one acquisition of the lock;
-iterating yields from a copy of the keys taken under it. A write does outside the lock what
-changes nothing a reader sees: before it, validating keys and sorting a large batch's runs;
-after it, merging runs (swapped in under the lock) and growing the row arrays ahead
-(:mod:`permindex.index.table_set`, :mod:`permindex.index.rows`), so lookups go on while
-another
-thread ingests.
+(:meth:`Index.query_many` of more than a few fingerprints, ``Tuning.small_batch``) holds it only
+to take a consistent read view (:mod:`permindex.index.search.lookup`: the frozen runs, which are
+immutable, the memtables frozen as runs, the row arrays, whose rows below the view's count never
+change, and the liveness mask, copied by a removal while a lookup searches it) and, after the
+search, to read the matched rows' keys; the search itself runs without the lock in a compiled
+kernel that releases the GIL, so lookups from several threads run in parallel and a lookup
+racing a write sees the index as it was before or after each write, never a mix.
+:meth:`Index.check_and_add` queries and adds under one acquisition of the lock; iterating yields
+from a copy of the keys taken under it. A write does outside the lock what changes nothing a
+reader sees: before it, validating keys and sorting a large batch's runs; after it, merging runs
+(swapped in under the lock) and growing the row arrays ahead (:mod:`permindex.index.table_set`,
+:mod:`permindex.index.rows`), so lookups go on while another thread ingests.
 """
 
 from __future__ import annotations
@@ -63,7 +60,7 @@ from permindex.index.search.batch_queries import (
 )
 from permindex.index.search.lookup import Lookups
 from permindex.index.search.matches import MATCH_ORDER, Match, new_match
-from permindex.index.table_set import MERGE_ALL_MIN_SHARE, TableSet
+from permindex.index.table_set import TableSet
 from permindex.index.tables.permutation import (
     DEFAULT_DESIGN,
     Design,
@@ -72,6 +69,7 @@ from permindex.index.tables.permutation import (
     query_k,
 )
 from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT, Table
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 from permindex.index.writes import (
     add_batch,
     add_locked,
@@ -105,15 +103,19 @@ class _Sized(TypedDict):
     compaction_min: int
     expected_size: int
     memory_budget: int | None
+    tuning: Tuning
 
 
-def _sized(memtable_limit: int, compaction_min: int, n: int, memory_budget: int | None) -> _Sized:
+def _sized(
+    memtable_limit: int, compaction_min: int, n: int, memory_budget: int | None, tuning: Tuning
+) -> _Sized:
     """The keyword arguments of an :class:`Index` built for ``n`` fingerprints."""
     return {
         "memtable_limit": memtable_limit,
         "compaction_min": compaction_min,
         "expected_size": n,
         "memory_budget": memory_budget,
+        "tuning": tuning,
     }
 
 
@@ -214,15 +216,20 @@ class Index:
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         expected_size: int | None = None,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> None:
         k, self._design, memtable_limit, compaction_min = _options(
             k, design, memtable_limit, compaction_min, expected_size, memory_budget
         )
-        self._k, self._lock = k, threading.RLock()
-        self._rows = RowStore(self._lock, compaction_min)
+        if not isinstance(tuning, Tuning):
+            raise TypeError(f"tuning must be a Tuning, not {type(tuning).__name__}")
+        self._k, self._lock, self._tuning = k, threading.RLock(), tuning
+        self._rows = RowStore(self._lock, compaction_min, tuning)
         self._store = self._rows.keys  # the key store (the single query reads keys here)
         changes = self._rows.changes  # shared by the tables: what the lookup caches check
-        self._tables = [Table(p, memtable_limit, changes) for p in self._design.permutations]
+        self._tables = [
+            Table(p, memtable_limit, changes, tuning) for p in self._design.permutations
+        ]
         self._runs = TableSet(self._tables, self._rows)
         # The tables a query within each k <= self._k searches (Design.tables_for).
         self._searched = {kk: self._design.tables_for(kk) for kk in range(k + 1)}
@@ -242,13 +249,16 @@ class Index:
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> Index:
         """A new index holding ``keys`` with (n,) ``fingerprints`` (bulk load: each table is
         built by one radix sort, O(n) per table). Same arguments and errors as :class:`Index`
         and :meth:`add_many`; ``design="auto"`` chooses for n fingerprints."""
         key_list = as_key_list(keys)
         index = cls(
-            k, design, **_sized(memtable_limit, compaction_min, len(key_list), memory_budget)
+            k,
+            design,
+            **_sized(memtable_limit, compaction_min, len(key_list), memory_budget, tuning),
         )
         index.add_many(key_list, fingerprints)
         return index
@@ -265,6 +275,7 @@ class Index:
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> Index:
         """A new index from keys in the compact form of :meth:`export_compact` -- (n,) UTF-8
         byte ``lengths`` and ``blob``, every key's bytes followed by a NUL -- and (n,)
@@ -279,7 +290,7 @@ class Index:
         """
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         n = int(sizes.size)
-        index = cls(k, design, **_sized(memtable_limit, compaction_min, n, memory_budget))
+        index = cls(k, design, **_sized(memtable_limit, compaction_min, n, memory_budget, tuning))
         _add_section(index, sizes, raw, values)
         return index
 
@@ -323,6 +334,11 @@ class Index:
     def design(self) -> Design:
         """The table design (blocks, leading)."""
         return self._design
+
+    @property
+    def tuning(self) -> Tuning:
+        """The tuning knobs this index was built with (:class:`~permindex.index.tuning.Tuning`)."""
+        return self._tuning
 
     @property
     def compactions(self) -> int:
@@ -449,7 +465,7 @@ class Index:
         self._runs.merge_pending()  # after a compaction
         return found
 
-    def merge_all_runs(self, idle: float = 0.0, min_share: float = MERGE_ALL_MIN_SHARE) -> bool:
+    def merge_all_runs(self, idle: float = 0.0, min_share: float | None = None) -> bool:
         """Merge a table's frozen runs and memtable into one sorted run when at least
         ``min_share`` of its entries lie outside its largest run, so that a query probes one
         run there (the single sorted table per permutation of Manku et al. 2007, section 3).
@@ -463,7 +479,8 @@ class Index:
             idle: merge only while nothing was added for at least this many seconds (a server
                 calls this periodically with a small idle time, so that it merges after a
                 load, not during one); checked before each table.
-            min_share: 0 to 1; 0 merges every table that has more than one run or a memtable.
+            min_share: 0 to 1; 0 merges every table that has more than one run or a memtable;
+                None: the index's ``tuning.merge_all_min_share``.
 
         Returns:
             True when a table was merged (or its memtable frozen); False when none qualified,

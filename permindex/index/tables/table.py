@@ -15,8 +15,9 @@ bytes (8 from 2^24 rows on):
   the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
   equals the prefix width the range is exact; otherwise it is a superset that the verification
   of the candidates (:mod:`permindex.index.search.lookup_kernels`) narrows. Runs are
-  listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
-  there are at most log_4(n) + 1 of them
+  listed oldest first, and each is more than ``merge_ratio`` times larger than the next (a
+  knob of :class:`~permindex.index.tuning.Tuning`, 4 by default), so there are at most
+  log_4(n) + 1 of them
   (between a write and the merges it triggers, which :mod:`permindex.index.table_set` runs
   outside
   the index's lock with :meth:`Table.pending_merge`, :meth:`Table.merged_runs` and
@@ -24,7 +25,7 @@ bytes (8 from 2^24 rows on):
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
   ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
   run when it holds more than ``memtable_limit`` entries; a batch of at least
-  :data:`DIRECT_RUN_MIN` rows (or ``memtable_limit``, if smaller) becomes a run directly.
+  ``direct_run_min`` rows (or ``memtable_limit``, if smaller) becomes a run directly.
 
 Within a prefix, order is unspecified: a query only needs the prefix range, so a run is sorted
 by the prefix alone (a radix sort on 16-bit digits).
@@ -51,12 +52,11 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from permindex.index.tables.permutation import Permutation, argsort_prefixes
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
 __all__ = [
     "DEFAULT_MEMTABLE_LIMIT",
-    "DIRECT_RUN_MIN",
     "MAX_ROWS",
-    "MERGE_RATIO",
     "ChangeCounters",
     "MemtableArrays",
     "RowArrays",
@@ -69,12 +69,6 @@ __all__ = [
 
 #: Default bound of a memtable, entries; above it the memtable is frozen into a run.
 DEFAULT_MEMTABLE_LIMIT = 8192
-#: A batch of at least this many rows (or of ``memtable_limit``, if smaller) becomes a run
-#: directly: numpy sorting beats inserting Python ints into the memtable one by one.
-DIRECT_RUN_MIN = 256
-#: A run is merged into the previous (older) one unless the older is more than this many times
-#: larger.
-MERGE_RATIO = 4
 #: Row numbers are stored as uint32 (and the key store's slots hold row + 1).
 MAX_ROWS = (1 << 32) - 1
 
@@ -343,6 +337,7 @@ class Table:
         "defer_merges",
         "memtable_limit",
         "permutation",
+        "tuning",
     )
 
     def __init__(
@@ -350,8 +345,11 @@ class Table:
         permutation: Permutation,
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
         changes: ChangeCounters | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ):
         self.permutation = permutation
+        #: The knobs read here: ``direct_run_min`` and ``merge_ratio``.
+        self.tuning = tuning
         self.memtable_limit = memtable_limit
         #: The change counters, possibly shared by the tables of one index
         #: (:class:`ChangeCounters`).
@@ -407,7 +405,7 @@ class Table:
 
     def direct_run(self, count: int) -> bool:
         """Whether a batch of ``count`` rows becomes a run of its own (else the memtable)."""
-        return count >= min(DIRECT_RUN_MIN, self.memtable_limit)
+        return count >= min(self.tuning.direct_run_min, self.memtable_limit)
 
     def prepare_run(self, fingerprints: Fingerprints) -> Run:
         """The run of a batch of (m,) uint64 fingerprints as rows 0..m-1 (a radix sort, O(m): no
@@ -428,7 +426,7 @@ class Table:
         prepared: Run | None = None,
     ) -> None:
         """Insert the ``count`` consecutive rows from ``first_row`` (fingerprints already in
-        ``rows.fps``). A batch of at least min(:data:`DIRECT_RUN_MIN`, ``memtable_limit``) rows
+        ``rows.fps``). A batch of at least min(``tuning.direct_run_min``, ``memtable_limit``) rows
         becomes a run directly (radix sort by prefix, or ``prepared``, the
         :meth:`prepare_run` of exactly these fingerprints); a smaller one goes to the
         memtable."""
@@ -486,10 +484,11 @@ class Table:
 
     def pending_merge(self) -> tuple[Run, Run] | None:
         """The newest adjacent (older, newer) runs that break the size ratio (the older one is
-        at most :data:`MERGE_RATIO` times larger), or None."""
+        at most ``tuning.merge_ratio`` times larger), or None."""
         runs = self._runs
+        ratio = self.tuning.merge_ratio
         for i in range(len(runs) - 2, -1, -1):
-            if len(runs[i]) <= MERGE_RATIO * len(runs[i + 1]):
+            if len(runs[i]) <= ratio * len(runs[i + 1]):
                 return runs[i], runs[i + 1]
         return None
 
@@ -626,7 +625,7 @@ class Table:
         each run is non-empty, its rows are uint32 below ``n_rows``, its filters those of the
         rows' fingerprints, sorted by prefix, its
         directory has the expected width and counts exactly its buckets; each run is more than
-        MERGE_RATIO times larger than the next."""
+        ``tuning.merge_ratio`` times larger than the next."""
         fps, n_rows = row_arrays.fps, row_arrays.n
         perm = self.permutation
         bits = perm.prefix_bits
@@ -692,8 +691,8 @@ class Table:
             )
             if i + 1 < len(self._runs):
                 _require(
-                    len(run) > MERGE_RATIO * len(self._runs[i + 1]),
-                    f"{where}: {len(run)} entries, not {MERGE_RATIO}x the next run's "
+                    len(run) > self.tuning.merge_ratio * len(self._runs[i + 1]),
+                    f"{where}: {len(run)} entries, not {self.tuning.merge_ratio}x the next run's "
                     f"{len(self._runs[i + 1])}",
                 )
         return self.all_rows()
