@@ -59,7 +59,7 @@ from permindex.index.search.batch_queries import (
     lookup_within,
 )
 from permindex.index.search.lookup import Lookups
-from permindex.index.search.matches import MATCH_ORDER, Match, new_match
+from permindex.index.search.matches import Match
 from permindex.index.table_set import TableSet
 from permindex.index.tables.permutation import (
     DEFAULT_DESIGN,
@@ -94,8 +94,6 @@ AUTO_SIZE = 1_000_000
 _TOP = 1 << 64  # fingerprints are below this
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
-_new_match = new_match
-_MATCH_ORDER = MATCH_ORDER
 
 
 class _Sized(TypedDict):

@@ -52,8 +52,6 @@ __all__ = [
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
 _EMPTY_LIVE = np.zeros(0, dtype=np.uint8)
-#: Rows of a single query's output buffer (grown when a query has more matches).
-_ONE_CAP = 256
 
 
 _kernels: ModuleType | None = None
@@ -287,7 +285,7 @@ class Lookups:
         # and row arrays; the output they write.
         self._one_plans: dict[int, LookupPlan] = {}
         self._one_seen = -1
-        self._one_out = np.zeros((_ONE_CAP, 3), dtype=np.int64)
+        self._one_out = np.zeros((256, 3), dtype=np.int64)  # grown for a query with more
         self._one_kernel: Any = entry_point(kernels().lookup_one)
         # One query's state by k, valid while changes.total is _fast_seen (Lookups.one).
         self._fast: dict[int, FastQuery] = {}

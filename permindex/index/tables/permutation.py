@@ -39,7 +39,6 @@ __all__ = [
 
 _BITS = 64
 _LITTLE_ENDIAN = sys.byteorder == "little"
-_ALL = (1 << _BITS) - 1
 #: Most tables a design may have (C(blocks, leading)); beyond this the memory is unreasonable.
 MAX_TABLES = 1024
 #: Width of a table's filter (bits of the permuted value after the prefix kept per entry): 32
