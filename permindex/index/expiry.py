@@ -180,15 +180,30 @@ class _Pending(NamedTuple):
 
 
 class ExpiringIndex(Index):
-    """An :class:`~permindex.index.Index` whose entries expire ``expire_after`` seconds after
-    their key was last added (see the module docstring). The same methods, answers and errors,
-    over the entries not expired; the writes take an ``added_at`` (Unix seconds) too. The
-    other arguments are those of :class:`~permindex.index.Index` (``from_arrays`` and
-    ``from_compact`` are not available: build it, then :meth:`add_many`).
+    """An :class:`~permindex.index.Index` whose entries expire ``expire_after`` seconds after their
+    key was last added (see the module docstring): the same methods, answers and errors, over
+    the entries not expired, and the writes take an ``added_at`` (Unix seconds) too. Each row
+    keeps its time (4 bytes more per row); every public call first drops the expired entries
+    (:meth:`expire`: one comparison while none is due, O(n) numpy work when some are).
+    ``from_arrays`` and ``from_compact`` are not available: build it, then :meth:`add_many`.
+
+    >>> from permindex import ExpiringIndex
+    >>> now = [1_000_000.0]
+    >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+    >>> index.add("fresh", 0xFFFF)
+    True
+    >>> index.add("older", 0xFFFE, added_at=999_950)  # expires at 1,000,010
+    True
+    >>> [m.key for m in index.query(0xFFFF)]
+    ['fresh', 'older']
+    >>> now[0] += 15
+    >>> [m.key for m in index.query(0xFFFF)], len(index)
+    (['fresh'], 1)
 
     Args:
         expire_after: seconds, 1 to :data:`MAX_EXPIRE_AFTER`.
         clock: the wall clock, Unix seconds (``time.time``; tests pass their own).
+        (the others as :class:`~permindex.index.Index`)
 
     Raises:
         TypeError, InvalidArgumentError: as :class:`~permindex.index.Index`, and for a bad
@@ -236,7 +251,9 @@ class ExpiringIndex(Index):
 
     @property
     def expired_pending(self) -> int:
-        """Expired rows whose memory awaits the next compaction (they match nothing)."""
+        """Expired rows whose memory awaits the next compaction (they match nothing). O(1) after the
+        expiry every call makes.
+        """
         self.expire()
         with self._lock:
             pending = self._pending
@@ -247,13 +264,28 @@ class ExpiringIndex(Index):
         return self._clock()
 
     def is_expired(self, added_at: int) -> bool:
-        """Whether an entry added at ``added_at`` (Unix seconds) is expired now."""
+        """Whether an entry added at ``added_at`` (Unix seconds) is expired now: ``now >= added_at +
+        expire_after``.
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.is_expired(940), index.is_expired(941)
+        (True, False)
+        """
         return int(self._clock()) - self._expire_after >= added_at
 
     def times(self, keys: Iterable[str]) -> list[int | None]:
-        """When each of ``keys`` was last added (Unix seconds), None where not stored (never
-        added, removed, or expired: expired rows are dropped first, as every call does). Errors
-        as :meth:`contains_many`."""
+        """When each of ``keys`` was last added (Unix seconds), None where not stored (never added,
+        removed, or expired: expired rows are dropped first, as every call does). O(n + key bytes).
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key (as :meth:`contains_many`).
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.add("a", 1, added_at=990)
+        True
+        >>> index.times(["a", "b"])
+        [990, None]
+        """
         self.expire()
         _keys, batch = validate_keys(keys)
         with self._lock:  # rows found and read under one hold: a compaction renumbers them
@@ -263,8 +295,20 @@ class ExpiringIndex(Index):
             return [None if row < 0 else int(times[row]) for row in found.tolist()]
 
     def expire(self) -> int:
-        """Kill the rows expired now (every call does this first); returns how many. O(1) while
-        none is due, else O(n) numpy work under the lock."""
+        """Drop the entries expired now (every public call does this first); returns how many. O(1)
+        while none is due, else O(n) numpy work under the lock (a tombstone per expired row, a
+        compaction when ``Tuning.compact_after_expiring`` or more expire at once).
+
+        >>> now = [1_000.0]
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+        >>> index.add_many(["a", "b"], [1, 2], added_at=[950, 990]).tolist()
+        [True, True]
+        >>> now[0] = 1_015.0
+        >>> index.expire()
+        1
+        >>> list(index)
+        ['b']
+        """
         cutoff = int(self._clock()) - self._expire_after
         if cutoff < self._oldest:
             return 0
@@ -305,9 +349,20 @@ class ExpiringIndex(Index):
     # -- writes ---------------------------------------------------------------------------------
 
     def add(self, key: str, fingerprint: int, *, added_at: float | None = None) -> bool:
-        """:meth:`Index.add <permindex.index.Index.add>` at ``added_at`` (see the module
-        docstring; None: now); the key's time is renewed even when its fingerprint is
-        unchanged. Also InvalidArgumentError / TypeError for a bad ``added_at``."""
+        """:meth:`Index.add <permindex.index.Index.add>` at ``added_at`` (Unix seconds; None or 0:
+        now; a future time counts as now); the key's time is renewed even when its fingerprint is
+        unchanged.
+
+        Raises:
+            TypeError, InvalidArgumentError: as :meth:`Index.add <permindex.index.Index.add>`, and
+                for a bad ``added_at`` (not a number, negative, not finite).
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.add("a", 0xFFFF, added_at=990)
+        True
+        >>> index.times(["a"])
+        [990]
+        """
         self.expire()
         when = int(self._stamp(added_at, 1)[0])
         return add_one(self._rows, self._runs, key, fingerprint, when)
@@ -319,9 +374,19 @@ class ExpiringIndex(Index):
         *,
         added_at: AddedAt = None,
     ) -> NDArray[np.bool_]:
-        """:meth:`Index.add_many <permindex.index.Index.add_many>` at ``added_at``: None (now),
-        one time for all, or one per key (a repeated key takes its last). Also
-        InvalidArgumentError / TypeError for bad times."""
+        """:meth:`Index.add_many <permindex.index.Index.add_many>` at ``added_at``: None (now), one
+        time for all, or one per key (a repeated key takes its last).
+
+        Raises:
+            TypeError, InvalidArgumentError: as :meth:`Index.add_many
+                <permindex.index.Index.add_many>`, and for bad times (or not one per key).
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.add_many(["a", "b"], [1, 2], added_at=[980, 990]).tolist()
+        [True, True]
+        >>> index.times(["a", "b"])
+        [980, 990]
+        """
         self.expire()
         keys = key_list(keys)
         times = self._stamp(added_at, len(keys))
@@ -336,7 +401,8 @@ class ExpiringIndex(Index):
         added_at: AddedAt = None,
     ) -> None:
         """:meth:`Index.add_compact <permindex.index.Index.add_compact>` at ``added_at`` (as
-        :meth:`add_many`)."""
+        :meth:`add_many`).
+        """
         self.expire()
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         times = self._stamp(added_at, int(sizes.size))
@@ -347,8 +413,19 @@ class ExpiringIndex(Index):
     def check_and_add(
         self, key: str, fingerprint: int, k: int | None = None, *, added_at: float | None = None
     ) -> CheckAndAddResult:
-        """:meth:`Index.check_and_add <permindex.index.Index.check_and_add>` among the entries
-        not expired, storing the key at ``added_at`` (None: now)."""
+        """:meth:`Index.check_and_add <permindex.index.Index.check_and_add>` among the entries not
+        expired, storing the key at ``added_at`` (None: now).
+
+        >>> now = [1_000.0]
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+        >>> index.check_and_add("a", 0xFFFF).added
+        True
+        >>> index.check_and_add("b", 0xFFFE).added  # "a" is within 3 bits
+        False
+        >>> now[0] += 60  # "a" expired
+        >>> index.check_and_add("b", 0xFFFE).added
+        True
+        """
         self.expire()
         when = int(self._stamp(added_at, 1)[0])
         return check_and_add(self, key, fingerprint, k, when)

@@ -43,6 +43,10 @@ def validate_fingerprint(value: object, *, name: str = "fingerprint") -> int:
     ``str`` and any other type, and :class:`~permindex.errors.InvalidArgumentError` (a
     ``ValueError``) for a negative value or one of 2^64 or more; the message names the value.
     Nothing is ever masked or wrapped around.
+
+    >>> from permindex import validate_fingerprint
+    >>> validate_fingerprint(0xFFFF)
+    65535
     """
     if isinstance(value, bool) or isinstance(value, np.bool_):
         raise TypeError(f"{name} must be an integer in [0, 2**64), not bool {value!r}")
@@ -76,6 +80,10 @@ def parse_fingerprint(value: object) -> int:
     Raises:
         InvalidArgumentError: anything else (another string, a negative or too large integer,
             a float, ``None``, a bool, a list...); the message names the value and states the rule.
+
+    >>> from permindex import parse_fingerprint
+    >>> parse_fingerprint("0x0b"), parse_fingerprint("000000000000ffff"), parse_fingerprint(7)
+    (11, 65535, 7)
     """
     if isinstance(value, str):
         prefixed = value[:2] in ("0x", "0X")
@@ -118,6 +126,10 @@ def hamming(a: object, b: object) -> int:
     Both are checked with :func:`validate_fingerprint`: ``TypeError``
     for a bool, float, str or other non-integer, :class:`~permindex.errors.InvalidArgumentError`
     for a value outside [0, 2^64).
+
+    >>> from permindex import hamming
+    >>> hamming(0b1011, 0b1000)
+    2
     """
     x = validate_fingerprint(a, name="a")
     y = validate_fingerprint(b, name="b")

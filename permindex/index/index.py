@@ -118,7 +118,12 @@ def _sized(
 
 
 class CheckAndAddResult(NamedTuple):
-    """The outcome of :meth:`Index.check_and_add`."""
+    """The outcome of :meth:`Index.check_and_add`: a named tuple (added, matches, replaced).
+
+    >>> from permindex import CheckAndAddResult
+    >>> CheckAndAddResult(True, [], False).added
+    True
+    """
 
     #: True when no other key was within k: the key now holds the fingerprint.
     added: bool
@@ -169,40 +174,72 @@ def _resolve_limit(limit: object) -> int:
 
 
 class Index:
-    """An in-memory near-duplicate index of (key, 64-bit fingerprint) pairs: which keys are
-    within Hamming distance k bits of a fingerprint, exactly (no false negatives, no false
-    positives), by the table-permutation method of Manku et al. 2007, section 3.
+    """An in-memory near-duplicate index of (key, 64-bit fingerprint) pairs: which stored keys lie
+    within Hamming distance ``k`` bits of a fingerprint, exactly -- no false negatives, no false
+    positives -- by the table-permutation method of Manku, Jain & Das Sarma 2007, section 3: the
+    fingerprints are kept in C(blocks, leading) tables, each sorted under one permutation of the
+    blocks; two fingerprints within k <= blocks - leading bits agree on the leading blocks of at
+    least one table (pigeonhole), so a query reads one prefix range per table and verifies each
+    candidate there by popcount(a XOR b).
+
+    >>> from permindex import Index
+    >>> index = Index(k=3)
+    >>> index.add("page-1", 0xFFFF)
+    True
+    >>> index.add_many(["page-2", "page-3"], [0xFFFE, 0xF0F0])
+    array([ True,  True])
+    >>> index.query(0xFFFF)  # doctest: +NORMALIZE_WHITESPACE
+    [Match(key='page-1', fingerprint=65535, distance=0),
+     Match(key='page-2', fingerprint=65534, distance=1)]
+    >>> len(index), "page-3" in index
+    (3, True)
+
+    Methods, by purpose:
+
+    * build: :meth:`from_arrays`, :meth:`from_compact`;
+    * write: :meth:`add`, :meth:`add_many`, :meth:`add_compact`, :meth:`check_and_add`,
+      :meth:`remove`, :meth:`discard`;
+    * look up: :meth:`query`, :meth:`query_many` (lists or columns), :meth:`max_candidates`,
+      :meth:`query_columns_within`;
+    * keys: :meth:`get`, ``key in index``, :meth:`contains_many`, ``len(index)``,
+      ``iter(index)``;
+    * the whole set: :meth:`pairs`, :meth:`iter_pairs`, :meth:`export`, :meth:`export_compact`,
+      :meth:`export_slices`;
+    * upkeep and figures: :meth:`merge_all_runs`, :meth:`table_runs`, :meth:`memory_bytes`,
+      :meth:`table_bytes`, :attr:`compactions`, :meth:`_check` (every invariant, for tests).
 
     Args:
         k: the largest Hamming distance (bits) the index answers, 0 <= k <= blocks - leading.
-        design: a :class:`~permindex.index.tables.permutation.Design` or ``(blocks, leading)`` (any
-        blocks
-            and leading, C(blocks, leading) tables); the default (4, 1) has 4 tables of 16-bit
-            prefixes and answers k <= 3; (5, 2) has 10 tables of 25- or 26-bit prefixes and
-            (6, 3) 20 of 31- to 33-bit prefixes. ``"auto"``: chosen by
+        design: a :class:`~permindex.index.tables.permutation.Design` or ``(blocks, leading)``
+            (any blocks and leading: C(blocks, leading) tables); the default (4, 1) has 4 tables
+            of 16-bit prefixes and answers k <= 3; (5, 2) has 10 tables of 25- or 26-bit
+            prefixes, (6, 3) 20 of 31- to 33-bit ones. ``"auto"``: chosen by
             :func:`~permindex.index.tables.permutation.choose_design` from ``expected_size``
-            (default 10^6
-            fingerprints), k and ``memory_budget`` (bytes for the tables, keys excluded; None:
-            no limit), the fastest modelled design that fits.
+            (default 10^6 fingerprints), k and ``memory_budget`` (bytes for the tables, keys
+            excluded; None: no limit): the fastest modelled design that fits.
         expected_size: only for ``design="auto"``.
         memory_budget: only for ``design="auto"``.
         memtable_limit: entries a table keeps in its sorted memtable before freezing them into a
-            numpy run (a tuning knob; small values exercise freezing and merging in tests).
-        compaction_min: dead rows (removed or replaced fingerprints) are dropped by a
-            compaction once they outnumber the live rows and this minimum.
+            sorted run (small values exercise freezing and merging in tests).
+        compaction_min: dead rows (removed or replaced fingerprints) are dropped by a compaction
+            once they outnumber the live rows and this minimum.
+        tuning: the speed and memory knobs (:class:`~permindex.index.tuning.Tuning`); they never
+            change an answer.
 
     Raises:
         TypeError: ``k``, ``memtable_limit`` or ``compaction_min`` is not an int, ``design`` is
-            neither a Design nor a pair.
+            neither a Design, a pair nor "auto", ``tuning`` is not a Tuning.
         InvalidArgumentError: k < 0, k above the design's guarantee (the message names it, e.g.
             "design (4 blocks, 1 leading) guarantees k <= 3"), an invalid design,
             ``memtable_limit`` < 1 or ``compaction_min`` < 0.
 
-    Keys are non-empty str of at most 1,024 UTF-8 bytes; fingerprints ints in [0, 2^64) or
-    uint64 arrays. Every argument is validated before anything changes; a call that raises
-    leaves the index as it was.
+    Keys are non-empty str of at most 1,024 UTF-8 bytes (:func:`validate_key`); fingerprints are
+    ints in [0, 2^64) or uint64 arrays. Every argument is validated before anything changes: a
+    call that raises leaves the index as it was. Memory: 8 bytes of fingerprint per row, about 7
+    per row and table, and the key bytes with about 12 more per key.
 
-    Thread safety: see the module docstring.
+    Thread safety: every method may be called from any thread (see the module docstring: one
+    re-entrant lock; batch lookups search without it, on a consistent view).
     """
 
     def __init__(
@@ -249,9 +286,22 @@ class Index:
         memory_budget: int | None = None,
         tuning: Tuning = DEFAULT_TUNING,
     ) -> Index:
-        """A new index holding ``keys`` with (n,) ``fingerprints`` (bulk load: each table is
-        built by one radix sort, O(n) per table). Same arguments and errors as :class:`Index`
-        and :meth:`add_many`; ``design="auto"`` chooses for n fingerprints."""
+        """A new index holding ``keys`` with their fingerprints (a bulk load: each table is built by
+        one radix sort, O(n) per table); ``design="auto"`` chooses for n fingerprints. The other
+        arguments are those of :class:`Index`.
+
+        Args:
+            keys: an iterable of n str.
+            fingerprints: n ints in [0, 2^64), or a (n,) unsigned integer array (uint64
+                preferred).
+
+        Raises:
+            TypeError, InvalidArgumentError: as :class:`Index` and :meth:`add_many`.
+
+        >>> index = Index.from_arrays(["a", "b"], [0b1011, 0b1000])
+        >>> index.get("b")
+        8
+        """
         key_list = as_key_list(keys)
         index = cls(
             k,
@@ -275,16 +325,24 @@ class Index:
         memory_budget: int | None = None,
         tuning: Tuning = DEFAULT_TUNING,
     ) -> Index:
-        """A new index from keys in the compact form of :meth:`export_compact` -- (n,) UTF-8
-        byte ``lengths`` and ``blob``, every key's bytes followed by a NUL -- and (n,)
-        ``fingerprints``: a loader that never makes a Python str per key (a snapshot's key
-        section has this layout). The key bytes are copied as they are; each key is hashed
-        once. Validated as :meth:`add_many` (lengths 1 to 1,024, UTF-8, the NULs where the
-        lengths say); a repeated key keeps its last fingerprint. O(n + key bytes).
+        r"""A new index from keys in the compact form of :meth:`export_compact` and their
+        fingerprints: a loader that never makes a Python str per key (a snapshot's key section has
+        this layout). The key bytes are copied as they are; each key is hashed once. A repeated key
+        keeps its last fingerprint. O(n + key bytes).
+
+        Args:
+            lengths: (n,) integers, each key's UTF-8 byte length (1 to 1,024).
+            blob: every key's UTF-8 bytes, each followed by a NUL, as bytes or a (m,) uint8 array.
+            fingerprints: n ints in [0, 2^64) or a (n,) uint64 array.
+            (the others as :class:`Index`)
 
         Raises:
-            InvalidArgumentError: lengths and blob disagree, a key is empty, too long or not
-                UTF-8, or the counts differ; TypeError as :meth:`add_many`.
+            InvalidArgumentError: lengths and blob disagree, a key is empty, too long or not UTF-8,
+                or the counts differ; TypeError as :meth:`add_many`.
+
+        >>> index = Index.from_compact([1, 2], b"a\x00bc\x00", [0b1011, 0xFFFF])
+        >>> sorted(index)
+        ['a', 'bc']
         """
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         n = int(sizes.size)
@@ -298,14 +356,18 @@ class Index:
         blob: NDArray[np.uint8] | bytes | bytearray,
         fingerprints: Iterable[int] | _U64,
     ) -> None:
-        """Store keys in the compact form of :meth:`export_compact` with their (n,)
-        ``fingerprints``, as :meth:`add_many` would, into this index (the loader of
-        :mod:`permindex.storage.store`, which builds the index with the server's options first;
-        :meth:`from_compact` is the same into a new index). A contiguous uint8 ``blob`` is
-        copied into the key store once, no Python str is made per key. O(n + key bytes).
+        r"""Store keys in the compact form of :meth:`export_compact` (``lengths``, ``blob``: see
+        :meth:`from_compact`) with their (n,) ``fingerprints``, as :meth:`add_many` would, into
+        this index (:meth:`from_compact` does the same into a new one). A contiguous uint8 ``blob``
+        is copied into the key store once; no Python str is made per key. O(n + key bytes).
 
         Raises:
-            InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored.
+            InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored then.
+
+        >>> index = Index()
+        >>> index.add_compact([1, 1], b"x\x00y\x00", [1, 2])
+        >>> index.get("y")
+        2
         """
         self._before_call()
         _add_section(self, *compact_inputs(lengths, blob, fingerprints))
@@ -344,21 +406,42 @@ class Index:
         return self._rows.compactions
 
     def table_runs(self) -> list[tuple[tuple[int, ...], int]]:
-        """Per table, in the design's order: the entries of each frozen run (oldest, largest
-        first) and the entries of the memtable, tombstones of dead rows included. After
-        :meth:`merge_all_runs` has merged a table it holds one run and an empty memtable; a
-        single lookup probes one directory per run. O(tables + runs), under the lock."""
+        """Per table, in the design's order: the entries of each frozen run (oldest, largest first)
+        and of the memtable, tombstones of dead rows included. After :meth:`merge_all_runs` has
+        merged a table it holds one run and an empty memtable; a single lookup probes one directory
+        per run. O(tables + runs), under the lock.
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.table_runs()
+        [((), 1), ((), 1), ((), 1), ((), 1)]
+        """
         with self._lock:
             return [(table.run_sizes, table.memtable_size) for table in self._tables]
 
     def __len__(self) -> int:
-        """Number of keys stored."""
+        """The number of keys stored. O(1).
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b"], [1, 2]).tolist()
+        [True, True]
+        >>> len(index)
+        2
+        """
         self._before_call()
         with self._lock:
             return len(self._store)
 
     def __contains__(self, key: object) -> bool:
-        """Whether ``key`` is stored (False for anything that is not a str)."""
+        """Whether ``key`` is stored (False for anything that is not a str). O(len(key)).
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> "a" in index, "b" in index, 3 in index
+        (True, False, False)
+        """
         self._before_call()
         if not isinstance(key, str):
             return False
@@ -372,23 +455,48 @@ class Index:
 
     def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
         """(n,) bool: whether each of ``keys`` is stored, as ``key in index`` for each, in one
-        vectorized lookup. Raises TypeError / InvalidArgumentError for a malformed key (as
-        :meth:`add_many`)."""
+        vectorized lookup. O(n + key bytes).
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key (as :meth:`add_many`).
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.contains_many(["a", "b"]).tolist()
+        [True, False]
+        """
         self._before_call()
         _key_list, batch = validate_keys(keys)
         with self._lock:
             return self._store.find_many(batch) >= 0
 
     def __iter__(self) -> Iterator[str]:
-        """The keys, in the order they were first added (a copy taken under the lock)."""
+        """The keys, in the order they were first added (a copy taken under the lock). O(n).
+
+        >>> index = Index()
+        >>> index.add_many(["b", "a"], [1, 2]).tolist()
+        [True, True]
+        >>> list(index)
+        ['b', 'a']
+        """
         self._before_call()
         with self._lock:
             rows = self._rows.live_rows()
             return iter(self._store.keys(self._store.iteration_order(rows)))
 
     def get(self, key: str) -> int | None:
-        """The fingerprint stored under ``key`` (int), or None. Raises TypeError /
-        InvalidArgumentError for a malformed key (see :func:`validate_key`)."""
+        """The fingerprint stored under ``key`` (int), or None. O(len(key)).
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key (:func:`validate_key`).
+
+        >>> index = Index()
+        >>> index.add("a", 0xFFFF)
+        True
+        >>> index.get("a"), index.get("b")
+        (65535, None)
+        """
         self._before_call()
         data = validate_key(key).encode("utf-8")
         h = hash_key(data)
@@ -399,17 +507,32 @@ class Index:
     # -- writes ---------------------------------------------------------------------------------
 
     def add(self, key: str, fingerprint: int) -> bool:
-        """Store ``fingerprint`` (int in [0, 2^64)) under ``key``; a stored key's fingerprint is
-        replaced (its old entries become tombstones and are never returned).
+        """Store ``fingerprint`` under ``key``; a stored key's fingerprint is replaced (its old
+        entries become tombstones, never returned).
 
-        Returns True if the key was not stored before. O(T log L) for T tables and memtable
-        bound L, plus amortized freezing, merging and compaction.
+        Args:
+            key: a non-empty str of at most 1,024 UTF-8 bytes.
+            fingerprint: an int in [0, 2^64).
+
+        Returns:
+            True if the key was not stored before.
 
         Raises:
-            TypeError: ``key`` is not a str, or ``fingerprint`` is not an int (bool, float and
-                str are refused).
+            TypeError: ``key`` is not a str, or ``fingerprint`` is not an int (bool, float and str
+                are refused).
             InvalidArgumentError: a malformed key, or a fingerprint outside [0, 2^64).
-            LimitExceededError: 2^32 rows would be needed.
+            LimitExceededError: 2^32 - 1 rows would be needed.
+
+        Cost: O(T log L) for T tables and memtable bound L, plus amortized freezing, merging and
+        compaction.
+
+        >>> index = Index()
+        >>> index.add("a", 0b1011)
+        True
+        >>> index.add("a", 0b1000)  # replaced
+        False
+        >>> index.get("a")
+        8
         """
         self._before_call()
         return add_one(self._rows, self._runs, key, fingerprint)
@@ -417,35 +540,53 @@ class Index:
     def add_many(
         self, keys: Iterable[str], fingerprints: Iterable[int] | _U64
     ) -> NDArray[np.bool_]:
-        """Store many (key, fingerprint) pairs; as :meth:`add` for each, but validated as a whole
-        first and inserted with numpy. A batch of at least 2^17 becomes one sorted run per
-        table, built in up to 4 threads (given a numpy array, while the keys are checked and
-        hashed). Nothing is stored when any of the errors below is raised.
+        """Store many (key, fingerprint) pairs: :meth:`add` for each, but validated as a whole first
+        and inserted with numpy. A large batch becomes one sorted run per table, built in threads
+        (``Tuning.parallel_min``, ``Tuning.build_threads``), given a numpy array while the keys are
+        checked and hashed. Nothing is stored when any of the errors below is raised.
 
         Args:
             keys: an iterable of n str.
-            fingerprints: an iterable of n ints in [0, 2^64), or a (n,) numpy array of an
-                unsigned integer dtype (uint64 preferred) or a signed one without negative
-                values.
+            fingerprints: an iterable of n ints in [0, 2^64), or a (n,) array of an unsigned integer
+                dtype (uint64 preferred) or a signed one without negative values.
 
         Returns:
-            (n,) bool: True where the key was not stored before the call. A key repeated in
-            the call takes its last fingerprint (every occurrence of a new key is True).
+            (n,) bool: True where the key was not stored before the call. A key repeated in the call
+            takes its last fingerprint (every occurrence of a new key is True).
 
         Raises:
             TypeError: a key is not a str, a fingerprint not an int (or a bool/float array).
-            InvalidArgumentError: a malformed key or fingerprint (the message names its
-                position; a negative value in a signed array is refused, never wrapped), or
+            InvalidArgumentError: a malformed key or fingerprint (the message names its position; a
+                negative value in a signed array is refused, never wrapped), or
                 ``len(keys) != len(fingerprints)``.
-            LimitExceededError: 2^32 rows would be needed.
+            LimitExceededError: 2^32 - 1 rows would be needed.
+
+        Cost: O(n log n) for the keys' repeats, O(n) per table (radix sort), amortized merging.
+
+        >>> import numpy as np
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "a"], np.array([1, 2, 3], dtype=np.uint64)).tolist()
+        [True, True, True]
+        >>> index.get("a")
+        3
         """
         self._before_call()
         return add_batch(self._rows, self._runs, keys, fingerprints)
 
     def remove(self, key: str) -> None:
-        """Remove ``key``. Raises :class:`~permindex.errors.NotFoundError` (a KeyError) when it
-        is not stored, TypeError / InvalidArgumentError for a malformed key; nothing changes
-        then. O(1) (a tombstone) plus amortized compaction."""
+        """Remove ``key``. O(1) (a tombstone) plus amortized compaction.
+
+        Raises:
+            NotFoundError: (a KeyError) ``key`` is not stored; nothing changes.
+            TypeError, InvalidArgumentError: a malformed key.
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.remove("a")
+        >>> "a" in index
+        False
+        """
         self._before_call()
         key = validate_key(key)
         with self._lock:
@@ -454,8 +595,15 @@ class Index:
         self._runs.merge_pending()  # after a compaction
 
     def discard(self, key: str) -> bool:
-        """Remove ``key`` if stored; returns whether it was. TypeError / InvalidArgumentError
-        for a malformed key."""
+        """Remove ``key`` if stored; returns whether it was. O(1) plus amortized compaction.
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key.
+
+        >>> index = Index()
+        >>> index.discard("a")
+        False
+        """
         self._before_call()
         key = validate_key(key)
         with self._lock:
@@ -464,26 +612,31 @@ class Index:
         return found
 
     def merge_all_runs(self, idle: float = 0.0, min_share: float | None = None) -> bool:
-        """Merge a table's frozen runs and memtable into one sorted run when at least
-        ``min_share`` of its entries lie outside its largest run, so that a query probes one
-        run there (the single sorted table per permutation of Manku et al. 2007, section 3).
-        One table at a time, merged without the lock (reads see the unmerged runs meanwhile,
-        writes go on) and swapped in under it (:meth:`TableSet.merge_all
-        <permindex.index.table_set.TableSet.merge_all>`). Cost: a radix sort of a table's
-        rows,
-        O(n).
+        """Merge a table's frozen runs and memtable into one sorted run when at least ``min_share``
+        of its entries lie outside its largest run, so that a query probes one run there (the
+        single sorted table per permutation of Manku et al. 2007, section 3). One table at a time,
+        merged without the lock (reads see the unmerged runs meanwhile, writes go on) and swapped in
+        under it. Cost: a radix sort of a table's rows, O(n) per table.
 
         Args:
-            idle: merge only while nothing was added for at least this many seconds (a server
-                calls this periodically with a small idle time, so that it merges after a
-                load, not during one); checked before each table.
-            min_share: 0 to 1; 0 merges every table that has more than one run or a memtable;
-                None: the index's ``tuning.merge_all_min_share``.
+            idle: merge only while nothing was added for at least this many seconds (a server calls
+                this periodically with a small idle time, so that it merges after a load, not during
+                one); checked before each table.
+            min_share: 0 to 1; 0 merges every table that has more than one run or a memtable; None:
+                the index's ``tuning.merge_all_min_share``.
 
         Returns:
-            True when a table was merged (or its memtable frozen); False when none qualified,
-            the index was not idle long enough, another merge was running, or a compaction
-            renumbered the rows meanwhile (that table's merge is dropped).
+            True when a table was merged (or its memtable frozen); False when none qualified, the
+            index was not idle long enough, another merge was running, or a compaction renumbered
+            the rows meanwhile (that table's merge is dropped).
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.merge_all_runs(min_share=0)
+        True
+        >>> index.table_runs()[0]
+        ((1,), 0)
         """
         return self._runs.merge_all(idle, min_share)
 
@@ -492,25 +645,34 @@ class Index:
     def query(
         self, fingerprint: int, k: int | None = None, limit: int | None = None
     ) -> list[Match]:
-        """Every stored key whose fingerprint is within Hamming distance ``k`` bits (inclusive)
-        of ``fingerprint``, each once, sorted by (distance, key) (Manku et al. 2007, section 3:
-        permuted tables searched by prefix, candidates verified exactly).
+        """Every stored key whose fingerprint is within Hamming distance ``k`` bits (inclusive) of
+        ``fingerprint``, each once, sorted by (distance, key): Manku et al. 2007, section 3 -- the
+        searched tables' prefix ranges read, each candidate verified exactly, in a compiled kernel.
 
         Args:
-            fingerprint: int in [0, 2^64).
+            fingerprint: an int in [0, 2^64).
             k: None for the index's k, else 0 <= k <= index.k.
             limit: None or 0 for all matches, else at most this many (the first after sorting).
+
+        Returns:
+            A list of :class:`Match` (key, fingerprint, distance).
 
         Raises:
             TypeError: a non-int fingerprint, k or limit.
             InvalidArgumentError: fingerprint outside [0, 2^64), k < 0 or above the index's k,
                 limit < 0.
 
-        Cost: one call of a compiled kernel over the searched tables' frozen runs (a directory
-        lookup per run, the bucket's filters compared, the candidates that pass verified:
-        :meth:`~permindex.index.search.lookup.Lookups.one`) and a bisection of each non-empty
-        memtable, whose candidates a kernel verifies alike; O(tables * runs + log L +
-        candidates).
+        Cost: O(tables * runs + log L + candidates), under the lock.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+        [True, True, True]
+        >>> [m.key for m in index.query(0b1011)]
+        ['a', 'b']
+        >>> index.query(0b1011, k=1)
+        [Match(key='a', fingerprint=11, distance=0)]
+        >>> index.query(0b1011, limit=1)[0].key
+        'a'
         """
         self._before_call()
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
@@ -554,22 +716,39 @@ class Index:
         threads: int | None = None,
         columns: bool = False,
     ) -> list[list[Match]] | QueryColumns:
-        """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in
-        order, each sorted by (distance, key); with ``columns=True`` the same matches as one
-        :class:`~permindex.index.search.batch_queries.QueryColumns` (offsets (n + 1,) int64, keys,
-        fingerprints (m,) uint64, distances (m,) uint8), with no Python object per match but
-        its key.
+        """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in order,
+        each sorted by (distance, key); with ``columns=True`` the same matches as one
+        :class:`~permindex.index.search.batch_queries.QueryColumns` -- ``offsets`` (n + 1,)
+        int64 (the matches of query i are rows ``offsets[i]:offsets[i + 1]``), ``keys`` (m str),
+        ``fingerprints`` (m,) uint64, ``distances`` (m,) uint8 -- with no Python object per match
+        but its key.
 
-        ``fingerprints`` is an iterable of ints or a (n,) uint64 array (signed arrays without
-        negative values are accepted). The lookup runs in compiled kernels
-        (:mod:`permindex.index.search.lookup`) on a consistent read view of the index, without its
+        Args:
+            fingerprints: an iterable of n ints, or a (n,) uint64 array (signed arrays without
+                negative values are accepted).
+            k, limit: as :meth:`query`.
+            threads: None or 1 for the calling thread only; up to 256 threads, each on a slice.
+            columns: False for lists of :class:`Match`, True for columns.
+
+        Raises:
+            TypeError: a bad fingerprint, k or limit type, ``threads`` not an int, ``columns`` not a
+                bool.
+            InvalidArgumentError: as :meth:`query` (the message names the position of a bad
+                fingerprint), ``threads`` outside [1, 256]. Nothing is queried then.
+
+        The lookup runs in compiled kernels on a consistent read view of the index, without its
         lock: lookups from several threads run in parallel, and a lookup racing a write sees the
-        index as it was before or after each write, never a mix. It uses the calling thread
-        only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1; a
-        batch started while another runs is cut in two pieces on one view: same answer).
-        Same errors as :meth:`query` (the message names the position of a bad fingerprint),
-        TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
-        InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
+        index as it was before or after each write, never a mix. Cost: O(n * (tables * runs +
+        candidates)) in the kernels, O(m log m) to order m matches.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+        [True, True, True]
+        >>> [[m.key for m in ms] for ms in index.query_many([0b1011, 0xFFFE, 0xF0F00000])]
+        [['a', 'b'], ['c'], []]
+        >>> cols = index.query_many([0b1011, 0xFFFE], columns=True)
+        >>> cols.offsets.tolist(), cols.keys, cols.distances.tolist()
+        ([0, 2, 3], ['a', 'b', 'c'], [0, 2, 1])
         """
         self._before_call()
         queries = as_fingerprint_array(fingerprints)
@@ -579,9 +758,19 @@ class Index:
         return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
     def max_candidates(self, k: int | None = None) -> int:
-        """A bound of the candidates one query within ``k`` (None: the index's) meets: the
-        largest prefix bucket of each run searched plus the memtables (removed entries count
-        until a compaction). O(tables * runs) after a change, else O(1). Errors: as query."""
+        """An upper bound of the candidates one query within ``k`` (None: the index's) meets: the
+        largest prefix bucket of each searched run plus the memtables (removed entries count until
+        a compaction). O(tables * runs) after a change, else O(1).
+
+        Raises:
+            TypeError, InvalidArgumentError: a bad ``k``, as :meth:`query`.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b"], [1, 2]).tolist()
+        [True, True]
+        >>> index.max_candidates() >= 2
+        True
+        """
         kk = query_k(k, self._k, self._design)
         with self._lock:
             return self._lookups.most_candidates(kk)
@@ -595,10 +784,13 @@ class Index:
         max_candidates: int,
         max_matches: int,
     ) -> QueryColumns | None:
-        """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded (and
-        nothing was written since the last batch lookup), else None:
-        :func:`~permindex.index.search.batch_queries.lookup_within`; other errors as
-        :meth:`query_many`."""
+        """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded -- at most
+        ``max_candidates`` candidates in all (``n * max_candidates(k)``), at most ``max_matches``
+        matches, and nothing written since the last batch lookup (its read view reused) -- else
+        None, having done at most one kernel pass (a server answers a stream's small messages
+        inline this way). Errors as :meth:`query_many`; TypeError / InvalidArgumentError for a
+        bound that is not an int >= 0.
+        """
         queries = as_fingerprint_array(fingerprints)
         kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
         options = LookupOptions.checked(kk, lim, None, True)
@@ -606,10 +798,11 @@ class Index:
         return lookup_within(self._lock, self._lookups, queries, options, *bounds)
 
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:
-        """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,
-        store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry
-        never blocks). Query and add happen under one acquisition of the index lock, so of two
-        threads adding near-duplicates concurrently exactly one succeeds.
+        """Atomically: query ``fingerprint`` within ``k`` and, only if no other key is within k,
+        store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry never
+        blocks). Query and add happen under one acquisition of the lock, so of two threads adding
+        near-duplicates at once exactly one succeeds: the check-and-add loop of a crawler
+        (Manku et al. 2007, section 1).
 
         Returns:
             :class:`CheckAndAddResult` (added, matches, replaced): added is True when no other key
@@ -617,22 +810,53 @@ class Index:
             sorted by (distance, key), empty when added; replaced is True when added and the key
             was stored before the call (with any fingerprint).
 
-        Raises: as :meth:`add` and :meth:`query`; nothing changes then.
+        Raises:
+            TypeError, InvalidArgumentError, LimitExceededError: as :meth:`add` and :meth:`query`;
+                nothing changes then.
+
+        Cost: :meth:`query` plus :meth:`add`.
+
+        >>> index = Index()
+        >>> index.check_and_add("a", 0xFFFF)
+        CheckAndAddResult(added=True, matches=[], replaced=False)
+        >>> result = index.check_and_add("b", 0xFFFE)
+        >>> result.added, [m.key for m in result.matches]
+        (False, ['a'])
         """
         self._before_call()
         return check_and_add(self, key, fingerprint, k)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
-        """:meth:`iter_pairs` as a list: every pair within ``k`` of the index as it is now."""
+        """:meth:`iter_pairs` as a list: every pair within ``k`` of the index as it is now.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+        [True, True, True]
+        >>> index.pairs()
+        [('a', 'b', 2)]
+        """
         return list(self.iter_pairs(k))
 
     def iter_pairs(
         self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
     ) -> Iterator[tuple[str, str, int]]:
-        """Every unordered pair of keys within ``k`` bits (default: the index's; one fingerprint:
-        distance 0) once, as (key_a, key_b, distance), key_a < key_b by code point, sorted: of
-        the index at the call (joined now, under the lock; cost: ``pair_stream.self_join_pairs``),
-        listed as read. Raises InvalidArgumentError, CallCancelledError (``should_stop``)."""
+        """Every unordered pair of keys within ``k`` bits (default: the index's; keys sharing a
+        fingerprint: distance 0) once, as (key_a, key_b, distance) with key_a < key_b by code point,
+        sorted: of the index at the call, joined now under the lock (the self-join of Manku et al.
+        2007, section 3, on the distinct fingerprints, ``join.pair_stream.self_join_pairs``), then
+        listed lazily as read, without the lock. Cost: O(n) numpy work plus the join's (about
+        sum over tables of the squared prefix-group sizes), O(1) per pair read.
+
+        Raises:
+            InvalidArgumentError: k < 0 or above the index's k.
+            CallCancelledError: ``should_stop`` returned True (checked between chunks).
+
+        >>> index = Index()
+        >>> index.add_many(["b", "a"], [7, 7]).tolist()
+        [True, True]
+        >>> list(index.iter_pairs(0))
+        [('a', 'b', 0)]
+        """
         self._before_call()
         with self._lock:
             return self_join_pairs(
@@ -642,9 +866,17 @@ class Index:
     # -- export, memory, invariants --------------------------------------------------------------
 
     def export(self) -> tuple[list[str], _U64]:
-        """A consistent copy of the contents, taken under the lock: (keys, fingerprints) with
-        fingerprints a new (n,) uint64 array, element i stored under keys[i]. Order: by row
-        (the order the current fingerprints were stored in)."""
+        """A consistent copy of the contents, taken under the lock: (keys, fingerprints), with
+        fingerprints a new (n,) uint64 array, element i stored under keys[i], in row order (the
+        order the current fingerprints were stored in). O(n).
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b"], [1, 2]).tolist()
+        [True, True]
+        >>> keys, fps = index.export()
+        >>> keys, fps.tolist()
+        (['a', 'b'], [1, 2])
+        """
         self._before_call()
         with self._lock:
             rows = self._rows
@@ -652,10 +884,18 @@ class Index:
             return self._store.live_keys(live), rows.fps[: rows.n][live]
 
     def export_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64]:
-        """As :meth:`export`, with the keys in compact form, for writers that do not need str
-        objects (a snapshot): ((n,) int64 UTF-8 byte lengths, the UTF-8 bytes of every key each
-        followed by a NUL, concatenated ((m,) uint8), (n,) uint64 fingerprints), in the order of
-        :meth:`export`. No Python object per key: O(n + key bytes) numpy work."""
+        r""":meth:`export` with the keys in compact form, for writers that need no str (a snapshot):
+        ((n,) int64 UTF-8 byte lengths, (m,) uint8 bytes of every key each followed by a NUL,
+        (n,) uint64 fingerprints), in the order of :meth:`export`. No Python object per key:
+        O(n + key bytes) numpy work.
+
+        >>> index = Index()
+        >>> index.add("ab", 5)
+        True
+        >>> lengths, blob, fps = index.export_compact()
+        >>> lengths.tolist(), blob.tobytes(), fps.tolist()
+        ([2], b'ab\x00', [5])
+        """
         self._before_call()
         with self._lock:
             live_rows = self._rows.live_rows()
@@ -690,13 +930,16 @@ class Index:
 
     def memory_bytes(self) -> int:
         """Bytes held by the arrays (by capacity): fingerprints and liveness, every table's runs
-        (plus an estimate for the memtable entries, Python ints), and the key store."""
+        (plus an estimate for the memtable entries, Python ints), and the key store.
+        O(tables + runs).
+        """
         with self._lock:
             return self.table_bytes() + self._store.nbytes()
 
     def table_bytes(self) -> int:
-        """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity)
-        and the tables."""
+        """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity) and
+        the tables.
+        """
         with self._lock:
             return self._rows.nbytes() + self._runs.nbytes()
 

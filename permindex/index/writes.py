@@ -149,8 +149,8 @@ def after_write(rows: RowStore, runs: TableSet, count: int = 1) -> None:
     (:meth:`~permindex.index.table_set.TableSet.merge_pending`). After a bulk load of at
     least
     ``tuning.collect_after_rows`` rows, a full garbage collection: the caller's inputs (a list of
-    10^6 key strings, say) have just become old objects, and the collector's next full pass --
-    tens of milliseconds at 10^6 keys -- would otherwise fall into the first lookup."""
+    10^6 key strings, say) have just become old objects, and the collector's next full pass
+    over them would otherwise fall into the first lookup."""
     runs.last_write = time.monotonic()
     rows.after_write(count)
     runs.merge_pending()

@@ -60,7 +60,15 @@ KEEP_RULES: Final = ("first", "longest", "smallest-key")
 class Flag(NamedTuple):
     """A key with at least one other key within k: its ``nearest`` other key (smallest distance,
     then smallest key), their ``distance`` in bits, and the number of ``neighbors`` (other keys
-    within k)."""
+    within k).
+
+    >>> from permindex import Index, flags
+    >>> index = Index()
+    >>> index.add_many(["a", "b"], [0xFFFF, 0xFFFE]).tolist()
+    [True, True]
+    >>> flags(index)[0]
+    Flag(key='a', nearest='b', distance=1, neighbors=1)
+    """
 
     key: str
     nearest: str
@@ -69,7 +77,15 @@ class Flag(NamedTuple):
 
 
 class ExactGroup(NamedTuple):
-    """Two or more keys (sorted) that share one ``fingerprint``."""
+    """Two or more keys (sorted) that share one ``fingerprint``.
+
+    >>> from permindex import Index, exact_duplicates
+    >>> index = Index()
+    >>> index.add_many(["a", "b"], [7, 7]).tolist()
+    [True, True]
+    >>> exact_duplicates(index)
+    [ExactGroup(fingerprint=7, keys=['a', 'b'])]
+    """
 
     fingerprint: int
     keys: list[str]
@@ -324,6 +340,11 @@ class NearDuplicates:
     Order, everywhere deterministic: keys compare in code point order; a pair is (key_a, key_b,
     distance) with key_a < key_b, pairs sorted; a cluster's or group's keys are sorted; clusters and
     groups come largest first, then by their smallest key; flags are sorted by key.
+
+    >>> from permindex import NearDuplicates
+    >>> near = NearDuplicates(["a", "b", "c"], [0xFFFF, 0xFFFE, 0xF0F00000], k=3)
+    >>> list(near.iter_pairs()), near.clusters()
+    ([('a', 'b', 1)], [['a', 'b']])
     """
 
     def __init__(
@@ -729,16 +750,40 @@ def keep_per_cluster(
 def clusters(index: Index, k: int | None = None) -> list[list[str]]:
     """The clusters of ``index`` within ``k`` (default: the index's k): connected components of
     the near-duplicate pairs graph, at least two keys each, keys sorted, largest cluster first.
-    A cluster can chain (see :class:`NearDuplicates`)."""
+    A cluster can chain (see :class:`NearDuplicates`).
+
+    >>> from permindex import Index, clusters
+    >>> index = Index()
+    >>> index.add_many(["a", "b", "c"], [0xFFFF, 0xFFFE, 0xF0F00000]).tolist()
+    [True, True, True]
+    >>> clusters(index)
+    [['a', 'b']]
+    """
     return NearDuplicates.of_index(index, k).clusters()
 
 
 def flags(index: Index, k: int | None = None) -> list[Flag]:
     """Every key of ``index`` with another key within ``k`` (default: the index's k), sorted by
-    key, with its nearest other key, their distance and its number of neighbors."""
+    key, with its nearest other key, their distance and its number of neighbors.
+
+    >>> from permindex import Index, flags
+    >>> index = Index()
+    >>> index.add_many(["a", "b", "c"], [0xFFFF, 0xFFFE, 0xF0F00000]).tolist()
+    [True, True, True]
+    >>> [flag.key for flag in flags(index)]
+    ['a', 'b']
+    """
     return NearDuplicates.of_index(index, k).flags()
 
 
 def exact_duplicates(index: Index) -> list[ExactGroup]:
-    """The groups of keys of ``index`` that share one fingerprint, largest first."""
+    """The groups of keys of ``index`` that share one fingerprint, largest first.
+
+    >>> from permindex import Index, exact_duplicates
+    >>> index = Index()
+    >>> index.add_many(["a", "b", "c"], [7, 7, 8]).tolist()
+    [True, True, True]
+    >>> [group.keys for group in exact_duplicates(index)]
+    [['a', 'b']]
+    """
     return NearDuplicates.of_index(index, 0).exact_duplicates()

@@ -88,6 +88,14 @@ class QueryColumns(NamedTuple):
         keys: the m keys (list of str).
         fingerprints: (m,) uint64, each key's stored fingerprint.
         distances: (m,) uint8, the Hamming distance of each to its query.
+
+    >>> from permindex import Index
+    >>> index = Index()
+    >>> index.add_many(["a", "b"], [0b1011, 0xFFFF]).tolist()
+    [True, True]
+    >>> cols = index.query_many([0b1000, 0xFFFE, 0], columns=True)
+    >>> cols.offsets.tolist(), cols.keys, cols.distances.tolist()
+    ([0, 1, 2, 3], ['a', 'b', 'a'], [2, 1, 3])
     """
 
     offsets: NDArray[np.int64]

@@ -121,7 +121,7 @@ def _warm(module: ModuleType) -> None:
 
 def entry_point(dispatcher: Any) -> Any:
     """The compiled function of a kernel with exactly one explicit signature, called without
-    the dispatcher's type resolution (about 0.2 us of a call): the caller must pass exactly
+    the dispatcher's type resolution (a fixed cost on every call): the caller must pass exactly
     the signature's types. The dispatcher itself when numba does not expose it."""
     try:
         (signature,) = dispatcher.signatures
