@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import permindex.index.keys.batches as batches_module
 from permindex.errors import InvalidArgumentError
 from permindex.index.keys.batches import (
     compact_inputs,
@@ -46,23 +45,21 @@ def test_distinct_keys_keeps_the_last_value() -> None:
         distinct_keys(keys, batch, np.array([1], np.uint64))
 
 
-def test_sections_validated_hashed_and_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batches_module, "HASH_CHUNK", 3)
-    monkeypatch.setattr(batches_module, "UTF8_SLICE", 4)
+def test_sections_validated_hashed_and_decoded() -> None:
     names = ["a", "nul\x00in", "é", "\U0001f600", *[f"k{i}" for i in range(10)]]
     encoded = [name.encode() for name in names]
     sizes, raw, values = compact_inputs(
         [len(e) for e in encoded], b"".join(e + b"\x00" for e in encoded), range(len(names))
     )
-    data, ends = section_ends(sizes, raw)
+    data, ends = section_ends(sizes, raw, 4)  # 4 bytes checked as UTF-8 a step
     assert data.size == len(raw) and ends.tolist() == np.cumsum(sizes + 1).tolist()
-    assert hash_section(raw, ends).tolist() == [hash_key(e) for e in encoded]
+    assert hash_section(raw, ends, 3).tolist() == [hash_key(e) for e in encoded]  # 3 keys a step
     assert section_keys(raw, sizes, ends) == names
     assert values.tolist() == list(range(len(names)))
     bad = bytearray(raw)
     bad[ends[5] - 2] = 0xFF  # inside a later key
     with pytest.raises(InvalidArgumentError, match=f"at byte {ends[5] - 2}"):
-        section_ends(sizes, bytes(bad))
+        section_ends(sizes, bytes(bad), 4)
     for lengths, blob, message in [
         ([2], b"a\x00", "does not match"),
         ([0], b"\x00", "1 to 1024"),

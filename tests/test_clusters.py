@@ -30,6 +30,7 @@ from permindex.index.join.clusters import (
     pairs_within,
     value_pairs,
 )
+from permindex.index.tuning import Tuning
 
 REPO = Path(__file__).resolve().parent.parent
 CORPORA = REPO.parent / "shared" / "corpora"
@@ -314,9 +315,7 @@ def test_postgresql_corpus_has_no_pairs() -> None:
 
 
 @pytest.mark.parametrize("design", [(4, 1), (5, 2), (6, 2), (6, 3), (3, 1), (8, 2)])
-def test_value_pairs_on_every_explicit_design(
-    monkeypatch: pytest.MonkeyPatch, design: tuple[int, int]
-) -> None:
+def test_value_pairs_on_every_explicit_design(design: tuple[int, int]) -> None:
     """An explicit design is joined on as given (short prefixes grouped, long ones sorted), for
     every k it answers, against brute force; also with tiny chunks and every row sorted."""
     rng = np.random.default_rng(design[0] * 10 + design[1])
@@ -330,10 +329,9 @@ def test_value_pairs_on_every_explicit_design(
             zip(np.minimum(u, v).tolist(), np.maximum(u, v).tolist(), d.tolist(), strict=True)
         )
         assert got == list(zip(i.tolist(), j.tolist(), dd.tolist(), strict=True))
-    monkeypatch.setattr("permindex.index.join.self_join.PAIR_BUDGET", 3)
     kmax = design[0] - design[1]
     names = [f"k{i}" for i in range(fps.size)]
-    near = NearDuplicates(names, fps, kmax, design=design)
+    near = NearDuplicates(names, fps, kmax, design=design, tuning=Tuning(pair_budget=3))
     expected = brute_force(names, fps, kmax)[0]
     assert list(near.iter_pairs()) == expected
 

@@ -599,7 +599,7 @@ def test_times_survive_a_restart(tmp_path: Path, stop: str) -> None:
 
 
 def test_times_follow_the_rows_through_growth_ahead_and_compaction() -> None:
-    """Past GROW_AHEAD_ROWS the row arrays grow in a background thread: the times grow with
+    """Past Tuning.grow_ahead_rows the row arrays grow in a background thread: the times grow with
     them (a renewed row's time included), and a compaction renumbers them with the rows."""
     clock = Clock()
     index = _index(clock, expire_after=10 * DAY, compaction_min=1000)

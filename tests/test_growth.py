@@ -14,9 +14,9 @@ import pytest
 from conftest import IndexParts
 
 import permindex.index.keys.store as keystore_module
-import permindex.index.rows as rows_module
 from permindex import Index
 from permindex.index.keys.store import KeyStore, encode_keys, hash_key
+from permindex.index.tuning import Tuning
 
 
 @pytest.fixture(params=[False, True], ids=["xxh3", "colliding"])
@@ -135,7 +135,6 @@ def test_index_grows_in_the_background_under_concurrent_writes(
 
         monkeypatch.setattr(keystore_module, "xxh3_64_intdigest", weak)
         steps = 40
-    monkeypatch.setattr(rows_module, "GROW_AHEAD_ROWS", 64)
     finished: list[int] = []  # journal lengths of the growths swapped in
     real_finish = KeyStore.finish_growth
 
@@ -147,7 +146,7 @@ def test_index_grows_in_the_background_under_concurrent_writes(
         return swapped
 
     monkeypatch.setattr(KeyStore, "finish_growth", counting_finish)
-    index = Index(k=3, compaction_min=64)
+    index = Index(k=3, compaction_min=64, tuning=Tuning(grow_ahead_rows=64))
     rows = index_parts.rows[-1]
     models = [dict[str, int]() for _ in range(4)]
     errors: list[BaseException] = []
@@ -217,8 +216,7 @@ def test_growth_does_not_hold_the_lock_while_it_copies(
 ) -> None:
     """While the growth a write needs is being prepared, a query completes: the lock is free,
     only the writer waits. Then the growth finishes and everything is there."""
-    monkeypatch.setattr(rows_module, "GROW_AHEAD_ROWS", 1024)
-    index = Index(k=3)
+    index = Index(k=3, tuning=Tuning(grow_ahead_rows=1024))
     rows = index_parts.rows[-1]
     rng = np.random.default_rng(3)
     fps = rng.integers(0, 2**64, 1024, dtype=np.uint64)

@@ -39,11 +39,12 @@ import permindex.index.join.self_join as join_module
 from permindex import Index, InvalidArgumentError, Match, NotFoundError, hamming
 from permindex.index import CheckAndAddResult
 from permindex.index.tables.permutation import Design
+from permindex.index.tuning import Tuning
 
 Design_K = tuple[tuple[int, int], int]
 
 
-def make_index(design_k: Design_K, **options: int) -> Index:
+def make_index(design_k: Design_K, **options: Any) -> Index:
     pair, k = design_k
     return Index(k, pair, **options)
 
@@ -88,11 +89,27 @@ def test_k_message_names_the_design() -> None:
         ({"design": [4, 1]}, TypeError),
         ({"memtable_limit": 0}, InvalidArgumentError),
         ({"compaction_min": -1}, InvalidArgumentError),
+        ({"tuning": {"pair_budget": 7}}, TypeError),
     ],
 )
 def test_invalid_construction(args: dict[str, object], error: type[Exception]) -> None:
     with pytest.raises(error):
         Index(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("knobs", "error"),
+    [
+        ({"pair_budget": 0}, InvalidArgumentError),
+        ({"build_threads": 1.5}, TypeError),
+        ({"hash_chunk": True}, TypeError),
+        ({"merge_all_min_share": 1.5}, InvalidArgumentError),
+        ({"row_limit": -1}, InvalidArgumentError),
+    ],
+)
+def test_invalid_tuning(knobs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Tuning(**knobs)
 
 
 # -- basic operations -------------------------------------------------------------------------
@@ -308,7 +325,7 @@ def test_limit() -> None:
         index.query(base, limit=True)
 
 
-def test_pairs_with_a_big_group_of_equal_fingerprints(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pairs_with_a_big_group_of_equal_fingerprints() -> None:
     value = 0xAAAA_5555_AAAA_5555
     names = [f"same{i:03d}" for i in range(300)]
     values = [value] * 300 + [value ^ 1, value ^ (1 << 63) ^ 1, value ^ 0xF, 0]
@@ -320,8 +337,9 @@ def test_pairs_with_a_big_group_of_equal_fingerprints(monkeypatch: pytest.Monkey
     assert len(pairs) == 300 * 299 // 2 + 2 * 300 + 2
     assert pairs == expected_pairs(names, np.array(values, dtype=np.uint64), 3)
     assert index.pairs(0) == expected_pairs(names, np.array(values, dtype=np.uint64), 0)
-    monkeypatch.setattr(join_module, "PAIR_BUDGET", 7)
-    assert index.pairs() == pairs
+    small = Index(memtable_limit=16, tuning=Tuning(pair_budget=7))
+    small.add_many(names, values)
+    assert small.pairs() == pairs
 
 
 def test_pairs_key_order_is_code_point_order() -> None:

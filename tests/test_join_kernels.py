@@ -6,6 +6,7 @@ prefix + row bits over 64), output chunks of 1 to 3 pairs, cancellation between 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from permindex.index.join.clusters import NearDuplicates, components
 from permindex.index.join.pair_stream import distinct_values
 from permindex.index.join.self_join import BYTE_PAIRS, JoinDesign, self_join
 from permindex.index.tables.permutation import Design
+from permindex.index.tuning import Tuning
 
 #: Ways to join with the largest k each answers: 16-bit prefixes, 26-bit ones (5, 2), 32-bit
 #: ones (6, 3), 4-bit ones (16, 1) at k = 10, 56-bit ones (8, 7) whose key and row number do not
@@ -40,13 +42,10 @@ JOINS: list[tuple[JoinDesign, int]] = [
 IDS = [str(d) for d, _ in JOINS]
 
 
-@pytest.fixture(autouse=True, params=["one-thread", "threads"])
-def tables_in_threads(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """The tables one after the other, or in 3 threads at any size (by default from
-    JOIN_THREADS_MIN_ROWS values, in a thread per CPU)."""
-    if request.param == "threads":
-        monkeypatch.setattr(join_module, "JOIN_THREADS", 3)
-        monkeypatch.setattr(join_module, "JOIN_THREADS_MIN_ROWS", 0)
+#: The tables one after the other, or in 3 threads at any size (by default from
+#: Tuning.join_threads_min_rows values, in a thread per CPU).
+TUNINGS = [Tuning(join_threads=1), Tuning(join_threads=3, join_threads_min_rows=0)]
+THREADS = pytest.mark.parametrize("tuning", TUNINGS, ids=["one-thread", "threads"])
 
 
 def as_pairs(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[int, int, int]]:
@@ -55,10 +54,12 @@ def as_pairs(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[int, int
     )
 
 
-def check_join(values: np.ndarray, k: int, design: JoinDesign) -> list[tuple[int, int, int]]:
+def check_join(
+    values: np.ndarray, k: int, design: JoinDesign, tuning: Tuning
+) -> list[tuple[int, int, int]]:
     """The kernel's join == brute force, each pair once (positions a != b); returns the
     pairs."""
-    a, b, d = self_join(values, k, design)
+    a, b, d = self_join(values, k, design, tuning=tuning)
     assert a.dtype == b.dtype == d.dtype == np.int64
     assert not (a == b).any()
     got = as_pairs(a, b, d)
@@ -80,17 +81,23 @@ def planted(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     return values[rng.permutation(n)]
 
 
+@THREADS
 @pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
-def test_planted_near_duplicates_at_every_distance(design: JoinDesign, kmax: int) -> None:
+def test_planted_near_duplicates_at_every_distance(
+    design: JoinDesign, kmax: int, tuning: Tuning
+) -> None:
     rng = np.random.default_rng(5)
     values = planted(rng, 600, kmax)
     for k in range(kmax + 1):
-        pairs = check_join(values, k, design)
+        pairs = check_join(values, k, design, tuning)
         assert {d for _, _, d in pairs} == set(range(k + 1))  # every distance is there
 
 
+@THREADS
 @pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
-def test_exact_duplicate_groups_and_hot_prefixes(design: JoinDesign, kmax: int) -> None:
+def test_exact_duplicate_groups_and_hot_prefixes(
+    design: JoinDesign, kmax: int, tuning: Tuning
+) -> None:
     """400 copies of one value, 300 values sharing every table's prefix bits (only the low
     bits differ: one hot group per table), random values around them."""
     rng = np.random.default_rng(9)
@@ -102,19 +109,20 @@ def test_exact_duplicate_groups_and_hot_prefixes(design: JoinDesign, kmax: int) 
             rng.integers(0, 2**64, 300, dtype=np.uint64),
         ]
     )
-    check_join(values[rng.permutation(values.size)], kmax, design)
+    check_join(values[rng.permutation(values.size)], kmax, design, tuning)
 
 
+@THREADS
 @pytest.mark.parametrize("budget", [1, 2, 3, 50])
 @pytest.mark.parametrize(("design", "kmax"), JOINS, ids=IDS)
 def test_kernel_resumes_between_small_chunks(
-    design: JoinDesign, kmax: int, budget: int, monkeypatch: pytest.MonkeyPatch
+    design: JoinDesign, kmax: int, budget: int, tuning: Tuning
 ) -> None:
-    """PAIR_BUDGET pairs per kernel call (and 16x as many candidates): calls stop at every
-    point of a group and resume there, nothing lost or repeated."""
-    monkeypatch.setattr(join_module, "PAIR_BUDGET", budget)
+    """Tuning.pair_budget pairs per kernel call (and 16x as many candidates): calls stop at
+    every point of a group and resume there, nothing lost or repeated."""
     rng = np.random.default_rng(budget)
-    check_join(planted(rng, 300, kmax), kmax, design)
+    small = dataclasses.replace(tuning, pair_budget=budget)
+    check_join(planted(rng, 300, kmax), kmax, design, small)
 
 
 @pytest.mark.parametrize("budget", [1, 2, 7, 2**62, 2**63 - 3, 2**63 - 1])
@@ -150,9 +158,10 @@ def test_kernel_work_budget_bounds_each_call(budget: int) -> None:
     st.lists(st.integers(0, 2**64 - 1), max_size=60),
     st.lists(st.tuples(st.integers(0, 59), st.integers(0, 63)), max_size=60),
     st.sampled_from(JOINS),
+    st.sampled_from(TUNINGS),
 )
 def test_kernel_equals_brute_force(
-    base: list[int], flips: list[tuple[int, int]], join: tuple[JoinDesign, int]
+    base: list[int], flips: list[tuple[int, int]], join: tuple[JoinDesign, int], tuning: Tuning
 ) -> None:
     """Any values (with near copies: a bit of value i flipped, appended), every k the join
     answers."""
@@ -163,14 +172,15 @@ def test_kernel_equals_brute_force(
             values.append(base[i % len(base)] ^ (1 << bit))
     array = np.array(values, dtype=np.uint64)
     for k in range(kmax + 1):
-        check_join(array, k, design)
+        check_join(array, k, design, tuning)
 
 
-def test_should_stop_is_checked_between_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+@THREADS
+def test_should_stop_is_checked_between_kernel_calls(tuning: Tuning) -> None:
     """A should_stop that turns True after a few checks stops a join of many kernel calls:
     one thread at the 11th check; in threads, each of (4, 1)'s 4 tables at its first True
     at most."""
-    monkeypatch.setattr(join_module, "PAIR_BUDGET", 4)
+    small = dataclasses.replace(tuning, pair_budget=4)
     values = planted(np.random.default_rng(3), 2000, 3)
     calls = 0
     lock = threading.Lock()
@@ -182,8 +192,8 @@ def test_should_stop_is_checked_between_kernel_calls(monkeypatch: pytest.MonkeyP
             return calls > 10
 
     with pytest.raises(CallCancelledError):
-        self_join(values, 3, Design(4, 1), stop)
-    threaded = join_module.JOIN_THREADS_MIN_ROWS == 0
+        self_join(values, 3, Design(4, 1), stop, tuning=small)
+    threaded = tuning.join_threads > 1
     assert 11 <= calls <= 10 + 4 if threaded else calls == 11
 
 
@@ -271,13 +281,14 @@ def test_long_chains_and_stars() -> None:
     assert (labels[:n] == 0).all() and (labels[n:] == n).all()
 
 
-def test_near_duplicates_equal_brute_force() -> None:
+@THREADS
+def test_near_duplicates_equal_brute_force(tuning: Tuning) -> None:
     """The whole answer on the kernels: the pairs in key order are brute force's, the
     clusters the components of those pairs (a plain union-find), the flags their keys."""
     rng = np.random.default_rng(4)
     values = planted(rng, 3000, 3)
     keys = [f"k{int(x):05d}" for x in rng.permutation(values.size)]
-    near = NearDuplicates(keys, values, 3)
+    near = NearDuplicates(keys, values, 3, tuning=tuning)
     i, j, d = brute_force_pairs(values, 3)
     expected = sorted(
         (min(keys[a], keys[b]), max(keys[a], keys[b]), dist)
@@ -293,15 +304,16 @@ def test_near_duplicates_equal_brute_force() -> None:
     assert {flag.key for flag in near.flags()} == {key for group in clustered for key in group}
 
 
+@THREADS
 @pytest.mark.parametrize("threshold", [0, 1 << 62], ids=["8-tables", "on-4-1"])
 def test_byte_pairs_on_their_8_tables_or_on_4_1(
-    threshold: int, monkeypatch: pytest.MonkeyPatch
+    threshold: int, tuning: Tuning, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The compiled join keeps BYTE_PAIRS' 8 tables of 24-bit keys from
-    COMPILED_BYTE_PAIRS_MIN_ROWS values on (the larger joins, where (4, 1)'s runs of equal
+    Tuning.byte_pairs_min_rows values on (the larger joins, where (4, 1)'s runs of equal
     16-bit keys grow long), and joins on (4, 1) below it: the same pairs as brute force
     either way, planted at every distance, equal values and hot prefixes included."""
-    monkeypatch.setattr(join_module, "COMPILED_BYTE_PAIRS_MIN_ROWS", threshold)
+    chosen = dataclasses.replace(tuning, byte_pairs_min_rows=threshold)
     tables: list[object] = []
     real = join_module._table_key
 
@@ -320,7 +332,7 @@ def test_byte_pairs_on_their_8_tables_or_on_4_1(
     )
     for k in range(4):
         tables.clear()
-        pairs = check_join(values, k, BYTE_PAIRS)
+        pairs = check_join(values, k, BYTE_PAIRS, chosen)
         assert tables == [BYTE_PAIRS] * 8 if threshold == 0 else [Design(4, 1)] * 4
         assert {d for _, _, d in pairs} == set(range(k + 1))
 
@@ -338,9 +350,7 @@ def test_an_exception_in_the_calling_thread_stops_the_join_threads(
     class Interrupted(Exception):
         pass
 
-    monkeypatch.setattr(join_module, "JOIN_THREADS", 2)
-    monkeypatch.setattr(join_module, "JOIN_THREADS_MIN_ROWS", 0)
-    monkeypatch.setattr(join_module, "PAIR_BUDGET", 16)
+    tuning = Tuning(join_threads=2, join_threads_min_rows=0, pair_budget=16)
     from permindex.index.join import kernels as join_kernels
 
     real = join_kernels.group_pairs_verified
@@ -369,7 +379,7 @@ def test_an_exception_in_the_calling_thread_stops_the_join_threads(
     previous = signal.signal(signal.SIGUSR1, handler)
     try:
         with pytest.raises(Interrupted):
-            self_join(values, 3, Design(4, 1))
+            self_join(values, 3, Design(4, 1), tuning=tuning)
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert landed.is_set() and calls["after"] <= 2, calls  # one call per thread at most

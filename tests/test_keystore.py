@@ -14,6 +14,7 @@ from conftest import IndexParts
 import permindex.index.keys.store as keystore_module
 from permindex import Index, InvalidArgumentError
 from permindex.index.keys.store import KeyStore, batch_subset, encode_keys, hash_key
+from permindex.index.tuning import Tuning
 
 
 @pytest.fixture
@@ -174,20 +175,15 @@ def test_from_compact_round_trip_and_errors() -> None:
 
 
 def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
-    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str], index_parts: IndexParts
+    prepare_run_threads: list[str], index_parts: IndexParts
 ) -> None:
     """The key section is hashed a chunk of keys at a time (keys holding NUL cut by their
     lengths, the others split at the NULs) and checked as UTF-8 a slice at a time, while a
     second thread builds the tables: every stored hash is the key's, every query equals brute
     force, a repeated key keeps its last fingerprint, and a bad byte is reported at its offset
     in the whole section."""
-    import permindex.index.keys.batches as batches_module
-    import permindex.index.table_set as runs_module
-
     threads = prepare_run_threads
-    monkeypatch.setattr(batches_module, "HASH_CHUNK", 7)
-    monkeypatch.setattr(runs_module, "PARALLEL_MIN", 1)
-    monkeypatch.setattr(batches_module, "UTF8_SLICE", 16)
+    tuning = Tuning(hash_chunk=7, parallel_min=1, utf8_slice=16)
     rng = np.random.default_rng(8)
     names = [f"k{i}" for i in range(1000)]
     names[10] = "nul\x00in"
@@ -199,7 +195,7 @@ def test_from_compact_in_chunks_and_with_the_tables_built_in_a_thread(
     encoded = [name.encode("utf-8") for name in names]
     lengths = np.array([len(e) for e in encoded])
     blob = b"".join(e + b"\x00" for e in encoded)
-    index = Index.from_compact(lengths, bytearray(blob), values, memtable_limit=64)
+    index = Index.from_compact(lengths, bytearray(blob), values, memtable_limit=64, tuning=tuning)
     assert threads and all(name.startswith("permindex-build") for name in threads)
     index._check()  # includes: every stored hash is hash_key of the row's bytes
     assert index.export()[0] == names and np.array_equal(index.export()[1], values)

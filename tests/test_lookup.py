@@ -290,7 +290,7 @@ def test_bounded_lookups_and_the_candidate_bound(
     """``max_candidates(k)`` bounds the matches of every query, whatever the state of the
     tables (memtables, several runs, tombstones); ``query_columns_within`` answers exactly as
     ``query_many(..., columns=True)`` within its bounds, and None one candidate or one match
-    past them, and for at most SMALL_BATCH fingerprints."""
+    past them, and for at most Tuning.small_batch fingerprints."""
     k = design_k[1]
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 2**64 - 1, 30, dtype=np.uint64, endpoint=True)
@@ -327,7 +327,7 @@ def test_bounded_lookups_and_the_candidate_bound(
                 is None
             )
         roomy = {"max_candidates": 1 << 40, "max_matches": 1 << 40}
-        assert fast.query_columns_within(queries[:8], kk, **roomy) is None  # SMALL_BATCH
+        assert fast.query_columns_within(queries[:8], kk, **roomy) is None  # Tuning.small_batch
     assert fast.max_candidates() == fast.max_candidates(k)
 
 
@@ -362,7 +362,7 @@ def test_a_batch_started_during_another_is_looked_up_in_pieces_on_one_view(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A batch that starts while another thread's batch lookup runs is looked up in
-    OVERLAP_PIECES pieces (so that its ordering overlaps the other's kernel): the same
+    Tuning.overlap_pieces pieces (so that its ordering overlaps the other's kernel): the same
     answers, lists and columns, with and without a limit, as alone and as brute force, and
     every piece on the view taken when the call began (a write between two pieces is not
     seen by the second)."""
@@ -372,7 +372,7 @@ def test_a_batch_started_during_another_is_looked_up_in_pieces_on_one_view(
     fps = rng.integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
     keys = [f"k{i}" for i in range(fps.size)]
     index = Index.from_arrays(keys, fps)
-    n = query.OVERLAP_PIECES * query.OVERLAP_PIECE + 3
+    n = index.tuning.overlap_pieces * index.tuning.overlap_piece + 3
     queries = np.concatenate(
         (near(rng, fps[: n // 2], 3), rng.integers(0, 2**64 - 1, n - n // 2, dtype=np.uint64))
     )
@@ -402,7 +402,7 @@ def test_a_batch_started_during_another_is_looked_up_in_pieces_on_one_view(
     try:
         assert in_flight.wait(30)
         got = index.query_many(queries)
-        assert len(pieces) == query.OVERLAP_PIECES and sum(pieces) == n
+        assert len(pieces) == index.tuning.overlap_pieces and sum(pieces) == n
         assert got == alone  # the write after the first piece is not in the last one
         pieces.clear()
         index.remove(late_key)
@@ -411,7 +411,7 @@ def test_a_batch_started_during_another_is_looked_up_in_pieces_on_one_view(
         pieces.clear()
         index.remove(late_key)
         assert index.query_many(queries, limit=1) == [r[:1] for r in alone]
-        assert len(pieces) == query.OVERLAP_PIECES
+        assert len(pieces) == index.tuning.overlap_pieces
     finally:
         finish.set()
         other.join(30)

@@ -163,7 +163,7 @@ def test_order_ties_by_key_is_the_code_point_order(keys: list[str], data: st.Dat
 
 
 def test_a_few_ties_of_unicode_keys_match_brute_force() -> None:
-    """Under query.RANK_TIES ties (ordered by the kernel, not by ranking the keys): matches at
+    """Under Tuning.rank_ties ties (ordered by the kernel, not by ranking the keys): matches at
     one distance whose keys differ in 2- to 4-byte characters and by a prefix, in the code
     point order of brute force."""
     rng = np.random.default_rng(21)

@@ -21,12 +21,12 @@ from strategies import DESIGNS, SETTINGS
 
 from permindex import Index
 from permindex.errors import CallCancelledError, WorkBudgetExceededError
-from permindex.index.join import pair_stream
 from permindex.index.join import self_join as join
 from permindex.index.join.clusters import NearDuplicates
 from permindex.index.join.pair_stream import distinct_values
 from permindex.index.join.self_join import BYTE_PAIRS, JoinDesign, estimate_join_work, join_tables
 from permindex.index.tables.permutation import Design
+from permindex.index.tuning import Tuning
 
 Pair = tuple[str, str, int]
 
@@ -121,14 +121,9 @@ def test_segment_windows_of_one_key() -> None:
     fps[::3] ^= flips[::3]
     keys = [f"k{x:03d}" for x in rng.permutation(300).tolist()]
     expected = brute_force(keys, fps, 3)
-    near = NearDuplicates(keys, fps, 3)
-    saved = pair_stream.SEGMENT_BUDGET
-    try:
-        pair_stream.SEGMENT_BUDGET = 1
-        assert chunks_as_pairs(near, 5) == expected
-    finally:
-        pair_stream.SEGMENT_BUDGET = saved
-    assert chunks_as_pairs(near, 1000) == expected
+    one = NearDuplicates(keys, fps, 3, tuning=Tuning(segment_budget=1))
+    assert chunks_as_pairs(one, 5) == expected
+    assert chunks_as_pairs(NearDuplicates(keys, fps, 3), 1000) == expected
 
 
 def identical(n: int) -> Index:

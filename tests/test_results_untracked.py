@@ -38,9 +38,7 @@ def test_batch_results_are_untracked_and_exact(batch: int) -> None:
     assert sum(map(len, results)) >= batch  # each query is one bit from a stored fingerprint
     for query, got in zip(queries.tolist(), results, strict=True):
         rows = brute_force_query(fps, query, 3).tolist()
-        expected = sorted(
-            (keys[r], int(fps[r]), (int(fps[r]) ^ query).bit_count()) for r in rows
-        )
+        expected = sorted((keys[r], int(fps[r]), (int(fps[r]) ^ query).bit_count()) for r in rows)
         assert sorted(map(tuple, got)) == expected
         assert [(m.distance, m.key) for m in got] == sorted((m.distance, m.key) for m in got)
     # the lists stay ordinary lists: a caller may change them

@@ -10,15 +10,15 @@ import threading
 import numpy as np
 import pytest
 
-import permindex.index.rows as rows_module
 from permindex.errors import LimitExceededError
 from permindex.index.keys.store import encode_keys, hash_key
 from permindex.index.rows import RowStore, export_slices
 from permindex.index.tables.table import TableCheckError
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
 
-def _store(n: int, compaction_min: int = 0) -> RowStore:
-    rows = RowStore(threading.RLock(), compaction_min)
+def _store(n: int, compaction_min: int = 0, tuning: Tuning = DEFAULT_TUNING) -> RowStore:
+    rows = RowStore(threading.RLock(), compaction_min, tuning)
     keys = [f"k{i}" for i in range(n)]
     rows.append_many(encode_keys(keys), np.arange(n, dtype=np.uint64) * np.uint64(3), None)
     return rows
@@ -85,9 +85,8 @@ def test_compaction_is_due_when_dead_rows_outnumber_live_ones() -> None:
     assert rows.compaction_due()  # 5 dead > max(2, 3 live)
 
 
-def test_max_rows_compacts_first_then_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rows_module, "MAX_ROWS", 12)
-    rows = _store(10)
+def test_max_rows_compacts_first_then_refuses() -> None:
+    rows = _store(10, tuning=Tuning(row_limit=12))
     compacted: list[int] = []
     rows.on_compact = lambda remap: compacted.append(int(remap.size))
     for row in range(6):

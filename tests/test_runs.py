@@ -13,24 +13,21 @@ import pytest
 from conftest import IndexParts
 from index_checks import TOP, assert_queries_match_brute_force, clustered, export_lists
 
-import permindex.index.table_set as runs_module
 import permindex.index.tables.table as table_module
 from permindex import Index, InvalidArgumentError
+from permindex.index.tuning import Tuning
 
 
-def test_large_batches_build_the_tables_in_threads(
-    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
-) -> None:
-    """A batch of at least PARALLEL_MIN fingerprints has its tables' runs built by a pool of
-    BUILD_THREADS threads; the index is the same as one built in one thread (invariants,
+def test_large_batches_build_the_tables_in_threads(prepare_run_threads: list[str]) -> None:
+    """A batch of at least Tuning.parallel_min fingerprints has its tables' runs built by a pool
+    of Tuning.build_threads threads; the index is the same as one built in one thread (invariants,
     every query equal to brute force)."""
     threads = prepare_run_threads
-    monkeypatch.setattr(runs_module, "PARALLEL_MIN", 1000)
-    monkeypatch.setattr(runs_module, "BUILD_THREADS", 3)
     rng = np.random.default_rng(21)
     fps = np.concatenate([rng.integers(0, TOP, 3000, dtype=np.uint64), clustered(rng, 200, 4, 3)])
     names = [f"b{i}" for i in range(fps.size)]
-    index = Index(design=(5, 2), memtable_limit=64)
+    tuning = Tuning(parallel_min=1000, build_threads=3)
+    index = Index(design=(5, 2), memtable_limit=64, tuning=tuning)
     index.add_many(names, fps)
     assert len(threads) == 10 and all(name.startswith("permindex-build") for name in threads)
     threads.clear()
@@ -40,18 +37,15 @@ def test_large_batches_build_the_tables_in_threads(
     assert_queries_match_brute_force(index, [*fps[::40].tolist(), *(fps[:500:25] ^ 1).tolist()])
 
 
-def test_large_batch_tables_built_while_keys_are_checked(
-    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
-) -> None:
+def test_large_batch_tables_built_while_keys_are_checked(prepare_run_threads: list[str]) -> None:
     """With a fingerprint array, a large batch's tables are built in other threads while the
     keys are checked and hashed: a bad key is still refused with its position (nothing stored,
     no build thread left running), and repeated keys still keep their last fingerprint (the
     runs built for the whole batch are dropped)."""
     threads = prepare_run_threads
-    monkeypatch.setattr(runs_module, "PARALLEL_MIN", 1000)
     rng = np.random.default_rng(22)
     fps = rng.integers(0, TOP, 3000, dtype=np.uint64)
-    index = Index()
+    index = Index(tuning=Tuning(parallel_min=1000))
     index.add("kept", 5)
     names: list[Any] = [f"a{i}" for i in range(3000)]
     names[1500] = ""

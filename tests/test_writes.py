@@ -27,8 +27,7 @@ from permindex.index.writes import (
 
 def _parts(compaction_min: int = 100) -> tuple[RowStore, TableSet]:
     rows = RowStore(threading.RLock(), compaction_min)
-    changes = [0, 0, 0]  # shared by the rows and the tables, as an Index shares them
-    rows.changes = changes
+    changes = rows.changes  # shared by the rows and the tables, as an Index shares them
     tables = [Table(p, memtable_limit=4, changes=changes) for p in Design(4, 1).permutations]
     return rows, TableSet(tables, rows)
 

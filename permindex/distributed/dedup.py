@@ -89,14 +89,15 @@ def fingerprint_texts(frame: dd.DataFrame, text: str = "text", **options: Any) -
 def _group_pairs(star: pd.DataFrame) -> pd.DataFrame:
     """Every pair of rows (a < b, distance 0) that share a representative, for a partition of
     the star holding whole groups."""
-    from permindex.index.join.self_join import PAIR_BUDGET, group_pairs
+    from permindex.index.join.self_join import group_pairs
+    from permindex.index.tuning import DEFAULT_TUNING
 
     order = np.lexsort((star["row"].to_numpy(), star["representative"].to_numpy()))
     reps = star["representative"].to_numpy(dtype=np.int64)[order]
     rows = star["row"].to_numpy(dtype=np.int64)[order]
     ends = np.flatnonzero(np.append(reps[1:] != reps[:-1], True)) + 1 if reps.size else reps
     group_end = np.repeat(ends, np.diff(np.append(0, ends))).astype(np.int64)
-    parts = [(rows[i], rows[j]) for i, j in group_pairs(group_end, PAIR_BUDGET)]
+    parts = [(rows[i], rows[j]) for i, j in group_pairs(group_end, DEFAULT_TUNING.pair_budget)]
     if not parts:
         return pd.DataFrame({n: np.zeros(0, t) for n, t in _ROW_PAIRS.items()})
     a = np.concatenate([p[0] for p in parts])

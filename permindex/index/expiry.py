@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Iterable
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,9 +42,9 @@ from permindex.index.index import CheckAndAddResult, Index, check_and_add
 from permindex.index.keys.batches import compact_inputs, key_list, validate_keys
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, export_slices
 from permindex.index.search.batch_queries import QueryColumns
-from permindex.index.search.matches import Match
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
 from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 from permindex.index.writes import add_batch, add_one, add_section
 
 __all__ = [
@@ -62,8 +62,6 @@ __all__ = [
 MAX_EXPIRE_AFTER: Final = (1 << 32) - 1
 #: The largest ``added_at`` a document can carry (the proto's int64), Unix seconds.
 MAX_ADDED_AT: Final = (1 << 63) - 1
-#: A sweep that kills at least this many rows compacts at once (no unlink per key).
-COMPACT_AFTER_EXPIRING: Final = 1 << 10
 _NEVER: Final = 1 << 62  # the oldest time of an index without rows
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION: Final = re.compile(r"([0-9]{1,12})([smhd]?)")
@@ -173,16 +171,39 @@ def added_at_seconds(value: object) -> int:
     return seconds
 
 
+class _Pending(NamedTuple):
+    """Rows expired since the compaction numbered ``compactions`` (their memory awaits the
+    next one)."""
+
+    compactions: int
+    rows: int
+
+
 class ExpiringIndex(Index):
-    """An :class:`~permindex.index.Index` whose entries expire ``expire_after`` seconds after
-    their key was last added (see the module docstring). The same methods, answers and errors,
-    over the entries not expired; the writes take an ``added_at`` (Unix seconds) too. The
-    other arguments are those of :class:`~permindex.index.Index` (``from_arrays`` and
-    ``from_compact`` are not available: build it, then :meth:`add_many`).
+    """An :class:`~permindex.index.Index` whose entries expire ``expire_after`` seconds after their
+    key was last added (see the module docstring): the same methods, answers and errors, over
+    the entries not expired, and the writes take an ``added_at`` (Unix seconds) too. Each row
+    keeps its time (4 bytes more per row); every public call first drops the expired entries
+    (:meth:`expire`: one comparison while none is due, O(n) numpy work when some are).
+    ``from_arrays`` and ``from_compact`` are not available: build it, then :meth:`add_many`.
+
+    >>> from permindex import ExpiringIndex
+    >>> now = [1_000_000.0]
+    >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+    >>> index.add("fresh", 0xFFFF)
+    True
+    >>> index.add("older", 0xFFFE, added_at=999_950)  # expires at 1,000,010
+    True
+    >>> [m.key for m in index.query(0xFFFF)]
+    ['fresh', 'older']
+    >>> now[0] += 15
+    >>> [m.key for m in index.query(0xFFFF)], len(index)
+    (['fresh'], 1)
 
     Args:
         expire_after: seconds, 1 to :data:`MAX_EXPIRE_AFTER`.
         clock: the wall clock, Unix seconds (``time.time``; tests pass their own).
+        (the others as :class:`~permindex.index.Index`)
 
     Raises:
         TypeError, InvalidArgumentError: as :class:`~permindex.index.Index`, and for a bad
@@ -200,6 +221,7 @@ class ExpiringIndex(Index):
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         expected_size: int | None = None,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> None:
         self._expire_after = check_expire_after(expire_after)
         super().__init__(
@@ -209,10 +231,11 @@ class ExpiringIndex(Index):
             compaction_min=compaction_min,
             expected_size=expected_size,
             memory_budget=memory_budget,
+            tuning=tuning,
         )
         self._clock = clock
         self._oldest = _NEVER  # no stored time is older (a lower bound, kept under the lock)
-        self._pending = (0, 0)  # (compactions, rows expired since the last compaction)
+        self._pending = _Pending(0, 0)
         with self._lock:
             self._rows.keep_times()
 
@@ -228,24 +251,41 @@ class ExpiringIndex(Index):
 
     @property
     def expired_pending(self) -> int:
-        """Expired rows whose memory awaits the next compaction (they match nothing)."""
+        """Expired rows whose memory awaits the next compaction (they match nothing). O(1) after the
+        expiry every call makes.
+        """
         self.expire()
         with self._lock:
-            compactions, count = self._pending
-            return count if compactions == self._rows.compactions else 0
+            pending = self._pending
+            return pending.rows if pending.compactions == self._rows.compactions else 0
 
     def now(self) -> float:
         """The clock's time, Unix seconds."""
         return self._clock()
 
     def is_expired(self, added_at: int) -> bool:
-        """Whether an entry added at ``added_at`` (Unix seconds) is expired now."""
+        """Whether an entry added at ``added_at`` (Unix seconds) is expired now: ``now >= added_at +
+        expire_after``.
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.is_expired(940), index.is_expired(941)
+        (True, False)
+        """
         return int(self._clock()) - self._expire_after >= added_at
 
     def times(self, keys: Iterable[str]) -> list[int | None]:
-        """When each of ``keys`` was last added (Unix seconds), None where not stored (never
-        added, removed, or expired: expired rows are dropped first, as every call does). Errors
-        as :meth:`contains_many`."""
+        """When each of ``keys`` was last added (Unix seconds), None where not stored (never added,
+        removed, or expired: expired rows are dropped first, as every call does). O(n + key bytes).
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key (as :meth:`contains_many`).
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.add("a", 1, added_at=990)
+        True
+        >>> index.times(["a", "b"])
+        [990, None]
+        """
         self.expire()
         _keys, batch = validate_keys(keys)
         with self._lock:  # rows found and read under one hold: a compaction renumbers them
@@ -255,8 +295,20 @@ class ExpiringIndex(Index):
             return [None if row < 0 else int(times[row]) for row in found.tolist()]
 
     def expire(self) -> int:
-        """Kill the rows expired now (every call does this first); returns how many. O(1) while
-        none is due, else O(n) numpy work under the lock."""
+        """Drop the entries expired now (every public call does this first); returns how many. O(1)
+        while none is due, else O(n) numpy work under the lock (a tombstone per expired row, a
+        compaction when ``Tuning.compact_after_expiring`` or more expire at once).
+
+        >>> now = [1_000.0]
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+        >>> index.add_many(["a", "b"], [1, 2], added_at=[950, 990]).tolist()
+        [True, True]
+        >>> now[0] = 1_015.0
+        >>> index.expire()
+        1
+        >>> list(index)
+        ['b']
+        """
         cutoff = int(self._clock()) - self._expire_after
         if cutoff < self._oldest:
             return 0
@@ -271,15 +323,14 @@ class ExpiringIndex(Index):
             self._oldest = int(kept.min()) if kept.size else _NEVER
             if expired.size:
                 rows.kill(expired)
-                if expired.size >= COMPACT_AFTER_EXPIRING:
+                if expired.size >= rows.tuning.compact_after_expiring:
                     rows.compact()  # relinks the keys of the live rows: no unlink each
                 else:
                     for row in expired.tolist():
                         rows.keys.unlink(row)
-                    compactions, count = self._pending
-                    if compactions != rows.compactions:
-                        count = 0
-                    self._pending = (rows.compactions, count + int(expired.size))
+                    pending = self._pending
+                    count = pending.rows if pending.compactions == rows.compactions else 0
+                    self._pending = _Pending(rows.compactions, count + int(expired.size))
                     if rows.compaction_due():
                         rows.compact()
         if expired.size:
@@ -298,9 +349,20 @@ class ExpiringIndex(Index):
     # -- writes ---------------------------------------------------------------------------------
 
     def add(self, key: str, fingerprint: int, *, added_at: float | None = None) -> bool:
-        """:meth:`Index.add <permindex.index.Index.add>` at ``added_at`` (see the module
-        docstring; None: now); the key's time is renewed even when its fingerprint is
-        unchanged. Also InvalidArgumentError / TypeError for a bad ``added_at``."""
+        """:meth:`Index.add <permindex.index.Index.add>` at ``added_at`` (Unix seconds; None or 0:
+        now; a future time counts as now); the key's time is renewed even when its fingerprint is
+        unchanged.
+
+        Raises:
+            TypeError, InvalidArgumentError: as :meth:`Index.add <permindex.index.Index.add>`, and
+                for a bad ``added_at`` (not a number, negative, not finite).
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.add("a", 0xFFFF, added_at=990)
+        True
+        >>> index.times(["a"])
+        [990]
+        """
         self.expire()
         when = int(self._stamp(added_at, 1)[0])
         return add_one(self._rows, self._runs, key, fingerprint, when)
@@ -312,9 +374,19 @@ class ExpiringIndex(Index):
         *,
         added_at: AddedAt = None,
     ) -> NDArray[np.bool_]:
-        """:meth:`Index.add_many <permindex.index.Index.add_many>` at ``added_at``: None (now),
-        one time for all, or one per key (a repeated key takes its last). Also
-        InvalidArgumentError / TypeError for bad times."""
+        """:meth:`Index.add_many <permindex.index.Index.add_many>` at ``added_at``: None (now), one
+        time for all, or one per key (a repeated key takes its last).
+
+        Raises:
+            TypeError, InvalidArgumentError: as :meth:`Index.add_many
+                <permindex.index.Index.add_many>`, and for bad times (or not one per key).
+
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.add_many(["a", "b"], [1, 2], added_at=[980, 990]).tolist()
+        [True, True]
+        >>> index.times(["a", "b"])
+        [980, 990]
+        """
         self.expire()
         keys = key_list(keys)
         times = self._stamp(added_at, len(keys))
@@ -329,7 +401,8 @@ class ExpiringIndex(Index):
         added_at: AddedAt = None,
     ) -> None:
         """:meth:`Index.add_compact <permindex.index.Index.add_compact>` at ``added_at`` (as
-        :meth:`add_many`)."""
+        :meth:`add_many`).
+        """
         self.expire()
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         times = self._stamp(added_at, int(sizes.size))
@@ -340,63 +413,29 @@ class ExpiringIndex(Index):
     def check_and_add(
         self, key: str, fingerprint: int, k: int | None = None, *, added_at: float | None = None
     ) -> CheckAndAddResult:
-        """:meth:`Index.check_and_add <permindex.index.Index.check_and_add>` among the entries
-        not expired, storing the key at ``added_at`` (None: now)."""
+        """:meth:`Index.check_and_add <permindex.index.Index.check_and_add>` among the entries not
+        expired, storing the key at ``added_at`` (None: now).
+
+        >>> now = [1_000.0]
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+        >>> index.check_and_add("a", 0xFFFF).added
+        True
+        >>> index.check_and_add("b", 0xFFFE).added  # "a" is within 3 bits
+        False
+        >>> now[0] += 60  # "a" expired
+        >>> index.check_and_add("b", 0xFFFE).added
+        True
+        """
         self.expire()
         when = int(self._stamp(added_at, 1)[0])
         return check_and_add(self, key, fingerprint, k, when)
 
-    def remove(self, key: str) -> None:
+    def _before_call(self) -> None:
+        """Expire the rows due (:meth:`expire`) before each public call of
+        :class:`~permindex.index.Index` (its one hook)."""
         self.expire()
-        super().remove(key)
-
-    def discard(self, key: str) -> bool:
-        self.expire()
-        return super().discard(key)
 
     # -- reads ----------------------------------------------------------------------------------
-
-    def query(
-        self, fingerprint: int, k: int | None = None, limit: int | None = None
-    ) -> list[Match]:
-        self.expire()
-        return super().query(fingerprint, k, limit)
-
-    @overload
-    def query_many(
-        self,
-        fingerprints: Iterable[int] | _U64,
-        k: int | None = ...,
-        limit: int | None = ...,
-        *,
-        threads: int | None = ...,
-        columns: Literal[False] = ...,
-    ) -> list[list[Match]]: ...
-
-    @overload
-    def query_many(
-        self,
-        fingerprints: Iterable[int] | _U64,
-        k: int | None = ...,
-        limit: int | None = ...,
-        *,
-        threads: int | None = ...,
-        columns: Literal[True],
-    ) -> QueryColumns: ...
-
-    def query_many(
-        self,
-        fingerprints: Iterable[int] | _U64,
-        k: int | None = None,
-        limit: int | None = None,
-        *,
-        threads: int | None = None,
-        columns: bool = False,
-    ) -> list[list[Match]] | QueryColumns:
-        self.expire()
-        if columns:
-            return super().query_many(fingerprints, k, limit, threads=threads, columns=True)
-        return super().query_many(fingerprints, k, limit, threads=threads)
 
     def query_columns_within(
         self,
@@ -415,25 +454,6 @@ class ExpiringIndex(Index):
         return super().query_columns_within(
             fingerprints, k, limit, max_candidates=max_candidates, max_matches=max_matches
         )
-
-    def iter_pairs(
-        self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
-    ) -> Iterator[tuple[str, str, int]]:
-        self.expire()
-        return super().iter_pairs(k, should_stop=should_stop)
-
-    def export(self) -> tuple[list[str], _U64]:
-        self.expire()
-        return super().export()
-
-    def export_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64]:
-        self.expire()
-        return super().export_compact()
-
-    def export_slices(
-        self, rows_per_slice: int = 1 << 14
-    ) -> list[tuple[NDArray[np.int64], NDArray[np.uint8], _U64]]:
-        return [part[:3] for part in self.export_timed_slices(rows_per_slice)]
 
     def export_timed_slices(
         self, rows_per_slice: int = 1 << 14
@@ -457,26 +477,6 @@ class ExpiringIndex(Index):
             live = self._rows.live_rows()
             lengths, blob = self._store.export(live)
             return lengths, blob, self._rows.fps[live], _times_of(self._rows.times)[live]
-
-    def get(self, key: str) -> int | None:
-        self.expire()
-        return super().get(key)
-
-    def __len__(self) -> int:
-        self.expire()
-        return super().__len__()
-
-    def __contains__(self, key: object) -> bool:
-        self.expire()
-        return super().__contains__(key)
-
-    def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
-        self.expire()
-        return super().contains_many(keys)
-
-    def __iter__(self) -> Iterator[str]:
-        self.expire()
-        return super().__iter__()
 
 
 def _times_of(times: _U32 | None) -> _U32:

@@ -21,21 +21,18 @@ its parts:
 
 Thread safety: every public method reads and changes the index under one re-entrant lock
 (``threading.RLock``), held for microseconds by single lookups and writes. A batch lookup
-(:meth:`Index.query_many` of more than :data:`~permindex.index.search.batch_queries.SMALL_BATCH`
-fingerprints) holds it only to take a consistent read view (:mod:`permindex.index.search.lookup`:
-the
-frozen runs, which are immutable, the memtables frozen as runs, the row arrays, whose rows below
-the view's count never change, and the liveness mask, copied by a removal while a lookup
-searches it) and, after the search, to read the matched rows' keys; the search itself runs without
-the lock in a compiled kernel that releases the GIL, so lookups from several threads run in
-parallel and a lookup racing a write sees the index as it was before or after each write, never
-a mix. :meth:`Index.check_and_add` queries and adds under one acquisition of the lock;
-iterating yields from a copy of the keys taken under it. A write does outside the lock what
-changes nothing a reader sees: before it, validating keys and sorting a large batch's runs;
-after it, merging runs (swapped in under the lock) and growing the row arrays ahead
-(:mod:`permindex.index.table_set`, :mod:`permindex.index.rows`), so lookups go on while
-another
-thread ingests.
+(:meth:`Index.query_many` of more than a few fingerprints, ``Tuning.small_batch``) holds it only
+to take a consistent read view (:mod:`permindex.index.search.lookup`: the frozen runs, which are
+immutable, the memtables frozen as runs, the row arrays, whose rows below the view's count never
+change, and the liveness mask, copied by a removal while a lookup searches it) and, after the
+search, to read the matched rows' keys; the search itself runs without the lock in a compiled
+kernel that releases the GIL, so lookups from several threads run in parallel and a lookup
+racing a write sees the index as it was before or after each write, never a mix.
+:meth:`Index.check_and_add` queries and adds under one acquisition of the lock; iterating yields
+from a copy of the keys taken under it. A write does outside the lock what changes nothing a
+reader sees: before it, validating keys and sorting a large batch's runs; after it, merging runs
+(swapped in under the lock) and growing the row arrays ahead (:mod:`permindex.index.table_set`,
+:mod:`permindex.index.rows`), so lookups go on while another thread ingests.
 """
 
 from __future__ import annotations
@@ -62,8 +59,8 @@ from permindex.index.search.batch_queries import (
     lookup_within,
 )
 from permindex.index.search.lookup import Lookups
-from permindex.index.search.matches import MATCH_ORDER, Match, new_match
-from permindex.index.table_set import MERGE_ALL_MIN_SHARE, TableSet
+from permindex.index.search.matches import Match
+from permindex.index.table_set import TableSet
 from permindex.index.tables.permutation import (
     DEFAULT_DESIGN,
     Design,
@@ -72,6 +69,7 @@ from permindex.index.tables.permutation import (
     query_k,
 )
 from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT, Table
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 from permindex.index.writes import (
     add_batch,
     add_locked,
@@ -96,8 +94,6 @@ AUTO_SIZE = 1_000_000
 _TOP = 1 << 64  # fingerprints are below this
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
-_new_match = new_match
-_MATCH_ORDER = MATCH_ORDER
 
 
 class _Sized(TypedDict):
@@ -105,20 +101,29 @@ class _Sized(TypedDict):
     compaction_min: int
     expected_size: int
     memory_budget: int | None
+    tuning: Tuning
 
 
-def _sized(memtable_limit: int, compaction_min: int, n: int, memory_budget: int | None) -> _Sized:
+def _sized(
+    memtable_limit: int, compaction_min: int, n: int, memory_budget: int | None, tuning: Tuning
+) -> _Sized:
     """The keyword arguments of an :class:`Index` built for ``n`` fingerprints."""
     return {
         "memtable_limit": memtable_limit,
         "compaction_min": compaction_min,
         "expected_size": n,
         "memory_budget": memory_budget,
+        "tuning": tuning,
     }
 
 
 class CheckAndAddResult(NamedTuple):
-    """The outcome of :meth:`Index.check_and_add`."""
+    """The outcome of :meth:`Index.check_and_add`: a named tuple (added, matches, replaced).
+
+    >>> from permindex import CheckAndAddResult
+    >>> CheckAndAddResult(True, [], False).added
+    True
+    """
 
     #: True when no other key was within k: the key now holds the fingerprint.
     added: bool
@@ -169,40 +174,72 @@ def _resolve_limit(limit: object) -> int:
 
 
 class Index:
-    """An in-memory near-duplicate index of (key, 64-bit fingerprint) pairs: which keys are
-    within Hamming distance k bits of a fingerprint, exactly (no false negatives, no false
-    positives), by the table-permutation method of Manku et al. 2007, section 3.
+    """An in-memory near-duplicate index of (key, 64-bit fingerprint) pairs: which stored keys lie
+    within Hamming distance ``k`` bits of a fingerprint, exactly -- no false negatives, no false
+    positives -- by the table-permutation method of Manku, Jain & Das Sarma 2007, section 3: the
+    fingerprints are kept in C(blocks, leading) tables, each sorted under one permutation of the
+    blocks; two fingerprints within k <= blocks - leading bits agree on the leading blocks of at
+    least one table (pigeonhole), so a query reads one prefix range per table and verifies each
+    candidate there by popcount(a XOR b).
+
+    >>> from permindex import Index
+    >>> index = Index(k=3)
+    >>> index.add("page-1", 0xFFFF)
+    True
+    >>> index.add_many(["page-2", "page-3"], [0xFFFE, 0xF0F0])
+    array([ True,  True])
+    >>> index.query(0xFFFF)  # doctest: +NORMALIZE_WHITESPACE
+    [Match(key='page-1', fingerprint=65535, distance=0),
+     Match(key='page-2', fingerprint=65534, distance=1)]
+    >>> len(index), "page-3" in index
+    (3, True)
+
+    Methods, by purpose:
+
+    * build: :meth:`from_arrays`, :meth:`from_compact`;
+    * write: :meth:`add`, :meth:`add_many`, :meth:`add_compact`, :meth:`check_and_add`,
+      :meth:`remove`, :meth:`discard`;
+    * look up: :meth:`query`, :meth:`query_many` (lists or columns), :meth:`max_candidates`,
+      :meth:`query_columns_within`;
+    * keys: :meth:`get`, ``key in index``, :meth:`contains_many`, ``len(index)``,
+      ``iter(index)``;
+    * the whole set: :meth:`pairs`, :meth:`iter_pairs`, :meth:`export`, :meth:`export_compact`,
+      :meth:`export_slices`;
+    * upkeep and figures: :meth:`merge_all_runs`, :meth:`table_runs`, :meth:`memory_bytes`,
+      :meth:`table_bytes`, :attr:`compactions`, :meth:`_check` (every invariant, for tests).
 
     Args:
         k: the largest Hamming distance (bits) the index answers, 0 <= k <= blocks - leading.
-        design: a :class:`~permindex.index.tables.permutation.Design` or ``(blocks, leading)`` (any
-        blocks
-            and leading, C(blocks, leading) tables); the default (4, 1) has 4 tables of 16-bit
-            prefixes and answers k <= 3; (5, 2) has 10 tables of 25- or 26-bit prefixes and
-            (6, 3) 20 of 31- to 33-bit prefixes. ``"auto"``: chosen by
+        design: a :class:`~permindex.index.tables.permutation.Design` or ``(blocks, leading)``
+            (any blocks and leading: C(blocks, leading) tables); the default (4, 1) has 4 tables
+            of 16-bit prefixes and answers k <= 3; (5, 2) has 10 tables of 25- or 26-bit
+            prefixes, (6, 3) 20 of 31- to 33-bit ones. ``"auto"``: chosen by
             :func:`~permindex.index.tables.permutation.choose_design` from ``expected_size``
-            (default 10^6
-            fingerprints), k and ``memory_budget`` (bytes for the tables, keys excluded; None:
-            no limit), the fastest modelled design that fits.
+            (default 10^6 fingerprints), k and ``memory_budget`` (bytes for the tables, keys
+            excluded; None: no limit): the fastest modelled design that fits.
         expected_size: only for ``design="auto"``.
         memory_budget: only for ``design="auto"``.
         memtable_limit: entries a table keeps in its sorted memtable before freezing them into a
-            numpy run (a tuning knob; small values exercise freezing and merging in tests).
-        compaction_min: dead rows (removed or replaced fingerprints) are dropped by a
-            compaction once they outnumber the live rows and this minimum.
+            sorted run (small values exercise freezing and merging in tests).
+        compaction_min: dead rows (removed or replaced fingerprints) are dropped by a compaction
+            once they outnumber the live rows and this minimum.
+        tuning: the speed and memory knobs (:class:`~permindex.index.tuning.Tuning`); they never
+            change an answer.
 
     Raises:
         TypeError: ``k``, ``memtable_limit`` or ``compaction_min`` is not an int, ``design`` is
-            neither a Design nor a pair.
+            neither a Design, a pair nor "auto", ``tuning`` is not a Tuning.
         InvalidArgumentError: k < 0, k above the design's guarantee (the message names it, e.g.
             "design (4 blocks, 1 leading) guarantees k <= 3"), an invalid design,
             ``memtable_limit`` < 1 or ``compaction_min`` < 0.
 
-    Keys are non-empty str of at most 1,024 UTF-8 bytes; fingerprints ints in [0, 2^64) or
-    uint64 arrays. Every argument is validated before anything changes; a call that raises
-    leaves the index as it was.
+    Keys are non-empty str of at most 1,024 UTF-8 bytes (:func:`validate_key`); fingerprints are
+    ints in [0, 2^64) or uint64 arrays. Every argument is validated before anything changes: a
+    call that raises leaves the index as it was. Memory: 8 bytes of fingerprint per row, about 7
+    per row and table, and the key bytes with about 12 more per key.
 
-    Thread safety: see the module docstring.
+    Thread safety: every method may be called from any thread (see the module docstring: one
+    re-entrant lock; batch lookups search without it, on a consistent view).
     """
 
     def __init__(
@@ -214,16 +251,20 @@ class Index:
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         expected_size: int | None = None,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> None:
         k, self._design, memtable_limit, compaction_min = _options(
             k, design, memtable_limit, compaction_min, expected_size, memory_budget
         )
-        self._k, self._lock = k, threading.RLock()
-        self._rows = RowStore(self._lock, compaction_min)
+        if not isinstance(tuning, Tuning):
+            raise TypeError(f"tuning must be a Tuning, not {type(tuning).__name__}")
+        self._k, self._lock, self._tuning = k, threading.RLock(), tuning
+        self._rows = RowStore(self._lock, compaction_min, tuning)
         self._store = self._rows.keys  # the key store (the single query reads keys here)
-        changes = [0, 0, 0]  # shared by the tables: what the lookup caches are checked against
-        self._rows.changes = changes
-        self._tables = [Table(p, memtable_limit, changes) for p in self._design.permutations]
+        changes = self._rows.changes  # shared by the tables: what the lookup caches check
+        self._tables = [
+            Table(p, memtable_limit, changes, tuning) for p in self._design.permutations
+        ]
         self._runs = TableSet(self._tables, self._rows)
         # The tables a query within each k <= self._k searches (Design.tables_for).
         self._searched = {kk: self._design.tables_for(kk) for kk in range(k + 1)}
@@ -243,13 +284,29 @@ class Index:
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> Index:
-        """A new index holding ``keys`` with (n,) ``fingerprints`` (bulk load: each table is
-        built by one radix sort, O(n) per table). Same arguments and errors as :class:`Index`
-        and :meth:`add_many`; ``design="auto"`` chooses for n fingerprints."""
+        """A new index holding ``keys`` with their fingerprints (a bulk load: each table is built by
+        one radix sort, O(n) per table); ``design="auto"`` chooses for n fingerprints. The other
+        arguments are those of :class:`Index`.
+
+        Args:
+            keys: an iterable of n str.
+            fingerprints: n ints in [0, 2^64), or a (n,) unsigned integer array (uint64
+                preferred).
+
+        Raises:
+            TypeError, InvalidArgumentError: as :class:`Index` and :meth:`add_many`.
+
+        >>> index = Index.from_arrays(["a", "b"], [0b1011, 0b1000])
+        >>> index.get("b")
+        8
+        """
         key_list = as_key_list(keys)
         index = cls(
-            k, design, **_sized(memtable_limit, compaction_min, len(key_list), memory_budget)
+            k,
+            design,
+            **_sized(memtable_limit, compaction_min, len(key_list), memory_budget, tuning),
         )
         index.add_many(key_list, fingerprints)
         return index
@@ -266,21 +323,30 @@ class Index:
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
         compaction_min: int = DEFAULT_COMPACTION_MIN,
         memory_budget: int | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> Index:
-        """A new index from keys in the compact form of :meth:`export_compact` -- (n,) UTF-8
-        byte ``lengths`` and ``blob``, every key's bytes followed by a NUL -- and (n,)
-        ``fingerprints``: a loader that never makes a Python str per key (a snapshot's key
-        section has this layout). The key bytes are copied as they are; each key is hashed
-        once. Validated as :meth:`add_many` (lengths 1 to 1,024, UTF-8, the NULs where the
-        lengths say); a repeated key keeps its last fingerprint. O(n + key bytes).
+        r"""A new index from keys in the compact form of :meth:`export_compact` and their
+        fingerprints: a loader that never makes a Python str per key (a snapshot's key section has
+        this layout). The key bytes are copied as they are; each key is hashed once. A repeated key
+        keeps its last fingerprint. O(n + key bytes).
+
+        Args:
+            lengths: (n,) integers, each key's UTF-8 byte length (1 to 1,024).
+            blob: every key's UTF-8 bytes, each followed by a NUL, as bytes or a (m,) uint8 array.
+            fingerprints: n ints in [0, 2^64) or a (n,) uint64 array.
+            (the others as :class:`Index`)
 
         Raises:
-            InvalidArgumentError: lengths and blob disagree, a key is empty, too long or not
-                UTF-8, or the counts differ; TypeError as :meth:`add_many`.
+            InvalidArgumentError: lengths and blob disagree, a key is empty, too long or not UTF-8,
+                or the counts differ; TypeError as :meth:`add_many`.
+
+        >>> index = Index.from_compact([1, 2], b"a\x00bc\x00", [0b1011, 0xFFFF])
+        >>> sorted(index)
+        ['a', 'bc']
         """
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         n = int(sizes.size)
-        index = cls(k, design, **_sized(memtable_limit, compaction_min, n, memory_budget))
+        index = cls(k, design, **_sized(memtable_limit, compaction_min, n, memory_budget, tuning))
         _add_section(index, sizes, raw, values)
         return index
 
@@ -290,16 +356,28 @@ class Index:
         blob: NDArray[np.uint8] | bytes | bytearray,
         fingerprints: Iterable[int] | _U64,
     ) -> None:
-        """Store keys in the compact form of :meth:`export_compact` with their (n,)
-        ``fingerprints``, as :meth:`add_many` would, into this index (the loader of
-        :mod:`permindex.storage.store`, which builds the index with the server's options first;
-        :meth:`from_compact` is the same into a new index). A contiguous uint8 ``blob`` is
-        copied into the key store once, no Python str is made per key. O(n + key bytes).
+        r"""Store keys in the compact form of :meth:`export_compact` (``lengths``, ``blob``: see
+        :meth:`from_compact`) with their (n,) ``fingerprints``, as :meth:`add_many` would, into
+        this index (:meth:`from_compact` does the same into a new one). A contiguous uint8 ``blob``
+        is copied into the key store once; no Python str is made per key. O(n + key bytes).
 
         Raises:
-            InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored.
+            InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored then.
+
+        >>> index = Index()
+        >>> index.add_compact([1, 1], b"x\x00y\x00", [1, 2])
+        >>> index.get("y")
+        2
         """
+        self._before_call()
         _add_section(self, *compact_inputs(lengths, blob, fingerprints))
+
+    def _before_call(self) -> None:
+        """Called first by each public method that reads or writes the entries (not by the
+        properties, :meth:`table_runs`, :meth:`max_candidates`, :meth:`merge_all_runs`, the
+        memory figures or :meth:`_check`), without the lock: the one hook of a subclass whose
+        entries change with time (:class:`~permindex.index.expiry.ExpiringIndex` drops its
+        expired entries here). Does nothing here."""
 
     def __repr__(self) -> str:
         d = self._design
@@ -318,25 +396,53 @@ class Index:
         return self._design
 
     @property
+    def tuning(self) -> Tuning:
+        """The tuning knobs this index was built with (:class:`~permindex.index.tuning.Tuning`)."""
+        return self._tuning
+
+    @property
     def compactions(self) -> int:
         """Compactions so far: each drops the dead rows and renumbers the live ones."""
         return self._rows.compactions
 
     def table_runs(self) -> list[tuple[tuple[int, ...], int]]:
-        """Per table, in the design's order: the entries of each frozen run (oldest, largest
-        first) and the entries of the memtable, tombstones of dead rows included. After
-        :meth:`merge_all_runs` has merged a table it holds one run and an empty memtable; a
-        single lookup probes one directory per run. O(tables + runs), under the lock."""
+        """Per table, in the design's order: the entries of each frozen run (oldest, largest first)
+        and of the memtable, tombstones of dead rows included. After :meth:`merge_all_runs` has
+        merged a table it holds one run and an empty memtable; a single lookup probes one directory
+        per run. O(tables + runs), under the lock.
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.table_runs()
+        [((), 1), ((), 1), ((), 1), ((), 1)]
+        """
         with self._lock:
             return [(table.run_sizes, table.memtable_size) for table in self._tables]
 
     def __len__(self) -> int:
-        """Number of keys stored."""
+        """The number of keys stored. O(1).
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b"], [1, 2]).tolist()
+        [True, True]
+        >>> len(index)
+        2
+        """
+        self._before_call()
         with self._lock:
             return len(self._store)
 
     def __contains__(self, key: object) -> bool:
-        """Whether ``key`` is stored (False for anything that is not a str)."""
+        """Whether ``key`` is stored (False for anything that is not a str). O(len(key)).
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> "a" in index, "b" in index, 3 in index
+        (True, False, False)
+        """
+        self._before_call()
         if not isinstance(key, str):
             return False
         try:
@@ -349,21 +455,49 @@ class Index:
 
     def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
         """(n,) bool: whether each of ``keys`` is stored, as ``key in index`` for each, in one
-        vectorized lookup. Raises TypeError / InvalidArgumentError for a malformed key (as
-        :meth:`add_many`)."""
+        vectorized lookup. O(n + key bytes).
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key (as :meth:`add_many`).
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.contains_many(["a", "b"]).tolist()
+        [True, False]
+        """
+        self._before_call()
         _key_list, batch = validate_keys(keys)
         with self._lock:
             return self._store.find_many(batch) >= 0
 
     def __iter__(self) -> Iterator[str]:
-        """The keys, in the order they were first added (a copy taken under the lock)."""
+        """The keys, in the order they were first added (a copy taken under the lock). O(n).
+
+        >>> index = Index()
+        >>> index.add_many(["b", "a"], [1, 2]).tolist()
+        [True, True]
+        >>> list(index)
+        ['b', 'a']
+        """
+        self._before_call()
         with self._lock:
             rows = self._rows.live_rows()
             return iter(self._store.keys(self._store.iteration_order(rows)))
 
     def get(self, key: str) -> int | None:
-        """The fingerprint stored under ``key`` (int), or None. Raises TypeError /
-        InvalidArgumentError for a malformed key (see :func:`validate_key`)."""
+        """The fingerprint stored under ``key`` (int), or None. O(len(key)).
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key (:func:`validate_key`).
+
+        >>> index = Index()
+        >>> index.add("a", 0xFFFF)
+        True
+        >>> index.get("a"), index.get("b")
+        (65535, None)
+        """
+        self._before_call()
         data = validate_key(key).encode("utf-8")
         h = hash_key(data)
         with self._lock:
@@ -373,51 +507,87 @@ class Index:
     # -- writes ---------------------------------------------------------------------------------
 
     def add(self, key: str, fingerprint: int) -> bool:
-        """Store ``fingerprint`` (int in [0, 2^64)) under ``key``; a stored key's fingerprint is
-        replaced (its old entries become tombstones and are never returned).
+        """Store ``fingerprint`` under ``key``; a stored key's fingerprint is replaced (its old
+        entries become tombstones, never returned).
 
-        Returns True if the key was not stored before. O(T log L) for T tables and memtable
-        bound L, plus amortized freezing, merging and compaction.
+        Args:
+            key: a non-empty str of at most 1,024 UTF-8 bytes.
+            fingerprint: an int in [0, 2^64).
+
+        Returns:
+            True if the key was not stored before.
 
         Raises:
-            TypeError: ``key`` is not a str, or ``fingerprint`` is not an int (bool, float and
-                str are refused).
+            TypeError: ``key`` is not a str, or ``fingerprint`` is not an int (bool, float and str
+                are refused).
             InvalidArgumentError: a malformed key, or a fingerprint outside [0, 2^64).
-            LimitExceededError: 2^32 rows would be needed.
+            LimitExceededError: 2^32 - 1 rows would be needed.
+
+        Cost: O(T log L) for T tables and memtable bound L, plus amortized freezing, merging and
+        compaction.
+
+        >>> index = Index()
+        >>> index.add("a", 0b1011)
+        True
+        >>> index.add("a", 0b1000)  # replaced
+        False
+        >>> index.get("a")
+        8
         """
+        self._before_call()
         return add_one(self._rows, self._runs, key, fingerprint)
 
     def add_many(
         self, keys: Iterable[str], fingerprints: Iterable[int] | _U64
     ) -> NDArray[np.bool_]:
-        """Store many (key, fingerprint) pairs; as :meth:`add` for each, but validated as a whole
-        first and inserted with numpy. A batch of at least 2^17 becomes one sorted run per
-        table, built in up to 4 threads (given a numpy array, while the keys are checked and
-        hashed). Nothing is stored when any of the errors below is raised.
+        """Store many (key, fingerprint) pairs: :meth:`add` for each, but validated as a whole first
+        and inserted with numpy. A large batch becomes one sorted run per table, built in threads
+        (``Tuning.parallel_min``, ``Tuning.build_threads``), given a numpy array while the keys are
+        checked and hashed. Nothing is stored when any of the errors below is raised.
 
         Args:
             keys: an iterable of n str.
-            fingerprints: an iterable of n ints in [0, 2^64), or a (n,) numpy array of an
-                unsigned integer dtype (uint64 preferred) or a signed one without negative
-                values.
+            fingerprints: an iterable of n ints in [0, 2^64), or a (n,) array of an unsigned integer
+                dtype (uint64 preferred) or a signed one without negative values.
 
         Returns:
-            (n,) bool: True where the key was not stored before the call. A key repeated in
-            the call takes its last fingerprint (every occurrence of a new key is True).
+            (n,) bool: True where the key was not stored before the call. A key repeated in the call
+            takes its last fingerprint (every occurrence of a new key is True).
 
         Raises:
             TypeError: a key is not a str, a fingerprint not an int (or a bool/float array).
-            InvalidArgumentError: a malformed key or fingerprint (the message names its
-                position; a negative value in a signed array is refused, never wrapped), or
+            InvalidArgumentError: a malformed key or fingerprint (the message names its position; a
+                negative value in a signed array is refused, never wrapped), or
                 ``len(keys) != len(fingerprints)``.
-            LimitExceededError: 2^32 rows would be needed.
+            LimitExceededError: 2^32 - 1 rows would be needed.
+
+        Cost: O(n log n) for the keys' repeats, O(n) per table (radix sort), amortized merging.
+
+        >>> import numpy as np
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "a"], np.array([1, 2, 3], dtype=np.uint64)).tolist()
+        [True, True, True]
+        >>> index.get("a")
+        3
         """
+        self._before_call()
         return add_batch(self._rows, self._runs, keys, fingerprints)
 
     def remove(self, key: str) -> None:
-        """Remove ``key``. Raises :class:`~permindex.errors.NotFoundError` (a KeyError) when it
-        is not stored, TypeError / InvalidArgumentError for a malformed key; nothing changes
-        then. O(1) (a tombstone) plus amortized compaction."""
+        """Remove ``key``. O(1) (a tombstone) plus amortized compaction.
+
+        Raises:
+            NotFoundError: (a KeyError) ``key`` is not stored; nothing changes.
+            TypeError, InvalidArgumentError: a malformed key.
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.remove("a")
+        >>> "a" in index
+        False
+        """
+        self._before_call()
         key = validate_key(key)
         with self._lock:
             if not discard_locked(self._rows, key.encode("utf-8")):
@@ -425,34 +595,48 @@ class Index:
         self._runs.merge_pending()  # after a compaction
 
     def discard(self, key: str) -> bool:
-        """Remove ``key`` if stored; returns whether it was. TypeError / InvalidArgumentError
-        for a malformed key."""
+        """Remove ``key`` if stored; returns whether it was. O(1) plus amortized compaction.
+
+        Raises:
+            TypeError, InvalidArgumentError: a malformed key.
+
+        >>> index = Index()
+        >>> index.discard("a")
+        False
+        """
+        self._before_call()
         key = validate_key(key)
         with self._lock:
             found = discard_locked(self._rows, key.encode("utf-8"))
         self._runs.merge_pending()  # after a compaction
         return found
 
-    def merge_all_runs(self, idle: float = 0.0, min_share: float = MERGE_ALL_MIN_SHARE) -> bool:
-        """Merge a table's frozen runs and memtable into one sorted run when at least
-        ``min_share`` of its entries lie outside its largest run, so that a query probes one
-        run there (the single sorted table per permutation of Manku et al. 2007, section 3).
-        One table at a time, merged without the lock (reads see the unmerged runs meanwhile,
-        writes go on) and swapped in under it (:meth:`TableSet.merge_all
-        <permindex.index.table_set.TableSet.merge_all>`). Cost: a radix sort of a table's
-        rows,
-        O(n).
+    def merge_all_runs(self, idle: float = 0.0, min_share: float | None = None) -> bool:
+        """Merge a table's frozen runs and memtable into one sorted run when at least ``min_share``
+        of its entries lie outside its largest run, so that a query probes one run there (the
+        single sorted table per permutation of Manku et al. 2007, section 3). One table at a time,
+        merged without the lock (reads see the unmerged runs meanwhile, writes go on) and swapped in
+        under it. Cost: a radix sort of a table's rows, O(n) per table.
 
         Args:
-            idle: merge only while nothing was added for at least this many seconds (a server
-                calls this periodically with a small idle time, so that it merges after a
-                load, not during one); checked before each table.
-            min_share: 0 to 1; 0 merges every table that has more than one run or a memtable.
+            idle: merge only while nothing was added for at least this many seconds (a server calls
+                this periodically with a small idle time, so that it merges after a load, not during
+                one); checked before each table.
+            min_share: 0 to 1; 0 merges every table that has more than one run or a memtable; None:
+                the index's ``tuning.merge_all_min_share``.
 
         Returns:
-            True when a table was merged (or its memtable frozen); False when none qualified,
-            the index was not idle long enough, another merge was running, or a compaction
-            renumbered the rows meanwhile (that table's merge is dropped).
+            True when a table was merged (or its memtable frozen); False when none qualified, the
+            index was not idle long enough, another merge was running, or a compaction renumbered
+            the rows meanwhile (that table's merge is dropped).
+
+        >>> index = Index()
+        >>> index.add("a", 1)
+        True
+        >>> index.merge_all_runs(min_share=0)
+        True
+        >>> index.table_runs()[0]
+        ((1,), 0)
         """
         return self._runs.merge_all(idle, min_share)
 
@@ -461,26 +645,36 @@ class Index:
     def query(
         self, fingerprint: int, k: int | None = None, limit: int | None = None
     ) -> list[Match]:
-        """Every stored key whose fingerprint is within Hamming distance ``k`` bits (inclusive)
-        of ``fingerprint``, each once, sorted by (distance, key) (Manku et al. 2007, section 3:
-        permuted tables searched by prefix, candidates verified exactly).
+        """Every stored key whose fingerprint is within Hamming distance ``k`` bits (inclusive) of
+        ``fingerprint``, each once, sorted by (distance, key): Manku et al. 2007, section 3 -- the
+        searched tables' prefix ranges read, each candidate verified exactly, in a compiled kernel.
 
         Args:
-            fingerprint: int in [0, 2^64).
+            fingerprint: an int in [0, 2^64).
             k: None for the index's k, else 0 <= k <= index.k.
             limit: None or 0 for all matches, else at most this many (the first after sorting).
+
+        Returns:
+            A list of :class:`Match` (key, fingerprint, distance).
 
         Raises:
             TypeError: a non-int fingerprint, k or limit.
             InvalidArgumentError: fingerprint outside [0, 2^64), k < 0 or above the index's k,
                 limit < 0.
 
-        Cost: one call of a compiled kernel over the searched tables' frozen runs (a directory
-        lookup per run, the bucket's filters compared, the candidates that pass verified:
-        :meth:`~permindex.index.search.lookup.Lookups.one`) and a bisection of each non-empty
-        memtable, whose candidates a kernel verifies alike; O(tables * runs + log L +
-        candidates).
+        Cost: O(tables * runs + log L + candidates), under the lock.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+        [True, True, True]
+        >>> [m.key for m in index.query(0b1011)]
+        ['a', 'b']
+        >>> index.query(0b1011, k=1)
+        [Match(key='a', fingerprint=11, distance=0)]
+        >>> index.query(0b1011, limit=1)[0].key
+        'a'
         """
+        self._before_call()
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
             with self._lock:  # the common call: nothing else to check
                 return self._query_one(fingerprint, self._k)
@@ -522,23 +716,41 @@ class Index:
         threads: int | None = None,
         columns: bool = False,
     ) -> list[list[Match]] | QueryColumns:
-        """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in
-        order, each sorted by (distance, key); with ``columns=True`` the same matches as one
-        :class:`~permindex.index.search.batch_queries.QueryColumns` (offsets (n + 1,) int64, keys,
-        fingerprints (m,) uint64, distances (m,) uint8), with no Python object per match but
-        its key.
+        """:meth:`query` for each of n fingerprints: one list of matches per fingerprint, in order,
+        each sorted by (distance, key); with ``columns=True`` the same matches as one
+        :class:`~permindex.index.search.batch_queries.QueryColumns` -- ``offsets`` (n + 1,)
+        int64 (the matches of query i are rows ``offsets[i]:offsets[i + 1]``), ``keys`` (m str),
+        ``fingerprints`` (m,) uint64, ``distances`` (m,) uint8 -- with no Python object per match
+        but its key.
 
-        ``fingerprints`` is an iterable of ints or a (n,) uint64 array (signed arrays without
-        negative values are accepted). The lookup runs in compiled kernels
-        (:mod:`permindex.index.search.lookup`) on a consistent read view of the index, without its
+        Args:
+            fingerprints: an iterable of n ints, or a (n,) uint64 array (signed arrays without
+                negative values are accepted).
+            k, limit: as :meth:`query`.
+            threads: None or 1 for the calling thread only; up to 256 threads, each on a slice.
+            columns: False for lists of :class:`Match`, True for columns.
+
+        Raises:
+            TypeError: a bad fingerprint, k or limit type, ``threads`` not an int, ``columns`` not a
+                bool.
+            InvalidArgumentError: as :meth:`query` (the message names the position of a bad
+                fingerprint), ``threads`` outside [1, 256]. Nothing is queried then.
+
+        The lookup runs in compiled kernels on a consistent read view of the index, without its
         lock: lookups from several threads run in parallel, and a lookup racing a write sees the
-        index as it was before or after each write, never a mix. It uses the calling thread
-        only, unless ``threads`` > 1 (that many threads, each on a slice; None means 1; a
-        batch started while another runs is cut in two pieces on one view: same answer).
-        Same errors as :meth:`query` (the message names the position of a bad fingerprint),
-        TypeError for a ``threads`` that is not an int or a ``columns`` not a bool, and
-        InvalidArgumentError for a ``threads`` outside [1, 256]; nothing is queried then.
+        index as it was before or after each write, never a mix. Cost: O(n * (tables * runs +
+        candidates)) in the kernels, O(m log m) to order m matches.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+        [True, True, True]
+        >>> [[m.key for m in ms] for ms in index.query_many([0b1011, 0xFFFE, 0xF0F00000])]
+        [['a', 'b'], ['c'], []]
+        >>> cols = index.query_many([0b1011, 0xFFFE], columns=True)
+        >>> cols.offsets.tolist(), cols.keys, cols.distances.tolist()
+        ([0, 2, 3], ['a', 'b', 'c'], [0, 2, 1])
         """
+        self._before_call()
         queries = as_fingerprint_array(fingerprints)
         kk = query_k(k, self._k, self._design)
         lim = _resolve_limit(limit)
@@ -546,9 +758,19 @@ class Index:
         return lookup_many(self._lock, self._lookups, queries, options, self._query_one)
 
     def max_candidates(self, k: int | None = None) -> int:
-        """A bound of the candidates one query within ``k`` (None: the index's) meets: the
-        largest prefix bucket of each run searched plus the memtables (removed entries count
-        until a compaction). O(tables * runs) after a change, else O(1). Errors: as query."""
+        """An upper bound of the candidates one query within ``k`` (None: the index's) meets: the
+        largest prefix bucket of each searched run plus the memtables (removed entries count until
+        a compaction). O(tables * runs) after a change, else O(1).
+
+        Raises:
+            TypeError, InvalidArgumentError: a bad ``k``, as :meth:`query`.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b"], [1, 2]).tolist()
+        [True, True]
+        >>> index.max_candidates() >= 2
+        True
+        """
         kk = query_k(k, self._k, self._design)
         with self._lock:
             return self._lookups.most_candidates(kk)
@@ -562,10 +784,13 @@ class Index:
         max_candidates: int,
         max_matches: int,
     ) -> QueryColumns | None:
-        """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded (and
-        nothing was written since the last batch lookup), else None:
-        :func:`~permindex.index.search.batch_queries.lookup_within`; other errors as
-        :meth:`query_many`."""
+        """``query_many(fingerprints, k, limit, columns=True)`` when its cost is bounded -- at most
+        ``max_candidates`` candidates in all (``n * max_candidates(k)``), at most ``max_matches``
+        matches, and nothing written since the last batch lookup (its read view reused) -- else
+        None, having done at most one kernel pass (a server answers a stream's small messages
+        inline this way). Errors as :meth:`query_many`; TypeError / InvalidArgumentError for a
+        bound that is not an int >= 0.
+        """
         queries = as_fingerprint_array(fingerprints)
         kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
         options = LookupOptions.checked(kk, lim, None, True)
@@ -573,10 +798,11 @@ class Index:
         return lookup_within(self._lock, self._lookups, queries, options, *bounds)
 
     def check_and_add(self, key: str, fingerprint: int, k: int | None = None) -> CheckAndAddResult:
-        """Atomically: query ``fingerprint`` with ``k`` and, only if no other key is within k,
-        store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry
-        never blocks). Query and add happen under one acquisition of the index lock, so of two
-        threads adding near-duplicates concurrently exactly one succeeds.
+        """Atomically: query ``fingerprint`` within ``k`` and, only if no other key is within k,
+        store it under ``key`` (replacing the key's fingerprint if stored; the key's own entry never
+        blocks). Query and add happen under one acquisition of the lock, so of two threads adding
+        near-duplicates at once exactly one succeeds: the check-and-add loop of a crawler
+        (Manku et al. 2007, section 1).
 
         Returns:
             :class:`CheckAndAddResult` (added, matches, replaced): added is True when no other key
@@ -584,21 +810,54 @@ class Index:
             sorted by (distance, key), empty when added; replaced is True when added and the key
             was stored before the call (with any fingerprint).
 
-        Raises: as :meth:`add` and :meth:`query`; nothing changes then.
+        Raises:
+            TypeError, InvalidArgumentError, LimitExceededError: as :meth:`add` and :meth:`query`;
+                nothing changes then.
+
+        Cost: :meth:`query` plus :meth:`add`.
+
+        >>> index = Index()
+        >>> index.check_and_add("a", 0xFFFF)
+        CheckAndAddResult(added=True, matches=[], replaced=False)
+        >>> result = index.check_and_add("b", 0xFFFE)
+        >>> result.added, [m.key for m in result.matches]
+        (False, ['a'])
         """
+        self._before_call()
         return check_and_add(self, key, fingerprint, k)
 
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
-        """:meth:`iter_pairs` as a list: every pair within ``k`` of the index as it is now."""
+        """:meth:`iter_pairs` as a list: every pair within ``k`` of the index as it is now.
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+        [True, True, True]
+        >>> index.pairs()
+        [('a', 'b', 2)]
+        """
         return list(self.iter_pairs(k))
 
     def iter_pairs(
         self, k: int | None = None, *, should_stop: Callable[[], bool] | None = None
     ) -> Iterator[tuple[str, str, int]]:
-        """Every unordered pair of keys within ``k`` bits (default: the index's; one fingerprint:
-        distance 0) once, as (key_a, key_b, distance), key_a < key_b by code point, sorted: of
-        the index at the call (joined now, under the lock; cost: ``pair_stream.self_join_pairs``),
-        listed as read. Raises InvalidArgumentError, CallCancelledError (``should_stop``)."""
+        """Every unordered pair of keys within ``k`` bits (default: the index's; keys sharing a
+        fingerprint: distance 0) once, as (key_a, key_b, distance) with key_a < key_b by code point,
+        sorted: of the index at the call, joined now under the lock (the self-join of Manku et al.
+        2007, section 3, on the distinct fingerprints, ``join.pair_stream.self_join_pairs``), then
+        listed lazily as read, without the lock. Cost: O(n) numpy work plus the join's (about
+        sum over tables of the squared prefix-group sizes), O(1) per pair read.
+
+        Raises:
+            InvalidArgumentError: k < 0 or above the index's k.
+            CallCancelledError: ``should_stop`` returned True (checked between chunks).
+
+        >>> index = Index()
+        >>> index.add_many(["b", "a"], [7, 7]).tolist()
+        [True, True]
+        >>> list(index.iter_pairs(0))
+        [('a', 'b', 0)]
+        """
+        self._before_call()
         with self._lock:
             return self_join_pairs(
                 self._rows, self._design, query_k(k, self._k, self._design), should_stop
@@ -607,19 +866,37 @@ class Index:
     # -- export, memory, invariants --------------------------------------------------------------
 
     def export(self) -> tuple[list[str], _U64]:
-        """A consistent copy of the contents, taken under the lock: (keys, fingerprints) with
-        fingerprints a new (n,) uint64 array, element i stored under keys[i]. Order: by row
-        (the order the current fingerprints were stored in)."""
+        """A consistent copy of the contents, taken under the lock: (keys, fingerprints), with
+        fingerprints a new (n,) uint64 array, element i stored under keys[i], in row order (the
+        order the current fingerprints were stored in). O(n).
+
+        >>> index = Index()
+        >>> index.add_many(["a", "b"], [1, 2]).tolist()
+        [True, True]
+        >>> keys, fps = index.export()
+        >>> keys, fps.tolist()
+        (['a', 'b'], [1, 2])
+        """
+        self._before_call()
         with self._lock:
             rows = self._rows
             live = rows.live_mask()
             return self._store.live_keys(live), rows.fps[: rows.n][live]
 
     def export_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64]:
-        """As :meth:`export`, with the keys in compact form, for writers that do not need str
-        objects (a snapshot): ((n,) int64 UTF-8 byte lengths, the UTF-8 bytes of every key each
-        followed by a NUL, concatenated ((m,) uint8), (n,) uint64 fingerprints), in the order of
-        :meth:`export`. No Python object per key: O(n + key bytes) numpy work."""
+        r""":meth:`export` with the keys in compact form, for writers that need no str (a snapshot):
+        ((n,) int64 UTF-8 byte lengths, (m,) uint8 bytes of every key each followed by a NUL,
+        (n,) uint64 fingerprints), in the order of :meth:`export`. No Python object per key:
+        O(n + key bytes) numpy work.
+
+        >>> index = Index()
+        >>> index.add("ab", 5)
+        True
+        >>> lengths, blob, fps = index.export_compact()
+        >>> lengths.tolist(), blob.tobytes(), fps.tolist()
+        ([2], b'ab\x00', [5])
+        """
+        self._before_call()
         with self._lock:
             live_rows = self._rows.live_rows()
             lengths, blob = self._store.export(live_rows)
@@ -644,6 +921,7 @@ class Index:
         (``time.sleep(0)``), so that a query or write waiting for the lock gets it before the next
         slice. Cost: O(n + key bytes) numpy work in total.
         """
+        self._before_call()
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
         if parts is not None:
             return [part[:3] for part in parts]
@@ -652,13 +930,16 @@ class Index:
 
     def memory_bytes(self) -> int:
         """Bytes held by the arrays (by capacity): fingerprints and liveness, every table's runs
-        (plus an estimate for the memtable entries, Python ints), and the key store."""
+        (plus an estimate for the memtable entries, Python ints), and the key store.
+        O(tables + runs).
+        """
         with self._lock:
             return self.table_bytes() + self._store.nbytes()
 
     def table_bytes(self) -> int:
-        """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity)
-        and the tables."""
+        """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity) and
+        the tables.
+        """
         with self._lock:
             return self._rows.nbytes() + self._runs.nbytes()
 
@@ -679,6 +960,14 @@ def _add_section(index: Index, sizes: NDArray[np.integer], raw: Section, values:
     keys = add_section(index._rows, index._runs, sizes, raw, values)
     if keys is not None:  # maybe a repeated key: the exact path
         index.add_many(keys, values)
+
+
+def stored_count(index: Index) -> int:
+    """The keys ``index`` stores, counted without its hook: ``len(index)``, but for an
+    :class:`~permindex.index.expiry.ExpiringIndex` its entries expired and not yet dropped
+    count too (a snapshot's count is checked against this as it was loaded). O(1)."""
+    with index._lock:
+        return len(index._store)
 
 
 def check_and_add(

@@ -25,15 +25,13 @@ from permindex.index.keys.store import (
     nearly_full,
     next_capacity,
 )
-from permindex.index.tables.table import MAX_ROWS, TableCheckError
+from permindex.index.tables.table import MAX_ROWS, ChangeCounters, TableCheckError
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
-__all__ = ["DEFAULT_COMPACTION_MIN", "GROW_AHEAD_ROWS", "RowStore", "export_slices"]
+__all__ = ["DEFAULT_COMPACTION_MIN", "RowStore", "export_slices"]
 
 #: Dead rows are compacted away once there are more of them than live rows and than this.
 DEFAULT_COMPACTION_MIN = 1 << 16
-#: From this capacity (rows) on, the arrays grow ahead in a background thread; below it a
-#: growth is done inline, under the lock (it costs less than starting a thread).
-GROW_AHEAD_ROWS = 1 << 16
 
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
@@ -90,13 +88,25 @@ class RowStore:
         "live_readers",
         "live_view",
         "lock",
+        "max_rows",
         "n",
         "on_compact",
         "times",
+        "tuning",
     )
 
-    def __init__(self, lock: threading.RLock, compaction_min: int = DEFAULT_COMPACTION_MIN):
+    def __init__(
+        self,
+        lock: threading.RLock,
+        compaction_min: int = DEFAULT_COMPACTION_MIN,
+        tuning: Tuning = DEFAULT_TUNING,
+    ):
         self.lock = lock
+        #: The index's tuning knobs (:class:`~permindex.index.tuning.Tuning`), read by its
+        #: parts: the tables, the batch lookups, the join.
+        self.tuning = tuning
+        #: Rows this store may hold: the row format's MAX_ROWS, or a lower ``tuning.row_limit``.
+        self.max_rows = MAX_ROWS if tuning.row_limit is None else min(tuning.row_limit, MAX_ROWS)
         self.compaction_min = compaction_min
         self.fps: _U64 = np.zeros(0, dtype=np.uint64)
         self.live: NDArray[np.bool_] | None = None
@@ -106,7 +116,7 @@ class RowStore:
         self.live_epoch = 0
         #: Change counters shared with the index's tables (:attr:`Table.changes`): a new
         #: ``fps`` or ``live`` array counts as a change of the runs for the lookup caches.
-        self.changes = [0, 0, 0]
+        self.changes = ChangeCounters()
         self.n = 0
         self.keys = KeyStore()
         self.compactions = 0
@@ -143,8 +153,7 @@ class RowStore:
     def _views(self) -> None:
         self.live_readers = 0  # a new array (or none): no lookup reads it yet
         self.live_epoch += 1
-        self.changes[0] += 1  # cached lookup plans hold the old arrays' addresses
-        self.changes[2] += 1
+        self.changes.runs_changed()  # cached lookup plans hold the old arrays' addresses
         self.fps_view = self.fps.data
         self.live_view = None if self.live is None else self.live.data
 
@@ -200,24 +209,23 @@ class RowStore:
 
     def reserve(self, extra: int) -> None:
         """Make room for ``extra`` more rows: compact first if row numbers would pass
-        :data:`~permindex.index.tables.table.MAX_ROWS`, then grow the arrays inline if needed
-        (amortized O(1) per row).
+        :attr:`max_rows`, then grow the arrays inline if needed (amortized O(1) per row).
 
         Raises:
-            LimitExceededError: more than MAX_ROWS rows would be live.
+            LimitExceededError: more than :attr:`max_rows` rows would be live.
         """
-        if self.n + extra > MAX_ROWS:
+        if self.n + extra > self.max_rows:
             self.compact()
-            if self.n + extra > MAX_ROWS:
+            if self.n + extra > self.max_rows:
                 raise LimitExceededError(
-                    f"an index holds at most {MAX_ROWS} fingerprints",
-                    limit=MAX_ROWS,
+                    f"an index holds at most {self.max_rows} fingerprints",
+                    limit=self.max_rows,
                     actual=self.n + extra,
                 )
         need = self.n + extra
         capacity = self.fps.size
         if need > capacity:
-            capacity = min(max(next_capacity(need, capacity), 1024), MAX_ROWS)
+            capacity = min(max(next_capacity(need, capacity), 1024), self.max_rows)
             fps = np.zeros(capacity, dtype=np.uint64)
             fps[: self.n] = self.fps[: self.n]
             self.fps = fps
@@ -307,8 +315,8 @@ class RowStore:
         """Whether the arrays or the key store are close to an inline growth (caller holds the
         lock): rows above 7/8 of the capacity, or
         :meth:`~permindex.index.keys.store.KeyStore.growth_wanted`; False below
-        :data:`GROW_AHEAD_ROWS` rows of capacity."""
-        if self.fps.size < GROW_AHEAD_ROWS:
+        ``tuning.grow_ahead_rows`` rows of capacity."""
+        if self.fps.size < self.tuning.grow_ahead_rows:
             return False
         return nearly_full(self.n, self.fps.size) or self.keys.growth_wanted()
 
@@ -361,7 +369,7 @@ class RowStore:
                 growth = self.keys.begin_growth(rows, data_bytes)
                 start = self.n
                 fps = self.fps
-                capacity = min(ahead_capacity(start, rows, fps.size), MAX_ROWS)
+                capacity = min(ahead_capacity(start, rows, fps.size), self.max_rows)
                 live = None if self.live is None else self.live[:start].copy()
                 compactions = self.compactions
             if live is None:
@@ -397,7 +405,7 @@ class RowStore:
         the write would not fit in large arrays, have them grown by :meth:`grow_ahead`'s thread
         and wait for it (only this writer waits; queries go on). A write that still does not
         fit (another writer came first) grows the arrays under the lock (:meth:`reserve`)."""
-        if self.fps.size < GROW_AHEAD_ROWS:
+        if self.fps.size < self.tuning.grow_ahead_rows:
             return
         grower = self.grow_ahead(rows, data_bytes)
         if grower is not None:

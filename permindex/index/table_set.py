@@ -18,21 +18,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.index.rows import RowStore
-from permindex.index.tables.table import RowSnapshot, Run, Table, TableCheckError
-from permindex.processes import usable_cpus
+from permindex.index.tables.table import (
+    ChangeCounters,
+    RowSnapshot,
+    Run,
+    Table,
+    TableCheckError,
+)
 
-__all__ = ["BUILD_THREADS", "MERGE_ALL_MIN_SHARE", "PARALLEL_MIN", "TableSet"]
-
-#: From this batch size on, the tables' runs are built in other threads.
-PARALLEL_MIN = 1 << 17
-
-
-#: Threads that build the tables' runs of a large batch (one per CPU this process may use, at
-#: most 4).
-BUILD_THREADS = min(4, usable_cpus())
-#: merge_all merges a table once at least this share of its entries lies outside its largest
-#: run.
-MERGE_ALL_MIN_SHARE = 1 / 8
+__all__ = ["TableSet"]
 
 _U64 = NDArray[np.uint64]
 
@@ -44,6 +38,9 @@ class TableSet:
     Every method but :meth:`prepare`, :meth:`building`, :meth:`merge_pending` and
     :meth:`merge_all` is called with the index's lock held (``rows.lock``); those four take it
     themselves where they read or change a table, and sort or merge without it.
+
+    The knobs of ``rows.tuning`` (:class:`~permindex.index.tuning.Tuning`) read here:
+    ``parallel_min``, ``build_threads`` and ``merge_all_min_share``.
 
     Attributes:
         tables: the :class:`~permindex.index.tables.table.Table` objects (their merges deferred to
@@ -61,11 +58,11 @@ class TableSet:
             table.defer_merges = True  # merged by merge_pending, outside the lock
         rows.on_compact = self.renumber
         self._merging = False  # one thread merges at a time
-        # The tables' run-change count (Table.changes[0], summed) when merge_pending last found
+        # The tables' run-change count (Table.changes.runs, summed) when merge_pending last found
         # no merge pending: until a run changes, none can be (a single add changes none).
         self._settled = -1
         shared = bool(tables) and all(table.changes is tables[0].changes for table in tables)
-        self._changes: list[int] | None = tables[0].changes if shared else None
+        self._changes: ChangeCounters | None = tables[0].changes if shared else None
         self.last_write = time.monotonic()
 
     # -- writes (under the lock) ----------------------------------------------------------------
@@ -109,16 +106,17 @@ class TableSet:
     @contextmanager
     def building(self, values: _U64) -> Iterator[Callable[[], list[Run]] | None]:
         """Start building each table's run of the (n,) uint64 ``values`` (radix sorts, which
-        release the GIL) in up to :data:`BUILD_THREADS` threads named ``permindex-build``,
-        when n is at least :data:`PARALLEL_MIN` and the batch becomes runs directly; yields a
+        release the GIL) in up to ``tuning.build_threads`` threads named ``permindex-build``,
+        when n is at least ``tuning.parallel_min`` and the batch becomes runs directly; yields a
         function that waits for the runs (in table order), or None when nothing was started.
         The caller does other work meanwhile; leaving the block waits for the threads."""
         tables = self.tables
         n = int(values.size)
-        if n < PARALLEL_MIN or not tables[0].direct_run(n):
+        tuning = self.rows.tuning
+        if n < tuning.parallel_min or not tables[0].direct_run(n):
             yield None
             return
-        workers = max(1, min(BUILD_THREADS, len(tables)))
+        workers = max(1, min(tuning.build_threads, len(tables)))
         pool = ThreadPoolExecutor(workers, thread_name_prefix="permindex-build")
         try:
             futures = [pool.submit(table.prepare_run, values) for table in tables]
@@ -162,17 +160,19 @@ class TableSet:
         """The tables' count of run changes
         (:attr:`~permindex.index.tables.table.Table.changes`)."""
         if self._changes is not None:  # shared by the tables, as the Index has it
-            return self._changes[0]
-        return sum(table.changes[0] for table in self.tables)
+            return self._changes.runs
+        return sum(table.changes.runs for table in self.tables)
 
-    def merge_all(self, idle: float = 0.0, min_share: float = MERGE_ALL_MIN_SHARE) -> bool:
+    def merge_all(self, idle: float = 0.0, min_share: float | None = None) -> bool:
         """Merge a table's frozen runs and memtable into one sorted run when at least
-        ``min_share`` of its entries lie outside its largest run; one table at a time, each
+        ``min_share`` (None: ``tuning.merge_all_min_share``) of its entries lie outside its
+        largest run; one table at a time, each
         merged without the lock and swapped in under it (see
         :meth:`permindex.index.Index.merge_all_runs`). Stops when a write came within ``idle``
         seconds (checked before each table) or another merge is running. Returns whether a
         table was merged or its memtable frozen."""
         rows = self.rows
+        share = rows.tuning.merge_all_min_share if min_share is None else min_share
         merged = False
         for table in self.tables:
             with rows.lock:
@@ -181,7 +181,7 @@ class TableSet:
                 sizes = table.run_sizes
                 total = sum(sizes) + table.memtable_size
                 outside = total - max(sizes, default=0)
-                if outside == 0 or outside < min_share * total:
+                if outside == 0 or outside < share * total:
                     continue
                 if table.memtable_size:
                     table.freeze(rows)

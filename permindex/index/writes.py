@@ -39,7 +39,6 @@ from permindex.index.table_set import TableSet
 from permindex.index.tables.table import Run
 
 __all__ = [
-    "COLLECT_AFTER_ROWS",
     "add_batch",
     "add_locked",
     "add_many_locked",
@@ -149,18 +148,14 @@ def after_write(rows: RowStore, runs: TableSet, count: int = 1) -> None:
     (:meth:`~permindex.index.rows.RowStore.after_write`) and merge the tables' runs
     (:meth:`~permindex.index.table_set.TableSet.merge_pending`). After a bulk load of at
     least
-    :data:`COLLECT_AFTER_ROWS` rows, a full garbage collection: the caller's inputs (a list of
-    10^6 key strings, say) have just become old objects, and the collector's next full pass --
-    tens of milliseconds at 10^6 keys -- would otherwise fall into the first lookup."""
+    ``tuning.collect_after_rows`` rows, a full garbage collection: the caller's inputs (a list of
+    10^6 key strings, say) have just become old objects, and the collector's next full pass
+    over them would otherwise fall into the first lookup."""
     runs.last_write = time.monotonic()
     rows.after_write(count)
     runs.merge_pending()
-    if count >= COLLECT_AFTER_ROWS:
+    if count >= rows.tuning.collect_after_rows:
         gc.collect()
-
-
-#: Rows of a bulk load after which :func:`after_write` runs a full garbage collection.
-COLLECT_AFTER_ROWS = 1 << 17
 
 
 def store_batch(
@@ -206,9 +201,10 @@ def add_section(
         if len(raw):
             raise InvalidArgumentError("no key lengths but a non-empty key section")
         return None
-    data, ends = section_ends(sizes, raw)
+    tuning = rows.tuning
+    data, ends = section_ends(sizes, raw, tuning.utf8_slice)
     with runs.building(values) as building:
-        batch = EncodedKeys(data, ends, hash_section(raw, ends))
+        batch = EncodedKeys(data, ends, hash_section(raw, ends, tuning.hash_chunk))
         ordered = np.sort(batch.hashes)
         repeated = bool((ordered[1:] == ordered[:-1]).any())
         del ordered

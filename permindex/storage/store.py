@@ -65,6 +65,7 @@ from permindex.errors import CorruptFileError, InvalidArgumentError, StorageErro
 from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.expiry import AddedAt, stamps
 from permindex.index.hamming import as_fingerprint_array
+from permindex.index.index import stored_count
 from permindex.index.keys.rule import validate_key
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.datadir import fsync_directory
@@ -135,7 +136,7 @@ def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
             f"{info.path}: holds an invalid entry: {error}", str(info.path)
         ) from error
     # Counted without expiring first (len() would): entries already expired count as loaded.
-    if Index.__len__(index) != info.count:
+    if stored_count(index) != info.count:
         raise CorruptFileError(
             f"{info.path}: holds {info.count} entries but only {len(index)} distinct keys",
             str(info.path),

@@ -28,6 +28,7 @@ from permindex.index.join.pair_stream import (
 )
 from permindex.index.keys.column import KeyColumn, keys_distinct
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design, query_k
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
 if TYPE_CHECKING:
     from permindex.index import Index
@@ -130,6 +131,8 @@ def value_pairs(
     k: int,
     design: Design | tuple[int, int] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    *,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> PairArrays:
     """Every pair (u, v) of positions of ``distinct`` (an (n,) uint64 array of *distinct*
     fingerprints) within ``k`` bits, each once, in no particular order: the block-keyed
@@ -140,13 +143,15 @@ def value_pairs(
     cheapest for n among :func:`design_for` ``(k)`` and a few others that answer k. Exact: no
     pair is missed (pigeonhole, k <= blocks - leading) and none is reported twice.
 
-    ``should_stop`` is checked between chunks of the join.
+    ``should_stop`` is checked between chunks of the join; ``tuning``: the join's knobs
+    (:class:`~permindex.index.tuning.Tuning`).
 
     Raises:
         InvalidArgumentError: k < 0, or k above what ``design`` guarantees.
         CallCancelledError: ``should_stop`` returned True.
     """
-    return join_distinct(distinct, k, _plan(k, design, int(distinct.size)), should_stop)
+    plan = _plan(k, design, int(distinct.size))
+    return join_distinct(distinct, k, plan, should_stop, tuning)
 
 
 def _plan(
@@ -162,16 +167,16 @@ def _plan(
     return chosen
 
 
-def _expand(values: Values, pairs: PairArrays) -> PairArrays:
+def _expand(values: Values, pairs: PairArrays, budget: int) -> PairArrays:
     """Pairs of distinct values as every pair of their positions, plus every pair of positions
-    that share a value (distance 0); a < b."""
+    that share a value (distance 0), listed ``budget`` pairs at a time; a < b."""
     by_value, first, counts = values.by_value, values.first, values.counts
     parts_a: list[_I64] = []
     parts_b: list[_I64] = []
     parts_d: list[_I64] = []
     if (counts > 1).any():
         ends = np.repeat(first + counts, counts)
-        for i, j in join.group_pairs(ends, join.PAIR_BUDGET):
+        for i, j in join.group_pairs(ends, budget):
             parts_a.append(by_value[i])
             parts_b.append(by_value[j])
             parts_d.append(np.zeros(i.size, dtype=np.int64))
@@ -193,13 +198,17 @@ def _expand(values: Values, pairs: PairArrays) -> PairArrays:
 
 
 def pairs_within(
-    fingerprints: object, k: int, design: Design | tuple[int, int] | None = None
+    fingerprints: object,
+    k: int,
+    design: Design | tuple[int, int] | None = None,
+    *,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> PairArrays:
     """Every pair of positions (a, b), a < b, of ``fingerprints`` (an (n,) uint64 array or an
     iterable of ints) within Hamming distance ``k`` bits, each once, as :class:`PairArrays` in
     no particular order: equal fingerprints are joined once per distinct value
     (:func:`value_pairs`) and expanded to their positions, with every pair of positions that
-    share a value at distance 0. Memory O(n + pairs).
+    share a value at distance 0. Memory O(n + pairs). ``tuning``: the join's knobs.
 
     Raises:
         InvalidArgumentError: k < 0, or k above what ``design`` guarantees; a bad fingerprint.
@@ -207,7 +216,8 @@ def pairs_within(
     fps = as_fingerprint_array(fingerprints)
     _check_design(k, design)
     values = distinct_values(fps)
-    return _expand(values, value_pairs(values.distinct, k, design))
+    pairs = value_pairs(values.distinct, k, design, tuning=tuning)
+    return _expand(values, pairs, tuning.pair_budget)
 
 
 def components(n: int, a: _I64, b: _I64) -> _I64:
@@ -267,7 +277,7 @@ class NearDuplicates:
             that lists the pairs; False: one that wants only clusters, flags or exact groups,
             which cost O(n) whatever the groups).
         should_stop: checked between chunks of the join (each at most about
-            :data:`~permindex.index.join.self_join.PAIR_BUDGET` candidates) and before ordering the
+            ``tuning.pair_budget`` candidates) and before ordering the
             keys.
         join_values: the join done elsewhere (the Jaccard mode of ``dedup``,
             :mod:`permindex.near.jaccard`): a function from the distinct fingerprints
@@ -279,6 +289,8 @@ class NearDuplicates:
             :mod:`permindex.distributed`): every pair of positions with *distinct* fingerprints
             within k, one position per fingerprint, each pair once; the join is then skipped
             (and not checked).
+        tuning: the join's knobs (:class:`~permindex.index.tuning.Tuning`; ``of_index`` passes
+            the index's).
 
     Attributes:
         keys, fingerprints, k: as given.
@@ -351,6 +363,7 @@ class NearDuplicates:
         send_pairs: bool = True,
         join_values: Callable[[Values], PairArrays] | None = None,
         joined: PairArrays | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ) -> None:
         fps = as_fingerprint_array(fingerprints)
         if len(keys) != fps.size:
@@ -363,6 +376,7 @@ class NearDuplicates:
         self.keys = keys
         self.fingerprints = fps
         self.k = k
+        self.tuning = tuning
         self._values = values = distinct_values(fps)
         given = join_values is not None
         self._plan = None if given else _plan(k, design, int(values.distinct.size), cheapest)
@@ -386,7 +400,8 @@ class NearDuplicates:
             self._value_pairs = PairArrays(of[joined.a], of[joined.b], joined.distance)
         else:
             assert self._plan is not None
-            self._value_pairs = join_distinct(values.distinct, k, self._plan, should_stop)
+            plan = self._plan
+            self._value_pairs = join_distinct(values.distinct, k, plan, should_stop, tuning)
         members = flagged_positions(values, self._value_pairs)
         join.check_stop(should_stop)
         # rank: position of the key among the keys with a near-duplicate, code point order
@@ -436,6 +451,7 @@ class NearDuplicates:
             max_work=max_work,
             should_stop=should_stop,
             send_pairs=send_pairs,
+            tuning=index.tuning,
         )
 
     @property
@@ -503,6 +519,7 @@ class NearDuplicates:
                 values.value_of[flagged],
                 self._value_pairs,
                 int(values.distinct.size),
+                self.tuning.segment_budget,
             )
         return self._stream.chunks(max_pairs, should_stop)
 
@@ -652,7 +669,8 @@ class NearDuplicates:
             group_of = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
             best = np.zeros(sizes.size, dtype=np.int64)
             fps = self.fingerprints[members]
-            for i, j in join.group_pairs(np.repeat(np.cumsum(sizes), sizes), join.PAIR_BUDGET):
+            ends = np.repeat(np.cumsum(sizes), sizes)
+            for i, j in join.group_pairs(ends, self.tuning.pair_budget):
                 np.maximum.at(best, group_of[i], np.bitwise_count(fps[i] ^ fps[j]))
             for at, value in zip(small, best.tolist(), strict=True):
                 out[at] = value

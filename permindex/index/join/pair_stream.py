@@ -22,10 +22,10 @@ from numpy.typing import NDArray
 from permindex.index.join import self_join as join
 from permindex.index.rows import RowStore
 from permindex.index.tables.permutation import Design
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
 __all__ = [
     "DEFAULT_CHUNK",
-    "SEGMENT_BUDGET",
     "PairArrays",
     "PairStream",
     "Values",
@@ -41,9 +41,6 @@ _U64 = NDArray[np.uint64]
 
 #: Pairs per chunk of :meth:`PairStream.chunks` by default.
 DEFAULT_CHUNK: Final = 65_536
-#: Slices (one key's pairs with one fingerprint) per window of keys in :meth:`PairStream.chunks`
-#: (read at call time, so tests can lower it).
-SEGMENT_BUDGET = 1 << 16
 
 
 class PairArrays(NamedTuple):
@@ -112,6 +109,7 @@ def join_distinct(
     k: int,
     plan: join.JoinDesign,
     should_stop: Callable[[], bool] | None = None,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> PairArrays:
     """Every pair of positions of the (n,) uint64 *distinct* values within ``k`` bits, each
     once, in no particular order: :func:`permindex.index.join.self_join.self_join` on ``plan``
@@ -125,7 +123,7 @@ def join_distinct(
     if k == 0 or distinct.size < 2:
         empty = np.zeros(0, dtype=np.int64)
         return PairArrays(empty, empty.copy(), empty.copy())
-    return PairArrays(*join.self_join(distinct, k, plan, should_stop))
+    return PairArrays(*join.self_join(distinct, k, plan, should_stop, tuning=tuning))
 
 
 def flagged_positions(values: Values, pairs: PairArrays) -> _I64:
@@ -154,13 +152,23 @@ class PairStream:
         value_of: (f,) int64 the distinct value (0 <= v < n_values) of each ranked key.
         pairs: the pairs of distinct values within k (:func:`join_distinct`), each once.
         n_values: the number of distinct values.
+        segment_budget: slices of pairs listed per window
+            (:class:`~permindex.index.tuning.Tuning`).
 
     Memory O(f + value pairs) once built (a CSR adjacency of the values of the ranked keys,
     renumbered 0.. in value order, and each value's keys in rank order): the values of keys
     without a near-duplicate cost nothing; :meth:`chunks` adds the pairs of one window of keys.
     """
 
-    def __init__(self, ranked: _I64, value_of: _I64, pairs: PairArrays, n_values: int) -> None:
+    def __init__(
+        self,
+        ranked: _I64,
+        value_of: _I64,
+        pairs: PairArrays,
+        n_values: int,
+        segment_budget: int = DEFAULT_TUNING.segment_budget,
+    ) -> None:
+        self._segment_budget = segment_budget
         f = int(ranked.size)
         # only the values of ranked keys take part: renumber them 0..m-1 (every pair's values
         # are such values), so that no array here is as long as all n_values
@@ -248,7 +256,7 @@ class PairStream:
         sorted by (rank of a, rank of b), in chunks of at most ``max_pairs`` (each full but the
         last; a chunk may end inside one key's pairs).
 
-        Lazy: keys are taken in rank order, in windows of at most :data:`SEGMENT_BUDGET` slices
+        Lazy: keys are taken in rank order, in windows of at most ``segment_budget`` slices
         (or one key), and a window's pairs are listed in batches of keys of at most
         ``max_pairs`` pairs (or one key), so memory is O(max_pairs + the largest neighbourhood
         of one key + one window of slices) and the work is proportional to the pairs read.
@@ -285,7 +293,7 @@ class PairStream:
         while lo < f:
             join.check_stop(should_stop)
             before = int(self._segments_before[lo - 1]) if lo else 0
-            hi = int(np.searchsorted(self._segments_before, before + SEGMENT_BUDGET, "right"))
+            hi = int(np.searchsorted(self._segments_before, before + self._segment_budget, "right"))
             hi = min(max(hi, lo + 1), f)
             key, start, length, distance = self._segments(lo, hi)
             lo = hi
@@ -341,12 +349,14 @@ def self_join_pairs(
     live = rows.live_rows()
     values = distinct_values(rows.fps[live])
     n_values = int(values.distinct.size)
-    pairs = join_distinct(values.distinct, k, join.join_design(design, k, n_values), should_stop)
+    plan = join.join_design(design, k, n_values)
+    pairs = join_distinct(values.distinct, k, plan, should_stop, rows.tuning)
     flagged = flagged_positions(values, pairs)
     keys = rows.keys.keys(live[flagged])
     join.check_stop(should_stop)
     ranked = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
-    stream = PairStream(ranked, values.value_of[flagged[ranked]], pairs, n_values)
+    budget = rows.tuning.segment_budget
+    stream = PairStream(ranked, values.value_of[flagged[ranked]], pairs, n_values, budget)
     return _key_pairs(keys, stream.chunks(should_stop=should_stop))
 
 

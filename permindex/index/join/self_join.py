@@ -19,17 +19,12 @@ from numpy.typing import NDArray
 
 from permindex.errors import CallCancelledError, InvalidArgumentError
 from permindex.index.tables.permutation import Design, argsort_prefixes
-from permindex.processes import usable_cpus
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
 __all__ = [
     "BYTE_PAIRS",
     "BYTE_PAIR_MASKS",
     "BYTE_PAIR_TABLES",
-    "COMPILED_BYTE_PAIRS_MIN_ROWS",
-    "JOIN_THREADS",
-    "JOIN_THREADS_MAX_ROWS",
-    "JOIN_THREADS_MIN_ROWS",
-    "PAIR_BUDGET",
     "JoinDesign",
     "check_stop",
     "estimate_join_work",
@@ -39,23 +34,6 @@ __all__ = [
     "keyed_pairs",
     "self_join",
 ]
-
-#: Pairs per chunk of a join's output (and of :func:`group_pairs`), and a sixteenth of the
-#: candidates one kernel call verifies (read at call time, so tests can lower it).
-PAIR_BUDGET = 1 << 18
-#: Fewest values for which the compiled join keeps :data:`BYTE_PAIRS` (8 tables of 24-bit
-#: keys) where :func:`join_design` chose it; below, it joins on (4, 1), whose 4 tables of
-#: 16-bit keys cost less while their runs of equal keys are short (read at call time). Both
-#: took the same time at 2 x 10^6 random fingerprints (benchmarks/README.md); at 10^7 (4, 1)
-#: took 2.4 times as long.
-COMPILED_BYTE_PAIRS_MIN_ROWS = 2_000_000
-#: Threads of a compiled join from :data:`JOIN_THREADS_MIN_ROWS` to
-#: :data:`JOIN_THREADS_MAX_ROWS` values (one per CPU this process may use, at most 4; below,
-#: starting them costs more than they save; above, each thread's table would hold more than
-#: about 1.5 GB). Read at call time.
-JOIN_THREADS = min(4, usable_cpus())
-JOIN_THREADS_MIN_ROWS = 1 << 18
-JOIN_THREADS_MAX_ROWS = 1 << 26
 
 _COVER_SEARCH = 20_000  # most sets of tables join_tables tries
 _COVER_KSETS = 200_000  # most k-sets of blocks join_tables enumerates
@@ -226,7 +204,7 @@ def estimate_join_work(fingerprints: _U64, k: int, design: JoinDesign) -> int:
     """The candidate pairs :func:`self_join` ``(fingerprints, k, design)`` enumerates: over the
     tables it searches, the sum of size * (size - 1) / 2 over the groups of positions that
     share the table's key (prefix): the pairs the join's kernel verifies (a join on
-    :data:`BYTE_PAIRS` below :data:`COMPILED_BYTE_PAIRS_MIN_ROWS` values verifies those of
+    :data:`BYTE_PAIRS` below ``tuning.byte_pairs_min_rows`` values verifies those of
     (4, 1) instead). No candidate is listed: per table one sort of the (n,) masked values,
     O(T * n log n) time, O(n) memory.
 
@@ -252,6 +230,8 @@ def self_join(
     k: int,
     design: JoinDesign,
     should_stop: Callable[[], bool] | None = None,
+    *,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> tuple[_I64, _I64, _I64]:
     """Every unordered pair of positions of ``values`` within Hamming distance ``k`` bits,
     each once (Manku et al. 2007, section 3).
@@ -263,10 +243,12 @@ def self_join(
         design: what to join on (see :func:`join_design` for a choice by cost): a
             :class:`Design`, whose :func:`join_tables` ``(k)`` tables are searched, or
             :data:`BYTE_PAIRS` (8 tables keyed by a 16-bit column and one byte of the next
-            column), which below :data:`COMPILED_BYTE_PAIRS_MIN_ROWS` values is joined on
+            column), which below ``tuning.byte_pairs_min_rows`` values is joined on
             (4, 1) instead, whose 4 tables then cost less than its 8 (benchmarks/README.md).
         should_stop: called before each table and between kernel calls (each at most about
-            16 * :data:`PAIR_BUDGET` candidates); when it returns True the join stops.
+            16 * ``tuning.pair_budget`` candidates); when it returns True the join stops.
+        tuning: the join's knobs (:class:`~permindex.index.tuning.Tuning`: ``pair_budget``,
+            ``byte_pairs_min_rows`` and the ``join_threads*``).
 
     Returns:
         (a, b, distance): three (m,) int64 arrays, positions a != b into ``values`` (in either
@@ -292,9 +274,10 @@ def self_join(
     _table_masks(design, k)  # the design and k checked before anything is loaded
     if values.size < 2:
         return _concat_pairs(())
-    if design == BYTE_PAIRS and values.size < COMPILED_BYTE_PAIRS_MIN_ROWS:
+    if design == BYTE_PAIRS and values.size < tuning.byte_pairs_min_rows:
         design = Design(4, 1)  # 4 tables of short runs cost less than 8 tables
-    return _compiled_join(np.ascontiguousarray(values, dtype=np.uint64), k, design, should_stop)
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    return _compiled_join(values, k, design, should_stop, tuning)
 
 
 def keyed_pairs(
@@ -303,6 +286,8 @@ def keyed_pairs(
     k: int,
     earlier: Sequence[int] = (),
     should_stop: Callable[[], bool] | None = None,
+    *,
+    pair_budget: int = DEFAULT_TUNING.pair_budget,
 ) -> tuple[_I64, _I64, _I64]:
     """One table of a self-join, on keys given by the caller: every unordered pair of positions
     (i, j) with ``keys[i] == keys[j]`` whose ``values`` are within ``k`` bits and whose XOR is
@@ -314,8 +299,9 @@ def keyed_pairs(
         values: (n,) uint64 fingerprints.
         k: largest Hamming distance kept, bits.
         earlier: masks (uint64 ints) of the tables searched before this one.
-        should_stop: checked between kernel calls of at most about 16 * :data:`PAIR_BUDGET`
+        should_stop: checked between kernel calls of at most about 16 * ``pair_budget``
             candidates.
+        pair_budget: pairs per kernel call (:class:`~permindex.index.tuning.Tuning`).
 
     Returns:
         (a, b, distance): three (m,) int64 arrays, positions a != b (either order), in no
@@ -332,7 +318,8 @@ def keyed_pairs(
     if values.size < 2:
         return _concat_pairs(())
     order = np.argsort(keys, kind="stable").astype(np.int64)
-    return _concat_pairs(_kernel_table(keys[order], values[order], order, k, masks, should_stop))
+    pairs = _kernel_table(keys[order], values[order], order, k, masks, should_stop, pair_budget)
+    return _concat_pairs(pairs)
 
 
 def _concat_pairs(parts: Iterable[tuple[_I64, _I64, _I64]]) -> tuple[_I64, _I64, _I64]:
@@ -351,14 +338,15 @@ def _kernel_table(
     k: int,
     earlier: _U64,
     should_stop: Callable[[], bool] | None,
+    budget: int,
 ) -> Iterator[tuple[_I64, _I64, _I64]]:
     """The pairs of one table by the compiled kernel
     (:func:`permindex.index.join.kernels.group_pairs_verified`) on keys sorted ascending, in
-    calls of at most 16 * :data:`PAIR_BUDGET` candidates and :data:`PAIR_BUDGET` pairs,
-    ``should_stop`` checked between calls."""
+    calls of at most 16 * ``budget`` candidates and ``budget`` pairs, ``should_stop`` checked
+    between calls."""
     from permindex.index.join import kernels as join_kernels
 
-    budget = max(1, int(PAIR_BUDGET))
+    budget = max(1, int(budget))
     out_a = np.empty(budget, dtype=np.int64)
     out_b = np.empty(budget, dtype=np.int64)
     out_d = np.empty(budget, dtype=np.int64)
@@ -414,19 +402,24 @@ def _sort_keys(keys: _U64, bits: int) -> tuple[_U64, _I64]:
 
 
 def _compiled_join(
-    values: _U64, k: int, design: JoinDesign, should_stop: Callable[[], bool] | None
+    values: _U64,
+    k: int,
+    design: JoinDesign,
+    should_stop: Callable[[], bool] | None,
+    tuning: Tuning,
 ) -> tuple[_I64, _I64, _I64]:
     """:func:`self_join` by the compiled kernel
     (:func:`permindex.index.join.kernels.group_pairs_verified`): per searched table, the keys
     sorted once, then every pair of a run of equal keys verified (popcount of the XOR <= k, and
-    not hidden by an earlier table's mask) in calls of at most 16 * :data:`PAIR_BUDGET`
-    candidates and :data:`PAIR_BUDGET` pairs, ``should_stop`` checked between calls.
+    not hidden by an earlier table's mask) in calls of at most 16 * ``tuning.pair_budget``
+    candidates and ``tuning.pair_budget`` pairs, ``should_stop`` checked between calls.
 
-    From :data:`JOIN_THREADS_MIN_ROWS` values to :data:`JOIN_THREADS_MAX_ROWS`, the tables are
-    joined in up to :data:`JOIN_THREADS` threads at once (the sorts and the kernel release the
-    GIL), each thread then holding its table's arrays (about 24 bytes per value); the pairs
-    come out in table order either way. ``should_stop`` is then called from those threads too,
-    and an exception in the calling thread (Ctrl-C) stops them within one kernel call."""
+    From ``tuning.join_threads_min_rows`` values to ``tuning.join_threads_max_rows``, the tables
+    are joined in up to ``tuning.join_threads`` threads at once (the sorts and the kernel
+    release the GIL), each thread then holding its table's arrays (about 24 bytes per value);
+    the pairs come out in table order either way. ``should_stop`` is then called from those
+    threads too, and an exception in the calling thread (Ctrl-C) stops them within one kernel
+    call."""
     masks = np.array(_table_masks(design, k), dtype=np.uint64)
     tables = int(masks.size)
     check_stop(should_stop)
@@ -440,11 +433,14 @@ def _compiled_join(
         keys, bits = _table_key(values, k, design, t)
         sorted_keys, positions = _sort_keys(keys, bits)
         del keys
-        return list(_kernel_table(sorted_keys, values[positions], positions, k, masks[:t], stop))
+        found = _kernel_table(
+            sorted_keys, values[positions], positions, k, masks[:t], stop, tuning.pair_budget
+        )
+        return list(found)
 
     n = int(values.size)
-    threads = min(JOIN_THREADS, tables)
-    if threads < 2 or not JOIN_THREADS_MIN_ROWS <= n <= JOIN_THREADS_MAX_ROWS:
+    threads = min(tuning.join_threads, tables)
+    if threads < 2 or not tuning.join_threads_min_rows <= n <= tuning.join_threads_max_rows:
         return _concat_pairs(chain.from_iterable(table(t) for t in range(tables)))
     futures: list[Future[list[tuple[_I64, _I64, _I64]]]] = []
     with ThreadPoolExecutor(threads, thread_name_prefix="permindex-join") as pool:

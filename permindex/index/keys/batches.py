@@ -17,11 +17,10 @@ from permindex.errors import InvalidArgumentError
 from permindex.index.hamming import as_fingerprint_array
 from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
 from permindex.index.keys.store import EncodedKeys, encode_keys, hash_many
+from permindex.index.tuning import DEFAULT_TUNING
 from permindex.storage.key_section import batch_repeats, check_section
 
 __all__ = [
-    "HASH_CHUNK",
-    "UTF8_SLICE",
     "Section",
     "byte_view",
     "compact_inputs",
@@ -32,11 +31,6 @@ __all__ = [
     "section_keys",
     "validate_keys",
 ]
-
-#: Keys of a compact key section hashed per step.
-HASH_CHUNK = 1 << 16
-#: Bytes of a compact key section checked as UTF-8 per step.
-UTF8_SLICE = 1 << 24
 
 _U64 = NDArray[np.uint64]
 _I64 = NDArray[np.int64]
@@ -145,7 +139,9 @@ def byte_view(raw: Section) -> memoryview:
     return raw.data if isinstance(raw, np.ndarray) else memoryview(raw)
 
 
-def section_ends(sizes: NDArray[np.integer], raw: Section) -> tuple[NDArray[np.uint8], _I64]:
+def section_ends(
+    sizes: NDArray[np.integer], raw: Section, utf8_slice: int = DEFAULT_TUNING.utf8_slice
+) -> tuple[NDArray[np.uint8], _I64]:
     """Validate the compact key section ``raw`` of n >= 1 keys with (n,) UTF-8 byte lengths
     ``sizes``: (the section as (m,) uint8, no copy; (n,) int64 one past each key's NUL).
 
@@ -153,23 +149,22 @@ def section_ends(sizes: NDArray[np.integer], raw: Section) -> tuple[NDArray[np.u
         KeySectionError: (an InvalidArgumentError) a length outside 1 to MAX_KEY_BYTES, the
             NULs not where the lengths say, or a key not valid UTF-8 (the message gives the
             byte offset; :func:`~permindex.storage.key_section.check_section`, the one codec,
-            checking :data:`UTF8_SLICE` bytes at a time, so no str of the whole section).
+            checking ``utf8_slice`` bytes at a time, so no str of the whole section).
     """
     data = raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
-    ends = check_section(data, sizes, utf8_slice=UTF8_SLICE)  # KeySectionError: the first fault
+    ends = check_section(data, sizes, utf8_slice=utf8_slice)  # KeySectionError: the first fault
     return data, ends
 
 
-def hash_section(raw: Section, ends: _I64) -> _U64:
+def hash_section(raw: Section, ends: _I64, chunk_size: int = DEFAULT_TUNING.hash_chunk) -> _U64:
     """XXH3-64 (:func:`~permindex.index.keys.store.hash_key`) of each key of a compact key section
     (``raw``: every key's UTF-8 bytes then a NUL; ``ends``: (n,) int64, one past each key's
-    NUL), as (n,) uint64. O(key bytes). A slice of :data:`HASH_CHUNK` keys at a time is split
+    NUL), as (n,) uint64. O(key bytes). A slice of ``chunk_size`` keys at a time is split
     at its NULs (one C call making the chunk's bytes objects, which stay in the CPU cache while
     they are hashed); a chunk whose keys hold NUL themselves is cut by the lengths instead."""
     n = int(ends.size)
     out = np.empty(n, dtype=np.uint64)
     view = byte_view(raw)
-    chunk_size = HASH_CHUNK
     bounds = [0, *ends[chunk_size - 1 :: chunk_size].tolist()]
     if bounds[-1] != int(ends[-1]):
         bounds.append(int(ends[-1]))

@@ -123,7 +123,7 @@ def order_ties_by_key(
     as their stored UTF-8 bytes (``offsets`` (rows + 1,) int64 into ``data`` uint8, each key
     followed by a NUL), which orders them as their code points do; equal keys keep their
     order. Insertion sort: O(r^2) key comparisons for a run of r matches, meant for runs of a
-    few (a batch with more than ``query.RANK_TIES`` ties ranks its keys instead)."""
+    few (a batch with more than ``Tuning.rank_ties`` ties ranks its keys instead)."""
     t = ties.size
     i = 0
     while i < t:

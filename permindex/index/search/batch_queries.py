@@ -4,7 +4,7 @@ return.
 
 A batch runs in the compiled kernels of :mod:`permindex.index.search.lookup_kernels` on a read view
 taken under the index's lock and searched without it (:func:`query_view`; Manku, Jain & Das Sarma
-2007, section 3); a batch of at most :data:`SMALL_BATCH` fingerprints runs the single-query
+2007, section 3); a batch of at most ``tuning.small_batch`` fingerprints runs the single-query
 kernel once per fingerprint under the lock instead (no read view to make after a write). Only
 the matches become Python objects.
 """
@@ -33,8 +33,6 @@ from permindex.index.search.matches import Match, match_lists
 
 __all__ = [
     "MAX_THREADS",
-    "RANK_TIES",
-    "SMALL_BATCH",
     "Found",
     "LookupOptions",
     "Match",
@@ -53,11 +51,6 @@ _U64 = NDArray[np.uint64]
 
 #: Most threads one query_many may use (each is an OS thread for the call's duration).
 MAX_THREADS = 256
-#: query_many of at most this many fingerprints uses the single-query path.
-SMALL_BATCH = 8
-#: Above this many ties (matches of one query at one distance after the previous one), a batch
-#: orders them by ranking the distinct matched keys once, instead of a Python sort per run.
-RANK_TIES = 256
 
 
 class LookupOptions(NamedTuple):
@@ -119,12 +112,12 @@ def lookup_many(
     query_one: Callable[[int, int], list[Match]],
 ) -> list[list[Match]] | QueryColumns:
     """``Index.query_many`` of the checked (q,) uint64 ``queries``: on a read view outside the
-    lock (:func:`query_view`), or for at most :data:`SMALL_BATCH` queries under ``lock``
+    lock (:func:`query_view`), or for at most ``tuning.small_batch`` queries under ``lock``
     (``query_one`` each, the single-query kernel). When a compaction renumbered the rows
     during the lookup on the view, it runs again holding the lock, which no compaction then
     passes."""
     k, limit, n = options.k, options.limit, int(queries.size)
-    if n <= SMALL_BATCH:
+    if n <= lookups.rows.tuning.small_batch:
         with lock:
             results = [query_one(q, k)[: limit or None] for q in queries.tolist()]
         return columns_from_matches(results) if options.columns else results
@@ -148,7 +141,7 @@ def lookup_within(
 ) -> QueryColumns | None:
     """``Index.query_many(..., columns=True)`` of the checked (q,) uint64 ``queries`` when its
     work is bounded, else None: the lookup runs on a read view (more than
-    :data:`SMALL_BATCH` queries), q times :meth:`Lookups.most_candidates` is
+    ``tuning.small_batch`` queries), q times :meth:`Lookups.most_candidates` is
     at most ``max_candidates`` (checked under ``lock`` before anything is looked up), the read
     view of the last lookup is current (:meth:`Lookups.current_view`: nothing written since;
     a batch lookup after a write makes a new one, O(tables * memtable entries)), and the
@@ -167,7 +160,7 @@ def lookup_within(
             f"max_candidates and max_matches must be >= 0, not {bounds[0]} and {bounds[1]}"
         )
     k, n = options.k, int(queries.size)
-    if n <= SMALL_BATCH:
+    if n <= lookups.rows.tuning.small_batch:
         return None
     rows = lookups.rows
     with lock:
@@ -192,11 +185,6 @@ def lookup_within(
 #: The matches of a batch as (query positions (m,) int64, keys, fingerprints (m,) uint64,
 #: distances (m,) uint8), sorted by (query, distance, key): what :func:`query_view` returns.
 Found = tuple[NDArray[np.int64], list[str], _U64, NDArray[np.uint8]]
-#: Pieces of a batch lookup of at least :data:`OVERLAP_PIECES` * :data:`OVERLAP_PIECE`
-#: queries that starts while another runs on the same index (:func:`query_view`).
-OVERLAP_PIECES = 2
-#: The fewest queries of such a piece.
-OVERLAP_PIECE = 1024
 
 
 def query_view(
@@ -218,7 +206,7 @@ def query_view(
     the m matches.
 
     A batch of one thread that starts while another batch lookup runs on the index is looked
-    up in :data:`OVERLAP_PIECES` pieces of consecutive queries on the same view, each piece
+    up in ``tuning.overlap_pieces`` pieces of consecutive queries on the same view, each piece
     ordered before the next one's kernel: its ordering, which holds the GIL, then runs while
     the other's kernel runs, which does not, instead of after it, one thread waiting for the
     other (benchmarks/README.md). The answer is the same."""
@@ -226,7 +214,9 @@ def query_view(
     with lock:
         view = lookups.view(k)
         lookups.batches += 1
-        alone = threads > 1 or lookups.batches == 1 or n < OVERLAP_PIECES * OVERLAP_PIECE
+        tuning = lookups.rows.tuning
+        least = tuning.overlap_pieces * tuning.overlap_piece
+        alone = threads > 1 or lookups.batches == 1 or n < least
     try:
         return _lookup_on_view(lock, lookups.rows, view, queries, k, limit, threads, alone, lists)
     finally:
@@ -246,10 +236,11 @@ def _lookup_on_view(
     lists: bool,
 ) -> Found | list[list[Match]] | None:
     """:func:`query_view` on ``view`` (whose liveness mask it releases after the last kernel):
-    the whole batch at once, or in :data:`OVERLAP_PIECES` pieces; with ``lists`` each piece's
+    the whole batch at once, or in ``tuning.overlap_pieces`` pieces; with ``lists`` each piece's
     Match lists (:func:`matches_of`), one after the other."""
     n = int(queries.size)
-    bounds = [0, n] if whole else np.linspace(0, n, OVERLAP_PIECES + 1).astype(int).tolist()
+    pieces = rows.tuning.overlap_pieces
+    bounds = [0, n] if whole else np.linspace(0, n, pieces + 1).astype(int).tolist()
     parts: list[Found] = []
     # each piece's lists appended to the first piece's
     results: list[list[Match]] | None = None
@@ -332,14 +323,14 @@ def _order_arranged(
     with lock:
         if rows.compactions != view.compactions:
             return None
-        if tie.size > RANK_TIES:
+        if tie.size > rows.tuning.rank_ties:
             distinct, inverse = np.unique(rows_all, return_inverse=True)
             distinct_keys = rows.keys.keys(distinct)
         else:
             if tie.size:  # runs of ties ordered by their keys' bytes, in a kernel
                 rows.keys.order_ties(tie, rows_all, fps_all)
             keys = rows.keys.keys(rows_all)  # a row matched by several queries decoded once
-    if tie.size > RANK_TIES:
+    if tie.size > rows.tuning.rank_ties:
         ranked = sorted(range(len(distinct_keys)), key=distinct_keys.__getitem__)
         rank = np.empty(len(distinct_keys), dtype=np.int64)
         rank[np.asarray(ranked, dtype=np.int64)] = np.arange(rank.size, dtype=np.int64)
@@ -387,7 +378,7 @@ def columns_of(n: int, found: Found) -> QueryColumns:
 
 def columns_from_matches(results: list[list[Match]]) -> QueryColumns:
     """:class:`QueryColumns` of per-query Match lists (a batch of at most
-    :data:`SMALL_BATCH`). O(n + m)."""
+    ``tuning.small_batch``). O(n + m)."""
     counts = np.array([len(r) for r in results], dtype=np.int64)
     offsets = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])

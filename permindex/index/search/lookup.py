@@ -34,12 +34,15 @@ from numpy.typing import NDArray
 
 from permindex.index.rows import RowStore
 from permindex.index.search.matches import MATCH_ORDER, Match, new_match
-from permindex.index.tables.table import Run, Table
+from permindex.index.tables.table import ChangeCounters, Run, Table
 
 __all__ = [
+    "CandidateBounds",
+    "FastQuery",
     "LookupPlan",
     "Lookups",
     "ReadView",
+    "ViewStamp",
     "batch_arrays",
     "kernels",
     "kernels_of_matches",
@@ -49,15 +52,7 @@ __all__ = [
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
 _EMPTY_LIVE = np.zeros(0, dtype=np.uint8)
-#: Rows of a single query's output buffer (grown when a query has more matches).
-_ONE_CAP = 256
 
-#: What :meth:`Lookups.one` reads for one k (:meth:`Lookups._refresh_fast`): the kernel, the
-#: plan's three arrays, fingerprints, liveness (uint8), output, no memtable to search, the key
-#: of a row, the fingerprints' memoryview.
-_Fast = tuple[
-    Any, _I64, _I64, Any, _U64, NDArray[np.uint8], _I64, bool, Callable[[int], str], memoryview
-]
 
 _kernels: ModuleType | None = None
 _kernels_lock = threading.Lock()
@@ -126,7 +121,7 @@ def _warm(module: ModuleType) -> None:
 
 def entry_point(dispatcher: Any) -> Any:
     """The compiled function of a kernel with exactly one explicit signature, called without
-    the dispatcher's type resolution (about 0.2 us of a call): the caller must pass exactly
+    the dispatcher's type resolution (a fixed cost on every call): the caller must pass exactly
     the signature's types. The dispatcher itself when numba does not expose it."""
     try:
         (signature,) = dispatcher.signatures
@@ -195,6 +190,48 @@ def make_plan(
     return make_plan_from(pairs, _tables_array(tables, searched))
 
 
+class FastQuery(NamedTuple):
+    """What :meth:`Lookups.one` reads for one k, rebuilt after any change of the tables or the
+    row arrays (:meth:`Lookups._refresh_fast`); unpacked in one step on every single query."""
+
+    #: ``lookup_one`` of the kernels, its compiled entry point (:func:`entry_point`).
+    kernel: Any
+    #: The plan of the frozen runs searched for k (:class:`LookupPlan`'s three fields).
+    tables: _I64
+    runs: _I64
+    arrays: Any
+    #: (capacity,) uint64, the fingerprints by row.
+    fps: _U64
+    #: (capacity,) uint8 liveness by row, or an empty array while every row is live.
+    live: NDArray[np.uint8]
+    #: (c, 3) int64, the kernel's output buffer.
+    out: _I64
+    #: True when no searched table has a memtable entry (the kernel's answer is complete).
+    no_memtables: bool
+    #: The key of a row (:meth:`permindex.index.keys.store.KeyStore.key`).
+    key_of: Callable[[int], str]
+    #: A memoryview of ``fps`` (indexing gives Python ints).
+    fps_view: memoryview
+
+
+class CandidateBounds(NamedTuple):
+    """:meth:`Lookups.most_candidates` by k, valid while the change counters' ``total`` is
+    ``seen``."""
+
+    seen: int
+    by_k: dict[int, int]
+
+
+class ViewStamp(NamedTuple):
+    """What a :class:`ReadView` is valid for: the change counts of the runs and memtables, the
+    rows in use and the compactions, when it was made."""
+
+    runs: int
+    memtables: int
+    n: int
+    compactions: int
+
+
 class ReadView(NamedTuple):
     """A consistent view of the index for a batch lookup (see the module docstring)."""
 
@@ -204,7 +241,7 @@ class ReadView(NamedTuple):
     n: int
     compactions: int
     memtable_runs: tuple[Run | None, ...]
-    stamp: tuple[int, int, int, int]
+    stamp: ViewStamp
     #: The liveness mask's epoch, for RowStore.release_live; -1: no mask, nothing to release.
     epoch: int = -1
 
@@ -212,9 +249,10 @@ class ReadView(NamedTuple):
 class Lookups:
     """The lookup caches of one index: the plans of single queries by k (frozen runs only: a
     single query searches the memtables itself) and the last :class:`ReadView` with its plans
-    by k. They are checked against the tables' shared change counters (``changes``, see
-    :attr:`permindex.index.tables.table.Table.changes`): the single-query plans are rebuilt after a
-    change of the runs, the view after a change of the runs, a memtable, or the row arrays."""
+    by k. They are checked against the tables' shared
+    :class:`~permindex.index.tables.table.ChangeCounters`: the single-query plans are rebuilt
+    after a change of the runs, the view after a change of the runs, a memtable, or the row
+    arrays."""
 
     __slots__ = (
         "_candidates",
@@ -237,7 +275,7 @@ class Lookups:
         tables: list[Table],
         rows: RowStore,
         searched: dict[int, tuple[int, ...]],
-        changes: list[int],
+        changes: ChangeCounters,
     ) -> None:
         self.tables = tables
         self.rows = rows
@@ -247,16 +285,15 @@ class Lookups:
         # and row arrays; the output they write.
         self._one_plans: dict[int, LookupPlan] = {}
         self._one_seen = -1
-        self._one_out = np.zeros((_ONE_CAP, 3), dtype=np.int64)
+        self._one_out = np.zeros((256, 3), dtype=np.int64)  # grown for a query with more
         self._one_kernel: Any = entry_point(kernels().lookup_one)
-        # One query's state by k, valid while changes[2] is _fast_seen (Lookups.one).
-        self._fast: dict[int, _Fast] = {}
+        # One query's state by k, valid while changes.total is _fast_seen (Lookups.one).
+        self._fast: dict[int, FastQuery] = {}
         self._fast_seen = -1
         self._view: ReadView | None = None
         #: Batch lookups on a read view now running (changed under the lock; query_view).
         self.batches = 0
-        # most_candidates by k, valid while changes[2] is the first item.
-        self._candidates: tuple[int, dict[int, int]] = (-1, {})
+        self._candidates = CandidateBounds(-1, {})
 
     def most_candidates(self, k: int) -> int:
         """An upper bound of the candidates one query within ``k`` meets: the largest bucket
@@ -264,10 +301,10 @@ class Lookups:
         tables (the caller holds the lock). Entries of removed rows count until a compaction
         drops them. O(tables * runs) after a change (each run's largest bucket is cached),
         else O(1)."""
-        seen, bounds = self._candidates
-        if seen != self._changes[2]:
+        bounds = self._candidates.by_k
+        if self._candidates.seen != self._changes.total:
             bounds = {}
-            self._candidates = (self._changes[2], bounds)
+            self._candidates = CandidateBounds(self._changes.total, bounds)
         total = bounds.get(k)
         if total is None:
             total = 0
@@ -279,7 +316,7 @@ class Lookups:
 
     def _refresh_one(self) -> None:
         self._one_plans.clear()
-        self._one_seen = self._changes[0]
+        self._one_seen = self._changes.runs
 
     def one(self, query: int, k: int) -> list[Match]:
         """The matches of one query within ``k``, sorted by (distance, key), the caller holding
@@ -287,7 +324,7 @@ class Lookups:
         bisection each and their candidates verified by the kernels' exact check
         (``lookup_kernels.verify_rows``); each row once. O(tables * runs + log L +
         candidates)."""
-        fast = self._fast.get(k) if self._fast_seen == self._changes[2] else None
+        fast = self._fast.get(k) if self._fast_seen == self._changes.total else None
         if fast is None:
             fast = self._refresh_fast(k)
         kernel, tables, runs, arrays, fps_array, live, out, no_memtables, key_of, fps = fast
@@ -300,13 +337,13 @@ class Lookups:
             return []
         return self._one_general(query, k, found)
 
-    def _refresh_fast(self, k: int) -> _Fast:
-        """The state :meth:`one` reads for ``k`` (:data:`_Fast`), rebuilt after any change of
-        the tables or the row arrays."""
-        if self._fast_seen != self._changes[2]:
+    def _refresh_fast(self, k: int) -> FastQuery:
+        """The state :meth:`one` reads for ``k`` (:class:`FastQuery`), rebuilt after any change
+        of the tables or the row arrays."""
+        if self._fast_seen != self._changes.total:
             self._fast.clear()
-            self._fast_seen = self._changes[2]
-        if self._one_seen != self._changes[0]:  # the runs or the row arrays changed
+            self._fast_seen = self._changes.total
+        if self._one_seen != self._changes.runs:  # the runs or the row arrays changed
             self._refresh_one()
         plan = self._one_plans.get(k)
         if plan is None:
@@ -315,7 +352,7 @@ class Lookups:
         memtables = any(self.tables[t].memtable_size for t in self.searched[k])
         rows = self.rows
         live = _EMPTY_LIVE if rows.live is None else rows.live.view(np.uint8)
-        fast = (
+        fast = FastQuery(
             self._one_kernel,
             *plan,
             rows.fps,
@@ -380,11 +417,11 @@ class Lookups:
         view = self._fresh_view()
         return None if view is None or k not in view.plans else self.view(k)
 
-    def _stamp(self) -> tuple[int, int, int, int]:
-        """What a view is valid for: the runs' and memtables' change counts, the rows, the
-        compactions."""
+    def _stamp(self) -> ViewStamp:
+        """What a view made now is valid for."""
         rows = self.rows
-        return (self._changes[0], self._changes[1], rows.n, rows.compactions)
+        changes = self._changes
+        return ViewStamp(changes.runs, changes.memtable, rows.n, rows.compactions)
 
     def _fresh_view(self) -> ReadView | None:
         """The last view when nothing was written since it was made, else None."""

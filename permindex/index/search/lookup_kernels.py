@@ -78,8 +78,8 @@ RING = 32
 #: Candidates queued (their fingerprints by row prefetched) before the oldest is verified.
 LAG = 8
 #: Room of the queue of candidates awaiting verification (a power of two > LAG): a bucket that
-#: fills it verifies down to LAG before it queues more. (DISTANCE 4 and LAG 8 measured best of
-#: DISTANCE 1 to 16 and LAG 4 to 16: benchmarks/README.md.)
+#: fills it verifies down to LAG before it queues more. (How DISTANCE and LAG were chosen:
+#: benchmarks/README.md.)
 PENDING = 64
 #: Cache lines of a bucket's filters prefetched ahead of its scan (the first of them alone
 #: left the scan of a large bucket waiting on each line: benchmarks/README.md).

@@ -9,11 +9,10 @@ numpy (:func:`numpy.lexsort`, cumulative counts).
 
 They keep the GIL (``keep_gil=True``): each takes microseconds to tens of microseconds for a
 batch of 10,000 lookups, between steps that hold the GIL anyway (making keys and results).
-Letting it go for so short a time only hands it to another thread and has this one wait to
-take it back (a thread woken on the other core): with two threads looking up at once, the
-columnar form's speed-up over one thread was 1.34x with them keeping it against 1.21x without
-(benchmarks/README.md). Their run time is O(matches), below that of the Python objects made
-from the same matches under the GIL.
+Letting it go for so short a time only hands it to another thread and has this one wait to take
+it back (a thread woken on the other core): two threads looking up at once scale better with
+them keeping it (benchmarks/README.md, "two threads against one thread"). Their run time is
+O(matches), below that of the Python objects made from the same matches under the GIL.
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ __all__ = [
 
 _BITS = 64
 _LITTLE_ENDIAN = sys.byteorder == "little"
-_ALL = (1 << _BITS) - 1
 #: Most tables a design may have (C(blocks, leading)); beyond this the memory is unreasonable.
 MAX_TABLES = 1024
 #: Width of a table's filter (bits of the permuted value after the prefix kept per entry): 32
@@ -148,12 +147,6 @@ class Permutation:
         # (shift, mask, target) as plain ints, for the per-query Python path.
         self.prefix_ops = tuple((g.source, g.mask, g.target) for g in self._prefix_segments)
         self.filter_ops = tuple((g.source, g.mask, g.target) for g in filter_segments)
-        # (prefix shift, prefix mask, filter shift, filter mask) when each is one contiguous
-        # run of bits, else None.
-        self.simple: tuple[int, int, int, int] | None = None
-        if len(self.prefix_ops) == 1 and len(self.filter_ops) == 1:
-            (ps, pm, _), (fs, fm, _) = self.prefix_ops[0], self.filter_ops[0]
-            self.simple = (ps, pm, fs, fm)
 
         def as_np(segs: tuple[_Segment, ...]) -> tuple[tuple[np.uint64, np.uint64, np.uint64], ...]:
             return tuple(

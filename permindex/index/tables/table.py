@@ -15,8 +15,9 @@ bytes (8 from 2^24 rows on):
   the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
   equals the prefix width the range is exact; otherwise it is a superset that the verification
   of the candidates (:mod:`permindex.index.search.lookup_kernels`) narrows. Runs are
-  listed oldest first, and each is more than :data:`MERGE_RATIO` times larger than the next, so
-  there are at most log_4(n) + 1 of them
+  listed oldest first, and each is more than ``merge_ratio`` times larger than the next (a
+  knob of :class:`~permindex.index.tuning.Tuning`, 4 by default), so there are at most
+  log_4(n) + 1 of them
   (between a write and the merges it triggers, which :mod:`permindex.index.table_set` runs
   outside
   the index's lock with :meth:`Table.pending_merge`, :meth:`Table.merged_runs` and
@@ -24,7 +25,7 @@ bytes (8 from 2^24 rows on):
 * a memtable: a ``sortedcontainers.SortedList`` of Python ints
   ``prefix << 96 | fingerprint << 32 | row`` holding recent single additions. It is frozen into a
   run when it holds more than ``memtable_limit`` entries; a batch of at least
-  :data:`DIRECT_RUN_MIN` rows (or ``memtable_limit``, if smaller) becomes a run directly.
+  ``direct_run_min`` rows (or ``memtable_limit``, if smaller) becomes a run directly.
 
 Within a prefix, order is unspecified: a query only needs the prefix range, so a run is sorted
 by the prefix alone (a radix sort on 16-bit digits).
@@ -51,12 +52,13 @@ from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
 from permindex.index.tables.permutation import Permutation, argsort_prefixes
+from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
 __all__ = [
     "DEFAULT_MEMTABLE_LIMIT",
-    "DIRECT_RUN_MIN",
     "MAX_ROWS",
-    "MERGE_RATIO",
+    "ChangeCounters",
+    "MemtableArrays",
     "RowArrays",
     "RowSnapshot",
     "Run",
@@ -67,12 +69,6 @@ __all__ = [
 
 #: Default bound of a memtable, entries; above it the memtable is frozen into a run.
 DEFAULT_MEMTABLE_LIMIT = 8192
-#: A batch of at least this many rows (or of ``memtable_limit``, if smaller) becomes a run
-#: directly: numpy sorting beats inserting Python ints into the memtable one by one.
-DIRECT_RUN_MIN = 256
-#: A run is merged into the previous (older) one unless the older is more than this many times
-#: larger.
-MERGE_RATIO = 4
 #: Row numbers are stored as uint32 (and the key store's slots hold row + 1).
 MAX_ROWS = (1 << 32) - 1
 
@@ -109,6 +105,15 @@ class RowArrays(Protocol):
         """Rows in use."""
 
 
+class MemtableArrays(NamedTuple):
+    """A memtable as arrays, sorted by prefix (built on demand, cached until it changes)."""
+
+    #: (m,) uint64, the entries' prefixes, non-decreasing.
+    prefixes: Fingerprints
+    #: (m,) uint32, the entries' rows, in the same order.
+    rows: Rows
+
+
 class RowSnapshot(NamedTuple):
     """The row arrays as they were when taken under the index's lock: what a merge outside the
     lock reads (rows below ``n`` never change; a compaction meanwhile voids the merge)."""
@@ -116,6 +121,41 @@ class RowSnapshot(NamedTuple):
     fps: Fingerprints
     live: Live
     n: int
+
+
+class ChangeCounters:
+    """How often the tables of one index (and its row arrays) changed: what the lookup caches of
+    :mod:`permindex.index.search.lookup` and the merge check of
+    :mod:`permindex.index.table_set` compare with the count they were made at. One object is
+    shared by the index's tables and its :class:`~permindex.index.rows.RowStore`.
+
+    Attributes:
+        runs: changes of the frozen runs (a run pushed, merged or renumbered) and of the row
+            arrays (a new fingerprint or liveness array: cached plans hold their addresses).
+        memtable: changes of a memtable (an entry added, the memtable frozen or renumbered).
+        total: ``runs + memtable``, kept as its own count so that the single-query cache
+            checks one attribute.
+    """
+
+    __slots__ = ("memtable", "runs", "total")
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.memtable = 0
+        self.total = 0
+
+    def __repr__(self) -> str:
+        return f"ChangeCounters(runs={self.runs}, memtable={self.memtable}, total={self.total})"
+
+    def runs_changed(self) -> None:
+        """Count a change of the runs or of the row arrays."""
+        self.runs += 1
+        self.total += 1
+
+    def memtable_changed(self) -> None:
+        """Count a change of a memtable."""
+        self.memtable += 1
+        self.total += 1
 
 
 class TableCheckError(AssertionError):
@@ -297,21 +337,23 @@ class Table:
         "defer_merges",
         "memtable_limit",
         "permutation",
+        "tuning",
     )
 
     def __init__(
         self,
         permutation: Permutation,
         memtable_limit: int = DEFAULT_MEMTABLE_LIMIT,
-        changes: list[int] | None = None,
+        changes: ChangeCounters | None = None,
+        tuning: Tuning = DEFAULT_TUNING,
     ):
         self.permutation = permutation
+        #: The knobs read here: ``direct_run_min`` and ``merge_ratio``.
+        self.tuning = tuning
         self.memtable_limit = memtable_limit
-        #: Change counters, possibly shared by the tables of one index: ``changes[0]`` counts
-        #: changes of the runs, ``changes[1]`` of the memtable, ``changes[2]`` of either (what
-        #: cached lookup plans and read views of :mod:`permindex.index.search.lookup` are checked
-        #: against).
-        self.changes = [0, 0, 0] if changes is None else changes
+        #: The change counters, possibly shared by the tables of one index
+        #: (:class:`ChangeCounters`).
+        self.changes = ChangeCounters() if changes is None else changes
         # The memtable as a run of its own (batch lookups on a read view), or None when stale.
         self._memtable_run: Run | None = None
         #: When True, a pushed run is only appended; the owner merges (:meth:`pending_merge`,
@@ -322,9 +364,8 @@ class Table:
         # arrays with numpy instead of iterating over the SortedList.
         self._memtable_rows: list[int] = []
         self._runs: list[Run] = []
-        # The memtable as (sorted prefixes (m,) uint64, rows (m,) uint32), built on demand for
-        # batch queries; None when stale.
-        self._view: tuple[Fingerprints, Rows] | None = None
+        # The memtable as arrays, built on demand for batch queries; None when stale.
+        self._view: MemtableArrays | None = None
 
     def __len__(self) -> int:
         """Entries, tombstones of dead rows included."""
@@ -356,15 +397,15 @@ class Table:
         memtable_rows.append(row)
         self._view = None
         self._memtable_run = None  # what _memtable_changed does, without its call
-        changes = self.changes
-        changes[1] += 1
-        changes[2] += 1
+        changes = self.changes  # changes.memtable_changed(), without its call
+        changes.memtable += 1
+        changes.total += 1
         if len(memtable_rows) > self.memtable_limit:
             self.freeze(rows)
 
     def direct_run(self, count: int) -> bool:
         """Whether a batch of ``count`` rows becomes a run of its own (else the memtable)."""
-        return count >= min(DIRECT_RUN_MIN, self.memtable_limit)
+        return count >= min(self.tuning.direct_run_min, self.memtable_limit)
 
     def prepare_run(self, fingerprints: Fingerprints) -> Run:
         """The run of a batch of (m,) uint64 fingerprints as rows 0..m-1 (a radix sort, O(m): no
@@ -385,7 +426,7 @@ class Table:
         prepared: Run | None = None,
     ) -> None:
         """Insert the ``count`` consecutive rows from ``first_row`` (fingerprints already in
-        ``rows.fps``). A batch of at least min(:data:`DIRECT_RUN_MIN`, ``memtable_limit``) rows
+        ``rows.fps``). A batch of at least min(``tuning.direct_run_min``, ``memtable_limit``) rows
         becomes a run directly (radix sort by prefix, or ``prepared``, the
         :meth:`prepare_run` of exactly these fingerprints); a smaller one goes to the
         memtable."""
@@ -435,8 +476,7 @@ class Table:
 
     def _push(self, run: Run, rows: RowArrays) -> None:
         self._runs.append(run)
-        self.changes[0] += 1
-        self.changes[2] += 1
+        self.changes.runs_changed()
         if self.defer_merges:
             return
         while (pair := self.pending_merge()) is not None:
@@ -444,10 +484,11 @@ class Table:
 
     def pending_merge(self) -> tuple[Run, Run] | None:
         """The newest adjacent (older, newer) runs that break the size ratio (the older one is
-        at most :data:`MERGE_RATIO` times larger), or None."""
+        at most ``tuning.merge_ratio`` times larger), or None."""
         runs = self._runs
+        ratio = self.tuning.merge_ratio
         for i in range(len(runs) - 2, -1, -1):
-            if len(runs[i]) <= MERGE_RATIO * len(runs[i + 1]):
+            if len(runs[i]) <= ratio * len(runs[i + 1]):
                 return runs[i], runs[i + 1]
         return None
 
@@ -459,8 +500,7 @@ class Table:
         for i in range(len(current) - width + 1):
             if all(current[i + j] is run for j, run in enumerate(runs)):
                 current[i : i + width] = [] if merged is None else [merged]
-                self.changes[0] += 1
-                self.changes[2] += 1
+                self.changes.runs_changed()
                 return True
         return False
 
@@ -499,8 +539,7 @@ class Table:
         fps = rows.fps
         bits = self.permutation.prefix_bits
         old_runs, self._runs = self._runs, []
-        self.changes[0] += 1
-        self.changes[2] += 1
+        self.changes.runs_changed()
         for run in old_runs:
             remapped = remap[run.rows]
             kept = remapped >= 0
@@ -532,20 +571,19 @@ class Table:
         parts.append(np.array(self._memtable_rows, dtype=np.int64))
         return np.concatenate(parts)
 
-    def _memtable_arrays(self, row_arrays: RowArrays) -> tuple[Fingerprints, Rows]:
-        """The memtable as (prefixes (m,) uint64 sorted, rows (m,) uint32 in that order),
-        cached until the memtable changes. Built with numpy from the row list: O(m)."""
+    def _memtable_arrays(self, row_arrays: RowArrays) -> MemtableArrays:
+        """The memtable as arrays sorted by prefix, cached until the memtable changes. Built
+        with numpy from the row list: O(m)."""
         if self._view is None:
             rows = np.array(self._memtable_rows, dtype=np.uint32)
             prefixes = self.permutation.prefix_array(row_arrays.fps[rows])
             order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
-            self._view = (prefixes[order], rows[order])
+            self._view = MemtableArrays(prefixes[order], rows[order])
         return self._view
 
     def _memtable_changed(self) -> None:
         self._memtable_run = None
-        self.changes[1] += 1
-        self.changes[2] += 1
+        self.changes.memtable_changed()
 
     def memtable_run(self, row_arrays: RowArrays) -> Run | None:
         """The memtable's entries as an immutable :class:`Run` (None when the memtable is
@@ -587,7 +625,7 @@ class Table:
         each run is non-empty, its rows are uint32 below ``n_rows``, its filters those of the
         rows' fingerprints, sorted by prefix, its
         directory has the expected width and counts exactly its buckets; each run is more than
-        MERGE_RATIO times larger than the next."""
+        ``tuning.merge_ratio`` times larger than the next."""
         fps, n_rows = row_arrays.fps, row_arrays.n
         perm = self.permutation
         bits = perm.prefix_bits
@@ -653,8 +691,8 @@ class Table:
             )
             if i + 1 < len(self._runs):
                 _require(
-                    len(run) > MERGE_RATIO * len(self._runs[i + 1]),
-                    f"{where}: {len(run)} entries, not {MERGE_RATIO}x the next run's "
+                    len(run) > self.tuning.merge_ratio * len(self._runs[i + 1]),
+                    f"{where}: {len(run)} entries, not {self.tuning.merge_ratio}x the next run's "
                     f"{len(self._runs[i + 1])}",
                 )
         return self.all_rows()
