@@ -20,8 +20,6 @@ What each knob trades (the measurements behind the defaults are in ``benchmarks/
   the default share of a table's entries outside its largest run from which
   :meth:`~permindex.index.Index.merge_all_runs` merges it. ``grow_ahead_rows``: from this
   capacity on the row arrays grow in a background thread (below it, inline under the lock).
-  ``collect_after_rows``: after a bulk load of this many rows a full garbage collection runs,
-  so that the collector's next full pass does not fall into the first lookup.
 * Key sections -- ``hash_chunk``: keys of a compact key section hashed per step (one C call
   splits a chunk at its NULs); ``utf8_slice``: bytes of it checked as UTF-8 per step (no str
   of the whole section).
@@ -88,7 +86,6 @@ class Tuning:
     merge_ratio: int = 4
     merge_all_min_share: float = 1 / 8
     grow_ahead_rows: int = 1 << 16
-    collect_after_rows: int = 1 << 17
     #: Rows an index may hold, None for the row format's limit (``MAX_ROWS``, 2^32 - 1);
     #: tests lower it to reach the limit.
     row_limit: int | None = None

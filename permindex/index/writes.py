@@ -15,7 +15,6 @@ take it themselves and must be called without it.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterable
 
@@ -146,16 +145,11 @@ def after_write(rows: RowStore, runs: TableSet, count: int = 1) -> None:
     """Upkeep after a write of ``count`` rows, outside the lock: note the time (the idle test
     of :meth:`~permindex.index.table_set.TableSet.merge_all`), grow the arrays ahead
     (:meth:`~permindex.index.rows.RowStore.after_write`) and merge the tables' runs
-    (:meth:`~permindex.index.table_set.TableSet.merge_pending`). After a bulk load of at
-    least
-    ``tuning.collect_after_rows`` rows, a full garbage collection: the caller's inputs (a list of
-    10^6 key strings, say) have just become old objects, and the collector's next full pass
-    over them would otherwise fall into the first lookup."""
+    (:meth:`~permindex.index.table_set.TableSet.merge_pending`). The host's garbage collector
+    is left alone."""
     runs.last_write = time.monotonic()
     rows.after_write(count)
     runs.merge_pending()
-    if count >= rows.tuning.collect_after_rows:
-        gc.collect()
 
 
 def store_batch(
