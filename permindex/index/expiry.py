@@ -260,13 +260,19 @@ class ExpiringIndex(Index):
             return pending.rows if pending.compactions == self._rows.compactions else 0
 
     def now(self) -> float:
-        """The clock's time, Unix seconds."""
+        """The clock's time, Unix seconds.
+
+        >>> from permindex import ExpiringIndex
+        >>> ExpiringIndex(expire_after=60, clock=lambda: 1_000.0).now()
+        1000.0
+        """
         return self._clock()
 
     def is_expired(self, added_at: int) -> bool:
         """Whether an entry added at ``added_at`` (Unix seconds) is expired now: ``now >= added_at +
         expire_after``.
 
+        >>> from permindex import ExpiringIndex
         >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
         >>> index.is_expired(940), index.is_expired(941)
         (True, False)
@@ -280,6 +286,7 @@ class ExpiringIndex(Index):
         Raises:
             TypeError, InvalidArgumentError: a malformed key (as :meth:`contains_many`).
 
+        >>> from permindex import ExpiringIndex
         >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
         >>> index.add("a", 1, added_at=990)
         True
@@ -300,6 +307,7 @@ class ExpiringIndex(Index):
         compaction when ``Tuning.compact_after_expiring`` or more expire at once).
 
         >>> now = [1_000.0]
+        >>> from permindex import ExpiringIndex
         >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
         >>> index.add_many(["a", "b"], [1, 2], added_at=[950, 990]).tolist()
         [True, True]
@@ -357,6 +365,7 @@ class ExpiringIndex(Index):
             TypeError, InvalidArgumentError: as :meth:`Index.add <permindex.index.Index.add>`, and
                 for a bad ``added_at`` (not a number, negative, not finite).
 
+        >>> from permindex import ExpiringIndex
         >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
         >>> index.add("a", 0xFFFF, added_at=990)
         True
@@ -381,6 +390,7 @@ class ExpiringIndex(Index):
             TypeError, InvalidArgumentError: as :meth:`Index.add_many
                 <permindex.index.Index.add_many>`, and for bad times (or not one per key).
 
+        >>> from permindex import ExpiringIndex
         >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
         >>> index.add_many(["a", "b"], [1, 2], added_at=[980, 990]).tolist()
         [True, True]
@@ -402,6 +412,12 @@ class ExpiringIndex(Index):
     ) -> None:
         """:meth:`Index.add_compact <permindex.index.Index.add_compact>` at ``added_at`` (as
         :meth:`add_many`).
+
+        >>> from permindex import ExpiringIndex
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> index.add_compact([1, 1], b"a\\x00b\\x00", [1, 2], added_at=990)
+        >>> index.times(["a", "b"])
+        [990, 990]
         """
         self.expire()
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
@@ -417,6 +433,7 @@ class ExpiringIndex(Index):
         expired, storing the key at ``added_at`` (None: now).
 
         >>> now = [1_000.0]
+        >>> from permindex import ExpiringIndex
         >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
         >>> index.check_and_add("a", 0xFFFF).added
         True
@@ -448,7 +465,15 @@ class ExpiringIndex(Index):
     ) -> QueryColumns | None:
         """:meth:`Index.query_columns_within
         <permindex.index.Index.query_columns_within>`, and None as well while rows are due to
-        expire (expiring them is O(n): :meth:`query_many` does it)."""
+        expire (expiring them is O(n): :meth:`query_many` does it).
+
+        >>> from permindex import ExpiringIndex
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
+        >>> _ = index.query_many([0] * 9)  # the read view the next call reuses
+        >>> index.query_columns_within([1] * 9, max_candidates=1_000, max_matches=100).keys[:2]
+        ['a', 'b']
+        """
         if self.is_expired(self._oldest):
             return None
         return super().query_columns_within(
@@ -459,7 +484,15 @@ class ExpiringIndex(Index):
         self, rows_per_slice: int = 1 << 14
     ) -> list[tuple[NDArray[np.int64], NDArray[np.uint8], _U64, _U32]]:
         """:meth:`Index.export_slices <permindex.index.Index.export_slices>` (its contract),
-        each slice with the (m,) uint32 times of its keys: what a snapshot writes."""
+        each slice with the (m,) uint32 times of its keys: what a snapshot writes.
+
+        >>> from permindex import ExpiringIndex
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
+        >>> [(keys.tobytes(), times.tolist())
+        ...  for _, keys, _, times in index.export_timed_slices(rows_per_slice=1)]
+        [(b'a\\x00', [990]), (b'b\\x00', [990])]
+        """
         self.expire()
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
         if parts is None:
@@ -468,7 +501,15 @@ class ExpiringIndex(Index):
 
     def export_timed_compact(self) -> tuple[NDArray[np.int64], NDArray[np.uint8], _U64, _U32]:
         """:meth:`export_compact` (one consistent copy, under the lock) with the (n,) uint32
-        times of its keys, Unix seconds: what the server's Export sends. O(n + key bytes)."""
+        times of its keys, Unix seconds: what the server's Export sends. O(n + key bytes).
+
+        >>> from permindex import ExpiringIndex
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+        >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
+        >>> lengths, keys, fps, times = index.export_timed_compact()
+        >>> lengths.tolist(), keys.tobytes(), fps.tolist(), times.tolist()
+        ([1, 1], b'a\\x00b\\x00', [1, 2], [990, 990])
+        """
         self.expire()
         return self._timed_copy()
 

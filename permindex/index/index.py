@@ -298,6 +298,7 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: as :class:`Index` and :meth:`add_many`.
 
+        >>> from permindex import Index
         >>> index = Index.from_arrays(["a", "b"], [0b1011, 0b1000])
         >>> index.get("b")
         8
@@ -340,6 +341,7 @@ class Index:
             InvalidArgumentError: lengths and blob disagree, a key is empty, too long or not UTF-8,
                 or the counts differ; TypeError as :meth:`add_many`.
 
+        >>> from permindex import Index
         >>> index = Index.from_compact([1, 2], b"a\x00bc\x00", [0b1011, 0xFFFF])
         >>> sorted(index)
         ['a', 'bc']
@@ -364,6 +366,7 @@ class Index:
         Raises:
             InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored then.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_compact([1, 1], b"x\x00y\x00", [1, 2])
         >>> index.get("y")
@@ -411,6 +414,7 @@ class Index:
         merged a table it holds one run and an empty memtable; a single lookup probes one directory
         per run. O(tables + runs), under the lock.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("a", 1)
         True
@@ -423,6 +427,7 @@ class Index:
     def __len__(self) -> int:
         """The number of keys stored. O(1).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["a", "b"], [1, 2]).tolist()
         [True, True]
@@ -436,6 +441,7 @@ class Index:
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` is stored (False for anything that is not a str). O(len(key)).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("a", 1)
         True
@@ -460,6 +466,7 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a malformed key (as :meth:`add_many`).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("a", 1)
         True
@@ -474,6 +481,7 @@ class Index:
     def __iter__(self) -> Iterator[str]:
         """The keys, in the order they were first added (a copy taken under the lock). O(n).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["b", "a"], [1, 2]).tolist()
         [True, True]
@@ -491,6 +499,7 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a malformed key (:func:`validate_key`).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("a", 0xFFFF)
         True
@@ -526,6 +535,7 @@ class Index:
         Cost: O(T log L) for T tables and memtable bound L, plus amortized freezing, merging and
         compaction.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("a", 0b1011)
         True
@@ -564,6 +574,7 @@ class Index:
         Cost: O(n log n) for the keys' repeats, O(n) per table (radix sort), amortized merging.
 
         >>> import numpy as np
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["a", "b", "a"], np.array([1, 2, 3], dtype=np.uint64)).tolist()
         [True, True, True]
@@ -580,6 +591,7 @@ class Index:
             NotFoundError: (a KeyError) ``key`` is not stored; nothing changes.
             TypeError, InvalidArgumentError: a malformed key.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("a", 1)
         True
@@ -600,6 +612,7 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a malformed key.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.discard("a")
         False
@@ -630,6 +643,7 @@ class Index:
             index was not idle long enough, another merge was running, or a compaction renumbered
             the rows meanwhile (that table's merge is dropped).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("a", 1)
         True
@@ -664,6 +678,7 @@ class Index:
 
         Cost: O(tables * runs + log L + candidates), under the lock.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
         [True, True, True]
@@ -741,6 +756,7 @@ class Index:
         index as it was before or after each write, never a mix. Cost: O(n * (tables * runs +
         candidates)) in the kernels, O(m log m) to order m matches.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
         [True, True, True]
@@ -765,6 +781,7 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a bad ``k``, as :meth:`query`.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["a", "b"], [1, 2]).tolist()
         [True, True]
@@ -790,6 +807,17 @@ class Index:
         None, having done at most one kernel pass (a server answers a stream's small messages
         inline this way). Errors as :meth:`query_many`; TypeError / InvalidArgumentError for a
         bound that is not an int >= 0.
+
+        >>> from permindex import Index
+        >>> index = Index(k=3)
+        >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
+        >>> queries = [0b1000] * 9  # more than a small batch
+        >>> _ = index.query_many(queries)  # the read view the next call reuses
+        >>> columns = index.query_columns_within(queries, max_candidates=1_000, max_matches=100)
+        >>> columns.offsets.tolist()[:3], columns.keys[:2], columns.distances.tolist()[:2]
+        ([0, 1, 2], ['a', 'a'], [2, 2])
+        >>> index.query_columns_within(queries, max_candidates=0, max_matches=100) is None
+        True
         """
         queries = as_fingerprint_array(fingerprints)
         kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
@@ -816,6 +844,7 @@ class Index:
 
         Cost: :meth:`query` plus :meth:`add`.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.check_and_add("a", 0xFFFF)
         CheckAndAddResult(added=True, matches=[], replaced=False)
@@ -829,6 +858,7 @@ class Index:
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
         """:meth:`iter_pairs` as a list: every pair within ``k`` of the index as it is now.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
         [True, True, True]
@@ -851,6 +881,7 @@ class Index:
             InvalidArgumentError: k < 0 or above the index's k.
             CallCancelledError: ``should_stop`` returned True (checked between chunks).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["b", "a"], [7, 7]).tolist()
         [True, True]
@@ -870,6 +901,7 @@ class Index:
         fingerprints a new (n,) uint64 array, element i stored under keys[i], in row order (the
         order the current fingerprints were stored in). O(n).
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add_many(["a", "b"], [1, 2]).tolist()
         [True, True]
@@ -889,6 +921,7 @@ class Index:
         (n,) uint64 fingerprints), in the order of :meth:`export`. No Python object per key:
         O(n + key bytes) numpy work.
 
+        >>> from permindex import Index
         >>> index = Index()
         >>> index.add("ab", 5)
         True
@@ -920,6 +953,13 @@ class Index:
         is read under one acquisition of the lock. Between slices the thread yields
         (``time.sleep(0)``), so that a query or write waiting for the lock gets it before the next
         slice. Cost: O(n + key bytes) numpy work in total.
+
+        >>> from permindex import Index
+        >>> index = Index()
+        >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
+        >>> [(lengths.tolist(), keys.tobytes(), fps.tolist())
+        ...  for lengths, keys, fps in index.export_slices(rows_per_slice=1)]
+        [([1], b'a\\x00', [11]), ([1], b'b\\x00', [65535])]
         """
         self._before_call()
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
@@ -932,6 +972,12 @@ class Index:
         """Bytes held by the arrays (by capacity): fingerprints and liveness, every table's runs
         (plus an estimate for the memtable entries, Python ints), and the key store.
         O(tables + runs).
+
+        >>> from permindex import Index
+        >>> index = Index()
+        >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
+        >>> index.memory_bytes() > index.table_bytes() > 0
+        True
         """
         with self._lock:
             return self.table_bytes() + self._store.nbytes()
@@ -939,6 +985,12 @@ class Index:
     def table_bytes(self) -> int:
         """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity) and
         the tables.
+
+        >>> from permindex import Index
+        >>> index = Index()
+        >>> _ = index.add("a", 0b1011)
+        >>> index.table_bytes() > 0
+        True
         """
         with self._lock:
             return self._rows.nbytes() + self._runs.nbytes()
