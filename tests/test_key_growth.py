@@ -46,10 +46,6 @@ def _sources(rows: int, capacity: int, used: int, data_size: int) -> Growth:
     )
 
 
-def test_the_journal_codes_are_distinct() -> None:
-    assert len({LINK, UNLINK, RELINK}) == 3
-
-
 def test_a_growth_that_grows_nothing() -> None:
     growth = _sources(rows=10, capacity=64, used=30, data_size=1024)
     assert not growth.prepared and not growth.abandoned and growth.journal == []

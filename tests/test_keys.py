@@ -18,10 +18,6 @@ from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
 
 
-def test_the_limit_is_1024_bytes() -> None:
-    assert MAX_KEY_BYTES == 1024
-
-
 @pytest.mark.parametrize(
     "key",
     [
