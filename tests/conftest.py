@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,9 @@ CLIENT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 StartServer = Callable[..., "RunningServer"]
 
-#: Markers of long runs that the default suite skips: they run when ``-m`` names them.
-OPT_IN_MARKERS = ("power_loss_soak",)
+#: Markers of long runs that the default suite skips: they run when ``-m`` names them (``soak``:
+#: more rounds of checks the default suite makes in a shorter form; see pyproject.toml).
+OPT_IN_MARKERS = ("soak", "power_loss_soak")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -45,7 +47,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip the tests of :data:`OPT_IN_MARKERS` unless ``-m`` names their marker."""
-    chosen = config.getoption("markexpr") or ""
+    chosen = set(re.findall(r"\w+", config.getoption("markexpr") or ""))
     for marker in OPT_IN_MARKERS:
         if marker in chosen:
             continue
