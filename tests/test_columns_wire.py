@@ -32,7 +32,7 @@ def part_of(keys: list[str]) -> QueryColumns:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(keys=KEYS)
 def test_keys_are_counted_exactly(keys: list[str]) -> None:
     keys = [k for k in keys if not any(0xD800 <= ord(c) <= 0xDFFF for c in k)]
