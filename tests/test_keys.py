@@ -1,8 +1,10 @@
 """Keys: what the index accepts as a key, alone (permindex.index.keys.rule: the 1,024-byte
 limit in every UTF-8 width, empty keys, lone surrogates, NUL inside a key, non-str input, the
-error's reason, size and limit; check_int; short_repr) and in a compact key section
-(permindex.storage.key_section: encoded, checked and decoded against per-key encodes, and the rule
-for a key repeated in one batch against a model written with a set and a dict)."""
+error's reason, size and limit; check_int; short_repr), in a batch (permindex.index.keys.batches:
+the first bad position named, a repeated key kept once with its last value) and in a compact key
+section (permindex.storage.key_section: encoded, checked and decoded against per-key encodes,
+validated and hashed in chunks exactly as hash_key does one key, and the rule for a key
+repeated in one batch against a model written with a set and a dict)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SETTINGS
 
+import permindex.index.keys.batches as batches_module
 from permindex import Index, InvalidArgumentError
 from permindex.errors import InvalidKeyError
+from permindex.index.keys.batches import (
+    compact_inputs,
+    distinct_keys,
+    hash_section,
+    section_ends,
+    section_keys,
+    validate_keys,
+)
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
+from permindex.index.keys.store import hash_key
 from permindex.storage.key_section import (
     KeySectionError,
     batch_repeats,
@@ -24,8 +36,10 @@ from permindex.storage.key_section import (
     decode_section,
     encode_section,
     first_utf8_error,
-    section_ends,
     section_lengths,
+)
+from permindex.storage.key_section import (
+    section_ends as codec_section_ends,
 )
 
 # The key rule (permindex.index.keys.rule): validate_key at the 1,024-byte limit in every UTF-8
@@ -282,7 +296,7 @@ def test_encode_check_decode_round_trip(keys: list[str]) -> None:
     assert section == b"".join(e + b"\x00" for e in encoded)
     lengths = section_lengths(ends)
     assert lengths.dtype == np.dtype("<u4") and lengths.tolist() == [len(e) for e in encoded]
-    assert np.array_equal(section_ends(lengths), ends) and ends.dtype == np.int64
+    assert np.array_equal(codec_section_ends(lengths), ends) and ends.dtype == np.int64
     raw = np.frombuffer(section, dtype=np.uint8)
     assert np.array_equal(check_section(raw, lengths), ends)
     assert decode_section(section, lengths) == keys
@@ -384,3 +398,64 @@ def test_batch_repeats_with_equal_hashes_is_exact() -> None:
     """Equal hashes only say a key may repeat; distinct keys with one hash do not repeat."""
     assert batch_repeats(["a", "b"], np.array([7, 7], dtype=np.uint64)) is None
     assert batch_repeats(["a", "a"], np.array([1, 2], dtype=np.uint64)) is None  # trusted
+
+
+# Input batches (permindex.index.keys.batches): str keys validated with the first bad position,
+# repeated keys kept once with their last value, and compact key sections validated and hashed in
+# chunks exactly as hash_key does one key.
+
+
+def test_validate_keys_names_the_first_bad_position() -> None:
+    keys, batch = validate_keys(iter(["a", "é"]))
+    assert keys == ["a", "é"] and batch.lengths.tolist() == [1, 2]
+    with pytest.raises(InvalidArgumentError, match=r"keys\[1\]"):
+        validate_keys(["a", "", "b"])
+    with pytest.raises(InvalidArgumentError, match=r"keys\[0\]"):
+        validate_keys(["x" * 1025])
+    with pytest.raises(TypeError):
+        validate_keys("ab")
+    with pytest.raises(TypeError, match=r"keys\[1\]"):
+        validate_keys(["a", 3])
+
+
+def test_distinct_keys_keeps_the_last_value() -> None:
+    keys, batch = validate_keys(["a", "b", "a", "c", "b"])
+    values = np.array([1, 2, 3, 4, 5], dtype=np.uint64)
+    out, out_batch, out_values, which = distinct_keys(keys, batch, values)
+    assert out == ["a", "c", "b"] and out_values.tolist() == [3, 4, 5]
+    assert out_batch.lengths.tolist() == [1, 1, 1]
+    assert which is not None and which.tolist() == [0, 2, 0, 1, 2]
+    keys, batch = validate_keys(["x", "y"])
+    assert distinct_keys(keys, batch, np.array([1, 2], np.uint64))[3] is None
+    with pytest.raises(InvalidArgumentError, match="must match"):
+        distinct_keys(keys, batch, np.array([1], np.uint64))
+
+
+def test_sections_validated_hashed_and_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batches_module, "HASH_CHUNK", 3)
+    monkeypatch.setattr(batches_module, "UTF8_SLICE", 4)
+    names = ["a", "nul\x00in", "é", "\U0001f600", *[f"k{i}" for i in range(10)]]
+    encoded = [name.encode() for name in names]
+    sizes, raw, values = compact_inputs(
+        [len(e) for e in encoded], b"".join(e + b"\x00" for e in encoded), range(len(names))
+    )
+    data, ends = section_ends(sizes, raw)
+    assert data.size == len(raw) and ends.tolist() == np.cumsum(sizes + 1).tolist()
+    assert hash_section(raw, ends).tolist() == [hash_key(e) for e in encoded]
+    assert section_keys(raw, sizes, ends) == names
+    assert values.tolist() == list(range(len(names)))
+    bad = bytearray(raw)
+    bad[ends[5] - 2] = 0xFF  # inside a later key
+    with pytest.raises(InvalidArgumentError, match=f"at byte {ends[5] - 2}"):
+        section_ends(sizes, bytes(bad))
+    for lengths, blob, message in [
+        ([2], b"a\x00", "does not match"),
+        ([0], b"\x00", "1 to 1024"),
+        ([1025], b"a" * 1025 + b"\x00", "1 to 1024"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            section_ends(np.array(lengths), blob)
+    with pytest.raises(InvalidArgumentError, match="must match"):
+        compact_inputs([1], b"a\x00", [1, 2])
+    with pytest.raises(TypeError):
+        compact_inputs(np.array([[1]]), b"a\x00", [1])
