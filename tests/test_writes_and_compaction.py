@@ -1,23 +1,33 @@
-"""Writes, tables and compaction: a row added, replaced (its old row a tombstone), left alone when
-its value is unchanged, discarded; batches and compact sections with repeated keys
-(permindex.index.writes); the tables' runs (row parts, shifting, built from unsorted rows, merged
-across 2^24 rows); every step checked by the parts' _check and by lookups against brute force."""
+"""Writes, tables and compaction: a row added, replaced (its old row a tombstone), left alone
+when its value is unchanged, discarded; batches and compact sections with repeated keys
+(permindex.index.writes); the row store (tombstones and the liveness mask, inline growth,
+compaction renumbering rows and telling the tables, the MAX_ROWS limit, export_slices); the
+tables' runs (row parts, shifting, built from unsorted rows, merged across 2^24 rows, a large
+batch's runs built in threads, merges outside the lock with concurrent writes and compactions,
+merge_all_runs); every step checked by the parts' _check and by lookups against brute force.
+Growth ahead in a background thread is in test_growth.py."""
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
-from index_checks import clustered
+from conftest import IndexParts
+from index_checks import TOP, assert_queries_match_brute_force, clustered, export_lists
 
-from permindex.errors import InvalidArgumentError
-from permindex.index.keys.store import hash_key
-from permindex.index.rows import RowStore
+import permindex.index.rows as rows_module
+import permindex.index.table_set as runs_module
+import permindex.index.tables.table as table_module
+from permindex import Index, InvalidArgumentError
+from permindex.errors import LimitExceededError
+from permindex.index.keys.store import encode_keys, hash_key
+from permindex.index.rows import RowStore, export_slices
 from permindex.index.search.lookup import Lookups
 from permindex.index.table_set import TableSet
 from permindex.index.tables.permutation import Design
-from permindex.index.tables.table import RowSnapshot, Run, Table, _split_rows
+from permindex.index.tables.table import RowSnapshot, Run, Table, TableCheckError, _split_rows
 from permindex.index.writes import (
     add_batch,
     add_locked,
@@ -170,3 +180,283 @@ def test_run_from_unsorted_with_consecutive_rows() -> None:
             assert np.array_equal(made.offsets, given.offsets) and made.shift == given.shift
             ordered = perm.prefix_array(values[made.rows.astype(np.int64) - first])
             assert bool((ordered[1:] >= ordered[:-1]).all())
+
+
+# The row store (permindex.index.rows): appending rows with their keys, tombstones and the
+# liveness mask, inline growth, compaction renumbering rows (and telling the tables), the MAX_ROWS
+# limit, the fuzzy slices of export_slices, and _check catching a broken invariant. Growth ahead
+# in a background thread is tested in test_growth.py.
+
+
+def _store(n: int, compaction_min: int = 0) -> RowStore:
+    rows = RowStore(threading.RLock(), compaction_min)
+    keys = [f"k{i}" for i in range(n)]
+    rows.append_many(encode_keys(keys), np.arange(n, dtype=np.uint64) * np.uint64(3), None)
+    return rows
+
+
+def test_append_kill_and_liveness() -> None:
+    rows = _store(10)
+    assert rows.n == 10 and rows.capacity >= 10 and rows.live is None
+    assert rows.fps[:10].tolist() == [3 * i for i in range(10)]
+    assert rows.live_rows().tolist() == list(range(10))
+    assert rows.live_mask(2, 5).tolist() == [True] * 3
+    rows._check()
+    rows.kill(np.array([3], dtype=np.int64))
+    rows.keys.unlink(3)
+    assert rows.live is not None and rows.live_view is not None
+    assert rows.live_rows().tolist() == [0, 1, 2, *range(4, 10)]
+    assert rows.live_mask(2, 5).tolist() == [True, False, True]
+    data = b"k3"
+    rows.reserve(1)
+    row = rows.append(data, hash_key(data), 99, moved_from=3)
+    assert row == 10 and rows.fps_view[row] == 99 and rows.live_view[row]
+    assert rows.keys.find(data, hash_key(data)) == 10
+    assert rows.nbytes() == rows.fps.nbytes + rows.live.nbytes
+    rows._check()
+
+
+def test_reserve_grows_inline_and_keeps_the_rows() -> None:
+    rows = _store(5)
+    rows.kill(np.array([1], dtype=np.int64))
+    rows.keys.unlink(1)
+    before = rows.fps[:5].copy()
+    rows.reserve(5000)
+    assert rows.capacity >= 5005
+    assert np.array_equal(rows.fps[:5], before)
+    assert rows.live is not None and rows.live.size == rows.capacity
+    assert rows.live[:5].tolist() == [True, False, True, True, True]
+    assert rows.fps_view.nbytes == rows.fps.nbytes
+
+
+def test_compaction_renumbers_rows_and_calls_on_compact() -> None:
+    rows = _store(8, compaction_min=2)
+    remaps: list[list[int]] = []
+    rows.on_compact = lambda remap: remaps.append(remap.tolist())
+    for row in (1, 2, 5):
+        rows.kill(np.array([row], dtype=np.int64))
+        rows.keys.unlink(row)
+    assert not rows.compaction_due()  # 3 dead rows, 5 live: not due, but may be compacted
+    rows.compact()
+    assert remaps == [[0, -1, -1, 1, 2, -1, 3, 4]]
+    assert rows.n == 5 and rows.live is None and rows.compactions == 1
+    assert rows.fps[:5].tolist() == [0, 9, 12, 18, 21]
+    assert [rows.keys.key(r) for r in range(5)] == ["k0", "k3", "k4", "k6", "k7"]
+    rows._check()
+
+
+def test_compaction_is_due_when_dead_rows_outnumber_live_ones() -> None:
+    rows = _store(8, compaction_min=2)
+    for row in range(4):
+        rows.kill(np.array([row], dtype=np.int64))
+        rows.keys.unlink(row)
+        assert not rows.compaction_due()
+    rows.kill(np.array([4], dtype=np.int64))
+    rows.keys.unlink(4)
+    assert rows.compaction_due()  # 5 dead > max(2, 3 live)
+
+
+def test_max_rows_compacts_first_then_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rows_module, "MAX_ROWS", 12)
+    rows = _store(10)
+    compacted: list[int] = []
+    rows.on_compact = lambda remap: compacted.append(int(remap.size))
+    for row in range(6):
+        rows.kill(np.array([row], dtype=np.int64))
+        rows.keys.unlink(row)
+    rows.reserve(6)  # 10 + 6 > 12: compacted to 4 rows, then room for 6
+    assert compacted == [10] and rows.n == 4
+    with pytest.raises(LimitExceededError):
+        rows.reserve(9)
+
+
+def test_export_slices_reads_the_live_rows_in_slices() -> None:
+    rows = _store(10)
+    for row in (0, 4):
+        rows.kill(np.array([row], dtype=np.int64))
+        rows.keys.unlink(row)
+    parts = export_slices(rows, rows.keys, 3)
+    assert parts is not None and len(parts) == 4
+    fps = np.concatenate([p[2] for p in parts]).tolist()
+    assert fps == [3 * i for i in range(10) if i not in (0, 4)]
+    blob = b"".join(bytes(p[1]) for p in parts)
+    assert blob.split(b"\x00")[:-1] == [f"k{i}".encode() for i in range(10) if i not in (0, 4)]
+    assert export_slices(RowStore(threading.RLock()), rows.keys, 3) == []
+
+
+def test_check_names_a_broken_invariant() -> None:
+    rows = _store(4)
+    rows.kill(np.array([2], dtype=np.int64))  # dead, yet the key store still links it
+    with pytest.raises(TableCheckError, match="live rows are not exactly"):
+        rows._check()
+
+
+def test_of_fingerprints_for_tables_alone() -> None:
+    fps = np.array([5, 6, 7], dtype=np.uint64)
+    rows = RowStore.of_fingerprints(fps)
+    assert rows.n == 3 and rows.live is None and rows.fps_view[2] == 7
+
+
+# The tables' runs (permindex.index.table_set): a large batch's runs built in threads (also while
+# the keys are checked), merges outside the lock (with concurrent writes and compactions), and
+# merge_all_runs; every index checked with _check and against brute force.
+
+
+def test_large_batches_build_the_tables_in_threads(
+    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
+) -> None:
+    """A batch of at least PARALLEL_MIN fingerprints has its tables' runs built by a pool of
+    BUILD_THREADS threads; the index is the same as one built in one thread (invariants,
+    every query equal to brute force)."""
+    threads = prepare_run_threads
+    monkeypatch.setattr(runs_module, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(runs_module, "BUILD_THREADS", 3)
+    rng = np.random.default_rng(21)
+    fps = np.concatenate([rng.integers(0, TOP, 3000, dtype=np.uint64), clustered(rng, 200, 4, 3)])
+    names = [f"b{i}" for i in range(fps.size)]
+    index = Index(design=(5, 2), memtable_limit=64)
+    index.add_many(names, fps)
+    assert len(threads) == 10 and all(name.startswith("permindex-build") for name in threads)
+    threads.clear()
+    index.add_many([f"small{i}" for i in range(500)], fps[:500] ^ np.uint64(1))
+    assert len(threads) == 10 and not any(name.startswith("permindex-build") for name in threads)
+    index._check()
+    assert_queries_match_brute_force(index, [*fps[::40].tolist(), *(fps[:500:25] ^ 1).tolist()])
+
+
+def test_large_batch_tables_built_while_keys_are_checked(
+    monkeypatch: pytest.MonkeyPatch, prepare_run_threads: list[str]
+) -> None:
+    """With a fingerprint array, a large batch's tables are built in other threads while the
+    keys are checked and hashed: a bad key is still refused with its position (nothing stored,
+    no build thread left running), and repeated keys still keep their last fingerprint (the
+    runs built for the whole batch are dropped)."""
+    threads = prepare_run_threads
+    monkeypatch.setattr(runs_module, "PARALLEL_MIN", 1000)
+    rng = np.random.default_rng(22)
+    fps = rng.integers(0, TOP, 3000, dtype=np.uint64)
+    index = Index()
+    index.add("kept", 5)
+    names: list[Any] = [f"a{i}" for i in range(3000)]
+    names[1500] = ""
+    with pytest.raises(InvalidArgumentError, match="1500"):
+        index.add_many(names, fps)
+    # The runs were started before the keys were checked, in build threads (those not yet
+    # started when the key was refused are cancelled).
+    assert 1 <= len(threads) <= 4
+    assert all(name.startswith("permindex-build") for name in threads)
+    assert index.export()[0] == ["kept"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("permindex-build")]
+    names[1500] = "a0"  # repeated: the later fingerprint wins
+    new = index.add_many(names, fps)
+    assert new.size == 3000 and bool(new.all())
+    assert index.get("a0") == int(fps[1500])
+    index._check()
+    expected = {name: int(value) for name, value in zip(names, fps.tolist(), strict=True)}
+    expected["kept"] = 5
+    assert dict(zip(*export_lists(index), strict=True)) == expected
+    assert_queries_match_brute_force(index, fps[::60].tolist())
+
+
+def test_merge_all_runs_leaves_one_run_per_table(index_parts: IndexParts) -> None:
+    """merge_all_runs: every table's runs and memtable become one run (dead rows dropped),
+    queries equal brute force before and after; nothing to do returns False; an index written
+    to less than ``idle`` seconds ago is left alone; a few writes after the merge (under
+    min_share of the entries) are left to the memtable, unless min_share=0."""
+    rng = np.random.default_rng(31)
+    fps = np.concatenate([rng.integers(0, TOP, 5000, dtype=np.uint64), clustered(rng, 600, 5, 3)])
+    names = [f"r{i}" for i in range(fps.size)]
+    index = Index(memtable_limit=64)
+    tables = index_parts.runs[-1].tables
+    for start in range(0, 5000, 700):  # batches: several runs per table
+        index.add_many(names[start : start + 700], fps[start : start + 700])
+    for name, value in zip(names[5000:], fps[5000:].tolist(), strict=True):
+        index.add(name, value)  # singles: some left in the memtables
+    index.remove("r10")
+    assert any(len(t.runs) > 1 for t in tables)
+    queries = [*fps[::97].tolist(), *(fps[5000::37] ^ np.uint64(3)).tolist()]
+    before = [index.query(q) for q in queries]
+    assert not index.merge_all_runs(idle=60.0)  # just written to
+    assert index.merge_all_runs()
+    assert all(len(t.runs) == 1 and not t.memtable_size for t in tables)
+    assert all(len(t) == fps.size - 1 for t in tables)  # the dead row dropped
+    index._check()
+    assert [index.query(q) for q in queries] == before
+    assert_queries_match_brute_force(index, queries)
+    assert not index.merge_all_runs()  # nothing left to merge
+    for i in range(10):
+        index.add(f"late-{i}", i)
+    assert all(t.memtable_size == 10 for t in tables)
+    # A trickle (10 of 5,609 entries, under the default eighth) is not worth a full merge.
+    assert not index.merge_all_runs()
+    assert all(t.memtable_size == 10 for t in tables)
+    assert index.merge_all_runs(min_share=0)
+    assert all(len(t.runs) == 1 and not t.memtable_size for t in tables)
+    assert [m.key for m in index.query(3, k=0)] == ["late-3"]
+
+
+def test_merge_all_runs_with_concurrent_writes_and_a_compaction(
+    monkeypatch: pytest.MonkeyPatch, index_parts: IndexParts
+) -> None:
+    """Writes while merge_all_runs merges (outside the lock) land after the merged runs and are
+    kept; a compaction meanwhile drops the merge (returns False) and nothing is lost."""
+    rng = np.random.default_rng(32)
+    fps = rng.integers(0, TOP, 4000, dtype=np.uint64)
+    index = Index(memtable_limit=64, compaction_min=0)
+    rows = index_parts.rows[-1]
+    for start in range(0, 3000, 500):
+        index.add_many([f"w{i}" for i in range(start, start + 500)], fps[start : start + 500])
+    original = table_module.Table.merged_runs
+    during = {"write": True, "compact": False}
+
+    def merged_runs_with_a_write(self: Any, runs: Any, *args: Any) -> Any:
+        if during["write"]:
+            during["write"] = False
+            index.add_many([f"w{i}" for i in range(3000, 4000)], fps[3000:])
+        if during["compact"]:
+            during["compact"] = False
+            with rows.lock:
+                rows.compact()
+        return original(self, runs, *args)
+
+    monkeypatch.setattr(table_module.Table, "merged_runs", merged_runs_with_a_write)
+    assert index.merge_all_runs()
+    index._check()
+    assert len(index) == 4000
+    assert_queries_match_brute_force(index, fps[::50].tolist())
+    for start in range(0, 1000, 200):
+        index.add_many([f"x{i}" for i in range(start, start + 200)], fps[start : start + 200])
+    index.remove("x5")
+    during["compact"] = True
+    assert not index.merge_all_runs()
+    index._check()
+    assert len(index) == 4999
+    assert_queries_match_brute_force(index, fps[::50].tolist())
+
+
+def test_merge_outside_the_lock_survives_a_compaction(
+    monkeypatch: pytest.MonkeyPatch, index_parts: IndexParts
+) -> None:
+    """A compaction between a merge's computation and its swap: the merged run is discarded
+    (its rows were renumbered) and the merging goes on from the new runs."""
+    index = Index(memtable_limit=4, compaction_min=0)
+    rows = index_parts.rows[-1]
+    original = table_module.Table.merged_runs
+    calls = [0]
+
+    def merged_with_a_compaction(self: Any, *args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:
+            with rows.lock:
+                rows.compact()
+        return original(self, *args)
+
+    monkeypatch.setattr(table_module.Table, "merged_runs", merged_with_a_compaction)
+    rng = np.random.default_rng(4)
+    fps = clustered(rng, 400, 4, 3)
+    for start in range(0, 400, 50):
+        index.add_many([f"m{i}" for i in range(start, start + 50)], fps[start : start + 50])
+    index.remove("m7")
+    index._check()
+    assert calls[0] > 2
+    assert_queries_match_brute_force(index, fps[::40].tolist())
