@@ -94,7 +94,8 @@ def test_serve_accepts_the_cache_variable_and_refuses_the_old_switch(tmp_path: P
 def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:
     """The first start with an empty kernel cache compiles for seconds: ``serve`` says so on
     stderr (naming the cache directory) instead of staying silent, compiles the lookup kernels
-    into that directory (nothing into the package's folders), then answers lookups."""
+    into that directory (nothing into the package's folders), then answers lookups. The next
+    start loads them from there: it says nothing of kernels and writes no cache file."""
     from serverproc import ServeProcess
 
     import permindex
@@ -118,6 +119,17 @@ def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:
     assert any("lookup_kernels" in path.name for path in cached), cached
     package = Path(jit.__file__).parent
     assert not list(package.rglob("*.nbi")), "numba wrote its cache into the package"
+    written = {path: path.stat().st_mtime_ns for path in cache.rglob("*") if path.is_file()}
+    again = ServeProcess(tmp_path / "data", env=env)
+    try:
+        address = again.address(timeout=120)
+        assert address is not None, again.text
+        with permindex.Client(address) as client:
+            assert [m.key for m in client.query(1)] == ["a", "b"]
+    finally:
+        again.stop()
+    assert "kernels" not in again.text, again.text
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == written
 
 
 def test_unowned_views_the_same_memory_without_taking_a_reference() -> None:
