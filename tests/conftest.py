@@ -40,8 +40,9 @@ OPT_IN_MARKERS = ("soak", "power_loss_soak")
 def pytest_report_header(config: pytest.Config) -> str:
     """What to expect of a run, before its dots: its time, and how to make it shorter."""
     return (
-        "permindex: the default suite takes about 15 minutes on 2 idle cores (twice that on a "
-        "busy machine); -m 'not slow' skips the longest tests; the slowest are listed at the end"
+        "permindex: the default suite takes about 13 minutes on 2 idle cores (more on a busy "
+        "machine); -m 'not slow' skips the longest tests, -m soak runs only the long forms; the "
+        "slowest are listed at the end"
     )
 
 
