@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,21 +32,23 @@ CLIENT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 StartServer = Callable[..., "RunningServer"]
 
-#: Markers of long runs that the default suite skips: they run when ``-m`` names them.
-OPT_IN_MARKERS = ("power_loss_soak",)
+#: Markers of long runs that the default suite skips: they run when ``-m`` names them (``soak``:
+#: more rounds of checks the default suite makes in a shorter form; see pyproject.toml).
+OPT_IN_MARKERS = ("soak", "power_loss_soak")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     """What to expect of a run, before its dots: its time, and how to make it shorter."""
     return (
-        "permindex: the default suite takes about 15 minutes on 2 idle cores (twice that on a "
-        "busy machine); -m 'not slow' skips the longest tests; the slowest are listed at the end"
+        "permindex: the default suite takes about 13 minutes on 2 idle cores (more on a busy "
+        "machine); -m 'not slow' skips the longest tests, -m soak runs only the long forms; the "
+        "slowest are listed at the end"
     )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip the tests of :data:`OPT_IN_MARKERS` unless ``-m`` names their marker."""
-    chosen = config.getoption("markexpr") or ""
+    chosen = set(re.findall(r"\w+", config.getoption("markexpr") or ""))
     for marker in OPT_IN_MARKERS:
         if marker in chosen:
             continue

@@ -1,5 +1,5 @@
-"""A dict model of the key store for the randomized tests of its parts (test_key_table,
-test_key_growth): keys with chosen hashes, and one change applied to a store and to
+"""A dict model of the key store for the randomized tests of its parts (test_keys_store,
+test_growth): keys with chosen hashes, and one change applied to a store and to
 {key: live row} alike."""
 
 from __future__ import annotations

@@ -303,13 +303,16 @@ def test_the_field_hint_from_standard_input_names_both_options(tmp_path: Path) -
 NOTICE = "loading the {} kernels (the first run after an install or a numba upgrade compiles them"
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_the_first_run_after_an_install_says_it_compiles_later_runs_are_quiet(
     tmp_path: Path,
 ) -> None:
     """An empty kernel cache (as after an install): ``dedup`` compiles its kernels for seconds
     and says so, once, naming the cache (permindex's: nothing into the package's folders);
-    ``fingerprint`` then loads them from there and says nothing."""
+    ``fingerprint`` then loads them from there and says nothing. A real compile of every
+    fingerprint and join kernel (minutes of CPU on a busy machine), so behind ``-m soak``: the
+    default suite checks the notices with a compile made slow below, and a real first compile
+    into an empty cache through ``serve`` (tests/test_jit.py)."""
     package = REPO / "permindex"
     before = set(package.rglob("*.nbi"))
     cache = tmp_path / "cache"

@@ -159,14 +159,27 @@ def test_ctrl_c_to_the_process_group_stops_a_parallel_dedup_with_one_line(
     assert _group_gone(process.pid)
 
 
-@pytest.mark.slow  # 27 dedup processes
+#: Moments after dedup has its input open, in seconds: the default suite's few spread over the
+#: start and the pass (9 dedup processes in all), and all of them behind the soak marker.
+MOMENTS = (0.0, 0.45, 1.0)
+SOAK_MOMENTS = (0.0, 0.05, 0.15, 0.3, 0.45, 0.6, 0.8, 1.0, 1.2)
+
+
+@pytest.mark.slow  # a dedup process per moment
+@pytest.mark.parametrize(
+    "moments",
+    [
+        pytest.param(MOMENTS, id="moments"),
+        pytest.param(SOAK_MOMENTS, id="soak", marks=pytest.mark.soak),
+    ],
+)
 @pytest.mark.parametrize(
     ("signum", "jobs"),
     [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGINT, 1)],
     ids=["sigint-jobs-2", "sigterm-jobs-2", "sigint-jobs-1"],
 )
 def test_a_signal_at_any_moment_of_the_run_gives_its_line_and_code(
-    corpus: Path, tmp_path: Path, signum: int, jobs: int
+    corpus: Path, tmp_path: Path, signum: int, jobs: int, moments: tuple[float, ...]
 ) -> None:
     """Signals to the group at moments spread over the start and the pass, counted from the
     moment dedup has its input open (the interpreter's own start and imports are
@@ -181,10 +194,10 @@ def test_a_signal_at_any_moment_of_the_run_gives_its_line_and_code(
         if signum == signal.SIGINT
         else ("permindex dedup: terminated (SIGTERM)", 143)
     )
-    # up to 1.2 s after that: a SIGTERM that killed a pool worker half-way through
+    # moments up to 1.2 s after that: a SIGTERM that killed a pool worker half-way through
     # sending its result hung the pool's shutdown (or crashed the parent) until the workers
     # ignored it
-    for i, delay in enumerate((0.0, 0.05, 0.15, 0.3, 0.45, 0.6, 0.8, 1.0, 1.2)):
+    for i, delay in enumerate(moments):
         process = _start(corpus, tmp_path / f"r{i}", jobs)
         started = _wait_for_input(process, corpus)
         time.sleep(delay)

@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import StartServer
+from oracles import brute_force_pairs
 
 import permindex
 from permindex import Index, Match, hamming
@@ -250,13 +252,11 @@ def test_batching_rule_is_the_documents_size() -> None:
 
 
 def _brute_pairs(stored: dict[str, int], k: int) -> list[tuple[str, str, int]]:
-    items = sorted(stored.items())
-    return [
-        (a, b, hamming(fa, fb))
-        for i, (a, fa) in enumerate(items)
-        for b, fb in items[i + 1 :]
-        if hamming(fa, fb) <= k
-    ]
+    """Every pair of keys (in key order) within ``k``: tests/oracles.py's brute force."""
+    keys = sorted(stored)
+    a, b, d = brute_force_pairs(np.array([stored[key] for key in keys], dtype=np.uint64), k)
+    triples = zip(a.tolist(), b.tolist(), d.tolist(), strict=True)
+    return [(keys[i], keys[j], dist) for i, j, dist in triples]
 
 
 def _components(keys: list[str], pairs: list[tuple[str, str, int]]) -> set[frozenset[str]]:
@@ -303,8 +303,11 @@ def test_iterator_forms_against_brute_force(start_server: StartServer) -> None:
             near = {a for a, _, _ in expected} | {b for _, b, _ in expected}
             flags = list(client.iter_flags(k))
             assert [f.key for f in flags] == sorted(near)
+            names = list(stored)
+            values = np.array(list(stored.values()), dtype=np.uint64)
             for flag in flags:
-                others = [(hamming(stored[flag.key], fp), key) for key, fp in stored.items()]
+                distances = np.bitwise_count(values ^ np.uint64(stored[flag.key])).tolist()
+                others = list(zip(distances, names, strict=True))
                 others = [(d, key) for d, key in others if key != flag.key]
                 assert (flag.distance, flag.nearest) == min(others)
                 assert flag.neighbors == sum(1 for d, _ in others if d <= k)

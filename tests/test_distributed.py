@@ -165,32 +165,27 @@ def test_100k_pairs_clusters_groups_equal_local(client: Any) -> None:
     }
 
 
-def test_label_propagation_equals_union_find(client: Any) -> None:
+def test_label_propagation_shapes_equal_union_find(client: Any) -> None:
+    """Label propagation (each round's frames persisted and waited for, hash merges) on one
+    graph of four shapes at once (each its own nodes; the rounds run until the slowest is
+    still): labels that travel far, meet in hubs, never move, or follow random edges."""
+    # a reversed chain: the smallest node at the far end, one hop per round
+    chain_a = np.arange(200, 0, -1, dtype=np.int64)
+    chain_b = chain_a - 1
+    # stars: two hubs of 300 leaves, joined through their largest leaves
+    leaves = np.arange(1, 601, dtype=np.int64)
+    stars_a = np.concatenate((np.where(leaves <= 300, 0, 10_000), [300])) + 100_000
+    stars_b = np.concatenate((leaves, [600])) + 100_000
+    # disjoint pairs
+    pairs_a = np.arange(0, 2000, 2, dtype=np.int64) + 200_000
+    pairs_b = pairs_a + 1
+    # a long path in order (many rounds without jumping) and random edges among 2,000 nodes
     rng = np.random.default_rng(3)
-    chain = np.arange(0, 120, dtype=np.int64)  # a long path: many rounds without jumping
-    a = np.concatenate((chain[:-1], rng.integers(1000, 3000, 800)))
-    b = np.concatenate((chain[1:], rng.integers(1000, 3000, 800)))
-    edges = dd.from_pandas(pd.DataFrame({"a": a, "b": b}), npartitions=3)
-    propagated = components(edges, gather_edges=0).compute().sort_values("node")
-    gathered = gathered_labels(a, b).sort_values("node")
-    assert propagated["node"].tolist() == gathered["node"].tolist()
-    assert propagated["label"].tolist() == gathered["label"].tolist()
-
-
-@pytest.mark.parametrize("shape", ["reversed chain", "stars", "disjoint pairs"])
-def test_label_propagation_shapes_equal_union_find(client: Any, shape: str) -> None:
-    """Label propagation (each round's frames persisted and waited for, hash merges) on graphs
-    whose labels travel far, meet in hubs, or never move."""
-    if shape == "reversed chain":  # the smallest node at the far end: one hop per round
-        a = np.arange(200, 0, -1, dtype=np.int64)
-        b = a - 1
-    elif shape == "stars":  # two hubs of 300 leaves, joined through their largest leaves
-        leaves = np.arange(1, 601, dtype=np.int64)
-        a = np.concatenate((np.where(leaves <= 300, 0, 10_000), [300]))
-        b = np.concatenate((leaves, [600]))
-    else:
-        a = np.arange(0, 2000, 2, dtype=np.int64)
-        b = a + 1
+    path = np.arange(0, 120, dtype=np.int64) + 300_000
+    random_a = np.concatenate((path[:-1], rng.integers(1000, 3000, 800) + 300_000))
+    random_b = np.concatenate((path[1:], rng.integers(1000, 3000, 800) + 300_000))
+    a = np.concatenate((chain_a, stars_a, pairs_a, random_a))
+    b = np.concatenate((chain_b, stars_b, pairs_b, random_b))
     edges = dd.from_pandas(pd.DataFrame({"a": a, "b": b}), npartitions=4)
     propagated = components(edges, gather_edges=0).compute().sort_values("node")
     gathered = gathered_labels(a, b).sort_values("node")

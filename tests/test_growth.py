@@ -1,7 +1,8 @@
 """Growing the index's arrays without holding its lock: the key store's Growth (rows copied and
 the hash table rebuilt off the lock, changes made meanwhile replayed), and the index's
 background growth, checked against a dict model and brute force, with hash collisions forced
-(see test_keystore.py), concurrent writers and readers, and a compaction abandoning a growth.
+(see test_keys_store.py), concurrent writers and readers, and a compaction abandoning a growth;
+and prepare_growth on hand-built Growths, with the journal a KeyStore records meanwhile.
 """
 
 from __future__ import annotations
@@ -12,9 +13,15 @@ import threading
 import numpy as np
 import pytest
 from conftest import IndexParts
+from hypothesis import given
+from hypothesis import strategies as st
+from key_model import apply_op, with_hashes
+from numpy.typing import NDArray
+from strategies import SETTINGS
 
 import permindex.index.keys.store as keystore_module
 from permindex import Index
+from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_growth
 from permindex.index.keys.store import KeyStore, encode_keys, hash_key
 from permindex.index.tuning import Tuning
 
@@ -288,3 +295,238 @@ def test_the_first_small_write_after_a_bulk_load_does_not_wait_for_a_growth(
     assert rows.capacity == (n + n // 8) * 3 // 2
     index._check()
     assert index.get("new-7") == 7 and index.get("batch-99") == 99 and index.get("key-5") == fps[5]
+
+
+# Growth off the lock (permindex.index.keys.growth): prepare_growth on hand-built Growths (what it
+# copies, what it leaves alone, the new hash table), the journal of hash-table changes a KeyStore
+# records while a growth is pending (its LINK / UNLINK / RELINK entries), when a growth is not
+# swapped in, an array outgrown inline meanwhile, and a hypothesis run of changes journalled
+# during a growth against a dict model with colliding hashes.
+
+
+_I64 = NDArray[np.int64]
+
+
+def _rows(values: list[int]) -> _I64:
+    return np.array(values, dtype=np.int64)
+
+
+def _sources(rows: int, capacity: int, used: int, data_size: int) -> Growth:
+    """A Growth over hand-built source arrays: rows 0..rows-1 in use (hash 3r + 1, born r,
+    keys of 2 bytes), the rest of each array filled with garbage (rows appended later)."""
+    hashes = np.full(capacity, 99, dtype=np.uint64)
+    hashes[:rows] = np.arange(rows, dtype=np.uint64) * np.uint64(3) + np.uint64(1)
+    born = np.full(capacity, 77, dtype=np.uint32)
+    born[:rows] = np.arange(rows, dtype=np.uint32)
+    offsets = np.full(capacity + 1, 5, dtype=np.int64)
+    offsets[: rows + 1] = np.arange(rows + 1) * 3
+    data = np.full(data_size, 0xEE, dtype=np.uint8)
+    data[:used] = np.arange(used) % 200 + 1
+    return Growth(
+        rows=rows,
+        used=used,
+        row_capacity=capacity,
+        data_capacity=data_size,
+        slot_count=0,
+        sources=(hashes, born, offsets, data),
+    )
+
+
+def test_a_growth_that_grows_nothing() -> None:
+    growth = _sources(rows=10, capacity=64, used=30, data_size=1024)
+    assert not growth.prepared and not growth.abandoned and growth.journal == []
+    prepare_growth(growth, _rows(list(range(10))))
+    assert growth.prepared
+    assert growth.row_arrays is None and growth.data is None and growth.slots is None
+
+
+def test_prepare_copies_the_rows_it_began_with() -> None:
+    growth = _sources(rows=10, capacity=64, used=30, data_size=1024)
+    growth.row_capacity, growth.data_capacity = 100, 2000
+    before = [a.copy() for a in growth.sources]
+    prepare_growth(growth, _rows([]))
+    assert growth.row_arrays is not None and growth.data is not None and growth.slots is None
+    hashes, born, offsets = growth.row_arrays
+    assert (hashes.size, born.size, offsets.size, growth.data.size) == (100, 100, 101, 2000)
+    assert [a.dtype.str for a in (hashes, born, offsets)] == ["<u8", "<u4", "<i8"]
+    src_hashes, src_born, src_offsets, src_data = growth.sources
+    assert np.array_equal(hashes[:10], src_hashes[:10])
+    assert np.array_equal(born[:10], src_born[:10])
+    assert np.array_equal(offsets[:11], src_offsets[:11])
+    assert np.array_equal(growth.data[:30], src_data[:30])
+    # Nothing beyond the rows and bytes it began with is taken (they are written meanwhile).
+    assert not hashes[10:].any() and not born[10:].any() and not offsets[11:].any()
+    assert not growth.data[30:].any()
+    assert all(np.array_equal(a, growth.sources[i]) for i, a in enumerate(before))
+
+
+def test_prepare_grows_only_what_is_asked() -> None:
+    rows_only = _sources(rows=4, capacity=8, used=12, data_size=64)
+    rows_only.row_capacity = 16
+    prepare_growth(rows_only, _rows([]))
+    assert rows_only.row_arrays is not None and rows_only.data is None
+    data_only = _sources(rows=4, capacity=8, used=12, data_size=64)
+    data_only.data_capacity = 128
+    prepare_growth(data_only, _rows([]))
+    assert data_only.row_arrays is None and data_only.data is not None
+    smaller = _sources(rows=4, capacity=8, used=12, data_size=64)
+    smaller.row_capacity, smaller.data_capacity = 4, 16  # never shrinks
+    prepare_growth(smaller, _rows([]))
+    assert smaller.row_arrays is None and smaller.data is None
+
+
+def test_prepare_links_the_given_rows_into_the_new_table() -> None:
+    growth = _sources(rows=20, capacity=32, used=60, data_size=64)
+    growth.slot_count = 64
+    linked = _rows([0, 2, 3, 7, 11, 19])  # the live rows; the others are dead
+    prepare_growth(growth, linked)
+    slots = growth.slots
+    assert slots is not None and slots.size == 64 and slots.dtype == np.uint32
+    assert sorted(slots[slots != 0].tolist()) == (linked + 1).tolist()
+    hashes = growth.sources[0]
+    for row in linked.tolist():  # each within its probe sequence from its home slot
+        i = int(hashes[row]) & 63
+        while slots[i] != row + 1:
+            assert slots[i] != 0
+            i = (i + 1) & 63
+
+
+def _store(keys: list[str]) -> KeyStore:
+    store = KeyStore()
+    store.append_many(encode_keys(keys))
+    return store
+
+
+def _entries(growth: Growth) -> list[tuple[int, list[int], list[int] | None]]:
+    return [
+        (change, first.tolist(), None if second is None else second.tolist())
+        for change, first, second in growth.journal
+    ]
+
+
+def test_the_store_journals_every_table_change_while_a_growth_is_pending() -> None:
+    store = _store([f"k{i}" for i in range(10)])
+    store.append(b"before", hash_key(b"before"))  # row 10, not journalled
+    growth = store.begin_growth(rows=100)
+    linked = store.linked_rows()  # the rows linked when it began
+    assert (growth.rows, growth.journal) == (11, [])
+    store.append(b"one", hash_key(b"one"))  # row 11
+    store.unlink(3)
+    store.append(b"k3", hash_key(b"k3"), moved_from=3)  # row 12
+    store.append_many(encode_keys(["x", "y"]))  # rows 13, 14
+    store.append_many(encode_keys(["k5", "z", "k6"]), _rows([5, -1, 6]))  # rows 15-17
+    assert _entries(growth) == [
+        (LINK, [11], None),
+        (UNLINK, [3], None),
+        (LINK, [12], None),
+        (LINK, [13, 14], None),
+        (RELINK, [5, 6], [15, 17]),
+        (LINK, [16], None),
+    ]
+    KeyStore.prepare_growth(growth, linked)
+    assert store.finish_growth(growth)
+    store.append(b"after", hash_key(b"after"))
+    assert len(growth.journal) == 6  # no more journalling once it is swapped in
+    assert store._check() == []
+
+
+def test_a_growth_is_swapped_in_once_and_only_when_prepared() -> None:
+    store = _store(["a", "b"])
+    growth = store.begin_growth(rows=500, data_bytes=5000)
+    assert not store.finish_growth(growth)  # not prepared: nothing changes
+    assert store._check() == [] and len(store) == 2
+    before = store.nbytes()
+    KeyStore.prepare_growth(growth, store.linked_rows())
+    assert store.finish_growth(growth)
+    assert store.nbytes() > before
+    assert not store.finish_growth(growth)  # the second time: not the store's growth any more
+    other = _store(["c"]).begin_growth(rows=10)
+    KeyStore.prepare_growth(other, np.zeros(1, dtype=np.int64))
+    assert not store.finish_growth(other)  # another store's growth
+    assert store._check() == [] and store.keys([0, 1]) == ["a", "b"]
+
+
+def test_an_abandoned_growth_stops_journalling() -> None:
+    store = _store(["a", "b", "c"])
+    older = store.begin_growth(rows=100)
+    store.append(b"d", hash_key(b"d"))
+    newer = store.begin_growth(rows=100)
+    assert older.abandoned and not newer.abandoned
+    store.append(b"e", hash_key(b"e"))
+    assert _entries(older) == [(LINK, [3], None)] and _entries(newer) == [(LINK, [4], None)]
+    store.compact(store.linked_rows())
+    assert newer.abandoned
+    store.append(b"f", hash_key(b"f"))
+    assert len(newer.journal) == 1
+    KeyStore.prepare_growth(newer, np.arange(3, dtype=np.int64))
+    assert not store.finish_growth(newer) and store._check() == [] and len(store) == 6
+
+
+def test_arrays_outgrown_inline_meanwhile_are_kept() -> None:
+    """The store outgrew the growth's capacities inline before it finished: the swap keeps the
+    bigger inline arrays and every key."""
+    keys = [f"k{i}" for i in range(60)]  # past 7/8 of 64 rows, past 2/5 of 128 slots
+    store = _store(keys)
+    growth = store.begin_growth()  # ahead of need only
+    assert growth.row_capacity == 96 and growth.slot_count == 256
+    linked = store.linked_rows()
+    more = [f"late-{i}-" + "é" * (i % 4) for i in range(3000)]
+    store.append_many(encode_keys(more[:1000]))
+    for key in more[1000:1100]:
+        store.append(key.encode(), hash_key(key.encode()))
+    store.append_many(encode_keys(more[1100:]))
+    size = store.nbytes()
+    KeyStore.prepare_growth(growth, linked)
+    assert store.finish_growth(growth)
+    assert store.nbytes() == size  # nothing smaller swapped in
+    assert store._check() == [] and len(store) == 3060
+    everything = keys + more
+    assert store.find_many(encode_keys(everything)).tolist() == list(range(3060))
+
+
+# Keys with a handful of hashes (chosen, not XXH3: the store takes them as arguments).
+_key = st.sampled_from(
+    ["a", "b", "c", "a\x00", "\x00", "é", "ab", "€", *[f"k{i}" for i in range(12)]]
+)
+_hash_values = st.sampled_from([0, 1, 15, (1 << 64) - 1, 1 << 63, 31])
+_op = st.tuples(st.sampled_from(["put", "remove", "batch"]), st.lists(_key, min_size=1, max_size=8))
+
+
+@SETTINGS
+@given(
+    st.fixed_dictionaries(
+        {
+            k: _hash_values
+            for k in ["a", "b", "c", "a\x00", "\x00", "é", "ab", "€", *[f"k{i}" for i in range(12)]]
+        }
+    ),
+    st.lists(_op, max_size=12),
+    st.lists(_op, max_size=25),
+    st.integers(0, 40),
+)
+def test_changes_journalled_during_a_growth_against_a_dict(
+    hashes: dict[str, int],
+    before: list[tuple[str, list[str]]],
+    during: list[tuple[str, list[str]]],
+    extra_rows: int,
+) -> None:
+    """Changes before a growth begins, then during it (journalled), then the swap: the store
+    equals {key: live row} with colliding hashes, and keeps working afterwards."""
+    store = KeyStore()
+    model: dict[str, int] = {}
+    for op, keys in before:
+        apply_op(store, model, hashes, op, keys)
+    growth = store.begin_growth(rows=extra_rows, data_bytes=extra_rows * 4)
+    linked = store.linked_rows()
+    for op, keys in during:
+        apply_op(store, model, hashes, op, keys)
+    KeyStore.prepare_growth(growth, linked)
+    assert store.finish_growth(growth)
+    assert store._check_rows() == [] and store._check_table() == []
+    every = list(hashes)
+    batch = with_hashes(every, [hashes[k] for k in every])
+    assert store.find_many(batch).tolist() == [model.get(k, -1) for k in every]
+    assert store.linked_rows().tolist() == sorted(model.values())
+    for op, keys in during[:5]:
+        apply_op(store, model, hashes, op, keys)
+    assert store._check_table() == [] and len(store) == len(model)

@@ -60,26 +60,6 @@ def test_fallback_refuses_a_directory_others_can_write(
     assert jit.cache_dir() == shared
 
 
-def test_index_kernels_compile_into_the_chosen_cache(tmp_path: Path) -> None:
-    """A process with an empty cache directory compiles the lookup kernels into it (nothing
-    into the package's folders), and answers lookups exactly."""
-    env = {**os.environ, "PERMINDEX_CACHE_DIR": str(tmp_path / "cache")}
-    env.pop("NUMBA_CACHE_DIR", None)
-    code = (
-        "import permindex; i = permindex.Index.from_arrays(['a', 'b'], [0, 7]);"
-        "print(i.query(1), i.query_many([1] * 20)[19])"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    assert "Match(key='a', fingerprint=0, distance=1)" in done.stdout
-    cached = list((tmp_path / "cache").rglob("*.nbi"))
-    assert any("lookup_kernels" in path.name for path in cached), cached
-    package = Path(jit.__file__).parent
-    assert not list(package.rglob("*.nbi")), "numba wrote its cache into the package"
-
-
 def test_serve_accepts_the_cache_variable_and_refuses_the_old_switch(tmp_path: Path) -> None:
     """``permindex serve`` refuses unknown PERMINDEX_* variables, but PERMINDEX_CACHE_DIR is
     permindex's own: a server started with it answers lookups. PERMINDEX_JIT, the switch to
@@ -113,7 +93,9 @@ def test_serve_accepts_the_cache_variable_and_refuses_the_old_switch(tmp_path: P
 
 def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:
     """The first start with an empty kernel cache compiles for seconds: ``serve`` says so on
-    stderr (naming the cache directory) instead of staying silent, then answers lookups."""
+    stderr (naming the cache directory) instead of staying silent, compiles the lookup kernels
+    into that directory (nothing into the package's folders), then answers lookups. The next
+    start loads them from there: it says nothing of kernels and writes no cache file."""
     from serverproc import ServeProcess
 
     import permindex
@@ -127,12 +109,27 @@ def test_serve_says_when_it_compiles_the_kernels(tmp_path: Path) -> None:
         with permindex.Client(address) as client:
             client.add([("a", 0), ("b", 7)])
             assert [m.key for m in client.query(1)] == ["a", "b"]
+            assert [[m.key for m in ms] for ms in client.query_many([1] * 20)] == [["a", "b"]] * 20
     finally:
         proc.stop()
     assert "loading the lookup and fingerprint kernels" in proc.text, proc.text
     assert "compiles them into" in proc.text, proc.text
     assert str(cache) in proc.text
-    assert list(cache.rglob("*.nbi"))
+    cached = list(cache.rglob("*.nbi"))
+    assert any("lookup_kernels" in path.name for path in cached), cached
+    package = Path(jit.__file__).parent
+    assert not list(package.rglob("*.nbi")), "numba wrote its cache into the package"
+    written = {path: path.stat().st_mtime_ns for path in cache.rglob("*") if path.is_file()}
+    again = ServeProcess(tmp_path / "data", env=env)
+    try:
+        address = again.address(timeout=120)
+        assert address is not None, again.text
+        with permindex.Client(address) as client:
+            assert [m.key for m in client.query(1)] == ["a", "b"]
+    finally:
+        again.stop()
+    assert "kernels" not in again.text, again.text
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == written
 
 
 def test_unowned_views_the_same_memory_without_taking_a_reference() -> None:

@@ -45,7 +45,7 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 
-ROUNDS = 16  # mixed rounds with cuts in the default suite (about a minute)
+ROUNDS = 8  # mixed rounds with cuts in the default suite (about 15 s)
 SOAK_ROUNDS = 200  # and behind the power_loss_soak marker
 POOL = 400  # keys per collection
 NAMES = ("alpha", "beta", "gamma")  # collections the rounds create and drop

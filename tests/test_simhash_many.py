@@ -399,8 +399,12 @@ def _children(env: dict[str, str], count: int, texts: list[str]) -> Iterator[dic
         yield json.loads(out)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_cache_two_processes_at_once_then_a_third_loads_it(tmp_path: Path) -> None:
+    """Two processes compile the SimHash kernels at once into one empty cache, a third loads
+    them without writing. Two real compiles (a minute of CPU on a busy machine), so behind
+    ``-m soak``; the default suite compiles into an empty cache once and starts again from it
+    (tests/test_jit.py)."""
     texts = [
         "The quick brown fox jumps over the lazy dog",
         "a b",

@@ -12,7 +12,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from permindex.text.xxh3_kernels import SECRET, xxh3_64, xxh3_64_many
+from permindex.text.xxh3_kernels import xxh3_64, xxh3_64_many
 
 # Lengths where the algorithm changes branch or block/stripe structure: 0, 1-3, 4-8, 9-16,
 # 17-128 (32, 64, 96), 129-240, and the long form (stripes of 64, blocks of 1024, last stripe).
@@ -25,11 +25,6 @@ _EDGES = sorted(
     }
     | {1024 * m + 64 * j + d for m in (1, 2, 5) for j in (0, 1, 15) for d in (-1, 0, 1)}
 )
-
-
-def test_the_default_secret_is_192_bytes() -> None:
-    assert SECRET.dtype == np.uint8 and SECRET.size == 192
-    assert bytes(SECRET[:8]) == bytes.fromhex("b8fe6c3923a44bbe")
 
 
 def test_every_length_up_to_1024_random_bytes() -> None:

@@ -6,7 +6,7 @@ components of its pairs (:func:`permindex.index.join.clusters.components`).
 Imported only by the code that calls them (importing it compiles nothing until a kernel is first
 called; numba's on-disk cache then loads them, see :mod:`permindex.jit`). The tests check each
 against an independent reference (brute force for the pairs, a dict for the distinct values,
-a plain union-find for the components: ``tests/oracles.py``, ``tests/test_pair_stream.py``).
+a plain union-find for the components: ``tests/oracles.py``, ``tests/test_pairs.py``).
 """
 
 from __future__ import annotations

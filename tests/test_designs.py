@@ -1,4 +1,6 @@
-"""Table designs: blocks, permutations, prefixes, the pigeonhole guarantee."""
+"""Table designs (Manku, Jain & Das Sarma 2007, section 3): blocks, permutations, prefixes, the
+pigeonhole guarantee (every fingerprint within k of a query shares a table's prefix with it),
+the design chosen for each k and size."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from oracles import brute_force_pairs, union_find_components
 from strategies import SETTINGS
-from test_pair_stream import FINGERPRINT_LISTS, reference_values
+from test_pairs import FINGERPRINT_LISTS, reference_values
 
 import permindex.index.join.self_join as join_module
 from permindex.errors import CallCancelledError
