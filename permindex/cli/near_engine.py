@@ -31,7 +31,8 @@ def add_engine_arguments(dedup: argparse.ArgumentParser) -> None:
         choices=ENGINES,
         default="local",
         help="local (default): worker processes on this machine (--jobs); dask: fingerprint\n"
-        "and join on a Dask cluster (pip install '.[dask]'); same output",
+        "(or shingle) and join on a Dask cluster (pip install '.[dask]'), either --method;\n"
+        "same output",
     )
     where = dedup.add_mutually_exclusive_group()
     where.add_argument(
@@ -70,8 +71,8 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     """Refuse what the engine flags cannot mean together, before any work.
 
     Raises:
-        CommandError: exit 2 (usage): ``--against -``; ``--method minhash`` with ``--engine
-            dask``; ``--jobs``, ``-`` or ``--weights idf``
+        CommandError: exit 2 (usage): ``--against -``; ``--against`` with ``--method
+            minhash`` and ``--engine dask``; ``--jobs``, ``-`` or ``--weights idf``
             with ``--engine dask``; a Dask flag with ``--engine local``; ``--worker-memory``
             with ``--scheduler`` or not a size; dask not installed (the message says
             ``pip install '.[dask]'``).
@@ -87,10 +88,14 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     ]
     if args.against == "-":
         raise _usage("--against reads a file or folder, not -")
-    if getattr(args, "method", "simhash") == "minhash" and args.engine != "local":
+    if (
+        getattr(args, "method", "simhash") == "minhash"
+        and args.engine != "local"
+        and args.against is not None
+    ):
         raise _usage(
-            "--method minhash runs on the local engine (the Jaccard mode is not built for "
-            "--engine dask yet)"
+            "--against with --method minhash runs on the local engine (--engine dask keeps "
+            "the shingle sets on the workers; the Jaccard --against is not built there yet)"
         )
     if args.engine == "local":
         if dask_flags:

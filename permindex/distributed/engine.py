@@ -21,15 +21,16 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from permindex.distributed.jaccard import Light, light_of, part_of
 from permindex.index.join.pair_stream import PairArrays
-from permindex.near.columns import documents_of
+from permindex.near.columns import Documents, documents_of
 from permindex.near.dedup import (
     assemble_result,
     fingerprint_tasks,
@@ -37,6 +38,8 @@ from permindex.near.dedup import (
     raise_failure,
     run_task,
 )
+from permindex.near.jaccard import JaccardDuplicates
+from permindex.near.minhash import choose_bands
 from permindex.near.result import DedupOptions, DedupResult
 
 if TYPE_CHECKING:
@@ -169,6 +172,9 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
         text_field=options.text_field,
         fingerprint_field=options.fingerprint_field,
     )
+    jaccard = options.method == "minhash"
+    shape = choose_bands(options.threshold, options.permutations)
+    held: list[Any] = []  # the Jaccard mode, per task with work: its JaccardPart's future
     done: list[Any] = []  # per task: its future, or its documents when it had no work
     parts: list[Any] = []  # per task: the future of its (row, fingerprint) partition
     waiting: list[pd.DataFrame] = []  # given fingerprints not sent yet: at most _SCATTER_ROWS
@@ -182,6 +188,10 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
             # the task's data (texts, lines) goes as data, not inside the task graph
             [sent] = client.scatter([task], hash=False)
             future = client.submit(_run_sent, sent, pure=False)
+            if jaccard:  # the sets stay there (JaccardPart); only a Light comes back
+                held.append(client.submit(part_of, future, shape, pure=False))
+                done.append(client.submit(light_of, future, pure=False))
+                continue
             done.append(future)
             if waiting:
                 send()
@@ -198,8 +208,11 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
         show_progress(futures)
     pieces = []
     skipped: dict[str, int] = {}
+    lights: list[Light | None] = []  # the Jaccard mode: per task
     for item in done:  # in input order: the first malformed line is the one raised
-        read = raise_failure(item.result() if isinstance(item, distributed.Future) else item)
+        value = item.result() if isinstance(item, distributed.Future) else item
+        lights.append(value if isinstance(value, Light) else None)
+        read = raise_failure(value.read if isinstance(value, Light) else value)
         pieces.append(read.documents)
         for reason in read.skipped:
             skipped[reason] = skipped.get(reason, 0) + 1
@@ -234,6 +247,22 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
             pairs["distance"].to_numpy(dtype=np.int64),
         )
 
+    if jaccard:
+
+        def near_of(keys: Sequence[str], ordinals: NDArray[np.int64]) -> JaccardDuplicates:
+            return _jaccard_join(
+                options, client, documents, lights, held, keys, ordinals, progress=progress
+            )
+
+        return assemble_result(
+            options,
+            documents,
+            seconds=seconds,
+            near_of=near_of,
+            skipped_by_reason=dict(sorted(skipped.items())),
+            source_kind=reader.kind,
+            cpu_seconds={},
+        )
     return assemble_result(
         options,
         documents,
@@ -242,4 +271,73 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
         skipped_by_reason=dict(sorted(skipped.items())),
         source_kind=reader.kind,
         cpu_seconds={},
+    )
+
+
+def _jaccard_join(
+    options: DedupOptions,
+    client: Client,
+    documents: Documents,
+    lights: list[Light | None],
+    held: list[Any],
+    keys: Sequence[str],
+    ordinals: NDArray[np.int64],
+    *,
+    progress: bool,
+) -> JaccardDuplicates:
+    """The Jaccard mode's join of the documents at ``ordinals`` (the kept ones) on the
+    cluster (:func:`permindex.distributed.jaccard.jaccard_pairs`): their set digests checked
+    (the seed is raised, as :meth:`permindex.near.jaccard.ShingleSets.digests` does, while two
+    kept sets with one digest have different check digests), one representative row per
+    distinct set, and the pairs of those as a
+    :class:`~permindex.near.jaccard.JaccardDuplicates` (:meth:`~permindex.near.jaccard.
+    JaccardDuplicates.joined_elsewhere`)."""
+    from permindex.distributed.jaccard import Selection, digests_of, jaccard_pairs
+    from permindex.index.join.pair_stream import distinct_values
+
+    shape = choose_bands(options.threshold, options.permutations)
+    has = documents.has_fingerprint
+    with_set = [light for light in lights if light is not None]
+    checks = np.concatenate([x.checks for x in with_set] or [np.zeros(0, np.uint64)])
+    sizes = np.concatenate([x.sizes for x in with_set] or [np.zeros(0, np.int64)])
+    set_of = (np.cumsum(has) - 1)[ordinals]  # each kept document's set, over all tasks
+    digests = documents.fingerprints[ordinals]
+    seed = 0
+    while True:
+        values = distinct_values(digests)
+        grouped = checks[set_of[values.by_value]]
+        leaders = np.repeat(grouped[values.first], values.counts)
+        if np.array_equal(grouped, leaders):
+            break
+        seed += 1  # two different sets under one digest: every digest again, the next seed
+        every = np.concatenate(
+            [f.result() for f in [client.submit(digests_of, p, seed) for p in held]]
+            or [np.zeros(0, np.uint64)]
+        )
+        digests = every[set_of]
+    representative = np.sort(values.by_value[values.first])  # positions into ordinals
+    rows = ordinals[representative]
+    sets_of_rows = set_of[representative]
+    # the parts' sets, in task order: where each part's sets start among all sets
+    counts = [x.sizes.size for x in with_set]
+    starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    bounds = np.searchsorted(sets_of_rows, starts)
+    selections = [
+        Selection(
+            sets_of_rows[bounds[i] : bounds[i + 1]] - starts[i],
+            rows[bounds[i] : bounds[i + 1]],
+            sizes[sets_of_rows[bounds[i] : bounds[i + 1]]],
+        )
+        for i in range(len(with_set))
+    ]
+    joined = jaccard_pairs(
+        client, held, selections, options.threshold, shape.bands, progress=progress
+    )
+    held.clear()  # the sets are no longer needed
+    pairs = joined.pairs
+    positions = PairArrays(
+        np.searchsorted(ordinals, pairs.a), np.searchsorted(ordinals, pairs.b), pairs.distance
+    )
+    return JaccardDuplicates.joined_elsewhere(
+        keys, digests, options.threshold, shape, positions, joined.candidates, joined.merged
     )

@@ -31,6 +31,7 @@ import numpy as np
 import xxhash
 from numpy.typing import NDArray
 
+from permindex.errors import InvalidArgumentError
 from permindex.index.join.clusters import NearDuplicates
 from permindex.index.join.pair_stream import PairArrays, Values, distinct_values
 from permindex.near.minhash import Bands, band_keys, check_threshold
@@ -45,6 +46,7 @@ __all__ = [
     "jaccard_text",
     "lookup_batches",
     "self_join",
+    "verified_tasks",
     "verify",
 ]
 
@@ -104,21 +106,42 @@ class ShingleSets:
         """((n,) uint64) the set digest of each set: XXH3-64 of its sorted hashes' bytes
         (little-endian uint64), seed s, the smallest s >= 0 for which equal digests mean equal
         sets (checked), so that the digest is a name of the set."""
-        raw = self.values.astype("<u8", copy=False)
-        offsets = self.offsets.tolist()
         seed = 0
         while True:
-            out = np.fromiter(
-                (
-                    xxhash.xxh3_64_intdigest(raw[offsets[i] : offsets[i + 1]].tobytes(), seed)
-                    for i in range(len(self))
-                ),
-                dtype=np.uint64,
-                count=len(self),
-            )
+            out = self.seeded_digests(seed)
             if self._digests_name_sets(out):
                 return out
             seed += 1
+
+    def seeded_digests(self, seed: int = 0) -> NDArray[np.uint64]:
+        """((n,) uint64) XXH3-64 of each set's sorted hashes (little-endian uint64 bytes),
+        seed ``seed``: :meth:`digests` before its check. O(total hashes)."""
+        raw = self.values.astype("<u8", copy=False)
+        offsets = self.offsets.tolist()
+        return np.fromiter(
+            (
+                xxhash.xxh3_64_intdigest(raw[offsets[i] : offsets[i + 1]].tobytes(), seed)
+                for i in range(len(self))
+            ),
+            dtype=np.uint64,
+            count=len(self),
+        )
+
+    def check_digests(self) -> NDArray[np.uint64]:
+        """((n,) uint64) a second name of each set, independent of :meth:`seeded_digests`: the
+        high 64 bits of its XXH3-128 (seed 0). Two sets with equal digests *and* equal check
+        digests are taken as equal by the Dask engine (:mod:`permindex.distributed.jaccard`),
+        which does not hold the sets in one place to compare them. O(total hashes)."""
+        raw = self.values.astype("<u8", copy=False)
+        offsets = self.offsets.tolist()
+        return np.fromiter(
+            (
+                xxhash.xxh3_128_intdigest(raw[offsets[i] : offsets[i + 1]].tobytes()) >> 64
+                for i in range(len(self))
+            ),
+            dtype=np.uint64,
+            count=len(self),
+        )
 
     def _digests_name_sets(self, digests: NDArray[np.uint64]) -> bool:
         values = distinct_values(digests)
@@ -219,16 +242,13 @@ def self_join(
     ``threshold``, as positions u, v and distance, :data:`SCALE` units; the candidates; the
     candidates merged, those whose set sizes allow the threshold).
 
-    One compiled kernel per chunk of a band's buckets
-    (:func:`permindex.near.minhash_kernels.bucket_pairs_verified`), so candidates are never
-    materialised, only the pairs kept: a chunk holds whole rows of buckets (a member against
-    the later ones), at most ``batch`` pairs or one row. Memory O(d + batch) besides the pairs
-    kept, however large a bucket. Time O(bands x d log d) for the buckets, the merges of the
-    candidates (a merge is given up once the threshold is out of reach), and O(bands) for each
-    pair met again in a later band.
+    One compiled kernel per chunk of a band's buckets (:func:`verified_tasks`), so candidates
+    are never materialised, only the pairs kept: a chunk holds whole rows of buckets (a member
+    against the later ones), at most ``batch`` pairs or one row. Memory O(d + batch) besides
+    the pairs kept, however large a bucket. Time O(bands x d log d) for the buckets, the merges
+    of the candidates (a merge is given up once the threshold is out of reach), and O(bands)
+    for each pair met again in a later band.
     """
-    from permindex.near import minhash_kernels
-
     d, bands = keys.shape
     parts: list[PairArrays] = []
     candidates = merged = 0
@@ -246,28 +266,61 @@ def self_join(
         bucket = np.repeat(np.arange(starts.size, dtype=np.int64), sizes - 1)
         first_row = np.cumsum(sizes - 1) - (sizes - 1)
         row_index = np.arange(bucket.size, dtype=np.int64) - first_row[bucket]
-        row_start, row_size = starts[bucket], sizes[bucket]
-        ends = np.cumsum(row_size - 1 - row_index)  # pairs up to and including each row
-        at = 0
-        while at < ends.size:
-            before = int(ends[at - 1]) if at else 0
-            stop = max(at + 1, int(np.searchsorted(ends, before + batch, side="right")))
-            out = np.empty((3, int(ends[stop - 1]) - before), dtype=np.int64)
-            found, tried, kept = minhash_kernels.bucket_pairs_verified(
-                order, row_start[at:stop], row_size[at:stop], row_index[at:stop], keys, band,
-                representative, sets.values, sets.offsets, threshold, SCALE,
-                out[0], out[1], out[2],
-            )  # fmt: skip
-            candidates += found
-            merged += tried
-            if kept:
-                parts.append(PairArrays(*out[:, :kept].copy()))
-            at = stop
+        first = starts[bucket] + row_index
+        found, tried, kept = verified_tasks(
+            order, first, first + 1, starts[bucket] + sizes[bucket], keys, band,
+            representative, sets, threshold, batch,
+        )  # fmt: skip
+        candidates += found
+        merged += tried
+        parts.extend(kept)
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return PairArrays(empty, empty.copy(), empty.copy()), candidates, merged
     pairs = PairArrays(*(np.concatenate(x) for x in zip(*parts, strict=True)))
     return pairs, candidates, merged
+
+
+def verified_tasks(
+    order: _I64,
+    first: _I64,
+    low: _I64,
+    high: _I64,
+    keys: NDArray[np.uint64],
+    band: int,
+    representative: _I64,
+    sets: ShingleSets,
+    threshold: float,
+    batch: int = BATCH,
+) -> tuple[int, int, list[PairArrays]]:
+    """The verified pairs of row tasks t of one band (set ``order[first[t]]`` against each set
+    of ``order[low[t]:high[t]]``, as :func:`permindex.near.minhash_kernels.
+    bucket_pairs_verified` defines them), in chunks of whole tasks of at most ``batch`` pairs
+    (or one task): (candidates, candidates merged, the kept pairs (u, v, distance) of each
+    chunk that kept any). The one caller of the kernel, for :func:`self_join` and the Dask
+    engine's join (:mod:`permindex.distributed.jaccard`). Memory O(batch) besides the pairs
+    kept."""
+    from permindex.near import minhash_kernels
+
+    parts: list[PairArrays] = []
+    candidates = merged = 0
+    ends = np.cumsum(high - low)  # pairs up to and including each task
+    at = 0
+    while at < ends.size:
+        before = int(ends[at - 1]) if at else 0
+        stop = max(at + 1, int(np.searchsorted(ends, before + batch, side="right")))
+        out = np.empty((3, int(ends[stop - 1]) - before), dtype=np.int64)
+        found, tried, kept = minhash_kernels.bucket_pairs_verified(
+            order, first[at:stop], low[at:stop], high[at:stop], keys, band,
+            representative, sets.values, sets.offsets, threshold, SCALE,
+            out[0], out[1], out[2],
+        )  # fmt: skip
+        candidates += found
+        merged += tried
+        if kept:
+            parts.append(PairArrays(*out[:, :kept].copy()))
+        at = stop
+    return candidates, merged, parts
 
 
 def lookup_batches(
@@ -342,15 +395,52 @@ class JaccardDuplicates(NearDuplicates):
         self.shape = shape
         self.candidates = 0
         self.candidates_verified = 0
-        self._sets = sets
+        self._sets: ShingleSets | None = sets
         self._signature = signature
         self._batch = batch
         self._band_keys = np.zeros((0, shape.bands), dtype=np.uint64)
         k = round((1.0 - self.threshold) * SCALE)
         super().__init__(keys, sets.digests(), k, join_values=self._join)
 
+    @classmethod
+    def joined_elsewhere(
+        cls,
+        keys: Sequence[str],
+        digests: NDArray[np.uint64],
+        threshold: float,
+        shape: Bands,
+        pairs: PairArrays,
+        candidates: int,
+        candidates_verified: int,
+    ) -> JaccardDuplicates:
+        """The same object from a join done elsewhere (the Dask engine,
+        :mod:`permindex.distributed.jaccard`), without the sets: ``digests`` ((n,) uint64,
+        the set digests, :meth:`ShingleSets.digests`), ``pairs`` every verified pair of
+        positions into ``keys`` with *distinct* digests, one position per digest, each pair
+        once, distance in :data:`SCALE` units; the join's counts as :attr:`candidates` and
+        :attr:`candidates_verified` define them. :meth:`matches` is not available (no sets).
+        O(n + pairs)."""
+        self = cls.__new__(cls)
+        self.threshold = check_threshold(threshold)
+        self.shape = shape
+        self.candidates = candidates
+        self.candidates_verified = candidates_verified
+        self._sets = None
+        self._signature = np.zeros((0, 0), dtype=np.uint32)
+        self._batch = BATCH
+        self._band_keys = np.zeros((0, shape.bands), dtype=np.uint64)
+        k = round((1.0 - self.threshold) * SCALE)
+
+        def given(values: Values) -> PairArrays:
+            of = values.value_of
+            return PairArrays(of[pairs.a], of[pairs.b], pairs.distance)
+
+        NearDuplicates.__init__(self, keys, digests, k, join_values=given)
+        return self
+
     def _join(self, values: Values) -> PairArrays:
         """The verified pairs of distinct sets (positions into ``values.distinct``)."""
+        assert self._sets is not None
         representative = values.by_value[values.first]
         keys = band_keys(self._signature[representative], self.shape)
         pairs, self.candidates, self.candidates_verified = self_join(
@@ -375,6 +465,10 @@ class JaccardDuplicates(NearDuplicates):
         collection's own). Memory: one batch and the pairs found; this collection keeps its
         distinct sets' band keys (8 bytes a band a distinct set) for it.
         """
+        if self._sets is None:
+            raise InvalidArgumentError(
+                "this join was done elsewhere (--engine dask): it holds no shingle sets to match"
+            )
         values = self._values
         representative = values.by_value[values.first]
         parts: list[PairArrays] = []

@@ -96,9 +96,9 @@ def intersection_sizes(
 @njit()
 def bucket_pairs_verified(
     order: NDArray[np.int64],
-    row_start: NDArray[np.int64],
-    row_size: NDArray[np.int64],
-    row_index: NDArray[np.int64],
+    first: NDArray[np.int64],
+    low: NDArray[np.int64],
+    high: NDArray[np.int64],
     keys: NDArray[np.uint64],
     band: int,
     representative: NDArray[np.int64],
@@ -110,11 +110,13 @@ def bucket_pairs_verified(
     out_v: NDArray[np.int64],
     out_distance: NDArray[np.int64],
 ) -> tuple[int, int, int]:
-    """The candidates of one band's buckets, verified: for each row task t, the pairs
-    (m_i, m_j), j > i = row_index[t], of the bucket m = order[row_start[t]:row_start[t] +
-    row_size[t]] (distinct sets u = min, v = max, rows of ``keys``); a pair whose band keys
-    agree in an earlier band is skipped (it was a candidate there); one whose sizes rule it
-    out (min / max < threshold) is counted, not merged; the others are merged (set x is
+    """The candidates of one band's buckets, verified: for each row task t, the pairs of
+    set a = order[first[t]] with each set b of order[low[t]:high[t]] (a member of a bucket
+    against the members after it: low = first + 1, high = the bucket's end; or, for one block
+    pair of a split bucket, a member of one block against the other block), distinct sets,
+    u = min(a, b), v = max(a, b), rows of ``keys``; a pair whose band keys agree in an earlier
+    band is skipped (it was a candidate there); one whose sizes rule it out (min / max <
+    threshold) is counted, not merged; the others are merged (set x is
     ``values[offsets[representative[x]]:...]``), the merge given up once the threshold is out
     of reach. Kept: ``|A & B| / |A | B| >= threshold``, written to out_* with distance
     ``((union - inter) * 2 * scale + union) // (2 * union)``. The out_* arrays hold every
@@ -122,11 +124,9 @@ def bucket_pairs_verified(
     candidates = 0
     merged = 0
     kept = 0
-    for t in range(row_start.size):
-        start = row_start[t]
-        end = start + row_size[t]
-        a = order[start + row_index[t]]
-        for at in range(start + row_index[t] + 1, end):
+    for t in range(first.size):
+        a = order[first[t]]
+        for at in range(low[t], high[t]):
             b = order[at]
             u = min(a, b)
             v = max(a, b)
