@@ -41,9 +41,22 @@ def pytest_report_header(config: pytest.Config) -> str:
     """What to expect of a run, before its dots: its time, and how to make it shorter."""
     return (
         "permindex: the default suite takes about 13 minutes on 2 idle cores (more on a busy "
-        "machine); -m 'not slow' skips the longest tests, -m soak runs only the long forms; the "
+        "machine; the first run on a machine first compiles the kernels); -m 'not slow' "
+        "skips the longest tests, -m soak runs only the long forms; the "
         "slowest are listed at the end"
     )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Load the kernels a server loads at its start, once, before any test starts a server: on a
+    fresh machine this compiles them into numba's cache (a minute or more on a busy machine),
+    which the servers the tests start then load from in seconds, instead of each test's first
+    server compiling them against its start-up timeout."""
+    from permindex.index.search.lookup import kernels
+    from permindex.text.fingerprint import simhash_many
+
+    kernels()
+    simhash_many(["load the fingerprint kernel before the tests start servers"])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

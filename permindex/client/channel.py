@@ -91,8 +91,9 @@ def token_from_file(text: str) -> str | None:
     (``TOKEN ROLE [COLLECTIONS]`` a line) can be given to a client as it is; None when there is
     none.
 
-    >>> token_from_file("# the crawler's token\\nfa1c0n-0123456789abcdef write alpha\\n")
-    'fa1c0n-0123456789abcdef'
+    Examples:
+        >>> token_from_file("# the crawler's token\\nfa1c0n-0123456789abcdef write alpha\\n")
+        'fa1c0n-0123456789abcdef'
     """
     for line in text.splitlines():
         fields = line.split()

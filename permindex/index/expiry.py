@@ -187,23 +187,25 @@ class ExpiringIndex(Index):
     (:meth:`expire`: one comparison while none is due, O(n) numpy work when some are).
     ``from_arrays`` and ``from_compact`` are not available: build it, then :meth:`add_many`.
 
-    >>> from permindex import ExpiringIndex
-    >>> now = [1_000_000.0]
-    >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
-    >>> index.add("fresh", 0xFFFF)
-    True
-    >>> index.add("older", 0xFFFE, added_at=999_950)  # expires at 1,000,010
-    True
-    >>> [m.key for m in index.query(0xFFFF)]
-    ['fresh', 'older']
-    >>> now[0] += 15
-    >>> [m.key for m in index.query(0xFFFF)], len(index)
-    (['fresh'], 1)
+    Examples:
+        >>> from permindex import ExpiringIndex
+        >>> now = [1_000_000.0]
+        >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+        >>> index.add("fresh", 0xFFFF)
+        True
+        >>> index.add("older", 0xFFFE, added_at=999_950)  # expires at 1,000,010
+        True
+        >>> [m.key for m in index.query(0xFFFF)]
+        ['fresh', 'older']
+        >>> now[0] += 15
+        >>> [m.key for m in index.query(0xFFFF)], len(index)
+        (['fresh'], 1)
 
     Args:
         expire_after: seconds, 1 to :data:`MAX_EXPIRE_AFTER`.
         clock: the wall clock, Unix seconds (``time.time``; tests pass their own).
-        (the others as :class:`~permindex.index.Index`)
+        k: as :class:`~permindex.index.Index`; likewise ``design``, ``memtable_limit``,
+            ``compaction_min``, ``expected_size``, ``memory_budget`` and ``tuning``.
 
     Raises:
         TypeError, InvalidArgumentError: as :class:`~permindex.index.Index`, and for a bad
@@ -262,9 +264,10 @@ class ExpiringIndex(Index):
     def now(self) -> float:
         """The clock's time, Unix seconds.
 
-        >>> from permindex import ExpiringIndex
-        >>> ExpiringIndex(expire_after=60, clock=lambda: 1_000.0).now()
-        1000.0
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> ExpiringIndex(expire_after=60, clock=lambda: 1_000.0).now()
+            1000.0
         """
         return self._clock()
 
@@ -272,10 +275,11 @@ class ExpiringIndex(Index):
         """Whether an entry added at ``added_at`` (Unix seconds) is expired now: ``now >= added_at +
         expire_after``.
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> index.is_expired(940), index.is_expired(941)
-        (True, False)
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> index.is_expired(940), index.is_expired(941)
+            (True, False)
         """
         return int(self._clock()) - self._expire_after >= added_at
 
@@ -286,12 +290,13 @@ class ExpiringIndex(Index):
         Raises:
             TypeError, InvalidArgumentError: a malformed key (as :meth:`contains_many`).
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> index.add("a", 1, added_at=990)
-        True
-        >>> index.times(["a", "b"])
-        [990, None]
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> index.add("a", 1, added_at=990)
+            True
+            >>> index.times(["a", "b"])
+            [990, None]
         """
         self.expire()
         _keys, batch = validate_keys(keys)
@@ -306,16 +311,17 @@ class ExpiringIndex(Index):
         while none is due, else O(n) numpy work under the lock (a tombstone per expired row, a
         compaction when ``Tuning.compact_after_expiring`` or more expire at once).
 
-        >>> now = [1_000.0]
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
-        >>> index.add_many(["a", "b"], [1, 2], added_at=[950, 990]).tolist()
-        [True, True]
-        >>> now[0] = 1_015.0
-        >>> index.expire()
-        1
-        >>> list(index)
-        ['b']
+        Examples:
+            >>> now = [1_000.0]
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+            >>> index.add_many(["a", "b"], [1, 2], added_at=[950, 990]).tolist()
+            [True, True]
+            >>> now[0] = 1_015.0
+            >>> index.expire()
+            1
+            >>> list(index)
+            ['b']
         """
         cutoff = int(self._clock()) - self._expire_after
         if cutoff < self._oldest:
@@ -365,12 +371,13 @@ class ExpiringIndex(Index):
             TypeError, InvalidArgumentError: as :meth:`Index.add <permindex.index.Index.add>`, and
                 for a bad ``added_at`` (not a number, negative, not finite).
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> index.add("a", 0xFFFF, added_at=990)
-        True
-        >>> index.times(["a"])
-        [990]
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> index.add("a", 0xFFFF, added_at=990)
+            True
+            >>> index.times(["a"])
+            [990]
         """
         self.expire()
         when = int(self._stamp(added_at, 1)[0])
@@ -390,12 +397,13 @@ class ExpiringIndex(Index):
             TypeError, InvalidArgumentError: as :meth:`Index.add_many
                 <permindex.index.Index.add_many>`, and for bad times (or not one per key).
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> index.add_many(["a", "b"], [1, 2], added_at=[980, 990]).tolist()
-        [True, True]
-        >>> index.times(["a", "b"])
-        [980, 990]
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> index.add_many(["a", "b"], [1, 2], added_at=[980, 990]).tolist()
+            [True, True]
+            >>> index.times(["a", "b"])
+            [980, 990]
         """
         self.expire()
         keys = key_list(keys)
@@ -413,11 +421,12 @@ class ExpiringIndex(Index):
         """:meth:`Index.add_compact <permindex.index.Index.add_compact>` at ``added_at`` (as
         :meth:`add_many`).
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> index.add_compact([1, 1], b"a\\x00b\\x00", [1, 2], added_at=990)
-        >>> index.times(["a", "b"])
-        [990, 990]
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> index.add_compact([1, 1], b"a\\x00b\\x00", [1, 2], added_at=990)
+            >>> index.times(["a", "b"])
+            [990, 990]
         """
         self.expire()
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
@@ -432,16 +441,17 @@ class ExpiringIndex(Index):
         """:meth:`Index.check_and_add <permindex.index.Index.check_and_add>` among the entries not
         expired, storing the key at ``added_at`` (None: now).
 
-        >>> now = [1_000.0]
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
-        >>> index.check_and_add("a", 0xFFFF).added
-        True
-        >>> index.check_and_add("b", 0xFFFE).added  # "a" is within 3 bits
-        False
-        >>> now[0] += 60  # "a" expired
-        >>> index.check_and_add("b", 0xFFFE).added
-        True
+        Examples:
+            >>> now = [1_000.0]
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+            >>> index.check_and_add("a", 0xFFFF).added
+            True
+            >>> index.check_and_add("b", 0xFFFE).added  # "a" is within 3 bits
+            False
+            >>> now[0] += 60  # "a" expired
+            >>> index.check_and_add("b", 0xFFFE).added
+            True
         """
         self.expire()
         when = int(self._stamp(added_at, 1)[0])
@@ -467,12 +477,13 @@ class ExpiringIndex(Index):
         <permindex.index.Index.query_columns_within>`, and None as well while rows are due to
         expire (expiring them is O(n): :meth:`query_many` does it).
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
-        >>> _ = index.query_many([0] * 9)  # the read view the next call reuses
-        >>> index.query_columns_within([1] * 9, max_candidates=1_000, max_matches=100).keys[:2]
-        ['a', 'b']
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
+            >>> _ = index.query_many([0] * 9)  # the read view the next call reuses
+            >>> index.query_columns_within([1] * 9, max_candidates=1_000, max_matches=100).keys[:2]
+            ['a', 'b']
         """
         if self.is_expired(self._oldest):
             return None
@@ -486,12 +497,13 @@ class ExpiringIndex(Index):
         """:meth:`Index.export_slices <permindex.index.Index.export_slices>` (its contract),
         each slice with the (m,) uint32 times of its keys: what a snapshot writes.
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
-        >>> [(keys.tobytes(), times.tolist())
-        ...  for _, keys, _, times in index.export_timed_slices(rows_per_slice=1)]
-        [(b'a\\x00', [990]), (b'b\\x00', [990])]
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
+            >>> [(keys.tobytes(), times.tolist())
+            ...  for _, keys, _, times in index.export_timed_slices(rows_per_slice=1)]
+            [(b'a\\x00', [990]), (b'b\\x00', [990])]
         """
         self.expire()
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
@@ -503,12 +515,13 @@ class ExpiringIndex(Index):
         """:meth:`export_compact` (one consistent copy, under the lock) with the (n,) uint32
         times of its keys, Unix seconds: what the server's Export sends. O(n + key bytes).
 
-        >>> from permindex import ExpiringIndex
-        >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
-        >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
-        >>> lengths, keys, fps, times = index.export_timed_compact()
-        >>> lengths.tolist(), keys.tobytes(), fps.tolist(), times.tolist()
-        ([1, 1], b'a\\x00b\\x00', [1, 2], [990, 990])
+        Examples:
+            >>> from permindex import ExpiringIndex
+            >>> index = ExpiringIndex(expire_after=60, clock=lambda: 1_000.0)
+            >>> _ = index.add_many(["a", "b"], [1, 2], added_at=990)
+            >>> lengths, keys, fps, times = index.export_timed_compact()
+            >>> lengths.tolist(), keys.tobytes(), fps.tolist(), times.tolist()
+            ([1, 1], b'a\\x00b\\x00', [1, 2], [990, 990])
         """
         self.expire()
         return self._timed_copy()

@@ -120,9 +120,10 @@ def _sized(
 class CheckAndAddResult(NamedTuple):
     """The outcome of :meth:`Index.check_and_add`: a named tuple (added, matches, replaced).
 
-    >>> from permindex import CheckAndAddResult
-    >>> CheckAndAddResult(True, [], False).added
-    True
+    Examples:
+        >>> from permindex import CheckAndAddResult
+        >>> CheckAndAddResult(True, [], False).added
+        True
     """
 
     #: True when no other key was within k: the key now holds the fingerprint.
@@ -182,17 +183,18 @@ class Index:
     least one table (pigeonhole), so a query reads one prefix range per table and verifies each
     candidate there by popcount(a XOR b).
 
-    >>> from permindex import Index
-    >>> index = Index(k=3)
-    >>> index.add("page-1", 0xFFFF)
-    True
-    >>> index.add_many(["page-2", "page-3"], [0xFFFE, 0xF0F0])
-    array([ True,  True])
-    >>> index.query(0xFFFF)  # doctest: +NORMALIZE_WHITESPACE
-    [Match(key='page-1', fingerprint=65535, distance=0),
-     Match(key='page-2', fingerprint=65534, distance=1)]
-    >>> len(index), "page-3" in index
-    (3, True)
+    Examples:
+        >>> from permindex import Index
+        >>> index = Index(k=3)
+        >>> index.add("page-1", 0xFFFF)
+        True
+        >>> index.add_many(["page-2", "page-3"], [0xFFFE, 0xF0F0])
+        array([ True,  True])
+        >>> index.query(0xFFFF)  # doctest: +NORMALIZE_WHITESPACE
+        [Match(key='page-1', fingerprint=65535, distance=0),
+         Match(key='page-2', fingerprint=65534, distance=1)]
+        >>> len(index), "page-3" in index
+        (3, True)
 
     Methods, by purpose:
 
@@ -298,10 +300,11 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: as :class:`Index` and :meth:`add_many`.
 
-        >>> from permindex import Index
-        >>> index = Index.from_arrays(["a", "b"], [0b1011, 0b1000])
-        >>> index.get("b")
-        8
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index.from_arrays(["a", "b"], [0b1011, 0b1000])
+            >>> index.get("b")
+            8
         """
         key_list = as_key_list(keys)
         index = cls(
@@ -335,16 +338,18 @@ class Index:
             lengths: (n,) integers, each key's UTF-8 byte length (1 to 1,024).
             blob: every key's UTF-8 bytes, each followed by a NUL, as bytes or a (m,) uint8 array.
             fingerprints: n ints in [0, 2^64) or a (n,) uint64 array.
-            (the others as :class:`Index`)
+            k: as :class:`Index`; likewise ``design``, ``memtable_limit``, ``compaction_min``,
+                ``memory_budget`` and ``tuning``.
 
         Raises:
             InvalidArgumentError: lengths and blob disagree, a key is empty, too long or not UTF-8,
                 or the counts differ; TypeError as :meth:`add_many`.
 
-        >>> from permindex import Index
-        >>> index = Index.from_compact([1, 2], b"a\x00bc\x00", [0b1011, 0xFFFF])
-        >>> sorted(index)
-        ['a', 'bc']
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index.from_compact([1, 2], b"a\x00bc\x00", [0b1011, 0xFFFF])
+            >>> sorted(index)
+            ['a', 'bc']
         """
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
         n = int(sizes.size)
@@ -366,11 +371,12 @@ class Index:
         Raises:
             InvalidArgumentError, TypeError: as :meth:`from_compact`; nothing is stored then.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_compact([1, 1], b"x\x00y\x00", [1, 2])
-        >>> index.get("y")
-        2
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_compact([1, 1], b"x\x00y\x00", [1, 2])
+            >>> index.get("y")
+            2
         """
         self._before_call()
         _add_section(self, *compact_inputs(lengths, blob, fingerprints))
@@ -414,12 +420,13 @@ class Index:
         merged a table it holds one run and an empty memtable; a single lookup probes one directory
         per run. O(tables + runs), under the lock.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("a", 1)
-        True
-        >>> index.table_runs()
-        [((), 1), ((), 1), ((), 1), ((), 1)]
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("a", 1)
+            True
+            >>> index.table_runs()
+            [((), 1), ((), 1), ((), 1), ((), 1)]
         """
         with self._lock:
             return [(table.run_sizes, table.memtable_size) for table in self._tables]
@@ -427,12 +434,13 @@ class Index:
     def __len__(self) -> int:
         """The number of keys stored. O(1).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["a", "b"], [1, 2]).tolist()
-        [True, True]
-        >>> len(index)
-        2
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["a", "b"], [1, 2]).tolist()
+            [True, True]
+            >>> len(index)
+            2
         """
         self._before_call()
         with self._lock:
@@ -441,12 +449,13 @@ class Index:
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` is stored (False for anything that is not a str). O(len(key)).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("a", 1)
-        True
-        >>> "a" in index, "b" in index, 3 in index
-        (True, False, False)
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("a", 1)
+            True
+            >>> "a" in index, "b" in index, 3 in index
+            (True, False, False)
         """
         self._before_call()
         if not isinstance(key, str):
@@ -466,12 +475,13 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a malformed key (as :meth:`add_many`).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("a", 1)
-        True
-        >>> index.contains_many(["a", "b"]).tolist()
-        [True, False]
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("a", 1)
+            True
+            >>> index.contains_many(["a", "b"]).tolist()
+            [True, False]
         """
         self._before_call()
         _key_list, batch = validate_keys(keys)
@@ -481,12 +491,13 @@ class Index:
     def __iter__(self) -> Iterator[str]:
         """The keys, in the order they were first added (a copy taken under the lock). O(n).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["b", "a"], [1, 2]).tolist()
-        [True, True]
-        >>> list(index)
-        ['b', 'a']
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["b", "a"], [1, 2]).tolist()
+            [True, True]
+            >>> list(index)
+            ['b', 'a']
         """
         self._before_call()
         with self._lock:
@@ -499,12 +510,13 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a malformed key (:func:`validate_key`).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("a", 0xFFFF)
-        True
-        >>> index.get("a"), index.get("b")
-        (65535, None)
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("a", 0xFFFF)
+            True
+            >>> index.get("a"), index.get("b")
+            (65535, None)
         """
         self._before_call()
         data = validate_key(key).encode("utf-8")
@@ -535,14 +547,15 @@ class Index:
         Cost: O(T log L) for T tables and memtable bound L, plus amortized freezing, merging and
         compaction.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("a", 0b1011)
-        True
-        >>> index.add("a", 0b1000)  # replaced
-        False
-        >>> index.get("a")
-        8
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("a", 0b1011)
+            True
+            >>> index.add("a", 0b1000)  # replaced
+            False
+            >>> index.get("a")
+            8
         """
         self._before_call()
         return add_one(self._rows, self._runs, key, fingerprint)
@@ -573,13 +586,14 @@ class Index:
 
         Cost: O(n log n) for the keys' repeats, O(n) per table (radix sort), amortized merging.
 
-        >>> import numpy as np
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["a", "b", "a"], np.array([1, 2, 3], dtype=np.uint64)).tolist()
-        [True, True, True]
-        >>> index.get("a")
-        3
+        Examples:
+            >>> import numpy as np
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["a", "b", "a"], np.array([1, 2, 3], dtype=np.uint64)).tolist()
+            [True, True, True]
+            >>> index.get("a")
+            3
         """
         self._before_call()
         return add_batch(self._rows, self._runs, keys, fingerprints)
@@ -591,13 +605,14 @@ class Index:
             NotFoundError: (a KeyError) ``key`` is not stored; nothing changes.
             TypeError, InvalidArgumentError: a malformed key.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("a", 1)
-        True
-        >>> index.remove("a")
-        >>> "a" in index
-        False
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("a", 1)
+            True
+            >>> index.remove("a")
+            >>> "a" in index
+            False
         """
         self._before_call()
         key = validate_key(key)
@@ -612,10 +627,11 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a malformed key.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.discard("a")
-        False
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.discard("a")
+            False
         """
         self._before_call()
         key = validate_key(key)
@@ -643,14 +659,15 @@ class Index:
             index was not idle long enough, another merge was running, or a compaction renumbered
             the rows meanwhile (that table's merge is dropped).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("a", 1)
-        True
-        >>> index.merge_all_runs(min_share=0)
-        True
-        >>> index.table_runs()[0]
-        ((1,), 0)
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("a", 1)
+            True
+            >>> index.merge_all_runs(min_share=0)
+            True
+            >>> index.table_runs()[0]
+            ((1,), 0)
         """
         return self._runs.merge_all(idle, min_share)
 
@@ -678,16 +695,17 @@ class Index:
 
         Cost: O(tables * runs + log L + candidates), under the lock.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
-        [True, True, True]
-        >>> [m.key for m in index.query(0b1011)]
-        ['a', 'b']
-        >>> index.query(0b1011, k=1)
-        [Match(key='a', fingerprint=11, distance=0)]
-        >>> index.query(0b1011, limit=1)[0].key
-        'a'
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+            [True, True, True]
+            >>> [m.key for m in index.query(0b1011)]
+            ['a', 'b']
+            >>> index.query(0b1011, k=1)
+            [Match(key='a', fingerprint=11, distance=0)]
+            >>> index.query(0b1011, limit=1)[0].key
+            'a'
         """
         self._before_call()
         if type(fingerprint) is int and k is None and limit is None and 0 <= fingerprint < _TOP:
@@ -741,7 +759,8 @@ class Index:
         Args:
             fingerprints: an iterable of n ints, or a (n,) uint64 array (signed arrays without
                 negative values are accepted).
-            k, limit: as :meth:`query`.
+            k: as :meth:`query`.
+            limit: as :meth:`query`.
             threads: None or 1 for the calling thread only; up to 256 threads, each on a slice.
             columns: False for lists of :class:`Match`, True for columns.
 
@@ -756,15 +775,16 @@ class Index:
         index as it was before or after each write, never a mix. Cost: O(n * (tables * runs +
         candidates)) in the kernels, O(m log m) to order m matches.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
-        [True, True, True]
-        >>> [[m.key for m in ms] for ms in index.query_many([0b1011, 0xFFFE, 0xF0F00000])]
-        [['a', 'b'], ['c'], []]
-        >>> cols = index.query_many([0b1011, 0xFFFE], columns=True)
-        >>> cols.offsets.tolist(), cols.keys, cols.distances.tolist()
-        ([0, 2, 3], ['a', 'b', 'c'], [0, 2, 1])
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+            [True, True, True]
+            >>> [[m.key for m in ms] for ms in index.query_many([0b1011, 0xFFFE, 0xF0F00000])]
+            [['a', 'b'], ['c'], []]
+            >>> cols = index.query_many([0b1011, 0xFFFE], columns=True)
+            >>> cols.offsets.tolist(), cols.keys, cols.distances.tolist()
+            ([0, 2, 3], ['a', 'b', 'c'], [0, 2, 1])
         """
         self._before_call()
         queries = as_fingerprint_array(fingerprints)
@@ -781,12 +801,13 @@ class Index:
         Raises:
             TypeError, InvalidArgumentError: a bad ``k``, as :meth:`query`.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["a", "b"], [1, 2]).tolist()
-        [True, True]
-        >>> index.max_candidates() >= 2
-        True
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["a", "b"], [1, 2]).tolist()
+            [True, True]
+            >>> index.max_candidates() >= 2
+            True
         """
         kk = query_k(k, self._k, self._design)
         with self._lock:
@@ -808,16 +829,17 @@ class Index:
         inline this way). Errors as :meth:`query_many`; TypeError / InvalidArgumentError for a
         bound that is not an int >= 0.
 
-        >>> from permindex import Index
-        >>> index = Index(k=3)
-        >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
-        >>> queries = [0b1000] * 9  # more than a small batch
-        >>> _ = index.query_many(queries)  # the read view the next call reuses
-        >>> columns = index.query_columns_within(queries, max_candidates=1_000, max_matches=100)
-        >>> columns.offsets.tolist()[:3], columns.keys[:2], columns.distances.tolist()[:2]
-        ([0, 1, 2], ['a', 'a'], [2, 2])
-        >>> index.query_columns_within(queries, max_candidates=0, max_matches=100) is None
-        True
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index(k=3)
+            >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
+            >>> queries = [0b1000] * 9  # more than a small batch
+            >>> _ = index.query_many(queries)  # the read view the next call reuses
+            >>> columns = index.query_columns_within(queries, max_candidates=1_000, max_matches=100)
+            >>> columns.offsets.tolist()[:3], columns.keys[:2], columns.distances.tolist()[:2]
+            ([0, 1, 2], ['a', 'a'], [2, 2])
+            >>> index.query_columns_within(queries, max_candidates=0, max_matches=100) is None
+            True
         """
         queries = as_fingerprint_array(fingerprints)
         kk, lim = query_k(k, self._k, self._design), _resolve_limit(limit)
@@ -844,13 +866,14 @@ class Index:
 
         Cost: :meth:`query` plus :meth:`add`.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.check_and_add("a", 0xFFFF)
-        CheckAndAddResult(added=True, matches=[], replaced=False)
-        >>> result = index.check_and_add("b", 0xFFFE)
-        >>> result.added, [m.key for m in result.matches]
-        (False, ['a'])
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.check_and_add("a", 0xFFFF)
+            CheckAndAddResult(added=True, matches=[], replaced=False)
+            >>> result = index.check_and_add("b", 0xFFFE)
+            >>> result.added, [m.key for m in result.matches]
+            (False, ['a'])
         """
         self._before_call()
         return check_and_add(self, key, fingerprint, k)
@@ -858,12 +881,13 @@ class Index:
     def pairs(self, k: int | None = None) -> list[tuple[str, str, int]]:
         """:meth:`iter_pairs` as a list: every pair within ``k`` of the index as it is now.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
-        [True, True, True]
-        >>> index.pairs()
-        [('a', 'b', 2)]
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["a", "b", "c"], [0b1011, 0b1000, 0xFFFF]).tolist()
+            [True, True, True]
+            >>> index.pairs()
+            [('a', 'b', 2)]
         """
         return list(self.iter_pairs(k))
 
@@ -881,12 +905,13 @@ class Index:
             InvalidArgumentError: k < 0 or above the index's k.
             CallCancelledError: ``should_stop`` returned True (checked between chunks).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["b", "a"], [7, 7]).tolist()
-        [True, True]
-        >>> list(index.iter_pairs(0))
-        [('a', 'b', 0)]
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["b", "a"], [7, 7]).tolist()
+            [True, True]
+            >>> list(index.iter_pairs(0))
+            [('a', 'b', 0)]
         """
         self._before_call()
         with self._lock:
@@ -901,13 +926,14 @@ class Index:
         fingerprints a new (n,) uint64 array, element i stored under keys[i], in row order (the
         order the current fingerprints were stored in). O(n).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add_many(["a", "b"], [1, 2]).tolist()
-        [True, True]
-        >>> keys, fps = index.export()
-        >>> keys, fps.tolist()
-        (['a', 'b'], [1, 2])
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add_many(["a", "b"], [1, 2]).tolist()
+            [True, True]
+            >>> keys, fps = index.export()
+            >>> keys, fps.tolist()
+            (['a', 'b'], [1, 2])
         """
         self._before_call()
         with self._lock:
@@ -921,13 +947,14 @@ class Index:
         (n,) uint64 fingerprints), in the order of :meth:`export`. No Python object per key:
         O(n + key bytes) numpy work.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> index.add("ab", 5)
-        True
-        >>> lengths, blob, fps = index.export_compact()
-        >>> lengths.tolist(), blob.tobytes(), fps.tolist()
-        ([2], b'ab\x00', [5])
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> index.add("ab", 5)
+            True
+            >>> lengths, blob, fps = index.export_compact()
+            >>> lengths.tolist(), blob.tobytes(), fps.tolist()
+            ([2], b'ab\x00', [5])
         """
         self._before_call()
         with self._lock:
@@ -954,12 +981,13 @@ class Index:
         (``time.sleep(0)``), so that a query or write waiting for the lock gets it before the next
         slice. Cost: O(n + key bytes) numpy work in total.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
-        >>> [(lengths.tolist(), keys.tobytes(), fps.tolist())
-        ...  for lengths, keys, fps in index.export_slices(rows_per_slice=1)]
-        [([1], b'a\\x00', [11]), ([1], b'b\\x00', [65535])]
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
+            >>> [(lengths.tolist(), keys.tobytes(), fps.tolist())
+            ...  for lengths, keys, fps in index.export_slices(rows_per_slice=1)]
+            [([1], b'a\\x00', [11]), ([1], b'b\\x00', [65535])]
         """
         self._before_call()
         parts = export_slices(self._rows, self._store, max(1, int(rows_per_slice)))
@@ -973,11 +1001,12 @@ class Index:
         (plus an estimate for the memtable entries, Python ints), and the key store.
         O(tables + runs).
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
-        >>> index.memory_bytes() > index.table_bytes() > 0
-        True
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> _ = index.add_many(["a", "b"], [0b1011, 0xFFFF])
+            >>> index.memory_bytes() > index.table_bytes() > 0
+            True
         """
         with self._lock:
             return self.table_bytes() + self._store.nbytes()
@@ -986,11 +1015,12 @@ class Index:
         """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity) and
         the tables.
 
-        >>> from permindex import Index
-        >>> index = Index()
-        >>> _ = index.add("a", 0b1011)
-        >>> index.table_bytes() > 0
-        True
+        Examples:
+            >>> from permindex import Index
+            >>> index = Index()
+            >>> _ = index.add("a", 0b1011)
+            >>> index.table_bytes() > 0
+            True
         """
         with self._lock:
             return self._rows.nbytes() + self._runs.nbytes()

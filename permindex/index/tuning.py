@@ -74,9 +74,10 @@ class Tuning:
     trades). Every field is an int >= 1 (``merge_all_min_share`` a share in [0, 1];
     ``row_limit`` None or an int >= 1); none changes an answer.
 
-    >>> from permindex.index.tuning import Tuning
-    >>> Tuning(pair_budget=16).pair_budget
-    16
+    Examples:
+        >>> from permindex.index.tuning import Tuning
+        >>> Tuning(pair_budget=16).pair_budget
+        16
     """
 
     # -- writes

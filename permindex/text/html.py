@@ -104,15 +104,16 @@ def html_to_main_text(html: str) -> str:
 
     Needs trafilatura, the optional extra ``pip install '.[extract]'``.
 
-    >>> import permindex
-    >>> menu = "".join(f"<li><a href='/{i}'>Menu item {i}</a></li>" for i in range(12))
-    >>> story = "The tide comes in twice a day and goes out twice a day. " * 6
-    >>> page = f"<body><nav><ul>{menu}</ul></nav><article><h1>Tides</h1><p>{story}</p>"
-    >>> text = permindex.html_to_main_text(page + "<footer>Cookie notice</footer></body>")
-    >>> text.splitlines()[0], "Menu item" in text, "Cookie" in text
-    ('Tides', False, False)
-    >>> permindex.html_to_main_text("<p>A short page of a few words.</p>")
-    'A short page of a few words.'
+    Examples:
+        >>> import permindex
+        >>> menu = "".join(f"<li><a href='/{i}'>Menu item {i}</a></li>" for i in range(12))
+        >>> story = "The tide comes in twice a day and goes out twice a day. " * 6
+        >>> page = f"<body><nav><ul>{menu}</ul></nav><article><h1>Tides</h1><p>{story}</p>"
+        >>> text = permindex.html_to_main_text(page + "<footer>Cookie notice</footer></body>")
+        >>> text.splitlines()[0], "Menu item" in text, "Cookie" in text
+        ('Tides', False, False)
+        >>> permindex.html_to_main_text("<p>A short page of a few words.</p>")
+        'A short page of a few words.'
 
     Raises:
         ImportError: trafilatura is not installed; the message says how to install it.

@@ -22,13 +22,14 @@ class Match(NamedTuple):
     """One result of a query: a stored key, its fingerprint (int in [0, 2^64)) and its Hamming
     distance to the query (int, bits).
 
-    >>> from permindex import Index
-    >>> index = Index()
-    >>> index.add("a", 0b1011)
-    True
-    >>> match = index.query(0b1000)[0]
-    >>> match.key, match.fingerprint, match.distance
-    ('a', 11, 2)
+    Examples:
+        >>> from permindex import Index
+        >>> index = Index()
+        >>> index.add("a", 0b1011)
+        True
+        >>> match = index.query(0b1000)[0]
+        >>> match.key, match.fingerprint, match.distance
+        ('a', 11, 2)
     """
 
     key: str
