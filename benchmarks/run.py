@@ -577,6 +577,84 @@ def worker_head_to_head(n: int, rounds: int) -> dict[str, Any]:
     return out
 
 
+#: Queries per thread-scaling batch: run.py's 10,000 queries repeated, so that each of two
+#: threads works about 100 ms or more on its half (issue 40's two-thread figure).
+SCALING_QUERIES = 400_000
+
+
+def gather_halves(
+    size: int, count: int
+) -> tuple[Callable[[], object], Callable[[], tuple[object, object]]]:
+    """The reference of the two-thread figure: a GIL-free, memory-bound numpy kernel -- a random
+    gather (``numpy.take``, which lets the GIL go) of ``count`` positions from a uint64 array of
+    ``size`` elements (the tables' size) -- in one thread on all positions, and in two threads
+    on every other position each, split and started as :func:`halves_in_threads` does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(SEED)
+    table = rng.integers(0, 2**63, size, dtype=np.uint64)
+    positions = rng.integers(0, size, count, dtype=np.int64)
+    halves = (positions[0::2].copy(), positions[1::2].copy())
+    pool = ThreadPoolExecutor(1, thread_name_prefix="bench-gather")
+
+    def one() -> object:
+        return np.take(table, positions)
+
+    def two() -> tuple[object, object]:
+        other = pool.submit(np.take, table, halves[1])
+        mine = np.take(table, halves[0])
+        return mine, other.result()
+
+    return one, two
+
+
+def worker_thread_scaling(n: int, rounds: int) -> dict[str, Any]:
+    """Issue 40's two-thread figure, in one process: ``query_many`` of SCALING_QUERIES queries
+    (Match lists, and columns) in one thread against two threads on halves, beside the same
+    machine's gain for a GIL-free random gather over an array the size of the tables (as many
+    positions as the lookups' candidates touch, about), each round alternating all six; per
+    round, (two / one of permindex) / (two / one of the gather). The figure is the median over
+    the rounds of the better of lists and columns."""
+    from permindex import Index
+
+    fps, queries = make_data(n)
+    index = Index.from_arrays([f"doc-{i:08d}" for i in range(n)], fps, k=K, design=(4, 1))
+    batch = np.tile(queries, SCALING_QUERIES // queries.size)
+    lists_two = halves_in_threads(index, batch)
+    columns_two = halves_in_threads(index, batch, columns=True)
+    gather_one, gather_two = gather_halves(index.table_bytes() // 8, 4 * SCALING_QUERIES * 4)
+    measured: dict[str, Callable[[], float]] = {
+        "lists_one": lambda: best_rate(batch.size, lambda: index.query_many(batch), 3),
+        "lists_two": lambda: best_rate(batch.size, lists_two, 3),
+        "columns_one": lambda: best_rate(
+            batch.size, lambda: index.query_many(batch, columns=True), 3
+        ),
+        "columns_two": lambda: best_rate(batch.size, columns_two, 3),
+        "gather_one": lambda: best_rate(batch.size, gather_one, 3),
+        "gather_two": lambda: best_rate(batch.size, gather_two, 3),
+    }
+    for run in measured.values():  # warm-up
+        run()
+    per_round: dict[str, list[float]] = {name: [] for name in measured}
+    for round_ in range(rounds):
+        names = list(measured) if round_ % 2 == 0 else list(measured)[::-1]
+        for name in names:
+            per_round[name].append(measured[name]())
+    out: dict[str, Any] = {"system": "thread scaling", "n": n, "rounds": per_round}
+    for kind in ("lists", "columns", "gather"):
+        gains = [
+            t / o for t, o in zip(per_round[f"{kind}_two"], per_round[f"{kind}_one"], strict=True)
+        ]
+        out[f"{kind}_gains"] = gains
+        out[f"{kind}_gain"] = statistics.median(gains)
+    for kind in ("lists", "columns"):
+        shares = [g / r for g, r in zip(out[f"{kind}_gains"], out["gather_gains"], strict=True)]
+        out[f"{kind}_share"] = statistics.median(shares)
+    best = max(("lists", "columns"), key=lambda kind: out[f"{kind}_share"])
+    out["figure"] = {"form": best, "share_of_gather": out[f"{best}_share"]}
+    return out
+
+
 def worker_simhash(n: int, repeats: int) -> dict[str, Any]:
     """The pure-Python ``simhash`` package's SimhashIndex (k + 1 blocks)."""
     sys.path.insert(0, str(PEERS / "simhash"))
@@ -1255,11 +1333,13 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=None, help="only the 10^8-class run")
     parser.add_argument(
         "--only",
-        choices=["grpc", "simhash-many", "dedup", "head-to-head"],
+        choices=["grpc", "simhash-many", "dedup", "head-to-head", "thread-scaling"],
         help="only this part (grpc: the server against the sync and asyncio echo servers, "
         "N = 10^6 unless --sizes is smaller; simhash-many: simhash_many against the Python "
         "hashing floor; dedup: permindex dedup of 10^6 synthetic documents, kernels and "
-        "reference paths; head-to-head: permindex (4, 1) and faiss in one process at each of "
+        "reference paths; thread-scaling: two threads on halves of a large batch against a "
+        "GIL-free random gather, N = 10^6; head-to-head: permindex (4, 1) and faiss in one "
+        "process at each of "
         "--sizes); its result replaces the part's entry in results/results.json, the rest is "
         "kept",
     )
@@ -1284,6 +1364,7 @@ def main() -> int:
             ),
             "faiss": lambda: worker_faiss(n, args.repeats),
             "head-to-head": lambda: worker_head_to_head(n, max(15, args.repeats)),
+            "thread-scaling": lambda: worker_thread_scaling(n, max(7, args.repeats)),
             "simhash": lambda: worker_simhash(n, args.repeats),
             "pybind": lambda: worker_simhash_pybind(n),
             "brute": lambda: worker_brute(n),
@@ -1332,6 +1413,8 @@ def main() -> int:
         if "faiss" not in skip:
             results.append(run_worker(["faiss", *common]) or {})
             results.append(run_worker(["head-to-head", *common]) or {})
+        if size <= 1_000_000:
+            results.append(run_worker(["thread-scaling", *common]) or {})
         if "brute" not in skip:
             results.append(run_worker(["brute", *common]) or {})
         if "simhash" not in skip and size <= 1_000_000:
