@@ -99,3 +99,26 @@ def test_first_use_of_public_names_from_several_threads_at_once() -> None:
             timeout=120,
         )
         assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
+_FIRST_IMPORTS = (
+    "permindex.storage.key_section",
+    "permindex.storage.snapshot",
+    "permindex.storage.wal_records",
+    "permindex.index.keys.rule",
+    "permindex.index.keys.store",
+    "permindex.index.tables.permutation",
+    "permindex.index.search.matches",
+    "permindex.index.join.clusters",
+)
+
+
+@pytest.mark.parametrize("module", _FIRST_IMPORTS)
+def test_a_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    """A module of the index's or the storage's layers imported before anything else of
+    permindex (as a script or a reader of the docs may): no import circle between the key
+    section (storage) and the key rule (index) bites."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
