@@ -668,3 +668,50 @@ def test_times_are_read_under_the_hold_that_found_their_rows() -> None:
         writer.join()
         sys.setswitchinterval(interval)
     index._check()
+
+
+def test_a_sweep_racing_a_write_does_not_hide_its_rows_from_the_next_sweep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another thread's call sweeps while a write is between taking its times and storing its
+    rows: the rows stored after that sweep still expire on time (the sweep set its oldest time
+    no later than the write's in flight), not an ``expire_after`` later."""
+    import threading
+
+    import permindex.index.expiry as expiry_module
+
+    now = [1_000_000.0]
+    index = ExpiringIndex(expire_after=3600, clock=lambda: now[0])
+    index.add("due", 1, added_at=now[0] - 3600 + 1)  # due at t0 + 1
+    index.add("fresh", 2)  # due at t0 + 3600
+    real = expiry_module.add_batch  # type: ignore[attr-defined]
+
+    def sweep_in_the_window(*args: object, **kwargs: object) -> object:
+        now[0] += 1  # the clock ticks while the batch is checked outside the lock
+        sweeper = threading.Thread(target=len, args=(index,))  # another call sweeps "due"
+        sweeper.start()
+        sweeper.join()
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(expiry_module, "add_batch", sweep_in_the_window)
+    index.add_many(["older"], [3], added_at=[now[0] - 3600 + 10])  # due at t0 + 10
+    monkeypatch.setattr(expiry_module, "add_batch", real)
+    now[0] = 1_000_000.0 + 20
+    assert "older" not in index
+    assert index.query(3, k=0) == []
+    assert len(index) == 1
+    index._check()
+
+
+def test_memory_and_table_figures_leave_out_expired_entries() -> None:
+    """memory_bytes, table_bytes, table_runs and max_candidates run the expiry hook first, as
+    every other public call does: after the entries expire, they count none of them."""
+    now = [1_000.0]
+    index = ExpiringIndex(expire_after=60, clock=lambda: now[0])
+    index.add_many([f"k{i}" for i in range(5_000)], list(range(5_000)))
+    before = index.memory_bytes(), index.table_bytes(), index.max_candidates()
+    now[0] += 100
+    after = index.memory_bytes(), index.table_bytes(), index.max_candidates()
+    assert all(a < b for a, b in zip(after, before, strict=True))
+    assert index.max_candidates() == 0
+    assert all(sum(runs) == 0 and memtable == 0 for runs, memtable in index.table_runs())

@@ -101,6 +101,7 @@ def test_invalid_construction(args: dict[str, object], error: type[Exception]) -
     ("knobs", "error"),
     [
         ({"pair_budget": 0}, InvalidArgumentError),
+        ({"pair_budget": 2**32}, InvalidArgumentError),
         ({"build_threads": 1.5}, TypeError),
         ({"hash_chunk": True}, TypeError),
         ({"merge_all_min_share": 1.5}, InvalidArgumentError),

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final, NamedTuple
 
 import numpy as np
@@ -238,6 +239,8 @@ class ExpiringIndex(Index):
         self._clock = clock
         self._oldest = _NEVER  # no stored time is older (a lower bound, kept under the lock)
         self._pending = _Pending(0, 0)
+        #: Oldest time of each write in flight -> how many such writes (under the lock).
+        self._in_flight: dict[int, int] = {}
         with self._lock:
             self._rows.keep_times()
 
@@ -334,7 +337,8 @@ class ExpiringIndex(Index):
             live = rows.live_mask()
             expired = np.flatnonzero(live & (times[:n] <= cutoff)).astype(np.int64)
             kept = times[:n][live & (times[:n] > cutoff)]
-            self._oldest = int(kept.min()) if kept.size else _NEVER
+            floor = min(self._in_flight) if self._in_flight else _NEVER
+            self._oldest = min(int(kept.min()) if kept.size else _NEVER, floor)
             if expired.size:
                 rows.kill(expired)
                 if expired.size >= rows.tuning.compact_after_expiring:
@@ -351,14 +355,29 @@ class ExpiringIndex(Index):
             self._runs.merge_pending()
         return int(expired.size)
 
-    def _stamp(self, added_at: AddedAt, n: int) -> _U32:
-        """The times of a write of n entries, noted as stored (before the write, so that a
-        call racing it sweeps)."""
+    @contextmanager
+    def _writing(self, added_at: AddedAt, n: int) -> Iterator[_U32]:
+        """The times of a write of n entries, noted before the write (so that a call racing it
+        sweeps) and held as *in flight* until the write is done: a sweep meanwhile sets the
+        oldest time no later than theirs, so rows stored after the sweep are not left out of
+        the next one (an entry seen past its expiry)."""
         times = stamps(added_at, n, self._clock())
-        if times.size:
+        if not times.size:
+            yield times
+            return
+        oldest = int(times.min())
+        with self._lock:
+            self._oldest = min(self._oldest, oldest)
+            self._in_flight[oldest] = self._in_flight.get(oldest, 0) + 1
+        try:
+            yield times
+        finally:
             with self._lock:
-                self._oldest = min(self._oldest, int(times.min()))
-        return times
+                left = self._in_flight[oldest] - 1
+                if left:
+                    self._in_flight[oldest] = left
+                else:
+                    del self._in_flight[oldest]
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -380,8 +399,8 @@ class ExpiringIndex(Index):
             [990]
         """
         self.expire()
-        when = int(self._stamp(added_at, 1)[0])
-        return add_one(self._rows, self._runs, key, fingerprint, when)
+        with self._writing(added_at, 1) as times:
+            return add_one(self._rows, self._runs, key, fingerprint, int(times[0]))
 
     def add_many(
         self,
@@ -407,8 +426,8 @@ class ExpiringIndex(Index):
         """
         self.expire()
         keys = key_list(keys)
-        times = self._stamp(added_at, len(keys))
-        return add_batch(self._rows, self._runs, keys, fingerprints, times)
+        with self._writing(added_at, len(keys)) as times:
+            return add_batch(self._rows, self._runs, keys, fingerprints, times)
 
     def add_compact(
         self,
@@ -430,10 +449,10 @@ class ExpiringIndex(Index):
         """
         self.expire()
         sizes, raw, values = compact_inputs(lengths, blob, fingerprints)
-        times = self._stamp(added_at, int(sizes.size))
-        keys = add_section(self._rows, self._runs, sizes, raw, values, times)
-        if keys is not None:  # maybe a repeated key: the exact path
-            self.add_many(keys, values, added_at=times)
+        with self._writing(added_at, int(sizes.size)) as times:
+            keys = add_section(self._rows, self._runs, sizes, raw, values, times)
+            if keys is not None:  # maybe a repeated key: the exact path
+                self.add_many(keys, values, added_at=times)
 
     def check_and_add(
         self, key: str, fingerprint: int, k: int | None = None, *, added_at: float | None = None
@@ -454,8 +473,8 @@ class ExpiringIndex(Index):
             True
         """
         self.expire()
-        when = int(self._stamp(added_at, 1)[0])
-        return check_and_add(self, key, fingerprint, k, when)
+        with self._writing(added_at, 1) as times:
+            return check_and_add(self, key, fingerprint, k, int(times[0]))
 
     def _before_call(self) -> None:
         """Expire the rows due (:meth:`expire`) before each public call of

@@ -428,6 +428,7 @@ class Index:
             >>> index.table_runs()
             [((), 1), ((), 1), ((), 1), ((), 1)]
         """
+        self._before_call()
         with self._lock:
             return [(table.run_sizes, table.memtable_size) for table in self._tables]
 
@@ -809,6 +810,7 @@ class Index:
             >>> index.max_candidates() >= 2
             True
         """
+        self._before_call()
         kk = query_k(k, self._k, self._design)
         with self._lock:
             return self._lookups.most_candidates(kk)
@@ -1008,6 +1010,7 @@ class Index:
             >>> index.memory_bytes() > index.table_bytes() > 0
             True
         """
+        self._before_call()
         with self._lock:
             return self.table_bytes() + self._store.nbytes()
 
@@ -1022,6 +1025,7 @@ class Index:
             >>> index.table_bytes() > 0
             True
         """
+        self._before_call()
         with self._lock:
             return self._rows.nbytes() + self._runs.nbytes()
 

@@ -124,7 +124,15 @@ class Tuning:
                 raise TypeError(f"Tuning.{name} must be an int, not {value!r}")
             if value < (0 if name in _MAY_BE_ZERO else 1):
                 raise InvalidArgumentError(f"Tuning.{name} is out of range: {value}")
+            if value > _AT_MOST.get(name, value):
+                raise InvalidArgumentError(
+                    f"Tuning.{name} sizes buffers: at most {_AT_MOST[name]:,}, got {value:,}"
+                )
 
+
+#: Knobs that size buffers whatever the input's size, and their largest value (a pair is 17
+#: bytes of buffer: 2^24 pairs are about 270 MiB).
+_AT_MOST: Final = {"pair_budget": 1 << 24}
 
 #: The defaults, shared by every index built without a ``tuning``.
 DEFAULT_TUNING: Final = Tuning()
