@@ -93,7 +93,7 @@ def _examples(name: str, documented: object) -> doctest.DocTest:
 )
 def test_examples_run(name: str, documented: object, start_server: StartServer) -> None:
     test = _examples(name, documented)
-    test.globs = {"permindex": permindex}
+    test.globs = {}
     if any("address" in example.source for example in test.examples):
         test.globs["address"] = start_server().address
     output: list[str] = []

@@ -84,6 +84,7 @@ class AsyncTransport(ClientCore):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.wait_ready(timeout=10)
@@ -102,6 +103,7 @@ class AsyncTransport(ClientCore):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     client = permindex.AsyncClient(address)
             ...     await client.close()  # or: async with permindex.AsyncClient(address) as client
@@ -278,6 +280,7 @@ class AsyncClient(AsyncTransport):
         ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
         >>> import asyncio, permindex
+        >>> import permindex
         >>> async def main():
         ...     async with permindex.AsyncClient(address) as client:
         ...         await client.add([("a", 0b0000), ("b", 0b0111)])
@@ -295,6 +298,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         return (await client.add([("a", 0), ("b", "too short")])).added
@@ -312,6 +316,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.check_and_add("a", 0)
@@ -331,6 +336,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         results = await client.check_and_add_many([("a", 0), ("b", 1)])
@@ -347,6 +353,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0)])
@@ -363,6 +370,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0)])
@@ -385,6 +393,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         pages = ((f"page-{i}", i) for i in range(5))
@@ -411,6 +420,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         result = await client.ingest_batches([[("a", 0), ("b", 1)], [("c", 2)]])
@@ -438,6 +448,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0)])
@@ -456,6 +467,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0)])
@@ -481,6 +493,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0)])
@@ -511,6 +524,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 7)])
@@ -527,6 +541,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 7)])
@@ -543,6 +558,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 7)])
@@ -561,6 +577,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 7)])
@@ -602,6 +619,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 7)])
@@ -633,6 +651,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0), ("b", 7)])
@@ -651,6 +670,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0), ("b", 7)])
@@ -670,6 +690,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0), ("b", 7)])
@@ -689,6 +710,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 7), ("b", 7)])
@@ -708,6 +730,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0), ("b", 7)])
@@ -727,6 +750,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0), ("b", 7)])
@@ -746,6 +770,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 0), ("b", 7)])
@@ -765,6 +790,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.add([("a", 7), ("b", 7)])
@@ -798,6 +824,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         info = await client.create_collection("crawl-2024", k=3)
@@ -825,6 +852,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         return [info.name for info in await client.list_collections()]
@@ -840,6 +868,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         return (await client.describe_collection("default")).k
@@ -855,6 +884,7 @@ class AsyncClient(AsyncTransport):
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
             >>> import asyncio
+            >>> import permindex
             >>> async def main():
             ...     async with permindex.AsyncClient(address) as client:
             ...         await client.create_collection("old")

@@ -90,6 +90,7 @@ class ClientCore:
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.create_collection("crawl-2024")
             >>> crawl = client.use("crawl-2024")
@@ -141,6 +142,7 @@ class ClientBase(ClientCore):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> client.wait_ready(timeout=10)
             >>> client.stats().count
@@ -156,6 +158,7 @@ class ClientBase(ClientCore):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> with permindex.Client(address) as client:  # closed at the end of the block
             ...     client.get("a")
             >>> client.get("a")

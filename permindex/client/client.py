@@ -122,6 +122,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> result = client.add([("a", 0b0000), ("b", 0b0111), ("c", "too short")])
             >>> result.added, result.too_short
@@ -139,6 +140,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> client.check_and_add("a", 0b0000).added
             True
@@ -165,6 +167,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> results = client.check_and_add_many([("a", 0), ("b", 1), ("c", 2**64 - 1)])
             >>> [result.status for result in results]
@@ -186,6 +189,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0)])
             >>> client.remove(["a", "b"])
@@ -204,6 +208,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0), ("b", 1)])
             >>> client.snapshot().count
@@ -230,6 +235,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
             >>> client.query(0b0001)
@@ -247,6 +253,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
             >>> client.query_many([0, 2**64 - 1], k=0)
@@ -262,6 +269,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0111)])
             >>> client.get("a"), client.get("b")
@@ -283,6 +291,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0111)])
             >>> client.get_many(["a", "b"])
@@ -300,6 +309,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
             >>> client.pairs(), client.pairs(k=2)
@@ -316,6 +326,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 0b1111), ("d", 2**64 - 1)])
             >>> client.clusters(), client.clusters(k=1)
@@ -332,6 +343,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 2**64 - 1)])
             >>> client.flags()
@@ -349,6 +361,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 7), ("b", 7), ("c", 0)])
             >>> client.exact_duplicates()
@@ -400,6 +413,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> client.create_collection("crawl-2024", k=3).name
             'crawl-2024'
@@ -427,6 +441,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.create_collection("crawl-2024")
             >>> [collection.name for collection in client.list_collections()]
@@ -440,6 +455,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> info = client.describe_collection("default")
             >>> info.count, info.k, (info.blocks, info.leading)
@@ -463,6 +479,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.create_collection("old-crawl")
             >>> _ = client.use("old-crawl").add([("a", 0), ("b", 1)])
@@ -478,6 +495,7 @@ class Client(StreamingClient):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0), ("b", 1)])
             >>> stats = client.stats()

@@ -78,6 +78,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address, batch_size=2)
             >>> pages = ((f"page-{i}", f"text number {i} of the crawl") for i in range(5))
             >>> result = client.ingest(pages)
@@ -104,6 +105,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> result = client.ingest_batches([[("a", 0), ("b", 1)], [("c", 2)]])
             >>> result.documents, result.batches
@@ -241,6 +243,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111)])
             >>> columns = client.query_columns([0, 2**64 - 1])
@@ -287,6 +290,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0), ("b", 7)])
             >>> sorted(client.export())
@@ -333,6 +337,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0), ("b", 7)])
             >>> sorted(client.iter_export())
@@ -366,6 +371,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 0b1111)])
             >>> for key_a, key_b, distance in client.iter_pairs(k=3):
@@ -390,6 +396,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0111), ("c", 7), ("d", 2**64 - 1)])
             >>> list(client.iter_clusters())
@@ -411,6 +418,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 0b0000), ("b", 0b0001), ("c", 2**64 - 1)])
             >>> [(flag.key, flag.nearest, flag.distance) for flag in client.iter_flags()]
@@ -428,6 +436,7 @@ class StreamingClient(ClientBase):
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
 
+            >>> import permindex
             >>> client = permindex.Client(address)
             >>> _ = client.add([("a", 7), ("b", 7), ("c", 0)])
             >>> list(client.iter_exact_duplicates())

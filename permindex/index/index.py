@@ -757,6 +757,12 @@ class Index:
         ``fingerprints`` (m,) uint64, ``distances`` (m,) uint8 -- with no Python object per match
         but its key.
 
+        The lists and :class:`Match` objects of a batch are not tracked by Python's cycle
+        collector (they hold only str and int; a large batch then brings on no full collection
+        of the process's objects). They are ordinary lists otherwise; only a reference cycle you
+        build through one (a list appended to itself, say) is freed once you break it, not by
+        the collector.
+
         Args:
             fingerprints: an iterable of n ints, or a (n,) uint64 array (signed arrays without
                 negative values are accepted).

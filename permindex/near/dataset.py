@@ -53,6 +53,7 @@ class DatasetDedup:
         >>> page = "the quick brown fox jumps over the lazy dog"
         >>> texts = [page, page, "tides come in twice a day"]
         >>> frame = pd.DataFrame({"id": ["a", "b", "c"], "text": texts})
+        >>> import permindex
         >>> result = permindex.dedup_dataset(frame, id_column="id")
         >>> frame[result.keep]["id"].tolist(), result.kept_row.tolist(), result.clusters
         (['a', 'c'], [0, 0, -1], 1)

@@ -225,6 +225,7 @@ def read_file_text(path: str | Path, extract: Extract = "visible") -> str:
         >>> import pathlib, tempfile, permindex
         >>> page = pathlib.Path(tempfile.mkdtemp()) / "page.html"
         >>> _ = page.write_text("<html><body><h1>Tides</h1><p>Twice a <b>day</b>.</p></body>")
+        >>> import permindex
         >>> permindex.read_file_text(page)
         'Tides\\nTwice a day.'
     """

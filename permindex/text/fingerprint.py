@@ -515,6 +515,7 @@ def simhash_weighted(hashes: ArrayLike, weights: ArrayLike, *, bits: int = 64) -
     Examples:
         >>> import numpy as np, permindex
         >>> hashes = np.array([0xFF00FF00FF00FF00, 0x0F0F0F0F0F0F0F0F], dtype=np.uint64)
+        >>> import permindex
         >>> permindex.format_fingerprint(permindex.simhash_weighted(hashes, [2.0, 1.0]))
         'ff00ff00ff00ff00'
         >>> permindex.simhash_weighted(hashes, [0.0, 0.0]) is None  # no weight
@@ -596,6 +597,7 @@ def simhash_features(
     Examples:
         >>> import collections, permindex
         >>> text = "the quick brown fox jumps over the lazy dog"
+        >>> import permindex
         >>> counts = collections.Counter(permindex.shingles(text))
         >>> permindex.simhash_features(counts) == permindex.simhash(text)
         True
