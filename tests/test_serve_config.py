@@ -168,6 +168,7 @@ SAMPLES = {
     "stream_idle_seconds": "2.5",
     "keepalive_seconds": "30",
     "keepalive_timeout_seconds": "5",
+    "max_memory": "2GiB",
     "max_join_work": "1000",
     "metrics_address": "127.0.0.1:9464",
     "metrics_hide_collections": "true",

@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from permindex.cli.args import CommandFactory, bounded, shingle_size_value
 from permindex.cli.connection import connect
@@ -23,6 +24,9 @@ from permindex.cli.output import CommandError, compile_notice, counted, err, out
 from permindex.errors import EXIT_CODES, NotFoundError
 from permindex.index.hamming import parse_fingerprint
 from permindex.text.documents import format_fingerprint, read_file_text, tsv_field
+
+if TYPE_CHECKING:
+    from permindex.client.results import ServerStats
 
 __all__ = ["add_commands"]
 
@@ -146,6 +150,11 @@ def _duration(seconds: int) -> str:
     return f"{seconds} s"
 
 
+def _parts(stats: ServerStats) -> dict[str, int]:
+    """The parts of ``stats.memory_bytes`` by name (``fingerprints``, ..., ``key_map``)."""
+    return stats.memory_breakdown._asdict()
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
         stats = client.stats()
@@ -167,6 +176,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         "version": stats.version,
         "expire_after": stats.expire_after,
         "expired_pending": stats.expired_pending,
+        "memory_breakdown": {
+            **{f"{name}_bytes": value for name, value in _parts(stats).items()},
+            "log_buffer_bytes": stats.log_buffer_bytes,
+        },
+        "max_memory_bytes": stats.max_memory_bytes,
+        "server_memory_bytes": stats.server_memory_bytes,
     }
     if args.json:
         out(json.dumps(fields) + "\n")
@@ -184,6 +199,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         f"version\t{stats.version}",
         f"expire_after\t{_duration(stats.expire_after)}",
         f"expired_pending\t{stats.expired_pending}",
+        *(f"memory.{name}_bytes\t{value}" for name, value in _parts(stats).items()),
+        f"memory.log_buffer_bytes\t{stats.log_buffer_bytes}",
+        f"max_memory_bytes\t{stats.max_memory_bytes or 'none (serve --max-memory)'}",
+        f"server_memory_bytes\t{stats.server_memory_bytes or 'n/a (an admin token sees it)'}",
     ]
     out("".join(line + "\n" for line in lines))
     return EXIT_CODES["ok"]

@@ -21,6 +21,7 @@ from permindex.client.results import (
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
 from permindex.index.expiry import added_at_seconds
+from permindex.index.memory import MemoryBreakdown
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -172,6 +173,7 @@ def collection_info(message: Any) -> CollectionInfo:
 
 def server_stats(reply: Any) -> ServerStats:
     """The :class:`ServerStats` of a ``StatsResponse``."""
+    parts = reply.memory_breakdown
     return ServerStats(
         count=reply.count,
         memory_bytes=reply.memory_bytes,
@@ -192,4 +194,17 @@ def server_stats(reply: Any) -> ServerStats:
         collection=reply.collection or "default",
         expire_after=reply.expire_after,
         expired_pending=reply.expired_pending,
+        memory_breakdown=MemoryBreakdown(
+            fingerprints=parts.fingerprint_bytes,
+            liveness=parts.liveness_bytes,
+            times=parts.time_bytes,
+            tables=parts.table_bytes,
+            key_bytes=parts.key_bytes,
+            key_offsets=parts.key_offset_bytes,
+            key_hashes=parts.key_hash_bytes,
+            key_map=parts.key_map_bytes,
+        ),
+        log_buffer_bytes=parts.log_buffer_bytes,
+        max_memory_bytes=reply.max_memory_bytes,
+        server_memory_bytes=reply.server_memory_bytes,
     )

@@ -9,13 +9,14 @@ or a ``str`` (its text, fingerprinted by the server), and it may carry the time 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
+from permindex.index.memory import MemoryBreakdown
 from permindex.text.fingerprint import Vote
 
 __all__ = [
@@ -171,6 +172,10 @@ class RemoveResult:
     not_found: list[str]
 
 
+#: The breakdown of a server older than the field.
+_NO_BREAKDOWN: Final = MemoryBreakdown(0, 0, 0, 0, 0, 0, 0, 0)
+
+
 @dataclass(frozen=True)
 class ServerStats:
     """The Stats RPC (units in the .proto): counts, memory, design, uptime, last snapshot."""
@@ -192,6 +197,14 @@ class ServerStats:
     expire_after: int = 0
     #: Expired entries whose memory awaits the next compaction.
     expired_pending: int = 0
+    #: ``memory_bytes`` by part (zeros from a server older than the field).
+    memory_breakdown: MemoryBreakdown = _NO_BREAKDOWN
+    #: The write-ahead log record being written, bytes (0 at rest).
+    log_buffer_bytes: int = 0
+    #: The server's memory limit (``serve --max-memory``), bytes; 0: none.
+    max_memory_bytes: int = 0
+    #: What that limit is checked against, server-wide, bytes (0 for a token without admin).
+    server_memory_bytes: int = 0
 
 
 @dataclass(frozen=True)

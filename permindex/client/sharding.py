@@ -27,6 +27,7 @@ from permindex.addresses import parse_addresses
 from permindex.client.results import CollectionInfo, ColumnMatches, ServerStats, SnapshotResult
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
+from permindex.index.memory import MemoryBreakdown
 
 __all__ = [
     "merge_collection_infos",
@@ -130,8 +131,9 @@ def merge_columns(parts: Sequence[ColumnMatches], limit: int | None) -> ColumnMa
 
 
 def merge_stats(parts: Sequence[ServerStats]) -> ServerStats:
-    """The Stats of every shard as one: counts, memory, expired entries awaiting compaction and
-    the last snapshot's keys and bytes summed; the design, version and collection of the first
+    """The Stats of every shard as one: counts, memory (and its parts, the limits and the
+    servers' accounted memory), expired entries awaiting compaction and the last snapshot's
+    keys and bytes summed; the design, version and collection of the first
     shard; the shortest uptime; the oldest last snapshot (None when a shard has none)."""
     first = parts[0]
     times = [p.last_snapshot_unix_seconds for p in parts]
@@ -146,6 +148,12 @@ def merge_stats(parts: Sequence[ServerStats]) -> ServerStats:
         last_snapshot_count=sum(p.last_snapshot_count for p in parts),
         last_snapshot_bytes=sum(p.last_snapshot_bytes for p in parts),
         expired_pending=sum(p.expired_pending for p in parts),
+        memory_breakdown=MemoryBreakdown(
+            *(sum(column) for column in zip(*(p.memory_breakdown for p in parts), strict=True))
+        ),
+        log_buffer_bytes=sum(p.log_buffer_bytes for p in parts),
+        max_memory_bytes=sum(p.max_memory_bytes for p in parts),
+        server_memory_bytes=sum(p.server_memory_bytes for p in parts),
     )
 
 

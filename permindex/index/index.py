@@ -51,6 +51,7 @@ from permindex.index.keys.batches import Section, compact_inputs, validate_keys
 from permindex.index.keys.batches import key_list as as_key_list
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.keys.store import hash_key
+from permindex.index.memory import MemoryBreakdown, breakdown, growth_bytes
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.search.batch_queries import (
     LookupOptions,
@@ -207,7 +208,8 @@ class Index:
       ``iter(index)``;
     * the whole set: :meth:`pairs`, :meth:`iter_pairs`, :meth:`export`, :meth:`export_compact`,
       :meth:`export_slices`;
-    * upkeep and figures: :meth:`merge_all_runs`, :meth:`table_runs`, :meth:`memory_bytes`,
+    * upkeep and figures: :meth:`merge_all_runs`, :meth:`compact`, :meth:`table_runs`,
+      :meth:`memory_bytes`, :meth:`memory_breakdown`, :meth:`memory_growth`,
       :meth:`table_bytes`, :attr:`compactions`, :meth:`_check` (every invariant, for tests).
 
     Args:
@@ -1019,6 +1021,74 @@ class Index:
         self._before_call()
         with self._lock:
             return self.table_bytes() + self._store.nbytes()
+
+    def memory_breakdown(self) -> MemoryBreakdown:
+        """:meth:`memory_bytes` by part (:class:`~permindex.index.memory.MemoryBreakdown`:
+        fingerprints, liveness, times, tables, key bytes, key offsets, key hashes, the key map);
+        its ``total`` is :meth:`memory_bytes`. O(tables + runs).
+
+        >>> from permindex import Index
+        >>> index = Index()
+        >>> _ = index.add("page-1", 0xFFFF)
+        >>> parts = index.memory_breakdown()
+        >>> parts.total == index.memory_bytes(), parts.key_bytes >= len("page-1") + 1
+        (True, True)
+        """
+        with self._lock:
+            return breakdown(self._rows, self._runs)
+
+    def memory_growth(self, count: int, key_bytes: int) -> int:
+        """An estimate of how much :meth:`memory_bytes` grows when ``count`` keys of
+        ``key_bytes`` UTF-8 bytes in all are added in one batch, each counted as a new row and
+        a new key (:func:`~permindex.index.memory.growth_bytes`: the arrays that would not fit
+        counted at the capacity they would grow to, the tables' new entries). O(tables).
+
+        Raises:
+            TypeError, InvalidArgumentError: ``count`` or ``key_bytes`` is not an int >= 0.
+
+        >>> from permindex import Index
+        >>> index = Index()
+        >>> index.memory_growth(0, 0), index.memory_growth(1, 6) > 0
+        (0, True)
+        """
+        count = check_int(count, "count")
+        key_bytes = check_int(key_bytes, "key_bytes")
+        if count < 0 or key_bytes < 0:
+            raise InvalidArgumentError(
+                f"count and key_bytes must be >= 0, got {count} and {key_bytes}"
+            )
+        with self._lock:
+            return growth_bytes(self._rows, self._runs, count, key_bytes)
+
+    def compact(self, min_share: float = 0.0) -> bool:
+        """Drop the dead rows (of removed, replaced or expired keys) now, renumbering the live
+        ones, when they are more than ``min_share`` (0 to 1) of the rows; the arrays are
+        rebuilt with a quarter of room, so :meth:`memory_bytes` falls. An index compacts by
+        itself once its dead rows outnumber the live ones and ``compaction_min``; this is for
+        an owner that needs the memory back sooner (a server at its memory limit). O(n) under
+        the lock.
+
+        Returns:
+            Whether it compacted (False: no dead row, or too few).
+
+        >>> from permindex import Index
+        >>> index = Index()
+        >>> _ = index.add_many(["a", "b"], [1, 2])
+        >>> index.remove("a")
+        >>> index.compact(), index.compact(), len(index)
+        (True, False, 1)
+        """
+        if not 0 <= min_share <= 1:
+            raise InvalidArgumentError(f"min_share must be in [0, 1], got {min_share!r}")
+        self._before_call()
+        with self._lock:
+            rows = self._rows
+            dead = rows.n - len(rows.keys)
+            if dead <= 0 or dead <= min_share * rows.n:
+                return False
+            rows.compact()
+        self._runs.merge_pending()
+        return True
 
     def table_bytes(self) -> int:
         """:meth:`memory_bytes` without the keys: fingerprint and liveness arrays (by capacity) and

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import LimitExceededError
+from permindex.index.keys.rows import capacity_after
 from permindex.index.keys.store import (
     EncodedKeys,
     KeyStore,
@@ -163,6 +164,27 @@ class RowStore:
         if self.times is not None:
             total += int(self.times.nbytes)
         return total if self.live is None else total + int(self.live.nbytes)
+
+    def growth_bytes(self, rows: int, data_bytes: int) -> int:
+        """How much :meth:`nbytes` and the key store's bytes may grow when ``rows`` more rows,
+        each a new key, with ``data_bytes`` key bytes (terminators included) are appended: the
+        arrays at the capacity they may have after the write and the growth ahead that
+        follows it (:func:`~permindex.index.keys.rows.capacity_after`), the liveness array
+        whole while there is none (a replacement in the write creates it), and the key store's
+        (:meth:`KeyStore.growth_bytes <permindex.index.keys.store.KeyStore.growth_bytes>`).
+        O(log slots)."""
+        capacity = int(self.fps.size)
+        large = capacity >= self.tuning.grow_ahead_rows
+        inline = capacity_after(self.n, rows, capacity, large=large, small=False)
+        small = large and 8 * rows < inline  # a growth ahead follows (after_write)
+        grown_capacity = capacity_after(self.n, rows, capacity, large=large, small=small)
+        if self.n + rows > capacity:
+            grown_capacity = max(grown_capacity, 1024)
+        grown_capacity = min(grown_capacity, self.max_rows)
+        per_row = self.fps.itemsize + (0 if self.times is None else self.times.itemsize)
+        extra = (grown_capacity - capacity) * per_row
+        extra += grown_capacity if self.live is None else grown_capacity - capacity
+        return extra + self.keys.growth_bytes(rows, data_bytes, large=large, small=small)
 
     # -- liveness -------------------------------------------------------------------------------
 

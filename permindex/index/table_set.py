@@ -92,6 +92,12 @@ class TableSet:
         """Estimated bytes of every table (runs and memtable entries)."""
         return sum(table.memory_bytes() for table in self.tables)
 
+    def growth_bytes(self, count: int, rows: int) -> int:
+        """How much :meth:`nbytes` may grow when a batch of ``count`` rows is added, the index
+        then holding ``rows`` rows (:meth:`~permindex.index.tables.table.Table.growth_bytes`
+        of every table). O(tables + runs)."""
+        return sum(table.growth_bytes(count, rows) for table in self.tables)
+
     # -- building runs (before the lock) --------------------------------------------------------
 
     def prepare(self, values: _U64) -> list[Run]:

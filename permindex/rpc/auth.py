@@ -377,7 +377,7 @@ class Authorization:
 
     def filter(self, method: str, response: Any, token: Token) -> Any:
         """``response`` as ``token`` may see it: ListCollections' collections it covers; Stats
-        without the server-wide resident memory unless admin."""
+        without the server-wide resident and accounted memory unless admin."""
         name = method.rsplit("/", 1)[-1]
         if name == "ListCollections" and token.collections != ("*",):
             kept = [info for info in response.collections if token.covers(info.name)]
@@ -385,6 +385,7 @@ class Authorization:
             response.collections.extend(kept)
         elif name == "Stats" and not token.allows(ADMIN):
             response.resident_memory_bytes = 0
+            response.server_memory_bytes = 0
         return response
 
 

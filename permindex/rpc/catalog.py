@@ -23,6 +23,7 @@ from permindex.index import ExpiringIndex, Index
 from permindex.index.expiry import check_expire_after
 from permindex.index.tables.permutation import DEFAULT_DESIGN
 from permindex.rpc.config import ServerConfig
+from permindex.rpc.memory import MemoryBudget
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
 from permindex.storage.datadir import fsync_directory, make_directories
 from permindex.storage.store import Store
@@ -156,6 +157,8 @@ class Catalog:
         self._lock = threading.Lock()
         self._changes = threading.Lock()  # create and drop, one at a time
         self.root = Path(config.data_dir) / COLLECTIONS_DIR
+        #: The writes' admission under ``config.max_memory``, over every collection.
+        self.memory = MemoryBudget(config.max_memory, self.items)
 
     # ---- opening
 

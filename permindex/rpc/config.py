@@ -11,6 +11,7 @@ argparse.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "ServerConfig",
     "declare",
     "declared_options",
+    "memory_size",
     "non_negative",
     "non_negative_float",
     "positive",
@@ -226,6 +228,31 @@ def _message_bytes(text: str) -> int:
     if not 0 < value <= 2047:
         raise ValueError(f"must be more than 0 and at most 2047 MiB, got {text}")
     return int(value * _MIB)
+
+
+#: The units of a size (:func:`memory_size`), case-insensitive: powers of 1000 and of 1024.
+SIZE_UNITS: Final = {
+    "": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+    "t": 10**12, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}  # fmt: skip
+_SIZE: Final = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def memory_size(text: str) -> int:
+    """A size in bytes from a number and an optional unit (:data:`SIZE_UNITS`, the units of
+    ``dedup --worker-memory``): ``8GiB``, ``500MB``, ``1.5 GB``, ``1048576``; at least 1 MiB
+    (ValueError otherwise)."""
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in SIZE_UNITS:
+        raise ValueError(
+            f"not a size: {text!r} (a number and a unit: B, kB, MB, GB, TB or KiB, MiB, GiB, "
+            "TiB; e.g. 8GiB)"
+        )
+    value = int(float(match.group(1)) * SIZE_UNITS[unit])
+    if value < _MIB:
+        raise ValueError(f"must be at least 1 MiB, got {text!r} ({value} bytes)")
+    return value
 
 
 def _listen_address(text: str) -> str:
@@ -508,6 +535,19 @@ class ServerConfig:
             "how long a keepalive ping may go unanswered (default {default:g})",
             parse=positive_float,
             metavar="SECONDS",
+        ),
+    )
+    max_memory: int | None = field(
+        default=None,
+        metadata=declare(
+            "refuse a write (Add, Ingest, CheckAndAdd, CreateCollection) that would take the\n"
+            "index memory of all collections past this size, with RESOURCE_EXHAUSTED and\n"
+            "nothing applied; reads and removes are always served. A number and a unit: B,\n"
+            "kB, MB, GB, TB or KiB, MiB, GiB, TiB (8GiB). The accounted memory (Stats'\n"
+            "memory_bytes) is not the process's resident memory, which is larger: see the\n"
+            "docs' Limits page (default: no limit)",
+            parse=memory_size,
+            metavar="SIZE",
         ),
     )
     max_join_work: int = field(

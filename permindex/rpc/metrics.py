@@ -109,6 +109,19 @@ class StateCollector(Collector):
         )
         resident.add_metric([], resident_memory_bytes())
         yield resident
+        memory = self._catalog.memory
+        limit = GaugeMetricFamily(
+            "permindex_memory_limit_bytes", "The memory limit (serve --max-memory); 0: none."
+        )
+        limit.add_metric([], memory.limit or 0)
+        yield limit
+        used = GaugeMetricFamily(
+            "permindex_memory_used_bytes",
+            "What --max-memory is checked against: the index memory of every collection, plus\n"
+            "the writes admitted and being applied, bytes.",
+        )
+        used.add_metric([], memory.used())
+        yield used
         started = GaugeMetricFamily("permindex_uptime_seconds", "Seconds since the start.")
         started.add_metric([], uptime)
         yield started
@@ -225,6 +238,10 @@ class MetricsServer:
     - ``permindex_index_memory_bytes``: the index's own estimate of its memory, by
       ``collection``;
     - ``permindex_resident_memory_bytes``: the server process's resident memory (VmRSS);
+    - ``permindex_memory_limit_bytes``: ``serve --max-memory`` (0: no limit);
+    - ``permindex_memory_used_bytes``: what that limit is checked against, server-wide
+      (:mod:`permindex.rpc.memory`): ``permindex_index_memory_bytes`` summed, plus the writes
+      admitted and being applied;
     - ``permindex_snapshot_bytes``: size of the last snapshot loaded or written (this and all
       below but the uptime: by ``collection``);
     - ``permindex_snapshot_keys``: keys in it;

@@ -45,6 +45,7 @@ from permindex.rpc.config import EVENT_LOOPS, ServerConfig
 from permindex.rpc.handlers import add_servicer
 from permindex.rpc.health import NOT_SERVING, SERVING, HealthService, bounded
 from permindex.rpc.limits import CallLimits
+from permindex.rpc.memory import format_bytes
 from permindex.rpc.metrics import MetricsServer
 from permindex.rpc.service import SERVICE_NAME, PermIndexService
 from permindex.rpc.state import ServerState
@@ -537,6 +538,7 @@ def create_server(config: ServerConfig) -> RunningServer:
         )
         catalog = Catalog(config, state)
         catalog.load()  # every other collection, recovered before anything listens
+        _warn_above_limit(catalog)
         loop = _EventLoop(config.event_loop)
         server, limits, health_service, port = loop.call(
             _start(config, state, catalog, executor, metrics, tokens, credentials)
@@ -585,6 +587,19 @@ def create_server(config: ServerConfig) -> RunningServer:
         tokens.start()
     log.info("serving on %s (%d keys)", running.address, len(index))
     return running
+
+
+def _warn_above_limit(catalog: Catalog) -> None:
+    """Warn when the data loaded is above ``--max-memory`` already: the server starts (reads
+    and removes are served) and refuses writes until it is under it."""
+    memory = catalog.memory
+    if memory.limit is not None and memory.used() > memory.limit:
+        log.warning(
+            "the data loaded holds %s, above --max-memory %s: writes are refused until data is "
+            "removed or the limit raised",
+            format_bytes(memory.used()),
+            format_bytes(memory.limit),
+        )
 
 
 def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:

@@ -23,11 +23,12 @@ from permindex.errors import (
     WorkBudgetExceededError,
     status_name_for,
 )
-from permindex.index import ExpiringIndex
+from permindex.index import ExpiringIndex, Index
 from permindex.index.join.clusters import NearDuplicates
 from permindex.rpc import columns, convert
 from permindex.rpc.catalog import Catalog, CollectionOptions
 from permindex.rpc.limits import StreamClosed
+from permindex.rpc.memory import MemoryLimitError
 from permindex.rpc.slices import SliceSize, slices
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState, resident_memory_bytes
 from permindex.rpc.work import Work, read_outcome
@@ -167,6 +168,13 @@ def _keys(state: ServerState, keys: Sequence[str]) -> list[str]:
     return convert.check_keys(keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes)
 
 
+def _growth(state: ServerState, keys: list[str]) -> Callable[[], int]:
+    """The estimated memory growth of adding ``keys`` (each a new row and key) to ``state``'s
+    index, computed when called (:meth:`Index.memory_growth
+    <permindex.index.Index.memory_growth>`; only under a memory limit)."""
+    return lambda: state.index.memory_growth(len(keys), sum(len(key.encode()) for key in keys))
+
+
 # ---------------------------------------------------------------------------------- servicer
 
 
@@ -215,8 +223,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     # ---- writes
 
-    def _add_batch(self, request: pb.AddRequest) -> pb.AddResponse:
-        """Validate, fingerprint (outside the lock) and apply one batch with one ``add_many``."""
+    def _add_batch(self, request: pb.AddRequest, what: str = "this Add") -> pb.AddResponse:
+        """Validate, fingerprint (outside the lock), admit under the memory limit and apply one
+        batch with one ``add_many``."""
         state = self._collection(request.collection)
         batch = _documents(state, request.documents)
         stored = [i for i, fp in enumerate(batch.fingerprints) if fp is not None]
@@ -224,8 +233,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         fingerprints = np.fromiter(
             (batch.fingerprints[i] for i in stored), dtype=np.uint64, count=len(stored)
         )
-        # Logged, then applied.
-        was_new = state.store.add_many(keys, fingerprints, added_at=batch.stored_added_at())
+        # Admitted (MemoryLimitError: nothing logged), logged, then applied.
+        with self.catalog.memory.admit(_growth(state, keys), what):
+            was_new = state.store.add_many(keys, fingerprints, added_at=batch.stored_added_at())
         state.note_changes(len(keys))
         response = pb.AddResponse()
         status: dict[int, pb.DocumentStatus.ValueType] = {}
@@ -256,12 +266,23 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     ) -> AsyncIterator[pb.AddResponse]:
         """Each batch applied (in the executor) and acknowledged in order; a refused batch ends
         the stream. A batch received is applied whole even when the call ends meanwhile."""
+        messages = documents = 0  # applied and acknowledged
         async for request in request_iterator:
-            work = asyncio.ensure_future(self.work.run(self._add_batch, request))
+            what = f"message {messages + 1} of this Ingest"
+            work = asyncio.ensure_future(self.work.run(self._add_batch, request, what))
             # if the call ends meanwhile, a refusal of the batch is read here, not left for
             # asyncio to log as "Task exception was never retrieved"
             work.add_done_callback(read_outcome)
-            yield await asyncio.shield(work)
+            try:
+                response = await asyncio.shield(work)
+            except MemoryLimitError as error:
+                raise error.noting(
+                    f"the {messages} messages before it, {documents} documents, were applied "
+                    "and acknowledged; it and the messages after it were not"
+                ) from None
+            messages += 1
+            documents += len(request.documents)
+            yield response
 
     @_unary
     def CheckAndAdd(
@@ -279,14 +300,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             for key, fp in zip(batch.keys, batch.fingerprints, strict=True)
             if fp is not None
         ]
-        outcomes = iter(
-            state.store.check_and_add_many(
-                [key for key, _ in stored],
-                [fp for _, fp in stored],
-                k=k,
-                added_at=batch.stored_added_at(),
+        keys = [key for key, _ in stored]
+        # every document counted as added: the checks run under the store's lock, after this
+        with self.catalog.memory.admit(_growth(state, keys), "this CheckAndAdd"):
+            outcomes = iter(
+                state.store.check_and_add_many(
+                    keys, [fp for _, fp in stored], k=k, added_at=batch.stored_added_at()
+                )
             )
-        )
         changes = 0
         for key, fp in zip(batch.keys, batch.fingerprints, strict=True):
             if fp is None:
@@ -525,7 +546,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     @_unary_inline_when(lambda _service, _request: True)
     def Stats(self, request: pb.StatsRequest, stop: threading.Event) -> pb.StatsResponse:
-        """Counts, memory, design, uptime, last snapshot, version."""
+        """Counts, memory (by part, and against the server's limit), design, uptime, last
+        snapshot, version."""
         state = self._collection(request.collection)
         response = pb.StatsResponse(
             count=len(state.index),
@@ -537,6 +559,24 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             collection=request.collection or DEFAULT_COLLECTION,
         )
         index = state.index
+        parts = index.memory_breakdown()
+        response.memory_breakdown.CopyFrom(
+            pb.MemoryBreakdown(
+                fingerprint_bytes=parts.fingerprints,
+                liveness_bytes=parts.liveness,
+                time_bytes=parts.times,
+                table_bytes=parts.tables,
+                key_bytes=parts.key_bytes,
+                key_offset_bytes=parts.key_offsets,
+                key_hash_bytes=parts.key_hashes,
+                key_map_bytes=parts.key_map,
+                log_buffer_bytes=state.store.log_buffer_bytes,
+            )
+        )
+        response.memory_bytes = parts.total  # the same moment as its parts
+        memory = self.catalog.memory
+        response.max_memory_bytes = memory.limit or 0
+        response.server_memory_bytes = memory.used()
         if isinstance(index, ExpiringIndex):
             response.expire_after = index.expire_after
             response.expired_pending = index.expired_pending
@@ -605,7 +645,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             expire_after=given.expire_after,
             vote=cast(Vote, given.vote) if given.vote else self.config.vote,  # checked below
         )
-        state = self.catalog.create(request.name, options)
+        options.check()  # before the empty index is built for its size
+        empty = Index(k=options.k, design=(options.blocks, options.leading))
+        with self.catalog.memory.admit(empty.memory_bytes, "this CreateCollection"):
+            state = self.catalog.create(request.name, options)
         return self._info(request.name, state)
 
     @_unary

@@ -219,6 +219,9 @@ class Store:
         self._export_slice_rows = export_slice_rows
         self._closed = False
         self._clock = index.now if isinstance(index, ExpiringIndex) else time.time
+        #: Bytes of the log record being written (0 at rest: the log keeps no buffer between
+        #: writes, each record goes to the file with one write).
+        self.log_buffer_bytes = 0
 
     @classmethod
     def open(
@@ -352,7 +355,11 @@ class Store:
             raise StorageError("the data directory is closed (the server is stopping)")
         sequence = self._sequence + 1
         record = encode_record(sequence, ops, keys, values, times)
-        self._writer.append(record, sequence)
+        self.log_buffer_bytes = len(record)
+        try:
+            self._writer.append(record, sequence)
+        finally:
+            self.log_buffer_bytes = 0
         try:
             result = apply()
         except BaseException:

@@ -50,6 +50,11 @@ Status codes (every RPC):
   --max-streams (default 1,024) streams are open, or --max-streams-per-address (default 256)
   from the caller's IP address; a Pairs, Clusters, Flags or ExactDuplicates call whose work
   estimate is above --max-join-work (the message gives the estimate). Retry later.
+  And a write (Add, an Ingest message, CheckAndAdd, CreateCollection) that would take the
+  server past its --max-memory (the message gives the limit, the use and what the write
+  needs); nothing of it is applied or logged, and an Ingest's message says how many of the
+  stream's messages and documents were applied before it. Reads and Remove are always
+  served; remove or expire data, drop a collection, or raise the limit.
 - DEADLINE_EXCEEDED: the client's deadline passed (the server stops the call's work), or a
   stream sent no message, or took none the server had for it, for --stream-idle-seconds
   (default 300; health watches exempt).
@@ -1072,10 +1077,15 @@ class StatsResponse(_message.Message):
     COLLECTION_FIELD_NUMBER: _builtins.int
     EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
     EXPIRED_PENDING_FIELD_NUMBER: _builtins.int
+    MEMORY_BREAKDOWN_FIELD_NUMBER: _builtins.int
+    MAX_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    SERVER_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """Stored keys."""
     memory_bytes: _builtins.int
-    """Estimated memory of the index (fingerprints, tables, keys), bytes."""
+    """Estimated memory of the index (fingerprints, tables, keys), bytes; by part in
+    memory_breakdown.
+    """
     uptime_seconds: _builtins.float
     """Seconds since the server started."""
     last_snapshot_unix_seconds: _builtins.float
@@ -1094,8 +1104,23 @@ class StatsResponse(_message.Message):
     """The collection's expire_after, seconds (see CollectionOptions); 0: entries never expire."""
     expired_pending: _builtins.int
     """Entries expired (they match nothing any more) whose memory awaits the next compaction."""
+    max_memory_bytes: _builtins.int
+    """The server's memory limit (serve --max-memory), bytes; 0: none. Writes that would take
+    server_memory_bytes past it are refused with RESOURCE_EXHAUSTED.
+    """
+    server_memory_bytes: _builtins.int
+    """What the limit is checked against: memory_bytes of every collection of the server, plus
+    the estimated growth of the writes admitted and still being applied, bytes. Server-wide:
+    0 for a token without the admin role (like resident_memory_bytes).
+    """
     @_builtins.property
     def design(self) -> Global___Design: ...
+    @_builtins.property
+    def memory_breakdown(self) -> Global___MemoryBreakdown:
+        """memory_bytes by part (what each part holds: MemoryBreakdown); its parts but
+        log_buffer_bytes sum to memory_bytes.
+        """
+
     def __init__(
         self,
         *,
@@ -1111,16 +1136,83 @@ class StatsResponse(_message.Message):
         collection: _builtins.str = ...,
         expire_after: _builtins.int = ...,
         expired_pending: _builtins.int = ...,
+        memory_breakdown: Global___MemoryBreakdown | None = ...,
+        max_memory_bytes: _builtins.int = ...,
+        server_memory_bytes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "design", b"design", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "design", b"design", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_breakdown", b"memory_breakdown"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "collection", b"collection", "count", b"count", "design", b"design", "expire_after", b"expire_after", "expired_pending", b"expired_pending", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds", "collection", b"collection", "count", b"count", "design", b"design", "expire_after", b"expire_after", "expired_pending", b"expired_pending", "last_snapshot_bytes", b"last_snapshot_bytes", "last_snapshot_count", b"last_snapshot_count", "last_snapshot_unix_seconds", b"last_snapshot_unix_seconds", "max_memory_bytes", b"max_memory_bytes", "memory_breakdown", b"memory_breakdown", "memory_bytes", b"memory_bytes", "resident_memory_bytes", b"resident_memory_bytes", "server_memory_bytes", b"server_memory_bytes", "uptime_seconds", b"uptime_seconds", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["last_snapshot_unix_seconds"]  # noqa: Y015
     _WhichOneofArgType__last_snapshot_unix_seconds: _TypeAlias = _typing.Literal["_last_snapshot_unix_seconds", b"_last_snapshot_unix_seconds"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__last_snapshot_unix_seconds) -> _WhichOneofReturnType__last_snapshot_unix_seconds | None: ...
 
 Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
+
+@_typing.final
+class MemoryBreakdown(_message.Message):
+    """The index memory of one collection by part, bytes. Arrays count by capacity (room not yet
+    used included); the tables' recent entries are an estimate. None of this is the process's
+    resident memory (StatsResponse.resident_memory_bytes), which also holds the interpreter, the
+    compiled kernels and the copies alive while arrays grow or runs merge.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINGERPRINT_BYTES_FIELD_NUMBER: _builtins.int
+    LIVENESS_BYTES_FIELD_NUMBER: _builtins.int
+    TIME_BYTES_FIELD_NUMBER: _builtins.int
+    TABLE_BYTES_FIELD_NUMBER: _builtins.int
+    KEY_BYTES_FIELD_NUMBER: _builtins.int
+    KEY_OFFSET_BYTES_FIELD_NUMBER: _builtins.int
+    KEY_HASH_BYTES_FIELD_NUMBER: _builtins.int
+    KEY_MAP_BYTES_FIELD_NUMBER: _builtins.int
+    LOG_BUFFER_BYTES_FIELD_NUMBER: _builtins.int
+    fingerprint_bytes: _builtins.int
+    """The fingerprint of each row (8 bytes a row; a removed or replaced key keeps its row until
+    the next compaction).
+    """
+    liveness_bytes: _builtins.int
+    """Whether each row is live (1 byte a row); 0 while no row is dead."""
+    time_bytes: _builtins.int
+    """When each row's key was last added (4 bytes a row); 0 in a collection without expiry."""
+    table_bytes: _builtins.int
+    """The permuted tables: sorted runs (row, filter and directory, at most 10 bytes an entry per
+    table) and recent entries not yet in a run (an estimate).
+    """
+    key_bytes: _builtins.int
+    """The keys' UTF-8 bytes, each ended by a NUL."""
+    key_offset_bytes: _builtins.int
+    """Where each row's key starts (8 bytes a row)."""
+    key_hash_bytes: _builtins.int
+    """Each row's key hash and first-added rank (12 bytes a row)."""
+    key_map_bytes: _builtins.int
+    """The key -> row hash table (4 bytes a slot, at least 2 slots a key)."""
+    log_buffer_bytes: _builtins.int
+    """The write-ahead log record being written, if any. The log keeps no buffer between writes
+    (each record goes to the file with one write), so this is 0 at rest; not in memory_bytes.
+    """
+    def __init__(
+        self,
+        *,
+        fingerprint_bytes: _builtins.int = ...,
+        liveness_bytes: _builtins.int = ...,
+        time_bytes: _builtins.int = ...,
+        table_bytes: _builtins.int = ...,
+        key_bytes: _builtins.int = ...,
+        key_offset_bytes: _builtins.int = ...,
+        key_hash_bytes: _builtins.int = ...,
+        key_map_bytes: _builtins.int = ...,
+        log_buffer_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint_bytes", b"fingerprint_bytes", "key_bytes", b"key_bytes", "key_hash_bytes", b"key_hash_bytes", "key_map_bytes", b"key_map_bytes", "key_offset_bytes", b"key_offset_bytes", "liveness_bytes", b"liveness_bytes", "log_buffer_bytes", b"log_buffer_bytes", "table_bytes", b"table_bytes", "time_bytes", b"time_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryBreakdown: _TypeAlias = MemoryBreakdown  # noqa: Y015
 
 @_typing.final
 class SnapshotRequest(_message.Message):

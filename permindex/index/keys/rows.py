@@ -26,7 +26,15 @@ from numpy.typing import NDArray
 
 from permindex.storage.key_section import decode_section
 
-__all__ = ["KeyRows", "ahead_capacity", "grown", "nearly_full", "next_capacity", "ragged_positions"]
+__all__ = [
+    "KeyRows",
+    "ahead_capacity",
+    "capacity_after",
+    "grown",
+    "nearly_full",
+    "next_capacity",
+    "ragged_positions",
+]
 
 _U8 = NDArray[np.uint8]
 _I64 = NDArray[np.int64]
@@ -268,3 +276,22 @@ def next_capacity(need: int, capacity: int) -> int:
     instead of waiting for one)."""
     grown_capacity = capacity + capacity // 2
     return max(grown_capacity, need) if need <= grown_capacity else need + need // 8
+
+
+def capacity_after(used: int, extra: int, capacity: int, *, large: bool, small: bool) -> int:
+    """The most capacity an array of ``capacity`` elements with ``used`` in use can have after
+    a write of ``extra`` more and the upkeep that follows it: grown when the write does not
+    fit (:func:`next_capacity` inline, or :func:`ahead_capacity` by the growth ahead of a
+    ``large`` store), then, when the write was ``small`` beside the store (one that grows
+    ahead after it), by half again when the write leaves it past 7/8 full
+    (:func:`nearly_full`). For the memory a write may take (:meth:`KeyStore.growth_bytes
+    <permindex.index.keys.store.KeyStore.growth_bytes>`)."""
+    need = used + extra
+    grown_capacity = capacity
+    if need > capacity:
+        grown_capacity = next_capacity(need, capacity)
+        if large:
+            grown_capacity = max(grown_capacity, ahead_capacity(used, extra, capacity))
+    if small and nearly_full(need, grown_capacity):
+        grown_capacity += grown_capacity // 2
+    return grown_capacity

@@ -15,6 +15,7 @@ Not thread-safe: the index serializes access.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,6 +25,7 @@ from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_gr
 from permindex.index.keys.hash_table import EncodedKeys, KeyTable
 from permindex.index.keys.rows import (
     ahead_capacity,
+    capacity_after,
     nearly_full,
     next_capacity,
     ragged_positions,
@@ -33,6 +35,7 @@ from permindex.storage.key_section import encode_section, first_utf8_error
 __all__ = [
     "EncodedKeys",
     "Growth",
+    "KeyMemory",
     "KeyStore",
     "ahead_capacity",
     "batch_subset",
@@ -79,6 +82,19 @@ def batch_subset(batch: EncodedKeys, positions: _I64) -> EncodedKeys:
     return EncodedKeys(blob, np.cumsum(sizes), batch.hashes[positions])
 
 
+class KeyMemory(NamedTuple):
+    """The bytes of a key store's arrays, by capacity (:meth:`KeyStore.memory`)."""
+
+    #: The keys' UTF-8 bytes, each ended by a NUL (``data``).
+    key_bytes: int
+    #: Where each row's key starts (``offsets``, 8 bytes a row).
+    key_offsets: int
+    #: Each row's XXH3-64 hash and first-added rank (12 bytes a row).
+    key_hashes: int
+    #: The key -> row hash table (open addressing, 4 bytes a slot, load at most 1/2).
+    key_map: int
+
+
 class KeyStore(KeyTable):
     """Keys by row with a key -> row hash table: the index appends a row for every stored
     fingerprint and the store holds that row's key; a key is *linked* (findable) on one live row
@@ -98,6 +114,40 @@ class KeyStore(KeyTable):
     def nbytes(self) -> int:
         """Bytes of every array, by capacity."""
         return self._rows_nbytes() + int(self._slots.nbytes)
+
+    def memory(self) -> KeyMemory:
+        """:meth:`nbytes` by part (:class:`KeyMemory`). O(1)."""
+        return KeyMemory(
+            key_bytes=int(self._data.nbytes),
+            key_offsets=int(self._offsets.nbytes),
+            key_hashes=int(self._hashes.nbytes + self._born.nbytes),
+            key_map=int(self._slots.nbytes),
+        )
+
+    def growth_bytes(self, rows: int, data_bytes: int, *, large: bool, small: bool) -> int:
+        """How much :meth:`nbytes` may grow when ``rows`` more rows, each a new key, with
+        ``data_bytes`` more key bytes (terminators included) are appended: each array at the
+        capacity it may have after the write and its upkeep (:func:`capacity_after`; ``large``:
+        the store grows ahead of need; ``small``: the write is small beside it, so a growth
+        ahead follows it), the hash table doubled until its load is at most 1/2 (and once more
+        when a growth ahead after the write would). An array
+        that fits counts nothing (:meth:`nbytes` counts capacity); the copies alive while an
+        array grows are not counted. O(log slots)."""
+        size = int(self._hashes.size)
+        per_row = self._hashes.itemsize + self._born.itemsize + self._offsets.itemsize
+        grown = capacity_after(self._rows, rows, size, large=large, small=small)
+        extra = (grown - size) * per_row
+        used = int(self._offsets[self._rows])
+        data = int(self._data.size)
+        extra += capacity_after(used, data_bytes, data, large=large, small=small) - data
+        slots = int(self._slots.size)
+        live = self._live + rows
+        grown_slots = slots
+        while grown_slots < 2 * live:
+            grown_slots *= 2
+        if small and 5 * live > 2 * grown_slots:
+            grown_slots *= 2
+        return extra + (grown_slots - slots) * self._slots.itemsize
 
     # -- writing ----------------------------------------------------------------------------
 

@@ -613,6 +613,30 @@ class Table:
             _MEMTABLE_ENTRY_BYTES
         )
 
+    def growth_bytes(self, count: int, rows: int) -> int:
+        """How much :meth:`memory_bytes` may grow when a batch of ``count`` rows is added, the
+        index then holding ``rows`` rows: ``count`` memtable entries, and, for a batch that
+        becomes a run (:meth:`direct_run`) or a memtable that freezes into one, what takes the
+        runs to the most they can hold after it and its merges -- every entry at its row (3
+        bytes, 4 from 2^24 rows on) and filter (4), and every run's directory at its largest
+        (one uint32 per two entries, and one more per run, :func:`directory_bits`). The runs
+        may hold less now (a smaller directory share), so this is high by up to about a byte
+        an entry; a frozen memtable takes less, and the copies alive while runs merge are not
+        counted. O(runs)."""
+        if count <= 0:
+            return 0
+        memtable = 0
+        if not self.direct_run(count):
+            memtable = count * _MEMTABLE_ENTRY_BYTES
+            if len(self._memtable) + count <= self.memtable_limit:
+                return memtable
+            count += len(self._memtable)  # frozen into a run (its ints freed: not subtracted)
+        runs = self._runs
+        entries = sum(len(run) for run in runs) + count
+        entry_bytes = 7 if rows <= 1 << 24 else 8
+        most = entries * (entry_bytes + 2) + 4 * (len(runs) + 1)
+        return memtable + max(0, most - sum(run.nbytes() for run in runs))
+
     # -- invariants -------------------------------------------------------------------------
 
     def _check(self, row_arrays: RowArrays) -> NDArray[np.int64]:

@@ -1,0 +1,105 @@
+"""The index's memory accounting: :meth:`Index.memory_breakdown` sums to
+:meth:`Index.memory_bytes`, :meth:`Index.memory_growth` is never below what a write adds (the
+admission of ``serve --max-memory`` rests on it), and :meth:`Index.compact` gives memory back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from permindex import ExpiringIndex, Index
+from permindex.errors import InvalidArgumentError
+from permindex.index.tuning import Tuning
+
+#: Small knobs, so that growth ahead of need and direct runs happen at test sizes.
+SMALL = Tuning(grow_ahead_rows=256, direct_run_min=16)
+
+
+def settled_bytes(index: Index) -> int:
+    """memory_bytes once a growth ahead in progress is done (it counts once it is)."""
+    index._rows.wait_for_growth()
+    return index.memory_bytes()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    design=st.sampled_from([(4, 1), (5, 2), (6, 3)]),
+    expiring=st.booleans(),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "readd", "remove"]),
+            st.integers(1, 3000),
+            st.integers(1, 60),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_growth_estimate_is_never_below_the_growth(
+    design: tuple[int, int], expiring: bool, steps: list[tuple[str, int, int]], seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    index: Index = (
+        ExpiringIndex(design=design, expire_after=10**6, tuning=SMALL, memtable_limit=64)
+        if expiring
+        else Index(design=design, tuning=SMALL, memtable_limit=64, compaction_min=100)
+    )
+    for step, (op, n, width) in enumerate(steps):
+        stored = list(index)
+        if op == "remove":
+            for key in stored[: n // 2]:
+                index.discard(key)
+            continue
+        fresh = [f"{step}-{i:0{width}d}" for i in range(n)]
+        keys = stored[:n] if op == "readd" and stored else fresh
+        before = settled_bytes(index)
+        estimate = index.memory_growth(len(keys), sum(len(k.encode()) for k in keys))
+        index.add_many(keys, rng.integers(0, 2**63, len(keys), dtype=np.uint64))
+        assert settled_bytes(index) - before <= estimate
+        parts = index.memory_breakdown()
+        assert parts.total == index.memory_bytes()
+        assert (parts.times > 0) == expiring
+
+
+def test_breakdown_parts() -> None:
+    index = Index()
+    empty = index.memory_breakdown()
+    assert (empty.fingerprints, empty.liveness, empty.times, empty.tables) == (0, 0, 0, 0)
+    keys = [f"key-{i}" for i in range(1000)]
+    index.add_many(keys, np.arange(1000, dtype=np.uint64))
+    parts = index.memory_breakdown()
+    assert parts.fingerprints >= 8 * 1000 and parts.liveness == 0
+    assert parts.key_bytes >= sum(len(k) + 1 for k in keys)
+    assert parts.key_offsets >= 8 * 1000 and parts.key_hashes >= 12 * 1000
+    assert parts.key_map >= 4 * 2 * 1000  # load at most 1/2
+    assert parts.tables >= 4 * 7 * 1000  # 4 tables, 7 bytes an entry at least
+    index.discard("key-1")
+    assert index.memory_breakdown().liveness > 0
+    assert index.memory_growth(0, 0) == 0
+    with pytest.raises(InvalidArgumentError):
+        index.memory_growth(-1, 0)
+    with pytest.raises(TypeError):
+        index.memory_growth(1.5, 0)  # type: ignore[arg-type]
+
+
+def test_compact_gives_memory_back_and_keeps_the_answers() -> None:
+    index = Index()
+    keys = [f"key-{i}" for i in range(20_000)]
+    values = np.random.default_rng(3).integers(0, 2**63, 20_000, dtype=np.uint64)
+    index.add_many(keys, values)
+    assert not index.compact()  # nothing dead
+    for key in keys[:15_000]:
+        index.discard(key)
+    assert not index.compact(min_share=0.9)  # 75 % dead: under the share asked
+    before = index.memory_bytes()
+    assert index.compact(min_share=0.5)
+    assert index.memory_bytes() < before / 2
+    assert len(index) == 5_000 and list(index) == keys[15_000:]
+    for key, value in zip(keys[15_000::997], values[15_000::997].tolist(), strict=True):
+        assert [m.key for m in index.query(value, k=0)] == [key]
+    index._check()
+    with pytest.raises(InvalidArgumentError):
+        index.compact(min_share=2)
