@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from permindex import ExpiringIndex, Index
@@ -37,6 +37,26 @@ def settled_bytes(index: Index) -> int:
         max_size=12,
     ),
     seed=st.integers(0, 2**32 - 1),
+)
+# a first write: the arrays grow ahead after it, at the capacity it leaves
+@example(design=(4, 1), expiring=False, steps=[("add", 85, 13)], seed=0)
+# the key bytes grown to fit exactly before the write, then by half after it
+@example(
+    design=(4, 1), expiring=False, steps=[("add", 1, 1), ("readd", 1, 1), ("add", 32, 29)], seed=0
+)
+# a growth ahead noting the store after the write (it was started before it)
+@example(
+    design=(4, 1),
+    expiring=False,
+    steps=[("add", 1639, 1), ("readd", 253, 1), ("readd", 1387, 1), ("add", 256, 1)],
+    seed=0,
+)
+# the key bytes grown ahead to fit exactly, then by half after the write
+@example(
+    design=(4, 1),
+    expiring=False,
+    steps=[("add", 13, 37), ("remove", 14, 1), ("add", 13, 36)],
+    seed=0,
 )
 def test_the_growth_estimate_is_never_below_the_growth(
     design: tuple[int, int], expiring: bool, steps: list[tuple[str, int, int]], seed: int

@@ -18,7 +18,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import LimitExceededError
-from permindex.index.keys.rows import capacity_after
 from permindex.index.keys.store import (
     EncodedKeys,
     KeyStore,
@@ -168,19 +167,27 @@ class RowStore:
     def growth_bytes(self, rows: int, data_bytes: int) -> int:
         """How much :meth:`nbytes` and the key store's bytes may grow when ``rows`` more rows,
         each a new key, with ``data_bytes`` key bytes (terminators included) are appended: the
-        arrays at the capacity they may have after the write and the growth ahead that
-        follows it (:func:`~permindex.index.keys.rows.capacity_after`), the liveness array
+        arrays at the most capacity they may have after the write and the growth ahead that
+        follows it (inline by :meth:`reserve`, or ahead of it in a large store; then by half
+        again when a small write leaves them past 7/8 full), the liveness array
         whole while there is none (a replacement in the write creates it), and the key store's
         (:meth:`KeyStore.growth_bytes <permindex.index.keys.store.KeyStore.growth_bytes>`).
         O(log slots)."""
         capacity = int(self.fps.size)
-        large = capacity >= self.tuning.grow_ahead_rows
-        inline = capacity_after(self.n, rows, capacity, large=large, small=False)
-        small = large and 8 * rows < inline  # a growth ahead follows (after_write)
-        grown_capacity = capacity_after(self.n, rows, capacity, large=large, small=small)
-        if self.n + rows > capacity:
-            grown_capacity = max(grown_capacity, 1024)
-        grown_capacity = min(grown_capacity, self.max_rows)
+        need = self.n + rows
+        large = capacity >= self.tuning.grow_ahead_rows  # grown ahead before the write
+        ways = [capacity if need <= capacity else max(next_capacity(need, capacity), 1024)]
+        if large:  # grown ahead by a thread the write starts, noting it before or after it
+            ways += [ahead_capacity(self.n, rows, capacity), ahead_capacity(need, rows, capacity)]
+        grown_capacity = 0
+        small = False
+        for way in ways:
+            # a growth ahead follows a write small beside the capacity it leaves (after_write)
+            after = way >= self.tuning.grow_ahead_rows and 8 * rows < way
+            small = small or after
+            if after and nearly_full(need, way):
+                way += way // 2
+            grown_capacity = max(grown_capacity, min(way, self.max_rows))
         per_row = self.fps.itemsize + (0 if self.times is None else self.times.itemsize)
         extra = (grown_capacity - capacity) * per_row
         extra += grown_capacity if self.live is None else grown_capacity - capacity

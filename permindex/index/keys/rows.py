@@ -281,17 +281,15 @@ def next_capacity(need: int, capacity: int) -> int:
 def capacity_after(used: int, extra: int, capacity: int, *, large: bool, small: bool) -> int:
     """The most capacity an array of ``capacity`` elements with ``used`` in use can have after
     a write of ``extra`` more and the upkeep that follows it: grown when the write does not
-    fit (:func:`next_capacity` inline, or :func:`ahead_capacity` by the growth ahead of a
-    ``large`` store), then, when the write was ``small`` beside the store (one that grows
-    ahead after it), by half again when the write leaves it past 7/8 full
-    (:func:`nearly_full`). For the memory a write may take (:meth:`KeyStore.growth_bytes
+    fit by :func:`next_capacity` inline, or, in a ``large`` store, by the growth ahead the
+    write starts (:func:`ahead_capacity`; its thread may note the store before or after the
+    write, and grows every array past 7/8 full, fitting or not); then, when the write
+    was ``small`` beside the store (a growth ahead follows it), by half again when the write
+    leaves it past 7/8 full (:func:`nearly_full`); the largest of these ways. For the memory
+    a write may take (:meth:`KeyStore.growth_bytes
     <permindex.index.keys.store.KeyStore.growth_bytes>`)."""
     need = used + extra
-    grown_capacity = capacity
-    if need > capacity:
-        grown_capacity = next_capacity(need, capacity)
-        if large:
-            grown_capacity = max(grown_capacity, ahead_capacity(used, extra, capacity))
-    if small and nearly_full(need, grown_capacity):
-        grown_capacity += grown_capacity // 2
-    return grown_capacity
+    ways = [capacity if need <= capacity else next_capacity(need, capacity)]
+    if large:  # a growth ahead started by the write, noting the store before or after it
+        ways += [ahead_capacity(used, extra, capacity), ahead_capacity(need, extra, capacity)]
+    return max(way + way // 2 if small and nearly_full(need, way) else way for way in ways)

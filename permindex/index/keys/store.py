@@ -142,11 +142,17 @@ class KeyStore(KeyTable):
         extra += capacity_after(used, data_bytes, data, large=large, small=small) - data
         slots = int(self._slots.size)
         live = self._live + rows
-        grown_slots = slots
-        while grown_slots < 2 * live:
-            grown_slots *= 2
-        if small and 5 * live > 2 * grown_slots:
-            grown_slots *= 2
+        ways = [(slots, live)]  # inline: doubled until the load is at most 1/2
+        if large:  # grown ahead by a thread the write starts, noting it before or after it
+            for noted in (self._live, live):
+                ways.append((2 * slots if 5 * noted > 2 * slots else slots, noted + rows))
+        grown_slots = 0
+        for way, keys in ways:
+            while way < 2 * keys:
+                way *= 2
+            if small and 5 * live > 2 * way:  # grown ahead after it
+                way *= 2
+            grown_slots = max(grown_slots, way)
         return extra + (grown_slots - slots) * self._slots.itemsize
 
     # -- writing ----------------------------------------------------------------------------
