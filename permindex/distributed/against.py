@@ -52,7 +52,7 @@ def against_pairs_dask(
 ) -> list[AgainstPair]:
     """:func:`permindex.near.against.against_pairs` on the cluster of ``client``: the same
     pairs, sorted, each once."""
-    from permindex.distributed.engine import show_progress
+    from permindex.distributed.join import show_progress
     from permindex.io.parquet import open_documents
 
     options = corpus_options(result.options, corpus)

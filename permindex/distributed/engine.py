@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -29,6 +28,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from permindex.distributed.jaccard import Light, light_of, part_of
+from permindex.distributed.join import show_progress
 from permindex.index.join.pair_stream import PairArrays
 from permindex.near.columns import Documents, documents_of
 from permindex.near.dedup import (
@@ -45,7 +45,7 @@ from permindex.near.result import DedupOptions, DedupResult
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["DASK_EXTRA", "dask_client", "require_dask", "run_dedup_dask", "show_progress"]
+__all__ = ["DASK_EXTRA", "dask_client", "require_dask", "run_dedup_dask"]
 
 #: What to install for the Dask engine.
 DASK_EXTRA: Final = "pip install '.[dask]' in the permindex clone"
@@ -100,17 +100,6 @@ def dask_client(
         Client(cluster) as client,
     ):
         yield client
-
-
-def show_progress(work: Any) -> None:
-    """Dask's own progress bar (:func:`distributed.progress`) for ``work`` (futures or a
-    persisted collection), until it is done, on stderr (Dask writes it to stdout, which carries
-    the pairs)."""
-    from distributed import progress
-
-    with contextlib.redirect_stdout(sys.stderr):
-        progress(work, multi=False)
-        sys.stderr.write("\n")
 
 
 def _fingerprints(done: Any) -> pd.DataFrame:

@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from permindex.distributed.join import _mix, join_partitions, persisted, shuffle_method
+from permindex.distributed.join import join_partitions, mix, persisted, shuffle_method
 from permindex.index.join.pair_stream import PairArrays
 from permindex.near.dedup import TaskDocuments
 from permindex.near.jaccard import ShingleSets, verified_tasks
@@ -245,7 +245,7 @@ def set_rows(
     bands_of = band[at].astype(np.int64)
     key = part.keys[chosen, bands_of]
     name = (bands_of.astype(np.uint64) << np.uint64(32)) | task.astype(np.uint64)
-    bucket = _mix(key ^ _mix(name + np.uint64(1)))
+    bucket = mix(key ^ mix(name + np.uint64(1)))
     sets = part.sets.take(chosen)
     keys = part.keys[chosen]
     frame = pd.DataFrame(
@@ -393,7 +393,7 @@ def jaccard_pairs(
     """
     import dask.dataframe as dd
 
-    from permindex.distributed.engine import show_progress
+    from permindex.distributed.join import show_progress
 
     workers = max(1, len(client.nthreads()))
     total = sum(s.local.size for s in selections)

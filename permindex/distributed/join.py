@@ -10,6 +10,8 @@ under any engine that maps a function over groups of rows (see docs/guides/dask.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,6 +37,8 @@ __all__ = [
     "emit_partition",
     "join_partition",
     "join_partitions",
+    "mix",
+    "show_progress",
     "shuffle_method",
     "value_pairs",
 ]
@@ -90,7 +94,7 @@ def persisted(frame: dd.DataFrame) -> dd.DataFrame:
     return held
 
 
-def _mix(x: _U64) -> _U64:
+def mix(x: _U64) -> _U64:
     """splitmix64's finalizer, (n,) uint64 to (n,) uint64: spreads bucket keys over the shuffle's
     partitions (equal inputs, equal outputs)."""
     with np.errstate(over="ignore"):
@@ -157,7 +161,7 @@ class JoinPlan:
         """(n,) uint64 bucket ids of ``fingerprints`` under ``code``: rows that share a key
         share the id (different keys rarely do; a shared id only puts them in one partition)."""
         key = fingerprints & np.uint64(self.masks[code])
-        return _mix(key ^ _mix(np.full(key.size, code + 1, dtype=np.uint64)))
+        return mix(key ^ mix(np.full(key.size, code + 1, dtype=np.uint64)))
 
 
 @dataclass
@@ -367,3 +371,14 @@ def value_pairs(
     parts = npartitions or max(distinct.npartitions, 1)
     grouped = emitted.shuffle(on="bucket", npartitions=parts, shuffle_method=shuffle_method(parts))
     return grouped.map_partitions(join_partition, plan, meta=_PAIRS_META)
+
+
+def show_progress(work: Any) -> None:
+    """Dask's own progress bar (:func:`distributed.progress`) for ``work`` (futures or a
+    persisted collection), until it is done, on stderr (Dask writes it to stdout, which carries
+    the pairs)."""
+    from distributed import progress
+
+    with contextlib.redirect_stdout(sys.stderr):
+        progress(work, multi=False)
+        sys.stderr.write("\n")
