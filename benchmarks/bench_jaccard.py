@@ -44,6 +44,22 @@ DEFAULT_WORKDIR = Path("/tmp/permindex-bench-jaccard")
 VOCABULARY = 30_000
 
 
+def edited_words(rng: np.random.Generator, words: list[str], edits: int, fresh: int) -> str:
+    """``words`` after ``edits`` random edits -- a word replaced, a word inserted or a word
+    deleted, each new word ``e<n>`` with n below ``fresh`` -- joined by spaces."""
+    copy = list(words)
+    for _ in range(edits):
+        at = int(rng.integers(0, len(copy)))
+        kind = int(rng.integers(0, 3))
+        if kind == 0:
+            copy[at] = f"e{int(rng.integers(0, fresh))}"
+        elif kind == 1:
+            copy.insert(at, f"e{int(rng.integers(0, fresh))}")
+        else:
+            del copy[at]
+    return " ".join(copy)
+
+
 def templated(
     path: Path, pages: int, families: int, unrelated_share: float, edits: int, seed: int
 ) -> dict[str, int]:
@@ -65,18 +81,9 @@ def templated(
     for family, size in enumerate(sizes.tolist()):
         template = draw(int(rng.integers(250, 401)))
         for copy in range(size):
-            words = list(template)
-            for _ in range(int(rng.integers(1, edits + 1))):
-                at = int(rng.integers(0, len(words)))
-                kind = int(rng.integers(0, 3))
-                if kind == 0:
-                    words[at] = f"e{int(rng.integers(0, 10**6))}"
-                elif kind == 1:
-                    words.insert(at, f"e{int(rng.integers(0, 10**6))}")
-                else:
-                    del words[at]
+            text = edited_words(rng, template, int(rng.integers(1, edits + 1)), 10**6)
             key = f"family{family:03d}/page{copy:05d}"
-            rows.append(json.dumps({"id": key, "text": " ".join(words)}))
+            rows.append(json.dumps({"id": key, "text": text}))
     for other in range(unrelated):
         text = " ".join(draw(int(rng.integers(100, 401))))
         rows.append(json.dumps({"id": f"other/{other:05d}", "text": text}))

@@ -29,6 +29,10 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_jaccard import edited_words  # noqa: E402
+
 DEFAULT_WORKDIR = Path("/tmp/permindex-bench-jaccard-dask")
 VOCABULARY = 30_000
 LARGEST = 1_000
@@ -44,19 +48,6 @@ def corpus(path: Path, pages: int, seed: int) -> dict[str, int]:
         ranks = np.minimum(np.searchsorted(cdf, rng.random(n)), VOCABULARY - 1)
         return [f"v{r}" for r in ranks.tolist()]
 
-    def edited(words: list[str], edits: int) -> str:
-        copy = list(words)
-        for _ in range(edits):
-            at = int(rng.integers(0, len(copy)))
-            kind = int(rng.integers(0, 3))
-            if kind == 0:
-                copy[at] = f"e{int(rng.integers(0, 10**9))}"
-            elif kind == 1:
-                copy.insert(at, f"e{int(rng.integers(0, 10**9))}")
-            else:
-                del copy[at]
-        return " ".join(copy)
-
     in_families = int(pages * 0.4)
     pairs = int(pages * 0.1) // 2
     sizes: list[int] = []
@@ -68,12 +59,12 @@ def corpus(path: Path, pages: int, seed: int) -> dict[str, int]:
     for family, size in enumerate(sizes):
         template = draw(int(rng.integers(100, 401)))
         for copy in range(size):
-            text = edited(template, int(rng.integers(1, 7)))
+            text = edited_words(rng, template, int(rng.integers(1, 7)), 10**9)
             rows.append(json.dumps({"id": f"family{family:05d}/{copy:04d}", "text": text}))
     for pair in range(pairs):
         words = draw(int(rng.integers(100, 401)))
         rows.append(json.dumps({"id": f"pair{pair:05d}/a", "text": " ".join(words)}))
-        text = edited(words, int(rng.integers(1, 9)))
+        text = edited_words(rng, words, int(rng.integers(1, 9)), 10**9)
         rows.append(json.dumps({"id": f"pair{pair:05d}/b", "text": text}))
     for other in range(max(0, pages - len(rows))):
         text = " ".join(draw(int(rng.integers(100, 401))))
