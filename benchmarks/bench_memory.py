@@ -53,6 +53,7 @@ memory for the URL run and 25 minutes in all on this machine (2 cores).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import math
@@ -178,6 +179,17 @@ def settled_rss() -> int:
     return status("VmRSS")
 
 
+def trimmed_rss() -> int:
+    """VmRSS after glibc's ``malloc_trim(0)`` hands the allocator's free memory back to the
+    system (a diagnostic: how much of the RSS is freed memory the allocator keeps, in this
+    process only, after the figures above were read)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return 0
+    return settled_rss()
+
+
 def warm_up(design: tuple[int, int]) -> None:
     """Every kernel of the run compiled (or loaded from numba's cache) on a tiny index."""
     from permindex import Index
@@ -248,6 +260,7 @@ def worker_permindex(
     out["workload_s"] = time.perf_counter() - began
     out["rss_after_workload_bytes"] = settled_rss()
     out["hwm_bytes"] = status("VmHWM")
+    out["rss_trimmed_bytes"] = trimmed_rss()
     out["accounted_after_workload_bytes"] = index.memory_breakdown().total
     # checks
     wrong = sum(1 for a, b in zip(got, fingerprints(gets).tolist(), strict=True) if a != b)
@@ -308,12 +321,16 @@ def check_lookups(
     return int(queries.size), wrong
 
 
+def parse_design(text: str) -> tuple[int, int]:
+    blocks, leading = (int(x) for x in text.split(","))
+    return blocks, leading
+
+
 def worker_warm(designs: list[str]) -> dict[str, Any]:
     """Every kernel compiled once into numba's cache, so that no measured process compiles
     (compiling leaves its memory in the process's baseline)."""
     for design in designs:
-        b, t = (int(x) for x in design.split(","))
-        warm_up((b, t))
+        warm_up(parse_design(design))
     return {"system": "warm", "designs": designs}
 
 
@@ -345,7 +362,16 @@ def worker_restart(n: int, kind: str, design: tuple[int, int], path: str) -> dic
 
 
 def worker_faiss(n: int, batch: int) -> dict[str, Any]:
-    import faiss
+    try:
+        import faiss
+    except ImportError as error:
+        return {
+            "system": "faiss",
+            "kind": "none",
+            "design": [4, 1],
+            "n": n,
+            "skipped": f"not installed ({error}): pip install -e '.[bench]'",
+        }
 
     faiss.omp_set_num_threads(1)
     index = faiss.IndexBinaryMultiHash(64, 4, 16)
@@ -503,10 +529,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         n = int(args.n)
-        b, t = (int(x) for x in args.design.split(","))
+        design = args.design
         workers: dict[str, Callable[[], dict[str, Any]]] = {
-            "permindex": lambda: worker_permindex(n, args.kind, (b, t), args.batch, args.path),
-            "restart": lambda: worker_restart(n, args.kind, (b, t), args.path),
+            "permindex": lambda: worker_permindex(
+                n, args.kind, parse_design(design), args.batch, args.path
+            ),
+            "restart": lambda: worker_restart(n, args.kind, parse_design(design), args.path),
             "faiss": lambda: worker_faiss(n, args.batch),
             "hammingbird": lambda: worker_hammingbird(n, args.batch),
             "warm": lambda: worker_warm(args.design.split()),
@@ -658,21 +686,22 @@ def render(entries: list[dict[str, Any]]) -> str:
         "same process's baseline before loading (interpreter, imports, compiled kernels; in "
         "MiB beside), per fingerprint. Peak: VmHWM minus the baseline. After the workload: "
         f"{WORKLOAD:,} gets, {WORKLOAD:,} re-adds and {WORKLOAD:,} removes, one per call. "
+        "Trimmed: after the workload and glibc's `malloc_trim(0)` (the memory the allocator "
+        "kept after it was freed is the difference; a diagnostic, no server calls it). "
         "Accounted: `Index.memory_breakdown()` in all."
     )
     lines.append("")
     lines.append(
-        "| system | keys | N | B/fp after load | after the workload | peak | accounted "
+        "| system | keys | N | B/fp after load | after the workload | trimmed | peak | accounted "
         "| whole process B/fp | baseline MiB | key bytes (raw) | load s | checked (wrong) |"
     )
-    lines.append(
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    )
+    lines.append("| --- | --- | ---: |" + " ---: |" * 10)
     for e in ours:
         lines.append(
             f"| permindex {_design(e)} | {KIND_NAMES[e['kind']]} | {_power(e['n'])} "
             f"| **{_f(per_fp(e, 'rss_load_bytes'))}** "
             f"| {_f(per_fp(e, 'rss_after_workload_bytes'))} "
+            f"| {_f(per_fp(e, 'rss_trimmed_bytes'))} "
             f"| {_f(per_fp(e, 'hwm_bytes'))} | {_f(e['accounted_bytes'] / e['n'])} "
             f"| {_f(e['rss_load_bytes'] / e['n'])} | {_f(e['baseline_rss_bytes'] / 2**20, 0)} "
             f"| {_f(e['raw_key_bytes'] / e['n'])} | {_f(e['load_s'], 2)} "
@@ -682,21 +711,25 @@ def render(entries: list[dict[str, Any]]) -> str:
     for e in peers:
         name = "faiss IndexBinaryMultiHash(64, 4, 16)" if e["system"] == "faiss" else e["system"]
         if "skipped" in e:
+            cited = (
+                f" (the issue's figure: {ISSUE_HAMMINGBIRD_BYTES:.0f}, not measured here)"
+                if e["system"] == "hammingbird"
+                else ""
+            )
             lines.append(
-                f"| {name} | none (ids) | {_power(e['n'])} | not measured: not installed "
-                f"(the issue's figure: {ISSUE_HAMMINGBIRD_BYTES:.0f}, not measured here) "
-                "| | | | | | | | |"
+                f"| {name} | none (ids) | {_power(e['n'])} | not measured: not installed{cited} "
+                "|" + " |" * 9
             )
             continue
         lines.append(
             f"| {name} | none (ids) | {_power(e['n'])} | **{_f(per_fp(e, 'rss_load_bytes'))}** "
-            f"| — | {_f(per_fp(e, 'hwm_load_bytes'))} | — | {_f(e['rss_load_bytes'] / e['n'])} "
+            f"| — | — | {_f(per_fp(e, 'hwm_load_bytes'))} | — | {_f(e['rss_load_bytes'] / e['n'])} "
             f"| {_f(e['baseline_rss_bytes'] / 2**20, 0)} | — | {_f(e['load_s'], 2)} | — |"
         )
-    skipped = [e for e in peers if "skipped" in e]
-    if skipped:
+    notes = {e["system"]: e["skipped"] for e in peers if "skipped" in e}
+    for system, note in notes.items():
         lines.append("")
-        lines.append(f"hammingbird: {skipped[0]['skipped']}.")
+        lines.append(f"{system}: {note}.")
     # the breakdown
     part_names: list[str] = []
     for e in ours:
