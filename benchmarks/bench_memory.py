@@ -805,35 +805,48 @@ def render(entries: list[dict[str, Any]]) -> str:
 
 
 def render_scale(entries: list[dict[str, Any]]) -> str:
-    """The 10^10 arithmetic of docs/scale.md from the largest measured N: bytes per fingerprint
-    by part and what 10^10 fingerprints take at that rate."""
-    ours = [e for e in entries if e["system"] == "permindex"]
-    if not ours:
+    """The table of docs/scale.md: for each design and kind of key, at the largest N measured,
+    the bytes per fingerprint by part and what 10^10 fingerprints take at those rates."""
+    largest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for e in entries:
+        if e["system"] == "permindex":
+            key = (tuple(e["design"]), e["kind"])
+            if key not in largest or e["n"] > largest[key]["n"]:
+                largest[key] = e
+    if not largest:
         return "(no permindex entry measured yet)\n"
-    top = max(e["n"] for e in ours)
-    m = ours[0]["machine"]
+    runs = sorted({(e["machine"]["date"], e["machine"]["commit"]) for e in largest.values()})
     lines = [
-        f"From `benchmarks/bench_memory.py` at N = {_power(top)} ({m['date']}, commit "
-        f"{m['commit']}); P = B/fp after load (RSS minus the baseline), A = accounted "
-        "(`memory_breakdown`); tables = the part `tables`, rows = `fingerprints` + `liveness` "
-        "+ `times`, keys = every other part. Servers of 10^8 fingerprints: memory = 10^8 x P; "
-        "10^10 = 100 such servers.",
+        "Measured by `benchmarks/bench_memory.py` ("
+        + "; ".join(f"{date}, commit {c}" for date, c in runs)
+        + "), each row at the largest N measured for it. **T** tables (the part `tables`; per "
+        "table beside), **R** rows (`fingerprints` + `liveness` + `times`), **K** keys (every "
+        "other part, per key), **A** = T + R + K accounted; **P** resident memory the load "
+        "added (VmRSS minus the baseline), **P_peak** its peak (VmHWM). At 10^10: servers of "
+        "10^8 (100 of them) at P each, and the machines of 64 GiB that 10^10 needs at P_peak.",
         "",
-        "| design | keys | tables B/fp (per table) | rows B/fp | keys B/key | A | P "
-        "| one server of 10^8 (P) | 10^10: 100 servers |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| design | keys | N | T (per table) | R | K | A | P | P_peak "
+        "| one server of 10^8 at P (P_peak) | 10^10 at P | 64 GiB machines for 10^10 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for e in (e for e in ours if e["n"] == top):
+    for (design, _kind), e in sorted(
+        largest.items(), key=lambda item: (item[0][0], KINDS.index(item[0][1]))
+    ):
+        n = e["n"]
         parts = e["breakdown"]
-        tables = parts.get("tables", 0) / top
-        rows = sum(parts.get(name, 0) for name in ("fingerprints", "liveness", "times")) / top
-        keys = e["accounted_bytes"] / top - tables - rows
-        count = math.comb(e["design"][0], e["design"][1])
+        tables = parts.get("tables", 0) / n
+        rows = sum(parts.get(name, 0) for name in ("fingerprints", "liveness", "times")) / n
+        keys = e["accounted_bytes"] / n - tables - rows
+        count = math.comb(design[0], design[1])
         p = per_fp(e, "rss_load_bytes") or 0.0
+        peak = per_fp(e, "hwm_load_bytes") or p
+        machines = math.ceil(1e10 * peak / (64 * 2**30))
         lines.append(
-            f"| {_design(e)} | {KIND_NAMES[e['kind']]} | {tables:.1f} ({tables / count:.1f}) "
-            f"| {rows:.1f} | {keys:.1f} | {e['accounted_bytes'] / top:.1f} | {p:.1f} "
-            f"| {p * 1e8 / 2**30:.1f} GiB | {p * 1e10 / 1e12:.2f} TB |"
+            f"| {_design(e)} | {KIND_NAMES[e['kind']]} | {_power(n)} "
+            f"| {tables:.1f} ({tables / count:.1f}) | {rows:.1f} | {keys:.1f} "
+            f"| {e['accounted_bytes'] / n:.1f} | {p:.1f} | {peak:.1f} "
+            f"| {p * 1e8 / 2**30:.1f} GiB ({peak * 1e8 / 2**30:.1f}) "
+            f"| {p * 1e10 / 1e12:.2f} TB | {machines} |"
         )
     return "\n".join(lines) + "\n"
 
