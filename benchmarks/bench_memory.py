@@ -676,7 +676,13 @@ def render(entries: list[dict[str, Any]]) -> str:
     lines: list[str] = []
     machines = sorted({(e["machine"]["date"], e["machine"]["commit"]) for e in entries})
     m = entries[0]["machine"] if entries else {}
-    runs = "; ".join(f"{date}, commit {c}" for date, c in machines)
+    loads = {
+        (e["machine"]["date"], e["machine"]["commit"]): e["machine"]["load_average_at_start"]
+        for e in entries
+    }
+    runs = "; ".join(
+        f"{date}, commit {c}, load average at the start {loads[(date, c)]}" for date, c in machines
+    )
     lines.append(
         f"Measured on {m.get('cpu', '?')} ({m.get('cores', '?')} cores, {m.get('memory_gib', '?')} "
         f"GiB), Python {m.get('python', '?')}, numpy {m.get('numpy', '?')} ({runs}) by "
@@ -688,7 +694,8 @@ def render(entries: list[dict[str, Any]]) -> str:
         f"{WORKLOAD:,} gets, {WORKLOAD:,} re-adds and {WORKLOAD:,} removes, one per call. "
         "Trimmed: after the workload and glibc's `malloc_trim(0)` (the memory the allocator "
         "kept after it was freed is the difference; a diagnostic, no server calls it). "
-        "Accounted: `Index.memory_breakdown()` in all."
+        "Accounted: `Index.memory_breakdown()` in all. Memory is what the figures are for; "
+        "the seconds beside it move with the load of this shared machine."
     )
     lines.append("")
     lines.append(
