@@ -46,8 +46,10 @@ replaced, the others kept: a ``--sizes 1e8`` run adds to a 10^6/10^7 run),
 
 The 10^8-class run (``--sizes 1e8``) does as ``benchmarks/run.py --scale 1e8`` does: keys made
 per batch (no list of N str), permindex (4, 1) only (the three kinds, each in its own process;
-``--designs`` to add others), no snapshot unless ``--snapshot-max`` allows it; about 10 GB of
-memory for the URL run and 25 minutes in all on this machine (2 cores).
+``--designs`` to add others), no snapshot unless ``--snapshot-max`` allows it. Its peak is
+about 10^8 x P_peak of the 10^7 run: before issue 43, 14 GB with ``k00000001`` keys and 23 GB
+with URLs (too close to this machine's 24 GiB: ``--kinds k,int`` leaves the URLs out); about an
+hour on this machine (2 cores).
 """
 
 from __future__ import annotations
