@@ -232,48 +232,94 @@ class JaccardIndex:
         for i, key in enumerate(keys):
             validate_key(key, name=f"keys[{i}]")
         for i, sketch in enumerate(sketches):
-            self._check_sketch(sketch, f"sketches[{i}]")
+            self.check_sketch(sketch, f"sketches[{i}]")
         if added_at is None:
             added_at = np.full(n, int(self.clock()), dtype=np.uint32)
         if n == 0:
             return np.zeros(0, dtype=bool)
         signature = np.stack([s.signature for s in sketches]).astype(np.uint32)
-        keys_b = band_keys(signature, self.shape)
+        if self.verify == "exact":
+            sizes = np.array([s.shingle_hashes.size for s in sketches], dtype=np.int64)
+            values = np.concatenate([s.shingle_hashes for s in sketches]).astype(np.uint64)
+        else:
+            sizes = np.full(n, self.permutations, dtype=np.int64)
+            values = signature.reshape(-1).astype(np.uint64)
+        return self.add_columns(list(keys), band_keys(signature, self.shape), sizes, values,
+                                added_at)  # fmt: skip
+
+    def add_columns(
+        self,
+        keys: list[str],
+        bands: _U64,
+        sizes: _I64,
+        values: _U64,
+        added_at: NDArray[np.uint32],
+    ) -> NDArray[np.bool_]:
+        """:meth:`add_many` of n documents given as columns (a snapshot's or log's load, no
+        object per document): their ``(n, bands) uint64`` band keys, and the concatenated
+        sketches, ``sizes[i]`` values each (``"exact"``: the sorted distinct shingle hashes;
+        ``"signature"``: ``permutations`` signature values, as uint64). Keys are not checked
+        here (:meth:`add_many` checks them)."""
+        n = len(keys)
+        if n == 0:
+            return np.zeros(0, dtype=bool)
         with self._lock:
             new = np.zeros(n, dtype=bool)
             seen: set[str] = set()
             start = self._n
-            self._reserve(n, sum(int(s.shingle_hashes.size) for s in sketches))
-            for i, (key, sketch) in enumerate(zip(keys, sketches, strict=True)):
-                old = self._row_of.get(key)
+            self._reserve(n, int(values.size))
+            row_of = self._row_of
+            live = self._live
+            for i, key in enumerate(keys):
+                old = row_of.get(key)
                 if old is not None:
-                    self._live[old] = False
-                    new[i] = key not in seen and bool(self._expired(np.array([old]))[0])
+                    live[old] = False
+                    new[i] = key not in seen and self.is_expired(int(self._times[old]))
                 else:
                     new[i] = key not in seen
                 seen.add(key)
-                row = self._n
-                self._n += 1
-                self._keys.append(key)
-                self._row_of[key] = row
-                self._live[row] = True
-                self._times[row] = added_at[i]
-                self._bands[row] = keys_b[i]
-                if self.verify == "exact":
-                    m = int(sketch.shingle_hashes.size)
-                    self._values[self._used : self._used + m] = sketch.shingle_hashes
-                    self._used += m
-                    self._offsets[row + 1] = self._used
-                else:
-                    self._signature[row] = sketch.signature
-            rows = np.arange(start, self._n, dtype=np.uint32)
-            self._add_run(_mixed(keys_b), np.repeat(rows, self.shape.bands))
+                row_of[key] = start + i
+            self._keys.extend(keys)
+            end = start + n
+            self._n = end
+            live[start:end] = True
+            self._times[start:end] = added_at
+            self._bands[start:end] = bands
+            if self.verify == "exact":
+                self._values[self._used : self._used + values.size] = values
+                self._offsets[start + 1 : end + 1] = self._used + np.cumsum(sizes)
+                self._used += int(values.size)
+            else:
+                self._signature[start:end] = values.reshape(n, self.permutations)
+            rows = np.arange(start, end, dtype=np.uint32)
+            self._add_run(_mixed(bands), np.repeat(rows, self.shape.bands))
             self._added_since_merge = time.monotonic()
             if self._n - len(self._row_of) > max(COMPACT_MIN, len(self._row_of)):
                 self._compact()
             return new
 
-    def _check_sketch(self, sketch: MinHashSketch, name: str) -> None:
+    def export_columns(
+        self,
+    ) -> tuple[list[str], NDArray[np.uint32], _U64, _I64, _U64]:
+        """One consistent copy as columns (what a snapshot writes): the live keys, their
+        times, ``(n, bands)`` band keys, sketch sizes and concatenated sketch values (as
+        :meth:`add_columns` takes them). O(n + values) under the lock."""
+        with self._lock:
+            rows = self._live_rows()
+            keys = [self._keys[r] for r in rows.tolist()]
+            if self.verify == "exact":
+                from permindex.near.jaccard import ShingleSets
+
+                sets = ShingleSets(self._values, self._offsets).take(rows)
+                sizes, values = sets.sizes, sets.values
+            else:
+                sizes = np.full(rows.size, self.permutations, dtype=np.int64)
+                values = self._signature[rows].reshape(-1).astype(np.uint64)
+            return keys, self._times[rows].copy(), self._bands[rows].copy(), sizes, values
+
+    def check_sketch(self, sketch: MinHashSketch, name: str) -> None:
+        """Raise InvalidArgumentError (naming ``name``) unless ``sketch`` has what this index
+        keeps."""
         if sketch.signature.size != self.permutations:
             raise InvalidArgumentError(
                 f"{name} has {sketch.signature.size} signature values, this index "
@@ -377,7 +423,7 @@ class JaccardIndex:
             InvalidArgumentError: a sketch without what this index keeps.
         """
         for i, sketch in enumerate(sketches):
-            self._check_sketch(sketch, f"sketches[{i}]")
+            self.check_sketch(sketch, f"sketches[{i}]")
         if not sketches:
             return []
         signature = np.stack([s.signature for s in sketches]).astype(np.uint32)
