@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
+from permindex.index.jaccard import JaccardMatch, MinHashSketch
 from permindex.index.memory import MemoryBreakdown
 from permindex.text.fingerprint import Vote
 
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 #: A document's content: its fingerprint (int in [0, 2^64)) or its text (str).
-Content = int | str
+Content = int | str | MinHashSketch
 
 
 class Document(NamedTuple):
@@ -109,7 +110,7 @@ class CheckResult:
     key: str
     status: str
     fingerprint: int | None
-    matches: list[Match]
+    matches: list[Match] | list[JaccardMatch]
 
     @property
     def added(self) -> bool:
@@ -224,6 +225,14 @@ class CollectionInfo:
     min_words: int
     expire_after: int = 0
     vote: Vote = "multiset"
+    #: "simhash", or "minhash" for a Jaccard collection, whose threshold, permutations, LSH
+    #: shape (bands x rows) and verify ("exact" or "signature") follow (0 and "" otherwise).
+    method: str = "simhash"
+    threshold: float = 0.0
+    permutations: int = 0
+    bands: int = 0
+    rows: int = 0
+    verify: str = ""
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ def export_read(collection: str, with_times: bool = False) -> StreamRead:
 
 
 def pairs_read(collection: str, k: int | None, shards: int) -> StreamRead:
-    """Pairs: ``(key_a, key_b, distance)`` items.
+    """Pairs: ``(key_a, key_b, distance)`` items (``(key_a, key_b, jaccard)`` from a Jaccard
+    collection).
 
     Raises:
         TypeError, InvalidArgumentError: a bad ``k`` (:func:`check_counts`), or several shards
@@ -71,7 +72,7 @@ def pairs_read(collection: str, k: int | None, shards: int) -> StreamRead:
     return StreamRead(
         "Pairs",
         pb.PairsRequest(collection=collection, k=k),
-        lambda r: ((p.key_a, p.key_b, p.distance) for p in r.pairs),
+        lambda r: ((p.key_a, p.key_b, p.jaccard or p.distance) for p in r.pairs),
     )
 
 

@@ -356,10 +356,13 @@ class StreamingClient(ClientBase):
         *,
         collection: str | None = None,
         timeout: float | None = None,
-    ) -> Generator[tuple[str, str, int], None, None]:
+    ) -> Generator[tuple[str, str, int | float], None, None]:
         """Every pair of stored keys within ``k`` bits (None: the collection's k) as
         ``(key_a, key_b, distance)``, key_a < key_b, in the server's order (sorted by key_a,
         then key_b), yielded as the messages arrive; nothing is sorted or held by the client.
+        From a Jaccard collection (``method="minhash"``; ``k`` must then be None) the third
+        item is the pair's Jaccard similarity to 4 decimals, a float, as ``permindex dedup
+        --method minhash`` prints it.
 
         Raises:
             InvalidArgumentError: ``k`` outside [0, 2^32), or several shards (a pair may cross

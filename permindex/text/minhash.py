@@ -60,6 +60,7 @@ def minhash_sketches(
 ) -> list[MinHashSketch | None]:
     """:func:`minhash_sketch` of each text (the signatures in one compiled call).
 
+    >>> from permindex.text.minhash import minhash_sketches
     >>> [s is None for s in minhash_sketches(["a b c", "a b"])]
     [False, True]
     """

@@ -65,7 +65,12 @@ _KEY_OVERHEAD: Final = 120
 
 class JaccardMatch(NamedTuple):
     """A stored document similar to a query: its ``key`` and their Jaccard similarity
-    ``jaccard`` (exact, or the signature's estimate, as the collection's ``verify`` says)."""
+    ``jaccard`` (exact, or the signature's estimate, as the collection's ``verify`` says).
+
+    >>> from permindex import JaccardMatch
+    >>> JaccardMatch("https://example.com/a", 0.875).jaccard
+    0.875
+    """
 
     key: str
     jaccard: float
@@ -76,6 +81,7 @@ def signature_error(jaccard: float, permutations: int = DEFAULT_PERMUTATIONS) ->
     ``sqrt(J (1 - J) / permutations)`` (a binomial proportion: each value agrees with
     probability J).
 
+    >>> from permindex.index.jaccard import signature_error
     >>> round(signature_error(0.8, 128), 4)
     0.0354
     """
@@ -121,7 +127,7 @@ class JaccardIndex:
 
     Thread-safe. O(bands x log n) binary searches and the candidates' verification per query.
 
-    >>> from permindex import minhash_sketch
+    >>> from permindex import JaccardIndex, minhash_sketch
     >>> index = JaccardIndex(threshold=0.5)
     >>> text = "the quick brown fox jumps over the lazy dog"
     >>> index.add_many(["a"], [minhash_sketch(text)]).tolist()

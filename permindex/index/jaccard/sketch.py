@@ -47,6 +47,11 @@ class MinHashSketch(NamedTuple):
             distinct (empty when only the signature is known).
         signature: ``(permutations,) uint32``, its MinHash signature
             (:func:`permindex.near.minhash.signatures`; empty when only the set is known).
+
+    >>> from permindex import minhash_sketch
+    >>> sketch = minhash_sketch("one two three four", permutations=16)
+    >>> sketch.shingle_hashes.size, sketch.signature.size
+    (2, 16)
     """
 
     shingle_hashes: NDArray[np.uint64]
@@ -132,6 +137,7 @@ def sketch_to_hex(sketch: MinHashSketch, verify: Verify) -> str:
     lower case. :func:`sketch_from_hex` reads it back exactly.
 
     >>> import numpy as np
+    >>> from permindex.index.jaccard.sketch import MinHashSketch, sketch_to_hex
     >>> s = MinHashSketch(np.array([1, 255], dtype=np.uint64), np.zeros(0, dtype=np.uint32))
     >>> sketch_to_hex(s, "exact")
     '000000000000000100000000000000ff'
@@ -148,6 +154,7 @@ def sketch_from_hex(text: str, *, verify: Verify, permutations: int, name: str) 
         InvalidArgumentError: not hex, a length that is not whole values, a signature of
             another length (naming ``name``).
 
+    >>> from permindex.index.jaccard.sketch import sketch_from_hex
     >>> sketch_from_hex("00000000000000ff", verify="exact", permutations=4, name="x").shingle_hashes
     array([255], dtype=uint64)
     """
