@@ -104,12 +104,31 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _pair_measure(value: int | float) -> str:
+    """The third field of a pair line: bits, or (a float from a Jaccard collection) the
+    Jaccard similarity to 4 decimals exactly as ``dedup --method minhash`` prints it."""
+    if isinstance(value, float):
+        from permindex.near.jaccard import SCALE, jaccard_text
+
+        return jaccard_text(round((1.0 - value) * SCALE))
+    return str(value)
+
+
 def _cmd_pairs(args: argparse.Namespace) -> int:
     # printed as the server streams them, already in order (key_a, then key_b): nothing is
     # held or sorted here, so any number of pairs prints in bounded memory
     with connect(args.address, args.connection) as client:
+        if (
+            args.k is not None
+            and client.describe_collection(args.collection or "default").method == "minhash"
+        ):
+            raise CommandError(
+                f"--k is a SimHash option: collection {args.collection} is a Jaccard "
+                "collection (method minhash), whose pairs are those at Jaccard >= its threshold",
+                "usage",
+            )
         pairs = client.iter_pairs(k=args.k)
-        out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in pairs)
+        out(f"{tsv_field(a)}\t{tsv_field(b)}\t{_pair_measure(d)}\n" for a, b, d in pairs)
     return EXIT_CODES["ok"]
 
 
@@ -305,7 +324,10 @@ def add_commands(command: CommandFactory) -> None:
         "list every near-duplicate pair in the server",
         "Print every unordered pair of stored keys within Hamming distance k, one\n"
         "`key_a<TAB>key_b<TAB>distance` line each, key_a < key_b, lines sorted by (key_a,\n"
-        "key_b) in code point order, no header.",
+        "key_b) in code point order, no header. In a Jaccard collection (collections create\n"
+        "--method minhash): every pair at Jaccard >= its threshold, one\n"
+        "`key_a<TAB>key_b<TAB>jaccard` line each (4 decimals), exactly as `dedup --method\n"
+        "minhash` prints them; --k is refused there (exit 2).",
     )
     pairs.add_argument(
         "--k", type=bounded(0, 64), metavar="N", help="largest distance (default: the server's k)"
