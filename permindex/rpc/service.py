@@ -771,6 +771,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             min_words=given.min_words if given.HasField("min_words") else self.config.min_words,
             expire_after=given.expire_after,
             vote=cast(Vote, given.vote) if given.vote else self.config.vote,  # checked below
+            method=method,  # "simhash", or a method check() refuses
         )
         options.check()  # before the empty index is built for its size
         empty = Index(k=options.k, design=(options.blocks, options.leading))

@@ -161,7 +161,7 @@ def sketch_from_hex(text: str, *, verify: Verify, permutations: int, name: str) 
     width = 16 if verify == "exact" else 8
     if not _HEX.fullmatch(text) or len(text) % width or not text:
         raise InvalidArgumentError(
-            f"{name} is not a {verify} sketch in hex ({width} hex digits a value, at least one)",
+            f"{name} is not an {verify} sketch in hex ({width} hex digits a value, at least one)",
             name,
         )
     raw = bytes.fromhex(text)
