@@ -56,6 +56,12 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
                 columns.append(("added_at", "int64"))
             with ParquetTableWriter(partial, columns) as writer:
                 for key, fingerprint, added_at in client.iter_export(with_times=True):
+                    if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
+                        raise CommandError(
+                            "export writes fingerprints; this collection is a Jaccard "
+                            "collection (method minhash): copy it with the Python client",
+                            "invalid",
+                        )
                     if signed and fingerprint >> 63:
                         fingerprint -= 1 << 64
                     writer.write([(key, fingerprint, added_at) if timed else (key, fingerprint)])
@@ -113,6 +119,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
         for key, fingerprint, added_at in client.iter_export(with_times=True):
+            if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
+                raise CommandError(
+                    "export writes fingerprints; this collection is a Jaccard collection "
+                    "(method minhash), whose entries are sketches: copy it with the Python "
+                    "client (other.ingest(client.iter_export(with_times=True)))",
+                    "invalid",
+                )
             count += 1
             record: dict[str, object] = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
             if added_at:

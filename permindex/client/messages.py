@@ -17,6 +17,7 @@ from permindex.client.results import (
     DocumentLike,
     DocumentResult,
     ServerStats,
+    SketchHex,
 )
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
@@ -58,7 +59,7 @@ def document_message(
             outside [0, 2^64), or an ``added_at`` that is not a number >= 0
             (:func:`~permindex.index.expiry.added_at_seconds`).
     """
-    if isinstance(content, bool) or not isinstance(content, int | str | MinHashSketch):
+    if isinstance(content, bool) or not isinstance(content, int | str | MinHashSketch | SketchHex):
         raise InvalidArgumentError(
             f"{where}: content of key {key!r} is {type(content).__name__}; give an int "
             "(fingerprint), a str (text) or a MinHashSketch (permindex.minhash_sketch, for a "
@@ -75,6 +76,8 @@ def document_message(
         return pb.Document(key=key, text=content, added_at=seconds)
     if isinstance(content, MinHashSketch):
         return pb.Document(key=key, sketch=sketch_message(content), added_at=seconds)
+    if isinstance(content, SketchHex):
+        return pb.Document(key=key, sketch_hex=content.hex, added_at=seconds)
     if not 0 <= content < 1 << 64:
         raise InvalidArgumentError(
             f"{where}: fingerprint {content} of key {key!r} is not in [0, 2**64)", content

@@ -32,12 +32,31 @@ __all__ = [
     "IngestResult",
     "RemoveResult",
     "ServerStats",
+    "SketchHex",
     "SnapshotResult",
     "ingest_result_of",
 ]
 
-#: A document's content: its fingerprint (int in [0, 2^64)) or its text (str).
-Content = int | str | MinHashSketch
+
+class SketchHex(NamedTuple):
+    """A Jaccard collection's stored sketch in hex, as an export carries it
+    (``ExportEntry.sketch_hex``): what :meth:`Client.iter_export
+    <permindex.client.Client.iter_export>` yields for a Jaccard collection's entry and what
+    ``add``/``ingest`` send back as ``Document.sketch_hex`` (an import restores the sketch
+    exactly).
+
+    >>> from permindex.client import SketchHex
+    >>> SketchHex("00000000000000ff").hex
+    '00000000000000ff'
+    """
+
+    hex: str
+
+
+#: A document's content: its fingerprint (int in [0, 2^64)), its text (str), or for a Jaccard
+#: collection its sketch (:func:`permindex.minhash_sketch`, or a :class:`SketchHex` of an
+#: export).
+Content = int | str | MinHashSketch | SketchHex
 
 
 class Document(NamedTuple):

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.client.messages import check_counts
-from permindex.client.results import ColumnMatches
+from permindex.client.results import ColumnMatches, SketchHex
 from permindex.client.sharding import refuse_fan_out
 from permindex.errors import InvalidArgumentError
 from permindex.index.hamming import as_fingerprint_array
@@ -49,12 +49,16 @@ class StreamRead:
 
 def export_read(collection: str, with_times: bool = False) -> StreamRead:
     """Export: ``(key, fingerprint)`` items, or ``(key, fingerprint, added_at)`` with
-    ``with_times`` (Unix seconds; 0 in a collection without expiry)."""
+    ``with_times`` (Unix seconds; 0 in a collection without expiry); from a Jaccard collection
+    a :class:`~permindex.client.results.SketchHex` in place of the fingerprint."""
 
     def items(reply: Any) -> Iterable[Any]:
+        def content(e: Any) -> Any:  # a Jaccard collection's entry: its sketch in hex
+            return SketchHex(e.sketch_hex) if e.sketch_hex else e.fingerprint
+
         if with_times:
-            return ((e.key, e.fingerprint, e.added_at) for e in reply.entries)
-        return ((e.key, e.fingerprint) for e in reply.entries)
+            return ((e.key, content(e), e.added_at) for e in reply.entries)
+        return ((e.key, content(e)) for e in reply.entries)
 
     return StreamRead("Export", pb.ExportRequest(collection=collection), items)
 

@@ -332,7 +332,10 @@ class StreamingClient(ClientBase):
         ``with_times``: ``(key, fingerprint, added_at)`` items, ``added_at`` when the key was
         last added (Unix seconds; 0 in a collection without expiry), the form
         :meth:`ingest` takes back: ``other.ingest(client.iter_export(with_times=True))`` copies
-        a collection with its entries' ages.
+        a collection with its entries' ages. From a Jaccard collection (``method="minhash"``)
+        each item carries a :class:`~permindex.client.SketchHex` (the stored sketch in hex) in
+        place of the fingerprint (the annotation names the SimHash case), which ``ingest`` and
+        ``add`` send back as it is: the same copy, sketches restored exactly.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).

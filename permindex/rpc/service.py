@@ -711,7 +711,6 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             min_words=options.min_words,
             expire_after=options.expire_after,
             vote=options.vote,
-            method="simhash",
         )
 
     @_unary

@@ -347,13 +347,15 @@ class Match(_message.Message):
         key: _builtins.str = ...,
         fingerprint: _builtins.int = ...,
         distance: _builtins.int = ...,
-        jaccard: _builtins.float = ...,
+        jaccard: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "jaccard", b"jaccard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["distance", b"distance", "fingerprint", b"fingerprint", "jaccard", b"jaccard", "key", b"key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "distance", b"distance", "fingerprint", b"fingerprint", "jaccard", b"jaccard", "key", b"key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__jaccard: _TypeAlias = _typing.Literal["jaccard"]  # noqa: Y015
+    _WhichOneofArgType__jaccard: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jaccard) -> _WhichOneofReturnType__jaccard | None: ...
 
 Global___Match: _TypeAlias = Match  # noqa: Y015
 
@@ -828,13 +830,15 @@ class Pair(_message.Message):
         key_a: _builtins.str = ...,
         key_b: _builtins.str = ...,
         distance: _builtins.int = ...,
-        jaccard: _builtins.float = ...,
+        jaccard: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "jaccard", b"jaccard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["distance", b"distance", "jaccard", b"jaccard", "key_a", b"key_a", "key_b", b"key_b"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "distance", b"distance", "jaccard", b"jaccard", "key_a", b"key_a", "key_b", b"key_b"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__jaccard: _TypeAlias = _typing.Literal["jaccard"]  # noqa: Y015
+    _WhichOneofArgType__jaccard: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jaccard) -> _WhichOneofReturnType__jaccard | None: ...
 
 Global___Pair: _TypeAlias = Pair  # noqa: Y015
 
@@ -993,13 +997,15 @@ class Flag(_message.Message):
         nearest_key: _builtins.str = ...,
         distance: _builtins.int = ...,
         neighbors: _builtins.int = ...,
-        jaccard: _builtins.float = ...,
+        jaccard: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "jaccard", b"jaccard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["distance", b"distance", "jaccard", b"jaccard", "key", b"key", "nearest_key", b"nearest_key", "neighbors", b"neighbors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "distance", b"distance", "jaccard", b"jaccard", "key", b"key", "nearest_key", b"nearest_key", "neighbors", b"neighbors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__jaccard: _TypeAlias = _typing.Literal["jaccard"]  # noqa: Y015
+    _WhichOneofArgType__jaccard: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jaccard) -> _WhichOneofReturnType__jaccard | None: ...
 
 Global___Flag: _TypeAlias = Flag  # noqa: Y015
 
@@ -1606,9 +1612,13 @@ class CollectionInfo(_message.Message):
     unless started with --vote set).
     """
     method: _builtins.str
-    """"simhash" or "minhash" (see CollectionOptions.method); empty from an older server."""
+    """"minhash" for a Jaccard collection (see CollectionOptions.method); empty for a SimHash
+    collection (and from an older server).
+    """
     threshold: _builtins.float
-    """"minhash" only: the threshold, permutations, the LSH shape (bands x rows) and verify."""
+    """"minhash" only (absent otherwise): the threshold, permutations, the LSH shape
+    (bands x rows) and verify.
+    """
     permutations: _builtins.int
     bands: _builtins.int
     rows: _builtins.int
@@ -1627,17 +1637,36 @@ class CollectionInfo(_message.Message):
         expire_after: _builtins.int = ...,
         vote: _builtins.str = ...,
         method: _builtins.str = ...,
-        threshold: _builtins.float = ...,
-        permutations: _builtins.int = ...,
-        bands: _builtins.int = ...,
-        rows: _builtins.int = ...,
-        verify: _builtins.str = ...,
+        threshold: _builtins.float | None = ...,
+        permutations: _builtins.int | None = ...,
+        bands: _builtins.int | None = ...,
+        rows: _builtins.int | None = ...,
+        verify: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["design", b"design"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bands", b"_bands", "_permutations", b"_permutations", "_rows", b"_rows", "_threshold", b"_threshold", "_verify", b"_verify", "bands", b"bands", "design", b"design", "permutations", b"permutations", "rows", b"rows", "threshold", b"threshold", "verify", b"verify"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bands", b"bands", "count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "method", b"method", "min_words", b"min_words", "name", b"name", "permutations", b"permutations", "rows", b"rows", "shingle_size", b"shingle_size", "threshold", b"threshold", "verify", b"verify", "vote", b"vote"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bands", b"_bands", "_permutations", b"_permutations", "_rows", b"_rows", "_threshold", b"_threshold", "_verify", b"_verify", "bands", b"bands", "count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "method", b"method", "min_words", b"min_words", "name", b"name", "permutations", b"permutations", "rows", b"rows", "shingle_size", b"shingle_size", "threshold", b"threshold", "verify", b"verify", "vote", b"vote"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__bands: _TypeAlias = _typing.Literal["bands"]  # noqa: Y015
+    _WhichOneofArgType__bands: _TypeAlias = _typing.Literal["_bands", b"_bands"]  # noqa: Y015
+    _WhichOneofReturnType__permutations: _TypeAlias = _typing.Literal["permutations"]  # noqa: Y015
+    _WhichOneofArgType__permutations: _TypeAlias = _typing.Literal["_permutations", b"_permutations"]  # noqa: Y015
+    _WhichOneofReturnType__rows: _TypeAlias = _typing.Literal["rows"]  # noqa: Y015
+    _WhichOneofArgType__rows: _TypeAlias = _typing.Literal["_rows", b"_rows"]  # noqa: Y015
+    _WhichOneofReturnType__threshold: _TypeAlias = _typing.Literal["threshold"]  # noqa: Y015
+    _WhichOneofArgType__threshold: _TypeAlias = _typing.Literal["_threshold", b"_threshold"]  # noqa: Y015
+    _WhichOneofReturnType__verify: _TypeAlias = _typing.Literal["verify"]  # noqa: Y015
+    _WhichOneofArgType__verify: _TypeAlias = _typing.Literal["_verify", b"_verify"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bands) -> _WhichOneofReturnType__bands | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__permutations) -> _WhichOneofReturnType__permutations | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rows) -> _WhichOneofReturnType__rows | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__threshold) -> _WhichOneofReturnType__threshold | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__verify) -> _WhichOneofReturnType__verify | None: ...
 
 Global___CollectionInfo: _TypeAlias = CollectionInfo  # noqa: Y015
 
