@@ -377,6 +377,11 @@ def test_sketches_keys_export_import_and_expiry(
     assert sk.query_jaccard([text], limit=1) == [[permindex.JaccardMatch("a", 1.0)]]
     assert sk.pairs() == [("a", "b", 0.95)]
     assert sk.clusters() == [["a", "b"]]
+    at = ("--collection", "sk", "--address", server.address)
+    assert cli("query", "--key", "a", *at).stdout == "b\t0.9500\n"
+    assert cli("query", "--text", text, *at).stdout == "a\t1.0000\nb\t0.9500\n"
+    assert cli("query", "--key", "zz", *at).returncode == EXIT_CODES["not_found"]
+    assert cli("query", "--fingerprint", "0x1", *at).returncode == EXIT_CODES["usage"]
     # Export carries each key with its sketch in hex; an import restores them exactly
     channel, stub = make_stub(server.address)
     try:
