@@ -161,7 +161,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _fields(info: CollectionInfo) -> dict[str, Any]:
-    """A collection's fields in the order the command prints them."""
+    """A collection's fields in the order the command prints them: a Jaccard collection's
+    method, threshold, permutations, bands, rows and verify in place of k and the design."""
+    if info.method == "minhash":
+        return {
+            "name": info.name,
+            "count": info.count,
+            "memory_bytes": info.memory_bytes,
+            "method": info.method,
+            "threshold": info.threshold,
+            "permutations": info.permutations,
+            "bands": info.bands,
+            "rows": info.rows,
+            "verify": info.verify,
+            "shingle_size": info.shingle_size,
+            "min_words": info.min_words,
+            "expire_after": info.expire_after,
+        }
     return {
         "name": info.name,
         "count": info.count,
@@ -175,11 +191,6 @@ def _fields(info: CollectionInfo) -> dict[str, Any]:
         "expire_after": info.expire_after,
         "vote": info.vote,
         "method": info.method,
-        "threshold": info.threshold,
-        "permutations": info.permutations,
-        "bands": info.bands,
-        "rows": info.rows,
-        "verify": info.verify,
     }
 
 
