@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -415,7 +416,9 @@ def test_a_write_past_the_memory_limit_is_refused_and_applies_nothing(
     tmp_path: Path, libstdcxx: list[tuple[str, str]]
 ) -> None:
     limit = 4 << 20
-    running = create_server(server_config(tmp_path / "data", max_memory=limit))
+    running = create_server(
+        server_config(tmp_path / "data", max_memory=limit, metrics_address="127.0.0.1:0")
+    )
     try:
         with permindex.Client(running.address) as client:
             client.create_collection("full", method="minhash")
@@ -431,6 +434,13 @@ def test_a_write_past_the_memory_limit_is_refused_and_applies_nothing(
             assert refused is not None and "max-memory" in str(refused)
             assert full.stats().count == before  # nothing of the refused write applied
             assert full.stats().server_memory_bytes <= limit
+            # the metrics count a Jaccard collection as a SimHash one
+            assert running.metrics is not None
+            url = f"http://{running.metrics.address}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                text = reply.read().decode()
+            assert f'permindex_fingerprints{{collection="full"}} {float(before)}' in text
+            assert 'permindex_wal_sequence{collection="full"}' in text
     finally:
         running.stop(grace=0)
 
