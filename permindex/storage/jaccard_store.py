@@ -375,34 +375,44 @@ class JaccardStore:
         times = stamps(added_at, len(key_list), self.index.clock())
         index = self.index
         outcomes: list[CheckOutcome] = []
+        if not key_list:
+            return outcomes
+        bands = index.band_keys(sketches)  # once for the call
         with self._write_lock:
-            found = index.query_many(sketches, exclude=key_list)
-            pending: dict[str, int] = {}
-            batch: JaccardIndex | None = None
+            found = index.query_many(sketches, exclude=key_list, bands=bands)
+            pending: dict[str, int] = {}  # the keys this call adds, and their position
+            live: list[int] = []  # of those, the ones not expired at their time
             for i, (key, sketch) in enumerate(zip(key_list, sketches, strict=True)):
                 matches = [m for m in found[i] if m.key not in pending]
-                if batch is not None:
-                    matches += batch.query_many([sketch], exclude=[key])[0]
+                earlier = [j for j in live if key_list[j] != key]
+                if earlier:  # this call's adds: candidates by band, verified as a lookup does
+                    shared = (bands[earlier] == bands[i]).any(axis=1)
+                    near = [j for j, s in zip(earlier, shared.tolist(), strict=True) if s]
+                    values = index.similarities(sketch, [sketches[j] for j in near])
+                    matches += [
+                        JaccardMatch(key_list[j], value)
+                        for j, value in zip(near, values.tolist(), strict=True)
+                        if value >= index.threshold
+                    ]
                     matches.sort(key=lambda m: (-m.jaccard, m.key))
                 if matches:
                     outcomes.append(CheckOutcome(False, matches, False))
                     continue
                 outcomes.append(CheckOutcome(True, [], key in pending or key in index))
                 pending[key] = i
-                if index.is_expired(int(times[i])):
-                    continue
-                if batch is None:
-                    batch = JaccardIndex(index.threshold, index.permutations, index.verify)
-                batch.add_many([key], [sketch])
+                live = [j for j in live if key_list[j] != key]  # replaced within the call
+                if not index.is_expired(int(times[i])):
+                    live.append(i)
             chosen = [i for i, outcome in enumerate(outcomes) if outcome.added]
             if chosen:
                 add_keys = [key_list[i] for i in chosen]
                 add_sketches = [sketches[i] for i in chosen]
                 add_times = times[chosen]
+                add_bands = bands[chosen]
                 ops = self._ops(add_keys)
                 self._log_then_apply(
                     ops, add_keys, add_times, add_sketches,
-                    lambda: index.add_many(add_keys, add_sketches, add_times),
+                    lambda: index.add_many(add_keys, add_sketches, add_times, bands=add_bands),
                 )  # fmt: skip
         return outcomes
 

@@ -221,9 +221,12 @@ class JaccardIndex:
         keys: Sequence[str],
         sketches: Sequence[MinHashSketch],
         added_at: NDArray[np.uint32] | None = None,
+        *,
+        bands: _U64 | None = None,
     ) -> NDArray[np.bool_]:
         """Store each (key, sketch) in order (a stored key is replaced; a key repeated takes its
-        last sketch), at ``added_at`` ((n,) uint32 Unix seconds; None: now).
+        last sketch), at ``added_at`` ((n,) uint32 Unix seconds; None: now); ``bands``, their
+        :meth:`band_keys` when the caller has them already.
 
         Returns:
             (n,) bool: True where the key was not stored before (at its first occurrence).
@@ -250,8 +253,9 @@ class JaccardIndex:
         else:
             sizes = np.full(n, self.permutations, dtype=np.int64)
             values = signature.reshape(-1).astype(np.uint64)
-        return self.add_columns(list(keys), band_keys(signature, self.shape), sizes, values,
-                                added_at)  # fmt: skip
+        if bands is None:
+            bands = band_keys(signature, self.shape)
+        return self.add_columns(list(keys), bands, sizes, values, added_at)
 
     def add_columns(
         self,
@@ -366,11 +370,38 @@ class JaccardIndex:
 
     # ---- lookups
 
-    def _candidates(self, signature: NDArray[np.uint32]) -> tuple[_I64, _I64]:
-        """(query, row) of every live, unexpired row sharing a band with each query signature
-        ((m, permutations) uint32), each pair once. Under the lock."""
-        m = signature.shape[0]
-        flat = _mixed(band_keys(signature, self.shape))
+    def band_keys(self, sketches: Sequence[MinHashSketch]) -> _U64:
+        """``(n, bands) uint64``: the LSH band keys of each sketch's signature
+        (:func:`permindex.near.minhash.band_keys`; one call for a batch: its cost is mostly
+        per band and row, not per sketch)."""
+        signature = np.stack([s.signature for s in sketches]).astype(np.uint32)
+        return band_keys(signature, self.shape)
+
+    def similarities(
+        self, sketch: MinHashSketch, others: Sequence[MinHashSketch]
+    ) -> NDArray[np.float64]:
+        """The Jaccard similarity (exact or estimated, as this index verifies) of ``sketch``
+        with each of ``others``, computed as a lookup verifies its candidates."""
+        if not others:
+            return np.zeros(0, dtype=np.float64)
+        if self.verify == "signature":
+            equal = np.stack([o.signature for o in others]) == sketch.signature[None, :]
+            estimate: NDArray[np.float64] = equal.sum(axis=1) / float(self.permutations)
+            return estimate
+        from permindex.near.jaccard import ShingleSets, intersection_sizes
+
+        sets = ShingleSets.of([sketch.shingle_hashes, *(o.shingle_hashes for o in others)])
+        right = np.arange(1, len(others) + 1, dtype=np.int64)
+        inter = intersection_sizes(sets, np.zeros(len(others), dtype=np.int64), right)
+        union = sets.sizes[0] + sets.sizes[right] - inter
+        similarity: NDArray[np.float64] = inter / union
+        return similarity
+
+    def _candidates(self, bands: _U64) -> tuple[_I64, _I64]:
+        """(query, row) of every live, unexpired row sharing a band with each query's band keys
+        ((m, bands) uint64), each pair once. Under the lock."""
+        m = bands.shape[0]
+        flat = _mixed(bands)
         query = np.repeat(np.arange(m, dtype=np.int64), self.shape.bands)
         parts_q: list[_I64] = []
         parts_r: list[_I64] = []
@@ -420,10 +451,12 @@ class JaccardIndex:
         *,
         limit: int | None = None,
         exclude: Sequence[str | None] | None = None,
+        bands: _U64 | None = None,
     ) -> list[list[JaccardMatch]]:
         """For each sketch, every stored key with Jaccard >= the threshold, most similar first
         (then by key), at most ``limit`` (None or 0: all); ``exclude[i]``, a key left out of
-        answer i (a document's own key).
+        answer i (a document's own key); ``bands``, the sketches' :meth:`band_keys` when the
+        caller has them already.
 
         Raises:
             InvalidArgumentError: a sketch without what this index keeps.
@@ -432,9 +465,10 @@ class JaccardIndex:
             self.check_sketch(sketch, f"sketches[{i}]")
         if not sketches:
             return []
-        signature = np.stack([s.signature for s in sketches]).astype(np.uint32)
+        if bands is None:
+            bands = self.band_keys(sketches)
         with self._lock:
-            query, rows = self._candidates(signature)
+            query, rows = self._candidates(bands)
             similarity = self._similarity(sketches, query, rows)
             good = similarity >= self.threshold
             query, rows, similarity = query[good], rows[good], similarity[good]
