@@ -486,3 +486,26 @@ def test_async_client_and_index_invariants(server: RunningServer) -> None:
     for match in found:
         assert match.jaccard == pytest.approx(truth[match.key])
     assert len(found) >= 0.9 * sum(j >= 0.6 for j in truth.values())
+
+
+def test_over_two_shards(tmp_path: Path, server: RunningServer) -> None:
+    """A sharded client adds to and queries a Jaccard collection on every shard (merged as one
+    server's answer) and refuses its check-and-add, which runs on one server only."""
+    other = create_server(server_config(tmp_path / "other"))
+    try:
+        with permindex.Client([server.address, other.address]) as both:
+            both.create_collection("sharded", method="minhash", threshold=0.5)
+            pages = both.use("sharded")
+            text = " ".join(f"s{i}" for i in range(40))
+            keys = [f"k{i}" for i in range(8)]
+            pages.add([(key, f"{text} extra{i}") for i, key in enumerate(keys)])
+            for address in (server.address, other.address):  # both shards hold some
+                with permindex.Client(address, collection="sharded") as one:
+                    assert 0 < one.stats().count < len(keys)
+            (found,) = pages.query_jaccard([text])
+            assert sorted(m.key for m in found) == keys  # from both shards
+            assert all(m.jaccard == pytest.approx(38 / 39) for m in found)
+            with pytest.raises(permindex.InvalidArgumentError, match="one server only"):
+                pages.check_and_add("new", text)
+    finally:
+        other.stop(grace=0)

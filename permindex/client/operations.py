@@ -239,6 +239,13 @@ def _check_and_add_sharded(
         describe = pb.DescribeCollectionRequest(name=target.collection)
         (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
         info = collection_info(reply)
+        if info.method == "minhash":
+            raise InvalidArgumentError(
+                f"check_and_add over {target.shards} shards: collection {target.collection!r} "
+                "is a Jaccard collection (method minhash), whose check-and-add runs on one "
+                "server only; use one address",
+                target.collection,
+            )
         largest = info.k if k is None else k
         if texts:
             values, valid = simhash_many(
