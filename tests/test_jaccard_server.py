@@ -509,3 +509,34 @@ def test_over_two_shards(tmp_path: Path, server: RunningServer) -> None:
                 pages.check_and_add("new", text)
     finally:
         other.stop(grace=0)
+
+
+def test_a_torn_log_tail_is_cut_and_a_damaged_snapshot_refused(tmp_path: Path) -> None:
+    """The Jaccard collection's store recovers as a SimHash one: a record cut short by a
+    crash is cut off with a warning (the acknowledged ones stay), a damaged snapshot stops the
+    start with CorruptFileError naming the file."""
+    from permindex.storage.jaccard_store import JaccardStore
+
+    text = " ".join(f"t{i}" for i in range(30))
+    sketches = [permindex.minhash_sketch(f"{text} n{i}") for i in range(3)]
+    assert all(s is not None for s in sketches)
+    store = JaccardStore.open(tmp_path / "c", threshold=0.5)
+    for i, sketch in enumerate(sketches):
+        assert sketch is not None
+        store.add_many([f"k{i}"], [sketch])
+    store.abandon()
+    (segment,) = sorted((tmp_path / "c").glob("wal-*.log"))
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-5])  # the last record torn
+    store = JaccardStore.open(tmp_path / "c", threshold=0.5)
+    assert "torn tail" in " ".join(store.recovery.warnings)
+    assert sorted(store.index.export()[0]) == ["k0", "k1"]
+    store.index._check()
+    store.snapshot()
+    store.close()
+    snapshot = tmp_path / "c" / "jaccard.snapshot"
+    damaged = bytearray(snapshot.read_bytes())
+    damaged[100] ^= 0xFF
+    snapshot.write_bytes(bytes(damaged))
+    with pytest.raises(permindex.CorruptFileError, match="jaccard.snapshot"):
+        JaccardStore.open(tmp_path / "c", threshold=0.5)
