@@ -538,5 +538,5 @@ def test_a_torn_log_tail_is_cut_and_a_damaged_snapshot_refused(tmp_path: Path) -
     damaged = bytearray(snapshot.read_bytes())
     damaged[100] ^= 0xFF
     snapshot.write_bytes(bytes(damaged))
-    with pytest.raises(permindex.CorruptFileError, match="jaccard.snapshot"):
+    with pytest.raises(permindex.CorruptFileError, match=r"jaccard\.snapshot"):
         JaccardStore.open(tmp_path / "c", threshold=0.5)
