@@ -378,6 +378,7 @@ def test_sketches_keys_export_import_and_expiry(
     assert sk.query_jaccard([text], limit=1) == [[permindex.JaccardMatch("a", 1.0)]]
     assert sk.pairs() == [("a", "b", 0.95)]
     assert sk.clusters() == [["a", "b"]]
+    assert sk.flags() == [("a", "b", 500, 1), ("b", "a", 500, 1)]  # 1 - 0.95, 10^-4 units
     at = ("--collection", "sk", "--address", server.address)
     assert cli("query", "--key", "a", *at).stdout == "b\t0.9500\n"
     assert cli("query", "--text", text, *at).stdout == "a\t1.0000\nb\t0.9500\n"

@@ -92,6 +92,14 @@ def clusters_read(collection: str, k: int | None, shards: int) -> StreamRead:
     )
 
 
+def _flag_distance(flag: Any) -> int:
+    """A flag's distance: bits, or from a Jaccard collection (``jaccard`` set) the offline
+    Jaccard mode's units, ``round((1 - J) * 10^4)`` (0: identical sets)."""
+    if flag.HasField("jaccard"):
+        return round((1.0 - float(flag.jaccard)) * 10_000)
+    return int(flag.distance)
+
+
 def flags_read(collection: str, k: int | None, shards: int) -> StreamRead:
     """Flags: :class:`~permindex.Flag` items. Errors as :func:`pairs_read`."""
     check_counts(k=k)
@@ -99,7 +107,7 @@ def flags_read(collection: str, k: int | None, shards: int) -> StreamRead:
     return StreamRead(
         "Flags",
         pb.FlagsRequest(collection=collection, k=k),
-        lambda r: (Flag(f.key, f.nearest_key, f.distance, f.neighbors) for f in r.flags),
+        lambda r: (Flag(f.key, f.nearest_key, _flag_distance(f), f.neighbors) for f in r.flags),
     )
 
 
