@@ -346,6 +346,17 @@ def test_bad_options_and_contents_are_refused_before_anything_is_done(
             with pytest.raises(grpc.RpcError) as refused:
                 stub.Query(query)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.QueryColumns(iter([
+                pb.QueryColumnsRequest(collection="refuse", fingerprints=bytes(8))
+            ])))  # fmt: skip
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.Pairs(pb.PairsRequest(collection="refuse", k=3)))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.Flags(pb.FlagsRequest(collection="refuse", k=3)))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert stub.DescribeCollection(pb.DescribeCollectionRequest(name="refuse")).count == 0
     finally:
         channel.close()
