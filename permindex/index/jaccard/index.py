@@ -21,8 +21,10 @@ so the estimate ``equal values / permutations`` is a binomial proportion: unbias
 deviation ``sqrt(J (1 - J) / permutations)`` (0.035 at J = 0.8, 128 permutations); a pair is
 kept when its *estimate* reaches the threshold.
 
-One lock serializes reads and writes (reads copy what they need under it and verify outside
-it only in :meth:`JaccardIndex.near_duplicates`). Importing this module does not import numba.
+One lock serializes writes; a lookup holds it only to find its candidates (binary searches of
+the runs) and take the arrays, and verifies them without it (a row's data never changes in an
+array; compaction makes new ones); :meth:`JaccardIndex.near_duplicates` copies the rows under it
+and joins without it. Importing this module does not import numba.
 """
 
 from __future__ import annotations
@@ -426,22 +428,29 @@ class JaccardIndex:
         return pair // max(self._n, 1), pair % max(self._n, 1)
 
     def _similarity(
-        self, sketches: Sequence[MinHashSketch], query: _I64, rows: _I64
+        self,
+        sketches: Sequence[MinHashSketch],
+        query: _I64,
+        rows: _I64,
+        stored: tuple[_U64, _I64, NDArray[np.uint32]],
     ) -> NDArray[np.float64]:
-        """The Jaccard similarity (exact or estimated) of each (query, row). Under the lock."""
+        """The Jaccard similarity (exact or estimated) of each (query, row), from ``stored``,
+        the (values, offsets, signature) arrays taken under the lock: a row's data never
+        changes in them (writes fill rows after the last, compaction makes new arrays), so
+        this runs without the lock."""
         if query.size == 0:
             return np.zeros(0, dtype=np.float64)
+        values, offsets, signatures_ = stored
         if self.verify == "signature":
             signature = np.stack([s.signature for s in sketches])
-            equal: _I64 = (signature[query] == self._signature[rows]).sum(axis=1)
+            equal: _I64 = (signature[query] == signatures_[rows]).sum(axis=1)
             estimate: NDArray[np.float64] = equal / float(self.permutations)
             return estimate
         from permindex.near.jaccard import ShingleSets, intersection_sizes
 
         queries = ShingleSets.of([s.shingle_hashes for s in sketches])
-        stored = ShingleSets(self._values, self._offsets)
-        inter = intersection_sizes(queries, query, rows, stored)
-        union = queries.sizes[query] + np.diff(self._offsets)[rows] - inter
+        inter = intersection_sizes(queries, query, rows, ShingleSets(values, offsets))
+        union = queries.sizes[query] + (offsets[rows + 1] - offsets[rows]) - inter
         similarity: NDArray[np.float64] = inter / union
         return similarity
 
@@ -467,12 +476,14 @@ class JaccardIndex:
             return []
         if bands is None:
             bands = self.band_keys(sketches)
-        with self._lock:
+        with self._lock:  # the candidates and the arrays; verified without the lock
             query, rows = self._candidates(bands)
-            similarity = self._similarity(sketches, query, rows)
-            good = similarity >= self.threshold
-            query, rows, similarity = query[good], rows[good], similarity[good]
-            keys = [self._keys[r] for r in rows.tolist()]
+            stored = (self._values, self._offsets, self._signature)
+            key_list = self._keys  # appended to, or replaced by a compaction: rows stay valid
+        similarity = self._similarity(sketches, query, rows, stored)
+        good = similarity >= self.threshold
+        query, rows, similarity = query[good], rows[good], similarity[good]
+        keys = [key_list[r] for r in rows.tolist()]
         found: list[list[JaccardMatch]] = [[] for _ in sketches]
         for q, key, j in zip(query.tolist(), keys, similarity.tolist(), strict=True):
             if exclude is None or exclude[q] != key:
