@@ -552,3 +552,49 @@ def test_a_torn_log_tail_is_cut_and_a_damaged_snapshot_refused(tmp_path: Path) -
     snapshot.write_bytes(bytes(damaged))
     with pytest.raises(permindex.CorruptFileError, match=r"jaccard\.snapshot"):
         JaccardStore.open(tmp_path / "c", threshold=0.5)
+
+
+def test_lookups_and_writes_at_once() -> None:
+    """Readers verify without the index's lock while writers add, replace and compact: every
+    answer is one a stored document gives (its exact Jaccard), and the index stays whole."""
+    from permindex.index.jaccard.index import COMPACT_MIN
+
+    index = permindex.JaccardIndex(threshold=0.5)
+    base = " ".join(f"c{i}" for i in range(40))
+    probe = permindex.minhash_sketch(base)
+    assert probe is not None
+    texts = {f"k{i}": f"{base} v{i} w{i}" for i in range(50)}
+    sketches = {key: permindex.minhash_sketch(text) for key, text in texts.items()}
+    truth = {key: exact_jaccard(shingle_set(base), shingle_set(t)) for key, t in texts.items()}
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        try:
+            for round_ in range(2 * COMPACT_MIN // len(texts) + 2):  # enough to compact
+                keys = list(sketches)
+                index.add_many(keys, [sketches[k] for k in keys])  # type: ignore[misc]
+                if round_ % 7 == 0:
+                    index.discard(keys[round_ % len(keys)])
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            stop.set()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                for match in index.query_many([probe])[0]:
+                    assert match.jaccard == pytest.approx(truth[match.key])
+        except BaseException as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=write), *(threading.Thread(target=read) for _ in range(2))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    index._check()
+    assert index._n < COMPACT_MIN + 2 * len(texts)  # the writes compacted meanwhile
+    assert {m.key for m in index.query_many([probe])[0]} <= set(texts)
