@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from permindex.client import AsyncClient, Client
     from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
     from permindex.index.hamming import hamming, parse_fingerprint, validate_fingerprint
+    from permindex.index.jaccard import JaccardIndex, JaccardMatch, MinHashSketch
     from permindex.index.join.clusters import (
         ExactGroup,
         Flag,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         tokens,
     )
     from permindex.text.html import html_to_main_text
+    from permindex.text.minhash import minhash_sketch
 
 __version__ = "0.1.0"
 
@@ -92,8 +94,11 @@ __all__ = [
     "Index",
     "InvalidArgumentError",
     "InvalidKeyError",
+    "JaccardIndex",
+    "JaccardMatch",
     "LimitExceededError",
     "Match",
+    "MinHashSketch",
     "NearDuplicates",
     "NotFoundError",
     "PermindexError",
@@ -121,6 +126,7 @@ __all__ = [
     "hamming",
     "html_to_main_text",
     "html_to_text",
+    "minhash_sketch",
     "parse_fingerprint",
     "read_file_text",
     "shingles",
@@ -145,7 +151,10 @@ _LAZY = {
     "ExpiringIndex": "permindex.index",
     "Flag": "permindex.index.join.clusters",
     "Index": "permindex.index",
+    "JaccardIndex": "permindex.index.jaccard",
+    "JaccardMatch": "permindex.index.jaccard",
     "Match": "permindex.index",
+    "MinHashSketch": "permindex.index.jaccard",
     "NearDuplicates": "permindex.index.join.clusters",
     "QueryColumns": "permindex.index.search.batch_queries",
     "clusters": "permindex.index.join.clusters",
@@ -156,6 +165,7 @@ _LAZY = {
     "hamming": "permindex.index.hamming",
     "html_to_main_text": "permindex.text.html",
     "html_to_text": "permindex.text.documents",
+    "minhash_sketch": "permindex.text.minhash",
     "parse_fingerprint": "permindex.index.hamming",
     "read_file_text": "permindex.text.documents",
     "shingles": "permindex.text.fingerprint",

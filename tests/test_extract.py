@@ -143,7 +143,9 @@ def test_a_client_fingerprints_the_main_text_as_ingest_extract_main_does(
             "copy-of-a", permindex.html_to_main_text(page(article(10, 120), menu="<li>x</li>"))
         )
         assert found.status == "near_duplicate"
-        assert sorted(m.key for m in found.matches if m.distance == 0) == ["a.html", "c.html"]
+        matches = [m for m in found.matches if isinstance(m, permindex.Match)]
+        assert len(matches) == len(found.matches)  # a SimHash collection's
+        assert sorted(m.key for m in matches if m.distance == 0) == ["a.html", "c.html"]
 
 
 def test_html_to_main_text_examples_run() -> None:

@@ -396,6 +396,32 @@ def test_annotate_only(tmp_path: Path, site: Site, server: str, collection: str)
     assert "kept: PERMINDEX_DROP = False" in crawl.log
 
 
+def test_a_jaccard_collection(tmp_path: Path, site: Site, server: str) -> None:
+    """The middleware over a Jaccard collection (method minhash): the same pages flagged, each
+    with the Jaccard of its nearest page (1.0: a mirror has its page's text)."""
+    name = f"jaccard-{next(_collections)}"
+    with Client(server) as client:
+        client.create_collection(name, method="minhash", threshold=0.8)
+    crawl = _crawl(
+        tmp_path,
+        site.url("index.html"),
+        f"PERMINDEX_ADDRESS={server}",
+        f"PERMINDEX_COLLECTION={name}",
+        "PERMINDEX_DROP=False",
+    )
+    assert crawl.returncode == 0, crawl.log
+    near = [
+        item["permindex"]
+        for item in crawl.items
+        if isinstance(item["permindex"], dict) and item["permindex"]["status"] == "near_duplicate"
+    ]
+    assert len(near) == MIRRORED
+    for found in near:
+        assert isinstance(found, dict)
+        assert found["jaccard"] == 1.0 and found["matches"] == [[found["duplicate_of"], 1.0]]
+    assert "Jaccard 1.0000" in crawl.log
+
+
 @pytest.mark.parametrize("priority", [500, 800], ids=["after-decompression", "before"])
 def test_gzip_response(
     tmp_path: Path, site: Site, server: str, collection: str, priority: int

@@ -188,7 +188,9 @@ def test_collection_vote_over_a_server_process(
             copy = "numeric limits " * 300 + "of a type and the rest of its page"
             (found,) = client.use("sets").check_and_add_many([("copy", copy)])
             assert found.fingerprint == simhash(copy, vote="set") == sets  # the same shingle set
-            assert found.status == "near_duplicate" and found.matches[0].distance == 0
+            nearest = found.matches[0]
+            assert found.status == "near_duplicate" and isinstance(nearest, permindex.Match)
+            assert nearest.distance == 0
 
         async def create(at: str) -> tuple[str, str]:
             async with permindex.AsyncClient(at) as aio:

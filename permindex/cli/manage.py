@@ -56,6 +56,12 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
                 columns.append(("added_at", "int64"))
             with ParquetTableWriter(partial, columns) as writer:
                 for key, fingerprint, added_at in client.iter_export(with_times=True):
+                    if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
+                        raise CommandError(
+                            "export writes fingerprints; this collection is a Jaccard "
+                            "collection (method minhash): copy it with the Python client",
+                            "invalid",
+                        )
                     if signed and fingerprint >> 63:
                         fingerprint -= 1 << 64
                     writer.write([(key, fingerprint, added_at) if timed else (key, fingerprint)])
@@ -113,6 +119,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
         for key, fingerprint, added_at in client.iter_export(with_times=True):
+            if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
+                raise CommandError(
+                    "export writes fingerprints; this collection is a Jaccard collection "
+                    "(method minhash), whose entries are sketches: copy it with the Python "
+                    "client (other.ingest(client.iter_export(with_times=True)))",
+                    "invalid",
+                )
             count += 1
             record: dict[str, object] = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
             if added_at:
@@ -148,7 +161,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _fields(info: CollectionInfo) -> dict[str, Any]:
-    """A collection's fields in the order the command prints them."""
+    """A collection's fields in the order the command prints them: a Jaccard collection's
+    method, threshold, permutations, bands, rows and verify in place of k and the design."""
+    if info.method == "minhash":
+        return {
+            "name": info.name,
+            "count": info.count,
+            "memory_bytes": info.memory_bytes,
+            "method": info.method,
+            "threshold": info.threshold,
+            "permutations": info.permutations,
+            "bands": info.bands,
+            "rows": info.rows,
+            "verify": info.verify,
+            "shingle_size": info.shingle_size,
+            "min_words": info.min_words,
+            "expire_after": info.expire_after,
+        }
     return {
         "name": info.name,
         "count": info.count,
@@ -161,7 +190,39 @@ def _fields(info: CollectionInfo) -> dict[str, Any]:
         "min_words": info.min_words,
         "expire_after": info.expire_after,
         "vote": info.vote,
+        "method": info.method,
     }
+
+
+def _list_line(i: dict[str, Any]) -> str:
+    """One line of ``collections list``: ``name, keys, k, blocks/leading`` for a SimHash
+    collection; ``name, keys, minhash, threshold, permutations, bandsxrows, verify`` for a
+    Jaccard one."""
+    if i["method"] == "minhash":
+        return (
+            f"{i['name']}\t{i['count']}\tminhash\t{i['threshold']:g}\t{i['permutations']}\t"
+            f"{i['bands']}x{i['rows']}\t{i['verify']}\n"
+        )
+    return f"{i['name']}\t{i['count']}\t{i['k']}\t{i['blocks']}/{i['leading']}\n"
+
+
+def _check_method_options(args: argparse.Namespace) -> None:
+    """Options of one method given with the other: refused before anything is sent (exit 2)."""
+    if args.method == "minhash":
+        given = [
+            f"--{name}" for name in ("k", "blocks", "leading", "vote")
+            if getattr(args, name) is not None
+        ]  # fmt: skip
+        if given:
+            raise CommandError(
+                f"{', '.join(given)}: SimHash options; --method minhash takes --threshold, "
+                "--permutations and --verify",
+                "usage",
+            )
+    elif args.threshold is not None or args.permutations is not None or args.verify is not None:
+        raise CommandError(
+            "--threshold, --permutations and --verify need --method minhash", "usage"
+        )
 
 
 def _cmd_collections(args: argparse.Namespace) -> int:
@@ -179,16 +240,14 @@ def _cmd_collections(args: argparse.Namespace) -> int:
             if args.json:
                 out(json.dumps(infos) + "\n")
             else:
-                out(
-                    f"{i['name']}\t{i['count']}\t{i['k']}\t{i['blocks']}/{i['leading']}\n"
-                    for i in infos
-                )
+                out(_list_line(i) for i in infos)
             return EXIT_CODES["ok"]
         if args.action == "drop":
             count = client.drop_collection(args.name)
             err(f"permindex collections: dropped {args.name} ({counted(count, 'key')})")
             return EXIT_CODES["ok"]
         if args.action == "create":
+            _check_method_options(args)
             info = _fields(
                 client.create_collection(
                     args.name,
@@ -199,6 +258,10 @@ def _cmd_collections(args: argparse.Namespace) -> int:
                     min_words=args.min_words,
                     expire_after=args.expire_after,
                     vote=args.vote,
+                    method=args.method,
+                    threshold=args.threshold,
+                    permutations=args.permutations,
+                    verify=args.verify,
                 )
             )
         else:
@@ -216,6 +279,8 @@ def add_collections_command(command: CommandFactory) -> None:
         "text options, snapshots and log; every other command works on the one of --collection\n"
         "(default: `default`, which always exists); this one takes NAME after the action.\n"
         "  list                 one `name<TAB>keys<TAB>k<TAB>blocks/leading` line each\n"
+        "                       (a Jaccard collection: `name<TAB>keys<TAB>minhash<TAB>threshold\n"
+        "                       <TAB>permutations<TAB>BANDSxROWS<TAB>verify`)\n"
         "  create NAME [opts]   an empty collection (options default to the server's own,\n"
         "                       except --expire-after: never unless given)\n"
         "  describe NAME        its options and counts, `name<TAB>value` lines\n"
@@ -252,8 +317,55 @@ def add_collections_command(command: CommandFactory) -> None:
         help="how shingles vote when the server fingerprints a text: multiset (each time it\n"
         "occurs) or set (each distinct shingle once; default: the server's --vote)",
     )
+    collections.add_argument(
+        "--method",
+        choices=("simhash", "minhash"),
+        help="simhash (default): fingerprints within k bits; minhash: a Jaccard collection,\n"
+        "documents at Jaccard similarity >= --threshold of their word-shingle sets, shingled\n"
+        "as `dedup --method minhash`",
+    )
+    collections.add_argument(
+        "--threshold",
+        type=_threshold,
+        metavar="J",
+        help="minhash: least Jaccard similarity of a near-duplicate, in (0, 1] (default 0.8)",
+    )
+    collections.add_argument(
+        "--permutations",
+        type=_permutations,
+        metavar="N",
+        help="minhash: MinHash values per document, 1 to 4,096 (default 128)",
+    )
+    collections.add_argument(
+        "--verify",
+        choices=("exact", "signature"),
+        help="minhash: exact (default: the shingle sets' Jaccard, precision 1.0) or signature\n"
+        "(the signature's estimate, std sqrt(J(1-J)/permutations); far less memory)",
+    )
     collections.add_argument("--json", action="store_true", help="print JSON")
     collections.set_defaults(func=_cmd_collections)
+
+
+def _threshold(text: str) -> float:
+    """--threshold: a number in (0, 1] (else exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _permutations(text: str) -> int:
+    """--permutations: an int in 1..4,096 (else exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"must be in 1..4096, got {text}")
+    return value
 
 
 def add_export_command(command: CommandFactory) -> None:

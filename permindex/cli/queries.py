@@ -26,14 +26,45 @@ from permindex.index.hamming import parse_fingerprint
 from permindex.text.documents import format_fingerprint, read_file_text, tsv_field
 
 if TYPE_CHECKING:
+    from permindex.client import Client
     from permindex.client.results import ServerStats
 
 __all__ = ["add_commands"]
 
 
+def _cmd_query_jaccard(args: argparse.Namespace, client: Client) -> int:
+    """``query`` on a Jaccard collection: ``key<TAB>jaccard`` lines (4 decimals), most
+    similar first, then by key; --text is shingled by the server, --key is the stored
+    document (itself left out); --fingerprint and --k are refused (exit 2)."""
+    if args.fingerprint is not None or args.k is not None:
+        raise CommandError(
+            f"{'--fingerprint' if args.fingerprint is not None else '--k'} is for SimHash "
+            f"collections: collection {args.collection} is a Jaccard collection (method "
+            "minhash); query it with --text or --key",
+            "usage",
+        )
+    limit = args.limit or None
+    if args.key is not None:
+        if client.get(args.key) is None:
+            raise NotFoundError(f"key {args.key!r} is not stored", key=args.key)
+        (matches,) = client.query_jaccard([args.key], by="key", limit=limit)
+    else:
+        (matches,) = client.query_jaccard([args.text], limit=limit)
+    if args.json:
+        rows = [{"key": m.key, "jaccard": m.jaccard} for m in matches]
+        out(json.dumps(rows, ensure_ascii=False) + "\n")
+    else:
+        out(f"{tsv_field(m.key)}\t{m.jaccard:.4f}\n" for m in matches)
+    return EXIT_CODES["ok"]
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     from permindex.text.fingerprint import simhash
 
+    if args.collection is not None:  # a Jaccard collection is asked otherwise
+        with connect(args.address, args.connection) as client:
+            if client.describe_collection(args.collection).method == "minhash":
+                return _cmd_query_jaccard(args, client)
     own_key: str | None = None
     fingerprint: int | None
     if args.text is not None:
@@ -104,12 +135,31 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _pair_measure(value: int | float) -> str:
+    """The third field of a pair line: bits, or (a float from a Jaccard collection) the
+    Jaccard similarity to 4 decimals exactly as ``dedup --method minhash`` prints it."""
+    if isinstance(value, float):
+        from permindex.near.jaccard import SCALE, jaccard_text
+
+        return jaccard_text(round((1.0 - value) * SCALE))
+    return str(value)
+
+
 def _cmd_pairs(args: argparse.Namespace) -> int:
     # printed as the server streams them, already in order (key_a, then key_b): nothing is
     # held or sorted here, so any number of pairs prints in bounded memory
     with connect(args.address, args.connection) as client:
+        if (
+            args.k is not None
+            and client.describe_collection(args.collection or "default").method == "minhash"
+        ):
+            raise CommandError(
+                f"--k is a SimHash option: collection {args.collection} is a Jaccard "
+                "collection (method minhash), whose pairs are those at Jaccard >= its threshold",
+                "usage",
+            )
         pairs = client.iter_pairs(k=args.k)
-        out(f"{tsv_field(a)}\t{tsv_field(b)}\t{d}\n" for a, b, d in pairs)
+        out(f"{tsv_field(a)}\t{tsv_field(b)}\t{_pair_measure(d)}\n" for a, b, d in pairs)
     return EXIT_CODES["ok"]
 
 
@@ -231,7 +281,11 @@ def add_commands(command: CommandFactory) -> None:
         "fingerprinted here, with the default SimHash; --key looks up the key's fingerprint and\n"
         "leaves the key itself out of the answer.\n"
         "A fingerprint F is hex, as everywhere: exactly 16 hex digits, or 0x and 1 to 16 hex\n"
-        "digits (decimal 123 is 0x7b); anything else is refused (exit 4).",
+        "digits (decimal 123 is 0x7b); anything else is refused (exit 4).\n"
+        "In a Jaccard collection (--collection NAME made with --method minhash): the stored\n"
+        "keys at Jaccard >= its threshold with --text (shingled by the server) or --key, one\n"
+        "`key<TAB>jaccard` line each (4 decimals), most similar first; --fingerprint and --k\n"
+        "are refused there (exit 2).",
     )
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", metavar="T", help="a text (at least --shingle-size words)")
@@ -305,7 +359,10 @@ def add_commands(command: CommandFactory) -> None:
         "list every near-duplicate pair in the server",
         "Print every unordered pair of stored keys within Hamming distance k, one\n"
         "`key_a<TAB>key_b<TAB>distance` line each, key_a < key_b, lines sorted by (key_a,\n"
-        "key_b) in code point order, no header.",
+        "key_b) in code point order, no header. In a Jaccard collection (collections create\n"
+        "--method minhash): every pair at Jaccard >= its threshold, one\n"
+        "`key_a<TAB>key_b<TAB>jaccard` line each (4 decimals), exactly as `dedup --method\n"
+        "minhash` prints them; --k is refused there (exit 2).",
     )
     pairs.add_argument(
         "--k", type=bounded(0, 64), metavar="N", help="largest distance (default: the server's k)"

@@ -37,6 +37,7 @@ from permindex.client.results import (
     IngestResult,
     RemoveResult,
     ServerStats,
+    SketchHex,
     SnapshotResult,
     ingest_result_of,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "RemoveResult",
     "Security",
     "ServerStats",
+    "SketchHex",
     "SnapshotResult",
     "batches",
     "ingest_result_of",

@@ -56,6 +56,7 @@ from permindex.client.stream_parts import (
 )
 from permindex.errors import ServerError
 from permindex.index import Match
+from permindex.index.jaccard import JaccardMatch, MinHashSketch
 from permindex.index.join.clusters import ExactGroup, Flag
 from permindex.text.fingerprint import Vote
 
@@ -517,6 +518,44 @@ class AsyncClient(AsyncTransport):
         )
         return merge_columns(parts, limit)
 
+    async def query_jaccard(
+        self,
+        items: Iterable[str | MinHashSketch],
+        *,
+        by: str = "text",
+        limit: int | None = None,
+    ) -> list[list[JaccardMatch]]:
+        """For each item, the stored documents of a Jaccard collection (``method="minhash"``)
+        whose Jaccard similarity with it is at least the collection's threshold: one list of
+        :class:`~permindex.JaccardMatch` ``(key, jaccard)`` per item, most similar first, then
+        by key, at most ``limit`` (None or 0: all). ``by``: ``"text"`` (items are texts, shingled
+        by the server), ``"key"`` (stored keys: each key's stored document, itself left out; a
+        key not stored gets an empty list) or ``"sketch"`` (items are
+        :func:`permindex.minhash_sketch` results made with the collection's permutations).
+        ``batch_size`` items a request.
+
+        Raises:
+            InvalidArgumentError: a bad ``by`` or item (nothing sent); the server's
+                INVALID_ARGUMENT on a SimHash collection or for a bad sketch.
+            ServerError: any other failure; retried on UNAVAILABLE.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import asyncio
+            >>> import permindex
+            >>> async def main():
+            ...     async with permindex.AsyncClient(address) as client:
+            ...         await client.create_collection("pages-async", method="minhash")
+            ...         pages = client.use("pages-async")
+            ...         text = "the quick brown fox jumps over the lazy dog"
+            ...         await pages.add([("a", text)])
+            ...         return await pages.query_jaccard([text + " again"], limit=1)
+            >>> asyncio.run(main())
+            [[JaccardMatch(key='a', jaccard=0.875)]]
+        """
+        return await self._run(operations.query_jaccard(self._target(), items, by, limit))
+
     async def get(self, key: str) -> int | None:
         """:meth:`Client.get <permindex.client.Client.get>`.
 
@@ -643,7 +682,7 @@ class AsyncClient(AsyncTransport):
 
     def iter_pairs(
         self, k: int | None = None, *, collection: str | None = None, timeout: float | None = None
-    ) -> AsyncGenerator[tuple[str, str, int], None]:
+    ) -> AsyncGenerator[tuple[str, str, int | float], None]:
         """:meth:`Client.iter_pairs <permindex.client.Client.iter_pairs>` (refused, before
         anything is sent, over several shards).
 
@@ -723,7 +762,7 @@ class AsyncClient(AsyncTransport):
 
     async def pairs(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
-    ) -> list[tuple[str, str, int]]:
+    ) -> list[tuple[str, str, int | float]]:
         """:meth:`Client.pairs <permindex.client.Client.pairs>`.
 
         Examples:
@@ -817,6 +856,10 @@ class AsyncClient(AsyncTransport):
         min_words: int | None = None,
         expire_after: int | None = None,
         vote: Vote | None = None,
+        method: str | None = None,
+        threshold: float | None = None,
+        permutations: int | None = None,
+        verify: str | None = None,
     ) -> CollectionInfo:
         """:meth:`Client.create_collection <permindex.client.Client.create_collection>`.
 
@@ -842,6 +885,10 @@ class AsyncClient(AsyncTransport):
             min_words=min_words,
             expire_after=expire_after,
             vote=vote,
+            method=method,
+            threshold=threshold,
+            permutations=permutations,
+            verify=verify,
         )
         return await self._run(plan)
 

@@ -53,6 +53,7 @@ from permindex.client.results import (
 from permindex.client.streams import StreamingClient
 from permindex.errors import ServerError
 from permindex.index import Match
+from permindex.index.jaccard import JaccardMatch, MinHashSketch
 from permindex.index.join.clusters import ExactGroup, Flag
 from permindex.text.fingerprint import Vote
 
@@ -262,6 +263,43 @@ class Client(StreamingClient):
         """
         return self._run(operations.query_many(self._target(), fingerprints, k, limit))
 
+    def query_jaccard(
+        self,
+        items: Iterable[str | MinHashSketch],
+        *,
+        by: str = "text",
+        limit: int | None = None,
+    ) -> list[list[JaccardMatch]]:
+        """For each item, the stored documents of a Jaccard collection (``method="minhash"``)
+        whose Jaccard similarity with it is at least the collection's threshold: one list of
+        :class:`~permindex.JaccardMatch` ``(key, jaccard)`` per item, most similar first, then
+        by key, at most ``limit`` (None or 0: all). ``by``: ``"text"`` (items are texts, shingled
+        by the server), ``"key"`` (stored keys: each key's stored document, itself left out; a
+        key not stored gets an empty list) or ``"sketch"`` (items are
+        :func:`permindex.minhash_sketch` results made with the collection's permutations).
+        ``batch_size`` items a request.
+
+        Raises:
+            InvalidArgumentError: a bad ``by`` or item (nothing sent); the server's
+                INVALID_ARGUMENT on a SimHash collection or for a bad sketch.
+            ServerError: any other failure; retried on UNAVAILABLE.
+
+        Examples:
+            ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
+
+            >>> import permindex
+            >>> client = permindex.Client(address)
+            >>> _ = client.create_collection("pages", method="minhash", threshold=0.8)
+            >>> pages = client.use("pages")
+            >>> text = "the quick brown fox jumps over the lazy dog"
+            >>> _ = pages.add([("a", text), ("b", permindex.minhash_sketch(text + " again"))])
+            >>> pages.query_jaccard(["a"], by="key")
+            [[JaccardMatch(key='b', jaccard=0.875)]]
+            >>> pages.query_jaccard([permindex.minhash_sketch(text)], by="sketch")
+            [[JaccardMatch(key='a', jaccard=1.0), JaccardMatch(key='b', jaccard=0.875)]]
+        """
+        return self._run(operations.query_jaccard(self._target(), items, by, limit))
+
     def get(self, key: str) -> int | None:
         """The stored fingerprint of ``key`` (an int in [0, 2^64)), or None when it is not
         stored. Errors as :meth:`get_many`.
@@ -301,7 +339,7 @@ class Client(StreamingClient):
 
     def pairs(
         self, *, k: int | None = None, collection: str | None = None, timeout: float | None = None
-    ) -> list[tuple[str, str, int]]:
+    ) -> list[tuple[str, str, int | float]]:
         """Every pair of stored keys within ``k``: ``(key_a, key_b, distance)``, key_a < key_b,
         sorted (by key_a, then key_b: the server's order). The list of :meth:`iter_pairs`, whose
         arguments and errors it takes; retried as a whole on UNAVAILABLE.
@@ -401,14 +439,25 @@ class Client(StreamingClient):
         min_words: int | None = None,
         expire_after: int | None = None,
         vote: Vote | None = None,
+        method: str | None = None,
+        threshold: float | None = None,
+        permutations: int | None = None,
+        verify: str | None = None,
     ) -> CollectionInfo:
         """Create an empty collection (absent options: the server's own; ``expire_after``,
         seconds after which an entry not added again expires: None, never; ``vote``, how
         shingles vote when the server fingerprints a text: ``"multiset"`` or ``"set"``, as
-        :func:`permindex.simhash`, None: the server's ``--vote``). Raises
+        :func:`permindex.simhash`, None: the server's ``--vote``). ``method="minhash"`` makes a
+        Jaccard collection: near-duplicates at Jaccard similarity >= ``threshold`` (default
+        0.8) of word-shingle sets, shingled as ``permindex dedup --method minhash``, with
+        ``permutations`` signature values (default 128) and ``verify`` ``"exact"`` (default:
+        exact Jaccard, precision 1.0) or ``"signature"`` (estimated, standard deviation
+        ``sqrt(J (1 - J) / permutations)``, far less memory); it takes texts or
+        :func:`permindex.minhash_sketch` sketches, and :meth:`query_jaccard` asks it. Raises
         :class:`~permindex.errors.CollectionExistsError` (ALREADY_EXISTS) if the name is taken,
         :class:`~permindex.errors.InvalidArgumentError` for bad options (another vote, a k the
-        design cannot answer).
+        design cannot answer, a threshold outside (0, 1], permutations outside 1..4,096,
+        another verify, k or vote with ``method="minhash"``).
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -431,6 +480,10 @@ class Client(StreamingClient):
             min_words=min_words,
             expire_after=expire_after,
             vote=vote,
+            method=method,
+            threshold=threshold,
+            permutations=permutations,
+            verify=verify,
         )
         return self._run(plan)
 

@@ -17,10 +17,12 @@ from permindex.client.results import (
     DocumentLike,
     DocumentResult,
     ServerStats,
+    SketchHex,
 )
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
 from permindex.index.expiry import added_at_seconds
+from permindex.index.jaccard import JaccardMatch, MinHashSketch
 from permindex.index.memory import MemoryBreakdown
 from permindex.v1 import index_pb2 as pb
 
@@ -57,10 +59,11 @@ def document_message(
             outside [0, 2^64), or an ``added_at`` that is not a number >= 0
             (:func:`~permindex.index.expiry.added_at_seconds`).
     """
-    if isinstance(content, bool) or not isinstance(content, int | str):
+    if isinstance(content, bool) or not isinstance(content, int | str | MinHashSketch | SketchHex):
         raise InvalidArgumentError(
             f"{where}: content of key {key!r} is {type(content).__name__}; give an int "
-            "(fingerprint) or a str (text)",
+            "(fingerprint), a str (text) or a MinHashSketch (permindex.minhash_sketch, for a "
+            "Jaccard collection)",
             content,
         )
     seconds = 0
@@ -71,6 +74,10 @@ def document_message(
             raise InvalidArgumentError(f"{where} (key {key!r}): {error}", added_at) from None
     if isinstance(content, str):
         return pb.Document(key=key, text=content, added_at=seconds)
+    if isinstance(content, MinHashSketch):
+        return pb.Document(key=key, sketch=sketch_message(content), added_at=seconds)
+    if isinstance(content, SketchHex):
+        return pb.Document(key=key, sketch_hex=content.hex, added_at=seconds)
     if not 0 <= content < 1 << 64:
         raise InvalidArgumentError(
             f"{where}: fingerprint {content} of key {key!r} is not in [0, 2**64)", content
@@ -133,9 +140,31 @@ def check_fingerprints(fingerprints: Iterable[int]) -> list[int]:
     return values
 
 
+def sketch_message(sketch: MinHashSketch) -> pb.MinHashSketch:
+    """The ``MinHashSketch`` message of a sketch (:func:`permindex.minhash_sketch`)."""
+    return pb.MinHashSketch(
+        shingle_hashes=np.asarray(sketch.shingle_hashes, dtype=np.uint64).tolist(),
+        signature=np.asarray(sketch.signature, dtype=np.uint32).tolist(),
+    )
+
+
 def matches(message: Any) -> list[Match]:
     """The :class:`~permindex.index.Match` list of a repeated ``Match`` field."""
     return [Match(m.key, m.fingerprint, m.distance) for m in message]
+
+
+def any_matches(message: Any) -> list[Match] | list[JaccardMatch]:
+    """The matches of a repeated ``Match`` field: :class:`~permindex.index.Match` items, or
+    :class:`~permindex.JaccardMatch` items from a Jaccard collection (``jaccard`` set: always
+    above 0 there, as it is at least the threshold)."""
+    if any(m.jaccard for m in message):
+        return jaccard_matches(message)
+    return matches(message)
+
+
+def jaccard_matches(message: Any) -> list[JaccardMatch]:
+    """The :class:`~permindex.JaccardMatch` list of a repeated ``Match`` field."""
+    return [JaccardMatch(m.key, m.jaccard) for m in message]
 
 
 def document_result(message: Any) -> DocumentResult:
@@ -148,7 +177,7 @@ def check_result(message: Any) -> CheckResult:
     """The :class:`CheckResult` of a ``CheckAndAddResult`` message."""
     fingerprint = message.fingerprint if message.HasField("fingerprint") else None
     return CheckResult(
-        message.key, STATUS_NAMES[message.status], fingerprint, matches(message.matches)
+        message.key, STATUS_NAMES[message.status], fingerprint, any_matches(message.matches)
     )
 
 
@@ -168,6 +197,12 @@ def collection_info(message: Any) -> CollectionInfo:
         message.expire_after,
         # empty from a server older than the field: it voted multiset unless run with --vote set
         "set" if message.vote == "set" else "multiset",
+        message.method or "simhash",
+        message.threshold,
+        message.permutations,
+        message.bands,
+        message.rows,
+        message.verify,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from permindex.client.batching import batches
 from permindex.client.messages import (
@@ -25,8 +25,10 @@ from permindex.client.messages import (
     collection_info,
     document_messages,
     document_result,
+    jaccard_matches,
     matches,
     server_stats,
+    sketch_message,
 )
 from permindex.client.results import (
     AddResult,
@@ -48,8 +50,10 @@ from permindex.client.sharding import (
     merge_stats,
     route,
 )
+from permindex.errors import InvalidArgumentError
 from permindex.index import Match
 from permindex.index.hamming import hamming
+from permindex.index.jaccard import JaccardMatch, MinHashSketch
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -235,6 +239,13 @@ def _check_and_add_sharded(
         describe = pb.DescribeCollectionRequest(name=target.collection)
         (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
         info = collection_info(reply)
+        if info.method == "minhash":
+            raise InvalidArgumentError(
+                f"check_and_add over {target.shards} shards: collection {target.collection!r} "
+                "is a Jaccard collection (method minhash), whose check-and-add runs on one "
+                "server only; use one address",
+                target.collection,
+            )
         largest = info.k if k is None else k
         if texts:
             values, valid = simhash_many(
@@ -323,6 +334,42 @@ def query_many(
     return found
 
 
+def query_jaccard(
+    target: Target, items: Iterable[str | MinHashSketch], by: str, limit: int | None
+) -> Plan[list[list[JaccardMatch]]]:
+    """:meth:`Client.query_jaccard`: ``batch_size`` items a request (texts, keys or sketches,
+    as ``by`` says), every shard, merged by Jaccard descending, then key."""
+    check_counts(limit=limit)
+    values = list(items)
+    field = {"text": "texts", "key": "keys", "sketch": "sketches"}.get(by)
+    if field is None:
+        raise InvalidArgumentError(f"by must be text, key or sketch, got {by!r}", by)
+    for i, value in enumerate(values):
+        if not isinstance(value, MinHashSketch if by == "sketch" else str):
+            raise InvalidArgumentError(
+                f"items[{i}] is {type(value).__name__}; by={by!r} takes "
+                f"{'MinHashSketch' if by == 'sketch' else 'str'} items",
+                value,
+            )
+    found: list[list[JaccardMatch]] = []
+    for chunk in _chunks(values, target.batch_size):
+        given: list[Any] = (
+            [sketch_message(cast(MinHashSketch, v)) for v in chunk]
+            if by == "sketch"
+            else list(chunk)
+        )
+        request = pb.QueryRequest(collection=target.collection, limit=limit)
+        getattr(request, field).extend(given)
+        replies = yield _everywhere(target, "Query", request, True)
+        for j in range(len(chunk)):
+            merged = sorted(
+                (m for r in replies for m in jaccard_matches(r.results[j].matches)),
+                key=lambda m: (-m.jaccard, m.key),
+            )
+            found.append(merged[:limit] if limit else merged)
+    return found
+
+
 def get_many(target: Target, keys: Iterable[str]) -> Plan[list[int | None]]:
     """:meth:`Client.get_many`: each key's shard, ``batch_size`` keys a request."""
     names = list(keys)
@@ -357,7 +404,7 @@ def stats(target: Target) -> Plan[ServerStats]:
 
 
 def create_collection(
-    target: Target, name: str, **options: int | str | None
+    target: Target, name: str, **options: float | str | None
 ) -> Plan[CollectionInfo]:
     """:meth:`Client.create_collection` on every shard; ``options`` are the fields of
     ``CollectionOptions`` (k, blocks, leading, shingle_size, min_words, expire_after, vote),

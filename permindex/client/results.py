@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
+from permindex.index.jaccard import JaccardMatch, MinHashSketch
 from permindex.index.memory import MemoryBreakdown
 from permindex.text.fingerprint import Vote
 
@@ -31,12 +32,31 @@ __all__ = [
     "IngestResult",
     "RemoveResult",
     "ServerStats",
+    "SketchHex",
     "SnapshotResult",
     "ingest_result_of",
 ]
 
-#: A document's content: its fingerprint (int in [0, 2^64)) or its text (str).
-Content = int | str
+
+class SketchHex(NamedTuple):
+    """A Jaccard collection's stored sketch in hex, as an export carries it
+    (``ExportEntry.sketch_hex``): what :meth:`Client.iter_export
+    <permindex.client.Client.iter_export>` yields for a Jaccard collection's entry and what
+    ``add``/``ingest`` send back as ``Document.sketch_hex`` (an import restores the sketch
+    exactly).
+
+    >>> from permindex.client import SketchHex
+    >>> SketchHex("00000000000000ff").hex
+    '00000000000000ff'
+    """
+
+    hex: str
+
+
+#: A document's content: its fingerprint (int in [0, 2^64)), its text (str), or for a Jaccard
+#: collection its sketch (:func:`permindex.minhash_sketch`, or a :class:`SketchHex` of an
+#: export).
+Content = int | str | MinHashSketch | SketchHex
 
 
 class Document(NamedTuple):
@@ -109,7 +129,7 @@ class CheckResult:
     key: str
     status: str
     fingerprint: int | None
-    matches: list[Match]
+    matches: list[Match] | list[JaccardMatch]
 
     @property
     def added(self) -> bool:
@@ -224,6 +244,14 @@ class CollectionInfo:
     min_words: int
     expire_after: int = 0
     vote: Vote = "multiset"
+    #: "simhash", or "minhash" for a Jaccard collection, whose threshold, permutations, LSH
+    #: shape (bands x rows) and verify ("exact" or "signature") follow (0 and "" otherwise).
+    method: str = "simhash"
+    threshold: float = 0.0
+    permutations: int = 0
+    bands: int = 0
+    rows: int = 0
+    verify: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.client.messages import check_counts
-from permindex.client.results import ColumnMatches
+from permindex.client.results import ColumnMatches, SketchHex
 from permindex.client.sharding import refuse_fan_out
 from permindex.errors import InvalidArgumentError
 from permindex.index.hamming import as_fingerprint_array
@@ -49,18 +49,23 @@ class StreamRead:
 
 def export_read(collection: str, with_times: bool = False) -> StreamRead:
     """Export: ``(key, fingerprint)`` items, or ``(key, fingerprint, added_at)`` with
-    ``with_times`` (Unix seconds; 0 in a collection without expiry)."""
+    ``with_times`` (Unix seconds; 0 in a collection without expiry); from a Jaccard collection
+    a :class:`~permindex.client.results.SketchHex` in place of the fingerprint."""
 
     def items(reply: Any) -> Iterable[Any]:
+        def content(e: Any) -> Any:  # a Jaccard collection's entry: its sketch in hex
+            return SketchHex(e.sketch_hex) if e.sketch_hex else e.fingerprint
+
         if with_times:
-            return ((e.key, e.fingerprint, e.added_at) for e in reply.entries)
-        return ((e.key, e.fingerprint) for e in reply.entries)
+            return ((e.key, content(e), e.added_at) for e in reply.entries)
+        return ((e.key, content(e)) for e in reply.entries)
 
     return StreamRead("Export", pb.ExportRequest(collection=collection), items)
 
 
 def pairs_read(collection: str, k: int | None, shards: int) -> StreamRead:
-    """Pairs: ``(key_a, key_b, distance)`` items.
+    """Pairs: ``(key_a, key_b, distance)`` items (``(key_a, key_b, jaccard)`` from a Jaccard
+    collection).
 
     Raises:
         TypeError, InvalidArgumentError: a bad ``k`` (:func:`check_counts`), or several shards
@@ -71,7 +76,7 @@ def pairs_read(collection: str, k: int | None, shards: int) -> StreamRead:
     return StreamRead(
         "Pairs",
         pb.PairsRequest(collection=collection, k=k),
-        lambda r: ((p.key_a, p.key_b, p.distance) for p in r.pairs),
+        lambda r: ((p.key_a, p.key_b, p.jaccard or p.distance) for p in r.pairs),
     )
 
 
@@ -87,6 +92,14 @@ def clusters_read(collection: str, k: int | None, shards: int) -> StreamRead:
     )
 
 
+def _flag_distance(flag: Any) -> int:
+    """A flag's distance: bits, or from a Jaccard collection (``jaccard`` set) the offline
+    Jaccard mode's units, ``round((1 - J) * 10^4)`` (0: identical sets)."""
+    if flag.HasField("jaccard"):
+        return round((1.0 - float(flag.jaccard)) * 10_000)
+    return int(flag.distance)
+
+
 def flags_read(collection: str, k: int | None, shards: int) -> StreamRead:
     """Flags: :class:`~permindex.Flag` items. Errors as :func:`pairs_read`."""
     check_counts(k=k)
@@ -94,7 +107,7 @@ def flags_read(collection: str, k: int | None, shards: int) -> StreamRead:
     return StreamRead(
         "Flags",
         pb.FlagsRequest(collection=collection, k=k),
-        lambda r: (Flag(f.key, f.nearest_key, f.distance, f.neighbors) for f in r.flags),
+        lambda r: (Flag(f.key, f.nearest_key, _flag_distance(f), f.neighbors) for f in r.flags),
     )
 
 

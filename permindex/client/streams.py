@@ -332,7 +332,10 @@ class StreamingClient(ClientBase):
         ``with_times``: ``(key, fingerprint, added_at)`` items, ``added_at`` when the key was
         last added (Unix seconds; 0 in a collection without expiry), the form
         :meth:`ingest` takes back: ``other.ingest(client.iter_export(with_times=True))`` copies
-        a collection with its entries' ages.
+        a collection with its entries' ages. From a Jaccard collection (``method="minhash"``)
+        each item carries a :class:`~permindex.client.SketchHex` (the stored sketch in hex) in
+        place of the fingerprint (the annotation names the SimHash case), which ``ingest`` and
+        ``add`` send back as it is: the same copy, sketches restored exactly.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -356,10 +359,13 @@ class StreamingClient(ClientBase):
         *,
         collection: str | None = None,
         timeout: float | None = None,
-    ) -> Generator[tuple[str, str, int], None, None]:
+    ) -> Generator[tuple[str, str, int | float], None, None]:
         """Every pair of stored keys within ``k`` bits (None: the collection's k) as
         ``(key_a, key_b, distance)``, key_a < key_b, in the server's order (sorted by key_a,
         then key_b), yielded as the messages arrive; nothing is sorted or held by the client.
+        From a Jaccard collection (``method="minhash"``; ``k`` must then be None) the third
+        item is the pair's Jaccard similarity to 4 decimals, a float, as ``permindex dedup
+        --method minhash`` prints it.
 
         Raises:
             InvalidArgumentError: ``k`` outside [0, 2^32), or several shards (a pair may cross

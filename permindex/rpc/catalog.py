@@ -21,11 +21,15 @@ from typing import Final
 from permindex.errors import CollectionExistsError, InvalidArgumentError, NotFoundError
 from permindex.index import ExpiringIndex, Index
 from permindex.index.expiry import check_expire_after
+from permindex.index.jaccard.sketch import check_verify
 from permindex.index.tables.permutation import DEFAULT_DESIGN
+from permindex.near.minhash import check_permutations, check_threshold
 from permindex.rpc.config import ServerConfig
+from permindex.rpc.jaccard import JaccardState
 from permindex.rpc.memory import MemoryBudget
 from permindex.rpc.state import DEFAULT_COLLECTION, ServerState
 from permindex.storage.datadir import fsync_directory, make_directories
+from permindex.storage.jaccard_store import JaccardStore
 from permindex.storage.store import Store
 from permindex.text.fingerprint import VOTES, Vote, check_shingle_options
 
@@ -41,6 +45,9 @@ log = logging.getLogger(__name__)
 
 COLLECTIONS_DIR: Final = "collections"
 OPTIONS_FILE: Final = "collection.json"
+#: What a collection compares: SimHash fingerprints within k, or Jaccard similarity of shingle
+#: sets (MinHash-LSH, :mod:`permindex.rpc.jaccard`).
+METHODS: Final = ("simhash", "minhash")
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -73,11 +80,19 @@ class CollectionOptions:
     min_words: int = 0
     expire_after: int = 0
     vote: Vote = "multiset"  # absent from a collection.json written before it: multiset
+    # a Jaccard collection (method "minhash"); absent from an older collection.json: simhash
+    method: str = "simhash"
+    threshold: float = 0.8
+    permutations: int = 128
+    verify: str = "exact"
 
     def check(self) -> CollectionOptions:
-        """Self, after checking that the design answers k exactly.
+        """Self, after checking that the design answers k exactly (a "simhash" collection) or
+        the threshold, permutations and verify (a "minhash" one).
 
         Raises:
+            InvalidArgumentError: a method not in :data:`METHODS`; a threshold outside (0, 1],
+                permutations outside 1..4,096, a verify not in ``exact``, ``signature``.
             InvalidArgumentError: a bad shingle size or min words (the check of
                 :func:`permindex.text.fingerprint.check_shingle_options`), a k the design cannot
                 guarantee, a bad design, an ``expire_after`` above
@@ -90,6 +105,16 @@ class CollectionOptions:
                 check_expire_after(self.expire_after)
             except TypeError as error:
                 raise InvalidArgumentError(str(error), self.expire_after) from None
+        if self.method not in METHODS:
+            raise InvalidArgumentError(
+                f"method must be one of {', '.join(METHODS)}, got {str(self.method)[:80]!r}",
+                self.method,
+            )
+        if self.method == "minhash":
+            check_threshold(self.threshold)
+            check_permutations(self.permutations)
+            check_verify(self.verify)
+            return self
         if self.vote not in VOTES:
             raise InvalidArgumentError(
                 f"vote must be one of {', '.join(VOTES)}, got {str(self.vote)[:80]!r}", self.vote
@@ -164,6 +189,24 @@ class Catalog:
 
     def _open(self, name: str, options: CollectionOptions) -> ServerState:
         folder = self.root / name
+        if options.method == "minhash":
+            jaccard = JaccardStore.open(
+                folder,
+                threshold=options.threshold,
+                permutations=options.permutations,
+                verify=check_verify(options.verify),
+                expire_after=options.expire_after or None,
+                fsync=self._config.fsync,
+                fsync_interval=self._config.fsync_interval,
+                truncate_corrupt_log=self._config.truncate_corrupt_log,
+            )
+            config = dataclasses.replace(
+                self._config,
+                data_dir=folder,
+                shingle_size=options.shingle_size,
+                min_words=options.min_words,
+            )
+            return JaccardState(jaccard, config)
         store = Store.open(
             folder,
             k=options.k,

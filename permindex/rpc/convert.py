@@ -326,6 +326,13 @@ def documents_from_proto(
         elif content == "fingerprint_hex":
             where = f"documents[{i}].fingerprint_hex (key {_shown(key)})"
             fingerprints.append(fingerprint_from_hex(document.fingerprint_hex, where))
+        elif content in ("sketch", "sketch_hex"):
+            raise InvalidArgumentError(
+                f"documents[{i}] (key {_shown(key)}) sends a MinHash {content}: sketches are for "
+                "Jaccard collections (method minhash); this collection is SimHash: send a "
+                "fingerprint or the text",
+                key,
+            )
         else:
             if max_text_bytes is not None:
                 check_text(document.text, f"documents[{i}] (key {_shown(key)})", max_text_bytes)

@@ -44,6 +44,7 @@ from permindex.rpc.catalog import Catalog
 from permindex.rpc.config import EVENT_LOOPS, ServerConfig
 from permindex.rpc.handlers import add_servicer
 from permindex.rpc.health import NOT_SERVING, SERVING, HealthService, bounded
+from permindex.rpc.jaccard import JaccardState
 from permindex.rpc.limits import CallLimits
 from permindex.rpc.memory import format_bytes
 from permindex.rpc.metrics import MetricsServer
@@ -221,6 +222,9 @@ class RunningServer:
         for state in states:
             if isinstance(state.index, ExpiringIndex):
                 state.index.expire()  # reclaimed even while no call comes
+            if isinstance(state, JaccardState):  # a Jaccard collection: its own index
+                state.jaccard.expire()
+                state.jaccard.compact(0.5)  # expired and replaced rows, once half the rows
             began = time.monotonic()
             if state.index.merge_all_runs(idle=MERGE_IDLE_SECONDS):
                 log.debug(

@@ -18,15 +18,19 @@ import numpy as np
 
 import permindex
 from permindex.errors import (
+    InvalidArgumentError,
     NotFoundError,
     PermindexError,
     WorkBudgetExceededError,
     status_name_for,
 )
 from permindex.index import ExpiringIndex, Index
+from permindex.index.jaccard import JaccardIndex
+from permindex.index.jaccard.sketch import check_verify
 from permindex.index.join.clusters import NearDuplicates
-from permindex.rpc import columns, convert
+from permindex.rpc import columns, convert, jaccard
 from permindex.rpc.catalog import Catalog, CollectionOptions
+from permindex.rpc.jaccard import JaccardState
 from permindex.rpc.limits import StreamClosed
 from permindex.rpc.memory import MemoryLimitError
 from permindex.rpc.slices import SliceSize, slices
@@ -227,6 +231,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         """Validate, fingerprint (outside the lock), admit under the memory limit and apply one
         batch with one ``add_many``."""
         state = self._collection(request.collection)
+        if isinstance(state, JaccardState):
+            return jaccard.add(state, request, self.catalog.memory.admit, what)
         batch = _documents(state, request.documents)
         stored = [i for i, fp in enumerate(batch.fingerprints) if fp is not None]
         keys = [batch.keys[i] for i in stored]
@@ -290,6 +296,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     ) -> pb.CheckAndAddResponse:
         """For each document in order, query-then-add, the whole batch as one logged step."""
         state = self._collection(request.collection)
+        if isinstance(state, JaccardState):
+            return jaccard.check_and_add(state, request, self.catalog.memory.admit)
         k = convert.check_k(
             request.k if request.HasField("k") else None, state.index.k, state.index.design
         )
@@ -352,7 +360,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         if len(request.fingerprints) + len(request.fingerprints_hex) != 1:
             return False
         try:
-            index = self._collection(request.collection).index
+            found = self._collection(request.collection)
+            if isinstance(found, JaccardState):
+                return False
+            index = found.index
             bound = index.max_candidates(request.k if request.HasField("k") else None)
         except PermindexError:
             return True
@@ -362,6 +373,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def Query(self, request: pb.QueryRequest, stop: threading.Event) -> pb.QueryResponse:
         """Every stored key within k of each fingerprint (sent as integers or in hex)."""
         state = self._collection(request.collection)
+        if isinstance(state, JaccardState):
+            return jaccard.query(state, request)
+        if request.texts or request.keys or request.sketches:
+            raise InvalidArgumentError(
+                "Query by texts, keys or sketches is for a Jaccard collection (method minhash); "
+                "this collection is SimHash: send fingerprints or fingerprints_hex",
+                "texts",
+            )
         queries = convert.query_fingerprints(
             request.fingerprints, request.fingerprints_hex, state.config.max_batch
         )
@@ -418,6 +437,12 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         try:
             async for request in request_iterator:
                 state = self._collection(request.collection)
+                if isinstance(state, JaccardState):
+                    raise InvalidArgumentError(
+                        "QueryColumns takes fingerprints: this collection is a Jaccard "
+                        "collection (method minhash); use Query with texts, keys or sketches",
+                        request.collection,
+                    )
                 # on the loop only while this is the only QueryColumns stream and nothing runs
                 # in the executor (one stream gains no core from it; several share the cores)
                 alone = not self.work.running and self.column_streams == 1
@@ -434,6 +459,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
     def Get(self, request: pb.GetRequest, stop: threading.Event) -> pb.GetResponse:
         """The stored fingerprint of each key."""
         state = self._collection(request.collection)
+        if isinstance(state, JaccardState):
+            return jaccard.get(state, request)
         keys = _keys(state, request.keys)
         response = pb.GetResponse()
         for key in keys:
@@ -445,7 +472,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         return response
 
     @_streaming
-    async def Pairs(self, request: pb.PairsRequest, context: _Context) -> AsyncIterator[bytes]:
+    async def Pairs(
+        self, request: pb.PairsRequest, context: _Context
+    ) -> AsyncIterator[bytes | pb.PairsResponse]:
         """All pairs within k, in the documented order, in chunks of at most
         :data:`convert.PAIRS_PER_MESSAGE` (fewer when the message limit needs it: a chunk of the
         longest keys must fit). The join is estimated first (``--max-join-work``), then pairs are
@@ -456,6 +485,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             state.config.max_message_bytes, convert.PAIR_WIRE_BYTES, convert.PAIRS_PER_MESSAGE
         )
         stop = threading.Event()
+        if isinstance(state, JaccardState):
+            jaccard.refuse_k(request.HasField("k"), "Pairs")
+            pairs = await self.work.run(jaccard.near_duplicates, state, False)
+            async for reply in self.work.each(
+                jaccard.pair_messages(pairs, chunk, stop.is_set), stop
+            ):
+                yield reply
+            return
         found = await self.work.run(self._near_duplicates, state, k, stop, stop=stop)
         async for message in self.work.each(
             convert.pair_chunks_to_proto(found, chunk, stop.is_set), stop
@@ -497,11 +534,18 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         request: Any,
         k: int | None,
         to_proto: Callable[[NearDuplicates], Iterator[_Resp]],
+        jaccard_messages: Callable[[Any], Iterator[_Resp]] | None = None,
     ) -> AsyncIterator[_Resp]:
         """Join (in the executor, estimated first), then send ``to_proto``'s messages, each
         built in the executor as the client takes the previous one."""
         state = self._collection(request.collection)
         stop = threading.Event()
+        if isinstance(state, JaccardState):
+            has_k = request.HasField("k") if "k" in request.DESCRIPTOR.fields_by_name else False
+            found_j = await self.work.run(jaccard.near_duplicates, state, has_k)
+            async for message in self.work.each((jaccard_messages or to_proto)(found_j), stop):
+                yield message
+            return
         # no pair is sent: the pairs of identical fingerprints are no work here
         found = await self.work.run(self._near_duplicates, state, k, stop, False, stop=stop)
         async for message in self.work.each(to_proto(found), stop):
@@ -527,7 +571,10 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         chunk = self._keys_per_message()
         k = request.k if request.HasField("k") else None
         async for message in self._stream_groups(
-            request, k, lambda found: convert.flags_to_proto(found.flags(), chunk)
+            request,
+            k,
+            lambda found: convert.flags_to_proto(found.flags(), chunk),
+            lambda found: jaccard.flags_messages(found, chunk),
         ):
             yield message
 
@@ -549,6 +596,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         """Counts, memory (by part, and against the server's limit), design, uptime, last
         snapshot, version."""
         state = self._collection(request.collection)
+        if isinstance(state, JaccardState):
+            return self._jaccard_stats(state, request)
         response = pb.StatsResponse(
             count=len(state.index),
             memory_bytes=state.index.memory_bytes(),
@@ -587,6 +636,28 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             response.last_snapshot_bytes = last.bytes
         return response
 
+    def _jaccard_stats(self, state: JaccardState, request: pb.StatsRequest) -> pb.StatsResponse:
+        """Stats of a Jaccard collection: counts, memory (no SimHash breakdown), snapshot."""
+        index = state.jaccard
+        memory = self.catalog.memory
+        response = pb.StatsResponse(
+            count=len(index),
+            memory_bytes=index.memory_bytes(),
+            uptime_seconds=self.state.uptime_seconds,
+            version=permindex.__version__,
+            resident_memory_bytes=resident_memory_bytes(),
+            collection=request.collection or DEFAULT_COLLECTION,
+            expire_after=index.expire_after or 0,
+            max_memory_bytes=memory.limit or 0,
+            server_memory_bytes=memory.used(),
+        )
+        last = state.last_snapshot
+        if last is not None:
+            response.last_snapshot_unix_seconds = last.created_unix_seconds
+            response.last_snapshot_count = last.count
+            response.last_snapshot_bytes = last.bytes
+        return response
+
     @_unary
     def Snapshot(self, request: pb.SnapshotRequest, stop: threading.Event) -> pb.SnapshotResponse:
         """Writes a snapshot now and answers once it is durable."""
@@ -605,6 +676,13 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         """Every (key, fingerprint, added_at) of one consistent copy, in chunks of
         :data:`convert.KEYS_PER_MESSAGE`, each message built as the client takes the last."""
         state = self._collection(request.collection)
+        if isinstance(state, JaccardState):
+            messages = await self.work.run(
+                lambda: list(jaccard.export_messages(state, convert.KEYS_PER_MESSAGE))
+            )
+            for reply in messages:
+                yield reply
+            return
         copy = await self.work.run(convert.export_copy, state.index)
         async for message in self.work.each(
             convert.export_to_proto(*copy, chunk=convert.KEYS_PER_MESSAGE)
@@ -615,6 +693,15 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
 
     def _info(self, name: str, state: ServerState) -> pb.CollectionInfo:
         options = self.catalog.options(name)
+        if isinstance(state, JaccardState):
+            index = state.jaccard
+            return pb.CollectionInfo(
+                name=name, count=len(index), memory_bytes=index.memory_bytes(),
+                shingle_size=options.shingle_size, min_words=options.min_words,
+                expire_after=options.expire_after, method="minhash",
+                threshold=index.threshold, permutations=index.permutations,
+                bands=index.shape.bands, rows=index.shape.rows, verify=index.verify,
+            )  # fmt: skip
         return pb.CollectionInfo(
             name=name,
             count=len(state.index),
@@ -634,6 +721,45 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         unknown vote is INVALID_ARGUMENT (:meth:`CollectionOptions.check`)."""
         given = request.options
         design = self.index.design
+        method = given.method or "simhash"
+        minhash_fields = [f for f in ("threshold", "permutations") if given.HasField(f)]
+        minhash_fields += ["verify"] if given.verify else []
+        simhash_fields = [f for f in ("k", "blocks", "leading") if given.HasField(f)]
+        simhash_fields += ["vote"] if given.vote else []
+        if method == "minhash" and simhash_fields:
+            raise InvalidArgumentError(
+                f"options {', '.join(simhash_fields)} are for SimHash collections; a Jaccard "
+                "collection (method minhash) takes threshold, permutations and verify",
+                simhash_fields[0],
+            )
+        if method != "minhash" and minhash_fields:
+            raise InvalidArgumentError(
+                f"options {', '.join(minhash_fields)} are for Jaccard collections: set method "
+                "minhash",
+                minhash_fields[0],
+            )
+        if method == "minhash":
+            options = CollectionOptions(
+                shingle_size=(
+                    given.shingle_size
+                    if given.HasField("shingle_size")
+                    else self.config.shingle_size
+                ),
+                min_words=(
+                    given.min_words if given.HasField("min_words") else self.config.min_words
+                ),
+                expire_after=given.expire_after,
+                method="minhash",
+                threshold=given.threshold if given.HasField("threshold") else 0.8,
+                permutations=given.permutations if given.HasField("permutations") else 128,
+                verify=given.verify or "exact",
+            ).check()
+            empty_bytes = JaccardIndex(
+                options.threshold, options.permutations, check_verify(options.verify)
+            ).memory_bytes
+            with self.catalog.memory.admit(empty_bytes, "this CreateCollection"):
+                state = self.catalog.create(request.name, options)
+            return self._info(request.name, state)
         options = CollectionOptions(
             k=given.k if given.HasField("k") else self.index.k,
             blocks=given.blocks if given.HasField("blocks") else design.blocks,
@@ -644,6 +770,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             min_words=given.min_words if given.HasField("min_words") else self.config.min_words,
             expire_after=given.expire_after,
             vote=cast(Vote, given.vote) if given.vote else self.config.vote,  # checked below
+            method=method,  # "simhash", or a method check() refuses
         )
         options.check()  # before the empty index is built for its size
         empty = Index(k=options.k, design=(options.blocks, options.leading))

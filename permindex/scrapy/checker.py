@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from permindex.client.batching import DEFAULT_BATCH_BYTES, batches, document_size
 from permindex.errors import LimitExceededError
 from permindex.index import Match
+from permindex.index.jaccard import JaccardMatch
 from permindex.index.keys.rule import validate_key
 
 if TYPE_CHECKING:
@@ -55,7 +56,9 @@ class PageOutcome:
             ``"too_short"``), or ``"error"``: the page was not checked.
         fingerprint: its fingerprint (None when too short or not checked).
         matches: the *other* keys within k when the check ran (nearest first); the page was
-            stored only if there are none.
+            stored only if there are none. In a Jaccard collection (method minhash),
+            :class:`~permindex.JaccardMatch` items: the keys at Jaccard >= its threshold, most
+            similar first.
         error: why the page was not checked (status ``"error"``): a
             :class:`~permindex.errors.ServerError` of the request (a ``ConnectionError`` when the
             server is unreachable), or the page's own problem (a key over the key limit, a body
@@ -66,7 +69,7 @@ class PageOutcome:
     key: str
     status: Status
     fingerprint: int | None = None
-    matches: tuple[Match, ...] = ()
+    matches: tuple[Match | JaccardMatch, ...] = ()
     error: Exception | None = None
     batch: int = 0
 

@@ -32,6 +32,7 @@ from twisted.internet.defer import Deferred
 
 from permindex.addresses import DEFAULT_ADDRESS
 from permindex.errors import InvalidArgumentError, NotFoundError, ServerError
+from permindex.index.jaccard import JaccardMatch
 from permindex.scrapy.bodies import response_text
 from permindex.scrapy.checker import DEFAULT_MAX_TEXT_BYTES, BatchChecker, PageOutcome
 from permindex.text.documents import format_fingerprint, html_page_text, html_to_text
@@ -291,7 +292,11 @@ class NearDuplicateMiddleware:
         found: dict[str, Any] = {
             "status": outcome.status,
             "fingerprint": None if fingerprint is None else format_fingerprint(fingerprint),
-            "matches": [(m.key, m.distance) for m in outcome.matches],
+            # (key, distance) pairs; (key, jaccard) in a Jaccard collection
+            "matches": [
+                (m.key, m.jaccard if isinstance(m, JaccardMatch) else m.distance)
+                for m in outcome.matches
+            ],
         }
         request.meta[META_KEY] = found
         if outcome.status == "error":
@@ -308,18 +313,18 @@ class NearDuplicateMiddleware:
             return response
         nearest = outcome.matches[0]
         found["duplicate_of"] = nearest.key
-        found["distance"] = nearest.distance
+        if isinstance(nearest, JaccardMatch):  # a Jaccard collection (method minhash)
+            found["jaccard"] = nearest.jaccard
+            how = f"Jaccard {nearest.jaccard:.4f}"
+        else:
+            found["distance"] = nearest.distance
+            how = f"distance {nearest.distance}"
         if self.drop:
-            logger.info(
-                "Dropped near-duplicate %s of %s (distance %d)", response.url, nearest.key,
-                nearest.distance,
-            )  # fmt: skip
-            raise IgnoreRequest(
-                f"near-duplicate of {nearest.key} (distance {nearest.distance}): {response.url}"
-            )
+            logger.info("Dropped near-duplicate %s of %s (%s)", response.url, nearest.key, how)
+            raise IgnoreRequest(f"near-duplicate of {nearest.key} ({how}): {response.url}")
         logger.info(
-            "Near-duplicate %s of %s (distance %d), kept: PERMINDEX_DROP = False", response.url,
-            nearest.key, nearest.distance,
+            "Near-duplicate %s of %s (%s), kept: PERMINDEX_DROP = False", response.url,
+            nearest.key, how,
         )  # fmt: skip
         return response
 

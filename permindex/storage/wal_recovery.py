@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -102,9 +102,19 @@ def _truncate_file(path: Path, offset: int) -> None:
         os.close(fd)
 
 
-def read_log(directory: Path, after: int, *, truncate_corrupt: bool = False) -> RecoveredLog:
+def read_log(
+    directory: Path,
+    after: int,
+    *,
+    truncate_corrupt: bool = False,
+    decode: Callable[[bytes, int, int, int], Record] = decode_body,
+) -> RecoveredLog:
     """Read the log in ``directory`` for recovery: every record with a sequence number above
     ``after`` (the snapshot's), checked, in order (rules in the module docstring).
+
+    ``decode`` reads a record's body (bytes, start, end, format version) once its length,
+    CRC and sequence number are checked: :func:`~permindex.storage.wal_records.decode_body`,
+    or a Jaccard collection's (:mod:`permindex.storage.jaccard_store`).
 
     A torn tail is cut off the file (and fsynced) with a warning. With ``truncate_corrupt``,
     corruption elsewhere is cut off too (the bytes kept as ``.dropped`` files) with a warning;
@@ -158,7 +168,7 @@ def read_log(directory: Path, after: int, *, truncate_corrupt: bool = False) -> 
                 sequence, end = record_at(data, offset)
                 if sequence != expected:
                     raise BadRecord(f"sequence number {sequence}, expected {expected}")
-                record = decode_body(data, offset + PREFIX.size, end, version)
+                record = decode(data, offset + PREFIX.size, end, version)
             except BadRecord as bad:
                 _damaged(result, segment, data, offset, expected, bad.reason, later,
                          truncate=truncate_corrupt)  # fmt: skip

@@ -35,6 +35,16 @@ Units and conventions used throughout:
   a text with fewer words than a shingle, or than the server's --min-words (0 by default), gets
   status TOO_SHORT and is not indexed; the rest of its batch is applied.
 
+Jaccard collections (CollectionOptions.method = "minhash"): documents are kept as MinHash
+sketches (the shingle-hash set and/or the signature, see MinHashSketch) instead of
+fingerprints, and a near-duplicate is a document whose word-3-shingle set has Jaccard
+similarity >= the collection's threshold with the query's (exact or estimated, as its `verify`
+says). Texts are shingled exactly as `permindex dedup --method minhash` does. Such a collection
+takes a text, a sketch or a sketch_hex per Document (a fingerprint or fingerprint_hex is
+INVALID_ARGUMENT), answers Query by texts, keys or sketches, and fills Match.jaccard,
+Pair.jaccard and Flag.jaccard (distances are 0); a `k` in any request is INVALID_ARGUMENT. A
+sketch sent to a SimHash collection is INVALID_ARGUMENT.
+
 Status codes (every RPC):
 - INVALID_ARGUMENT: a missing or over-long key, a document with no content (or with two
   members of its oneof on the wire), a fingerprint_hex / fingerprints_hex value that is not
@@ -132,6 +142,8 @@ class Document(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     FINGERPRINT_HEX_FIELD_NUMBER: _builtins.int
+    SKETCH_FIELD_NUMBER: _builtins.int
+    SKETCH_HEX_FIELD_NUMBER: _builtins.int
     ADDED_AT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Required: non-empty, at most 1,024 UTF-8 bytes."""
@@ -149,6 +161,8 @@ class Document(_message.Message):
     a 0x prefix, a sign, spaces) is refused: INVALID_ARGUMENT naming documents[i] and the
     value, and nothing of the request is applied.
     """
+    sketch_hex: _builtins.str
+    """Jaccard collections only: the sketch as ExportEntry.sketch_hex writes it (Import)."""
     added_at: _builtins.int
     """When the document was crawled, Unix seconds, for a collection with expire_after (an import
     of an earlier crawl); 0 or absent: the server's clock at the write. A time in the future
@@ -156,6 +170,12 @@ class Document(_message.Message):
     kept by one with expire_after (an entry expires expire_after seconds after it). JSON carries
     int64 as a decimal string.
     """
+    @_builtins.property
+    def sketch(self) -> Global___MinHashSketch:
+        """Jaccard collections only: the document's MinHash sketch, computed by the client
+        (permindex.minhash_sketch), so the text need not travel.
+        """
+
     def __init__(
         self,
         *,
@@ -163,17 +183,52 @@ class Document(_message.Message):
         fingerprint: _builtins.int = ...,
         text: _builtins.str = ...,
         fingerprint_hex: _builtins.str = ...,
+        sketch: Global___MinHashSketch | None = ...,
+        sketch_hex: _builtins.str = ...,
         added_at: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "text", b"text"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "sketch", b"sketch", "sketch_hex", b"sketch_hex", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "key", b"key", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "key", b"key", "sketch", b"sketch", "sketch_hex", b"sketch_hex", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["fingerprint", "text", "fingerprint_hex"]  # noqa: Y015
+    _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["fingerprint", "text", "fingerprint_hex", "sketch", "sketch_hex"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 
 Global___Document: _TypeAlias = Document  # noqa: Y015
+
+@_typing.final
+class MinHashSketch(_message.Message):
+    """A document's MinHash sketch, for a Jaccard collection. The shingle hashes are XXH3-64 (seed 0)
+    of the UTF-8 bytes of each word shingle (lower-cased, str.split() words, shingle_size words
+    joined by one space), any order, repeats allowed; the signature has one value per permutation
+    (permindex.near.minhash.signatures: the smallest ((a_p * x + b_p) mod 2^64) >> 32 over the
+    hashes x). A collection with verify "exact" needs the shingle hashes (it computes the signature
+    from them); one with verify "signature" takes a signature of exactly its `permutations` values,
+    or the shingle hashes to compute it from. Neither: INVALID_ARGUMENT.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHINGLE_HASHES_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def shingle_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def signature(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        shingle_hashes: _abc.Iterable[_builtins.int] | None = ...,
+        signature: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["shingle_hashes", b"shingle_hashes", "signature", b"signature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MinHashSketch: _TypeAlias = MinHashSketch  # noqa: Y015
 
 @_typing.final
 class DocumentResult(_message.Message):
@@ -274,23 +329,33 @@ class Match(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     DISTANCE_FIELD_NUMBER: _builtins.int
+    JACCARD_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     fingerprint: _builtins.int
     """JSON: a decimal string; loaders: keep 64 bits (proto-loader `longs: String`)."""
     distance: _builtins.int
-    """Hamming distance to the query, in bits (0..k)."""
+    """Hamming distance to the query, in bits (0..k); 0 in a Jaccard collection."""
+    jaccard: _builtins.float
+    """Jaccard collections: the Jaccard similarity of the stored document's shingle set with the
+    query's (exact with verify "exact"; the share of equal signature values with "signature",
+    whose standard deviation is sqrt(J (1 - J) / permutations)), >= the threshold. Matches are
+    then sorted by jaccard descending, then key.
+    """
     def __init__(
         self,
         *,
         key: _builtins.str = ...,
         fingerprint: _builtins.int = ...,
         distance: _builtins.int = ...,
+        jaccard: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "jaccard", b"jaccard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["distance", b"distance", "fingerprint", b"fingerprint", "key", b"key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "distance", b"distance", "fingerprint", b"fingerprint", "jaccard", b"jaccard", "key", b"key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__jaccard: _TypeAlias = _typing.Literal["jaccard"]  # noqa: Y015
+    _WhichOneofArgType__jaccard: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jaccard) -> _WhichOneofReturnType__jaccard | None: ...
 
 Global___Match: _TypeAlias = Match  # noqa: Y015
 
@@ -303,6 +368,9 @@ class QueryRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     COLLECTION_FIELD_NUMBER: _builtins.int
     FINGERPRINTS_HEX_FIELD_NUMBER: _builtins.int
+    TEXTS_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    SKETCHES_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits (default: the index's k; above it: INVALID_ARGUMENT)."""
     limit: _builtins.int
@@ -323,6 +391,20 @@ class QueryRequest(_message.Message):
         The results follow this field's order. At most the server's batch limit.
         """
 
+    @_builtins.property
+    def texts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Jaccard collections: query by texts (shingled by the server; a text too short for a sketch
+        gets an empty result), by stored keys (each key's stored sketch; the key itself is not in
+        its answer; a key not stored gets an empty result) or by client-computed sketches. Exactly
+        one of fingerprints, fingerprints_hex, texts, keys, sketches may be non-empty
+        (INVALID_ARGUMENT otherwise); texts, keys and sketches on a SimHash collection, and
+        fingerprints on a Jaccard one, are INVALID_ARGUMENT.
+        """
+
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def sketches(self) -> _containers.RepeatedCompositeFieldContainer[Global___MinHashSketch]: ...
     def __init__(
         self,
         *,
@@ -331,10 +413,13 @@ class QueryRequest(_message.Message):
         limit: _builtins.int | None = ...,
         collection: _builtins.str = ...,
         fingerprints_hex: _abc.Iterable[_builtins.str] | None = ...,
+        texts: _abc.Iterable[_builtins.str] | None = ...,
+        keys: _abc.Iterable[_builtins.str] | None = ...,
+        sketches: _abc.Iterable[Global___MinHashSketch] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "k", b"k", "limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "collection", b"collection", "fingerprints", b"fingerprints", "fingerprints_hex", b"fingerprints_hex", "k", b"k", "limit", b"limit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_k", b"_k", "_limit", b"_limit", "collection", b"collection", "fingerprints", b"fingerprints", "fingerprints_hex", b"fingerprints_hex", "k", b"k", "keys", b"keys", "limit", b"limit", "sketches", b"sketches", "texts", b"texts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__k: _TypeAlias = _typing.Literal["k"]  # noqa: Y015
     _WhichOneofArgType__k: _TypeAlias = _typing.Literal["_k", b"_k"]  # noqa: Y015
@@ -729,23 +814,31 @@ class Pair(_message.Message):
     KEY_A_FIELD_NUMBER: _builtins.int
     KEY_B_FIELD_NUMBER: _builtins.int
     DISTANCE_FIELD_NUMBER: _builtins.int
+    JACCARD_FIELD_NUMBER: _builtins.int
     key_a: _builtins.str
     """key_a < key_b in code point order."""
     key_b: _builtins.str
     distance: _builtins.int
-    """Hamming distance in bits."""
+    """Hamming distance in bits; 0 in a Jaccard collection."""
+    jaccard: _builtins.float
+    """Jaccard collections: the pair's Jaccard similarity rounded to 4 decimals as
+    `permindex dedup --method minhash` prints it (1 - round_half_up((1 - J) * 10^4) / 10^4).
+    """
     def __init__(
         self,
         *,
         key_a: _builtins.str = ...,
         key_b: _builtins.str = ...,
         distance: _builtins.int = ...,
+        jaccard: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "jaccard", b"jaccard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["distance", b"distance", "key_a", b"key_a", "key_b", b"key_b"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "distance", b"distance", "jaccard", b"jaccard", "key_a", b"key_a", "key_b", b"key_b"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__jaccard: _TypeAlias = _typing.Literal["jaccard"]  # noqa: Y015
+    _WhichOneofArgType__jaccard: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jaccard) -> _WhichOneofReturnType__jaccard | None: ...
 
 Global___Pair: _TypeAlias = Pair  # noqa: Y015
 
@@ -885,13 +978,18 @@ class Flag(_message.Message):
     NEAREST_KEY_FIELD_NUMBER: _builtins.int
     DISTANCE_FIELD_NUMBER: _builtins.int
     NEIGHBORS_FIELD_NUMBER: _builtins.int
+    JACCARD_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     nearest_key: _builtins.str
     """The nearest other key: smallest distance, then smallest key."""
     distance: _builtins.int
     """Hamming distance between key and nearest_key, bits."""
     neighbors: _builtins.int
-    """How many other keys are within k."""
+    """How many other keys are within k (at Jaccard >= the threshold in a Jaccard collection)."""
+    jaccard: _builtins.float
+    """Jaccard collections: the Jaccard similarity with nearest_key (the most similar other key,
+    ties to the smallest key), 4 decimals as Pair.jaccard.
+    """
     def __init__(
         self,
         *,
@@ -899,12 +997,15 @@ class Flag(_message.Message):
         nearest_key: _builtins.str = ...,
         distance: _builtins.int = ...,
         neighbors: _builtins.int = ...,
+        jaccard: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "jaccard", b"jaccard"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["distance", b"distance", "key", b"key", "nearest_key", b"nearest_key", "neighbors", b"neighbors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard", "distance", b"distance", "jaccard", b"jaccard", "key", b"key", "nearest_key", b"nearest_key", "neighbors", b"neighbors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__jaccard: _TypeAlias = _typing.Literal["jaccard"]  # noqa: Y015
+    _WhichOneofArgType__jaccard: _TypeAlias = _typing.Literal["_jaccard", b"_jaccard"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jaccard) -> _WhichOneofReturnType__jaccard | None: ...
 
 Global___Flag: _TypeAlias = Flag  # noqa: Y015
 
@@ -961,7 +1062,8 @@ class ExactDuplicateGroup(_message.Message):
     id: _builtins.int
     """The group's number in the answer, 0 for the largest; the parts of a split group share it."""
     fingerprint: _builtins.int
-    """The fingerprint the keys share. JSON: a decimal string; loaders: keep 64 bits
+    """The fingerprint the keys share (in a Jaccard collection: the digest of the sketch they share,
+    XXH3-64 of its sorted values). JSON: a decimal string; loaders: keep 64 bits
     (proto-loader `longs: String`).
     """
     size: _builtins.int
@@ -1293,6 +1395,7 @@ class ExportEntry(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     ADDED_AT_FIELD_NUMBER: _builtins.int
+    SKETCH_HEX_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     fingerprint: _builtins.int
     """JSON: a decimal string; loaders: keep 64 bits (proto-loader `longs: String`)."""
@@ -1302,16 +1405,23 @@ class ExportEntry(_message.Message):
     Document.added_at, it keeps the entry's age through an export and an import. JSON carries
     int64 as a decimal string.
     """
+    sketch_hex: _builtins.str
+    """Jaccard collections (fingerprint 0): the stored sketch in hex, lower case: with verify
+    "exact" the sorted distinct shingle hashes, 16 hex digits each; with "signature" the
+    signature, 8 hex digits a value; back to back. Sent back as Document.sketch_hex (Import) it
+    restores the same sketch exactly.
+    """
     def __init__(
         self,
         *,
         key: _builtins.str = ...,
         fingerprint: _builtins.int = ...,
         added_at: _builtins.int = ...,
+        sketch_hex: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "fingerprint", b"fingerprint", "key", b"key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "fingerprint", b"fingerprint", "key", b"key", "sketch_hex", b"sketch_hex"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1352,6 +1462,10 @@ class CollectionOptions(_message.Message):
     MIN_WORDS_FIELD_NUMBER: _builtins.int
     EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
     VOTE_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    THRESHOLD_FIELD_NUMBER: _builtins.int
+    PERMUTATIONS_FIELD_NUMBER: _builtins.int
+    VERIFY_FIELD_NUMBER: _builtins.int
     k: _builtins.int
     """Largest distance in bits the collection answers."""
     blocks: _builtins.int
@@ -1373,6 +1487,25 @@ class CollectionOptions(_message.Message):
     simhash(text, vote="set")). Empty or absent: the server's --vote. Any other value:
     INVALID_ARGUMENT. Kept with the collection's options (collection.json), across restarts.
     """
+    method: _builtins.str
+    """What the collection compares: "simhash" (empty or absent: the fingerprints within k bits
+    above) or "minhash" (a Jaccard collection: see the file's header). Any other value:
+    INVALID_ARGUMENT. The three fields below apply to "minhash" only (set on a "simhash"
+    collection: INVALID_ARGUMENT), and k, blocks, leading and vote to "simhash" only.
+    """
+    threshold: _builtins.float
+    """The least Jaccard similarity of a near-duplicate, in (0, 1]; absent: 0.8. 0, a negative
+    value or above 1: INVALID_ARGUMENT. The LSH bands x rows follow from it and permutations as
+    `permindex dedup --method minhash` chooses them.
+    """
+    permutations: _builtins.int
+    """Signature values per document, 1 to 4,096; absent: 128. Outside: INVALID_ARGUMENT."""
+    verify: _builtins.str
+    """How a candidate is checked: "exact" (empty: the default; the Jaccard of the shingle sets,
+    precision 1.0; keeps each document's shingle-hash set) or "signature" (the share of equal
+    signature values, an estimate of standard deviation sqrt(J (1 - J) / permutations); keeps
+    only the signature: far less memory). Any other value: INVALID_ARGUMENT.
+    """
     def __init__(
         self,
         *,
@@ -1383,10 +1516,14 @@ class CollectionOptions(_message.Message):
         min_words: _builtins.int | None = ...,
         expire_after: _builtins.int = ...,
         vote: _builtins.str = ...,
+        method: _builtins.str = ...,
+        threshold: _builtins.float | None = ...,
+        permutations: _builtins.int | None = ...,
+        verify: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_permutations", b"_permutations", "_shingle_size", b"_shingle_size", "_threshold", b"_threshold", "blocks", b"blocks", "k", b"k", "leading", b"leading", "min_words", b"min_words", "permutations", b"permutations", "shingle_size", b"shingle_size", "threshold", b"threshold"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_shingle_size", b"_shingle_size", "blocks", b"blocks", "expire_after", b"expire_after", "k", b"k", "leading", b"leading", "min_words", b"min_words", "shingle_size", b"shingle_size", "vote", b"vote"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_blocks", b"_blocks", "_k", b"_k", "_leading", b"_leading", "_min_words", b"_min_words", "_permutations", b"_permutations", "_shingle_size", b"_shingle_size", "_threshold", b"_threshold", "blocks", b"blocks", "expire_after", b"expire_after", "k", b"k", "leading", b"leading", "method", b"method", "min_words", b"min_words", "permutations", b"permutations", "shingle_size", b"shingle_size", "threshold", b"threshold", "verify", b"verify", "vote", b"vote"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__blocks: _TypeAlias = _typing.Literal["blocks"]  # noqa: Y015
     _WhichOneofArgType__blocks: _TypeAlias = _typing.Literal["_blocks", b"_blocks"]  # noqa: Y015
@@ -1396,8 +1533,12 @@ class CollectionOptions(_message.Message):
     _WhichOneofArgType__leading: _TypeAlias = _typing.Literal["_leading", b"_leading"]  # noqa: Y015
     _WhichOneofReturnType__min_words: _TypeAlias = _typing.Literal["min_words"]  # noqa: Y015
     _WhichOneofArgType__min_words: _TypeAlias = _typing.Literal["_min_words", b"_min_words"]  # noqa: Y015
+    _WhichOneofReturnType__permutations: _TypeAlias = _typing.Literal["permutations"]  # noqa: Y015
+    _WhichOneofArgType__permutations: _TypeAlias = _typing.Literal["_permutations", b"_permutations"]  # noqa: Y015
     _WhichOneofReturnType__shingle_size: _TypeAlias = _typing.Literal["shingle_size"]  # noqa: Y015
     _WhichOneofArgType__shingle_size: _TypeAlias = _typing.Literal["_shingle_size", b"_shingle_size"]  # noqa: Y015
+    _WhichOneofReturnType__threshold: _TypeAlias = _typing.Literal["threshold"]  # noqa: Y015
+    _WhichOneofArgType__threshold: _TypeAlias = _typing.Literal["_threshold", b"_threshold"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__blocks) -> _WhichOneofReturnType__blocks | None: ...
     @_typing.overload
@@ -1407,7 +1548,11 @@ class CollectionOptions(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__min_words) -> _WhichOneofReturnType__min_words | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__permutations) -> _WhichOneofReturnType__permutations | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__shingle_size) -> _WhichOneofReturnType__shingle_size | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__threshold) -> _WhichOneofReturnType__threshold | None: ...
 
 Global___CollectionOptions: _TypeAlias = CollectionOptions  # noqa: Y015
 
@@ -1446,6 +1591,12 @@ class CollectionInfo(_message.Message):
     MIN_WORDS_FIELD_NUMBER: _builtins.int
     EXPIRE_AFTER_FIELD_NUMBER: _builtins.int
     VOTE_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    THRESHOLD_FIELD_NUMBER: _builtins.int
+    PERMUTATIONS_FIELD_NUMBER: _builtins.int
+    BANDS_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    VERIFY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     """Stored keys."""
@@ -1460,6 +1611,18 @@ class CollectionInfo(_message.Message):
     CollectionOptions.vote). Empty only from a server older than the field (it votes multiset
     unless started with --vote set).
     """
+    method: _builtins.str
+    """"minhash" for a Jaccard collection (see CollectionOptions.method); empty for a SimHash
+    collection (and from an older server).
+    """
+    threshold: _builtins.float
+    """"minhash" only (absent otherwise): the threshold, permutations, the LSH shape
+    (bands x rows) and verify.
+    """
+    permutations: _builtins.int
+    bands: _builtins.int
+    rows: _builtins.int
+    verify: _builtins.str
     @_builtins.property
     def design(self) -> Global___Design: ...
     def __init__(
@@ -1473,12 +1636,37 @@ class CollectionInfo(_message.Message):
         min_words: _builtins.int = ...,
         expire_after: _builtins.int = ...,
         vote: _builtins.str = ...,
+        method: _builtins.str = ...,
+        threshold: _builtins.float | None = ...,
+        permutations: _builtins.int | None = ...,
+        bands: _builtins.int | None = ...,
+        rows: _builtins.int | None = ...,
+        verify: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["design", b"design"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bands", b"_bands", "_permutations", b"_permutations", "_rows", b"_rows", "_threshold", b"_threshold", "_verify", b"_verify", "bands", b"bands", "design", b"design", "permutations", b"permutations", "rows", b"rows", "threshold", b"threshold", "verify", b"verify"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "min_words", b"min_words", "name", b"name", "shingle_size", b"shingle_size", "vote", b"vote"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bands", b"_bands", "_permutations", b"_permutations", "_rows", b"_rows", "_threshold", b"_threshold", "_verify", b"_verify", "bands", b"bands", "count", b"count", "design", b"design", "expire_after", b"expire_after", "memory_bytes", b"memory_bytes", "method", b"method", "min_words", b"min_words", "name", b"name", "permutations", b"permutations", "rows", b"rows", "shingle_size", b"shingle_size", "threshold", b"threshold", "verify", b"verify", "vote", b"vote"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__bands: _TypeAlias = _typing.Literal["bands"]  # noqa: Y015
+    _WhichOneofArgType__bands: _TypeAlias = _typing.Literal["_bands", b"_bands"]  # noqa: Y015
+    _WhichOneofReturnType__permutations: _TypeAlias = _typing.Literal["permutations"]  # noqa: Y015
+    _WhichOneofArgType__permutations: _TypeAlias = _typing.Literal["_permutations", b"_permutations"]  # noqa: Y015
+    _WhichOneofReturnType__rows: _TypeAlias = _typing.Literal["rows"]  # noqa: Y015
+    _WhichOneofArgType__rows: _TypeAlias = _typing.Literal["_rows", b"_rows"]  # noqa: Y015
+    _WhichOneofReturnType__threshold: _TypeAlias = _typing.Literal["threshold"]  # noqa: Y015
+    _WhichOneofArgType__threshold: _TypeAlias = _typing.Literal["_threshold", b"_threshold"]  # noqa: Y015
+    _WhichOneofReturnType__verify: _TypeAlias = _typing.Literal["verify"]  # noqa: Y015
+    _WhichOneofArgType__verify: _TypeAlias = _typing.Literal["_verify", b"_verify"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bands) -> _WhichOneofReturnType__bands | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__permutations) -> _WhichOneofReturnType__permutations | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rows) -> _WhichOneofReturnType__rows | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__threshold) -> _WhichOneofReturnType__threshold | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__verify) -> _WhichOneofReturnType__verify | None: ...
 
 Global___CollectionInfo: _TypeAlias = CollectionInfo  # noqa: Y015
 

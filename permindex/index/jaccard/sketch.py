@@ -1,0 +1,176 @@
+"""What a Jaccard collection keeps of a document: its :class:`MinHashSketch` -- the set of its
+shingle hashes and its MinHash signature (:mod:`permindex.near.minhash`) -- checked, and written
+as hex for Export and Import.
+
+A collection that verifies exactly (``verify="exact"``) keeps the shingle-hash *set* of each
+document (sorted, distinct uint64: 8 bytes a distinct shingle) and derives the signature from
+it; one that verifies by signature (``verify="signature"``) keeps only the signature
+(``permutations`` uint32). :func:`checked_sketch` makes either from what a client sent.
+No I/O; importing this module does not import numba.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final, Literal, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from permindex.errors import InvalidArgumentError
+
+__all__ = [
+    "VERIFY_MODES",
+    "MinHashSketch",
+    "Verify",
+    "check_verify",
+    "checked_sketch",
+    "distinct_sorted",
+    "sketch_from_hex",
+    "sketch_to_hex",
+]
+
+#: How a Jaccard collection checks a candidate: ``"exact"`` (the shingle sets' Jaccard,
+#: precision 1.0) or ``"signature"`` (the share of equal signature values, an estimate).
+Verify = Literal["exact", "signature"]
+VERIFY_MODES: Final[tuple[Verify, ...]] = ("exact", "signature")
+
+_HEX: Final = re.compile(r"[0-9a-fA-F]*")
+
+
+class MinHashSketch(NamedTuple):
+    """A document as a Jaccard collection sees it.
+
+    Attributes:
+        shingle_hashes: ``(m,) uint64``, the XXH3-64 hashes of its word shingles, sorted and
+            distinct (empty when only the signature is known).
+        signature: ``(permutations,) uint32``, its MinHash signature
+            (:func:`permindex.near.minhash.signatures`; empty when only the set is known).
+
+    >>> from permindex import minhash_sketch
+    >>> sketch = minhash_sketch("one two three four", permutations=16)
+    >>> sketch.shingle_hashes.size, sketch.signature.size
+    (2, 16)
+    """
+
+    shingle_hashes: NDArray[np.uint64]
+    signature: NDArray[np.uint32]
+
+
+def check_verify(verify: object) -> Verify:
+    """``verify`` checked: one of :data:`VERIFY_MODES`.
+
+    Raises:
+        InvalidArgumentError: naming the value.
+    """
+    if verify not in VERIFY_MODES:
+        raise InvalidArgumentError(
+            f"verify must be one of {', '.join(VERIFY_MODES)}, got {str(verify)[:80]!r}", verify
+        )
+    return verify
+
+
+def distinct_sorted(hashes: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """The distinct values of ``hashes``, ascending, as uint64. O(m log m)."""
+    ordered = np.sort(np.asarray(hashes, dtype=np.uint64))
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def checked_sketch(
+    shingle_hashes: Sequence[int] | NDArray[np.uint64],
+    signature: Sequence[int] | NDArray[np.uint32],
+    *,
+    verify: Verify,
+    permutations: int,
+    name: str = "sketch",
+) -> MinHashSketch:
+    """The sketch a collection keeps from what a client sent: for ``verify="exact"`` the
+    shingle hashes are required (the signature is computed from them, one implementation,
+    whatever was sent); for ``"signature"`` a signature of ``permutations`` values, or the
+    shingle hashes to compute it from.
+
+    Raises:
+        InvalidArgumentError: nothing usable (naming ``name`` and what is missing), a signature
+            of another length, a hash out of range.
+    """
+    from permindex.near.minhash import signatures
+
+    try:
+        hashes = np.asarray(shingle_hashes, dtype=np.uint64).reshape(-1)
+        values = np.asarray(signature, dtype=np.int64).reshape(-1)
+    except (OverflowError, ValueError, TypeError) as error:
+        raise InvalidArgumentError(f"{name}: not arrays of integers: {error}", name) from None
+    if hashes.size:
+        hashes = distinct_sorted(hashes)
+        offsets = np.array([0, hashes.size], dtype=np.int64)
+        computed = signatures(hashes, offsets, permutations)[0]
+        if verify == "exact":
+            return MinHashSketch(hashes, computed)
+        return MinHashSketch(np.zeros(0, dtype=np.uint64), computed)
+    if verify == "exact":
+        raise InvalidArgumentError(
+            f"{name} has no shingle hashes: this collection verifies exactly (verify=exact) "
+            "and needs the set of shingle hashes (permindex.minhash_sketch gives it), not only "
+            "a signature",
+            name,
+        )
+    if values.size != permutations:
+        raise InvalidArgumentError(
+            f"{name} has a signature of {values.size} values; this collection's signatures "
+            f"have {permutations} (its permutations)",
+            name,
+        )
+    if bool(((values < 0) | (values > 0xFFFFFFFF)).any()):
+        raise InvalidArgumentError(f"{name}: signature values must be in [0, 2^32)", name)
+    return MinHashSketch(np.zeros(0, dtype=np.uint64), values.astype(np.uint32))
+
+
+def sketch_to_hex(sketch: MinHashSketch, verify: Verify) -> str:
+    """The sketch as the hex an Export carries: for ``"exact"`` the shingle hashes, 16 hex
+    digits each (sorted), for ``"signature"`` the signature, 8 hex digits each, back to back,
+    lower case. :func:`sketch_from_hex` reads it back exactly.
+
+    >>> import numpy as np
+    >>> from permindex.index.jaccard.sketch import MinHashSketch, sketch_to_hex
+    >>> s = MinHashSketch(np.array([1, 255], dtype=np.uint64), np.zeros(0, dtype=np.uint32))
+    >>> sketch_to_hex(s, "exact")
+    '000000000000000100000000000000ff'
+    """
+    if verify == "exact":
+        return sketch.shingle_hashes.astype(">u8").tobytes().hex()
+    return sketch.signature.astype(">u4").tobytes().hex()
+
+
+def sketch_from_hex(text: str, *, verify: Verify, permutations: int, name: str) -> MinHashSketch:
+    """The sketch of :func:`sketch_to_hex`'s hex, checked as :func:`checked_sketch` checks.
+
+    Raises:
+        InvalidArgumentError: not hex, a length that is not whole values, a signature of
+            another length (naming ``name``).
+
+    >>> from permindex.index.jaccard.sketch import sketch_from_hex
+    >>> sketch_from_hex("00000000000000ff", verify="exact", permutations=4, name="x").shingle_hashes
+    array([255], dtype=uint64)
+    """
+    width = 16 if verify == "exact" else 8
+    if not _HEX.fullmatch(text) or len(text) % width or not text:
+        raise InvalidArgumentError(
+            f"{name} is not an {verify} sketch in hex ({width} hex digits a value, at least one)",
+            name,
+        )
+    raw = bytes.fromhex(text)
+    if verify == "exact":
+        return checked_sketch(
+            np.frombuffer(raw, dtype=">u8").astype(np.uint64), [],
+            verify=verify, permutations=permutations, name=name,
+        )  # fmt: skip
+    return checked_sketch(
+        [], np.frombuffer(raw, dtype=">u4").astype(np.uint32),
+        verify=verify, permutations=permutations, name=name,
+    )  # fmt: skip
