@@ -2,19 +2,24 @@
 force: :func:`permindex.near.jaccard.self_join` and :func:`~permindex.near.jaccard.
 verified_tasks` with and without :class:`~permindex.near.jaccard.FamilyDeltas`, on families of
 sets made from a reference by removing and adding elements (empty differences, identical sets,
-sets far from their family, unrelated sets), with band keys that make them candidates; and the
-deltas themselves against their definition (Python sets)."""
+sets far from their family, unrelated sets), with band keys that make them candidates; the
+deltas themselves against their definition (Python sets); and the pair files, whose lines a
+compiled kernel copies as bytes, against the definitions of their escapes."""
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 import oracles
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from permindex.cli import main
 from permindex.near.jaccard import (
     SCALE,
     FamilyDeltas,
@@ -23,6 +28,7 @@ from permindex.near.jaccard import (
     self_join,
     verified_tasks,
 )
+from permindex.text.documents import tsv_field
 
 # values from a small range, so that removals and additions of different sets overlap
 ELEMENT = st.integers(min_value=0, max_value=300)
@@ -198,3 +204,51 @@ def test_verified_tasks_with_and_without_deltas(
             for parts in (plain[2], with_deltas[2])
         ]
         assert flat[0] == flat[1]
+
+
+# --- the pair files, written as bytes by a compiled kernel --------------------------------
+
+ODD_KEYS = ["tab\there", "line\nbreak", "back\\slash", 'quo"te', "é/ü", "中文", "emoji 🎉", "cr\rx"]
+
+
+@pytest.mark.parametrize("method", ["minhash", "simhash"])
+def test_pair_files_escape_keys_as_defined(tmp_path: Path, method: str) -> None:
+    """pairs.tsv, pairs.json and pairs.parquet of keys holding TAB, LF, CR, backslash,
+    quotes and non-ASCII: every line is the definition's (``tsv_field`` of each key, and
+    ``json.dumps(key, ensure_ascii=False)``), the three files list the same pairs."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in rng.integers(0, 500, size=300).tolist()]
+    rows = []
+    for i, key in enumerate(ODD_KEYS * 3):
+        copy = list(words)
+        if i % 2 or method == "minhash":  # the SimHash mode: half of them the same text
+            copy[i * 7] = f"edit{i}"
+        rows.append({"id": f"{key}{i}", "text": " ".join(copy)})
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    out = tmp_path / "out"
+    argv = ["dedup", "--no-progress", str(path), "--out", str(out)]
+    argv += ["--method", "minhash"] if method == "minhash" else []
+    assert main(argv) == 0
+    measure = "jaccard" if method == "minhash" else "distance"
+    listed = json.loads((out / "pairs.json").read_text("utf-8"))
+    assert len(listed) >= 60
+    tsv = (out / "pairs.tsv").read_bytes().decode("utf-8").split("\n")
+    assert tsv[-1] == "" and len(tsv) == len(listed) + 1
+    text = (out / "pairs.json").read_text("utf-8").split("\n")
+    assert text[0] == "[" and text[-2:] == ["]", ""]
+    for i, (pair, line, json_line) in enumerate(zip(listed, tsv[:-1], text[1:-2], strict=True)):
+        a, b = pair["key_a"], pair["key_b"]
+        assert a < b
+        value = line.split("\t")[-1]
+        assert line == f"{tsv_field(a)}\t{tsv_field(b)}\t{value}"
+        want = (
+            f'{{"key_a": {json.dumps(a, ensure_ascii=False)}, '
+            f'"key_b": {json.dumps(b, ensure_ascii=False)}, "{measure}": {value}}}'
+        )
+        assert json_line == want + ("," if i < len(listed) - 1 else "")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(out / "pairs.parquet")
+    assert table.column("key_a").to_pylist() == [p["key_a"] for p in listed]
+    assert table.column("key_b").to_pylist() == [p["key_b"] for p in listed]
+    assert table.column(measure).to_pylist() == [p[measure] for p in listed]

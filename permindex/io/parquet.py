@@ -418,9 +418,10 @@ class ParquetTableWriter:
                 self._flush()
 
     def write_columns(self, columns: Sequence[Sequence[Any] | NDArray[Any]]) -> None:
-        """Add rows given as columns (one sequence or numpy array per column, in order, all of
-        one length): the rows held by :meth:`write` first, then these, in record batches of at
-        most ``batch_rows``. Faster than :meth:`write` for many rows (no tuple per row).
+        """Add rows given as columns (one sequence, numpy array or Arrow array of the column's
+        type per column, in order, all of one length): the rows held by :meth:`write` first,
+        then these, in record batches of at most ``batch_rows``. Faster than :meth:`write` for
+        many rows (no tuple per row).
 
         Raises ValueError: the columns are not one per column of the file, or their lengths
         differ."""
@@ -434,8 +435,11 @@ class ParquetTableWriter:
         for start in range(0, size, self._batch_rows):
             end = min(size, start + self._batch_rows)
             arrays = [
-                self._pa.array(column[start:end], type=field.type)
-                for column, field in zip(columns, self._schema, strict=True)
+                part if isinstance(part, self._pa.Array) else self._pa.array(part, type=field.type)
+                for part, field in (
+                    (column[start:end], field)
+                    for column, field in zip(columns, self._schema, strict=True)
+                )
             ]
             self._writer.write_batch(self._pa.record_batch(arrays, schema=self._schema))
             self.rows += end - start
