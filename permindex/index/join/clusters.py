@@ -615,11 +615,15 @@ class NearDuplicates:
         near_d = np.zeros(nv, dtype=np.int64)
         around = np.zeros(nv, dtype=np.int64)
         if node.size:
-            pick = np.lexsort((self.key_rank[smallest[other]], distance, node))
-            node_s = node[pick]
-            head = np.flatnonzero(np.append(True, node_s[1:] != node_s[:-1]))
-            near_key[node_s[head]] = smallest[other[pick[head]]]
-            near_d[node_s[head]] = distance[pick[head]]
+            # the least (distance, rank of the other value's smallest key) of each value, as
+            # one int64 (distance x ranks + rank): one unbuffered minimum, no sort
+            ranks = np.int64(flagged.size)
+            pair_key = distance.astype(np.int64) * ranks + self.key_rank[smallest[other]]
+            best = np.full(nv, np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(best, node, pair_key)
+            has = np.flatnonzero(best != np.iinfo(np.int64).max)
+            near_key[has] = flagged[best[has] % ranks]
+            near_d[has] = best[has] // ranks
             np.add.at(around, node, counts[other])
         same = counts[w] > 1
         nearest = np.where(
