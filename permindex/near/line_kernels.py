@@ -49,25 +49,31 @@ def pair_lines(
             - measure_offsets[d[i]]
         )
     out = np.empty(total, dtype=np.uint8)
+    p0 = pieces[piece_offsets[0] : piece_offsets[1]]
+    p1 = pieces[piece_offsets[1] : piece_offsets[2]]
+    p2 = pieces[piece_offsets[2] : piece_offsets[3]]
+    p3 = pieces[piece_offsets[3] : piece_offsets[4]]
     at = 0
     for i in range(a.size):
-        for part in range(4):
-            for j in range(piece_offsets[part], piece_offsets[part + 1]):
-                out[at] = pieces[j]
-                at += 1
-            if part == 0 or part == 1:
-                s = slot[a[i]] if part == 0 else slot[b[i]]
-                lo = key_offsets[s]
-                hi = key_offsets[s + 1]
-                out[at : at + hi - lo] = key_bytes[lo:hi]
-                at += hi - lo
-            elif part == 2:
-                lo = measure_offsets[d[i]]
-                hi = measure_offsets[d[i] + 1]
-                for j in range(lo, hi):
-                    out[at] = measure_bytes[j]
-                    at += 1
+        at = _put(out, at, p0, 0, p0.size)
+        s = slot[a[i]]
+        at = _put(out, at, key_bytes, key_offsets[s], key_offsets[s + 1])
+        at = _put(out, at, p1, 0, p1.size)
+        s = slot[b[i]]
+        at = _put(out, at, key_bytes, key_offsets[s], key_offsets[s + 1])
+        at = _put(out, at, p2, 0, p2.size)
+        at = _put(out, at, measure_bytes, measure_offsets[d[i]], measure_offsets[d[i] + 1])
+        at = _put(out, at, p3, 0, p3.size)
     return out
+
+
+@njit(inline=True)
+def _put(out: NDArray[np.uint8], at: int, source: NDArray[np.uint8], lo: int, hi: int) -> int:
+    """source[lo:hi] copied to out[at:]; returns the end."""
+    for j in range(lo, hi):
+        out[at] = source[j]
+        at += 1
+    return at
 
 
 @njit()
