@@ -126,10 +126,18 @@ def run_dedup(path: Path, out: Path, *extra: str, tree: Path | None = None) -> d
 def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     """The Jaccard join in this process on the corpus's shingle sets (one core): the whole
     :class:`~permindex.near.jaccard.JaccardDuplicates` (set digests, band keys, the verified
-    self-join, flags), the self-join kernel alone (:func:`~permindex.near.jaccard.self_join`:
-    its candidates per second), and the exact check alone (:func:`~permindex.near.jaccard.
+    self-join, flags), the family deltas alone (:func:`~permindex.near.jaccard.family_deltas`:
+    rows in a family, their mean delta), the self-join alone
+    (:func:`~permindex.near.jaccard.self_join`, deltas included: its candidates per second),
+    and the exact check by whole merges alone (:func:`~permindex.near.jaccard.
     verify`, one merge per pair) on the pairs the join kept: pairs per second."""
-    from permindex.near.jaccard import JaccardDuplicates, ShingleSets, self_join, verify
+    from permindex.near.jaccard import (
+        JaccardDuplicates,
+        ShingleSets,
+        family_deltas,
+        self_join,
+        verify,
+    )
     from permindex.near.minhash import band_keys, choose_bands, signatures
     from permindex.text.fingerprint import shingle_hashes
 
@@ -150,6 +158,10 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     reps = np.sort(first).astype(np.int64)
     bands = band_keys(signature[reps], shape)
     started = time.perf_counter()
+    deltas = family_deltas(sets, reps, bands)
+    deltas_seconds = time.perf_counter() - started
+    in_family = deltas.family >= 0
+    started = time.perf_counter()
     (u, v, _), candidates, merged = self_join(sets, reps, bands, threshold)
     kernel = time.perf_counter() - started
     started = time.perf_counter()
@@ -165,6 +177,12 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
         "candidates": candidates,
         "candidates_merged": merged,
         "distinct_pairs_kept": int(u.size),
+        "rows_in_families": int(in_family.sum()),
+        "families": len(deltas.references),
+        "mean_delta_size": float(
+            (deltas.removed.sizes + deltas.added.sizes)[in_family].mean() if in_family.any() else 0
+        ),
+        "family_deltas_seconds": deltas_seconds,
         "self_join_seconds": kernel,
         "self_join_candidates_per_second": candidates / kernel,
         "verify_seconds": check,

@@ -14,10 +14,14 @@ keys are listed, lazily.
 Memory on templated corpora: a band bucket of m sets yields m(m-1)/2 candidate pairs, met and
 verified in one compiled kernel per chunk of at most :data:`BATCH` pairs (:func:`self_join`:
 only the pairs kept are written); a pair met in an earlier band is skipped (its band keys are
-compared), so no set of the pairs seen is kept. Held at once: the shingle sets (8 bytes a
-distinct shingle a document), the signatures (4 bytes a permutation a document) until the join
-is done, the band keys (8 bytes a band a distinct set, kept for :meth:`JaccardDuplicates.matches`),
-one chunk, and the verified pairs of distinct sets (24 bytes each).
+compared), so no set of the pairs seen is kept. Two sets of one *family* (a component of the
+sets that share a band key, such as a template's edited copies) are verified from their small
+differences to the family's reference set (:class:`FamilyDeltas`), the others by merging the
+two sets. Held at once: the shingle sets (8 bytes a distinct shingle a document), the
+signatures (4 bytes a permutation a document) until the join is done, the band keys (8 bytes a
+band a distinct set, kept for :meth:`JaccardDuplicates.matches`), the family deltas during the
+join (at most half the sets' hashes; about 18 a set on a templated corpus), one chunk, and the
+verified pairs of distinct sets (24 bytes each).
 Importing it does not import numba.
 """
 

@@ -110,9 +110,10 @@ class _KeyBytes:
     def cover(self, positions: NDArray[np.int64]) -> None:
         """Encode the keys of ``positions`` not encoded yet (the buffers are made again when
         there are any: every position of a pair is encoded ahead, so this is rare)."""
-        missing = np.unique(positions[self.slot[positions] < 0])
+        missing = positions[self.slot[positions] < 0]
         if missing.size == 0 and self.positions:
             return
+        missing = np.unique(missing)
         self.slot[missing] = np.arange(len(self.positions), len(self.positions) + missing.size)
         self.positions.extend(missing.tolist())
         keys = [self.names[p] for p in self.positions]
