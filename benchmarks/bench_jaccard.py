@@ -16,11 +16,14 @@ per size and seed under ``--workdir`` as JSONL.gz.
 
 Each round runs, in subprocesses with ``--no-progress --jobs 1`` (one core each, so the
 figures are per core), ``permindex dedup FILE --method minhash --threshold 0.8`` and
-``permindex dedup FILE`` (SimHash, k = 3), alternately, and keeps each one's wall time and its
-summary.json (pairs, candidates, the join's seconds). Then, in this process, the join alone
-(:class:`permindex.near.jaccard.JaccardDuplicates` on the shingle sets already made) is timed
-and the verification's rate measured on its candidates: candidate pairs verified per second of
-one core (the merge of two sorted shingle-hash arrays per pair).
+``permindex dedup FILE`` (SimHash, k = 3), alternately, and keeps each one's wall time, its CPU
+time (user + system, of the child process: less moved by other processes on a shared machine
+than the wall time) and its summary.json (pairs, candidates, the join's seconds). Then, in this
+process, the join alone (:class:`permindex.near.jaccard.JaccardDuplicates` on the shingle sets
+already made) is timed and the verification's rate measured on its candidates: candidate pairs
+verified per second of one core (the self-join: two sets of one family from their deltas to the
+family's reference, the others by a merge of the two sorted shingle-hash arrays), beside whole
+merges alone on the pairs kept (``verify``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -106,7 +110,8 @@ def corpus(args: argparse.Namespace) -> Path:
 
 def run_dedup(path: Path, out: Path, *extra: str, tree: Path | None = None) -> dict[str, Any]:
     """One ``permindex dedup`` in a subprocess (the package of ``tree`` when given, a
-    ``git archive`` of another commit: PYTHONPATH): its wall time and summary.json."""
+    ``git archive`` of another commit: PYTHONPATH): its wall time, CPU time (user + system)
+    and summary.json."""
     command = [
         sys.executable, "-m", "permindex", "dedup", str(path), "--no-progress",
         "--jobs", "1", "--out", str(out), *extra,
@@ -114,13 +119,16 @@ def run_dedup(path: Path, out: Path, *extra: str, tree: Path | None = None) -> d
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(
         command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
     )
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     summary = json.loads((out / "summary.json").read_text())
-    return {"wall": wall, "summary": summary}
+    return {"wall": wall, "cpu": cpu, "summary": summary}
 
 
 def join_alone(path: Path, threshold: float) -> dict[str, Any]:
@@ -234,12 +242,18 @@ def main() -> int:
                 )  # fmt: skip
                 before_s.append(run_dedup(path, out / "base-simhash", tree=args.baseline))
         ratios = [j["wall"] / s["wall"] for j, s in zip(jaccard, simhash, strict=True)]
+        cpu_ratios = [j["cpu"] / s["cpu"] for j, s in zip(jaccard, simhash, strict=True)]
         if args.baseline is not None:
             result["baseline"] = str(args.baseline)
             result["baseline_jaccard_wall"] = statistics.median(r["wall"] for r in before_j)
             result["baseline_simhash_wall"] = statistics.median(r["wall"] for r in before_s)
             result["baseline_ratio_median"] = statistics.median(
                 j["wall"] / s["wall"] for j, s in zip(before_j, before_s, strict=True)
+            )
+            result["baseline_jaccard_cpu"] = statistics.median(r["cpu"] for r in before_j)
+            result["baseline_simhash_cpu"] = statistics.median(r["cpu"] for r in before_s)
+            result["baseline_cpu_ratio_median"] = statistics.median(
+                j["cpu"] / s["cpu"] for j, s in zip(before_j, before_s, strict=True)
             )
             result["baseline_jaccard_seconds"] = before_j[-1]["summary"].get("seconds")
         summary = jaccard[-1]["summary"]
@@ -249,6 +263,10 @@ def main() -> int:
                 "simhash_wall": statistics.median(s["wall"] for s in simhash),
                 "ratio_median": statistics.median(ratios),
                 "ratios": ratios,
+                "jaccard_cpu": statistics.median(j["cpu"] for j in jaccard),
+                "simhash_cpu": statistics.median(s["cpu"] for s in simhash),
+                "cpu_ratio_median": statistics.median(cpu_ratios),
+                "cpu_ratios": cpu_ratios,
                 "jaccard_pairs": summary["pairs"],
                 "jaccard_candidates": summary.get("candidates"),
                 "jaccard_candidates_verified": summary.get("candidates_verified"),
