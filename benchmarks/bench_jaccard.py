@@ -110,20 +110,23 @@ def corpus(args: argparse.Namespace) -> Path:
 
 def run_dedup(path: Path, out: Path, *extra: str, tree: Path | None = None) -> dict[str, Any]:
     """One ``permindex dedup`` in a subprocess (the package of ``tree`` when given, a
-    ``git archive`` of another commit: PYTHONPATH): its wall time, CPU time (user + system)
-    and summary.json."""
+    ``git archive`` of another commit, else this repository's), run in that folder: ``python
+    -m`` puts the current folder first on ``sys.path``, before PYTHONPATH, so a baseline run
+    from this repository would import this tree. Its wall time, CPU time (user + system) and
+    summary.json."""
     command = [
-        sys.executable, "-m", "permindex", "dedup", str(path), "--no-progress",
-        "--jobs", "1", "--out", str(out), *extra,
+        sys.executable, "-m", "permindex", "dedup", str(path.resolve()), "--no-progress",
+        "--jobs", "1", "--out", str(out.resolve()), *extra,
     ]  # fmt: skip
     env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    root = (tree if tree is not None else REPO).resolve()
+    env["PYTHONPATH"] = str(root)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(
-        command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
+        command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        cwd=root,
+    )  # fmt: skip
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
