@@ -135,7 +135,9 @@ def run_dedup(path: Path, out: Path, *extra: str, tree: Path | None = None) -> d
 
 
 def join_alone(path: Path, threshold: float) -> dict[str, Any]:
-    """The Jaccard join in this process on the corpus's shingle sets (one core): the whole
+    """The Jaccard join in this process on the corpus's shingle sets (one core; CPU seconds of
+    this process, :func:`time.process_time`, so that other processes on a shared machine move
+    them little): the whole
     :class:`~permindex.near.jaccard.JaccardDuplicates` (set digests, band keys, the verified
     self-join, flags), the family deltas alone (:func:`~permindex.near.jaccard.family_deltas`:
     rows in a family, their mean delta), the self-join alone
@@ -159,25 +161,25 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     signature = signatures(sets.values, sets.offsets, 128)
     shape = choose_bands(threshold, 128)
     JaccardDuplicates(keys[:50], sets.take(np.arange(50)), signature[:50], threshold, shape)
-    started = time.perf_counter()
+    started = time.process_time()
     near = JaccardDuplicates(keys, sets, signature, threshold, shape)
-    join = time.perf_counter() - started
-    started = time.perf_counter()
+    join = time.process_time() - started
+    started = time.process_time()
     pairs = sum(1 for _ in near.iter_pairs())
-    listed = time.perf_counter() - started
+    listed = time.process_time() - started
     _, first = np.unique(sets.digests(), return_index=True)
     reps = np.sort(first).astype(np.int64)
     bands = band_keys(signature[reps], shape)
-    started = time.perf_counter()
+    started = time.process_time()
     deltas = family_deltas(sets, reps, bands)
-    deltas_seconds = time.perf_counter() - started
+    deltas_seconds = time.process_time() - started
     in_family = deltas.family >= 0
-    started = time.perf_counter()
+    started = time.process_time()
     (u, v, _), candidates, merged = self_join(sets, reps, bands, threshold)
-    kernel = time.perf_counter() - started
-    started = time.perf_counter()
+    kernel = time.process_time() - started
+    started = time.process_time()
     found = verify(sets, reps[u], reps[v], threshold)
-    check = time.perf_counter() - started
+    check = time.process_time() - started
     assert found.kept.all()
     return {
         "join_seconds": join,
