@@ -247,11 +247,12 @@ class FamilyDeltas(NamedTuple):
         |A & B| = |R| - |R - A| - |R - B| + |(R - A) & (R - B)| + |(A - R) & (B - R)|
 
     exactly, in two merges of the small deltas instead of one of the two whole sets. A
-    family is a connected component of the rows that share a band key (in a templated corpus:
-    a template's copies), its reference the set of the component's smallest row, and a row
-    joins it only
-    when its delta is at most half its set (``2 (|R - A| + |A - R|) <= |A|``): a row far
-    from the reference is merged whole, as before. Built by :func:`family_deltas`."""
+    family is a connected component of two or more rows that share a band key (in a templated
+    corpus: a template's copies); its reference is the majority of its rows (the shingles of
+    its smallest row's set that at most half of the rows remove, and those that more than
+    half add: the template's own text), and a row joins it only when its delta is at most
+    half its set (``2 (|R - A| + |A - R|) <= |A|``): a row far from the reference is merged
+    whole, as before. Built by :func:`family_deltas`."""
 
     family: _I64  # (d,) int64: the family of each row (an index into references), or -1
     references: ShingleSets  # f sets: the reference set of each family
@@ -264,8 +265,9 @@ def family_deltas(
 ) -> FamilyDeltas:
     """The :class:`FamilyDeltas` of d rows (row x is ``sets.set(representative[x])``, its
     band keys ``keys[x]``, ``(d, bands) uint64``): the components of the rows that share a
-    band key (union-find over each band's sorted keys, O(bands x d log d)), then two merges
-    of each row of a component of two or more rows with its reference (O(total set sizes)),
+    band key (union-find over each band's sorted keys, O(bands x d log d)), then four merges
+    of each row of a component of two or more rows with its references, the first and the
+    majority (O(total set sizes), and a sort of the first deltas),
     in compiled kernels (:func:`permindex.near.minhash_kernels.band_components`,
     :func:`~permindex.near.minhash_kernels.family_deltas`). Memory: the deltas, at most half
     the sets' hashes, and O(d)."""
