@@ -16,11 +16,14 @@ per size and seed under ``--workdir`` as JSONL.gz.
 
 Each round runs, in subprocesses with ``--no-progress --jobs 1`` (one core each, so the
 figures are per core), ``permindex dedup FILE --method minhash --threshold 0.8`` and
-``permindex dedup FILE`` (SimHash, k = 3), alternately, and keeps each one's wall time and its
-summary.json (pairs, candidates, the join's seconds). Then, in this process, the join alone
-(:class:`permindex.near.jaccard.JaccardDuplicates` on the shingle sets already made) is timed
-and the verification's rate measured on its candidates: candidate pairs verified per second of
-one core (the merge of two sorted shingle-hash arrays per pair).
+``permindex dedup FILE`` (SimHash, k = 3), alternately, and keeps each one's wall time, its CPU
+time (user + system, of the child process: less moved by other processes on a shared machine
+than the wall time) and its summary.json (pairs, candidates, the join's seconds). Then, in this
+process, the join alone (:class:`permindex.near.jaccard.JaccardDuplicates` on the shingle sets
+already made) is timed and the verification's rate measured on its candidates: candidate pairs
+verified per second of one core (the self-join: two sets of one family from their deltas to the
+family's reference, the others by a merge of the two sorted shingle-hash arrays), beside whole
+merges alone on the pairs kept (``verify``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -106,30 +110,47 @@ def corpus(args: argparse.Namespace) -> Path:
 
 def run_dedup(path: Path, out: Path, *extra: str, tree: Path | None = None) -> dict[str, Any]:
     """One ``permindex dedup`` in a subprocess (the package of ``tree`` when given, a
-    ``git archive`` of another commit: PYTHONPATH): its wall time and summary.json."""
+    ``git archive`` of another commit, else this repository's), run in that folder: ``python
+    -m`` puts the current folder first on ``sys.path``, before PYTHONPATH, so a baseline run
+    from this repository would import this tree. Its wall time, CPU time (user + system) and
+    summary.json."""
     command = [
-        sys.executable, "-m", "permindex", "dedup", str(path), "--no-progress",
-        "--jobs", "1", "--out", str(out), *extra,
+        sys.executable, "-m", "permindex", "dedup", str(path.resolve()), "--no-progress",
+        "--jobs", "1", "--out", str(out.resolve()), *extra,
     ]  # fmt: skip
     env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    root = (tree if tree is not None else REPO).resolve()
+    env["PYTHONPATH"] = str(root)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(
-        command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
+        command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        cwd=root,
+    )  # fmt: skip
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     summary = json.loads((out / "summary.json").read_text())
-    return {"wall": wall, "summary": summary}
+    return {"wall": wall, "cpu": cpu, "summary": summary}
 
 
 def join_alone(path: Path, threshold: float) -> dict[str, Any]:
-    """The Jaccard join in this process on the corpus's shingle sets (one core): the whole
+    """The Jaccard join in this process on the corpus's shingle sets (one core; CPU seconds of
+    this process, :func:`time.process_time`, so that other processes on a shared machine move
+    them little): the whole
     :class:`~permindex.near.jaccard.JaccardDuplicates` (set digests, band keys, the verified
-    self-join, flags), the self-join kernel alone (:func:`~permindex.near.jaccard.self_join`:
-    its candidates per second), and the exact check alone (:func:`~permindex.near.jaccard.
+    self-join, flags), the family deltas alone (:func:`~permindex.near.jaccard.family_deltas`:
+    rows in a family, their mean delta), the self-join alone
+    (:func:`~permindex.near.jaccard.self_join`, deltas included: its candidates per second),
+    and the exact check by whole merges alone (:func:`~permindex.near.jaccard.
     verify`, one merge per pair) on the pairs the join kept: pairs per second."""
-    from permindex.near.jaccard import JaccardDuplicates, ShingleSets, self_join, verify
+    from permindex.near.jaccard import (
+        JaccardDuplicates,
+        ShingleSets,
+        family_deltas,
+        self_join,
+        verify,
+    )
     from permindex.near.minhash import band_keys, choose_bands, signatures
     from permindex.text.fingerprint import shingle_hashes
 
@@ -140,21 +161,25 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     signature = signatures(sets.values, sets.offsets, 128)
     shape = choose_bands(threshold, 128)
     JaccardDuplicates(keys[:50], sets.take(np.arange(50)), signature[:50], threshold, shape)
-    started = time.perf_counter()
+    started = time.process_time()
     near = JaccardDuplicates(keys, sets, signature, threshold, shape)
-    join = time.perf_counter() - started
-    started = time.perf_counter()
+    join = time.process_time() - started
+    started = time.process_time()
     pairs = sum(1 for _ in near.iter_pairs())
-    listed = time.perf_counter() - started
+    listed = time.process_time() - started
     _, first = np.unique(sets.digests(), return_index=True)
     reps = np.sort(first).astype(np.int64)
     bands = band_keys(signature[reps], shape)
-    started = time.perf_counter()
+    started = time.process_time()
+    deltas = family_deltas(sets, reps, bands)
+    deltas_seconds = time.process_time() - started
+    in_family = deltas.family >= 0
+    started = time.process_time()
     (u, v, _), candidates, merged = self_join(sets, reps, bands, threshold)
-    kernel = time.perf_counter() - started
-    started = time.perf_counter()
+    kernel = time.process_time() - started
+    started = time.process_time()
     found = verify(sets, reps[u], reps[v], threshold)
-    check = time.perf_counter() - started
+    check = time.process_time() - started
     assert found.kept.all()
     return {
         "join_seconds": join,
@@ -165,6 +190,12 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
         "candidates": candidates,
         "candidates_merged": merged,
         "distinct_pairs_kept": int(u.size),
+        "rows_in_families": int(in_family.sum()),
+        "families": len(deltas.references),
+        "mean_delta_size": float(
+            (deltas.removed.sizes + deltas.added.sizes)[in_family].mean() if in_family.any() else 0
+        ),
+        "family_deltas_seconds": deltas_seconds,
         "self_join_seconds": kernel,
         "self_join_candidates_per_second": candidates / kernel,
         "verify_seconds": check,
@@ -216,12 +247,18 @@ def main() -> int:
                 )  # fmt: skip
                 before_s.append(run_dedup(path, out / "base-simhash", tree=args.baseline))
         ratios = [j["wall"] / s["wall"] for j, s in zip(jaccard, simhash, strict=True)]
+        cpu_ratios = [j["cpu"] / s["cpu"] for j, s in zip(jaccard, simhash, strict=True)]
         if args.baseline is not None:
             result["baseline"] = str(args.baseline)
             result["baseline_jaccard_wall"] = statistics.median(r["wall"] for r in before_j)
             result["baseline_simhash_wall"] = statistics.median(r["wall"] for r in before_s)
             result["baseline_ratio_median"] = statistics.median(
                 j["wall"] / s["wall"] for j, s in zip(before_j, before_s, strict=True)
+            )
+            result["baseline_jaccard_cpu"] = statistics.median(r["cpu"] for r in before_j)
+            result["baseline_simhash_cpu"] = statistics.median(r["cpu"] for r in before_s)
+            result["baseline_cpu_ratio_median"] = statistics.median(
+                j["cpu"] / s["cpu"] for j, s in zip(before_j, before_s, strict=True)
             )
             result["baseline_jaccard_seconds"] = before_j[-1]["summary"].get("seconds")
         summary = jaccard[-1]["summary"]
@@ -231,6 +268,10 @@ def main() -> int:
                 "simhash_wall": statistics.median(s["wall"] for s in simhash),
                 "ratio_median": statistics.median(ratios),
                 "ratios": ratios,
+                "jaccard_cpu": statistics.median(j["cpu"] for j in jaccard),
+                "simhash_cpu": statistics.median(s["cpu"] for s in simhash),
+                "cpu_ratio_median": statistics.median(cpu_ratios),
+                "cpu_ratios": cpu_ratios,
                 "jaccard_pairs": summary["pairs"],
                 "jaccard_candidates": summary.get("candidates"),
                 "jaccard_candidates_verified": summary.get("candidates_verified"),

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, Final
 
+import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import InvalidArgumentError
@@ -405,6 +406,8 @@ class ParquetTableWriter:
             "float64": pa.float64(),
         }
         self._schema = pa.schema([(name, types[kind]) for name, kind in columns])
+        numeric = {"int64": np.int64, "uint64": np.uint64, "float64": np.float64}
+        self._dtypes = [numeric.get(kind) for _, kind in columns]
         self._writer = pq.ParquetWriter(str(path), self._schema)
         self._rows: list[tuple[Any, ...]] = []
         self._batch_rows = max(1, batch_rows)
@@ -418,9 +421,10 @@ class ParquetTableWriter:
                 self._flush()
 
     def write_columns(self, columns: Sequence[Sequence[Any] | NDArray[Any]]) -> None:
-        """Add rows given as columns (one sequence or numpy array per column, in order, all of
-        one length): the rows held by :meth:`write` first, then these, in record batches of at
-        most ``batch_rows``. Faster than :meth:`write` for many rows (no tuple per row).
+        """Add rows given as columns (one sequence, numpy array or Arrow array of the column's
+        type per column, in order, all of one length): the rows held by :meth:`write` first,
+        then these, in record batches of at most ``batch_rows``. Faster than :meth:`write` for
+        many rows (no tuple per row).
 
         Raises ValueError: the columns are not one per column of the file, or their lengths
         differ."""
@@ -434,11 +438,38 @@ class ParquetTableWriter:
         for start in range(0, size, self._batch_rows):
             end = min(size, start + self._batch_rows)
             arrays = [
-                self._pa.array(column[start:end], type=field.type)
-                for column, field in zip(columns, self._schema, strict=True)
+                self._array(column[start:end], field, dtype)
+                for column, field, dtype in zip(columns, self._schema, self._dtypes, strict=True)
             ]
             self._writer.write_batch(self._pa.record_batch(arrays, schema=self._schema))
             self.rows += end - start
+
+    def _array(self, part: Any, field: Any, dtype: Any) -> Any:
+        """One column's rows as an Arrow array: an Arrow array as it is, a numpy array of a
+        numeric column's dtype wrapped without a copy, a list of int of an integer column as
+        a numpy array, a list of str as UTF-8 bytes and offsets (``pyarrow.array`` imports
+        pandas on its first call, about half a second of a report), anything else (None,
+        other types) by ``pyarrow.array``."""
+        pa = self._pa
+        if isinstance(part, pa.Array):
+            return part
+        if isinstance(part, np.ndarray) and part.ndim == 1 and part.dtype == dtype:
+            values = np.ascontiguousarray(part)
+            return pa.Array.from_buffers(field.type, values.size, [None, pa.py_buffer(values)])
+        if field.type == pa.string() and isinstance(part, list):
+            if all(type(item) is str for item in part):
+                encoded = [item.encode("utf-8") for item in part]
+                offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+                np.cumsum([len(item) for item in encoded], out=offsets[1:])
+                if offsets[-1] < 2**31:
+                    data = pa.py_buffer(b"".join(encoded))
+                    at = pa.py_buffer(offsets.astype(np.int32))
+                    return pa.Array.from_buffers(field.type, len(encoded), [None, at, data])
+        if dtype is not None and dtype is not np.float64 and isinstance(part, list):
+            if all(type(item) is int for item in part):  # out of range: OverflowError
+                values = np.array(part, dtype=dtype)
+                return pa.Array.from_buffers(field.type, len(part), [None, pa.py_buffer(values)])
+        return pa.array(part, type=field.type)
 
     def _flush(self) -> None:
         if not self._rows:

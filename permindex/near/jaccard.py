@@ -14,10 +14,14 @@ keys are listed, lazily.
 Memory on templated corpora: a band bucket of m sets yields m(m-1)/2 candidate pairs, met and
 verified in one compiled kernel per chunk of at most :data:`BATCH` pairs (:func:`self_join`:
 only the pairs kept are written); a pair met in an earlier band is skipped (its band keys are
-compared), so no set of the pairs seen is kept. Held at once: the shingle sets (8 bytes a
-distinct shingle a document), the signatures (4 bytes a permutation a document) until the join
-is done, the band keys (8 bytes a band a distinct set, kept for :meth:`JaccardDuplicates.matches`),
-one chunk, and the verified pairs of distinct sets (24 bytes each).
+compared), so no set of the pairs seen is kept. Two sets of one *family* (a component of the
+sets that share a band key, such as a template's edited copies) are verified from their small
+differences to the family's reference set (:class:`FamilyDeltas`), the others by merging the
+two sets. Held at once: the shingle sets (8 bytes a distinct shingle a document), the
+signatures (4 bytes a permutation a document) until the join is done, the band keys (8 bytes a
+band a distinct set, kept for :meth:`JaccardDuplicates.matches`), the family deltas during the
+join (at most half the sets' hashes; about 18 a set on a templated corpus), one chunk, and the
+verified pairs of distinct sets (24 bytes each).
 Importing it does not import numba.
 """
 
@@ -39,9 +43,11 @@ from permindex.near.minhash import Bands, band_keys, check_threshold
 __all__ = [
     "BATCH",
     "SCALE",
+    "FamilyDeltas",
     "JaccardDuplicates",
     "ShingleSets",
     "Verified",
+    "family_deltas",
     "intersection_sizes",
     "jaccard_text",
     "lookup_batches",
@@ -228,6 +234,60 @@ def verify(
     return Verified(kept, distance.astype(np.int64), int(possible.size))
 
 
+class FamilyDeltas(NamedTuple):
+    """d sets of a self-join (rows x = 0..d-1) written as a few shingles removed from and
+    added to a reference set, for a cheaper exact intersection of two rows of one family.
+
+    Row x's *family* is an index f into ``references`` (its reference set R is
+    ``references.set(f)``) or -1 (none); its delta is R - A (``removed``) and A - R
+    (``added``), each ascending, in CSR (row x's removed shingles are
+    ``removed.set(x)``; empty for a row without a family). For two rows A, B of one family,
+    as A = (R - (R - A)) | (A - R) with A - R disjoint from R::
+
+        |A & B| = |R| - |R - A| - |R - B| + |(R - A) & (R - B)| + |(A - R) & (B - R)|
+
+    exactly, in two merges of the small deltas instead of one of the two whole sets. A
+    family is a connected component of two or more rows that share a band key (in a templated
+    corpus: a template's copies); its reference is the majority of its rows (the shingles of
+    its smallest row's set that at most half of the rows remove, and those that more than
+    half add: the template's own text), and a row joins it only when its delta is at most
+    half its set (``2 (|R - A| + |A - R|) <= |A|``): a row far from the reference is merged
+    whole, as before. Built by :func:`family_deltas`."""
+
+    family: _I64  # (d,) int64: the family of each row (an index into references), or -1
+    references: ShingleSets  # f sets: the reference set of each family
+    removed: ShingleSets  # d sets: R - A of each row
+    added: ShingleSets  # d sets: A - R of each row
+
+
+def family_deltas(
+    sets: ShingleSets, representative: _I64, keys: NDArray[np.uint64]
+) -> FamilyDeltas:
+    """The :class:`FamilyDeltas` of d rows (row x is ``sets.set(representative[x])``, its
+    band keys ``keys[x]``, ``(d, bands) uint64``): the components of the rows that share a
+    band key (union-find over each band's sorted keys, O(bands x d log d)), then four merges
+    of each row of a component of two or more rows with its references, the first and the
+    majority (O(total set sizes), and a sort of the first deltas),
+    in compiled kernels (:func:`permindex.near.minhash_kernels.band_components`,
+    :func:`~permindex.near.minhash_kernels.family_deltas`). Memory: the deltas, at most half
+    the sets' hashes, and O(d)."""
+    from permindex.near import minhash_kernels
+
+    d = int(representative.size)
+    if d == 0:
+        empty = ShingleSets(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64))
+        return FamilyDeltas(np.zeros(0, dtype=np.int64), empty, empty, empty)
+    labels = minhash_kernels.band_components(np.ascontiguousarray(keys, dtype=np.uint64))
+    family, *csr = minhash_kernels.family_deltas(
+        labels, representative.astype(np.int64, copy=False), sets.values, sets.offsets
+    )
+    references, removed, added = (
+        ShingleSets(csr[i].astype(np.uint64, copy=False), csr[i + 1].astype(np.int64, copy=False))
+        for i in (0, 2, 4)
+    )
+    return FamilyDeltas(family, references, removed, added)
+
+
 def self_join(
     sets: ShingleSets,
     representative: _I64,
@@ -252,6 +312,7 @@ def self_join(
     d, bands = keys.shape
     parts: list[PairArrays] = []
     candidates = merged = 0
+    deltas = family_deltas(sets, representative, keys)
     for band in range(bands):
         column = keys[:, band]
         order = np.argsort(column, kind="stable").astype(np.int64)
@@ -269,7 +330,7 @@ def self_join(
         first = starts[bucket] + row_index
         found, tried, kept = verified_tasks(
             order, first, first + 1, starts[bucket] + sizes[bucket], keys, band,
-            representative, sets, threshold, batch,
+            representative, sets, threshold, batch, deltas,
         )  # fmt: skip
         candidates += found
         merged += tried
@@ -292,15 +353,22 @@ def verified_tasks(
     sets: ShingleSets,
     threshold: float,
     batch: int = BATCH,
+    deltas: FamilyDeltas | None = None,
 ) -> tuple[int, int, list[PairArrays]]:
     """The verified pairs of row tasks t of one band (set ``order[first[t]]`` against each set
     of ``order[low[t]:high[t]]``, as :func:`permindex.near.minhash_kernels.
     bucket_pairs_verified` defines them), in chunks of whole tasks of at most ``batch`` pairs
     (or one task): (candidates, candidates merged, the kept pairs (u, v, distance) of each
-    chunk that kept any). The one caller of the kernel, for :func:`self_join` and the Dask
-    engine's join (:mod:`permindex.distributed.jaccard`). Memory O(batch) besides the pairs
-    kept."""
+    chunk that kept any). Two rows of one family of ``deltas`` (:func:`family_deltas` of
+    the same rows) are verified from their deltas; without ``deltas`` every pair's sets are
+    merged. The one caller of the kernel, for :func:`self_join` and the Dask engine's join
+    (:mod:`permindex.distributed.jaccard`). Memory O(batch) besides the pairs kept."""
     from permindex.near import minhash_kernels
+
+    if deltas is None:  # no family: an empty family array
+        nothing = ShingleSets(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64))
+        deltas = FamilyDeltas(np.zeros(0, dtype=np.int64), nothing, nothing, nothing)
+    family, references, removed, added = deltas
 
     parts: list[PairArrays] = []
     candidates = merged = 0
@@ -313,6 +381,8 @@ def verified_tasks(
         found, tried, kept = minhash_kernels.bucket_pairs_verified(
             order, first[at:stop], low[at:stop], high[at:stop], keys, band,
             representative, sets.values, sets.offsets, threshold, SCALE,
+            family, references.offsets, removed.values, removed.offsets, added.values,
+            added.offsets,
             out[0], out[1], out[2],
         )  # fmt: skip
         candidates += found

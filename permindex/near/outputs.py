@@ -93,54 +93,73 @@ def _write_json_array(path: Path, items: Iterable[object], *, encoded: bool = Fa
     _write_lines(path, lines())
 
 
-class _Escaped(dict[int, str]):
-    """A position's key written one way (``escape(names[p])``), made once per position."""
+class _KeyBytes:
+    """The keys of the report's positions encoded once, three ways (as ``pairs.tsv`` writes
+    them, :func:`~permindex.text.documents.tsv_field`; as ``pairs.json`` does,
+    ``json.dumps``; and plain, for Parquet), each as one UTF-8 buffer with offsets, and
+    ``slot[p]`` the index of position p in them (-1: not encoded yet, see :meth:`cover`):
+    the buffers :func:`permindex.near.line_kernels.pair_lines` reads."""
 
-    def __init__(self, names: _KeyNames, escape: Callable[[str], str]) -> None:
-        super().__init__()
+    def __init__(self, names: _KeyNames) -> None:
         self.names = names
-        self.escape = escape
+        self.slot = np.full(len(names.column), -1, dtype=np.int64)
+        self.positions: list[int] = []
+        self.tsv = self.json = self.plain = (np.zeros(0, np.uint8), np.zeros(1, np.int64))
+        self.cover(np.fromiter(names.keys(), dtype=np.int64, count=len(names)))
 
-    def __missing__(self, position: int) -> str:
-        text = self[position] = self.escape(self.names[position])
-        return text
+    def cover(self, positions: NDArray[np.int64]) -> None:
+        """Encode the keys of ``positions`` not encoded yet (the buffers are made again when
+        there are any: every position of a pair is encoded ahead, so this is rare)."""
+        missing = positions[self.slot[positions] < 0]
+        if missing.size == 0 and self.positions:
+            return
+        missing = np.unique(missing)
+        self.slot[missing] = np.arange(len(self.positions), len(self.positions) + missing.size)
+        self.positions.extend(missing.tolist())
+        keys = [self.names[p] for p in self.positions]
+        self.tsv = _buffer([tsv_field(key).encode("utf-8") for key in keys])
+        self.json = _buffer([encode_basestring(key).encode("utf-8") for key in keys])
+        self.plain = _buffer([key.encode("utf-8") for key in keys])
 
 
-class _Measures(dict[int, str]):
-    """A distance written as the pairs' third column (``measure(d)``), made once per value."""
+def _buffer(items: Sequence[bytes]) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+    """``items`` as one uint8 buffer and (len + 1,) int64 offsets."""
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum([len(item) for item in items], out=offsets[1:])
+    return np.frombuffer(b"".join(items), dtype=np.uint8), offsets
 
-    def __init__(self, measure: Callable[[int], str]) -> None:
-        super().__init__()
-        self.measure = measure
 
-    def __missing__(self, distance: int) -> str:
-        text = self[distance] = self.measure(distance)
-        return text
+def _pieces(*parts: str) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+    return _buffer([part.encode("utf-8") for part in parts])
 
 
 def _write_pairs(
     folder: Path, near: NearDuplicates, keys: _KeyNames, measure: str, m: Callable[[int], str]
 ) -> None:
     """``pairs.tsv``, ``pairs.json`` and, with pyarrow, ``pairs.parquet`` in one pass over
-    :meth:`~permindex.index.join.clusters.NearDuplicates.pair_chunks` (one chunk in memory),
-    each key escaped and each distance written once, not once a pair: the pairs of a
-    templated corpus (10^6 and more over a few thousand keys) cost a few dict look-ups and
-    one f-string each. Without pyarrow an earlier run's ``pairs.parquet`` is removed."""
-    tsv, js, text = _Escaped(keys, tsv_field), _Escaped(keys, encode_basestring), _Measures(m)
+    :meth:`~permindex.index.join.clusters.NearDuplicates.pair_chunks` (one chunk in memory):
+    each key encoded and each distance written once, not once a pair, and each chunk's
+    lines copied into one buffer by a compiled kernel
+    (:func:`permindex.near.line_kernels.pair_lines`), so that the pairs of a templated corpus
+    (10^6 and more over a few thousand keys) cost no Python object each. Without pyarrow an
+    earlier run's ``pairs.parquet`` is removed."""
+    from permindex.near import line_kernels
+
+    encoded = _KeyBytes(keys)
     jaccard = isinstance(near, JaccardDuplicates)
+    measures: list[bytes] = []
+    measure_table = _buffer(measures)
+    tsv_pieces = _pieces("", "\t", "\t", "\n")
+    json_pieces = _pieces(',\n{"key_a": ', ', "key_b": ', f', "{measure}": ', "}")
     parquet: Path | None = folder / "pairs.parquet"
     try:
-        require_pyarrow()
+        pa = require_pyarrow()
     except InvalidArgumentError:
         (folder / "pairs.parquet").unlink(missing_ok=True)
         parquet = None
     with ExitStack() as stack:
-        tsv_file = stack.enter_context(
-            open(folder / "pairs.tsv", "w", encoding="utf-8", newline="\n")
-        )
-        json_file = stack.enter_context(
-            open(folder / "pairs.json", "w", encoding="utf-8", newline="\n")
-        )
+        tsv_file = stack.enter_context(open(folder / "pairs.tsv", "wb"))
+        json_file = stack.enter_context(open(folder / "pairs.json", "wb"))
         writer = None
         if parquet is not None:
             # the third column as the TSV file has it: bits, or the Jaccard similarity (float64,
@@ -149,30 +168,49 @@ def _write_pairs(
             writer = stack.enter_context(
                 ParquetTableWriter(parquet, [("key_a", "string"), ("key_b", "string"), third])
             )
-        json_file.write("[")
-        separator = "\n"
+        json_file.write(b"[")
+        first = True
         for a, b, d in near.pair_chunks():
-            rows = list(zip(a.tolist(), b.tolist(), d.tolist(), strict=True))
-            if not rows:
+            if a.size == 0:
                 continue
-            tsv_file.write("".join([f"{tsv[x]}\t{tsv[y]}\t{text[z]}\n" for x, y, z in rows]))
-            json_file.write(
-                separator
-                + ",\n".join(
-                    [
-                        f'{{"key_a": {js[x]}, "key_b": {js[y]}, "{measure}": {text[z]}}}'
-                        for x, y, z in rows
-                    ]
-                )
+            a, b, d = (np.ascontiguousarray(x, dtype=np.int64) for x in (a, b, d))
+            encoded.cover(np.concatenate((a, b)))
+            top = int(d.max())
+            if top >= len(measures):  # each distance's text made once
+                measures.extend(m(x).encode("utf-8") for x in range(len(measures), top + 1))
+                measure_table = _buffer(measures)
+            slot = encoded.slot
+            lines = line_kernels.pair_lines(
+                a, b, d, slot, *encoded.tsv, *measure_table, *tsv_pieces
             )
-            separator = ",\n"
+            tsv_file.write(lines.data)
+            lines = line_kernels.pair_lines(
+                a, b, d, slot, *encoded.json, *measure_table, *json_pieces
+            )
+            json_file.write(lines.data[1:] if first else lines.data)
+            first = False
             if writer is not None:
                 third_column = (SCALE - d.astype(np.float64)) / SCALE if jaccard else d
-                name_of = keys.__getitem__
                 writer.write_columns(
-                    [list(map(name_of, a.tolist())), list(map(name_of, b.tolist())), third_column]
+                    [_string_column(pa, x, encoded) for x in (a, b)] + [third_column]
                 )
-        json_file.write("\n]\n")
+        json_file.write(b"\n]\n")
+
+
+def _string_column(pa: Any, positions: NDArray[np.int64], encoded: _KeyBytes) -> Any:
+    """The keys of ``positions`` as an Arrow string array, made from the encoded keys
+    (:func:`permindex.near.line_kernels.string_column`), or from a list of str when their
+    bytes pass the 32-bit offsets of Arrow's string type."""
+    from permindex.near import line_kernels
+
+    values, offsets = encoded.plain
+    slot = encoded.slot[positions]
+    if int((offsets[slot + 1] - offsets[slot]).sum()) >= 2**31:
+        return [encoded.names[p] for p in positions.tolist()]
+    at, data = line_kernels.string_column(positions, encoded.slot, values, offsets)
+    return pa.Array.from_buffers(
+        pa.string(), positions.size, [None, pa.py_buffer(at), pa.py_buffer(data)]
+    )
 
 
 def _write_parquet_tables(

@@ -540,17 +540,29 @@ class NearDuplicates:
         if per_distance == 0:
             return PairArrays(*kept[:3])
         seen = 0
+        # per distance, the largest later order kept while per_distance are kept (a pair of a
+        # later chunk enters only below it: ties go to the earlier pair), else the most
+        worst = np.full(self.k + 2, np.iinfo(np.int64).max, dtype=np.int64)
         for a, b, d in self.pair_chunks():
             number = np.arange(seen, seen + a.size, dtype=np.int64)
             seen += int(a.size)
             later = np.maximum(order[a], order[b]).astype(np.int64)
+            enters = later < worst[np.minimum(d, self.k + 1)]
+            if not enters.all():  # only the pairs that can still enter are sorted
+                a, b, d, later, number = (x[enters] for x in (a, b, d, later, number))
+            if a.size == 0:
+                continue
             parts = [np.concatenate(x) for x in zip(kept, (a, b, d, later, number), strict=True)]
-            pick = np.lexsort((parts[4], parts[3], parts[2]))
-            dist = parts[2][pick]
+            ordered = np.lexsort((parts[4], parts[3], parts[2]))
+            dist = parts[2][ordered]
             starts = np.flatnonzero(np.append(True, dist[1:] != dist[:-1]))
-            within = np.arange(dist.size) - np.repeat(starts, np.diff(np.append(starts, dist.size)))
-            pick = pick[within < per_distance]
+            sizes = np.diff(np.append(starts, dist.size))
+            within = np.arange(dist.size) - np.repeat(starts, sizes)
+            pick = ordered[within < per_distance]
             kept = [x[pick] for x in parts]
+            full = starts[sizes >= per_distance]  # the last pair kept there bounds the later ones
+            worst[np.minimum(dist[full], self.k + 1)] = parts[3][ordered[full + per_distance - 1]]
+            worst[self.k + 1] = np.iinfo(np.int64).max  # distances above k (none): no bound
         return PairArrays(*kept[:3])
 
     def iter_pairs(self, key: Callable[[int], str] | None = None) -> Iterator[tuple[str, str, int]]:
@@ -615,11 +627,15 @@ class NearDuplicates:
         near_d = np.zeros(nv, dtype=np.int64)
         around = np.zeros(nv, dtype=np.int64)
         if node.size:
-            pick = np.lexsort((self.key_rank[smallest[other]], distance, node))
-            node_s = node[pick]
-            head = np.flatnonzero(np.append(True, node_s[1:] != node_s[:-1]))
-            near_key[node_s[head]] = smallest[other[pick[head]]]
-            near_d[node_s[head]] = distance[pick[head]]
+            # the least (distance, rank of the other value's smallest key) of each value, as
+            # one int64 (distance x ranks + rank): one unbuffered minimum, no sort
+            ranks = np.int64(flagged.size)
+            pair_key = distance.astype(np.int64) * ranks + self.key_rank[smallest[other]]
+            best = np.full(nv, np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(best, node, pair_key)
+            has = np.flatnonzero(best != np.iinfo(np.int64).max)
+            near_key[has] = flagged[best[has] % ranks]
+            near_d[has] = best[has] // ranks
             np.add.at(around, node, counts[other])
         same = counts[w] > 1
         nearest = np.where(
