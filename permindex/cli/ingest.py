@@ -55,9 +55,10 @@ from permindex.client.batching import (
     DEFAULT_FLUSH_SECONDS,
     timed_batches,
 )
-from permindex.client.results import DocumentLike, IngestResult
+from permindex.client.results import Content, DocumentLike, IngestResult, SketchHex
 from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
 from permindex.io.parquet import open_documents
+from permindex.io.sketches import SketchDocument, open_export
 from permindex.text.documents import (
     Document,
     DocumentReader,
@@ -146,6 +147,10 @@ class _IngestFeed:
         #: ``--vote set``: fingerprints texts here (simhash_many), sent instead of the texts.
         self.fingerprint: Callable[[list[str]], tuple[NDArray[np.uint64], NDArray[np.bool_]]]
         self.fingerprint = _no_fingerprint
+        #: ``import``: the collection's method ("simhash" or "minhash"), each document checked
+        #: against it (:meth:`_content`); None: not checked (ingest).
+        self.method: str | None = None
+        self.collection = ""
 
     def documents(self) -> Iterator[Document]:
         """The reader's documents less the too short and the too large ones."""
@@ -177,8 +182,7 @@ class _IngestFeed:
                 self._flush_seconds,
             ):
                 documents: list[DocumentLike] = [
-                    (d.key, d.text if d.text is not None else d.fingerprint or 0, d.added_at)
-                    for d, _ in batch
+                    (d.key, self._content(d), d.added_at) for d, _ in batch
                 ]
                 documents = self._fingerprinted(documents)
                 self.sent.append(batch[-1][1])
@@ -186,6 +190,34 @@ class _IngestFeed:
                 yield documents
         except Exception as error:  # raised again by ingest() in the calling thread
             self.error = error
+
+    def _content(self, document: Document) -> Content:
+        """What is sent of ``document``: its text, its fingerprint, or an export's sketch.
+
+        Raises:
+            InvalidArgumentError: with :attr:`method` set (import), a sketch for a SimHash
+                collection or a fingerprint for a Jaccard one: the other kind's export.
+        """
+        if document.text is not None:
+            return document.text
+        sketch = document.sketch if isinstance(document, SketchDocument) else None
+        if self.method is not None and (sketch is not None) != (self.method == "minhash"):
+            if sketch is not None:
+                sent, other, create = "a sketch", "Jaccard", " --method minhash"
+                this = "a SimHash collection, which stores fingerprints"
+            else:
+                sent, other, create = "a fingerprint", "SimHash", ""
+                this = "a Jaccard collection (method minhash), which stores sketches"
+            raise InvalidArgumentError(
+                f"{self._reader.name}: key {document.key!r} has {sent} (an export of a {other} "
+                f"collection) and collection {self.collection} is {this}: import it into a "
+                f"{other} collection (permindex collections create NAME{create}; "
+                "import --collection NAME)",
+                document.key,
+            )
+        if sketch is not None:
+            return SketchHex(sketch)
+        return document.fingerprint or 0
 
     def _fingerprinted(self, documents: list[DocumentLike]) -> list[DocumentLike]:
         """``documents`` with their texts fingerprinted here when :attr:`fingerprint` is set
@@ -310,6 +342,7 @@ def ingest(
     connection: ClientOptions | None = None,
     command: str = "ingest",
     vote: Vote = "multiset",
+    check_method: bool = False,
 ) -> IngestSummary:
     """Stream the documents of ``reader`` to the server at ``address`` (with the TLS, token and
     collection of ``connection``; default plain) over the Ingest RPC, in batches bounded by
@@ -319,6 +352,9 @@ def ingest(
     stderr and counted as "too large". ``vote="set"``: texts are fingerprinted here with each
     distinct shingle voting once (:func:`permindex.text.fingerprint.simhash_many`), with the
     collection's shingle size and min words (DescribeCollection), and the fingerprints sent.
+    ``check_method`` (import): the collection's method is asked first (DescribeCollection), and
+    a fingerprint for a Jaccard collection or a sketch for a SimHash one (the other kind's
+    export) ends the ingest before its batch is sent.
 
     Raises:
         CommandError: an RPC failure, or the reader's error (a malformed input line, with its
@@ -366,6 +402,9 @@ def ingest(
     refused: ServerError | None = None
     try:
         with connect(address, connection) as client:
+            if check_method:
+                feed.collection = (connection.collection if connection else "") or "default"
+                feed.method = client.describe_collection(feed.collection).method
             if vote == "set":
                 info = client.describe_collection(connection.collection if connection else "")
                 feed.fingerprint = functools.partial(
@@ -422,15 +461,25 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         extract = check_extract(getattr(args, "extract", "visible"))
     except InvalidArgumentError as error:
         raise CommandError(f"--extract main: {error}", "usage") from None
-    reader = open_input(
-        args.path,
-        html=args.command == "ingest",
-        id_field=args.id_field,
-        text_field=args.text_field,
-        fingerprint_field=args.fingerprint_field,
-        extract=extract,
-        added_at_field=args.added_at_field,
-    )
+    if args.command == "import":  # an export of either kind of collection
+        reader = open_export(
+            args.path,
+            stdin=_standard_input() if args.path == "-" else None,
+            id_field=args.id_field,
+            text_field=args.text_field,
+            fingerprint_field=args.fingerprint_field,
+            added_at_field=args.added_at_field,
+        )
+    else:
+        reader = open_input(
+            args.path,
+            html=True,
+            id_field=args.id_field,
+            text_field=args.text_field,
+            fingerprint_field=args.fingerprint_field,
+            extract=extract,
+            added_at_field=args.added_at_field,
+        )
     progress = not args.no_progress and sys.stderr.isatty()
     try:
         summary = ingest(
@@ -444,6 +493,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             connection=args.connection,
             command=args.command,
             vote=getattr(args, "vote", "multiset"),  # import has no --vote
+            check_method=args.command == "import",
         )
     except CommandError as failure:
         line = failure.__cause__  # a malformed line ended the input

@@ -11,7 +11,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from permindex.cli.args import (
     CommandFactory,
@@ -22,6 +22,7 @@ from permindex.cli.args import (
 )
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, counted, err, out
+from permindex.client.results import SketchHex
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import format_fingerprint
 from permindex.text.fingerprint import MAX_MIN_WORDS, MAX_SHINGLE_SIZE, VOTES
@@ -35,8 +36,9 @@ __all__ = ["add_collections_command", "add_export_command"]
 
 def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> int:
     """``export --out FILE.parquet``: columns id (string) and fingerprint (uint64, or int64 by
-    two's complement with ``--fingerprint-type int64``), and in a collection with expiry
-    added_at (int64 Unix seconds), written to ``partial``, renamed."""
+    two's complement with ``--fingerprint-type int64``) or, for a Jaccard collection, sketch
+    (string, hex), and in a collection with expiry added_at (int64 Unix seconds), written to
+    ``partial``, renamed."""
     from permindex.io.arrow import require_pyarrow
     from permindex.io.parquet import ParquetTableWriter
 
@@ -50,27 +52,52 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
         ) from None
     try:
         with connect(args.address, args.connection) as client:
-            columns = [("id", "string"), ("fingerprint", args.fingerprint_type)]
+            jaccard = _is_jaccard(args, client)
+            kind = ("sketch", "string") if jaccard else ("fingerprint", args.fingerprint_type)
+            columns = [("id", "string"), kind]
             timed = client.stats().expire_after > 0
             if timed:
                 columns.append(("added_at", "int64"))
             with ParquetTableWriter(partial, columns) as writer:
-                for key, fingerprint, added_at in client.iter_export(with_times=True):
-                    if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
-                        raise CommandError(
-                            "export writes fingerprints; this collection is a Jaccard "
-                            "collection (method minhash): copy it with the Python client",
-                            "invalid",
-                        )
-                    if signed and fingerprint >> 63:
-                        fingerprint -= 1 << 64
-                    writer.write([(key, fingerprint, added_at) if timed else (key, fingerprint)])
+                for key, content, added_at in _entries(client):
+                    value: int | str
+                    if isinstance(content, SketchHex):
+                        value = content.hex
+                    else:
+                        value = content - (1 << 64) if signed and content >> 63 else content
+                    writer.write([(key, value, added_at) if timed else (key, value)])
         partial.replace(target)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     err(f"permindex export: {counted(writer.rows, 'key')} written to {args.out} (Parquet)")
     return EXIT_CODES["ok"]
+
+
+def _entries(client: Client) -> Iterator[tuple[str, int | SketchHex, int]]:
+    """Every (key, fingerprint or sketch, added_at) of ``client``'s collection: a Jaccard
+    collection's entries carry a :class:`~permindex.client.SketchHex` (Client.iter_export)."""
+    return cast(Iterator[tuple[str, int | SketchHex, int]], client.iter_export(with_times=True))
+
+
+def _is_jaccard(args: argparse.Namespace, client: Client) -> bool:
+    """Whether ``export`` reads a Jaccard collection (method minhash: a sketch, in hex, per
+    key), asked of the server (DescribeCollection).
+
+    Raises:
+        CommandError: (usage, exit 2) ``--fingerprint-type int64`` for a Jaccard collection,
+            which has no fingerprints.
+    """
+    jaccard = client.describe_collection(args.connection.collection or "default").method == (
+        "minhash"
+    )
+    if jaccard and args.fingerprint_type != "uint64":
+        raise CommandError(
+            f"--fingerprint-type is for a SimHash collection; {args.connection.collection} is a "
+            "Jaccard collection (method minhash): its export has a sketch column (hex strings)",
+            "usage",
+        )
+    return jaccard
 
 
 def _export_target(out: str) -> Path:
@@ -118,16 +145,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
-        for key, fingerprint, added_at in client.iter_export(with_times=True):
-            if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
-                raise CommandError(
-                    "export writes fingerprints; this collection is a Jaccard collection "
-                    "(method minhash), whose entries are sketches: copy it with the Python "
-                    "client (other.ingest(client.iter_export(with_times=True)))",
-                    "invalid",
-                )
+        jaccard = _is_jaccard(args, client)
+        for key, content, added_at in _entries(client):
             count += 1
-            record: dict[str, object] = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
+            record: dict[str, object] = {"id": key}
+            if jaccard:
+                record["sketch"] = cast(SketchHex, content).hex
+            else:
+                record["fingerprint"] = format_fingerprint(cast(int, content))
             if added_at:
                 record["added_at"] = added_at
             yield json.dumps(record, ensure_ascii=False) + "\n"
