@@ -633,7 +633,12 @@ def add_import_command(command: CommandFactory) -> None:
         "Load a file written by `permindex export` (or any JSONL or Parquet that ingest reads:\n"
         "a .parquet file or dataset folder, columns id and fingerprint), streamed in batches; a\n"
         "key already stored gets the file's fingerprint. The added_at an export writes (a\n"
-        "collection with expiry) is read back: each entry keeps its age and expires on time.",
+        "collection with expiry) is read back: each entry keeps its age and expires on time.\n"
+        'The export of a Jaccard collection, {"id": KEY, "sketch": HEX} lines (a Parquet\n'
+        "string column sketch), goes into a Jaccard collection of the same --verify (with\n"
+        "signature, the same --permutations), each sketch restored exactly.\n"
+        "A sketch for a SimHash collection or a fingerprint for a Jaccard one (the other\n"
+        "kind's export) is refused before anything is sent (exit 4).",
     )
     import_.add_argument(
         "path", metavar="PATH", help="JSONL file (.gz or not), Parquet file or dataset, or -"

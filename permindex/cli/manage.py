@@ -1,5 +1,6 @@
 """The commands that manage what a server holds as a whole: ``collections`` (list, create,
-describe, drop) and ``export`` (every key and fingerprint as JSONL; ``import``, which loads it
+describe, drop) and ``export`` (every key and fingerprint, or a Jaccard collection's sketch in
+hex, as JSONL or Parquet; ``import``, which loads it
 back, is :mod:`permindex.cli.ingest`'s). Each goes through :class:`permindex.Client`.
 """
 
@@ -397,7 +398,7 @@ def add_export_command(command: CommandFactory) -> None:
     """Register ``permindex export``."""
     export = command(
         "export",
-        "write every stored key and fingerprint as JSONL or Parquet",
+        "write every stored key and fingerprint (or sketch) as JSONL or Parquet",
         'Write every stored key as one JSON line, {"id": KEY, "fingerprint": "16 hex digits"},\n'
         "from one consistent copy of the index, in the order the keys were stored: a backup or\n"
         "a migration that `permindex import` (or ingest) loads back. In a collection with\n"
@@ -407,7 +408,12 @@ def add_export_command(command: CommandFactory) -> None:
         "'.[parquet]'): columns id (string), fingerprint (uint64; for Spark or\n"
         "BigQuery, which have no unsigned 64-bit type, --fingerprint-type int64 stores the same\n"
         "64 bits as a signed integer, two's complement) and, with expiry, added_at (int64).\n"
-        "import and ingest read both.",
+        "import and ingest read both.\n"
+        "A Jaccard collection (--collection NAME made with --method minhash) writes each key\n"
+        'with its stored sketch in hex instead, {"id": KEY, "sketch": HEX} (16 hex digits a\n'
+        "shingle hash with --verify exact, 8 a signature value with --verify signature; in\n"
+        "Parquet a string column sketch): `permindex import` restores it exactly into a\n"
+        "Jaccard collection of the same --verify (with signature, the same --permutations).",
     )
     export.add_argument(
         "--out",
