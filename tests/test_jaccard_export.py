@@ -5,8 +5,10 @@ export into a Jaccard collection (and the reverse) refused before anything is st
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -44,7 +46,10 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def test_export_import_round_trips_a_jaccard_collection_exactly(
-    server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: RunningServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     at = ("--address", server.address)
     documents = corpus(3, 300)
@@ -77,9 +82,14 @@ def test_export_import_round_trips_a_jaccard_collection_exactly(
 
     assert answers("dst") == answers("src")
     assert answers("src")[0].count("\n") >= 1  # some pairs are printed, as 4 decimals
-    # the same through stdout, and again into the collection: nothing changes
+    # the same through stdout, and back through stdin
     code, stdout, _ = run(capsys, "export", "--collection", "src", *at)
     assert code == 0 and stdout == out.read_text(encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdout.encode("utf-8"))))
+    with permindex.Client(server.address) as client:
+        client.create_collection("piped", method="minhash", threshold=0.5)
+        assert run(capsys, "import", "-", "--collection", "piped", *at)[0] == 0
+        assert sorted(client.use("piped").iter_export()) == stored
 
 
 def test_parquet_export_of_a_signature_collection_with_expiry(

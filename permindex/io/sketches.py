@@ -53,7 +53,12 @@ _SKETCH_BATCH_ROWS: Final = 4096
 class SketchDocument(Document):
     """A document of a Jaccard collection's export: its key, its sketch in hex (``sketch``,
     whole 32-bit values, 8 hex digits each; the server checks it against the collection) and
-    its crawl time."""
+    its crawl time.
+
+    >>> from permindex.io.sketches import SketchDocument
+    >>> SketchDocument("a", sketch="00000000000000ff").size_bytes()
+    33
+    """
 
     sketch: str | None = None
 
