@@ -1,7 +1,8 @@
 """`permindex export` and `permindex import` of a Jaccard collection (method minhash), through
-the CLI against a real server: each key with its sketch in hex (JSONL and Parquet), restored
-exactly into a new Jaccard collection (the same export, pairs and query answers), and a SimHash
-export into a Jaccard collection (and the reverse) refused before anything is stored."""
+the CLI against a real server: each key with its sketch in hex (shingle_hashes or signature;
+JSONL and Parquet), restored exactly into a new Jaccard collection (the same export, pairs and
+query answers), and a SimHash export into a Jaccard collection (and the reverse, and a signature
+into an exact collection) refused before anything is stored."""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ def test_export_import_round_trips_a_jaccard_collection_exactly(
         out = tmp_path / "src.jsonl"
         assert run(capsys, "export", "--collection", "src", *at, "--out", str(out))[0] == 0
         lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-        assert set(lines[0]) == {"id", "sketch"}
-        assert sorted((line["id"], SketchHex(line["sketch"])) for line in lines) == stored
+        assert set(lines[0]) == {"id", "shingle_hashes"}
+        assert sorted((line["id"], SketchHex(line["shingle_hashes"])) for line in lines) == stored
 
         client.create_collection("dst", method="minhash", threshold=0.5)
         code, _, err = run(capsys, "import", str(out), "--collection", "dst", *at, "--no-progress")
@@ -109,8 +110,8 @@ def test_parquet_export_of_a_signature_collection_with_expiry(
         out = tmp_path / "sig.parquet"
         assert run(capsys, "export", "--collection", "sig", *at, "--out", str(out))[0] == 0
         table = pq.read_table(out)
-        assert table.column_names == ["id", "sketch", "added_at"]
-        assert len(table.column("sketch")[0].as_py()) == 8 * 128  # a signature: 128 values
+        assert table.column_names == ["id", "signature", "added_at"]
+        assert len(table.column("signature")[0].as_py()) == 8 * 128  # 128 values
         client.create_collection("sig2", **options)  # type: ignore[arg-type]
         code, _, err = run(capsys, "import", str(out), "--collection", "sig2", *at)
         assert code == 0, err
@@ -125,6 +126,11 @@ def test_parquet_export_of_a_signature_collection_with_expiry(
         code, _, err = run(capsys, "import", str(out), *at)
         assert code == EXIT_CODES["invalid"] and "SimHash collection" in err, err
         assert client.stats().count == 0
+        # a signature cannot be verified exactly: refused by an exact collection
+        client.create_collection("exact", method="minhash", threshold=0.5)
+        code, _, err = run(capsys, "import", str(out), "--collection", "exact", *at)
+        assert code == EXIT_CODES["invalid"] and "--verify signature" in err, err
+        assert client.describe_collection("exact").count == 0
 
 
 def test_an_export_into_the_other_kind_of_collection_is_refused(
@@ -152,16 +158,26 @@ def test_an_export_into_the_other_kind_of_collection_is_refused(
         assert code == EXIT_CODES["invalid"], err
         assert "has a sketch (an export of a Jaccard collection)" in err
         assert "--method minhash" in err
-        # an exact collection's sketches (shingle hashes) are not a signature collection's
-        code, _, err = run(capsys, "import", str(jaccard_file), "--collection", "signature2", *at)
-        assert code == EXIT_CODES["invalid"] and "signature" in err, err
-        # a malformed sketch: the line named, nothing sent
+        # malformed sketches: the line named, nothing sent
         bad = tmp_path / "bad.jsonl"
-        bad.write_text('{"id": "a", "sketch": "xyz"}\n', encoding="utf-8")
-        code, _, err = run(capsys, "import", str(bad), "--collection", "jaccard2", *at)
-        assert code == EXIT_CODES["invalid"] and "line 1" in err and '"sketch"' in err, err
+        for line in (
+            '{"id": "a", "shingle_hashes": "00000000000000ff0000"}',  # not whole hashes
+            '{"id": "a", "signature": "xyz"}',
+            '{"id": "a", "signature": "00000001", "shingle_hashes": "00000000000000ff"}',
+        ):
+            bad.write_text(line + "\n", encoding="utf-8")
+            code, _, err = run(capsys, "import", str(bad), "--collection", "jaccard2", *at)
+            assert code == EXIT_CODES["invalid"] and "line 1" in err, err
         for name in ("simhash2", "jaccard2", "signature2"):
             assert client.describe_collection(name).count == 0
+        # shingle hashes into a signature collection: signed there, as the texts would be
+        code, _, err = run(capsys, "import", str(jaccard_file), "--collection", "signature2", *at)
+        assert code == 0, err
+        client.create_collection("signature3", method="minhash", verify="signature")
+        client.use("signature3").ingest(documents)
+        assert sorted(client.use("signature2").iter_export()) == sorted(
+            client.use("signature3").iter_export()
+        )
         # each export still goes back where it belongs
         assert run(capsys, "import", str(simhash_file), "--collection", "simhash2", *at)[0] == 0
         assert sorted(client.use("simhash2").iter_export()) == sorted(client.iter_export())

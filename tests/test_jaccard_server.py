@@ -416,7 +416,7 @@ def test_sketches_keys_export_import_and_expiry(
     assert sorted(copied.iter_export()) == sorted(sk.iter_export())
     assert isinstance(next(iter(sk.iter_export()))[1], permindex.client.SketchHex)
     exported_lines = cli("export", "--collection", "sk", "--address", server.address).stdout
-    assert [json.loads(line)["sketch"] for line in exported_lines.splitlines()] == [
+    assert [json.loads(line)["shingle_hashes"] for line in exported_lines.splitlines()] == [
         e.sketch_hex for e in exported
     ]
     # expiry: an entry older than expire_after matches nothing

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,6 +57,7 @@ from permindex.client.batching import (
 )
 from permindex.client.results import Content, DocumentLike, IngestResult, SketchHex
 from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
+from permindex.index.jaccard import MinHashSketch
 from permindex.io.parquet import open_documents
 from permindex.io.sketches import SketchDocument, open_export
 from permindex.text.documents import (
@@ -150,6 +151,8 @@ class _IngestFeed:
         #: ``import``: the collection's method ("simhash" or "minhash"), each document checked
         #: against it (:meth:`_content`); None: not checked (ingest).
         self.method: str | None = None
+        #: ``import`` into a Jaccard collection: its verify ("exact" or "signature").
+        self.verify = ""
         self.collection = ""
 
     def documents(self) -> Iterator[Document]:
@@ -201,6 +204,16 @@ class _IngestFeed:
         if document.text is not None:
             return document.text
         sketch = document.sketch if isinstance(document, SketchDocument) else None
+        if sketch is not None and self.method == "minhash" and self.verify == "exact":
+            if cast(SketchDocument, document).kind == "signature":
+                raise InvalidArgumentError(
+                    f"{self._reader.name}: key {document.key!r} has a signature (an export of "
+                    f"a --verify signature collection) and collection {self.collection} verifies "
+                    "exactly (--verify exact), which needs each document's shingle hashes: "
+                    "import it into a collection made with --verify signature and the same "
+                    "--permutations",
+                    document.key,
+                )
         if self.method is not None and (sketch is not None) != (self.method == "minhash"):
             if sketch is not None:
                 sent, other, create = "a sketch", "Jaccard", " --method minhash"
@@ -215,6 +228,10 @@ class _IngestFeed:
                 "import --collection NAME)",
                 document.key,
             )
+        if sketch is not None and self.verify == "signature":
+            if cast(SketchDocument, document).kind == "shingle_hashes":  # the server signs them
+                hashes = np.frombuffer(bytes.fromhex(sketch), dtype=">u8").astype(np.uint64)
+                return MinHashSketch(hashes, np.zeros(0, dtype=np.uint32))
         if sketch is not None:
             return SketchHex(sketch)
         return document.fingerprint or 0
@@ -404,7 +421,8 @@ def ingest(
         with connect(address, connection) as client:
             if check_method:
                 feed.collection = (connection.collection if connection else "") or "default"
-                feed.method = client.describe_collection(feed.collection).method
+                info = client.describe_collection(feed.collection)
+                feed.method, feed.verify = info.method, info.verify
             if vote == "set":
                 info = client.describe_collection(connection.collection if connection else "")
                 feed.fingerprint = functools.partial(
@@ -634,11 +652,14 @@ def add_import_command(command: CommandFactory) -> None:
         "a .parquet file or dataset folder, columns id and fingerprint), streamed in batches; a\n"
         "key already stored gets the file's fingerprint. The added_at an export writes (a\n"
         "collection with expiry) is read back: each entry keeps its age and expires on time.\n"
-        'The export of a Jaccard collection, {"id": KEY, "sketch": HEX} lines (a Parquet\n'
-        "string column sketch), goes into a Jaccard collection of the same --verify (with\n"
-        "signature, the same --permutations), each sketch restored exactly.\n"
-        "A sketch for a SimHash collection or a fingerprint for a Jaccard one (the other\n"
-        "kind's export) is refused before anything is sent (exit 4).",
+        'The export of a Jaccard collection, {"id": KEY, "shingle_hashes": HEX} or\n'
+        '{"id": KEY, "signature": HEX} lines (Parquet: a string column of that name), goes\n'
+        "into a Jaccard collection (collections create NAME --method minhash), each sketch\n"
+        "restored exactly: shingle hashes into one with --verify exact (into --verify\n"
+        "signature they become its signatures), a signature into one with --verify signature\n"
+        "and the same --permutations. A sketch for a SimHash collection, a fingerprint for a\n"
+        "Jaccard one (the other kind's export), a signature for --verify exact: refused\n"
+        "before anything is sent (exit 4).",
     )
     import_.add_argument(
         "path", metavar="PATH", help="JSONL file (.gz or not), Parquet file or dataset, or -"

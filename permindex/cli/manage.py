@@ -37,9 +37,9 @@ __all__ = ["add_collections_command", "add_export_command"]
 
 def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> int:
     """``export --out FILE.parquet``: columns id (string) and fingerprint (uint64, or int64 by
-    two's complement with ``--fingerprint-type int64``) or, for a Jaccard collection, sketch
-    (string, hex), and in a collection with expiry added_at (int64 Unix seconds), written to
-    ``partial``, renamed."""
+    two's complement with ``--fingerprint-type int64``) or, for a Jaccard collection,
+    shingle_hashes or signature (string, hex), and in a collection with expiry added_at (int64
+    Unix seconds), written to ``partial``, renamed."""
     from permindex.io.arrow import require_pyarrow
     from permindex.io.parquet import ParquetTableWriter
 
@@ -53,8 +53,8 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
         ) from None
     try:
         with connect(args.address, args.connection) as client:
-            jaccard = _is_jaccard(args, client)
-            kind = ("sketch", "string") if jaccard else ("fingerprint", args.fingerprint_type)
+            field = _sketch_field(args, client)
+            kind = (field, "string") if field else ("fingerprint", args.fingerprint_type)
             columns = [("id", "string"), kind]
             timed = client.stats().expire_after > 0
             if timed:
@@ -81,24 +81,25 @@ def _entries(client: Client) -> Iterator[tuple[str, int | SketchHex, int]]:
     return cast(Iterator[tuple[str, int | SketchHex, int]], client.iter_export(with_times=True))
 
 
-def _is_jaccard(args: argparse.Namespace, client: Client) -> bool:
-    """Whether ``export`` reads a Jaccard collection (method minhash: a sketch, in hex, per
-    key), asked of the server (DescribeCollection).
+def _sketch_field(args: argparse.Namespace, client: Client) -> str | None:
+    """The field (column) of a Jaccard collection's sketches (method minhash: a sketch, in hex,
+    per key), ``shingle_hashes`` (verify exact) or ``signature`` (verify signature); None for
+    a SimHash collection. Asked of the server (DescribeCollection).
 
     Raises:
         CommandError: (usage, exit 2) ``--fingerprint-type int64`` for a Jaccard collection,
             which has no fingerprints.
     """
-    jaccard = client.describe_collection(args.connection.collection or "default").method == (
-        "minhash"
-    )
-    if jaccard and args.fingerprint_type != "uint64":
+    info = client.describe_collection(args.connection.collection or "default")
+    if info.method != "minhash":
+        return None
+    if args.fingerprint_type != "uint64":
         raise CommandError(
             f"--fingerprint-type is for a SimHash collection; {args.connection.collection} is a "
             "Jaccard collection (method minhash): its export has a sketch column (hex strings)",
             "usage",
         )
-    return jaccard
+    return "signature" if info.verify == "signature" else "shingle_hashes"
 
 
 def _export_target(out: str) -> Path:
@@ -146,12 +147,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
-        jaccard = _is_jaccard(args, client)
+        field = _sketch_field(args, client)
         for key, content, added_at in _entries(client):
             count += 1
             record: dict[str, object] = {"id": key}
-            if jaccard:
-                record["sketch"] = cast(SketchHex, content).hex
+            if field:
+                record[field] = cast(SketchHex, content).hex
             else:
                 record["fingerprint"] = format_fingerprint(cast(int, content))
             if added_at:
@@ -410,10 +411,11 @@ def add_export_command(command: CommandFactory) -> None:
         "64 bits as a signed integer, two's complement) and, with expiry, added_at (int64).\n"
         "import and ingest read both.\n"
         "A Jaccard collection (--collection NAME made with --method minhash) writes each key\n"
-        'with its stored sketch in hex instead, {"id": KEY, "sketch": HEX} (16 hex digits a\n'
-        "shingle hash with --verify exact, 8 a signature value with --verify signature; in\n"
-        "Parquet a string column sketch): `permindex import` restores it exactly into a\n"
-        "Jaccard collection of the same --verify (with signature, the same --permutations).",
+        "with its stored sketch in hex instead: with --verify exact its shingle hashes,\n"
+        '{"id": KEY, "shingle_hashes": HEX} (16 hex digits a hash), with --verify signature\n'
+        'its signature, {"id": KEY, "signature": HEX} (8 hex digits a value); in Parquet a\n'
+        "string column of that name. `permindex import` restores each exactly into a Jaccard\n"
+        "collection of the same --verify (and --permutations, for a signature).",
     )
     export.add_argument(
         "--out",

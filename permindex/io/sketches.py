@@ -1,9 +1,11 @@
 """Reading a Jaccard collection's export back (``permindex import``): JSONL lines
-``{"id": KEY, "sketch": HEX}`` and Parquet files with the columns ``id`` and ``sketch`` (a
-string column), each ``HEX`` the sketch the server stored, in hex, as the Export RPC carries it
-(``ExportEntry.sketch_hex``: 16 hex digits per shingle hash of a ``verify="exact"`` collection,
-8 per signature value of a ``verify="signature"`` one, big-endian). An optional ``added_at``
-field (column) is read as ingest reads it.
+``{"id": KEY, "shingle_hashes": HEX}`` (a ``verify="exact"`` collection: 16 hex digits per
+shingle hash) or ``{"id": KEY, "signature": HEX}`` (``verify="signature"``: 8 per signature
+value), and Parquet files with the columns ``id`` and one of ``shingle_hashes`` and
+``signature`` (string columns): each ``HEX`` the sketch the server stored, big-endian, as the
+Export RPC carries it (``ExportEntry.sketch_hex``), under the name of what it holds (the names
+of :class:`~permindex.MinHashSketch`'s fields), so that an import knows which it is. An
+optional ``added_at`` field (column) is read as ingest reads it.
 
 The readers here read SimHash exports and texts too (a line or a file without the ``sketch``
 field is read exactly as :class:`~permindex.text.documents.DocumentReader` and
@@ -39,41 +41,48 @@ from permindex.text.documents import (
     check_key,
 )
 
-__all__ = ["SKETCH_FIELD", "SketchDocument", "open_export"]
+__all__ = ["SKETCH_FIELDS", "SketchDocument", "open_export"]
 
-#: The field (Parquet column) of a Jaccard collection's export that holds each key's sketch.
-SKETCH_FIELD: Final = "sketch"
-_NEEDLE: Final = b'"' + SKETCH_FIELD.encode() + b'"'
-#: Whole 32-bit values in hex (a signature value is 8 digits, a shingle hash 16).
-_SKETCH_HEX: Final = re.compile("(?:[0-9a-fA-F]{8})+")
+#: The fields (Parquet columns) of a Jaccard collection's export that hold each key's sketch:
+#: the shingle hashes of a ``verify="exact"`` collection, the signature of a ``"signature"`` one.
+SKETCH_FIELDS: Final = ("shingle_hashes", "signature")
+_NEEDLES: Final = tuple(b'"' + field.encode() + b'"' for field in SKETCH_FIELDS)
+#: Whole values in hex: a shingle hash is 16 digits, a signature value 8.
+_SKETCH_HEX: Final = {
+    "shingle_hashes": re.compile("(?:[0-9a-fA-F]{16})+"),
+    "signature": re.compile("(?:[0-9a-fA-F]{8})+"),
+}
 _SKETCH_BATCH_ROWS: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class SketchDocument(Document):
-    """A document of a Jaccard collection's export: its key, its sketch in hex (``sketch``,
-    whole 32-bit values, 8 hex digits each; the server checks it against the collection) and
-    its crawl time.
+    """A document of a Jaccard collection's export: its key, its sketch in hex (``sketch``:
+    whole values, 16 hex digits each for ``kind`` ``"shingle_hashes"``, 8 for ``"signature"``;
+    the server checks it against the collection) and its crawl time.
 
     >>> from permindex.io.sketches import SketchDocument
-    >>> SketchDocument("a", sketch="00000000000000ff").size_bytes()
+    >>> SketchDocument("a", sketch="00000000000000ff", kind="shingle_hashes").size_bytes()
     33
     """
 
     sketch: str | None = None
+    kind: str = "shingle_hashes"
 
     def size_bytes(self) -> int:
         """Approximate size in a request message, bytes (key and sketch, a little framing)."""
         return len(self.key.encode("utf-8")) + 16 + len(self.sketch or "")
 
 
-def _sketch_value(value: object) -> str:
-    """``value`` if it is a sketch in hex (whole 32-bit values), else InvalidArgumentError."""
-    if not isinstance(value, str) or not _SKETCH_HEX.fullmatch(value):
+def _sketch_value(value: object, kind: str) -> str:
+    """``value`` if it is ``kind`` (a field of :data:`SKETCH_FIELDS`) in hex, whole values (16
+    hex digits each for shingle hashes, 8 for a signature), else InvalidArgumentError."""
+    if not isinstance(value, str) or not _SKETCH_HEX[kind].fullmatch(value):
         shown = json.dumps(value)[:40] if not isinstance(value, bytes) else repr(value)[:40]
+        digits = 16 if kind == "shingle_hashes" else 8
         raise InvalidArgumentError(
-            f'"{SKETCH_FIELD}" must be a sketch in hex (a Jaccard collection\'s export: 8 or 16 '
-            f"hex digits a value, at least one), not {shown}",
+            f'"{kind}" must be hex, {digits} hex digits a value, at least one (a Jaccard '
+            f"collection's export), not {shown}",
             value,
         )
     return value
@@ -81,26 +90,29 @@ def _sketch_value(value: object) -> str:
 
 class _SketchJsonlReader(DocumentReader):
     """:class:`~permindex.text.documents.DocumentReader` (JSONL, gzip or not, ``-``, a folder)
-    that also reads ``{"id": KEY, "sketch": HEX}`` lines as :class:`SketchDocument`."""
+    that also reads ``{"id": KEY, "shingle_hashes": HEX}`` and ``{"id": KEY, "signature":
+    HEX}`` lines as :class:`SketchDocument`."""
 
     def _parse_line(self, line: bytes, number: int) -> Document | None:
-        if _NEEDLE not in line:  # no sketch: the ordinary reader's line (parsed once)
+        if not any(needle in line for needle in _NEEDLES):  # the ordinary reader's line
             return super()._parse_line(line, number)
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError):  # the ordinary reader says what is wrong
             return super()._parse_line(line, number)
-        if not isinstance(obj, dict) or SKETCH_FIELD not in obj:
+        kinds = [kind for kind in SKETCH_FIELDS if isinstance(obj, dict) and kind in obj]
+        if not kinds:
             return super()._parse_line(line, number)
 
         def bad(message: str, value: object = None) -> MalformedInputError:
             return MalformedInputError(message, self.name, number, value)
 
-        if self._text_field in obj or self._fingerprint_field in obj:
+        if len(kinds) > 1 or self._text_field in obj or self._fingerprint_field in obj:
             raise bad(
-                f'"{SKETCH_FIELD}" with "{self._text_field}" or "{self._fingerprint_field}": '
-                "give exactly one"
+                f'more than one of "{self._text_field}", "{self._fingerprint_field}", '
+                f'"shingle_hashes" and "signature": give exactly one'
             )
+        kind = kinds[0]
         if self._id_field not in obj:
             raise bad(f'no "{self._id_field}"')
         key = obj[self._id_field]
@@ -108,7 +120,7 @@ class _SketchJsonlReader(DocumentReader):
             raise bad(f'"{self._id_field}" must be a string (a key), not {json.dumps(key)[:40]}')
         try:
             check_key(key)
-            sketch = _sketch_value(obj[SKETCH_FIELD])
+            sketch = _sketch_value(obj[kind], kind)
         except InvalidArgumentError as error:
             raise bad(str(error), error.value) from None
         added_at = None
@@ -118,13 +130,14 @@ class _SketchJsonlReader(DocumentReader):
                 added_at = added_at_seconds(obj[field])
             except InvalidArgumentError as error:
                 raise bad(str(error).replace("added_at", f'"{field}"', 1), obj[field]) from None
-        return SketchDocument(key, added_at=added_at, sketch=sketch)
+        return SketchDocument(key, added_at=added_at, sketch=sketch, kind=kind)
 
 
 class _SketchParquetReader(ParquetReader):
-    """The rows of Parquet files with the columns ``id`` and ``sketch`` (a string column of
-    sketches in hex) and optionally ``added_at``, as :class:`SketchDocument`; each file checked
-    when its turn comes, every error naming the file, the column and the row."""
+    """The rows of Parquet files with the columns ``id`` and ``shingle_hashes`` or
+    ``signature`` (a string column of sketches in hex) and optionally ``added_at``, as
+    :class:`SketchDocument`; each file checked when its turn comes, every error naming the file,
+    the column and the row."""
 
     def __iter__(self) -> Iterator[Document]:
         for path in self.files:
@@ -144,22 +157,23 @@ class _SketchParquetReader(ParquetReader):
             ) from None
         with parquet:
             names = parquet.schema_arrow.names
-            for column in (self._id_field, SKETCH_FIELD):
-                if column not in names:
-                    raise InvalidArgumentError(
-                        f"{name}: no column {column!r} (the file has {', '.join(names)}); a "
-                        f"Jaccard collection's export has the columns {self._id_field!r} and "
-                        f"{SKETCH_FIELD!r}",
-                        value=name,
-                    )
+            kinds = [kind for kind in SKETCH_FIELDS if kind in names]
+            if self._id_field not in names or len(kinds) != 1:
+                raise InvalidArgumentError(
+                    f"{name}: the columns are {', '.join(names)}; a Jaccard collection's export "
+                    f"has the column {self._id_field!r} and one of 'shingle_hashes' and "
+                    "'signature'",
+                    value=name,
+                )
+            kind = kinds[0]
             timed = self._added_at_field is not None and self._added_at_field in names
-            read = [self._id_field, SKETCH_FIELD] + ([str(self._added_at_field)] if timed else [])
+            read = [self._id_field, kind] + ([str(self._added_at_field)] if timed else [])
             rows = parquet.metadata.num_rows
             first = 1
             try:
                 batches = parquet.iter_batches(batch_size=_SKETCH_BATCH_ROWS, columns=read)
                 for batch in batches:
-                    yield from self._batch_documents(batch, name, first, timed)
+                    yield from self._batch_documents(batch, name, first, timed, kind)
                     first += batch.num_rows
                     self._current = (size, rows, first - 1)
             except errors as error:
@@ -169,10 +183,10 @@ class _SketchParquetReader(ParquetReader):
                 ) from None
 
     def _batch_documents(
-        self, batch: Any, name: str, first: int, timed: bool
+        self, batch: Any, name: str, first: int, timed: bool, kind: str
     ) -> list[SketchDocument]:
         keys = key_array(batch.column(0), source=name, column=self._id_field, first_row=first)
-        sketches = text_array(batch.column(1), source=name, column=SKETCH_FIELD, first_row=first)
+        sketches = text_array(batch.column(1), source=name, column=kind, first_row=first)
         times: list[int | None] = [None] * len(keys)
         if timed:
             column = str(self._added_at_field)
@@ -181,23 +195,25 @@ class _SketchParquetReader(ParquetReader):
         documents = []
         for row, (key, sketch, added_at) in enumerate(zip(keys, sketches, times, strict=True)):
             try:
-                _sketch_value(sketch)
+                _sketch_value(sketch, kind)
             except InvalidArgumentError as error:
                 raise InvalidArgumentError(
-                    f"{name}, column {SKETCH_FIELD!r}, row {first + row}: {error}", sketch
+                    f"{name}, column {kind!r}, row {first + row}: {error}", sketch
                 ) from None
-            documents.append(SketchDocument(key, added_at=added_at, sketch=sketch))
+            documents.append(SketchDocument(key, added_at=added_at, sketch=sketch, kind=kind))
         self.stats.documents += len(documents)
         return documents
 
 
 def _has_sketch_column(source: str | Path) -> bool:
-    """Whether the first Parquet file of ``source`` has a ``sketch`` column (a Jaccard
-    collection's export); False when it cannot be read (the reader says why)."""
+    """Whether the first Parquet file of ``source`` has a ``shingle_hashes`` or ``signature``
+    column (a Jaccard collection's export); False when it cannot be read (the reader says
+    why)."""
     pq = importlib.import_module("pyarrow.parquet")
     try:
         files = parquet_files(source)
-        return bool(files) and SKETCH_FIELD in pq.read_schema(files[0]).names
+        names = pq.read_schema(files[0]).names if files else []
+        return any(kind in names for kind in SKETCH_FIELDS)
     except Exception:  # the reader reports a bad file, with its name
         return False
 
@@ -212,10 +228,11 @@ def open_export(
     added_at_field: str | None = None,
 ) -> DocumentReader:
     """The reader of an export (``permindex import``'s PATH) of either kind of collection: a
-    JSONL file (gzip or not), ``-`` or a folder, whose ``{"id": KEY, "sketch": HEX}`` lines are
-    :class:`SketchDocument`; a Parquet file or dataset with a ``sketch`` column (its first
-    file's schema says), read as sketches; any other input as
-    :func:`~permindex.io.parquet.open_documents` reads it. O(1) until read; reading is O(n).
+    JSONL file (gzip or not), ``-`` or a folder, whose ``{"id": KEY, "shingle_hashes": HEX}``
+    and ``{"id": KEY, "signature": HEX}`` lines are :class:`SketchDocument`; a Parquet file or
+    dataset with one of those columns (its first file's schema says), read as sketches; any
+    other input as :func:`~permindex.io.parquet.open_documents` reads it. O(1) until read;
+    reading is O(n).
 
     Raises:
         InvalidArgumentError: no such source; Parquet without pyarrow (``pip install
@@ -224,9 +241,9 @@ def open_export(
 
     >>> import json, tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "export.jsonl"
-    >>> _ = path.write_text(json.dumps({"id": "a", "sketch": "00000000000000ff"}) + "\\n")
-    >>> [(d.key, d.sketch) for d in open_export(path)]
-    [('a', '00000000000000ff')]
+    >>> _ = path.write_text(json.dumps({"id": "a", "shingle_hashes": "00000000000000ff"}) + "\\n")
+    >>> [(d.key, d.kind, d.sketch) for d in open_export(path)]
+    [('a', 'shingle_hashes', '00000000000000ff')]
     """
     fields: dict[str, Any] = {
         "id_field": id_field,
