@@ -195,11 +195,14 @@ class _IngestFeed:
             self.error = error
 
     def _content(self, document: Document) -> Content:
-        """What is sent of ``document``: its text, its fingerprint, or an export's sketch.
+        """What is sent of ``document``: its text, its fingerprint, or an export's sketch (as
+        the hex it was exported as; shingle hashes for a ``verify="signature"`` collection as a
+        :class:`~permindex.MinHashSketch`, which the server signs with its permutations).
 
         Raises:
             InvalidArgumentError: with :attr:`method` set (import), a sketch for a SimHash
-                collection or a fingerprint for a Jaccard one: the other kind's export.
+                collection or a fingerprint for a Jaccard one (the other kind's export), or a
+                signature for a ``verify="exact"`` collection.
         """
         if document.text is not None:
             return document.text
