@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,9 +55,11 @@ from permindex.client.batching import (
     DEFAULT_FLUSH_SECONDS,
     timed_batches,
 )
-from permindex.client.results import DocumentLike, IngestResult
+from permindex.client.results import Content, DocumentLike, IngestResult, SketchHex
 from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
+from permindex.index.jaccard import MinHashSketch
 from permindex.io.parquet import open_documents
+from permindex.io.sketches import SketchDocument, open_export
 from permindex.text.documents import (
     Document,
     DocumentReader,
@@ -146,6 +148,12 @@ class _IngestFeed:
         #: ``--vote set``: fingerprints texts here (simhash_many), sent instead of the texts.
         self.fingerprint: Callable[[list[str]], tuple[NDArray[np.uint64], NDArray[np.bool_]]]
         self.fingerprint = _no_fingerprint
+        #: ``import``: the collection's method ("simhash" or "minhash"), each document checked
+        #: against it (:meth:`_content`); None: not checked (ingest).
+        self.method: str | None = None
+        #: ``import`` into a Jaccard collection: its verify ("exact" or "signature").
+        self.verify = ""
+        self.collection = ""
 
     def documents(self) -> Iterator[Document]:
         """The reader's documents less the too short and the too large ones."""
@@ -177,8 +185,7 @@ class _IngestFeed:
                 self._flush_seconds,
             ):
                 documents: list[DocumentLike] = [
-                    (d.key, d.text if d.text is not None else d.fingerprint or 0, d.added_at)
-                    for d, _ in batch
+                    (d.key, self._content(d), d.added_at) for d, _ in batch
                 ]
                 documents = self._fingerprinted(documents)
                 self.sent.append(batch[-1][1])
@@ -186,6 +193,51 @@ class _IngestFeed:
                 yield documents
         except Exception as error:  # raised again by ingest() in the calling thread
             self.error = error
+
+    def _content(self, document: Document) -> Content:
+        """What is sent of ``document``: its text, its fingerprint, or an export's sketch (as
+        the hex it was exported as; shingle hashes for a ``verify="signature"`` collection as a
+        :class:`~permindex.MinHashSketch`, which the server signs with its permutations).
+
+        Raises:
+            InvalidArgumentError: with :attr:`method` set (import), a sketch for a SimHash
+                collection or a fingerprint for a Jaccard one (the other kind's export), or a
+                signature for a ``verify="exact"`` collection.
+        """
+        if document.text is not None:
+            return document.text
+        sketch = document.sketch if isinstance(document, SketchDocument) else None
+        if sketch is not None and self.method == "minhash" and self.verify == "exact":
+            if cast(SketchDocument, document).kind == "signature":
+                raise InvalidArgumentError(
+                    f"{self._reader.name}: key {document.key!r} has a signature (an export of "
+                    f"a --verify signature collection) and collection {self.collection} verifies "
+                    "exactly (--verify exact), which needs each document's shingle hashes: "
+                    "import it into a collection made with --verify signature and the same "
+                    "--permutations",
+                    document.key,
+                )
+        if self.method is not None and (sketch is not None) != (self.method == "minhash"):
+            if sketch is not None:
+                sent, other, create = "a sketch", "Jaccard", " --method minhash"
+                this = "a SimHash collection, which stores fingerprints"
+            else:
+                sent, other, create = "a fingerprint", "SimHash", ""
+                this = "a Jaccard collection (method minhash), which stores sketches"
+            raise InvalidArgumentError(
+                f"{self._reader.name}: key {document.key!r} has {sent} (an export of a {other} "
+                f"collection) and collection {self.collection} is {this}: import it into a "
+                f"{other} collection (permindex collections create NAME{create}; "
+                "import --collection NAME)",
+                document.key,
+            )
+        if sketch is not None and self.verify == "signature":
+            if cast(SketchDocument, document).kind == "shingle_hashes":  # the server signs them
+                hashes = np.frombuffer(bytes.fromhex(sketch), dtype=">u8").astype(np.uint64)
+                return MinHashSketch(hashes, np.zeros(0, dtype=np.uint32))
+        if sketch is not None:
+            return SketchHex(sketch)
+        return document.fingerprint or 0
 
     def _fingerprinted(self, documents: list[DocumentLike]) -> list[DocumentLike]:
         """``documents`` with their texts fingerprinted here when :attr:`fingerprint` is set
@@ -310,6 +362,7 @@ def ingest(
     connection: ClientOptions | None = None,
     command: str = "ingest",
     vote: Vote = "multiset",
+    check_method: bool = False,
 ) -> IngestSummary:
     """Stream the documents of ``reader`` to the server at ``address`` (with the TLS, token and
     collection of ``connection``; default plain) over the Ingest RPC, in batches bounded by
@@ -319,6 +372,9 @@ def ingest(
     stderr and counted as "too large". ``vote="set"``: texts are fingerprinted here with each
     distinct shingle voting once (:func:`permindex.text.fingerprint.simhash_many`), with the
     collection's shingle size and min words (DescribeCollection), and the fingerprints sent.
+    ``check_method`` (import): the collection's method is asked first (DescribeCollection), and
+    a fingerprint for a Jaccard collection or a sketch for a SimHash one (the other kind's
+    export) ends the ingest before its batch is sent.
 
     Raises:
         CommandError: an RPC failure, or the reader's error (a malformed input line, with its
@@ -366,6 +422,10 @@ def ingest(
     refused: ServerError | None = None
     try:
         with connect(address, connection) as client:
+            if check_method:
+                feed.collection = (connection.collection if connection else "") or "default"
+                info = client.describe_collection(feed.collection)
+                feed.method, feed.verify = info.method, info.verify
             if vote == "set":
                 info = client.describe_collection(connection.collection if connection else "")
                 feed.fingerprint = functools.partial(
@@ -422,15 +482,25 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         extract = check_extract(getattr(args, "extract", "visible"))
     except InvalidArgumentError as error:
         raise CommandError(f"--extract main: {error}", "usage") from None
-    reader = open_input(
-        args.path,
-        html=args.command == "ingest",
-        id_field=args.id_field,
-        text_field=args.text_field,
-        fingerprint_field=args.fingerprint_field,
-        extract=extract,
-        added_at_field=args.added_at_field,
-    )
+    if args.command == "import":  # an export of either kind of collection
+        reader = open_export(
+            args.path,
+            stdin=_standard_input() if args.path == "-" else None,
+            id_field=args.id_field,
+            text_field=args.text_field,
+            fingerprint_field=args.fingerprint_field,
+            added_at_field=args.added_at_field,
+        )
+    else:
+        reader = open_input(
+            args.path,
+            html=True,
+            id_field=args.id_field,
+            text_field=args.text_field,
+            fingerprint_field=args.fingerprint_field,
+            extract=extract,
+            added_at_field=args.added_at_field,
+        )
     progress = not args.no_progress and sys.stderr.isatty()
     try:
         summary = ingest(
@@ -444,6 +514,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             connection=args.connection,
             command=args.command,
             vote=getattr(args, "vote", "multiset"),  # import has no --vote
+            check_method=args.command == "import",
         )
     except CommandError as failure:
         line = failure.__cause__  # a malformed line ended the input
@@ -583,7 +654,15 @@ def add_import_command(command: CommandFactory) -> None:
         "Load a file written by `permindex export` (or any JSONL or Parquet that ingest reads:\n"
         "a .parquet file or dataset folder, columns id and fingerprint), streamed in batches; a\n"
         "key already stored gets the file's fingerprint. The added_at an export writes (a\n"
-        "collection with expiry) is read back: each entry keeps its age and expires on time.",
+        "collection with expiry) is read back: each entry keeps its age and expires on time.\n"
+        'The export of a Jaccard collection, {"id": KEY, "shingle_hashes": HEX} or\n'
+        '{"id": KEY, "signature": HEX} lines (Parquet: a string column of that name), goes\n'
+        "into a Jaccard collection (collections create NAME --method minhash), each sketch\n"
+        "restored exactly: shingle hashes into one with --verify exact (into --verify\n"
+        "signature they become its signatures), a signature into one with --verify signature\n"
+        "and the same --permutations. A sketch for a SimHash collection, a fingerprint for a\n"
+        "Jaccard one (the other kind's export), a signature for --verify exact: refused\n"
+        "before anything is sent (exit 4).",
     )
     import_.add_argument(
         "path", metavar="PATH", help="JSONL file (.gz or not), Parquet file or dataset, or -"

@@ -1,5 +1,6 @@
 """The commands that manage what a server holds as a whole: ``collections`` (list, create,
-describe, drop) and ``export`` (every key and fingerprint as JSONL; ``import``, which loads it
+describe, drop) and ``export`` (every key and fingerprint, or a Jaccard collection's sketch in
+hex, as JSONL or Parquet; ``import``, which loads it
 back, is :mod:`permindex.cli.ingest`'s). Each goes through :class:`permindex.Client`.
 """
 
@@ -11,7 +12,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from permindex.cli.args import (
     CommandFactory,
@@ -22,6 +23,7 @@ from permindex.cli.args import (
 )
 from permindex.cli.connection import connect
 from permindex.cli.output import CommandError, counted, err, out
+from permindex.client.results import SketchHex
 from permindex.errors import EXIT_CODES
 from permindex.text.documents import format_fingerprint
 from permindex.text.fingerprint import MAX_MIN_WORDS, MAX_SHINGLE_SIZE, VOTES
@@ -35,8 +37,9 @@ __all__ = ["add_collections_command", "add_export_command"]
 
 def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> int:
     """``export --out FILE.parquet``: columns id (string) and fingerprint (uint64, or int64 by
-    two's complement with ``--fingerprint-type int64``), and in a collection with expiry
-    added_at (int64 Unix seconds), written to ``partial``, renamed."""
+    two's complement with ``--fingerprint-type int64``) or, for a Jaccard collection,
+    shingle_hashes or signature (string, hex), and in a collection with expiry added_at (int64
+    Unix seconds), written to ``partial``, renamed."""
     from permindex.io.arrow import require_pyarrow
     from permindex.io.parquet import ParquetTableWriter
 
@@ -50,27 +53,53 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
         ) from None
     try:
         with connect(args.address, args.connection) as client:
-            columns = [("id", "string"), ("fingerprint", args.fingerprint_type)]
+            field = _sketch_field(args, client)
+            kind = (field, "string") if field else ("fingerprint", args.fingerprint_type)
+            columns = [("id", "string"), kind]
             timed = client.stats().expire_after > 0
             if timed:
                 columns.append(("added_at", "int64"))
             with ParquetTableWriter(partial, columns) as writer:
-                for key, fingerprint, added_at in client.iter_export(with_times=True):
-                    if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
-                        raise CommandError(
-                            "export writes fingerprints; this collection is a Jaccard "
-                            "collection (method minhash): copy it with the Python client",
-                            "invalid",
-                        )
-                    if signed and fingerprint >> 63:
-                        fingerprint -= 1 << 64
-                    writer.write([(key, fingerprint, added_at) if timed else (key, fingerprint)])
+                for key, content, added_at in _entries(client):
+                    value: int | str
+                    if isinstance(content, SketchHex):
+                        value = content.hex
+                    else:
+                        value = content - (1 << 64) if signed and content >> 63 else content
+                    writer.write([(key, value, added_at) if timed else (key, value)])
         partial.replace(target)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     err(f"permindex export: {counted(writer.rows, 'key')} written to {args.out} (Parquet)")
     return EXIT_CODES["ok"]
+
+
+def _entries(client: Client) -> Iterator[tuple[str, int | SketchHex, int]]:
+    """Every (key, fingerprint or sketch, added_at) of ``client``'s collection: a Jaccard
+    collection's entries carry a :class:`~permindex.client.SketchHex` (Client.iter_export)."""
+    return cast(Iterator[tuple[str, int | SketchHex, int]], client.iter_export(with_times=True))
+
+
+def _sketch_field(args: argparse.Namespace, client: Client) -> str | None:
+    """The field (column) of a Jaccard collection's sketches (method minhash: a sketch, in hex,
+    per key), ``shingle_hashes`` (verify exact) or ``signature`` (verify signature); None for
+    a SimHash collection. Asked of the server (DescribeCollection).
+
+    Raises:
+        CommandError: (usage, exit 2) ``--fingerprint-type int64`` for a Jaccard collection,
+            which has no fingerprints.
+    """
+    info = client.describe_collection(args.connection.collection or "default")
+    if info.method != "minhash":
+        return None
+    if args.fingerprint_type != "uint64":
+        raise CommandError(
+            f"--fingerprint-type is for a SimHash collection; {args.connection.collection} is a "
+            "Jaccard collection (method minhash): its export has a sketch column (hex strings)",
+            "usage",
+        )
+    return "signature" if info.verify == "signature" else "shingle_hashes"
 
 
 def _export_target(out: str) -> Path:
@@ -118,16 +147,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     def lines(client: Client) -> Iterator[str]:
         nonlocal count
-        for key, fingerprint, added_at in client.iter_export(with_times=True):
-            if not isinstance(fingerprint, int):  # a Jaccard collection's sketch
-                raise CommandError(
-                    "export writes fingerprints; this collection is a Jaccard collection "
-                    "(method minhash), whose entries are sketches: copy it with the Python "
-                    "client (other.ingest(client.iter_export(with_times=True)))",
-                    "invalid",
-                )
+        field = _sketch_field(args, client)
+        for key, content, added_at in _entries(client):
             count += 1
-            record: dict[str, object] = {"id": key, "fingerprint": format_fingerprint(fingerprint)}
+            record: dict[str, object] = {"id": key}
+            if field:
+                record[field] = cast(SketchHex, content).hex
+            else:
+                record["fingerprint"] = format_fingerprint(cast(int, content))
             if added_at:
                 record["added_at"] = added_at
             yield json.dumps(record, ensure_ascii=False) + "\n"
@@ -372,7 +399,7 @@ def add_export_command(command: CommandFactory) -> None:
     """Register ``permindex export``."""
     export = command(
         "export",
-        "write every stored key and fingerprint as JSONL or Parquet",
+        "write every stored key and fingerprint (or sketch) as JSONL or Parquet",
         'Write every stored key as one JSON line, {"id": KEY, "fingerprint": "16 hex digits"},\n'
         "from one consistent copy of the index, in the order the keys were stored: a backup or\n"
         "a migration that `permindex import` (or ingest) loads back. In a collection with\n"
@@ -382,7 +409,13 @@ def add_export_command(command: CommandFactory) -> None:
         "'.[parquet]'): columns id (string), fingerprint (uint64; for Spark or\n"
         "BigQuery, which have no unsigned 64-bit type, --fingerprint-type int64 stores the same\n"
         "64 bits as a signed integer, two's complement) and, with expiry, added_at (int64).\n"
-        "import and ingest read both.",
+        "import and ingest read both.\n"
+        "A Jaccard collection (--collection NAME made with --method minhash) writes each key\n"
+        "with its stored sketch in hex instead: with --verify exact its shingle hashes,\n"
+        '{"id": KEY, "shingle_hashes": HEX} (16 hex digits a hash), with --verify signature\n'
+        'its signature, {"id": KEY, "signature": HEX} (8 hex digits a value); in Parquet a\n'
+        "string column of that name. `permindex import` restores each exactly into a Jaccard\n"
+        "collection of the same --verify (and --permutations, for a signature).",
     )
     export.add_argument(
         "--out",
