@@ -152,7 +152,8 @@ def sketch_from_hex(text: str, *, verify: Verify, permutations: int, name: str) 
 
     Raises:
         InvalidArgumentError: not hex, a length that is not whole values, a signature of
-            another length (naming ``name``).
+            another length, exact-sketch hashes not strictly increasing (as a signature's hex
+            read as shingle hashes is) (naming ``name``).
 
     >>> from permindex.index.jaccard.sketch import sketch_from_hex
     >>> sketch_from_hex("00000000000000ff", verify="exact", permutations=4, name="x").shingle_hashes
@@ -166,8 +167,19 @@ def sketch_from_hex(text: str, *, verify: Verify, permutations: int, name: str) 
         )
     raw = bytes.fromhex(text)
     if verify == "exact":
+        hashes = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+        if hashes.size > 1 and not bool((hashes[1:] > hashes[:-1]).all()):
+            # Export writes an exact sketch's hashes sorted and distinct; a signature's hex
+            # (8 digits a value) read 16 digits at a time is not, but for 1 chance in size!
+            raise InvalidArgumentError(
+                f"{name} is not an exact sketch in hex: its shingle hashes (16 hex digits "
+                "each) are not in increasing order, as an export of a verify=exact collection "
+                "writes them; a verify=signature collection's export (8 hex digits a "
+                "signature value) cannot be imported here",
+                name,
+            )
         return checked_sketch(
-            np.frombuffer(raw, dtype=">u8").astype(np.uint64), [],
+            hashes, [],
             verify=verify, permutations=permutations, name=name,
         )  # fmt: skip
     return checked_sketch(
