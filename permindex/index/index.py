@@ -50,7 +50,6 @@ from permindex.index.join.pair_stream import self_join_pairs
 from permindex.index.keys.batches import Section, compact_inputs, validate_keys
 from permindex.index.keys.batches import key_list as as_key_list
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
-from permindex.index.keys.store import hash_key
 from permindex.index.memory import MemoryBreakdown, breakdown, growth_bytes
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.search.batch_queries import (
@@ -467,9 +466,8 @@ class Index:
             data = key.encode("utf-8")
         except UnicodeEncodeError:
             return False
-        h = hash_key(data)
         with self._lock:
-            return self._store.find(data, h) >= 0
+            return self._store.find(data) >= 0
 
     def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
         """(n,) bool: whether each of ``keys`` is stored, as ``key in index`` for each, in one
@@ -492,7 +490,8 @@ class Index:
             return self._store.find_many(batch) >= 0
 
     def __iter__(self) -> Iterator[str]:
-        """The keys, in the order they were first added (a copy taken under the lock). O(n).
+        """The keys, in the order they were last added (a replacement moves a key to the end;
+        the key store keeps no first-added rank), a copy taken under the lock. O(n).
 
         Examples:
             >>> from permindex import Index
@@ -523,9 +522,8 @@ class Index:
         """
         self._before_call()
         data = validate_key(key).encode("utf-8")
-        h = hash_key(data)
         with self._lock:
-            row = self._store.find(data, h)
+            row = self._store.find(data)
             return None if row < 0 else int(self._rows.fps[row])
 
     # -- writes ---------------------------------------------------------------------------------
@@ -1141,12 +1139,11 @@ def check_and_add(
     value = validate_fingerprint(fingerprint)
     kk = query_k(k, index._k, index._design)
     data = key.encode("utf-8")
-    h = hash_key(data)
     with index._lock:
         matches = [m for m in index._query_one(value, kk) if m.key != key]
         if matches:
             return CheckAndAddResult(False, matches, False)
-        replaced = index._store.find(data, h) >= 0
-        add_locked(index._rows, index._runs, data, h, value, when)
+        replaced = index._store.find(data) >= 0
+        add_locked(index._rows, index._runs, data, value, when)
     after_write(index._rows, index._runs)
     return CheckAndAddResult(True, [], replaced)
