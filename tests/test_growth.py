@@ -21,7 +21,7 @@ from strategies import SETTINGS
 
 from permindex import Index
 from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_growth
-from permindex.index.keys.store import KeyStore, encode_keys, hash_key
+from permindex.index.keys.store import KeyStore, encode_keys
 from permindex.index.tuning import Tuning
 
 

@@ -149,11 +149,7 @@ def train_dictionary(keys: Iterable[bytes], limit: int = MAX_TOKENS) -> Dictiona
     for key in keys:
         counts.update(_split_segments(key))
     ranked = sorted(
-        (
-            ((len(s) - 2) * c, s)
-            for s, c in counts.items()
-            if c >= 2 and len(s) >= _MIN_TOKEN_BYTES
-        ),
+        (((len(s) - 2) * c, s) for s, c in counts.items() if c >= 2 and len(s) >= _MIN_TOKEN_BYTES),
         reverse=True,
     )
     return Dictionary.of_segments([s for _, s in ranked[: min(limit, MAX_TOKENS)]])

@@ -93,9 +93,7 @@ class KeyRows:
 
     def _rows_nbytes(self) -> int:
         """Bytes of the row arrays and the dictionary, by capacity."""
-        return int(
-            self._codes.nbytes + self._lens.nbytes + self._bases.nbytes + self._words.nbytes
-        )
+        return int(self._codes.nbytes + self._lens.nbytes + self._bases.nbytes + self._words.nbytes)
 
     def _reserve(self, rows: int, code_bytes: int) -> None:
         """Room for ``rows`` more rows and ``code_bytes`` more code bytes
@@ -115,7 +113,7 @@ class KeyRows:
 
         n = int(sizes.size)
         first = self._rows
-        self._reserve(n, int(codes.size) + 2 * n)
+        self._reserve(n, int(codes.size) + 2 * int(np.count_nonzero(sizes >= 255)))
         self._used = int(
             kernels.write_codes(
                 self._codes, self._lens, self._bases, first, self._used, codes, sizes
@@ -225,7 +223,7 @@ class KeyRows:
     def _replace_rows(self, codes: _U8, sizes: _I64) -> None:
         """Make the rows exactly the codes ``codes`` of (m,) ``sizes``, with a quarter of room."""
         m = int(sizes.size)
-        total = int(codes.size) + 2 * m
+        total = int(codes.size) + 2 * int(np.count_nonzero(sizes >= 255))
         self._codes = np.zeros(max(1024, total + total // 4), dtype=np.uint8)
         capacity = max(64, m + m // 4)
         self._lens = np.zeros(capacity, dtype=np.uint8)
@@ -254,12 +252,17 @@ class KeyRows:
         except ValueError:
             return ["a code does not decode to UTF-8"]
         again, again_sizes, _ = encode_section(
-            section, np.cumsum(lengths + 1), self._words.data, self._words.offsets, self._words.slots
+            section,
+            np.cumsum(lengths + 1),
+            self._words.data,
+            self._words.offsets,
+            self._words.slots,
         )
         codes, _ = self._row_codes(rows)
         if not (np.array_equal(again_sizes, sizes) and np.array_equal(again, codes)):
             return ["a code is not the key's canonical code"]
         return []
+
 
 def ragged_positions(starts: _I64, lengths: _I64) -> _I64:
     """Concatenated ``arange(starts[i], starts[i] + lengths[i])`` for every i (lengths >= 1),
