@@ -658,4 +658,3 @@ def test_from_compact_round_trip_and_errors() -> None:
     ]:
         with pytest.raises(InvalidArgumentError, match=message):
             Index.from_compact(lengths_, blob_, fps_)
-

@@ -30,8 +30,9 @@ The store's layout over the codes is :mod:`permindex.index.keys.rows`'.
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Iterable
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -124,7 +125,7 @@ class Dictionary(NamedTuple):
         """The segments, in token order."""
         raw = self.data.tobytes()
         bounds = self.offsets.tolist()
-        return [raw[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [raw[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _split_segments(key: bytes) -> list[bytes]:
@@ -207,7 +208,7 @@ def _fill_token_slots(data: _U8, offsets: _I64, slots: _I64) -> None:
 @njit(inline=True)
 def _find_token(
     key: _U8, start: int, size: int, dict_data: _U8, dict_offsets: _I64, dict_slots: _I64
-) -> int:
+) -> Any:
     mask = dict_slots.size - 1
     i = np.int64(_hash_bytes(key, start, size) & np.uint64(mask))
     while True:
@@ -227,7 +228,7 @@ def _find_token(
 
 
 @njit(inline=True)
-def _is_delimiter(byte: np.uint8) -> bool:
+def _is_delimiter(byte: np.uint8) -> Any:
     return byte == 47 or byte == 63 or byte == 38 or byte == 61 or byte == 35  # / ? & = #
 
 
@@ -348,13 +349,13 @@ def _decode_key(
             at += 1
             i += 1
         elif byte < 0xC0:
-            t = (np.int64(byte & 0x3F) << 8) | np.int64(code[i + 1])
+            t = (int(byte & 0x3F) << 8) | int(code[i + 1])
             for b in range(dict_offsets[t], dict_offsets[t + 1]):
                 out[at] = dict_data[b]
                 at += 1
             i += 2
         elif byte < 0xE0:
-            length = np.int64(byte) - 0xC0 + 3
+            length = int(byte) - 0xC0 + 3
             value = np.uint64(0)
             for b in range(_RUN_BYTES[length]):
                 value |= np.uint64(code[i + 1 + b]) << np.uint64(8 * b)
@@ -364,7 +365,7 @@ def _decode_key(
             at += length
             i += 1 + _RUN_BYTES[length]
         else:
-            count = np.int64(byte) - 0xE0 + 1
+            count = int(byte) - 0xE0 + 1
             for b in range(count):
                 out[at + b] = code[i + 1 + b]
             at += count
@@ -384,15 +385,15 @@ def _decoded_size(code: _U8, start: int, size: int, dict_offsets: _I64) -> int:
             total += 1
             i += 1
         elif byte < 0xC0:
-            t = (np.int64(byte & 0x3F) << 8) | np.int64(code[i + 1])
+            t = (int(byte & 0x3F) << 8) | int(code[i + 1])
             total += dict_offsets[t + 1] - dict_offsets[t]
             i += 2
         elif byte < 0xE0:
-            length = np.int64(byte) - 0xC0 + 3
+            length = int(byte) - 0xC0 + 3
             total += length
             i += 1 + _RUN_BYTES[length]
         else:
-            count = np.int64(byte) - 0xE0 + 1
+            count = int(byte) - 0xE0 + 1
             total += count
             i += 1 + count
     return total

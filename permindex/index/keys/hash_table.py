@@ -136,7 +136,7 @@ class KeyTable(KeyRows):
 
         if self._live == 0 or coded.sizes.size == 0:
             return np.full(coded.sizes.size, -1, dtype=np.int64)
-        return kernels.find_codes(  # type: ignore[no-any-return]
+        return kernels.find_codes(
             coded.codes,
             coded.sizes,
             coded.hashes,

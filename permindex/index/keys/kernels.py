@@ -11,6 +11,8 @@ they make against a dict. They keep the GIL (``keep_gil=True``) for the reason
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -46,7 +48,7 @@ LONG = 255
 
 
 @njit(inline=True)
-def _span(codes: _U8, lens: _U8, bases: _I64, row: int) -> tuple[int, int, int]:
+def _span(codes: _U8, lens: _U8, bases: _I64, row: Any) -> tuple[Any, Any, Any]:
     """(where row's span starts, where its code starts, the code's size)."""
     block = row >> BLOCK_SHIFT
     at = bases[block]
@@ -63,7 +65,7 @@ def _span(codes: _U8, lens: _U8, bases: _I64, row: int) -> tuple[int, int, int]:
 
 
 @njit(inline=True)
-def _home(h: np.uint64, size: int) -> int:
+def _home(h: np.uint64, size: int) -> Any:
     """The home slot of hash ``h`` in a map of ``size`` slots (the high half, scaled)."""
     return np.int64(((h >> np.uint64(32)) * np.uint64(size)) >> np.uint64(32))
 
@@ -229,7 +231,7 @@ def relink_rows(
         target = np.uint32(row + 1)
         while slots[i] != target:
             if slots[i] == 0:
-                return row
+                return int(row)
             i += 1
             if i == size:
                 i = 0
@@ -260,7 +262,7 @@ def unlink_row(slots: _U32, tags: _U8, row: int, codes: _U8, lens: _U8, bases: _
         v = slots[j]
         if v == 0:
             break
-        _, start, csize = _span(codes, lens, bases, np.int64(v) - 1)
+        _, start, csize = _span(codes, lens, bases, int(v) - 1)
         home = _home(_hash_bytes(codes, start, csize), size)
         # The entry at j may move to the hole at i unless its home lies cyclically in (i, j].
         if (i < j and (home <= i or home > j)) or (i > j and home <= i and home > j):

@@ -127,7 +127,7 @@ class KeyRows:
     def _decode(self, rows: _I64) -> tuple[_U8, _I64]:
         from permindex.index.keys import kernels
 
-        return kernels.decode_rows(  # type: ignore[no-any-return]
+        return kernels.decode_rows(
             self._codes, self._lens, self._bases, rows, self._words.data, self._words.offsets
         )
 
@@ -203,7 +203,7 @@ class KeyRows:
     def _spans(self, rows: _I64) -> tuple[_I64, _I64, _I64]:
         from permindex.index.keys import kernels
 
-        return kernels.row_spans(self._codes, self._lens, self._bases, rows)  # type: ignore[no-any-return]
+        return kernels.row_spans(self._codes, self._lens, self._bases, rows)
 
     def _row_codes(self, rows: _I64) -> tuple[_U8, _I64]:
         """The codes of ``rows`` concatenated, and their (m,) int64 sizes."""
