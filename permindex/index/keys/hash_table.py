@@ -121,12 +121,13 @@ class KeyTable(KeyRows):
         return slots, tags
 
     def _ensure_slots(self, extra: int) -> None:
-        """Grow the table (to :data:`GROWN_LOAD`) unless ``live + extra`` keys fit within
-        :data:`MAX_LOAD`."""
+        """Grow the table (to :data:`GROWN_LOAD`, and by a quarter at least: a rebuild hashes
+        every linked row's code) unless ``live + extra`` keys fit within :data:`MAX_LOAD`."""
         if fits_load(self._live + extra, self._slots.size):
             return
         linked = self.linked_rows()
-        self._slots, self._tags = self._new_table(slots_for(self._live + extra), linked)
+        size = max(slots_for(self._live + extra), self._slots.size * 5 // 4)  # amortized
+        self._slots, self._tags = self._new_table(size, linked)
 
     # -- lookups and links ------------------------------------------------------------------
 
