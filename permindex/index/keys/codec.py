@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.jit_numba import njit
+from permindex.jit_numba import njit, unowned
 
 __all__ = [
     "DELIMITERS",
@@ -128,27 +129,23 @@ class Dictionary(NamedTuple):
         return [raw[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _split_segments(key: bytes) -> list[bytes]:
-    """``key`` cut after each delimiter (the segments the encoder looks up)."""
-    out = []
-    start = 0
-    for i, byte in enumerate(key):
-        if byte in DELIMITERS:
-            out.append(key[start : i + 1])
-            start = i + 1
-    if start < len(key):
-        out.append(key[start:])
-    return out
+#: A segment: bytes up to and including a delimiter, or the bytes after the last one.
+_SEGMENT = re.compile(rb"[^/?&=#\x00]*[/?&=#]|[^/?&=#\x00]+")
 
 
-def train_dictionary(keys: Iterable[bytes], limit: int = MAX_TOKENS) -> Dictionary:
-    """A dictionary for keys like ``keys`` (UTF-8 bytes, a sample of the store's): the segments
-    (cut after each delimiter) seen at least twice, of 3 bytes or more, the ``limit`` that save
-    the most bytes (occurrences x (length - 2)) first. O(sample bytes) Python work plus a sort
-    of the distinct segments; an empty dictionary when nothing repeats."""
-    counts: collections.Counter[bytes] = collections.Counter()
-    for key in keys:
-        counts.update(_split_segments(key))
+def train_dictionary(keys: Sequence[bytes], limit: int = MAX_TOKENS) -> Dictionary:
+    """A dictionary for keys like ``keys`` (UTF-8 bytes without NUL, a sample of the store's;
+    a key holding NUL is cut there, which only makes the sample worse): the segments (cut after
+    each delimiter) seen at least twice, of 3 bytes or more, the ``limit`` that save the most
+    bytes (occurrences x (length - 2)) first. One regular-expression pass over the joined
+    sample and a count (C loops), then a sort of the repeated segments; an empty dictionary
+    when nothing repeats.
+
+    >>> words = train_dictionary([b"https://a.org/x/1", b"https://a.org/y/2"])
+    >>> sorted(words.segments())
+    [b'a.org/', b'https:/']
+    """
+    counts = collections.Counter(_SEGMENT.findall(b"\x00".join(keys)))
     ranked = sorted(
         (((len(s) - 2) * c, s) for s, c in counts.items() if c >= 2 and len(s) >= _MIN_TOKEN_BYTES),
         reverse=True,
@@ -307,7 +304,6 @@ def _encode_key(
     return at
 
 
-@njit()
 def encode_section(
     section: _U8,
     ends: _I64,
@@ -318,21 +314,47 @@ def encode_section(
     """Code the n keys of a key section (``section`` (B,) uint8, each key's UTF-8 bytes then a
     NUL; ``ends`` (n,) int64 one past each NUL) with the dictionary's arrays: (codes
     concatenated (c,) uint8, (n,) int64 code lengths, (n,) uint64 :func:`code_hash` of each).
-    O(B)."""
-    n = ends.size
-    out = np.empty(ends[n - 1] + ends[n - 1] // 16 + 16 if n else 0, dtype=np.uint8)
+    O(B), in the compiled :func:`_encode_into`."""
+    n = int(ends.size)
+    room = int(ends[-1]) + int(ends[-1]) // 16 + 16 if n else 0
+    out = np.empty(room, dtype=np.uint8)
     sizes = np.empty(n, dtype=np.int64)
     hashes = np.empty(n, dtype=np.uint64)
+    used = _encode_into(section, ends, dict_data, dict_offsets, dict_slots, out, sizes, hashes)
+    return out[:used].copy(), sizes, hashes
+
+
+@njit()
+def _encode_into(
+    section: _U8,
+    ends: _I64,
+    dict_data: _U8,
+    dict_offsets: _I64,
+    dict_slots: _I64,
+    out: _U8,
+    sizes: _I64,
+    hashes: _U64,
+) -> int:
+    """:func:`encode_section` into the caller's ``out`` (room for the codes), ``sizes`` and
+    ``hashes``; the code bytes written."""
+    # Views without an owner: no reference counted per helper call (the caller keeps them).
+    section, ends, out = unowned(section), unowned(ends), unowned(out)
+    sizes, hashes = unowned(sizes), unowned(hashes)
+    dict_data, dict_offsets, dict_slots = (
+        unowned(dict_data),
+        unowned(dict_offsets),
+        unowned(dict_slots),
+    )
     at = 0
     start = 0
-    for k in range(n):
+    for k in range(ends.size):
         end = ends[k] - 1
         first = at
         at = _encode_key(section, start, end, out, at, dict_data, dict_offsets, dict_slots)
         sizes[k] = at - first
         hashes[k] = _hash_bytes(out, first, at - first)
         start = ends[k]
-    return out[:at].copy(), sizes, hashes
+    return at
 
 
 @njit(inline=True)
@@ -406,6 +428,8 @@ def decode_codes(
     """Decode the m codes ``codes[starts[i]:starts[i] + sizes[i]]`` ((m,) int64 each): their
     key section ((B,) uint8, each key's UTF-8 bytes then a NUL) and (m,) int64 UTF-8 lengths.
     O(m + B)."""
+    codes, starts, sizes = unowned(codes), unowned(starts), unowned(sizes)
+    dict_data, dict_offsets = unowned(dict_data), unowned(dict_offsets)
     m = starts.size
     lengths = np.empty(m, dtype=np.int64)
     total = 0

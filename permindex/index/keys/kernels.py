@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.index.keys.codec import _decode_key, _decoded_size, _hash_bytes
-from permindex.jit_numba import njit
+from permindex.jit_numba import njit, unowned
 
 __all__ = [
     "BLOCK_SHIFT",
@@ -79,6 +79,7 @@ def _tag(h: np.uint64) -> np.uint8:
 def row_spans(codes: _U8, lens: _U8, bases: _I64, rows: _I64) -> tuple[_I64, _I64, _I64]:
     """For each of ``rows`` (m,) int64: where its span (length prefix and code) starts, where
     its code starts, and the code's size ((m,) int64 each). O(m * 16)."""
+    codes, lens, bases, rows = unowned(codes), unowned(lens), unowned(bases), unowned(rows)
     m = rows.size
     spans = np.empty(m, dtype=np.int64)
     starts = np.empty(m, dtype=np.int64)
@@ -92,6 +93,7 @@ def row_spans(codes: _U8, lens: _U8, bases: _I64, rows: _I64) -> tuple[_I64, _I6
 def row_hashes(codes: _U8, lens: _U8, bases: _I64, rows: _I64) -> _U64:
     """The code hash (:func:`~permindex.index.keys.codec.code_hash`) of each of ``rows``, (m,)
     uint64. O(m * 16 + their code bytes)."""
+    codes, lens, bases, rows = unowned(codes), unowned(lens), unowned(bases), unowned(rows)
     m = rows.size
     out = np.empty(m, dtype=np.uint64)
     for i in range(m):
@@ -107,6 +109,8 @@ def write_codes(
     """Append the codes ``new`` (their (n,) int64 ``sizes``) as rows ``first``.. at byte
     ``used`` of ``codes`` (room made by the caller: sizes plus 2 bytes a code of 255 bytes or
     more); returns the bytes used after them. O(n + bytes)."""
+    codes, lens, bases = unowned(codes), unowned(lens), unowned(bases)
+    new, sizes = unowned(new), unowned(sizes)
     at = used
     src = 0
     for k in range(sizes.size):
@@ -134,6 +138,8 @@ def decode_rows(
 ) -> tuple[_U8, _I64]:
     """The keys of ``rows`` (m,) int64 decoded, in that order: their key section ((B,) uint8,
     each key's UTF-8 bytes then a NUL) and (m,) int64 UTF-8 lengths. O(m * 16 + B)."""
+    codes, lens, bases, rows = unowned(codes), unowned(lens), unowned(bases), unowned(rows)
+    dict_data, dict_offsets = unowned(dict_data), unowned(dict_offsets)
     m = rows.size
     starts = np.empty(m, dtype=np.int64)
     sizes = np.empty(m, dtype=np.int64)
@@ -176,6 +182,9 @@ def find_codes(
     """The row linked under each of n query codes (``query`` concatenated, (n,) ``qsizes`` and
     ``qhashes``), or -1: linear probing from the home slot, a row's code compared only where
     the slot's tag matches. O(n * probes + compared bytes)."""
+    query, qsizes, qhashes = unowned(query), unowned(qsizes), unowned(qhashes)
+    slots, tags = unowned(slots), unowned(tags)
+    codes, lens, bases = unowned(codes), unowned(lens), unowned(bases)
     n = qsizes.size
     out = np.full(n, -1, dtype=np.int64)
     size = slots.size
@@ -205,6 +214,7 @@ def find_codes(
 def link_rows(slots: _U32, tags: _U8, rows: _I64, hashes: _U64) -> None:
     """Put ``rows`` (m,) int64 (distinct, not in the map) with their code ``hashes`` (m,)
     uint64 into free slots. O(m * probes)."""
+    slots, tags, rows, hashes = unowned(slots), unowned(tags), unowned(rows), unowned(hashes)
     size = slots.size
     for k in range(rows.size):
         h = hashes[k]
@@ -223,6 +233,8 @@ def relink_rows(
 ) -> int:
     """Point the slots of the linked ``old_rows`` at ``new_rows`` (the same keys on new rows);
     returns -1, or the first old row that is not linked (then the map is left part-way)."""
+    slots, old_rows, new_rows = unowned(slots), unowned(old_rows), unowned(new_rows)
+    codes, lens, bases = unowned(codes), unowned(lens), unowned(bases)
     size = slots.size
     for k in range(old_rows.size):
         row = old_rows[k]
@@ -244,6 +256,8 @@ def unlink_row(slots: _U32, tags: _U8, row: int, codes: _U8, lens: _U8, bases: _
     """Empty the slot of the linked ``row`` by backward-shift deletion (Knuth, TAOCP vol. 3,
     6.4, Algorithm R), each following entry's home found by hashing its code; False when
     ``row`` is not linked. O(cluster)."""
+    slots, tags = unowned(slots), unowned(tags)
+    codes, lens, bases = unowned(codes), unowned(lens), unowned(bases)
     size = slots.size
     _, start, csize = _span(codes, lens, bases, row)
     i = _home(_hash_bytes(codes, start, csize), size)
