@@ -49,6 +49,7 @@ from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.join.pair_stream import self_join_pairs
 from permindex.index.keys.batches import Section, compact_inputs, validate_keys
 from permindex.index.keys.batches import key_list as as_key_list
+from permindex.index.keys.codec import Dictionary
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.memory import MemoryBreakdown, breakdown, growth_bytes
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
@@ -72,6 +73,7 @@ from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT, Table
 from permindex.index.tuning import DEFAULT_TUNING, Tuning
 from permindex.index.writes import (
     add_batch,
+    add_coded,
     add_locked,
     add_one,
     add_section,
@@ -1120,6 +1122,24 @@ def _add_section(index: Index, sizes: NDArray[np.integer], raw: Section, values:
     keys = add_section(index._rows, index._runs, sizes, raw, values)
     if keys is not None:  # maybe a repeated key: the exact path
         index.add_many(keys, values)
+
+
+def load_codes(
+    index: Index,
+    words: Dictionary,
+    lens: NDArray[np.uint8],
+    spans: NDArray[np.uint8],
+    bases: NDArray[np.int64],
+    values: _U64,
+) -> None:
+    """Fill the empty ``index`` with keys as the key store holds them (a version-4 snapshot's
+    :class:`~permindex.storage.snapshot.KeyCodes`, checked) and their (n,) uint64 ``values``:
+    no key decoded, coded or hashed with XXH3 again (:func:`~permindex.index.writes.add_coded`).
+
+    Raises:
+        ValueError: the index is not empty, or a key is stored twice (nothing is kept).
+    """
+    add_coded(index._rows, index._runs, words, lens, spans, bases, values)
 
 
 def stored_count(index: Index) -> int:

@@ -31,6 +31,7 @@ from permindex.index.keys.batches import (
     section_keys,
     validate_keys,
 )
+from permindex.index.keys.codec import Dictionary
 from permindex.index.keys.rule import validate_key
 from permindex.index.keys.store import EncodedKeys, batch_subset
 from permindex.index.rows import RowStore
@@ -39,6 +40,7 @@ from permindex.index.tables.table import Run
 
 __all__ = [
     "add_batch",
+    "add_coded",
     "add_locked",
     "add_many_locked",
     "add_one",
@@ -239,3 +241,33 @@ def add_batch(
         times = times[last]
     new = store_batch(rows, runs, batch, values, prepared, times)
     return new if which is None else new[which]
+
+
+def add_coded(
+    rows: RowStore,
+    runs: TableSet,
+    words: Dictionary,
+    lens: NDArray[np.uint8],
+    spans: NDArray[np.uint8],
+    bases: NDArray[np.int64],
+    values: _U64,
+) -> None:
+    """Store n keys given in the key store's layout (:meth:`KeyStore.load_codes
+    <permindex.index.keys.store.KeyStore.load_codes>`) with the (n,) uint64 ``values`` in the
+    empty row store ``rows`` and its tables (their runs sorted before the lock); called without
+    the lock. O(n + code bytes).
+
+    Raises:
+        ValueError: the store is not empty, or a key is stored twice (nothing is kept).
+    """
+    n = int(values.size)
+    prepared = runs.prepare(values) if n and runs.tables[0].direct_run(n) else None
+    with rows.lock:
+        if rows.n:
+            raise ValueError("codes load only into an empty index")
+        rows.keys.load_codes(words, lens, spans, bases)
+        rows.reserve(n)
+        rows.fps[:n] = values
+        rows.n = n
+        runs.add_many(0, n, prepared)
+    after_write(rows, runs, n)

@@ -73,6 +73,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import itertools
 import logging
 import os
 import struct
@@ -81,12 +82,15 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from permindex.errors import CorruptFileError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from permindex.index.keys.codec import Dictionary
 from permindex.storage.datadir import (
     PREVIOUS_SUFFIX,
     SNAPSHOT_NAME,
@@ -125,10 +129,12 @@ log = logging.getLogger(__name__)
 
 MAGIC: Final = b"\x89PMX\r\n\x1a\n"
 END_MARKER: Final = b"PMXE"
-FORMAT_VERSION: Final = 3
+FORMAT_VERSION: Final = 4
 #: Versions :func:`read_snapshot` reads (1: the first release, without a log sequence; 2:
-#: without times).
-READABLE_VERSIONS: Final = (1, 2, 3)
+#: without times; 3: UTF-8 keys).
+READABLE_VERSIONS: Final = (1, 2, 3, 4)
+#: Version 4's header flag: the times are in the file (else every time is 0).
+FLAG_TIMES: Final = 1
 
 _HEADER = struct.Struct("<8sIIQQIHHQdQI")  # everything before the header CRC (versions 2, 3)
 _HEADER_SIZE: Final = _HEADER.size + 4  # 72
@@ -173,6 +179,19 @@ class SnapshotInfo:
 
 
 @dataclass(frozen=True)
+class KeyCodes:
+    """The keys of a version-4 snapshot as the key store holds them
+    (:mod:`permindex.index.keys.rows`): ``lens`` (n,) uint8, ``spans`` (the codes), their
+    ``bases`` ((n / 16 + 1,) int64, checked by
+    :func:`~permindex.index.keys.kernels.scan_codes`) and the ``words`` they are coded with."""
+
+    words: Dictionary
+    lens: npt.NDArray[np.uint8]
+    spans: npt.NDArray[np.uint8]
+    bases: npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A snapshot read back (every check of :func:`read_snapshot` passed): ``keys[i]`` has
     fingerprint ``fingerprints[i]``. Keys are as written (unique when written from an index).
@@ -181,8 +200,11 @@ class Snapshot:
         fingerprints: (n,) uint64.
         info: what the file holds.
         times: (n,) uint32, when each key was last added (Unix seconds; 0: not kept), or None
-            (a version 1 or 2 file).
-        lengths: (n,) uint32, each key's UTF-8 byte length (the NUL excluded), each >= 1.
+            (a version 1 or 2 file, or a version 4 file written without times).
+        codes: the keys as coded in a version-4 file (:class:`KeyCodes`), which an empty
+            index loads as they are; None for older versions.
+        lengths: (n,) uint32, each key's UTF-8 byte length (the NUL excluded), each >= 1
+            (of a version-4 file: decoded on first access).
         section: (B,) uint8, the key section: each key's UTF-8 bytes then a NUL (valid UTF-8,
             the NULs where ``lengths`` say), the compact form
             :meth:`permindex.index.Index.from_compact` loads without a str per key.
@@ -191,9 +213,26 @@ class Snapshot:
 
     fingerprints: npt.NDArray[np.uint64]
     info: SnapshotInfo
-    lengths: npt.NDArray[np.uint32]
-    section: npt.NDArray[np.uint8]
+    utf8: tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]] | None = None
     times: npt.NDArray[np.uint32] | None = None
+    codes: KeyCodes | None = None
+
+    @functools.cached_property
+    def _decoded(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
+        if self.utf8 is not None:
+            return self.utf8
+        assert self.codes is not None
+        return _decode_codes(self.codes, self.info.path)
+
+    @property
+    def lengths(self) -> npt.NDArray[np.uint32]:
+        """(n,) uint32 UTF-8 key lengths (see the class)."""
+        return self._decoded[0]
+
+    @property
+    def section(self) -> npt.NDArray[np.uint8]:
+        """(B,) uint8 key section (see the class)."""
+        return self._decoded[1]
 
     @functools.cached_property
     def keys(self) -> list[str]:
@@ -311,6 +350,21 @@ def write_snapshot(
     return dataclasses.replace(info, seconds=time.perf_counter() - started)
 
 
+def _train_on(parts: Sequence[Part]) -> Dictionary:
+    """A dictionary trained on the first keys of ``parts`` (at most 65,536)."""
+    from permindex.index.keys.codec import train_dictionary
+
+    sample: list[bytes] = []
+    for part in parts:
+        lengths, blob = part[0], part[1]
+        if len(lengths):
+            raw = bytes(blob)[:-1]
+            sample += raw.split(b"\x00")
+        if len(sample) >= 1 << 16:
+            break
+    return train_dictionary(sample[: 1 << 16])
+
+
 def write_snapshot_parts(
     path: str | os.PathLike[str],
     parts: Sequence[Part],
@@ -320,9 +374,11 @@ def write_snapshot_parts(
     sequence: int = 0,
     log_sequence: int = 0,
     keep_previous: bool = True,
+    words: Dictionary | None = None,
 ) -> SnapshotInfo:
     """Write a snapshot whose contents are the concatenation of ``parts`` (see :data:`Part`) to
-    ``path`` atomically.
+    ``path`` atomically, the keys coded with ``words`` (None: a dictionary trained on the first
+    keys, :func:`~permindex.index.keys.codec.train_dictionary`).
 
     The data goes to a temporary file in the same directory, which is flushed, fsynced and
     renamed over ``path``; then the directory is fsynced. A crash at any point leaves ``path``
@@ -339,9 +395,14 @@ def write_snapshot_parts(
     """
     started = time.perf_counter()
     path = Path(path)
+    from permindex.index.keys.store import encode_codes, layout_codes
+
     checked: list[tuple[memoryview, memoryview, memoryview, memoryview]] = []
     n = 0
     section_bytes = 0
+    timed = False
+    if words is None:
+        words = _train_on(parts)
     for part in parts:
         lengths, blob, fps = part[:3]
         m = len(lengths)
@@ -358,23 +419,27 @@ def write_snapshot_parts(
             )
         fps_le = np.ascontiguousarray(fps, dtype="<u8")
         times_le = np.ascontiguousarray(times, dtype="<u4")
-        lengths_le = np.ascontiguousarray(lengths, dtype="<u4")
-        checked.append(
-            (
-                fps_le.data.cast("B"),
-                times_le.data.cast("B"),
-                lengths_le.data.cast("B"),
-                blob_view,
-            )
-        )
+        timed = timed or bool(times_le.any())
+        section = np.frombuffer(blob_view, dtype=np.uint8)
+        ends = np.cumsum(np.asarray(lengths, dtype=np.int64) + 1)
+        coded = encode_codes(section, ends, words)
+        lens, spans = layout_codes(coded.codes, coded.sizes)
+        checked.append((fps_le.data.cast("B"), times_le.data.cast("B"), lens.data, spans.data))
         n += m
-        section_bytes += len(blob_view)
+        section_bytes += len(spans)
     blocks, leading = (int(x) for x in design)
     created = time.time()
+    flags = FLAG_TIMES if timed else 0
     head = _HEADER.pack(
         MAGIC, FORMAT_VERSION, _HEADER_SIZE, n, section_bytes, k, blocks, leading, sequence,
-        created, log_sequence, 0,
+        created, log_sequence, flags,
     )  # fmt: skip
+    token_lengths = np.diff(words.offsets).astype("<u2")
+    dictionary = (
+        struct.pack("<II", words.size, int(words.data.size))
+        + token_lengths.tobytes()
+        + words.data.tobytes()
+    )
     header = head + struct.pack("<I", zlib.crc32(head))
     temporary = temporary_name(path, "write")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -383,7 +448,12 @@ def write_snapshot_parts(
             out.write(header)
             crc = 0
             unsynced = 0
-            for column in range(4):  # all fingerprints, times, lengths, then all keys
+            for column in range(4):  # fingerprints, times, code lengths, dictionary, codes
+                if column == 1 and not timed:
+                    continue
+                if column == 3:
+                    out.write(dictionary)
+                    crc = zlib.crc32(dictionary, crc)
                 for columns in checked:
                     out.write(columns[column])
                     crc = zlib.crc32(columns[column], crc)
@@ -407,7 +477,11 @@ def write_snapshot_parts(
     return SnapshotInfo(
         path=path,
         count=n,
-        bytes=len(header) + 16 * n + section_bytes + _TRAILER.size,
+        bytes=len(header)
+        + (13 if timed else 9) * n
+        + len(dictionary)
+        + section_bytes
+        + _TRAILER.size,
         seconds=time.perf_counter() - started,
         created_unix_seconds=created,
         sequence=sequence,
@@ -473,6 +547,84 @@ def _decode_keys(
         raise _corrupt_section(error, path) from error
 
 
+def _decode_codes(
+    codes: KeyCodes, path: Path
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
+    """The key section of a version-4 file's codes (checked: valid UTF-8 keys, none empty)."""
+    from permindex.index.keys import kernels
+
+    rows = np.arange(codes.lens.size, dtype=np.int64)
+    section, lengths = kernels.decode_rows(
+        codes.spans, codes.lens, codes.bases, rows, codes.words.data, codes.words.offsets
+    )
+    lengths32 = lengths.astype(np.uint32)
+    _check_key_section(section, lengths32, path)
+    return lengths32, section
+
+
+def _read_codes(
+    source: io.BufferedReader, path: Path, n: int, spans_bytes: int, rest: int, crc: int
+) -> tuple[_Unchecked, int]:
+    """Read a version-4 file's code lengths, dictionary and codes (``rest``: the file's bytes
+    left before the trailer): (the codes, not checked yet, the CRC-32 continued from ``crc``
+    over what was read)."""
+
+    def corrupt(what: str) -> CorruptFileError:
+        return CorruptFileError(f"{path}: {what}", path=str(path))
+
+    lens = np.empty(n, dtype=np.uint8)
+    _read_exactly(source, lens.data, path, "key lengths")
+    head = source.read(8)
+    if len(head) != 8:
+        raise corrupt("truncated in the dictionary")
+    tokens, data_bytes = struct.unpack("<II", head)
+    wanted = n + 8 + 2 * tokens + data_bytes + spans_bytes
+    if wanted != rest:
+        raise corrupt(f"{rest} bytes of keys, the header and dictionary announce {wanted}")
+    token_lengths = np.empty(tokens, dtype="<u2")
+    data = np.empty(data_bytes, dtype=np.uint8)
+    spans = np.empty(spans_bytes, dtype=np.uint8)
+    crc = zlib.crc32(lens.data, crc)
+    crc = zlib.crc32(head, crc)
+    for array, what in ((token_lengths, "dictionary"), (data, "dictionary"), (spans, "keys")):
+        view = array.data.cast("B")
+        _read_exactly(source, view, path, what)
+        crc = zlib.crc32(view, crc)
+    return _Unchecked(lens, token_lengths, data, spans), crc
+
+
+@dataclass(frozen=True)
+class _Unchecked:
+    lens: npt.NDArray[np.uint8]
+    token_lengths: npt.NDArray[np.uint16]
+    data: npt.NDArray[np.uint8]
+    spans: npt.NDArray[np.uint8]
+
+
+def _check_codes(read: _Unchecked, path: Path) -> KeyCodes:
+    """The codes read, with their dictionary and block offsets, checked (CorruptFileError)."""
+    from permindex.index.keys import kernels
+
+    def corrupt(what: str) -> CorruptFileError:
+        return CorruptFileError(f"{path}: {what}", path=str(path))
+
+    from permindex.index.keys.codec import Dictionary
+
+    token_lengths, data = read.token_lengths, read.data
+    if int(token_lengths.sum(dtype=np.int64)) != data.size:
+        raise corrupt("the dictionary's lengths do not add up")
+    raw = data.tobytes()
+    bounds = [0, *np.cumsum(token_lengths, dtype=np.int64).tolist()]
+    try:
+        words = Dictionary.of_segments(raw[a:b] for a, b in itertools.pairwise(bounds))
+    except ValueError as error:
+        raise corrupt(f"a bad dictionary ({error})") from None
+    bases, bad = kernels.scan_codes(read.lens, read.spans, words.size)
+    if bad >= 0:
+        raise corrupt(f"the code of key {bad} is not well formed")
+    return KeyCodes(words, read.lens, read.spans, bases)
+
+
 def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     """Read and check a snapshot written by :func:`write_snapshot`.
 
@@ -525,8 +677,47 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         (header_crc,) = struct.unpack_from("<I", header, layout.size)
         if zlib.crc32(header[: layout.size]) != header_crc:
             raise corrupt("header checksum mismatch (the file is damaged)")
-        if header_size != wanted or flags != 0:
+        if header_size != wanted or flags & ~(FLAG_TIMES if version >= 4 else 0):
             raise corrupt(f"unexpected header size {header_size} or flags {flags:#x}")
+        timed = version == 3 or (version >= 4 and bool(flags & FLAG_TIMES))
+        if version >= 4:  # fingerprints, times, code lengths; the dictionary's size is inside
+            fixed = wanted + (12 if timed else 8) * n
+            expected = fixed + n + 8 + section_bytes + _TRAILER.size
+            if size < expected:
+                raise corrupt(
+                    f"truncated: {size} bytes, the header announces at least {expected} ({n} keys)"
+                )
+            fps = np.empty(n, dtype="<u8")
+            times = np.empty(n if timed else 0, dtype="<u4")
+            crc = 0
+            for array, what in ((fps, "fingerprints"), (times, "times")):
+                view = array.data.cast("B")
+                _read_exactly(source, view, path, what)
+                crc = zlib.crc32(view, crc)
+            read, crc = _read_codes(
+                source, path, n, section_bytes, size - fixed - _TRAILER.size, crc
+            )
+            _check_trailer(source, crc, corrupt)
+            codes = _check_codes(read, path)
+            info = SnapshotInfo(
+                path=path,
+                count=n,
+                bytes=size,
+                seconds=time.perf_counter() - started,
+                created_unix_seconds=created,
+                sequence=sequence,
+                k=k,
+                blocks=blocks,
+                leading=leading,
+                log_sequence=log_sequence,
+                version=version,
+            )
+            return Snapshot(
+                fingerprints=fps.astype(np.uint64, copy=False),
+                info=info,
+                times=times.astype(np.uint32, copy=False) if timed else None,
+                codes=codes,
+            )
         per_key = 16 if version >= 3 else 12  # version 3 has the times
         expected = wanted + per_key * n + section_bytes + _TRAILER.size
         if size < expected:
@@ -548,17 +739,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
             view = section.data.cast("B")
             _read_exactly(source, view, path, what)
             crc = zlib.crc32(view, crc)
-        trailer = source.read(_TRAILER.size)
-        if len(trailer) != _TRAILER.size:
-            raise corrupt("truncated in the trailer")
-        stored_crc, end = _TRAILER.unpack(trailer)
-        if end != END_MARKER:
-            raise corrupt(f"bad end marker {end!r} (expected {END_MARKER!r})")
-        if crc != stored_crc:
-            raise corrupt(
-                f"checksum mismatch (CRC-32 {crc:#010x}, stored {stored_crc:#010x}): "
-                "the file is damaged"
-            )
+        _check_trailer(source, crc, corrupt)
     _check_key_section(blob, lengths, path)
     info = SnapshotInfo(
         path=path,
@@ -576,10 +757,27 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     return Snapshot(
         fingerprints=fps.astype(np.uint64, copy=False),
         info=info,
-        lengths=lengths.astype(np.uint32, copy=False),
-        section=blob,
+        utf8=(lengths.astype(np.uint32, copy=False), blob),
         times=times.astype(np.uint32, copy=False) if version >= 3 else None,
     )
+
+
+def _check_trailer(
+    source: io.BufferedReader, crc: int, corrupt: Callable[[str], CorruptFileError]
+) -> None:
+    """CorruptFileError unless the trailer follows: the body's CRC-32 ``crc`` and the end
+    marker."""
+    trailer = source.read(_TRAILER.size)
+    if len(trailer) != _TRAILER.size:
+        raise corrupt("truncated in the trailer")
+    stored_crc, end = _TRAILER.unpack(trailer)
+    if end != END_MARKER:
+        raise corrupt(f"bad end marker {end!r} (expected {END_MARKER!r})")
+    if crc != stored_crc:
+        raise corrupt(
+            f"checksum mismatch (CRC-32 {crc:#010x}, stored {stored_crc:#010x}): "
+            "the file is damaged"
+        )
 
 
 # ------------------------------------------------------------------------------- data directory

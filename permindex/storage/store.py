@@ -65,7 +65,7 @@ from permindex.errors import CorruptFileError, InvalidArgumentError, StorageErro
 from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.expiry import AddedAt, stamps
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.index import stored_count
+from permindex.index.index import load_codes, stored_count
 from permindex.index.keys.rule import validate_key
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.datadir import fsync_directory
@@ -125,9 +125,14 @@ def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
         )
     try:
         # The key section as it is on disk: no Python str per key (Index.from_compact).
+        codes = snapshot.codes
         if isinstance(index, ExpiringIndex):
             index.add_compact(
                 snapshot.lengths, snapshot.section, snapshot.fingerprints, added_at=snapshot.times
+            )
+        elif codes is not None and len(index) == 0:  # the keys as the key store holds them
+            load_codes(
+                index, codes.words, codes.lens, codes.spans, codes.bases, snapshot.fingerprints
             )
         else:
             index.add_compact(snapshot.lengths, snapshot.section, snapshot.fingerprints)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.keys.codec import _decode_key, _decoded_size, _hash_bytes
+from permindex.index.keys.codec import _RUN_BYTES, _decode_key, _decoded_size, _hash_bytes
 from permindex.jit_numba import njit, unowned
 
 __all__ = [
@@ -25,11 +25,13 @@ __all__ = [
     "decode_rows",
     "distinct_rows",
     "find_codes",
+    "link_distinct",
     "link_rows",
     "order_ties_by_key",
     "relink_rows",
     "row_hashes",
     "row_spans",
+    "scan_codes",
     "unlink_row",
     "warm",
     "write_codes",
@@ -45,6 +47,9 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing's multiplier, 2^64 
 BLOCK_SHIFT = 4
 #: A row length byte meaning "a 2-byte little-endian length precedes the code".
 LONG = 255
+_RUN_BYTES_K = _RUN_BYTES
+#: 10^length, the bound of a digit run's value.
+_POWERS = np.array([10**i for i in range(20)], dtype=np.uint64)
 
 
 @njit(inline=True)
@@ -413,3 +418,84 @@ def warm() -> None:
         words.data,
         words.offsets,
     )
+
+
+@njit()
+def link_distinct(
+    slots: _U32, tags: _U8, rows: _I64, hashes: _U64, codes: _U8, lens: _U8, bases: _I64
+) -> int:
+    """:func:`link_rows`, each row's code compared with the linked ones of its tag on the way:
+    returns -1, or the first row whose key is already linked (then the map is left part-way).
+    For a store loaded whole (a snapshot). O(m * probes + compared bytes)."""
+    slots, tags, rows, hashes = unowned(slots), unowned(tags), unowned(rows), unowned(hashes)
+    codes, lens, bases = unowned(codes), unowned(lens), unowned(bases)
+    size = slots.size
+    for k in range(rows.size):
+        h = hashes[k]
+        tag = _tag(h)
+        _, start, csize = _span(codes, lens, bases, rows[k])
+        i = _home(h, size)
+        while slots[i] != 0:
+            if tags[i] == tag:
+                _, other, osize = _span(codes, lens, bases, int(slots[i]) - 1)
+                if _same_code(codes, other, osize, codes, start, csize):
+                    return int(rows[k])
+            i += 1
+            if i == size:
+                i = 0
+        slots[i] = np.uint32(rows[k] + 1)
+        tags[i] = tag
+    return -1
+
+
+@njit()
+def scan_codes(lens: _U8, spans: _U8, tokens: int) -> tuple[_I64, int]:
+    """Walk the rows of a store's layout read from a file (``lens`` (n,) uint8, ``spans`` the
+    codes with their long-length prefixes) checking that every code lies within ``spans`` and
+    is well formed (token ids below ``tokens``, digit-run values below 10^length, runs inside
+    their code): (the (n / 16 + 1,) int64 block offsets, -1) or (empty, the first bad row); a
+    row of ``n`` means the spans hold bytes after the last code. O(n + bytes)."""
+    n = lens.size
+    bases = np.zeros(n // 16 + 1, dtype=np.int64)
+    at = 0
+    end = spans.size
+    for row in range(n):
+        if (row & 15) == 0:
+            bases[row >> 4] = at
+        size = np.int64(lens[row])
+        if size == LONG:
+            if at + 2 > end:
+                return bases[:0], row
+            size = np.int64(spans[at]) | (np.int64(spans[at + 1]) << 8)
+            at += 2
+        stop = at + size
+        if stop > end:
+            return bases[:0], row
+        i = at
+        while i < stop:
+            byte = spans[i]
+            if byte < 0x80:
+                i += 1
+            elif byte < 0xC0:
+                if i + 2 > stop or ((int(byte & 0x3F) << 8) | int(spans[i + 1])) >= tokens:
+                    return bases[:0], row
+                i += 2
+            elif byte < 0xE0:
+                length = int(byte) - 0xC0 + 3
+                if length > 19 or i + 1 + _RUN_BYTES_K[length] > stop:
+                    return bases[:0], row
+                value = np.uint64(0)
+                for b in range(_RUN_BYTES_K[length]):
+                    value |= np.uint64(spans[i + 1 + b]) << np.uint64(8 * b)
+                if value >= _POWERS[length]:
+                    return bases[:0], row
+                i += 1 + _RUN_BYTES_K[length]
+            else:
+                count = int(byte) - 0xE0 + 1
+                if count > 16 or i + 1 + count > stop:
+                    return bases[:0], row
+                i += 1 + count
+        at = stop
+    if at != end:
+        return bases[:0], n
+    return bases, -1

@@ -89,6 +89,29 @@ def one_key(data: bytes) -> EncodedKeys:
     return EncodedKeys(blob, np.array([blob.size], dtype=np.int64), np.zeros(1, dtype=np.uint64))
 
 
+def encode_codes(section: _U8, ends: _I64, words: Dictionary) -> Codes:
+    """The keys of a key section (``section``, its (n,) ``ends``) coded with ``words``."""
+    from permindex.index.keys.codec import encode_section as code_section
+
+    if ends.size == 0:
+        return Codes(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint64))
+    return Codes(*code_section(section, ends, words.data, words.offsets, words.slots))
+
+
+def layout_codes(codes: _U8, sizes: _I64) -> tuple[_U8, _U8]:
+    """Codes of (n,) ``sizes`` in the store's layout: ((n,) uint8 lengths, 255 for a code of 255
+    bytes or more; the codes, each long one after its 2-byte little-endian size)."""
+    from permindex.index.keys import kernels
+
+    n = int(sizes.size)
+    lens = np.zeros(n, dtype=np.uint8)
+    spans = np.zeros(int(codes.size) + 2 * int(np.count_nonzero(sizes >= 255)), dtype=np.uint8)
+    bases = np.zeros(n // 16 + 1, dtype=np.int64)
+    used = kernels.write_codes(spans, lens, bases, 0, 0, codes, sizes)
+    assert used == spans.size
+    return lens, spans
+
+
 def batch_subset(batch: EncodedKeys, positions: _I64) -> EncodedKeys:
     """The keys of ``batch`` at ``positions`` ((m,) int64, increasing), as a new batch."""
     starts = np.concatenate(([0], batch.ends[:-1])).astype(np.int64)[positions]
@@ -301,6 +324,41 @@ class KeyStore(KeyTable):
             self._growth = None
         self._compact_rows(keep)
         self._relink_all(int(keep.size))
+
+    def load_codes(self, words: Dictionary, lens: _U8, spans: _U8, bases: _I64) -> None:
+        """Make this empty store hold the rows of a version-4 snapshot: ``lens`` (n,) uint8 and
+        ``spans`` as :meth:`export_codes` gives them, coded with ``words``, their ``bases``
+        (:func:`~permindex.index.keys.kernels.scan_codes`, which checked them); all linked.
+        The dictionary is the store's from now on (not trained again). O(n + bytes).
+
+        Raises:
+            ValueError: the store is not empty, or two rows hold one key (nothing is kept).
+        """
+        from permindex.index.keys import kernels
+
+        if self._rows:
+            raise ValueError("codes load only into an empty key store")
+        n = int(lens.size)
+        capacity = max(64, n + n // 8)
+        codes = np.zeros(max(1024, spans.size + spans.size // 8), dtype=np.uint8)
+        codes[: spans.size] = spans
+        self._lens = np.zeros(capacity, dtype=np.uint8)
+        self._lens[:n] = lens
+        self._bases = np.zeros(capacity // 16 + 1, dtype=np.int64)
+        self._bases[: bases.size] = bases
+        self._codes, self._words, self._trained, self._coded = codes, words, True, None
+        rows = np.arange(n, dtype=np.int64)
+        hashes = kernels.row_hashes(self._codes, self._lens, self._bases, rows)
+        slots = np.zeros(slots_for(n), dtype=np.uint32)
+        tags = np.zeros(slots.size, dtype=np.uint8)
+        repeated = kernels.link_distinct(
+            slots, tags, rows, hashes, self._codes, self._lens, self._bases
+        )
+        if repeated >= 0:
+            self.__init__()  # type: ignore[misc]
+            raise ValueError(f"the key of row {repeated} is stored twice")
+        self._slots, self._tags = slots, tags
+        self._rows, self._used, self._live = n, int(spans.size), n
 
     # -- growth off the lock ------------------------------------------------------------------
 
