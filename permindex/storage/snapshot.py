@@ -579,8 +579,10 @@ def _read_codes(
         raise corrupt("truncated in the dictionary")
     tokens, data_bytes = struct.unpack("<II", head)
     wanted = n + 8 + 2 * tokens + data_bytes + spans_bytes
-    if wanted != rest:
-        raise corrupt(f"{rest} bytes of keys, the header and dictionary announce {wanted}")
+    if wanted > rest:
+        raise corrupt(f"truncated: {rest} bytes of keys, the header announces {wanted}")
+    if wanted < rest:
+        raise corrupt(f"{rest - wanted} unexpected bytes after the end")
     token_lengths = np.empty(tokens, dtype="<u2")
     data = np.empty(data_bytes, dtype=np.uint8)
     spans = np.empty(spans_bytes, dtype=np.uint8)
@@ -619,10 +621,13 @@ def _check_codes(read: _Unchecked, path: Path) -> KeyCodes:
         words = Dictionary.of_segments(raw[a:b] for a, b in itertools.pairwise(bounds))
     except ValueError as error:
         raise corrupt(f"a bad dictionary ({error})") from None
-    bases, bad = kernels.scan_codes(read.lens, read.spans, words.size)
+    bases, bad, raw = kernels.scan_codes(read.lens, read.spans, words.size)
     if bad >= 0:
         raise corrupt(f"the code of key {bad} is not well formed")
-    return KeyCodes(words, read.lens, read.spans, bases)
+    codes = KeyCodes(words, read.lens, read.spans, bases)
+    if raw or (words.data.size and int(words.data.max()) >= 0x80):
+        _decode_codes(codes, path)  # bytes that may not be UTF-8: checked now
+    return codes
 
 
 def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:

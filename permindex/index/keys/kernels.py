@@ -449,28 +449,30 @@ def link_distinct(
 
 
 @njit()
-def scan_codes(lens: _U8, spans: _U8, tokens: int) -> tuple[_I64, int]:
+def scan_codes(lens: _U8, spans: _U8, tokens: int) -> tuple[_I64, int, bool]:
     """Walk the rows of a store's layout read from a file (``lens`` (n,) uint8, ``spans`` the
     codes with their long-length prefixes) checking that every code lies within ``spans`` and
     is well formed (token ids below ``tokens``, digit-run values below 10^length, runs inside
-    their code): (the (n / 16 + 1,) int64 block offsets, -1) or (empty, the first bad row); a
-    row of ``n`` means the spans hold bytes after the last code. O(n + bytes)."""
+    their code): (the (n / 16 + 1,) int64 block offsets, -1, whether a code holds a raw run:
+    bytes that may not be UTF-8) or (empty, the first bad row, False); a row of ``n`` means the
+    spans hold bytes after the last code. O(n + bytes)."""
     n = lens.size
     bases = np.zeros(n // 16 + 1, dtype=np.int64)
     at = 0
     end = spans.size
+    raw = False
     for row in range(n):
         if (row & 15) == 0:
             bases[row >> 4] = at
         size = np.int64(lens[row])
         if size == LONG:
             if at + 2 > end:
-                return bases[:0], row
+                return bases[:0], row, False
             size = np.int64(spans[at]) | (np.int64(spans[at + 1]) << 8)
             at += 2
         stop = at + size
-        if stop > end:
-            return bases[:0], row
+        if size == 0 or stop > end:  # a key is never empty
+            return bases[:0], row, False
         i = at
         while i < stop:
             byte = spans[i]
@@ -478,24 +480,25 @@ def scan_codes(lens: _U8, spans: _U8, tokens: int) -> tuple[_I64, int]:
                 i += 1
             elif byte < 0xC0:
                 if i + 2 > stop or ((int(byte & 0x3F) << 8) | int(spans[i + 1])) >= tokens:
-                    return bases[:0], row
+                    return bases[:0], row, False
                 i += 2
             elif byte < 0xE0:
                 length = int(byte) - 0xC0 + 3
                 if length > 19 or i + 1 + _RUN_BYTES_K[length] > stop:
-                    return bases[:0], row
+                    return bases[:0], row, False
                 value = np.uint64(0)
                 for b in range(_RUN_BYTES_K[length]):
                     value |= np.uint64(spans[i + 1 + b]) << np.uint64(8 * b)
                 if value >= _POWERS[length]:
-                    return bases[:0], row
+                    return bases[:0], row, False
                 i += 1 + _RUN_BYTES_K[length]
             else:
                 count = int(byte) - 0xE0 + 1
                 if count > 16 or i + 1 + count > stop:
-                    return bases[:0], row
+                    return bases[:0], row, False
+                raw = True
                 i += 1 + count
         at = stop
     if at != end:
-        return bases[:0], n
-    return bases, -1
+        return bases[:0], n, False
+    return bases, -1, raw
