@@ -9,17 +9,17 @@ foreign, truncated, corrupt or unknown-version file raises
 :class:`~permindex.errors.CorruptFileError` naming the file and what is wrong; it never returns
 part of an index. No pickle, no native byte order.
 
-File format, version 3 (every integer little-endian; n = number of keys; B = bytes of the key
-section = the keys' UTF-8 bytes + n; H = header size = 72)::
+File format, version 4 (every integer little-endian; n = number of keys; B = bytes of the codes;
+H = header size = 72)::
 
     offset        size  field
     ------------  ----  ---------------------------------------------------------------------
     0             8     magic  89 50 4D 58 0D 0A 1A 0A  (b"\\x89PMX\\r\\n\\x1a\\n", PNG-style: the
                         high byte catches 7-bit transfers, CR LF / LF / ^Z catch text-mode ones)
-    8             4     u32  format version = 3
+    8             4     u32  format version = 4
     12            4     u32  header size in bytes = 72
     16            8     u64  n, number of keys
-    24            8     u64  B, bytes of the key section
+    24            8     u64  B, bytes of the codes
     32            4     u32  k the index answered when written (bits)
     36            2     u16  design: blocks
     38            2     u16  design: leading blocks per table
@@ -28,26 +28,33 @@ section = the keys' UTF-8 bytes + n; H = header size = 72)::
     56            8     u64  log sequence: every record of the write-ahead log
                         (:mod:`permindex.storage.wal`) with a sequence number up to this one is in
                         the snapshot; recovery replays the records after it. 0: no log record.
-    64            4     u32  flags, 0 (reserved; a reader refuses other values)
+    64            4     u32  flags: 1 = the times are in the file (a reader refuses other bits)
     68            4     u32  CRC-32 (zlib / ISO-HDLC) of bytes 0..67
     H             8n    u64[n]  fingerprints, in key order
-    H+8n          4n    u32[n]  time of each key, Unix seconds: when it was last added, for a
-                        collection with expiry (:mod:`permindex.index.expiry`); 0: not kept
-    H+12n         4n    u32[n]  byte length of each key's UTF-8 encoding (>= 1; the NUL excluded)
-    H+16n         B     key section: for each key in the same order, its UTF-8 bytes then one NUL
-                        (0x00). The lengths are authoritative (a key may contain U+0000); the
-                        NULs let a reader decode the whole section once and split it.
-    H+16n+B       4     u32  CRC-32 of bytes H .. H+16n+B-1 (fingerprints, times, lengths, keys)
-    H+4+16n+B     4     end marker b"PMXE"
+    (flag 1)      4n    u32[n]  time of each key, Unix seconds: when it was last added, for a
+                        collection with expiry (:mod:`permindex.index.expiry`); absent: all 0
+    then          n     u8[n]  each key's code length, or 255: a u16 length precedes its code
+    then          8     u32  t, segments of the dictionary; u32  D, their bytes
+    then          2t+D  u16[t]  each segment's length, then the segments' bytes
+    then          B     the codes (:mod:`permindex.index.keys.codec`: each key's canonical code
+                        with that dictionary), in key order, a long one after its u16 length
+    then          4     u32  CRC-32 of everything from H to here
+    then          4     end marker b"PMXE"
 
-The file is exactly H + 8 + 16n + B bytes; anything shorter is reported as truncated, anything
-longer as trailing garbage. Keys are unique (the loader checks that the index it builds has n
-keys).
+The key store holds its keys in exactly this layout (:mod:`permindex.index.keys.rows`), so an
+empty index loads the codes as they are (no key decoded, coded or hashed with XXH3 again);
+the reader checks every code's form first (:func:`~permindex.index.keys.kernels.scan_codes`:
+token ids, digit-run values, bounds) and, when a code holds a raw run or the dictionary non-ASCII
+bytes, that the keys decode to valid UTF-8. Keys are unique (the loader checks that the index it
+builds has n keys). Version 4 takes 9 bytes a key (13 with times) and its code, where version 3
+took 16 and the key's UTF-8 bytes and a NUL.
 
-Older versions are still read; only version 3 is written. Version 2 (before expiry) is the same
-without the times (H + 8 + 12n + B bytes; read with no times). Version 1 (the first release,
-written before the write-ahead log existed) is version 2 without the log sequence: the header
-is 64 bytes, flags at 56, its CRC at 60 over bytes 0..59 (read as log sequence 0).
+Older versions are still read; only version 4 is written. Version 3 (before the codes) has the
+times always, u32 UTF-8 key lengths and a key section (each key's UTF-8 bytes then a NUL) in
+place of the lengths, dictionary and codes (H + 8 + 16n + B bytes). Version 2 (before expiry)
+is version 3 without the times (H + 8 + 12n + B bytes; read with no times). Version 1 (the first
+release, written before the write-ahead log existed) is version 2 without the log sequence: the
+header is 64 bytes, flags at 56, its CRC at 60 over bytes 0..59 (read as log sequence 0).
 
 A snapshot the server writes is *fuzzy* (see :meth:`permindex.index.Index.export_slices`): it is
 read from the index in slices while writes go on, so a key changed during the write may appear
@@ -63,8 +70,9 @@ k and design it was written with, for information. The tables are always rebuilt
 when a snapshot is loaded, so a snapshot loads into an index of any k or design; the server logs
 a warning when they differ (see :mod:`permindex.rpc.server`).
 
-Writing and reading are linear in n + B; reading keeps the keys as the section
-(:attr:`Snapshot.section`) and decodes them only on demand (:attr:`Snapshot.keys`).
+Writing and reading are linear in n + B; reading keeps the keys as codes (or, before version 4,
+as the section) and decodes them only on demand (:attr:`Snapshot.section`,
+:attr:`Snapshot.keys`).
 """
 
 from __future__ import annotations
@@ -183,12 +191,14 @@ class KeyCodes:
     """The keys of a version-4 snapshot as the key store holds them
     (:mod:`permindex.index.keys.rows`): ``lens`` (n,) uint8, ``spans`` (the codes), their
     ``bases`` ((n / 16 + 1,) int64, checked by
-    :func:`~permindex.index.keys.kernels.scan_codes`) and the ``words`` they are coded with."""
+    :func:`~permindex.index.keys.kernels.scan_codes`), the ``words`` they are coded with, and
+    the ``longest`` key's UTF-8 bytes."""
 
     words: Dictionary
     lens: npt.NDArray[np.uint8]
     spans: npt.NDArray[np.uint8]
     bases: npt.NDArray[np.int64]
+    longest: int = 0
 
 
 @dataclass(frozen=True)
@@ -621,10 +631,10 @@ def _check_codes(read: _Unchecked, path: Path) -> KeyCodes:
         words = Dictionary.of_segments(raw[a:b] for a, b in itertools.pairwise(bounds))
     except ValueError as error:
         raise corrupt(f"a bad dictionary ({error})") from None
-    bases, bad, raw = kernels.scan_codes(read.lens, read.spans, words.size)
+    bases, bad, raw, longest = kernels.scan_codes(read.lens, read.spans, words.offsets)
     if bad >= 0:
         raise corrupt(f"the code of key {bad} is not well formed")
-    codes = KeyCodes(words, read.lens, read.spans, bases)
+    codes = KeyCodes(words, read.lens, read.spans, bases, int(longest))
     if raw or (words.data.size and int(words.data.max()) >= 0x80):
         _decode_codes(codes, path)  # bytes that may not be UTF-8: checked now
     return codes

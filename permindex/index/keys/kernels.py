@@ -449,56 +449,68 @@ def link_distinct(
 
 
 @njit()
-def scan_codes(lens: _U8, spans: _U8, tokens: int) -> tuple[_I64, int, bool]:
+def scan_codes(lens: _U8, spans: _U8, dict_offsets: _I64) -> tuple[_I64, int, bool, int]:
     """Walk the rows of a store's layout read from a file (``lens`` (n,) uint8, ``spans`` the
     codes with their long-length prefixes) checking that every code lies within ``spans`` and
-    is well formed (token ids below ``tokens``, digit-run values below 10^length, runs inside
-    their code): (the (n / 16 + 1,) int64 block offsets, -1, whether a code holds a raw run:
-    bytes that may not be UTF-8) or (empty, the first bad row, False); a row of ``n`` means the
-    spans hold bytes after the last code. O(n + bytes)."""
+    is well formed (token ids below the dictionary's size, ``dict_offsets`` (t + 1,) int64,
+    digit-run values below 10^length, runs inside their code): (the (n / 16 + 1,) int64 block
+    offsets, -1, whether a code holds a raw run: bytes that may not be UTF-8, the longest key's
+    UTF-8 bytes) or (empty, the first bad row, False, 0); a row of ``n`` means the spans hold
+    bytes after the last code. O(n + bytes)."""
     n = lens.size
     bases = np.zeros(n // 16 + 1, dtype=np.int64)
     at = 0
     end = spans.size
     raw = False
+    longest = 0
+    tokens = dict_offsets.size - 1
     for row in range(n):
         if (row & 15) == 0:
             bases[row >> 4] = at
         size = np.int64(lens[row])
         if size == LONG:
             if at + 2 > end:
-                return bases[:0], row, False
+                return bases[:0], row, False, 0
             size = np.int64(spans[at]) | (np.int64(spans[at + 1]) << 8)
             at += 2
         stop = at + size
         if size == 0 or stop > end:  # a key is never empty
-            return bases[:0], row, False
+            return bases[:0], row, False, 0
         i = at
+        decoded = 0
         while i < stop:
             byte = spans[i]
             if byte < 0x80:
                 i += 1
+                decoded += 1
             elif byte < 0xC0:
-                if i + 2 > stop or ((int(byte & 0x3F) << 8) | int(spans[i + 1])) >= tokens:
-                    return bases[:0], row, False
+                if i + 2 > stop:
+                    return bases[:0], row, False, 0
+                t = (int(byte & 0x3F) << 8) | int(spans[i + 1])
+                if t >= tokens:
+                    return bases[:0], row, False, 0
+                decoded += dict_offsets[t + 1] - dict_offsets[t]
                 i += 2
             elif byte < 0xE0:
                 length = int(byte) - 0xC0 + 3
                 if length > 19 or i + 1 + _RUN_BYTES_K[length] > stop:
-                    return bases[:0], row, False
+                    return bases[:0], row, False, 0
                 value = np.uint64(0)
                 for b in range(_RUN_BYTES_K[length]):
                     value |= np.uint64(spans[i + 1 + b]) << np.uint64(8 * b)
                 if value >= _POWERS[length]:
-                    return bases[:0], row, False
+                    return bases[:0], row, False, 0
+                decoded += length
                 i += 1 + _RUN_BYTES_K[length]
             else:
                 count = int(byte) - 0xE0 + 1
                 if count > 16 or i + 1 + count > stop:
-                    return bases[:0], row, False
+                    return bases[:0], row, False, 0
                 raw = True
+                decoded += count
                 i += 1 + count
+        longest = max(longest, decoded)
         at = stop
     if at != end:
-        return bases[:0], n, False
-    return bases, -1, raw
+        return bases[:0], n, False, 0
+    return bases, -1, raw, longest
