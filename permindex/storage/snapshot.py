@@ -625,10 +625,10 @@ def _check_codes(read: _Unchecked, path: Path) -> KeyCodes:
     token_lengths, data = read.token_lengths, read.data
     if int(token_lengths.sum(dtype=np.int64)) != data.size:
         raise corrupt("the dictionary's lengths do not add up")
-    raw = data.tobytes()
+    segments = data.tobytes()
     bounds = [0, *np.cumsum(token_lengths, dtype=np.int64).tolist()]
     try:
-        words = Dictionary.of_segments(raw[a:b] for a, b in itertools.pairwise(bounds))
+        words = Dictionary.of_segments(segments[a:b] for a, b in itertools.pairwise(bounds))
     except ValueError as error:
         raise corrupt(f"a bad dictionary ({error})") from None
     bases, bad, raw, longest = kernels.scan_codes(read.lens, read.spans, words.offsets)

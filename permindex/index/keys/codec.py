@@ -38,7 +38,11 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.jit_numba import njit, unowned
+from permindex.jit_numba import njit
+from permindex.jit_numba import unowned as _unowned_intrinsic
+
+#: :func:`permindex.jit_numba.unowned`, typed for the checker (the same intrinsic).
+unowned: Any = _unowned_intrinsic
 
 __all__ = [
     "DELIMITERS",

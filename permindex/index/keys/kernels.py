@@ -17,7 +17,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.index.keys.codec import _RUN_BYTES, _decode_key, _decoded_size, _hash_bytes
-from permindex.jit_numba import njit, unowned
+from permindex.jit_numba import njit
+from permindex.jit_numba import unowned as _unowned_intrinsic
+
+#: :func:`permindex.jit_numba.unowned`, typed for the checker (the same intrinsic).
+unowned: Any = _unowned_intrinsic
 
 __all__ = [
     "BLOCK_SHIFT",
@@ -489,7 +493,7 @@ def scan_codes(lens: _U8, spans: _U8, dict_offsets: _I64) -> tuple[_I64, int, bo
                 t = (int(byte & 0x3F) << 8) | int(spans[i + 1])
                 if t >= tokens:
                     return bases[:0], row, False, 0
-                decoded += dict_offsets[t + 1] - dict_offsets[t]
+                decoded += int(dict_offsets[t + 1] - dict_offsets[t])
                 i += 2
             elif byte < 0xE0:
                 length = int(byte) - 0xC0 + 3
@@ -509,8 +513,8 @@ def scan_codes(lens: _U8, spans: _U8, dict_offsets: _I64) -> tuple[_I64, int, bo
                 raw = True
                 decoded += count
                 i += 1 + count
-        longest = max(longest, decoded)
-        at = stop
+        longest = max(longest, int(decoded))
+        at = int(stop)
     if at != end:
         return bases[:0], n, False, 0
     return bases, -1, raw, longest
