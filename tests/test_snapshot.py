@@ -428,13 +428,13 @@ def test_invalid_utf8_is_refused_at_its_offset_in_the_section(
 
     monkeypatch.setattr(snapshot_module, "_UTF8_SLICE", 16)
     path = tmp_path / "s.pmx"
-    keys = ["é", *[f"key-{i}" for i in range(20)]]
+    keys = ["é", *[f"q{i:02d}w{i}" for i in range(20)]]  # nothing repeats: no dictionary
     _write(path, keys, list(range(len(keys))))
     section = b"".join(key.encode("utf-8") + b"\x00" for key in keys)
-    offset = section.index(b"key-17")
-    at = path.read_bytes().index(b"key-17")  # its code: the bytes themselves
+    offset = section.index(b"q17w17")
+    at = path.read_bytes().index(b"q17w17")  # its code: the bytes themselves
 
-    def edit(data: bytearray) -> None:  # "ke" becomes a raw run of the one byte 0xFF
+    def edit(data: bytearray) -> None:  # "q1" becomes a raw run of the one byte 0xFF
         data[at : at + 2] = b"\xe0\xff"
 
     _rewrite_body(path, edit)

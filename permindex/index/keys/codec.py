@@ -9,7 +9,9 @@ A key is coded on its own (no block to decode for one key), left to right:
   *dictionary* (:class:`Dictionary`, at most 16,384 segments of 3 bytes or more, trained once
   from the keys stored first: the hosts and path segments a crawl repeats); when found it is
   written as a 2-byte token ``0x80 | id >> 8, id & 0xFF``;
-* otherwise the segment's bytes are written as: a run of 3 to 19 ASCII digits as one code byte
+* otherwise each piece of the segment (up to and including a minor delimiter ``- . _``, or the
+  segment's end) is looked up the same way, and written as a token when found;
+* otherwise the piece's bytes are written as: a run of 3 to 19 ASCII digits as one code byte
   ``0xC0 + (length - 3)`` and the run's value in the fewest little-endian bytes any run of that
   length needs (8 digits: 4 bytes, 19 digits: 8 bytes; a longer run is cut into runs of 19, a
   tail of 1 or 2 digits stays literal) -- so a decimal integer key takes at most its uint64's 8
@@ -135,25 +137,41 @@ class Dictionary(NamedTuple):
 
 #: A segment: bytes up to and including a delimiter, or the bytes after the last one.
 _SEGMENT = re.compile(rb"[^/?&=#\x00]*[/?&=#]|[^/?&=#\x00]+")
+#: A piece of a segment: bytes up to and including a minor delimiter (``- . _``) or the
+#: segment's end.
+_PIECE = re.compile(rb"[^/?&=#\-._\x00]*[\-._]|[^/?&=#\-._\x00]*[/?&=#]|[^/?&=#\-._\x00]+")
 
 
 def train_dictionary(keys: Sequence[bytes], limit: int = MAX_TOKENS) -> Dictionary:
     """A dictionary for keys like ``keys`` (UTF-8 bytes without NUL, a sample of the store's;
     a key holding NUL is cut there, which only makes the sample worse): the segments (cut after
-    each delimiter) seen at least twice, of 3 bytes or more, the ``limit`` that save the most
-    bytes (occurrences x (length - 2)) first. One regular-expression pass over the joined
-    sample and a count (C loops), then a sort of the repeated segments; an empty dictionary
-    when nothing repeats.
+    each delimiter) and their pieces (cut after each minor delimiter) seen at least twice, of 3
+    bytes or more, the ``limit`` that save the most bytes (occurrences x (length - 2), less the
+    segment's own bytes and 18 for its length and slots) first, if they save any. Two
+    regular-expression passes over the joined sample and counts (C loops), then a sort of the
+    repeated segments; an empty dictionary when nothing repeats.
 
-    >>> words = train_dictionary([b"https://a.org/x/1", b"https://a.org/y/2"])
+    >>> words = train_dictionary([b"https://a.org/x/%d" % i for i in range(10)])
     >>> sorted(words.segments())
     [b'a.org/', b'https:/']
     """
-    counts = collections.Counter(_SEGMENT.findall(b"\x00".join(keys)))
+    joined = b"\x00".join(keys)
+    counts = collections.Counter(_SEGMENT.findall(joined))
+    pieces = collections.Counter(_PIECE.findall(joined))
+    for segment, count in counts.items():
+        if segment.translate(None, b"-._") == segment:  # its one piece is itself: once
+            pieces[segment] -= count
+    counts.update(pieces)
+    # A token saves len - 2 bytes an occurrence and costs its bytes, a length and a slot.
     ranked = sorted(
-        (((len(s) - 2) * c, s) for s, c in counts.items() if c >= 2 and len(s) >= _MIN_TOKEN_BYTES),
+        (
+            ((len(s) - 2) * c - (len(s) + 18), s)
+            for s, c in counts.items()
+            if c >= 2 and len(s) >= _MIN_TOKEN_BYTES
+        ),
         reverse=True,
     )
+    ranked = [(saving, s) for saving, s in ranked if saving > 0]
     return Dictionary.of_segments([s for _, s in ranked[: min(limit, MAX_TOKENS)]])
 
 
@@ -234,6 +252,11 @@ def _is_delimiter(byte: np.uint8) -> Any:
 
 
 @njit(inline=True)
+def _is_minor(byte: np.uint8) -> Any:
+    return byte == 45 or byte == 46 or byte == 95  # - . _
+
+
+@njit(inline=True)
 def _encode_plain(key: _U8, start: int, end: int, out: _U8, at: int) -> int:
     """Code ``key[start:end]`` without the dictionary into ``out`` from ``at``; the new end."""
     i = start
@@ -302,9 +325,24 @@ def _encode_key(
             out[at] = 0x80 | (t >> 8)
             out[at + 1] = t & 0xFF
             at += 2
-        else:
-            at = _encode_plain(key, i, stop, out, at)
-        i = stop
+            i = stop
+            continue
+        first = i
+        while i < stop:  # the segment's pieces, each ended by a minor delimiter
+            j = i
+            while j < stop - 1 and not _is_minor(key[j]):
+                j += 1
+            piece = j + 1
+            t = -1
+            if piece - i >= 3 and (i > first or piece < stop):  # not the segment again
+                t = _find_token(key, i, piece - i, dict_data, dict_offsets, dict_slots)
+            if t >= 0:
+                out[at] = 0x80 | (t >> 8)
+                out[at + 1] = t & 0xFF
+                at += 2
+            else:
+                at = _encode_plain(key, i, piece, out, at)
+            i = piece
     return at
 
 
