@@ -130,10 +130,7 @@ def main() -> None:
             for i in range(0, n, args.batch):
                 store.add_many(keys[i : i + args.batch], fps[i : i + args.batch])
             info = store.snapshot()
-        snapshot_bytes = info.size if hasattr(info, "size") else None
-        import os
-
-        snapshot_bytes = os.path.getsize(os.path.join(tmp, "snapshot.pmx"))
+        snapshot_bytes = info.bytes
         restarts = []
         for _ in range(3):
             t = time.perf_counter()
