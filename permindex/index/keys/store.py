@@ -207,7 +207,8 @@ class KeyStore(KeyTable):
     # -- coding -----------------------------------------------------------------------------
 
     def _code_batch(self, batch: EncodedKeys) -> Codes:
-        """``batch`` coded with the dictionary (kept for the next call with the same batch)."""
+        """``batch`` coded with the dictionary, kept until the next call with the same batch
+        (a write looks its keys up, then stores them) or until a write stores a batch."""
         last = self._coded
         if last is not None and last[0] is batch and last[1] is self._words:
             return last[2]
@@ -313,6 +314,7 @@ class KeyStore(KeyTable):
                 journal.append((RELINK, moved_from[~new], rows[~new]))
                 journal.append((LINK, rows[new], None))
         self._live += count
+        self._coded = None  # the batch is stored: not kept alive by the cache
         return first
 
     def compact(self, keep: _I64) -> None:
@@ -322,6 +324,7 @@ class KeyStore(KeyTable):
         if self._growth is not None:
             self._growth.abandoned = True
             self._growth = None
+        self._coded = None
         self._compact_rows(keep)
         self._relink_all(int(keep.size))
 
