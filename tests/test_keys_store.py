@@ -1,11 +1,13 @@
 """Keys are stored, replaced, removed and found: the key store (permindex.index.keys.store:
-every operation against a dict model, with hash collisions forced, growth of every array,
-removal with backward-shift deletion, compaction, and the index on top of it with the same
-collisions), its rows (permindex.index.keys.rows: keys read back by row, one, a few, many,
-repeated, under a liveness mask, the compact export, the first-added order, the capacity rules),
-its hash table (permindex.index.keys.hash_table: collisions forced by choosing the hashes,
-probes wrapping around the table's end, _check_table), and the KeyColumn of the offline dedup;
-each against a dict or list model, the hashes against the xxhash package (tests/oracles.py)."""
+every operation against a dict model, growth of every array, removal with backward-shift
+deletion, compaction, and the index on top of it), its rows (permindex.index.keys.rows: keys
+read back by row, one, a few, many, repeated, under a liveness mask, the compact export, the
+capacity rules), its hash table (permindex.index.keys.hash_table: probes wrapping around the
+table's end, _check_table), and the KeyColumn of the offline dedup; each against a dict or list
+model. The store is addressed by a compiled hash of each key's code, so the hashes a batch
+carries (XXH3, or chosen ones) no longer steer its probes: the tests that chose colliding hashes
+now run on a map up to 7/8 full, with long probe sequences of its own (tests/test_key_codes.py
+has the store against a dict model through the Index)."""
 
 from __future__ import annotations
 
