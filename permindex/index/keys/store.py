@@ -222,7 +222,10 @@ class KeyStore(KeyTable):
         it; the rows keep their numbers and links. A growth being prepared is abandoned."""
         self._trained = True
         stored = min(self._rows, SAMPLE_ROWS)
-        keys = [self.key_bytes(r) for r in range(stored)] if stored else []
+        keys: list[bytes] = []
+        if stored:  # one decode; a key holding NUL is cut there (a worse sample, no more)
+            section, _ = self._decode(np.arange(stored, dtype=np.int64))
+            keys = section[:-1].tobytes().split(b"\x00")
         keys += sample[: SAMPLE_ROWS - len(keys)]
         words = train_dictionary(keys)
         if words.size == 0:
