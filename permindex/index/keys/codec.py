@@ -6,9 +6,9 @@ A key is coded on its own (no block to decode for one key), left to right:
 
 * at each segment start -- the key's start, or just after a delimiter (``/ ? & = #``) -- the
   segment up to and including the next delimiter (or the key's end) is looked up in the store's
-  *dictionary* (:class:`Dictionary`, at most 16,384 segments of 3 bytes or more, trained once
-  from the keys stored first: the hosts and path segments a crawl repeats); when found it is
-  written as a 2-byte token ``0x80 | id >> 8, id & 0xFF``;
+  *dictionary* (:class:`Dictionary`, at most 16,384 segments of 3 bytes or more, 256 KiB in
+  all, trained once from the keys stored first: the hosts and path segments a crawl repeats);
+  when found it is written as a 2-byte token ``0x80 | id >> 8, id & 0xFF``;
 * otherwise each piece of the segment (up to and including a minor delimiter ``- . _``, or the
   segment's end) is looked up the same way, and written as a token when found;
 * otherwise the piece's bytes are written as: a run of 3 to 19 ASCII digits as one code byte
@@ -48,6 +48,7 @@ unowned: Any = _unowned_intrinsic
 
 __all__ = [
     "DELIMITERS",
+    "MAX_DICTIONARY_BYTES",
     "MAX_TOKENS",
     "Dictionary",
     "code_hash",
@@ -60,11 +61,14 @@ __all__ = [
 DELIMITERS: Final = b"/?&=#"
 #: Most segments a dictionary holds (2-byte tokens 0x80..0xBF, 0x00..0xFF).
 MAX_TOKENS: Final = 1 << 14
+#: Most bytes of a dictionary's segments.
+MAX_DICTIONARY_BYTES: Final = 1 << 18
 #: Shortest segment a dictionary holds (a token takes 2 bytes).
 _MIN_TOKEN_BYTES: Final = 3
 
 _U8 = NDArray[np.uint8]
 _I64 = NDArray[np.int64]
+_I32 = NDArray[np.int32]
 _U64 = NDArray[np.uint64]
 
 #: Bytes the value of a digit run of each length (0..19) takes: ceil(length * log2(10) / 8).
@@ -80,13 +84,13 @@ class Dictionary(NamedTuple):
     Attributes:
         data: (b,) uint8, every segment's bytes in token order.
         offsets: (t + 1,) int64; token i is ``data[offsets[i]:offsets[i + 1]]``.
-        slots: (2^s,) int64 open-addressing table of token ids by :func:`code_hash` of their
+        slots: (2^s,) int32 open-addressing table of token ids by :func:`code_hash` of their
             bytes (-1: empty), at most half full (size 1 and -1 when empty).
     """
 
     data: _U8
     offsets: _I64
-    slots: _I64
+    slots: _I32
 
     @property
     def size(self) -> int:
@@ -124,7 +128,7 @@ class Dictionary(NamedTuple):
         size = 1
         while size < 2 * len(parts):
             size *= 2
-        slots = np.full(size, -1, dtype=np.int64)
+        slots = np.full(size, -1, dtype=np.int32)
         _fill_token_slots(data, offsets, slots)
         return cls(data, offsets, slots)
 
@@ -172,7 +176,13 @@ def train_dictionary(keys: Sequence[bytes], limit: int = MAX_TOKENS) -> Dictiona
         reverse=True,
     )
     ranked = [(saving, s) for saving, s in ranked if saving > 0]
-    return Dictionary.of_segments([s for _, s in ranked[: min(limit, MAX_TOKENS)]])
+    chosen: list[bytes] = []
+    room = MAX_DICTIONARY_BYTES
+    for _, segment in ranked[: min(limit, MAX_TOKENS)]:
+        if len(segment) <= room:
+            chosen.append(segment)
+            room -= len(segment)
+    return Dictionary.of_segments(chosen)
 
 
 # ------------------------------------------------------------------------------------ kernels
@@ -215,7 +225,7 @@ def code_hash(data: _U8, start: int, size: int) -> np.uint64:
 
 
 @njit()
-def _fill_token_slots(data: _U8, offsets: _I64, slots: _I64) -> None:
+def _fill_token_slots(data: _U8, offsets: _I64, slots: _I32) -> None:
     mask = slots.size - 1
     for t in range(offsets.size - 1):
         i = np.int64(_hash_bytes(data, offsets[t], offsets[t + 1] - offsets[t]) & np.uint64(mask))
@@ -226,7 +236,7 @@ def _fill_token_slots(data: _U8, offsets: _I64, slots: _I64) -> None:
 
 @njit(inline=True)
 def _find_token(
-    key: _U8, start: int, size: int, dict_data: _U8, dict_offsets: _I64, dict_slots: _I64
+    key: _U8, start: int, size: int, dict_data: _U8, dict_offsets: _I64, dict_slots: _I32
 ) -> Any:
     mask = dict_slots.size - 1
     i = np.int64(_hash_bytes(key, start, size) & np.uint64(mask))
@@ -307,7 +317,7 @@ def _encode_key(
     at: int,
     dict_data: _U8,
     dict_offsets: _I64,
-    dict_slots: _I64,
+    dict_slots: _I32,
 ) -> int:
     """Code the key ``key[start:end]`` into ``out`` from ``at``; the new end."""
     if dict_offsets.size <= 1:
@@ -351,7 +361,7 @@ def encode_section(
     ends: _I64,
     dict_data: _U8,
     dict_offsets: _I64,
-    dict_slots: _I64,
+    dict_slots: _I32,
 ) -> tuple[_U8, _I64, _U64]:
     """Code the n keys of a key section (``section`` (B,) uint8, each key's UTF-8 bytes then a
     NUL; ``ends`` (n,) int64 one past each NUL) with the dictionary's arrays: (codes
@@ -372,7 +382,7 @@ def _encode_into(
     ends: _I64,
     dict_data: _U8,
     dict_offsets: _I64,
-    dict_slots: _I64,
+    dict_slots: _I32,
     out: _U8,
     sizes: _I64,
     hashes: _U64,

@@ -220,12 +220,17 @@ class KeyRows:
         codes, sizes = self._row_codes(keep)
         self._replace_rows(codes, sizes)
 
-    def _replace_rows(self, codes: _U8, sizes: _I64) -> None:
-        """Make the rows exactly the codes ``codes`` of (m,) ``sizes``, with a quarter of room."""
+    def _replace_rows(self, codes: _U8, sizes: _I64, *, keep_capacity: bool = False) -> None:
+        """Make the rows exactly the codes ``codes`` of (m,) ``sizes``, with a quarter of room
+        (``keep_capacity``: in arrays of the capacities the store has, when they fit)."""
         m = int(sizes.size)
         total = int(codes.size) + 2 * int(np.count_nonzero(sizes >= 255))
-        self._codes = np.zeros(max(1024, total + total // 4), dtype=np.uint8)
+        code_capacity = max(1024, total + total // 4)
         capacity = max(64, m + m // 4)
+        if keep_capacity:
+            code_capacity = max(total, self._codes.size)
+            capacity = max(m, self._lens.size)
+        self._codes = np.zeros(code_capacity, dtype=np.uint8)
         self._lens = np.zeros(capacity, dtype=np.uint8)
         self._bases = np.zeros(capacity // _BLOCK + 1, dtype=np.int64)
         self._rows = 0

@@ -23,7 +23,12 @@ import numpy as np
 from numpy.typing import NDArray
 from xxhash import xxh3_64_intdigest
 
-from permindex.index.keys.codec import Dictionary, train_dictionary
+from permindex.index.keys.codec import (
+    MAX_DICTIONARY_BYTES,
+    MAX_TOKENS,
+    Dictionary,
+    train_dictionary,
+)
 from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_growth
 from permindex.index.keys.hash_table import Codes, EncodedKeys, KeyTable, fits_load, slots_for
 from permindex.index.keys.rows import (
@@ -180,7 +185,9 @@ class KeyStore(KeyTable):
         the store grows ahead of need; ``small``: the write is small beside it, so a growth
         ahead follows it), the codes counted at their most
         (:func:`~permindex.index.keys.rows.code_room`), the hash table grown to a load of 3/4
-        when it would pass 7/8 (and to 3/5 when a growth ahead would find it past 4/5). An array
+        when it would pass 7/8 (and to 7/10 when a growth ahead would find it past 4/5), and the
+        dictionary at its most when the write trains it (the codes made again with it fit in
+        the arrays as they are). An array
         that fits counts nothing (:meth:`nbytes` counts capacity); the copies alive while an
         array grows are not counted. O(1)."""
         size = int(self._lens.size)
@@ -202,7 +209,10 @@ class KeyStore(KeyTable):
             if small and 5 * live > 4 * way:  # grown ahead after it
                 way = slots_for(live, AHEAD_LOAD)
             grown_slots = max(grown_slots, way)
-        return extra + (grown_slots - slots) * 5
+        extra += (grown_slots - slots) * 5
+        if not self._trained and self._rows + rows >= TRAIN_ROWS:  # the dictionary, at most
+            extra += MAX_DICTIONARY_BYTES + 8 * (MAX_TOKENS + 1) + 4 * 2 * MAX_TOKENS
+        return extra
 
     # -- coding -----------------------------------------------------------------------------
 
@@ -238,8 +248,8 @@ class KeyStore(KeyTable):
         self._words = words
         self._coded = None
         coded = self._code(EncodedKeys(section, np.cumsum(lengths + 1), np.zeros(0, np.uint64)))
-        self._replace_rows(coded.codes, coded.sizes)
-        self._slots, self._tags = self._new_table(slots_for(self._live), linked)
+        self._replace_rows(coded.codes, coded.sizes, keep_capacity=True)  # no code grows
+        self._slots, self._tags = self._new_table(self._slots.size, linked)
 
     def _sample(self, batch: EncodedKeys) -> list[bytes]:
         """The first keys of ``batch`` (a training sample; a key holding NUL is cut there)."""
@@ -390,7 +400,7 @@ class KeyStore(KeyTable):
     def begin_growth(self, rows: int = 0, data_bytes: int = 0) -> Growth:
         """Begin growing (the caller holds the index's lock; O(1)) so that ``rows`` more rows
         (new keys) with ``data_bytes`` more key bytes likely fit, and ahead of that: arrays past
-        7/8 of their capacity grow by half, the hash table past a load of 4/5 grows to 3/5.
+        7/8 of their capacity grow by half, the hash table past a load of 4/5 grows to 7/10.
         Record every change to the hash table from now until :meth:`finish_growth`. Replaces a
         growth begun earlier and not finished (which is then abandoned)."""
         if self._growth is not None:
