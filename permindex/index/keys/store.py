@@ -63,7 +63,7 @@ _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
 
 #: The map's load after a growth ahead of need (it starts above 4/5).
-AHEAD_LOAD: Final = 0.6
+AHEAD_LOAD: Final = 0.7
 
 
 def hash_key(data: bytes) -> int:
