@@ -28,7 +28,7 @@ def apply_op(
         old = model.get(key, -1)
         if old >= 0:
             store.unlink(old)
-        model[key] = store.append(key.encode(), hashes[key], moved_from=old)
+        model[key] = store.append(key.encode(), moved_from=old)
     elif op == "remove":
         for key in dict.fromkeys(keys):
             if key in model:

@@ -419,7 +419,7 @@ def test_a_data_directory_of_the_older_formats_loads(
     store = _store(root, clock, expire_after)
     expected = {"a", "c"} if expire_after else {"a", "c", "d"}
     assert set(store.index) == expected and store.sequence == 5
-    assert store.snapshot().version == 3
+    assert store.snapshot().version == 4
     store.close()
 
 
@@ -450,7 +450,7 @@ def test_the_committed_pre_expiry_data_directory_loads(
     if isinstance(store.index, ExpiringIndex):
         assert store.index.times(list(PRE_EXPIRY_CONTENTS)) == [T0] * 7
     # With expiry the open recorded those times in a snapshot (which retired segment 1).
-    assert read_snapshot(root / SNAPSHOT_NAME).info.version == (3 if expire_after else 2)
+    assert read_snapshot(root / SNAPSHOT_NAME).info.version == (4 if expire_after else 2)
     store.add_many(["later"], [1])
     store.close()
     segments = [s.first_sequence for s in list_segments(root)]

@@ -19,21 +19,16 @@ from key_model import apply_op, with_hashes
 from numpy.typing import NDArray
 from strategies import SETTINGS
 
-import permindex.index.keys.store as keystore_module
 from permindex import Index
 from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_growth
-from permindex.index.keys.store import KeyStore, encode_keys, hash_key
+from permindex.index.keys.store import KeyStore, encode_keys
 from permindex.index.tuning import Tuning
 
 
-@pytest.fixture(params=[False, True], ids=["xxh3", "colliding"])
-def hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.param:  # every key hashes to one of 32 values: long probe sequences
-
-        def weak(data: bytes) -> int:
-            return (len(data) % 2) * (1 << 63) + data[-1] % 16
-
-        monkeypatch.setattr(keystore_module, "xxh3_64_intdigest", weak)
+@pytest.fixture(params=[False], ids=["codes"])
+def hashing(request: pytest.FixtureRequest) -> None:
+    """The store's map is addressed by a compiled hash of each key's code: no collision can be
+    forced from Python (a map up to 7/8 full has long probe sequences of its own)."""
 
 
 def _linked(store: KeyStore, live: set[int]) -> np.ndarray:
@@ -45,7 +40,7 @@ def _check_store(store: KeyStore, model: dict[str, int]) -> None:
     assert len(store) == len(model)
     for key, row in model.items():
         data = key.encode()
-        assert store.find(data, hash_key(data)) == row, key
+        assert store.find(data) == row, key
     batch = encode_keys(list(model))
     assert store.find_many(batch).tolist() == list(model.values())
 
@@ -60,7 +55,7 @@ def test_growth_replays_every_change_made_while_it_was_prepared() -> None:
     for i in range(300):
         key = f"k{i}"
         data = key.encode()
-        model[key] = store.append(data, hash_key(data))
+        model[key] = store.append(data)
     growth = store.begin_growth(rows=500, data_bytes=5000)
     linked = _linked(store, set(model.values()))
     assert growth.slot_count > store._slots.size
@@ -68,7 +63,7 @@ def test_growth_replays_every_change_made_while_it_was_prepared() -> None:
     for i in range(300, 420):  # single appends
         key = f"k{i}"
         data = key.encode()
-        model[key] = store.append(data, hash_key(data))
+        model[key] = store.append(data)
     for key in rng.sample(sorted(model), 60):  # removals
         store.unlink(model.pop(key))
     moved = rng.sample(sorted(model), 40)  # replacements, batched, with new keys mixed in
@@ -81,13 +76,13 @@ def test_growth_replays_every_change_made_while_it_was_prepared() -> None:
     KeyStore.prepare_growth(growth, linked)
     assert store.finish_growth(growth)
     assert store._slots.size == growth.slot_count
-    assert store._hashes.size >= 300 + 500
+    assert store._lens.size >= 300 + 500
     _check_store(store, model)
     # And it goes on working after the swap.
     for i in range(2000):
         key = f"after{i}"
         data = key.encode()
-        model[key] = store.append(data, hash_key(data))
+        model[key] = store.append(data)
     _check_store(store, model)
 
 
@@ -95,7 +90,7 @@ def test_compaction_abandons_a_growth() -> None:
     store = KeyStore()
     for i in range(100):
         data = f"k{i}".encode()
-        store.append(data, hash_key(data))
+        store.append(data)
     growth = store.begin_growth(rows=1000)
     store.unlink(3)
     store.compact(np.array([r for r in range(100) if r != 3], dtype=np.int64))
@@ -109,7 +104,7 @@ def test_a_newer_growth_abandons_an_older_one() -> None:
     store = KeyStore()
     for i in range(100):
         data = f"k{i}".encode()
-        store.append(data, hash_key(data))
+        store.append(data)
     older = store.begin_growth(rows=1000)
     newer = store.begin_growth(rows=1000)
     KeyStore.prepare_growth(older, np.arange(100, dtype=np.int64))
@@ -127,25 +122,17 @@ def _brute(model: dict[str, int], query: int, k: int) -> list[tuple[int, str]]:
     )
 
 
-@pytest.mark.parametrize("colliding", [False, True], ids=["xxh3", "colliding"])
 def test_index_grows_in_the_background_under_concurrent_writes(
-    monkeypatch: pytest.MonkeyPatch, colliding: bool, index_parts: IndexParts
+    monkeypatch: pytest.MonkeyPatch, index_parts: IndexParts
 ) -> None:
     """With background growth from 64 rows on, four writer threads (adds, replacements,
     removals, check-and-add) and a reader run together through many growths; at the end the
     contents equal the model and every query equals brute force."""
     steps = 400
-    if colliding:  # probe sequences as long as the table: fewer keys
-
-        def weak(data: bytes) -> int:
-            return (len(data) % 2) * (1 << 63) + data[-1] % 16
-
-        monkeypatch.setattr(keystore_module, "xxh3_64_intdigest", weak)
-        steps = 40
     finished: list[int] = []  # journal lengths of the growths swapped in
     real_finish = KeyStore.finish_growth
 
-    def counting_finish(store: KeyStore, growth: keystore_module.Growth) -> bool:
+    def counting_finish(store: KeyStore, growth: Growth) -> bool:
         journal = len(growth.journal)
         swapped = real_finish(store, growth)
         if swapped:
@@ -233,7 +220,7 @@ def test_growth_does_not_hold_the_lock_while_it_copies(
     proceed = threading.Event()
     real_prepare = KeyStore.prepare_growth
 
-    def slow_prepare(growth: keystore_module.Growth, linked: np.ndarray) -> None:
+    def slow_prepare(growth: Growth, linked: np.ndarray) -> None:
         preparing.set()
         assert proceed.wait(timeout=30)
         real_prepare(growth, linked)
@@ -271,7 +258,7 @@ def test_the_first_small_write_after_a_bulk_load_does_not_wait_for_a_growth(
     proceed = threading.Event()
     real_prepare = KeyStore.prepare_growth
 
-    def held_prepare(growth: keystore_module.Growth, linked: np.ndarray) -> None:
+    def held_prepare(growth: Growth, linked: np.ndarray) -> None:
         assert proceed.wait(timeout=30)
         real_prepare(growth, linked)
 
@@ -312,23 +299,22 @@ def _rows(values: list[int]) -> _I64:
 
 
 def _sources(rows: int, capacity: int, used: int, data_size: int) -> Growth:
-    """A Growth over hand-built source arrays: rows 0..rows-1 in use (hash 3r + 1, born r,
-    keys of 2 bytes), the rest of each array filled with garbage (rows appended later)."""
-    hashes = np.full(capacity, 99, dtype=np.uint64)
-    hashes[:rows] = np.arange(rows, dtype=np.uint64) * np.uint64(3) + np.uint64(1)
-    born = np.full(capacity, 77, dtype=np.uint32)
-    born[:rows] = np.arange(rows, dtype=np.uint32)
-    offsets = np.full(capacity + 1, 5, dtype=np.int64)
-    offsets[: rows + 1] = np.arange(rows + 1) * 3
+    """A Growth over hand-built source arrays: rows 0..rows-1 in use (codes of 3 ASCII bytes,
+    ``used`` = 3 rows), the rest of each array filled with garbage (rows appended later)."""
+    assert used == 3 * rows
+    lens = np.full(capacity, 9, dtype=np.uint8)
+    lens[:rows] = 3
+    bases = np.full(capacity // 16 + 1, 5, dtype=np.int64)
+    bases[: (rows + 15) // 16] = np.arange((rows + 15) // 16) * 48
     data = np.full(data_size, 0xEE, dtype=np.uint8)
-    data[:used] = np.arange(used) % 200 + 1
+    data[:used] = np.arange(used) % 90 + 33
     return Growth(
         rows=rows,
         used=used,
         row_capacity=capacity,
         data_capacity=data_size,
         slot_count=0,
-        sources=(hashes, born, offsets, data),
+        sources=(lens, bases, data),
     )
 
 
@@ -346,16 +332,15 @@ def test_prepare_copies_the_rows_it_began_with() -> None:
     before = [a.copy() for a in growth.sources]
     prepare_growth(growth, _rows([]))
     assert growth.row_arrays is not None and growth.data is not None and growth.slots is None
-    hashes, born, offsets = growth.row_arrays
-    assert (hashes.size, born.size, offsets.size, growth.data.size) == (100, 100, 101, 2000)
-    assert [a.dtype.str for a in (hashes, born, offsets)] == ["<u8", "<u4", "<i8"]
-    src_hashes, src_born, src_offsets, src_data = growth.sources
-    assert np.array_equal(hashes[:10], src_hashes[:10])
-    assert np.array_equal(born[:10], src_born[:10])
-    assert np.array_equal(offsets[:11], src_offsets[:11])
+    lens, bases = growth.row_arrays
+    assert (lens.size, bases.size, growth.data.size) == (100, 100 // 16 + 1, 2000)
+    assert [a.dtype.str for a in (lens, bases)] == ["|u1", "<i8"]
+    src_lens, src_bases, src_data = growth.sources
+    assert np.array_equal(lens[:10], src_lens[:10])
+    assert np.array_equal(bases[:1], src_bases[:1])
     assert np.array_equal(growth.data[:30], src_data[:30])
     # Nothing beyond the rows and bytes it began with is taken (they are written meanwhile).
-    assert not hashes[10:].any() and not born[10:].any() and not offsets[11:].any()
+    assert not lens[10:].any() and not bases[1:].any()
     assert not growth.data[30:].any()
     assert all(np.array_equal(a, growth.sources[i]) for i, a in enumerate(before))
 
@@ -376,19 +361,24 @@ def test_prepare_grows_only_what_is_asked() -> None:
 
 
 def test_prepare_links_the_given_rows_into_the_new_table() -> None:
+    from permindex.index.keys import kernels
+
     growth = _sources(rows=20, capacity=32, used=60, data_size=64)
     growth.slot_count = 64
     linked = _rows([0, 2, 3, 7, 11, 19])  # the live rows; the others are dead
     prepare_growth(growth, linked)
-    slots = growth.slots
+    slots, tags = growth.slots, growth.tags
     assert slots is not None and slots.size == 64 and slots.dtype == np.uint32
+    assert tags is not None and tags.size == 64
     assert sorted(slots[slots != 0].tolist()) == (linked + 1).tolist()
-    hashes = growth.sources[0]
-    for row in linked.tolist():  # each within its probe sequence from its home slot
-        i = int(hashes[row]) & 63
+    lens, bases, codes = growth.sources
+    hashes = kernels.row_hashes(codes, lens, bases, linked)
+    for row, h in zip(linked.tolist(), hashes.tolist(), strict=True):
+        i = ((h >> 32) * 64) >> 32  # each within its probe sequence from its home slot
         while slots[i] != row + 1:
             assert slots[i] != 0
-            i = (i + 1) & 63
+            i = (i + 1) % 64
+        assert tags[i] == h & 0xFF
 
 
 def _store(keys: list[str]) -> KeyStore:
@@ -406,13 +396,13 @@ def _entries(growth: Growth) -> list[tuple[int, list[int], list[int] | None]]:
 
 def test_the_store_journals_every_table_change_while_a_growth_is_pending() -> None:
     store = _store([f"k{i}" for i in range(10)])
-    store.append(b"before", hash_key(b"before"))  # row 10, not journalled
+    store.append(b"before")  # row 10, not journalled
     growth = store.begin_growth(rows=100)
     linked = store.linked_rows()  # the rows linked when it began
     assert (growth.rows, growth.journal) == (11, [])
-    store.append(b"one", hash_key(b"one"))  # row 11
+    store.append(b"one")  # row 11
     store.unlink(3)
-    store.append(b"k3", hash_key(b"k3"), moved_from=3)  # row 12
+    store.append(b"k3", moved_from=3)  # row 12
     store.append_many(encode_keys(["x", "y"]))  # rows 13, 14
     store.append_many(encode_keys(["k5", "z", "k6"]), _rows([5, -1, 6]))  # rows 15-17
     assert _entries(growth) == [
@@ -425,7 +415,7 @@ def test_the_store_journals_every_table_change_while_a_growth_is_pending() -> No
     ]
     KeyStore.prepare_growth(growth, linked)
     assert store.finish_growth(growth)
-    store.append(b"after", hash_key(b"after"))
+    store.append(b"after")
     assert len(growth.journal) == 6  # no more journalling once it is swapped in
     assert store._check() == []
 
@@ -449,14 +439,14 @@ def test_a_growth_is_swapped_in_once_and_only_when_prepared() -> None:
 def test_an_abandoned_growth_stops_journalling() -> None:
     store = _store(["a", "b", "c"])
     older = store.begin_growth(rows=100)
-    store.append(b"d", hash_key(b"d"))
+    store.append(b"d")
     newer = store.begin_growth(rows=100)
     assert older.abandoned and not newer.abandoned
-    store.append(b"e", hash_key(b"e"))
+    store.append(b"e")
     assert _entries(older) == [(LINK, [3], None)] and _entries(newer) == [(LINK, [4], None)]
     store.compact(store.linked_rows())
     assert newer.abandoned
-    store.append(b"f", hash_key(b"f"))
+    store.append(b"f")
     assert len(newer.journal) == 1
     KeyStore.prepare_growth(newer, np.arange(3, dtype=np.int64))
     assert not store.finish_growth(newer) and store._check() == [] and len(store) == 6
@@ -465,15 +455,15 @@ def test_an_abandoned_growth_stops_journalling() -> None:
 def test_arrays_outgrown_inline_meanwhile_are_kept() -> None:
     """The store outgrew the growth's capacities inline before it finished: the swap keeps the
     bigger inline arrays and every key."""
-    keys = [f"k{i}" for i in range(60)]  # past 7/8 of 64 rows, past 2/5 of 128 slots
+    keys = [f"k{i}" for i in range(60)]
     store = _store(keys)
-    growth = store.begin_growth()  # ahead of need only
-    assert growth.row_capacity == 96 and growth.slot_count == 256
+    growth = store.begin_growth(rows=200)  # room for 200 more
+    assert growth.row_capacity == 260 and growth.slot_count > store._slots.size
     linked = store.linked_rows()
     more = [f"late-{i}-" + "é" * (i % 4) for i in range(3000)]
     store.append_many(encode_keys(more[:1000]))
     for key in more[1000:1100]:
-        store.append(key.encode(), hash_key(key.encode()))
+        store.append(key.encode())
     store.append_many(encode_keys(more[1100:]))
     size = store.nbytes()
     KeyStore.prepare_growth(growth, linked)

@@ -126,7 +126,7 @@ def test_add_get_remove_discard() -> None:
     assert index.get("zzz") is None
     assert "a" in index and "zzz" not in index and 5 not in index
     assert len(index) == 2
-    assert list(index) == ["a", "b"]
+    assert list(index) == ["b", "a"]  # the order of the last addition: "a" was replaced
     index.remove("a")
     assert "a" not in index and index.get("a") is None
     with pytest.raises(NotFoundError) as raised:
@@ -220,10 +220,10 @@ def test_iteration_order_and_copy() -> None:
     index = Index(compaction_min=0)
     for name in ["c", "a", "b"]:
         index.add(name, hash(name) & TOP)
-    index.add("a", 12345)  # replacing keeps the key's place
+    index.add("a", 12345)  # replacing moves the key to the end (the order of last addition)
     iterator = iter(index)
     index.remove("b")  # iteration is over a copy
-    assert list(iterator) == ["c", "a", "b"]
+    assert list(iterator) == ["c", "b", "a"]
     assert list(index) == ["c", "a"]
 
 

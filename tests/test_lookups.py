@@ -25,6 +25,7 @@ import permindex.index.search.batch_queries as query_module
 import permindex.index.search.matches as match_module
 from permindex import Index, InvalidArgumentError, Match
 from permindex.index.keys import kernels as key_kernels
+from permindex.index.keys.store import EncodedKeys, KeyStore, encode_keys
 from permindex.index.search import match_kernels
 from permindex.index.search.batch_queries import QueryColumns
 from permindex.index.search.lookup_kernels import BUCKET_LINES
@@ -696,15 +697,20 @@ def test_distinct_rows_in_first_appearance_order(rows: np.ndarray) -> None:
     keys=st.lists(st.binary(min_size=1, max_size=20), min_size=1, max_size=40),
     data=st.data(),
 )
-def test_gather_key_bytes_concatenates_the_rows(keys: list[bytes], data: st.DataObject) -> None:
+def test_decode_rows_concatenates_the_rows(keys: list[bytes], data: st.DataObject) -> None:
+    """The key store's decode kernel: each row's key bytes then a NUL, in the order asked."""
     stored = [key + b"\x00" for key in keys]
-    offsets = np.zeros(len(stored) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in stored], out=offsets[1:])
+    store = KeyStore()
+    ends = np.cumsum([len(s) for s in stored]).astype(np.int64)
     blob = np.frombuffer(b"".join(stored), dtype=np.uint8).copy()
+    store.append_many(EncodedKeys(blob, ends, np.zeros(len(keys), dtype=np.uint64)))
     rows = data.draw(
         hnp.arrays(np.int64, st.integers(0, 100), elements=st.integers(0, len(keys) - 1))
     )
-    got, lengths = key_kernels.gather_key_bytes(offsets, blob, rows)
+    words = store.dictionary
+    got, lengths = key_kernels.decode_rows(
+        store._codes, store._lens, store._bases, rows, words.data, words.offsets
+    )
     assert got.tobytes() == b"".join(stored[r] for r in rows.tolist())
     assert lengths.tolist() == [len(keys[r]) for r in rows.tolist()]
 
@@ -766,10 +772,8 @@ def test_order_ties_by_key_is_the_code_point_order(keys: list[str], data: st.Dat
     """Runs of ties sorted by their keys' UTF-8 bytes give Python's str order (code points):
     prefixes first, 2-, 3- and 4-byte characters, NUL inside keys; positions outside the runs
     untouched; fingerprints moved with their rows."""
-    stored = [key.encode("utf-8") + b"\x00" for key in keys]
-    offsets = np.zeros(len(stored) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in stored], out=offsets[1:])
-    blob = np.frombuffer(b"".join(stored), dtype=np.uint8).copy()
+    store = KeyStore()
+    store.append_many(encode_keys(keys))
     rows = np.array(data.draw(st.permutations(range(len(keys)))), dtype=np.int64)
     m = rows.size
     tied = data.draw(st.lists(st.booleans(), min_size=max(m - 1, 0), max_size=max(m - 1, 0)))
@@ -781,7 +785,10 @@ def test_order_ties_by_key_is_the_code_point_order(keys: list[str], data: st.Dat
         if i == m - 1 or not tied[i]:
             expected[start : i + 1] = sorted(expected[start : i + 1], key=keys.__getitem__)
             start = i + 1
-    key_kernels.order_ties_by_key(ties, rows, fps, offsets, blob)
+    words = store.dictionary
+    key_kernels.order_ties_by_key(
+        ties, rows, fps, store._codes, store._lens, store._bases, words.data, words.offsets
+    )
     assert rows.tolist() == expected
     assert fps.tolist() == [(r * 1000003) ^ 0xFEED for r in expected]
 

@@ -722,7 +722,7 @@ def test_corrupt_snapshot_is_refused_at_start(
 @pytest.mark.parametrize(
     ("keys", "match"),
     [
-        (["a", "b", "a"], "3 entries but only 2 distinct keys"),
+        (["a", "b", "a"], "3 entries but only 2 distinct keys|the key of row 2 is stored twice"),
         (["ok", "x" * 1025], "invalid entry"),
     ],
 )

@@ -90,7 +90,9 @@ def test_roundtrip_one_million_keys(tmp_path: Path) -> None:
     read = time.perf_counter() - started
     assert snap.keys == keys
     assert np.array_equal(snap.fingerprints, fps)
-    assert info.bytes == 80 + 16 * n + sum(len(k.encode()) for k in keys) + n
+    assert info.bytes == path.stat().st_size
+    # version 3 took 16 bytes a key and its UTF-8 bytes and NUL; the codes take far less
+    assert info.bytes < (80 + 16 * n + sum(len(k.encode()) for k in keys) + n) // 2
     assert written < 20 and read < 20, (written, read)
 
 
@@ -111,20 +113,21 @@ def test_byte_layout_matches_the_docstring(tmp_path: Path) -> None:
     created = struct.unpack_from("<d", data, 48)[0]
     assert abs(created - time.time()) < 60
     head = MAGIC + struct.pack(
-        "<IIQQIHHQdQI", 3, 72, 2, 2 + 2 + 2, 3, 4, 1, 9, created, 2**40 + 5, 0
-    )
+        "<IIQQIHHQdQI", 4, 72, 2, 2 + 3, 3, 4, 1, 9, created, 2**40 + 5, 1
+    )  # flags 1: the times are in the file
     body = (
         struct.pack("<QQ", 1, 2**64 - 2)
         + struct.pack("<II", 1_700_000_000, 0)
-        + struct.pack("<II", 2, 2)
-        + b"ab\x00"
+        + bytes([2, 3])  # code lengths
+        + struct.pack("<II", 0, 0)  # an empty dictionary (no segment repeats)
+        + b"ab"  # ASCII as itself
+        + b"\xe1"  # a run of 2 bytes >= 0x80
         + "é".encode()
-        + b"\x00"
     )
     expected = head + struct.pack("<I", zlib.crc32(head)) + body
     expected += struct.pack("<I", zlib.crc32(body)) + b"PMXE"
     assert data == expected
-    assert len(data) == 80 + 16 * 2 + 6
+    assert len(data) == 80 + 12 * 2 + 2 + 8 + 5
     assert read_snapshot(path).info.log_sequence == 2**40 + 5
 
 
@@ -271,7 +274,7 @@ def _refused(path: Path, match: str) -> CorruptFileError:
         (58, "header checksum mismatch"),  # log sequence
         (72, "checksum mismatch"),  # first fingerprint
         (72 + 8 * 3, "checksum mismatch"),  # first key length
-        (72 + 16 * 3 + 1, "checksum mismatch"),  # a key byte
+        (72 + 8 * 3 + 3 + 8 + 1, "checksum mismatch"),  # a key byte
         (-6, "checksum mismatch"),  # the stored body CRC
         (-1, "end marker"),
     ],
@@ -305,7 +308,7 @@ def test_foreign_file_is_refused(tmp_path: Path, content: bytes) -> None:
     _refused(path, "not a permindex snapshot")
 
 
-@pytest.mark.parametrize("version", [0, 4, 255])
+@pytest.mark.parametrize("version", [0, 5, 255])
 def test_unknown_version_is_refused(good: Path, version: int) -> None:
     data = bytearray(good.read_bytes())
     struct.pack_into("<I", data, 8, version)
@@ -321,11 +324,11 @@ def test_consistent_but_malformed_body_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.pmx"
     _write(path, ["ab", "cd"], [1, 2])
     data = bytearray(path.read_bytes())
-    struct.pack_into("<II", data, 72 + 24, 1, 3)  # lengths 1 and 3 instead of 2 and 2
+    data[72 + 16 : 72 + 18] = bytes([1, 2])  # code lengths 1 and 2 instead of 2 and 2
     end = len(data) - 8
     struct.pack_into("<I", data, end, zlib.crc32(bytes(data[72:end])))
     path.write_bytes(bytes(data))
-    _refused(path, "key lengths|NUL-terminated")
+    _refused(path, "not well formed")
 
 
 @given(position=st.integers(min_value=0, max_value=10_000), xor=st.integers(1, 255))
@@ -425,12 +428,16 @@ def test_invalid_utf8_is_refused_at_its_offset_in_the_section(
 
     monkeypatch.setattr(snapshot_module, "_UTF8_SLICE", 16)
     path = tmp_path / "s.pmx"
-    keys = ["é", *[f"key-{i}" for i in range(20)]]
+    keys = ["é", *[f"q{i:02d}w{i}" for i in range(20)]]  # nothing repeats: no dictionary
     _write(path, keys, list(range(len(keys))))
     section = b"".join(key.encode("utf-8") + b"\x00" for key in keys)
-    offset = section.index(b"key-17")
-    start = 72 + 16 * len(keys)
-    _rewrite_body(path, lambda data: data.__setitem__(start + offset, 0xFF))
+    offset = section.index(b"q17w17")
+    at = path.read_bytes().index(b"q17w17")  # its code: the bytes themselves
+
+    def edit(data: bytearray) -> None:  # "q1" becomes a raw run of the one byte 0xFF
+        data[at : at + 2] = b"\xe0\xff"
+
+    _rewrite_body(path, edit)
     _refused(path, f"not valid UTF-8 \\(invalid start byte at byte {offset}\\)")
 
 
@@ -438,12 +445,11 @@ def test_empty_key_with_a_valid_checksum_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.pmx"
     _write(path, ["a", "b"], [1, 2])
 
-    def edit(data: bytearray) -> None:  # key "a" becomes "" and its byte a second NUL
-        struct.pack_into("<I", data, 72 + 24, 0)
-        data[72 + 24] = 0
+    def edit(data: bytearray) -> None:  # key "a" gets a code of 0 bytes, "b" one of 2
+        data[72 + 16 : 72 + 18] = bytes([0, 2])
 
     _rewrite_body(path, edit)
-    _refused(path, "an empty key")
+    _refused(path, "not well formed")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="I/O priority classes: Linux")

@@ -20,7 +20,7 @@ from index_checks import TOP, assert_queries_match_brute_force, clustered, expor
 import permindex.index.tables.table as table_module
 from permindex import Index, InvalidArgumentError
 from permindex.errors import LimitExceededError
-from permindex.index.keys.store import encode_keys, hash_key
+from permindex.index.keys.store import encode_keys
 from permindex.index.rows import RowStore, export_slices
 from permindex.index.search.lookup import Lookups
 from permindex.index.table_set import TableSet
@@ -63,10 +63,10 @@ def test_add_replace_unchanged_and_discard() -> None:
     rows, runs = _parts()
     data = b"doc"
     with rows.lock:
-        assert add_locked(rows, runs, data, hash_key(data), 0b1011)
-        assert not add_locked(rows, runs, data, hash_key(data), 0b1011)  # unchanged
+        assert add_locked(rows, runs, data, 0b1011)
+        assert not add_locked(rows, runs, data, 0b1011)  # unchanged
         assert rows.n == 1
-        assert not add_locked(rows, runs, data, hash_key(data), 0b1111)  # replaced
+        assert not add_locked(rows, runs, data, 0b1111)  # replaced
         assert rows.n == 2 and rows.live is not None and not rows.live[0]
         _check(rows, runs)
         assert _found(rows, runs, 0b1011) == {"doc": 1}
@@ -207,9 +207,9 @@ def test_append_kill_and_liveness() -> None:
     assert rows.live_mask(2, 5).tolist() == [True, False, True]
     data = b"k3"
     rows.reserve(1)
-    row = rows.append(data, hash_key(data), 99, moved_from=3)
+    row = rows.append(data, 99, moved_from=3)
     assert row == 10 and rows.fps_view[row] == 99 and rows.live_view[row]
-    assert rows.keys.find(data, hash_key(data)) == 10
+    assert rows.keys.find(data) == 10
     assert rows.nbytes() == rows.fps.nbytes + rows.live.nbytes
     rows._check()
 

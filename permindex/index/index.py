@@ -49,8 +49,8 @@ from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.join.pair_stream import self_join_pairs
 from permindex.index.keys.batches import Section, compact_inputs, validate_keys
 from permindex.index.keys.batches import key_list as as_key_list
+from permindex.index.keys.codec import Dictionary
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
-from permindex.index.keys.store import hash_key
 from permindex.index.memory import MemoryBreakdown, breakdown, growth_bytes
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.search.batch_queries import (
@@ -73,6 +73,7 @@ from permindex.index.tables.table import DEFAULT_MEMTABLE_LIMIT, Table
 from permindex.index.tuning import DEFAULT_TUNING, Tuning
 from permindex.index.writes import (
     add_batch,
+    add_coded,
     add_locked,
     add_one,
     add_section,
@@ -467,9 +468,8 @@ class Index:
             data = key.encode("utf-8")
         except UnicodeEncodeError:
             return False
-        h = hash_key(data)
         with self._lock:
-            return self._store.find(data, h) >= 0
+            return self._store.find(data) >= 0
 
     def contains_many(self, keys: Iterable[str]) -> NDArray[np.bool_]:
         """(n,) bool: whether each of ``keys`` is stored, as ``key in index`` for each, in one
@@ -492,7 +492,8 @@ class Index:
             return self._store.find_many(batch) >= 0
 
     def __iter__(self) -> Iterator[str]:
-        """The keys, in the order they were first added (a copy taken under the lock). O(n).
+        """The keys, in the order they were last added (a replacement moves a key to the end;
+        the key store keeps no first-added rank), a copy taken under the lock. O(n).
 
         Examples:
             >>> from permindex import Index
@@ -523,9 +524,8 @@ class Index:
         """
         self._before_call()
         data = validate_key(key).encode("utf-8")
-        h = hash_key(data)
         with self._lock:
-            row = self._store.find(data, h)
+            row = self._store.find(data)
             return None if row < 0 else int(self._rows.fps[row])
 
     # -- writes ---------------------------------------------------------------------------------
@@ -1124,6 +1124,24 @@ def _add_section(index: Index, sizes: NDArray[np.integer], raw: Section, values:
         index.add_many(keys, values)
 
 
+def load_codes(
+    index: Index,
+    words: Dictionary,
+    lens: NDArray[np.uint8],
+    spans: NDArray[np.uint8],
+    bases: NDArray[np.int64],
+    values: _U64,
+) -> None:
+    """Fill the empty ``index`` with keys as the key store holds them (a version-4 snapshot's
+    :class:`~permindex.storage.snapshot.KeyCodes`, checked) and their (n,) uint64 ``values``:
+    no key decoded, coded or hashed with XXH3 again (:func:`~permindex.index.writes.add_coded`).
+
+    Raises:
+        ValueError: the index is not empty, or a key is stored twice (nothing is kept).
+    """
+    add_coded(index._rows, index._runs, words, lens, spans, bases, values)
+
+
 def stored_count(index: Index) -> int:
     """The keys ``index`` stores, counted without its hook: ``len(index)``, but for an
     :class:`~permindex.index.expiry.ExpiringIndex` its entries expired and not yet dropped
@@ -1141,12 +1159,11 @@ def check_and_add(
     value = validate_fingerprint(fingerprint)
     kk = query_k(k, index._k, index._design)
     data = key.encode("utf-8")
-    h = hash_key(data)
     with index._lock:
         matches = [m for m in index._query_one(value, kk) if m.key != key]
         if matches:
             return CheckAndAddResult(False, matches, False)
-        replaced = index._store.find(data, h) >= 0
-        add_locked(index._rows, index._runs, data, h, value, when)
+        replaced = index._store.find(data) >= 0
+        add_locked(index._rows, index._runs, data, value, when)
     after_write(index._rows, index._runs)
     return CheckAndAddResult(True, [], replaced)

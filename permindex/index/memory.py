@@ -44,13 +44,13 @@ class MemoryBreakdown(NamedTuple):
     #: The permuted tables: sorted runs (at most 10 bytes an entry per table) and memtable
     #: entries (an estimate of their Python ints).
     tables: int
-    #: The keys' UTF-8 bytes, each ended by a NUL.
+    #: The keys' codes (:mod:`permindex.index.keys.codec`) and their dictionary.
     key_bytes: int
-    #: Where each row's key starts, 8 bytes a row.
+    #: Where each row's code is: a length byte a row, an 8-byte offset a block of 16 rows.
     key_offsets: int
-    #: Each row's key hash and first-added rank, 12 bytes a row.
+    #: The key -> row hash table's tags, 1 byte a slot (no hash is kept per row).
     key_hashes: int
-    #: The key -> row hash table, 4 bytes a slot (at least 2 slots a key).
+    #: The key -> row hash table's row numbers, 4 bytes a slot (at most 7/8 of them used).
     key_map: int
 
     @property

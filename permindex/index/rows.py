@@ -265,12 +265,12 @@ class RowStore:
             self.times = _grown(self.times, capacity, self.n)
             self._views()
 
-    def append(self, data: bytes, h: int, value: int, moved_from: int = -1, when: int = 0) -> int:
-        """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value`` as a new row
+    def append(self, data: bytes, value: int, moved_from: int = -1, when: int = 0) -> int:
+        """Store the key ``data`` (UTF-8) with fingerprint ``value`` as a new row
         (the key was not stored, or was on the row ``moved_from``, already dead) at time
         ``when`` (kept only with :attr:`times`); returns the row. The caller reserved the
         room."""
-        row = self.keys.append(data, h, moved_from=moved_from)
+        row = self.keys.append(data, moved_from=moved_from)
         assert row == self.n
         self.fps[row] = value
         if self.times is not None:

@@ -31,14 +31,16 @@ from permindex.index.keys.batches import (
     section_keys,
     validate_keys,
 )
+from permindex.index.keys.codec import Dictionary
 from permindex.index.keys.rule import validate_key
-from permindex.index.keys.store import EncodedKeys, batch_subset, hash_key
+from permindex.index.keys.store import EncodedKeys, batch_subset
 from permindex.index.rows import RowStore
 from permindex.index.table_set import TableSet
 from permindex.index.tables.table import Run
 
 __all__ = [
     "add_batch",
+    "add_coded",
     "add_locked",
     "add_many_locked",
     "add_one",
@@ -52,15 +54,13 @@ _U64 = NDArray[np.uint64]
 _U32 = NDArray[np.uint32]
 
 
-def add_locked(
-    rows: RowStore, runs: TableSet, data: bytes, h: int, value: int, when: int = 0
-) -> bool:
-    """Store the key ``data`` (UTF-8, hash ``h``) with fingerprint ``value`` at time ``when``:
+def add_locked(rows: RowStore, runs: TableSet, data: bytes, value: int, when: int = 0) -> bool:
+    """Store the key ``data`` (UTF-8) with fingerprint ``value`` at time ``when``:
     a new row in the row store and every table, the key's old row (if any) a tombstone; when the
     key already holds ``value``, only its time is renewed. Returns whether the key was new.
     O(T log L) plus amortized freezing and compaction."""
     rows.reserve(1)
-    old = rows.keys.find(data, h)
+    old = rows.keys.find(data)
     if old >= 0:
         if int(rows.fps[old]) == value:
             if rows.times is not None:
@@ -68,7 +68,7 @@ def add_locked(
             return False
         rows.kill(np.array([old], dtype=np.int64))
         rows.keys.unlink(old)
-    row = rows.append(data, h, value, old, when)
+    row = rows.append(data, value, old, when)
     runs.add(row, value)
     if rows.compaction_due():
         rows.compact()
@@ -80,10 +80,9 @@ def add_one(rows: RowStore, runs: TableSet, key: str, fingerprint: int, when: in
     without the lock."""
     data = validate_key(key).encode("utf-8")
     value = validate_fingerprint(fingerprint)
-    h = hash_key(data)
     rows.await_growth(1, len(data) + 1)
     with rows.lock:
-        added = add_locked(rows, runs, data, h, value, when)
+        added = add_locked(rows, runs, data, value, when)
     after_write(rows, runs)
     return added
 
@@ -131,7 +130,7 @@ def add_many_locked(
 def discard_locked(rows: RowStore, data: bytes) -> bool:
     """Kill the row of the key ``data`` (UTF-8) if it is stored (a tombstone, O(1), plus an
     amortized compaction); returns whether it was."""
-    row = rows.keys.find(data, hash_key(data))
+    row = rows.keys.find(data)
     if row < 0:
         return False
     rows.kill(np.array([row], dtype=np.int64))
@@ -242,3 +241,33 @@ def add_batch(
         times = times[last]
     new = store_batch(rows, runs, batch, values, prepared, times)
     return new if which is None else new[which]
+
+
+def add_coded(
+    rows: RowStore,
+    runs: TableSet,
+    words: Dictionary,
+    lens: NDArray[np.uint8],
+    spans: NDArray[np.uint8],
+    bases: NDArray[np.int64],
+    values: _U64,
+) -> None:
+    """Store n keys given in the key store's layout (:meth:`KeyStore.load_codes
+    <permindex.index.keys.store.KeyStore.load_codes>`) with the (n,) uint64 ``values`` in the
+    empty row store ``rows`` and its tables (their runs sorted before the lock); called without
+    the lock. O(n + code bytes).
+
+    Raises:
+        ValueError: the store is not empty, or a key is stored twice (nothing is kept).
+    """
+    n = int(values.size)
+    prepared = runs.prepare(values) if n and runs.tables[0].direct_run(n) else None
+    with rows.lock:
+        if rows.n:
+            raise ValueError("codes load only into an empty index")
+        rows.keys.load_codes(words, lens, spans, bases)
+        rows.reserve(n)
+        rows.fps[:n] = values
+        rows.n = n
+        runs.add_many(0, n, prepared)
+    after_write(rows, runs, n)

@@ -9,17 +9,17 @@ foreign, truncated, corrupt or unknown-version file raises
 :class:`~permindex.errors.CorruptFileError` naming the file and what is wrong; it never returns
 part of an index. No pickle, no native byte order.
 
-File format, version 3 (every integer little-endian; n = number of keys; B = bytes of the key
-section = the keys' UTF-8 bytes + n; H = header size = 72)::
+File format, version 4 (every integer little-endian; n = number of keys; B = bytes of the codes;
+H = header size = 72)::
 
     offset        size  field
     ------------  ----  ---------------------------------------------------------------------
     0             8     magic  89 50 4D 58 0D 0A 1A 0A  (b"\\x89PMX\\r\\n\\x1a\\n", PNG-style: the
                         high byte catches 7-bit transfers, CR LF / LF / ^Z catch text-mode ones)
-    8             4     u32  format version = 3
+    8             4     u32  format version = 4
     12            4     u32  header size in bytes = 72
     16            8     u64  n, number of keys
-    24            8     u64  B, bytes of the key section
+    24            8     u64  B, bytes of the codes
     32            4     u32  k the index answered when written (bits)
     36            2     u16  design: blocks
     38            2     u16  design: leading blocks per table
@@ -28,26 +28,33 @@ section = the keys' UTF-8 bytes + n; H = header size = 72)::
     56            8     u64  log sequence: every record of the write-ahead log
                         (:mod:`permindex.storage.wal`) with a sequence number up to this one is in
                         the snapshot; recovery replays the records after it. 0: no log record.
-    64            4     u32  flags, 0 (reserved; a reader refuses other values)
+    64            4     u32  flags: 1 = the times are in the file (a reader refuses other bits)
     68            4     u32  CRC-32 (zlib / ISO-HDLC) of bytes 0..67
     H             8n    u64[n]  fingerprints, in key order
-    H+8n          4n    u32[n]  time of each key, Unix seconds: when it was last added, for a
-                        collection with expiry (:mod:`permindex.index.expiry`); 0: not kept
-    H+12n         4n    u32[n]  byte length of each key's UTF-8 encoding (>= 1; the NUL excluded)
-    H+16n         B     key section: for each key in the same order, its UTF-8 bytes then one NUL
-                        (0x00). The lengths are authoritative (a key may contain U+0000); the
-                        NULs let a reader decode the whole section once and split it.
-    H+16n+B       4     u32  CRC-32 of bytes H .. H+16n+B-1 (fingerprints, times, lengths, keys)
-    H+4+16n+B     4     end marker b"PMXE"
+    (flag 1)      4n    u32[n]  time of each key, Unix seconds: when it was last added, for a
+                        collection with expiry (:mod:`permindex.index.expiry`); absent: all 0
+    then          n     u8[n]  each key's code length, or 255: a u16 length precedes its code
+    then          8     u32  t, segments of the dictionary; u32  D, their bytes
+    then          2t+D  u16[t]  each segment's length, then the segments' bytes
+    then          B     the codes (:mod:`permindex.index.keys.codec`: each key's canonical code
+                        with that dictionary), in key order, a long one after its u16 length
+    then          4     u32  CRC-32 of everything from H to here
+    then          4     end marker b"PMXE"
 
-The file is exactly H + 8 + 16n + B bytes; anything shorter is reported as truncated, anything
-longer as trailing garbage. Keys are unique (the loader checks that the index it builds has n
-keys).
+The key store holds its keys in exactly this layout (:mod:`permindex.index.keys.rows`), so an
+empty index loads the codes as they are (no key decoded, coded or hashed with XXH3 again);
+the reader checks every code's form first (:func:`~permindex.index.keys.kernels.scan_codes`:
+token ids, digit-run values, bounds) and, when a code holds a raw run or the dictionary non-ASCII
+bytes, that the keys decode to valid UTF-8. Keys are unique (the loader checks that the index it
+builds has n keys). Version 4 takes 9 bytes a key (13 with times) and its code, where version 3
+took 16 and the key's UTF-8 bytes and a NUL.
 
-Older versions are still read; only version 3 is written. Version 2 (before expiry) is the same
-without the times (H + 8 + 12n + B bytes; read with no times). Version 1 (the first release,
-written before the write-ahead log existed) is version 2 without the log sequence: the header
-is 64 bytes, flags at 56, its CRC at 60 over bytes 0..59 (read as log sequence 0).
+Older versions are still read; only version 4 is written. Version 3 (before the codes) has the
+times always, u32 UTF-8 key lengths and a key section (each key's UTF-8 bytes then a NUL) in
+place of the lengths, dictionary and codes (H + 8 + 16n + B bytes). Version 2 (before expiry)
+is version 3 without the times (H + 8 + 12n + B bytes; read with no times). Version 1 (the first
+release, written before the write-ahead log existed) is version 2 without the log sequence: the
+header is 64 bytes, flags at 56, its CRC at 60 over bytes 0..59 (read as log sequence 0).
 
 A snapshot the server writes is *fuzzy* (see :meth:`permindex.index.Index.export_slices`): it is
 read from the index in slices while writes go on, so a key changed during the write may appear
@@ -63,8 +70,9 @@ k and design it was written with, for information. The tables are always rebuilt
 when a snapshot is loaded, so a snapshot loads into an index of any k or design; the server logs
 a warning when they differ (see :mod:`permindex.rpc.server`).
 
-Writing and reading are linear in n + B; reading keeps the keys as the section
-(:attr:`Snapshot.section`) and decodes them only on demand (:attr:`Snapshot.keys`).
+Writing and reading are linear in n + B; reading keeps the keys as codes (or, before version 4,
+as the section) and decodes them only on demand (:attr:`Snapshot.section`,
+:attr:`Snapshot.keys`).
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import itertools
 import logging
 import os
 import struct
@@ -81,12 +90,15 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from permindex.errors import CorruptFileError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from permindex.index.keys.codec import Dictionary
 from permindex.storage.datadir import (
     PREVIOUS_SUFFIX,
     SNAPSHOT_NAME,
@@ -125,10 +137,12 @@ log = logging.getLogger(__name__)
 
 MAGIC: Final = b"\x89PMX\r\n\x1a\n"
 END_MARKER: Final = b"PMXE"
-FORMAT_VERSION: Final = 3
+FORMAT_VERSION: Final = 4
 #: Versions :func:`read_snapshot` reads (1: the first release, without a log sequence; 2:
-#: without times).
-READABLE_VERSIONS: Final = (1, 2, 3)
+#: without times; 3: UTF-8 keys).
+READABLE_VERSIONS: Final = (1, 2, 3, 4)
+#: Version 4's header flag: the times are in the file (else every time is 0).
+FLAG_TIMES: Final = 1
 
 _HEADER = struct.Struct("<8sIIQQIHHQdQI")  # everything before the header CRC (versions 2, 3)
 _HEADER_SIZE: Final = _HEADER.size + 4  # 72
@@ -173,6 +187,21 @@ class SnapshotInfo:
 
 
 @dataclass(frozen=True)
+class KeyCodes:
+    """The keys of a version-4 snapshot as the key store holds them
+    (:mod:`permindex.index.keys.rows`): ``lens`` (n,) uint8, ``spans`` (the codes), their
+    ``bases`` ((n / 16 + 1,) int64, checked by
+    :func:`~permindex.index.keys.kernels.scan_codes`), the ``words`` they are coded with, and
+    the ``longest`` key's UTF-8 bytes."""
+
+    words: Dictionary
+    lens: npt.NDArray[np.uint8]
+    spans: npt.NDArray[np.uint8]
+    bases: npt.NDArray[np.int64]
+    longest: int = 0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A snapshot read back (every check of :func:`read_snapshot` passed): ``keys[i]`` has
     fingerprint ``fingerprints[i]``. Keys are as written (unique when written from an index).
@@ -181,8 +210,11 @@ class Snapshot:
         fingerprints: (n,) uint64.
         info: what the file holds.
         times: (n,) uint32, when each key was last added (Unix seconds; 0: not kept), or None
-            (a version 1 or 2 file).
-        lengths: (n,) uint32, each key's UTF-8 byte length (the NUL excluded), each >= 1.
+            (a version 1 or 2 file, or a version 4 file written without times).
+        codes: the keys as coded in a version-4 file (:class:`KeyCodes`), which an empty
+            index loads as they are; None for older versions.
+        lengths: (n,) uint32, each key's UTF-8 byte length (the NUL excluded), each >= 1
+            (of a version-4 file: decoded on first access).
         section: (B,) uint8, the key section: each key's UTF-8 bytes then a NUL (valid UTF-8,
             the NULs where ``lengths`` say), the compact form
             :meth:`permindex.index.Index.from_compact` loads without a str per key.
@@ -191,9 +223,26 @@ class Snapshot:
 
     fingerprints: npt.NDArray[np.uint64]
     info: SnapshotInfo
-    lengths: npt.NDArray[np.uint32]
-    section: npt.NDArray[np.uint8]
+    utf8: tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]] | None = None
     times: npt.NDArray[np.uint32] | None = None
+    codes: KeyCodes | None = None
+
+    @functools.cached_property
+    def _decoded(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
+        if self.utf8 is not None:
+            return self.utf8
+        assert self.codes is not None
+        return _decode_codes(self.codes, self.info.path)
+
+    @property
+    def lengths(self) -> npt.NDArray[np.uint32]:
+        """(n,) uint32 UTF-8 key lengths (see the class)."""
+        return self._decoded[0]
+
+    @property
+    def section(self) -> npt.NDArray[np.uint8]:
+        """(B,) uint8 key section (see the class)."""
+        return self._decoded[1]
 
     @functools.cached_property
     def keys(self) -> list[str]:
@@ -311,6 +360,21 @@ def write_snapshot(
     return dataclasses.replace(info, seconds=time.perf_counter() - started)
 
 
+def _train_on(parts: Sequence[Part]) -> Dictionary:
+    """A dictionary trained on the first keys of ``parts`` (at most 65,536)."""
+    from permindex.index.keys.codec import train_dictionary
+
+    sample: list[bytes] = []
+    for part in parts:
+        lengths, blob = part[0], part[1]
+        if len(lengths):
+            raw = bytes(blob)[:-1]
+            sample += raw.split(b"\x00")
+        if len(sample) >= 1 << 16:
+            break
+    return train_dictionary(sample[: 1 << 16])
+
+
 def write_snapshot_parts(
     path: str | os.PathLike[str],
     parts: Sequence[Part],
@@ -320,9 +384,11 @@ def write_snapshot_parts(
     sequence: int = 0,
     log_sequence: int = 0,
     keep_previous: bool = True,
+    words: Dictionary | None = None,
 ) -> SnapshotInfo:
     """Write a snapshot whose contents are the concatenation of ``parts`` (see :data:`Part`) to
-    ``path`` atomically.
+    ``path`` atomically, the keys coded with ``words`` (None: a dictionary trained on the first
+    keys, :func:`~permindex.index.keys.codec.train_dictionary`).
 
     The data goes to a temporary file in the same directory, which is flushed, fsynced and
     renamed over ``path``; then the directory is fsynced. A crash at any point leaves ``path``
@@ -339,9 +405,14 @@ def write_snapshot_parts(
     """
     started = time.perf_counter()
     path = Path(path)
+    from permindex.index.keys.store import encode_codes, layout_codes
+
     checked: list[tuple[memoryview, memoryview, memoryview, memoryview]] = []
     n = 0
     section_bytes = 0
+    timed = False
+    if words is None:
+        words = _train_on(parts)
     for part in parts:
         lengths, blob, fps = part[:3]
         m = len(lengths)
@@ -358,23 +429,27 @@ def write_snapshot_parts(
             )
         fps_le = np.ascontiguousarray(fps, dtype="<u8")
         times_le = np.ascontiguousarray(times, dtype="<u4")
-        lengths_le = np.ascontiguousarray(lengths, dtype="<u4")
-        checked.append(
-            (
-                fps_le.data.cast("B"),
-                times_le.data.cast("B"),
-                lengths_le.data.cast("B"),
-                blob_view,
-            )
-        )
+        timed = timed or bool(times_le.any())
+        section = np.frombuffer(blob_view, dtype=np.uint8)
+        ends = np.cumsum(np.asarray(lengths, dtype=np.int64) + 1)
+        coded = encode_codes(section, ends, words)
+        lens, spans = layout_codes(coded.codes, coded.sizes)
+        checked.append((fps_le.data.cast("B"), times_le.data.cast("B"), lens.data, spans.data))
         n += m
-        section_bytes += len(blob_view)
+        section_bytes += len(spans)
     blocks, leading = (int(x) for x in design)
     created = time.time()
+    flags = FLAG_TIMES if timed else 0
     head = _HEADER.pack(
         MAGIC, FORMAT_VERSION, _HEADER_SIZE, n, section_bytes, k, blocks, leading, sequence,
-        created, log_sequence, 0,
+        created, log_sequence, flags,
     )  # fmt: skip
+    token_lengths = np.diff(words.offsets).astype("<u2")
+    dictionary = (
+        struct.pack("<II", words.size, int(words.data.size))
+        + token_lengths.tobytes()
+        + words.data.tobytes()
+    )
     header = head + struct.pack("<I", zlib.crc32(head))
     temporary = temporary_name(path, "write")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -383,7 +458,12 @@ def write_snapshot_parts(
             out.write(header)
             crc = 0
             unsynced = 0
-            for column in range(4):  # all fingerprints, times, lengths, then all keys
+            for column in range(4):  # fingerprints, times, code lengths, dictionary, codes
+                if column == 1 and not timed:
+                    continue
+                if column == 3:
+                    out.write(dictionary)
+                    crc = zlib.crc32(dictionary, crc)
                 for columns in checked:
                     out.write(columns[column])
                     crc = zlib.crc32(columns[column], crc)
@@ -407,7 +487,11 @@ def write_snapshot_parts(
     return SnapshotInfo(
         path=path,
         count=n,
-        bytes=len(header) + 16 * n + section_bytes + _TRAILER.size,
+        bytes=len(header)
+        + (13 if timed else 9) * n
+        + len(dictionary)
+        + section_bytes
+        + _TRAILER.size,
         seconds=time.perf_counter() - started,
         created_unix_seconds=created,
         sequence=sequence,
@@ -473,6 +557,89 @@ def _decode_keys(
         raise _corrupt_section(error, path) from error
 
 
+def _decode_codes(
+    codes: KeyCodes, path: Path
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
+    """The key section of a version-4 file's codes (checked: valid UTF-8 keys, none empty)."""
+    from permindex.index.keys import kernels
+
+    rows = np.arange(codes.lens.size, dtype=np.int64)
+    section, lengths = kernels.decode_rows(
+        codes.spans, codes.lens, codes.bases, rows, codes.words.data, codes.words.offsets
+    )
+    lengths32 = lengths.astype(np.uint32)
+    _check_key_section(section, lengths32, path)
+    return lengths32, section
+
+
+def _read_codes(
+    source: io.BufferedReader, path: Path, n: int, spans_bytes: int, rest: int, crc: int
+) -> tuple[_Unchecked, int]:
+    """Read a version-4 file's code lengths, dictionary and codes (``rest``: the file's bytes
+    left before the trailer): (the codes, not checked yet, the CRC-32 continued from ``crc``
+    over what was read)."""
+
+    def corrupt(what: str) -> CorruptFileError:
+        return CorruptFileError(f"{path}: {what}", path=str(path))
+
+    lens = np.empty(n, dtype=np.uint8)
+    _read_exactly(source, lens.data, path, "key lengths")
+    head = source.read(8)
+    if len(head) != 8:
+        raise corrupt("truncated in the dictionary")
+    tokens, data_bytes = struct.unpack("<II", head)
+    wanted = n + 8 + 2 * tokens + data_bytes + spans_bytes
+    if wanted > rest:
+        raise corrupt(f"truncated: {rest} bytes of keys, the header announces {wanted}")
+    if wanted < rest:
+        raise corrupt(f"{rest - wanted} unexpected bytes after the end")
+    token_lengths = np.empty(tokens, dtype="<u2")
+    data = np.empty(data_bytes, dtype=np.uint8)
+    spans = np.empty(spans_bytes, dtype=np.uint8)
+    crc = zlib.crc32(lens.data, crc)
+    crc = zlib.crc32(head, crc)
+    for array, what in ((token_lengths, "dictionary"), (data, "dictionary"), (spans, "keys")):
+        view = array.data.cast("B")
+        _read_exactly(source, view, path, what)
+        crc = zlib.crc32(view, crc)
+    return _Unchecked(lens, token_lengths, data, spans), crc
+
+
+@dataclass(frozen=True)
+class _Unchecked:
+    lens: npt.NDArray[np.uint8]
+    token_lengths: npt.NDArray[np.uint16]
+    data: npt.NDArray[np.uint8]
+    spans: npt.NDArray[np.uint8]
+
+
+def _check_codes(read: _Unchecked, path: Path) -> KeyCodes:
+    """The codes read, with their dictionary and block offsets, checked (CorruptFileError)."""
+    from permindex.index.keys import kernels
+
+    def corrupt(what: str) -> CorruptFileError:
+        return CorruptFileError(f"{path}: {what}", path=str(path))
+
+    from permindex.index.keys.codec import Dictionary
+
+    token_lengths, data = read.token_lengths, read.data
+    if int(token_lengths.sum(dtype=np.int64)) != data.size:
+        raise corrupt("the dictionary's lengths do not add up")
+    segments = data.tobytes()
+    bounds = [0, *np.cumsum(token_lengths, dtype=np.int64).tolist()]
+    try:
+        words = Dictionary.of_segments(segments[a:b] for a, b in itertools.pairwise(bounds))
+    except ValueError as error:
+        raise corrupt(f"a bad dictionary ({error})") from None
+    bases, bad, raw, longest = kernels.scan_codes(read.lens, read.spans, words.offsets)
+    if bad >= 0:
+        raise corrupt(f"the code of key {bad} is not well formed")
+    codes = KeyCodes(words, read.lens, read.spans, bases, int(longest))
+    if raw or (words.data.size and int(words.data.max()) >= 0x80):
+        _decode_codes(codes, path)  # bytes that may not be UTF-8: checked now
+    return codes
+
+
 def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     """Read and check a snapshot written by :func:`write_snapshot`.
 
@@ -525,8 +692,47 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         (header_crc,) = struct.unpack_from("<I", header, layout.size)
         if zlib.crc32(header[: layout.size]) != header_crc:
             raise corrupt("header checksum mismatch (the file is damaged)")
-        if header_size != wanted or flags != 0:
+        if header_size != wanted or flags & ~(FLAG_TIMES if version >= 4 else 0):
             raise corrupt(f"unexpected header size {header_size} or flags {flags:#x}")
+        timed = version == 3 or (version >= 4 and bool(flags & FLAG_TIMES))
+        if version >= 4:  # fingerprints, times, code lengths; the dictionary's size is inside
+            fixed = wanted + (12 if timed else 8) * n
+            expected = fixed + n + 8 + section_bytes + _TRAILER.size
+            if size < expected:
+                raise corrupt(
+                    f"truncated: {size} bytes, the header announces at least {expected} ({n} keys)"
+                )
+            fps = np.empty(n, dtype="<u8")
+            times = np.empty(n if timed else 0, dtype="<u4")
+            crc = 0
+            for array, what in ((fps, "fingerprints"), (times, "times")):
+                view = array.data.cast("B")
+                _read_exactly(source, view, path, what)
+                crc = zlib.crc32(view, crc)
+            read, crc = _read_codes(
+                source, path, n, section_bytes, size - fixed - _TRAILER.size, crc
+            )
+            _check_trailer(source, crc, corrupt)
+            codes = _check_codes(read, path)
+            info = SnapshotInfo(
+                path=path,
+                count=n,
+                bytes=size,
+                seconds=time.perf_counter() - started,
+                created_unix_seconds=created,
+                sequence=sequence,
+                k=k,
+                blocks=blocks,
+                leading=leading,
+                log_sequence=log_sequence,
+                version=version,
+            )
+            return Snapshot(
+                fingerprints=fps.astype(np.uint64, copy=False),
+                info=info,
+                times=times.astype(np.uint32, copy=False) if timed else None,
+                codes=codes,
+            )
         per_key = 16 if version >= 3 else 12  # version 3 has the times
         expected = wanted + per_key * n + section_bytes + _TRAILER.size
         if size < expected:
@@ -548,17 +754,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
             view = section.data.cast("B")
             _read_exactly(source, view, path, what)
             crc = zlib.crc32(view, crc)
-        trailer = source.read(_TRAILER.size)
-        if len(trailer) != _TRAILER.size:
-            raise corrupt("truncated in the trailer")
-        stored_crc, end = _TRAILER.unpack(trailer)
-        if end != END_MARKER:
-            raise corrupt(f"bad end marker {end!r} (expected {END_MARKER!r})")
-        if crc != stored_crc:
-            raise corrupt(
-                f"checksum mismatch (CRC-32 {crc:#010x}, stored {stored_crc:#010x}): "
-                "the file is damaged"
-            )
+        _check_trailer(source, crc, corrupt)
     _check_key_section(blob, lengths, path)
     info = SnapshotInfo(
         path=path,
@@ -576,10 +772,27 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     return Snapshot(
         fingerprints=fps.astype(np.uint64, copy=False),
         info=info,
-        lengths=lengths.astype(np.uint32, copy=False),
-        section=blob,
+        utf8=(lengths.astype(np.uint32, copy=False), blob),
         times=times.astype(np.uint32, copy=False) if version >= 3 else None,
     )
+
+
+def _check_trailer(
+    source: io.BufferedReader, crc: int, corrupt: Callable[[str], CorruptFileError]
+) -> None:
+    """CorruptFileError unless the trailer follows: the body's CRC-32 ``crc`` and the end
+    marker."""
+    trailer = source.read(_TRAILER.size)
+    if len(trailer) != _TRAILER.size:
+        raise corrupt("truncated in the trailer")
+    stored_crc, end = _TRAILER.unpack(trailer)
+    if end != END_MARKER:
+        raise corrupt(f"bad end marker {end!r} (expected {END_MARKER!r})")
+    if crc != stored_crc:
+        raise corrupt(
+            f"checksum mismatch (CRC-32 {crc:#010x}, stored {stored_crc:#010x}): "
+            "the file is damaged"
+        )
 
 
 # ------------------------------------------------------------------------------- data directory

@@ -65,8 +65,8 @@ from permindex.errors import CorruptFileError, InvalidArgumentError, StorageErro
 from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.expiry import AddedAt, stamps
 from permindex.index.hamming import as_fingerprint_array
-from permindex.index.index import stored_count
-from permindex.index.keys.rule import validate_key
+from permindex.index.index import load_codes, stored_count
+from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
 from permindex.storage.datadir import fsync_directory
 from permindex.storage.key_section import batch_repeats
@@ -125,9 +125,16 @@ def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
         )
     try:
         # The key section as it is on disk: no Python str per key (Index.from_compact).
+        codes = snapshot.codes
         if isinstance(index, ExpiringIndex):
             index.add_compact(
                 snapshot.lengths, snapshot.section, snapshot.fingerprints, added_at=snapshot.times
+            )
+        elif codes is not None and len(index) == 0:  # the keys as the key store holds them
+            if codes.longest > MAX_KEY_BYTES:
+                raise ValueError(f"key lengths must be 1 to {MAX_KEY_BYTES} UTF-8 bytes")
+            load_codes(
+                index, codes.words, codes.lens, codes.spans, codes.bases, snapshot.fingerprints
             )
         else:
             index.add_compact(snapshot.lengths, snapshot.section, snapshot.fingerprints)

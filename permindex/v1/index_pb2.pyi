@@ -1284,13 +1284,15 @@ class MemoryBreakdown(_message.Message):
     table) and recent entries not yet in a run (an estimate).
     """
     key_bytes: _builtins.int
-    """The keys' UTF-8 bytes, each ended by a NUL."""
+    """The keys' codes (each key's short canonical code: digit runs as their value, a crawl's
+    hosts and path segments as 2-byte tokens) and the dictionary of those segments.
+    """
     key_offset_bytes: _builtins.int
-    """Where each row's key starts (8 bytes a row)."""
+    """Where each row's code is: a length byte a row and an 8-byte offset a block of 16 rows."""
     key_hash_bytes: _builtins.int
-    """Each row's key hash and first-added rank (12 bytes a row)."""
+    """The key -> row hash table's tags: one byte of the key's hash a slot (no hash per row)."""
     key_map_bytes: _builtins.int
-    """The key -> row hash table (4 bytes a slot, at least 2 slots a key)."""
+    """The key -> row hash table's row numbers (4 bytes a slot, at most 7/8 of the slots used)."""
     log_buffer_bytes: _builtins.int
     """The write-ahead log record being written, if any. The log keeps no buffer between writes
     (each record goes to the file with one write), so this is 0 at rest; not in memory_bytes.

@@ -11,7 +11,6 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.keys.hash_table import link_rows
 from permindex.index.keys.rows import grown
 
 __all__ = ["LINK", "RELINK", "UNLINK", "Growth", "JournalEntry", "prepare_growth"]
@@ -35,7 +34,7 @@ class Growth:
     the index's lock: begun under the lock (:meth:`KeyStore.begin_growth`), filled without it
     (:func:`prepare_growth`), swapped in under it (:meth:`KeyStore.finish_growth`).
 
-    Rows, hashes, births, offsets and key bytes are append-only, so the first ``rows`` rows of
+    Rows, their lengths, block offsets and codes are append-only, so the first ``rows`` rows of
     the arrays taken at the beginning (``sources``) never change and are copied without the lock;
     the rows appended meanwhile are copied at the end. The hash table is rebuilt from the rows
     linked at the beginning; every link, unlink and relink made meanwhile is recorded in
@@ -44,15 +43,15 @@ class Growth:
 
     Attributes:
         rows: rows appended at the beginning.
-        used: key bytes used at the beginning.
+        used: code bytes used at the beginning.
         row_capacity: new capacity in rows (the current one: no growth).
-        data_capacity: new capacity in key bytes.
+        data_capacity: new capacity in code bytes.
         slot_count: new hash table size (0: it keeps its size).
-        sources: the arrays at the beginning: hashes, born, offsets, data.
+        sources: the arrays at the beginning: row lengths, block offsets, codes.
         journal: the hash table's changes since the beginning (:data:`JournalEntry`).
         abandoned: a compaction or a newer growth replaced it; it will not be swapped in.
         prepared: :func:`prepare_growth` filled it.
-        row_arrays, data, slots: the new arrays (None: that one does not grow).
+        row_arrays, data, slots, tags: the new arrays (None: that one does not grow).
     """
 
     rows: int
@@ -60,32 +59,37 @@ class Growth:
     row_capacity: int
     data_capacity: int
     slot_count: int
-    sources: tuple[_U64, NDArray[np.uint32], _I64, _U8]
+    sources: tuple[_U8, _I64, _U8]
     journal: list[JournalEntry] = field(default_factory=list)
     abandoned: bool = False
     prepared: bool = False
-    row_arrays: tuple[_U64, NDArray[np.uint32], _I64] | None = None
+    row_arrays: tuple[_U8, _I64] | None = None
     data: _U8 | None = None
     slots: NDArray[np.uint32] | None = None
+    tags: _U8 | None = None
 
 
 def prepare_growth(growth: Growth, linked: _I64) -> None:
     """Fill ``growth``'s arrays: copy the rows it began with and, when the hash table grows,
     link ``linked`` ((m,) int64: the rows linked when it began, the live rows below
-    ``growth.rows``) into a new one. Reads only what never changes, so it runs without the
-    index's lock (and without the GIL for most of its time: numpy copies). O(rows + bytes)."""
-    hashes, born, offsets, data = growth.sources
+    ``growth.rows``) into a new one, their codes hashed. Reads only what never changes, so it
+    runs without the index's lock (and without the GIL for most of its time: numpy copies and
+    the hashing kernel). O(rows + bytes)."""
+    from permindex.index.keys import kernels
+
+    lens, bases, codes = growth.sources
     rows, used = growth.rows, growth.used
-    if growth.row_capacity > hashes.size:
+    if growth.row_capacity > lens.size:
         growth.row_arrays = (
-            grown(hashes, growth.row_capacity, rows),
-            grown(born, growth.row_capacity, rows),
-            grown(offsets, growth.row_capacity + 1, rows + 1),
+            grown(lens, growth.row_capacity, rows),
+            grown(bases, growth.row_capacity // 16 + 1, rows // 16 + 1),
         )
-    if growth.data_capacity > data.size:
-        growth.data = grown(data, growth.data_capacity, used)
+    if growth.data_capacity > codes.size:
+        growth.data = grown(codes, growth.data_capacity, used)
     if growth.slot_count > 0:
         slots = np.zeros(growth.slot_count, dtype=np.uint32)
-        link_rows(slots, growth.slot_count - 1, hashes, linked)
-        growth.slots = slots
+        tags = np.zeros(growth.slot_count, dtype=np.uint8)
+        hashes = kernels.row_hashes(codes, lens, bases, linked)
+        kernels.link_rows(slots, tags, linked, hashes)
+        growth.slots, growth.tags = slots, tags
     growth.prepared = True

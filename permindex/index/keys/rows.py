@@ -1,32 +1,38 @@
-"""The key store's rows: every row's key bytes in one growing buffer, with offsets, hashes and
-first-added ranks, all numpy arrays (no Python object per key), and the capacity rule by which
-every array of the store grows.
+"""The key store's rows: every row's key as its code (:mod:`permindex.index.keys.codec`) in one
+growing buffer, found through a length byte a row and an offset a block of rows, all numpy
+arrays (no Python object per key), and the capacity rule by which every array of the store
+grows.
 
 Layout, by row (the index's row numbers: a key is stored once per row, and a row's key never
 changes):
 
-* ``data`` ((capacity,) uint8): the keys in row order as a key section
-  (:mod:`permindex.storage.key_section`: each key's UTF-8 bytes then a NUL); a key may itself
-  contain NUL (the offsets, not the terminators, delimit keys);
-* ``offsets`` ((rows + 1,) int64): row r's key is ``data[offsets[r]:offsets[r + 1] - 1]``;
-* ``hashes`` ((rows,) uint64): XXH3-64 (seed 0) of each row's key bytes;
-* ``born`` ((rows,) uint32): the rank of the key's first addition, so that iteration gives keys in
-  the order they were first added even after a replacement moved them to a new row.
+* ``codes`` ((capacity,) uint8): the rows' codes in row order; a code of 255 bytes or more is
+  preceded by its size as 2 little-endian bytes;
+* ``lens`` ((rows,) uint8): each row's code size, or 255 for one preceded by its size;
+* ``bases`` ((rows / 16 + 1,) int64): where the span of rows 16b.. starts in ``codes``; a row's
+  code is found by adding the sizes of the rows before it in its block (at most 15);
+* the store's dictionary (:class:`~permindex.index.keys.codec.Dictionary`), trained once from
+  the first :data:`TRAIN_ROWS` keys or more (a sample of at most :data:`SAMPLE_ROWS`), every code
+  made again with it; an empty one when no segment repeats (keys such as ``k00000001``).
 
-Rows are append-only between compactions; dead rows keep their bytes until then.
+Bytes per row: its code, 1 + 8/16. Rows are append-only between compactions; dead rows keep
+their codes until then. Iteration gives rows in row order: a key in the order it was last added.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex.index.keys.codec import Dictionary
 from permindex.storage.key_section import decode_section
 
 __all__ = [
+    "SAMPLE_ROWS",
+    "TRAIN_ROWS",
     "KeyRows",
     "ahead_capacity",
     "capacity_after",
@@ -41,94 +47,107 @@ _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
 _A = TypeVar("_A", bound=np.generic)
 
+#: Rows stored when the dictionary is trained (:mod:`permindex.index.keys.codec`).
+TRAIN_ROWS: Final = 1 << 12
+#: Most keys the dictionary is trained on.
+SAMPLE_ROWS: Final = 1 << 16
+_BLOCK: Final = 16  # rows a block of ``bases`` (kernels.BLOCK_SHIFT)
+
+
+def code_room(rows: int, data_bytes: int) -> int:
+    """The most code bytes ``rows`` keys of ``data_bytes`` UTF-8 bytes (their NULs included)
+    may take: a run code per 16 non-ASCII bytes, 2 length bytes for a long one."""
+    return data_bytes + data_bytes // 16 + 2 * rows
+
 
 class KeyRows:
-    """The rows of a key store (layout in the module docstring): appended bytes, read back by
+    """The rows of a key store (layout in the module docstring): appended codes, read back by
     row. The hash table over them is :class:`~permindex.index.keys.hash_table.KeyTable`'s.
 
     Not thread-safe: the index serializes access.
     """
 
-    __slots__ = (
-        "_born",
-        "_data",
-        "_data_mv",
-        "_hash_mv",
-        "_hashes",
-        "_next_born",
-        "_off_mv",
-        "_offsets",
-        "_rows",
-    )
+    __slots__ = ("_bases", "_codes", "_lens", "_rows", "_trained", "_used", "_words")
 
     def __init__(self) -> None:
         self._rows = 0  # rows appended (live and dead)
-        self._next_born = 0
-        self._data: _U8 = np.zeros(1024, dtype=np.uint8)
-        self._offsets: _I64 = np.zeros(65, dtype=np.int64)
-        self._hashes: _U64 = np.zeros(64, dtype=np.uint64)
-        self._born: NDArray[np.uint32] = np.zeros(64, dtype=np.uint32)
-        self._views()
+        self._used = 0  # code bytes used
+        self._codes: _U8 = np.zeros(1024, dtype=np.uint8)
+        self._lens: _U8 = np.zeros(64, dtype=np.uint8)
+        self._bases: _I64 = np.zeros(64 // _BLOCK + 1, dtype=np.int64)
+        self._words = Dictionary.empty()
+        self._trained = False
 
     def _views(self) -> None:
-        """Refresh the memoryviews of the arrays (after any array is replaced): indexing a
-        memoryview gives a Python int, without numpy scalar overhead (single-key operations)."""
-        self._data_mv = self._data.data
-        self._off_mv = self._offsets.data
-        self._hash_mv = self._hashes.data
+        """Refresh what depends on the arrays' identity (after any array is replaced)."""
 
     @property
     def rows(self) -> int:
         """Rows appended, dead ones included."""
         return self._rows
 
-    def _rows_nbytes(self) -> int:
-        """Bytes of the row arrays, by capacity."""
-        return int(
-            self._data.nbytes + self._offsets.nbytes + self._hashes.nbytes + self._born.nbytes
-        )
+    @property
+    def dictionary(self) -> Dictionary:
+        """The store's dictionary (empty until trained)."""
+        return self._words
 
-    def _reserve(self, rows: int, data_bytes: int) -> None:
-        """Room for ``rows`` more rows and ``data_bytes`` more key bytes (:func:`next_capacity`)."""
+    def _rows_nbytes(self) -> int:
+        """Bytes of the row arrays and the dictionary, by capacity."""
+        return int(self._codes.nbytes + self._lens.nbytes + self._bases.nbytes + self._words.nbytes)
+
+    def _reserve(self, rows: int, code_bytes: int) -> None:
+        """Room for ``rows`` more rows and ``code_bytes`` more code bytes
+        (:func:`next_capacity`)."""
         need = self._rows + rows
-        replaced = False
-        if need > self._hashes.size:
-            capacity = next_capacity(need, self._hashes.size)
-            self._hashes = grown(self._hashes, capacity, self._rows)
-            self._born = grown(self._born, capacity, self._rows)
-            self._offsets = grown(self._offsets, capacity + 1, self._rows + 1)
-            replaced = True
-        used = self._offsets.item(self._rows)
-        if used + data_bytes > self._data.size:
-            capacity = next_capacity(used + data_bytes, self._data.size)
-            self._data = grown(self._data, capacity, used)
-            replaced = True
-        if replaced:
-            self._views()
+        if need > self._lens.size:
+            capacity = next_capacity(need, self._lens.size)
+            self._lens = grown(self._lens, capacity, self._rows)
+            self._bases = grown(self._bases, capacity // _BLOCK + 1, self._rows // _BLOCK + 1)
+        if self._used + code_bytes > self._codes.size:
+            capacity = next_capacity(self._used + code_bytes, self._codes.size)
+            self._codes = grown(self._codes, capacity, self._used)
+
+    def _write(self, codes: _U8, sizes: _I64) -> int:
+        """Append the codes ``codes`` of (n,) ``sizes`` as new rows (making room); the first."""
+        from permindex.index.keys import kernels
+
+        n = int(sizes.size)
+        first = self._rows
+        self._reserve(n, int(codes.size) + 2 * int(np.count_nonzero(sizes >= 255)))
+        self._used = int(
+            kernels.write_codes(
+                self._codes, self._lens, self._bases, first, self._used, codes, sizes
+            )
+        )
+        self._rows = first + n
+        return first
 
     # -- reading keys -----------------------------------------------------------------------
 
+    def _decode(self, rows: _I64) -> tuple[_U8, _I64]:
+        from permindex.index.keys import kernels
+
+        return kernels.decode_rows(
+            self._codes, self._lens, self._bases, rows, self._words.data, self._words.offsets
+        )
+
     def key(self, row: int) -> str:
         """The key of ``row`` (live or dead), decoded."""
-        offsets = self._off_mv
-        return str(self._data_mv[offsets[row] : offsets[row + 1] - 1], "utf-8")
+        section, _ = self._decode(np.array([row], dtype=np.int64))
+        return str(section.data[:-1], "utf-8")
 
     def key_bytes(self, row: int) -> bytes:
         """The UTF-8 bytes of ``row``'s key."""
-        offsets = self._off_mv
-        return bytes(self._data_mv[offsets[row] : offsets[row + 1] - 1])
-
-    def hash_of(self, row: int) -> int:
-        """The stored XXH3-64 of ``row``'s key."""
-        return int(self._hash_mv[row])
+        section, _ = self._decode(np.array([row], dtype=np.int64))
+        return section[:-1].tobytes()
 
     def keys(self, rows: NDArray[np.integer] | Sequence[int]) -> list[str]:
         """The keys of ``rows`` (any order, repeats allowed), decoded, by the kernels of
         :mod:`permindex.index.keys.kernels`: the distinct rows found by hashing (O(n), no
-        sort), the bytes of the rows (or, when they mostly repeat -- fewer than half
-        distinct, one key matching many queries -- of the distinct rows, each decoded once and
-        its str shared) gathered in one pass, decoded once and split at the NULs. O(n +
-        bytes)."""
+        sort), the rows (or, when they mostly repeat -- fewer than half distinct, one key
+        matching many queries -- the distinct rows, each decoded once and its str shared)
+        decoded in one pass into one key section, made str once and split at the NULs.
+        O(n + bytes)."""
         from permindex.index.keys import kernels as key_kernels
 
         wanted: _I64 = np.ascontiguousarray(rows, dtype=np.int64)
@@ -137,100 +156,116 @@ class KeyRows:
         distinct, inverse = key_kernels.distinct_rows(wanted)
         repeats = 2 * distinct.size < wanted.size  # mostly repeats: decode each row once
         chosen = distinct if repeats else wanted
-        data, lengths = key_kernels.gather_key_bytes(self._offsets, self._data, chosen)
+        data, lengths = self._decode(chosen)
         decoded = decode_section(data.tobytes(), lengths)
         return list(map(decoded.__getitem__, inverse.tolist())) if repeats else decoded
 
     def order_ties(self, ties: _I64, rows: _I64, fps: NDArray[np.uint64]) -> None:
         """Sort by key, in place, each run of tied matches of a batch (``ties``, ``rows`` (m,)
         int64 and their fingerprints ``fps`` (m,) uint64 as
-        :func:`~permindex.index.search.match_kernels.arrange_matches` returns them), comparing the
-        rows' stored UTF-8 bytes in the compiled kernel
-        :func:`~permindex.index.keys.kernels.order_ties_by_key`. O(r^2) per run of r
-        ties."""
+        :func:`~permindex.index.search.match_kernels.arrange_matches` returns them), each
+        run's keys decoded and compared in the compiled kernel
+        :func:`~permindex.index.keys.kernels.order_ties_by_key`. O(r^2) per run of r ties."""
         from permindex.index.keys import kernels as key_kernels
 
-        key_kernels.order_ties_by_key(ties, rows, fps, self._offsets, self._data)
+        key_kernels.order_ties_by_key(
+            ties,
+            rows,
+            fps,
+            self._codes,
+            self._lens,
+            self._bases,
+            self._words.data,
+            self._words.offsets,
+        )
 
     def live_keys(self, live: NDArray[np.bool_]) -> list[str]:
         """The keys of the rows where ``live`` ((rows,) bool) is set, in row order, decoded in one
-        pass (a boolean mask over the bytes, no per-byte index array). O(rows + bytes)."""
-        n = self._rows
-        count = int(live[:n].sum())
-        if count == 0:
+        pass. O(rows + bytes)."""
+        chosen = np.flatnonzero(live[: self._rows]).astype(np.int64)
+        if chosen.size == 0:
             return []
-        used = int(self._offsets[n])
-        sizes = np.diff(self._offsets[: n + 1])
-        if count == n:
-            return decode_section(self._data[:used].tobytes(), sizes - 1)
-        chosen = self._data[:used][np.repeat(live[:n], sizes)]
-        return decode_section(chosen.tobytes(), sizes[live[:n]] - 1)
+        data, lengths = self._decode(chosen)
+        return decode_section(data.tobytes(), lengths)
 
     def export(self, rows: _I64) -> tuple[_I64, _U8]:
         """The keys of ``rows`` ((m,) int64) in compact form: ((m,) int64 UTF-8 lengths, their key
         section) -- the layout of a snapshot's key section. O(m + bytes)."""
-        starts = self._offsets[rows]
-        sizes = self._offsets[rows + 1] - starts
-        if rows.size == self._rows and (rows.size == 0 or bool((np.diff(rows) == 1).all())):
-            raw = self._data[: int(self._offsets[self._rows])].copy()
-        else:
-            raw = self._data[ragged_positions(starts, sizes)] if rows.size else self._data[:0]
-        return sizes - 1, raw
+        if rows.size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+        data, lengths = self._decode(np.ascontiguousarray(rows, dtype=np.int64))
+        return lengths, data
 
     def iteration_order(self, rows: _I64) -> _I64:
-        """``rows`` reordered by the first-added rank of their keys."""
-        return rows[np.argsort(self._born[rows], kind="stable")]
+        """``rows`` in the order of iteration: row order (the order the keys were last added)."""
+        return rows
 
-    def _equal_bytes(self, blob: _U8, starts: _I64, sizes: _I64, rows: _I64) -> NDArray[np.bool_]:
-        """For each i: whether ``blob[starts[i]:starts[i] + sizes[i]]`` equals row ``rows[i]``'s
-        stored bytes (terminators included, so equal sizes are required)."""
-        stored_starts = self._offsets[rows]
-        stored_sizes = self._offsets[rows + 1] - stored_starts
-        result = stored_sizes == sizes
-        check = np.flatnonzero(result)
-        if check.size:
-            lengths = sizes[check]
-            a = blob[ragged_positions(starts[check], lengths)]
-            b = self._data[ragged_positions(stored_starts[check], lengths)]
-            boundaries = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-            mismatches = np.add.reduceat((a != b).astype(np.int64), boundaries)
-            result[check] = mismatches == 0
-        return np.asarray(result, dtype=bool)
+    def _spans(self, rows: _I64) -> tuple[_I64, _I64, _I64]:
+        from permindex.index.keys import kernels
+
+        return kernels.row_spans(self._codes, self._lens, self._bases, rows)
+
+    def _row_codes(self, rows: _I64) -> tuple[_U8, _I64]:
+        """The codes of ``rows`` concatenated, and their (m,) int64 sizes."""
+        _, starts, sizes = self._spans(rows)
+        if rows.size == 0 or int(sizes.sum()) == 0:
+            return self._codes[:0].copy(), sizes
+        return self._codes[ragged_positions(starts, sizes)], sizes
 
     # -- compaction and invariants ----------------------------------------------------------
 
     def _compact_rows(self, keep: _I64) -> None:
-        """Keep only the rows ``keep`` (increasing), renumbered 0..m-1 in order, their ranks
-        renumbered 0..m-1 in the same order; the arrays get a quarter of room. O(m + bytes)."""
-        m = int(keep.size)
-        starts = self._offsets[keep]
-        sizes = self._offsets[keep + 1] - starts
-        total = int(sizes.sum())
-        data = np.zeros(max(1024, total + total // 4), dtype=np.uint8)
-        if m:
-            data[:total] = self._data[ragged_positions(starts, sizes)]
+        """Keep only the rows ``keep`` (increasing), renumbered 0..m-1 in order; the arrays get
+        a quarter of room. O(m + bytes)."""
+        codes, sizes = self._row_codes(keep)
+        self._replace_rows(codes, sizes)
+
+    def _replace_rows(self, codes: _U8, sizes: _I64, *, keep_capacity: bool = False) -> None:
+        """Make the rows exactly the codes ``codes`` of (m,) ``sizes``, with a quarter of room
+        (``keep_capacity``: in arrays of the capacities the store has, when they fit)."""
+        m = int(sizes.size)
+        total = int(codes.size) + 2 * int(np.count_nonzero(sizes >= 255))
+        code_capacity = max(1024, total + total // 4)
         capacity = max(64, m + m // 4)
-        offsets = np.zeros(capacity + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1 : m + 1])
-        hashes = np.zeros(capacity, dtype=np.uint64)
-        hashes[:m] = self._hashes[keep]
-        born = np.zeros(capacity, dtype=np.uint32)
-        ranks = np.argsort(np.argsort(self._born[keep], kind="stable"), kind="stable")
-        born[:m] = ranks.astype(np.uint32)
-        self._data, self._offsets, self._hashes, self._born = data, offsets, hashes, born
-        self._rows = m
-        self._next_born = m
-        self._views()
+        if keep_capacity:
+            code_capacity = max(total, self._codes.size)
+            capacity = max(m, self._lens.size)
+        self._codes = np.zeros(code_capacity, dtype=np.uint8)
+        self._lens = np.zeros(capacity, dtype=np.uint8)
+        self._bases = np.zeros(capacity // _BLOCK + 1, dtype=np.int64)
+        self._rows = 0
+        self._used = 0
+        self._write(codes, sizes)
 
     def _check_rows(self) -> list[str]:
-        """Problems of the rows (empty when none), O(rows): offsets increasing by at least 2
-        (a key is at least one byte and its NUL), a NUL at each key's end."""
+        """Problems of the rows (empty when none), O(rows + bytes): the block offsets where
+        the row lengths put them, every code decoding to valid UTF-8 and coded again to
+        itself (the code is canonical)."""
+        from permindex.index.keys.codec import encode_section
+
         n = self._rows
-        offsets = self._offsets[: n + 1]
-        if offsets[0] != 0 or not bool((np.diff(offsets) >= 2).all()):
-            return ["key offsets are not increasing by at least 2"]
-        if n and not bool((self._data[offsets[1:] - 1] == 0).all()):
-            return ["a key is not NUL-terminated"]
+        if n == 0:
+            return []
+        rows = np.arange(n, dtype=np.int64)
+        spans, starts, sizes = self._spans(rows)
+        ends = starts + sizes
+        if spans[0] != 0 or not bool((spans[1:] == ends[:-1]).all()) or int(ends[-1]) != self._used:
+            return ["code spans are not contiguous"]
+        section, lengths = self._decode(rows)
+        try:
+            decode_section(section.tobytes(), lengths)
+        except ValueError:
+            return ["a code does not decode to UTF-8"]
+        again, again_sizes, _ = encode_section(
+            section,
+            np.cumsum(lengths + 1),
+            self._words.data,
+            self._words.offsets,
+            self._words.slots,
+        )
+        codes, _ = self._row_codes(rows)
+        if not (np.array_equal(again_sizes, sizes) and np.array_equal(again, codes)):
+            return ["a code is not the key's canonical code"]
         return []
 
 

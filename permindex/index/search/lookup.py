@@ -92,17 +92,9 @@ def _warm_matches() -> None:
 
     two = np.array([1, 0], dtype=np.int64)
     module.order_by_query(two, np.zeros(2, dtype=np.uint8), 2)
-    distinct, _ = keys.distinct_rows(two)
-    keys.gather_key_bytes(np.arange(3, dtype=np.int64), np.zeros(2, dtype=np.uint8), distinct)
+    keys.warm()
     module.arrange_matches(np.zeros((2, 3), dtype=np.int64), 1, np.zeros(1, dtype=np.uint64))
     module.query_offsets(two, 2)
-    keys.order_ties_by_key(
-        np.zeros(1, dtype=np.int64),
-        np.arange(2, dtype=np.int64),
-        np.zeros(2, dtype=np.uint64),
-        np.array([0, 2, 4], dtype=np.int64),
-        np.array([98, 0, 97, 0], dtype=np.uint8),
-    )
 
 
 def _warm(module: ModuleType) -> None:
