@@ -51,7 +51,7 @@ from permindex.index.keys.batches import Section, compact_inputs, validate_keys
 from permindex.index.keys.batches import key_list as as_key_list
 from permindex.index.keys.codec import Dictionary
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
-from permindex.index.memory import MemoryBreakdown, breakdown, growth_bytes
+from permindex.index.memory import MemoryBreakdown, breakdown, growth_bytes, release_free_heap
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
 from permindex.index.search.batch_queries import (
     LookupOptions,
@@ -599,7 +599,10 @@ class Index:
             3
         """
         self._before_call()
-        return add_batch(self._rows, self._runs, keys, fingerprints)
+        added = add_batch(self._rows, self._runs, keys, fingerprints)
+        if 0 < self._tuning.release_heap_rows <= added.size:
+            release_free_heap()  # the buffers the batch freed, back to the OS
+        return added
 
     def remove(self, key: str) -> None:
         """Remove ``key``. O(1) (a tombstone) plus amortized compaction.
@@ -1088,6 +1091,8 @@ class Index:
                 return False
             rows.compact()
         self._runs.merge_pending()
+        if self._tuning.release_heap_rows:
+            release_free_heap()  # the arrays the compaction replaced, back to the OS
         return True
 
     def table_bytes(self) -> int:

@@ -20,6 +20,11 @@ What each knob trades (the measurements behind the defaults are in ``benchmarks/
   the default share of a table's entries outside its largest run from which
   :meth:`~permindex.index.Index.merge_all_runs` merges it. ``grow_ahead_rows``: from this
   capacity on the row arrays grow in a background thread (below it, inline under the lock).
+  ``release_heap_rows``: after a batch write of at least this many rows (and after a
+  compaction) the C heap's free pages go back to the operating system
+  (:func:`~permindex.index.memory.release_free_heap`): a bulk load's freed buffers otherwise
+  stay resident (glibc keeps them), about as much again as the index's own arrays at 10^6
+  (benchmarks/README.md, "Resident memory after a bulk load"); 0 never.
 * Key sections -- ``hash_chunk``: keys of a compact key section hashed per step (one C call
   splits a chunk at its NULs); ``utf8_slice``: bytes of it checked as UTF-8 per step (no str
   of the whole section).
@@ -59,7 +64,13 @@ __all__ = ["DEFAULT_TUNING", "Tuning"]
 
 #: The knobs that may be 0 (a threshold that every input reaches); the others are >= 1.
 _MAY_BE_ZERO: Final = frozenset(
-    {"parallel_min", "direct_run_min", "join_threads_min_rows", "byte_pairs_min_rows"}
+    {
+        "parallel_min",
+        "direct_run_min",
+        "join_threads_min_rows",
+        "byte_pairs_min_rows",
+        "release_heap_rows",
+    }
 )
 
 
@@ -87,6 +98,7 @@ class Tuning:
     merge_ratio: int = 4
     merge_all_min_share: float = 1 / 8
     grow_ahead_rows: int = 1 << 16
+    release_heap_rows: int = 10_000
     #: Rows an index may hold, None for the row format's limit (``MAX_ROWS``, 2^32 - 1);
     #: tests lower it to reach the limit.
     row_limit: int | None = None
