@@ -71,8 +71,7 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     """Refuse what the engine flags cannot mean together, before any work.
 
     Raises:
-        CommandError: exit 2 (usage): ``--against -``; ``--against`` with ``--method
-            minhash`` and ``--engine dask``; ``--jobs``, ``-`` or ``--weights idf``
+        CommandError: exit 2 (usage): ``--against -``; ``--jobs``, ``-`` or ``--weights idf``
             with ``--engine dask``; a Dask flag with ``--engine local``; ``--worker-memory``
             with ``--scheduler`` or not a size; dask not installed (the message says
             ``pip install '.[dask]'``).
@@ -88,15 +87,6 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     ]
     if args.against == "-":
         raise _usage("--against reads a file or folder, not -")
-    if (
-        getattr(args, "method", "simhash") == "minhash"
-        and args.engine != "local"
-        and args.against is not None
-    ):
-        raise _usage(
-            "--against with --method minhash runs on the local engine (--engine dask keeps "
-            "the shingle sets on the workers; the Jaccard --against is not built there yet)"
-        )
     if args.engine == "local":
         if dask_flags:
             raise _usage(f"{dask_flags[0]} needs --engine dask")
@@ -172,19 +162,31 @@ def run_engine(
     None)."""
     from permindex.near.dedup import run_dedup
 
+    jaccard = getattr(args, "method", "simhash") == "minhash"
+    held = None
     with _cluster(args) as client:
         if client is None:
             result = run_dedup(options, progress=progress, workdir=workdir)
         else:
             from permindex.distributed.engine import run_dedup_dask
+            from permindex.distributed.jaccard import HeldSets
 
-            result = run_dedup_dask(options, client, progress=progress)
+            # the Jaccard --against joins the new batch's sets, left on the workers
+            held = HeldSets() if jaccard and args.against is not None else None
+            result = run_dedup_dask(options, client, progress=progress, keep_sets=held)
         if args.against is None:
             return result, None
         if client is None:
             from permindex.near.against import against_pairs
 
             return result, against_pairs(result, args.against)
+        if held is not None:
+            from permindex.distributed.against import jaccard_against_pairs_dask
+
+            pairs = jaccard_against_pairs_dask(
+                result, args.against, client, held, progress=progress
+            )
+            return result, pairs
         from permindex.distributed.against import against_pairs_dask
 
         return result, against_pairs_dask(result, args.against, client, progress=progress)

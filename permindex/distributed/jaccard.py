@@ -21,7 +21,7 @@ them as they are, and Dask's conversion of object columns to strings leaves them
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HOT_BAND_BUCKET",
     "PARTITION_BYTES",
+    "HeldSets",
     "JaccardPart",
     "Joined",
     "Light",
@@ -66,6 +67,9 @@ HOT_BAND_BUCKET: Final = 4_096
 PARTITION_BYTES: Final = 64 << 20
 #: Bytes a shuffled row costs besides its set and band keys (its other columns).
 _ROW_BYTES: Final = 40
+#: Blocks of one side of a cross join's bucket, at most (its block pairs are numbered by
+#: Cantor's pairing, which stays below 2^31): a bucket of 46,000 x 2,048 distinct sets.
+_CROSS_BLOCKS: Final = 46_000
 
 _BINARY: Final = pd.ArrowDtype(pa.large_binary())
 _BAND_META: Final = {"key": np.uint64, "band": np.int16, "row": np.int64}
@@ -183,12 +187,19 @@ def band_rows(part: JaccardPart | None, local: _I64, rows: _I64) -> pd.DataFrame
     )
 
 
-def shared_memberships(frame: pd.DataFrame, hot_threshold: int) -> pd.DataFrame:
+def shared_memberships(
+    frame: pd.DataFrame, hot_threshold: int, boundary: int | None = None
+) -> pd.DataFrame:
     """Step 2 of :func:`jaccard_pairs` for one partition of :func:`band_rows` holding every
     row of each of its band keys: (row, band, blocks, block) for every row of a bucket (a band
     and key) of two or more rows; a bucket of more than ``hot_threshold`` rows is cut, in row
     order, into ``blocks`` blocks of ``max(1, hot_threshold // 2)`` (``block``: this row's),
-    others have 1 block."""
+    others have 1 block.
+
+    With a ``boundary`` (the cross join of :func:`jaccard_pairs`: rows below it are one side,
+    the others the other side), only buckets holding rows of both sides are kept, each side is
+    cut into blocks of its own when the bucket is hot, and ``blocks`` is the number of blocks
+    of the *other* side (the block pairs this row takes part in)."""
     band = frame["band"].to_numpy(dtype=np.int16)
     key = frame["key"].to_numpy(dtype=np.uint64)
     row = frame["row"].to_numpy(dtype=np.int64)
@@ -205,9 +216,22 @@ def shared_memberships(frame: pd.DataFrame, hot_threshold: int) -> pd.DataFrame:
     rank = np.arange(n) - np.repeat(starts, sizes)
     half = max(1, hot_threshold // 2)
     hot = size > hot_threshold
-    blocks = np.where(hot, -(-size // half), 1).astype(np.int32)
-    block = np.where(hot, rank // half, 0).astype(np.int32)
-    keep = size >= 2
+    if boundary is None:
+        blocks = np.where(hot, -(-size // half), 1).astype(np.int32)
+        block = np.where(hot, rank // half, 0).astype(np.int32)
+        keep = size >= 2
+    else:
+        first = row < boundary  # rows sorted within a bucket: the first side comes first
+        ones = np.add.reduceat(first.astype(np.int64), starts)
+        own = np.repeat(ones, sizes)  # rows of the first side in this row's bucket
+        mine = np.where(first, own, size - own)
+        theirs = size - mine
+        rank = np.where(first, rank, rank - own)
+        blocks = np.where(hot, -(-theirs // half), 1).astype(np.int32)
+        block = np.where(hot, rank // half, 0).astype(np.int32)
+        keep = (own >= 1) & (own < size)
+        if int(blocks.max(initial=0)) + int(block.max(initial=0)) >= _CROSS_BLOCKS:
+            raise ValueError(f"a band bucket of {int(size.max())} sets: too large to cut")
     return pd.DataFrame(
         {"row": row[keep], "band": band[keep], "blocks": blocks[keep], "block": block[keep]}
     )
@@ -220,13 +244,19 @@ def set_rows(
     blocks: NDArray[np.int32],
     block: NDArray[np.int32],
     rows: _I64,
+    boundary: int | None = None,
 ) -> pd.DataFrame:
     """Step 3 of :func:`jaccard_pairs` for one part: each membership (set ``local[i]`` of the
     part, row ``rows[i]``, in bucket ``band[i]`` of a shared key, block ``block[i]`` of
     ``blocks[i]``) as a row that carries the set and its band keys, once per block pair of
     its bucket that holds its block: task ``lo * blocks + hi`` (lo <= hi), side 0 in block lo,
     1 in block hi (a bucket of one block: task 0, side 0). ``bucket``, the shuffle's key,
-    names (band, key, task)."""
+    names (band, key, task).
+
+    With a ``boundary`` (the cross join): a row below it is side 0, in its side's block i,
+    paired with each block j < ``blocks[i]`` of the other side, and a row at or above it side
+    1, in block j, paired with each block i; task ``(i + j)(i + j + 1) / 2 + j`` (Cantor's
+    pairing) names the block pair from either side."""
     if part is None or local.size == 0:
         empty = {n: np.zeros(0, t) for n, t in _SET_META.items() if t is not _BINARY}
         frame = pd.DataFrame(empty)
@@ -238,9 +268,15 @@ def set_rows(
     at = np.repeat(np.arange(local.size), copies)
     other = np.arange(at.size) - np.repeat(np.cumsum(copies) - copies, copies)  # j of blocks
     mine = block[at].astype(np.int64)
-    low, high = np.minimum(mine, other), np.maximum(mine, other)
-    task = (low * copies[at] + high).astype(np.int32)
-    side = (mine != low).astype(np.int8)
+    if boundary is None:
+        low, high = np.minimum(mine, other), np.maximum(mine, other)
+        task = (low * copies[at] + high).astype(np.int32)
+        side = (mine != low).astype(np.int8)
+    else:
+        second = rows[at] >= boundary
+        i, j = np.where(second, other, mine), np.where(second, mine, other)
+        task = ((i + j) * (i + j + 1) // 2 + j).astype(np.int32)
+        side = second.astype(np.int8)
     chosen = local[at]
     bands_of = band[at].astype(np.int64)
     key = part.keys[chosen, bands_of]
@@ -334,6 +370,19 @@ class Selection(NamedTuple):
     sizes: _I64
 
 
+@dataclass
+class HeldSets:
+    """The distinct shingle sets of a Jaccard run's kept documents, left on the workers for a
+    second join (``dedup NEW --against CORPUS``, :mod:`permindex.distributed.against`):
+    ``parts`` the futures of each task's :class:`JaccardPart` (the sets stay alive while
+    they are held here), ``selections`` their distinct sets, row ids the positions of their
+    documents in the result's keys (``DedupResult.near.keys``). Empty when nothing was
+    joined."""
+
+    parts: list[Any] = field(default_factory=list)
+    selections: list[Selection] = field(default_factory=list)
+
+
 class Joined(NamedTuple):
     """What :func:`jaccard_pairs` found: the pairs (row ids a < b, distance in
     :data:`~permindex.near.jaccard.SCALE` units), the candidates and the candidates merged,
@@ -359,22 +408,31 @@ def jaccard_pairs(
     threshold: float,
     bands: int,
     *,
-    hot_threshold: int = HOT_BAND_BUCKET,
+    hot_threshold: int | None = None,
     partition_bytes: int = PARTITION_BYTES,
+    boundary: int | None = None,
     progress: bool = False,
 ) -> Joined:
     """Every pair of the selected distinct sets with Jaccard >= ``threshold`` that agree in
     at least one band: the pairs of :func:`permindex.near.jaccard.self_join` on the same sets
     (Indyk & Motwani 1998 banding, each candidate verified exactly), with the same counts.
     ``parts``: futures (or Dask delayed values) of each part's :class:`JaccardPart` (None for
-    none), ``selections`` the distinct sets of each (row ids distinct over all parts).
+    none), ``selections`` the distinct sets of each (row ids distinct over all parts, each
+    part's in a range of its own).
+
+    With a ``boundary`` (row id), the *cross join* of ``dedup NEW --against CORPUS``: only the
+    pairs of a row below it (a new set) and a row at or above it (a corpus set), a < b; a
+    bucket without rows of both sides is dropped in step 2, and a hot bucket's two sides are
+    cut into blocks each (each pair of a new block and a corpus block joined as a bucket of
+    its own). The counts are then those of the cross candidates.
 
     Steps:
 
     1. each part emits (band key, band, row) for each selected set and band
        (:func:`band_rows`: 18 bytes a set a band, no set), shuffled by the key;
     2. each partition keeps the rows of the buckets (band, key) shared by two or more sets
-       (:func:`shared_memberships`), cutting a hot bucket (more than ``hot_threshold`` sets)
+       (:func:`shared_memberships`), cutting a hot bucket (more than ``hot_threshold`` sets,
+       default :data:`HOT_BAND_BUCKET`)
        into blocks; these *memberships* come here (18 bytes each) and are sent back to the
        parts, so that an unrelated document's set never travels;
     3. each part emits each membership with its set and band keys (:func:`set_rows`; a hot
@@ -395,6 +453,8 @@ def jaccard_pairs(
 
     from permindex.distributed.join import show_progress
 
+    if hot_threshold is None:
+        hot_threshold = HOT_BAND_BUCKET  # read now: a test lowers it for a whole run
     workers = max(1, len(client.nthreads()))
     total = sum(s.local.size for s in selections)
     empty = np.zeros(0, dtype=np.int64)
@@ -408,7 +468,9 @@ def jaccard_pairs(
     frame = dd.from_delayed(emitted, meta=_BAND_META, verify_meta=False)
     count = join_partitions(total * bands, workers)
     grouped = frame.shuffle(on="key", npartitions=count, shuffle_method=shuffle_method(count))
-    shared = persisted(grouped.map_partitions(shared_memberships, hot_threshold, meta=_SHARED_META))
+    shared = persisted(
+        grouped.map_partitions(shared_memberships, hot_threshold, boundary, meta=_SHARED_META)
+    )
     del frame, grouped, emitted
     members = _gathered(shared)
     del shared
@@ -441,6 +503,7 @@ def jaccard_pairs(
                 member_blocks[lo:hi],
                 member_block[lo:hi],
                 s.rows[at],
+                boundary,
                 pure=False,
             )
         )
