@@ -153,19 +153,33 @@ def _binary(data: NDArray[Any], offsets: _I64) -> pd.Series:
 
 def _unbinary(column: pd.Series, dtype: Any) -> tuple[NDArray[Any], _I64]:
     """The values of a binary column as (one array of ``dtype``, (n + 1,) int64 offsets in
-    items of it): the inverse of :func:`_binary`."""
+    items of it): the inverse of :func:`_binary`. Each Arrow chunk's values are read in
+    place (Arrow buffers are 64-byte aligned and every value is whole items) and copied once,
+    into the one array."""
     array = pa.array(column)
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    array = array.cast(pa.large_binary())
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
     width = np.dtype(dtype).itemsize
-    bounds = np.frombuffer(array.buffers()[1], dtype=np.int64)
-    bounds = bounds[array.offset : array.offset + len(array) + 1]
-    if bounds.size == 0:
-        return np.zeros(0, dtype=dtype), np.zeros(1, dtype=np.int64)
-    raw = np.frombuffer(array.buffers()[2], dtype=np.uint8)[int(bounds[0]) : int(bounds[-1])]
-    values = np.frombuffer(raw.tobytes(), dtype=dtype)
-    return values, ((bounds - bounds[0]) // width).astype(np.int64)
+    values: list[NDArray[Any]] = []
+    sizes: list[_I64] = []
+    for chunk in chunks:
+        if chunk.type != pa.large_binary():
+            chunk = chunk.cast(pa.large_binary())
+        if len(chunk) == 0:
+            continue
+        bounds = np.frombuffer(chunk.buffers()[1], dtype=np.int64)
+        bounds = bounds[chunk.offset : chunk.offset + len(chunk) + 1]
+        start, stop = int(bounds[0]), int(bounds[-1])
+        if stop > start:
+            data = chunk.buffers()[2]
+            values.append(
+                np.frombuffer(data, dtype=dtype, count=(stop - start) // width, offset=start)
+            )
+        sizes.append(np.diff(bounds) // width)
+    offsets = np.zeros(sum(x.size for x in sizes) + 1, dtype=np.int64)
+    if sizes:
+        np.cumsum(np.concatenate(sizes), out=offsets[1:])
+    flat = np.concatenate(values) if values else np.zeros(0, dtype=dtype)
+    return flat.astype(dtype, copy=False), offsets
 
 
 # --------------------------------------------------------------------------- partitions
