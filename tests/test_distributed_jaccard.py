@@ -211,7 +211,9 @@ def test_cli_worker_killed_mid_run_same_report_as_local(
         capsys, "dedup", str(source), *common, "--jobs", "1", "--out", str(tmp_path / "l")
     )
     assert code == 0, err
-    monkeypatch.setattr(distributed_jaccard, "HOT_BAND_BUCKET", 32)  # the 300 pages' buckets
+    # the 300 pages' buckets are cut, their component (about 1 MB) sent bucket by bucket
+    monkeypatch.setattr(distributed_jaccard, "HOT_BAND_BUCKET", 32)
+    monkeypatch.setattr(distributed_jaccard, "PARTITION_BYTES", 400_000)
     pids = client.run(os.getpid)
     killed: list[int] = []
 
@@ -294,8 +296,13 @@ def test_hot_band_buckets_split_same_pairs_and_counts(
     members = shared_memberships(band_rows(part, rows, rows), 32)
     assert int(members["blocks"].max()) >= 3
     parts, selections = parts_on(client, sets, [100, 101, 700])
-    for hot in (10_000, 32):
-        got = jaccard_pairs(client, parts, selections, 0.8, SHAPE.bands, hot_threshold=hot)
+    # components of the bucket graph up to 32 MiB travel whole (all here); up to 200 kB: the
+    # 300 pages' component (about 1 MB) goes bucket by bucket, cut into blocks, the others
+    # whole; none: every bucket by itself
+    for hot, size in ((10_000, None), (32, None), (32, 200_000), (32, 0), (10_000, 0)):
+        got = jaccard_pairs(
+            client, parts, selections, 0.8, SHAPE.bands, hot_threshold=hot, component_bytes=size
+        )
         found = set(
             zip(
                 got.pairs.a.tolist(), got.pairs.b.tolist(), got.pairs.distance.tolist(), strict=True
@@ -329,7 +336,9 @@ def test_worker_killed_mid_join_result_still_exact(
 
     killer = threading.Thread(target=kill_when_busy)
     killer.start()
-    got = jaccard_pairs(client, parts, selections, 0.8, SHAPE.bands, hot_threshold=32)
+    got = jaccard_pairs(
+        client, parts, selections, 0.8, SHAPE.bands, hot_threshold=32, component_bytes=200_000
+    )
     killer.join()
     assert killed
     found = set(
@@ -412,8 +421,10 @@ def test_cli_against_dask_equals_local_and_brute_force(
         capsys, "dedup", str(new_path), *common, "--jobs", "1", "--out", str(tmp_path / "l")
     )
     assert code == 0, local_err
-    # buckets above 24 sets are cut into blocks: the template's (150 corpus and 30 new sets)
+    # buckets above 24 sets are cut into blocks: the template's (150 corpus and 30 new
+    # sets), whose component (about 300 kB) goes bucket by bucket in partitions of 100 kB
     monkeypatch.setattr(distributed_jaccard, "HOT_BAND_BUCKET", 24)
+    monkeypatch.setattr(distributed_jaccard, "PARTITION_BYTES", 100_000)
     code, dask_out, dask_err = run(
         capsys, "dedup", str(new_path), *common, "--engine", "dask",
         "--scheduler", cluster.scheduler_address, "--out", str(tmp_path / "d"),
@@ -472,10 +483,11 @@ def test_cross_join_hot_buckets_split_same_pairs(client: Any) -> None:
     assert int(members["blocks"].max()) >= 3  # the template's buckets: cut on both sides
     assert int(members["block"].max()) >= 3
     parts, selections = parts_on(client, both, [boundary // 2, boundary, boundary + 100])
-    for hot in (10_000, 8):
+    for hot, size in ((10_000, None), (8, 0), (8, 50_000), (10_000, 0)):
         got = jaccard_pairs(
-            client, parts, selections, 0.8, SHAPE.bands, hot_threshold=hot, boundary=boundary
-        )
+            client, parts, selections, 0.8, SHAPE.bands,
+            hot_threshold=hot, component_bytes=size, boundary=boundary,
+        )  # fmt: skip
         found = set(
             zip(
                 got.pairs.a.tolist(), got.pairs.b.tolist(), got.pairs.distance.tolist(), strict=True
