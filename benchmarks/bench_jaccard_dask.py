@@ -12,6 +12,16 @@ edited copies (1 to 6 words replaced, inserted or deleted; family sizes a power 
 largest 1,000 copies: 40 % of the pages), near-copy pairs (one page and a copy with 1 to 8
 edits: 10 %), and unrelated pages (50 %), each of 100 to 400 words drawn from a Zipf-like
 30,000-word vocabulary (:func:`bench_jaccard.templated`'s draw).
+
+The recall check (:func:`exact_check`), independent of permindex's shingling, hashing, bands
+and join: each page's word 3-shingles as Python strings (``text.lower().split()``, three
+consecutive words joined by a space), mapped to integers by a dict per group (string equality,
+no hash); the *truth* is every pair inside a template family or a near-copy pair whose exact
+Jaccard (integer counts from a 0/1 page x shingle matrix product) is >= 0.8; across groups,
+``--cross-sample`` random pairs of pages of different groups are checked exactly (none should
+reach 0.8: the draw makes unrelated pages share almost no shingle). Then every pair the Dask
+engine printed must be in the truth with its exact value to 4 decimals (a printed pair across
+groups is checked alone), and recall = printed truth pairs / truth pairs.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -75,6 +86,91 @@ def corpus(path: Path, pages: int, seed: int) -> dict[str, int]:
     return {"pages": len(rows), "families": len(sizes), "largest": max(sizes)}
 
 
+def _group(key: str) -> str:
+    """A page's group: its template family or near-copy pair, or its own key (unrelated)."""
+    return key.rsplit("/", 1)[0] if not key.startswith("other/") else key
+
+
+def _shingles(text: str) -> set[str]:
+    words = text.lower().split()
+    return {" ".join(words[i : i + 3]) for i in range(len(words) - 2)}
+
+
+def _distance(inter: NDArray[np.int64], union: NDArray[np.int64]) -> NDArray[np.int64]:
+    """round((1 - J) * 10^4), half up, from integer counts (as the mode rounds)."""
+    return np.asarray(((union - inter) * 2 * 10_000 + union) // (2 * union), dtype=np.int64)
+
+
+def exact_check(path: Path, pairs_tsv: Path, cross_sample: int, seed: int) -> dict[str, Any]:
+    """The recall, precision and values of ``pairs_tsv`` against exact Jaccard computed here
+    (see the module docstring). Memory: the pages' texts by group, one group's matrix."""
+    groups: dict[str, dict[str, str]] = {}
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            groups.setdefault(_group(row["id"]), {})[row["id"]] = row["text"]
+    printed: dict[tuple[str, str], str] = {}
+    with open(pairs_tsv, encoding="utf-8") as lines:
+        for line in lines:
+            a, b, value = line.rstrip("\n").split("\t")
+            printed[(a, b)] = value
+    truth = found = wrong = below = 0
+    seen: set[tuple[str, str]] = set()
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        keys = sorted(members)
+        sets = [_shingles(members[k]) for k in keys]
+        ids: dict[str, int] = {}
+        rows = [[ids.setdefault(x, len(ids)) for x in s] for s in sets]
+        matrix = np.zeros((len(keys), len(ids)), dtype=np.float32)
+        for i, r in enumerate(rows):
+            matrix[i, r] = 1.0
+        inter = np.rint(matrix @ matrix.T).astype(np.int64)  # exact: counts below 2^24
+        size = np.diag(inter)
+        union = size[:, None] + size[None, :] - inter
+        left, right = np.nonzero(np.triu(inter * 10 >= 8 * union, k=1))
+        distance = _distance(inter[left, right], union[left, right])
+        truth += left.size
+        for u, v, d in zip(left.tolist(), right.tolist(), distance.tolist(), strict=True):
+            shown = printed.get((keys[u], keys[v]))
+            if shown is not None:
+                found += 1
+                seen.add((keys[u], keys[v]))
+                whole, part = divmod(10_000 - d, 10_000)
+                wrong += shown != f"{whole}.{part:04d}"
+    rest = [pair for pair in printed if pair not in seen]  # printed, not a truth pair
+    texts = {k: t for members in groups.values() for k, t in members.items()}
+    for a, b in rest:  # checked alone: below 0.8, or a pair across groups
+        x, y = _shingles(texts[a]), _shingles(texts[b])
+        inter_, union_ = len(x & y), len(x | y)
+        if inter_ * 10 < 8 * union_:
+            below += 1
+    rng = np.random.default_rng(seed)
+    keys_all = list(texts)
+    across = reached = 0
+    while across < cross_sample:
+        one, two = (keys_all[n] for n in rng.integers(0, len(keys_all), 2).tolist())
+        if _group(one) == _group(two):
+            continue
+        across += 1
+        x, y = _shingles(texts[one]), _shingles(texts[two])
+        reached += len(x & y) * 10 >= 8 * len(x | y)
+    return {
+        "method": "exact Jaccard of shingle strings within every template family and "
+        "near-copy pair, and of random pairs across groups",
+        "truth_pairs": truth,
+        "printed_pairs": len(printed),
+        "printed_truth_pairs": found,
+        "recall": round(found / truth, 5) if truth else 1.0,
+        "printed_not_in_truth": len(rest),
+        "printed_below_threshold": below,
+        "printed_wrong_value": wrong,
+        "cross_pairs_checked": across,
+        "cross_pairs_at_or_above": reached,
+    }
+
+
 def run_dedup(path: Path, out: Path, *extra: str) -> float:
     """One ``permindex dedup --method minhash`` in a subprocess: its wall time."""
     command = [
@@ -94,6 +190,10 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="the local engine's --jobs")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--cross-sample", type=int, default=100_000, help="random pairs across groups checked"
+    )
+    parser.add_argument("--skip-local", action="store_true", help="the Dask engine only")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     path = args.workdir / f"jaccard-{args.pages}-{args.seed}.jsonl.gz"
@@ -103,35 +203,47 @@ def main() -> int:
         made = corpus(partial, args.pages, args.seed)
         partial.rename(path)
     print(f"corpus: {path} {made}", file=sys.stderr)
-    local = run_dedup(path, args.workdir / "local", "--jobs", str(args.jobs))
-    remote = run_dedup(
-        path, args.workdir / "dask", "--engine", "dask", "--workers", str(args.workers)
+    outs = {e: args.workdir / f"{e}-{args.pages}" for e in ("local", "dask")}
+    seconds: dict[str, float] = {}
+    if not args.skip_local:
+        seconds["local"] = run_dedup(path, outs["local"], "--jobs", str(args.jobs))
+        print(f"local: {seconds['local']:.1f} s", file=sys.stderr)
+    seconds["dask"] = run_dedup(
+        path, outs["dask"], "--engine", "dask", "--workers", str(args.workers)
     )
+    print(f"dask: {seconds['dask']:.1f} s", file=sys.stderr)
+    engines = [e for e in ("local", "dask") if e in seconds]
     same = {
-        name: (args.workdir / "local" / name).read_bytes()
-        == (args.workdir / "dask" / name).read_bytes()
+        name: (outs["local"] / name).read_bytes() == (outs["dask"] / name).read_bytes()
         for name in ("pairs.tsv", "clusters.tsv", "exact_duplicates.tsv", "keep_drop.tsv")
+        if "local" in seconds
     }
-    summaries = [
-        json.loads((args.workdir / e / "summary.json").read_text()) for e in ("local", "dask")
-    ]
+    summaries = {e: json.loads((outs[e] / "summary.json").read_text()) for e in engines}
+    started = time.perf_counter()
+    check = exact_check(path, outs["dask"] / "pairs.tsv", args.cross_sample, args.seed)
+    check["seconds"] = round(time.perf_counter() - started, 1)
     result: dict[str, Any] = {
         "corpus": str(path),
         "pages": args.pages,
-        "local_seconds": round(local, 1),
-        "dask_seconds": round(remote, 1),
+        **{f"{e}_seconds": round(seconds[e], 1) for e in engines},
         "identical": same,
-        "pairs": summaries[0]["pairs"],
-        "clusters": summaries[0]["clusters"],
-        "candidates_verified": [s["candidates_verified"] for s in summaries],
-        "dask_stages": summaries[1]["seconds"],
-        "local_stages": summaries[0]["seconds"],
+        "pairs": summaries["dask"]["pairs"],
+        "clusters": summaries["dask"]["clusters"],
+        "candidates_verified": {e: summaries[e]["candidates_verified"] for e in engines},
+        **{f"{e}_stages": summaries[e]["seconds"] for e in engines},
+        "exact_check": check,
     }
     text = json.dumps(result, indent=2)
     print(text)
     if args.json is not None:
         args.json.write_text(text + "\n")
-    return 0 if all(same.values()) else 1
+    good = (
+        all(same.values())
+        and check["recall"] >= 0.95
+        and check["printed_below_threshold"] == 0
+        and check["printed_wrong_value"] == 0
+    )
+    return 0 if good else 1
 
 
 if __name__ == "__main__":

@@ -216,7 +216,6 @@ def test_against_the_simhash_vote_reaches_the_corpus(
         (["--threshold", "0"], "--threshold: must be in (0, 1], got 0"),
         (["--k", "3"], "--k is a SimHash option: --method minhash takes --threshold"),
         (["--permutations", "0"], "--permutations: must be 1 or more, got 0"),
-        (["--engine", "dask"], "--against with --method minhash runs on the local engine"),
     ],
 )
 def test_bad_options_exit_2(

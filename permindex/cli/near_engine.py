@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from permindex.cli.args import positive
-from permindex.cli.output import CommandError
+from permindex.cli.output import CommandError, err
 
-__all__ = ["ENGINES", "add_engine_arguments", "check_engine_arguments", "run_engine"]
+__all__ = ["DASK_RUNS", "ENGINES", "add_engine_arguments", "check_engine_arguments", "run_engine"]
 
 #: The values of ``--engine``.
 ENGINES: Final = ("local", "dask")
+#: Runs of a ``--engine dask`` dedup, at most, when workers are lost with input only they held.
+DASK_RUNS: Final = 3
 _DASK_EXTRA: Final = "pip install '.[dask]' in the permindex clone"
 
 
@@ -71,8 +73,7 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     """Refuse what the engine flags cannot mean together, before any work.
 
     Raises:
-        CommandError: exit 2 (usage): ``--against -``; ``--against`` with ``--method
-            minhash`` and ``--engine dask``; ``--jobs``, ``-`` or ``--weights idf``
+        CommandError: exit 2 (usage): ``--against -``; ``--jobs``, ``-`` or ``--weights idf``
             with ``--engine dask``; a Dask flag with ``--engine local``; ``--worker-memory``
             with ``--scheduler`` or not a size; dask not installed (the message says
             ``pip install '.[dask]'``).
@@ -88,15 +89,6 @@ def check_engine_arguments(args: argparse.Namespace) -> None:
     ]
     if args.against == "-":
         raise _usage("--against reads a file or folder, not -")
-    if (
-        getattr(args, "method", "simhash") == "minhash"
-        and args.engine != "local"
-        and args.against is not None
-    ):
-        raise _usage(
-            "--against with --method minhash runs on the local engine (--engine dask keeps "
-            "the shingle sets on the workers; the Jaccard --against is not built there yet)"
-        )
     if args.engine == "local":
         if dask_flags:
             raise _usage(f"{dask_flags[0]} needs --engine dask")
@@ -169,22 +161,70 @@ def run_engine(
 ) -> tuple[Any, list[tuple[str, str, int]] | None]:
     """Run the dedup of ``options`` on the engine of ``args``, and with ``--against`` the
     batch query: (the :class:`~permindex.near.result.DedupResult`, the against pairs or
-    None)."""
-    from permindex.near.dedup import run_dedup
+    None).
+
+    On Dask, the input's lines (or rows) are read here and sent to one worker each, once
+    (:meth:`distributed.Client.scatter`: this process keeps no copy), so a worker lost
+    mid-run takes with it data the cluster cannot make again: the run is then started again
+    from the input, with a line on stderr, up to :data:`DASK_RUNS` runs in all.
+
+    Raises:
+        CommandError: exit 3 (unavailable): workers were lost in each of the
+            :data:`DASK_RUNS` runs.
+    """
+    from concurrent.futures import CancelledError
 
     with _cluster(args) as client:
         if client is None:
-            result = run_dedup(options, progress=progress, workdir=workdir)
-        else:
-            from permindex.distributed.engine import run_dedup_dask
+            return _run(args, options, None, progress=progress, workdir=workdir)
+        from distributed.comm.core import CommClosedError
 
-            result = run_dedup_dask(options, client, progress=progress)
-        if args.against is None:
-            return result, None
-        if client is None:
-            from permindex.near.against import against_pairs
+        for run in range(1, DASK_RUNS + 1):
+            try:
+                return _run(args, options, client, progress=progress, workdir=workdir)
+            # the data of a lost worker, needed and gone; or lines sent to a worker just lost
+            except (CancelledError, CommClosedError) as error:
+                if run == DASK_RUNS:
+                    raise CommandError(
+                        f"Dask workers were lost in each of {DASK_RUNS} runs, with input only "
+                        f"they held ({error})",
+                        "unavailable",
+                    ) from None
+                err(
+                    f"permindex dedup: a Dask worker was lost with input only it held: "
+                    f"starting again from the input (run {run + 1} of at most {DASK_RUNS})"
+                )
+    raise AssertionError("unreachable")
 
-            return result, against_pairs(result, args.against)
-        from permindex.distributed.against import against_pairs_dask
 
-        return result, against_pairs_dask(result, args.against, client, progress=progress)
+def _run(
+    args: argparse.Namespace, options: Any, client: Any, *, progress: bool, workdir: Path
+) -> tuple[Any, list[tuple[str, str, int]] | None]:
+    """One run of :func:`run_engine` on ``client`` (None: the local engine)."""
+    from permindex.near.dedup import run_dedup
+
+    jaccard = getattr(args, "method", "simhash") == "minhash"
+    held = None
+    if client is None:
+        result = run_dedup(options, progress=progress, workdir=workdir)
+    else:
+        from permindex.distributed.engine import run_dedup_dask
+        from permindex.distributed.jaccard import HeldSets
+
+        # the Jaccard --against joins the new batch's sets, left on the workers
+        held = HeldSets() if jaccard and args.against is not None else None
+        result = run_dedup_dask(options, client, progress=progress, keep_sets=held)
+    if args.against is None:
+        return result, None
+    if client is None:
+        from permindex.near.against import against_pairs
+
+        return result, against_pairs(result, args.against)
+    if held is not None:
+        from permindex.distributed.against import jaccard_against_pairs_dask
+
+        pairs = jaccard_against_pairs_dask(result, args.against, client, held, progress=progress)
+        return result, pairs
+    from permindex.distributed.against import against_pairs_dask
+
+    return result, against_pairs_dask(result, args.against, client, progress=progress)

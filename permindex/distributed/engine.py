@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from permindex.distributed.jaccard import Light, light_of, part_of
+from permindex.distributed.jaccard import HeldSets, Light, light_of, part_of
 from permindex.distributed.join import show_progress
 from permindex.index.join.pair_stream import PairArrays
 from permindex.near.columns import Documents, documents_of
@@ -127,10 +127,18 @@ def _numbered(part: pd.DataFrame, start: int, keep: NDArray[np.int64] | None) ->
     return pd.DataFrame({"row": rows[chosen], "fingerprint": fps[chosen]})
 
 
-def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = False) -> DedupResult:
+def run_dedup_dask(
+    options: DedupOptions,
+    client: Client,
+    *,
+    progress: bool = False,
+    keep_sets: HeldSets | None = None,
+) -> DedupResult:
     """:func:`permindex.near.dedup.run_dedup` (plain weights, a file or folder: not standard
     input) with the fingerprinting and the join on the cluster of ``client``: the same
-    result.
+    result. In the Jaccard mode, ``keep_sets`` (when given) is filled with the distinct
+    shingle sets of the kept documents, left on the workers for ``--against``
+    (:func:`permindex.distributed.against.jaccard_against_pairs_dask`).
 
     Raises:
         InvalidArgumentError: as :func:`~permindex.near.dedup.run_dedup` (a malformed line is
@@ -240,7 +248,15 @@ def run_dedup_dask(options: DedupOptions, client: Client, *, progress: bool = Fa
 
         def near_of(keys: Sequence[str], ordinals: NDArray[np.int64]) -> JaccardDuplicates:
             return _jaccard_join(
-                options, client, documents, lights, held, keys, ordinals, progress=progress
+                options,
+                client,
+                documents,
+                lights,
+                held,
+                keys,
+                ordinals,
+                progress=progress,
+                keep_sets=keep_sets,
             )
 
         return assemble_result(
@@ -273,6 +289,7 @@ def _jaccard_join(
     ordinals: NDArray[np.int64],
     *,
     progress: bool,
+    keep_sets: HeldSets | None = None,
 ) -> JaccardDuplicates:
     """The Jaccard mode's join of the documents at ``ordinals`` (the kept ones) on the
     cluster (:func:`permindex.distributed.jaccard.jaccard_pairs`): their set digests checked
@@ -319,10 +336,16 @@ def _jaccard_join(
         )
         for i in range(len(with_set))
     ]
+    if keep_sets is not None:  # the same sets, numbered by their positions among the keys
+        keep_sets.parts = list(held)
+        keep_sets.selections = [
+            s._replace(rows=representative[bounds[i] : bounds[i + 1]])
+            for i, s in enumerate(selections)
+        ]
     joined = jaccard_pairs(
         client, held, selections, options.threshold, shape.bands, progress=progress
     )
-    held.clear()  # the sets are no longer needed
+    held.clear()  # the sets are no longer needed here (keep_sets may hold them)
     pairs = joined.pairs
     positions = PairArrays(
         np.searchsorted(ordinals, pairs.a), np.searchsorted(ordinals, pairs.b), pairs.distance
