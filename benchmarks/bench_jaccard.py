@@ -24,6 +24,17 @@ already made) is timed and the verification's rate measured on its candidates: c
 verified per second of one core (the self-join: two sets of one family from their deltas to the
 family's reference, the others by a merge of the two sorted shingle-hash arrays), beside whole
 merges alone on the pairs kept (``verify``).
+
+Then the peers, each in its own subprocess (one core), as their READMEs show them: rensa
+(``RMinHash`` + ``RMinHashLSH``) and datasketch (``MinHash`` + ``MinHashLSH``, ``insert`` then
+``query``), 128 permutations, threshold 0.8, on the same word-3-shingle sets; each candidate
+kept where the peer's own estimate is >= 0.8. Their wall and CPU time (sketches + LSH + the
+pairs listed, the corpus already read), RSS growth per document, and recall and precision
+against a brute force (every pair's Jaccard from a sparse document x shingle matrix product,
+scipy; its pairs and the others listed checked on samples with Python sets), permindex's own
+pairs scored the same way. A peer not installed is skipped with a message (``--no-peers``
+skips them all). ``--corpus FILE.jsonl.gz`` (rows ``{"id", "text"}``) runs on another corpus,
+e.g. ``--corpus ../shared/corpora/libstdc++-12-doc.jsonl.gz --no-cli``.
 """
 
 from __future__ import annotations
@@ -210,9 +221,10 @@ PERMUTATIONS = 128
 
 
 def word_shingles(text: str, size: int = 3) -> list[str]:
-    """The distinct word-``size``-shingles of ``text`` as strings (words split on whitespace,
-    joined by one space): the sets permindex hashes on this corpus, given to the peers."""
-    words = text.split()
+    """The distinct word-``size``-shingles of ``text`` as strings (lower-cased, split on
+    Unicode whitespace, joined by one space: :func:`permindex.shingles`' word tokenizer), the
+    sets permindex hashes, given to the peers and to the brute force."""
+    words = text.lower().split()
     return list({" ".join(words[i : i + size]) for i in range(max(0, len(words) - size + 1))})
 
 
@@ -277,7 +289,10 @@ def run_peer_child(name: str, path: Path, threshold: float, out: Path) -> None:
     grown = rss_bytes() - rss
     pairs = sorted(tuple(sorted((keys[i], keys[j]))) for i, j in found)
     out.write_text(
-        json.dumps({"wall": wall, "cpu": cpu, "rss_growth": grown, "pairs": pairs}) + "\n"
+        json.dumps(
+            {"wall": wall, "cpu": cpu, "rss_growth": grown, "documents": len(rows), "pairs": pairs}
+        )
+        + "\n"
     )
 
 
@@ -472,9 +487,7 @@ def main() -> int:
             result[name] = {
                 "wall": peer["wall"],
                 "cpu": peer["cpu"],
-                "rss_growth_per_document": peer["rss_growth"] / args.pages
-                if args.corpus is None
-                else None,
+                "rss_growth_per_document": peer["rss_growth"] / peer["documents"],
                 **compare(peer["pairs"], truth),
             }
         result["exact_check"] = check_sample(path, truth, others, args.threshold)
