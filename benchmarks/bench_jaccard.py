@@ -412,7 +412,9 @@ def main() -> int:
     path = args.corpus if args.corpus is not None else corpus(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     print(f"corpus: {path}", file=sys.stderr)
-    result: dict[str, Any] = {"corpus": str(path), "pages": args.pages}
+    result: dict[str, Any] = {"corpus": str(path)}
+    if args.corpus is None:
+        result["pages"] = args.pages
     if not args.no_cli:
         jaccard: list[dict[str, Any]] = []
         simhash: list[dict[str, Any]] = []
