@@ -472,6 +472,13 @@ def main() -> int:
     alone = join_alone(path, args.threshold)
     exact: set[tuple[str, str]] = alone.pop("_exact")
     result.update(alone)
+    try:
+        import scipy  # noqa: F401  # type: ignore[import-untyped]
+    except ImportError:
+        print(
+            "scipy not installed: peers and brute force skipped (the bench extra)", file=sys.stderr
+        )
+        args.no_peers = True
     if not args.no_peers:
         truth, sharing = brute_force_pairs(path, args.threshold)
         others = set(exact)
