@@ -59,7 +59,7 @@ def test_compare_counts(bench: ModuleType) -> None:
     assert scored == {"pairs": 3, "recall": 0.5, "precision": 2 / 3}
 
 
-@pytest.mark.parametrize("name", ["rensa", "datasketch"])
+@pytest.mark.parametrize("name", ["permindex", "rensa", "datasketch"])
 def test_peer_lists_distinct_rows_with_high_similarity(
     bench: ModuleType, corpus: Path, name: str
 ) -> None:
