@@ -24,6 +24,17 @@ already made) is timed and the verification's rate measured on its candidates: c
 verified per second of one core (the self-join: two sets of one family from their deltas to the
 family's reference, the others by a merge of the two sorted shingle-hash arrays), beside whole
 merges alone on the pairs kept (``verify``).
+
+Then the peers, each in its own subprocess (one core), as their READMEs show them: rensa
+(``RMinHash`` + ``RMinHashLSH``) and datasketch (``MinHash`` + ``MinHashLSH``, ``insert`` then
+``query``), 128 permutations, threshold 0.8, on the same word-3-shingle sets; each candidate
+kept where the peer's own estimate is >= 0.8. Their wall and CPU time (sketches + LSH + the
+pairs listed, the corpus already read), RSS growth per document, and recall and precision
+against a brute force (every pair's Jaccard from a sparse document x shingle matrix product,
+scipy; its pairs and the others listed checked on samples with Python sets), permindex's own
+pairs scored the same way. A peer not installed is skipped with a message (``--no-peers``
+skips them all). ``--corpus FILE.jsonl.gz`` (rows ``{"id", "text"}``) runs on another corpus,
+e.g. ``--corpus ../shared/corpora/libstdc++-12-doc.jsonl.gz --no-cli``.
 """
 
 from __future__ import annotations
@@ -100,7 +111,7 @@ def templated(
 def corpus(args: argparse.Namespace) -> Path:
     args.workdir.mkdir(parents=True, exist_ok=True)
     name = f"templated-{args.pages}-{args.families}-{args.edits}-{args.seed}.jsonl.gz"
-    path = args.workdir / name
+    path: Path = args.workdir / name
     if not path.exists():
         partial = path.with_suffix(".partial.gz")
         templated(partial, args.pages, args.families, args.unrelated_share, args.edits, args.seed)
@@ -167,6 +178,7 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     started = time.process_time()
     pairs = sum(1 for _ in near.iter_pairs())
     listed = time.process_time() - started
+    exact = {(a, b) if a < b else (b, a) for a, b, _ in near.iter_pairs()}
     _, first = np.unique(sets.digests(), return_index=True)
     reps = np.sort(first).astype(np.int64)
     bands = band_keys(signature[reps], shape)
@@ -182,6 +194,7 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     check = time.process_time() - started
     assert found.kept.all()
     return {
+        "_exact": exact,
         "join_seconds": join,
         "pairs_listed_seconds": listed,
         "pairs": pairs,
@@ -203,6 +216,188 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     }
 
 
+PEERS = ("permindex", "rensa", "datasketch")  # permindex: the same kind of process
+PERMUTATIONS = 128
+
+
+def word_shingles(text: str, size: int = 3) -> list[str]:
+    """The distinct word-``size``-shingles of ``text`` as strings (lower-cased, split on
+    Unicode whitespace, joined by one space: :func:`permindex.shingles`' word tokenizer), the
+    sets permindex hashes, given to the peers and to the brute force."""
+    words = text.lower().split()
+    return list({" ".join(words[i : i + size]) for i in range(max(0, len(words) - size + 1))})
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now (Linux ``/proc/self/statm``), in bytes."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peer_pairs(name: str, texts: list[str], threshold: float) -> set[tuple[int, int]]:
+    """Each peer as its README shows it: a MinHash of ``PERMUTATIONS`` per document (its
+    shingles), every one inserted in the peer's LSH at ``threshold``, then each queried;
+    candidates kept where the peer's own estimate is >= ``threshold``. Pairs of row numbers,
+    i < j."""
+    found: set[tuple[int, int]] = set()
+    if name == "permindex":  # the same kind of process: shingle hashes, signatures, join
+        from permindex.near.jaccard import JaccardDuplicates, ShingleSets
+        from permindex.near.minhash import choose_bands, signatures
+        from permindex.text.fingerprint import shingle_hashes
+
+        keys = [str(i) for i in range(len(texts))]
+        sets = ShingleSets.of([shingle_hashes(text) for text in texts])
+        signature = signatures(sets.values, sets.offsets, PERMUTATIONS)
+        near = JaccardDuplicates(
+            keys, sets, signature, threshold, choose_bands(threshold, PERMUTATIONS)
+        )
+        for a, b, _ in near.iter_pairs():
+            i, j = int(a), int(b)
+            found.add((i, j) if i < j else (j, i))
+    elif name == "rensa":
+        from rensa import RMinHash, RMinHashLSH  # type: ignore[import-untyped]
+
+        sketches = []
+        for text in texts:
+            sketch = RMinHash(num_perm=PERMUTATIONS, seed=42)
+            sketch.update(word_shingles(text))
+            sketches.append(sketch)
+        lsh = RMinHashLSH(threshold=threshold, num_perm=PERMUTATIONS, num_bands=16)
+        for i, sketch in enumerate(sketches):
+            lsh.insert(i, sketch)
+        for i, sketch in enumerate(sketches):
+            for j in lsh.query(sketch):
+                if j > i and sketch.jaccard(sketches[j]) >= threshold:
+                    found.add((i, j))
+    elif name == "datasketch":
+        from datasketch import MinHash, MinHashLSH  # type: ignore[import-untyped]
+
+        minhashes = []
+        for text in texts:
+            minhash = MinHash(num_perm=PERMUTATIONS)
+            minhash.update_batch([s.encode("utf-8") for s in word_shingles(text)])
+            minhashes.append(minhash)
+        index = MinHashLSH(threshold=threshold, num_perm=PERMUTATIONS)
+        for i, minhash in enumerate(minhashes):
+            index.insert(i, minhash)
+        for i, minhash in enumerate(minhashes):
+            for j in index.query(minhash):
+                if j > i and minhash.jaccard(minhashes[j]) >= threshold:
+                    found.add((i, j))
+    else:
+        raise ValueError(f"unknown peer {name!r}")
+    return found
+
+
+def run_peer_child(name: str, path: Path, threshold: float, out: Path) -> None:
+    """The child process of :func:`run_peer`: reads the corpus, times the peer (wall and CPU
+    seconds of this process), and writes its figures and its pairs (as keys) to ``out``."""
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
+    texts = [row["text"] for row in rows]
+    keys = [row["id"] for row in rows]
+    if name == "permindex":  # its kernels compiled (or loaded from numba's cache) first
+        peer_pairs(name, ["a b c d e f"] * 3, threshold)
+    rss = rss_bytes()
+    wall, cpu = time.perf_counter(), time.process_time()
+    found = peer_pairs(name, texts, threshold)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    grown = rss_bytes() - rss
+    pairs = sorted(tuple(sorted((keys[i], keys[j]))) for i, j in found)
+    out.write_text(
+        json.dumps(
+            {"wall": wall, "cpu": cpu, "rss_growth": grown, "documents": len(rows), "pairs": pairs}
+        )
+        + "\n"
+    )
+
+
+def run_peer(name: str, path: Path, threshold: float, workdir: Path) -> dict[str, Any] | None:
+    """One peer in a subprocess (as ``permindex dedup``: one process, one core), or None with
+    a message when it is not installed."""
+    try:
+        __import__(name)
+    except ImportError:
+        print(f"{name}: not installed, skipped (pip install -e '.[bench]')", file=sys.stderr)
+        return None
+    out = workdir / f"peer-{name}.json"
+    command = [sys.executable, str(Path(__file__).resolve()), "--peer", name, "--peer-out",
+               str(out), "--threshold", str(threshold), "--corpus", str(path)]  # fmt: skip
+    subprocess.run(command, check=True)
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def compare(found: list[list[str]], exact: set[tuple[str, str]]) -> dict[str, float | int]:
+    """Recall and precision of a peer's pairs against the exact pairs."""
+    pairs = {(a, b) for a, b in found}
+    both = len(pairs & exact)
+    return {
+        "pairs": len(pairs),
+        "recall": both / len(exact) if exact else 1.0,
+        "precision": both / len(pairs) if pairs else 1.0,
+    }
+
+
+def brute_force_pairs(path: Path, threshold: float) -> tuple[set[tuple[str, str]], int]:
+    """Every pair with word-3-shingle Jaccard >= ``threshold``, by brute force: a sparse
+    document x shingle matrix M (scipy), the intersections M M^T, J = |A & B| / |A | B|.
+    Returns the pairs (keys, a < b) and the number of pairs sharing a shingle."""
+    from scipy import sparse  # type: ignore[import-untyped]
+
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
+    keys = [row["id"] for row in rows]
+    vocabulary: dict[str, int] = {}
+    indices: list[int] = []
+    indptr = [0]
+    for row in rows:
+        shingles = word_shingles(row["text"])
+        indices.extend(vocabulary.setdefault(s, len(vocabulary)) for s in shingles)
+        indptr.append(len(indices))
+    data = np.ones(len(indices), dtype=np.int32)
+    matrix = sparse.csr_matrix((data, indices, indptr), shape=(len(rows), len(vocabulary)))
+    sizes = np.diff(matrix.indptr)
+    shared = sparse.triu(matrix @ matrix.T, k=1).tocoo()
+    union = sizes[shared.row] + sizes[shared.col] - shared.data
+    keep = shared.data >= threshold * union - 1e-9
+    pairs = {
+        (keys[i], keys[j]) if keys[i] < keys[j] else (keys[j], keys[i])
+        for i, j in zip(shared.row[keep].tolist(), shared.col[keep].tolist(), strict=True)
+    }
+    return pairs, int(shared.nnz)
+
+
+def check_sample(
+    path: Path, truth: set[tuple[str, str]], others: set[tuple[str, str]], threshold: float,
+    sample: int = 2000, seed: int = 0,
+) -> dict[str, int]:  # fmt: skip
+    """Recompute the Jaccard similarity with Python sets for a sample of the brute-force
+    pairs (each must be >= ``threshold``) and of the other pairs listed by anyone (each must
+    be below it): a check of the oracle itself; raises AssertionError otherwise."""
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        text = {row["id"]: row["text"] for row in map(json.loads, lines)}
+    rng = np.random.default_rng(seed)
+
+    def jaccard(a: str, b: str) -> float:
+        x, y = set(word_shingles(text[a])), set(word_shingles(text[b]))
+        return len(x & y) / len(x | y) if x | y else 1.0
+
+    def pick(pairs: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        listed = sorted(pairs)
+        if not listed:
+            return []
+        chosen = rng.choice(len(listed), size=min(sample, len(listed)), replace=False)
+        return [listed[i] for i in chosen.tolist()]
+
+    kept, rest = pick(truth), pick(others - truth)
+    bad_kept = [p for p in kept if jaccard(*p) < threshold]
+    bad_rest = [p for p in rest if jaccard(*p) >= threshold]
+    assert not bad_kept, f"brute-force pairs below {threshold}: {bad_kept[:3]}"
+    assert not bad_rest, f"pairs >= {threshold} brute force missed: {bad_rest[:3]}"
+    return {"checked_brute_force_pairs": len(kept), "checked_other_pairs": len(rest)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=10_000)
@@ -222,10 +417,20 @@ def main() -> int:
         help="a tree of another commit (git archive): its Jaccard and SimHash runs in the same "
         "rounds, for a before/after",
     )
+    parser.add_argument("--no-peers", action="store_true", help="without rensa and datasketch")
+    parser.add_argument("--corpus", type=Path, default=None, help="this JSONL.gz instead")
+    parser.add_argument("--peer", choices=PEERS, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--peer-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    path = corpus(args)
+    if args.peer is not None:
+        run_peer_child(args.peer, args.corpus, args.threshold, args.peer_out)
+        return 0
+    path = args.corpus if args.corpus is not None else corpus(args)
+    args.workdir.mkdir(parents=True, exist_ok=True)
     print(f"corpus: {path}", file=sys.stderr)
-    result: dict[str, Any] = {"corpus": str(path), "pages": args.pages}
+    result: dict[str, Any] = {"corpus": str(path)}
+    if args.corpus is None:
+        result["pages"] = args.pages
     if not args.no_cli:
         jaccard: list[dict[str, Any]] = []
         simhash: list[dict[str, Any]] = []
@@ -280,7 +485,37 @@ def main() -> int:
                 "simhash_seconds": simhash[-1]["summary"].get("seconds"),
             }
         )
-    result.update(join_alone(path, args.threshold))
+    alone = join_alone(path, args.threshold)
+    exact: set[tuple[str, str]] = alone.pop("_exact")
+    result.update(alone)
+    try:
+        import scipy  # noqa: F401  # type: ignore[import-untyped]
+    except ImportError:
+        print(
+            "scipy not installed: peers and brute force skipped (the bench extra)", file=sys.stderr
+        )
+        args.no_peers = True
+    if not args.no_peers:
+        truth, sharing = brute_force_pairs(path, args.threshold)
+        others = set(exact)
+        result["brute_force"] = {"pairs": len(truth), "pairs_sharing_a_shingle": sharing}
+        result["permindex"] = {
+            "cpu": alone["join_seconds"],
+            **compare([list(p) for p in exact], truth),
+        }
+        for name in PEERS:
+            peer = run_peer(name, path, args.threshold, args.workdir)
+            if peer is None:
+                result[name] = "not installed"
+                continue
+            others |= {(a, b) for a, b in peer["pairs"]}
+            result[name if name != "permindex" else "permindex_process"] = {
+                "wall": peer["wall"],
+                "cpu": peer["cpu"],
+                "rss_growth_per_document": peer["rss_growth"] / peer["documents"],
+                **compare(peer["pairs"], truth),
+            }
+        result["exact_check"] = check_sample(path, truth, others, args.threshold)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json is not None:
