@@ -664,7 +664,7 @@ def test_liveness_mask_only_while_rows_are_dead(index_parts: IndexParts) -> None
     index.add_many([f"k{i}" for i in range(5000)], fps)
     assert rows.live is None  # a bulk load: every row live, no mask
     per_fp = index.table_bytes() / 5000
-    directories = 4 * 4 * (2**8 + 1) / 5000  # 4 tables of 2^8 buckets at 5,000 rows
+    directories = 4 * 4 * (2**9 + 1) / 5000  # 4 tables of 2^9 buckets at 5,000 rows
     # The fingerprint (its array with an eighth of room after a bulk load: next_capacity), and
     # per table 3 bytes of row number and a 2-byte filter.
     assert per_fp == pytest.approx(8 * 9 / 8 + 4 * 5 + directories, abs=0.01)

@@ -159,16 +159,14 @@ def _permute(value, tables, s):  # type: ignore[no-untyped-def]
 @njit(inline=True)
 def _geometry(tables, runs, r):  # type: ignore[no-untyped-def]
     """Run r's directory bits, its X (bits between prefix and filter, 0 when r < P), the shift
-    that gives a query's first bucket from its permuted value, and the mask of the prefix bits
-    its filters hold (0 when r >= P)."""
+    that gives a query's first bucket from its permuted value, and the number of the filter's
+    low bits that are not prefix bits (16 when r >= P; the bits above them must be equal)."""
     s = runs[r, 0]
     bits = runs[r, 1]
     prefix_bits = tables[s, 2]
     if bits >= prefix_bits:
-        return bits, bits - prefix_bits, 64 - prefix_bits, np.uint64(0)
-    held = min(prefix_bits - bits, 16)
-    exact = np.uint64(((1 << held) - 1) << (16 - held))
-    return bits, 0, 64 - bits, exact
+        return bits, bits - prefix_bits, 64 - prefix_bits, np.uint64(16)
+    return bits, 0, 64 - bits, np.uint64(16 - min(prefix_bits - bits, 16))
 
 
 @njit(inline=True)
@@ -254,7 +252,8 @@ def _bucket(
     """Queue the candidates of query ``value`` (position ``j``) in run r: the 2^``sub``
     buckets from ``first`` (its ``directory``; ``filters`` (m,) uint16, ``low`` (m,) uint16 row
     parts and high parts: ``high16`` (m,) uint16, or, when ``high16`` is empty, ``high8`` (m,)
-    uint8), against the query's ``window``; ``exact``: the filter bits that must be equal. A
+    uint8), against the query's ``window``; ``exact``: the filter's low bits that are not
+    prefix bits (the bits above them must be equal: one test without a branch of its own). A
     candidate that passes reads its row's two parts, is queued in ``pending`` and its
     fingerprint by row prefetched (:func:`_verify_pending` checks it :data:`LAG` candidates
     later); returns the new count of matches (a full queue is verified down to LAG first)."""
@@ -269,7 +268,7 @@ def _bucket(
         tx <<= np.uint64(16)
         for e in range(np.int64(directory[first + t]), np.int64(directory[first + t + 1])):
             fx = np.uint64(filters[e]) ^ f
-            if (fx & exact) != 0 or np.int64(_popcount(fx)) > budget:
+            if np.int64(_popcount(fx) | ((fx >> exact) << np.uint64(8))) > budget:
                 continue
             wx = tx | fx
             reported = False  # by an earlier table whose prefix lies in this window

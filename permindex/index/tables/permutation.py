@@ -46,25 +46,32 @@ MAX_TABLES = 1024
 #: after the bits its directory resolves (``benchmarks/README.md``, "Table layout", has the
 #: measurements behind 16 rather than 32).
 FILTER_BITS = 16
-#: A run's directory has a bucket per 16 to 32 entries (:func:`directory_bits`).
-BUCKET_BITS = 5
 #: Most bits a run's directory resolves past the prefix (2^8 buckets per prefix).
 MAX_SUB_BITS = 8
 
 
 def directory_bits(size: int, prefix_bits: int) -> int:
     """Bits r of the directory of a run of ``size`` entries in a table of ``prefix_bits``-bit
-    prefixes: the top r bits of the permuted value index it. The largest r with 2^r <= size / 16
-    (16 to 32 entries per bucket: at most a quarter byte of directory per entry), at least 1,
-    at most ``prefix_bits`` + :data:`MAX_SUB_BITS`. Below the prefix width a bucket holds
-    several prefixes (the filter's leading bits tell them apart); above it a prefix spans
-    2^(r - prefix_bits) buckets, whose bits a query compares as a whole (the filter gains them
-    for free). O(1).
+    prefixes: the top r bits of the permuted value index it (at least 1). A query scans a
+    bucket, or all the buckets of its prefix, so:
 
-    >>> directory_bits(10**7, 16), directory_bits(10**6, 16), directory_bits(10**9, 16)
-    (19, 15, 24)
+    * up to the prefix width, r is the largest with 2^r <= size / 8 (8 to 16 entries per
+      bucket, at most half a byte of directory per entry): a bucket holds several prefixes,
+      which the filter's leading bits tell apart;
+    * when that would pass the prefix width, r is the largest with 2^r <= size / 16 but at
+      least the prefix width and at most ``prefix_bits`` + :data:`MAX_SUB_BITS` (a quarter
+      byte per entry): a prefix spans 2^(r - prefix_bits) buckets whose bits a query compares
+      as a whole, so the filter gains them for free.
+
+    ``benchmarks/README.md`` ("Table layout") has the measurements behind 8 and 16. O(1).
+
+    >>> directory_bits(10**6, 16), directory_bits(10**7, 16), directory_bits(10**7, 26)
+    (16, 19, 20)
     """
-    return max(1, min(prefix_bits + MAX_SUB_BITS, size.bit_length() - BUCKET_BITS, 48))
+    fine = size.bit_length() - 4
+    if fine <= prefix_bits:
+        return max(1, fine)
+    return max(prefix_bits, min(prefix_bits + MAX_SUB_BITS, fine - 1))
 
 
 @dataclass(frozen=True)
@@ -504,7 +511,7 @@ AUTO_DESIGNS: tuple[tuple[int, int], ...] = (
 def design_bytes_per_fingerprint(design: Design, n: int) -> float:
     """Estimated bytes per stored fingerprint of an index of ``n`` fingerprints with ``design``,
     keys excluded: the fingerprint (8) by row, and per table a row number (3 bytes below 2^24
-    rows, else 4), a 16-bit filter (2) and the run directory (4 bytes per 16 to 32 entries,
+    rows, else 4), a 16-bit filter (2) and the run directory (4 bytes per 8 to 32 entries,
     :func:`directory_bits`). A liveness byte per row is added only while removed or replaced
     rows await a compaction. O(tables)."""
     n = max(n, 1)

@@ -38,6 +38,7 @@ BUILD_SIGNATURE = _types.void(
 
 @njit(inline=True)
 def _permute(value, moves):  # type: ignore[no-untyped-def]
+    """The permuted value of ``value`` (uint64) under ``moves``."""
     out = np.uint64(0)
     for i in range(moves.shape[0]):
         out |= ((value >> np.uint64(moves[i, 0])) & np.uint64(moves[i, 1])) << np.uint64(
@@ -61,7 +62,7 @@ def build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16,
     top = np.uint64(64 - bits)
     after = np.uint64(48 - bits)
     for i in range(m):
-        offsets[np.int64(_permute(values[i], moves) >> top) + 1] += 1
+        offsets[np.int64(_permute(values[i], moves) >> top) + 1] += 1  # type: ignore[no-untyped-call]
     positions = np.empty(offsets.size - 1, dtype=np.int64)
     total = np.int64(0)
     for b in range(offsets.size - 1):
@@ -71,10 +72,10 @@ def build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16,
     given = rows.size > 0
     narrow = high8.size > 0
     for i in range(m):
-        permuted = _permute(values[i], moves)
-        b = np.int64(permuted >> top)
-        p = positions[b]
-        positions[b] = p + 1
+        permuted = _permute(values[i], moves)  # type: ignore[no-untyped-call]
+        bucket = np.int64(permuted >> top)
+        p = positions[bucket]
+        positions[bucket] = p + 1
         row = np.int64(rows[i]) if given else first_row + i
         low[p] = np.uint16(row & 0xFFFF)
         if narrow:

@@ -4,17 +4,22 @@ section 3), kept as a small log-structured merge tree.
 
 Layout. The index's row store (:mod:`permindex.index.rows`) owns the fingerprints by row number
 ((capacity,) uint64) and the liveness mask by row (None while every row is live); a table reads
-them through :class:`RowArrays` and stores, per entry, a row number and a 32-bit filter -- 7
-bytes (8 from 2^24 rows on):
+them through :class:`RowArrays` and stores, per entry, a row number and a 16-bit filter -- 5
+bytes (6 from 2^24 rows on) -- and per run a directory of a quarter to half a byte an entry:
 
-* frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix with the
-  (m,) uint32 filters of their fingerprints beside them (the 32 bits of the permuted value after
-  the prefix: two fingerprints within k have filters within k, so a query compares filters,
-  read sequentially, and reads the fingerprints of the few that pass), each with a directory
-  ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits, 2^r <= m / 2), so
-  the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
-  equals the prefix width the range is exact; otherwise it is a superset that the verification
-  of the candidates (:mod:`permindex.index.search.lookup_kernels`) narrows. Runs are
+* frozen runs (:class:`Run`): immutable arrays of rows (the low 16 bits as uint16, the rest as
+  uint8, or uint16 from 2^24 rows on) sorted by the top r bits of their permuted fingerprints,
+  the (m,) uint16 filters beside them, and a directory ``offsets`` of 2^r + 1 uint32 over
+  those r bits (:func:`directory_bits`: 8 to 16 entries per bucket up to the prefix width,
+  else 16 to 32, r at most 8 bits past the prefix). The filter of an entry is the 16 permuted
+  bits right after the top r: two fingerprints within k have filters within k, so a query
+  compares filters, read sequentially, and reads the fingerprints of the few that pass. When
+  r is below the prefix width a bucket holds several prefixes and the filter's leading bits
+  are prefix bits, which must be equal; when r passes it, a prefix spans 2^(r - P) buckets
+  whose bits a query compares with its own as a whole, so the filter effectively holds 16 +
+  r - P bits (19 for design (4, 1) at 10^7 entries) for 16 stored. ``benchmarks/README.md``
+  ("Table layout") has the bytes and the lookup speed against the former layout (a 32-bit
+  filter after the prefix, 7 bytes an entry). Runs are
   listed oldest first, and each is more than ``merge_ratio`` times larger than the next (a
   knob of :class:`~permindex.index.tuning.Tuning`, 4 by default), so there are at most
   log_4(n) + 1 of them
@@ -27,8 +32,9 @@ bytes (8 from 2^24 rows on):
   run when it holds more than ``memtable_limit`` entries; a batch of at least
   ``direct_run_min`` rows (or ``memtable_limit``, if smaller) becomes a run directly.
 
-Within a prefix, order is unspecified: a query only needs the prefix range, so a run is sorted
-by the prefix alone (a radix sort on 16-bit digits).
+A run is built by one compiled counting sort on its r bits
+(:mod:`permindex.index.tables.run_kernels`), stable: within a bucket, entries keep the order
+they came in, which a query does not need.
 
 A table holds candidates; the lookup kernels (:mod:`permindex.index.search.lookup_kernels`) search
 its runs and verify every candidate, a single query's memtable candidates included. Removal is
@@ -39,7 +45,7 @@ fingerprint never changes, so an entry can be dead but never wrong.
 
 Costs (n entries in the table, L the memtable bound): :meth:`Table.add` O(log L) amortized plus
 the share of freezes and merges, O(log n) per row amortized; :meth:`Table.memtable_lookup`
-O(log L + entries of the prefix); a merge O(m) numpy work (radix sort) for m rows.
+O(log L + entries of the prefix); a merge O(m + 2^r) (a counting sort) for m rows.
 """
 
 from __future__ import annotations
@@ -605,10 +611,10 @@ class Table:
         becomes a run (:meth:`direct_run`) or a memtable that freezes into one, what takes the
         runs to the most they can hold after it and its merges -- every entry at its row (3
         bytes, 4 from 2^24 rows on) and filter (2), and every run's directory at its largest
-        (a uint32 per 16 entries, and 3 more per run, :func:`directory_bits`). The runs may
-        hold less now (buckets of up to 32 entries), so this is high by up to about a tenth of
-        a byte an entry; a frozen memtable takes less, and the copies alive while runs merge
-        are not
+        (a uint32 per 8 entries, and 3 more per run, :func:`directory_bits`). The runs may hold
+        less now (buckets of up to 16 or 32 entries), so this is high by up to about half a
+        byte an entry; a frozen memtable takes less, and the copies alive while runs merge are
+        not
         counted. O(runs)."""
         if count <= 0:
             return 0
@@ -621,7 +627,7 @@ class Table:
         runs = self._runs
         entries = sum(len(run) for run in runs) + count
         entry_bytes = FILTER_BITS // 8 + (3 if rows <= 1 << 24 else 4)
-        most = entries * entry_bytes + entries // 4 + 13 * (len(runs) + 1)
+        most = entries * entry_bytes + (entries + 1) // 2 + 13 * (len(runs) + 1)
         return memtable + max(0, most - sum(run.nbytes() for run in runs))
 
     # -- invariants -------------------------------------------------------------------------
