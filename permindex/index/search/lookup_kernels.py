@@ -89,6 +89,9 @@ BUCKET_LINES = 5
 
 _types = numba.types
 _PLAN = _types.int64[:, ::1]
+# Row parts of no run (lookup_one reads each candidate's row when it queues it).
+_NO_LOW = np.zeros(0, dtype=np.uint16)
+_NO_HIGH = np.zeros(0, dtype=np.uint8)
 #: One run's arrays in a plan: directory, filters, low row parts, high row parts as bytes.
 RUN = _types.Tuple((_types.uint32[::1], _types.uint16[::1], _types.uint16[::1], _types.uint8[::1]))
 #: The type of a plan's ``arrays``: a typed list of :data:`RUN` tuples (one item per run: an
@@ -248,15 +251,18 @@ def _bucket(
     low,
     high8,
     high16,
+    deferred,
 ):  # type: ignore[no-untyped-def]
     """Queue the candidates of query ``value`` (position ``j``) in run r: the 2^``sub``
     buckets from ``first`` (its ``directory``; ``filters`` (m,) uint16, ``low`` (m,) uint16 row
     parts and high parts: ``high16`` (m,) uint16, or, when ``high16`` is empty, ``high8`` (m,)
     uint8), against the query's ``window``; ``exact``: the filter's low bits that are not
     prefix bits (the bits above them must be equal: one test without a branch of its own). A
-    candidate that passes reads its row's two parts, is queued in ``pending`` and its
-    fingerprint by row prefetched (:func:`_verify_pending` checks it :data:`LAG` candidates
-    later); returns the new count of matches (a full queue is verified down to LAG first)."""
+    candidate that passes is queued in ``pending``: ``deferred``, as its entry, its row parts
+    prefetched (:func:`_verify_pending` reads its row :data:`LAG` candidates later, then
+    prefetches its fingerprint and checks it LAG candidates after that); else its row read
+    now and its fingerprint prefetched. Returns the new count of matches (a full queue is
+    verified down to LAG first)."""
     s = runs[r, 0]
     f = window & np.uint64(0xFFFF)
     high_bits = window >> np.uint64(16)
@@ -279,31 +285,54 @@ def _bucket(
                     break
             if reported:
                 continue
-            if high16.size:
-                row = (np.int64(high16[e]) << 16) | np.int64(low[e])
-            else:
-                row = (np.int64(high8[e]) << 16) | np.int64(low[e])
-            _prefetch(fps, row)
             if pending[0, 0] - pending[0, 1] == PENDING:
-                count = _verify_pending(LAG, k, tables, fps, live, out, count, pending)
+                count = _verify_pending(
+                    LAG, k, tables, fps, live, out, count, pending, low, high8, high16
+                )
             p = pending[0, 0]
             slot = 1 + (p & (PENDING - 1))
             pending[slot, 0] = j
-            pending[slot, 1] = row
             pending[slot, 2] = np.int64(value)
             pending[slot, 3] = s
+            if deferred:
+                pending[slot, 1] = e
+                _prefetch(low, e)
+                if high16.size:
+                    _prefetch(high16, e)
+                else:
+                    _prefetch(high8, e)
+            else:
+                pending[slot, 1] = _row(e, low, high8, high16)
+                _prefetch(fps, pending[slot, 1])
+                pending[0, 2] = p + 1  # resolved already
             pending[0, 0] = p + 1
     return count
 
 
 @njit(inline=True)
-def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
-    """Verify the oldest queued candidates until at most ``keep`` remain queued; each match is
-    written to ``out`` (while it has room); returns the new count. ``pending`` (1 + PENDING, 4)
-    int64: row 0 holds (queued, verified) counts, the others (query position, row, query as
-    int64 bits, searched table) in a ring."""
+def _row(e, low, high8, high16):  # type: ignore[no-untyped-def]
+    """The row of entry ``e`` from its two parts."""
+    if high16.size:
+        return (np.int64(high16[e]) << 16) | np.int64(low[e])
+    return (np.int64(high8[e]) << 16) | np.int64(low[e])
+
+
+@njit(inline=True)
+def _verify_pending(keep, k, tables, fps, live, out, count, pending, low, high8, high16):  # type: ignore[no-untyped-def]
+    """Read the rows of the oldest queued entries until at most ``keep`` remain unread
+    (prefetching each one's fingerprint; ``low``, ``high8``, ``high16``: the run's row parts),
+    then verify the oldest read candidates until at most ``keep`` remain unverified; each
+    match is written to ``out`` (while it has room); returns the new count. ``pending`` (1 +
+    PENDING, 4) int64: row 0 holds (queued, verified, read) counts, the others (query
+    position, entry or row, query as int64 bits, searched table) in a ring."""
+    while pending[0, 0] - pending[0, 2] > keep:
+        slot = 1 + (pending[0, 2] & (PENDING - 1))
+        row = _row(pending[slot, 1], low, high8, high16)
+        pending[slot, 1] = row
+        _prefetch(fps, row)
+        pending[0, 2] += 1
     cap = out.shape[0]
-    while pending[0, 0] - pending[0, 1] > keep:
+    while pending[0, 2] - pending[0, 1] > keep:
         slot = 1 + (pending[0, 1] & (PENDING - 1))
         row = pending[slot, 1]
         d = _accept(np.uint64(pending[slot, 2]), fps[row], k, tables, pending[slot, 3], row, live)
@@ -385,9 +414,12 @@ def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending): 
                 low,
                 high,
                 high16,
+                True,
             )
-            count = _verify_pending(LAG, k, tables, fps, live, out, count, pending)
-    return _verify_pending(0, k, tables, fps, live, out, count, pending)
+            count = _verify_pending(
+                LAG, k, tables, fps, live, out, count, pending, low, high, high16
+            )
+    return _verify_pending(0, k, tables, fps, live, out, count, pending, low, high, high16)
 
 
 @njit(BATCH_SIGNATURE)
@@ -445,8 +477,10 @@ def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: igno
             low,
             high,
             high16,
+            False,
         )
-    return _verify_pending(0, k, tables, fps, live, out, count, pending)
+    # every queued candidate's row was read when it was queued: no row parts needed here
+    return _verify_pending(0, k, tables, fps, live, out, count, pending, _NO_LOW, _NO_HIGH, _NO_LOW)
 
 
 @njit(ONE_SIGNATURE)
