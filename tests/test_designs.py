@@ -15,7 +15,6 @@ from strategies import DESIGNS, SETTINGS, designs, fingerprints, neighbours
 from permindex.errors import InvalidArgumentError
 from permindex.index.tables.permutation import (
     DEFAULT_DESIGN,
-    MAX_SUB_BITS,
     MAX_TABLES,
     Design,
     Permutation,
@@ -24,6 +23,7 @@ from permindex.index.tables.permutation import (
     design_bytes_per_fingerprint,
     design_query_cost,
     directory_bits,
+    extended_filter,
     query_k,
 )
 
@@ -234,19 +234,16 @@ def test_filter_is_the_16_bits_after_the_directory_bits(
         assert array.dtype == np.uint16 and int(array[0]) == expected
 
 
-def test_directory_bits_give_8_to_16_entries_a_bucket_or_resolve_the_prefix() -> None:
-    """Up to the prefix width a bucket holds 8 to 16 entries; past it 16 to 32, within the
-    cap of MAX_SUB_BITS bits past the prefix."""
+def test_directory_bits_give_8_to_16_entries_a_bucket_up_to_the_prefix() -> None:
+    """Up to the prefix width a bucket holds 8 to 16 entries; the directory never passes it;
+    a run keeps 8 filter bits more once its prefixes hold 32 entries each on average."""
     for size in (1, 8, 15, 16, 63, 64, 1000, 10**6, 10**7, 10**9, 2**32 - 1):
         for prefix_bits in (4, 16, 26, 33):
             r = directory_bits(size, prefix_bits)
-            assert 1 <= r <= prefix_bits + MAX_SUB_BITS
+            assert 1 <= r <= prefix_bits
             if r < prefix_bits and size >= 16:
                 assert 8 <= size / (1 << r) < 16
-            elif prefix_bits < r < prefix_bits + MAX_SUB_BITS:
-                assert 16 <= size / (1 << r) < 32
-            if size >= 16 << prefix_bits:
-                assert r >= prefix_bits
+            assert extended_filter(size, prefix_bits) == (size / (1 << prefix_bits) >= 32)
 
 
 def test_choose_design() -> None:
