@@ -23,7 +23,6 @@ from permindex.index.tables.permutation import (
     design_bytes_per_fingerprint,
     design_query_cost,
     directory_bits,
-    extended_filter,
     query_k,
 )
 
@@ -235,15 +234,15 @@ def test_filter_is_the_16_bits_after_the_directory_bits(
 
 
 def test_directory_bits_give_8_to_16_entries_a_bucket_up_to_the_prefix() -> None:
-    """Up to the prefix width a bucket holds 8 to 16 entries; the directory never passes it;
-    a run keeps 8 filter bits more once its prefixes hold 32 entries each on average."""
+    """Up to the prefix width a bucket holds 8 to 16 entries; the directory never passes it."""
     for size in (1, 8, 15, 16, 63, 64, 1000, 10**6, 10**7, 10**9, 2**32 - 1):
         for prefix_bits in (4, 16, 26, 33):
             r = directory_bits(size, prefix_bits)
             assert 1 <= r <= prefix_bits
             if r < prefix_bits and size >= 16:
                 assert 8 <= size / (1 << r) < 16
-            assert extended_filter(size, prefix_bits) == (size / (1 << prefix_bits) >= 32)
+            if size >= 8 << prefix_bits:
+                assert r == prefix_bits
 
 
 def test_choose_design() -> None:

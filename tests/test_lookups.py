@@ -815,22 +815,15 @@ def test_a_few_ties_of_unicode_keys_match_brute_force() -> None:
     seed=st.integers(0, 2**32 - 1),
     memtable_limit=st.sampled_from([16, 256]),
     removals=st.integers(0, 30),
-    extend=st.booleans(),
 )
 def test_compact_tables_answer_as_brute_force_at_every_directory_width(
-    design: tuple[int, int],
-    offset: int,
-    seed: int,
-    memtable_limit: int,
-    removals: int,
-    extend: bool,
+    design: tuple[int, int], offset: int, seed: int, memtable_limit: int, removals: int
 ) -> None:
     """The 5-byte entries (a 16-bit filter after the directory's r bits) on every paper design
     for k = 3, with the directory's width r forced to the prefix width plus ``offset`` (at
     least 1, at most 19): one bucket for everything (every filter bit a prefix bit), buckets
     of several prefixes (the filter's leading bits must be equal), exactly one prefix, and a
-    prefix over 2^(r - P) buckets (their bits compared as a whole), with and without the 8
-    extended filter bits (``extend``, forced too); a bulk load, a batch, single
+    prefix over 2^(r - P) buckets (their bits compared as a whole); a bulk load, a batch, single
     adds and removals (several runs, a memtable, tombstones). Every query, batched, single and
     as columns, at every k, equals brute force, and the tables' _check holds (each run's
     directory, order and filters for its r)."""
@@ -850,7 +843,6 @@ def test_compact_tables_answer_as_brute_force_at_every_directory_width(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(table_module, "directory_bits", forced)
-        patch.setattr(table_module, "extended_filter", lambda size, prefix_bits: extend)
         index = Index(k=3, design=design, memtable_limit=memtable_limit, compaction_min=1000)
         index.add_many(keys[:300], fps[:300])
         index.add_many(keys[300:600], fps[300:600])
@@ -859,9 +851,7 @@ def test_compact_tables_answer_as_brute_force_at_every_directory_width(
         for i in rng.choice(fps.size, removals, replace=False).tolist():
             index.remove(keys[i])
         index._check()
-        layout = _runs_and_prefixes(index)
-        assert any(run.bits == forced(0, perm_bits) for run, perm_bits in layout)
-        assert all((run.extra.size == len(run)) == extend for run, _ in layout)
+        assert any(run.bits == forced(0, perm_bits) for run, perm_bits in _runs_and_prefixes(index))
         stored_keys, stored = index.export()
         queries = np.concatenate(
             [near(rng, fps[::9], 3), rng.integers(0, 2**64 - 1, 20, np.uint64)]

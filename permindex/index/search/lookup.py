@@ -194,7 +194,7 @@ def make_plan_from(
         rows[i, :3] = (s, run.bits, int(run.high.dtype == np.uint16))
         if permutations is not None and s:
             rows[i, 3 : 3 + s] = _images(tables, s, run.bits, permutations[s])
-        add(arrays, run.offsets, run.filters, run.extra, run.low, run.high.view(np.uint8))
+        add(arrays, run.offsets, run.filters, run.low, run.high.view(np.uint8))
     return LookupPlan(tables, rows, arrays)
 
 

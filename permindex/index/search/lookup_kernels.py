@@ -92,17 +92,8 @@ _PLAN = _types.int64[:, ::1]
 # Row parts of no run (lookup_one reads each candidate's row when it queues it).
 _NO_LOW = np.zeros(0, dtype=np.uint16)
 _NO_HIGH = np.zeros(0, dtype=np.uint8)
-#: One run's arrays in a plan: directory, filters, extended filter bits (or none), low row
-#: parts, high row parts as bytes.
-RUN = _types.Tuple(
-    (
-        _types.uint32[::1],
-        _types.uint16[::1],
-        _types.uint8[::1],
-        _types.uint16[::1],
-        _types.uint8[::1],
-    )
-)
+#: One run's arrays in a plan: directory, filters, low row parts, high row parts as bytes.
+RUN = _types.Tuple((_types.uint32[::1], _types.uint16[::1], _types.uint16[::1], _types.uint8[::1]))
 #: The type of a plan's ``arrays``: a typed list of :data:`RUN` tuples (one item per run: an
 #: item of a typed list costs a call and a reference count each, about a run's scan).
 RUN_ARRAYS = _types.ListType(RUN)
@@ -139,31 +130,20 @@ def new_run_arrays():  # type: ignore[no-untyped-def]
 
 @njit(
     _types.void(
-        RUN_ARRAYS,
-        _types.uint32[::1],
-        _types.uint16[::1],
-        _types.uint8[::1],
-        _types.uint16[::1],
-        _types.uint8[::1],
+        RUN_ARRAYS, _types.uint32[::1], _types.uint16[::1], _types.uint16[::1], _types.uint8[::1]
     )
 )
-def add_run_array(arrays, directory, filters, extra, low, high):  # type: ignore[no-untyped-def]
-    """Append a run's arrays to ``arrays`` (``extra``: its extended filter bits, or empty;
-    ``high``: its high row parts as bytes)."""
-    arrays.append((directory, filters, extra, low, high))
+def add_run_array(arrays, directory, filters, low, high):  # type: ignore[no-untyped-def]
+    """Append a run's arrays to ``arrays`` (``high``: its high row parts as bytes)."""
+    arrays.append((directory, filters, low, high))
 
 
 @njit(inline=True)
-def _prefetch_lines(filters, extra, start, end):  # type: ignore[no-untyped-def]
+def _prefetch_lines(filters, start, end):  # type: ignore[no-untyped-def]
     """Prefetch the filters ``start:end`` of a range, one cache line (32 filters) at a time,
-    at most :data:`BUCKET_LINES` lines (the hardware's prefetcher follows the rest), and the
-    lines of the same entries' extended bits (when the run has them: read at random within
-    the range, for the few entries whose 16 bits pass)."""
+    at most :data:`BUCKET_LINES` lines (the hardware's prefetcher follows the rest)."""
     for e in range(start, min(end, start + 32 * BUCKET_LINES), 32):
         _prefetch(filters, e)
-    if extra.size:
-        for e in range(start, min(end, start + 32 * BUCKET_LINES), 64):
-            _prefetch(extra, e)
 
 
 @njit(inline=True)
@@ -201,8 +181,8 @@ def _first(permuted, sub, first_shift):  # type: ignore[no-untyped-def]
 @njit(inline=True)
 def _window(permuted, bits, sub):  # type: ignore[no-untyped-def]
     """A permuted value's window in a run of ``bits`` directory bits: its ``sub`` bits after
-    the prefix, its 16 filter bits and the 8 extended bits after them."""
-    return (permuted >> np.uint64(40 - bits)) & np.uint64((1 << (24 + sub)) - 1)
+    the prefix over its 16 filter bits."""
+    return (permuted >> np.uint64(48 - bits)) & np.uint64((1 << (16 + sub)) - 1)
 
 
 @njit(inline=True)
@@ -238,12 +218,11 @@ def _run_arrays(runs, arrays, r):  # type: ignore[no-untyped-def]
     an owner (:func:`permindex.jit_numba.unowned`: the list keeps them alive): its directory
     (2^r + 1,) uint32, filters (m,) uint16, low row parts (m,) uint16, high row parts as bytes
     ((m,) uint8, or (2m,) when they are uint16) and as (m,) uint16 (empty when uint8)."""
-    directory, filters, extra, low, high = arrays[r]
+    directory, filters, low, high = arrays[r]
     high = _unowned(high)
     return (
         _unowned(directory),
         _unowned(filters),
-        _unowned(extra),
         _unowned(low),
         high,
         _unowned(high.view(np.uint16) if runs[r, 2] else high[:0].view(np.uint16)),
@@ -269,7 +248,6 @@ def _bucket(
     pending,
     directory,
     filters,
-    extra,
     low,
     high8,
     high16,
@@ -286,10 +264,8 @@ def _bucket(
     now and its fingerprint prefetched. Returns the new count of matches (a full queue is
     verified down to LAG first)."""
     s = runs[r, 0]
-    f2 = window & np.uint64(0xFF)
-    f = (window >> np.uint64(8)) & np.uint64(0xFFFF)
-    high_bits = window >> np.uint64(24)
-    extended = extra.size > 0
+    f = window & np.uint64(0xFFFF)
+    high_bits = window >> np.uint64(16)
     for t in range(1 << sub):
         tx = np.uint64(t) ^ high_bits
         budget = k - np.int64(_popcount(tx))
@@ -298,10 +274,7 @@ def _bucket(
         tx <<= np.uint64(16)
         for e in range(np.int64(directory[first + t]), np.int64(directory[first + t + 1])):
             fx = np.uint64(filters[e]) ^ f
-            d = np.int64(_popcount(fx) | ((fx >> exact) << np.uint64(8)))
-            if d > budget:
-                continue
-            if extended and d + np.int64(_popcount(np.uint64(extra[e]) ^ f2)) > budget:
+            if np.int64(_popcount(fx) | ((fx >> exact) << np.uint64(8))) > budget:
                 continue
             wx = tx | fx
             reported = False  # by an earlier table whose prefix lies in this window
@@ -392,7 +365,7 @@ def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending): 
     pending = _unowned(pending)
     s = runs[r, 0]
     bits, sub, first_shift, exact = _geometry(tables, runs, r)
-    directory, filters, extra, low, high, high16 = _run_arrays(runs, arrays, r)
+    directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
     span = 1 << sub
     q = queries.size
     permuted = np.zeros(q, dtype=np.uint64)
@@ -416,7 +389,7 @@ def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending): 
             b = firsts[j]
             start = np.int64(directory[b])
             end = np.int64(directory[b + span])
-            _prefetch_lines(filters, extra, start, end)
+            _prefetch_lines(filters, start, end)
             _prefetch(low, start)
             _prefetch(high, start * (1 + runs[r, 2]))
         j = i - 2 * DISTANCE
@@ -439,7 +412,6 @@ def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending): 
                 pending,
                 directory,
                 filters,
-                extra,
                 low,
                 high,
                 high16,
@@ -478,11 +450,11 @@ def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: igno
     for r in range(runs.shape[0]):
         s = runs[r, 0]
         bits, sub, first_shift, exact = _geometry(tables, runs, r)
-        directory, filters, extra, low, high, high16 = _run_arrays(runs, arrays, r)
+        directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
         permuted = _permute(query, tables, s)
         b = _first(permuted, sub, first_shift)
         start = np.int64(directory[b])
-        _prefetch_lines(filters, extra, start, np.int64(directory[b + (1 << sub)]))
+        _prefetch_lines(filters, start, np.int64(directory[b + (1 << sub)]))
         _prefetch(low, start)
         _prefetch(high, start * (1 + runs[r, 2]))
         count = _bucket(
@@ -503,7 +475,6 @@ def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: igno
             pending,
             directory,
             filters,
-            extra,
             low,
             high,
             high16,

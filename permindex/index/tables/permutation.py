@@ -35,7 +35,6 @@ __all__ = [
     "design_for_k",
     "design_query_cost",
     "directory_bits",
-    "extended_filter",
     "query_k",
 ]
 
@@ -47,9 +46,6 @@ MAX_TABLES = 1024
 #: after the bits its directory resolves (``benchmarks/README.md``, "Table layout", has the
 #: measurements behind 16 rather than 32).
 FILTER_BITS = 16
-#: A run whose prefixes hold this many entries each on average, or more, keeps 8 filter bits
-#: more per entry (:func:`extended_filter`).
-EXTEND_AT = 32
 
 
 def directory_bits(size: int, prefix_bits: int) -> int:
@@ -57,26 +53,14 @@ def directory_bits(size: int, prefix_bits: int) -> int:
     prefixes: the top r bits of the permuted value index it. The largest r with 2^r <= size / 8
     (8 to 16 entries per bucket, at most half a byte of directory per entry), at least 1, at
     most the prefix width. Below the prefix width a bucket holds several prefixes, which the
-    filter's leading bits tell apart. (A directory past the prefix width, whose bits a query
-    compares bucket by bucket, gave the filter bits for free but ran the batch kernel slower
-    than 8 stored bits more: ``benchmarks/README.md``, "Table layout".) O(1).
+    filter's leading bits tell apart. (A directory past the prefix width, whose extra bits a
+    query compares bucket by bucket, gave the filter those bits for free but ran the batch
+    kernel slower: ``benchmarks/README.md``, "Table layout".) O(1).
 
     >>> directory_bits(10**6, 16), directory_bits(10**7, 16), directory_bits(10**6, 26)
     (16, 16, 16)
     """
     return max(1, min(prefix_bits, size.bit_length() - 4))
-
-
-def extended_filter(size: int, prefix_bits: int) -> bool:
-    """Whether a run of ``size`` entries keeps 24 filter bits per entry instead of 16: when its
-    prefixes hold :data:`EXTEND_AT` (32) entries each or more on average, where 16 bits alone
-    would let about a third of a random entry or more through per prefix at k = 3, each a
-    random read of a row and a fingerprint (design (4, 1) from about 2 * 10^6 entries). O(1).
-
-    >>> extended_filter(10**6, 16), extended_filter(10**7, 16), extended_filter(10**9, 26)
-    (False, True, False)
-    """
-    return size >= EXTEND_AT << prefix_bits
 
 
 @dataclass(frozen=True)
@@ -516,17 +500,15 @@ AUTO_DESIGNS: tuple[tuple[int, int], ...] = (
 def design_bytes_per_fingerprint(design: Design, n: int) -> float:
     """Estimated bytes per stored fingerprint of an index of ``n`` fingerprints with ``design``,
     keys excluded: the fingerprint (8) by row, and per table a row number (3 bytes below 2^24
-    rows, else 4), a 16-bit filter (2, 3 for a run of :func:`extended_filter`) and the run
-    directory (4 bytes per 8 to 16 entries or per prefix, :func:`directory_bits`). A liveness
-    byte per row is added only while removed or replaced rows await a compaction.
-    O(tables)."""
+    rows, else 4), a 16-bit filter (2) and the run directory (4 bytes per 8 to 16 entries or
+    per prefix, :func:`directory_bits`). A liveness byte per row is added only while removed
+    or replaced rows await a compaction. O(tables)."""
     n = max(n, 1)
     total = 8.0
     row_bytes = 3.0 if n < 1 << 24 else 4.0
     for perm in design.permutations:
         directory = 4.0 * ((1 << directory_bits(n, perm.prefix_bits)) + 1) / n
-        filter_bytes = FILTER_BITS / 8 + (1.0 if extended_filter(n, perm.prefix_bits) else 0.0)
-        total += row_bytes + filter_bytes + directory
+        total += row_bytes + FILTER_BITS / 8 + directory
     return total
 
 

@@ -21,7 +21,7 @@ from permindex.jit_numba import njit, numba
 __all__ = ["BUILD_SIGNATURE", "build_run"]
 
 _types = numba.types
-#: build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16, filters, extra).
+#: build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16, filters).
 BUILD_SIGNATURE = _types.void(
     _types.uint64[::1],
     _types.uint32[::1],
@@ -33,7 +33,6 @@ BUILD_SIGNATURE = _types.void(
     _types.uint8[::1],
     _types.uint16[::1],
     _types.uint16[::1],
-    _types.uint8[::1],
 )
 
 
@@ -49,7 +48,7 @@ def _permute(value, moves):  # type: ignore[no-untyped-def]
 
 
 @njit(BUILD_SIGNATURE)
-def build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16, filters, extra):  # type: ignore[no-untyped-def]
+def build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16, filters):  # type: ignore[no-untyped-def]
     """Sort the m entries whose fingerprints are ``values`` ((m,) uint64) and rows ``rows``
     ((m,) uint32; (0,): the rows ``first_row + i``) by the top ``bits`` (1 to 48) bits of
     their permuted values (``moves`` (W, 3) int64: the permutation's ``(shift, mask,
@@ -57,14 +56,11 @@ def build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16,
     uint32, zeroed by the caller: entries with top bits b are ``offsets[b]:offsets[b + 1]``),
     each entry's row as its low 16 bits in ``low`` ((m,) uint16) and the rest in ``high8``
     ((m,) uint8) or, when ``high8`` is empty, ``high16`` ((m,) uint16), and its filter (the 16
-    permuted bits after the top ``bits``) in ``filters`` ((m,) uint16), and, unless ``extra``
-    is empty, the 8 bits after those in ``extra`` ((m,) uint8). O(m + 2^bits) time; no
+    permuted bits after the top ``bits``) in ``filters`` ((m,) uint16). O(m + 2^bits) time; no
     memory but a (2^bits,) int64 of write positions."""
     m = values.size
     top = np.uint64(64 - bits)
     after = np.uint64(48 - bits)
-    beyond = np.uint64(40 - bits)
-    extended = extra.size > 0
     for i in range(m):
         offsets[np.int64(_permute(values[i], moves) >> top) + 1] += 1  # type: ignore[no-untyped-call]
     positions = np.empty(offsets.size - 1, dtype=np.int64)
@@ -87,5 +83,3 @@ def build_run(values, rows, first_row, moves, bits, offsets, low, high8, high16,
         else:
             high16[p] = np.uint16(row >> 16)
         filters[p] = np.uint16((permuted >> after) & np.uint64(0xFFFF))
-        if extended:
-            extra[p] = np.uint8((permuted >> beyond) & np.uint64(0xFF))

@@ -63,7 +63,6 @@ from permindex.index.tables.permutation import (
     FILTER_BITS,
     Permutation,
     directory_bits,
-    extended_filter,
 )
 from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
@@ -206,16 +205,13 @@ class Run:
             prefix width) not equal to it on the prefix bits it holds.
         offsets: (2^r + 1,) uint32; the entries whose permuted fingerprints start with the r
             bits b are ``offsets[b]:offsets[b + 1]``.
-        extra: (m,) uint8, the 8 permuted bits after each filter's, for a run of
-            :func:`extended_filter` (its prefixes hold 32 entries or more on average); else
-            (0,): tested only for the entries whose 16 filter bits pass.
-        bits: r, 1 <= r (the kernels also read a directory past the prefix width, which a
-            query then scans bucket by bucket; :func:`directory_bits` no longer makes one).
+        bits: r, 1 <= r (:func:`directory_bits` stops at the prefix width; the kernels also
+            read a directory past it, whose extra bits a query compares bucket by bucket).
         largest_bucket: entries of the largest prefix's range (the directory buckets a query
             scans): the most candidates one query can meet in this run.
     """
 
-    __slots__ = ("bits", "extra", "filters", "high", "largest_bucket", "low", "offsets")
+    __slots__ = ("bits", "filters", "high", "largest_bucket", "low", "offsets")
 
     def __init__(
         self,
@@ -227,14 +223,12 @@ class Run:
         *,
         top: int | None = None,
         largest_bucket: int | None = None,
-        extra: NDArray[np.uint8] | None = None,
     ) -> None:
         """A run from its parts ((m,) uint32 rows, or intp ones in [0, 2^32), in directory
         order); use :meth:`build`. ``top``: the largest row, when the caller knows it (saves a
         pass); ``largest_bucket``: when known. O(m + 2^r)."""
         self.low, self.high = _split_rows(rows, top)
         self.filters = filters
-        self.extra = _NO_EXTRA if extra is None else extra
         self.offsets = offsets
         self.bits = bits
         #: Entries of the largest prefix's range (computed here, O(2^r), so that reading it
@@ -256,7 +250,7 @@ class Run:
         run = Run.__new__(Run)
         run.low, run.high = _split_rows(rows, top)
         run.filters, run.offsets, run.bits = self.filters, self.offsets, self.bits
-        run.extra, run.largest_bucket = self.extra, self.largest_bucket
+        run.largest_bucket = self.largest_bucket
         return run
 
     @property
@@ -290,7 +284,6 @@ class Run:
         high8 = np.empty(m if narrow else 0, dtype=np.uint8)
         high16 = np.empty(0 if narrow else m, dtype=np.uint16)
         filters = np.empty(m, dtype=np.uint16)
-        extra = np.empty(m if extended_filter(m, permutation.prefix_bits) else 0, np.uint8)
         _kernel().build_run(
             np.ascontiguousarray(values, dtype=np.uint64),
             _NO_ROWS if rows is None else np.ascontiguousarray(rows, dtype=np.uint32),
@@ -302,12 +295,10 @@ class Run:
             high8,
             high16,
             filters,
-            extra,
         )
         run = cls.__new__(cls)
         run.low, run.high = low, high8 if narrow else high16
         run.filters, run.offsets, run.bits = filters, offsets, bits
-        run.extra = extra if extra.size else _NO_EXTRA
         run.largest_bucket = _largest_range(offsets, max(0, bits - permutation.prefix_bits))
         return run
 
@@ -316,12 +307,10 @@ class Run:
 
     def nbytes(self) -> int:
         """Bytes of the arrays."""
-        parts = (self.low, self.high, self.filters, self.extra, self.offsets)
-        return sum(int(part.nbytes) for part in parts)
+        return int(self.low.nbytes + self.high.nbytes + self.filters.nbytes + self.offsets.nbytes)
 
 
 _NO_ROWS = np.zeros(0, dtype=np.uint32)
-_NO_EXTRA = np.zeros(0, dtype=np.uint8)
 
 
 def _largest_range(offsets: Rows, sub_bits: int) -> int:
@@ -622,8 +611,7 @@ class Table:
         index then holding ``rows`` rows: ``count`` memtable entries, and, for a batch that
         becomes a run (:meth:`direct_run`) or a memtable that freezes into one, what takes the
         runs to the most they can hold after it and its merges -- every entry at its row (3
-        bytes, 4 from 2^24 rows on) and filter (2, 3 extended), and every run's directory at
-        its largest
+        bytes, 4 from 2^24 rows on) and filter (2), and every run's directory at its largest
         (a uint32 per 8 entries, and 3 more per run, :func:`directory_bits`). The runs may hold
         less now (buckets of up to 16 or 32 entries), so this is high by up to about half a
         byte an entry; a frozen memtable takes less, and the copies alive while runs merge are
@@ -639,7 +627,7 @@ class Table:
             count += len(self._memtable)  # frozen into a run (its ints freed: not subtracted)
         runs = self._runs
         entries = sum(len(run) for run in runs) + count
-        entry_bytes = FILTER_BITS // 8 + 1 + (3 if rows <= 1 << 24 else 4)
+        entry_bytes = FILTER_BITS // 8 + (3 if rows <= 1 << 24 else 4)
         most = entries * entry_bytes + (entries + 1) // 2 + 13 * (len(runs) + 1)
         return memtable + max(0, most - sum(run.nbytes() for run in runs))
 
@@ -705,16 +693,6 @@ class Table:
                 run.filters.dtype == np.uint16
                 and np.array_equal(run.filters, perm.filter_array(fps[run_rows], r)),
                 f"{where}: filters are not those of the rows' fingerprints",
-            )
-            wanted = extended_filter(len(run), bits)
-            _require(
-                run.extra.dtype == np.uint8
-                and run.extra.size == (len(run) if wanted else 0)
-                and (
-                    not wanted
-                    or np.array_equal(run.extra, (permuted >> np.uint64(40 - r)).astype(np.uint8))
-                ),
-                f"{where}: extended filters are not those of the rows' fingerprints",
             )
             buckets = permuted >> np.uint64(64 - r)
             _require(bool((buckets[1:] >= buckets[:-1]).all()), f"{where}: not sorted")
