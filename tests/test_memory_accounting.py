@@ -95,7 +95,14 @@ def test_breakdown_parts() -> None:
     assert parts.key_bytes >= sum(len(k) + 1 for k in keys)
     assert parts.key_offsets >= 8 * 1000 and parts.key_hashes >= 12 * 1000
     assert parts.key_map >= 4 * 2 * 1000  # load at most 1/2
-    assert parts.tables >= 4 * 7 * 1000  # 4 tables, 7 bytes an entry at least
+    # 4 tables of one run: 5 bytes an entry (a 3-byte row, a 2-byte filter) and a directory of
+    # 2^6 + 1 uint32 (1,000 entries: 2^6 buckets of 8 to 16), exactly the arrays' bytes.
+    assert parts.tables == 4 * (5 * 1000 + 4 * (2**6 + 1))
+    assert parts.tables == sum(
+        run.low.nbytes + run.high.nbytes + run.filters.nbytes + run.offsets.nbytes
+        for table in index._tables
+        for run in table.runs
+    )
     index.discard("key-1")
     assert index.memory_breakdown().liveness > 0
     assert index.memory_growth(0, 0) == 0
