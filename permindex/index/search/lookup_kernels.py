@@ -260,9 +260,9 @@ def _bucket(
     prefix bits (the bits above them must be equal; tested only for an entry whose popcount
     passes: folding the test into the popcount's, without a branch, ran the scan at 0.8x). A
     candidate that passes is queued in ``pending``: ``deferred``, as its entry, its row parts
-    prefetched (:func:`_verify_pending` reads its row :data:`LAG` candidates later, then
-    prefetches its fingerprint and checks it LAG candidates after that); else its row read
-    now and its fingerprint prefetched. Returns the new count of matches (a full queue is
+    prefetched (:func:`_verify_pending` reads its row :data:`LAG` candidates later, or
+    :func:`_one` at the end of the run's scan, then prefetches its fingerprint and checks it
+    LAG candidates after that); else its row read now and its fingerprint prefetched. Returns the new count of matches (a full queue is
     verified down to LAG first)."""
     s = runs[r, 0]
     f = window & np.uint64(0xFFFF)
@@ -482,9 +482,17 @@ def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: igno
             low,
             high,
             high16,
-            False,
+            True,
         )
-    # every queued candidate's row was read when it was queued: no row parts needed here
+        # this run's queued entries: their rows read now (their parts were prefetched when
+        # they were queued), their fingerprints prefetched; verified across runs
+        while pending[0, 0] - pending[0, 2] > 0:
+            slot = 1 + (pending[0, 2] & (PENDING - 1))
+            row = _row(pending[slot, 1], low, high, high16)
+            pending[slot, 1] = row
+            _prefetch(fps, row)
+            pending[0, 2] += 1
+    # every queued candidate's row was read at the end of its run: no row parts needed here
     return _verify_pending(0, k, tables, fps, live, out, count, pending, _NO_LOW, _NO_HIGH, _NO_LOW)
 
 
