@@ -262,8 +262,8 @@ def _bucket(
     candidate that passes is queued in ``pending``: ``deferred``, as its entry, its row parts
     prefetched (:func:`_verify_pending` reads its row :data:`LAG` candidates later, or
     :func:`_one` at the end of the run's scan, then prefetches its fingerprint and checks it
-    LAG candidates after that); else its row read now and its fingerprint prefetched. Returns the new count of matches (a full queue is
-    verified down to LAG first)."""
+    LAG candidates after that); else its row read now and its fingerprint prefetched. Returns
+    the new count of matches (a full queue is verified down to LAG first)."""
     s = runs[r, 0]
     f = window & np.uint64(0xFFFF)
     high_bits = window >> np.uint64(16)
