@@ -11,7 +11,8 @@ alike. A worker builds the same data as
 ``benchmarks/run.py`` (N random fingerprints, seed 7, 1 % planted near-duplicates, 10,000
 queries) and measures:
 
-- ``bulk_load_per_s``: ``Index.from_arrays`` of N string keys and fingerprints, design (4, 1);
+- ``bulk_load_per_s``: ``Index.from_arrays`` of N string keys and fingerprints, design (4, 1)
+  (``--design`` for another; the restart keeps (4, 1));
 - ``batch_qps``: ``query_many`` of the 10,000 queries (median of 7), k = 3;
 - ``single_qps``: 4,000 single ``Index.query`` calls, half near a stored fingerprint (median
   of 7);
@@ -109,8 +110,11 @@ def _lookups(index: Any, queries: np.ndarray) -> dict[str, float]:
     }
 
 
-def worker(n: int, lookups_only: bool = False) -> dict[str, float]:
-    """One tree's figures (see the module docstring); runs in the tree's own interpreter."""
+def worker(
+    n: int, lookups_only: bool = False, design: tuple[int, int] = (4, 1)
+) -> dict[str, float]:
+    """One tree's figures (see the module docstring) for ``design``; runs in the tree's own
+    interpreter."""
     from permindex import Index
 
     store_class = _first("permindex.storage.store:Store", "permindex.store:Store")
@@ -123,7 +127,7 @@ def worker(n: int, lookups_only: bool = False) -> dict[str, float]:
     keys = [f"doc-{i:08d}" for i in range(n)]
     out: dict[str, float] = {}
     began = time.perf_counter()
-    index = Index.from_arrays(keys, fps, k=3, design=(4, 1))
+    index = Index.from_arrays(keys, fps, k=3, design=design)
     out["bulk_load_per_s"] = n / (time.perf_counter() - began)
     del keys
     out.update(_lookups(index, queries))
@@ -165,13 +169,16 @@ def worker(n: int, lookups_only: bool = False) -> dict[str, float]:
     return out
 
 
-def run_worker(tree: Path, n: int, lookups_only: bool) -> dict[str, float]:
+def run_worker(
+    tree: Path, n: int, lookups_only: bool, design: tuple[int, int] = (4, 1)
+) -> dict[str, float]:
     """Run :func:`worker` in ``tree``'s interpreter, from a directory outside every tree (so the
     installed package is the one imported)."""
     python = tree / ".venv" / "bin" / "python"
     with tempfile.TemporaryDirectory() as cwd:
         done = subprocess.run(
             [str(python), str(Path(__file__).resolve()), "--worker", "--n", str(n)]
+            + ["--design", f"{design[0]},{design[1]}"]
             + (["--lookups-only"] if lookups_only else []),
             cwd=cwd,
             capture_output=True,
@@ -197,11 +204,19 @@ def main() -> int:
         action="store_true",
         help="only bulk load, lookups and pairs (shorter rounds)",
     )
+    parser.add_argument(
+        "--design",
+        default="4,1",
+        help="the index's design as BLOCKS,LEADING for the bulk load, lookups and pairs "
+        "(default 4,1)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     n = int(args.n)
+    blocks, _, leading = args.design.partition(",")
+    design = (int(blocks), int(leading))
     if args.worker:
-        print(json.dumps(worker(n, args.lookups_only)))
+        print(json.dumps(worker(n, args.lookups_only, design)))
         return 0
     if args.old is None or args.new is None:
         parser.error("OLD_TREE and NEW_TREE are required")
@@ -210,7 +225,7 @@ def main() -> int:
     order = (("old", args.old), ("new", args.new))
     for r in range(args.rounds):  # old, new, then new, old: a drift of the machine falls on both
         for name, tree in order if r % 2 == 0 else order[::-1]:
-            result = run_worker(tree, n, args.lookups_only)
+            result = run_worker(tree, n, args.lookups_only, design)
             rounds[name].append(result)
             shown = ", ".join(f"{m} {result[m]:,.3g}" for m in metrics)
             print(f"round {r + 1} {name}: {shown}", file=sys.stderr, flush=True)
@@ -223,14 +238,15 @@ def main() -> int:
         for m in metrics
     }
     print(
-        f"| N = {n:,}, {args.rounds} rounds A/B | old (median) | new (median) | new / old "
-        "| median of the rounds' new / old |"
+        f"| N = {n:,}, design {design}, {args.rounds} rounds A/B | old (median) | new (median) "
+        "| new / old | median of the rounds' new / old |"
     )
     print("| --- | ---: | ---: | ---: | ---: |")
     for m in metrics:
         old, new = medians["old"][m], medians["new"][m]
         print(f"| {m} | {old:,.4g} | {new:,.4g} | {new / old:.3f} | {paired[m]:.3f} |")
-    out = HERE / "results" / f"ab-{n:.0e}.json".replace("+0", "")
+    named = "" if design == (4, 1) else f"-{design[0]}-{design[1]}"
+    out = HERE / "results" / f"ab-{n:.0e}{named}.json".replace("+0", "")
     out.write_text(
         json.dumps({"n": n, "rounds": rounds, "medians": medians, "paired": paired}, indent=1)
         + "\n",

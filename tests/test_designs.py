@@ -22,6 +22,7 @@ from permindex.index.tables.permutation import (
     choose_design,
     design_bytes_per_fingerprint,
     design_query_cost,
+    directory_bits,
     query_k,
 )
 
@@ -218,18 +219,30 @@ def test_tables_for_each_k(pair: tuple[int, int], counts: list[int]) -> None:
 
 
 @SETTINGS
-@given(designs, fingerprints)
-def test_filter_is_the_bits_after_the_prefix(
-    design_k: tuple[tuple[int, int], int], value: int
+@given(designs, fingerprints, st.integers(1, 48))
+def test_filter_is_the_16_bits_after_the_directory_bits(
+    design_k: tuple[tuple[int, int], int], value: int, bits: int
 ) -> None:
+    """A run's filter is the 16 permuted bits after its top ``bits`` directory bits, for one
+    value and an array alike."""
     design = Design(*design_k[0])
     for perm in design.permutations:
-        width = perm.filter_bits
-        low = 64 - perm.prefix_bits - width
-        expected = (perm.permute(value) >> low) & ((1 << width) - 1)
-        assert perm.filter(value) == expected
-        array = perm.filter_array(np.array([value, value ^ 1], dtype=np.uint64))
-        assert array.dtype == np.uint32 and int(array[0]) == expected
+        expected = (perm.permute(value) >> (48 - bits)) & 0xFFFF
+        assert perm.filter(value, bits) == expected
+        array = perm.filter_array(np.array([value, value ^ 1], dtype=np.uint64), bits)
+        assert array.dtype == np.uint16 and int(array[0]) == expected
+
+
+def test_directory_bits_give_8_to_16_entries_a_bucket_up_to_the_prefix() -> None:
+    """Up to the prefix width a bucket holds 8 to 16 entries; the directory never passes it."""
+    for size in (1, 8, 15, 16, 63, 64, 1000, 10**6, 10**7, 10**9, 2**32 - 1):
+        for prefix_bits in (4, 16, 26, 33):
+            r = directory_bits(size, prefix_bits)
+            assert 1 <= r <= prefix_bits
+            if r < prefix_bits and size >= 16:
+                assert 8 <= size / (1 << r) < 16
+            if size >= 8 << prefix_bits:
+                assert r == prefix_bits
 
 
 def test_choose_design() -> None:
@@ -249,15 +262,17 @@ def test_choose_design() -> None:
 @pytest.mark.parametrize("pair", [(4, 1), (4, 2), (5, 1), (6, 1), (3, 1), (8, 2), (5, 2)])
 def test_prefix_array16_and_filter_array_match_the_general_path(pair: tuple[int, int]) -> None:
     """The 16-bit prefix (a strided view of the fingerprints when the prefix is one aligned
-    16-bit block) and the filters equal the shift-and-mask results, on contiguous and strided
+    16-bit block) and the filters equal the per-value results, on contiguous and strided
     input; a prefix wider than 16 bits is refused."""
     rng = np.random.default_rng(16)
     values = rng.integers(0, 2**64 - 1, 4001, dtype=np.uint64, endpoint=True)
     for perm in Design(*pair).permutations:
         for array in (values, values[::3]):
-            general = perm._apply_array(array, perm._np_filter).astype(np.uint32)
-            filters = perm.filter_array(array)
-            assert filters.dtype == np.uint32 and np.array_equal(filters, general)
+            filters = perm.filter_array(array, 7)
+            assert filters.dtype == np.uint16
+            assert [int(f) for f in filters[:50]] == [
+                perm.filter(v, 7) for v in array[:50].tolist()
+            ]
             assert not np.shares_memory(filters, values)  # a copy: safe to keep
             if perm.prefix_bits > 16:
                 with pytest.raises(ValueError, match="16 bits"):

@@ -664,10 +664,10 @@ def test_liveness_mask_only_while_rows_are_dead(index_parts: IndexParts) -> None
     index.add_many([f"k{i}" for i in range(5000)], fps)
     assert rows.live is None  # a bulk load: every row live, no mask
     per_fp = index.table_bytes() / 5000
-    directories = 4 * 4 * 2**11 / 5000  # 4 tables of 2^11 buckets at 5,000 rows
+    directories = 4 * 4 * (2**9 + 1) / 5000  # 4 tables of 2^9 buckets at 5,000 rows
     # The fingerprint (its array with an eighth of room after a bulk load: next_capacity), and
-    # per table 3 bytes of row number and a 4-byte filter.
-    assert per_fp == pytest.approx(8 * 9 / 8 + 4 * 7 + directories, abs=0.1)
+    # per table 3 bytes of row number and a 2-byte filter.
+    assert per_fp == pytest.approx(8 * 9 / 8 + 4 * 5 + directories, abs=0.01)
     index.remove("k1")
     assert rows.live is not None and index.table_bytes() / 5000 > per_fp
     index.discard("k2")

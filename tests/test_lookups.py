@@ -23,6 +23,7 @@ from oracles import brute_force_matches
 
 import permindex.index.search.batch_queries as query_module
 import permindex.index.search.matches as match_module
+import permindex.index.tables.table as table_module
 from permindex import Index, InvalidArgumentError, Match
 from permindex.index.keys import kernels as key_kernels
 from permindex.index.keys.store import EncodedKeys, KeyStore, encode_keys
@@ -338,10 +339,11 @@ def test_batch_lookups_leave_the_collector_as_they_find_it() -> None:
         gc.enable()
 
 
-def test_kernels_on_rows_above_2_to_the_24() -> None:
+@pytest.mark.parametrize("design", [(4, 1), (5, 2), (6, 3)])
+def test_kernels_on_rows_above_2_to_the_24(design: tuple[int, int]) -> None:
     """The kernels read a row as 16 + 8 bits below 2^24 and 16 + 16 bits from 2^24 on: tables
     whose rows start at 2^24 - 50 (a lazily zeroed fingerprint array, so no real memory),
-    searched by both kernels, give brute force's matches, each once."""
+    searched by both kernels, give brute force's matches, each once, on every paper design."""
     from permindex.index.search.lookup import kernels, make_plan
     from permindex.index.tables.permutation import Design
     from permindex.index.tables.table import RowSnapshot, Table
@@ -352,11 +354,12 @@ def test_kernels_on_rows_above_2_to_the_24() -> None:
     base = rng.integers(0, 2**64 - 1, 100, dtype=np.uint64)
     fps[first:] = near(rng, np.repeat(base, 4), 3)
     rows = RowSnapshot(fps, None, first + 400)
-    tables = [Table(perm, memtable_limit=8) for perm in Design(4, 1).permutations]
+    tables = [Table(perm, memtable_limit=8) for perm in Design(*design).permutations]
     for table in tables:
         table.add_many(first, 400, rows, None)
         assert table.runs[0].high.dtype == np.uint16
-    plan = make_plan(tables, tuple(range(4)), lambda table: table.runs)
+        table._check(rows)
+    plan = make_plan(tables, tuple(range(len(tables))), lambda table: table.runs)
     queries = near(rng, fps[first::7], 3)
     module = kernels()
     empty = np.zeros(0, dtype=np.uint8)
@@ -810,3 +813,63 @@ def test_a_few_ties_of_unicode_keys_match_brute_force() -> None:
     assert got == [brute_force_matches(stored, q, 3) for q in base.tolist()]
     assert sum(len(m) for m in got) >= 60  # ties at distance 1 in most lists
     assert compiled.query_many(base, columns=True).keys == [m.key for ms in got for m in ms]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    design=st.sampled_from([(4, 1), (5, 2), (6, 3)]),
+    offset=st.sampled_from([-40, -17, -16, -15, -1, 0, 1, 3]),
+    seed=st.integers(0, 2**32 - 1),
+    memtable_limit=st.sampled_from([16, 256]),
+    removals=st.integers(0, 30),
+)
+def test_compact_tables_answer_as_brute_force_at_every_directory_width(
+    design: tuple[int, int], offset: int, seed: int, memtable_limit: int, removals: int
+) -> None:
+    """The 5-byte entries (a 16-bit filter after the directory's r bits) on every paper design
+    for k = 3, with the directory's width r forced to the prefix width plus ``offset`` (at
+    least 1, at most 19): one bucket for everything (every filter bit a prefix bit), buckets
+    of several prefixes (the filter's leading bits must be equal), exactly one prefix, and a
+    prefix over 2^(r - P) buckets (their bits compared as a whole); a bulk load, a batch, single
+    adds and removals (several runs, a memtable, tombstones). Every query, batched, single and
+    as columns, at every k, equals brute force, and the tables' _check holds (each run's
+    directory, order and filters for its r)."""
+    rng = np.random.default_rng(seed)
+    fps = np.concatenate(
+        [
+            rng.integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True),
+            near(rng, np.repeat(rng.integers(0, 2**64 - 1, 20, dtype=np.uint64), 10), 3),
+            np.full(12, 0x0123_4567_89AB_CDEF, dtype=np.uint64),
+        ]
+    )
+    rng.shuffle(fps)
+    keys = [f"k{i}" for i in range(fps.size)]
+
+    def forced(size: int, prefix_bits: int) -> int:
+        return max(1, min(prefix_bits + offset, 19))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(table_module, "directory_bits", forced)
+        index = Index(k=3, design=design, memtable_limit=memtable_limit, compaction_min=1000)
+        index.add_many(keys[:300], fps[:300])
+        index.add_many(keys[300:600], fps[300:600])
+        for key, value in zip(keys[600:], fps[600:].tolist(), strict=True):
+            index.add(key, value)
+        for i in rng.choice(fps.size, removals, replace=False).tolist():
+            index.remove(keys[i])
+        index._check()
+        assert any(run.bits == forced(0, perm_bits) for run, perm_bits in _runs_and_prefixes(index))
+        stored_keys, stored = index.export()
+        queries = np.concatenate(
+            [near(rng, fps[::9], 3), rng.integers(0, 2**64 - 1, 20, np.uint64)]
+        )
+        for k in range(4):
+            expected = [expected_query(stored_keys, stored, q, k) for q in queries.tolist()]
+            assert index.query_many(queries, k=k) == expected
+            assert [index.query(q, k) for q in queries[::5].tolist()] == expected[::5]
+            columns = index.query_many(queries, k=k, columns=True)
+            assert columns_as_lists(columns) == [[tuple(m) for m in e] for e in expected]
+
+
+def _runs_and_prefixes(index: Index) -> list[tuple[Any, int]]:
+    return [(run, table.permutation.prefix_bits) for table in index._tables for run in table.runs]

@@ -97,7 +97,14 @@ def test_breakdown_parts() -> None:
     assert parts.key_bytes >= sum(4 + (3 if len(k) > 6 else len(k) - 4) for k in keys)
     assert parts.key_offsets >= 1000 + 8 * 1000 // 16 and parts.key_hashes >= 1000 * 8 // 7
     assert parts.key_map >= 4 * 1000 * 8 // 7  # load at most 7/8
-    assert parts.tables >= 4 * 7 * 1000  # 4 tables, 7 bytes an entry at least
+    # 4 tables of one run: 5 bytes an entry (a 3-byte row, a 2-byte filter) and a directory of
+    # 2^6 + 1 uint32 (1,000 entries: 2^6 buckets of 8 to 16), exactly the arrays' bytes.
+    assert parts.tables == 4 * (5 * 1000 + 4 * (2**6 + 1))
+    assert parts.tables == sum(
+        run.low.nbytes + run.high.nbytes + run.filters.nbytes + run.offsets.nbytes
+        for table in index._tables
+        for run in table.runs
+    )
     index.discard("key-1")
     assert index.memory_breakdown().liveness > 0
     assert index.memory_growth(0, 0) == 0

@@ -24,7 +24,7 @@ from permindex.index.keys.store import encode_keys
 from permindex.index.rows import RowStore, export_slices
 from permindex.index.search.lookup import Lookups
 from permindex.index.table_set import TableSet
-from permindex.index.tables.permutation import Design
+from permindex.index.tables.permutation import Design, directory_bits
 from permindex.index.tables.table import RowSnapshot, Run, Table, TableCheckError, _split_rows
 from permindex.index.tuning import DEFAULT_TUNING, Tuning
 from permindex.index.writes import (
@@ -128,7 +128,7 @@ def test_runs_with_rows_above_2_to_the_24() -> None:
     assert sorted(run.rows.tolist()) == list(range(first, first + 400))
     table._check(rows)
     narrow = Run(np.array([0, 7, (1 << 24) - 1], dtype=np.uint32), np.zeros(3, np.uint16),
-                 np.zeros(2, np.uint32), 0)  # fmt: skip
+                 np.zeros(3, np.uint32), 1, 16)  # fmt: skip
     assert narrow.high.dtype == np.uint8 and narrow.rows.tolist() == [0, 7, (1 << 24) - 1]
 
 
@@ -147,37 +147,45 @@ def test_run_row_parts_and_shift(dtype: type, top: int) -> None:
         assert high.dtype == (np.uint8 if int(source.max()) < 1 << 24 else np.uint16)
         joined = (high.astype(np.int64) << 16) | low
         assert joined.tolist() == source.astype(np.int64).tolist()
-    filters = rng.integers(0, 1 << 32, rows.size, dtype=np.uint32)
-    run = Run(rows, filters, np.zeros(2, np.uint32), 0)
+    filters = rng.integers(0, 1 << 16, rows.size, dtype=np.uint16)
+    run = Run(rows, filters, np.zeros(3, np.uint32), 1, 16)
     assert run.rows.tolist() == rows.astype(np.int64).tolist()
     assert run.shifted(0) is run
     if top < (1 << 32) - 1 - 1000:
         moved = run.shifted(1000)
         assert moved.rows.tolist() == (rows.astype(np.int64) + 1000).tolist()
         assert moved.high.dtype == (np.uint8 if top + 1000 < 1 << 24 else np.uint16)
-        assert moved.filters is run.filters
+        assert moved.filters is run.filters and moved.offsets is run.offsets
 
 
-def test_run_from_unsorted_with_consecutive_rows() -> None:
-    """The run of consecutive rows from ``first_row`` (rows=None: no gather) equals the run of
-    the same rows given explicitly, on both sides of 2^24, for 16-bit and wider prefixes."""
-    rng = np.random.default_rng(5)
-    values = rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64, endpoint=True)
-    for pair in ((4, 1), (6, 3)):
+@pytest.mark.parametrize("size", [1, 40, 3000, 70_000])
+def test_run_build_is_a_stable_sort_by_the_directory_bits(size: int) -> None:
+    """The compiled build of a run (a counting sort) equals numpy's stable argsort of the top r
+    permuted bits, its filters and directory those computed from the sorted values; the run of
+    consecutive rows from ``first_row`` (rows=None: no gather) equals the run of the same rows
+    given explicitly, on both sides of 2^24, for 16-bit and wider prefixes (a directory
+    finer than the prefix, and coarser)."""
+    rng = np.random.default_rng(size)
+    values = rng.integers(0, 2**64 - 1, size, dtype=np.uint64, endpoint=True)
+    values[: size // 3] = values[0]  # equal values: the order among them is the input's
+    for pair in ((4, 1), (6, 3), (8, 1)):
         perm = Design(*pair).permutations[1]
-        bits = perm.prefix_bits
-        filters = perm.filter_array(values)
-        prefixes = perm.prefix_array16(values) if bits <= 16 else perm.prefix_array(values)
+        bits = directory_bits(size, perm.prefix_bits)
+        top = perm.permute_array(values) >> np.uint64(64 - bits)
+        order = np.argsort(top, kind="stable")
         for first in (0, 17, (1 << 24) - 1000):
             rows = np.arange(first, first + values.size, dtype=np.uint32)
-            made = Run.from_unsorted(None, prefixes, filters, bits, first_row=first)
-            given = Run.from_unsorted(rows, perm.prefix_array(values), filters, bits)
-            assert made.rows.tolist() == given.rows.tolist()
+            made = Run.build(values, None, perm, first_row=first)
+            given = Run.build(values, rows, perm)
+            assert made.rows.tolist() == given.rows.tolist() == (order + first).tolist()
             assert made.high.dtype == given.high.dtype
+            assert made.high.dtype == (np.uint8 if first + size <= 1 << 24 else np.uint16)
+            assert made.bits == given.bits == bits
+            assert np.array_equal(made.filters, perm.filter_array(values[order], bits))
             assert np.array_equal(made.filters, given.filters)
-            assert np.array_equal(made.offsets, given.offsets) and made.shift == given.shift
-            ordered = perm.prefix_array(values[made.rows.astype(np.int64) - first])
-            assert bool((ordered[1:] >= ordered[:-1]).all())
+            expected = np.searchsorted(top[order], np.arange((1 << bits) + 1, dtype=np.uint64))
+            assert np.array_equal(made.offsets, expected)
+            assert np.array_equal(made.offsets, given.offsets)
 
 
 # The row store (permindex.index.rows): appending rows with their keys, tombstones and the

@@ -46,8 +46,9 @@ class MemoryBreakdown(NamedTuple):
     liveness: int
     #: When each row's key was last added, 4 bytes a row; 0 without expiry.
     times: int
-    #: The permuted tables: sorted runs (at most 10 bytes an entry per table) and memtable
-    #: entries (an estimate of their Python ints).
+    #: The permuted tables: sorted runs (5 bytes an entry per table, 6 from 2^24 rows on, and
+    #: their directories, at most half a byte an entry) and memtable entries (an estimate of
+    #: their Python ints).
     tables: int
     #: The keys' codes (:mod:`permindex.index.keys.codec`) and their dictionary.
     key_bytes: int

@@ -99,10 +99,13 @@ def _warm_matches() -> None:
 
 def _warm(module: ModuleType) -> None:
     """Run the kernels once on a one-entry table (their code is then loaded and linked)."""
-    tables = np.zeros((1, 7), dtype=np.int64)
-    tables[0, 1] = 1
-    tables[0, 4] = 1  # the prefix: the low bit
-    run = Run(np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.zeros(3, np.uint32), 0)
+    tables = np.zeros((1, 6), dtype=np.int64)
+    tables[0, 1] = 1  # one move: the identity
+    tables[0, 2] = 1  # a 1-bit prefix
+    tables[0, 4] = -1
+    run = Run(
+        np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint16), np.zeros(3, np.uint32), 1, 1
+    )
     plan = make_plan_from([(0, run)], tables, module)
     out = np.zeros((1, 3), dtype=np.int64)
     fps = np.zeros(1, dtype=np.uint64)
@@ -130,7 +133,7 @@ def _signed(value: int) -> int:
 class LookupPlan(NamedTuple):
     """The kernels' description of the searched tables and their runs (the layout is in the
     docstring of :mod:`permindex.index.search.lookup_kernels`): ``tables`` (S, 3 + 3W) int64,
-    ``runs`` (R, 3) int64, and ``arrays``, the typed list of the runs' arrays (a tuple per
+    ``runs`` (R, 3 + S) int64, and ``arrays``, the typed list of the runs' arrays (a tuple per
     run, which it keeps alive)."""
 
     tables: _I64
@@ -140,33 +143,49 @@ class LookupPlan(NamedTuple):
 
 def _tables_array(tables: Sequence[Table], searched: tuple[int, ...]) -> _I64:
     perms = [tables[t].permutation for t in searched]
-    width = max((len(p.kernel_ops) for p in perms), default=0)
-    earlier = 3 + 3 * width
-    out = np.zeros((len(perms), earlier + len(perms)), dtype=np.int64)
+    width = max((len(p.permute_ops) for p in perms), default=0)
+    out = np.zeros((len(perms), 3 + 3 * width), dtype=np.int64)
     for s, perm in enumerate(perms):
         out[s, 0] = _signed(perm.leading_mask)
-        out[s, 1] = len(perm.prefix_ops)
-        out[s, 2] = len(perm.filter_ops)
-        for i, (shift, mask, target) in enumerate(perm.kernel_ops):
+        out[s, 1] = len(perm.permute_ops)
+        out[s, 2] = perm.prefix_bits
+        for i, (shift, mask, target) in enumerate(perm.permute_ops):
             out[s, 3 + 3 * i : 6 + 3 * i] = (shift, _signed(mask), target)
-        for e, before in enumerate(perms[:s]):
-            image = perm.filter(before.leading_mask)
-            if image.bit_count() == before.leading_mask.bit_count():  # wholly in the filter
-                out[s, earlier + e] = _signed(image)
+    return out
+
+
+def _images(tables: _I64, s: int, bits: int, permute: Callable[[int], int]) -> list[int]:
+    """For each searched table e before s, the image of e's leading mask in the window of a
+    run of table s with ``bits`` directory bits (``permute``: table s's permutation), when it
+    lies wholly in the window, else 0 (see :mod:`permindex.index.search.lookup_kernels`)."""
+    sub = max(0, bits - int(tables[s, 2]))
+    width = 16 + sub
+    out = []
+    for e in range(s):
+        mask = int(tables[e, 0]) & ((1 << 64) - 1)
+        image = (permute(mask) >> (48 - bits)) & ((1 << width) - 1)
+        out.append(_signed(image) if image.bit_count() == mask.bit_count() else 0)
     return out
 
 
 def make_plan_from(
-    runs: Sequence[tuple[int, Run]], tables: _I64, module: ModuleType | None = None
+    runs: Sequence[tuple[int, Run]],
+    tables: _I64,
+    module: ModuleType | None = None,
+    permutations: Sequence[Callable[[int], int]] | None = None,
 ) -> LookupPlan:
     """The plan of ``runs`` ((position in ``tables``, run) pairs) over the ``tables`` array;
-    ``module``: the lookup kernels (None: :func:`kernels`). O(runs)."""
+    ``module``: the lookup kernels (None: :func:`kernels`); ``permutations``: each searched
+    table's ``permute`` (None: no earlier-table images, every candidate is checked).
+    O(runs * tables)."""
     kernel_module = kernels() if module is None else module
-    rows = np.zeros((len(runs), 3), dtype=np.int64)
+    rows = np.zeros((len(runs), 3 + tables.shape[0]), dtype=np.int64)
     arrays = kernel_module.new_run_arrays()
     add = kernel_module.add_run_array
     for i, (s, run) in enumerate(runs):
-        rows[i] = (s, run.shift, int(run.high.dtype == np.uint16))
+        rows[i, :3] = (s, run.bits, int(run.high.dtype == np.uint16))
+        if permutations is not None and s:
+            rows[i, 3 : 3 + s] = _images(tables, s, run.bits, permutations[s])
         add(arrays, run.offsets, run.filters, run.low, run.high.view(np.uint8))
     return LookupPlan(tables, rows, arrays)
 
@@ -179,7 +198,8 @@ def make_plan(
     """The plan of the tables ``searched`` (indexes into ``tables``, in search order), each
     table's runs given by ``runs_of``. O(tables + runs)."""
     pairs = [(s, run) for s, t in enumerate(searched) for run in runs_of(tables[t])]
-    return make_plan_from(pairs, _tables_array(tables, searched))
+    permutations = [tables[t].permutation.permute for t in searched]
+    return make_plan_from(pairs, _tables_array(tables, searched), permutations=permutations)
 
 
 class FastQuery(NamedTuple):

@@ -7,33 +7,35 @@ candidate (:func:`_within`: within k bits of the query, and live), which :func:`
 also applies to the candidates a single query finds in the memtables.
 
 What a kernel reads: a *plan* (:class:`permindex.index.search.lookup.LookupPlan`) of two int64
-arrays
-that describe the tables a query within k searches and their runs, and a typed list of the
-runs' arrays:
+arrays that describe the tables a query within k searches and their runs, and a typed list of
+the runs' arrays:
 
-* ``tables`` (S, 3 + 3 * W + S): per searched table, in search order, the leading-block mask
-  (as int64 bits), the number of prefix moves p and of filter moves f, then p + f moves
-  ``(shift, mask, target)``: ``prefix = OR ((q >> shift) & mask) << target`` over the prefix
-  moves, the 32-bit filter likewise over the filter moves (:attr:`Permutation.kernel_ops`);
-  the last S columns hold, for each earlier searched table e, the image of e's leading mask
-  in this table's filter when it lies wholly in the filter (else 0).
-* ``runs`` (R, 3): per run, the position s of its table in ``tables``, the directory shift,
-  and whether the high row parts are uint16 (else uint8).
+* ``tables`` (S, 3 + 3 * W): per searched table, in search order, the leading-block mask (as
+  int64 bits), the number of moves w of its permutation, its prefix width P in bits, then w
+  moves ``(shift, mask, target)``: ``permuted = OR ((q >> shift) & mask) << target``
+  (:attr:`Permutation.permute_ops`).
+* ``runs`` (R, 3 + S): per run, the position s of its table in ``tables``, its directory bits
+  r, whether the high row parts are uint16 (else uint8), then, for each earlier searched table
+  e, the image of e's leading mask in this run's *window* when it lies wholly in it (else 0).
+  The window of a permuted value is its 16 filter bits (the 16 after the top r) under the
+  X = max(0, r - P) bits between the prefix and the filter.
 * ``arrays``: a numba typed list (:data:`RUN_ARRAYS`, made by :func:`new_run_arrays` and
   :func:`add_run_array`) of one tuple per run, in run order: the directory (2^r + 1,) uint32,
-  the filters (m,) uint32, the low row parts (m,) uint16 and the high row parts as bytes ((m,)
+  the filters (m,) uint16, the low row parts (m,) uint16 and the high row parts as bytes ((m,)
   uint8, or (2m,) when they are uint16). Runs are immutable; the list keeps them alive.
 
-For each query and run: the bucket ``prefix >> shift`` gives the range ``directory[b] :
-directory[b + 1]``; each entry whose filter is within k bits of the query's, and equal to it on
-no earlier table's filter image (that table reports it), is a candidate; a match is a candidate
-whose row's fingerprint ``fps[row]`` is within k of the query, the row is live (``live[row]``
-!= 0, or ``live`` empty: every row is), it shares the table's prefix (XOR zero under the
-leading mask: a coarse directory bucket holds other prefixes too) and shares no earlier
-searched table's prefix (so each match is reported once, by the first table whose prefix it
-shares). The batch kernel
-prefetches the directory entries and buckets (the first :data:`BUCKET_LINES` cache lines of
-the filters, and the row parts) of the queries
+For each query and run: when r >= P, the query's prefix spans the 2^X buckets from ``prefix <<
+X``, and each bucket's X bits are compared with the query's as a whole (a bucket more than k
+bits away is skipped, the others leave k minus that distance to the filter); when r < P, the
+one bucket ``permuted >> (64 - r)`` holds 2^(P - r) prefixes, and the filter's leading P - r
+bits (prefix bits) must equal the query's. In a bucket, ``directory[b] : directory[b + 1]``,
+each entry whose filter passes, and whose window equals the query's on no earlier table's
+image (that table reports it), is a candidate; a match is a candidate whose row's fingerprint
+``fps[row]`` is within k of the query, the row is live (``live[row]`` != 0, or ``live`` empty:
+every row is), it shares the table's prefix (XOR zero under the leading mask) and shares no
+earlier searched table's prefix (so each match is reported once, by the first table whose
+prefix it shares). The batch kernel prefetches the directory entries and buckets (the first
+:data:`BUCKET_LINES` cache lines of the filters, and the row parts) of the queries
 :data:`DISTANCE` and twice that ahead of the one it scans, so the cache misses of several
 queries overlap; both kernels queue each candidate, prefetch its fingerprint by row and verify
 it :data:`LAG` candidates later (the end of a run's scan, or of a single query, verifies the
@@ -81,14 +83,17 @@ LAG = 8
 #: fills it verifies down to LAG before it queues more. (How DISTANCE and LAG were chosen:
 #: benchmarks/README.md.)
 PENDING = 64
-#: Cache lines of a bucket's filters prefetched ahead of its scan (the first of them alone
-#: left the scan of a large bucket waiting on each line: benchmarks/README.md).
-BUCKET_LINES = 10
+#: Cache lines of a prefix range's filters prefetched ahead of its scan (the first of them
+#: alone left the scan of a large range waiting on each line: benchmarks/README.md).
+BUCKET_LINES = 5
 
 _types = numba.types
 _PLAN = _types.int64[:, ::1]
+# Row parts of no run (lookup_one reads each candidate's row when it queues it).
+_NO_LOW = np.zeros(0, dtype=np.uint16)
+_NO_HIGH = np.zeros(0, dtype=np.uint8)
 #: One run's arrays in a plan: directory, filters, low row parts, high row parts as bytes.
-RUN = _types.Tuple((_types.uint32[::1], _types.uint32[::1], _types.uint16[::1], _types.uint8[::1]))
+RUN = _types.Tuple((_types.uint32[::1], _types.uint16[::1], _types.uint16[::1], _types.uint8[::1]))
 #: The type of a plan's ``arrays``: a typed list of :data:`RUN` tuples (one item per run: an
 #: item of a typed list costs a call and a reference count each, about a run's scan).
 RUN_ARRAYS = _types.ListType(RUN)
@@ -125,7 +130,7 @@ def new_run_arrays():  # type: ignore[no-untyped-def]
 
 @njit(
     _types.void(
-        RUN_ARRAYS, _types.uint32[::1], _types.uint32[::1], _types.uint16[::1], _types.uint8[::1]
+        RUN_ARRAYS, _types.uint32[::1], _types.uint16[::1], _types.uint16[::1], _types.uint8[::1]
     )
 )
 def add_run_array(arrays, directory, filters, low, high):  # type: ignore[no-untyped-def]
@@ -135,22 +140,49 @@ def add_run_array(arrays, directory, filters, low, high):  # type: ignore[no-unt
 
 @njit(inline=True)
 def _prefetch_lines(filters, start, end):  # type: ignore[no-untyped-def]
-    """Prefetch the filters ``start:end`` of a bucket, one cache line (16 filters) at a time,
+    """Prefetch the filters ``start:end`` of a range, one cache line (32 filters) at a time,
     at most :data:`BUCKET_LINES` lines (the hardware's prefetcher follows the rest)."""
-    for e in range(start, min(end, start + 16 * BUCKET_LINES), 16):
+    for e in range(start, min(end, start + 32 * BUCKET_LINES), 32):
         _prefetch(filters, e)
 
 
 @njit(inline=True)
-def _moves(value, tables, s, first, count):  # type: ignore[no-untyped-def]
+def _permute(value, tables, s):  # type: ignore[no-untyped-def]
+    """The permuted value of ``value`` in searched table s."""
     out = np.uint64(0)
-    for i in range(count):
-        c = 3 + 3 * (first + i)
+    for i in range(tables[s, 1]):
+        c = 3 + 3 * i
         shift = np.uint64(tables[s, c])
         mask = np.uint64(tables[s, c + 1])
         target = np.uint64(tables[s, c + 2])
         out |= ((value >> shift) & mask) << target
     return out
+
+
+@njit(inline=True)
+def _geometry(tables, runs, r):  # type: ignore[no-untyped-def]
+    """Run r's directory bits, its X (bits between prefix and filter, 0 when r < P), the shift
+    that gives a query's first bucket from its permuted value, and the number of the filter's
+    low bits that are not prefix bits (16 when r >= P; the bits above them must be equal)."""
+    s = runs[r, 0]
+    bits = runs[r, 1]
+    prefix_bits = tables[s, 2]
+    if bits >= prefix_bits:
+        return bits, bits - prefix_bits, 64 - prefix_bits, np.uint64(16)
+    return bits, 0, 64 - bits, np.uint64(16 - min(prefix_bits - bits, 16))
+
+
+@njit(inline=True)
+def _first(permuted, sub, first_shift):  # type: ignore[no-untyped-def]
+    """A query's first bucket from its permuted value."""
+    return np.int64((permuted >> np.uint64(first_shift)) << np.uint64(sub))
+
+
+@njit(inline=True)
+def _window(permuted, bits, sub):  # type: ignore[no-untyped-def]
+    """A permuted value's window in a run of ``bits`` directory bits: its ``sub`` bits after
+    the prefix over its 16 filter bits."""
+    return (permuted >> np.uint64(48 - bits)) & np.uint64((1 << (16 + sub)) - 1)
 
 
 @njit(inline=True)
@@ -184,7 +216,7 @@ def _accept(query, value, k, tables, s, row, live):  # type: ignore[no-untyped-d
 def _run_arrays(runs, arrays, r):  # type: ignore[no-untyped-def]
     """Run r's arrays (see the module docstring for ``runs`` and ``arrays``), as views without
     an owner (:func:`permindex.jit_numba.unowned`: the list keeps them alive): its directory
-    (2^r + 1,) uint32, filters (m,) uint32, low row parts (m,) uint16, high row parts as bytes
+    (2^r + 1,) uint32, filters (m,) uint16, low row parts (m,) uint16, high row parts as bytes
     ((m,) uint8, or (2m,) when they are uint16) and as (m,) uint16 (empty when uint8)."""
     directory, filters, low, high = arrays[r]
     high = _unowned(high)
@@ -201,9 +233,10 @@ def _run_arrays(runs, arrays, r):  # type: ignore[no-untyped-def]
 def _bucket(
     value,
     j,
-    start,
-    end,
-    f,
+    first,
+    sub,
+    window,
+    exact,
     k,
     tables,
     runs,
@@ -213,56 +246,97 @@ def _bucket(
     out,
     count,
     pending,
+    directory,
     filters,
     low,
     high8,
     high16,
+    deferred,
 ):  # type: ignore[no-untyped-def]
-    """Queue the candidates of query ``value`` (position ``j``) among entries ``start:end`` of
-    run r (its ``filters`` (m,) uint32, ``low`` (m,) uint16 row parts and high parts:
-    ``high16`` (m,) uint16, or, when ``high16`` is empty, ``high8`` (m,) uint8), whose filters
-    are tested against the query's ``f``: a candidate that passes reads its row's two parts,
-    is queued in ``pending`` and its fingerprint by row prefetched
-    (:func:`_verify_pending` checks it :data:`LAG` candidates later); returns the new count
-    of matches (a full queue is verified down to LAG first)."""
+    """Queue the candidates of query ``value`` (position ``j``) in run r: the 2^``sub``
+    buckets from ``first`` (its ``directory``; ``filters`` (m,) uint16, ``low`` (m,) uint16 row
+    parts and high parts: ``high16`` (m,) uint16, or, when ``high16`` is empty, ``high8`` (m,)
+    uint8), against the query's ``window``; ``exact``: the filter's low bits that are not
+    prefix bits (the bits above them must be equal; tested only for an entry whose popcount
+    passes: folding the test into the popcount's, without a branch, ran the scan at 0.8x). A
+    candidate that passes is queued in ``pending``: ``deferred``, as its entry, its row parts
+    prefetched (:func:`_verify_pending` reads its row :data:`LAG` candidates later, or
+    :func:`_one` at the end of the run's scan, then prefetches its fingerprint and checks it
+    LAG candidates after that); else its row read now and its fingerprint prefetched. Returns
+    the new count of matches (a full queue is verified down to LAG first)."""
     s = runs[r, 0]
-    earlier = tables.shape[1] - tables.shape[0]  # the column of table 0's filter image
-    for e in range(start, end):
-        fx = np.uint64(filters[e]) ^ f
-        if np.int64(_popcount(fx)) <= k:
-            reported = False  # by an earlier table whose prefix lies in this filter
-            for t in range(s):
-                image = np.uint64(tables[s, earlier + t])
-                if image != 0 and (fx & image) == 0:
+    f = window & np.uint64(0xFFFF)
+    high_bits = window >> np.uint64(16)
+    prefixed = exact < 16
+    for t in range(1 << sub):
+        tx = np.uint64(t) ^ high_bits
+        budget = k - np.int64(_popcount(tx))
+        if budget < 0:
+            continue
+        tx <<= np.uint64(16)
+        for e in range(np.int64(directory[first + t]), np.int64(directory[first + t + 1])):
+            fx = np.uint64(filters[e]) ^ f
+            if np.int64(_popcount(fx)) > budget:
+                continue
+            if prefixed and (fx >> exact) != 0:
+                continue
+            wx = tx | fx
+            reported = False  # by an earlier table whose prefix lies in this window
+            for u in range(s):
+                image = np.uint64(runs[r, 3 + u])
+                if image != 0 and (wx & image) == 0:
                     reported = True
                     break
             if reported:
                 continue
-            if high16.size:
-                row = (np.int64(high16[e]) << 16) | np.int64(low[e])
-            else:
-                row = (np.int64(high8[e]) << 16) | np.int64(low[e])
-            _prefetch(fps, row)
             if pending[0, 0] - pending[0, 1] == PENDING:
-                count = _verify_pending(LAG, k, tables, fps, live, out, count, pending)
+                count = _verify_pending(
+                    LAG, k, tables, fps, live, out, count, pending, low, high8, high16
+                )
             p = pending[0, 0]
             slot = 1 + (p & (PENDING - 1))
             pending[slot, 0] = j
-            pending[slot, 1] = row
             pending[slot, 2] = np.int64(value)
             pending[slot, 3] = s
+            if deferred:
+                pending[slot, 1] = e
+                _prefetch(low, e)
+                if high16.size:
+                    _prefetch(high16, e)
+                else:
+                    _prefetch(high8, e)
+            else:
+                pending[slot, 1] = _row(e, low, high8, high16)
+                _prefetch(fps, pending[slot, 1])
+                pending[0, 2] = p + 1  # resolved already
             pending[0, 0] = p + 1
     return count
 
 
 @njit(inline=True)
-def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
-    """Verify the oldest queued candidates until at most ``keep`` remain queued; each match is
-    written to ``out`` (while it has room); returns the new count. ``pending`` (1 + PENDING, 4)
-    int64: row 0 holds (queued, verified) counts, the others (query position, row, query as
-    int64 bits, searched table) in a ring."""
+def _row(e, low, high8, high16):  # type: ignore[no-untyped-def]
+    """The row of entry ``e`` from its two parts."""
+    if high16.size:
+        return (np.int64(high16[e]) << 16) | np.int64(low[e])
+    return (np.int64(high8[e]) << 16) | np.int64(low[e])
+
+
+@njit(inline=True)
+def _verify_pending(keep, k, tables, fps, live, out, count, pending, low, high8, high16):  # type: ignore[no-untyped-def]
+    """Read the rows of the oldest queued entries until at most ``keep`` remain unread
+    (prefetching each one's fingerprint; ``low``, ``high8``, ``high16``: the run's row parts),
+    then verify the oldest read candidates until at most ``keep`` remain unverified; each
+    match is written to ``out`` (while it has room); returns the new count. ``pending`` (1 +
+    PENDING, 4) int64: row 0 holds (queued, verified, read) counts, the others (query
+    position, entry or row, query as int64 bits, searched table) in a ring."""
+    while pending[0, 0] - pending[0, 2] > keep:
+        slot = 1 + (pending[0, 2] & (PENDING - 1))
+        row = _row(pending[slot, 1], low, high8, high16)
+        pending[slot, 1] = row
+        _prefetch(fps, row)
+        pending[0, 2] += 1
     cap = out.shape[0]
-    while pending[0, 0] - pending[0, 1] > keep:
+    while pending[0, 2] - pending[0, 1] > keep:
         slot = 1 + (pending[0, 1] & (PENDING - 1))
         row = pending[slot, 1]
         d = _accept(np.uint64(pending[slot, 2]), fps[row], k, tables, pending[slot, 3], row, live)
@@ -279,13 +353,14 @@ def _verify_pending(keep, k, tables, fps, live, out, count, pending):  # type: i
 @njit()
 def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending):  # type: ignore[no-untyped-def]
     """Every match of every query in run r; returns the new count (``pending``: the empty
-    queue of candidates, kept alive by the caller). First every query's bucket and filter, one
-    move at a time over all queries (a loop the compiler vectorizes); then a software pipeline
-    over the queries: the directory entry of query i + 2D and the bucket (filters and row
-    parts) of query i + D are prefetched while query i is scanned (D = :data:`DISTANCE`). The
-    run's arrays are made once here, not per bucket, and every array the inlined helpers take
-    is a view without an owner (:func:`permindex.jit_numba.unowned`), so that no call of a
-    helper costs atomic reference counts."""
+    queue of candidates, kept alive by the caller). First every query's permuted value, one
+    move at a time over all queries (a loop the compiler vectorizes), then its first bucket and
+    window; then a software pipeline over the queries: the directory entries of query i + 2D
+    and the range (filters and row parts) of query i + D are prefetched while query i is
+    scanned (D = :data:`DISTANCE`). The run's arrays are made once here, not per bucket, and
+    every array the inlined helpers take is a view without an owner
+    (:func:`permindex.jit_numba.unowned`), so that no call of a helper costs atomic reference
+    counts."""
     tables = _unowned(tables)
     runs = _unowned(runs)
     fps = _unowned(fps)
@@ -293,51 +368,43 @@ def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending): 
     out = _unowned(out)
     pending = _unowned(pending)
     s = runs[r, 0]
-    shift = np.uint64(runs[r, 1])
+    bits, sub, first_shift, exact = _geometry(tables, runs, r)
     directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
-    n_prefix = tables[s, 1]
-    n_filter = tables[s, 2]
+    span = 1 << sub
     q = queries.size
-    ring = RING - 1
-    lo = np.empty(RING, dtype=np.int64)
-    hi = np.empty(RING, dtype=np.int64)
-    # every query's bucket and filter first, one move at a time over all queries (a loop the
-    # compiler vectorizes), then the pipeline
-    buckets = np.zeros(q, dtype=np.uint64)
-    wanted = np.zeros(q, dtype=np.uint64)
-    for move in range(n_prefix + n_filter):
+    permuted = np.zeros(q, dtype=np.uint64)
+    for move in range(tables[s, 1]):
         c = 3 + 3 * move
         mshift = np.uint64(tables[s, c])
         mmask = np.uint64(tables[s, c + 1])
         mtarget = np.uint64(tables[s, c + 2])
-        into = buckets if move < n_prefix else wanted
         for i in range(q):
-            into[i] |= ((queries[i] >> mshift) & mmask) << mtarget
+            permuted[i] |= ((queries[i] >> mshift) & mmask) << mtarget
+    firsts = np.empty(q, dtype=np.int64)
     for i in range(q):
-        buckets[i] >>= shift
+        firsts[i] = _first(permuted[i], sub, first_shift)
+        permuted[i] = _window(permuted[i], bits, sub)
     for i in range(q + 2 * DISTANCE):
         if i < q:
-            _prefetch(directory, np.int64(buckets[i]))
+            _prefetch(directory, firsts[i])
+            _prefetch(directory, firsts[i] + span)  # the range's end: maybe the next line
         j = i - DISTANCE
         if 0 <= j < q:
-            b = np.int64(buckets[j])
+            b = firsts[j]
             start = np.int64(directory[b])
-            end = np.int64(directory[b + 1])
-            lo[j & ring] = start
-            hi[j & ring] = end
+            end = np.int64(directory[b + span])
             _prefetch_lines(filters, start, end)
             _prefetch(low, start)
             _prefetch(high, start * (1 + runs[r, 2]))
         j = i - 2 * DISTANCE
         if 0 <= j < q:
-            value = queries[j]
-            f = wanted[j]
             count = _bucket(
-                value,
+                queries[j],
                 j,
-                lo[j & ring],
-                hi[j & ring],
-                f,
+                firsts[j],
+                sub,
+                permuted[j],
+                exact,
                 k,
                 tables,
                 runs,
@@ -347,13 +414,17 @@ def _scan(queries, k, tables, runs, arrays, r, fps, live, out, count, pending): 
                 out,
                 count,
                 pending,
+                directory,
                 filters,
                 low,
                 high,
                 high16,
+                True,
             )
-            count = _verify_pending(LAG, k, tables, fps, live, out, count, pending)
-    return _verify_pending(0, k, tables, fps, live, out, count, pending)
+            count = _verify_pending(
+                LAG, k, tables, fps, live, out, count, pending, low, high, high16
+            )
+    return _verify_pending(0, k, tables, fps, live, out, count, pending, low, high, high16)
 
 
 @njit(BATCH_SIGNATURE)
@@ -382,20 +453,21 @@ def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: igno
     count = 0
     for r in range(runs.shape[0]):
         s = runs[r, 0]
+        bits, sub, first_shift, exact = _geometry(tables, runs, r)
         directory, filters, low, high, high16 = _run_arrays(runs, arrays, r)
-        b = np.int64(_moves(query, tables, s, 0, tables[s, 1]) >> np.uint64(runs[r, 1]))
+        permuted = _permute(query, tables, s)
+        b = _first(permuted, sub, first_shift)
         start = np.int64(directory[b])
-        end = np.int64(directory[b + 1])
-        _prefetch_lines(filters, start, end)
+        _prefetch_lines(filters, start, np.int64(directory[b + (1 << sub)]))
         _prefetch(low, start)
         _prefetch(high, start * (1 + runs[r, 2]))
-        f = _moves(query, tables, s, tables[s, 1], tables[s, 2])
         count = _bucket(
             query,
             0,
-            start,
-            end,
-            f,
+            b,
+            sub,
+            _window(permuted, bits, sub),
+            exact,
             k,
             tables,
             runs,
@@ -405,12 +477,23 @@ def _one(query, k, tables, runs, arrays, fps, live, out, pending):  # type: igno
             out,
             count,
             pending,
+            directory,
             filters,
             low,
             high,
             high16,
+            True,
         )
-    return _verify_pending(0, k, tables, fps, live, out, count, pending)
+        # this run's queued entries: their rows read now (their parts were prefetched when
+        # they were queued), their fingerprints prefetched; verified across runs
+        while pending[0, 0] - pending[0, 2] > 0:
+            slot = 1 + (pending[0, 2] & (PENDING - 1))
+            row = _row(pending[slot, 1], low, high, high16)
+            pending[slot, 1] = row
+            _prefetch(fps, row)
+            pending[0, 2] += 1
+    # every queued candidate's row was read at the end of its run: no row parts needed here
+    return _verify_pending(0, k, tables, fps, live, out, count, pending, _NO_LOW, _NO_HIGH, _NO_LOW)
 
 
 @njit(ONE_SIGNATURE)

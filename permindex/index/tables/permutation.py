@@ -34,6 +34,7 @@ __all__ = [
     "design_bytes_per_fingerprint",
     "design_for_k",
     "design_query_cost",
+    "directory_bits",
     "query_k",
 ]
 
@@ -41,10 +42,25 @@ _BITS = 64
 _LITTLE_ENDIAN = sys.byteorder == "little"
 #: Most tables a design may have (C(blocks, leading)); beyond this the memory is unreasonable.
 MAX_TABLES = 1024
-#: Width of a table's filter (bits of the permuted value after the prefix kept per entry): 32
-#: bits, so that a random candidate passes with probability sum_{i<=k} C(32, i) / 2^32 (1.3e-6
-#: at k = 3) and almost only true matches read their fingerprint by row (a random read).
-FILTER_BITS = 32
+#: Width of a run's filter (:meth:`Permutation.filter`): the 16 bits of the permuted value right
+#: after the bits its directory resolves (``benchmarks/README.md``, "Table layout", has the
+#: measurements behind 16 rather than 32).
+FILTER_BITS = 16
+
+
+def directory_bits(size: int, prefix_bits: int) -> int:
+    """Bits r of the directory of a run of ``size`` entries in a table of ``prefix_bits``-bit
+    prefixes: the top r bits of the permuted value index it. The largest r with 2^r <= size / 8
+    (8 to 16 entries per bucket, at most half a byte of directory per entry), at least 1, at
+    most the prefix width. Below the prefix width a bucket holds several prefixes, which the
+    filter's leading bits tell apart. (A directory past the prefix width, whose extra bits a
+    query compares bucket by bucket, gave the filter those bits for free but ran the batch
+    kernel slower: ``benchmarks/README.md``, "Table layout".) O(1).
+
+    >>> directory_bits(10**6, 16), directory_bits(10**7, 16), directory_bits(10**6, 26)
+    (16, 16, 16)
+    """
+    return max(1, min(prefix_bits, size.bit_length() - 4))
 
 
 @dataclass(frozen=True)
@@ -99,18 +115,16 @@ class Permutation:
     """
 
     __slots__ = (
-        "_np_filter",
         "_np_prefix",
         "_np_segments",
         "_np_unsegments",
         "_prefix_segments",
         "_segments",
         "_unsegments",
-        "filter_bits",
-        "filter_ops",
         "leading_blocks",
         "leading_mask",
         "order",
+        "permute_ops",
         "prefix_bits",
         "prefix_ops",
         "simple",
@@ -141,12 +155,9 @@ class Permutation:
         self._unsegments = _segments(sorted(((t, w, s) for s, w, t in moves), key=lambda m: -m[0]))
         low = _BITS - self.prefix_bits
         self._prefix_segments = _window(moves, low, _BITS)
-        # The filter: the (up to) 32 bits of the permuted value right after the prefix.
-        self.filter_bits = min(FILTER_BITS, low)
-        filter_segments = _window(moves, low - self.filter_bits, low)
-        # (shift, mask, target) as plain ints, for the per-query Python path.
+        # (shift, mask, target) as plain ints, for the per-query Python path and the kernels.
         self.prefix_ops = tuple((g.source, g.mask, g.target) for g in self._prefix_segments)
-        self.filter_ops = tuple((g.source, g.mask, g.target) for g in filter_segments)
+        self.permute_ops = tuple((g.source, g.mask, g.target) for g in self._segments)
 
         def as_np(segs: tuple[_Segment, ...]) -> tuple[tuple[np.uint64, np.uint64, np.uint64], ...]:
             return tuple(
@@ -156,7 +167,6 @@ class Permutation:
         self._np_segments = as_np(self._segments)
         self._np_unsegments = as_np(self._unsegments)
         self._np_prefix = as_np(self._prefix_segments)
-        self._np_filter = as_np(filter_segments)
 
     def __repr__(self) -> str:
         return (
@@ -214,31 +224,22 @@ class Permutation:
         """:meth:`prefix` of each element of a (n,) uint64 array; returns a new (n,) uint64."""
         return self._apply_array(np.asarray(fingerprints, dtype=np.uint64), self._np_prefix)
 
-    def filter(self, fingerprint: int) -> int:
-        """The table's filter of ``fingerprint``: the :attr:`filter_bits` (32, or fewer when the
-        prefix leaves fewer) bits of the permuted value right after the prefix, as an int. Two
-        fingerprints within Hamming distance k have filters within k (a subset of the bits), so a
-        table keeps each entry's filter beside its row and rejects most candidates without
-        reading the fingerprint."""
-        out = 0
-        for source, mask, target in self.filter_ops:
-            out |= ((fingerprint >> source) & mask) << target
-        return out
+    def filter(self, fingerprint: int, directory_bits: int) -> int:
+        """The filter of ``fingerprint`` in a run whose directory resolves the top
+        ``directory_bits`` (1 to 48) bits of the permuted value: the :data:`FILTER_BITS` (16)
+        bits right after them, ``(permute(fingerprint) >> (48 - directory_bits)) & 0xFFFF``.
+        Two fingerprints within Hamming distance k have filters within k (a subset of the
+        bits), and those of the prefix equal, so a run keeps each entry's filter beside its row
+        and rejects most candidates without reading the fingerprint."""
+        return (self.permute(fingerprint) >> (64 - FILTER_BITS - directory_bits)) & 0xFFFF
 
-    def filter_array(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint32]:
-        """:meth:`filter` of each element of a (n,) uint64 array, as a new (n,) uint32."""
-        values = np.asarray(fingerprints, dtype=np.uint64)
-        column = _column(values, self._np_filter, np.uint32)
-        if column is not None:
-            return column.copy()
-        return self._apply_array(values, self._np_filter).astype(np.uint32)
-
-    @property
-    def kernel_ops(self) -> tuple[tuple[int, int, int], ...]:
-        """The prefix's and the filter's moves as ``(shift, mask, target)`` int triples for the
-        compiled kernels (:mod:`permindex.index.search.lookup_kernels`), prefix moves first; the
-        count of prefix moves is ``len(self.prefix_ops)``."""
-        return self.prefix_ops + self.filter_ops
+    def filter_array(
+        self, fingerprints: NDArray[np.uint64], directory_bits: int
+    ) -> NDArray[np.uint16]:
+        """:meth:`filter` of each element of a (n,) uint64 array, as a new (n,) uint16. O(n)."""
+        permuted = self.permute_array(fingerprints)
+        permuted >>= np.uint64(64 - FILTER_BITS - directory_bits)
+        return permuted.astype(np.uint16)  # truncation: the low 16 bits
 
     def prefix_array16(self, fingerprints: NDArray[np.uint64]) -> NDArray[np.uint16]:
         """:meth:`prefix` of each element of a (n,) uint64 array as (n,) uint16, for a prefix of
@@ -499,15 +500,15 @@ AUTO_DESIGNS: tuple[tuple[int, int], ...] = (
 def design_bytes_per_fingerprint(design: Design, n: int) -> float:
     """Estimated bytes per stored fingerprint of an index of ``n`` fingerprints with ``design``,
     keys excluded: the fingerprint (8) by row, and per table a row number (3 bytes below 2^24
-    rows, else 4), a filter (4) and the run directory (about 1 byte per row for long prefixes,
-    2^prefix_bits * 4 bytes in all for short ones). A liveness byte per row is added only while
-    removed or replaced rows await a compaction."""
+    rows, else 4), a 16-bit filter (2) and the run directory (4 bytes per 8 to 16 entries or
+    per prefix, :func:`directory_bits`). A liveness byte per row is added only while removed
+    or replaced rows await a compaction. O(tables)."""
     n = max(n, 1)
     total = 8.0
     row_bytes = 3.0 if n < 1 << 24 else 4.0
     for perm in design.permutations:
-        directory = 4.0 * (1 << min(perm.prefix_bits, max(1, n.bit_length() - 2))) / n
-        total += row_bytes + 4.0 + directory
+        directory = 4.0 * ((1 << directory_bits(n, perm.prefix_bits)) + 1) / n
+        total += row_bytes + FILTER_BITS / 8 + directory
     return total
 
 

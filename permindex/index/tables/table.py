@@ -4,17 +4,19 @@ section 3), kept as a small log-structured merge tree.
 
 Layout. The index's row store (:mod:`permindex.index.rows`) owns the fingerprints by row number
 ((capacity,) uint64) and the liveness mask by row (None while every row is live); a table reads
-them through :class:`RowArrays` and stores, per entry, a row number and a 32-bit filter -- 7
-bytes (8 from 2^24 rows on):
+them through :class:`RowArrays` and stores, per entry, a row number and a 16-bit filter -- 5
+bytes (6 from 2^24 rows on) -- and per run a directory of at most half a byte an entry:
 
-* frozen runs (:class:`Run`): immutable (m,) uint32 arrays of rows sorted by prefix with the
-  (m,) uint32 filters of their fingerprints beside them (the 32 bits of the permuted value after
-  the prefix: two fingerprints within k have filters within k, so a query compares filters,
-  read sequentially, and reads the fingerprints of the few that pass), each with a directory
-  ``offsets`` of 2^r + 1 uint32 over the top r prefix bits (r <= prefix bits, 2^r <= m / 2), so
-  the rows whose prefix starts with bucket b are ``rows[offsets[b]:offsets[b + 1]]``. When r
-  equals the prefix width the range is exact; otherwise it is a superset that the verification
-  of the candidates (:mod:`permindex.index.search.lookup_kernels`) narrows. Runs are
+* frozen runs (:class:`Run`): immutable arrays of rows (the low 16 bits as uint16, the rest as
+  uint8, or uint16 from 2^24 rows on) sorted by the top r bits of their permuted fingerprints,
+  the (m,) uint16 filters beside them, and a directory ``offsets`` of 2^r + 1 uint32 over
+  those r bits (:func:`directory_bits`: 8 to 16 entries per bucket, r at most the prefix
+  width). The filter of an entry is the 16 permuted bits right after the top r: two
+  fingerprints within k have filters within k, so a query compares filters, read
+  sequentially, and reads the fingerprints of the few that pass. When r is below the prefix
+  width a bucket holds several prefixes and the filter's leading bits are prefix bits, which
+  must be equal. ``benchmarks/README.md`` ("Table layout") has the bytes and the lookup speed
+  against the former layout (a 32-bit filter after the prefix, 7 bytes an entry). Runs are
   listed oldest first, and each is more than ``merge_ratio`` times larger than the next (a
   knob of :class:`~permindex.index.tuning.Tuning`, 4 by default), so there are at most
   log_4(n) + 1 of them
@@ -27,8 +29,9 @@ bytes (8 from 2^24 rows on):
   run when it holds more than ``memtable_limit`` entries; a batch of at least
   ``direct_run_min`` rows (or ``memtable_limit``, if smaller) becomes a run directly.
 
-Within a prefix, order is unspecified: a query only needs the prefix range, so a run is sorted
-by the prefix alone (a radix sort on 16-bit digits).
+A run is built by one compiled counting sort on its r bits
+(:mod:`permindex.index.tables.run_kernels`), stable: within a bucket, entries keep the order
+they came in, which a query does not need.
 
 A table holds candidates; the lookup kernels (:mod:`permindex.index.search.lookup_kernels`) search
 its runs and verify every candidate, a single query's memtable candidates included. Removal is
@@ -39,26 +42,31 @@ fingerprint never changes, so an entry can be dead but never wrong.
 
 Costs (n entries in the table, L the memtable bound): :meth:`Table.add` O(log L) amortized plus
 the share of freezes and merges, O(log n) per row amortized; :meth:`Table.memtable_lookup`
-O(log L + entries of the prefix); a merge O(m) numpy work (radix sort) for m rows.
+O(log L + entries of the prefix); a merge O(m + 2^r) (a counting sort) for m rows.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+from types import ModuleType
 from typing import NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 from sortedcontainers import SortedList
 
-from permindex.index.tables.permutation import Permutation, argsort_prefixes
+from permindex.index.tables.permutation import (
+    FILTER_BITS,
+    Permutation,
+    directory_bits,
+)
 from permindex.index.tuning import DEFAULT_TUNING, Tuning
 
 __all__ = [
     "DEFAULT_MEMTABLE_LIMIT",
     "MAX_ROWS",
     "ChangeCounters",
-    "MemtableArrays",
     "RowArrays",
     "RowSnapshot",
     "Run",
@@ -81,7 +89,7 @@ _PREFIX_SHIFT = 96
 _MEMTABLE_ENTRY_BYTES = 52 + 8
 
 Rows = NDArray[np.uint32]
-Filters = NDArray[np.uint32]
+Filters = NDArray[np.uint16]
 Fingerprints = NDArray[np.uint64]
 #: The index's liveness mask by row, or None when every row is live (nothing was removed or
 #: replaced since the last compaction).
@@ -103,15 +111,6 @@ class RowArrays(Protocol):
     @property
     def n(self) -> int:
         """Rows in use."""
-
-
-class MemtableArrays(NamedTuple):
-    """A memtable as arrays, sorted by prefix (built on demand, cached until it changes)."""
-
-    #: (m,) uint64, the entries' prefixes, non-decreasing.
-    prefixes: Fingerprints
-    #: (m,) uint32, the entries' rows, in the same order.
-    rows: Rows
 
 
 class RowSnapshot(NamedTuple):
@@ -167,54 +166,74 @@ def _require(condition: bool | np.bool_, message: str) -> None:
         raise TableCheckError(message)
 
 
-def directory_bits(size: int, prefix_bits: int) -> int:
-    """Bits r of a run's directory: the largest r with 2^r <= size / 2 (2 to 4 rows per bucket,
-    at most 2 bytes of directory per row), at least 1, at most the prefix width (exact ranges
-    once the run is large enough: from 2^17 rows for 16-bit prefixes)."""
-    return min(prefix_bits, max(1, size.bit_length() - 2))
+_build: ModuleType | None = None
+_build_lock = threading.Lock()
+
+
+def _kernel() -> ModuleType:
+    """The run-building kernel (:mod:`permindex.index.tables.run_kernels`), imported on first
+    use (numba is loaded then, not by ``import permindex``)."""
+    global _build
+    if _build is None:
+        with _build_lock:
+            if _build is None:
+                from permindex.index.tables import run_kernels
+
+                _build = run_kernels
+    return _build
 
 
 class Run:
-    """A frozen run: rows sorted by prefix, their filters, and the directory of their prefixes.
+    """A frozen run: its entries sorted by the top r bits of their permuted fingerprints (r:
+    the directory bits, :func:`directory_bits`), each entry a row number and a 16-bit filter,
+    and the directory of those r bits.
 
     A row number is kept in two arrays, its low 16 bits (uint16) and the rest (uint8 while every
     row of the run is below 2^24, else uint16): 3 bytes per entry instead of 4 up to 16.7
     million rows. A query reads them only for the few candidates whose filter passes.
 
     Attributes:
-        rows: (m,) uint32, sorted by the prefix of their fingerprints (ties in any order); a new
-            array on each access (O(m)).
-        filters: (m,) uint32, the filter (:meth:`Permutation.filter`) of each row's fingerprint,
-            in the same order: a query rejects most candidates by the popcount of the filters'
-            XOR, reading this array sequentially, before it reads any fingerprint.
-        offsets: (2^r + 1,) uint32; rows with bucket b (the top r prefix bits) are
-            ``rows[offsets[b]:offsets[b + 1]]``.
-        shift: prefix_bits - r; the bucket of a prefix is ``prefix >> shift``.
+        rows: (m,) uint32, the rows in directory order (ties in input order); a new array on
+            each access (O(m)).
+        filters: (m,) uint16, the filter (:meth:`Permutation.filter` with r bits) of each row's
+            fingerprint, in the same order: the 16 permuted bits after the top r. A query
+            rejects most candidates by these, read sequentially, before it reads any
+            fingerprint: a filter more than k bits from the query's, or (when r is below the
+            prefix width) not equal to it on the prefix bits it holds.
+        offsets: (2^r + 1,) uint32; the entries whose permuted fingerprints start with the r
+            bits b are ``offsets[b]:offsets[b + 1]``.
+        bits: r, 1 <= r (:func:`directory_bits` stops at the prefix width; the kernels also
+            read a directory past it, whose extra bits a query compares bucket by bucket).
+        largest_bucket: entries of the largest prefix's range (the directory buckets a query
+            scans): the most candidates one query can meet in this run.
     """
 
-    __slots__ = ("filters", "high", "largest_bucket", "low", "offsets", "shift")
+    __slots__ = ("bits", "filters", "high", "largest_bucket", "low", "offsets")
 
     def __init__(
         self,
         rows: Rows | NDArray[np.intp],
         filters: Filters,
         offsets: Rows,
-        shift: int,
+        bits: int,
+        prefix_bits: int,
         *,
         top: int | None = None,
         largest_bucket: int | None = None,
     ) -> None:
-        """A run from its parts ((m,) uint32 rows, or intp ones in [0, 2^32)); use
-        :meth:`from_sorted` or :meth:`from_unsorted`. ``top``: the largest row, when the
-        caller knows it (saves a pass); ``largest_bucket``: the directory's, when known."""
+        """A run from its parts ((m,) uint32 rows, or intp ones in [0, 2^32), in directory
+        order); use :meth:`build`. ``top``: the largest row, when the caller knows it (saves a
+        pass); ``largest_bucket``: when known. O(m + 2^r)."""
         self.low, self.high = _split_rows(rows, top)
         self.filters = filters
         self.offsets = offsets
-        self.shift = shift
-        #: Entries of the largest directory bucket: the most candidates one query can meet in
-        #: this run (computed here, O(2^r), so that reading it costs nothing later).
+        self.bits = bits
+        #: Entries of the largest prefix's range (computed here, O(2^r), so that reading it
+        #: costs nothing later).
         self.largest_bucket = (
-            int(np.diff(offsets).max(initial=0)) if largest_bucket is None else largest_bucket
+            _largest_range(offsets, max(0, bits - prefix_bits))
+            if largest_bucket is None
+            else largest_bucket
         )
 
     def shifted(self, first_row: int) -> Run:
@@ -225,68 +244,60 @@ class Run:
         rows = self.rows
         top = int(rows.max()) + first_row if rows.size else None
         rows += np.uint32(first_row)
-        largest = self.largest_bucket
-        return Run(rows, self.filters, self.offsets, self.shift, top=top, largest_bucket=largest)
+        run = Run.__new__(Run)
+        run.low, run.high = _split_rows(rows, top)
+        run.filters, run.offsets, run.bits = self.filters, self.offsets, self.bits
+        run.largest_bucket = self.largest_bucket
+        return run
 
     @property
     def rows(self) -> Rows:
-        """(m,) uint32, the rows in prefix order (a new array)."""
+        """(m,) uint32, the rows in directory order (a new array)."""
         out = self.high.astype(np.uint32)
         out <<= np.uint32(16)
         out |= self.low
         return out
 
     @classmethod
-    def from_sorted(
-        cls, rows: Rows, filters: Filters, sorted_prefixes: Fingerprints, prefix_bits: int
-    ) -> Run:
-        """A run of (m,) uint32 ``rows`` and their (m,) uint32 ``filters`` already in the order
-        of their (m,) uint64 prefixes ``sorted_prefixes`` (non-decreasing, below
-        2^prefix_bits), m >= 1. O(2^r log m)."""
-        bits = directory_bits(int(rows.size), prefix_bits)
-        shift = prefix_bits - bits
-        starts = np.arange((1 << bits) + 1, dtype=np.uint64) << np.uint64(shift)
-        offsets = np.searchsorted(sorted_prefixes, starts).astype(np.uint32)
-        return cls(
-            np.ascontiguousarray(rows, dtype=np.uint32),
-            np.ascontiguousarray(filters, dtype=np.uint32),
-            offsets,
-            shift,
-        )
-
-    @classmethod
-    def from_unsorted(
+    def build(
         cls,
+        values: Fingerprints,
         rows: Rows | None,
-        prefixes: Fingerprints | NDArray[np.uint16],
-        filters: Filters,
-        prefix_bits: int,
+        permutation: Permutation,
         *,
         first_row: int = 0,
     ) -> Run:
-        """A run of (m,) uint32 ``rows`` in any order with their (m,) uint64 ``prefixes`` ((m,)
-        uint16 ones, possibly a strided view, when prefix_bits <= 16) and (m,) uint32
-        ``filters``, m >= 1 (``rows`` None: the consecutive rows from ``first_row``, which
-        saves a gather): a stable radix sort by prefix, the directory counted from the
-        buckets. O(m); the sort's (m,) intp order is the only temporary of 8 bytes per row
-        (the row numbers' two parts are copied out of it, not computed)."""
-        m = int(prefixes.size)
-        bits = directory_bits(m, prefix_bits)
-        shift = prefix_bits - bits
-        order = argsort_prefixes(prefixes, prefix_bits)
-        if prefixes.dtype == np.uint16:
-            buckets: NDArray[np.integer] = prefixes >> shift if shift else prefixes
-        else:
-            buckets = (prefixes >> np.uint64(shift) if shift else prefixes).astype(np.intp)
-        counts = np.bincount(buckets, minlength=1 << bits)
+        """The run of m >= 1 entries: ``values`` (m,) uint64 their fingerprints, ``rows`` (m,)
+        uint32 their rows (None: the consecutive rows from ``first_row``), in any order, in
+        ``permutation``'s table. One compiled counting sort by the top r bits
+        (:func:`permindex.index.tables.run_kernels.build_run`): O(m + 2^r), no temporary of
+        the run's size."""
+        m = int(values.size)
+        bits = directory_bits(m, permutation.prefix_bits)
+        top = first_row + m - 1 if rows is None else (int(rows.max()) if m else 0)
         offsets = np.zeros((1 << bits) + 1, dtype=np.uint32)
-        np.cumsum(counts, out=offsets[1:])
-        sorted_filters = filters[order]
-        if rows is None:
-            if first_row:
-                order += first_row
-            return cls(order, sorted_filters, offsets, shift, top=first_row + m - 1)
-        return cls(rows[order], sorted_filters, offsets, shift)
+        low = np.empty(m, dtype=np.uint16)
+        narrow = top < 1 << 24
+        high8 = np.empty(m if narrow else 0, dtype=np.uint8)
+        high16 = np.empty(0 if narrow else m, dtype=np.uint16)
+        filters = np.empty(m, dtype=np.uint16)
+        _kernel().build_run(
+            np.ascontiguousarray(values, dtype=np.uint64),
+            _NO_ROWS if rows is None else np.ascontiguousarray(rows, dtype=np.uint32),
+            first_row,
+            _moves(permutation),
+            bits,
+            offsets,
+            low,
+            high8,
+            high16,
+            filters,
+        )
+        run = cls.__new__(cls)
+        run.low, run.high = low, high8 if narrow else high16
+        run.filters, run.offsets, run.bits = filters, offsets, bits
+        run.largest_bucket = _largest_range(offsets, max(0, bits - permutation.prefix_bits))
+        return run
 
     def __len__(self) -> int:
         return int(self.low.size)
@@ -294,6 +305,26 @@ class Run:
     def nbytes(self) -> int:
         """Bytes of the arrays."""
         return int(self.low.nbytes + self.high.nbytes + self.filters.nbytes + self.offsets.nbytes)
+
+
+_NO_ROWS = np.zeros(0, dtype=np.uint32)
+
+
+def _largest_range(offsets: Rows, sub_bits: int) -> int:
+    """Entries of the largest range of 2^``sub_bits`` consecutive buckets (one prefix's) of a
+    directory. O(2^r)."""
+    ends = offsets[:: 1 << sub_bits] if sub_bits else offsets
+    return int(np.diff(ends).max(initial=0))
+
+
+def _moves(permutation: Permutation) -> NDArray[np.int64]:
+    """The permutation's ``(shift, mask, target)`` moves as a (W, 3) int64 array (masks as
+    int64 bits), for the kernels."""
+    ops = permutation.permute_ops
+    out = np.zeros((len(ops), 3), dtype=np.int64)
+    for i, (shift, mask, target) in enumerate(ops):
+        out[i] = (shift, mask - (1 << 64) if mask >= 1 << 63 else mask, target)
+    return out
 
 
 def _split_rows(
@@ -332,7 +363,6 @@ class Table:
         "_memtable_rows",
         "_memtable_run",
         "_runs",
-        "_view",
         "changes",
         "defer_merges",
         "memtable_limit",
@@ -364,8 +394,6 @@ class Table:
         # arrays with numpy instead of iterating over the SortedList.
         self._memtable_rows: list[int] = []
         self._runs: list[Run] = []
-        # The memtable as arrays, built on demand for batch queries; None when stale.
-        self._view: MemtableArrays | None = None
 
     def __len__(self) -> int:
         """Entries, tombstones of dead rows included."""
@@ -395,7 +423,6 @@ class Table:
         self._memtable.add((prefix << _PREFIX_SHIFT) | (fingerprint << _FP_SHIFT) | row)
         memtable_rows = self._memtable_rows
         memtable_rows.append(row)
-        self._view = None
         self._memtable_run = None  # what _memtable_changed does, without its call
         changes = self.changes  # changes.memtable_changed(), without its call
         changes.memtable += 1
@@ -411,12 +438,7 @@ class Table:
         """The run of a batch of (m,) uint64 fingerprints as rows 0..m-1 (a radix sort, O(m): no
         table state is read, so the index builds it before it takes its lock, possibly in
         another thread); :meth:`add_many` shifts it."""
-        perm = self.permutation
-        bits = perm.prefix_bits
-        prefixes = (
-            perm.prefix_array16(fingerprints) if bits <= 16 else perm.prefix_array(fingerprints)
-        )
-        return Run.from_unsorted(None, prefixes, perm.filter_array(fingerprints), bits)
+        return Run.build(fingerprints, None, self.permutation)
 
     def add_many(
         self,
@@ -452,27 +474,22 @@ class Table:
             ]
         )
         self._memtable_rows.extend(range(first_row, first_row + count))
-        self._view = None
         self._memtable_changed()
         if len(self._memtable) > self.memtable_limit:
             self.freeze(rows)
 
     def freeze(self, rows: RowArrays) -> None:
         """Turn the memtable into a run (dead rows dropped), then merge runs as needed (unless
-        :attr:`defer_merges`). O(L) numpy work."""
-        view_prefixes, view_rows = self._memtable_arrays(rows)
+        :attr:`defer_merges`). O(L) work."""
+        view_rows = np.array(self._memtable_rows, dtype=np.uint32)
         live = rows.live
         self._memtable.clear()
         self._memtable_rows = []
-        self._view = None
         self._memtable_changed()
-        keep = np.ones(view_rows.size, dtype=bool) if live is None else live[view_rows]
-        if not keep.all():
-            view_rows, view_prefixes = view_rows[keep], view_prefixes[keep]
+        if live is not None:
+            view_rows = view_rows[live[view_rows]]
         if view_rows.size:
-            perm = self.permutation
-            filters = perm.filter_array(rows.fps[view_rows])
-            self._push(Run.from_sorted(view_rows, filters, view_prefixes, perm.prefix_bits), rows)
+            self._push(Run.build(rows.fps[view_rows], view_rows, self.permutation), rows)
 
     def _push(self, run: Run, rows: RowArrays) -> None:
         self._runs.append(run)
@@ -511,44 +528,30 @@ class Table:
 
     def merged_runs(self, runs: tuple[Run, ...], row_arrays: RowArrays) -> Run | None:
         """The run holding the rows of ``runs`` that ``row_arrays.live`` says are live (None if
-        none), sorted by prefix. Reads only these immutable runs and the rows' fingerprints
-        (which never change), so it may run without the index's lock, given a
-        :class:`RowSnapshot` taken under it. O(m) numpy work (radix sort) for m rows."""
+        none), sorted anew (:meth:`Run.build`). Reads only these immutable runs and the rows'
+        fingerprints (which never change), so it may run without the index's lock, given a
+        :class:`RowSnapshot` taken under it. O(m) for m rows."""
         fps, live = row_arrays.fps, row_arrays.live
         rows = np.concatenate([run.rows for run in runs])
-        filters = np.concatenate([run.filters for run in runs])
-        keep = np.ones(rows.size, dtype=bool) if live is None else live[rows]
-        if not keep.all():
-            rows = rows[keep]
-            filters = filters[keep]
+        if live is not None:
+            rows = rows[live[rows]]
         if rows.size == 0:
             return None
-        perm = self.permutation
-        values = fps[rows]
-        # 16-bit prefixes: a strided view of the values, not a (m,) uint64 array more.
-        prefixes = (
-            perm.prefix_array16(values) if perm.prefix_bits <= 16 else perm.prefix_array(values)
-        )
-        del values
-        return Run.from_unsorted(rows, prefixes, filters, perm.prefix_bits)
+        return Run.build(fps[rows], rows, self.permutation)
 
     def compact(self, remap: NDArray[np.int64], rows: RowArrays) -> None:
         """Renumber rows: entry ``row`` becomes ``remap[row]`` ((old n,) int64), or is dropped
         where that is negative. ``remap`` must be increasing on the rows it keeps; ``rows``
-        holds the index's arrays after renumbering. O(n) numpy work."""
+        holds the index's arrays after renumbering. O(n) work."""
         fps = rows.fps
-        bits = self.permutation.prefix_bits
         old_runs, self._runs = self._runs, []
         self.changes.runs_changed()
         for run in old_runs:
             remapped = remap[run.rows]
-            kept = remapped >= 0
-            new_rows = remapped[kept].astype(np.uint32)
+            new_rows = remapped[remapped >= 0].astype(np.uint32)
+            del remapped
             if new_rows.size:
-                # Renumbering keeps the order; the prefixes are those of the same fingerprints.
-                prefixes = self.permutation.prefix_array(fps[new_rows])
-                fresh = Run.from_sorted(new_rows, run.filters[kept], prefixes, bits)
-                self._push(fresh, rows)
+                self._push(Run.build(fps[new_rows], new_rows, self.permutation), rows)
         if self._memtable:
             entries = list(self._memtable)
             old_rows = np.fromiter((e & _ROW_MASK for e in entries), np.int64, len(entries))
@@ -560,7 +563,6 @@ class Table:
             )
             remapped_rows = remap[np.array(self._memtable_rows, dtype=np.int64)]
             self._memtable_rows = remapped_rows[remapped_rows >= 0].tolist()
-        self._view = None
         self._memtable_changed()
 
     # -- reads ------------------------------------------------------------------------------
@@ -571,16 +573,6 @@ class Table:
         parts.append(np.array(self._memtable_rows, dtype=np.int64))
         return np.concatenate(parts)
 
-    def _memtable_arrays(self, row_arrays: RowArrays) -> MemtableArrays:
-        """The memtable as arrays sorted by prefix, cached until the memtable changes. Built
-        with numpy from the row list: O(m)."""
-        if self._view is None:
-            rows = np.array(self._memtable_rows, dtype=np.uint32)
-            prefixes = self.permutation.prefix_array(row_arrays.fps[rows])
-            order = argsort_prefixes(prefixes, self.permutation.prefix_bits)
-            self._view = MemtableArrays(prefixes[order], rows[order])
-        return self._view
-
     def _memtable_changed(self) -> None:
         self._memtable_run = None
         self.changes.memtable_changed()
@@ -590,10 +582,8 @@ class Table:
         empty), cached until the memtable changes: what a batch lookup on a read view searches
         (:mod:`permindex.index.search.lookup`). O(L) to build."""
         if self._memtable_run is None and self._memtable_rows:
-            prefixes, rows = self._memtable_arrays(row_arrays)
-            filters = self.permutation.filter_array(row_arrays.fps[rows])
-            bits = self.permutation.prefix_bits
-            self._memtable_run = Run.from_sorted(rows, filters, prefixes, bits)
+            rows = np.array(self._memtable_rows, dtype=np.uint32)
+            self._memtable_run = Run.build(row_arrays.fps[rows], rows, self.permutation)
         return self._memtable_run
 
     def memtable_lookup(self, query: int, candidates: list[int]) -> None:
@@ -618,10 +608,11 @@ class Table:
         index then holding ``rows`` rows: ``count`` memtable entries, and, for a batch that
         becomes a run (:meth:`direct_run`) or a memtable that freezes into one, what takes the
         runs to the most they can hold after it and its merges -- every entry at its row (3
-        bytes, 4 from 2^24 rows on) and filter (4), and every run's directory at its largest
-        (one uint32 per two entries, and one more per run, :func:`directory_bits`). The runs
-        may hold less now (a smaller directory share), so this is high by up to about a byte
-        an entry; a frozen memtable takes less, and the copies alive while runs merge are not
+        bytes, 4 from 2^24 rows on) and filter (2), and every run's directory at its largest
+        (a uint32 per 8 entries, and 3 more per run, :func:`directory_bits`). The runs may hold
+        less now (buckets of up to 16 or 32 entries), so this is high by up to about half a
+        byte an entry; a frozen memtable takes less, and the copies alive while runs merge are
+        not
         counted. O(runs)."""
         if count <= 0:
             return 0
@@ -633,8 +624,8 @@ class Table:
             count += len(self._memtable)  # frozen into a run (its ints freed: not subtracted)
         runs = self._runs
         entries = sum(len(run) for run in runs) + count
-        entry_bytes = 7 if rows <= 1 << 24 else 8
-        most = entries * (entry_bytes + 2) + 4 * (len(runs) + 1)
+        entry_bytes = FILTER_BITS // 8 + (3 if rows <= 1 << 24 else 4)
+        most = entries * entry_bytes + (entries + 1) // 2 + 13 * (len(runs) + 1)
         return memtable + max(0, most - sum(run.nbytes() for run in runs))
 
     # -- invariants -------------------------------------------------------------------------
@@ -645,10 +636,11 @@ class Table:
         Raises :class:`TableCheckError` naming the first broken invariant.
 
         Checked: the memtable is a valid sorted list within its bound, each entry's fingerprint
-        and prefix are those of its row, its row list and cached arrays hold the same rows;
-        each run is non-empty, its rows are uint32 below ``n_rows``, its filters those of the
-        rows' fingerprints, sorted by prefix, its
-        directory has the expected width and counts exactly its buckets; each run is more than
+        and prefix are those of its row, its row list holds the same rows; each run is
+        non-empty, its rows below ``n_rows`` in two parts of the width their largest needs,
+        sorted by the top r bits of their permuted fingerprints (r: :func:`directory_bits`),
+        its filters those of the rows' fingerprints, its directory counts exactly its buckets
+        and its largest prefix range is the one it records; each run is more than
         ``tuning.merge_ratio`` times larger than the next."""
         fps, n_rows = row_arrays.fps, row_arrays.n
         perm = self.permutation
@@ -678,40 +670,37 @@ class Table:
             np.array_equal(np.sort(np.array(self._memtable_rows, np.uint32)), np.sort(fresh_rows)),
             f"{name}: memtable row list differs from the memtable",
         )
-        if self._view is not None:
-            view_prefixes, view_rows = self._view
-            _require(
-                np.array_equal(np.sort(view_rows), np.sort(fresh_rows))
-                and np.array_equal(view_prefixes, perm.prefix_array(fps[view_rows]))
-                and bool((view_prefixes[1:] >= view_prefixes[:-1]).all()),
-                f"{name}: cached memtable view is stale",
-            )
         for i, run in enumerate(self._runs):
             where = f"{name} run {i}"
             _require(len(run) > 0, f"{where}: empty run")
+            run_rows = run.rows
             wide = run.high.dtype == np.uint16
             _require(
                 run.low.dtype == np.uint16
                 and (wide or run.high.dtype == np.uint8)
                 and run.low.size == run.high.size
-                and wide == (len(run) > 0 and int(run.rows.max()) >= 1 << 24),
+                and wide == (int(run_rows.max()) >= 1 << 24),
                 f"{where}: row parts are {run.low.dtype}, {run.high.dtype}",
             )
+            _require(bool((run_rows < n_rows).all()), f"{where}: row beyond {n_rows}")
+            r = directory_bits(len(run), bits)
+            _require(run.bits == r, f"{where}: directory bits {run.bits} != {r}")
+            permuted = perm.permute_array(fps[run_rows])
             _require(
-                run.filters.dtype == np.uint32
-                and np.array_equal(run.filters, perm.filter_array(fps[run.rows])),
+                run.filters.dtype == np.uint16
+                and np.array_equal(run.filters, perm.filter_array(fps[run_rows], r)),
                 f"{where}: filters are not those of the rows' fingerprints",
             )
-            _require(bool((run.rows < n_rows).all()), f"{where}: row beyond {n_rows}")
-            prefixes = perm.prefix_array(fps[run.rows])
-            _require(bool((prefixes[1:] >= prefixes[:-1]).all()), f"{where}: not sorted")
-            r = directory_bits(len(run), bits)
-            _require(run.shift == bits - r, f"{where}: directory shift {run.shift} != {bits - r}")
-            buckets = prefixes >> np.uint64(run.shift)
+            buckets = permuted >> np.uint64(64 - r)
+            _require(bool((buckets[1:] >= buckets[:-1]).all()), f"{where}: not sorted")
             expected = np.searchsorted(buckets, np.arange((1 << r) + 1, dtype=np.uint64))
             _require(
                 run.offsets.dtype == np.uint32 and np.array_equal(run.offsets, expected),
                 f"{where}: directory does not match the rows",
+            )
+            _require(
+                run.largest_bucket == _largest_range(run.offsets, max(0, r - bits)),
+                f"{where}: largest bucket {run.largest_bucket} is stale",
             )
             if i + 1 < len(self._runs):
                 _require(
