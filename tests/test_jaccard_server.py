@@ -604,3 +604,38 @@ def test_lookups_and_writes_at_once() -> None:
     index._check()
     assert index._n < COMPACT_MIN + 2 * len(texts)  # the writes compacted meanwhile
     assert {m.key for m in index.query_many([probe])[0]} <= set(texts)
+
+
+def test_a_key_twice_in_one_write_is_stored_once(tmp_path: Path) -> None:
+    """A crawler batch holding the same URL twice: the second replaces the first (as on a
+    SimHash collection): one live row, one match, pairs and export of one entry, remove removes
+    it, and the log replay and the snapshot both load (the snapshot of a collection that held
+    the key twice once stopped the server's start)."""
+    from permindex.storage.jaccard_store import JaccardStore
+
+    text = " ".join(f"w{i}" for i in range(50))
+    first, second = permindex.minhash_sketch(text), permindex.minhash_sketch(text + " extra")
+    other = permindex.minhash_sketch(text + " other")
+    assert first is not None and second is not None and other is not None
+    store = JaccardStore.open(tmp_path / "c", threshold=0.8)
+    added = store.add_many(["https://a", "https://a", "https://b"], [first, second, other])
+    assert added.tolist() == [True, False, True]
+    index = store.index
+    index._check()
+    assert len(index) == 2 and len(index.export()[0]) == 2
+    (matches,) = index.query_many([other])
+    assert sorted(m.key for m in matches) == ["https://a", "https://b"]  # once each
+    pairs = index.near_duplicates()
+    assert pairs is not None
+    store.abandon()  # kill -9: the log replays the write
+    store = JaccardStore.open(tmp_path / "c", threshold=0.8)
+    store.index._check()
+    assert sorted(store.index.export()[0]) == ["https://a", "https://b"]
+    store.snapshot()
+    store.close()
+    store = JaccardStore.open(tmp_path / "c", threshold=0.8)
+    store.index._check()
+    assert store.index.discard("https://a") and "https://a" not in store.index
+    (matches,) = store.index.query_many([other])
+    assert [m.key for m in matches] == ["https://b"]
+    store.close()

@@ -282,10 +282,14 @@ class JaccardIndex:
             self._reserve(n, int(values.size))
             row_of = self._row_of
             live = self._live
+            superseded: list[int] = []  # rows of this batch that a later repeat replaces
             for i, key in enumerate(keys):
                 old = row_of.get(key)
                 if old is not None:
-                    live[old] = False
+                    if old >= start:
+                        superseded.append(old)
+                    else:
+                        live[old] = False
                     new[i] = key not in seen and self.is_expired(int(self._times[old]))
                 else:
                     new[i] = key not in seen
@@ -295,6 +299,7 @@ class JaccardIndex:
             end = start + n
             self._n = end
             live[start:end] = True
+            live[superseded] = False
             self._times[start:end] = added_at
             self._bands[start:end] = bands
             if self.verify == "exact":
