@@ -90,15 +90,21 @@ def sets(libstdcxx: list[tuple[str, str]]) -> dict[str, frozenset[int]]:
 
 
 @pytest.fixture(scope="module")
-def offline(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``permindex dedup LIBSTDCXX --method minhash --threshold 0.8``'s standard output."""
+def offline_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """``permindex dedup LIBSTDCXX --method minhash --threshold 0.8``'s standard output, and
+    its report folder."""
     report = tmp_path_factory.mktemp("offline")
     done = cli(
         "dedup", str(_need(LIBSTDCXX)), "--method", "minhash", "--threshold", str(THRESHOLD),
         "--out", str(report), "--no-progress", "--jobs", "2",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return done.stdout, report
+
+
+@pytest.fixture(scope="module")
+def offline(offline_run: tuple[str, Path]) -> str:
+    return offline_run[0]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +122,11 @@ def client(server: RunningServer) -> Iterator[permindex.Client]:
 
 
 def test_online_pairs_equal_offline_through_kill_9_and_a_snapshot(
-    tmp_path: Path, libstdcxx: list[tuple[str, str]], sets: dict[str, frozenset[int]], offline: str
+    tmp_path: Path,
+    libstdcxx: list[tuple[str, str]],
+    sets: dict[str, frozenset[int]],
+    offline: str,
+    offline_run: tuple[str, Path],
 ) -> None:
     lines = offline.splitlines()
     assert len(lines) >= 580  # 582 on this corpus today
@@ -142,6 +152,11 @@ def test_online_pairs_equal_offline_through_kill_9_and_a_snapshot(
             return done.stdout
 
         assert pairs(address) == offline
+        # flags: the nearest key's Jaccard, as the offline report's flags.tsv has it
+        flags = cli("flags", "--collection", "lib", "--address", address)
+        assert flags.returncode == 0, flags.stderr
+        assert flags.stdout == (offline_run[1] / "flags.tsv").read_text()
+        assert len(flags.stdout.splitlines()) >= 270  # 275 on this corpus today
         process.kill()  # kill -9: every acknowledged write is in the log
         process = ServeProcess(tmp_path / "data", "--fsync", "always")
         address = process.address()

@@ -83,13 +83,28 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
 
 
 def _cmd_flags(args: argparse.Namespace) -> int:
+    from permindex.near.jaccard import SCALE, jaccard_text
+
     with connect(args.address, args.connection) as client:
+        collection = getattr(args, "collection", None) or "default"
+        jaccard = client.describe_collection(collection).method == "minhash"
         flags = client.iter_flags(args.k)  # (key, nearest, distance, neighbors), by key
+        # A Jaccard collection's flag carries its Jaccard, in the client as the offline
+        # mode's distance units round((1 - J) * 10^4): printed back as J, as flags.tsv has it
         if args.json:
+            measure = "jaccard" if jaccard else "distance"
             rows = [
-                {"key": k, "nearest_key": n, "distance": d, "neighbors": c} for k, n, d, c in flags
+                {
+                    "key": k,
+                    "nearest_key": n,
+                    measure: round(1.0 - d / SCALE, 4) if jaccard else d,
+                    "neighbors": c,
+                }
+                for k, n, d, c in flags
             ]
             out(json.dumps(rows, ensure_ascii=False) + "\n")
+        elif jaccard:
+            out(f"{tsv_field(k)}\t{tsv_field(n)}\t{jaccard_text(d)}\t{c}\n" for k, n, d, c in flags)
         else:  # written as the server's messages arrive
             out(f"{tsv_field(k)}\t{tsv_field(n)}\t{d}\t{c}\n" for k, n, d, c in flags)
     return EXIT_CODES["ok"]
@@ -249,7 +264,10 @@ def add_commands(command: CommandFactory) -> None:
         "Print every stored key with at least one other key within k, sorted by key, one\n"
         "`key<TAB>nearest_key<TAB>distance<TAB>neighbors` line each: its nearest other key\n"
         "(smallest distance, then smallest key), their distance in bits, and how many keys are\n"
-        "within k.",
+        "within k. In a Jaccard collection (--method minhash) the third field is their Jaccard\n"
+        "similarity to 4 decimals (the highest, then smallest key) and the fourth the keys at\n"
+        "Jaccard >= its threshold, as `dedup --method minhash` writes flags.tsv; --json gives\n"
+        "a `jaccard` field instead of `distance`.",
     )
     flags.add_argument(
         "--k", type=non_negative, metavar="N", help="largest distance (default: the server's k)"
