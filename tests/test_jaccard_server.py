@@ -339,6 +339,9 @@ def test_bad_options_and_contents_are_refused_before_anything_is_done(
             )
         )
         sketch = permindex.minhash_sketch("one two three four five")
+        for not_text in (b"one two three four", None, 3):
+            with pytest.raises(TypeError, match="must be a str"):
+                permindex.minhash_sketch(not_text)  # type: ignore[arg-type]
         assert sketch is not None
         for request, collection, why in (
             (pb.Document(key="x", fingerprint=7), "refuse", "Jaccard collection"),

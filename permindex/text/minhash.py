@@ -32,6 +32,7 @@ def minhash_sketch(
     ``check_and_add``, ``query`` take it); ``permutations`` must be the collection's.
 
     Raises:
+        TypeError: ``text`` is not a str (bytes included: decode them first).
         InvalidArgumentError: bad ``permutations``, ``shingle_size`` or ``min_words``.
 
     O(len(text) + m x permutations).
@@ -64,6 +65,12 @@ def minhash_sketches(
     >>> [s is None for s in minhash_sketches(["a b c", "a b"])]
     [False, True]
     """
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(
+                f"texts[{i}] must be a str, not {type(text).__name__}"
+                + (" (decode the bytes first)" if isinstance(text, (bytes, bytearray)) else "")
+            )
     check_permutations(permutations)
     check_shingle_options(shingle_size, tokenizer, min_words=min_words)
     sets: list[np.ndarray] = []
