@@ -163,6 +163,10 @@ def test_online_pairs_equal_offline_through_kill_9_and_a_snapshot(
         assert address is not None, process.text
         assert pairs(address) == offline
         with permindex.Client(address, collection="lib") as lib:
+            # Client.pairs: the offline lines' values, as the doubles nearest their text
+            assert [(a, b, str(j)) for a, b, j in lib.pairs()] == [
+                (a, b, str(float(shown))) for a, b, shown in (x.split("\t") for x in lines)
+            ]
             assert lib.snapshot().count == len(libstdcxx)
             lib.remove([lines[0].split("\t")[0]])  # after the snapshot: in the log only
         process.kill()

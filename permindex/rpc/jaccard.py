@@ -328,9 +328,11 @@ def near_duplicates(state: JaccardState, has_k: bool) -> JaccardDuplicates:
 
 
 def _jaccard(distance: int) -> float:
+    """A pair's Jaccard from its distance in 1/SCALE units, as the double nearest its 4-decimal
+    text (0.8281, not 0.8281000000000001)."""
     from permindex.near.jaccard import SCALE
 
-    return 1.0 - distance / SCALE
+    return round(1.0 - distance / SCALE, 4)
 
 
 def pair_messages(
