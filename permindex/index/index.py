@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal, NamedTuple, TypedDict, overload
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,7 +49,6 @@ from permindex.index.hamming import as_fingerprint_array, validate_fingerprint
 from permindex.index.join.pair_stream import self_join_pairs
 from permindex.index.keys.batches import Section, compact_inputs, validate_keys
 from permindex.index.keys.batches import key_list as as_key_list
-from permindex.index.keys.codec import Dictionary
 from permindex.index.keys.rule import MAX_KEY_BYTES, check_int, short_repr, validate_key
 from permindex.index.memory import MemoryBreakdown, breakdown, growth_bytes, release_free_heap
 from permindex.index.rows import DEFAULT_COMPACTION_MIN, RowStore, export_slices
@@ -80,6 +79,9 @@ from permindex.index.writes import (
     after_write,
     discard_locked,
 )
+
+if TYPE_CHECKING:
+    from permindex.index.keys.codec import Dictionary
 
 __all__ = [
     "DEFAULT_COMPACTION_MIN",

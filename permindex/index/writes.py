@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,12 +32,14 @@ from permindex.index.keys.batches import (
     section_keys,
     validate_keys,
 )
-from permindex.index.keys.codec import Dictionary
 from permindex.index.keys.rule import validate_key
 from permindex.index.keys.store import EncodedKeys, batch_subset
 from permindex.index.rows import RowStore
 from permindex.index.table_set import TableSet
 from permindex.index.tables.table import Run
+
+if TYPE_CHECKING:
+    from permindex.index.keys.codec import Dictionary
 
 __all__ = [
     "add_batch",

@@ -402,8 +402,12 @@ def order_ties_by_key(
 
 
 def warm() -> None:
-    """Run the read kernels once on a two-row store (their code is then loaded)."""
+    """Run the read kernels, and the kernels that load a version-4 snapshot's keys
+    (:func:`scan_codes`, :func:`row_hashes`, :func:`link_distinct`), once on a two-row store
+    (their code is then loaded, or compiled into the cache at a server's first start rather
+    than at its first restart from a snapshot)."""
     from permindex.index.keys.codec import Dictionary
+    from permindex.index.keys.store import KeyStore
 
     words = Dictionary.empty()
     codes = np.array([98, 97], dtype=np.uint8)
@@ -422,6 +426,9 @@ def warm() -> None:
         words.data,
         words.offsets,
     )
+    loaded, bad, _, _ = scan_codes(lens, codes, words.offsets)
+    if bad < 0:
+        KeyStore().load_codes(words, lens, codes, loaded)
 
 
 @njit()

@@ -22,13 +22,15 @@ their codes until then. Iteration gives rows in row order: a key in the order it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.keys.codec import Dictionary
 from permindex.storage.key_section import decode_section
+
+if TYPE_CHECKING:
+    from permindex.index.keys.codec import Dictionary
 
 __all__ = [
     "SAMPLE_ROWS",
@@ -75,6 +77,8 @@ class KeyRows:
         self._codes: _U8 = np.zeros(1024, dtype=np.uint8)
         self._lens: _U8 = np.zeros(64, dtype=np.uint8)
         self._bases: _I64 = np.zeros(64 // _BLOCK + 1, dtype=np.int64)
+        from permindex.index.keys.codec import Dictionary  # its module loads numba
+
         self._words = Dictionary.empty()
         self._trained = False
 

@@ -17,18 +17,12 @@ Not thread-safe: the index serializes access.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 from xxhash import xxh3_64_intdigest
 
-from permindex.index.keys.codec import (
-    MAX_DICTIONARY_BYTES,
-    MAX_TOKENS,
-    Dictionary,
-    train_dictionary,
-)
 from permindex.index.keys.growth import LINK, RELINK, UNLINK, Growth, prepare_growth
 from permindex.index.keys.hash_table import Codes, EncodedKeys, KeyTable, fits_load, slots_for
 from permindex.index.keys.rows import (
@@ -42,6 +36,9 @@ from permindex.index.keys.rows import (
     ragged_positions,
 )
 from permindex.storage.key_section import encode_section, first_utf8_error
+
+if TYPE_CHECKING:
+    from permindex.index.keys.codec import Dictionary
 
 __all__ = [
     "EncodedKeys",
@@ -211,6 +208,8 @@ class KeyStore(KeyTable):
             grown_slots = max(grown_slots, way)
         extra += (grown_slots - slots) * 5
         if not self._trained and self._rows + rows >= TRAIN_ROWS:  # the dictionary, at most
+            from permindex.index.keys.codec import MAX_DICTIONARY_BYTES, MAX_TOKENS
+
             extra += MAX_DICTIONARY_BYTES + 8 * (MAX_TOKENS + 1) + 4 * 2 * MAX_TOKENS
         return extra
 
@@ -237,6 +236,8 @@ class KeyStore(KeyTable):
             section, _ = self._decode(np.arange(stored, dtype=np.int64))
             keys = section[:-1].tobytes().split(b"\x00")
         keys += sample[: SAMPLE_ROWS - len(keys)]
+        from permindex.index.keys.codec import train_dictionary
+
         words = train_dictionary(keys)
         if words.size == 0:
             return
