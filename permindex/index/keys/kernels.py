@@ -407,7 +407,6 @@ def warm() -> None:
     (their code is then loaded, or compiled into the cache at a server's first start rather
     than at its first restart from a snapshot)."""
     from permindex.index.keys.codec import Dictionary
-    from permindex.index.keys.store import KeyStore
 
     words = Dictionary.empty()
     codes = np.array([98, 97], dtype=np.uint8)
@@ -426,9 +425,12 @@ def warm() -> None:
         words.data,
         words.offsets,
     )
-    loaded, bad, _, _ = scan_codes(lens, codes, words.offsets)
-    if bad < 0:
-        KeyStore().load_codes(words, lens, codes, loaded)
+    loaded, _, _, _ = scan_codes(lens, codes, words.offsets)
+    rows = np.arange(2, dtype=np.int64)
+    hashes = row_hashes(codes, lens, loaded, rows)  # as KeyStore.load_codes links a snapshot
+    link_distinct(
+        np.zeros(8, dtype=np.uint32), np.zeros(8, dtype=np.uint8), rows, hashes, codes, lens, loaded
+    )
 
 
 @njit()
