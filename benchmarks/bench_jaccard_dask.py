@@ -5,13 +5,14 @@ and keep/drop files are byte for byte the same.
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_jaccard_dask.py [--pages 100000] [--json PATH]
+    .venv/bin/python benchmarks/bench_jaccard_dask.py [--pages 100000] [--words 100 400]
+        [--json PATH]
 
 The corpus (JSONL.gz under ``--workdir``, written once per size and seed): template families of
 edited copies (1 to 6 words replaced, inserted or deleted; family sizes a power law, the
 largest 1,000 copies: 40 % of the pages), near-copy pairs (one page and a copy with 1 to 8
-edits: 10 %), and unrelated pages (50 %), each of 100 to 400 words drawn from a Zipf-like
-30,000-word vocabulary (:func:`bench_jaccard.templated`'s draw).
+edits: 10 %), and unrelated pages (50 %), each of ``--words`` (default 100 to 400) words drawn
+from a Zipf-like 30,000-word vocabulary (:func:`bench_jaccard.templated`'s draw).
 
 The recall check (:func:`exact_check`), independent of permindex's shingling, hashing, bands
 and join: each page's word 3-shingles as Python strings (``text.lower().split()``, three
@@ -49,15 +50,26 @@ VOCABULARY = 30_000
 LARGEST = 1_000
 
 
-def corpus(path: Path, pages: int, seed: int) -> dict[str, int]:
-    """Write the corpus to ``path`` (JSONL.gz); returns its make-up."""
+#: Rows a shuffle bucket holds on average while the corpus is written (memory: one bucket).
+BUCKET_ROWS = 200_000
+
+
+def corpus(path: Path, pages: int, seed: int, words: tuple[int, int]) -> dict[str, int]:
+    """Write the corpus to ``path`` (JSONL.gz); returns its make-up. Pages of ``words`` (min, max)
+    words. Streamed: each row goes to one of ``pages / BUCKET_ROWS`` temporary bucket files
+    drawn at random, then each bucket is shuffled in memory and appended, which is a uniformly
+    random order of all rows in the memory of one bucket (10^7 pages fit)."""
     rng = np.random.default_rng(seed)
     weights = 1.0 / (np.arange(VOCABULARY) + 10.0)
     cdf = np.cumsum(weights / weights.sum())
+    low, high = words
 
     def draw(n: int) -> list[str]:
         ranks = np.minimum(np.searchsorted(cdf, rng.random(n)), VOCABULARY - 1)
         return [f"v{r}" for r in ranks.tolist()]
+
+    def length() -> int:
+        return int(rng.integers(low, high + 1))
 
     in_families = int(pages * 0.4)
     pairs = int(pages * 0.1) // 2
@@ -66,24 +78,38 @@ def corpus(path: Path, pages: int, seed: int) -> dict[str, int]:
     while sum(sizes) < in_families:  # power law, the largest LARGEST copies
         sizes.append(max(2, min(LARGEST, int(LARGEST / rank**1.2))))
         rank += 1
-    rows: list[str] = []
+    buckets = max(1, -(-pages // BUCKET_ROWS))
+    folder = path.parent / (path.name + ".buckets")
+    folder.mkdir(exist_ok=True)
+    files = [open(folder / f"{b:05d}", "w", encoding="utf-8") for b in range(buckets)]
+    written = 0
+
+    def emit(key: str, text: str) -> None:
+        nonlocal written
+        files[int(rng.integers(0, buckets))].write(json.dumps({"id": key, "text": text}) + "\n")
+        written += 1
+
     for family, size in enumerate(sizes):
-        template = draw(int(rng.integers(100, 401)))
+        template = draw(length())
         for copy in range(size):
             text = edited_words(rng, template, int(rng.integers(1, 7)), 10**9)
-            rows.append(json.dumps({"id": f"family{family:05d}/{copy:04d}", "text": text}))
+            emit(f"family{family:07d}/{copy:04d}", text)
     for pair in range(pairs):
-        words = draw(int(rng.integers(100, 401)))
-        rows.append(json.dumps({"id": f"pair{pair:05d}/a", "text": " ".join(words)}))
-        text = edited_words(rng, words, int(rng.integers(1, 9)), 10**9)
-        rows.append(json.dumps({"id": f"pair{pair:05d}/b", "text": text}))
-    for other in range(max(0, pages - len(rows))):
-        text = " ".join(draw(int(rng.integers(100, 401))))
-        rows.append(json.dumps({"id": f"other/{other:06d}", "text": text}))
-    order = rng.permutation(len(rows))
+        words_ = draw(length())
+        emit(f"pair{pair:06d}/a", " ".join(words_))
+        emit(f"pair{pair:06d}/b", edited_words(rng, words_, int(rng.integers(1, 9)), 10**9))
+    for other in range(max(0, pages - written)):
+        emit(f"other/{other:08d}", " ".join(draw(length())))
+    for handle in files:
+        handle.close()
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as out:
-        out.writelines(rows[i] + "\n" for i in order.tolist())
-    return {"pages": len(rows), "families": len(sizes), "largest": max(sizes)}
+        for b in range(buckets):
+            part = folder / f"{b:05d}"
+            rows = part.read_text(encoding="utf-8").splitlines(keepends=True)
+            out.writelines(rows[i] for i in rng.permutation(len(rows)).tolist())
+            part.unlink()
+    folder.rmdir()
+    return {"pages": written, "families": len(sizes), "largest": max(sizes)}
 
 
 def _group(key: str) -> str:
@@ -101,14 +127,34 @@ def _distance(inter: NDArray[np.int64], union: NDArray[np.int64]) -> NDArray[np.
     return np.asarray(((union - inter) * 2 * 10_000 + union) // (2 * union), dtype=np.int64)
 
 
-def exact_check(path: Path, pairs_tsv: Path, cross_sample: int, seed: int) -> dict[str, Any]:
-    """The recall, precision and values of ``pairs_tsv`` against exact Jaccard computed here
-    (see the module docstring). Memory: the pages' texts by group, one group's matrix."""
-    groups: dict[str, dict[str, str]] = {}
+def _texts(path: Path, wanted: set[str]) -> dict[str, str]:
+    """The texts of the keys ``wanted``, read from the corpus."""
+    found: dict[str, str] = {}
     with gzip.open(path, "rt", encoding="utf-8") as lines:
         for line in lines:
             row = json.loads(line)
-            groups.setdefault(_group(row["id"]), {})[row["id"]] = row["text"]
+            if row["id"] in wanted:
+                found[row["id"]] = row["text"]
+    return found
+
+
+def exact_check(
+    path: Path, pairs_tsv: Path, pages: int, cross_sample: int, seed: int
+) -> dict[str, Any]:
+    """The recall, precision and values of ``pairs_tsv`` against exact Jaccard computed here
+    (see the module docstring). Memory: the texts of the template families and near-copy pairs
+    (half the pages), a sample of lines for the pairs across groups, one group's matrix."""
+    rng = np.random.default_rng(seed)
+    sampled_lines = set(rng.integers(0, pages, 2 * cross_sample + 1_000).tolist())
+    groups: dict[str, dict[str, str]] = {}
+    sample: dict[str, str] = {}
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for number, line in enumerate(lines):
+            row = json.loads(line)
+            if not row["id"].startswith("other/"):
+                groups.setdefault(_group(row["id"]), {})[row["id"]] = row["text"]
+            if number in sampled_lines:
+                sample[row["id"]] = row["text"]
     printed: dict[tuple[str, str], str] = {}
     with open(pairs_tsv, encoding="utf-8") as lines:
         for line in lines:
@@ -141,20 +187,20 @@ def exact_check(path: Path, pairs_tsv: Path, cross_sample: int, seed: int) -> di
                 wrong += shown != f"{whole}.{part:04d}"
     rest = [pair for pair in printed if pair not in seen]  # printed, not a truth pair
     texts = {k: t for members in groups.values() for k, t in members.items()}
+    texts.update(_texts(path, {key for pair in rest for key in pair} - texts.keys()))
     for a, b in rest:  # checked alone: below 0.8, or a pair across groups
         x, y = _shingles(texts[a]), _shingles(texts[b])
         inter_, union_ = len(x & y), len(x | y)
         if inter_ * 10 < 8 * union_:
             below += 1
-    rng = np.random.default_rng(seed)
-    keys_all = list(texts)
+    keys_all = list(sample)
     across = reached = 0
     while across < cross_sample:
         one, two = (keys_all[n] for n in rng.integers(0, len(keys_all), 2).tolist())
         if _group(one) == _group(two):
             continue
         across += 1
-        x, y = _shingles(texts[one]), _shingles(texts[two])
+        x, y = _shingles(sample[one]), _shingles(sample[two])
         reached += len(x & y) * 10 >= 8 * len(x | y)
     return {
         "method": "exact Jaccard of shingle strings within every template family and "
@@ -194,16 +240,21 @@ def main() -> int:
         "--cross-sample", type=int, default=100_000, help="random pairs across groups checked"
     )
     parser.add_argument("--skip-local", action="store_true", help="the Dask engine only")
+    parser.add_argument(
+        "--words", type=int, nargs=2, default=(100, 400), metavar=("MIN", "MAX"),
+        help="words per page (default 100 400)",
+    )  # fmt: skip
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    path = args.workdir / f"jaccard-{args.pages}-{args.seed}.jsonl.gz"
+    low, high = args.words
+    path = args.workdir / f"jaccard-{args.pages}-{args.seed}-w{low}-{high}.jsonl.gz"
     made: dict[str, int] = {}
     if not path.exists():
         partial = path.with_suffix(".partial.gz")
-        made = corpus(partial, args.pages, args.seed)
+        made = corpus(partial, args.pages, args.seed, (low, high))
         partial.rename(path)
     print(f"corpus: {path} {made}", file=sys.stderr)
-    outs = {e: args.workdir / f"{e}-{args.pages}" for e in ("local", "dask")}
+    outs = {e: args.workdir / f"{e}-{args.pages}-w{low}-{high}" for e in ("local", "dask")}
     seconds: dict[str, float] = {}
     if not args.skip_local:
         seconds["local"] = run_dedup(path, outs["local"], "--jobs", str(args.jobs))
@@ -220,7 +271,7 @@ def main() -> int:
     }
     summaries = {e: json.loads((outs[e] / "summary.json").read_text()) for e in engines}
     started = time.perf_counter()
-    check = exact_check(path, outs["dask"] / "pairs.tsv", args.cross_sample, args.seed)
+    check = exact_check(path, outs["dask"] / "pairs.tsv", args.pages, args.cross_sample, args.seed)
     check["seconds"] = round(time.perf_counter() - started, 1)
     result: dict[str, Any] = {
         "corpus": str(path),
