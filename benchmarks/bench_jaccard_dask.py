@@ -74,9 +74,10 @@ def corpus(path: Path, pages: int, seed: int, words: tuple[int, int]) -> dict[st
     in_families = int(pages * 0.4)
     pairs = int(pages * 0.1) // 2
     sizes: list[int] = []
-    rank = 1
-    while sum(sizes) < in_families:  # power law, the largest LARGEST copies
+    rank, total = 1, 0
+    while total < in_families:  # power law, the largest LARGEST copies
         sizes.append(max(2, min(LARGEST, int(LARGEST / rank**1.2))))
+        total += sizes[-1]
         rank += 1
     buckets = max(1, -(-pages // BUCKET_ROWS))
     folder = path.parent / (path.name + ".buckets")
