@@ -4,7 +4,8 @@ its peers, one fresh process per system and size.
 
 Run from the repository root::
 
-    .venv/bin/pip install -e '.[bench]'                          # faiss-cpu, the peer
+    .venv/bin/pip install -e '.[bench]'                          # faiss-cpu, a peer
+    bash benchmarks/peers/hammingbird/build.sh                   # hammingbird's core, a peer
     .venv/bin/python benchmarks/bench_memory.py                  # 10^6 and 10^7 (~15 min)
     .venv/bin/python benchmarks/bench_memory.py --sizes 1e8      # the 10^8-class run (below)
     .venv/bin/python benchmarks/bench_memory.py --sizes 1e4 --no-docs   # a smoke run
@@ -34,7 +35,12 @@ kind of key:
 The headline figure is **RSS after load minus the baseline, per fingerprint**; the process's
 whole RSS per fingerprint is beside it. Peers, same fingerprints in the same order, fresh
 processes: faiss ``IndexBinaryMultiHash(64, 4, 16)`` (no keys; it keeps ids) and hammingbird
-(a Rust SimHash index; reported as not installed when it cannot be imported). The URL keys'
+(a Rust index of bit chunks in hash maps; ids, no keys): its Python package when it can be
+imported, else its Rust core in the harness ``benchmarks/peers/hammingbird`` when that is built
+(``bash benchmarks/peers/hammingbird/build.sh``: the sdist from PyPI, Debian's crates), else
+reported as not installed. The harness is its own fresh process, fed the same fingerprints in
+the same order and batches through a file; 20 of its answers (stored fingerprints 0-4 bits
+away, and random ones) are compared with brute force. The URL keys'
 share is the total with URL keys minus the total with integer keys, against the URLs' raw
 UTF-8 bytes (the issue's criterion: at most 0.6 of them).
 
@@ -88,8 +94,12 @@ SCALE_END: Final = "<!-- scale-memory:end -->"
 HAMMINGBIRD_NOTE: Final = (
     "hammingbird 0.5.0 is an sdist only (no wheel on PyPI); building it needs its Rust crates "
     "(pyo3 0.22, numpy 0.22, hashbrown 0.15, rayon) from crates.io, which this machine cannot "
-    "reach, and Debian bookworm packages older versions (pyo3 0.17, hashbrown 0.12)"
+    "reach, and Debian bookworm packages older versions (pyo3 0.17, hashbrown 0.12); its Rust "
+    "core runs in benchmarks/peers/hammingbird once built there "
+    "(bash benchmarks/peers/hammingbird/build.sh)"
 )
+HARNESS: Final = HERE / "peers" / "hammingbird" / "target" / "release" / "hammingbird-harness"
+HARNESS_LABEL: Final = "hammingbird-core 0.5.0 (Rust harness, Debian crates)"
 ISSUE_HAMMINGBIRD_BYTES: Final = 40.0  # the issue's figure, RSS per fingerprint, no keys
 
 
@@ -406,6 +416,8 @@ def worker_hammingbird(n: int, batch: int) -> dict[str, Any]:
     try:
         import hammingbird  # type: ignore[import-not-found]
     except ImportError as error:
+        if HARNESS.exists():
+            return harness_hammingbird(n, batch)
         return {
             "system": "hammingbird",
             "kind": "none",
@@ -435,6 +447,67 @@ def worker_hammingbird(n: int, batch: int) -> dict[str, Any]:
         "baseline_rss_bytes": baseline,
         "rss_load_bytes": settled_rss(),
         "hwm_load_bytes": status("VmHWM"),
+    }
+
+
+def harness_hammingbird(n: int, batch: int) -> dict[str, Any]:
+    """hammingbird's Rust core in the harness (``benchmarks/peers/hammingbird``), a fresh
+    process: this one writes the N fingerprints in load order (little-endian uint64, the bytes
+    the Python binding would get) and ``CHECKED`` queries to files, the harness loads them as
+    ``worker_hammingbird`` does (``Index(8, K)``, ``add_batch`` of ``batch`` rows) and reports
+    its own memory; its answers are then compared with brute force over the same order."""
+    order = Order(n)
+    rng = np.random.default_rng(SEED + 2)
+    stored = fingerprints(order(rng.integers(0, n, CHECKED // 2).astype(np.uint64)))
+    near = np.array(
+        [  # distinct bits flipped: 0, 1, 2, 3 or 4 (the last one past k)
+            int(value) ^ sum(1 << int(b) for b in rng.choice(64, i % 5, replace=False))
+            for i, value in enumerate(stored)
+        ],
+        dtype=np.uint64,
+    )
+    queries = np.concatenate([near, rng.integers(0, 2**64, CHECKED - near.size, dtype=np.uint64)])
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        data, asked = Path(tmp) / "fingerprints.u64", Path(tmp) / "queries.u64"
+        with data.open("wb") as out:
+            for start, stop in batches(n, batch):
+                values = fingerprints(order(np.arange(start, stop, dtype=np.uint64)))
+                out.write(values.astype("<u8").tobytes())
+        asked.write_bytes(queries.astype("<u8").tobytes())
+        done = subprocess.run(
+            [str(HARNESS), "load", str(data), str(batch), str(asked)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{HARNESS} failed ({done.returncode}): {done.stderr.strip()}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    expected: list[set[tuple[int, int]]] = [set() for _ in range(queries.size)]
+    for start, stop in batches(n, 1 << 20):
+        values = fingerprints(order(np.arange(start, stop, dtype=np.uint64)))
+        for q, query in enumerate(queries):
+            distances = np.bitwise_count(values ^ query)
+            rows = np.flatnonzero(distances <= K)
+            expected[q].update(zip((rows + start).tolist(), distances[rows].tolist(), strict=True))
+    answers = [{(int(row), int(d)) for row, d in hits} for hits in report["hits"]]
+    wrong = sum(1 for got, want in zip(answers, expected, strict=True) if got != want)
+    wrong += report["len"] != n
+    return {
+        "system": "hammingbird",
+        "label": HARNESS_LABEL,
+        "kind": "none",
+        "design": [0, 0],
+        "n": n,
+        "batch": batch,
+        "load_s": report["load_s"],
+        "baseline_rss_bytes": report["baseline_rss_bytes"],
+        "rss_load_bytes": report["rss_load_bytes"],
+        "hwm_load_bytes": report["hwm_load_bytes"],
+        "hwm_bytes": report["hwm_load_bytes"],
+        "lookups_checked": int(queries.size),
+        "lookups_wrong": wrong,
+        "matches_expected": sum(len(want) for want in expected),
+        "note": "Index(d_bytes=8, k=3) of hammingbird-core 0.5.0 in benchmarks/peers/hammingbird "
+        "(build.sh: hashbrown 0.12, rayon 1.6, rustc-hash 1.1 of Debian bookworm): ids, no keys",
     }
 
 
@@ -718,7 +791,11 @@ def render(entries: list[dict[str, Any]]) -> str:
             f"({e['lookups_wrong'] + e['wrong_gets']}) |"
         )
     for e in peers:
-        name = "faiss IndexBinaryMultiHash(64, 4, 16)" if e["system"] == "faiss" else e["system"]
+        name = (
+            "faiss IndexBinaryMultiHash(64, 4, 16)"
+            if e["system"] == "faiss"
+            else e.get("label", e["system"])
+        )
         if "skipped" in e:
             cited = (
                 f" (the issue's figure: {ISSUE_HAMMINGBIRD_BYTES:.0f}, not measured here)"
@@ -733,12 +810,30 @@ def render(entries: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {name} | none (ids) | {_power(e['n'])} | **{_f(per_fp(e, 'rss_load_bytes'))}** "
             f"| — | — | {_f(per_fp(e, 'hwm_load_bytes'))} | — | {_f(e['rss_load_bytes'] / e['n'])} "
-            f"| {_f(e['baseline_rss_bytes'] / 2**20, 0)} | — | {_f(e['load_s'], 2)} | — |"
+            f"| {_f(e['baseline_rss_bytes'] / 2**20, 0)} | — | {_f(e['load_s'], 2)} "
+            + (
+                f"| {e['lookups_checked']} ({e['lookups_wrong']}) |"
+                if "lookups_checked" in e
+                else "| — |"
+            )
         )
     notes = {e["system"]: e["skipped"] for e in peers if "skipped" in e}
     for system, note in notes.items():
         lines.append("")
         lines.append(f"{system}: {note}.")
+    harnessed = [e for e in peers if "label" in e]
+    if harnessed:
+        lines.append("")
+        lines.append(
+            f"{HARNESS_LABEL}: its streaming `Index(d_bytes=8, k=3)` (4 hash maps, one per 16-bit "
+            "chunk, of row ids; the rows beside) in the harness `benchmarks/peers/hammingbird`, "
+            "a Rust process of its own fed the same fingerprints in the same order and batches "
+            f"(`add_batch` of {harnessed[0]['batch']:,} rows); built by its `build.sh` from the "
+            "PyPI sdist against Debian bookworm's crates (hashbrown 0.12 and rayon 1.6 instead "
+            "of 0.15 and 1.10, rustc-hash 1.1 under a 2.0 shim; see benchmarks/README.md). Its "
+            "baseline is the harness's own (no interpreter). Checked: lookups compared with "
+            f"brute force. The issue's figure was {ISSUE_HAMMINGBIRD_BYTES:.0f} B/fp."
+        )
     # the breakdown
     part_names: list[str] = []
     for e in ours:
