@@ -130,9 +130,9 @@ def rice(values: NDArray[np.uint16], offsets: NDArray[np.uint32]) -> dict[str, i
     unary = gap >> best_b
     unary += 1
     buckets = offsets.size - 1
-    per_bucket = np.add.reduceat(unary, offsets[:-1].astype(np.int64)) if m else unary
-    counts = np.diff(offsets.astype(np.int64))
-    per_bucket = np.where(counts > 0, per_bucket, 0)
+    running = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(unary, out=running[1:])
+    per_bucket = running[offsets[1:]] - running[offsets[:-1]]
     groups = -(-buckets // 64)
     padded = np.zeros(groups * 64, dtype=np.int64)
     padded[:buckets] = per_bucket
@@ -158,7 +158,12 @@ def floor_bits(offsets: NDArray[np.uint32]) -> float:
 
 def kernels() -> Any:
     """The prototypes, compiled on first use (numba through permindex's tools)."""
-    from permindex.jit_numba import njit, popcount64, prefetch
+    from permindex.jit_numba import numba, popcount64, prefetch
+
+    # permindex's options but numba's cache: these closures are compiled in each process (a
+    # few seconds), so that no cached copy is tied to how this file was imported
+    def njit(*, inline: bool = False) -> Any:
+        return numba.njit(nogil=True, boundscheck=False, inline="always" if inline else "never")
 
     @njit(inline=True)
     def bits_at(code, p, lb):  # type: ignore[no-untyped-def]
@@ -214,10 +219,10 @@ def kernels() -> Any:
             w = start >> 6
             word = code[w] & (ones << np.uint64(start & 63))
             for i in range(n):
-                w, word, t = next_one(code, w, word)  # type: ignore[no-untyped-call]
+                w, word, t = next_one(code, w, word)
                 word &= word - np.uint64(1)
                 h = np.uint64((w << 6) + t - start - i)
-                out[first + i] = (h << np.uint64(lb)) | bits_at(code, lows + i * lb, lb)  # type: ignore[no-untyped-call]
+                out[first + i] = (h << np.uint64(lb)) | bits_at(code, lows + i * lb, lb)
 
     @njit()
     def scan_plain(buckets, windows, exact, dir_base, entry_base, directory, filters, k):  # type: ignore[no-untyped-def]
@@ -295,10 +300,10 @@ def kernels() -> Any:
                     w = start >> 6
                     word = code[w] & (ones << np.uint64(start & 63))
                     for i2 in range(n):
-                        w, word, t = next_one(code, w, word)  # type: ignore[no-untyped-call]
+                        w, word, t = next_one(code, w, word)
                         word &= word - np.uint64(1)
                         h = np.uint64((w << 6) + t - start - i2)
-                        v = (h << np.uint64(lb)) | bits_at(code, lows + i2 * lb, lb)  # type: ignore[no-untyped-call]
+                        v = (h << np.uint64(lb)) | bits_at(code, lows + i2 * lb, lb)
                         if prefixed:
                             got = v >> ex
                             if got > want:
