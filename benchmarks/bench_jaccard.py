@@ -171,9 +171,10 @@ def join_alone(path: Path, threshold: float) -> dict[str, Any]:
     sets = ShingleSets.of([shingle_hashes(row["text"]) for row in rows])
     signature = signatures(sets.values, sets.offsets, 128)
     shape = choose_bands(threshold, 128)
-    JaccardDuplicates(keys[:50], sets.take(np.arange(50)), signature[:50], threshold, shape)
+    bands = band_keys(signature, shape)
+    JaccardDuplicates(keys[:50], sets.take(np.arange(50)), bands[:50], threshold, shape)
     started = time.process_time()
-    near = JaccardDuplicates(keys, sets, signature, threshold, shape)
+    near = JaccardDuplicates(keys, sets, bands, threshold, shape)
     join = time.process_time() - started
     started = time.process_time()
     pairs = sum(1 for _ in near.iter_pairs())
@@ -242,15 +243,14 @@ def peer_pairs(name: str, texts: list[str], threshold: float) -> set[tuple[int, 
     found: set[tuple[int, int]] = set()
     if name == "permindex":  # the same kind of process: shingle hashes, signatures, join
         from permindex.near.jaccard import JaccardDuplicates, ShingleSets
-        from permindex.near.minhash import choose_bands, signatures
+        from permindex.near.minhash import band_keys, choose_bands, signatures
         from permindex.text.fingerprint import shingle_hashes
 
         keys = [str(i) for i in range(len(texts))]
         sets = ShingleSets.of([shingle_hashes(text) for text in texts])
         signature = signatures(sets.values, sets.offsets, PERMUTATIONS)
-        near = JaccardDuplicates(
-            keys, sets, signature, threshold, choose_bands(threshold, PERMUTATIONS)
-        )
+        shape = choose_bands(threshold, PERMUTATIONS)
+        near = JaccardDuplicates(keys, sets, band_keys(signature, shape), threshold, shape)
         for a, b, _ in near.iter_pairs():
             i, j = int(a), int(b)
             found.add((i, j) if i < j else (j, i))

@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.near.jaccard import JaccardDuplicates, ShingleSets
-from permindex.near.minhash import choose_bands, signatures
+from permindex.near.minhash import band_keys, choose_bands, signatures
 from permindex.text.fingerprint import VOTES, shingle_hashes, simhash_many, simhash_weighted
 from permindex.text.weights import DocumentFrequency
 
@@ -215,7 +215,7 @@ def minhash_rows(
     signature = signatures(sets.values, sets.offsets, 128)
     shape = choose_bands(threshold, 128)
     keys = [f"{i:07d}" for i in range(len(sets))]  # positions in key order
-    near = JaccardDuplicates(keys, sets, signature, threshold, shape)
+    near = JaccardDuplicates(keys, sets, band_keys(signature, shape), threshold, shape)
     a, b, _ = near.pairs
     seconds = time.monotonic() - started
     found = np.zeros(jac.shape, dtype=bool)

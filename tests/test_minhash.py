@@ -28,6 +28,7 @@ from permindex.near.dedup import run_dedup
 from permindex.near.jaccard import JaccardDuplicates, ShingleSets, intersection_sizes
 from permindex.near.minhash import (
     Bands,
+    band_keys,
     choose_bands,
     hash_constants,
     signatures,
@@ -306,8 +307,9 @@ def test_huge_bucket_in_bounded_batches() -> None:
     keys = [f"d{i:03d}" for i in range(len(texts))]
     sets = ShingleSets.of([shingle_hashes(t) for t in texts])
     sig = signatures(sets.values, sets.offsets, 128)
-    whole = JaccardDuplicates(keys, sets, sig, 0.8, Bands(18, 7), batch=10**7)
-    small = JaccardDuplicates(keys, sets, sig, 0.8, Bands(18, 7), batch=500)
+    bands = band_keys(sig, Bands(18, 7))
+    whole = JaccardDuplicates(keys, sets, bands, 0.8, Bands(18, 7), batch=10**7)
+    small = JaccardDuplicates(keys, sets, bands, 0.8, Bands(18, 7), batch=500)
     assert list(whole.iter_pairs()) == list(small.iter_pairs())
     assert whole.candidates == small.candidates == 120 * 119 // 2  # distinct sets only
     assert len(whole) == len(texts) * (len(texts) - 1) // 2  # every pair is above 0.8
@@ -439,3 +441,17 @@ def test_too_few_permutations_are_warned_about(
     code, _, err = run_cli(capsys, *args)
     summary = json.loads((out_dir / "summary.json").read_text())
     assert code == 0 and summary["recall_at_threshold"] >= 0.98 and "warning" not in err
+
+
+def test_band_keys_of_another_shape_refused() -> None:
+    # One row of band keys per set and one column per band: anything else is refused before
+    # any join work, naming the shapes.
+    sets = ShingleSets.of([shingle_hashes(f"one two three four {i}") for i in range(4)])
+    sig = signatures(sets.values, sets.offsets, 128)
+    shape = choose_bands(0.8, 128)
+    keys = [f"d{i}" for i in range(4)]
+    with pytest.raises(InvalidArgumentError, match="band keys of shape"):
+        JaccardDuplicates(keys, sets, band_keys(sig, shape)[:3], 0.8, shape)
+    with pytest.raises(InvalidArgumentError, match="18 bands"):
+        JaccardDuplicates(keys, sets, band_keys(sig, Bands(9, 14)), 0.8, shape)
+    assert len(JaccardDuplicates(keys, sets, band_keys(sig, shape), 0.8, shape).keys) == 4

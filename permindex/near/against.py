@@ -37,6 +37,7 @@ from permindex.near.dedup import (
     run_task,
 )
 from permindex.near.jaccard import JaccardDuplicates
+from permindex.near.minhash import band_keys
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.text.documents import format_fingerprint, tsv_field
 
@@ -92,7 +93,7 @@ def jaccard_block_pairs(near: JaccardDuplicates, read: TaskDocuments) -> list[Ag
     (:meth:`~permindex.near.jaccard.JaccardDuplicates.matches`)."""
     if read.sets is None or read.signatures is None or len(read.sets) == 0:
         return []
-    rows, positions, distance = near.matches(read.sets, read.signatures)
+    rows, positions, distance = near.matches(read.sets, band_keys(read.signatures, near.shape))
     valid = np.flatnonzero(read.documents.has_fingerprint)  # the rows' documents
     corpus_keys, new_keys = read.documents.keys, near.keys
     return [

@@ -17,9 +17,10 @@ only the pairs kept are written); a pair met in an earlier band is skipped (its 
 compared), so no set of the pairs seen is kept. Two sets of one *family* (a component of the
 sets that share a band key, such as a template's edited copies) are verified from their small
 differences to the family's reference set (:class:`FamilyDeltas`), the others by merging the
-two sets. Held at once: the shingle sets (8 bytes a distinct shingle a document), the
-signatures (4 bytes a permutation a document) until the join is done, the band keys (8 bytes a
-band a distinct set, kept for :meth:`JaccardDuplicates.matches`), the family deltas during the
+two sets. Held at once: the shingle sets (8 bytes a distinct shingle a document), the band
+keys (8 bytes a band a document until the join is done, then of a distinct set, kept for
+:meth:`JaccardDuplicates.matches`; the signatures, 4 bytes a permutation, are turned into band
+keys as each chunk is read and not kept), the family deltas during the
 join (at most half the sets' hashes; about 18 a set on a templated corpus), one chunk, and the
 verified pairs of distinct sets (24 bytes each).
 Importing it does not import numba.
@@ -38,7 +39,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index.join.clusters import NearDuplicates
 from permindex.index.join.pair_stream import PairArrays, Values, distinct_values
-from permindex.near.minhash import Bands, band_keys, check_threshold
+from permindex.near.minhash import Bands, check_threshold
 
 __all__ = [
     "BATCH",
@@ -435,8 +436,8 @@ class JaccardDuplicates(NearDuplicates):
     Args:
         keys: n distinct keys.
         sets: their n shingle sets (:class:`ShingleSets`, none empty).
-        signature: their ``(n, permutations) uint32`` MinHash signatures
-            (:func:`permindex.near.minhash.signatures`).
+        keys_of_bands: their ``(n, shape.bands) uint64`` LSH band keys
+            (:func:`permindex.near.minhash.band_keys` of their MinHash signatures).
         threshold: the least Jaccard similarity of a pair, in (0, 1].
         shape: the LSH bands (bands x rows <= permutations).
 
@@ -455,7 +456,7 @@ class JaccardDuplicates(NearDuplicates):
         self,
         keys: Sequence[str],
         sets: ShingleSets,
-        signature: NDArray[np.uint32],
+        keys_of_bands: NDArray[np.uint64],
         threshold: float,
         shape: Bands,
         *,
@@ -466,9 +467,13 @@ class JaccardDuplicates(NearDuplicates):
         self.candidates = 0
         self.candidates_verified = 0
         self._sets: ShingleSets | None = sets
-        self._signature = signature
+        if keys_of_bands.shape != (len(sets), shape.bands):
+            raise InvalidArgumentError(
+                f"band keys of shape {keys_of_bands.shape} for {len(sets)} sets and "
+                f"{shape.bands} bands"
+            )
         self._batch = batch
-        self._band_keys = np.zeros((0, shape.bands), dtype=np.uint64)
+        self._band_keys = keys_of_bands  # of every set until the join, then of distinct sets
         k = round((1.0 - self.threshold) * SCALE)
         super().__init__(keys, sets.digests(), k, join_values=self._join)
 
@@ -496,7 +501,6 @@ class JaccardDuplicates(NearDuplicates):
         self.candidates = candidates
         self.candidates_verified = candidates_verified
         self._sets = None
-        self._signature = np.zeros((0, 0), dtype=np.uint32)
         self._batch = BATCH
         self._band_keys = np.zeros((0, shape.bands), dtype=np.uint64)
         k = round((1.0 - self.threshold) * SCALE)
@@ -512,28 +516,28 @@ class JaccardDuplicates(NearDuplicates):
         """The verified pairs of distinct sets (positions into ``values.distinct``)."""
         assert self._sets is not None
         representative = values.by_value[values.first]
-        keys = band_keys(self._signature[representative], self.shape)
+        keys = self._band_keys[representative]
+        self._band_keys = keys  # of the distinct sets only: for matches()
         pairs, self.candidates, self.candidates_verified = self_join(
             self._sets, representative, keys, self.threshold, self._batch
         )
-        self._signature = self._signature[:0]  # no longer needed
-        self._band_keys = keys  # of the distinct sets: for matches()
         return pairs
 
-    def matches(self, sets: ShingleSets, signature: NDArray[np.uint32]) -> PairArrays:
+    def matches(self, sets: ShingleSets, keys_of_bands: NDArray[np.uint64]) -> PairArrays:
         """The pairs between m other sets and this collection's with Jaccard >= the
         threshold (``permindex dedup NEW --against CORPUS``: these are NEW's, ``sets`` a block
         of the corpus): ``(row, position, distance)``, row into ``sets``, position into
         :attr:`keys` (every key whose set is the one matched), distance as
         :meth:`iter_pairs`' (:data:`SCALE` units), in no particular order.
 
-        Candidates are the pairs equal in at least one band of ``signature`` (``(m,
-        permutations) uint32``, made as this collection's: :func:`~permindex.near.minhash.
-        signatures` with as many permutations), each once, against the distinct sets here
-        (identical sets cost one check), in batches of at most the join's batch; each is
-        verified exactly (:func:`verify`; not counted in :attr:`candidates`, which are this
-        collection's own). Memory: one batch and the pairs found; this collection keeps its
-        distinct sets' band keys (8 bytes a band a distinct set) for it.
+        Candidates are the pairs equal in at least one band of ``keys_of_bands`` (``(m,
+        bands) uint64``, made as this collection's: :func:`~permindex.near.minhash.band_keys`
+        of :func:`~permindex.near.minhash.signatures` with as many permutations), each once,
+        against the distinct sets here (identical sets cost one check), in batches of at most
+        the join's batch; each is verified exactly (:func:`verify`; not counted in
+        :attr:`candidates`, which are this collection's own). Memory: one batch and the pairs
+        found; this collection keeps its distinct sets' band keys (8 bytes a band a distinct
+        set) for it.
         """
         if self._sets is None:
             raise InvalidArgumentError(
@@ -543,8 +547,7 @@ class JaccardDuplicates(NearDuplicates):
         representative = values.by_value[values.first]
         parts: list[PairArrays] = []
         if len(sets):
-            keys = band_keys(signature, self.shape)
-            for rows, distinct in lookup_batches(keys, self._band_keys, self._batch):
+            for rows, distinct in lookup_batches(keys_of_bands, self._band_keys, self._batch):
                 found = verify(sets, rows, representative[distinct], self.threshold, self._sets)
                 parts.append(PairArrays(rows[found.kept], distinct[found.kept], found.distance))
         if not parts:
