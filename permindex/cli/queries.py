@@ -4,7 +4,10 @@
 Output formats (stdout, UTF-8, ``\\n`` line ends):
 
 - a fingerprint is always 16 lower-case hex digits, zero-padded (in JSON too, as a string);
-- ``query``: ``key<TAB>fingerprint<TAB>distance`` per match, sorted by distance then key;
+- ``query``: ``key<TAB>fingerprint<TAB>distance`` per match, sorted by distance then key (a
+  Jaccard collection: ``key<TAB>jaccard``, most similar first);
+- ``get``: ``key<TAB>fingerprint`` per stored key (a Jaccard collection, which stores
+  sketches: ``key<TAB>kind<TAB>size``);
 - ``pairs``: ``key_a<TAB>key_b<TAB>distance`` per pair, ``key_a < key_b``, lines sorted by
   ``(key_a, key_b)`` in code point order (the order of ``sorted()`` on the two keys; for the shared
   corpora it equals ``LC_ALL=C sort``), no header.
@@ -27,7 +30,7 @@ from permindex.text.documents import format_fingerprint, read_file_text, tsv_fie
 
 if TYPE_CHECKING:
     from permindex.client import Client
-    from permindex.client.results import ServerStats
+    from permindex.client.results import ServerStats, SketchHex
 
 __all__ = ["add_commands"]
 
@@ -83,10 +86,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
     limit = args.limit or 0
     with connect(args.address, args.connection) as client:
         if own_key is not None:
-            fingerprint = client.get(own_key)
-            if fingerprint is None:
+            stored = client.get(own_key)
+            if stored is None:
                 raise NotFoundError(f"key {own_key!r} is not stored", key=own_key)
-        assert fingerprint is not None
+            fingerprint = stored if isinstance(stored, int) else None
+        assert fingerprint is not None  # a Jaccard collection is answered above
         # One more, in case the key's own entry is among the nearest and is left out.
         asked = (limit + 1 if own_key is not None else limit) if limit else None
         matches = client.query(fingerprint, k=args.k, limit=asked)
@@ -163,18 +167,38 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _get_fields(key: str, stored: int | SketchHex) -> dict[str, object]:
+    """One stored key as ``get --json`` prints it: ``{"key", "fingerprint"}`` (16 hex digits),
+    or from a Jaccard collection ``{"key", "kind", "size", "sketch"}`` (the sketch in hex as
+    ``export`` writes it, ``size`` values of its ``kind``)."""
+    if isinstance(stored, int):
+        return {"key": key, "fingerprint": format_fingerprint(stored)}
+    kind = stored.kind or "sketch"
+    width = 16 if stored.kind == "shingle_hashes" else 8
+    return {"key": key, "kind": kind, "size": len(stored.hex) // width, "sketch": stored.hex}
+
+
+def _get_line(fields: dict[str, object]) -> str:
+    """One stored key as ``get`` prints it: ``key<TAB>fingerprint``, or from a Jaccard
+    collection ``key<TAB>kind<TAB>size``."""
+    if "fingerprint" in fields:
+        return f"{tsv_field(str(fields['key']))}\t{fields['fingerprint']}\n"
+    return f"{tsv_field(str(fields['key']))}\t{fields['kind']}\t{fields['size']}\n"
+
+
 def _cmd_get(args: argparse.Namespace) -> int:
     keys: list[str] = args.keys
     with connect(args.address, args.connection) as client:
         found = client.get_many(keys)
-    out(
-        "".join(
-            f"{tsv_field(key)}\t{format_fingerprint(fp)}\n"
-            for key, fp in zip(keys, found, strict=True)
-            if fp is not None
-        )
-    )
-    missing = [key for key, fp in zip(keys, found, strict=True) if fp is None]
+    rows = [
+        _get_fields(key, stored) for key, stored in zip(keys, found, strict=True)
+        if stored is not None
+    ]  # fmt: skip
+    if args.json:
+        out(json.dumps(rows, ensure_ascii=False) + "\n")
+    else:
+        out("".join(_get_line(row) for row in rows))
+    missing = [key for key, stored in zip(keys, found, strict=True) if stored is None]
     if missing:
         raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
     return EXIT_CODES["ok"]
@@ -371,11 +395,17 @@ def add_commands(command: CommandFactory) -> None:
 
     get = command(
         "get",
-        "print the stored fingerprint of keys",
+        "print the stored fingerprint (or sketch) of keys",
         "Print `key<TAB>fingerprint` for each stored key; keys not stored are named on\n"
-        f"stderr (exit code {EXIT_CODES['not_found']}).",
+        f"stderr (exit code {EXIT_CODES['not_found']}). In a Jaccard collection (collections\n"
+        "create --method minhash), which stores sketches, not fingerprints:\n"
+        "`key<TAB>kind<TAB>size`, kind shingle_hashes (--verify exact: size distinct shingle\n"
+        "hashes) or signature (--verify signature: size values, its permutations).\n"
+        '--json: one array, {"key", "fingerprint"} objects (16 hex digits), or from a Jaccard\n'
+        'collection {"key", "kind", "size", "sketch"}, sketch in hex as export writes it.',
     )
     get.add_argument("keys", nargs="+", metavar="KEY")
+    get.add_argument("--json", action="store_true", help="print one JSON array")
     get.set_defaults(func=_cmd_get)
 
     remove = command(

@@ -21,12 +21,15 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 
 __all__ = [
+    "SKETCH_KINDS",
     "VERIFY_MODES",
     "MinHashSketch",
+    "SketchKind",
     "Verify",
     "check_verify",
     "checked_sketch",
     "distinct_sorted",
+    "kind_of",
     "sketch_from_hex",
     "sketch_to_hex",
 ]
@@ -35,6 +38,12 @@ __all__ = [
 #: precision 1.0) or ``"signature"`` (the share of equal signature values, an estimate).
 Verify = Literal["exact", "signature"]
 VERIFY_MODES: Final[tuple[Verify, ...]] = ("exact", "signature")
+
+#: What a sketch in hex holds (the names of :class:`MinHashSketch`'s fields): the shingle hashes
+#: (16 hex digits each: what a ``verify="exact"`` collection keeps) or the signature (8 hex
+#: digits a value: what a ``verify="signature"`` collection keeps).
+SketchKind = Literal["shingle_hashes", "signature"]
+SKETCH_KINDS: Final[tuple[SketchKind, ...]] = ("shingle_hashes", "signature")
 
 _HEX: Final = re.compile(r"[0-9a-fA-F]*")
 
@@ -69,6 +78,16 @@ def check_verify(verify: object) -> Verify:
             f"verify must be one of {', '.join(VERIFY_MODES)}, got {str(verify)[:80]!r}", verify
         )
     return verify
+
+
+def kind_of(verify: Verify) -> SketchKind:
+    """The kind of sketch a collection of ``verify`` keeps (and exports).
+
+    >>> from permindex.index.jaccard.sketch import kind_of
+    >>> kind_of("exact"), kind_of("signature")
+    ('shingle_hashes', 'signature')
+    """
+    return "shingle_hashes" if verify == "exact" else "signature"
 
 
 def distinct_sorted(hashes: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -147,35 +166,60 @@ def sketch_to_hex(sketch: MinHashSketch, verify: Verify) -> str:
     return sketch.signature.astype(">u4").tobytes().hex()
 
 
-def sketch_from_hex(text: str, *, verify: Verify, permutations: int, name: str) -> MinHashSketch:
-    """The sketch of :func:`sketch_to_hex`'s hex, checked as :func:`checked_sketch` checks.
+def sketch_from_hex(
+    text: str,
+    *,
+    verify: Verify,
+    permutations: int,
+    name: str,
+    kind: SketchKind | None = None,
+) -> MinHashSketch:
+    """The sketch of :func:`sketch_to_hex`'s hex, of ``kind`` (None: the kind the collection
+    keeps, :func:`kind_of` ``verify``, as read before the kind travelled with the hex), checked
+    as :func:`checked_sketch` checks: shingle hashes make either collection's sketch (a
+    ``"signature"`` collection computes the signature from them); a signature only a
+    ``"signature"`` collection's.
 
     Raises:
-        InvalidArgumentError: not hex, a length that is not whole values, a signature of
-            another length, exact-sketch hashes not strictly increasing (as a signature's hex
-            read as shingle hashes is) (naming ``name``).
+        InvalidArgumentError: a signature for a ``verify="exact"`` collection; not hex, a
+            length that is not whole values, a signature of another length, shingle hashes not
+            strictly increasing (as a signature's hex read as shingle hashes is) (naming
+            ``name``).
 
     >>> from permindex.index.jaccard.sketch import sketch_from_hex
     >>> sketch_from_hex("00000000000000ff", verify="exact", permutations=4, name="x").shingle_hashes
     array([255], dtype=uint64)
+    >>> sketch_from_hex("00000000000000ff", verify="signature", permutations=2, name="x",
+    ...                 kind="shingle_hashes").shingle_hashes.size  # only the signature is kept
+    0
     """
-    width = 16 if verify == "exact" else 8
-    if not _HEX.fullmatch(text) or len(text) % width or not text:
+    if kind is None:
+        kind = kind_of(verify)
+    if kind == "signature" and verify == "exact":
         raise InvalidArgumentError(
-            f"{name} is not an {verify} sketch in hex ({width} hex digits a value, at least one)",
+            f"{name} is a signature (sketch_kind SIGNATURE, an export of a verify=signature "
+            "collection): this collection verifies exactly (verify=exact) and takes shingle "
+            "hashes (sketch_kind SHINGLE_HASHES, 16 hex digits a hash); import a signature "
+            "into a verify=signature collection of the same permutations",
             name,
         )
+    width = 16 if kind == "shingle_hashes" else 8
+    what = "shingle hashes" if kind == "shingle_hashes" else "a signature"
+    if not _HEX.fullmatch(text) or len(text) % width or not text:
+        raise InvalidArgumentError(
+            f"{name} is not {what} in hex ({width} hex digits a value, at least one)", name
+        )
     raw = bytes.fromhex(text)
-    if verify == "exact":
+    if kind == "shingle_hashes":
         hashes = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
         if hashes.size > 1 and not bool((hashes[1:] > hashes[:-1]).all()):
-            # Export writes an exact sketch's hashes sorted and distinct; a signature's hex
-            # (8 digits a value) read 16 digits at a time is not, but for 1 chance in size!
+            # Export writes shingle hashes sorted and distinct; a signature's hex (8 digits a
+            # value) read 16 digits at a time is not, but for 1 chance in size!
             raise InvalidArgumentError(
-                f"{name} is not an exact sketch in hex: its shingle hashes (16 hex digits "
-                "each) are not in increasing order, as an export of a verify=exact collection "
-                "writes them; a verify=signature collection's export (8 hex digits a "
-                "signature value) cannot be imported here",
+                f"{name} is not shingle hashes in hex: its values (16 hex digits each) are not "
+                "in increasing order, as an export of a verify=exact collection writes them; a "
+                "verify=signature collection's export (8 hex digits a signature value, "
+                "sketch_kind SIGNATURE) cannot be imported into a verify=exact collection",
                 name,
             )
         return checked_sketch(
