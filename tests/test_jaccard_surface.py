@@ -1,7 +1,8 @@
 """What a user of a Jaccard collection (method minhash) sees through the public surface, where
 it differs from a SimHash collection's: the kind of a sketch in hex travels with it
 (Document.sketch_kind, ExportEntry.sketch_kind, GetResult.sketch_kind) and is checked against
-the collection; `get` prints what is meaningful for such a collection. Real servers on 127.0.0.1,
+the collection; `get`, `stats`, `collections
+list` and `export` print what is meaningful for such a collection. Real servers on 127.0.0.1,
 the CLI in this process."""
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def test_the_kind_of_a_sketch_in_hex_travels_with_it_and_is_checked(
 
 
 def test_the_cli_shows_a_jaccard_collection_as_it_is(
-    server: RunningServer, capsys: pytest.CaptureFixture[str]
+    server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     at = ("--address", server.address)
     with permindex.Client(server.address) as client:
@@ -140,6 +141,17 @@ def test_the_cli_shows_a_jaccard_collection_as_it_is(
         one_sketch = client.use("one").get("eight")
         odd_sketch = client.use("odd").get("eight")
     assert isinstance(one_sketch, SketchHex) and isinstance(odd_sketch, SketchHex)
+
+    # collections list and describe print a threshold alike (1.0, all its digits)
+    code, listed, _ = run(capsys, "collections", "list", *at)
+    assert code == 0
+    assert "one\t1\tminhash\t1.0\t128\t1x128\texact\n" in listed
+    assert "\tminhash\t0.123456789\t16\t" in listed
+    for name, shown in (("one", "1.0"), ("odd", "0.123456789")):
+        described = run(capsys, "collections", "describe", name, *at)[1]
+        assert f"threshold\t{shown}\n" in described
+        as_json = json.loads(run(capsys, "collections", "describe", name, "--json", *at)[1])
+        assert repr(as_json["threshold"]) == shown
 
     # get: the kind and size of the stored sketch; JSON with the sketch as export writes it
     code, out, _ = run(capsys, "get", "eight", "--collection", "one", *at)
@@ -161,6 +173,39 @@ def test_the_cli_shows_a_jaccard_collection_as_it_is(
     assert (code, out) == (0, "simhash\t00000000000000ff\n")
     code, out, _ = run(capsys, "get", "simhash", "--json", *at)
     assert json.loads(out) == [{"key": "simhash", "fingerprint": "00000000000000ff"}]
+
+    # stats: no SimHash design (0 blocks, k = 0) nor memory parts, the collection's own shape
+    code, out, _ = run(capsys, "stats", "--collection", "odd", *at)
+    assert code == 0 and "design" not in out and "memory.fingerprints" not in out
+    assert "method\tminhash\n" in out
+    shape = json.loads(run(capsys, "collections", "describe", "odd", "--json", *at)[1])
+    bands, rows = shape["bands"], shape["rows"]
+    assert bands * rows <= 16
+    assert (
+        f"jaccard\tthreshold 0.123456789, 16 permutations, {bands}x{rows} bands x rows, "
+        "verify signature\n"
+    ) in out
+    stats = json.loads(run(capsys, "stats", "--collection", "odd", "--json", *at)[1])
+    assert "design" not in stats and "memory_breakdown" not in stats
+    assert stats["method"] == "minhash" and stats["count"] == 2
+    assert stats["jaccard"] == {
+        "threshold": 0.123456789, "permutations": 16, "bands": bands, "rows": rows,
+        "verify": "signature",
+    }  # fmt: skip
+    assert "design\t4 blocks, 1 leading, 4 tables, k = 3\n" in run(capsys, "stats", *at)[1]
+
+    # export: --fingerprint-type (either value) has no meaning for a Jaccard collection
+    for value in ("uint64", "int64"):
+        target = tmp_path / f"{value}.parquet"
+        argv = ("export", "--collection", "one", *at, "--out", str(target))
+        code, _, err = run(capsys, *argv, "--fingerprint-type", value)
+        assert code == EXIT_CODES["usage"], err
+        assert f"--fingerprint-type {value} is for a SimHash collection" in err
+        assert "leave --fingerprint-type out" in err
+        assert not list(tmp_path.glob(f"{value}.parquet*"))
+    code, _, err = run(capsys, "export", "--collection", "one", *at, "--fingerprint-type",
+                       "uint64")  # fmt: skip
+    assert code == EXIT_CODES["usage"] and "is for a Parquet --out" in err
 
 
 def test_the_cli_import_sends_the_kind(

@@ -229,20 +229,40 @@ def _parts(stats: ServerStats) -> dict[str, int]:
     return stats.memory_breakdown._asdict()
 
 
+def _jaccard_design(client: Client, collection: str | None) -> dict[str, object] | None:
+    """What ``stats`` prints of a Jaccard collection in place of the table design (which it
+    has not): its threshold, permutations, bands, rows and verify; None for a SimHash
+    collection ("default" always is one)."""
+    if collection is None or collection == "default":
+        return None
+    info = client.describe_collection(collection)
+    if info.method != "minhash":
+        return None
+    return {
+        "threshold": info.threshold,
+        "permutations": info.permutations,
+        "bands": info.bands,
+        "rows": info.rows,
+        "verify": info.verify,
+    }
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
         stats = client.stats()
+        jaccard = _jaccard_design(client, args.collection)
     last = stats.last_snapshot_unix_seconds
+    design: dict[str, object] = {
+        "blocks": stats.blocks,
+        "leading": stats.leading,
+        "tables": stats.tables,
+        "k": stats.k,
+    }
     fields: dict[str, object] = {
         "count": stats.count,
         "memory_bytes": stats.memory_bytes,
         "resident_memory_bytes": stats.resident_memory_bytes,
-        "design": {
-            "blocks": stats.blocks,
-            "leading": stats.leading,
-            "tables": stats.tables,
-            "k": stats.k,
-        },
+        **({"design": design} if jaccard is None else {"method": "minhash", "jaccard": jaccard}),
         "uptime_seconds": stats.uptime_seconds,
         "last_snapshot_unix_seconds": last,
         "last_snapshot_count": stats.last_snapshot_count,
@@ -257,24 +277,39 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         "max_memory_bytes": stats.max_memory_bytes,
         "server_memory_bytes": stats.server_memory_bytes,
     }
+    if jaccard is not None:  # the parts of a SimHash index's memory: none of them is there
+        del fields["memory_breakdown"]
     if args.json:
         out(json.dumps(fields) + "\n")
         return EXIT_CODES["ok"]
     when = "never" if last is None else time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(last))
+    if jaccard is None:
+        shape = [
+            f"design\t{stats.blocks} blocks, {stats.leading} leading, {stats.tables} tables, "
+            f"k = {stats.k}"
+        ]
+        parts = [f"memory.{name}_bytes\t{value}" for name, value in _parts(stats).items()]
+        parts.append(f"memory.log_buffer_bytes\t{stats.log_buffer_bytes}")
+    else:
+        shape = [
+            "method\tminhash",
+            f"jaccard\tthreshold {jaccard['threshold']!r}, {jaccard['permutations']} "
+            f"permutations, {jaccard['bands']}x{jaccard['rows']} bands x rows, verify "
+            f"{jaccard['verify']}",
+        ]
+        parts = []
     lines = [
         f"count\t{stats.count}",
         f"memory_bytes\t{stats.memory_bytes}",
         f"resident_memory_bytes\t{stats.resident_memory_bytes or 'n/a (an admin token sees it)'}",
-        f"design\t{stats.blocks} blocks, {stats.leading} leading, {stats.tables} tables, "
-        f"k = {stats.k}",
+        *shape,
         f"uptime_seconds\t{stats.uptime_seconds:.1f}",
         f"last_snapshot\t{when} ({stats.last_snapshot_count} keys, "
         f"{stats.last_snapshot_bytes} bytes)",
         f"version\t{stats.version}",
         f"expire_after\t{_duration(stats.expire_after)}",
         f"expired_pending\t{stats.expired_pending}",
-        *(f"memory.{name}_bytes\t{value}" for name, value in _parts(stats).items()),
-        f"memory.log_buffer_bytes\t{stats.log_buffer_bytes}",
+        *parts,
         f"max_memory_bytes\t{stats.max_memory_bytes or 'none (serve --max-memory)'}",
         f"server_memory_bytes\t{stats.server_memory_bytes or 'n/a (an admin token sees it)'}",
     ]
@@ -420,7 +455,11 @@ def add_commands(command: CommandFactory) -> None:
     stats = command(
         "stats",
         "print the server's counts, memory, design and last snapshot",
-        "Print the server's statistics, one `name<TAB>value` line each.",
+        "Print the server's statistics, one `name<TAB>value` line each. A Jaccard collection\n"
+        "(collections create --method minhash) has no table design and no memory.* parts:\n"
+        "`method<TAB>minhash` and `jaccard<TAB>threshold J, N permutations, BxR bands x rows,\n"
+        'verify V` lines take their place (in JSON "method" and a "jaccard" object replace\n'
+        '"design", and "memory_breakdown" is left out).',
     )
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     stats.set_defaults(func=_cmd_stats)

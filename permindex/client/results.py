@@ -211,7 +211,12 @@ _NO_BREAKDOWN: Final = MemoryBreakdown(0, 0, 0, 0, 0, 0, 0, 0)
 
 @dataclass(frozen=True)
 class ServerStats:
-    """The Stats RPC (units in the .proto): counts, memory, design, uptime, last snapshot."""
+    """The Stats RPC (units in the .proto): counts, memory, design, uptime, last snapshot.
+
+    A Jaccard collection has no table design and none of a SimHash index's memory parts: there
+    ``blocks``, ``leading``, ``tables``, ``k`` and ``memory_breakdown`` are 0
+    (:meth:`Client.describe_collection <permindex.client.Client.describe_collection>` gives its
+    threshold, permutations, bands, rows and verify)."""
 
     count: int
     memory_bytes: int
