@@ -1,7 +1,7 @@
 """What a user of a Jaccard collection (method minhash) sees through the public surface, where
 it differs from a SimHash collection's: the kind of a sketch in hex travels with it
 (Document.sketch_kind, ExportEntry.sketch_kind, GetResult.sketch_kind) and is checked against
-the collection; `get`, `stats`, `collections
+the collection; MinHashSketch refuses values that would wrap; `get`, `stats`, `collections
 list` and `export` print what is meaningful for such a collection. Real servers on 127.0.0.1,
 the CLI in this process."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import cast
 
 import grpc
+import numpy as np
 import pytest
 from conftest import make_stub
 
@@ -126,6 +127,47 @@ def test_the_kind_of_a_sketch_in_hex_travels_with_it_and_is_checked(
         with pytest.raises(InvalidArgumentError, match="takes shingle hashes"):
             ex.add([("x", signature)])
         assert sorted(ex.iter_export()) == before
+
+
+@pytest.mark.parametrize(
+    ("hashes", "signature", "error", "match"),
+    [
+        ([-1], [], ValueError, r"shingle_hashes\[0\] = -1 is outside \[0, 2\^64\)"),
+        ([1, 2**64], [], ValueError, r"shingle_hashes\[1\] = 18446744073709551616 is outside"),
+        ([1.0], [], TypeError, r"shingle_hashes\[0\] is float 1.0; give ints"),
+        ([True], [], TypeError, r"shingle_hashes\[0\] is bool"),
+        ("0102", [], TypeError, "shingle_hashes is str"),
+        (None, [], TypeError, "shingle_hashes is NoneType"),
+        (np.array([3, -5]), [], ValueError, r"shingle_hashes\[1\] = -5"),
+        (np.array([0.5]), [], TypeError, "dtype float64"),
+        (np.zeros((2, 2), dtype=np.uint64), [], ValueError, r"shape \(2, 2\)"),
+        ([], [2**32], ValueError, r"signature\[0\] = 4294967296 is outside \[0, 2\^32\)"),
+        ([], [-1], ValueError, r"signature\[0\] = -1"),
+        ([], np.array([2**40], dtype=np.uint64), ValueError, r"signature\[0\] = 1099511627776"),
+        ([], [7.5], TypeError, r"signature\[0\] is float"),
+    ],
+)
+def test_minhash_sketch_refuses_values_that_would_wrap(
+    hashes: object, signature: object, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        permindex.MinHashSketch(hashes, signature)  # type: ignore[arg-type]
+
+
+def test_minhash_sketch_keeps_every_value_in_range() -> None:
+    top = permindex.MinHashSketch([0, 2**64 - 1, 5], [0, 2**32 - 1])
+    assert top.shingle_hashes.dtype == np.uint64 and top.signature.dtype == np.uint32
+    assert top.shingle_hashes.tolist() == [0, 2**64 - 1, 5]
+    assert top.signature.tolist() == [0, 2**32 - 1]
+    signed = permindex.MinHashSketch(np.array([1, 2], dtype=np.int64), np.array([3], np.int8))
+    assert signed.shingle_hashes.tolist() == [1, 2] and signed.signature.tolist() == [3]
+    hashes = np.array([9, 4], dtype=np.uint64)
+    assert permindex.MinHashSketch(hashes, []).shingle_hashes is hashes  # no copy
+    sketch = permindex.minhash_sketch("one two three four five", permutations=8)
+    assert sketch is not None and permindex.MinHashSketch(*sketch) == sketch
+    # a client never sends a wrapped value: the sketch cannot be made
+    with pytest.raises(ValueError, match="outside"):
+        permindex.MinHashSketch(np.array([-1], dtype=np.int64), [])
 
 
 def test_the_cli_shows_a_jaccard_collection_as_it_is(

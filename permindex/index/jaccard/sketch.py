@@ -12,8 +12,8 @@ No I/O; importing this module does not import numba.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Final, Literal, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,23 +48,96 @@ SKETCH_KINDS: Final[tuple[SketchKind, ...]] = ("shingle_hashes", "signature")
 _HEX: Final = re.compile(r"[0-9a-fA-F]*")
 
 
-class MinHashSketch(NamedTuple):
-    """A document as a Jaccard collection sees it.
+class _SketchFields(NamedTuple):
+    shingle_hashes: NDArray[np.uint64]
+    signature: NDArray[np.uint32]
+
+
+class MinHashSketch(_SketchFields):
+    """A document as a Jaccard collection sees it: ``MinHashSketch(shingle_hashes,
+    signature)``, a named tuple of two arrays.
 
     Attributes:
-        shingle_hashes: ``(m,) uint64``, the XXH3-64 hashes of its word shingles, sorted and
-            distinct (empty when only the signature is known).
+        shingle_hashes: ``(m,) uint64``, the XXH3-64 hashes of its word shingles
+            (:func:`permindex.minhash_sketch` gives them sorted and distinct; a server takes
+            any order and repeats); empty when only the signature is known.
         signature: ``(permutations,) uint32``, its MinHash signature
             (:func:`permindex.near.minhash.signatures`; empty when only the set is known).
 
-    >>> from permindex import minhash_sketch
+    Each field is given as a one-dimensional numpy array of integers or a sequence of ints
+    (an empty one for a field not known) and kept as a uint64 (uint32) array: an array of that
+    dtype as it is (no copy), anything else checked, then converted, so that no value wraps
+    into another on its way to a server. O(m + permutations).
+
+    Raises:
+        TypeError: a field that is not a sequence or one-dimensional array of integers (a
+            float, a bool, a string, None; a float, bool or object array), naming the field and
+            the value.
+        ValueError: a shingle hash outside [0, 2^64) or a signature value outside [0, 2^32)
+            (a negative one included), or an array that is not one-dimensional, naming the
+            field, the position and the value.
+
+    >>> from permindex import MinHashSketch, minhash_sketch
     >>> sketch = minhash_sketch("one two three four", permutations=16)
     >>> sketch.shingle_hashes.size, sketch.signature.size
     (2, 16)
+    >>> MinHashSketch([3, 1, 2], []).shingle_hashes
+    array([3, 1, 2], dtype=uint64)
+    >>> MinHashSketch([-1], [])
+    Traceback (most recent call last):
+    ...
+    ValueError: MinHashSketch shingle_hashes[0] = -1 is outside [0, 2^64)
+    >>> MinHashSketch([1.5], [])
+    Traceback (most recent call last):
+    ...
+    TypeError: MinHashSketch shingle_hashes[0] is float 1.5; give ints
     """
 
-    shingle_hashes: NDArray[np.uint64]
-    signature: NDArray[np.uint32]
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        shingle_hashes: Sequence[int] | NDArray[Any],
+        signature: Sequence[int] | NDArray[Any],
+    ) -> MinHashSketch:
+        return super().__new__(
+            cls,
+            _unsigned(shingle_hashes, np.dtype(np.uint64), "shingle_hashes", 64),
+            _unsigned(signature, np.dtype(np.uint32), "signature", 32),
+        )
+
+
+def _unsigned(values: object, dtype: np.dtype[Any], name: str, bits: int) -> NDArray[Any]:
+    """``values`` as a one-dimensional array of ``dtype`` (unsigned, ``bits`` wide), refused
+    rather than wrapped (see :class:`MinHashSketch`)."""
+    where = f"MinHashSketch {name}"
+    if isinstance(values, np.ndarray) and values.dtype == dtype:
+        if values.ndim != 1:
+            raise ValueError(f"{where} has shape {values.shape}; give a one-dimensional array")
+        return values
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        if values.ndim != 1:
+            raise ValueError(f"{where} has shape {values.shape}; give a one-dimensional array")
+        bad = np.flatnonzero(
+            (values < 0) | (values > (1 << bits) - 1)
+            if values.dtype.kind == "i" or values.dtype.itemsize * 8 > bits
+            else np.zeros(values.size, dtype=bool)
+        )
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{where}[{i}] = {values[i]} is outside [0, 2^{bits})")
+        return values.astype(dtype)
+    if isinstance(values, np.ndarray) and values.dtype.kind != "O":
+        raise TypeError(f"{where} is an array of dtype {values.dtype}; give integers")
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise TypeError(f"{where} is {type(values).__name__}; give a sequence or array of integers")
+    items = list(values)
+    for i, value in enumerate(items):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{where}[{i}] is {type(value).__name__} {str(value)[:40]}; give ints")
+        if not 0 <= int(value) < 1 << bits:
+            raise ValueError(f"{where}[{i}] = {value} is outside [0, 2^{bits})")
+    return np.array([int(value) for value in items], dtype=dtype)
 
 
 def check_verify(verify: object) -> Verify:
