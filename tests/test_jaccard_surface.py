@@ -236,6 +236,18 @@ def test_the_cli_shows_a_jaccard_collection_as_it_is(
     }  # fmt: skip
     assert "design\t4 blocks, 1 leading, 4 tables, k = 3\n" in run(capsys, "stats", *at)[1]
 
+    # --k is refused by pairs, clusters and flags alike (exit 2), before anything is asked
+    for command in ("pairs", "clusters", "flags"):
+        code, _, err = run(capsys, command, "--k", "3", "--collection", "odd", *at)
+        assert code == EXIT_CODES["usage"] and "--k is a SimHash option" in err, (command, err)
+    # clusters --exact: identical sketches grouped under their digest, as documented
+    with permindex.Client(server.address) as client:
+        client.use("odd").add([("eight again", EIGHT_SHINGLES)])
+        (group,) = client.use("odd").exact_duplicates()
+    code, out, _ = run(capsys, "clusters", "--exact", "--collection", "odd", *at)
+    digest = f"{group.fingerprint:016x}"
+    assert (code, out) == (0, f"1\t{digest}\teight\n1\t{digest}\teight again\n")
+
     # export: --fingerprint-type (either value) has no meaning for a Jaccard collection
     for value in ("uint64", "int64"):
         target = tmp_path / f"{value}.parquet"
