@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import grpc
 import numpy as np
@@ -19,7 +19,7 @@ from conftest import make_stub
 import permindex
 from permindex.cli import main
 from permindex.client import SketchHex
-from permindex.errors import EXIT_CODES, InvalidArgumentError
+from permindex.errors import EXIT_CODES, InvalidArgumentError, LimitExceededError
 from permindex.rpc.server import RunningServer
 from permindex.v1 import index_pb2 as pb
 
@@ -288,3 +288,21 @@ def test_the_cli_import_sends_the_kind(
             code, _, err = run(capsys, "import", str(out), "--collection", f"sg{n}", *at)
             assert code == 0, err
             assert sorted(client.use(f"sg{n}").iter_export()) == expected
+
+
+def test_a_get_whose_sketches_do_not_fit_one_message_is_refused(start_server: Any) -> None:
+    """Get carries each stored sketch: more than one message holds is RESOURCE_EXHAUSTED
+    (the server's reply limit, saying what to do), and fewer keys per request get every
+    sketch."""
+    server = start_server(max_message_bytes=1 << 20)
+    text = " ".join(f"w{i}" for i in range(4002))  # 4,000 shingles: 64,000 hex digits
+    keys = [f"page{i}" for i in range(20)]
+    with permindex.Client(server.address) as client:
+        client.create_collection("long", method="minhash")
+        pages = client.use("long")
+        pages.add([(key, text) for key in keys])
+        with pytest.raises(LimitExceededError, match="over the server's message limit"):
+            pages.get_many(keys)
+    with permindex.Client(server.address, batch_size=10) as client:
+        found = client.use("long").get_many(keys)
+        assert [len(cast(SketchHex, s).hex) for s in found] == [64_000] * 20

@@ -647,7 +647,9 @@ class GetResult(_message.Message):
     """
     sketch_hex: _builtins.str
     """Jaccard collections, when found: the stored sketch in hex as ExportEntry.sketch_hex writes
-    it, and its kind (shingle hashes with verify "exact", the signature with "signature").
+    it, and its kind (shingle hashes with verify "exact", the signature with "signature"). A
+    reply whose sketches would not fit the message limit is RESOURCE_EXHAUSTED (ask for fewer
+    keys per request, or raise the server's --max-message-mb).
     """
     sketch_kind: Global___SketchKind.ValueType
     def __init__(
