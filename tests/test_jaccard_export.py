@@ -12,6 +12,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -65,7 +66,8 @@ def test_export_import_round_trips_a_jaccard_collection_exactly(
         assert run(capsys, "export", "--collection", "src", *at, "--out", str(out))[0] == 0
         lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
         assert set(lines[0]) == {"id", "shingle_hashes"}
-        assert sorted((line["id"], SketchHex(line["shingle_hashes"])) for line in lines) == stored
+        kind: Final = "shingle_hashes"
+        assert sorted((line["id"], SketchHex(line[kind], kind)) for line in lines) == stored
 
         client.create_collection("dst", method="minhash", threshold=0.5)
         code, _, err = run(capsys, "import", str(out), "--collection", "dst", *at, "--no-progress")

@@ -354,7 +354,7 @@ def test_bad_options_and_contents_are_refused_before_anything_is_done(
             (pb.Document(key="x", sketch_hex="00000000000000ff"), "", "SimHash"),
             (pb.Document(key="x", sketch=pb.MinHashSketch(signature=[1, 2, 3])), "refuse",
              "no shingle hashes"),
-            (pb.Document(key="x", sketch_hex="12zz"), "refuse", "not an exact sketch in hex"),
+            (pb.Document(key="x", sketch_hex="12zz"), "refuse", "not shingle hashes in hex"),
             # a signature's hex (8 digits a value, in no order) sent to an exact collection
             (pb.Document(key="x", sketch_hex=sketch.signature.astype(">u4").tobytes().hex()),
              "refuse", "not in increasing order"),

@@ -57,7 +57,6 @@ from permindex.client.batching import (
 )
 from permindex.client.results import Content, DocumentLike, IngestResult, SketchHex
 from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerError, exit_code_for
-from permindex.index.jaccard import MinHashSketch
 from permindex.io.parquet import open_documents
 from permindex.io.sketches import SketchDocument, open_export
 from permindex.text.documents import (
@@ -196,8 +195,9 @@ class _IngestFeed:
 
     def _content(self, document: Document) -> Content:
         """What is sent of ``document``: its text, its fingerprint, or an export's sketch (as
-        the hex it was exported as; shingle hashes for a ``verify="signature"`` collection as a
-        :class:`~permindex.MinHashSketch`, which the server signs with its permutations).
+        the hex it was exported as, with its kind: the field it was read from; shingle hashes
+        sent to a ``verify="signature"`` collection are signed by the server with its
+        permutations).
 
         Raises:
             InvalidArgumentError: with :attr:`method` set (import), a sketch for a SimHash
@@ -231,12 +231,8 @@ class _IngestFeed:
                 "import --collection NAME)",
                 document.key,
             )
-        if sketch is not None and self.verify == "signature":
-            if cast(SketchDocument, document).kind == "shingle_hashes":  # the server signs them
-                hashes = np.frombuffer(bytes.fromhex(sketch), dtype=">u8").astype(np.uint64)
-                return MinHashSketch(hashes, np.zeros(0, dtype=np.uint32))
-        if sketch is not None:
-            return SketchHex(sketch)
+        if sketch is not None:  # with its kind: shingle hashes a signature collection signs
+            return SketchHex(sketch, cast(SketchDocument, document).kind)
         return document.fingerprint or 0
 
     def _fingerprinted(self, documents: list[DocumentLike]) -> list[DocumentLike]:

@@ -54,7 +54,9 @@ def _export_parquet(args: argparse.Namespace, target: Path, partial: Path) -> in
     try:
         with connect(args.address, args.connection) as client:
             field = _sketch_field(args, client)
-            kind = (field, "string") if field else ("fingerprint", args.fingerprint_type)
+            kind = (
+                (field, "string") if field else ("fingerprint", args.fingerprint_type or "uint64")
+            )
             columns = [("id", "string"), kind]
             timed = client.stats().expire_after > 0
             if timed:
@@ -87,16 +89,18 @@ def _sketch_field(args: argparse.Namespace, client: Client) -> str | None:
     a SimHash collection. Asked of the server (DescribeCollection).
 
     Raises:
-        CommandError: (usage, exit 2) ``--fingerprint-type int64`` for a Jaccard collection,
-            which has no fingerprints.
+        CommandError: (usage, exit 2) ``--fingerprint-type`` (either value) for a Jaccard
+            collection, which has no fingerprints.
     """
     info = client.describe_collection(args.connection.collection or "default")
     if info.method != "minhash":
         return None
-    if args.fingerprint_type != "uint64":
+    if args.fingerprint_type is not None:
         raise CommandError(
-            f"--fingerprint-type is for a SimHash collection; {args.connection.collection} is a "
-            "Jaccard collection (method minhash): its export has a sketch column (hex strings)",
+            f"--fingerprint-type {args.fingerprint_type} is for a SimHash collection's "
+            f"fingerprints; {args.connection.collection} is a Jaccard collection (method "
+            "minhash), which has none: its export has a sketch field (hex strings); leave "
+            "--fingerprint-type out",
             "usage",
         )
     return "signature" if info.verify == "signature" else "shingle_hashes"
@@ -140,7 +144,7 @@ def _export_target(out: str) -> Path:
 def _cmd_export(args: argparse.Namespace) -> int:
     count = 0
     parquet = args.out.lower().endswith(".parquet")
-    if args.fingerprint_type != "uint64" and not parquet:
+    if args.fingerprint_type is not None and not parquet:
         raise CommandError(
             "--fingerprint-type is for a Parquet --out (FILE.parquet); JSONL writes hex", "usage"
         )
@@ -224,10 +228,11 @@ def _fields(info: CollectionInfo) -> dict[str, Any]:
 def _list_line(i: dict[str, Any]) -> str:
     """One line of ``collections list``: ``name, keys, k, blocks/leading`` for a SimHash
     collection; ``name, keys, minhash, threshold, permutations, bandsxrows, verify`` for a
-    Jaccard one."""
+    Jaccard one, the threshold in Python's shortest form (``repr``: ``1.0``, ``0.85``), as
+    ``describe`` (``str``) and JSON print it."""
     if i["method"] == "minhash":
         return (
-            f"{i['name']}\t{i['count']}\tminhash\t{i['threshold']:g}\t{i['permutations']}\t"
+            f"{i['name']}\t{i['count']}\tminhash\t{i['threshold']!r}\t{i['permutations']}\t"
             f"{i['bands']}x{i['rows']}\t{i['verify']}\n"
         )
     return f"{i['name']}\t{i['count']}\t{i['k']}\t{i['blocks']}/{i['leading']}\n"
@@ -307,7 +312,8 @@ def add_collections_command(command: CommandFactory) -> None:
         "(default: `default`, which always exists); this one takes NAME after the action.\n"
         "  list                 one `name<TAB>keys<TAB>k<TAB>blocks/leading` line each\n"
         "                       (a Jaccard collection: `name<TAB>keys<TAB>minhash<TAB>threshold\n"
-        "                       <TAB>permutations<TAB>BANDSxROWS<TAB>verify`)\n"
+        "                       <TAB>permutations<TAB>BANDSxROWS<TAB>verify`, the threshold\n"
+        "                       as describe and --json print it: 1.0, 0.85)\n"
         "  create NAME [opts]   an empty collection (options default to the server's own,\n"
         "                       except --expire-after: never unless given)\n"
         "  describe NAME        its options and counts, `name<TAB>value` lines\n"
@@ -428,8 +434,8 @@ def add_export_command(command: CommandFactory) -> None:
     export.add_argument(
         "--fingerprint-type",
         choices=("uint64", "int64"),
-        default="uint64",
         help="Parquet fingerprint column: uint64 (default) or int64, the same bits in two's\n"
-        "complement (Spark, BigQuery)",
+        "complement (Spark, BigQuery); refused (exit 2) with a JSONL --out and for a Jaccard\n"
+        "collection, which has no fingerprints",
     )
     export.set_defaults(func=_cmd_export)

@@ -46,10 +46,23 @@ from permindex.text.documents import MalformedInputError, format_fingerprint, ts
 __all__ = ["add_commands"]
 
 
+def _refuse_k(args: argparse.Namespace, jaccard: bool) -> None:
+    """--k on a Jaccard collection: refused before anything is asked (exit 2), as ``pairs``
+    refuses it."""
+    if jaccard and args.k is not None:
+        raise CommandError(
+            f"--k is a SimHash option: collection {args.collection} is a Jaccard collection "
+            "(method minhash), whose near-duplicates are those at Jaccard >= its threshold",
+            "usage",
+        )
+
+
 def _cmd_clusters(args: argparse.Namespace) -> int:
     # TSV lines are written as the server's messages arrive (no deadline, nothing held but one
     # group); --json needs the whole answer first.
     with connect(args.address, args.connection) as client:
+        if args.k is not None and args.collection not in (None, "default"):
+            _refuse_k(args, client.describe_collection(args.collection).method == "minhash")
         if args.json:
             if args.exact:
                 rows: list[dict[str, object]] = [
@@ -88,6 +101,7 @@ def _cmd_flags(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
         collection = getattr(args, "collection", None) or "default"
         jaccard = client.describe_collection(collection).method == "minhash"
+        _refuse_k(args, jaccard)
         flags = client.iter_flags(args.k)  # (key, nearest, distance, neighbors), by key
         # A Jaccard collection's flag carries its Jaccard, in the client as the offline
         # mode's distance units round((1 - J) * 10^4): printed back as J, as flags.tsv has it
@@ -243,7 +257,11 @@ def add_commands(command: CommandFactory) -> None:
         "smallest key first), keys sorted. Near-duplication is not transitive: a cluster can\n"
         "chain, two of its keys being more than k bits apart.\n"
         "--exact prints the groups of keys that share one fingerprint instead, one\n"
-        "`group<TAB>fingerprint<TAB>key` line per key.",
+        "`group<TAB>fingerprint<TAB>key` line per key.\n"
+        "A Jaccard collection (collections create --method minhash): the clusters of the\n"
+        "pairs at Jaccard >= its threshold; --k is refused there (exit 2); --exact groups the\n"
+        "keys of identical sketches, its fingerprint column the sketch's digest (XXH3-64 of\n"
+        "its sorted values), which no SimHash fingerprint is.",
     )
     which = clusters.add_mutually_exclusive_group()
     which.add_argument(
@@ -267,7 +285,7 @@ def add_commands(command: CommandFactory) -> None:
         "within k. In a Jaccard collection (--method minhash) the third field is their Jaccard\n"
         "similarity to 4 decimals (the highest, then smallest key) and the fourth the keys at\n"
         "Jaccard >= its threshold, as `dedup --method minhash` writes flags.tsv; --json gives\n"
-        "a `jaccard` field instead of `distance`.",
+        "a `jaccard` field instead of `distance`; --k is refused there (exit 2).",
     )
     flags.add_argument(
         "--k", type=non_negative, metavar="N", help="largest distance (default: the server's k)"

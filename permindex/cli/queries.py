@@ -4,7 +4,10 @@
 Output formats (stdout, UTF-8, ``\\n`` line ends):
 
 - a fingerprint is always 16 lower-case hex digits, zero-padded (in JSON too, as a string);
-- ``query``: ``key<TAB>fingerprint<TAB>distance`` per match, sorted by distance then key;
+- ``query``: ``key<TAB>fingerprint<TAB>distance`` per match, sorted by distance then key (a
+  Jaccard collection: ``key<TAB>jaccard``, most similar first);
+- ``get``: ``key<TAB>fingerprint`` per stored key (a Jaccard collection, which stores
+  sketches: ``key<TAB>kind<TAB>size``);
 - ``pairs``: ``key_a<TAB>key_b<TAB>distance`` per pair, ``key_a < key_b``, lines sorted by
   ``(key_a, key_b)`` in code point order (the order of ``sorted()`` on the two keys; for the shared
   corpora it equals ``LC_ALL=C sort``), no header.
@@ -27,7 +30,7 @@ from permindex.text.documents import format_fingerprint, read_file_text, tsv_fie
 
 if TYPE_CHECKING:
     from permindex.client import Client
-    from permindex.client.results import ServerStats
+    from permindex.client.results import ServerStats, SketchHex
 
 __all__ = ["add_commands"]
 
@@ -83,10 +86,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
     limit = args.limit or 0
     with connect(args.address, args.connection) as client:
         if own_key is not None:
-            fingerprint = client.get(own_key)
-            if fingerprint is None:
+            stored = client.get(own_key)
+            if stored is None:
                 raise NotFoundError(f"key {own_key!r} is not stored", key=own_key)
-        assert fingerprint is not None
+            fingerprint = stored if isinstance(stored, int) else None
+        assert fingerprint is not None  # a Jaccard collection is answered above
         # One more, in case the key's own entry is among the nearest and is left out.
         asked = (limit + 1 if own_key is not None else limit) if limit else None
         matches = client.query(fingerprint, k=args.k, limit=asked)
@@ -163,18 +167,38 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
     return EXIT_CODES["ok"]
 
 
+def _get_fields(key: str, stored: int | SketchHex) -> dict[str, object]:
+    """One stored key as ``get --json`` prints it: ``{"key", "fingerprint"}`` (16 hex digits),
+    or from a Jaccard collection ``{"key", "kind", "size", "sketch"}`` (the sketch in hex as
+    ``export`` writes it, ``size`` values of its ``kind``)."""
+    if isinstance(stored, int):
+        return {"key": key, "fingerprint": format_fingerprint(stored)}
+    kind = stored.kind or "sketch"
+    width = 16 if stored.kind == "shingle_hashes" else 8
+    return {"key": key, "kind": kind, "size": len(stored.hex) // width, "sketch": stored.hex}
+
+
+def _get_line(fields: dict[str, object]) -> str:
+    """One stored key as ``get`` prints it: ``key<TAB>fingerprint``, or from a Jaccard
+    collection ``key<TAB>kind<TAB>size``."""
+    if "fingerprint" in fields:
+        return f"{tsv_field(str(fields['key']))}\t{fields['fingerprint']}\n"
+    return f"{tsv_field(str(fields['key']))}\t{fields['kind']}\t{fields['size']}\n"
+
+
 def _cmd_get(args: argparse.Namespace) -> int:
     keys: list[str] = args.keys
     with connect(args.address, args.connection) as client:
         found = client.get_many(keys)
-    out(
-        "".join(
-            f"{tsv_field(key)}\t{format_fingerprint(fp)}\n"
-            for key, fp in zip(keys, found, strict=True)
-            if fp is not None
-        )
-    )
-    missing = [key for key, fp in zip(keys, found, strict=True) if fp is None]
+    rows = [
+        _get_fields(key, stored) for key, stored in zip(keys, found, strict=True)
+        if stored is not None
+    ]  # fmt: skip
+    if args.json:
+        out(json.dumps(rows, ensure_ascii=False) + "\n")
+    else:
+        out("".join(_get_line(row) for row in rows))
+    missing = [key for key, stored in zip(keys, found, strict=True) if stored is None]
     if missing:
         raise NotFoundError(f"not stored: {', '.join(missing)}", key=missing[0])
     return EXIT_CODES["ok"]
@@ -205,20 +229,40 @@ def _parts(stats: ServerStats) -> dict[str, int]:
     return stats.memory_breakdown._asdict()
 
 
+def _jaccard_design(client: Client, collection: str | None) -> dict[str, object] | None:
+    """What ``stats`` prints of a Jaccard collection in place of the table design (which it
+    has not): its threshold, permutations, bands, rows and verify; None for a SimHash
+    collection ("default" always is one)."""
+    if collection is None or collection == "default":
+        return None
+    info = client.describe_collection(collection)
+    if info.method != "minhash":
+        return None
+    return {
+        "threshold": info.threshold,
+        "permutations": info.permutations,
+        "bands": info.bands,
+        "rows": info.rows,
+        "verify": info.verify,
+    }
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     with connect(args.address, args.connection) as client:
         stats = client.stats()
+        jaccard = _jaccard_design(client, args.collection)
     last = stats.last_snapshot_unix_seconds
+    design: dict[str, object] = {
+        "blocks": stats.blocks,
+        "leading": stats.leading,
+        "tables": stats.tables,
+        "k": stats.k,
+    }
     fields: dict[str, object] = {
         "count": stats.count,
         "memory_bytes": stats.memory_bytes,
         "resident_memory_bytes": stats.resident_memory_bytes,
-        "design": {
-            "blocks": stats.blocks,
-            "leading": stats.leading,
-            "tables": stats.tables,
-            "k": stats.k,
-        },
+        **({"design": design} if jaccard is None else {"method": "minhash", "jaccard": jaccard}),
         "uptime_seconds": stats.uptime_seconds,
         "last_snapshot_unix_seconds": last,
         "last_snapshot_count": stats.last_snapshot_count,
@@ -233,24 +277,39 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         "max_memory_bytes": stats.max_memory_bytes,
         "server_memory_bytes": stats.server_memory_bytes,
     }
+    if jaccard is not None:  # the parts of a SimHash index's memory: none of them is there
+        del fields["memory_breakdown"]
     if args.json:
         out(json.dumps(fields) + "\n")
         return EXIT_CODES["ok"]
     when = "never" if last is None else time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(last))
+    if jaccard is None:
+        shape = [
+            f"design\t{stats.blocks} blocks, {stats.leading} leading, {stats.tables} tables, "
+            f"k = {stats.k}"
+        ]
+        parts = [f"memory.{name}_bytes\t{value}" for name, value in _parts(stats).items()]
+        parts.append(f"memory.log_buffer_bytes\t{stats.log_buffer_bytes}")
+    else:
+        shape = [
+            "method\tminhash",
+            f"jaccard\tthreshold {jaccard['threshold']!r}, {jaccard['permutations']} "
+            f"permutations, {jaccard['bands']}x{jaccard['rows']} bands x rows, verify "
+            f"{jaccard['verify']}",
+        ]
+        parts = []
     lines = [
         f"count\t{stats.count}",
         f"memory_bytes\t{stats.memory_bytes}",
         f"resident_memory_bytes\t{stats.resident_memory_bytes or 'n/a (an admin token sees it)'}",
-        f"design\t{stats.blocks} blocks, {stats.leading} leading, {stats.tables} tables, "
-        f"k = {stats.k}",
+        *shape,
         f"uptime_seconds\t{stats.uptime_seconds:.1f}",
         f"last_snapshot\t{when} ({stats.last_snapshot_count} keys, "
         f"{stats.last_snapshot_bytes} bytes)",
         f"version\t{stats.version}",
         f"expire_after\t{_duration(stats.expire_after)}",
         f"expired_pending\t{stats.expired_pending}",
-        *(f"memory.{name}_bytes\t{value}" for name, value in _parts(stats).items()),
-        f"memory.log_buffer_bytes\t{stats.log_buffer_bytes}",
+        *parts,
         f"max_memory_bytes\t{stats.max_memory_bytes or 'none (serve --max-memory)'}",
         f"server_memory_bytes\t{stats.server_memory_bytes or 'n/a (an admin token sees it)'}",
     ]
@@ -371,11 +430,17 @@ def add_commands(command: CommandFactory) -> None:
 
     get = command(
         "get",
-        "print the stored fingerprint of keys",
+        "print the stored fingerprint (or sketch) of keys",
         "Print `key<TAB>fingerprint` for each stored key; keys not stored are named on\n"
-        f"stderr (exit code {EXIT_CODES['not_found']}).",
+        f"stderr (exit code {EXIT_CODES['not_found']}). In a Jaccard collection (collections\n"
+        "create --method minhash), which stores sketches, not fingerprints:\n"
+        "`key<TAB>kind<TAB>size`, kind shingle_hashes (--verify exact: size distinct shingle\n"
+        "hashes) or signature (--verify signature: size values, its permutations).\n"
+        '--json: one array, {"key", "fingerprint"} objects (16 hex digits), or from a Jaccard\n'
+        'collection {"key", "kind", "size", "sketch"}, sketch in hex as export writes it.',
     )
     get.add_argument("keys", nargs="+", metavar="KEY")
+    get.add_argument("--json", action="store_true", help="print one JSON array")
     get.set_defaults(func=_cmd_get)
 
     remove = command(
@@ -390,7 +455,11 @@ def add_commands(command: CommandFactory) -> None:
     stats = command(
         "stats",
         "print the server's counts, memory, design and last snapshot",
-        "Print the server's statistics, one `name<TAB>value` line each.",
+        "Print the server's statistics, one `name<TAB>value` line each. A Jaccard collection\n"
+        "(collections create --method minhash) has no table design and no memory.* parts:\n"
+        "`method<TAB>minhash` and `jaccard<TAB>threshold J, N permutations, BxR bands x rows,\n"
+        'verify V` lines take their place (in JSON "method" and a "jaccard" object replace\n'
+        '"design", and "memory_breakdown" is left out).',
     )
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     stats.set_defaults(func=_cmd_stats)

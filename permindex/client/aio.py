@@ -40,6 +40,7 @@ from permindex.client.results import (
     IngestResult,
     RemoveResult,
     ServerStats,
+    SketchHex,
     SnapshotResult,
 )
 from permindex.client.sharding import merge_columns
@@ -556,7 +557,7 @@ class AsyncClient(AsyncTransport):
         """
         return await self._run(operations.query_jaccard(self._target(), items, by, limit))
 
-    async def get(self, key: str) -> int | None:
+    async def get(self, key: str) -> int | SketchHex | None:
         """:meth:`Client.get <permindex.client.Client.get>`.
 
         Examples:
@@ -573,7 +574,7 @@ class AsyncClient(AsyncTransport):
         """
         return (await self.get_many([key]))[0]
 
-    async def get_many(self, keys: Iterable[str]) -> list[int | None]:
+    async def get_many(self, keys: Iterable[str]) -> list[int | SketchHex | None]:
         """:meth:`Client.get_many <permindex.client.Client.get_many>`.
 
         Examples:

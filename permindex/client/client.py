@@ -48,6 +48,7 @@ from permindex.client.results import (
     DocumentLike,
     RemoveResult,
     ServerStats,
+    SketchHex,
     SnapshotResult,
 )
 from permindex.client.streams import StreamingClient
@@ -300,9 +301,11 @@ class Client(StreamingClient):
         """
         return self._run(operations.query_jaccard(self._target(), items, by, limit))
 
-    def get(self, key: str) -> int | None:
+    def get(self, key: str) -> int | SketchHex | None:
         """The stored fingerprint of ``key`` (an int in [0, 2^64)), or None when it is not
-        stored. Errors as :meth:`get_many`.
+        stored; in a Jaccard collection its stored sketch, a
+        :class:`~permindex.client.SketchHex` (as :meth:`iter_export` yields it). Errors as
+        :meth:`get_many`.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
@@ -315,9 +318,11 @@ class Client(StreamingClient):
         """
         return self.get_many([key])[0]
 
-    def get_many(self, keys: Iterable[str]) -> list[int | None]:
+    def get_many(self, keys: Iterable[str]) -> list[int | SketchHex | None]:
         """The stored fingerprint of each key (None where not stored), in order; one request per
-        ``batch_size`` keys (to the key's shard).
+        ``batch_size`` keys (to the key's shard). In a Jaccard collection each stored key's
+        sketch, a :class:`~permindex.client.SketchHex` with its ``kind`` (never a fingerprint:
+        such a collection has none).
 
         Raises:
             InvalidArgumentError: a malformed key (empty, or longer than the server's limit):

@@ -23,6 +23,7 @@ from permindex.errors import InvalidArgumentError
 from permindex.index import Match
 from permindex.index.expiry import added_at_seconds
 from permindex.index.jaccard import JaccardMatch, MinHashSketch
+from permindex.index.jaccard.sketch import SketchKind
 from permindex.index.memory import MemoryBreakdown
 from permindex.v1 import index_pb2 as pb
 
@@ -35,9 +36,34 @@ __all__ = [
     "document_message",
     "document_messages",
     "document_result",
+    "get_value",
     "matches",
     "server_stats",
+    "sketch_hex",
 ]
+
+#: A :class:`SketchHex`'s kind -> its ``SketchKind`` enum value.
+SKETCH_KINDS: Final[dict[SketchKind, pb.SketchKind.ValueType]] = {
+    "shingle_hashes": pb.SKETCH_KIND_SHINGLE_HASHES,
+    "signature": pb.SKETCH_KIND_SIGNATURE,
+}
+_KIND_NAMES: Final[dict[int, SketchKind]] = {value: name for name, value in SKETCH_KINDS.items()}
+
+
+def sketch_hex(message: Any) -> SketchHex:
+    """The :class:`SketchHex` of a message with ``sketch_hex`` and ``sketch_kind``
+    (``ExportEntry``, ``GetResult``); kind None when unspecified (an older server)."""
+    return SketchHex(message.sketch_hex, _KIND_NAMES.get(message.sketch_kind))
+
+
+def get_value(result: Any) -> int | SketchHex | None:
+    """What :meth:`Client.get <permindex.client.Client.get>` gives for a ``GetResult``: the
+    fingerprint (a SimHash collection), the stored sketch (a Jaccard collection, whose reply
+    has ``sketch_hex``), or None when the key is not stored."""
+    if not result.found:
+        return None
+    return sketch_hex(result) if result.sketch_hex else int(result.fingerprint)
+
 
 #: Document status of a reply -> its name in the results.
 STATUS_NAMES: Final = {
@@ -77,7 +103,15 @@ def document_message(
     if isinstance(content, MinHashSketch):
         return pb.Document(key=key, sketch=sketch_message(content), added_at=seconds)
     if isinstance(content, SketchHex):
-        return pb.Document(key=key, sketch_hex=content.hex, added_at=seconds)
+        unspecified = pb.SKETCH_KIND_UNSPECIFIED
+        kind = unspecified if content.kind is None else SKETCH_KINDS.get(content.kind)
+        if kind is None:
+            raise InvalidArgumentError(
+                f"{where}: the SketchHex of key {key!r} has kind {content.kind!r}; give "
+                "'shingle_hashes', 'signature' or None",
+                content.kind,
+            )
+        return pb.Document(key=key, sketch_hex=content.hex, sketch_kind=kind, added_at=seconds)
     if not 0 <= content < 1 << 64:
         raise InvalidArgumentError(
             f"{where}: fingerprint {content} of key {key!r} is not in [0, 2**64)", content

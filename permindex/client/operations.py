@@ -25,6 +25,7 @@ from permindex.client.messages import (
     collection_info,
     document_messages,
     document_result,
+    get_value,
     jaccard_matches,
     matches,
     server_stats,
@@ -39,6 +40,7 @@ from permindex.client.results import (
     IngestResult,
     RemoveResult,
     ServerStats,
+    SketchHex,
     SnapshotResult,
     attach_ingest_result,
 )
@@ -370,7 +372,7 @@ def query_jaccard(
     return found
 
 
-def get_many(target: Target, keys: Iterable[str]) -> Plan[list[int | None]]:
+def get_many(target: Target, keys: Iterable[str]) -> Plan[list[int | SketchHex | None]]:
     """:meth:`Client.get_many`: each key's shard, ``batch_size`` keys a request."""
     names = list(keys)
     parts: list[Sequence[int]] = []
@@ -381,10 +383,10 @@ def get_many(target: Target, keys: Iterable[str]) -> Plan[list[int | None]]:
             request = pb.GetRequest(collection=target.collection, keys=[names[i] for i in chunk])
             calls.append(Call(shard, "Get", request, True))
     replies = yield calls
-    found: list[int | None] = [None] * len(names)
+    found: list[int | SketchHex | None] = [None] * len(names)
     for chunk, reply in zip(parts, replies, strict=True):
         for i, result in zip(chunk, reply.results, strict=True):
-            found[i] = result.fingerprint if result.found else None
+            found[i] = get_value(result)
     return found
 
 

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
 from permindex.index.jaccard import JaccardMatch, MinHashSketch
+from permindex.index.jaccard.sketch import SketchKind
 from permindex.index.memory import MemoryBreakdown
 from permindex.text.fingerprint import Vote
 
@@ -40,17 +41,29 @@ __all__ = [
 
 class SketchHex(NamedTuple):
     """A Jaccard collection's stored sketch in hex, as an export carries it
-    (``ExportEntry.sketch_hex``): what :meth:`Client.iter_export
-    <permindex.client.Client.iter_export>` yields for a Jaccard collection's entry and what
-    ``add``/``ingest`` send back as ``Document.sketch_hex`` (an import restores the sketch
-    exactly).
+    (``ExportEntry.sketch_hex`` and ``sketch_kind``): what :meth:`Client.iter_export
+    <permindex.client.Client.iter_export>` yields for a Jaccard collection's entry (and
+    :meth:`Client.get <permindex.client.Client.get>` for a stored key), and what
+    ``add``/``ingest`` send back as ``Document.sketch_hex`` with its ``sketch_kind`` (an import
+    restores the sketch exactly).
+
+    Attributes:
+        hex: the sketch, lower-case hex, back to back: 16 hex digits a shingle hash (``kind``
+            ``"shingle_hashes"``, from a ``verify="exact"`` collection) or 8 a signature value
+            (``"signature"``, from a ``verify="signature"`` collection).
+        kind: ``"shingle_hashes"``, ``"signature"`` or None (not said: sent without a kind, the
+            server reads the hex as the kind its collection keeps; from a server older than
+            the kind, None). A server refuses a signature sent to a ``verify="exact"``
+            collection; shingle hashes sent to a ``verify="signature"`` one are signed there.
 
     >>> from permindex.client import SketchHex
-    >>> SketchHex("00000000000000ff").hex
-    '00000000000000ff'
+    >>> sketch = SketchHex("00000000000000ff", "shingle_hashes")
+    >>> sketch.hex, sketch.kind
+    ('00000000000000ff', 'shingle_hashes')
     """
 
     hex: str
+    kind: SketchKind | None = None
 
 
 #: A document's content: its fingerprint (int in [0, 2^64)), its text (str), or for a Jaccard
@@ -198,7 +211,12 @@ _NO_BREAKDOWN: Final = MemoryBreakdown(0, 0, 0, 0, 0, 0, 0, 0)
 
 @dataclass(frozen=True)
 class ServerStats:
-    """The Stats RPC (units in the .proto): counts, memory, design, uptime, last snapshot."""
+    """The Stats RPC (units in the .proto): counts, memory, design, uptime, last snapshot.
+
+    A Jaccard collection has no table design and none of a SimHash index's memory parts: there
+    ``blocks``, ``leading``, ``tables``, ``k`` and ``memory_breakdown`` are 0
+    (:meth:`Client.describe_collection <permindex.client.Client.describe_collection>` gives its
+    threshold, permutations, bands, rows and verify)."""
 
     count: int
     memory_bytes: int

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.client.messages import check_counts
-from permindex.client.results import ColumnMatches, SketchHex
+from permindex.client.messages import check_counts, sketch_hex
+from permindex.client.results import ColumnMatches
 from permindex.client.sharding import refuse_fan_out
 from permindex.errors import InvalidArgumentError
 from permindex.index.hamming import as_fingerprint_array
@@ -54,7 +54,7 @@ def export_read(collection: str, with_times: bool = False) -> StreamRead:
 
     def items(reply: Any) -> Iterable[Any]:
         def content(e: Any) -> Any:  # a Jaccard collection's entry: its sketch in hex
-            return SketchHex(e.sketch_hex) if e.sketch_hex else e.fingerprint
+            return sketch_hex(e) if e.sketch_hex else e.fingerprint
 
         if with_times:
             return ((e.key, content(e), e.added_at) for e in reply.entries)

@@ -25,6 +25,7 @@ from typing import IO, Any, Final
 
 from permindex.errors import InvalidArgumentError
 from permindex.index.expiry import added_at_seconds
+from permindex.index.jaccard.sketch import SKETCH_KINDS, SketchKind
 from permindex.io.arrow import added_at_array, key_array, require_pyarrow, text_array
 from permindex.io.parquet import (
     ParquetReader,
@@ -45,7 +46,7 @@ __all__ = ["SKETCH_FIELDS", "SketchDocument", "open_export"]
 
 #: The fields (Parquet columns) of a Jaccard collection's export that hold each key's sketch:
 #: the shingle hashes of a ``verify="exact"`` collection, the signature of a ``"signature"`` one.
-SKETCH_FIELDS: Final = ("shingle_hashes", "signature")
+SKETCH_FIELDS: Final[tuple[SketchKind, ...]] = SKETCH_KINDS
 _NEEDLES: Final = tuple(b'"' + field.encode() + b'"' for field in SKETCH_FIELDS)
 #: Whole values in hex: a shingle hash is 16 digits, a signature value 8.
 _SKETCH_HEX: Final = {
@@ -67,7 +68,7 @@ class SketchDocument(Document):
     """
 
     sketch: str | None = None
-    kind: str = "shingle_hashes"
+    kind: SketchKind = "shingle_hashes"
 
     def size_bytes(self) -> int:
         """Approximate size in a request message, bytes (key and sketch, a little framing)."""
@@ -183,7 +184,7 @@ class _SketchParquetReader(ParquetReader):
                 ) from None
 
     def _batch_documents(
-        self, batch: Any, name: str, first: int, timed: bool, kind: str
+        self, batch: Any, name: str, first: int, timed: bool, kind: SketchKind
     ) -> list[SketchDocument]:
         keys = key_array(batch.column(0), source=name, column=self._id_field, first_row=first)
         sketches = text_array(batch.column(1), source=name, column=kind, first_row=first)

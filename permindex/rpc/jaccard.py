@@ -16,7 +16,13 @@ import numpy as np
 
 from permindex.errors import InvalidArgumentError, InvalidKeyError
 from permindex.index.jaccard import JaccardIndex, JaccardMatch, MinHashSketch
-from permindex.index.jaccard.sketch import checked_sketch, sketch_from_hex, sketch_to_hex
+from permindex.index.jaccard.sketch import (
+    SketchKind,
+    checked_sketch,
+    kind_of,
+    sketch_from_hex,
+    sketch_to_hex,
+)
 from permindex.index.keys.rule import validate_key
 from permindex.rpc import convert
 from permindex.rpc.config import ServerConfig
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
     from permindex.near.jaccard import JaccardDuplicates
 
 __all__ = [
+    "KIND_MESSAGES",
     "JaccardBatch",
     "JaccardState",
     "add",
@@ -44,6 +51,16 @@ _ADDED = pb.DOCUMENT_STATUS_ADDED
 _REPLACED = pb.DOCUMENT_STATUS_REPLACED
 _TOO_SHORT = pb.DOCUMENT_STATUS_TOO_SHORT
 _NEAR_DUPLICATE = pb.DOCUMENT_STATUS_NEAR_DUPLICATE
+
+#: A sketch's kind -> its ``SketchKind`` enum value (Export, Get).
+KIND_MESSAGES: dict[SketchKind, pb.SketchKind.ValueType] = {
+    "shingle_hashes": pb.SKETCH_KIND_SHINGLE_HASHES,
+    "signature": pb.SKETCH_KIND_SIGNATURE,
+}
+_KINDS: dict[int, SketchKind | None] = {
+    pb.SKETCH_KIND_UNSPECIFIED: None,
+    **{int(value): kind for kind, value in KIND_MESSAGES.items()},
+}
 
 
 class JaccardState(ServerState):
@@ -159,12 +176,19 @@ def documents(state: JaccardState, documents: Sequence[pb.Document]) -> JaccardB
             sketches.append(_sketch(state, document.sketch, f"documents[{i}].sketch"))
         elif content == "sketch_hex":
             index = state.jaccard
+            if document.sketch_kind not in _KINDS:
+                raise InvalidArgumentError(
+                    f"documents[{i}] (key {key[:80]!r}): sketch_kind {document.sketch_kind} is "
+                    "not a SketchKind (SHINGLE_HASHES = 1, SIGNATURE = 2, or 0: unspecified)",
+                    document.sketch_kind,
+                )
             sketches.append(
                 sketch_from_hex(
                     document.sketch_hex,
                     verify=index.verify,
                     permutations=index.permutations,
-                    name=f"documents[{i}].sketch_hex",
+                    name=f"documents[{i}].sketch_hex (key {key[:80]!r})",
+                    kind=_KINDS[document.sketch_kind],
                 )
             )
         else:
@@ -376,11 +400,14 @@ def export_messages(
     index = state.jaccard
     keys, sketches, times = index.export()
     timed = index.expire_after is not None
+    kind = KIND_MESSAGES[kind_of(index.verify)]
     response = pb.ExportResponse()
     size = 0
     for i, key in enumerate(keys):
         text = sketch_to_hex(sketches[i], index.verify)
-        response.entries.add(key=key, sketch_hex=text, added_at=int(times[i]) if timed else 0)
+        response.entries.add(
+            key=key, sketch_hex=text, sketch_kind=kind, added_at=int(times[i]) if timed else 0
+        )
         size += len(text) + len(key) + 16
         if len(response.entries) >= chunk or size >= max_bytes:
             yield response
@@ -391,12 +418,20 @@ def export_messages(
 
 
 def get(state: JaccardState, request: pb.GetRequest) -> pb.GetResponse:
-    """Get on a Jaccard collection: whether each key is stored (no fingerprint)."""
+    """Get on a Jaccard collection: whether each key is stored and, when it is, its stored
+    sketch in hex (as Export writes it) and the sketch's kind (no fingerprint)."""
     config = state.config
     keys = convert.check_keys(
         request.keys, max_batch=config.max_batch, max_key_bytes=config.max_key_bytes
     )
+    index = state.jaccard
+    kind = KIND_MESSAGES[kind_of(index.verify)]
     response = pb.GetResponse()
     for key in keys:
-        response.results.add(key=key, found=key in state.jaccard)
+        stored = index.get(key)
+        if stored is None:
+            response.results.add(key=key, found=False)
+        else:
+            text = sketch_to_hex(stored, index.verify)
+            response.results.add(key=key, found=True, sketch_hex=text, sketch_kind=kind)
     return response

@@ -99,6 +99,32 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _SketchKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SketchKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SketchKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SKETCH_KIND_UNSPECIFIED: _SketchKind.ValueType  # 0
+    """Not said (a client or server older than the field): see Document.sketch_kind."""
+    SKETCH_KIND_SHINGLE_HASHES: _SketchKind.ValueType  # 1
+    """MinHashSketch.shingle_hashes: sorted, distinct, 16 hex digits each, big-endian."""
+    SKETCH_KIND_SIGNATURE: _SketchKind.ValueType  # 2
+    """MinHashSketch.signature: one value per permutation, 8 hex digits each, big-endian."""
+
+class SketchKind(_SketchKind, metaclass=_SketchKindEnumTypeWrapper):
+    """What a sketch in hex (Document.sketch_hex, ExportEntry.sketch_hex, GetResult.sketch_hex)
+    holds: the two fields of MinHashSketch.
+    """
+
+SKETCH_KIND_UNSPECIFIED: SketchKind.ValueType  # 0
+"""Not said (a client or server older than the field): see Document.sketch_kind."""
+SKETCH_KIND_SHINGLE_HASHES: SketchKind.ValueType  # 1
+"""MinHashSketch.shingle_hashes: sorted, distinct, 16 hex digits each, big-endian."""
+SKETCH_KIND_SIGNATURE: SketchKind.ValueType  # 2
+"""MinHashSketch.signature: one value per permutation, 8 hex digits each, big-endian."""
+Global___SketchKind: _TypeAlias = SketchKind  # noqa: Y015
+
 class _DocumentStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -144,6 +170,7 @@ class Document(_message.Message):
     FINGERPRINT_HEX_FIELD_NUMBER: _builtins.int
     SKETCH_FIELD_NUMBER: _builtins.int
     SKETCH_HEX_FIELD_NUMBER: _builtins.int
+    SKETCH_KIND_FIELD_NUMBER: _builtins.int
     ADDED_AT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """Required: non-empty, at most 1,024 UTF-8 bytes."""
@@ -162,7 +189,22 @@ class Document(_message.Message):
     value, and nothing of the request is applied.
     """
     sketch_hex: _builtins.str
-    """Jaccard collections only: the sketch as ExportEntry.sketch_hex writes it (Import)."""
+    """Jaccard collections only: the sketch as ExportEntry.sketch_hex writes it (Import), with
+    its kind in sketch_kind.
+    """
+    sketch_kind: Global___SketchKind.ValueType
+    """What sketch_hex holds (ignored for every other content): SKETCH_KIND_SHINGLE_HASHES (16 hex
+    digits a hash, as a verify "exact" collection exports) or SKETCH_KIND_SIGNATURE (8 hex
+    digits a value, as a verify "signature" collection exports); ExportEntry.sketch_kind, sent
+    back. A collection with verify "exact" takes shingle hashes only (a signature:
+    INVALID_ARGUMENT naming documents[i], nothing of the request applied); one with verify
+    "signature" takes a signature of its `permutations` values, or shingle hashes, from which
+    it computes the signature (as from MinHashSketch.shingle_hashes). Unspecified (a client older
+    than the field): the collection's own kind is assumed, so the hex is read as shingle hashes
+    by an "exact" collection and as a signature by a "signature" one; an exact export of
+    exactly permutations / 2 shingle hashes is then taken for a signature, which is why
+    clients should set it.
+    """
     added_at: _builtins.int
     """When the document was crawled, Unix seconds, for a collection with expire_after (an import
     of an earlier crawl); 0 or absent: the server's clock at the write. A time in the future
@@ -185,11 +227,12 @@ class Document(_message.Message):
         fingerprint_hex: _builtins.str = ...,
         sketch: Global___MinHashSketch | None = ...,
         sketch_hex: _builtins.str = ...,
+        sketch_kind: Global___SketchKind.ValueType = ...,
         added_at: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "sketch", b"sketch", "sketch_hex", b"sketch_hex", "text", b"text"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "key", b"key", "sketch", b"sketch", "sketch_hex", b"sketch_hex", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "content", b"content", "fingerprint", b"fingerprint", "fingerprint_hex", b"fingerprint_hex", "key", b"key", "sketch", b"sketch", "sketch_hex", b"sketch_hex", "sketch_kind", b"sketch_kind", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["fingerprint", "text", "fingerprint_hex", "sketch", "sketch_hex"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
@@ -593,22 +636,34 @@ class GetResult(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     FOUND_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
+    SKETCH_HEX_FIELD_NUMBER: _builtins.int
+    SKETCH_KIND_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     found: _builtins.bool
     fingerprint: _builtins.int
-    """Present when found. JSON: a decimal string; loaders: keep 64 bits (proto-loader
+    """Present when found in a SimHash collection (absent in a Jaccard collection, which stores
+    no fingerprints). JSON: a decimal string; loaders: keep 64 bits (proto-loader
     `longs: String`).
     """
+    sketch_hex: _builtins.str
+    """Jaccard collections, when found: the stored sketch in hex as ExportEntry.sketch_hex writes
+    it, and its kind (shingle hashes with verify "exact", the signature with "signature"). A
+    reply whose sketches would not fit the message limit is RESOURCE_EXHAUSTED (ask for fewer
+    keys per request, or raise the server's --max-message-mb).
+    """
+    sketch_kind: Global___SketchKind.ValueType
     def __init__(
         self,
         *,
         key: _builtins.str = ...,
         found: _builtins.bool = ...,
         fingerprint: _builtins.int | None = ...,
+        sketch_hex: _builtins.str = ...,
+        sketch_kind: Global___SketchKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fingerprint", b"_fingerprint", "fingerprint", b"fingerprint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fingerprint", b"_fingerprint", "fingerprint", b"fingerprint", "found", b"found", "key", b"key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fingerprint", b"_fingerprint", "fingerprint", b"fingerprint", "found", b"found", "key", b"key", "sketch_hex", b"sketch_hex", "sketch_kind", b"sketch_kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fingerprint: _TypeAlias = _typing.Literal["fingerprint"]  # noqa: Y015
     _WhichOneofArgType__fingerprint: _TypeAlias = _typing.Literal["_fingerprint", b"_fingerprint"]  # noqa: Y015
@@ -1398,6 +1453,7 @@ class ExportEntry(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     ADDED_AT_FIELD_NUMBER: _builtins.int
     SKETCH_HEX_FIELD_NUMBER: _builtins.int
+    SKETCH_KIND_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     fingerprint: _builtins.int
     """JSON: a decimal string; loaders: keep 64 bits (proto-loader `longs: String`)."""
@@ -1410,8 +1466,13 @@ class ExportEntry(_message.Message):
     sketch_hex: _builtins.str
     """Jaccard collections (fingerprint 0): the stored sketch in hex, lower case: with verify
     "exact" the sorted distinct shingle hashes, 16 hex digits each; with "signature" the
-    signature, 8 hex digits a value; back to back. Sent back as Document.sketch_hex (Import) it
-    restores the same sketch exactly.
+    signature, 8 hex digits a value; back to back. Sent back as Document.sketch_hex with
+    Document.sketch_kind = sketch_kind (Import) it restores the same sketch exactly.
+    """
+    sketch_kind: Global___SketchKind.ValueType
+    """Jaccard collections: what sketch_hex holds, SKETCH_KIND_SHINGLE_HASHES (verify "exact") or
+    SKETCH_KIND_SIGNATURE (verify "signature"); unspecified in a SimHash collection's entries
+    (and from a server older than the field).
     """
     def __init__(
         self,
@@ -1420,10 +1481,11 @@ class ExportEntry(_message.Message):
         fingerprint: _builtins.int = ...,
         added_at: _builtins.int = ...,
         sketch_hex: _builtins.str = ...,
+        sketch_kind: Global___SketchKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "fingerprint", b"fingerprint", "key", b"key", "sketch_hex", b"sketch_hex"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "fingerprint", b"fingerprint", "key", b"key", "sketch_hex", b"sketch_hex", "sketch_kind", b"sketch_kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

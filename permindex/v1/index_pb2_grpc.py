@@ -169,7 +169,8 @@ class PermIndexServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """The stored fingerprint of each key (found = false for a key not stored).
+        """The stored fingerprint of each key (found = false for a key not stored); in a Jaccard
+        collection the stored sketch in hex and its kind instead.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -12,8 +12,8 @@ No I/O; importing this module does not import numba.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Final, Literal, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,12 +21,15 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 
 __all__ = [
+    "SKETCH_KINDS",
     "VERIFY_MODES",
     "MinHashSketch",
+    "SketchKind",
     "Verify",
     "check_verify",
     "checked_sketch",
     "distinct_sorted",
+    "kind_of",
     "sketch_from_hex",
     "sketch_to_hex",
 ]
@@ -36,26 +39,105 @@ __all__ = [
 Verify = Literal["exact", "signature"]
 VERIFY_MODES: Final[tuple[Verify, ...]] = ("exact", "signature")
 
+#: What a sketch in hex holds (the names of :class:`MinHashSketch`'s fields): the shingle hashes
+#: (16 hex digits each: what a ``verify="exact"`` collection keeps) or the signature (8 hex
+#: digits a value: what a ``verify="signature"`` collection keeps).
+SketchKind = Literal["shingle_hashes", "signature"]
+SKETCH_KINDS: Final[tuple[SketchKind, ...]] = ("shingle_hashes", "signature")
+
 _HEX: Final = re.compile(r"[0-9a-fA-F]*")
 
 
-class MinHashSketch(NamedTuple):
-    """A document as a Jaccard collection sees it.
+class _SketchFields(NamedTuple):
+    shingle_hashes: NDArray[np.uint64]
+    signature: NDArray[np.uint32]
+
+
+class MinHashSketch(_SketchFields):
+    """A document as a Jaccard collection sees it: ``MinHashSketch(shingle_hashes,
+    signature)``, a named tuple of two arrays.
 
     Attributes:
-        shingle_hashes: ``(m,) uint64``, the XXH3-64 hashes of its word shingles, sorted and
-            distinct (empty when only the signature is known).
+        shingle_hashes: ``(m,) uint64``, the XXH3-64 hashes of its word shingles
+            (:func:`permindex.minhash_sketch` gives them sorted and distinct; a server takes
+            any order and repeats); empty when only the signature is known.
         signature: ``(permutations,) uint32``, its MinHash signature
             (:func:`permindex.near.minhash.signatures`; empty when only the set is known).
 
-    >>> from permindex import minhash_sketch
+    Each field is given as a one-dimensional numpy array of integers or a sequence of ints
+    (an empty one for a field not known) and kept as a uint64 (uint32) array: an array of that
+    dtype as it is (no copy), anything else checked, then converted, so that no value wraps
+    into another on its way to a server. O(m + permutations).
+
+    Raises:
+        TypeError: a field that is not a sequence or one-dimensional array of integers (a
+            float, a bool, a string, None; a float, bool or object array), naming the field and
+            the value.
+        ValueError: a shingle hash outside [0, 2^64) or a signature value outside [0, 2^32)
+            (a negative one included), or an array that is not one-dimensional, naming the
+            field, the position and the value.
+
+    >>> from permindex import MinHashSketch, minhash_sketch
     >>> sketch = minhash_sketch("one two three four", permutations=16)
     >>> sketch.shingle_hashes.size, sketch.signature.size
     (2, 16)
+    >>> MinHashSketch([3, 1, 2], []).shingle_hashes
+    array([3, 1, 2], dtype=uint64)
+    >>> MinHashSketch([-1], [])
+    Traceback (most recent call last):
+    ...
+    ValueError: MinHashSketch shingle_hashes[0] = -1 is outside [0, 2^64)
+    >>> MinHashSketch([1.5], [])
+    Traceback (most recent call last):
+    ...
+    TypeError: MinHashSketch shingle_hashes[0] is float 1.5; give ints
     """
 
-    shingle_hashes: NDArray[np.uint64]
-    signature: NDArray[np.uint32]
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        shingle_hashes: Sequence[int] | NDArray[Any],
+        signature: Sequence[int] | NDArray[Any],
+    ) -> MinHashSketch:
+        return super().__new__(
+            cls,
+            _unsigned(shingle_hashes, np.dtype(np.uint64), "shingle_hashes", 64),
+            _unsigned(signature, np.dtype(np.uint32), "signature", 32),
+        )
+
+
+def _unsigned(values: object, dtype: np.dtype[Any], name: str, bits: int) -> NDArray[Any]:
+    """``values`` as a one-dimensional array of ``dtype`` (unsigned, ``bits`` wide), refused
+    rather than wrapped (see :class:`MinHashSketch`)."""
+    where = f"MinHashSketch {name}"
+    if isinstance(values, np.ndarray) and values.dtype == dtype:
+        if values.ndim != 1:
+            raise ValueError(f"{where} has shape {values.shape}; give a one-dimensional array")
+        return values
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        if values.ndim != 1:
+            raise ValueError(f"{where} has shape {values.shape}; give a one-dimensional array")
+        bad = np.flatnonzero(
+            (values < 0) | (values > (1 << bits) - 1)
+            if values.dtype.kind == "i" or values.dtype.itemsize * 8 > bits
+            else np.zeros(values.size, dtype=bool)
+        )
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{where}[{i}] = {values[i]} is outside [0, 2^{bits})")
+        return values.astype(dtype)
+    if isinstance(values, np.ndarray) and values.dtype.kind != "O":
+        raise TypeError(f"{where} is an array of dtype {values.dtype}; give integers")
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise TypeError(f"{where} is {type(values).__name__}; give a sequence or array of integers")
+    items = list(values)
+    for i, value in enumerate(items):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{where}[{i}] is {type(value).__name__} {str(value)[:40]}; give ints")
+        if not 0 <= int(value) < 1 << bits:
+            raise ValueError(f"{where}[{i}] = {value} is outside [0, 2^{bits})")
+    return np.array([int(value) for value in items], dtype=dtype)
 
 
 def check_verify(verify: object) -> Verify:
@@ -69,6 +151,16 @@ def check_verify(verify: object) -> Verify:
             f"verify must be one of {', '.join(VERIFY_MODES)}, got {str(verify)[:80]!r}", verify
         )
     return verify
+
+
+def kind_of(verify: Verify) -> SketchKind:
+    """The kind of sketch a collection of ``verify`` keeps (and exports).
+
+    >>> from permindex.index.jaccard.sketch import kind_of
+    >>> kind_of("exact"), kind_of("signature")
+    ('shingle_hashes', 'signature')
+    """
+    return "shingle_hashes" if verify == "exact" else "signature"
 
 
 def distinct_sorted(hashes: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -147,35 +239,60 @@ def sketch_to_hex(sketch: MinHashSketch, verify: Verify) -> str:
     return sketch.signature.astype(">u4").tobytes().hex()
 
 
-def sketch_from_hex(text: str, *, verify: Verify, permutations: int, name: str) -> MinHashSketch:
-    """The sketch of :func:`sketch_to_hex`'s hex, checked as :func:`checked_sketch` checks.
+def sketch_from_hex(
+    text: str,
+    *,
+    verify: Verify,
+    permutations: int,
+    name: str,
+    kind: SketchKind | None = None,
+) -> MinHashSketch:
+    """The sketch of :func:`sketch_to_hex`'s hex, of ``kind`` (None: the kind the collection
+    keeps, :func:`kind_of` ``verify``, as read before the kind travelled with the hex), checked
+    as :func:`checked_sketch` checks: shingle hashes make either collection's sketch (a
+    ``"signature"`` collection computes the signature from them); a signature only a
+    ``"signature"`` collection's.
 
     Raises:
-        InvalidArgumentError: not hex, a length that is not whole values, a signature of
-            another length, exact-sketch hashes not strictly increasing (as a signature's hex
-            read as shingle hashes is) (naming ``name``).
+        InvalidArgumentError: a signature for a ``verify="exact"`` collection; not hex, a
+            length that is not whole values, a signature of another length, shingle hashes not
+            strictly increasing (as a signature's hex read as shingle hashes is) (naming
+            ``name``).
 
     >>> from permindex.index.jaccard.sketch import sketch_from_hex
     >>> sketch_from_hex("00000000000000ff", verify="exact", permutations=4, name="x").shingle_hashes
     array([255], dtype=uint64)
+    >>> sketch_from_hex("00000000000000ff", verify="signature", permutations=2, name="x",
+    ...                 kind="shingle_hashes").shingle_hashes.size  # only the signature is kept
+    0
     """
-    width = 16 if verify == "exact" else 8
-    if not _HEX.fullmatch(text) or len(text) % width or not text:
+    if kind is None:
+        kind = kind_of(verify)
+    if kind == "signature" and verify == "exact":
         raise InvalidArgumentError(
-            f"{name} is not an {verify} sketch in hex ({width} hex digits a value, at least one)",
+            f"{name} is a signature (sketch_kind SIGNATURE, an export of a verify=signature "
+            "collection): this collection verifies exactly (verify=exact) and takes shingle "
+            "hashes (sketch_kind SHINGLE_HASHES, 16 hex digits a hash); import a signature "
+            "into a verify=signature collection of the same permutations",
             name,
         )
+    width = 16 if kind == "shingle_hashes" else 8
+    what = "shingle hashes" if kind == "shingle_hashes" else "a signature"
+    if not _HEX.fullmatch(text) or len(text) % width or not text:
+        raise InvalidArgumentError(
+            f"{name} is not {what} in hex ({width} hex digits a value, at least one)", name
+        )
     raw = bytes.fromhex(text)
-    if verify == "exact":
+    if kind == "shingle_hashes":
         hashes = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
         if hashes.size > 1 and not bool((hashes[1:] > hashes[:-1]).all()):
-            # Export writes an exact sketch's hashes sorted and distinct; a signature's hex
-            # (8 digits a value) read 16 digits at a time is not, but for 1 chance in size!
+            # Export writes shingle hashes sorted and distinct; a signature's hex (8 digits a
+            # value) read 16 digits at a time is not, but for 1 chance in size!
             raise InvalidArgumentError(
-                f"{name} is not an exact sketch in hex: its shingle hashes (16 hex digits "
-                "each) are not in increasing order, as an export of a verify=exact collection "
-                "writes them; a verify=signature collection's export (8 hex digits a "
-                "signature value) cannot be imported here",
+                f"{name} is not shingle hashes in hex: its values (16 hex digits each) are not "
+                "in increasing order, as an export of a verify=exact collection writes them; a "
+                "verify=signature collection's export (8 hex digits a signature value, "
+                "sketch_kind SIGNATURE) cannot be imported into a verify=exact collection",
                 name,
             )
         return checked_sketch(
