@@ -78,14 +78,15 @@ def _edited(rng: random.Random, words: list[str], edits: int) -> list[str]:
 def stream(seed: int, n: int, verify: str, old: int | None = None) -> list[Document]:
     """``n`` documents: new pages, planted near-duplicates of earlier ones (1 to 8 words edited:
     Jaccard from about 0.5 to 0.95, around the threshold), exact copies, a page after two
-    edits of it that are not near each other (near both), re-adds of an earlier key (an edit
-    of its page or a new one), too-short texts; about a third sent as sketches
-    (:func:`permindex.minhash_sketch`, or its hex as an export carries it) instead of texts.
-    ``old``: a share of the documents carry that ``added_at`` (expired at their time in a
-    collection with expiry)."""
+    edits of it that are not near each other (near both), re-adds of an earlier key (its own
+    page edited, as a crawler sees it again; another page edited; a new one), too-short texts;
+    about a third sent as sketches (:func:`permindex.minhash_sketch`, or its hex as an export
+    carries it) instead of texts. ``old``: a share of the documents carry that ``added_at``
+    (expired at their time in a collection with expiry)."""
     rng = random.Random(seed)
     pages: list[list[str]] = []
     keys: list[str] = []
+    last: dict[str, list[str]] = {}  # each key's latest page
     docs: list[Document] = []
     planned: list[list[str]] = []  # a page edited at its start, at its end, then itself
     while len(docs) < n:
@@ -105,8 +106,12 @@ def stream(seed: int, n: int, verify: str, old: int | None = None) -> list[Docum
             words = _edited(rng, rng.choice(pages), rng.randint(0, 8))
         elif roll < 0.85:
             key = rng.choice(keys)
-            words = _edited(rng, rng.choice(pages), rng.randint(0, 8))
-            if rng.random() < 0.3:
+            kind = rng.random()
+            if kind < 0.5 and len(last[key]) >= 3:  # crawled again: its own page, edited
+                words = _edited(rng, last[key], rng.randint(0, 3))
+            elif kind < 0.8:
+                words = _edited(rng, rng.choice(pages), rng.randint(0, 8))
+            else:
                 words = _words(rng, rng.randint(25, 60))
         else:
             words = _words(rng, rng.randint(0, 2))  # too short: no shingle of 3 words
@@ -114,6 +119,7 @@ def stream(seed: int, n: int, verify: str, old: int | None = None) -> list[Docum
         if len(words) >= 3:
             pages.append(words)
         keys.append(key)
+        last[key] = words
         content: str | permindex.MinHashSketch | SketchHex = text
         sketch = permindex.minhash_sketch(text, permutations=PERMUTATIONS)
         if sketch is not None:
