@@ -526,6 +526,7 @@ class JaccardIndex:
 
         O(n^2 x bands) band comparisons at most, and the candidates' verification.
 
+        >>> import numpy as np
         >>> from permindex import JaccardIndex, minhash_sketch
         >>> index = JaccardIndex(threshold=0.5)
         >>> text = "the quick brown fox jumps over the lazy dog"
