@@ -7,9 +7,12 @@ what each stored. Each test works in collections of its own."""
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,3 +274,28 @@ def test_bad_input_is_refused_before_anything_is_added(servers: tuple[list[str],
             with pytest.raises(permindex.InvalidArgumentError, match=says):
                 one.check_and_add_many(docs[2:])
             assert sharded.stats().count == one.stats().count == 0
+
+
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verify", ["exact", "signature"])
+def test_a_crawl_of_a_real_corpus_over_three_shards(
+    servers: tuple[list[str], str], verify: str
+) -> None:
+    """libstdc++-12-doc (3,906 pages) checked-and-added in one pass, as a crawler would, at
+    threshold 0.8: three shards give one server's results, page for page."""
+    path = CORPUS / "libstdc++-12-doc.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"shared corpus not found at {path} (expected <repo>/../shared/corpora)")
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        docs = [(d["id"], d["text"]) for d in map(json.loads, lines)]
+    name, addresses, single = _collections(servers, 3, threshold=0.8, verify=verify)
+    with (
+        permindex.Client(addresses, collection=name, timeout=300) as sharded,
+        permindex.Client(single, collection=name, timeout=300) as one,
+    ):
+        expected = one.check_and_add_many(docs)
+        assert sharded.check_and_add_many(docs) == expected
+    assert sum(r.status == "near_duplicate" for r in expected) > 150  # 178 exact, 187 signature
