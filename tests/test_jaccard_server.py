@@ -530,7 +530,8 @@ def test_async_client_and_index_invariants(server: RunningServer) -> None:
 
 def test_over_two_shards(tmp_path: Path, server: RunningServer) -> None:
     """A sharded client adds to and queries a Jaccard collection on every shard (merged as one
-    server's answer) and refuses its check-and-add, which runs on one server only."""
+    server's answer) and checks-and-adds against both (tests/test_sharded_jaccard.py compares
+    that with one server)."""
     other = create_server(server_config(tmp_path / "other"))
     try:
         with permindex.Client([server.address, other.address]) as both:
@@ -545,8 +546,9 @@ def test_over_two_shards(tmp_path: Path, server: RunningServer) -> None:
             (found,) = pages.query_jaccard([text])
             assert sorted(m.key for m in found) == keys  # from both shards
             assert all(m.jaccard == pytest.approx(38 / 39) for m in found)
-            with pytest.raises(permindex.InvalidArgumentError, match="one server only"):
-                pages.check_and_add("new", text)
+            result = pages.check_and_add("new", text)  # near the keys of both shards
+            assert result.status == "near_duplicate"
+            assert [m.key for m in result.matches] == keys  # Jaccard equal: by key
     finally:
         other.stop(grace=0)
 

@@ -396,19 +396,37 @@ def test_annotate_only(tmp_path: Path, site: Site, server: str, collection: str)
     assert "kept: PERMINDEX_DROP = False" in crawl.log
 
 
-def test_a_jaccard_collection(tmp_path: Path, site: Site, server: str) -> None:
+@pytest.mark.parametrize("shards", [1, 2], ids=["one-server", "two-shards"])
+def test_a_jaccard_collection(tmp_path: Path, site: Site, server: str, shards: int) -> None:
     """The middleware over a Jaccard collection (method minhash): the same pages flagged, each
-    with the Jaccard of its nearest page (1.0: a mirror has its page's text)."""
+    with the Jaccard of its nearest page (1.0: a mirror has its page's text); with
+    ``PERMINDEX_ADDRESS`` naming two shards as well (the client checks every shard, then adds
+    on the key's)."""
     name = f"jaccard-{next(_collections)}"
-    with Client(server) as client:
-        client.create_collection(name, method="minhash", threshold=0.8)
-    crawl = _crawl(
-        tmp_path,
-        site.url("index.html"),
-        f"PERMINDEX_ADDRESS={server}",
-        f"PERMINDEX_COLLECTION={name}",
-        "PERMINDEX_DROP=False",
-    )
+    other = ServeProcess(tmp_path / "shard-2") if shards == 2 else None
+    addresses = [server]
+    if other is not None:
+        second = other.address()
+        assert second is not None, other.text
+        addresses.append(second)
+    try:
+        with Client(addresses) as client:
+            client.create_collection(name, method="minhash", threshold=0.8)
+        crawl = _crawl(
+            tmp_path,
+            site.url("index.html"),
+            f"PERMINDEX_ADDRESS={','.join(addresses)}",
+            f"PERMINDEX_COLLECTION={name}",
+            "PERMINDEX_DROP=False",
+        )
+        with Client(addresses, collection=name) as client:
+            stored = {key for key, _ in client.iter_export()}
+        for page, mirror in _pairs(site):  # one of each mirrored pair stored, on any shard
+            assert (page in stored) != (mirror in stored), (page, stored)
+        assert set(_uniques(site)) <= stored
+    finally:
+        if other is not None:
+            other.stop()
     assert crawl.returncode == 0, crawl.log
     near = [
         item["permindex"]

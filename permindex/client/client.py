@@ -135,8 +135,10 @@ class Client(StreamingClient):
     def check_and_add(
         self, key: str, content: Content, *, k: int | None = None, added_at: float | None = None
     ) -> CheckResult:
-        """Add the document only if no *other* key is within ``k`` (atomically on one server;
-        over shards see :meth:`check_and_add_many`), at ``added_at`` (Unix seconds, as
+        """Add the document only if no *other* key is within ``k`` (on a Jaccard collection: at
+        Jaccard similarity >= its threshold, ``k`` unset; the matches are then
+        :class:`~permindex.JaccardMatch` items) (atomically on one server; over shards see
+        :meth:`check_and_add_many`), at ``added_at`` (Unix seconds, as
         :class:`~permindex.client.Document`'s; None: the server's clock).
 
         Examples:
@@ -159,12 +161,23 @@ class Client(StreamingClient):
         documents (so two near-duplicates among them can never both be added; a key already
         stored never blocks itself: it is ``replaced``).
 
-        Over several shards every shard is queried first, then each document that has no
-        other key within ``k`` (on any shard, nor among the documents before it) is sent to its
-        key's shard, which checks again atomically. Not atomic across shards: two
-        near-duplicates sent at the same moment by two clients, whose keys live on different
-        shards, may both be added; a periodic ``permindex dedup`` of a ``permindex export``
-        finds them.
+        Over several shards the client reads the collection's options (one DescribeCollection
+        a call), computes what the server would (fingerprints of the texts; for a Jaccard
+        collection their sketches, and the sketches sent checked), queries every shard, then
+        sends each document that no other key matches (within ``k``, or at Jaccard >= the
+        threshold by the server's own rule, :meth:`permindex.JaccardIndex.check_in_order`; on
+        any shard, nor among the documents before it) to its key's shard, which checks again
+        atomically: the results one server holding every key would give. Not atomic across
+        shards: two near-duplicates sent at the same moment by two clients, whose keys live on
+        different shards, may both be added; a periodic ``permindex dedup`` of a ``permindex
+        export`` finds them.
+
+        Raises:
+            InvalidArgumentError: a malformed document, before anything is sent; over shards
+                also, for a Jaccard collection, a ``k``, a fingerprint or a bad sketch, before
+                anything of the call is added (one server refuses them as INVALID_ARGUMENT,
+                with the batches before stored).
+            ServerError: a refusal of the server(s).
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, TypeVar, cast
 
+import numpy as np
+
 from permindex.client.batching import batches
 from permindex.client.messages import (
     check_counts,
@@ -54,8 +56,10 @@ from permindex.client.sharding import (
 )
 from permindex.errors import InvalidArgumentError
 from permindex.index import Match
+from permindex.index.expiry import stamps
 from permindex.index.hamming import hamming
-from permindex.index.jaccard import JaccardMatch, MinHashSketch
+from permindex.index.jaccard import JaccardIndex, JaccardMatch, MinHashSketch
+from permindex.index.jaccard.sketch import check_verify, checked_sketch, sketch_from_hex
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -205,60 +209,77 @@ def check_and_add(
 ) -> Plan[list[CheckResult]]:
     """:meth:`Client.check_and_add_many`, ``batch_size`` documents per step, in order.
 
-    One shard: one CheckAndAdd per batch, atomic on the server. Several: per batch, the
-    fingerprints of the texts are computed here with the collection's shingle options and vote
-    (one DescribeCollection of the first shard), every shard is queried, and each document, in
-    order, is a near-duplicate when another key is within k on any shard or among the batch's
-    documents before it that are to be added (a key's own stored entry never blocks it: a re-add
-    is ``replaced``); the rest go in one CheckAndAdd per shard, which checks its own shard again,
-    atomically. Not atomic across shards: two near-duplicates sent at the same moment by two
-    clients, with keys on two shards, may both be added (a later ``dedup`` of an ``export`` finds
-    them).
+    One shard: one CheckAndAdd per batch, atomic on the server. Several: the collection's
+    options are read once (one DescribeCollection of the first shard); then, per batch, each
+    document is checked here as one server would check it, and the rest go in one CheckAndAdd
+    per shard, which checks its own shard again, atomically:
+
+    - SimHash collection: the fingerprints of the texts are computed here with the
+      collection's shingle options and vote, every shard is queried, and each document, in
+      order, is a near-duplicate when another key is within k on any shard or among the
+      batch's documents before it that are to be added.
+    - Jaccard collection (method minhash): the sketches of the texts are computed here with
+      the collection's permutations, shingle options and verify
+      (:func:`permindex.text.minhash.minhash_sketches`; sketches sent are checked as the server
+      checks them), every shard is queried by sketch, and each document, in order, is decided
+      by the server's own rule (:meth:`permindex.index.jaccard.JaccardIndex.check_in_order`):
+      the same bands x rows, the same verification, the same matches.
+
+    A key's own stored entry never blocks it (a re-add is ``replaced``); a text too short goes
+    to its shard, which answers ``too_short``. Not atomic across shards: two near-duplicates
+    sent at the same moment by two clients, with keys on two shards, may both be added (a later
+    ``dedup`` of an ``export`` finds them).
     """
     check_counts(k=k)
     results: list[CheckResult] = []
-    for messages in _document_batches(target, documents):
-        if target.shards == 1:
+    batches = _document_batches(target, documents)
+    if target.shards == 1:
+        for messages in batches:
             request = pb.CheckAndAddRequest(collection=target.collection, documents=messages, k=k)
             (reply,) = yield [Call(0, "CheckAndAdd", request, False)]
             results.extend(check_result(r) for r in reply.results)
-        else:
-            results.extend((yield from _check_and_add_sharded(target, messages, k)))
+        return results
+    if not batches:
+        return results
+    describe = pb.DescribeCollectionRequest(name=target.collection)
+    (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
+    info = collection_info(reply)  # the collection's method, options and k: once a call
+    if info.method == "minhash":
+        index = _jaccard_index(target, info, k)
+        given: list[list[MinHashSketch | None]] = []
+        start = 0
+        for messages in batches:  # every sketch sent checked before anything is added
+            given.append(_given_sketches(target, index, messages, start))
+            start += len(messages)
+        for messages, sketches in zip(batches, given, strict=True):
+            part = yield from _check_and_add_jaccard(target, index, info, messages, sketches)
+            results.extend(part)
+        return results
+    for messages in batches:
+        results.extend((yield from _check_and_add_sharded(target, messages, k, info)))
     return results
 
 
 def _check_and_add_sharded(
-    target: Target, messages: list[pb.Document], k: int | None
+    target: Target, messages: list[pb.Document], k: int | None, info: CollectionInfo
 ) -> Plan[list[CheckResult]]:
+    """One batch over shards, SimHash collection (:func:`check_and_add`)."""
     from permindex.text.fingerprint import simhash_many
 
     fingerprints: list[int | None] = [
         m.fingerprint if m.WhichOneof("content") == "fingerprint" else None for m in messages
     ]
     texts = [i for i, m in enumerate(messages) if m.WhichOneof("content") == "text"]
-    largest = k
-    if texts or k is None:  # the collection's shingle options, vote and k
-        describe = pb.DescribeCollectionRequest(name=target.collection)
-        (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
-        info = collection_info(reply)
-        if info.method == "minhash":
-            raise InvalidArgumentError(
-                f"check_and_add over {target.shards} shards: collection {target.collection!r} "
-                "is a Jaccard collection (method minhash), whose check-and-add runs on one "
-                "server only; use one address",
-                target.collection,
-            )
-        largest = info.k if k is None else k
-        if texts:
-            values, valid = simhash_many(
-                [messages[i].text for i in texts],
-                shingle_size=info.shingle_size,
-                min_words=info.min_words,
-                vote=info.vote,
-            )
-            for i, fp, ok in zip(texts, values.tolist(), valid.tolist(), strict=True):
-                fingerprints[i] = fp if ok else None
-    assert largest is not None
+    largest = info.k if k is None else k
+    if texts:
+        values, valid = simhash_many(
+            [messages[i].text for i in texts],
+            shingle_size=info.shingle_size,
+            min_words=info.min_words,
+            vote=info.vote,
+        )
+        for i, fp, ok in zip(texts, values.tolist(), valid.tolist(), strict=True):
+            fingerprints[i] = fp if ok else None
     asked = [i for i, fp in enumerate(fingerprints) if fp is not None]
     stored: list[list[Match]] = [[] for _ in messages]
     if asked:
@@ -286,6 +307,158 @@ def _check_and_add_sharded(
             outcome[i] = CheckResult(key, "near_duplicate", fp, found)
         else:
             added[key] = fp
+    return (yield from _check_and_add_rest(target, messages, outcome, k))
+
+
+def _jaccard_index(target: Target, info: CollectionInfo, k: int | None) -> JaccardIndex:
+    """An empty :class:`JaccardIndex` of the collection's options: its bands x rows,
+    verification and expiry rule, for the sharded check-and-add.
+
+    Raises:
+        InvalidArgumentError: a ``k`` (as the server refuses it), or servers whose bands x rows
+            this client would not choose (another version).
+    """
+    if k is not None:
+        raise InvalidArgumentError(
+            f"check_and_add: k is a Hamming distance of SimHash collections; collection "
+            f"{target.collection!r} is a Jaccard collection (method minhash), whose threshold "
+            "is fixed at creation: leave k unset",
+            "k",
+        )
+    index = JaccardIndex(
+        info.threshold,
+        info.permutations,
+        check_verify(info.verify),
+        expire_after=info.expire_after or None,
+    )
+    if tuple(index.shape) != (info.bands, info.rows):
+        raise InvalidArgumentError(
+            f"check_and_add over {target.shards} shards: collection {target.collection!r} "
+            f"has {info.bands} bands x {info.rows} rows, where this client chooses "
+            f"{index.shape.bands} x {index.shape.rows} for its threshold and permutations (a "
+            "server of another version); use one address, or the same version everywhere",
+            target.collection,
+        )
+    return index
+
+
+def _given_sketches(
+    target: Target, index: JaccardIndex, messages: list[pb.Document], start: int
+) -> list[MinHashSketch | None]:
+    """The sketches of a batch's documents sent as sketches (``sketch``, ``sketch_hex``),
+    checked as the server checks them; None for a text. ``start``: the position of the batch's
+    first document in the call (errors name ``documents[start + i]``).
+
+    Raises:
+        InvalidArgumentError: a fingerprint, a sketch without what the collection keeps, of
+            another length, or bad hex.
+    """
+    sketches: list[MinHashSketch | None] = []
+    for i, message in enumerate(messages):
+        where = f"documents[{start + i}]"
+        content = message.WhichOneof("content")
+        if content == "text":
+            sketches.append(None)
+        elif content == "sketch":
+            sketches.append(
+                checked_sketch(
+                    np.array(message.sketch.shingle_hashes, dtype=np.uint64),
+                    np.array(message.sketch.signature, dtype=np.uint32),
+                    verify=index.verify,
+                    permutations=index.permutations,
+                    name=f"{where}.sketch",
+                )
+            )
+        elif content == "sketch_hex":
+            sketches.append(
+                sketch_from_hex(
+                    message.sketch_hex,
+                    verify=index.verify,
+                    permutations=index.permutations,
+                    name=f"{where}.sketch_hex",
+                )
+            )
+        else:
+            raise InvalidArgumentError(
+                f"{where} (key {message.key[:80]!r}) sends a fingerprint: collection "
+                f"{target.collection!r} is a Jaccard collection (method minhash) and compares "
+                "shingle sets, which a fingerprint does not carry; send the text, or its "
+                "sketch (permindex.minhash_sketch)",
+                message.key,
+            )
+    return sketches
+
+
+def _check_and_add_jaccard(
+    target: Target,
+    index: JaccardIndex,
+    info: CollectionInfo,
+    messages: list[pb.Document],
+    given: list[MinHashSketch | None],
+) -> Plan[list[CheckResult]]:
+    """One batch over shards, Jaccard collection (:func:`check_and_add`): ``given``, the
+    checked sketches of the documents sent as sketches (None for a text)."""
+    from permindex.text.minhash import minhash_sketches
+
+    verify = index.verify
+    sketches = list(given)
+    texts = [i for i, message in enumerate(messages) if message.WhichOneof("content") == "text"]
+    if texts:
+        found = minhash_sketches(
+            [messages[i].text for i in texts], permutations=index.permutations,
+            shingle_size=info.shingle_size, min_words=info.min_words,
+        )  # fmt: skip
+        for i, sketch in zip(texts, found, strict=True):
+            sketches[i] = sketch  # None: too short
+    # what the collection keeps of a document: the set (exact) or the signature
+    for i, sketch in enumerate(sketches):
+        if sketch is not None and verify == "signature" and sketch.shingle_hashes.size:
+            sketches[i] = MinHashSketch(np.zeros(0, dtype=np.uint64), sketch.signature)
+    asked = [i for i, sketch in enumerate(sketches) if sketch is not None]
+    kept = [cast(MinHashSketch, sketches[i]) for i in asked]
+    outcome: list[CheckResult | None] = [None] * len(messages)
+    if asked:
+        sent = [  # the set alone for exact (the server computes the signature), else the signature
+            sketch_message(
+                MinHashSketch(s.shingle_hashes, np.zeros(0, dtype=np.uint32))
+                if verify == "exact"
+                else s
+            )
+            for s in kept
+        ]
+        request = pb.QueryRequest(collection=target.collection, sketches=sent)
+        replies = yield _everywhere(target, "Query", request, True)
+        keys = [messages[i].key for i in asked]
+        stored = [
+            sorted(
+                (
+                    m
+                    for r in replies
+                    for m in jaccard_matches(r.results[j].matches)
+                    if m.key != keys[j]
+                ),
+                key=lambda m: (-m.jaccard, m.key),
+            )
+            for j in range(len(asked))
+        ]
+        times = stamps(
+            np.array([messages[i].added_at for i in asked], dtype=np.float64),
+            len(asked),
+            index.clock(),
+        )
+        decided = index.check_in_order(keys, kept, stored, times)
+        for i, key, found_matches in zip(asked, keys, decided, strict=True):
+            if found_matches is not None:
+                outcome[i] = CheckResult(key, "near_duplicate", None, found_matches)
+    return (yield from _check_and_add_rest(target, messages, outcome, None))
+
+
+def _check_and_add_rest(
+    target: Target, messages: list[pb.Document], outcome: list[CheckResult | None], k: int | None
+) -> Plan[list[CheckResult]]:
+    """The documents of a batch not decided here (``outcome[i]`` None: to be added, or too
+    short) sent as they came, in one CheckAndAdd per shard that holds some of their keys; the
+    results in the batch's order."""
     sent = [i for i, result in enumerate(outcome) if result is None]
     groups = route([messages[i].key for i in sent], target.shards)
     replies = yield [

@@ -380,29 +380,16 @@ class JaccardStore:
         bands = index.band_keys(sketches)  # once for the call
         with self._write_lock:
             found = index.query_many(sketches, exclude=key_list, bands=bands)
-            pending: dict[str, int] = {}  # the keys this call adds, and their position
-            live: list[int] = []  # of those, the ones not expired at their time
-            for i, (key, sketch) in enumerate(zip(key_list, sketches, strict=True)):
-                matches = [m for m in found[i] if m.key not in pending]
-                earlier = [j for j in live if key_list[j] != key]
-                if earlier:  # this call's adds: candidates by band, verified as a lookup does
-                    shared = (bands[earlier] == bands[i]).any(axis=1)
-                    near = [j for j, s in zip(earlier, shared.tolist(), strict=True) if s]
-                    values = index.similarities(sketch, [sketches[j] for j in near])
-                    matches += [
-                        JaccardMatch(key_list[j], value)
-                        for j, value in zip(near, values.tolist(), strict=True)
-                        if value >= index.threshold
-                    ]
-                    matches.sort(key=lambda m: (-m.jaccard, m.key))
-                if matches:
+            seen: set[str] = set()
+            for key, matches in zip(
+                key_list, index.check_in_order(key_list, sketches, found, times, bands=bands),
+                strict=True,
+            ):  # fmt: skip
+                if matches is not None:
                     outcomes.append(CheckOutcome(False, matches, False))
                     continue
-                outcomes.append(CheckOutcome(True, [], key in pending or key in index))
-                pending[key] = i
-                live = [j for j in live if key_list[j] != key]  # replaced within the call
-                if not index.is_expired(int(times[i])):
-                    live.append(i)
+                outcomes.append(CheckOutcome(True, [], key in seen or key in index))
+                seen.add(key)
             chosen = [i for i, outcome in enumerate(outcomes) if outcome.added]
             if chosen:
                 add_keys = [key_list[i] for i in chosen]

@@ -499,6 +499,70 @@ class JaccardIndex:
             found = [matches[:limit] for matches in found]
         return found
 
+    def check_in_order(
+        self,
+        keys: Sequence[str],
+        sketches: Sequence[MinHashSketch],
+        stored: Sequence[list[JaccardMatch]],
+        times: NDArray[np.uint32],
+        *,
+        bands: _U64 | None = None,
+    ) -> list[list[JaccardMatch] | None]:
+        """CheckAndAdd's decision over a batch, document by document in order, given
+        ``stored[i]``, the stored matches of document i with its own key left out (this
+        index's :meth:`query_many` with ``exclude=keys``; over shards, every shard's Query
+        merged). Document i is a near-duplicate when another key matches it: a stored one, unless
+        that key is added again earlier in the batch (its new document counts instead), or one of
+        the batch's documents before it that are to be added and are not expired at their time
+        (``times``, (n,) uint32 Unix seconds) -- candidates by a shared band key, verified by
+        :meth:`similarities`, as a lookup verifies. A key never blocks itself (a re-add
+        replaces). Nothing is stored here: the one decision of the server's CheckAndAdd
+        (:meth:`permindex.storage.jaccard_store.JaccardStore.check_and_add_many`) and of the
+        sharded client's (:mod:`permindex.client.operations`).
+
+        Returns:
+            per document, its matches (Jaccard descending, then key) when it is a
+            near-duplicate, or None when it is to be added.
+
+        O(n^2 x bands) band comparisons at most, and the candidates' verification.
+
+        >>> import numpy as np
+        >>> from permindex import JaccardIndex, minhash_sketch
+        >>> index = JaccardIndex(threshold=0.5)
+        >>> text = "the quick brown fox jumps over the lazy dog"
+        >>> sketches = [minhash_sketch(text), minhash_sketch(text + " again")]
+        >>> times = np.zeros(2, dtype=np.uint32)
+        >>> index.check_in_order(["a", "b"], sketches, [[], []], times)
+        [None, [JaccardMatch(key='a', jaccard=0.875)]]
+        """
+        if bands is None:
+            bands = self.band_keys(sketches) if sketches else np.zeros((0, 0), dtype=np.uint64)
+        decided: list[list[JaccardMatch] | None] = []
+        pending: set[str] = set()  # the keys of the batch to be added so far
+        live: list[int] = []  # of those, the ones not expired at their time (latest per key)
+        for i, (key, sketch) in enumerate(zip(keys, sketches, strict=True)):
+            matches = [m for m in stored[i] if m.key not in pending]
+            earlier = [j for j in live if keys[j] != key]
+            if earlier:
+                shared = (bands[earlier] == bands[i]).any(axis=1)
+                near = [j for j, s in zip(earlier, shared.tolist(), strict=True) if s]
+                values = self.similarities(sketch, [sketches[j] for j in near])
+                matches += [
+                    JaccardMatch(keys[j], value)
+                    for j, value in zip(near, values.tolist(), strict=True)
+                    if value >= self.threshold
+                ]
+                matches.sort(key=lambda m: (-m.jaccard, m.key))
+            if matches:
+                decided.append(matches)
+                continue
+            decided.append(None)
+            pending.add(key)
+            live = [j for j in live if keys[j] != key]  # replaced within the batch
+            if not self.is_expired(int(times[i])):
+                live.append(i)
+        return decided
+
     # ---- whole collection
 
     def export(self) -> tuple[list[str], list[MinHashSketch], NDArray[np.uint32]]:
