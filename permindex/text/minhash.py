@@ -29,7 +29,8 @@ def minhash_sketch(
     and its signature (``(permutations,) uint32``), or None when the text is too short (fewer
     words than ``shingle_size`` or ``min_words``: no sketch, as the offline mode and the server
     treat it). Send it to a Jaccard collection instead of the text (``Client.add``,
-    ``check_and_add``, ``query`` take it); ``permutations`` must be the collection's.
+    ``check_and_add`` and ``query_jaccard(..., by="sketch")`` take it; ``Client.query``,
+    for fingerprints, does not); ``permutations`` must be the collection's.
 
     Raises:
         TypeError: ``text`` is not a str (bytes included: decode them first).
