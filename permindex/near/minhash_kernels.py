@@ -131,7 +131,9 @@ def _difference(
 ) -> tuple[int, int]:
     """Of two sorted runs of distinct values A = values[i:i_end], R = other[j:j_end]: the
     sizes of R - A and of A - R, and (when ``write``) R - A written to out[at:], ascending
-    (A - R is the same call with the runs swapped). One merge."""
+    (A - R is the same call with the runs swapped). One merge. Kept apart from
+    :func:`_common`, though |A & R| = |A| - |A - R|: the verification's merge gives up as soon
+    as the threshold is out of reach, which a merge that counts both differences cannot."""
     removed = 0
     added = 0
     while i < i_end or j < j_end:
