@@ -584,6 +584,31 @@ def test_a_torn_log_tail_is_cut_and_a_damaged_snapshot_refused(tmp_path: Path) -
         JaccardStore.open(tmp_path / "c", threshold=0.5)
 
 
+def test_a_log_record_that_does_not_apply_stops_the_start(tmp_path: Path) -> None:
+    """A Jaccard collection's log is recovered by the same driver as a SimHash one's: a record
+    that passes its CRC check but does not apply (here a signature of 5 values in a collection
+    of 128 permutations) stops the start with CorruptFileError naming the directory, and the
+    directory is released (a second try fails the same way, not on the lock)."""
+    from permindex.storage.jaccard_store import JaccardStore, encode_sketch_record
+
+    sketch = permindex.minhash_sketch(" ".join(f"t{i}" for i in range(30)))
+    assert sketch is not None
+    folder = tmp_path / "c"
+    store = JaccardStore.open(folder, threshold=0.5, verify="signature")
+    store.add_many(["k0"], [sketch])
+    store.abandon()
+    (segment,) = sorted(folder.glob("wal-*.log"))
+    record = encode_sketch_record(
+        2, np.array([1], np.uint8), ["bad"], np.zeros(1, np.uint32), np.array([5], np.int64),
+        np.arange(5, dtype=np.uint64), "signature",
+    )  # fmt: skip
+    with open(segment, "ab") as out:
+        out.write(record)
+    for _ in range(2):
+        with pytest.raises(permindex.CorruptFileError, match="a log record does not apply"):
+            JaccardStore.open(folder, threshold=0.5, verify="signature")
+
+
 def test_lookups_and_writes_at_once() -> None:
     """Readers verify without the index's lock while writers add, replace and compact: every
     answer is one a stored document gives (its exact Jaccard), and the index stays whole."""

@@ -63,6 +63,7 @@ from permindex.text.documents import (
     Document,
     DocumentReader,
     MalformedInputError,
+    ReadProgress,
     read_file_text,
 )
 from permindex.text.extract import EXTRACTS, MIN_MAIN_WORDS, Extract, check_extract
@@ -379,22 +380,10 @@ def ingest(
             connection was lost or Ctrl-C came (the ingest's ``command`` names the lines), the
             acknowledged and the in-flight counts apart (:func:`accounting`).
     """
-    from tqdm import tqdm
-
     started = time.monotonic()
     summary = IngestSummary()
     feed = _IngestFeed(reader, batch_size, batch_bytes, min_words, max_document_bytes)
-    by_bytes = reader.size_bytes is not None
-    bar = tqdm(
-        total=reader.size_bytes,
-        unit="B" if by_bytes else " docs",
-        unit_scale=by_bytes,
-        unit_divisor=1024 if by_bytes else 1000,
-        desc="ingest",
-        file=sys.stderr,
-        disable=not progress,
-        leave=False,
-    )
+    bar = ReadProgress(reader, "ingest", enabled=progress)
 
     def acknowledged(counts: IngestResult) -> None:
         raise_if_stopped()  # a Ctrl-C whose exception was swallowed on its way up
@@ -404,7 +393,7 @@ def ingest(
         summary.added = counts.added
         summary.replaced = counts.replaced
         summary.too_short = counts.too_short
-        bar.update(position - bar.n if by_bytes else done)
+        bar.advance(position, done)
 
     def stopped(cause: str, exit_code: int) -> CommandError:
         # read once the channel is closed: nothing handed after this was sent

@@ -43,7 +43,7 @@ from permindex.near.minhash import MISS_AT_THRESHOLD, band_keys, choose_bands
 from permindex.near.outputs import write_outputs  # re-exported: the report folder
 from permindex.near.result import DedupOptions, DedupResult
 from permindex.processes import signals_held, usable_cpus
-from permindex.text.documents import DocumentReader
+from permindex.text.documents import DocumentReader, ReadProgress
 from permindex.text.inflated_blocks import BLOCKS_AHEAD
 from permindex.text.weights import DEFAULT_BUCKET_BITS, DocumentFrequency
 
@@ -238,8 +238,17 @@ def fingerprint_tasks(
     blocks of JSONL lines, Parquet row batches, folder files; plain SimHash with the options'
     vote and extract, or, for ``method="minhash"``, shingle sets and signatures), each to be run
     by :func:`run_task`, in input order."""
-    args = (
-        "minhash" if options.method == "minhash" else "plain",
+    return _tasks(
+        reader, _task_args("minhash" if options.method == "minhash" else "plain", options), 2
+    )
+
+
+def _task_args(task: str, options: DedupOptions) -> tuple[Any, ...]:
+    """The arguments of a pass's workers (``work_items``, ``work_lines``) after their chunk
+    (:func:`_tasks`): ``task`` ("plain", "minhash", "idf" or "df") and the options they need,
+    in the order they take them."""
+    return (
+        task,
         options.shingle_size,
         options.tokenizer,
         options.min_words,
@@ -248,7 +257,6 @@ def fingerprint_tasks(
         options.vote,
         options.extract,
     )
-    return _tasks(reader, args, 2)
 
 
 def _run_pass(
@@ -263,32 +271,11 @@ def _run_pass(
 ) -> _Collected:
     """One pass over the input: fingerprints (``task`` "plain" or "idf") or document
     frequencies ("df"), computed by workers in input order."""
-    from tqdm import tqdm
-
     collected = _Collected()
     if task == "df":
         collected.df = DocumentFrequency(DEFAULT_BUCKET_BITS)
-    by_bytes = reader.size_bytes is not None
-    bar = tqdm(
-        total=reader.size_bytes,
-        unit="B" if by_bytes else " docs",
-        unit_scale=by_bytes,
-        unit_divisor=1024 if by_bytes else 1000,
-        desc=label,
-        file=sys.stderr,
-        disable=not progress,
-        leave=False,
-    )
-    args = (
-        task,
-        options.shingle_size,
-        options.tokenizer,
-        options.min_words,
-        DEFAULT_BUCKET_BITS,
-        options.permutations,
-        options.vote,
-        options.extract,
-    )
+    bar = ReadProgress(reader, label, enabled=progress)
+    args = _task_args(task, options)
     initializer: Callable[..., None] | None = None
     initargs: tuple[Any, ...] = ()
     if task == "idf":
@@ -323,7 +310,7 @@ def _run_pass(
         if collected.df is not None and result.buckets is not None:
             assert result.bucket_counts is not None
             collected.df.add_counts(result.buckets, result.bucket_counts, documents=result.counted)
-        bar.update(reader.position_bytes() - bar.n if by_bytes else len(keys))
+        bar.advance(reader.position_bytes(), len(keys))
 
     inline = _INLINE_CHUNKS  # a small input is done before a pool would have started
     started = time.monotonic()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from permindex.index.join.kernels import root_labels, union
 from permindex.jit_numba import njit
 
 _SHIFT = np.uint64(32)
@@ -99,37 +100,21 @@ def intersection_sizes(
 @njit()
 def band_components(keys: NDArray[np.uint64]) -> NDArray[np.int64]:
     """The connected components of the sets that share a band key: labels[x] (d,) int64, the
-    smallest row of x's component, for the rows of ``keys`` ``(d, bands)``. Union-find (path
-    halving, union by smaller root) over each band's rows sorted by key. O(bands x d log d)."""
+    smallest row of x's component, for the rows of ``keys`` ``(d, bands)``. Union-find
+    (:func:`permindex.index.join.kernels.union`, the self-join's) over each band's rows sorted
+    by key, neighbours with equal keys joined. O(bands x d log d)."""
     d = keys.shape[0]
-    parent = np.arange(d)
+    parent = np.arange(d, dtype=np.int64)
     column = np.empty(d, dtype=np.uint64)
     for band in range(keys.shape[1]):
         for x in range(d):
             column[x] = keys[x, band]
         order = np.argsort(column)
         for i in range(1, d):
-            a = order[i - 1]
-            b = order[i]
-            if column[a] != column[b]:
-                continue
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            while parent[b] != b:
-                parent[b] = parent[parent[b]]
-                b = parent[b]
-            if a < b:
-                parent[b] = a
-            elif b < a:
-                parent[a] = b
-    labels = np.empty(d, dtype=np.int64)
-    for x in range(d):
-        r = x
-        while parent[r] != r:
-            r = parent[r]
-        labels[x] = r
-    return labels
+            if column[order[i - 1]] == column[order[i]]:
+                union(parent, order[i - 1], order[i])
+    root_labels(parent)
+    return parent
 
 
 @njit(inline=True)
@@ -146,7 +131,9 @@ def _difference(
 ) -> tuple[int, int]:
     """Of two sorted runs of distinct values A = values[i:i_end], R = other[j:j_end]: the
     sizes of R - A and of A - R, and (when ``write``) R - A written to out[at:], ascending
-    (A - R is the same call with the runs swapped). One merge."""
+    (A - R is the same call with the runs swapped). One merge. Kept apart from
+    :func:`_common`, though |A & R| = |A| - |A - R|: the verification's merge gives up as soon
+    as the threshold is out of reach, which a merge that counts both differences cannot."""
     removed = 0
     added = 0
     while i < i_end or j < j_end:

@@ -4,9 +4,11 @@ fsync policies, torn-tail recovery: :mod:`permindex.storage.wal`,
 :mod:`permindex.storage.wal_recovery`) with records that carry sketches, and by snapshots of
 its own format (:class:`JaccardStore`).
 
-Write path, as :class:`permindex.storage.store.Store`'s: under the store's write lock, decide,
-log one record (appended and fdatasynced under ``--fsync always``), then apply. A write the log
-cannot take changes nothing. CheckAndAdd checks and adds under that lock: atomic.
+Write path, snapshots and recovery are the driver's, :mod:`permindex.storage.durable`, as
+for a SimHash collection: under the store's write lock, decide, log one record (appended and
+fdatasynced under ``--fsync always``), then apply. A write the log cannot take changes nothing.
+CheckAndAdd checks and adds under that lock: atomic. This module gives the driver what is
+Jaccard's own: the record codec, the snapshot format and the index.
 
 Record body (after the framing of :mod:`permindex.storage.wal_records`: u32 length, u32 CRC;
 n changes, K key bytes, V sketch values; little-endian)::
@@ -33,18 +35,17 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
+from permindex.errors import CorruptFileError, InvalidArgumentError
 from permindex.index.expiry import AddedAt, stamps
 from permindex.index.jaccard import JaccardIndex, JaccardMatch, MinHashSketch, Verify
 from permindex.index.keys.rule import validate_key
@@ -55,19 +56,17 @@ from permindex.storage.datadir import (
     remove_stale,
     temporary_name,
 )
+from permindex.storage.durable import DurableStore, recover, set_ops
 from permindex.storage.key_section import (
     KeySectionError,
-    batch_repeats,
     check_section,
     decode_section,
     encode_section,
     section_lengths,
 )
 from permindex.storage.snapshot import SnapshotInfo
-from permindex.storage.store import Recovery
-from permindex.storage.wal import FsyncPolicy, LogWriter
-from permindex.storage.wal_records import ADD, REMOVE, REPLACE, BadRecord, Record
-from permindex.storage.wal_recovery import read_log
+from permindex.storage.wal import FsyncPolicy
+from permindex.storage.wal_records import ADD, REMOVE, BadRecord, Record
 
 __all__ = ["CheckOutcome", "JaccardStore", "SketchRecord"]
 
@@ -80,6 +79,7 @@ _HEAD = struct.Struct("<8sIIIIQQQQd")
 _BODY_HEAD = struct.Struct("<QI")
 _I64 = NDArray[np.int64]
 _U64 = NDArray[np.uint64]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -192,23 +192,58 @@ def _corrupt(path: Path, what: str) -> CorruptFileError:
     return CorruptFileError(f"{path}: {what}", path=str(path))
 
 
-class JaccardStore:
-    """A Jaccard collection's index and data directory (see the module docstring). Open one
-    with :meth:`open`. Read :attr:`index` freely; change it only through the store."""
+class _JaccardFormat:
+    """A Jaccard collection's :class:`~permindex.storage.durable.CollectionFormat`: a
+    :class:`~permindex.index.jaccard.JaccardIndex`, the snapshot and records of the module
+    docstring."""
 
-    def __init__(
-        self, index: JaccardIndex, data_dir: JaccardDataDir, writer: LogWriter, recovery: Recovery
-    ) -> None:
+    def __init__(self, index: JaccardIndex, data_dir: JaccardDataDir) -> None:
         self.index = index
         self.data_dir = data_dir
-        self.recovery = recovery
-        self._writer = writer
-        self._sequence = writer.last_sequence
-        self._write_lock = threading.Lock()
-        self._snapshot_lock = threading.Lock()
-        self._closed = False
-        #: Bytes of the record being written (0 at rest).
-        self.log_buffer_bytes = 0
+        self.decode = sketch_decoder(index.verify)
+
+    def load(self) -> SnapshotInfo | None:
+        return _load_snapshot(self.index, self.data_dir)
+
+    def replay(self, records: Sequence[Record]) -> None:
+        for record in records:
+            if not isinstance(record, SketchRecord):
+                raise TypeError(f"not a Jaccard collection's record: {type(record).__name__}")
+            _replay(self.index, record)
+
+    def encode_removes(self, sequence: int, keys: list[str]) -> bytes:
+        n = len(keys)
+        return encode_sketch_record(
+            sequence, np.full(n, REMOVE, dtype=np.uint8), keys, np.zeros(n, np.uint32),
+            np.zeros(n, np.int64), np.zeros(0, np.uint64), self.index.verify,
+        )  # fmt: skip
+
+    def hold(self) -> Callable[[int], SnapshotInfo]:
+        # One consistent copy, taken under the write lock; written without it.
+        columns = self.index.export_columns()
+        return lambda log_sequence: _write_snapshot(
+            self.index, self.data_dir, columns, log_sequence
+        )
+
+
+class JaccardStore(DurableStore[JaccardIndex]):
+    """A Jaccard collection's index and data directory (see the module docstring; the logging,
+    snapshots, removes and closing are :class:`~permindex.storage.durable.DurableStore`'s). Open
+    one with :meth:`open`. Read :attr:`index` freely; change it only through the store.
+
+    Examples:
+        >>> import tempfile
+        >>> from permindex.index.jaccard import MinHashSketch
+        >>> hashes = np.arange(1, 9, dtype=np.uint64)  # a document's shingle hashes
+        >>> sketch = MinHashSketch(hashes, signatures(hashes, np.array([0, 8]), 128)[0])
+        >>> with tempfile.TemporaryDirectory() as path:
+        ...     with JaccardStore.open(path) as store:
+        ...         store.add_many(["a"], [sketch]).tolist()
+        ...     with JaccardStore.open(path) as store:  # recovered from the log
+        ...         "a" in store.index
+        [True]
+        True
+    """
 
     @classmethod
     def open(
@@ -224,7 +259,8 @@ class JaccardStore:
         truncate_corrupt_log: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> JaccardStore:
-        """Lock ``path`` (created if missing), load its snapshot, replay its log, continue it.
+        """Lock ``path`` (created if missing), load its snapshot, replay its log, continue it
+        (:func:`~permindex.storage.durable.recover`).
 
         Raises:
             DataDirLockedError: another process owns the directory.
@@ -232,54 +268,15 @@ class JaccardStore:
                 :meth:`permindex.storage.store.Store.open`).
             InvalidArgumentError: bad options.
         """
-        started = time.perf_counter()
         index = JaccardIndex(
             threshold, permutations, verify, expire_after=expire_after, clock=clock
         )
-        data_dir = JaccardDataDir(Path(path))
-        try:
-            info = _load_snapshot(index, data_dir)
-            recovered = read_log(
-                data_dir.path, data_dir.log_sequence, truncate_corrupt=truncate_corrupt_log,
-                decode=sketch_decoder(index.verify),
-            )  # fmt: skip
-            for record in recovered.records:
-                assert isinstance(record, SketchRecord)
-                _replay(index, record)
-            segment, offset = recovered.tail if recovered.tail else (None, 0)
-            writer = LogWriter(
-                data_dir.path, segment=segment, offset=offset,
-                last_sequence=recovered.last_sequence, policy=fsync, interval=fsync_interval,
-            )  # fmt: skip
-        except BaseException:
-            data_dir.close()
-            raise
-        recovery = Recovery(
-            snapshot=info,
-            records=len(recovered.records),
-            changes=recovered.changes,
-            last_sequence=recovered.last_sequence,
-            warnings=recovered.warnings,
-            seconds=time.perf_counter() - started,
-        )
-        return cls(index, data_dir, writer, recovery)
-
-    # ---- state
-
-    @property
-    def path(self) -> Path:
-        """The data directory."""
-        return self.data_dir.path
-
-    @property
-    def sequence(self) -> int:
-        """Sequence number of the last change logged and applied."""
-        return self._sequence
-
-    @property
-    def fsync_policy(self) -> FsyncPolicy:
-        """The log's fsync policy."""
-        return self._writer.policy
+        format = _JaccardFormat(index, JaccardDataDir(Path(path)))
+        writer, recovery = recover(
+            format, fsync=fsync, fsync_interval=fsync_interval,
+            truncate_corrupt_log=truncate_corrupt_log,
+        )  # fmt: skip
+        return cls(format, writer, recovery)
 
     # ---- writes
 
@@ -293,38 +290,37 @@ class JaccardStore:
         values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
         return sizes, values.astype(np.uint64)
 
-    def _log_then_apply(
+    def _log_sketches(
         self,
         ops: NDArray[np.uint8],
         keys: list[str],
         times: NDArray[np.uint32],
         sketches: Sequence[MinHashSketch],
-        apply: Callable[[], object],
-    ) -> None:
-        """Append one record (holding the write lock), then apply it; StorageError (nothing
-        applied) when the append fails."""
-        if self._closed:
-            raise StorageError("the data directory is closed (the server is stopping)")
-        sequence = self._sequence + 1
+        apply: Callable[[], _T],
+    ) -> _T:
+        """Log the record of storing ``keys`` with ``sketches`` (holding the write lock), then
+        ``apply`` it; StorageError (nothing applied) when the append fails."""
         sizes, values = self._columns(sketches)
-        record = encode_sketch_record(sequence, ops, keys, times, sizes, values, self.index.verify)
-        self.log_buffer_bytes = len(record)
-        try:
-            self._writer.append(record, sequence)
-        finally:
-            self.log_buffer_bytes = 0
-        try:
-            apply()
-        except BaseException:
-            self._writer.retract(sequence)
-            raise
-        self._sequence = sequence
+        verify = self.index.verify
+        return self._log_then_apply(
+            lambda sequence: encode_sketch_record(
+                sequence, ops, keys, times, sizes, values, verify
+            ),
+            apply,
+        )
 
-    def _ops(self, keys: list[str]) -> NDArray[np.uint8]:
-        new = ~self.index.contains_many(keys)
-        repeats = batch_repeats(keys)
-        added = new if repeats is None else new & repeats.first
-        return np.where(added, ADD, REPLACE).astype(np.uint8)
+    def _checked(
+        self, keys: Sequence[str], sketches: Sequence[MinHashSketch], added_at: AddedAt
+    ) -> tuple[list[str], NDArray[np.uint32]]:
+        """A write's keys, checked, and its times (:func:`~permindex.index.expiry.stamps`);
+        TypeError or InvalidArgumentError for a bad key, sketch or time, or lengths that
+        differ."""
+        key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
+        if len(sketches) != len(key_list):
+            raise InvalidArgumentError(f"got {len(key_list)} keys and {len(sketches)} sketches")
+        for i, sketch in enumerate(sketches):
+            self.index.check_sketch(sketch, f"sketches[{i}]")
+        return key_list, stamps(added_at, len(key_list), self.index.clock())
 
     def add_many(
         self, keys: Sequence[str], sketches: Sequence[MinHashSketch], *, added_at: AddedAt = None
@@ -338,23 +334,15 @@ class JaccardStore:
             InvalidArgumentError: a bad key or sketch, lengths differ.
             StorageError: the log could not be written; nothing stored.
         """
-        key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
-        if len(sketches) != len(key_list):
-            raise InvalidArgumentError(f"got {len(key_list)} keys and {len(sketches)} sketches")
-        for i, sketch in enumerate(sketches):
-            self.index.check_sketch(sketch, f"sketches[{i}]")
-        times = stamps(added_at, len(key_list), self.index.clock())
+        key_list, times = self._checked(keys, sketches, added_at)
         if not key_list:
             return np.zeros(0, dtype=bool)
-        result: list[NDArray[np.bool_]] = []
         with self._write_lock:
-            ops = self._ops(key_list)
-
-            def apply() -> None:
-                result.append(self.index.add_many(key_list, sketches, times))
-
-            self._log_then_apply(ops, key_list, times, sketches, apply)
-        return result[0]
+            ops = set_ops(self.index, key_list)
+            return self._log_sketches(
+                ops, key_list, times, sketches,
+                lambda: self.index.add_many(key_list, sketches, times),
+            )  # fmt: skip
 
     def check_and_add_many(
         self, keys: Sequence[str], sketches: Sequence[MinHashSketch], *, added_at: AddedAt = None
@@ -367,12 +355,7 @@ class JaccardStore:
             InvalidArgumentError: a bad key or sketch.
             StorageError: the log could not be written; nothing added.
         """
-        key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
-        if len(sketches) != len(key_list):
-            raise InvalidArgumentError(f"got {len(key_list)} keys and {len(sketches)} sketches")
-        for i, sketch in enumerate(sketches):
-            self.index.check_sketch(sketch, f"sketches[{i}]")
-        times = stamps(added_at, len(key_list), self.index.clock())
+        key_list, times = self._checked(keys, sketches, added_at)
         index = self.index
         outcomes: list[CheckOutcome] = []
         if not key_list:
@@ -396,93 +379,12 @@ class JaccardStore:
                 add_sketches = [sketches[i] for i in chosen]
                 add_times = times[chosen]
                 add_bands = bands[chosen]
-                ops = self._ops(add_keys)
-                self._log_then_apply(
+                ops = set_ops(index, add_keys)
+                self._log_sketches(
                     ops, add_keys, add_times, add_sketches,
                     lambda: index.add_many(add_keys, add_sketches, add_times, bands=add_bands),
                 )  # fmt: skip
         return outcomes
-
-    def remove_many(self, keys: Sequence[str]) -> list[bool]:
-        """Log, then remove, the keys that are stored (a key named twice is removed once).
-
-        Raises:
-            InvalidArgumentError: a bad key. StorageError: the log could not be written.
-        """
-        key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
-        with self._write_lock:
-            removed = [key in self.index for key in key_list]
-            repeats = batch_repeats(key_list)
-            if repeats is not None:
-                removed = [
-                    r and first for r, first in zip(removed, repeats.first.tolist(), strict=True)
-                ]
-            gone = [key for key, r in zip(key_list, removed, strict=True) if r]
-            if gone:
-                n = len(gone)
-                empty = MinHashSketch(np.zeros(0, np.uint64), np.zeros(0, np.uint32))
-
-                def apply() -> None:
-                    for key in gone:
-                        self.index.discard(key)
-
-                self._log_then_apply(
-                    np.full(n, REMOVE, dtype=np.uint8), gone, np.zeros(n, np.uint32),
-                    [empty] * n, apply,
-                )  # fmt: skip
-        return removed
-
-    # ---- snapshots
-
-    def snapshot(self) -> SnapshotInfo:
-        """Write a snapshot of one consistent copy (taken under the write lock, with a new
-        log segment started), then drop the log segments the previous snapshot needed.
-
-        Raises:
-            StorageError: a new log segment could not be started.
-            OSError: the snapshot could not be written; the previous one and the log stay.
-        """
-        with self._snapshot_lock:
-            self._writer.sync()
-            with self._write_lock:
-                if self._closed:
-                    raise StorageError("the data directory is closed (the server is stopping)")
-                sequence = self._sequence
-                self._writer.rotate()
-                columns = self.index.export_columns()
-            previous = self.data_dir.log_sequence
-            info = _write_snapshot(self.index, self.data_dir, columns, sequence)
-            dropped = self._writer.drop_through(previous)
-            if dropped:
-                log.info("deleted %d log segments up to sequence %d", len(dropped), previous)
-            return info
-
-    # ---- closing
-
-    def close(self) -> None:
-        """fsync and close the log, release the directory; idempotent."""
-        with self._write_lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            self._writer.close()
-            fsync_directory(self.path)
-        finally:
-            self.data_dir.close()
-
-    def abandon(self) -> None:
-        """Close without a final fsync, as a crash would (tests)."""
-        with self._write_lock:
-            self._closed = True
-        self._writer.abandon()
-        self.data_dir.close()
-
-    def __enter__(self) -> JaccardStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def _replay(index: JaccardIndex, record: SketchRecord) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "batch_repeats",
     "check_section",
     "decode_section",
+    "encode_keys",
     "encode_section",
     "first_utf8_error",
     "section_ends",
@@ -89,6 +90,28 @@ def encode_section(keys: Sequence[str]) -> tuple[bytes, _I64]:
 def section_lengths(ends: _I64) -> NDArray[np.uint32]:
     """(n,) little-endian uint32 key lengths (NUL excluded) from the (n,) int64 ``ends``."""
     return (np.diff(ends, prepend=0) - 1).astype("<u4")
+
+
+def encode_keys(keys: Sequence[str]) -> tuple[NDArray[np.uint32], bytes]:
+    """(n,) little-endian uint32 UTF-8 lengths (NUL excluded) and the key section of ``keys``
+    (:func:`encode_section`), as a log record and a snapshot write them.
+
+    Raises:
+        TypeError: a key is not a str.
+        InvalidArgumentError: a key is not encodable as UTF-8 (a lone surrogate).
+
+    Examples:
+        >>> lengths, section = encode_keys(["a", "bc"])
+        >>> lengths.tolist(), section
+        ([1, 2], b'a\\x00bc\\x00')
+    """
+    try:
+        section, ends = encode_section(keys)
+    except TypeError as error:
+        raise TypeError(f"keys must be str: {error}") from None
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(f"a key is not encodable as UTF-8: {error}") from None
+    return section_lengths(ends), section
 
 
 def section_ends(lengths: NDArray[np.integer]) -> _I64:

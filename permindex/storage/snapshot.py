@@ -114,8 +114,7 @@ from permindex.storage.key_section import (
     KeySectionError,
     check_section,
     decode_section,
-    encode_section,
-    section_lengths,
+    encode_keys,
 )
 
 __all__ = [
@@ -272,20 +271,6 @@ def _as_fingerprints(fingerprints: npt.ArrayLike, n: int) -> npt.NDArray[np.uint
     return np.ascontiguousarray(array, dtype="<u8")
 
 
-def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
-    """(n,) <u4 UTF-8 byte lengths and the key section of ``keys``
-    (:func:`~permindex.storage.key_section.encode_section`).
-
-    Raises TypeError (a key is not a str) or InvalidArgumentError (not encodable as UTF-8)."""
-    try:
-        section, ends = encode_section(keys)
-    except TypeError as error:
-        raise TypeError(f"keys must be str: {error}") from error
-    except UnicodeEncodeError as error:
-        raise InvalidArgumentError(f"a key is not encodable as UTF-8: {error}") from error
-    return section_lengths(ends), section
-
-
 #: One slice of a snapshot's contents: (m,) UTF-8 key lengths (NUL excluded), the key section of
 #: those m keys (each key's bytes then a NUL), (m,) uint64 fingerprints -- the form of
 #: :meth:`permindex.index.Index.export_slices` -- and optionally (m,) uint32 times (else 0),
@@ -345,7 +330,7 @@ def write_snapshot(
         raise InvalidArgumentError(f"{n} keys but times of shape {all_times.shape}")
     parts: list[Part] = []
     for start in range(0, n, _KEYS_PER_CHUNK):
-        lengths, blob = _encode_keys(keys[start : start + _KEYS_PER_CHUNK])
+        lengths, blob = encode_keys(keys[start : start + _KEYS_PER_CHUNK])
         chunk = slice(start, start + _KEYS_PER_CHUNK)
         parts.append((lengths, blob, fps[chunk], all_times[chunk]))
     info = write_snapshot_parts(

@@ -9,9 +9,10 @@ the whole of one request and does, in this order:
    lock, briefly);
 2. encode the changes as one log record (:func:`~permindex.storage.wal_records.encode_record`)
    and append it (:meth:`~permindex.storage.wal.LogWriter.append`, from
-   :meth:`Store._log_then_apply`) -- one ``write``, and one fdatasync under the default
-   ``always`` policy. If that fails (disk full, read-only file system), the log is
-   cut back, nothing is applied, and the caller gets :class:`~permindex.errors.StorageError`;
+   :meth:`~permindex.storage.durable.DurableStore._log_then_apply`) -- one ``write``, and one
+   fdatasync under the default ``always`` policy. If that fails (disk full, read-only file
+   system), the log is cut back, nothing is applied, and the caller gets
+   :class:`~permindex.errors.StorageError`;
 3. apply the changes to the index (under the index's lock).
 
 So an acknowledged change is both logged and applied, and a refused one neither. Writers are
@@ -51,29 +52,23 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.errors import CorruptFileError, InvalidArgumentError, StorageError
+from permindex.errors import CorruptFileError, InvalidArgumentError
 from permindex.index import CheckAndAddResult, ExpiringIndex, Index, Match
 from permindex.index.expiry import AddedAt, stamps
 from permindex.index.hamming import as_fingerprint_array
 from permindex.index.index import load_codes, stored_count
 from permindex.index.keys.rule import MAX_KEY_BYTES, validate_key
 from permindex.index.tables.permutation import DEFAULT_DESIGN, Design
-from permindex.storage.datadir import fsync_directory
-from permindex.storage.key_section import batch_repeats
+from permindex.storage.durable import DurableStore, Recovery, recover, set_ops
 from permindex.storage.snapshot import DataDir, Part, Snapshot, SnapshotInfo
 from permindex.storage.wal import FsyncPolicy, LogWriter
-from permindex.storage.wal_records import ADD, REMOVE, REPLACE, Record, encode_record
-from permindex.storage.wal_recovery import read_log
+from permindex.storage.wal_records import REMOVE, Record, decode_body, encode_record
 
 __all__ = ["Recovery", "Store"]
 
@@ -81,30 +76,6 @@ log = logging.getLogger(__name__)
 
 #: Rows per slice of a snapshot's export (the index lock is held for one slice at a time).
 EXPORT_SLICE_ROWS = 1 << 14
-
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """What :meth:`Store.open` loaded.
-
-    Attributes:
-        snapshot: the snapshot loaded (None: there was none).
-        records: log records replayed after it.
-        changes: changes in those records.
-        last_sequence: the last log sequence number the directory holds.
-        warnings: log damage cut off at the start (torn tail, or corruption with
-            ``truncate_corrupt_log``), one sentence each.
-        seconds: wall time of the whole recovery.
-    """
-
-    snapshot: SnapshotInfo | None
-    records: int
-    changes: int
-    last_sequence: int
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 def _load_snapshot(index: Index, snapshot: Snapshot) -> None:
@@ -195,40 +166,81 @@ def _replay(index: Index, records: Sequence[Record]) -> None:
     flush()
 
 
-class Store:
+class _SimHashFormat:
+    """A SimHash collection's :class:`~permindex.storage.durable.CollectionFormat`: an
+    :class:`~permindex.index.Index` (or :class:`~permindex.index.ExpiringIndex`), snapshots of
+    :mod:`permindex.storage.snapshot`, records of :mod:`permindex.storage.wal_records`.
+    ``untimed``: whether the snapshot or the log loaded held an entry without a time."""
+
+    def __init__(self, index: Index, data_dir: DataDir, export_slice_rows: int) -> None:
+        self.index = index
+        self.data_dir = data_dir
+        self.untimed = False
+        self._export_slice_rows = export_slice_rows
+
+    def load(self) -> SnapshotInfo | None:
+        snapshot = self.data_dir.load()
+        if snapshot is None:
+            return None
+        _load_snapshot(self.index, snapshot)
+        self.untimed = isinstance(self.index, ExpiringIndex) and _untimed(snapshot, [])
+        return snapshot.info
+
+    def decode(self, data: bytes, start: int, end: int, version: int) -> Record:
+        return decode_body(data, start, end, version)
+
+    def replay(self, records: Sequence[Record]) -> None:
+        _replay(self.index, records)
+        if isinstance(self.index, ExpiringIndex) and not self.untimed:
+            self.untimed = _untimed(None, records)
+
+    def encode_removes(self, sequence: int, keys: list[str]) -> bytes:
+        n = len(keys)
+        return encode_record(
+            sequence, np.full(n, REMOVE, dtype=np.uint8), keys, np.zeros(n, np.uint64)
+        )
+
+    def hold(self) -> Callable[[int], SnapshotInfo]:
+        # Nothing taken under the lock: the export is fuzzy, in slices, while writes go on.
+        return self._write
+
+    def _write(self, log_sequence: int) -> SnapshotInfo:
+        index = self.index
+        if isinstance(index, ExpiringIndex):
+            parts: Sequence[Part] = index.export_timed_slices(self._export_slice_rows)
+        else:
+            parts = index.export_slices(self._export_slice_rows)
+        return self.data_dir.save_parts(
+            parts, k=index.k, design=index.design.as_tuple(), log_sequence=log_sequence
+        )
+
+
+class Store(DurableStore[Index]):
     """An index and its data directory: changes logged before they are applied, snapshots,
-    recovery (see the module docstring). Open one with :meth:`Store.open`.
+    recovery (see the module docstring; the logging, snapshots, removes and closing are
+    :class:`~permindex.storage.durable.DurableStore`'s). Open one with :meth:`Store.open`.
 
     Attributes:
         index: the index; read from it freely (it is thread-safe), but change it only through
             the store's methods, or the change is neither logged nor serialized with the others.
         data_dir: the locked data directory.
         recovery: what was loaded at open.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as path:
+        ...     with Store.open(path) as store:
+        ...         _ = store.add_many(["a"], [0b1011])
+        ...     with Store.open(path) as store:  # recovered from the log
+        ...         store.index.get("a")
+        11
     """
 
-    def __init__(
-        self,
-        index: Index,
-        data_dir: DataDir,
-        writer: LogWriter,
-        recovery: Recovery,
-        *,
-        export_slice_rows: int = EXPORT_SLICE_ROWS,
-    ) -> None:
+    def __init__(self, format: _SimHashFormat, writer: LogWriter, recovery: Recovery) -> None:
         """Use :meth:`Store.open`."""
-        self.index = index
-        self.data_dir = data_dir
-        self.recovery = recovery
-        self._writer = writer
-        self._sequence = writer.last_sequence  # the last record logged and applied
-        self._write_lock = threading.Lock()
-        self._snapshot_lock = threading.Lock()
-        self._export_slice_rows = export_slice_rows
-        self._closed = False
+        super().__init__(format, writer, recovery)
+        index = format.index
         self._clock = index.now if isinstance(index, ExpiringIndex) else time.time
-        #: Bytes of the log record being written (0 at rest: the log keeps no buffer between
-        #: writes, each record goes to the file with one write).
-        self.log_buffer_bytes = 0
 
     @classmethod
     def open(
@@ -245,7 +257,7 @@ class Store:
         clock: Callable[[], float] = time.time,
     ) -> Store:
         """Lock the data directory ``path`` (created if missing), recover its contents and
-        continue its log.
+        continue its log (:func:`~permindex.storage.durable.recover`).
 
         Args:
             path: the data directory.
@@ -269,59 +281,18 @@ class Store:
             OSError: the directory cannot be created, read or written (StorageError when the
                 log cannot be continued).
         """
-        started = time.perf_counter()
         # Options checked before the directory is touched.
         if expire_after is None:
             index = Index(k=k, design=design)
         else:
             index = ExpiringIndex(k=k, design=design, expire_after=expire_after, clock=clock)
-        data_dir = DataDir(path)
-        try:
-            snapshot = data_dir.load()
-            if snapshot is None:
-                log.info("no snapshot in %s", data_dir.path)
-            else:
-                _load_snapshot(index, snapshot)
-                info = snapshot.info
-                log.info("loaded %d keys from %s in %.2f s", info.count, info.path, info.seconds)
-            recovered = read_log(
-                data_dir.path, data_dir.log_sequence, truncate_corrupt=truncate_corrupt_log
-            )
-            try:
-                _replay(index, recovered.records)
-            except (ValueError, TypeError) as error:  # a record that passed its CRC check
-                raise CorruptFileError(
-                    f"{data_dir.path}: a log record does not apply: {error}", str(data_dir.path)
-                ) from error
-            segment, offset = recovered.tail if recovered.tail else (None, 0)
-            writer = LogWriter(
-                data_dir.path,
-                segment=segment,
-                offset=offset,
-                last_sequence=recovered.last_sequence,
-                policy=fsync,
-                interval=fsync_interval,
-            )
-        except BaseException:
-            data_dir.close()
-            raise
-        recovery = Recovery(
-            snapshot=snapshot.info if snapshot else None,
-            records=len(recovered.records),
-            changes=recovered.changes,
-            last_sequence=recovered.last_sequence,
-            warnings=recovered.warnings,
-            seconds=time.perf_counter() - started,
-        )
-        if recovery.records:
-            log.info(
-                "replayed %d changes (%d log records) up to sequence %d",
-                recovery.changes,
-                recovery.records,
-                recovery.last_sequence,
-            )
-        store = cls(index, data_dir, writer, recovery, export_slice_rows=export_slice_rows)
-        if isinstance(index, ExpiringIndex) and _untimed(snapshot, recovered.records):
+        format = _SimHashFormat(index, DataDir(path), export_slice_rows)
+        writer, recovery = recover(
+            format, fsync=fsync, fsync_interval=fsync_interval,
+            truncate_corrupt_log=truncate_corrupt_log,
+        )  # fmt: skip
+        store = cls(format, writer, recovery)
+        if isinstance(index, ExpiringIndex) and format.untimed:
             # Entries without a time on disk count as added now: a snapshot records that time,
             # or every start until the next change would count them as added again.
             log.info("recording the times of entries loaded without one: snapshot")
@@ -332,57 +303,24 @@ class Store:
                 raise
         return store
 
-    # ---------------------------------------------------------------------------------- state
-
-    @property
-    def path(self) -> Path:
-        """The data directory."""
-        return self.data_dir.path
-
-    @property
-    def sequence(self) -> int:
-        """Sequence number of the last change logged and applied (0: none ever)."""
-        return self._sequence
-
-    @property
-    def fsync_policy(self) -> FsyncPolicy:
-        """The log's fsync policy."""
-        return self._writer.policy
-
     # ---------------------------------------------------------------------------------- writes
 
-    def _log_then_apply(
+    def _log_record(
         self, ops: NDArray[np.uint8], keys: list[str], values: NDArray[np.uint64],
-        apply: Callable[[], _T], times: NDArray[np.uint32] | None = None,
-    ) -> _T:  # fmt: skip
-        """Append one record (holding the write lock), then ``apply`` it. Raises StorageError
-        (nothing applied) when the append fails; if ``apply`` raises, the record is taken back
-        out of the log."""
-        if self._closed:
-            raise StorageError("the data directory is closed (the server is stopping)")
-        sequence = self._sequence + 1
-        record = encode_record(sequence, ops, keys, values, times)
-        self.log_buffer_bytes = len(record)
-        try:
-            self._writer.append(record, sequence)
-        finally:
-            self.log_buffer_bytes = 0
-        try:
-            result = apply()
-        except BaseException:
-            self._writer.retract(sequence)
-            raise
-        self._sequence = sequence
-        return result
-
-    def _apply_add(
-        self, keys: list[str], values: NDArray[np.uint64], times: NDArray[np.uint32]
-    ) -> Callable[[], NDArray[np.bool_]]:
-        """The index's ``add_many`` of ``keys`` at ``times`` (kept when it expires)."""
+        times: NDArray[np.uint32],
+    ) -> NDArray[np.bool_]:  # fmt: skip
+        """Log the record of storing ``keys`` (holding the write lock), then store them with
+        the index's ``add_many`` (at ``times`` when it expires)."""
         index = self.index
-        if isinstance(index, ExpiringIndex):
-            return lambda: index.add_many(keys, values, added_at=times)
-        return lambda: index.add_many(keys, values)
+
+        def apply() -> NDArray[np.bool_]:
+            if isinstance(index, ExpiringIndex):
+                return index.add_many(keys, values, added_at=times)
+            return index.add_many(keys, values)
+
+        return self._log_then_apply(
+            lambda sequence: encode_record(sequence, ops, keys, values, times), apply
+        )
 
     def add_many(
         self,
@@ -415,9 +353,8 @@ class Store:
         if n == 0:
             return np.zeros(0, dtype=bool)
         with self._write_lock:
-            ops = _set_ops(self.index, key_list)
-            apply = self._apply_add(key_list, values, times)
-            return self._log_then_apply(ops, key_list, values, apply, times)
+            ops = set_ops(self.index, key_list)
+            return self._log_record(ops, key_list, values, times)
 
     def check_and_add_many(
         self,
@@ -476,126 +413,9 @@ class Store:
             chosen = np.fromiter((r.added for r in results), dtype=bool, count=len(results))
             if chosen.any():
                 add_keys = [key for key, r in zip(key_list, results, strict=True) if r.added]
-                add_values, add_times = values[chosen], times[chosen]
-                ops = _set_ops(index, add_keys)
-                apply = self._apply_add(add_keys, add_values, add_times)
-                self._log_then_apply(ops, add_keys, add_values, apply, add_times)
+                ops = set_ops(index, add_keys)
+                self._log_record(ops, add_keys, values[chosen], times[chosen])
         return results
-
-    def remove_many(self, keys: Sequence[str]) -> list[bool]:
-        """Log, then remove, the keys that are stored (a key named twice is removed once).
-
-        Returns:
-            For each key in order, whether this call removed it.
-
-        Raises:
-            TypeError, InvalidArgumentError: a malformed key.
-            StorageError: the log could not be written; nothing is removed.
-        """
-        key_list = [validate_key(key, name=f"keys[{i}]") for i, key in enumerate(keys)]
-        with self._write_lock:
-            removed = [key in self.index for key in key_list]
-            repeats = batch_repeats(key_list)
-            if repeats is not None:  # a key removed at its first occurrence only
-                removed = [
-                    r and first for r, first in zip(removed, repeats.first.tolist(), strict=True)
-                ]
-            gone = [key for key, r in zip(key_list, removed, strict=True) if r]
-            if gone:
-                n = len(gone)
-
-                def apply() -> None:
-                    for key in gone:
-                        self.index.discard(key)
-
-                self._log_then_apply(
-                    np.full(n, REMOVE, dtype=np.uint8), gone, np.zeros(n, np.uint64), apply
-                )
-        return removed
-
-    # ------------------------------------------------------------------------------ snapshots
-
-    def snapshot(self) -> SnapshotInfo:
-        """Write a snapshot now and drop the log segments it makes unnecessary (see the module
-        docstring). Serialized with other snapshots; writes and queries go on meanwhile.
-
-        Returns:
-            The snapshot's info (``log_sequence``: the last change it is known to contain).
-
-        Raises:
-            StorageError: a new log segment could not be started.
-            OSError: the snapshot could not be written; the previous one and the whole log stay.
-        """
-        with self._snapshot_lock:
-            self._writer.sync()  # so that sealing the segment under the write lock is quick
-            with self._write_lock:
-                if self._closed:
-                    raise StorageError("the data directory is closed (the server is stopping)")
-                sequence = self._sequence
-                self._writer.rotate()
-            index = self.index
-            if isinstance(index, ExpiringIndex):
-                parts: Sequence[Part] = index.export_timed_slices(self._export_slice_rows)
-            else:
-                parts = index.export_slices(self._export_slice_rows)
-            previous = self.data_dir.log_sequence
-            info = self.data_dir.save_parts(
-                parts, k=self.index.k, design=self.index.design.as_tuple(), log_sequence=sequence
-            )
-            dropped = self._writer.drop_through(previous)
-            if dropped:
-                log.info("deleted %d log segments up to sequence %d", len(dropped), previous)
-            return info
-
-    # ---------------------------------------------------------------------------------- closing
-
-    def close(self) -> None:
-        """fsync and close the log (whatever the policy), release the data directory;
-        idempotent. In-flight writes finish first.
-
-        Raises:
-            StorageError: the final fsync failed (everything is closed all the same).
-        """
-        with self._write_lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            self._writer.close()
-            fsync_directory(self.path)  # the names of the last segment and snapshot
-        except OSError as error:
-            if isinstance(error, StorageError):
-                raise
-            raise StorageError(
-                f"cannot fsync the data directory {self.path}: {error}", error.errno
-            ) from error
-        finally:
-            self.data_dir.close()
-
-    def abandon(self) -> None:
-        """Close everything without a final fsync, as a crash of the process would (the page
-        cache keeps what was written): for tests of recovery in one process."""
-        with self._write_lock:
-            self._closed = True
-        self._writer.abandon()
-        self.data_dir.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-def _set_ops(index: Index, keys: list[str]) -> NDArray[np.uint8]:
-    """The log op of storing each of ``keys`` in order: ADD for a key not stored before the
-    call, at its first occurrence in it; REPLACE otherwise
-    (:func:`~permindex.storage.key_section.batch_repeats`). Raises as :meth:`Index.add_many` for
-    a bad key."""
-    new = ~index.contains_many(keys)
-    repeats = batch_repeats(keys)
-    added = new if repeats is None else new & repeats.first
-    return np.where(added, ADD, REPLACE).astype(np.uint8)
 
 
 def _match_order(match: Match) -> tuple[int, str]:

@@ -70,8 +70,7 @@ from permindex.storage.key_section import (
     KeySectionError,
     check_section,
     decode_section,
-    encode_section,
-    section_lengths,
+    encode_keys,
 )
 
 __all__ = [
@@ -162,20 +161,6 @@ class Record:
     times: npt.NDArray[np.uint32]
 
 
-def _encode_keys(keys: Sequence[str]) -> tuple[npt.NDArray[np.uint32], bytes]:
-    """(n,) <u4 UTF-8 lengths and the key section of ``keys``
-    (:func:`~permindex.storage.key_section.encode_section`).
-
-    Raises TypeError (not a str) or InvalidArgumentError (not encodable as UTF-8)."""
-    try:
-        section, ends = encode_section(keys)
-    except TypeError as error:
-        raise TypeError(f"keys must be str: {error}") from None
-    except UnicodeEncodeError as error:
-        raise InvalidArgumentError(f"a key is not encodable as UTF-8: {error.reason}") from None
-    return section_lengths(ends), section
-
-
 def encode_record(
     sequence: int,
     ops: npt.ArrayLike,
@@ -218,7 +203,7 @@ def encode_record(
         raise InvalidArgumentError(f"ops must be 1 (add), 2 (replace) or 3 (remove): {op_array}")
     if bool((fp_array[op_array == REMOVE] != 0).any()):
         raise InvalidArgumentError("a remove must carry fingerprint 0")
-    lengths, section = _encode_keys(keys)
+    lengths, section = encode_keys(keys)
     shortest, longest = int(lengths.min()), int(lengths.max())
     if shortest < 1 or longest > MAX_KEY_BYTES:
         bad = int(np.flatnonzero((lengths < 1) | (lengths > MAX_KEY_BYTES))[0])

@@ -33,6 +33,7 @@ __all__ = [
     "DocumentReader",
     "JsonlParser",
     "MalformedInputError",
+    "ReadProgress",
     "ReadStats",
     "check_key",
     "folder_file_text",
@@ -648,6 +649,47 @@ class DocumentReader:
             self.stats.skip("unreadable")
             return
         listings.append((iter(entries), prefix))
+
+
+class ReadProgress:
+    """A progress bar on stderr (tqdm, imported when one is made) of how far a
+    :class:`DocumentReader`'s input has been read: in bytes where its size is known
+    (``size_bytes``), else in documents. Disabled, it draws nothing. Close it when done.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder) / "in.jsonl"
+        ...     _ = path.write_text('{"id": "a", "text": "one two three"}\\n')
+        ...     progress = ReadProgress(DocumentReader(path), "read", enabled=False)
+        ...     progress.advance(path.stat().st_size, 1)
+        ...     progress.close()
+    """
+
+    def __init__(self, reader: DocumentReader, label: str, *, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self._by_bytes = reader.size_bytes is not None
+        self._bar = tqdm(
+            total=reader.size_bytes,
+            unit="B" if self._by_bytes else " docs",
+            unit_scale=self._by_bytes,
+            unit_divisor=1024 if self._by_bytes else 1000,
+            desc=label,
+            file=sys.stderr,
+            disable=not enabled,
+            leave=False,
+        )
+
+    def advance(self, position_bytes: int, documents: int) -> None:
+        """The input read up to ``position_bytes`` (the reader's
+        :meth:`~DocumentReader.position_bytes` then), ``documents`` more documents done."""
+        bar = self._bar
+        bar.update(position_bytes - bar.n if self._by_bytes else documents)
+
+    def close(self) -> None:
+        """Take the bar off the terminal."""
+        self._bar.close()
 
 
 def read_documents(

@@ -16,7 +16,13 @@ from numpy.typing import NDArray
 
 from permindex.jit_numba import njit, popcount64
 
-__all__ = ["group_by_value", "group_pairs_verified", "union_find_labels"]
+__all__ = [
+    "group_by_value",
+    "group_pairs_verified",
+    "root_labels",
+    "union",
+    "union_find_labels",
+]
 
 _ZERO = np.uint64(0)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / phi: Fibonacci hashing
@@ -195,22 +201,37 @@ def group_by_value(
 @njit()
 def union_find_labels(n: int, a: NDArray[np.int64], b: NDArray[np.int64]) -> NDArray[np.int64]:
     """Connected components of the graph on 0..n-1 with edges (a[e], b[e]): (n,) int64, each
-    position labelled with the smallest position of its component. Union by smaller root with
-    path halving; O((n + e) alpha(n)) time, O(n) memory."""
+    position labelled with the smallest position of its component. :func:`union` per edge,
+    then :func:`root_labels`; O((n + e) alpha(n)) time, O(n) memory."""
     parent = np.arange(n, dtype=np.int64)
     for e in range(a.size):
-        x = a[e]
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        y = b[e]
-        while parent[y] != y:
-            parent[y] = parent[parent[y]]
-            y = parent[y]
-        if x < y:
-            parent[y] = x
-        elif y < x:
-            parent[x] = y
-    for p in range(n):  # ascending: a parent is smaller than its child, already final
-        parent[p] = parent[parent[p]]
+        union(parent, a[e], b[e])
+    root_labels(parent)
     return parent
+
+
+@njit(inline=True)
+def union(parent: NDArray[np.int64], x: int, y: int) -> None:
+    """In a kernel: join the components of ``x`` and ``y`` in the union-find forest ``parent``
+    (``parent[r] == r`` at a root; start from ``arange``): path halving on the way to each
+    root, then the larger root linked under the smaller, so that a parent is never larger than
+    its child (what :func:`root_labels` relies on)."""
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    while parent[y] != y:
+        parent[y] = parent[parent[y]]
+        y = parent[y]
+    if x < y:
+        parent[y] = x
+    elif y < x:
+        parent[x] = y
+
+
+@njit(inline=True)
+def root_labels(parent: NDArray[np.int64]) -> None:
+    """In a kernel: ``parent`` (a forest built by :func:`union`) rewritten in place to each
+    position's root, the smallest position of its component. One ascending pass: a parent is
+    smaller than its child, so it is already final when the child is reached. O(n)."""
+    for p in range(parent.size):
+        parent[p] = parent[parent[p]]

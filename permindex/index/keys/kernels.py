@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.keys.codec import _RUN_BYTES, _decode_key, _decoded_size, _hash_bytes
+from permindex.index.keys.codec import _RUN_BYTES, _hash_bytes, decode_codes
 from permindex.jit_numba import njit
 from permindex.jit_numba import unowned as _unowned_intrinsic
 
@@ -146,25 +146,15 @@ def decode_rows(
     codes: _U8, lens: _U8, bases: _I64, rows: _I64, dict_data: _U8, dict_offsets: _I64
 ) -> tuple[_U8, _I64]:
     """The keys of ``rows`` (m,) int64 decoded, in that order: their key section ((B,) uint8,
-    each key's UTF-8 bytes then a NUL) and (m,) int64 UTF-8 lengths. O(m * 16 + B)."""
+    each key's UTF-8 bytes then a NUL) and (m,) int64 UTF-8 lengths: each row's code found
+    (:func:`_span`), then :func:`~permindex.index.keys.codec.decode_codes`. O(m * 16 + B)."""
     codes, lens, bases, rows = unowned(codes), unowned(lens), unowned(bases), unowned(rows)
-    dict_data, dict_offsets = unowned(dict_data), unowned(dict_offsets)
     m = rows.size
     starts = np.empty(m, dtype=np.int64)
     sizes = np.empty(m, dtype=np.int64)
-    lengths = np.empty(m, dtype=np.int64)
-    total = 0
     for i in range(m):
         _, starts[i], sizes[i] = _span(codes, lens, bases, rows[i])
-        lengths[i] = _decoded_size(codes, starts[i], sizes[i], dict_offsets)
-        total += lengths[i] + 1
-    out = np.empty(total, dtype=np.uint8)
-    at = 0
-    for i in range(m):
-        at = _decode_key(codes, starts[i], sizes[i], out, at, dict_data, dict_offsets)
-        out[at] = 0
-        at += 1
-    return out, lengths
+    return decode_codes(codes, starts, sizes, dict_data, dict_offsets)
 
 
 @njit(inline=True)
