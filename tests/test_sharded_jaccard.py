@@ -276,6 +276,32 @@ def test_bad_input_is_refused_before_anything_is_added(servers: tuple[list[str],
             assert sharded.stats().count == one.stats().count == 0
 
 
+def test_a_sketch_hex_of_shingle_hashes_to_a_signature_collection(
+    servers: tuple[list[str], str],
+) -> None:
+    """A ``SketchHex`` of kind ``"shingle_hashes"`` (an export of a verify=exact collection)
+    sent to a verify=signature collection over shards is read as shingle hashes, as one server
+    reads it (and signed): not refused as a signature of another length, and not compared
+    within the batch as a signature it is not -- the results equal one server's."""
+    name, addresses, single = _collections(servers, 2, verify="signature", permutations=64)
+    texts = [" ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(34))]
+    hexes = []
+    for text in texts:  # 38 hashes (76 signature-widths) and 32 (64: a signature's length)
+        sketch = permindex.minhash_sketch(text, permutations=64)
+        assert sketch is not None
+        hexes.append(SketchHex(sketch_to_hex(sketch, "exact"), "shingle_hashes"))
+    assert [len(h.hex) // 8 for h in hexes] == [76, 64]
+    docs = [("a", hexes[0]), ("b", texts[0]), ("c", hexes[1]), ("d", texts[1] + " x")]
+    with (
+        permindex.Client(addresses, collection=name) as sharded,
+        permindex.Client(single, collection=name) as one,
+    ):
+        expected = one.check_and_add_many(docs)
+        assert [r.status for r in expected] == ["added", "near_duplicate"] * 2
+        assert sharded.check_and_add_many(docs) == expected
+        assert sorted(key for key, _ in sharded.iter_export()) == ["a", "c"]
+
+
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
 
 
