@@ -19,7 +19,7 @@ import pytest
 from conftest import server_config
 
 import permindex
-from permindex.client import CheckResult, Document, SketchHex
+from permindex.client import CheckResult, Content, Document, SketchHex
 from permindex.client.sharding import shard_of
 from permindex.index.jaccard.sketch import sketch_to_hex
 from permindex.rpc.server import RunningServer, create_server
@@ -291,7 +291,9 @@ def test_a_sketch_hex_of_shingle_hashes_to_a_signature_collection(
         assert sketch is not None
         hexes.append(SketchHex(sketch_to_hex(sketch, "exact"), "shingle_hashes"))
     assert [len(h.hex) // 8 for h in hexes] == [76, 64]
-    docs = [("a", hexes[0]), ("b", texts[0]), ("c", hexes[1]), ("d", texts[1] + " x")]
+    docs: list[tuple[str, Content]] = [
+        ("a", hexes[0]), ("b", texts[0]), ("c", hexes[1]), ("d", texts[1] + " x"),
+    ]  # fmt: skip
     with (
         permindex.Client(addresses, collection=name) as sharded,
         permindex.Client(single, collection=name) as one,
