@@ -304,6 +304,29 @@ def test_a_sketch_hex_of_shingle_hashes_to_a_signature_collection(
         assert sorted(key for key, _ in sharded.iter_export()) == ["a", "c"]
 
 
+def test_shards_created_with_other_options_are_refused(servers: tuple[list[str], str]) -> None:
+    """A collection created shard by shard with other options (here the second shard's
+    threshold 0.5, permutations 64, verify=signature, where the first has 0.8, 128, exact):
+    the sharded check-and-add refuses with InvalidArgumentError naming the option and the
+    shard, before anything is added, instead of deciding by the first shard's options while
+    the second decides by its own (a page at J 0.6 to one on the second shard was a
+    near-duplicate there, and would be added where the first shard holds its match)."""
+    addresses, _ = servers
+    name = f"j{next(_names)}"
+    with permindex.Client(addresses[0]) as client:
+        client.create_collection(name, method="minhash", threshold=0.8)
+    with permindex.Client(addresses[1]) as client:
+        client.create_collection(
+            name, method="minhash", threshold=0.5, permutations=64, verify="signature"
+        )
+    docs = [(f"k{i}", " ".join(f"w{i}_{j}" for j in range(30))) for i in range(10)]
+    with permindex.Client(addresses[:2], collection=name) as sharded:
+        with pytest.raises(permindex.InvalidArgumentError, match="threshold") as error:
+            sharded.check_and_add_many(docs)
+        assert addresses[1] in str(error.value)
+        assert sharded.stats().count == 0
+
+
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
 
 
