@@ -323,7 +323,7 @@ def test_shards_created_with_other_options_are_refused(servers: tuple[list[str],
     with permindex.Client(addresses[:2], collection=name) as sharded:
         with pytest.raises(permindex.InvalidArgumentError, match="threshold") as error:
             sharded.check_and_add_many(docs)
-        assert addresses[1] in str(error.value)
+        assert "on shard 1" in str(error.value)
         assert sharded.stats().count == 0
 
 

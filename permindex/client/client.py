@@ -176,7 +176,8 @@ class Client(StreamingClient):
             InvalidArgumentError: a malformed document, before anything is sent; over shards
                 also, for a Jaccard collection, a ``k``, a fingerprint or a bad sketch, before
                 anything of the call is added (one server refuses them as INVALID_ARGUMENT,
-                with the batches before stored).
+                with the batches before stored); over shards, shards whose collection has
+                other options (another method, k, design, threshold, ...), naming the shard.
             ServerError: a refusal of the server(s).
 
         Examples:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import numpy as np
 
@@ -215,7 +215,8 @@ def check_and_add(
     """:meth:`Client.check_and_add_many`, ``batch_size`` documents per step, in order.
 
     One shard: one CheckAndAdd per batch, atomic on the server. Several: the collection's
-    options are read once (one DescribeCollection of the first shard); then, per batch, each
+    options are read once (one DescribeCollection of every shard: options that differ between
+    shards are refused with InvalidArgumentError); then, per batch, each
     document is checked here as one server would check it, and the rest go in one CheckAndAdd
     per shard, which checks its own shard again, atomically:
 
@@ -247,8 +248,8 @@ def check_and_add(
     if not batches:
         return results
     describe = pb.DescribeCollectionRequest(name=target.collection)
-    (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
-    info = collection_info(reply)  # the collection's method, options and k: once a call
+    replies = yield _everywhere(target, "DescribeCollection", describe, True)
+    info = _same_options(target, [collection_info(r) for r in replies])  # once a call
     if info.method == "minhash":
         index = _jaccard_index(target, info, k)
         given: list[list[MinHashSketch | None]] = []
@@ -263,6 +264,37 @@ def check_and_add(
     for messages in batches:
         results.extend((yield from _check_and_add_sharded(target, messages, k, info)))
     return results
+
+
+#: The options of a collection that decide a check-and-add: every shard must have the same.
+_DECIDING_OPTIONS: Final = (
+    "method", "k", "blocks", "leading", "shingle_size", "min_words", "vote", "expire_after",
+    "threshold", "permutations", "bands", "rows", "verify",
+)  # fmt: skip
+
+
+def _same_options(target: Target, infos: list[CollectionInfo]) -> CollectionInfo:
+    """The first shard's collection info, once every shard's options that decide a
+    check-and-add equal it.
+
+    Raises:
+        InvalidArgumentError: a shard whose collection has other options (created shard by
+            shard with others), naming the shard, the option and both values.
+    """
+    first = infos[0]
+    for shard, info in enumerate(infos[1:], start=1):
+        for option in _DECIDING_OPTIONS:
+            mine, theirs = getattr(first, option), getattr(info, option)
+            if mine != theirs:
+                raise InvalidArgumentError(
+                    f"check_and_add over {target.shards} shards: collection "
+                    f"{target.collection!r} has {option} {theirs!r} on shard {shard} (address "
+                    f"{shard + 1} of the list) but {mine!r} on shard 0: the shards would decide "
+                    "by other rules; create the collection with the same options on every "
+                    "shard (`collections create` through the sharded client does)",
+                    option,
+                )
+    return first
 
 
 def _check_and_add_sharded(
