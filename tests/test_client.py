@@ -20,6 +20,7 @@ from oracles import brute_force_pairs
 
 import permindex
 from permindex import Index, Match, hamming
+from permindex.client import Content
 from permindex.errors import LimitExceededError, ServerError
 from permindex.index.join.clusters import clusters as clusters_of
 from permindex.index.join.clusters import exact_duplicates as exact_duplicates_of
@@ -427,11 +428,12 @@ def test_a_key_or_text_that_is_not_utf8_is_an_invalid_argument(
     before it is not stored."""
     addresses = [start_server(data_dir=tmp_path / f"d{i}").address for i in range(shards)]
     with permindex.Client(addresses) as client:
-        good = ("good", 5)
-        for docs, says in (
+        good: tuple[str, Content] = ("good", 5)
+        cases: list[tuple[list[tuple[str, Content]], str]] = [
             ([good, ("bad\ud800", 7)], "documents[1]"),
             ([good, ("bad", "one two three \udfff four")], "documents[1]"),
-        ):
+        ]
+        for docs, says in cases:
             for call in (client.add, client.check_and_add_many):
                 with pytest.raises(permindex.InvalidArgumentError, match=re.escape(says)):
                     call(docs)

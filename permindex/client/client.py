@@ -116,8 +116,9 @@ class Client(StreamingClient):
         document, in order. For a stream read lazily, use :meth:`ingest`.
 
         Raises:
-            InvalidArgumentError: a content neither an int in [0, 2^64) nor a str, or an
-                ``added_at`` that is not a number >= 0 (nothing sent), or the server's
+            InvalidArgumentError: a content neither an int in [0, 2^64) nor a str, a key or
+                text UTF-8 cannot encode (a lone surrogate), or an ``added_at`` that is not a
+                number >= 0 (nothing sent), or the server's
                 INVALID_ARGUMENT (a bad key: the batches before it are stored).
             ServerError: any other refusal; never retried.
 

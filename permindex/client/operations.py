@@ -24,6 +24,7 @@ from permindex.client.messages import (
     check_counts,
     check_fingerprints,
     check_result,
+    check_utf8,
     collection_info,
     document_messages,
     document_result,
@@ -534,6 +535,8 @@ def remove(target: Target, keys: str | Iterable[str]) -> Plan[RemoveResult]:
     """:meth:`Client.remove`: each key's shard, ``batch_size`` keys a request; the keys not
     stored in the order given."""
     names = [keys] if isinstance(keys, str) else list(keys)
+    for i, name in enumerate(names):
+        check_utf8(name, f"keys[{i}]")
     calls: list[Call] = []
     for shard, at in route(names, target.shards):
         for chunk in _chunks(at, target.batch_size):
@@ -600,6 +603,8 @@ def query_jaccard(
 def get_many(target: Target, keys: Iterable[str]) -> Plan[list[int | SketchHex | None]]:
     """:meth:`Client.get_many`: each key's shard, ``batch_size`` keys a request."""
     names = list(keys)
+    for i, name in enumerate(names):
+        check_utf8(name, f"keys[{i}]")
     parts: list[Sequence[int]] = []
     calls: list[Call] = []
     for shard, at in route(names, target.shards):
