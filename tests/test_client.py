@@ -5,6 +5,7 @@ read-only calls."""
 from __future__ import annotations
 
 import random
+import re
 import socket
 import threading
 import time
@@ -19,6 +20,7 @@ from oracles import brute_force_pairs
 
 import permindex
 from permindex import Index, Match, hamming
+from permindex.client import Content
 from permindex.errors import LimitExceededError, ServerError
 from permindex.index.join.clusters import clusters as clusters_of
 from permindex.index.join.clusters import exact_duplicates as exact_duplicates_of
@@ -414,3 +416,28 @@ def test_grpc_wording_is_translated(
         assert word in message
     for raw in ("Cancelling all calls", "Stream removed", "Socket closed", "larger than max"):
         assert raw not in message
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_a_key_or_text_that_is_not_utf8_is_an_invalid_argument(
+    start_server: StartServer, tmp_path: Path, shards: int
+) -> None:
+    """A lone surrogate (which UTF-8 cannot encode) in a key or a text: add, check_and_add,
+    get and remove raise InvalidArgumentError naming the document or key, as for any other bad
+    input (not protobuf's UnicodeEncodeError), before anything is sent: the valid document
+    before it is not stored."""
+    addresses = [start_server(data_dir=tmp_path / f"d{i}").address for i in range(shards)]
+    with permindex.Client(addresses) as client:
+        good: tuple[str, Content] = ("good", 5)
+        cases: list[tuple[list[tuple[str, Content]], str]] = [
+            ([good, ("bad\ud800", 7)], "documents[1]"),
+            ([good, ("bad", "one two three \udfff four")], "documents[1]"),
+        ]
+        for docs, says in cases:
+            for call in (client.add, client.check_and_add_many):
+                with pytest.raises(permindex.InvalidArgumentError, match=re.escape(says)):
+                    call(docs)
+        for keys_call in (client.get_many, client.remove):
+            with pytest.raises(permindex.InvalidArgumentError, match=re.escape("keys[1]")):
+                keys_call(["good", "bad\ud800"])
+        assert client.stats().count == 0

@@ -688,3 +688,35 @@ def test_a_key_twice_in_one_write_is_stored_once(tmp_path: Path) -> None:
     (matches,) = store.index.query_many([other])
     assert [m.key for m in matches] == ["https://b"]
     store.close()
+
+
+def test_a_join_over_the_work_budget_is_refused_on_a_jaccard_collection(tmp_path: Path) -> None:
+    """--max-join-work holds for a Jaccard collection as for a SimHash one: 300 pages of one
+    template edited (all in one band bucket: 44,850 candidate pairs) are refused by Pairs,
+    Clusters and Flags with RESOURCE_EXHAUSTED naming the option, before any work; 2,000
+    copies of one page need no candidate verified (identical sets are collapsed first): their
+    Clusters and ExactDuplicates are answered, their Pairs (1,999,000 to send) refused; a small
+    collection is answered."""
+    running = create_server(server_config(tmp_path / "data", max_join_work=10_000))
+    page = [f"w{i}" for i in range(60)]
+    try:
+        with permindex.Client(running.address, retries=0) as client:
+            client.create_collection("j", method="minhash", threshold=0.8)
+            j = client.use("j")
+            j.add([(f"near/{i:03d}", " ".join([*page, f"edit{i}"])) for i in range(300)])
+            for call in (j.pairs, j.clusters, j.flags):
+                with pytest.raises(permindex.ServerLimitExceededError) as refused:
+                    call()
+                assert "--max-join-work" in str(refused.value) and "10,000" in str(refused.value)
+            j.remove([f"near/{i:03d}" for i in range(300)])
+            j.add([(f"copy/{i:04d}", " ".join(page)) for i in range(2000)])
+            assert [len(cluster) for cluster in j.clusters()] == [2000]
+            assert [len(group.keys) for group in j.exact_duplicates()] == [2000]
+            with pytest.raises(permindex.ServerLimitExceededError) as refused:
+                j.pairs()
+            assert "1,999,000" in str(refused.value)
+            j.remove([f"copy/{i:04d}" for i in range(2000)])
+            j.add([("a", " ".join(page)), ("b", " ".join([*page, "x"]))])
+            assert j.pairs() == [("a", "b", 0.9831)]  # 58 / 59
+    finally:
+        running.stop(grace=0)

@@ -19,7 +19,7 @@ import pytest
 from conftest import server_config
 
 import permindex
-from permindex.client import CheckResult, Document, SketchHex
+from permindex.client import CheckResult, Content, Document, SketchHex
 from permindex.client.sharding import shard_of
 from permindex.index.jaccard.sketch import sketch_to_hex
 from permindex.rpc.server import RunningServer, create_server
@@ -274,6 +274,57 @@ def test_bad_input_is_refused_before_anything_is_added(servers: tuple[list[str],
             with pytest.raises(permindex.InvalidArgumentError, match=says):
                 one.check_and_add_many(docs[2:])
             assert sharded.stats().count == one.stats().count == 0
+
+
+def test_a_sketch_hex_of_shingle_hashes_to_a_signature_collection(
+    servers: tuple[list[str], str],
+) -> None:
+    """A ``SketchHex`` of kind ``"shingle_hashes"`` (an export of a verify=exact collection)
+    sent to a verify=signature collection over shards is read as shingle hashes, as one server
+    reads it (and signed): not refused as a signature of another length, and not compared
+    within the batch as a signature it is not -- the results equal one server's."""
+    name, addresses, single = _collections(servers, 2, verify="signature", permutations=64)
+    texts = [" ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(34))]
+    hexes = []
+    for text in texts:  # 38 hashes (76 signature-widths) and 32 (64: a signature's length)
+        sketch = permindex.minhash_sketch(text, permutations=64)
+        assert sketch is not None
+        hexes.append(SketchHex(sketch_to_hex(sketch, "exact"), "shingle_hashes"))
+    assert [len(h.hex) // 8 for h in hexes] == [76, 64]
+    docs: list[tuple[str, Content]] = [
+        ("a", hexes[0]), ("b", texts[0]), ("c", hexes[1]), ("d", texts[1] + " x"),
+    ]  # fmt: skip
+    with (
+        permindex.Client(addresses, collection=name) as sharded,
+        permindex.Client(single, collection=name) as one,
+    ):
+        expected = one.check_and_add_many(docs)
+        assert [r.status for r in expected] == ["added", "near_duplicate"] * 2
+        assert sharded.check_and_add_many(docs) == expected
+        assert sorted(key for key, _ in sharded.iter_export()) == ["a", "c"]
+
+
+def test_shards_created_with_other_options_are_refused(servers: tuple[list[str], str]) -> None:
+    """A collection created shard by shard with other options (here the second shard's
+    threshold 0.5, permutations 64, verify=signature, where the first has 0.8, 128, exact):
+    the sharded check-and-add refuses with InvalidArgumentError naming the option and the
+    shard, before anything is added, instead of deciding by the first shard's options while
+    the second decides by its own (a page at J 0.6 to one on the second shard was a
+    near-duplicate there, and would be added where the first shard holds its match)."""
+    addresses, _ = servers
+    name = f"j{next(_names)}"
+    with permindex.Client(addresses[0]) as client:
+        client.create_collection(name, method="minhash", threshold=0.8)
+    with permindex.Client(addresses[1]) as client:
+        client.create_collection(
+            name, method="minhash", threshold=0.5, permutations=64, verify="signature"
+        )
+    docs = [(f"k{i}", " ".join(f"w{i}_{j}" for j in range(30))) for i in range(10)]
+    with permindex.Client(addresses[:2], collection=name) as sharded:
+        with pytest.raises(permindex.InvalidArgumentError, match="threshold") as error:
+            sharded.check_and_add_many(docs)
+        assert "on shard 1" in str(error.value)
+        assert sharded.stats().count == 0
 
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"

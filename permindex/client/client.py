@@ -116,8 +116,9 @@ class Client(StreamingClient):
         document, in order. For a stream read lazily, use :meth:`ingest`.
 
         Raises:
-            InvalidArgumentError: a content neither an int in [0, 2^64) nor a str, or an
-                ``added_at`` that is not a number >= 0 (nothing sent), or the server's
+            InvalidArgumentError: a content neither an int in [0, 2^64) nor a str, a key or
+                text UTF-8 cannot encode (a lone surrogate), or an ``added_at`` that is not a
+                number >= 0 (nothing sent), or the server's
                 INVALID_ARGUMENT (a bad key: the batches before it are stored).
             ServerError: any other refusal; never retried.
 
@@ -176,7 +177,8 @@ class Client(StreamingClient):
             InvalidArgumentError: a malformed document, before anything is sent; over shards
                 also, for a Jaccard collection, a ``k``, a fingerprint or a bad sketch, before
                 anything of the call is added (one server refuses them as INVALID_ARGUMENT,
-                with the batches before stored).
+                with the batches before stored); over shards, shards whose collection has
+                other options (another method, k, design, threshold, ...), naming the shard.
             ServerError: a refusal of the server(s).
 
         Examples:

@@ -32,6 +32,7 @@ __all__ = [
     "check_counts",
     "check_fingerprints",
     "check_result",
+    "check_utf8",
     "collection_info",
     "document_message",
     "document_messages",
@@ -74,6 +75,22 @@ STATUS_NAMES: Final = {
 }
 
 
+def check_utf8(value: object, what: str) -> None:
+    """InvalidArgumentError naming ``what`` when ``value`` is a str UTF-8 cannot encode (a lone
+    surrogate), which no message can carry; anything else passes (the server checks keys).
+    O(1) for ASCII, else O(len)."""
+    if not isinstance(value, str) or value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(
+            f"{what} {value[:60]!r} cannot be encoded as UTF-8: {error.reason} (at position "
+            f"{error.start}); keys and texts travel as UTF-8",
+            value,
+        ) from None
+
+
 def document_message(
     key: str, content: Content, where: str, added_at: float | None = None
 ) -> pb.Document:
@@ -98,7 +115,9 @@ def document_message(
             seconds = added_at_seconds(added_at)
         except InvalidArgumentError as error:
             raise InvalidArgumentError(f"{where} (key {key!r}): {error}", added_at) from None
+    check_utf8(key, f"{where}: key")
     if isinstance(content, str):
+        check_utf8(content, f"{where}: the text of key {key!r}")
         return pb.Document(key=key, text=content, added_at=seconds)
     if isinstance(content, MinHashSketch):
         return pb.Document(key=key, sketch=sketch_message(content), added_at=seconds)

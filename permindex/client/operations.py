@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from permindex.client.messages import (
     check_counts,
     check_fingerprints,
     check_result,
+    check_utf8,
     collection_info,
     document_messages,
     document_result,
@@ -59,7 +60,12 @@ from permindex.index import Match
 from permindex.index.expiry import stamps
 from permindex.index.hamming import hamming
 from permindex.index.jaccard import JaccardIndex, JaccardMatch, MinHashSketch
-from permindex.index.jaccard.sketch import check_verify, checked_sketch, sketch_from_hex
+from permindex.index.jaccard.sketch import (
+    SketchKind,
+    check_verify,
+    checked_sketch,
+    sketch_from_hex,
+)
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -210,7 +216,8 @@ def check_and_add(
     """:meth:`Client.check_and_add_many`, ``batch_size`` documents per step, in order.
 
     One shard: one CheckAndAdd per batch, atomic on the server. Several: the collection's
-    options are read once (one DescribeCollection of the first shard); then, per batch, each
+    options are read once (one DescribeCollection of every shard: options that differ between
+    shards are refused with InvalidArgumentError); then, per batch, each
     document is checked here as one server would check it, and the rest go in one CheckAndAdd
     per shard, which checks its own shard again, atomically:
 
@@ -242,8 +249,8 @@ def check_and_add(
     if not batches:
         return results
     describe = pb.DescribeCollectionRequest(name=target.collection)
-    (reply,) = yield [Call(0, "DescribeCollection", describe, True)]
-    info = collection_info(reply)  # the collection's method, options and k: once a call
+    replies = yield _everywhere(target, "DescribeCollection", describe, True)
+    info = _same_options(target, [collection_info(r) for r in replies])  # once a call
     if info.method == "minhash":
         index = _jaccard_index(target, info, k)
         given: list[list[MinHashSketch | None]] = []
@@ -258,6 +265,37 @@ def check_and_add(
     for messages in batches:
         results.extend((yield from _check_and_add_sharded(target, messages, k, info)))
     return results
+
+
+#: The options of a collection that decide a check-and-add: every shard must have the same.
+_DECIDING_OPTIONS: Final = (
+    "method", "k", "blocks", "leading", "shingle_size", "min_words", "vote", "expire_after",
+    "threshold", "permutations", "bands", "rows", "verify",
+)  # fmt: skip
+
+
+def _same_options(target: Target, infos: list[CollectionInfo]) -> CollectionInfo:
+    """The first shard's collection info, once every shard's options that decide a
+    check-and-add equal it.
+
+    Raises:
+        InvalidArgumentError: a shard whose collection has other options (created shard by
+            shard with others), naming the shard, the option and both values.
+    """
+    first = infos[0]
+    for shard, info in enumerate(infos[1:], start=1):
+        for option in _DECIDING_OPTIONS:
+            mine, theirs = getattr(first, option), getattr(info, option)
+            if mine != theirs:
+                raise InvalidArgumentError(
+                    f"check_and_add over {target.shards} shards: collection "
+                    f"{target.collection!r} has {option} {theirs!r} on shard {shard} (address "
+                    f"{shard + 1} of the list) but {mine!r} on shard 0: the shards would decide "
+                    "by other rules; create the collection with the same options on every "
+                    "shard (`collections create` through the sharded client does)",
+                    option,
+                )
+    return first
 
 
 def _check_and_add_sharded(
@@ -342,6 +380,14 @@ def _jaccard_index(target: Target, info: CollectionInfo, k: int | None) -> Jacca
     return index
 
 
+#: A Document's ``sketch_kind`` -> the kind its hex is read as (0: the collection's own).
+_SKETCH_KINDS: dict[int, SketchKind | None] = {
+    pb.SKETCH_KIND_UNSPECIFIED: None,
+    pb.SKETCH_KIND_SHINGLE_HASHES: "shingle_hashes",
+    pb.SKETCH_KIND_SIGNATURE: "signature",
+}
+
+
 def _given_sketches(
     target: Target, index: JaccardIndex, messages: list[pb.Document], start: int
 ) -> list[MinHashSketch | None]:
@@ -370,12 +416,19 @@ def _given_sketches(
                 )
             )
         elif content == "sketch_hex":
-            sketches.append(
+            if message.sketch_kind not in _SKETCH_KINDS:
+                raise InvalidArgumentError(
+                    f"{where} (key {message.key[:80]!r}): sketch_kind {message.sketch_kind} is "
+                    "not a SketchKind (SHINGLE_HASHES = 1, SIGNATURE = 2, or 0: unspecified)",
+                    message.sketch_kind,
+                )
+            sketches.append(  # read as the kind sent says, as a server reads it
                 sketch_from_hex(
                     message.sketch_hex,
                     verify=index.verify,
                     permutations=index.permutations,
                     name=f"{where}.sketch_hex",
+                    kind=_SKETCH_KINDS[message.sketch_kind],
                 )
             )
         else:
@@ -482,6 +535,8 @@ def remove(target: Target, keys: str | Iterable[str]) -> Plan[RemoveResult]:
     """:meth:`Client.remove`: each key's shard, ``batch_size`` keys a request; the keys not
     stored in the order given."""
     names = [keys] if isinstance(keys, str) else list(keys)
+    for i, name in enumerate(names):
+        check_utf8(name, f"keys[{i}]")
     calls: list[Call] = []
     for shard, at in route(names, target.shards):
         for chunk in _chunks(at, target.batch_size):
@@ -548,6 +603,8 @@ def query_jaccard(
 def get_many(target: Target, keys: Iterable[str]) -> Plan[list[int | SketchHex | None]]:
     """:meth:`Client.get_many`: each key's shard, ``batch_size`` keys a request."""
     names = list(keys)
+    for i, name in enumerate(names):
+        check_utf8(name, f"keys[{i}]")
     parts: list[Sequence[int]] = []
     calls: list[Call] = []
     for shard, at in route(names, target.shards):

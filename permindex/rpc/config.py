@@ -554,8 +554,9 @@ class ServerConfig:
         default=1_000_000_000,
         metadata=declare(
             "largest work estimate of one Pairs, Clusters, Flags or ExactDuplicates call:\n"
-            "candidate pairs to verify plus pairs of identical fingerprints; a call above\n"
-            "it is refused with RESOURCE_EXHAUSTED before any work (default {default})",
+            "candidate pairs to verify plus pairs of identical fingerprints (Jaccard\n"
+            "collections: of identical shingle sets); a call above it is refused with\n"
+            "RESOURCE_EXHAUSTED before any work (default {default})",
             parse=positive,
             metavar="N",
         ),

@@ -344,11 +344,14 @@ def _stored_sketch(index: JaccardIndex, key: str) -> MinHashSketch | None:
     return stored
 
 
-def near_duplicates(state: JaccardState, has_k: bool) -> JaccardDuplicates:
+def near_duplicates(
+    state: JaccardState, has_k: bool, max_work: int | None = None, send_pairs: bool = True
+) -> JaccardDuplicates:
     """Pairs, clusters, flags and exact groups of one consistent copy
-    (:meth:`JaccardIndex.near_duplicates`)."""
+    (:meth:`JaccardIndex.near_duplicates`: WorkBudgetExceededError when its work estimate is
+    above ``max_work``)."""
     refuse_k(has_k, "this call")
-    return state.jaccard.near_duplicates()
+    return state.jaccard.near_duplicates(max_work, send_pairs=send_pairs)
 
 
 def _jaccard(distance: int) -> float:

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import grpc
 import numpy as np
@@ -40,6 +40,9 @@ from permindex.storage.key_section import batch_repeats
 from permindex.text.fingerprint import Vote
 from permindex.v1 import index_pb2 as pb
 from permindex.v1 import index_pb2_grpc
+
+if TYPE_CHECKING:
+    from permindex.near.jaccard import JaccardDuplicates
 
 __all__ = ["SERVICE_NAME", "PermIndexService"]
 
@@ -487,7 +490,7 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         stop = threading.Event()
         if isinstance(state, JaccardState):
             jaccard.refuse_k(request.HasField("k"), "Pairs")
-            pairs = await self.work.run(jaccard.near_duplicates, state, False)
+            pairs = await self.work.run(self._jaccard_near_duplicates, state, False, True)
             async for reply in self.work.each(
                 jaccard.pair_messages(pairs, chunk, stop.is_set), stop
             ):
@@ -519,15 +522,35 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 state.index, k, max_work=budget, should_stop=stop.is_set, send_pairs=send_pairs
             )
         except WorkBudgetExceededError as error:
-            self.on_budget_refused()
-            raise WorkBudgetExceededError(
-                f"this call's work estimate is {error.estimate:,} ({error.what}), above the "
-                f"server's budget of {budget:,} per call (serve --max-join-work): lower k, or "
-                "raise the budget",
-                estimate=error.estimate,
-                budget=budget,
-                what=error.what,
+            raise self._over_budget(error, "lower k, or raise the budget") from None
+
+    def _jaccard_near_duplicates(
+        self, state: JaccardState, has_k: bool, send_pairs: bool
+    ) -> JaccardDuplicates:
+        """:func:`jaccard.near_duplicates` with its work estimate checked against
+        ``--max-join-work`` first, as :meth:`_near_duplicates` (runs in the executor)."""
+        try:
+            return jaccard.near_duplicates(
+                state, has_k, max_work=state.config.max_join_work, send_pairs=send_pairs
+            )
+        except WorkBudgetExceededError as error:
+            raise self._over_budget(
+                error,
+                "raise the budget, or the collection's threshold (a new collection): a "
+                "template repeated with small edits shares its band buckets",
             ) from None
+
+    def _over_budget(self, error: WorkBudgetExceededError, advice: str) -> WorkBudgetExceededError:
+        """``error`` counted (metrics) and worded for the client: the estimate, the budget,
+        the option, and ``advice``."""
+        self.on_budget_refused()
+        return WorkBudgetExceededError(
+            f"this call's work estimate is {error.estimate:,} ({error.what}), above the "
+            f"server's budget of {error.budget:,} per call (serve --max-join-work): {advice}",
+            estimate=error.estimate,
+            budget=error.budget,
+            what=error.what,
+        )
 
     async def _stream_groups(
         self,
@@ -542,7 +565,8 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         stop = threading.Event()
         if isinstance(state, JaccardState):
             has_k = request.HasField("k") if "k" in request.DESCRIPTOR.fields_by_name else False
-            found_j = await self.work.run(jaccard.near_duplicates, state, has_k)
+            # no pair is sent: the pairs of identical sets are no work here
+            found_j = await self.work.run(self._jaccard_near_duplicates, state, has_k, False)
             async for message in self.work.each((jaccard_messages or to_proto)(found_j), stop):
                 yield message
             return

@@ -579,13 +579,24 @@ class JaccardIndex:
         rows = np.flatnonzero(self._live[: self._n]).astype(np.int64)
         return rows[~self._expired(rows)]
 
-    def near_duplicates(self) -> JaccardDuplicates:
+    def near_duplicates(
+        self, max_work: int | None = None, *, send_pairs: bool = True
+    ) -> JaccardDuplicates:
         """Every pair at Jaccard >= the threshold, with clusters, flags and exact-duplicate
         groups: a :class:`permindex.near.jaccard.JaccardDuplicates` of one consistent copy
         (distances in its units, ``round((1 - J) * 10^4)``). For ``"exact"``, the offline
         self-join itself (:func:`permindex.near.jaccard.self_join`) over the sets, so the pairs
         and values are ``permindex dedup --method minhash``'s; for ``"signature"``, the same
-        band candidates kept by their estimate. O(n log n) plus the candidates."""
+        band candidates kept by their estimate. O(n log n) plus the candidates.
+
+        ``max_work``: the most work allowed, estimated before the join as for a SimHash
+        collection -- the candidate pairs of the distinct sets (pairs sharing a band's bucket,
+        counted in every band they share) plus, with ``send_pairs`` (a caller that lists the
+        pairs), the pairs of identical sets, which the join collapses but a list holds.
+
+        Raises:
+            WorkBudgetExceededError: the estimate is above ``max_work``; nothing was joined.
+        """
         from permindex.index.join.pair_stream import PairArrays, distinct_values
         from permindex.near.jaccard import JaccardDuplicates, ShingleSets, self_join
 
@@ -601,6 +612,7 @@ class JaccardIndex:
             digests = sets.digests()
             values = distinct_values(digests)
             representative = values.by_value[values.first]
+            _check_work(bands[representative], values.counts, max_work, send_pairs)
             pairs, candidates, verified = self_join(
                 sets, representative, bands[representative], self.threshold
             )
@@ -612,6 +624,7 @@ class JaccardIndex:
             digests = as_sets.digests()
             values = distinct_values(digests)
             representative = values.by_value[values.first]
+            _check_work(bands[representative], values.counts, max_work, send_pairs)
             pairs, candidates = self._signature_join(
                 signature[representative], bands[representative]
             )
@@ -752,3 +765,32 @@ class JaccardIndex:
                 assert bool((keys[1:] >= keys[:-1]).all())
             if self.verify == "exact":
                 assert bool((np.diff(self._offsets[: self._n + 1]) >= 0).all())
+
+
+def _check_work(
+    bands: _U64, counts: NDArray[np.int64], max_work: int | None, send_pairs: bool
+) -> None:
+    """WorkBudgetExceededError when the join's work estimate (:meth:`JaccardIndex.
+    near_duplicates`) is above ``max_work``: ``bands`` ``(d, bands)`` of the distinct sets,
+    ``counts`` the keys holding each. O(bands x d log d), the join's own bucket sort."""
+    if max_work is None:
+        return
+    from permindex.errors import WorkBudgetExceededError
+
+    estimate = 0
+    for band in range(bands.shape[1]):
+        ordered = np.sort(bands[:, band])
+        starts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1]))
+        sizes = np.diff(np.append(starts, ordered.size)).astype(np.int64)
+        estimate += int((sizes * (sizes - 1) // 2).sum())
+    what = "candidate pairs to verify"
+    if send_pairs:
+        estimate += int((counts * (counts - 1) // 2).sum())
+        what += " plus pairs of identical shingle sets"
+    if estimate > max_work:
+        raise WorkBudgetExceededError(
+            f"the estimated work, {estimate:,} ({what}), is above the budget of {max_work:,}",
+            estimate=estimate,
+            budget=max_work,
+            what=what,
+        )
