@@ -3,11 +3,15 @@ short to sketch, a sketch sent to the fingerprint query, advice that must work w
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
 import permindex
 from permindex.cli import main
+from permindex.client.sharding import shard_of
 from permindex.errors import EXIT_CODES, InvalidArgumentError
 from permindex.rpc.server import RunningServer
 
@@ -56,3 +60,39 @@ def test_query_given_a_sketch_says_in_one_line_to_call_query_jaccard(
         with pytest.raises(InvalidArgumentError) as raised:
             client.query_many([np.arange(1000)])  # type: ignore[list-item]
         assert str(raised.value) == "fingerprints[0] = a ndarray is not an int in [0, 2**64)"
+
+
+def test_the_advice_for_pairs_over_shards_works_when_followed(
+    start_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pairs, clusters and flags over two shards of a Jaccard collection are refused with advice;
+    doing what it says (export, import into one server's collection, ask there) gives the pair."""
+    shards = [start_server(data_dir=tmp_path / f"s{i}") for i in range(2)]
+    one = start_server(data_dir=tmp_path / "one")
+    both = ",".join(s.address for s in shards)
+    # two near-copies whose keys land on different shards, and an unrelated page
+    first = next(f"a{i}" for i in range(100) if shard_of(f"a{i}", 2) == 0)
+    second = next(f"b{i}" for i in range(100) if shard_of(f"b{i}", 2) == 1)
+    docs = [(first, TEXT + " again and again"), (second, TEXT + " again and again!"),
+            ("other", "one two three four five six seven eight")]  # fmt: skip
+    for address in (both, one.address):
+        assert run(capsys, "collections", "create", "j", "--method", "minhash",
+                   "--threshold", "0.8", "--address", address)[0] == 0  # fmt: skip
+    with permindex.Client(both, collection="j") as sharded:
+        sharded.add(docs)
+    for command in ("pairs", "clusters", "flags"):
+        code, out, err = run(capsys, command, "--collection", "j", "--address", both)
+        assert code == EXIT_CODES["invalid"] and out == ""
+        assert "`permindex import FILE`" in err and "same options" in err, err
+        with permindex.Client(both, collection="j") as sharded:
+            with pytest.raises(InvalidArgumentError, match="permindex import"):
+                getattr(sharded, command)()
+    # followed: export from the shards, import into one server's collection, ask there
+    exported = tmp_path / "j.jsonl"
+    assert run(capsys, "export", "--collection", "j", "--address", both,
+               "--out", str(exported))[0] == 0  # fmt: skip
+    assert run(capsys, "import", str(exported), "--collection", "j",
+               "--address", one.address, "--no-progress")[0] == 0  # fmt: skip
+    code, out, _ = run(capsys, "pairs", "--collection", "j", "--address", one.address)
+    assert code == 0 and out.startswith(f"{first}\t{second}\t0.")
+    assert out.count("\n") == 1
