@@ -96,3 +96,20 @@ def test_the_advice_for_pairs_over_shards_works_when_followed(
     code, out, _ = run(capsys, "pairs", "--collection", "j", "--address", one.address)
     assert code == 0 and out.startswith(f"{first}\t{second}\t0.")
     assert out.count("\n") == 1
+
+
+def test_help_says_only_serve_refuses_an_unknown_variable(
+    server: RunningServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = run(capsys, "--help")
+    shown = " ".join(out.split())
+    assert code == 0
+    assert "for serve also an unknown PERMINDEX_* variable" in shown
+    assert "PERMINDEX_ADDRESS, the Scrapy setting's name, is not read; pass --address" in shown
+    # what the help says: a client command ignores it (and an unknown one), asks --address
+    monkeypatch.setenv("PERMINDEX_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setenv("PERMINDEX_NO_SUCH_OPTION", "1")
+    code, out, _ = run(capsys, "stats", "--address", server.address)
+    assert code == 0 and out
+    code, _, err = run(capsys, "serve", "--check-config", "--data-dir", str(server.data_dir))
+    assert code == EXIT_CODES["usage"] and "PERMINDEX_NO_SUCH_OPTION" in err
