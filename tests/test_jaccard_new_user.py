@@ -3,6 +3,7 @@ short to sketch, a sketch sent to the fingerprint query, advice that must work w
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import permindex
 from permindex.cli import main
 from permindex.client.sharding import shard_of
-from permindex.errors import EXIT_CODES, InvalidArgumentError
+from permindex.errors import EXIT_CODES, InvalidArgumentError, ServerInvalidArgumentError
 from permindex.rpc.server import RunningServer
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -113,3 +114,36 @@ def test_help_says_only_serve_refuses_an_unknown_variable(
     assert code == 0 and out
     code, _, err = run(capsys, "serve", "--check-config", "--data-dir", str(server.data_dir))
     assert code == EXIT_CODES["usage"] and "PERMINDEX_NO_SUCH_OPTION" in err
+
+
+def test_messages_agree_in_number_and_name_the_python_call(
+    server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # dedup's summary: one candidate verified
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        json.dumps({"id": "a", "text": TEXT + " again and again"}) + "\n"
+        + json.dumps({"id": "b", "text": TEXT + " again and again!"}) + "\n",
+        encoding="utf-8",
+    )  # fmt: skip
+    code, out, err = run(capsys, "dedup", str(corpus), "--method", "minhash",
+                         "--out", str(tmp_path / "report"))  # fmt: skip
+    assert (code, out) == (0, "a\tb\t0.8182\n")
+    assert "(1 candidate verified)" in err
+    # one SimHash option given with --method minhash
+    code, _, err = run(capsys, "collections", "create", "j", "--method", "minhash",
+                       "--k", "3", "--address", server.address)  # fmt: skip
+    assert code == EXIT_CODES["usage"] and "--k: SimHash option; --method minhash" in err
+    code, _, err = run(capsys, "collections", "create", "j", "--method", "minhash",
+                       "--k", "3", "--vote", "set", "--address", server.address)  # fmt: skip
+    assert code == EXIT_CODES["usage"] and "--k, --vote: SimHash options;" in err
+    # query_jaccard on a SimHash collection: the Python call to make, not gRPC field names
+    with permindex.Client(server.address) as client:
+        client.add([("a", TEXT)])
+        for by, item in (("text", TEXT), ("key", "a")):
+            with pytest.raises(ServerInvalidArgumentError) as raised:
+                client.query_jaccard([item], by=by)
+            message = str(raised.value)
+            assert "'default' is SimHash: call query(fingerprint) or query_many" in message
+            assert "permindex.simhash(text)" in message and "fingerprints_hex" not in message
+            assert raised.value.code == "INVALID_ARGUMENT"
