@@ -617,14 +617,17 @@ def test_a_bad_extract_is_refused_at_start(tmp_path: Path, site: Site) -> None:
 
 def test_k(tmp_path: Path, site: Site, server: str, collection: str) -> None:
     """Two pages 2 bits apart: one is dropped with the collection's k (3), both are scraped with
-    PERMINDEX_K = 1; a k above the collection's stops the crawl (every request is refused)."""
+    PERMINDEX_K = 1; a k above the collection's stops the crawl (every request is refused), and
+    so does any k on a Jaccard collection, the log naming PERMINDEX_K."""
     with Client(server) as client:
         client.create_collection(collection + "-k1")
+        client.create_collection(collection + "-j", method="minhash", threshold=0.8)
     runs = {}
     for name, extra in [
         ("k3", (collection, ())),
         ("k1", (collection + "-k1", ("PERMINDEX_K=1",))),
         ("k9", (collection + "-k1", ("PERMINDEX_K=9",))),
+        ("jk", (collection + "-j", ("PERMINDEX_K=3",))),
     ]:
         workdir = tmp_path / name
         workdir.mkdir()
@@ -640,7 +643,16 @@ def test_k(tmp_path: Path, site: Site, server: str, collection: str) -> None:
     assert len(runs["k1"].items) == 2 and runs["k1"].stat("permindex/near_duplicate") is None
     assert runs["k9"].finish_reason == "permindex_error" and runs["k9"].items == []
     assert re.search(
-        r"ERROR: permindex server \S+: .*\b9\b.*; stopping the crawl\n", runs["k9"].log
+        r"ERROR: permindex server \S+: .*\b9\b.*; stopping the crawl \(PERMINDEX_K = 9 ",
+        runs["k9"].log,
+    )
+    # a Jaccard collection takes no k: the log names the setting to remove
+    assert runs["jk"].finish_reason == "permindex_error" and runs["jk"].items == []
+    assert re.search(
+        r"ERROR: permindex server \S+: .*leave k unset.*; stopping the crawl \(PERMINDEX_K = 3 is "
+        r"sent with every page: .* a Jaccard collection \(method minhash\) any k; lower "
+        r"PERMINDEX_K or remove it\)\n",
+        runs["jk"].log,
     )
 
 

@@ -247,7 +247,8 @@ def _check_method_options(args: argparse.Namespace) -> None:
         ]  # fmt: skip
         if given:
             raise CommandError(
-                f"{', '.join(given)}: SimHash options; --method minhash takes --threshold, "
+                f"{', '.join(given)}: SimHash option{'' if len(given) == 1 else 's'}; "
+                "--method minhash takes --threshold, "
                 "--permutations and --verify",
                 "usage",
             )

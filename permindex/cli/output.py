@@ -38,11 +38,13 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "ok": "success",
     "error": "an unexpected error (or stdout closed early, e.g. by `head`)",
     "usage": "bad command line: an unknown (or abbreviated) or malformed option or --address,\n"
-    "     options before the command, an unknown PERMINDEX_* variable, an option whose optional\n"
-    "     package is not installed (dedup --extract main, --engine dask); for serve also a\n"
-    "     --k, token file or config value refused before start, an --address in use, a\n"
-    "     --metrics-address in use or not local, or a non-loopback --address without TLS and\n"
-    "     tokens (no --insecure)",
+    "     options before the command, an option whose optional package is not installed\n"
+    "     (dedup --extract main, --engine dask); for serve also an unknown PERMINDEX_*\n"
+    "     variable (other commands read only PERMINDEX_TOKEN, PERMINDEX_DEBUG and\n"
+    "     PERMINDEX_CACHE_DIR and ignore the rest: PERMINDEX_ADDRESS, the Scrapy setting's\n"
+    "     name, is not read; pass --address), a --k, token file or config value refused\n"
+    "     before start, an --address in use, a --metrics-address in use or not local, or a\n"
+    "     non-loopback --address without TLS and tokens (no --insecure)",
     "unavailable": "the server cannot be reached, is starting up or shutting down, or cannot\n"
     "     write its data directory (read-only or failing disk: writes refused, lookups go on);\n"
     "     for dedup --engine dask, the --scheduler cannot be reached",
@@ -51,7 +53,7 @@ EXIT_CODE_HELP: Final[dict[str, str]] = {
     "     large, not permitted (token), or for lack of disk space, or a collection that\n"
     "     already exists",
     "not_found": "a key that is not stored, or a collection that does not exist",
-    "too_short": "a text with fewer words than a shingle: it has no fingerprint",
+    "too_short": "a text with fewer words than a shingle: it has no fingerprint (or sketch)",
     "data": "a corrupt snapshot or log, or a data directory owned by another process,\n"
     "     not a directory, or that cannot be opened or written",
 }

@@ -30,15 +30,19 @@ from permindex.text.documents import format_fingerprint, read_file_text, tsv_fie
 
 if TYPE_CHECKING:
     from permindex.client import Client
-    from permindex.client.results import ServerStats, SketchHex
+    from permindex.client.results import CollectionInfo, ServerStats, SketchHex
 
 __all__ = ["add_commands"]
 
 
-def _cmd_query_jaccard(args: argparse.Namespace, client: Client) -> int:
+def _cmd_query_jaccard(args: argparse.Namespace, client: Client, info: CollectionInfo) -> int:
     """``query`` on a Jaccard collection: ``key<TAB>jaccard`` lines (4 decimals), most
     similar first, then by key; --text is shingled by the server, --key is the stored
-    document (itself left out); --fingerprint and --k are refused (exit 2)."""
+    document (itself left out); --fingerprint and --k are refused (exit 2); a --text with
+    fewer words than the collection's shingle size (or min words) has no sketch (exit 6, as
+    on a SimHash collection)."""
+    from permindex.text.fingerprint import tokens
+
     if args.fingerprint is not None or args.k is not None:
         raise CommandError(
             f"{'--fingerprint' if args.fingerprint is not None else '--k'} is for SimHash "
@@ -46,6 +50,16 @@ def _cmd_query_jaccard(args: argparse.Namespace, client: Client) -> int:
             "minhash); query it with --text or --key",
             "usage",
         )
+    if args.text is not None:
+        needed = max(info.shingle_size, info.min_words)
+        if len(tokens(args.text)) < needed:
+            raise CommandError(
+                f"the text has fewer than {needed} words: it has no sketch "
+                f"(collection {args.collection} shingles {info.shingle_size} words"
+                + (f", min words {info.min_words}" if info.min_words else "")
+                + ")",
+                "too_short",
+            )
     limit = args.limit or None
     if args.key is not None:
         if client.get(args.key) is None:
@@ -66,8 +80,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
     if args.collection is not None:  # a Jaccard collection is asked otherwise
         with connect(args.address, args.connection) as client:
-            if client.describe_collection(args.collection).method == "minhash":
-                return _cmd_query_jaccard(args, client)
+            info = client.describe_collection(args.collection)
+            if info.method == "minhash":
+                return _cmd_query_jaccard(args, client, info)
     own_key: str | None = None
     fingerprint: int | None
     if args.text is not None:
@@ -344,7 +359,9 @@ def add_commands(command: CommandFactory) -> None:
         "In a Jaccard collection (--collection NAME made with --method minhash): the stored\n"
         "keys at Jaccard >= its threshold with --text (shingled by the server) or --key, one\n"
         "`key<TAB>jaccard` line each (4 decimals), most similar first; --fingerprint and --k\n"
-        "are refused there (exit 2).",
+        "are refused there (exit 2).\n"
+        "A --text with fewer words than a shingle (the collection's, in a Jaccard collection)\n"
+        f"has no fingerprint or sketch: nothing is printed, exit {EXIT_CODES['too_short']}.",
     )
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", metavar="T", help="a text (at least --shingle-size words)")

@@ -182,13 +182,28 @@ def check_fingerprints(fingerprints: Iterable[int]) -> list[int]:
     """The fingerprints as a list.
 
     Raises:
-        InvalidArgumentError: one is not an int (bool excluded) in [0, 2^64).
+        InvalidArgumentError: one is not an int (bool excluded) in [0, 2^64); a
+            :class:`~permindex.MinHashSketch` or a str is told to go to ``query_jaccard`` (one
+            line: the type, never the value's repr).
     """
     values = list(fingerprints)
     for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+        if isinstance(value, (MinHashSketch, str)):
+            kind = "sketch" if isinstance(value, MinHashSketch) else "text"
             raise InvalidArgumentError(
-                f"fingerprints[{i}] = {value!r} is not an int in [0, 2**64)", value
+                f"fingerprints[{i}] is a {type(value).__name__}, not a fingerprint (an int in "
+                f"[0, 2**64)); to query a Jaccard collection with it, call "
+                f'query_jaccard([...], by="{kind}")'
+                + ("; for a SimHash collection, query(permindex.simhash(text))" if kind == "text"
+                   else ""),
+                value,
+            )  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+            shown = repr(value)
+            if len(shown) > 80 or "\n" in shown:  # an array: its type, not 400 lines
+                shown = f"a {type(value).__name__}"
+            raise InvalidArgumentError(
+                f"fingerprints[{i}] = {shown} is not an int in [0, 2**64)", value
             )
     return values
 

@@ -55,7 +55,7 @@ from permindex.client.sharding import (
     merge_stats,
     route,
 )
-from permindex.errors import InvalidArgumentError
+from permindex.errors import InvalidArgumentError, ServerInvalidArgumentError
 from permindex.index import Match
 from permindex.index.expiry import stamps
 from permindex.index.hamming import hamming
@@ -590,7 +590,20 @@ def query_jaccard(
         )
         request = pb.QueryRequest(collection=target.collection, limit=limit)
         getattr(request, field).extend(given)
-        replies = yield _everywhere(target, "Query", request, True)
+        try:
+            replies = yield _everywhere(target, "Query", request, True)
+        except ServerInvalidArgumentError as error:
+            # the server's refusal names the gRPC fields (permindex.rpc.service.Query); here,
+            # the Python calls to make instead
+            if "this collection is SimHash" not in error.details:
+                raise
+            raise ServerInvalidArgumentError(
+                f"query_jaccard is for a Jaccard collection (method minhash); collection "
+                f"{target.collection or 'default'!r} is SimHash: call query(fingerprint) or "
+                "query_many(fingerprints) instead (a text's fingerprint: permindex.simhash(text))",
+                error.code,
+                error.details,
+            ) from None
         for j in range(len(chunk)):
             merged = sorted(
                 (m for r in replies for m in jaccard_matches(r.results[j].matches)),

@@ -45,7 +45,10 @@ __all__ = [
 #: What to do instead of an all-pairs call over shards.
 _INSTEAD: Final = (
     "a pair may have one key on each shard, so it cannot come from a fan-out: run `permindex "
-    "export` against the shards (one JSONL file of every key) and `permindex dedup` on that file"
+    "export --out FILE` against the shards (one JSONL file of every key), then either "
+    "`permindex import FILE` into a collection of one server created with the same options "
+    "and ask that server (any collection), or `permindex dedup FILE` (a SimHash collection "
+    "only: dedup does not read a Jaccard export's sketches)"
 )
 
 
@@ -84,7 +87,8 @@ def refuse_fan_out(what: str, shards: int) -> None:
     than one shard.
 
     Raises:
-        InvalidArgumentError: ``shards`` > 1, saying to use export + dedup instead.
+        InvalidArgumentError: ``shards`` > 1, saying what to do instead: export, then import
+            into one server (either method) or dedup (SimHash only).
     """
     if shards > 1:
         raise InvalidArgumentError(f"{what} over {shards} shards: {_INSTEAD}", what)

@@ -369,8 +369,9 @@ class StreamingClient(ClientBase):
 
         Raises:
             InvalidArgumentError: ``k`` outside [0, 2^32), or several shards (a pair may cross
-                shards: ``permindex export`` + ``permindex dedup`` instead), before anything is
-                sent; or the server's INVALID_ARGUMENT (k above the design).
+                shards: ``permindex export``, then ``permindex import`` into one server's
+                collection with the same options, instead), before anything is sent; or the
+                server's INVALID_ARGUMENT (k above the design).
             ServerError: any other failure (e.g. RESOURCE_EXHAUSTED: the call's work is over
                 the server's budget), raised where the iteration stands.
 

@@ -584,7 +584,8 @@ def summary_line(summary: dict[str, Any], seconds: float) -> str:
     repeated = f", {repeated} repeated key{'' if repeated == 1 else 's'}" if repeated else ""
     verified = ""
     if "candidates_verified" in summary:
-        verified = f" ({summary['candidates_verified']} candidates verified)"
+        verifications = summary["candidates_verified"]
+        verified = f" ({verifications} candidate{'' if verifications == 1 else 's'} verified)"
         if summary["recall_at_threshold"] < 1.0 - MISS_AT_THRESHOLD:
             verified += (
                 f" [warning: {summary['permutations']} permutations find only "

@@ -286,8 +286,14 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
                 response = await asyncio.shield(work)
             except MemoryLimitError as error:
                 raise error.noting(
-                    f"the {messages} messages before it, {documents} documents, were applied "
-                    "and acknowledged; it and the messages after it were not"
+                    (
+                        "no message before it was applied"
+                        if messages == 0
+                        else f"the {messages} message{'' if messages == 1 else 's'} before it, "
+                        f"{documents} document{'' if documents == 1 else 's'}, "
+                        f"{'was' if messages == 1 else 'were'} applied and acknowledged"
+                    )
+                    + "; it and the messages after it were not"
                 ) from None
             messages += 1
             documents += len(request.documents)

@@ -195,8 +195,9 @@ class NearDuplicateMiddleware:
       ``PERMINDEX_MAX_TEXT_BYTES``) passes whatever this setting, with a warning, counted in
       ``permindex/unchecked_pages`` (as ``ingest`` and ``dedup`` skip such a file). Either way,
       a refused token, a collection that does not exist or a request the server
-      finds invalid (a ``PERMINDEX_K`` above the collection's k) stops the crawl: no page could
-      ever be checked.
+      finds invalid (a ``PERMINDEX_K`` above the collection's k, or any ``PERMINDEX_K`` on a
+      Jaccard collection: the error logged names ``PERMINDEX_K``) stops the crawl: no page
+      could ever be checked.
     - ``PERMINDEX_TIMEOUT``: the deadline of each request, seconds (default 10): a server that
       does not answer holds the pages of one request that long.
     - ``PERMINDEX_MAX_TEXT_BYTES``: the longest text sent, UTF-8 bytes (default 32 MiB, the
@@ -238,9 +239,10 @@ class NearDuplicateMiddleware:
         )
         #: The server's address (the shards', comma-separated).
         self.address: str = client.address
+        self._k = _optional_k(settings.get("PERMINDEX_K"))
         self._checker = BatchChecker(
             client,
-            k=_optional_k(settings.get("PERMINDEX_K")),
+            k=self._k,
             max_text_bytes=settings.getint("PERMINDEX_MAX_TEXT_BYTES", DEFAULT_MAX_TEXT_BYTES),
         )
         self._failing = False  # the last request failed: the next success is logged
@@ -360,6 +362,12 @@ class NearDuplicateMiddleware:
             return
         self._stopping = True
         why = "" if configuration else " (PERMINDEX_FAIL_OPEN = False)"
+        if self._k is not None and isinstance(error, InvalidArgumentError):
+            why += (
+                f" (PERMINDEX_K = {self._k} is sent with every page: a SimHash collection "
+                "refuses a k above its own, a Jaccard collection (method minhash) any k; "
+                "lower PERMINDEX_K or remove it)"
+            )
         logger.error("permindex server %s: %s; stopping the crawl%s", self.address, error, why)
         engine = self.crawler.engine
         assert engine is not None
