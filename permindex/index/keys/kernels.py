@@ -157,6 +157,21 @@ def decode_rows(
     return decode_codes(codes, starts, sizes, dict_data, dict_offsets)
 
 
+@njit(keep_gil=True)
+def decode_row(
+    codes: _U8, lens: _U8, bases: _I64, row: int, dict_data: _U8, dict_offsets: _I64
+) -> _U8:
+    """The key of one ``row``: its UTF-8 bytes then a NUL ((B,) uint8), as
+    :func:`decode_rows` decodes it, in one call with one array back (a single lookup's match:
+    no (1,) array in and no lengths out). O(16 + B)."""
+    codes, lens, bases = unowned(codes), unowned(lens), unowned(bases)
+    starts = np.empty(1, dtype=np.int64)
+    sizes = np.empty(1, dtype=np.int64)
+    _, starts[0], sizes[0] = _span(codes, lens, bases, row)
+    section, _ = decode_codes(codes, starts, sizes, dict_data, dict_offsets)
+    return section
+
+
 @njit(inline=True)
 def _same_code(codes: _U8, start: int, size: int, query: _U8, qstart: int, qsize: int) -> bool:
     if size != qsize:
@@ -405,6 +420,7 @@ def warm() -> None:
     two = np.array([1, 0], dtype=np.int64)
     distinct, _ = distinct_rows(two)
     decode_rows(codes, lens, bases, distinct, words.data, words.offsets)
+    decode_row(codes, lens, bases, 1, words.data, words.offsets)
     order_ties_by_key(
         np.zeros(1, dtype=np.int64),
         np.arange(2, dtype=np.int64),

@@ -21,7 +21,10 @@ their codes until then. Iteration gives rows in row order: a key in the order it
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Final, TypeVar
 
 import numpy as np
@@ -54,6 +57,16 @@ TRAIN_ROWS: Final = 1 << 12
 #: Most keys the dictionary is trained on.
 SAMPLE_ROWS: Final = 1 << 16
 _BLOCK: Final = 16  # rows a block of ``bases`` (kernels.BLOCK_SHIFT)
+
+
+def _kernels() -> ModuleType:
+    """:mod:`permindex.index.keys.kernels`, imported on first use (``import permindex`` loads no
+    numba) and then read from ``sys.modules``: cheaper than an import statement per call, which
+    a single lookup's match pays."""
+    module = sys.modules.get("permindex.index.keys.kernels")
+    if module is None:
+        module = importlib.import_module("permindex.index.keys.kernels")
+    return module
 
 
 def code_room(rows: int, data_bytes: int) -> int:
@@ -129,15 +142,20 @@ class KeyRows:
     # -- reading keys -----------------------------------------------------------------------
 
     def _decode(self, rows: _I64) -> tuple[_U8, _I64]:
-        from permindex.index.keys import kernels
-
-        return kernels.decode_rows(
+        section: _U8
+        lengths: _I64
+        section, lengths = _kernels().decode_rows(
             self._codes, self._lens, self._bases, rows, self._words.data, self._words.offsets
         )
+        return section, lengths
 
     def key(self, row: int) -> str:
-        """The key of ``row`` (live or dead), decoded."""
-        section, _ = self._decode(np.array([row], dtype=np.int64))
+        """The key of ``row`` (live or dead), decoded (one kernel call: a single lookup's
+        match)."""
+        words = self._words
+        section: _U8 = _kernels().decode_row(
+            self._codes, self._lens, self._bases, row, words.data, words.offsets
+        )
         return str(section.data[:-1], "utf-8")
 
     def key_bytes(self, row: int) -> bytes:
