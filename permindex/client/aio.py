@@ -526,19 +526,7 @@ class AsyncClient(AsyncTransport):
         by: str = "text",
         limit: int | None = None,
     ) -> list[list[JaccardMatch]]:
-        """For each item, the stored documents of a Jaccard collection (``method="minhash"``)
-        whose Jaccard similarity with it is at least the collection's threshold: one list of
-        :class:`~permindex.JaccardMatch` ``(key, jaccard)`` per item, most similar first, then
-        by key, at most ``limit`` (None or 0: all). ``by``: ``"text"`` (items are texts, shingled
-        by the server), ``"key"`` (stored keys: each key's stored document, itself left out; a
-        key not stored gets an empty list) or ``"sketch"`` (items are
-        :func:`permindex.minhash_sketch` results made with the collection's permutations).
-        ``batch_size`` items a request.
-
-        Raises:
-            InvalidArgumentError: a bad ``by`` or item (nothing sent); the server's
-                INVALID_ARGUMENT on a SimHash collection or for a bad sketch.
-            ServerError: any other failure; retried on UNAVAILABLE.
+        """:meth:`Client.query_jaccard <permindex.client.Client.query_jaccard>`.
 
         Examples:
             ``address`` is a running server's ``HOST:PORT`` (what ``permindex serve`` prints).
