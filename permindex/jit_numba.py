@@ -38,7 +38,15 @@ from typing import Any, TypeVar
 
 from permindex.jit import configure_cache
 
-__all__ = ["call_void_function", "njit", "numba", "popcount64", "prefetch", "unowned"]
+__all__ = [
+    "call_void_function",
+    "entry_point",
+    "njit",
+    "numba",
+    "popcount64",
+    "prefetch",
+    "unowned",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,6 +85,17 @@ def njit(
         return compiled  # type: ignore[no-any-return]
 
     return decorate
+
+
+def entry_point(dispatcher: Any) -> Any:
+    """The compiled function of a kernel with exactly one explicit signature, called without
+    the dispatcher's type resolution (a fixed cost on every call): the caller must pass exactly
+    the signature's types. The dispatcher itself when numba does not expose it."""
+    try:
+        (signature,) = dispatcher.signatures
+        return dispatcher.overloads[signature].entry_point
+    except (AttributeError, KeyError, ValueError):
+        return dispatcher
 
 
 _M1 = numba.uint64(0x5555555555555555)

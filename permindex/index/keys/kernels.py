@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.keys.codec import _RUN_BYTES, _hash_bytes, decode_codes
+from permindex.index.keys.codec import (
+    _RUN_BYTES,
+    _decode_key,
+    _decoded_size,
+    _hash_bytes,
+    decode_codes,
+)
 from permindex.jit_numba import njit
 from permindex.jit_numba import unowned as _unowned_intrinsic
 
@@ -25,7 +31,9 @@ unowned: Any = _unowned_intrinsic
 
 __all__ = [
     "BLOCK_SHIFT",
+    "DECODE_ROW_SIGNATURE",
     "LONG",
+    "decode_row",
     "decode_rows",
     "distinct_rows",
     "find_codes",
@@ -157,19 +165,28 @@ def decode_rows(
     return decode_codes(codes, starts, sizes, dict_data, dict_offsets)
 
 
-@njit(keep_gil=True)
+#: decode_row(codes, lens, bases, row, dict_data, dict_offsets, out) -> UTF-8 length.
+DECODE_ROW_SIGNATURE = (
+    "int64(uint8[::1], uint8[::1], int64[::1], int64, uint8[::1], int64[::1], uint8[::1])"
+)
+
+
+@njit(DECODE_ROW_SIGNATURE, keep_gil=True)
 def decode_row(
-    codes: _U8, lens: _U8, bases: _I64, row: int, dict_data: _U8, dict_offsets: _I64
-) -> _U8:
-    """The key of one ``row``: its UTF-8 bytes then a NUL ((B,) uint8), as
-    :func:`decode_rows` decodes it, in one call with one array back (a single lookup's match:
-    no (1,) array in and no lengths out). O(16 + B)."""
+    codes: _U8, lens: _U8, bases: _I64, row: int, dict_data: _U8, dict_offsets: _I64, out: _U8
+) -> int:
+    """The key of one ``row`` decoded into the caller's ``out`` ((capacity,) uint8) as
+    :func:`decode_rows` decodes it: returns its UTF-8 length, or minus that length (nothing
+    written) when ``out`` is shorter. One call, no array made or returned: a single lookup's
+    match, called through its compiled entry point. O(16 + B)."""
     codes, lens, bases = unowned(codes), unowned(lens), unowned(bases)
-    starts = np.empty(1, dtype=np.int64)
-    sizes = np.empty(1, dtype=np.int64)
-    _, starts[0], sizes[0] = _span(codes, lens, bases, row)
-    section, _ = decode_codes(codes, starts, sizes, dict_data, dict_offsets)
-    return section
+    dict_data, dict_offsets, out = unowned(dict_data), unowned(dict_offsets), unowned(out)
+    _, start, size = _span(codes, lens, bases, row)
+    length = _decoded_size(codes, start, size, dict_offsets)
+    if length > out.size:
+        return -length
+    _decode_key(codes, start, size, out, 0, dict_data, dict_offsets)
+    return length
 
 
 @njit(inline=True)
@@ -420,7 +437,7 @@ def warm() -> None:
     two = np.array([1, 0], dtype=np.int64)
     distinct, _ = distinct_rows(two)
     decode_rows(codes, lens, bases, distinct, words.data, words.offsets)
-    decode_row(codes, lens, bases, 1, words.data, words.offsets)
+    decode_row(codes, lens, bases, 1, words.data, words.offsets, np.zeros(2, dtype=np.uint8))
     order_ties_by_key(
         np.zeros(1, dtype=np.int64),
         np.arange(2, dtype=np.int64),

@@ -22,8 +22,7 @@ their codes until then. Iteration gives rows in row order: a key in the order it
 from __future__ import annotations
 
 import importlib
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -61,12 +60,19 @@ _BLOCK: Final = 16  # rows a block of ``bases`` (kernels.BLOCK_SHIFT)
 
 def _kernels() -> ModuleType:
     """:mod:`permindex.index.keys.kernels`, imported on first use (``import permindex`` loads no
-    numba) and then read from ``sys.modules``: cheaper than an import statement per call, which
-    a single lookup's match pays."""
-    module = sys.modules.get("permindex.index.keys.kernels")
-    if module is None:
-        module = importlib.import_module("permindex.index.keys.kernels")
-    return module
+    numba)."""
+    return importlib.import_module("permindex.index.keys.kernels")
+
+
+def _decode_row_entry() -> Callable[..., int]:
+    """The compiled entry point of :func:`~permindex.index.keys.kernels.decode_row`, called
+    without the dispatcher's type resolution (the store passes exactly its signature's types:
+    its own contiguous arrays, the dictionary's, an int row)."""
+    kernels = _kernels()
+    from permindex.jit_numba import entry_point  # numba is loaded by now
+
+    entry: Callable[..., int] = entry_point(kernels.decode_row)
+    return entry
 
 
 def code_room(rows: int, data_bytes: int) -> int:
@@ -82,7 +88,18 @@ class KeyRows:
     Not thread-safe: the index serializes access.
     """
 
-    __slots__ = ("_bases", "_codes", "_lens", "_rows", "_trained", "_used", "_words")
+    __slots__ = (
+        "_bases",
+        "_codes",
+        "_decode_one",
+        "_key_out",
+        "_key_view",
+        "_lens",
+        "_rows",
+        "_trained",
+        "_used",
+        "_words",
+    )
 
     def __init__(self) -> None:
         self._rows = 0  # rows appended (live and dead)
@@ -94,6 +111,10 @@ class KeyRows:
 
         self._words = Dictionary.empty()
         self._trained = False
+        # key(): the compiled decoder (bound on first use) and the buffer it decodes into.
+        self._decode_one: Callable[..., int] | None = None
+        self._key_out: _U8 = np.zeros(256, dtype=np.uint8)
+        self._key_view = self._key_out.data
 
     def _views(self) -> None:
         """Refresh what depends on the arrays' identity (after any array is replaced)."""
@@ -150,13 +171,23 @@ class KeyRows:
         return section, lengths
 
     def key(self, row: int) -> str:
-        """The key of ``row`` (live or dead), decoded (one kernel call: a single lookup's
-        match)."""
+        """The key of ``row`` (live or dead), decoded: a single lookup's match. One call of the
+        compiled :func:`~permindex.index.keys.kernels.decode_row` into the store's own buffer
+        (grown for a longer key), no array made: the caller holds the index's lock, as for
+        every method of the store. O(16 + B)."""
+        decode = self._decode_one
+        if decode is None:
+            decode = self._decode_one = _decode_row_entry()
         words = self._words
-        section: _U8 = _kernels().decode_row(
-            self._codes, self._lens, self._bases, row, words.data, words.offsets
-        )
-        return str(section.data[:-1], "utf-8")
+        out = self._key_out
+        length = decode(self._codes, self._lens, self._bases, row, words.data, words.offsets, out)
+        if length < 0:  # longer than any key decoded so far
+            out = self._key_out = np.zeros(-length, dtype=np.uint8)
+            self._key_view = out.data
+            length = decode(
+                self._codes, self._lens, self._bases, row, words.data, words.offsets, out
+            )
+        return str(self._key_view[:length], "utf-8")
 
     def key_bytes(self, row: int) -> bytes:
         """The UTF-8 bytes of ``row``'s key."""

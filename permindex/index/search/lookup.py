@@ -114,17 +114,6 @@ def _warm(module: ModuleType) -> None:
     module.verify_rows(0, 0, np.zeros(1, dtype=np.int64), fps, _EMPTY_LIVE, out)
 
 
-def entry_point(dispatcher: Any) -> Any:
-    """The compiled function of a kernel with exactly one explicit signature, called without
-    the dispatcher's type resolution (a fixed cost on every call): the caller must pass exactly
-    the signature's types. The dispatcher itself when numba does not expose it."""
-    try:
-        (signature,) = dispatcher.signatures
-        return dispatcher.overloads[signature].entry_point
-    except (AttributeError, KeyError, ValueError):
-        return dispatcher
-
-
 def _signed(value: int) -> int:
     """A 64-bit mask as the int64 with the same bits."""
     return value - (1 << 64) if value >= 1 << 63 else value
@@ -206,7 +195,8 @@ class FastQuery(NamedTuple):
     """What :meth:`Lookups.one` reads for one k, rebuilt after any change of the tables or the
     row arrays (:meth:`Lookups._refresh_fast`); unpacked in one step on every single query."""
 
-    #: ``lookup_one`` of the kernels, its compiled entry point (:func:`entry_point`).
+    #: ``lookup_one`` of the kernels, its compiled entry point
+    #: (:func:`permindex.jit_numba.entry_point`).
     kernel: Any
     #: The plan of the frozen runs searched for k (:class:`LookupPlan`'s three fields).
     tables: _I64
@@ -298,7 +288,10 @@ class Lookups:
         self._one_plans: dict[int, LookupPlan] = {}
         self._one_seen = -1
         self._one_out = np.zeros((256, 3), dtype=np.int64)  # grown for a query with more
-        self._one_kernel: Any = entry_point(kernels().lookup_one)
+        one_kernel = kernels().lookup_one
+        from permindex.jit_numba import entry_point  # numba is loaded by now
+
+        self._one_kernel: Any = entry_point(one_kernel)
         # One query's state by k, valid while changes.total is _fast_seen (Lookups.one).
         self._fast: dict[int, FastQuery] = {}
         self._fast_seen = -1
