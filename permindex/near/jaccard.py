@@ -28,7 +28,7 @@ Importing it does not import numba.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 from permindex.index.join.clusters import NearDuplicates
 from permindex.index.join.pair_stream import PairArrays, Values, distinct_values
+from permindex.index.join.self_join import check_stop
 from permindex.near.minhash import Bands, check_threshold
 
 __all__ = [
@@ -295,6 +296,7 @@ def self_join(
     keys: NDArray[np.uint64],
     threshold: float,
     batch: int = BATCH,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[PairArrays, int, int]:
     """The verified pairs among d distinct sets (set x is ``sets.set(representative[x])``,
     its band keys ``keys[x]``, ``(d, bands) uint64``): every pair (u, v), u < v, equal in at
@@ -309,12 +311,19 @@ def self_join(
     the pairs kept, however large a bucket. Time O(bands x d log d) for the buckets, the merges
     of the candidates (a merge is given up once the threshold is out of reach), and O(bands)
     for each pair met again in a later band.
+
+    ``should_stop`` (a server's call: cancelled, or its deadline passed) is called before each
+    band and between kernel calls.
+
+    Raises:
+        CallCancelledError: ``should_stop`` returned True; nothing is returned.
     """
     d, bands = keys.shape
     parts: list[PairArrays] = []
     candidates = merged = 0
     deltas = family_deltas(sets, representative, keys)
     for band in range(bands):
+        check_stop(should_stop)
         column = keys[:, band]
         order = np.argsort(column, kind="stable").astype(np.int64)
         ordered = column[order]
@@ -331,7 +340,7 @@ def self_join(
         first = starts[bucket] + row_index
         found, tried, kept = verified_tasks(
             order, first, first + 1, starts[bucket] + sizes[bucket], keys, band,
-            representative, sets, threshold, batch, deltas,
+            representative, sets, threshold, batch, deltas, should_stop,
         )  # fmt: skip
         candidates += found
         merged += tried
@@ -355,6 +364,7 @@ def verified_tasks(
     threshold: float,
     batch: int = BATCH,
     deltas: FamilyDeltas | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[int, int, list[PairArrays]]:
     """The verified pairs of row tasks t of one band (set ``order[first[t]]`` against each set
     of ``order[low[t]:high[t]]``, as :func:`permindex.near.minhash_kernels.
@@ -363,7 +373,8 @@ def verified_tasks(
     chunk that kept any). Two rows of one family of ``deltas`` (:func:`family_deltas` of
     the same rows) are verified from their deltas; without ``deltas`` every pair's sets are
     merged. The one caller of the kernel, for :func:`self_join` and the Dask engine's join
-    (:mod:`permindex.distributed.jaccard`). Memory O(batch) besides the pairs kept."""
+    (:mod:`permindex.distributed.jaccard`). Memory O(batch) besides the pairs kept.
+    ``should_stop``: called between kernel calls (CallCancelledError when it returns True)."""
     from permindex.near import minhash_kernels
 
     if deltas is None:  # no family: an empty family array
@@ -376,6 +387,7 @@ def verified_tasks(
     ends = np.cumsum(high - low)  # pairs up to and including each task
     at = 0
     while at < ends.size:
+        check_stop(should_stop)
         before = int(ends[at - 1]) if at else 0
         stop = max(at + 1, int(np.searchsorted(ends, before + batch, side="right")))
         out = np.empty((3, int(ends[stop - 1]) - before), dtype=np.int64)
@@ -395,14 +407,19 @@ def verified_tasks(
 
 
 def lookup_batches(
-    keys: NDArray[np.uint64], indexed: NDArray[np.uint64], batch: int = BATCH
+    keys: NDArray[np.uint64],
+    indexed: NDArray[np.uint64],
+    batch: int = BATCH,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Iterator[tuple[_I64, _I64]]:
     """The LSH candidates between m query sets and n indexed sets given their ``(m, bands)``
     and ``(n, bands) uint64`` band keys: every pair (query row, indexed row) equal in at least
     one band, each exactly once (in the first band where they agree), in batches of at most
     ``batch`` pairs, however many indexed sets share one bucket. O(bands x (n log n + m log n))
-    for the sorted bands and look-ups, plus the candidates; memory O(n + m + batch x bands)."""
+    for the sorted bands and look-ups, plus the candidates; memory O(n + m + batch x bands).
+    ``should_stop``: called before each batch (CallCancelledError when it returns True)."""
     for band in range(keys.shape[1]):
+        check_stop(should_stop)
         order = np.argsort(indexed[:, band], kind="stable").astype(np.int64)
         ordered = indexed[order, band]
         low = np.searchsorted(ordered, keys[:, band], side="left").astype(np.int64)
@@ -410,6 +427,7 @@ def lookup_batches(
         ends = np.cumsum(counts)
         total = int(ends[-1]) if ends.size else 0
         for start in range(0, total, batch):
+            check_stop(should_stop)
             flat = np.arange(start, min(start + batch, total), dtype=np.int64)
             rows = np.searchsorted(ends, flat, side="right").astype(np.int64)
             found = order[low[rows] + flat - (ends[rows] - counts[rows])]

@@ -345,13 +345,17 @@ def _stored_sketch(index: JaccardIndex, key: str) -> MinHashSketch | None:
 
 
 def near_duplicates(
-    state: JaccardState, has_k: bool, max_work: int | None = None, send_pairs: bool = True
+    state: JaccardState,
+    has_k: bool,
+    max_work: int | None = None,
+    send_pairs: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> JaccardDuplicates:
     """Pairs, clusters, flags and exact groups of one consistent copy
     (:meth:`JaccardIndex.near_duplicates`: WorkBudgetExceededError when its work estimate is
-    above ``max_work``)."""
+    above ``max_work``, CallCancelledError once ``should_stop`` returns True)."""
     refuse_k(has_k, "this call")
-    return state.jaccard.near_duplicates(max_work, send_pairs=send_pairs)
+    return state.jaccard.near_duplicates(max_work, send_pairs=send_pairs, should_stop=should_stop)
 
 
 def _jaccard(distance: int) -> float:

@@ -496,7 +496,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         stop = threading.Event()
         if isinstance(state, JaccardState):
             jaccard.refuse_k(request.HasField("k"), "Pairs")
-            pairs = await self.work.run(self._jaccard_near_duplicates, state, False, True)
+            pairs = await self.work.run(
+                self._jaccard_near_duplicates, state, False, True, stop, stop=stop
+            )
             async for reply in self.work.each(
                 jaccard.pair_messages(pairs, chunk, stop.is_set), stop
             ):
@@ -531,13 +533,18 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
             raise self._over_budget(error, "lower k, or raise the budget") from None
 
     def _jaccard_near_duplicates(
-        self, state: JaccardState, has_k: bool, send_pairs: bool
+        self, state: JaccardState, has_k: bool, send_pairs: bool, stop: threading.Event
     ) -> JaccardDuplicates:
         """:func:`jaccard.near_duplicates` with its work estimate checked against
-        ``--max-join-work`` first, as :meth:`_near_duplicates` (runs in the executor)."""
+        ``--max-join-work`` first, as :meth:`_near_duplicates` (runs in the executor; stops
+        once ``stop`` is set)."""
         try:
             return jaccard.near_duplicates(
-                state, has_k, max_work=state.config.max_join_work, send_pairs=send_pairs
+                state,
+                has_k,
+                max_work=state.config.max_join_work,
+                send_pairs=send_pairs,
+                should_stop=stop.is_set,
             )
         except WorkBudgetExceededError as error:
             raise self._over_budget(
@@ -572,7 +579,9 @@ class PermIndexService(index_pb2_grpc.PermIndexServicer):
         if isinstance(state, JaccardState):
             has_k = request.HasField("k") if "k" in request.DESCRIPTOR.fields_by_name else False
             # no pair is sent: the pairs of identical sets are no work here
-            found_j = await self.work.run(self._jaccard_near_duplicates, state, has_k, False)
+            found_j = await self.work.run(
+                self._jaccard_near_duplicates, state, has_k, False, stop, stop=stop
+            )
             async for message in self.work.each((jaccard_messages or to_proto)(found_j), stop):
                 yield message
             return

@@ -580,7 +580,11 @@ class JaccardIndex:
         return rows[~self._expired(rows)]
 
     def near_duplicates(
-        self, max_work: int | None = None, *, send_pairs: bool = True
+        self,
+        max_work: int | None = None,
+        *,
+        send_pairs: bool = True,
+        should_stop: Callable[[], bool] | None = None,
     ) -> JaccardDuplicates:
         """Every pair at Jaccard >= the threshold, with clusters, flags and exact-duplicate
         groups: a :class:`permindex.near.jaccard.JaccardDuplicates` of one consistent copy
@@ -593,9 +597,12 @@ class JaccardIndex:
         collection -- the candidate pairs of the distinct sets (pairs sharing a band's bucket,
         counted in every band they share) plus, with ``send_pairs`` (a caller that lists the
         pairs), the pairs of identical sets, which the join collapses but a list holds.
+        ``should_stop`` (a server's call cancelled or past its deadline) is called between the
+        join's steps (bands, kernel calls), outside the lock.
 
         Raises:
             WorkBudgetExceededError: the estimate is above ``max_work``; nothing was joined.
+            CallCancelledError: ``should_stop`` returned True; nothing is returned.
         """
         from permindex.index.join.pair_stream import PairArrays, distinct_values
         from permindex.near.jaccard import JaccardDuplicates, ShingleSets, self_join
@@ -614,8 +621,9 @@ class JaccardIndex:
             representative = values.by_value[values.first]
             _check_work(bands[representative], values.counts, max_work, send_pairs)
             pairs, candidates, verified = self_join(
-                sets, representative, bands[representative], self.threshold
-            )
+                sets, representative, bands[representative], self.threshold,
+                should_stop=should_stop,
+            )  # fmt: skip
         else:
             p = self.permutations
             as_sets = ShingleSets(
@@ -626,7 +634,7 @@ class JaccardIndex:
             representative = values.by_value[values.first]
             _check_work(bands[representative], values.counts, max_work, send_pairs)
             pairs, candidates = self._signature_join(
-                signature[representative], bands[representative]
+                signature[representative], bands[representative], should_stop
             )
             verified = candidates
         found = PairArrays(representative[pairs.a], representative[pairs.b], pairs.distance)
@@ -634,16 +642,22 @@ class JaccardIndex:
             keys, digests, self.threshold, self.shape, found, candidates, verified
         )
 
-    def _signature_join(self, signature: NDArray[np.uint32], bands: _U64) -> tuple[PairArrays, int]:
+    def _signature_join(
+        self,
+        signature: NDArray[np.uint32],
+        bands: _U64,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> tuple[PairArrays, int]:
         """Pairs (u < v) of distinct signatures sharing a band whose estimate reaches the
-        threshold, distance in the offline units; and the candidates."""
+        threshold, distance in the offline units; and the candidates. ``should_stop``: called
+        before each batch of candidates."""
         from permindex.index.join.pair_stream import PairArrays
         from permindex.near.jaccard import SCALE, lookup_batches
 
         p = self.permutations
         parts: list[PairArrays] = []
         candidates = 0
-        for a, b in lookup_batches(bands, bands):
+        for a, b in lookup_batches(bands, bands, should_stop=should_stop):
             keep = a < b
             a, b = a[keep], b[keep]
             candidates += int(a.size)
