@@ -60,12 +60,7 @@ from permindex.index import Match
 from permindex.index.expiry import stamps
 from permindex.index.hamming import hamming
 from permindex.index.jaccard import JaccardIndex, JaccardMatch, MinHashSketch
-from permindex.index.jaccard.sketch import (
-    SketchKind,
-    check_verify,
-    checked_sketch,
-    sketch_from_hex,
-)
+from permindex.index.jaccard.sketch import check_verify, checked_sketch, sketch_from_sent_hex
 from permindex.v1 import index_pb2 as pb
 
 __all__ = [
@@ -380,14 +375,6 @@ def _jaccard_index(target: Target, info: CollectionInfo, k: int | None) -> Jacca
     return index
 
 
-#: A Document's ``sketch_kind`` -> the kind its hex is read as (0: the collection's own).
-_SKETCH_KINDS: dict[int, SketchKind | None] = {
-    pb.SKETCH_KIND_UNSPECIFIED: None,
-    pb.SKETCH_KIND_SHINGLE_HASHES: "shingle_hashes",
-    pb.SKETCH_KIND_SIGNATURE: "signature",
-}
-
-
 def _given_sketches(
     target: Target, index: JaccardIndex, messages: list[pb.Document], start: int
 ) -> list[MinHashSketch | None]:
@@ -416,19 +403,14 @@ def _given_sketches(
                 )
             )
         elif content == "sketch_hex":
-            if message.sketch_kind not in _SKETCH_KINDS:
-                raise InvalidArgumentError(
-                    f"{where} (key {message.key[:80]!r}): sketch_kind {message.sketch_kind} is "
-                    "not a SketchKind (SHINGLE_HASHES = 1, SIGNATURE = 2, or 0: unspecified)",
-                    message.sketch_kind,
-                )
             sketches.append(  # read as the kind sent says, as a server reads it
-                sketch_from_hex(
+                sketch_from_sent_hex(
                     message.sketch_hex,
+                    message.sketch_kind,
                     verify=index.verify,
                     permutations=index.permutations,
-                    name=f"{where}.sketch_hex",
-                    kind=_SKETCH_KINDS[message.sketch_kind],
+                    where=where,
+                    key=message.key,
                 )
             )
         else:

@@ -20,7 +20,7 @@ from permindex.index.jaccard.sketch import (
     SketchKind,
     checked_sketch,
     kind_of,
-    sketch_from_hex,
+    sketch_from_sent_hex,
     sketch_to_hex,
 )
 from permindex.index.keys.rule import validate_key
@@ -56,10 +56,6 @@ _NEAR_DUPLICATE = pb.DOCUMENT_STATUS_NEAR_DUPLICATE
 KIND_MESSAGES: dict[SketchKind, pb.SketchKind.ValueType] = {
     "shingle_hashes": pb.SKETCH_KIND_SHINGLE_HASHES,
     "signature": pb.SKETCH_KIND_SIGNATURE,
-}
-_KINDS: dict[int, SketchKind | None] = {
-    pb.SKETCH_KIND_UNSPECIFIED: None,
-    **{int(value): kind for kind, value in KIND_MESSAGES.items()},
 }
 
 
@@ -176,19 +172,14 @@ def documents(state: JaccardState, documents: Sequence[pb.Document]) -> JaccardB
             sketches.append(_sketch(state, document.sketch, f"documents[{i}].sketch"))
         elif content == "sketch_hex":
             index = state.jaccard
-            if document.sketch_kind not in _KINDS:
-                raise InvalidArgumentError(
-                    f"documents[{i}] (key {key[:80]!r}): sketch_kind {document.sketch_kind} is "
-                    "not a SketchKind (SHINGLE_HASHES = 1, SIGNATURE = 2, or 0: unspecified)",
-                    document.sketch_kind,
-                )
             sketches.append(
-                sketch_from_hex(
+                sketch_from_sent_hex(
                     document.sketch_hex,
+                    document.sketch_kind,
                     verify=index.verify,
                     permutations=index.permutations,
-                    name=f"documents[{i}].sketch_hex (key {key[:80]!r})",
-                    kind=_KINDS[document.sketch_kind],
+                    where=f"documents[{i}]",
+                    key=key,
                 )
             )
         else:

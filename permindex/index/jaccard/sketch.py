@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from permindex.errors import InvalidArgumentError
 
 __all__ = [
+    "KIND_NUMBERS",
     "SKETCH_KINDS",
     "VERIFY_MODES",
     "MinHashSketch",
@@ -31,6 +32,7 @@ __all__ = [
     "distinct_sorted",
     "kind_of",
     "sketch_from_hex",
+    "sketch_from_sent_hex",
     "sketch_to_hex",
 ]
 
@@ -44,6 +46,9 @@ VERIFY_MODES: Final[tuple[Verify, ...]] = ("exact", "signature")
 #: digits a value: what a ``verify="signature"`` collection keeps).
 SketchKind = Literal["shingle_hashes", "signature"]
 SKETCH_KINDS: Final[tuple[SketchKind, ...]] = ("shingle_hashes", "signature")
+#: The wire's ``SketchKind`` numbers (protos/permindex/v1/index.proto) -> the kind a
+#: ``sketch_hex`` is read as; 0 (unspecified, an older client): the collection's own.
+KIND_NUMBERS: Final[dict[int, SketchKind | None]] = {0: None, 1: "shingle_hashes", 2: "signature"}
 
 _HEX: Final = re.compile(r"[0-9a-fA-F]*")
 
@@ -303,3 +308,37 @@ def sketch_from_hex(
         [], np.frombuffer(raw, dtype=">u4").astype(np.uint32),
         verify=verify, permutations=permutations, name=name,
     )  # fmt: skip
+
+
+def sketch_from_sent_hex(
+    text: str, kind: int, *, verify: Verify, permutations: int, where: str, key: str
+) -> MinHashSketch:
+    """A sent document's ``sketch_hex`` with its ``sketch_kind`` number, read as a server reads
+    it (the server, and the sharded client before it decides for the shards): the kind checked
+    against :data:`KIND_NUMBERS`, then :func:`sketch_from_hex`. ``where`` names the document
+    (``documents[i]``) and ``key`` its key in the errors.
+
+    Raises:
+        InvalidArgumentError: an unknown kind number, or what :func:`sketch_from_hex` refuses.
+
+    >>> from permindex.index.jaccard.sketch import sketch_from_sent_hex
+    >>> read = sketch_from_sent_hex(
+    ...     "000000000000000100000000000000ff", 1,
+    ...     verify="exact", permutations=128, where="documents[0]", key="a",
+    ... )
+    >>> read.shingle_hashes.tolist()
+    [1, 255]
+    """
+    if kind not in KIND_NUMBERS:
+        raise InvalidArgumentError(
+            f"{where} (key {key[:80]!r}): sketch_kind {kind} is not a SketchKind "
+            "(SHINGLE_HASHES = 1, SIGNATURE = 2, or 0: unspecified)",
+            kind,
+        )
+    return sketch_from_hex(
+        text,
+        verify=verify,
+        permutations=permutations,
+        name=f"{where}.sketch_hex (key {key[:80]!r})",
+        kind=KIND_NUMBERS[kind],
+    )
