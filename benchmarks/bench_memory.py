@@ -22,8 +22,8 @@ kind of key:
    (a hash of its document number, so every process and peer has the same without storing
    them). Keys: ``k00000001``-style (``f"k{i:08d}"``), decimal integers (``str(i)``) or the
    URLs of a synthetic crawl (``benchmarks/urls.py``, 50-100 bytes);
-3. reads VmRSS and VmHWM (peak) from /proc/self/status and ``Index.memory_breakdown()``
-   (by part);
+3. once a growth ahead the last batches started (a background thread) has finished, reads
+   VmRSS and VmHWM (peak) from /proc/self/status and ``Index.memory_breakdown()`` (by part);
 4. runs the issue's workload: 1,000 ``get``, 1,000 re-adds (``add`` of a stored key with a new
    fingerprint), 1,000 ``remove``, each a call, and reads VmRSS again;
 5. checks the answers (the gets, and 20 lookups against brute force over the N fingerprints)
@@ -240,6 +240,10 @@ def worker_permindex(
         index.add_many(keys, fingerprints(ids))
         del keys
     load_s = time.perf_counter() - began
+    # The last batches may have started a growth ahead (a background thread that copies the
+    # arrays into larger ones, the old and new both resident until it swaps them in): the
+    # figure is of the index at rest, once it has finished (tens of milliseconds to a second).
+    index._rows.wait_for_growth()
     rss_load = settled_rss()
     hwm_load = status("VmHWM")
     parts = index.memory_breakdown()

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import LimitExceededError
+from permindex.index.keys.rows import zeroed
 from permindex.index.keys.store import (
     EncodedKeys,
     KeyStore,
@@ -128,7 +129,7 @@ class RowStore:
         """Keep a time per row from now on (:attr:`times`, the rows so far at 0); caller holds
         the lock. O(capacity) once."""
         if self.times is None:
-            self.times = np.zeros(self.fps.size, dtype=np.uint32)
+            self.times = zeroed(self.fps.size, np.uint32)
 
     @classmethod
     def of_fingerprints(cls, fingerprints: _U64) -> RowStore:
@@ -212,7 +213,7 @@ class RowStore:
         """Mark ``rows`` ((m,) int64, below n) dead (tombstones), allocating the liveness mask
         on the first death (O(capacity) once)."""
         if self.live is None:
-            self.live = np.zeros(self.fps.size, dtype=bool)
+            self.live = zeroed(self.fps.size, np.bool_)
             self.live[: self.n] = True
             self._views()
         elif self.live_readers:
@@ -255,11 +256,11 @@ class RowStore:
         capacity = self.fps.size
         if need > capacity:
             capacity = min(max(next_capacity(need, capacity), 1024), self.max_rows)
-            fps = np.zeros(capacity, dtype=np.uint64)
+            fps = zeroed(capacity, np.uint64)
             fps[: self.n] = self.fps[: self.n]
             self.fps = fps
             if self.live is not None:
-                live = np.zeros(capacity, dtype=bool)
+                live = zeroed(capacity, np.bool_)
                 live[: self.n] = self.live[: self.n]
                 self.live = live
             self.times = _grown(self.times, capacity, self.n)
@@ -320,10 +321,10 @@ class RowStore:
         remap = np.full(n, -1, dtype=np.int64)
         remap[live_rows] = np.arange(m, dtype=np.int64)
         capacity = max(1024, m + m // 4)
-        fps = np.zeros(capacity, dtype=np.uint64)
+        fps = zeroed(capacity, np.uint64)
         fps[:m] = self.fps[live_rows]
         if self.times is not None:
-            times = np.zeros(capacity, dtype=np.uint32)
+            times = zeroed(capacity, np.uint32)
             times[:m] = self.times[live_rows]
             self.times = times
         self.keys.compact(live_rows)
@@ -408,7 +409,7 @@ class RowStore:
             KeyStore.prepare_growth(growth, linked)
             new_fps = None
             if capacity > fps.size:
-                new_fps = np.zeros(capacity, dtype=np.uint64)
+                new_fps = zeroed(capacity, np.uint64)
                 new_fps[:start] = fps[:start]
             with self.lock:
                 if self.compactions != compactions:
@@ -418,7 +419,7 @@ class RowStore:
                     n = self.n
                     new_fps[start:n] = self.fps[start:n]
                     if self.live is not None:
-                        grown_live = np.zeros(capacity, dtype=bool)
+                        grown_live = zeroed(capacity, np.bool_)
                         grown_live[:n] = self.live[:n]
                         self.live = grown_live
                     # A row's time changes when its key is renewed: copied under the lock.
@@ -487,7 +488,7 @@ def _grown(times: NDArray[np.uint32] | None, capacity: int, n: int) -> NDArray[n
     """``times`` (None: None) with its first ``n`` rows copied into a new (capacity,) array."""
     if times is None:
         return None
-    grown = np.zeros(capacity, dtype=np.uint32)
+    grown: NDArray[np.uint32] = zeroed(capacity, np.uint32)
     grown[:n] = times[:n]
     return grown
 

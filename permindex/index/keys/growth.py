@@ -11,7 +11,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.keys.rows import grown
+from permindex.index.keys.rows import grown, zeroed
 
 __all__ = ["LINK", "RELINK", "UNLINK", "Growth", "JournalEntry", "prepare_growth"]
 
@@ -87,8 +87,8 @@ def prepare_growth(growth: Growth, linked: _I64) -> None:
     if growth.data_capacity > codes.size:
         growth.data = grown(codes, growth.data_capacity, used)
     if growth.slot_count > 0:
-        slots = np.zeros(growth.slot_count, dtype=np.uint32)
-        tags = np.zeros(growth.slot_count, dtype=np.uint8)
+        slots = zeroed(growth.slot_count, np.uint32)
+        tags = zeroed(growth.slot_count, np.uint8)
         hashes = kernels.row_hashes(codes, lens, bases, linked)
         kernels.link_rows(slots, tags, linked, hashes)
         growth.slots, growth.tags = slots, tags

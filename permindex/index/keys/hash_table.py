@@ -20,7 +20,7 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from permindex.index.keys.rows import KeyRows
+from permindex.index.keys.rows import KeyRows, zeroed
 
 __all__ = ["GROWN_LOAD", "MAX_LOAD", "MIN_SLOTS", "EncodedKeys", "KeyTable", "slots_for"]
 
@@ -114,8 +114,8 @@ class KeyTable(KeyRows):
         """A table of ``size`` slots holding the rows ``linked`` (their codes hashed)."""
         from permindex.index.keys import kernels
 
-        slots = np.zeros(size, dtype=np.uint32)
-        tags = np.zeros(size, dtype=np.uint8)
+        slots = zeroed(size, np.uint32)
+        tags = zeroed(size, np.uint8)
         hashes = kernels.row_hashes(self._codes, self._lens, self._bases, linked)
         kernels.link_rows(slots, tags, linked, hashes)
         return slots, tags

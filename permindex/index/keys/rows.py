@@ -22,9 +22,10 @@ their codes until then. Iteration gives rows in row order: a key in the order it
 from __future__ import annotations
 
 import importlib
+import mmap
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +45,7 @@ __all__ = [
     "nearly_full",
     "next_capacity",
     "ragged_positions",
+    "zeroed",
 ]
 
 _U8 = NDArray[np.uint8]
@@ -283,9 +285,9 @@ class KeyRows:
         if keep_capacity:
             code_capacity = max(total, self._codes.size)
             capacity = max(m, self._lens.size)
-        self._codes = np.zeros(code_capacity, dtype=np.uint8)
-        self._lens = np.zeros(capacity, dtype=np.uint8)
-        self._bases = np.zeros(capacity // _BLOCK + 1, dtype=np.int64)
+        self._codes = zeroed(code_capacity, np.uint8)
+        self._lens = zeroed(capacity, np.uint8)
+        self._bases = zeroed(capacity // _BLOCK + 1, np.int64)
         self._rows = 0
         self._used = 0
         self._write(codes, sizes)
@@ -335,9 +337,45 @@ def ragged_positions(starts: _I64, lengths: _I64) -> _I64:
     return np.cumsum(out)
 
 
+#: Arrays of at least this many bytes get a mapping of their own (:func:`zeroed`).
+OWN_MAPPING_BYTES: Final = 1 << 22
+#: A private anonymous mapping (None where the platform's mmap has no such flags: Windows).
+_MAP_FLAGS: Final = (
+    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS")
+    else None
+)
+
+
+def zeroed(size: int, dtype: Any) -> NDArray[Any]:
+    """A zeroed (size,) array of ``dtype``: how every growable array of an index is made (its
+    fingerprints, liveness, times, the key store's codes, offsets and hash table). One of at
+    least :data:`OWN_MAPPING_BYTES` bytes is given a private anonymous mapping of its own
+    (``mmap``) rather than taken from the C allocator: its pages become resident only when
+    written (the capacity not used yet costs nothing), and they return to the system when the
+    array is freed, whichever thread made it. From glibc's allocator, an array that the
+    growth-ahead thread made, once freed, stayed resident at the top of that thread's arena,
+    where ``malloc_trim`` does not reach: one load of 10^7 keys in four held about 5 bytes a
+    fingerprint more (benchmarks/README.md, "Resident memory after a load: the growth
+    thread's arena"). Smaller arrays come from ``np.zeros``. O(size) at most.
+
+    >>> from permindex.index.keys.rows import zeroed
+    >>> big = zeroed(1 << 20, "uint64")
+    >>> big.dtype.name, big.size, int(big.sum()), big.flags.writeable
+    ('uint64', 1048576, 0, True)
+    """
+    kind = np.dtype(dtype)
+    nbytes = size * kind.itemsize
+    if nbytes < OWN_MAPPING_BYTES or _MAP_FLAGS is None:
+        return np.zeros(size, dtype=kind)
+    region = mmap.mmap(-1, nbytes, flags=_MAP_FLAGS)
+    return np.frombuffer(region, dtype=kind, count=size)
+
+
 def grown(array: NDArray[_A], capacity: int, used: int) -> NDArray[_A]:
-    """A zeroed array of ``capacity`` elements of ``array``'s dtype with its first ``used``."""
-    out = np.zeros(capacity, dtype=array.dtype)
+    """A zeroed array (:func:`zeroed`) of ``capacity`` elements of ``array``'s dtype with its
+    first ``used``."""
+    out: NDArray[_A] = zeroed(capacity, array.dtype)
     out[:used] = array[:used]
     return out
 

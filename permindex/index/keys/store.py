@@ -34,6 +34,7 @@ from permindex.index.keys.rows import (
     nearly_full,
     next_capacity,
     ragged_positions,
+    zeroed,
 )
 from permindex.storage.key_section import encode_section, first_utf8_error
 
@@ -357,17 +358,17 @@ class KeyStore(KeyTable):
             raise ValueError("codes load only into an empty key store")
         n = int(lens.size)
         capacity = max(64, n + n // 8)
-        codes = np.zeros(max(1024, spans.size + spans.size // 8), dtype=np.uint8)
+        codes = zeroed(max(1024, spans.size + spans.size // 8), np.uint8)
         codes[: spans.size] = spans
-        self._lens = np.zeros(capacity, dtype=np.uint8)
+        self._lens = zeroed(capacity, np.uint8)
         self._lens[:n] = lens
-        self._bases = np.zeros(capacity // 16 + 1, dtype=np.int64)
+        self._bases = zeroed(capacity // 16 + 1, np.int64)
         self._bases[: bases.size] = bases
         self._codes, self._words, self._trained, self._coded = codes, words, True, None
         rows = np.arange(n, dtype=np.int64)
         hashes = kernels.row_hashes(self._codes, self._lens, self._bases, rows)
-        slots = np.zeros(slots_for(n), dtype=np.uint32)
-        tags = np.zeros(slots.size, dtype=np.uint8)
+        slots = zeroed(slots_for(n), np.uint32)
+        tags = zeroed(slots.size, np.uint8)
         repeated = kernels.link_distinct(
             slots, tags, rows, hashes, self._codes, self._lens, self._bases
         )
