@@ -53,7 +53,7 @@ _keys = st.one_of(
         lambda t: t[:1] + "\x00" + t
     ),
     st.sampled_from(
-        ["x" * 1024, "é" * 512, "https://www.h1.org/a/b/c.html", "https://www.h1.org/"]
+        ["x" * 1024, "é" * 512, "éA" * 341, "https://www.h1.org/a/b/c.html", "https://www.h1.org/"]
     ),
 )
 _ops = st.lists(
@@ -164,6 +164,47 @@ def test_integer_and_url_keys_round_trip_through_the_log_a_snapshot_and_restarts
         for key in sample[:20]:
             assert any(m.key == key for m in index.query(model[key], k=0))
         index._check()
+
+    with Store.open(tmp_path, fsync="never") as store:  # from the log
+        same(store.index)
+        store.snapshot()
+    with Store.open(tmp_path, fsync="never") as store:  # from the snapshot
+        same(store.index)
+
+
+def _worst_keys(rng: random.Random) -> list[str]:
+    """Keys whose codes are longest for their bytes: a 2-, 3- or 4-byte character between ASCII
+    bytes (NUL among them) takes a run code byte each, up to 1,024 UTF-8 bytes a key."""
+    keys = []
+    for i in range(300):
+        unit = rng.choice(["\u00e9A", "\u00e9\x00", "\u65e5A", "A\U0001f600", "\u00e9/"])
+        count = rng.randrange(1, 1020 // len(unit.encode()))
+        keys.append(f"{i}:" + unit * count)
+    return keys
+
+
+def test_keys_whose_codes_are_longest_for_their_bytes(tmp_path: Path) -> None:
+    """A key with a non-ASCII character between ASCII bytes codes each as a run (3 code bytes
+    for 2 of UTF-8): such keys, one at a time and in a batch, round-trip exactly through
+    lookups, gets, single lookups, export, a restart from the log and from a snapshot. Their
+    codes once overran the buffer sized for a run code per 16 bytes (corrupting the heap)."""
+    rng = random.Random(11)
+    keys = _worst_keys(rng)
+    fps = [rng.getrandbits(64) for _ in keys]
+    model = dict(zip(keys, fps, strict=True))
+    with Store.open(tmp_path, fsync="never") as store:
+        store.add_many(["\u00e9A" * 341], [1])  # 1,023 bytes, 1,364 code bytes
+        model["\u00e9A" * 341] = 1
+        store.add_many(keys, fps)
+
+    def same(index: Index) -> None:
+        index._check()
+        assert index.contains_many(list(model)).tolist() == [True] * len(model)
+        assert [index.get(k) for k in model] == list(model.values())
+        for key, fp in model.items():
+            assert key in [m.key for m in index.query(fp, k=0)]
+        exported, values = index.export()
+        assert dict(zip(exported, values.tolist(), strict=True)) == model
 
     with Store.open(tmp_path, fsync="never") as store:  # from the log
         same(store.index)

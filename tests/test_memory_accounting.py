@@ -38,12 +38,19 @@ def settled_bytes(index: Index) -> int:
         max_size=12,
     ),
     seed=st.integers(0, 2**32 - 1),
+    filler=st.sampled_from(["", "\u00e9A"]),
 )
+# keys whose codes are longest for their bytes: a run code byte for each \u00e9 between ASCII bytes
+@example(design=(4, 1), expiring=False, steps=[("add", 300, 60)], seed=0, filler="\u00e9A")
 # a first write: the arrays grow ahead after it, at the capacity it leaves
-@example(design=(4, 1), expiring=False, steps=[("add", 85, 13)], seed=0)
+@example(design=(4, 1), expiring=False, steps=[("add", 85, 13)], seed=0, filler="")
 # the key bytes grown to fit exactly before the write, then by half after it
 @example(
-    design=(4, 1), expiring=False, steps=[("add", 1, 1), ("readd", 1, 1), ("add", 32, 29)], seed=0
+    design=(4, 1),
+    expiring=False,
+    steps=[("add", 1, 1), ("readd", 1, 1), ("add", 32, 29)],
+    seed=0,
+    filler="",
 )
 # a growth ahead noting the store after the write (it was started before it)
 @example(
@@ -51,6 +58,7 @@ def settled_bytes(index: Index) -> int:
     expiring=False,
     steps=[("add", 1639, 1), ("readd", 253, 1), ("readd", 1387, 1), ("add", 256, 1)],
     seed=0,
+    filler="",
 )
 # the key bytes grown ahead to fit exactly, then by half after the write
 @example(
@@ -58,10 +66,17 @@ def settled_bytes(index: Index) -> int:
     expiring=False,
     steps=[("add", 13, 37), ("remove", 14, 1), ("add", 13, 36)],
     seed=0,
+    filler="",
 )
 def test_the_growth_estimate_is_never_below_the_growth(
-    design: tuple[int, int], expiring: bool, steps: list[tuple[str, int, int]], seed: int
+    design: tuple[int, int],
+    expiring: bool,
+    steps: list[tuple[str, int, int]],
+    seed: int,
+    filler: str,
 ) -> None:
+    """Each write's growth against Index.memory_growth, its keys' digits padded with ``filler``
+    ``width`` times (``\u00e9A``: the longest codes for their bytes)."""
     rng = np.random.default_rng(seed)
     index: Index = (
         ExpiringIndex(design=design, expire_after=10**6, tuning=SMALL, memtable_limit=64)
@@ -74,7 +89,7 @@ def test_the_growth_estimate_is_never_below_the_growth(
             for key in stored[: n // 2]:
                 index.discard(key)
             continue
-        fresh = [f"{step}-{i:0{width}d}" for i in range(n)]
+        fresh = [f"{step}-{i:0{width}d}" + filler * width for i in range(n)]
         keys = stored[:n] if op == "readd" and stored else fresh
         before = settled_bytes(index)
         estimate = index.memory_growth(len(keys), sum(len(k.encode()) for k in keys))

@@ -20,7 +20,9 @@ A key is coded on its own (no block to decode for one key), left to right:
 
 The code is a function of the key and the dictionary, and decoding inverts it, so two keys are
 equal exactly when their codes are: the store compares and hashes codes, never UTF-8. A code is
-at most ``len(utf8) + ceil(len(utf8) / 16)`` bytes (a non-ASCII key), and usually much shorter:
+at most ``len(utf8) + (len(utf8) + 1) // 3`` bytes (each run of non-ASCII bytes, 2 or more in
+valid UTF-8, adds a byte: ``é`` between ASCII bytes takes 3 bytes for 2; :func:`code_bound`),
+and usually much shorter:
 ``k00000001`` takes 6 bytes, ``12345678`` 5, a 75-byte crawl URL about 15 with a trained
 dictionary.
 
@@ -51,6 +53,7 @@ __all__ = [
     "MAX_DICTIONARY_BYTES",
     "MAX_TOKENS",
     "Dictionary",
+    "code_bound",
     "code_hash",
     "decode_codes",
     "encode_section",
@@ -356,6 +359,20 @@ def _encode_key(
     return at
 
 
+def code_bound(section_bytes: int) -> int:
+    """The most code bytes the keys of a key section of ``section_bytes`` bytes (each key's
+    bytes and its NUL) take, whatever the bytes: a run of non-ASCII bytes takes a code byte more,
+    and a run ends at an ASCII byte or the NUL unless it is 16 bytes long, so a key of u bytes
+    takes at most u + (u + 1) // 2 (u + (u + 1) // 3 in valid UTF-8, where a run has 2 bytes or
+    more). O(1).
+
+    >>> from permindex.index.keys.codec import code_bound
+    >>> code_bound(1000)
+    1500
+    """
+    return section_bytes + section_bytes // 2
+
+
 def encode_section(
     section: _U8,
     ends: _I64,
@@ -368,7 +385,7 @@ def encode_section(
     concatenated (c,) uint8, (n,) int64 code lengths, (n,) uint64 :func:`code_hash` of each).
     O(B), in the compiled :func:`_encode_into`."""
     n = int(ends.size)
-    room = int(ends[-1]) + int(ends[-1]) // 16 + 16 if n else 0
+    room = code_bound(int(ends[-1])) if n else 0
     out = np.empty(room, dtype=np.uint8)
     sizes = np.empty(n, dtype=np.int64)
     hashes = np.empty(n, dtype=np.uint64)

@@ -79,8 +79,10 @@ def _decode_row_entry() -> Callable[..., int]:
 
 def code_room(rows: int, data_bytes: int) -> int:
     """The most code bytes ``rows`` keys of ``data_bytes`` UTF-8 bytes (their NULs included)
-    may take: a run code per 16 non-ASCII bytes, 2 length bytes for a long one."""
-    return data_bytes + data_bytes // 16 + 2 * rows
+    may take: a code byte per run of non-ASCII bytes (2 or more in valid UTF-8, each followed by
+    an ASCII byte or the NUL unless 16 bytes long: ``é`` between ASCII bytes takes 3 bytes for
+    2), 2 length bytes for a long one (:func:`~permindex.index.keys.codec.code_bound`)."""
+    return data_bytes + data_bytes // 3 + 2 * rows
 
 
 class KeyRows:
