@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from permindex.errors import LimitExceededError
-from permindex.index.keys.rows import zeroed
+from permindex.index.keys.rows import grown, zeroed
 from permindex.index.keys.store import (
     EncodedKeys,
     KeyStore,
@@ -256,13 +256,9 @@ class RowStore:
         capacity = self.fps.size
         if need > capacity:
             capacity = min(max(next_capacity(need, capacity), 1024), self.max_rows)
-            fps = zeroed(capacity, np.uint64)
-            fps[: self.n] = self.fps[: self.n]
-            self.fps = fps
+            self.fps = grown(self.fps, capacity, self.n)
             if self.live is not None:
-                live = zeroed(capacity, np.bool_)
-                live[: self.n] = self.live[: self.n]
-                self.live = live
+                self.live = grown(self.live, capacity, self.n)
             self.times = _grown(self.times, capacity, self.n)
             self._views()
 
@@ -409,8 +405,7 @@ class RowStore:
             KeyStore.prepare_growth(growth, linked)
             new_fps = None
             if capacity > fps.size:
-                new_fps = zeroed(capacity, np.uint64)
-                new_fps[:start] = fps[:start]
+                new_fps = grown(fps, capacity, start)
             with self.lock:
                 if self.compactions != compactions:
                     return  # the compaction abandoned the key store's growth too
@@ -419,9 +414,7 @@ class RowStore:
                     n = self.n
                     new_fps[start:n] = self.fps[start:n]
                     if self.live is not None:
-                        grown_live = zeroed(capacity, np.bool_)
-                        grown_live[:n] = self.live[:n]
-                        self.live = grown_live
+                        self.live = grown(self.live, capacity, n)
                     # A row's time changes when its key is renewed: copied under the lock.
                     self.times = _grown(self.times, capacity, n)
                     self.fps = new_fps
@@ -485,12 +478,9 @@ class RowStore:
 
 
 def _grown(times: NDArray[np.uint32] | None, capacity: int, n: int) -> NDArray[np.uint32] | None:
-    """``times`` (None: None) with its first ``n`` rows copied into a new (capacity,) array."""
-    if times is None:
-        return None
-    grown: NDArray[np.uint32] = zeroed(capacity, np.uint32)
-    grown[:n] = times[:n]
-    return grown
+    """``times`` (None: None) with its first ``n`` rows copied into a new (capacity,) array
+    (:func:`~permindex.index.keys.rows.grown`)."""
+    return None if times is None else grown(times, capacity, n)
 
 
 #: One slice of :func:`export_slices`.

@@ -21,10 +21,8 @@ their codes until then. Iteration gives rows in row order: a key in the order it
 
 from __future__ import annotations
 
-import importlib
 import mmap
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import numpy as np
@@ -60,18 +58,12 @@ SAMPLE_ROWS: Final = 1 << 16
 _BLOCK: Final = 16  # rows a block of ``bases`` (kernels.BLOCK_SHIFT)
 
 
-def _kernels() -> ModuleType:
-    """:mod:`permindex.index.keys.kernels`, imported on first use (``import permindex`` loads no
-    numba)."""
-    return importlib.import_module("permindex.index.keys.kernels")
-
-
 def _decode_row_entry() -> Callable[..., int]:
     """The compiled entry point of :func:`~permindex.index.keys.kernels.decode_row`, called
     without the dispatcher's type resolution (the store passes exactly its signature's types:
     its own contiguous arrays, the dictionary's, an int row)."""
-    kernels = _kernels()
-    from permindex.jit_numba import entry_point  # numba is loaded by now
+    from permindex.index.keys import kernels  # loads numba
+    from permindex.jit_numba import entry_point
 
     entry: Callable[..., int] = entry_point(kernels.decode_row)
     return entry
@@ -167,9 +159,11 @@ class KeyRows:
     # -- reading keys -----------------------------------------------------------------------
 
     def _decode(self, rows: _I64) -> tuple[_U8, _I64]:
+        from permindex.index.keys import kernels
+
         section: _U8
         lengths: _I64
-        section, lengths = _kernels().decode_rows(
+        section, lengths = kernels.decode_rows(
             self._codes, self._lens, self._bases, rows, self._words.data, self._words.offsets
         )
         return section, lengths
